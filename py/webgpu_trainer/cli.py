@@ -1,0 +1,125 @@
+"""``webgpu-trainer`` command line: ``serve``, ``data`` (and ``bench``, added by its owner).
+
+Each subcommand is an ``add_<name>(subparsers)`` that registers its arguments plus a handler
+``<name>(args) -> int`` (exit status); ``COMMANDS`` maps names to both, so adding a command is
+one line there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import webbrowser
+from pathlib import Path
+
+
+def repo_root() -> Path:
+    """The source tree (``<root>/py/webgpu_trainer/cli.py``), else the current directory."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() else Path.cwd()
+
+
+# ---------------------------------------------------------------- data
+
+def add_data(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("data", help="prepare the MNIST shards + manifest (idempotent)")
+    p.add_argument("--source", type=Path, default=None,
+                   help="folder with the 4 IDX files (raw or .gz) or mnist_train/test.csv")
+    p.add_argument("--cache", type=Path, default=None,
+                   help="output folder (default <repo>/.cache/mnist)")
+    return p
+
+
+def data(args) -> int:
+    from . import data as data_mod
+    try:
+        manifest = data_mod.prepare(args.cache, args.source)
+    except data_mod.DataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    counts = ", ".join(f"{k} {v['count']}" for k, v in manifest["splits"].items())
+    print(f"MNIST ready ({counts}) from {manifest['source']}")
+    return 0
+
+
+# ---------------------------------------------------------------- serve
+
+def add_serve(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("serve", help="prepare MNIST, then serve the page on 127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="bind address (default 127.0.0.1; WebGPU needs a secure context, "
+                        "which plain http is only on localhost)")
+    p.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)),
+                   help="port (default $PORT or 8000)")
+    p.add_argument("--data-dir", type=Path, default=None,
+                   help="MNIST cache (default <repo>/.cache/mnist)")
+    p.add_argument("--models-dir", type=Path, default=None,
+                   help="folder of .onnx models (default <repo>/models)")
+    p.add_argument("--source", type=Path, default=None,
+                   help="MNIST IDX/CSV folder to build the cache from (see `data`)")
+    p.add_argument("--no-open", action="store_true", help="do not open a browser")
+    return p
+
+
+def _can_open_browser() -> bool:
+    """Only GUI sessions: on a bare console webbrowser may start a text browser (lynx, w3m)."""
+    if sys.platform in ("darwin", "win32"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def serve(args) -> int:
+    import uvicorn
+
+    from . import data as data_mod
+    from .server import create_app
+    from .wheel import ensure_wheel
+
+    root = repo_root()
+    data_dir = args.data_dir or data_mod.default_cache_dir()
+    try:
+        data_mod.prepare(data_dir, args.source)
+    except data_mod.DataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    wheels_dir = root / ".cache" / "wheels"
+    ensure_wheel(wheels_dir, root)
+    app = create_app(root, args.models_dir or root / "models", data_dir, wheels_dir)
+    shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    url = f"http://{shown}:{args.port}"
+    print(f"webgpu-trainer: serving on {url}  (Ctrl+C to stop)", flush=True)
+    if not args.no_open and _can_open_browser():
+        threading.Timer(1.0, lambda: webbrowser.open(url)).start()
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+# ---------------------------------------------------------------- registry
+
+COMMANDS = {
+    "serve": (add_serve, serve),
+    "data": (add_data, data),
+    # --- bench: another developer adds it here: "bench": (add_bench, bench), ---
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with one subparser per entry of COMMANDS."""
+    parser = argparse.ArgumentParser(prog="webgpu-trainer",
+                                     description="Train neural networks in the browser on WebGPU.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (add, _) in COMMANDS.items():
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default sys.argv[1:]) and run the subcommand; returns its exit status."""
+    args = build_parser().parse_args(argv)
+    return COMMANDS[args.command][1](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,336 @@
+"""The Starlette app: page, Pyodide, engine wheel, models, MNIST shards (routes: ARCHITECTURE.md).
+
+``create_app(root, models_dir, data_dir, wheels_dir)`` builds it. Every error is a JSON body
+``{"error": "..."}`` naming the problem (400 bad input, 404 missing, 416 bad range, 500 server
+side, e.g. a shard whose sha256 no longer matches the manifest). Files are only served from the
+allowed folders: paths with ``..``, ``.`` or empty segments, backslashes, NUL or absolute paths
+are rejected with 400 before touching the disk, and the resolved path must stay inside its root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+MIME = {
+    ".html": "text/html; charset=utf-8", ".js": "application/javascript; charset=utf-8",
+    ".mjs": "application/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
+    ".wasm": "application/wasm", ".json": "application/json", ".map": "application/json",
+    ".zip": "application/zip", ".whl": "application/zip", ".onnx": "application/octet-stream",
+    ".u8": "application/octet-stream", ".bin": "application/octet-stream",
+    ".svg": "image/svg+xml", ".png": "image/png", ".ico": "image/x-icon",
+    ".ts": "text/plain; charset=utf-8", ".txt": "text/plain; charset=utf-8",
+    ".md": "text/plain; charset=utf-8",
+}
+WEB_SUFFIXES = {".html", ".js", ".mjs", ".css", ".svg", ".png", ".ico"}
+IMMUTABLE = "public, max-age=31536000, immutable"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+CHUNK = 1 << 20
+
+
+class ApiError(Exception):
+    """An error answered as JSON ``{"error": message}`` with ``status``."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def safe_join(base: Path, rel: str) -> Path:
+    """``base / rel`` if it is an existing file inside ``base``; ApiError 400/404 otherwise."""
+    if (not rel or "\\" in rel or "\0" in rel or rel.startswith("/") or ":" in rel
+            or any(part in ("", ".", "..") for part in rel.split("/"))):
+        raise ApiError(400, f"bad path: {rel!r}")
+    base = base.resolve()
+    path = (base / rel).resolve()
+    if not path.is_relative_to(base):
+        raise ApiError(400, f"bad path: {rel!r}")
+    if not path.is_file():
+        raise ApiError(404, f"not found: {rel}")
+    return path
+
+
+def _parse_range(header: str, size: int) -> tuple[int, int] | None:
+    """One ``bytes=a-b`` / ``a-`` / ``-n`` range -> (start, end inclusive); None = ignore it.
+
+    Raises ApiError 416 when the range is syntactically fine but unsatisfiable.
+    """
+    m = re.fullmatch(r"\s*bytes=(\d*)-(\d*)\s*", header)
+    if not m or (not m.group(1) and not m.group(2)):
+        return None  # multi-range or junk: serve the whole file (allowed by RFC 9110)
+    if m.group(1):
+        start = int(m.group(1))
+        end = min(int(m.group(2)), size - 1) if m.group(2) else size - 1
+        if m.group(2) and int(m.group(2)) < start:
+            return None
+    else:
+        n = int(m.group(2))
+        start, end = max(size - n, 0), size - 1
+        if n == 0:
+            start = size
+    if start >= size:
+        raise ApiError(416, f"range {header!r} not satisfiable (size {size})")
+    return start, end
+
+
+def file_response(request: Request, path: Path, *, etag: str | None = None,
+                  cache: str = "no-cache", media_type: str | None = None) -> Response:
+    """Serve ``path`` with ETag/If-None-Match (304), single Range (206/416) and streaming."""
+    st = path.stat()
+    size = st.st_size
+    etag = etag or f'"{size:x}-{st.st_mtime_ns:x}"'
+    headers = {"ETag": etag, "Cache-Control": cache, "Accept-Ranges": "bytes"}
+    media_type = media_type or MIME.get(path.suffix.lower(), "application/octet-stream")
+    inm = request.headers.get("if-none-match")
+    if inm and (inm.strip() == "*" or etag in [t.strip() for t in inm.split(",")]):
+        return Response(status_code=304, headers=headers)
+    start, end, status = 0, size - 1, 200
+    rng = request.headers.get("range")
+    if rng and size > 0 and request.headers.get("if-range", etag) == etag:
+        try:
+            parsed = _parse_range(rng, size)
+        except ApiError as exc:
+            return JSONResponse({"error": exc.message}, 416,
+                                headers={"Content-Range": f"bytes */{size}"})
+        if parsed:
+            start, end = parsed
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+    headers["Content-Length"] = str(end - start + 1)
+    if request.method == "HEAD":
+        return Response(status_code=status, headers=headers, media_type=media_type)
+
+    def chunks():
+        with open(path, "rb") as f:
+            f.seek(start)
+            left = end - start + 1
+            while left > 0:
+                data = f.read(min(CHUNK, left))
+                if not data:
+                    break
+                left -= len(data)
+                yield data
+
+    return StreamingResponse(chunks(), status_code=status, headers=headers,
+                             media_type=media_type)
+
+
+def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None = None,
+               wheels_dir: Path | None = None, *, cross_origin_isolated: bool = True) -> Starlette:
+    """Build the app. root: the repo (``web/`` lives there); models_dir: ``*.onnx`` folder
+    (default root/models); data_dir: MNIST cache with manifest.json (default root/.cache/mnist);
+    wheels_dir: where the engine wheel is built (default root/.cache/wheels).
+    cross_origin_isolated: add COOP/COEP/CORP headers (harmless: everything is same-origin).
+    """
+    root = Path(root).resolve()
+    web = root / "web"
+    models_dir = Path(models_dir or root / "models")
+    data_dir = Path(data_dir or root / ".cache" / "mnist")
+    wheels_dir = Path(wheels_dir or root / ".cache" / "wheels")
+    bundles: dict = {}
+    verified: dict = {}
+    lock = threading.Lock()
+
+    def onnx_io():
+        from . import onnx_io as mod  # lazy: keeps onnx out of start-up and of the page routes
+        return mod
+
+    def model_path(name: str) -> Path:
+        if not NAME_RE.match(name) or ".." in name:
+            raise ApiError(400, f"bad model name: {name!r}")
+        path = models_dir / f"{name}.onnx"
+        if not path.is_file():
+            raise ApiError(404, f"unknown model: {name!r} (no {path.name} in models folder)")
+        return path
+
+    def bundle(path: Path) -> tuple[dict, bytes]:
+        st = path.stat()
+        key = (str(path), st.st_mtime_ns, st.st_size)
+        with lock:
+            if key not in bundles:
+                try:
+                    bundles[key] = onnx_io().load_bundle(path)
+                except ValueError as exc:  # OnnxImportError is a ValueError
+                    raise ApiError(400, f"model {path.name} cannot be loaded: {exc}") from exc
+            return bundles[key]
+
+    # ------------------------------------------------------------ page and vendor files
+    def page(request: Request) -> Response:
+        name = request.path_params.get("file", "index.html")
+        if Path(name).suffix.lower() not in WEB_SUFFIXES:
+            raise ApiError(404, f"not found: /{name}")
+        return file_response(request, safe_join(web, name))
+
+    def vendor(sub: str):
+        def handler(request: Request) -> Response:
+            return file_response(request, safe_join(root / sub, request.path_params["file"]))
+        return handler
+
+    # ------------------------------------------------------------ wheel
+    def api_wheel(request: Request) -> Response:
+        from .wheel import ensure_wheel
+        path = ensure_wheel(wheels_dir, root)
+        return JSONResponse({"url": f"/wheels/{path.name}"})
+
+    def wheels(request: Request) -> Response:
+        name = request.path_params["file"]
+        if not name.endswith(".whl"):
+            raise ApiError(404, f"not found: {name}")
+        return file_response(request, safe_join(wheels_dir, name))
+
+    # ------------------------------------------------------------ models
+    def api_models(request: Request) -> Response:
+        out = []
+        for path in sorted(models_dir.glob("*.onnx")):
+            item = {"name": path.stem, "file": path.name, "bytes": path.stat().st_size}
+            try:
+                item["params"] = onnx_io().model_summary(bundle(path)[0])["params"]
+            except ApiError as exc:
+                item["params"], item["error"] = None, exc.message
+            out.append(item)
+        return JSONResponse(out)
+
+    def model_graph(request: Request) -> Response:
+        graph, _ = bundle(model_path(request.path_params["name"]))
+        return JSONResponse(graph, headers={"Cache-Control": "no-cache"})
+
+    def model_weights(request: Request) -> Response:
+        _, weights = bundle(model_path(request.path_params["name"]))
+        return Response(weights, media_type="application/octet-stream",
+                        headers={"Cache-Control": "no-cache"})
+
+    async def model_export(request: Request) -> Response:
+        name = request.path_params["name"]
+        path = model_path(name)
+        graph, blob = bundle(path)
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) != len(blob):
+            raise ApiError(400, f"weights for model {name!r}: expected {len(blob)} bytes "
+                                f"(bundle layout), got {declared}")
+        body = await request.body()
+        if len(body) != len(blob):
+            raise ApiError(400, f"weights for model {name!r}: expected {len(blob)} bytes "
+                                f"(bundle layout), got {len(body)}")
+        try:
+            prov = json.loads(request.headers.get("x-provenance") or "{}")
+        except ValueError as exc:
+            raise ApiError(400, f"X-Provenance is not JSON: {exc}") from exc
+        if not isinstance(prov, dict):
+            raise ApiError(400, "X-Provenance must be a JSON object")
+        try:
+            onnx_bytes = onnx_io().export_onnx(path, body, prov)
+        except ValueError as exc:
+            raise ApiError(400, f"export of model {name!r} failed: {exc}") from exc
+        fname = f"{name}-trained.onnx"
+        return Response(onnx_bytes, media_type="application/octet-stream",
+                        headers={"Content-Disposition": f'attachment; filename="{fname}"'})
+
+    # ------------------------------------------------------------ MNIST
+    def manifest() -> dict:
+        path = data_dir / "manifest.json"
+        if not path.is_file():
+            raise ApiError(404, "MNIST manifest not found: run `webgpu-trainer data` first")
+        try:
+            return json.loads(path.read_text())
+        except ValueError as exc:
+            raise ApiError(500, f"MNIST manifest is not valid JSON: {exc}") from exc
+
+    def mnist_manifest(request: Request) -> Response:
+        manifest()  # validates
+        return file_response(request, data_dir / "manifest.json", media_type="application/json")
+
+    def mnist_shard(request: Request) -> Response:
+        name = request.path_params["shard"]
+        if "/" in name or not NAME_RE.match(name):
+            raise ApiError(400, f"bad shard name: {name!r}")
+        entries = {e["file"]: e for s in manifest().get("splits", {}).values()
+                   for e in s.values() if isinstance(e, dict) and "file" in e}
+        if name not in entries:
+            raise ApiError(404, f"shard {name} is not in the MNIST manifest")
+        try:
+            path = safe_join(data_dir, name)
+        except ApiError as exc:
+            if exc.status == 404:
+                exc.message = (f"shard {name} is missing from {data_dir}; run "
+                               "`webgpu-trainer data` to rebuild the cache")
+            raise
+        ent, st = entries[name], path.stat()
+        key = (name, st.st_size, st.st_mtime_ns)
+        if verified.get(name) != key:  # sha256 once per file version (~0.1 s for 47 MB)
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                while chunk := f.read(1 << 22):
+                    h.update(chunk)
+            if h.hexdigest() != ent.get("sha256"):
+                raise ApiError(500, f"shard {name} is corrupt: sha256 {h.hexdigest()[:12]}... "
+                                    f"!= manifest {str(ent.get('sha256'))[:12]}...; run "
+                                    "`webgpu-trainer data` to rebuild the cache")
+            verified[name] = key
+        addressed = ent["sha256"][:12] in name
+        return file_response(request, path, etag=f'"{ent["sha256"][:32]}"',
+                             cache=IMMUTABLE if addressed else "no-cache")
+
+    # ------------------------------------------------------------ errors and headers
+    async def api_error(request: Request, exc: ApiError) -> Response:
+        return JSONResponse({"error": exc.message}, exc.status)
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        msg = exc.detail if exc.status_code != 404 else f"not found: {request.url.path}"
+        return JSONResponse({"error": msg}, exc.status_code)
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
+
+    routes = [
+        Route("/", page, methods=["GET", "HEAD"]),
+        Route("/api/wheel", api_wheel),
+        Route("/api/models", api_models),
+        Route("/api/models/{name}/graph.json", model_graph),
+        Route("/api/models/{name}/weights.bin", model_weights),
+        Route("/api/models/{name}/export", model_export, methods=["POST"]),
+        Route("/data/mnist/manifest.json", mnist_manifest, methods=["GET", "HEAD"]),
+        Route("/data/mnist/{shard:path}", mnist_shard, methods=["GET", "HEAD"]),
+        Route("/vendor/pyodide/{file:path}", vendor("web/node_modules/pyodide"),
+              methods=["GET", "HEAD"]),
+        Route("/vendor/uplot/{file:path}", vendor("web/node_modules/uplot/dist"),
+              methods=["GET", "HEAD"]),
+        Route("/wheels/{file:path}", wheels, methods=["GET", "HEAD"]),
+        Route("/{file:path}", page, methods=["GET", "HEAD"]),  # app.js, worker.js, style.css
+    ]
+    app = Starlette(routes=routes, exception_handlers={
+        ApiError: api_error, HTTPException: http_error, Exception: server_error})
+
+    if cross_origin_isolated:
+        app.add_middleware(_HeaderMiddleware)
+    return app
+
+
+class _HeaderMiddleware:
+    """ASGI middleware adding cross-origin isolation and nosniff headers to every response."""
+
+    EXTRA = [(b"cross-origin-opener-policy", b"same-origin"),
+             (b"cross-origin-embedder-policy", b"require-corp"),
+             (b"cross-origin-resource-policy", b"same-origin"),
+             (b"x-content-type-options", b"nosniff")]
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def wrapped(message):
+            if message["type"] == "http.response.start":
+                message["headers"] = list(message.get("headers", [])) + self.EXTRA
+            await send(message)
+        await self.app(scope, receive, wrapped)
