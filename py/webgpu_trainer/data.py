@@ -159,7 +159,7 @@ def read_folder(folder: Path, log: Log = _log) -> tuple[Arrays, str]:
         raise DataError(f"source folder {folder} does not exist")
     found = {}
     for key, stem in IDX_STEMS.items():
-        dotted = stem[::-1].replace("-", ".", 1)[::-1]  # train-images.idx3-ubyte (Kaggle)
+        dotted = stem.replace("-idx", ".idx")  # train-images.idx3-ubyte (Kaggle)
         found[key] = _find(folder, [stem, dotted])
     if all(found.values()):
         out = {}
