@@ -223,6 +223,14 @@ function chartSize(el) {
   return { width: w, height: Math.max(200, Math.min(300, Math.round(w * 0.55))) };
 }
 
+/** When the cursor is not on a chart, its legend shows the latest values instead of dashes. */
+function legendToLatest(u) {
+  const n = u.data[0].length;
+  if (n && (u.cursor.idx == null || u.cursor.left < 0)) u.setLegend({ idx: n - 1 });
+}
+const INT_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10000, 20000, 50000, 100000];
+const latestLegendHooks = { setCursor: [legendToLatest] };
+
 function makeCharts() {
   const text = cssVar("--muted", "#667");
   const grid = cssVar("--grid", "rgba(0,0,0,.08)");
@@ -248,13 +256,13 @@ function makeCharts() {
   stepChart = new uPlot({
     ...chartSize(elS),
     cursor: { drag: { x: true, y: false } },
-    legend: { live: true },
+    hooks: latestLegendHooks,
     scales: {
       x: { time: false, range: (u, mn, mx) => [0, Math.max(mx ?? 1, appState.progress?.total_steps ?? 1, 1)] },
       loss: { auto: true, range: (u, mn, mx) => [0, mx > 0 ? mx * 1.05 : 1] },
       acc: accScale,
     },
-    axes: [axis({ label: "step", values: (u, v) => v.map((x) => x.toLocaleString()) }), lossAxis, pctAxis],
+    axes: [axis({ label: "step", incrs: INT_INCRS, values: (u, v) => v.map((x) => x.toLocaleString()) }), lossAxis, pctAxis],
     series: [
       { label: "step", value: (u, v) => (v == null ? "–" : v.toLocaleString()) },
       { label: "loss", scale: "loss", stroke: cLossRaw, width: 1, value: (u, v) => num(v) },
@@ -267,17 +275,19 @@ function makeCharts() {
   epochChart = new uPlot({
     ...chartSize(elE),
     cursor: { drag: { x: false, y: false } },
+    hooks: latestLegendHooks,
     scales: {
       x: { time: false, range: (u, mn, mx) => [0, Math.max(mx ?? 1, appState.config?.epochs ?? 1, 1)] },
       loss: { auto: true, range: (u, mn, mx) => [0, mx > 0 ? mx * 1.1 : 1] },
-      acc: accScale,
+      // validation accuracy lives near the top: zoom to [min rounded down to 10%, 100%]
+      acc: { range: (u, mn, mx) => [mn == null ? 0 : Math.max(0, Math.floor((mn - 2) / 10) * 10), 100] },
     },
     axes: [
-      axis({ label: "epoch", incrs: [1, 2, 5, 10, 20, 50, 100], values: (u, v) => v.map((x) => String(x)) }),
+      axis({ label: "epoch", incrs: INT_INCRS, values: (u, v) => v.map((x) => String(x)) }),
       lossAxis, pctAxis,
     ],
     series: [
-      { label: "epoch" },
+      { label: "epoch", value: (u, v) => (v == null ? "–" : String(v)) },
       { label: "val loss", scale: "loss", stroke: cLoss, width: 2, points: { show: true, size: 7, fill: cLoss }, value: (u, v) => num(v) },
       { label: "val acc", scale: "acc", stroke: cAcc, width: 2, points: { show: true, size: 7, fill: cAcc }, value: (u, v) => (v == null ? "–" : `${v.toFixed(2)}%`) },
     ],
@@ -317,8 +327,13 @@ function render() {
   }
   if (dirty.charts) {
     dirty.charts = false;
-    stepChart?.setData(stepData);
-    epochChart?.setData(epochData);
+    for (const u of [stepChart, epochChart]) {
+      if (!u) continue;
+      u.setData(u === stepChart ? stepData : epochData);
+      legendToLatest(u);
+    }
+    $("chart-steps-empty").hidden = stepData[0].length > 0;
+    $("chart-epochs-empty").hidden = epochData[0].length > 0;
   }
 }
 
@@ -337,7 +352,8 @@ function renderProgress() {
   $("step-text").textContent = `${Number(p.step).toLocaleString()} / ${Number(total).toLocaleString()}`;
   $("epoch-text").textContent = `${p.epoch} / ${p.epochs}`;
   $("ips").textContent = p.images_per_s != null ? Math.round(p.images_per_s).toLocaleString() : "–";
-  $("eta").textContent = appState.phase === "training" ? mmss(p.eta_s) : "00:00";
+  $("eta").textContent = appState.phase === "training" ? mmss(p.eta_s)
+    : appState.phase === "done" && !window.lastRun?.stopped ? "00:00" : "–";
   const last = appState.steps[appState.steps.length - 1];
   $("last-loss").textContent = last ? num(last.loss) : "–";
 }
