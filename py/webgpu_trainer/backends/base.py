@@ -1,0 +1,70 @@
+"""What every backend shares: WebGPU's byte rules and uniform packing, in one place.
+
+A backend (``wgpu_native.Device``, ``webgpu_js.Device``) offers this small interface:
+
+- ``buffer(nbytes, label, uniform=False) -> Buffer``: storage (or uniform) buffer, zero-filled.
+- ``write(buf, data, offset=0)``: upload bytes (a Python buffer, or a JS ArrayBuffer in Pyodide).
+- ``await pipeline(shader, entry, constants) -> Pipeline``: compiled once, cached by
+  ``shaders.pipeline_key``; a WGSL error raises ``ShaderError`` naming the shader and entry point.
+- ``bind(pipeline, buffers) -> BindGroup``: binding i of the shader file gets ``buffers[i]``,
+  each a ``Buffer`` or a ``View`` (buffer, byte offset, byte size).
+- ``program(dispatches) -> Program``: ``[(pipeline, bind_group, (x, y, z)), ...]`` recorded once.
+- ``submit(programs, copies=())``: one command encoder, one compute pass per program, then
+  ``copies`` (``(src, src_offset, dst, dst_offset, nbytes)``), one queue submit.
+- ``await read(buf, offset, nbytes) -> bytes``; ``await sync()`` waits for submitted work.
+"""
+
+import struct
+
+ALIGN = 256  # bytes; WebGPU's minStorageBufferOffsetAlignment is at most 256 on every adapter
+WORKGROUP = 64  # threads per workgroup of the 1-D kernels (a multiple of every SIMD width)
+MAX_GROUPS = 65535  # maxComputeWorkgroupsPerDimension
+
+
+class ShaderError(RuntimeError):
+    """A WGSL shader failed to compile or a pipeline failed to build; names shader and entry."""
+
+
+class View:
+    """A byte range of a buffer: ``offset`` must be a multiple of ``ALIGN`` for binding."""
+
+    __slots__ = ("buffer", "offset", "nbytes")
+
+    def __init__(self, buffer, offset: int, nbytes: int):
+        if offset % ALIGN:
+            raise ValueError(f"view offset {offset} is not a multiple of {ALIGN} bytes")
+        self.buffer, self.offset, self.nbytes = buffer, offset, nbytes
+
+
+def round_up(n: int, multiple: int = 4) -> int:
+    """``n`` rounded up to a multiple of ``multiple`` (WebGPU sizes are multiples of 4 bytes)."""
+    return (n + multiple - 1) // multiple * multiple
+
+
+def pack_params(*values) -> bytes:
+    """Pack a uniform struct of 4-byte scalars: ``int`` -> i32/u32, ``float`` -> f32.
+
+    The WGSL struct must declare the same fields in the same order. The result is padded to a
+    multiple of 16 bytes (WGSL's uniform struct size rule, WGSL spec §13.4 "Memory Layout").
+    """
+    out = bytearray()
+    for v in values:
+        if isinstance(v, bool) or isinstance(v, int):
+            out += struct.pack("<i" if v < 0 else "<I", int(v))
+        else:
+            out += struct.pack("<f", float(v))
+    out += bytes(round_up(len(out) or 4, 16) - len(out))
+    return bytes(out)
+
+
+def groups_1d(n_threads: int, per_group: int = WORKGROUP) -> tuple:
+    """Workgroup counts ``(x, y, 1)`` covering ``n_threads`` 1-D threads of ``per_group`` each.
+
+    Past 65535 groups the grid folds into y; kernels rebuild the flat index as
+    ``gid.x + gid.y * num_workgroups.x * WG``.
+    """
+    groups = max(1, (n_threads + per_group - 1) // per_group)
+    if groups <= MAX_GROUPS:
+        return (groups, 1, 1)
+    y = (groups + MAX_GROUPS - 1) // MAX_GROUPS
+    return ((groups + y - 1) // y, y, 1)

@@ -1,0 +1,178 @@
+"""Browser backend: the page's ``navigator.gpu`` through Pyodide's JS bridge (works in a Worker).
+
+Per training step Python makes O(1) bridge calls: ``submit`` hands prebuilt JS arrays of
+pipelines, bind groups and workgroup counts to one small JS function that records them.
+"""
+
+import js
+from pyodide.code import run_js
+from pyodide.ffi import to_js
+
+from .. import shaders
+from .base import ShaderError, View, round_up
+
+_REPLAY = run_js("""
+(device, programs, copies) => {
+  const enc = device.createCommandEncoder();
+  for (const [pipes, groups, counts] of programs) {
+    const pass = enc.beginComputePass();
+    for (let i = 0; i < pipes.length; i++) {
+      pass.setPipeline(pipes[i]);
+      pass.setBindGroup(0, groups[i]);
+      pass.dispatchWorkgroups(counts[3 * i], counts[3 * i + 1], counts[3 * i + 2]);
+    }
+    pass.end();
+  }
+  for (const [src, so, dst, dO, n] of copies) enc.copyBufferToBuffer(src, so, dst, dO, n);
+  device.queue.submit([enc.finish()]);
+}
+""")
+
+
+class NoWebGPU(RuntimeError):
+    """This browser exposes no WebGPU adapter (``navigator.gpu`` missing or no adapter)."""
+
+
+def _js(obj):
+    return to_js(obj, dict_converter=js.Object.fromEntries)
+
+
+class Device:
+    """A WebGPU ``GPUDevice`` with the backend interface of ``backends.base``.
+
+    Create with ``await Device.create()``; raises ``NoWebGPU`` where WebGPU is unavailable.
+    """
+
+    is_cpu = False
+
+    @classmethod
+    async def create(cls, power_preference: str = "high-performance"):
+        gpu = getattr(js.navigator, "gpu", None)
+        if gpu is None:
+            raise NoWebGPU("navigator.gpu is undefined: this browser has no WebGPU")
+        adapter = await gpu.requestAdapter(_js({"powerPreference": power_preference}))
+        if adapter is None:
+            raise NoWebGPU("navigator.gpu.requestAdapter() returned null: no usable GPU adapter")
+        lim = adapter.limits
+        device = await adapter.requestDevice(_js({"requiredLimits": {
+            "maxStorageBufferBindingSize": lim.maxStorageBufferBindingSize,
+            "maxBufferSize": lim.maxBufferSize,
+            "maxStorageBuffersPerShaderStage": min(10, lim.maxStorageBuffersPerShaderStage),
+        }}))
+        self = cls()
+        self.device = device
+        info = adapter.info
+        self.info = {k: str(getattr(info, k, "") or "") for k in
+                     ("vendor", "architecture", "device", "description")}
+        self.is_cpu = "swiftshader" in (self.info["architecture"] + self.info["description"]
+                                        ).lower()
+        self._pipelines, self._layouts, self._modules = {}, {}, {}
+        self._errors = []
+        device.onuncapturederror = self._on_error
+        return self
+
+    def _on_error(self, event):
+        self._errors.append(str(event.error.message))
+
+    def buffer(self, nbytes: int, label: str = "", uniform: bool = False):
+        """A zero-filled buffer of ``nbytes`` (rounded up to 4) for storage or uniform use."""
+        u = js.GPUBufferUsage
+        usage = (u.UNIFORM | u.COPY_DST) if uniform else (u.STORAGE | u.COPY_SRC | u.COPY_DST)
+        return self.device.createBuffer(_js({"size": max(16, round_up(nbytes)), "usage": usage,
+                                             "label": label}))
+
+    def write(self, buf, data, offset: int = 0):
+        """Upload ``data``: a Python bytes-like, or a JS ArrayBuffer/TypedArray passed through."""
+        if hasattr(data, "byteLength"):
+            self.device.queue.writeBuffer(buf, offset, data)
+            return
+        mv = memoryview(data).cast("B")
+        arr = js.Uint8Array.new(len(mv))
+        arr.assign(mv)
+        self.device.queue.writeBuffer(buf, offset, arr)
+
+    def _layout(self, name: str):
+        if name not in self._layouts:
+            entries = [{"binding": b, "visibility": js.GPUShaderStage.COMPUTE,
+                        "buffer": {"type": kind}} for b, kind in shaders.bindings(name)]
+            bgl = self.device.createBindGroupLayout(_js({"entries": entries}))
+            layout = self.device.createPipelineLayout(_js({"bindGroupLayouts": [bgl]}))
+            self._layouts[name] = (bgl, layout)
+        return self._layouts[name]
+
+    async def pipeline(self, name: str, entry: str, constants: dict | None = None):
+        """The compute pipeline for ``entry`` of ``shaders/<name>.wgsl`` (cached by key).
+
+        Raises ShaderError with the compiler's messages when WGSL or the pipeline is invalid.
+        """
+        key = shaders.pipeline_key(name, entry, constants)
+        if key in self._pipelines:
+            return self._pipelines[key]
+        bgl, layout = self._layout(name)
+        self.device.pushErrorScope("validation")
+        if name not in self._modules:
+            code = shaders.source(name)
+            if shaders.PRINT_WGSL:
+                print(f"// ---- {key}\n{code}")
+            self._modules[name] = self.device.createShaderModule(_js({"code": code,
+                                                                      "label": name}))
+        module = self._modules[name]
+        compute = {"module": module, "entryPoint": entry}
+        if constants:
+            compute["constants"] = {k: float(v) for k, v in constants.items()}
+        pipe = self.device.createComputePipeline(_js({"layout": layout, "compute": compute,
+                                                      "label": key}))
+        err = await self.device.popErrorScope()
+        if err is not None:
+            info = await module.getCompilationInfo()
+            msgs = [f"{m.lineNum}:{m.linePos} {m.message}" for m in info.messages]
+            raise ShaderError(f"shader {name}.wgsl entry {entry!r}: {err.message} {msgs}")
+        self._pipelines[key] = (pipe, bgl)
+        return self._pipelines[key]
+
+    def bind(self, pipeline, buffers: list):
+        """A bind group giving binding i of the pipeline's shader the buffer (or View) i."""
+        entries = []
+        for i, b in enumerate(buffers):
+            if isinstance(b, View):
+                res = {"buffer": b.buffer, "offset": b.offset, "size": round_up(b.nbytes)}
+            else:
+                res = {"buffer": b}
+            entries.append({"binding": i, "resource": res})
+        return self.device.createBindGroup(_js({"layout": pipeline[1], "entries": entries}))
+
+    def program(self, dispatches: list):
+        """Record ``[(pipeline, bind_group, (x, y, z))]`` as JS arrays for ``submit``."""
+        counts = js.Uint32Array.new(3 * len(dispatches))
+        flat = [int(c) for _, _, xyz in dispatches for c in xyz]
+        for i, c in enumerate(flat):
+            counts[i] = c
+        return js.Array.of(to_js([p[0] for p, _, _ in dispatches]),
+                           to_js([bg for _, bg, _ in dispatches]), counts)
+
+    def submit(self, programs: list, copies=()):
+        """Encode every program (one compute pass each), then ``copies``; one queue submit."""
+        _REPLAY(self.device, to_js(programs), to_js([list(c) for c in copies]))
+        if self._errors:
+            raise RuntimeError("WebGPU error: " + "; ".join(self._errors[:3]))
+
+    async def read(self, buf, offset: int = 0, nbytes: int | None = None) -> bytes:
+        """Bytes ``[offset, offset + nbytes)`` of ``buf`` after all submitted work (async map)."""
+        if nbytes is None:
+            nbytes = int(buf.size) - offset
+        size = round_up(nbytes)
+        u = js.GPUBufferUsage
+        staging = self.device.createBuffer(_js({"size": size,
+                                                "usage": u.MAP_READ | u.COPY_DST}))
+        enc = self.device.createCommandEncoder()
+        enc.copyBufferToBuffer(buf, offset, staging, 0, size)
+        self.device.queue.submit(to_js([enc.finish()]))
+        await staging.mapAsync(js.GPUMapMode.READ)
+        data = js.Uint8Array.new(staging.getMappedRange()).to_bytes()[:nbytes]
+        staging.unmap()
+        staging.destroy()
+        return data
+
+    async def sync(self):
+        """Wait until the queue has finished all submitted work."""
+        await self.device.queue.onSubmittedWorkDone()

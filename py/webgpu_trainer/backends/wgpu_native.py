@@ -1,0 +1,117 @@
+"""Native backend on wgpu-py (Vulkan / Metal / D3D12; Mesa lavapipe on a machine with no GPU)."""
+
+import wgpu
+
+from .. import shaders
+from .base import ShaderError, View, round_up
+
+_STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+_UNIFORM = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
+_LAYOUT_TYPES = {"uniform": "uniform", "storage": "storage",
+                 "read-only-storage": "read-only-storage"}
+
+
+class Device:
+    """A wgpu-py device with the backend interface described in ``backends.base``."""
+
+    def __init__(self, power_preference: str = "high-performance"):
+        adapter = wgpu.gpu.request_adapter_sync(power_preference=power_preference)
+        if adapter is None:
+            raise RuntimeError("wgpu found no GPU adapter (install mesa-vulkan-drivers for a CPU one)")
+        limits = adapter.limits
+        self.device = adapter.request_device_sync(required_limits={
+            "max-storage-buffer-binding-size": limits["max-storage-buffer-binding-size"],
+            "max-buffer-size": limits["max-buffer-size"],
+            "max-storage-buffers-per-shader-stage": min(
+                10, limits["max-storage-buffers-per-shader-stage"]),
+        })
+        info = adapter.info
+        self.info = {k: str(info.get(k, "")) for k in ("vendor", "architecture", "device",
+                                                      "description", "adapter_type",
+                                                      "backend_type")}
+        self.is_cpu = info.get("adapter_type") == "CPU"
+        self._pipelines: dict = {}
+        self._layouts: dict = {}
+
+    def buffer(self, nbytes: int, label: str = "", uniform: bool = False):
+        """A zero-filled buffer of ``nbytes`` (rounded up to 4) for storage or uniform use."""
+        return self.device.create_buffer(size=max(16, round_up(nbytes)), label=label,
+                                         usage=_UNIFORM if uniform else _STORAGE)
+
+    def write(self, buf, data, offset: int = 0):
+        """Upload ``data`` (bytes-like, length a multiple of 4) at byte ``offset`` of ``buf``."""
+        self.device.queue.write_buffer(buf, offset, memoryview(data).cast("B"))
+
+    def _layout(self, name: str):
+        if name not in self._layouts:
+            entries = [{"binding": b, "visibility": wgpu.ShaderStage.COMPUTE,
+                        "buffer": {"type": _LAYOUT_TYPES[kind]}}
+                       for b, kind in shaders.bindings(name)]
+            bgl = self.device.create_bind_group_layout(entries=entries)
+            self._layouts[name] = (bgl, self.device.create_pipeline_layout(
+                bind_group_layouts=[bgl]))
+        return self._layouts[name]
+
+    async def pipeline(self, name: str, entry: str, constants: dict | None = None):
+        """The compute pipeline for ``entry`` of ``shaders/<name>.wgsl`` (cached by key)."""
+        key = shaders.pipeline_key(name, entry, constants)
+        if key not in self._pipelines:
+            code = shaders.source(name)
+            if shaders.PRINT_WGSL:
+                print(f"// ---- {key}\n{code}")
+            bgl, layout = self._layout(name)
+            try:
+                module = self.device.create_shader_module(code=code, label=name)
+                compute = {"module": module, "entry_point": entry}
+                if constants:
+                    compute["constants"] = {k: float(v) for k, v in constants.items()}
+                pipe = self.device.create_compute_pipeline(layout=layout, compute=compute,
+                                                           label=key)
+            except Exception as exc:  # wgpu raises GPUValidationError and friends
+                raise ShaderError(f"shader {name}.wgsl entry {entry!r}: {exc}") from exc
+            self._pipelines[key] = (pipe, bgl)
+        return self._pipelines[key]
+
+    def bind(self, pipeline, buffers: list):
+        """A bind group giving binding i of the pipeline's shader the buffer (or View) i."""
+        entries = []
+        for i, b in enumerate(buffers):
+            if isinstance(b, View):
+                res = {"buffer": b.buffer, "offset": b.offset, "size": round_up(b.nbytes)}
+            else:
+                res = {"buffer": b, "offset": 0, "size": b.size}
+            entries.append({"binding": i, "resource": res})
+        return self.device.create_bind_group(layout=pipeline[1], entries=entries)
+
+    def program(self, dispatches: list):
+        """Record ``[(pipeline, bind_group, (x, y, z))]``; replayed by ``submit``."""
+        return [(p[0], bg, tuple(int(c) for c in counts)) for p, bg, counts in dispatches]
+
+    def submit(self, programs: list, copies=()):
+        """Encode every program (one compute pass each), then ``copies``; one queue submit."""
+        enc = self.device.create_command_encoder()
+        for prog in programs:
+            cpass = enc.begin_compute_pass()
+            for pipe, bg, (x, y, z) in prog:
+                cpass.set_pipeline(pipe)
+                cpass.set_bind_group(0, bg)
+                cpass.dispatch_workgroups(x, y, z)
+            cpass.end()
+        for src, so, dst, do, n in copies:
+            enc.copy_buffer_to_buffer(src, so, dst, do, n)
+        self.device.queue.submit([enc.finish()])
+
+    async def read(self, buf, offset: int = 0, nbytes: int | None = None) -> bytes:
+        """Bytes ``[offset, offset + nbytes)`` of ``buf`` after all submitted work."""
+        if nbytes is None:
+            nbytes = buf.size - offset
+        return bytes(self.device.queue.read_buffer(buf, offset, nbytes))
+
+    async def sync(self):
+        """Wait until the queue is idle."""
+        self.device.queue.read_buffer(self._fence(), 0, 4)
+
+    def _fence(self):
+        if not hasattr(self, "_fence_buf"):
+            self._fence_buf = self.buffer(16, "fence")
+        return self._fence_buf

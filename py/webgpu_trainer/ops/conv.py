@@ -1,0 +1,62 @@
+"""Conv 2-D (NCHW, ONNX pads/strides/dilations/group) forward and backward (shaders/conv2d.wgsl).
+
+Threads own 8 channels x 4 columns (see the shader); the weight gradient splits the batch
+(split-K) when there are too few threads to fill the GPU, and reduce.wgsl adds the parts.
+"""
+
+from ..backends.base import groups_1d, pack_params
+from . import gemm
+
+
+def _geometry(node, x, w, y):
+    a = node["attrs"]
+    if a.get("auto_pad", "NOTSET") not in ("NOTSET", ""):
+        raise NotImplementedError(f"{node['name']}: Conv auto_pad={a['auto_pad']} (use pads)")
+    if len(x.shape) != 4:
+        raise NotImplementedError(f"{node['name']}: only 2-D Conv (NCHW) is supported")
+    n, c, h, wd = x.shape
+    k, _, kh, kw = w.shape
+    pads = a.get("pads", [0, 0, 0, 0])
+    sh, sw = a.get("strides", [1, 1])
+    dh, dw = a.get("dilations", [1, 1])
+    return [n, c, h, wd, k, y.shape[2], y.shape[3], a.get("group", 1),
+            kh, kw, sh, sw, pads[0], pads[1], dh, dw]
+
+
+def _cdiv(a, b):
+    return (a + b - 1) // b
+
+
+async def forward(b, node, ins, outs, train):
+    x, w, bias = ins[0], ins[1], ins[2] if len(ins) > 2 else None
+    g = _geometry(node, x, w, outs[0])
+    n, c, h, wd, k, oh, ow, grp = g[:8]
+    params = pack_params(*g, int(bias is not None), 1, 0, 0)
+    threads = n * grp * _cdiv(k // grp, 8) * oh * _cdiv(ow, 4)
+    await b.kernel("conv2d", "forward", params, [x, w, bias or b.dummy, outs[0]],
+                   groups_1d(threads))
+
+
+async def backward(b, node, ins, outs, gins, gouts):
+    x, w = ins[0], ins[1]
+    dy = gouts[0]
+    g = _geometry(node, x, w, outs[0])
+    n, c, h, wd, k, oh, ow, grp, kh, kw = g[:10]
+    if gins[0] is not None:
+        params = pack_params(*g, 0, 1, 0, 0)
+        threads = n * grp * _cdiv(c // grp, 8) * h * _cdiv(wd, 4)
+        await b.kernel("conv2d", "backward_input", params, [dy, w, b.dummy, gins[0]],
+                       groups_1d(threads))
+    if gins[1] is not None:
+        taps = (c // grp) * kh * kw
+        threads = grp * _cdiv(k // grp, 8) * _cdiv(taps, 4)
+        splits = b.splits(threads, n, min_per_split=1)
+        params = pack_params(*g, 0, splits, 0, 0)
+        out = b.scratch(splits * k * taps) if splits > 1 else gins[1]
+        gx, gy, _ = groups_1d(threads)
+        await b.kernel("conv2d", "backward_weight", params, [dy, x, b.dummy, out],
+                       (gx, gy, splits))
+        if splits > 1:
+            await gemm.reduce_splits(b, out, gins[1], splits, k * taps)
+    if len(ins) > 2 and ins[2] is not None and gins[2] is not None:
+        await gemm.channel_sum(b, dy, gins[2], outer=n, channels=k, inner=oh * ow)

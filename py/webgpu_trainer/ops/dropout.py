@@ -1,0 +1,28 @@
+"""Inverted Dropout (shaders/dropout.wgsl); training only, identity (a copy) in eval mode."""
+
+from ..backends.base import groups_1d, pack_params
+
+
+def _ratio(b, node) -> float:
+    ratio = node["attrs"].get("ratio", 0.5)  # opset < 12 attribute
+    if len(node["inputs"]) > 1 and node["inputs"][1]:
+        ratio = float(b.constant(node["inputs"][1], default=0.5))
+    return ratio
+
+
+async def forward(b, node, ins, outs, train):
+    n = ins[0].numel
+    ratio = _ratio(b, node) if train else 0.0
+    scale = 1.0 / (1.0 - ratio) if ratio < 1.0 else 0.0
+    params = pack_params(n, b.salt(node), ratio, scale)
+    await b.kernel("dropout", "apply", params, [b.step, ins[0], outs[0]], groups_1d(n))
+
+
+async def backward(b, node, ins, outs, gins, gouts):
+    if gins[0] is None:
+        return
+    n = ins[0].numel
+    ratio = _ratio(b, node)
+    scale = 1.0 / (1.0 - ratio) if ratio < 1.0 else 0.0
+    params = pack_params(n, b.salt(node), ratio, scale)
+    await b.kernel("dropout", "apply", params, [b.step, gouts[0], gins[0]], groups_1d(n))

@@ -1,0 +1,105 @@
+"""Gemm (ONNX: Y = alpha * A' * B' + beta * C) forward and backward (shaders/gemm.wgsl),
+and the reductions they share with other ops (shaders/reduce.wgsl).
+
+A' is A or A^T (transA), B' likewise; each is expressed as strides of one strided matmul, so the
+gradients dA = alpha * dY * B'^T and dB = alpha * A'^T * dY reuse the same kernel.
+"""
+
+from ..backends.base import groups_1d, pack_params
+
+
+async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=None,
+                 bias_mode=0, beta=1.0):
+    """out[m, n] = alpha * sum_k a[m*sam + k*sak] * bm[k*sbk + n*sbn] (+ beta * bias).
+
+    Splits the sum over k (split-K) when M*N alone leaves the GPU idle.
+    """
+    threads = ((m + 3) // 4) * ((n + 3) // 4)
+    splits = b.splits(threads, k, min_per_split=64)
+    target = b.scratch(splits * m * n) if splits > 1 else out
+    params = pack_params(m, n, k, splits, *a_strides, *b_strides, bias_mode if bias else 0,
+                         float(alpha), float(beta), 0)
+    gx, gy, _ = groups_1d(threads)
+    await b.kernel("gemm", "matmul", params, [a, bm, bias or b.dummy, target], (gx, gy, splits))
+    if splits > 1:
+        await reduce_splits(b, target, out, splits, m * n, n=n, bias=bias,
+                            bias_mode=bias_mode if bias else 0, beta=beta)
+
+
+async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=0, beta=1.0):
+    """out[e] = sum_s parts[s*count + e] (+ beta * bias by bias_mode)."""
+    params = pack_params(0, 0, 0, count, splits, n, bias_mode, float(beta))
+    await b.kernel("reduce", "reduce_splits", params, [parts, bias or b.dummy, out],
+                   groups_1d(count))
+
+
+async def channel_sum(b, x, out, outer, channels, inner):
+    """out[c] = sum over outer and inner of x viewed as [outer, channels, inner]."""
+    params = pack_params(outer, channels, inner, 0, 0, 0, 0, 0.0)
+    await b.kernel("reduce", "channel_sum", params, [x, b.dummy, out], (channels, 1, 1))
+
+
+def _op_strides(shape, trans):
+    """Strides (row, col) of op(X) for a row-major 2-D X, op = transpose when ``trans``."""
+    return (1, shape[1]) if trans else (shape[1], 1)
+
+
+def _bias_mode(node, c, m, n):
+    if c is None:
+        return 0
+    size = c.numel
+    if size == n and (len(c.shape) == 1 or c.shape[0] == 1):
+        return 1
+    if size == m and size != n:
+        return 2
+    if size == m * n:
+        return 3
+    raise NotImplementedError(f"{node['name']}: Gemm C of shape {c.shape} for output [{m},{n}]")
+
+
+async def forward(b, node, ins, outs, train):
+    a_ = node["attrs"]
+    A, B, C = ins[0], ins[1], ins[2] if len(ins) > 2 else None
+    ta, tb = a_.get("transA", 0), a_.get("transB", 0)
+    m, n = outs[0].shape
+    k = A.shape[0] if ta else A.shape[1]
+    await matmul(b, A, _op_strides(A.shape, ta), B, _b_strides(B.shape, tb), outs[0], m, n, k,
+                 a_.get("alpha", 1.0), C, _bias_mode(node, C, m, n), a_.get("beta", 1.0))
+
+
+def _b_strides(shape, trans):
+    """Strides (k, n) of op(B): B is [K, N], or [N, K] when transB."""
+    return (1, shape[1]) if trans else (shape[1], 1)
+
+
+async def backward(b, node, ins, outs, gins, gouts):
+    a_ = node["attrs"]
+    A, B = ins[0], ins[1]
+    C = ins[2] if len(ins) > 2 else None
+    ta, tb = a_.get("transA", 0), a_.get("transB", 0)
+    alpha = a_.get("alpha", 1.0)
+    m, n = outs[0].shape
+    k = A.shape[0] if ta else A.shape[1]
+    sam, sak = _op_strides(A.shape, ta)
+    sbk, sbn = _b_strides(B.shape, tb)
+    dy = gouts[0]
+    if gins[0] is not None:  # d op(A)[m,k] = alpha * sum_n dY[m,n] * op(B)[k,n]
+        if not ta:
+            await matmul(b, dy, (n, 1), B, (sbn, sbk), gins[0], m, k, n, alpha)
+        else:
+            await matmul(b, B, (sbk, sbn), dy, (1, n), gins[0], k, m, n, alpha)
+    if gins[1] is not None:  # d op(B)[k,n] = alpha * sum_m op(A)[m,k] * dY[m,n]
+        if not tb:
+            await matmul(b, A, (sak, sam), dy, (n, 1), gins[1], k, n, m, alpha)
+        else:
+            await matmul(b, dy, (1, n), A, (sam, sak), gins[1], n, k, m, alpha)
+    if C is not None and len(gins) > 2 and gins[2] is not None:
+        mode = _bias_mode(node, C, m, n)
+        if a_.get("beta", 1.0) != 1.0:
+            raise NotImplementedError(f"{node['name']}: gradient of C with beta != 1")
+        if mode == 1:
+            await channel_sum(b, dy, gins[2], outer=m, channels=n, inner=1)
+        elif mode == 2:
+            await channel_sum(b, dy, gins[2], outer=1, channels=m, inner=n)
+        else:
+            await reduce_splits(b, dy, gins[2], 1, m * n)

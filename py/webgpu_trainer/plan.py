@@ -1,0 +1,238 @@
+"""The compiled training step: every buffer, pipeline and bind group built once.
+
+``Plan.build`` turns a ``Graph`` and a batch size into lists of dispatches (forward in training
+and eval mode, loss, backward) over buffers allocated once. The trainer wraps them with the data
+and optimizer dispatches into programs and replays one program per step, so per-step Python work
+is O(1) bridge calls. Weights, running statistics and gradients live in two flat buffers laid out
+exactly like the bundle's weight blob (``P`` and ``G``); ``mask`` marks trainable elements.
+"""
+
+import struct
+
+from .backends.base import View, groups_1d, pack_params, round_up
+from .graph import Graph
+from .ops import OPS, VIEWS, softmax
+
+METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
+
+
+class Tensor:
+    """A tensor on the device: ``shape`` (list of int), float32 or uint32, in ``buf`` at byte
+    ``offset`` (a multiple of 256 when nonzero)."""
+
+    __slots__ = ("shape", "buf", "offset", "numel")
+
+    def __init__(self, shape, buf, offset=0):
+        self.shape, self.buf, self.offset = list(shape), buf, offset
+        n = 1
+        for d in self.shape:
+            n *= d
+        self.numel = n
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * self.numel
+
+    def binding(self):
+        return View(self.buf, self.offset, self.nbytes) if self.offset or self.numel == 0 \
+            else View(self.buf, 0, max(self.nbytes, 4))
+
+
+class Builder:
+    """What op functions see: ``await b.kernel(...)`` appends one dispatch to ``b.current``."""
+
+    def __init__(self, plan):
+        self.plan = plan
+        self.dev = plan.dev
+        self.current = []
+        self.P, self.G, self.step = plan.P, plan.G, plan.step
+        self.dummy = plan.dev.buffer(16, "dummy")
+        self.dummy_u32 = plan.dev.buffer(16, "dummy_u32")
+        self.sink = plan.dev.buffer(16, "sink")  # for unused read_write bindings
+        self._saves: dict = {}
+
+    async def kernel(self, shader, entry, params: bytes, buffers: list, counts):
+        """Build (once) and record one dispatch of ``entry`` in ``shaders/<shader>.wgsl``."""
+        pipe = await self.dev.pipeline(shader, entry)
+        ubuf = self.dev.buffer(len(params), f"{shader}.{entry}.params", uniform=True)
+        self.dev.write(ubuf, params)
+        binds = [ubuf] + [b.binding() if isinstance(b, Tensor) else b for b in buffers]
+        self.current.append((pipe, self.dev.bind(pipe, binds), counts))
+
+    def splits(self, threads: int, length: int, min_per_split: int) -> int:
+        """How many parts to split a reduction of ``length`` into so ~enough threads run."""
+        target = 2048 if getattr(self.dev, "is_cpu", False) else 65536
+        if threads >= target:
+            return 1
+        return max(1, min((target + threads - 1) // threads, length // min_per_split, 256))
+
+    def scratch(self, nfloats: int):
+        return self.dev.buffer(4 * nfloats, "scratch")
+
+    def save(self, node, nfloats: int):
+        """A per-node buffer shared by the training and eval forward (e.g. batch statistics)."""
+        if node["name"] not in self._saves:
+            self._saves[node["name"]] = self.dev.buffer(4 * nfloats, node["name"] + ".save")
+        return self._saves[node["name"]]
+
+    def offset_of(self, t) -> int:
+        """Element offset of a weight tensor inside P (and G)."""
+        return t.offset // 4
+
+    def constant(self, name, default=None):
+        c = self.plan.graph.constants.get(name)
+        return c["values"][0] if c and c.get("values") else default
+
+    def salt(self, node) -> int:
+        return self.plan.graph.nodes.index(node) + 1
+
+
+class Plan:
+    """Buffers and dispatch lists of one model at one batch size. Build with ``await
+    Plan.build(dev, graph, batch)``; ``fwd_train``, ``fwd_eval``, ``loss``, ``bwd`` are lists of
+    ``(pipeline, bind_group, workgroups)``."""
+
+    @classmethod
+    async def build(cls, dev, graph: Graph, batch: int, trainable=None):
+        self = cls()
+        self.dev, self.graph, self.batch = dev, graph, batch
+        self.shapes = graph.shapes(batch)
+        wbytes = round_up(max(graph.weight_nbytes(), 16), 4)
+        self.P = dev.buffer(wbytes, "weights")
+        self.G = dev.buffer(wbytes, "grads")
+        self.step = dev.buffer(32, "step", uniform=True)
+        self.metrics = dev.buffer(8 * METRICS_RING, "metrics")
+        self.wbytes = wbytes
+        self.weights = {n: Tensor(t["shape"], self.P, t["offset"]) for n, t in graph.tensors.items()}
+        self.trainable = {n for n, t in graph.tensors.items() if t["role"] == "param"
+                          and (trainable is None or n in trainable)}
+        self._allocate()
+        b = self.builder = Builder(self)
+        for mode in ("train", "eval"):
+            b.current = []
+            for node in graph.nodes:
+                if node["op_type"] in OPS:
+                    await OPS[node["op_type"]].forward(b, node, self._ins(node), self._outs(node),
+                                                       mode == "train")
+            setattr(self, f"fwd_{mode}", b.current)
+        b.current = []
+        await softmax.nll(b, self.acts[self.logp], self.labels, self.grads[self.logp],
+                          self.metrics)
+        self.loss = b.current
+        b.current = []
+        for node in reversed(graph.nodes):
+            if node["op_type"] in OPS and any(self.grads.get(o) for o in node["outputs"] if o):
+                await OPS[node["op_type"]].backward(
+                    b, node, self._ins(node), self._outs(node),
+                    [self._grad_of(i) for i in node["inputs"]],
+                    [self.grads.get(o) for o in node["outputs"]])
+        self.bwd = b.current
+        return self
+
+    def _ins(self, node):
+        return [self.acts.get(i) or self.weights.get(i) if i else None for i in node["inputs"]]
+
+    def _outs(self, node):
+        return [self.acts.get(o) if o else None for o in node["outputs"]]
+
+    def _grad_of(self, name):
+        if not name:
+            return None
+        if name in self.weights:
+            return Tensor(self.weights[name].shape, self.G, self.weights[name].offset) \
+                if name in self.trainable else None
+        return self.grads.get(name)
+
+    def _allocate(self):
+        """Activation buffers (ReLU in place, Flatten/Identity as views) and their gradients."""
+        g, dev, shapes = self.graph, self.dev, self.shapes
+        inp = g.input["name"]
+        self.input = Tensor(shapes[inp], dev.buffer(4 * _numel(shapes[inp]), inp))
+        self.labels = Tensor([self.batch], dev.buffer(4 * self.batch, "labels"))
+        self.acts = {inp: self.input}
+        needs = set()
+        for node in g.nodes:
+            ins = [i for i in node["inputs"] if i]
+            if any(i in needs or i in self.trainable for i in ins):
+                needs.update(o for o in node["outputs"] if o)
+            for k, out in enumerate(node["outputs"]):
+                if not out or out in self.acts:
+                    continue
+                src = self.acts.get(node["inputs"][0])
+                alias = k == 0 and src is not None and (
+                    node["op_type"] in VIEWS or (
+                        node["op_type"] == "Relu" and len(g.consumers.get(node["inputs"][0], [])) == 1
+                        and node["inputs"][0] != inp))
+                if alias:
+                    self.acts[out] = Tensor(shapes[out], src.buf, src.offset)
+                elif node["op_type"] == "BatchNormalization" and k > 0:
+                    continue  # running statistics outputs: updated in place in P
+                elif node["op_type"] == "Dropout" and k > 0:
+                    continue  # mask output: not materialised
+                else:
+                    self.acts[out] = Tensor(shapes[out], dev.buffer(4 * _numel(shapes[out]), out))
+        last = g.nodes[-1]
+        if last["op_type"] != "LogSoftmax" or last["outputs"][0] != g.output:
+            raise NotImplementedError("the model must end in LogSoftmax (NLL loss); "
+                                      "CrossEntropy on raw logits is not wired yet")
+        self.logp = g.output
+        for name, users in g.consumers.items():
+            if name in needs and len(users) > 1:
+                raise NotImplementedError(f"{name} feeds {len(users)} nodes: gradient "
+                                          "accumulation is not supported yet")
+        self.grads = {}
+        for node in g.nodes:
+            for k, out in enumerate(node["outputs"]):
+                if k or out not in needs or out not in self.acts:
+                    continue
+                src = node["inputs"][0]
+                if self.acts[out].buf is self.acts.get(src, Tensor([], None)).buf and \
+                        src in self.grads:
+                    self.grads[out] = Tensor(self.shapes[out], self.grads[src].buf)
+                else:
+                    self.grads[out] = Tensor(self.shapes[out],
+                                             dev.buffer(4 * _numel(self.shapes[out]), "d" + out))
+
+    def mask_bytes(self) -> bytes:
+        """float32 per weight element: 1.0 where trainable, else 0.0 (buffers, frozen, padding)."""
+        out = bytearray(self.wbytes)
+        one = struct.pack("<f", 1.0)
+        for name in self.trainable:
+            t = self.graph.tensors[name]
+            out[t["offset"]:t["offset"] + t["nbytes"]] = one * (t["nbytes"] // 4)
+        return bytes(out)
+
+    async def init_weights(self, seed: int):
+        """PyTorch's default init on the GPU: Conv/Gemm weight and bias ~ U(+-1/sqrt(fan_in)),
+        BatchNorm gamma = 1, beta = 0, running_mean = 0, running_var = 1."""
+        b = self.builder
+        b.current = []
+        for node in self.graph.nodes:
+            ins = node["inputs"]
+            if node["op_type"] in ("Conv", "Gemm"):
+                w = self.graph.tensors[ins[1]]["shape"]
+                if node["op_type"] == "Conv":
+                    fan_in = _numel(w[1:])
+                else:
+                    fan_in = w[1] if node["attrs"].get("transB", 0) else w[0]
+                bound = 1.0 / fan_in ** 0.5
+                for name in ins[1:3]:
+                    if name in self.weights:
+                        await self._fill(b, name, "uniform", seed, -bound, bound)
+            elif node["op_type"] == "BatchNormalization":
+                for name, value in zip(ins[1:5], (1.0, 0.0, 0.0, 1.0)):
+                    await self._fill(b, name, "fill", seed, value, value)
+        self.dev.submit([self.dev.program(b.current)])
+
+    async def _fill(self, b, name, entry, seed, lo, hi):
+        t = self.weights[name]
+        salt = list(self.graph.tensors).index(name) + 1
+        await b.kernel("init", entry, pack_params(t.numel, seed, salt, 0, float(lo), float(hi),
+                                                  0, 0), [t], groups_1d(t.numel))
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

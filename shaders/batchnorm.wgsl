@@ -1,0 +1,121 @@
+// BatchNormalization over NC(HW) with PyTorch's training semantics (Ioffe & Szegedy 2015):
+// training normalises with the batch mean and biased variance and updates the running statistics
+// with the unbiased variance: running = running*momentum + batch*(1 - momentum), momentum being
+// ONNX's attribute (= 1 - PyTorch's momentum). Eval normalises with the running statistics.
+// gamma, beta and the running statistics live in the flat weight buffer P, the gradients in G,
+// at element offsets given in Params. save = [mean[C], invstd[C]] of the last forward.
+//   backward_stats: G[dgamma] = sum(dy * xhat), G[dbeta] = sum(dy)          (one group per c)
+//   backward_input: dx = gamma*invstd * (dy - dbeta/M - xhat*dgamma/M), M = outer*inner
+
+struct Params {
+  outer: u32, C: u32, inner: u32, gamma: u32,
+  beta: u32, rmean: u32, rvar: u32, _p0: u32,
+  eps: f32, momentum: f32, _p1: u32, _p2: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> dy: array<f32>;
+@group(0) @binding(3) var<storage, read_write> P: array<f32>;
+@group(0) @binding(4) var<storage, read_write> save: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+@group(0) @binding(6) var<storage, read_write> G: array<f32>;
+
+var<workgroup> red: array<f32, 256>;
+var<workgroup> red2: array<f32, 256>;
+
+fn at(c: u32, e: u32) -> u32 {
+  return ((e / p.inner) * p.C + c) * p.inner + e % p.inner;
+}
+
+fn reduce2(lid: u32) {
+  workgroupBarrier();
+  for (var half = 128u; half > 0u; half = half >> 1u) {
+    if (lid < half) {
+      red[lid] += red[lid + half];
+      red2[lid] += red2[lid + half];
+    }
+    workgroupBarrier();
+  }
+}
+
+@compute @workgroup_size(256)
+fn stats_train(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+  let c = wid.x;
+  let M = p.outer * p.inner;
+  var s = 0.0;
+  for (var e = lid; e < M; e += 256u) { s += x[at(c, e)]; }
+  red[lid] = s;
+  red2[lid] = 0.0;
+  reduce2(lid);
+  let mean = red[0] / f32(M);
+  workgroupBarrier();
+  var q = 0.0;
+  for (var e = lid; e < M; e += 256u) {
+    let d = x[at(c, e)] - mean;
+    q += d * d;
+  }
+  red[lid] = q;
+  reduce2(lid);
+  if (lid == 0u) {
+    let var_b = red[0] / f32(M);
+    save[c] = mean;
+    save[p.C + c] = inverseSqrt(var_b + p.eps);
+    let var_u = red[0] / f32(max(M, 2u) - 1u);
+    P[p.rmean + c] = P[p.rmean + c] * p.momentum + mean * (1.0 - p.momentum);
+    P[p.rvar + c] = P[p.rvar + c] * p.momentum + var_u * (1.0 - p.momentum);
+  }
+}
+
+@compute @workgroup_size(64)
+fn stats_eval(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let c = gid.x;
+  if (c >= p.C) { return; }
+  save[c] = P[p.rmean + c];
+  save[p.C + c] = inverseSqrt(P[p.rvar + c] + p.eps);
+}
+
+@compute @workgroup_size(64)
+fn normalize(@builtin(global_invocation_id) gid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = gid.x + gid.y * nwg.x * 64u;
+  if (i >= p.outer * p.C * p.inner) { return; }
+  let c = (i / p.inner) % p.C;
+  out[i] = (x[i] - save[c]) * save[p.C + c] * P[p.gamma + c] + P[p.beta + c];
+}
+
+@compute @workgroup_size(256)
+fn backward_stats(@builtin(workgroup_id) wid: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+  let c = wid.x;
+  let M = p.outer * p.inner;
+  let mean = save[c];
+  let invstd = save[p.C + c];
+  var s = 0.0;
+  var sx = 0.0;
+  for (var e = lid; e < M; e += 256u) {
+    let i = at(c, e);
+    s += dy[i];
+    sx += dy[i] * (x[i] - mean) * invstd;
+  }
+  red[lid] = s;
+  red2[lid] = sx;
+  reduce2(lid);
+  if (lid == 0u) {
+    G[p.beta + c] = red[0];
+    G[p.gamma + c] = red2[0];
+  }
+}
+
+@compute @workgroup_size(64)
+fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = gid.x + gid.y * nwg.x * 64u;
+  if (i >= p.outer * p.C * p.inner) { return; }
+  let c = (i / p.inner) % p.C;
+  let M = f32(p.outer * p.inner);
+  let invstd = save[p.C + c];
+  let xhat = (x[i] - save[c]) * invstd;
+  out[i] = P[p.gamma + c] * invstd * (dy[i] - G[p.beta + c] / M - xhat * G[p.gamma + c] / M);
+}

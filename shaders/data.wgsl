@@ -1,0 +1,31 @@
+// Batch assembly from uint8 shards resident on the GPU: gathers the images order[offset + b]
+// (4 pixels per u32, little-endian), normalises them on the GPU, x = (pixel/255 - mean) / std,
+// and widens their uint8 labels to u32. One thread per 4 pixels of one image.
+
+struct Params { batch: u32, words: u32, count: u32, _p0: u32, mean: f32, std: f32, _p1: u32, _p2: u32 }
+struct Step { step: u32, offset: u32, seed: u32, slot: u32, lr: f32, a0: f32, a1: f32, a2: f32 }
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<uniform> st: Step;
+@group(0) @binding(2) var<storage, read> images: array<u32>;  // [count, 4*words] uint8
+@group(0) @binding(3) var<storage, read> labels: array<u32>;  // [count] uint8
+@group(0) @binding(4) var<storage, read> order: array<u32>;
+@group(0) @binding(5) var<storage, read_write> x: array<f32>;  // [batch, 4*words]
+@group(0) @binding(6) var<storage, read_write> y: array<u32>;  // [batch]
+
+@compute @workgroup_size(64)
+fn gather(@builtin(global_invocation_id) gid: vec3<u32>,
+          @builtin(num_workgroups) nwg: vec3<u32>) {
+  let t = gid.x + gid.y * nwg.x * 64u;
+  if (t >= p.batch * p.words) { return; }
+  let b = t / p.words;
+  let w = t % p.words;
+  let src = min(order[st.offset + b], p.count - 1u);
+  let v = images[src * p.words + w];
+  let scale = 1.0 / (255.0 * p.std);
+  let shift = p.mean / p.std;
+  for (var k = 0u; k < 4u; k++) {
+    x[(b * p.words + w) * 4u + k] = f32((v >> (8u * k)) & 255u) * scale - shift;
+  }
+  if (w == 0u) { y[b] = (labels[src / 4u] >> (8u * (src % 4u))) & 255u; }
+}

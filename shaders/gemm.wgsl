@@ -1,0 +1,73 @@
+// Strided matrix product with optional split-K, the core of Gemm (ONNX: Y = alpha*A'*B' + beta*C,
+// transA/transB as strides) and of its gradients dA = dY*B', dB = A'*dY:
+//   out[z, m, n] = alpha * sum_{k in part z} a[m*sam + k*sak] * bm[k*sbk + n*sbn]  (+ beta*bias)
+// Each thread owns a 4x4 block of out. With splits > 1 the partial sums [splits, M, N] are added
+// (and the bias applied) by reduce.wgsl `reduce_splits`; with splits == 1 the bias is added here:
+// bias_mode 0 none, 1 bias[n] (a row vector, Linear's bias), 2 bias[m], 3 bias[m*N + n].
+
+struct Params {
+  M: u32, N: u32, K: u32, splits: u32,
+  sam: u32, sak: u32, sbk: u32, sbn: u32,
+  bias_mode: u32, alpha: f32, beta: f32, _p0: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> bm: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+
+const T: u32 = 4u;
+
+fn bias_at(m: u32, n: u32) -> f32 {
+  switch p.bias_mode {
+    case 1u: { return p.beta * bias[n]; }
+    case 2u: { return p.beta * bias[m]; }
+    case 3u: { return p.beta * bias[m * p.N + n]; }
+    default: { return 0.0; }
+  }
+}
+
+@compute @workgroup_size(64)
+fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
+          @builtin(num_workgroups) nwg: vec3<u32>) {
+  let t = gid.x + gid.y * nwg.x * 64u;
+  let nb = (p.N + T - 1u) / T;
+  let mb = (p.M + T - 1u) / T;
+  if (t >= mb * nb) { return; }
+  let n0 = (t % nb) * T;
+  let m0 = (t / nb) * T;
+  let per = (p.K + p.splits - 1u) / p.splits;
+  let k_start = gid.z * per;
+  let k_end = min(p.K, k_start + per);
+  var ai: array<u32, 4>;
+  var bi: array<u32, 4>;
+  for (var q = 0u; q < T; q++) {
+    ai[q] = min(m0 + q, p.M - 1u) * p.sam;
+    bi[q] = min(n0 + q, p.N - 1u) * p.sbn;
+  }
+  var acc: array<f32, 16>;
+  for (var k = k_start; k < k_end; k++) {
+    var av: array<f32, 4>;
+    var bv: array<f32, 4>;
+    for (var q = 0u; q < T; q++) {
+      av[q] = a[ai[q] + k * p.sak];
+      bv[q] = bm[bi[q] + k * p.sbk];
+    }
+    for (var i = 0u; i < T; i++) {
+      for (var j = 0u; j < T; j++) { acc[i * T + j] = fma(av[i], bv[j], acc[i * T + j]); }
+    }
+  }
+  let base = gid.z * p.M * p.N;
+  for (var i = 0u; i < T; i++) {
+    let m = m0 + i;
+    if (m >= p.M) { break; }
+    for (var j = 0u; j < T; j++) {
+      let n = n0 + j;
+      if (n >= p.N) { break; }
+      var v = p.alpha * acc[i * T + j];
+      if (p.splits == 1u) { v += bias_at(m, n); }
+      out[base + m * p.N + n] = v;
+    }
+  }
+}

@@ -1,0 +1,53 @@
+// Reductions: per-channel sums of NCHW-like tensors (bias gradients) and the sum over split-K
+// partial results (gemm.wgsl, conv2d.wgsl backward_weight).
+//   channel_sum:   out[c] = sum_{o < outer, i < inner} x[(o*C + c)*inner + i]   (one group per c)
+//   reduce_splits: out[e] = sum_{s < splits} x[s*count + e]  (+ beta*bias per bias_mode, e = m*N+n)
+
+struct Params {
+  outer: u32, C: u32, inner: u32, count: u32,
+  splits: u32, N: u32, bias_mode: u32, beta: f32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+var<workgroup> partial: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn channel_sum(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+  let c = wid.x;
+  var s = 0.0;
+  let total = p.outer * p.inner;
+  for (var e = lid; e < total; e += 256u) {
+    let o = e / p.inner;
+    s += x[(o * p.C + c) * p.inner + e % p.inner];
+  }
+  partial[lid] = s;
+  workgroupBarrier();
+  for (var half = 128u; half > 0u; half = half >> 1u) {
+    if (lid < half) { partial[lid] += partial[lid + half]; }
+    workgroupBarrier();
+  }
+  if (lid == 0u) { out[c] = partial[0]; }
+}
+
+@compute @workgroup_size(64)
+fn reduce_splits(@builtin(global_invocation_id) gid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = gid.x + gid.y * nwg.x * 64u;
+  if (e >= p.count) { return; }
+  var s = 0.0;
+  for (var k = 0u; k < p.splits; k++) { s += x[k * p.count + e]; }
+  let m = e / max(p.N, 1u);
+  let n = e % max(p.N, 1u);
+  switch p.bias_mode {
+    case 1u: { s += p.beta * bias[n]; }
+    case 2u: { s += p.beta * bias[m]; }
+    case 3u: { s += p.beta * bias[e]; }
+    default: {}
+  }
+  out[e] = s;
+}
