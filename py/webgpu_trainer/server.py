@@ -47,7 +47,9 @@ class ApiError(Exception):
 
 def safe_join(base: Path, rel: str) -> Path:
     """``base / rel`` if it is an existing file inside ``base``; ApiError 400/404 otherwise."""
-    if (not rel or "\\" in rel or "\0" in rel or rel.startswith("/") or ":" in rel
+    if not rel:
+        raise ApiError(404, "not found: (empty path)")
+    if ("\\" in rel or "\0" in rel or rel.startswith("/") or ":" in rel
             or any(part in ("", ".", "..") for part in rel.split("/"))):
         raise ApiError(400, f"bad path: {rel!r}")
     base = base.resolve()
