@@ -188,11 +188,15 @@ async function loadModels() {
       sel.options[0].disabled = true;
     }
     for (const m of models) {
-      const label = m.params != null ? `${m.name} — ${humanCount(m.params)} params` : m.name;
-      sel.append(new Option(label, m.name));
+      const label = m.error ? `${m.name} (cannot be loaded)`
+        : m.params != null ? `${m.name} — ${humanCount(m.params)} params` : m.name;
+      const opt = new Option(label, m.name);
+      opt.disabled = !!m.error;
+      sel.append(opt);
     }
-    const preferred = models.find((m) => m.name === "seednet") ?? models[0];
-    if (preferred) sel.value = preferred.name;
+    const usable = models.filter((m) => !m.error);
+    const preferred = usable.find((m) => m.name === "seednet") ?? usable[0];
+    sel.value = preferred ? preferred.name : "";
     onModelChange();
   } catch (e) {
     sel.textContent = "";
@@ -204,7 +208,7 @@ async function loadModels() {
 
 function onModelChange() {
   const m = appState.models.find((x) => x.name === $("model").value);
-  $("model-hint").textContent = m
+  $("model-hint").textContent = m?.error ? m.error : m
     ? [m.file, humanBytes(m.bytes), m.params != null ? `${Number(m.params).toLocaleString()} parameters` : ""]
       .filter(Boolean).join(" · ")
     : "";
@@ -557,7 +561,8 @@ async function downloadOnnx() {
       body: run.weights,
     });
     if (!res.ok) {
-      const detail = (await res.text().catch(() => "")).slice(0, 500);
+      let detail = (await res.text().catch(() => "")).slice(0, 2000);
+      try { detail = JSON.parse(detail).error ?? detail; } catch { /* plain text */ }
       throw new Error(`HTTP ${res.status}${detail ? `: ${detail}` : ""}`);
     }
     const blob = await res.blob();
