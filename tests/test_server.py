@@ -97,7 +97,8 @@ def test_page_and_vendor(env):
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     assert r.headers["cross-origin-opener-policy"] == "same-origin"
     assert r.headers["cross-origin-embedder-policy"] == "require-corp"
-    for path, mime in [("/app.js", "application/javascript"), ("/worker.js", "application/javascript"),
+    for path, mime in [("/app.js", "application/javascript"),
+                       ("/worker.js", "application/javascript"),
                        ("/style.css", "text/css"),
                        ("/vendor/pyodide/pyodide.mjs", "application/javascript"),
                        ("/vendor/pyodide/pyodide.asm.wasm", "application/wasm"),

@@ -364,7 +364,8 @@ def prepare(cache_dir: Path | str | None = None, source_dir: Path | str | None =
         log(f"ready in {cache_dir} from {source} ({time.time() - t0:.1f} s)")
         return manifest
     raise DataError("no MNIST source worked:\n  " + "\n  ".join(errors)
-                    + "\nPoint at a folder of IDX/CSV files with `webgpu-trainer data --source DIR`.")
+                    + "\nPoint at a folder of IDX/CSV files with "
+                    "`webgpu-trainer data --source DIR`.")
 
 
 def load(cache_dir: Path | str | None = None, split: str = "test") -> tuple[np.ndarray, np.ndarray]:
