@@ -24,6 +24,32 @@ struct Params {
 const CT: u32 = 8u;  // channels per thread
 const WT: u32 = 4u;  // output columns per thread (forward, backward_input)
 const RT: u32 = 4u;  // weight taps per thread (backward_weight)
+// Accumulators are eight vec4 locals, not arrays: CPU adapters (SwiftShader, lavapipe) keep
+// them in vector registers, while a dynamically indexed private array spills to memory.
+
+struct Acc { a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>,
+             a4: vec4<f32>, a5: vec4<f32>, a6: vec4<f32>, a7: vec4<f32> }
+
+fn acc_get(acc: Acc, m: u32) -> vec4<f32> {
+  switch m {
+    case 0u: { return acc.a0; } case 1u: { return acc.a1; } case 2u: { return acc.a2; }
+    case 3u: { return acc.a3; } case 4u: { return acc.a4; } case 5u: { return acc.a5; }
+    case 6u: { return acc.a6; } default: { return acc.a7; }
+  }
+}
+
+// acc.a_m += s_m * v for the eight scalars s (one per channel).
+fn acc_fma(acc: ptr<function, Acc>, s0: f32, s1: f32, s2: f32, s3: f32, s4: f32, s5: f32,
+           s6: f32, s7: f32, v: vec4<f32>) {
+  (*acc).a0 = fma(vec4(s0), v, (*acc).a0);
+  (*acc).a1 = fma(vec4(s1), v, (*acc).a1);
+  (*acc).a2 = fma(vec4(s2), v, (*acc).a2);
+  (*acc).a3 = fma(vec4(s3), v, (*acc).a3);
+  (*acc).a4 = fma(vec4(s4), v, (*acc).a4);
+  (*acc).a5 = fma(vec4(s5), v, (*acc).a5);
+  (*acc).a6 = fma(vec4(s6), v, (*acc).a6);
+  (*acc).a7 = fma(vec4(s7), v, (*acc).a7);
+}
 
 fn flat(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
   return gid.x + gid.y * nwg.x * 64u;
@@ -47,8 +73,19 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
   let g = cb / cblocks;
   let k0 = g * Kg + (cb % cblocks) * CT;
   let kend = (g + 1u) * Kg;
-  let taps = p.KH * p.KW;
-  var acc: array<f32, 32>;  // CT * WT
+  let wstride = Cg * p.KH * p.KW;  // elements between two output channels' filters
+  let last = p.K - 1u;
+  let w0 = min(k0, last) * wstride;
+  let w1 = min(k0 + 1u, last) * wstride;
+  let w2 = min(k0 + 2u, last) * wstride;
+  let w3 = min(k0 + 3u, last) * wstride;
+  let w4 = min(k0 + 4u, last) * wstride;
+  let w5 = min(k0 + 5u, last) * wstride;
+  let w6 = min(k0 + 6u, last) * wstride;
+  let w7 = min(k0 + 7u, last) * wstride;
+  let iw0 = i32(ow0 * p.sw) - i32(p.pw);
+  let ok_cols = vec4<bool>(ow0 < p.OW, ow0 + 1u < p.OW, ow0 + 2u < p.OW, ow0 + 3u < p.OW);
+  var acc: Acc;
   for (var c = 0u; c < Cg; c++) {
     let xbase = (n * p.C + g * Cg + c) * p.H;
     for (var i = 0u; i < p.KH; i++) {
@@ -56,27 +93,26 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
       if (ih < 0 || ih >= i32(p.H)) { continue; }
       let xrow = (xbase + u32(ih)) * p.W;
       for (var j = 0u; j < p.KW; j++) {
-        var xv: array<f32, 4>;
-        for (var q = 0u; q < WT; q++) {
-          let iw = i32((ow0 + q) * p.sw + j * p.dw) - i32(p.pw);
-          let ok = iw >= 0 && iw < i32(p.W) && ow0 + q < p.OW;
-          xv[q] = select(0.0, x[xrow + u32(max(iw, 0))], ok);
-        }
+        let iw = vec4<i32>(iw0) + vec4<i32>(0, 1, 2, 3) * i32(p.sw) + i32(j * p.dw);
+        let ok = ok_cols & (iw >= vec4<i32>(0)) & (iw < vec4<i32>(i32(p.W)));
+        let ix = vec4<u32>(max(iw, vec4<i32>(0))) + xrow;
+        let xv = select(vec4<f32>(0.0),
+                        vec4<f32>(x[ix.x], x[ix.y], x[ix.z], x[ix.w]), ok);
         let tap = (c * p.KH + i) * p.KW + j;
-        for (var m = 0u; m < CT; m++) {
-          let wv = w[min(k0 + m, p.K - 1u) * Cg * taps + tap];
-          for (var q = 0u; q < WT; q++) { acc[m * WT + q] = fma(wv, xv[q], acc[m * WT + q]); }
-        }
+        acc_fma(&acc, w[w0 + tap], w[w1 + tap], w[w2 + tap], w[w3 + tap], w[w4 + tap],
+                w[w5 + tap], w[w6 + tap], w[w7 + tap], xv);
       }
     }
   }
   for (var m = 0u; m < CT; m++) {
     let k = k0 + m;
     if (k >= kend) { break; }
-    let bias = select(0.0, b[k], p.has_bias != 0u);
-    let ybase = ((n * p.K + k) * p.OH + oh) * p.OW;
-    for (var q = 0u; q < WT; q++) {
-      if (ow0 + q < p.OW) { y[ybase + ow0 + q] = acc[m * WT + q] + bias; }
+    let v = acc_get(acc, m) + select(0.0, b[k], p.has_bias != 0u);
+    let ybase = ((n * p.K + k) * p.OH + oh) * p.OW + ow0;
+    if (ow0 + 3u < p.OW) {
+      y[ybase] = v.x; y[ybase + 1u] = v.y; y[ybase + 2u] = v.z; y[ybase + 3u] = v.w;
+    } else {
+      for (var q = 0u; q < WT; q++) { if (ow0 + q < p.OW) { y[ybase + q] = v[q]; } }
     }
   }
 }
@@ -100,9 +136,19 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
   let g = cb / cblocks;
   let c0 = (cb % cblocks) * CT;  // within the group
   let taps = p.KH * p.KW;
-  var acc: array<f32, 32>;
+  let lc = Cg - 1u;
+  let o0 = min(c0, lc) * taps;
+  let o1 = min(c0 + 1u, lc) * taps;
+  let o2 = min(c0 + 2u, lc) * taps;
+  let o3 = min(c0 + 3u, lc) * taps;
+  let o4 = min(c0 + 4u, lc) * taps;
+  let o5 = min(c0 + 5u, lc) * taps;
+  let o6 = min(c0 + 6u, lc) * taps;
+  let o7 = min(c0 + 7u, lc) * taps;
+  var acc: Acc;
   for (var k = g * Kg; k < (g + 1u) * Kg; k++) {
     let dybase = (n * p.K + k) * p.OH;
+    let wk = k * Cg * taps;
     for (var i = 0u; i < p.KH; i++) {
       let num_h = i32(ih + p.ph) - i32(i * p.dh);
       if (num_h < 0 || u32(num_h) % p.sh != 0u) { continue; }
@@ -110,27 +156,24 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
       if (oh >= p.OH) { continue; }
       let dyrow = (dybase + oh) * p.OW;
       for (var j = 0u; j < p.KW; j++) {
-        var dv: array<f32, 4>;
-        for (var q = 0u; q < WT; q++) {
-          let num_w = i32(iw0 + q + p.pw) - i32(j * p.dw);
-          let ow = u32(max(num_w, 0)) / p.sw;
-          let ok = num_w >= 0 && u32(num_w) % p.sw == 0u && ow < p.OW;
-          dv[q] = select(0.0, x[dyrow + min(ow, p.OW - 1u)], ok);
-        }
-        for (var m = 0u; m < CT; m++) {
-          let wv = w[(k * Cg + min(c0 + m, Cg - 1u)) * taps + i * p.KW + j];
-          for (var q = 0u; q < WT; q++) { acc[m * WT + q] = fma(wv, dv[q], acc[m * WT + q]); }
-        }
+        let num_w = vec4<i32>(i32(iw0 + p.pw) - i32(j * p.dw)) + vec4<i32>(0, 1, 2, 3);
+        let ow = vec4<u32>(max(num_w, vec4<i32>(0))) / p.sw;
+        let ok = (num_w >= vec4<i32>(0)) & (vec4<u32>(max(num_w, vec4<i32>(0))) % p.sw
+                 == vec4<u32>(0u)) & (ow < vec4<u32>(p.OW));
+        let ix = min(ow, vec4<u32>(p.OW - 1u)) + dyrow;
+        let dv = select(vec4<f32>(0.0), vec4<f32>(x[ix.x], x[ix.y], x[ix.z], x[ix.w]), ok);
+        let tap = wk + i * p.KW + j;
+        acc_fma(&acc, w[o0 + tap], w[o1 + tap], w[o2 + tap], w[o3 + tap], w[o4 + tap],
+                w[o5 + tap], w[o6 + tap], w[o7 + tap], dv);
       }
     }
   }
   for (var m = 0u; m < CT; m++) {
     let c = c0 + m;
     if (c >= Cg) { break; }
-    let xbase = ((n * p.C + g * Cg + c) * p.H + ih) * p.W;
-    for (var q = 0u; q < WT; q++) {
-      if (iw0 + q < p.W) { y[xbase + iw0 + q] = acc[m * WT + q]; }
-    }
+    let v = acc_get(acc, m);
+    let xbase = ((n * p.C + g * Cg + c) * p.H + ih) * p.W + iw0;
+    for (var q = 0u; q < WT; q++) { if (iw0 + q < p.W) { y[xbase + q] = v[q]; } }
   }
 }
 
@@ -139,7 +182,7 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn backward_weight(@builtin(global_invocation_id) gid: vec3<u32>,
                    @builtin(num_workgroups) nwg: vec3<u32>) {
-  let t = gid.x + gid.y * nwg.x * 64u;
+  let t = flat(gid, nwg);
   let split = gid.z;
   let Kg = p.K / p.G;
   let Cg = p.C / p.G;
@@ -153,43 +196,48 @@ fn backward_weight(@builtin(global_invocation_id) gid: vec3<u32>,
   let g = kb / kblocks;
   let k0 = g * Kg + (kb % kblocks) * CT;
   let kend = (g + 1u) * Kg;
-  // Decode the RT taps once: input-channel offset, row and column offsets.
-  var rc: array<u32, 4>;
-  var ri: array<i32, 4>;
-  var rj: array<i32, 4>;
-  for (var q = 0u; q < RT; q++) {
-    let rr = min(r0 + q, R - 1u);
-    rc[q] = g * Cg + rr / taps;
-    ri[q] = i32(((rr % taps) / p.KW) * p.dh) - i32(p.ph);
-    rj[q] = i32((rr % p.KW) * p.dw) - i32(p.pw);
-  }
+  // The RT taps: input channel, row and column offsets.
+  let rr = min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(R - 1u));
+  let rc = (rr / taps + g * Cg) * p.H * p.W;
+  let ri = vec4<i32>(((rr % taps) / p.KW) * p.dh) - i32(p.ph);
+  let rj = vec4<i32>((rr % p.KW) * p.dw) - i32(p.pw);
+  let plane = p.OH * p.OW;
+  let last = p.K - 1u;
+  let d0 = min(k0, last) * plane;
+  let d1 = min(k0 + 1u, last) * plane;
+  let d2 = min(k0 + 2u, last) * plane;
+  let d3 = min(k0 + 3u, last) * plane;
+  let d4 = min(k0 + 4u, last) * plane;
+  let d5 = min(k0 + 5u, last) * plane;
+  let d6 = min(k0 + 6u, last) * plane;
+  let d7 = min(k0 + 7u, last) * plane;
   let per = (p.N + p.splits - 1u) / p.splits;
   let n_end = min(p.N, (split + 1u) * per);
-  var acc: array<f32, 32>;  // CT * RT
+  var acc: Acc;
   for (var n = split * per; n < n_end; n++) {
+    let xn = n * p.C * p.H * p.W;
+    let dn = n * p.K * plane;
     for (var oh = 0u; oh < p.OH; oh++) {
+      let ih = vec4<i32>(i32(oh * p.sh)) + ri;
+      let okh = (ih >= vec4<i32>(0)) & (ih < vec4<i32>(i32(p.H)));
+      let rowbase = rc + vec4<u32>(max(ih, vec4<i32>(0))) * p.W + xn;
       for (var ow = 0u; ow < p.OW; ow++) {
-        var xv: array<f32, 4>;
-        for (var q = 0u; q < RT; q++) {
-          let ih = i32(oh * p.sh) + ri[q];
-          let iw = i32(ow * p.sw) + rj[q];
-          let ok = ih >= 0 && ih < i32(p.H) && iw >= 0 && iw < i32(p.W);
-          let idx = ((n * p.C + rc[q]) * p.H + u32(max(ih, 0))) * p.W + u32(max(iw, 0));
-          xv[q] = select(0.0, w[min(idx, arrayLength(&w) - 1u)], ok);
-        }
-        for (var m = 0u; m < CT; m++) {
-          let k = min(k0 + m, p.K - 1u);
-          let dv = x[((n * p.K + k) * p.OH + oh) * p.OW + ow];
-          for (var q = 0u; q < RT; q++) { acc[m * RT + q] = fma(dv, xv[q], acc[m * RT + q]); }
-        }
+        let iw = vec4<i32>(i32(ow * p.sw)) + rj;
+        let ok = okh & (iw >= vec4<i32>(0)) & (iw < vec4<i32>(i32(p.W)));
+        let ix = rowbase + vec4<u32>(max(iw, vec4<i32>(0)));
+        let xv = select(vec4<f32>(0.0), vec4<f32>(w[ix.x], w[ix.y], w[ix.z], w[ix.w]), ok);
+        let e = dn + oh * p.OW + ow;
+        acc_fma(&acc, x[e + d0], x[e + d1], x[e + d2], x[e + d3], x[e + d4], x[e + d5],
+                x[e + d6], x[e + d7], xv);
       }
     }
   }
   for (var m = 0u; m < CT; m++) {
     let k = k0 + m;
     if (k >= kend) { break; }
+    let v = acc_get(acc, m);
     for (var q = 0u; q < RT; q++) {
-      if (r0 + q < R) { y[(split * p.K + k) * R + r0 + q] = acc[m * RT + q]; }
+      if (r0 + q < R) { y[(split * p.K + k) * R + r0 + q] = v[q]; }
     }
   }
 }

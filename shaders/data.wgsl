@@ -2,7 +2,7 @@
 // (4 pixels per u32, little-endian), normalises them on the GPU, x = (pixel/255 - mean) / std,
 // and widens their uint8 labels to u32. One thread per 4 pixels of one image.
 
-struct Params { batch: u32, words: u32, count: u32, _p0: u32, mean: f32, std: f32, _p1: u32, _p2: u32 }
+struct Params { batch: u32, words: u32, count: u32, _p0: u32, mean: f32, stdev: f32, _p1: u32, _p2: u32 }
 struct Step { step: u32, offset: u32, seed: u32, slot: u32, lr: f32, a0: f32, a1: f32, a2: f32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -22,8 +22,8 @@ fn gather(@builtin(global_invocation_id) gid: vec3<u32>,
   let w = t % p.words;
   let src = min(order[st.offset + b], p.count - 1u);
   let v = images[src * p.words + w];
-  let scale = 1.0 / (255.0 * p.std);
-  let shift = p.mean / p.std;
+  let scale = 1.0 / (255.0 * p.stdev);
+  let shift = p.mean / p.stdev;
   for (var k = 0u; k < 4u; k++) {
     x[(b * p.words + w) * 4u + k] = f32((v >> (8u * k)) & 255u) * scale - shift;
   }

@@ -1,5 +1,5 @@
 // Parameter initialisation on the GPU, identical on every host for a given seed:
-//   uniform: out[i] = lo + (hi - lo) * u(seed, salt, i)   (PyTorch's default Conv/Linear init is
+//   uniform_fill: out[i] = lo + (hi - lo) * u(seed, salt, i)  (PyTorch's default Conv/Linear init is
 //            U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias: kaiming_uniform_(a=sqrt(5)))
 //   fill:    out[i] = lo
 // u is the PCG hash of Jarzynski & Olano (JCGT 2020) mapped to [0, 1).
@@ -16,7 +16,7 @@ fn pcg(v: u32) -> u32 {
 }
 
 @compute @workgroup_size(64)
-fn uniform(@builtin(global_invocation_id) gid: vec3<u32>,
+fn uniform_fill(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
   let i = gid.x + gid.y * nwg.x * 64u;
   if (i >= p.n) { return; }

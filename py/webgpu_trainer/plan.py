@@ -218,7 +218,7 @@ class Plan:
                 bound = 1.0 / fan_in ** 0.5
                 for name in ins[1:3]:
                     if name in self.weights:
-                        await self._fill(b, name, "uniform", seed, -bound, bound)
+                        await self._fill(b, name, "uniform_fill", seed, -bound, bound)
             elif node["op_type"] == "BatchNormalization":
                 for name, value in zip(ins[1:5], (1.0, 0.0, 0.0, 1.0)):
                     await self._fill(b, name, "fill", seed, value, value)

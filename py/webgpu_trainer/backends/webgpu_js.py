@@ -33,6 +33,11 @@ class NoWebGPU(RuntimeError):
     """This browser exposes no WebGPU adapter (``navigator.gpu`` missing or no adapter)."""
 
 
+def _absent(value) -> bool:
+    """True for JS null/undefined (Pyodide maps null to ``jsnull``, undefined to None)."""
+    return value is None or type(value).__name__ == "JsNull"
+
+
 def _js(obj):
     return to_js(obj, dict_converter=js.Object.fromEntries)
 
@@ -48,10 +53,10 @@ class Device:
     @classmethod
     async def create(cls, power_preference: str = "high-performance"):
         gpu = getattr(js.navigator, "gpu", None)
-        if gpu is None:
+        if _absent(gpu):
             raise NoWebGPU("navigator.gpu is undefined: this browser has no WebGPU")
         adapter = await gpu.requestAdapter(_js({"powerPreference": power_preference}))
-        if adapter is None:
+        if _absent(adapter):
             raise NoWebGPU("navigator.gpu.requestAdapter() returned null: no usable GPU adapter")
         lim = adapter.limits
         device = await adapter.requestDevice(_js({"requiredLimits": {
@@ -123,7 +128,7 @@ class Device:
         pipe = self.device.createComputePipeline(_js({"layout": layout, "compute": compute,
                                                       "label": key}))
         err = await self.device.popErrorScope()
-        if err is not None:
+        if not _absent(err):
             info = await module.getCompilationInfo()
             msgs = [f"{m.lineNum}:{m.linePos} {m.message}" for m in info.messages]
             raise ShaderError(f"shader {name}.wgsl entry {entry!r}: {err.message} {msgs}")

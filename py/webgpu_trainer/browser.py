@@ -1,0 +1,107 @@
+"""The Web Worker's Python side: messages in (start, stop), messages out (see
+docs/ARCHITECTURE.md, "Worker protocol"). Runs only in Pyodide."""
+
+import asyncio
+import json
+import traceback
+
+import js
+from pyodide.ffi import to_js
+
+from .backends import get_device
+from .backends.webgpu_js import NoWebGPU
+from .train import Split, Trainer, TrainingDiverged
+
+STATE = {"device": None, "trainer": None}
+
+
+def post(kind: str, **fields):
+    """postMessage({type: kind, ...fields}) to the page."""
+    js.postMessage(to_js({"type": kind, **fields}, dict_converter=js.Object.fromEntries))
+
+
+def _bytes_to_js(data: bytes):
+    arr = js.Uint8Array.new(len(data))
+    arr.assign(data)
+    return arr.buffer
+
+
+async def boot():
+    """Find the GPU; post ``adapter`` and ``ready``, or ``no_webgpu``."""
+    try:
+        dev = await get_device()
+    except NoWebGPU as exc:
+        post("no_webgpu", message=str(exc))
+        return
+    except Exception as exc:  # adapter found but device creation failed
+        post("no_webgpu", message=f"WebGPU device creation failed: {exc}")
+        return
+    STATE["device"] = dev
+    post("adapter", info=dev.info)
+    post("ready")
+
+
+def handle(msg):
+    """Entry for every message from the page (a JS object)."""
+    data = msg.to_py()
+    kind = data.get("type")
+    if kind == "stop" and STATE["trainer"] is not None:
+        STATE["trainer"].stop_requested = True
+    elif kind == "start":
+        asyncio.ensure_future(_run(data.get("config") or {}))
+
+
+async def _fetch(url: str, what: str):
+    resp = await js.fetch(url)
+    if not resp.ok:
+        text = await resp.text()
+        raise RuntimeError(f"{what}: HTTP {resp.status} from {url}: {text[:200]}")
+    return resp
+
+
+async def _split(manifest: dict, name: str) -> Split:
+    s = manifest["splits"][name]
+    images = await (await _fetch(f"/data/mnist/{s['images']['file']}", f"{name} images")
+                    ).arrayBuffer()
+    labels = await (await _fetch(f"/data/mnist/{s['labels']['file']}", f"{name} labels")
+                    ).arrayBuffer()
+    pixels = 1
+    for d in s["images"]["shape"][1:]:
+        pixels *= d
+    return Split(images, labels, s["count"], js.Uint8Array.new(labels).to_bytes(), pixels)
+
+
+async def _run(cfg: dict):
+    dev = STATE["device"]
+    if dev is None:
+        post("no_webgpu", message="no WebGPU device")
+        return
+    model = cfg.get("model") or "seednet"
+    try:
+        post("status", text=f"Loading model {model}…")
+        graph = json.loads(await (await _fetch(f"/api/models/{model}/graph.json", "model"))
+                           .text())
+        weights = js.Uint8Array.new(await (await _fetch(f"/api/models/{model}/weights.bin",
+                                                        "weights")).arrayBuffer()).to_bytes()
+        post("status", text="Loading MNIST shards…")
+        manifest = json.loads(await (await _fetch("/data/mnist/manifest.json", "manifest"))
+                              .text())
+        train, test = await _split(manifest, "train"), await _split(manifest, "test")
+        trainer = Trainer(dev, graph, weights, cfg, train, test,
+                          emit=lambda kind, **kw: post(kind, **kw))
+        STATE["trainer"] = trainer
+        await trainer.setup()
+        post("status", text="Training…")
+        result = await trainer.run()
+        trained = await trainer.trained_weights()
+        logits = js.Float32Array.new(_bytes_to_js(result.pop("logits")))
+        post("done", model=model, weights=_bytes_to_js(trained), logits=logits,
+             labels=js.Uint8Array.new(_bytes_to_js(test.labels_host[:trainer.n_eval])),
+             eval_images=trainer.n_eval, **result)
+    except TrainingDiverged as exc:
+        post("error", message=str(exc))
+    except Exception as exc:
+        traceback.print_exc()
+        post("error", message=f"{type(exc).__name__}: {exc}")
+    finally:
+        STATE["trainer"] = None

@@ -1,0 +1,204 @@
+"""The training loop shared by the browser worker and the native CLI (standard library only).
+
+One training step is one queue submit of a prebuilt program (gather batch -> forward -> NLL loss
+-> backward -> optimizer update) after a 32-byte write of the step's uniforms; metrics (loss,
+accuracy) accumulate in a ring on the GPU and are read back every ``report_every`` steps, which
+also bounds how far the CPU runs ahead of the GPU.
+"""
+
+import math
+import random
+import struct
+import time
+from array import array
+
+from . import optim
+from .backends.base import groups_1d, pack_params, round_up
+from .graph import Graph
+from .plan import METRICS_RING, Plan
+
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # ((x / 255) - mean) / std, as the PyTorch MNIST example
+
+DEFAULTS = {"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "epochs": 1, "seed": 0,
+            "init": "scratch", "momentum": 0.0, "weight_decay": 0.0, "max_steps": 0,
+            "eval_images": 10000, "report_every": 10}
+
+
+class Split:
+    """One MNIST split on its way to the GPU: ``images`` [count, 784] uint8 and ``labels``
+    [count] uint8, each bytes-like or (in the browser) a JS ArrayBuffer; ``labels_host`` the
+    labels as Python bytes (for evaluation on the host)."""
+
+    def __init__(self, images, labels, count: int, labels_host: bytes, pixels: int = 784):
+        self.images, self.labels, self.count = images, labels, count
+        self.labels_host, self.pixels = labels_host, pixels
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the message names the step and suggests a fix."""
+
+
+class Trainer:
+    """Trains ``graph`` (a model description) on ``train`` and evaluates on ``test``.
+
+    ``config`` keys (see DEFAULTS): optimizer ("adam" | "adagrad" | "sgd" | "adamw"), lr,
+    batch_size, epochs, seed, init ("scratch" re-initialises with PyTorch's default init,
+    "finetune" keeps the model's weights), momentum, weight_decay, max_steps (0: no cap),
+    eval_images (first N test images), report_every (steps between metric readbacks).
+    ``emit(kind, **fields)`` receives "status", "progress", "epoch" events.
+    """
+
+    def __init__(self, dev, graph: dict, weights: bytes, config: dict, train: Split,
+                 test: Split, emit=None):
+        self.dev, self.desc, self.weights = dev, graph, weights
+        self.cfg = {**DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
+        self.train_set, self.test_set = train, test
+        self.emit = emit or (lambda kind, **kw: None)
+        self.stop_requested = False
+        self.step = 0
+
+    async def setup(self):
+        """Build the plan, upload weights and data, record the train and eval programs."""
+        dev, cfg = self.dev, self.cfg
+        batch = int(cfg["batch_size"])
+        if batch < 2:
+            raise ValueError(f"batch_size must be at least 2 (BatchNorm), got {batch}")
+        if self.train_set.count < batch:
+            raise ValueError(f"batch_size {batch} exceeds the {self.train_set.count} images")
+        self.graph = Graph(self.desc)
+        self.emit("status", text="Compiling the training step…")
+        self.plan = plan = await Plan.build(dev, self.graph, batch)
+        blob = bytearray(plan.wbytes)
+        blob[:len(self.weights)] = self.weights
+        dev.write(plan.P, bytes(blob))
+        if cfg["init"] == "scratch":
+            await plan.init_weights(int(cfg["seed"]))
+        self.opt = optim.make(cfg["optimizer"], float(cfg["lr"]), float(cfg["momentum"]),
+                              float(cfg["weight_decay"]))
+        await self.opt.attach(plan)
+        self.emit("status", text="Uploading MNIST to the GPU…")
+        self.order = dev.buffer(4 * self.train_set.count, "train.order")
+        self.gather_train = await self._gather(self.train_set, self.order)
+        n_eval = min(int(cfg["eval_images"]), self.test_set.count)
+        self.eval_batches = max(1, math.ceil(n_eval / batch))
+        self.n_eval = n_eval
+        eval_order = dev.buffer(4 * self.eval_batches * batch, "eval.order")
+        idx = array("I", [i if i < self.test_set.count else 0
+                          for i in range(self.eval_batches * batch)])
+        dev.write(eval_order, idx.tobytes())
+        self.gather_eval = await self._gather(self.test_set, eval_order)
+        classes = plan.shapes[self.graph.output][1]
+        self.classes = classes
+        self.logits = dev.buffer(4 * self.eval_batches * batch * classes, "eval.logits")
+        self.train_program = dev.program(self.gather_train + plan.fwd_train + plan.loss
+                                         + plan.bwd + self.opt.dispatches)
+        self.eval_program = dev.program(self.gather_eval + plan.fwd_eval)
+
+    async def _gather(self, split: Split, order):
+        dev, plan = self.dev, self.plan
+        images = dev.buffer(round_up(split.count * split.pixels), "images")
+        labels = dev.buffer(round_up(split.count), "labels")
+        dev.write(images, _padded(split.images, split.count * split.pixels))
+        dev.write(labels, _padded(split.labels, split.count))
+        words = split.pixels // 4
+        b = plan.builder
+        b.current = []
+        params = pack_params(plan.batch, words, split.count, 0, MNIST_MEAN, MNIST_STD, 0, 0)
+        await b.kernel("data", "gather", params,
+                       [plan.step, images, labels, order, plan.input, plan.labels],
+                       groups_1d(plan.batch * words))
+        return b.current
+
+    def _write_step(self, t: int, offset: int):
+        a0, a1, a2 = self.opt.scalars(max(t, 1), float(self.cfg["lr"]))
+        self.dev.write(self.plan.step, struct.pack(
+            "<IIIIffff", t, offset, int(self.cfg["seed"]) & 0xFFFFFFFF, (t - 1) % METRICS_RING,
+            float(self.cfg["lr"]), a0, a1, a2))
+
+    async def run(self):
+        """Train, validate after each epoch, evaluate at the end. Returns the final metrics dict:
+        ``{"test_acc", "test_loss", "steps", "epochs_done", "stopped", "logits": bytes}``.
+        Raises TrainingDiverged when the loss is not finite."""
+        cfg, dev, plan = self.cfg, self.dev, self.plan
+        batch = plan.batch
+        per_epoch = self.train_set.count // batch  # drop_last: BatchNorm needs full batches
+        total = per_epoch * int(cfg["epochs"])
+        if int(cfg["max_steps"]) > 0:
+            total = min(total, int(cfg["max_steps"]))
+        report = max(1, min(int(cfg["report_every"]), METRICS_RING // 2))
+        start = time.perf_counter()
+        last_read, epoch = 0, 0
+        while self.step < total and not self.stop_requested:
+            perm = list(range(self.train_set.count))
+            random.Random(int(cfg["seed"]) * 1000003 + epoch).shuffle(perm)
+            dev.write(self.order, array("I", perm).tobytes())
+            for s in range(per_epoch):
+                if self.step >= total or self.stop_requested:
+                    break
+                self.step += 1
+                self._write_step(self.step, s * batch)
+                dev.submit([self.train_program])
+                if self.step % report == 0 or self.step == total:
+                    last_read = await self._report(last_read, total, epoch, start)
+            epoch += 1
+            if not self.stop_requested and (self.step % per_epoch == 0 or self.step == total):
+                loss, acc, _ = await self.evaluate()
+                self.emit("epoch", epoch=epoch, val_loss=loss, val_acc=acc, step=self.step)
+        loss, acc, logits = await self.evaluate()
+        return {"test_acc": acc, "test_loss": loss, "steps": self.step, "epochs_done": epoch,
+                "stopped": self.stop_requested, "logits": logits, "total_steps": total}
+
+    async def _report(self, last_read, total, epoch, start):
+        raw = await self.dev.read(self.plan.metrics)
+        vals = struct.unpack(f"<{2 * METRICS_RING}f", raw)
+        rows = []
+        for t in range(last_read + 1, self.step + 1):
+            slot = (t - 1) % METRICS_RING
+            loss, acc = vals[2 * slot], vals[2 * slot + 1]
+            if not math.isfinite(loss):
+                raise TrainingDiverged(
+                    f"loss is {loss} at step {t}: training diverged; try a lower learning rate "
+                    f"(now {self.cfg['lr']})")
+            rows.append([t, loss, acc])
+        elapsed = time.perf_counter() - start
+        rate = self.step / elapsed if elapsed > 0 else 0.0
+        self.emit("progress", step=self.step, total_steps=total, epoch=epoch + 1,
+                  epochs=int(self.cfg["epochs"]), images_per_s=rate * self.plan.batch,
+                  eta_s=(total - self.step) / rate if rate else 0.0, losses=rows)
+        return self.step
+
+    async def evaluate(self):
+        """Eval-mode forward over the first ``eval_images`` test images.
+
+        Returns ``(mean NLL, accuracy, logits bytes [n, classes] float32)``; the model's output
+        is log-probabilities (it ends in LogSoftmax)."""
+        dev, plan, batch, c = self.dev, self.plan, self.plan.batch, self.classes
+        out = plan.acts[self.graph.output]
+        for i in range(self.eval_batches):
+            self._write_step(max(self.step, 1), i * batch)
+            dev.submit([self.eval_program],
+                       copies=[(out.buf, 0, self.logits, i * batch * c * 4, batch * c * 4)])
+        raw = await dev.read(self.logits, 0, self.n_eval * c * 4)
+        vals = array("f")
+        vals.frombytes(raw)
+        labels = self.test_set.labels_host
+        loss, hits = 0.0, 0
+        for i in range(self.n_eval):
+            row = vals[i * c:(i + 1) * c]
+            label = labels[i]
+            loss -= row[label]
+            hits += max(range(c), key=row.__getitem__) == label
+        n = max(self.n_eval, 1)
+        return loss / n, hits / n, raw
+
+    async def trained_weights(self) -> bytes:
+        """The weights (params and running statistics) in the bundle's blob layout."""
+        return await self.dev.read(self.plan.P, 0, self.graph.weight_nbytes())
+
+
+def _padded(data, nbytes: int):
+    """``data`` padded with zeros to a multiple of 4 bytes (JS buffers pass through)."""
+    if hasattr(data, "byteLength"):
+        return data
+    pad = round_up(nbytes) - len(data)
+    return bytes(data) + bytes(pad) if pad else data
