@@ -10,10 +10,19 @@
 struct Params {
   N: u32, C: u32, H: u32, W: u32,
   K: u32, OH: u32, OW: u32, G: u32,
-  KH: u32, KW: u32, sh: u32, sw: u32,
-  ph: u32, pw: u32, dh: u32, dw: u32,
   has_bias: u32, splits: u32, _p0: u32, _p1: u32,
 }
+
+// The window is specialised per layer (pipeline-overridable constants): loops over the kernel
+// taps then have constant trip counts, which CPU adapters unroll.
+override KH: u32 = 3u;
+override KW: u32 = 3u;
+override sh: u32 = 1u;
+override sw: u32 = 1u;
+override ph: u32 = 0u;
+override pw: u32 = 0u;
+override dh: u32 = 1u;
+override dw: u32 = 1u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;       // [N,C,H,W] or dy
@@ -41,14 +50,14 @@ fn acc_get(acc: Acc, m: u32) -> vec4<f32> {
 // acc.a_m += s_m * v for the eight scalars s (one per channel).
 fn acc_fma(acc: ptr<function, Acc>, s0: f32, s1: f32, s2: f32, s3: f32, s4: f32, s5: f32,
            s6: f32, s7: f32, v: vec4<f32>) {
-  (*acc).a0 = fma(vec4(s0), v, (*acc).a0);
-  (*acc).a1 = fma(vec4(s1), v, (*acc).a1);
-  (*acc).a2 = fma(vec4(s2), v, (*acc).a2);
-  (*acc).a3 = fma(vec4(s3), v, (*acc).a3);
-  (*acc).a4 = fma(vec4(s4), v, (*acc).a4);
-  (*acc).a5 = fma(vec4(s5), v, (*acc).a5);
-  (*acc).a6 = fma(vec4(s6), v, (*acc).a6);
-  (*acc).a7 = fma(vec4(s7), v, (*acc).a7);
+  (*acc).a0 = vec4(s0) * v + (*acc).a0;
+  (*acc).a1 = vec4(s1) * v + (*acc).a1;
+  (*acc).a2 = vec4(s2) * v + (*acc).a2;
+  (*acc).a3 = vec4(s3) * v + (*acc).a3;
+  (*acc).a4 = vec4(s4) * v + (*acc).a4;
+  (*acc).a5 = vec4(s5) * v + (*acc).a5;
+  (*acc).a6 = vec4(s6) * v + (*acc).a6;
+  (*acc).a7 = vec4(s7) * v + (*acc).a7;
 }
 
 fn flat(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
@@ -73,7 +82,7 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
   let g = cb / cblocks;
   let k0 = g * Kg + (cb % cblocks) * CT;
   let kend = (g + 1u) * Kg;
-  let wstride = Cg * p.KH * p.KW;  // elements between two output channels' filters
+  let wstride = Cg * KH * KW;  // elements between two output channels' filters
   let last = p.K - 1u;
   let w0 = min(k0, last) * wstride;
   let w1 = min(k0 + 1u, last) * wstride;
@@ -83,22 +92,22 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
   let w5 = min(k0 + 5u, last) * wstride;
   let w6 = min(k0 + 6u, last) * wstride;
   let w7 = min(k0 + 7u, last) * wstride;
-  let iw0 = i32(ow0 * p.sw) - i32(p.pw);
+  let iw0 = i32(ow0 * sw) - i32(pw);
   let ok_cols = vec4<bool>(ow0 < p.OW, ow0 + 1u < p.OW, ow0 + 2u < p.OW, ow0 + 3u < p.OW);
   var acc: Acc;
   for (var c = 0u; c < Cg; c++) {
     let xbase = (n * p.C + g * Cg + c) * p.H;
-    for (var i = 0u; i < p.KH; i++) {
-      let ih = i32(oh * p.sh + i * p.dh) - i32(p.ph);
+    for (var i = 0u; i < KH; i++) {
+      let ih = i32(oh * sh + i * dh) - i32(ph);
       if (ih < 0 || ih >= i32(p.H)) { continue; }
       let xrow = (xbase + u32(ih)) * p.W;
-      for (var j = 0u; j < p.KW; j++) {
-        let iw = vec4<i32>(iw0) + vec4<i32>(0, 1, 2, 3) * i32(p.sw) + i32(j * p.dw);
+      for (var j = 0u; j < KW; j++) {
+        let iw = vec4<i32>(iw0) + vec4<i32>(0, 1, 2, 3) * i32(sw) + i32(j * dw);
         let ok = ok_cols & (iw >= vec4<i32>(0)) & (iw < vec4<i32>(i32(p.W)));
         let ix = vec4<u32>(max(iw, vec4<i32>(0))) + xrow;
         let xv = select(vec4<f32>(0.0),
                         vec4<f32>(x[ix.x], x[ix.y], x[ix.z], x[ix.w]), ok);
-        let tap = (c * p.KH + i) * p.KW + j;
+        let tap = (c * KH + i) * KW + j;
         acc_fma(&acc, w[w0 + tap], w[w1 + tap], w[w2 + tap], w[w3 + tap], w[w4 + tap],
                 w[w5 + tap], w[w6 + tap], w[w7 + tap], xv);
       }
@@ -135,7 +144,7 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
   let n = r / (p.G * cblocks);
   let g = cb / cblocks;
   let c0 = (cb % cblocks) * CT;  // within the group
-  let taps = p.KH * p.KW;
+  let taps = KH * KW;
   let lc = Cg - 1u;
   let o0 = min(c0, lc) * taps;
   let o1 = min(c0 + 1u, lc) * taps;
@@ -149,20 +158,20 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
   for (var k = g * Kg; k < (g + 1u) * Kg; k++) {
     let dybase = (n * p.K + k) * p.OH;
     let wk = k * Cg * taps;
-    for (var i = 0u; i < p.KH; i++) {
-      let num_h = i32(ih + p.ph) - i32(i * p.dh);
-      if (num_h < 0 || u32(num_h) % p.sh != 0u) { continue; }
-      let oh = u32(num_h) / p.sh;
+    for (var i = 0u; i < KH; i++) {
+      let num_h = i32(ih + ph) - i32(i * dh);
+      if (num_h < 0 || u32(num_h) % sh != 0u) { continue; }
+      let oh = u32(num_h) / sh;
       if (oh >= p.OH) { continue; }
       let dyrow = (dybase + oh) * p.OW;
-      for (var j = 0u; j < p.KW; j++) {
-        let num_w = vec4<i32>(i32(iw0 + p.pw) - i32(j * p.dw)) + vec4<i32>(0, 1, 2, 3);
-        let ow = vec4<u32>(max(num_w, vec4<i32>(0))) / p.sw;
-        let ok = (num_w >= vec4<i32>(0)) & (vec4<u32>(max(num_w, vec4<i32>(0))) % p.sw
+      for (var j = 0u; j < KW; j++) {
+        let num_w = vec4<i32>(i32(iw0 + pw) - i32(j * dw)) + vec4<i32>(0, 1, 2, 3);
+        let ow = vec4<u32>(max(num_w, vec4<i32>(0))) / sw;
+        let ok = (num_w >= vec4<i32>(0)) & (vec4<u32>(max(num_w, vec4<i32>(0))) % sw
                  == vec4<u32>(0u)) & (ow < vec4<u32>(p.OW));
         let ix = min(ow, vec4<u32>(p.OW - 1u)) + dyrow;
         let dv = select(vec4<f32>(0.0), vec4<f32>(x[ix.x], x[ix.y], x[ix.z], x[ix.w]), ok);
-        let tap = wk + i * p.KW + j;
+        let tap = wk + i * KW + j;
         acc_fma(&acc, w[o0 + tap], w[o1 + tap], w[o2 + tap], w[o3 + tap], w[o4 + tap],
                 w[o5 + tap], w[o6 + tap], w[o7 + tap], dv);
       }
@@ -186,7 +195,7 @@ fn backward_weight(@builtin(global_invocation_id) gid: vec3<u32>,
   let split = gid.z;
   let Kg = p.K / p.G;
   let Cg = p.C / p.G;
-  let taps = p.KH * p.KW;
+  let taps = KH * KW;
   let R = Cg * taps;
   let kblocks = (Kg + CT - 1u) / CT;
   let rblocks = (R + RT - 1u) / RT;
@@ -199,8 +208,8 @@ fn backward_weight(@builtin(global_invocation_id) gid: vec3<u32>,
   // The RT taps: input channel, row and column offsets.
   let rr = min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(R - 1u));
   let rc = (rr / taps + g * Cg) * p.H * p.W;
-  let ri = vec4<i32>(((rr % taps) / p.KW) * p.dh) - i32(p.ph);
-  let rj = vec4<i32>((rr % p.KW) * p.dw) - i32(p.pw);
+  let ri = vec4<i32>(((rr % taps) / KW) * dh) - i32(ph);
+  let rj = vec4<i32>((rr % KW) * dw) - i32(pw);
   let plane = p.OH * p.OW;
   let last = p.K - 1u;
   let d0 = min(k0, last) * plane;
@@ -218,11 +227,11 @@ fn backward_weight(@builtin(global_invocation_id) gid: vec3<u32>,
     let xn = n * p.C * p.H * p.W;
     let dn = n * p.K * plane;
     for (var oh = 0u; oh < p.OH; oh++) {
-      let ih = vec4<i32>(i32(oh * p.sh)) + ri;
+      let ih = vec4<i32>(i32(oh * sh)) + ri;
       let okh = (ih >= vec4<i32>(0)) & (ih < vec4<i32>(i32(p.H)));
       let rowbase = rc + vec4<u32>(max(ih, vec4<i32>(0))) * p.W + xn;
       for (var ow = 0u; ow < p.OW; ow++) {
-        let iw = vec4<i32>(i32(ow * p.sw)) + rj;
+        let iw = vec4<i32>(i32(ow * sw)) + rj;
         let ok = okh & (iw >= vec4<i32>(0)) & (iw < vec4<i32>(i32(p.W)));
         let ix = rowbase + vec4<u32>(max(iw, vec4<i32>(0)));
         let xv = select(vec4<f32>(0.0), vec4<f32>(w[ix.x], w[ix.y], w[ix.z], w[ix.w]), ok);

@@ -40,32 +40,33 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
   let per = (p.K + p.splits - 1u) / p.splits;
   let k_start = gid.z * per;
   let k_end = min(p.K, k_start + per);
-  var ai: array<u32, 4>;
-  var bi: array<u32, 4>;
-  for (var q = 0u; q < T; q++) {
-    ai[q] = min(m0 + q, p.M - 1u) * p.sam;
-    bi[q] = min(n0 + q, p.N - 1u) * p.sbn;
-  }
-  var acc: array<f32, 16>;
+  // Row offsets into a and column offsets into bm of this 4x4 block (clamped at the edges);
+  // vec4 accumulators stay in registers on CPU adapters, unlike indexed arrays.
+  let ai = min(vec4<u32>(m0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.M - 1u)) * p.sam;
+  let bi = min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.N - 1u)) * p.sbn;
+  var c0 = vec4<f32>(0.0);
+  var c1 = vec4<f32>(0.0);
+  var c2 = vec4<f32>(0.0);
+  var c3 = vec4<f32>(0.0);
   for (var k = k_start; k < k_end; k++) {
-    var av: array<f32, 4>;
-    var bv: array<f32, 4>;
-    for (var q = 0u; q < T; q++) {
-      av[q] = a[ai[q] + k * p.sak];
-      bv[q] = bm[bi[q] + k * p.sbk];
-    }
-    for (var i = 0u; i < T; i++) {
-      for (var j = 0u; j < T; j++) { acc[i * T + j] = fma(av[i], bv[j], acc[i * T + j]); }
-    }
+    let ka = k * p.sak;
+    let kb = k * p.sbk;
+    let bv = vec4<f32>(bm[bi.x + kb], bm[bi.y + kb], bm[bi.z + kb], bm[bi.w + kb]);
+    c0 += a[ai.x + ka] * bv;
+    c1 += a[ai.y + ka] * bv;
+    c2 += a[ai.z + ka] * bv;
+    c3 += a[ai.w + ka] * bv;
   }
   let base = gid.z * p.M * p.N;
   for (var i = 0u; i < T; i++) {
     let m = m0 + i;
     if (m >= p.M) { break; }
+    var row = c3;
+    switch i { case 0u: { row = c0; } case 1u: { row = c1; } case 2u: { row = c2; } default: {} }
     for (var j = 0u; j < T; j++) {
       let n = n0 + j;
       if (n >= p.N) { break; }
-      var v = p.alpha * acc[i * T + j];
+      var v = p.alpha * row[j];
       if (p.splits == 1u) { v += bias_at(m, n); }
       out[base + m * p.N + n] = v;
     }

@@ -49,6 +49,8 @@ def handle(msg):
         STATE["trainer"].stop_requested = True
     elif kind == "start":
         asyncio.ensure_future(_run(data.get("config") or {}))
+    elif kind == "profile":
+        asyncio.ensure_future(_run(data.get("config") or {}, profile=True))
 
 
 async def _fetch(url: str, what: str):
@@ -71,7 +73,7 @@ async def _split(manifest: dict, name: str) -> Split:
     return Split(images, labels, s["count"], js.Uint8Array.new(labels).to_bytes(), pixels)
 
 
-async def _run(cfg: dict):
+async def _run(cfg: dict, profile: bool = False):
     dev = STATE["device"]
     if dev is None:
         post("no_webgpu", message="no WebGPU device")
@@ -91,6 +93,9 @@ async def _run(cfg: dict):
                           emit=lambda kind, **kw: post(kind, **kw))
         STATE["trainer"] = trainer
         await trainer.setup()
+        if profile:
+            post("profile", rows=await trainer.profile())
+            return
         post("status", text="Training…")
         result = await trainer.run()
         trained = await trainer.trained_weights()

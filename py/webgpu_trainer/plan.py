@@ -51,9 +51,11 @@ class Builder:
         self.sink = plan.dev.buffer(16, "sink")  # for unused read_write bindings
         self._saves: dict = {}
 
-    async def kernel(self, shader, entry, params: bytes, buffers: list, counts):
-        """Build (once) and record one dispatch of ``entry`` in ``shaders/<shader>.wgsl``."""
-        pipe = await self.dev.pipeline(shader, entry)
+    async def kernel(self, shader, entry, params: bytes, buffers: list, counts,
+                     constants: dict | None = None):
+        """Build (once) and record one dispatch of ``entry`` in ``shaders/<shader>.wgsl``,
+        specialised by the WGSL ``override`` ``constants``."""
+        pipe = await self.dev.pipeline(shader, entry, constants)
         ubuf = self.dev.buffer(len(params), f"{shader}.{entry}.params", uniform=True)
         self.dev.write(ubuf, params)
         binds = [ubuf] + [b.binding() if isinstance(b, Tensor) else b for b in buffers]

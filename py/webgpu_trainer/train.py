@@ -191,6 +191,29 @@ class Trainer:
         n = max(self.n_eval, 1)
         return loss / n, hits / n, raw
 
+    async def profile(self, repeats: int = 2) -> list:
+        """Time every dispatch of one training step on its own (submit, wait, repeat).
+
+        Returns ``[(phase, "shader:entry:", (x, y, z), ms)]``; ms is wall time per dispatch
+        including one submit and one queue wait, so small kernels read high."""
+        dev, plan = self.dev, self.plan
+        self._write_step(1, 0)
+        rows = []
+        for phase, dispatches in (("data", self.gather_train), ("forward", plan.fwd_train),
+                                  ("loss", plan.loss), ("backward", plan.bwd),
+                                  ("optimizer", self.opt.dispatches)):
+            for d in dispatches:
+                prog = dev.program([d])
+                dev.submit([prog])
+                await dev.sync()
+                start = time.perf_counter()
+                for _ in range(repeats):
+                    dev.submit([prog])
+                    await dev.sync()
+                rows.append((phase, d[0][2], list(d[2]),
+                             (time.perf_counter() - start) / repeats * 1000))
+        return rows
+
     async def trained_weights(self) -> bytes:
         """The weights (params and running statistics) in the bundle's blob layout."""
         return await self.dev.read(self.plan.P, 0, self.graph.weight_nbytes())

@@ -132,7 +132,7 @@ class Device:
             info = await module.getCompilationInfo()
             msgs = [f"{m.lineNum}:{m.linePos} {m.message}" for m in info.messages]
             raise ShaderError(f"shader {name}.wgsl entry {entry!r}: {err.message} {msgs}")
-        self._pipelines[key] = (pipe, bgl)
+        self._pipelines[key] = (pipe, bgl, key)
         return self._pipelines[key]
 
     def bind(self, pipeline, buffers: list):

@@ -69,7 +69,7 @@ class Device:
                                                            label=key)
             except Exception as exc:  # wgpu raises GPUValidationError and friends
                 raise ShaderError(f"shader {name}.wgsl entry {entry!r}: {exc}") from exc
-            self._pipelines[key] = (pipe, bgl)
+            self._pipelines[key] = (pipe, bgl, key)
         return self._pipelines[key]
 
     def bind(self, pipeline, buffers: list):

@@ -19,8 +19,10 @@ def _geometry(node, x, w, y):
     pads = a.get("pads", [0, 0, 0, 0])
     sh, sw = a.get("strides", [1, 1])
     dh, dw = a.get("dilations", [1, 1])
-    return [n, c, h, wd, k, y.shape[2], y.shape[3], a.get("group", 1),
-            kh, kw, sh, sw, pads[0], pads[1], dh, dw]
+    geometry = [n, c, h, wd, k, y.shape[2], y.shape[3], a.get("group", 1)]
+    window = {"KH": kh, "KW": kw, "sh": sh, "sw": sw, "ph": pads[0], "pw": pads[1],
+              "dh": dh, "dw": dw}
+    return geometry, window
 
 
 def _cdiv(a, b):
@@ -29,24 +31,25 @@ def _cdiv(a, b):
 
 async def forward(b, node, ins, outs, train):
     x, w, bias = ins[0], ins[1], ins[2] if len(ins) > 2 else None
-    g = _geometry(node, x, w, outs[0])
-    n, c, h, wd, k, oh, ow, grp = g[:8]
+    g, win = _geometry(node, x, w, outs[0])
+    n, c, h, wd, k, oh, ow, grp = g
     params = pack_params(*g, int(bias is not None), 1, 0, 0)
     threads = n * grp * _cdiv(k // grp, 8) * oh * _cdiv(ow, 4)
     await b.kernel("conv2d", "forward", params, [x, w, bias or b.dummy, outs[0]],
-                   groups_1d(threads))
+                   groups_1d(threads), win)
 
 
 async def backward(b, node, ins, outs, gins, gouts):
     x, w = ins[0], ins[1]
     dy = gouts[0]
-    g = _geometry(node, x, w, outs[0])
-    n, c, h, wd, k, oh, ow, grp, kh, kw = g[:10]
+    g, win = _geometry(node, x, w, outs[0])
+    n, c, h, wd, k, oh, ow, grp = g
+    kh, kw = win["KH"], win["KW"]
     if gins[0] is not None:
         params = pack_params(*g, 0, 1, 0, 0)
         threads = n * grp * _cdiv(c // grp, 8) * h * _cdiv(wd, 4)
         await b.kernel("conv2d", "backward_input", params, [dy, w, b.dummy, gins[0]],
-                       groups_1d(threads))
+                       groups_1d(threads), win)
     if gins[1] is not None:
         taps = (c // grp) * kh * kw
         threads = grp * _cdiv(k // grp, 8) * _cdiv(taps, 4)
@@ -55,7 +58,7 @@ async def backward(b, node, ins, outs, gins, gouts):
         out = b.scratch(splits * k * taps) if splits > 1 else gins[1]
         gx, gy, _ = groups_1d(threads)
         await b.kernel("conv2d", "backward_weight", params, [dy, x, b.dummy, out],
-                       (gx, gy, splits))
+                       (gx, gy, splits), win)
         if splits > 1:
             await gemm.reduce_splits(b, out, gins[1], splits, k * taps)
     if len(ins) > 2 and ins[2] is not None and gins[2] is not None:
