@@ -1,0 +1,138 @@
+"""Shared fixtures and helpers for the engine tests: the native device, tiny bundle graphs, one
+training step on the device, and the tolerances (in ONE place)."""
+
+import asyncio
+import struct
+import sys
+
+import numpy as np
+import pytest
+
+# Tolerances: error = max |got - ref| / max(max |ref|, ABS_FLOOR).
+FWD_RTOL = 1e-5     # forward values (activations, loss, running statistics)
+GRAD_RTOL = 1e-4    # gradients
+OPTIM_RTOL = 1e-5   # optimizer trajectories (per step, per tensor)
+ABS_FLOOR = 1e-6
+
+ALIGN = 256  # bytes between tensors of the weight blob (WebGPU's storage offset alignment)
+
+
+def run(coro):
+    """Run a coroutine of the engine to completion."""
+    return asyncio.run(coro)
+
+
+def rel_err(got, ref) -> float:
+    got = np.asarray(got, np.float64).ravel()
+    ref = np.asarray(ref, np.float64).ravel()
+    assert got.shape == ref.shape, f"shape {got.shape} != {ref.shape}"
+    if ref.size == 0:
+        return 0.0
+    return float(np.abs(got - ref).max() / max(np.abs(ref).max(), ABS_FLOOR))
+
+
+def assert_close(got, ref, rtol, what=""):
+    err = rel_err(got, ref)
+    assert err <= rtol, f"{what}: relative error {err:.3g} > {rtol:g}"
+    return err
+
+
+@pytest.fixture(scope="session")
+def device():
+    """One native wgpu device for the whole session (lavapipe on a machine with no GPU)."""
+    try:
+        from webgpu_trainer.backends.wgpu_native import Device
+        return Device()
+    except Exception as exc:  # ImportError, RuntimeError (no adapter), driver errors
+        pytest.skip(f"no native WebGPU device: wgpu found no usable adapter ({exc})")
+
+
+def node(op_type, inputs, outputs, name=None, **attrs):
+    """A bundle node dict; ``attrs`` are ONNX attribute names."""
+    return {"name": name or f"/{op_type}_{outputs[0]}", "op_type": op_type,
+            "inputs": list(inputs), "outputs": list(outputs), "attrs": attrs}
+
+
+def make_graph(nodes, tensors, inputs, outputs, constants=None, name="test"):
+    """The bundle dict and weight blob of a tiny model.
+
+    ``tensors``: ``[(name, array, role)]`` with role "param" or "buffer" (float32, each at a
+    256-byte aligned offset); ``inputs`` / ``outputs``: ``[(name, shape)]`` (a str dim is the
+    batch). Returns ``(graph, blob)``.
+    """
+    blob = bytearray()
+    descs = []
+    for tname, arr, role in tensors:
+        arr = np.ascontiguousarray(arr, np.float32)
+        blob += bytes(-len(blob) % ALIGN)
+        descs.append({"name": tname, "shape": list(arr.shape), "dtype": "float32",
+                      "offset": len(blob), "nbytes": arr.nbytes, "role": role})
+        blob += arr.tobytes()
+    graph = {"format": "webgpu-trainer/graph@1", "name": name, "opset": 17, "producer": "tests",
+             "inputs": [{"name": n, "shape": list(s), "dtype": "float32"} for n, s in inputs],
+             "outputs": [{"name": n, "shape": list(s), "dtype": "float32"} for n, s in outputs],
+             "tensors": descs, "constants": constants or {}, "nodes": nodes}
+    return graph, bytes(blob)
+
+
+def step_bytes(step=1, seed=0, lr=0.0, a=(0.0, 0.0, 0.0), offset=0, slot=0) -> bytes:
+    """The plan's 32-byte Step uniform."""
+    return struct.pack("<IIIIffff", step, offset, seed, slot, lr, *a)
+
+
+async def build(dev, graph, blob, batch):
+    from webgpu_trainer.graph import Graph
+    from webgpu_trainer.plan import Plan
+    plan = await Plan.build(dev, Graph(graph), batch)
+    dev.write(plan.P, blob + bytes(plan.wbytes - len(blob)))
+    return plan
+
+
+async def read_f32(dev, t):
+    """A plan Tensor's values as float32 of its shape."""
+    raw = await dev.read(t.buf, t.offset, t.nbytes)
+    return np.frombuffer(raw, np.float32).reshape(t.shape)
+
+
+async def read_flat(dev, plan, flat, name):
+    """Tensor ``name`` of the flat buffer ``flat`` (plan.P or plan.G) in bundle layout."""
+    t = plan.graph.tensors[name]
+    raw = await dev.read(flat, t["offset"], t["nbytes"])
+    return np.frombuffer(raw, np.float32).reshape(t["shape"])
+
+
+async def one_step(dev, graph, blob, x, labels, train=True, step=1, seed=0, plan=None):
+    """Build (unless ``plan``), upload, run forward (+ loss + backward when ``train``), read back.
+
+    Returns ``dict(plan, acts, dacts, grads, P, loss, acc)``: acts / dacts by activation name,
+    grads / P by tensor name.
+    """
+    batch = len(labels)
+    if plan is None:
+        plan = await build(dev, graph, blob, batch)
+    dev.write(plan.input.buf, np.ascontiguousarray(x, np.float32).tobytes())
+    dev.write(plan.labels.buf, np.asarray(labels, np.uint32).tobytes())
+    dev.write(plan.step, step_bytes(step, seed))
+    prog = plan.fwd_train + plan.loss + plan.bwd if train else plan.fwd_eval
+    dev.submit([dev.program(prog)])
+    out = {"plan": plan, "acts": {}, "dacts": {}, "grads": {}, "P": {}}
+    for name, t in plan.acts.items():
+        out["acts"][name] = await read_f32(dev, t)
+    for name, t in plan.grads.items():
+        out["dacts"][name] = await read_f32(dev, t)
+    for name in plan.graph.tensors:
+        out["P"][name] = await read_flat(dev, plan, plan.P, name)
+        if name in plan.trainable:
+            out["grads"][name] = await read_flat(dev, plan, plan.G, name)
+    met = np.frombuffer(await dev.read(plan.metrics, 0, 8), np.float32)
+    out["loss"], out["acc"] = float(met[0]), float(met[1])
+    return out
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The largest measured error per op of tests/test_ops.py (relative, see rel_err)."""
+    errors = getattr(sys.modules.get("test_ops"), "ERRORS", None)
+    if errors:
+        terminalreporter.section("measured max errors (max|got-ref| / max|ref|)")
+        for tag, d in sorted(errors.items()):
+            terminalreporter.write_line(f"{tag:20s} forward {d['fwd']:.2e}   grad {d['grad']:.2e}")
