@@ -96,12 +96,41 @@ def serve(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- bench
+
+def _bench_script():
+    """``scripts/bench.py`` of the source tree as a module (None outside a checkout)."""
+    import importlib.util
+    path = repo_root() / "scripts" / "bench.py"
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("webgpu_trainer_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def add_bench(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("bench", help="SeedNet training speed (ms/step, images/s), natively "
+                                     "and in headless Chromium (scripts/bench.py)")
+    mod = _bench_script()
+    return mod.add_arguments(p) if mod else p
+
+
+def bench(args) -> int:
+    mod = _bench_script()
+    if mod is None:
+        print("error: scripts/bench.py not found (run from a source checkout)", file=sys.stderr)
+        return 1
+    return mod.run(args)
+
+
 # ---------------------------------------------------------------- registry
 
 COMMANDS = {
     "serve": (add_serve, serve),
     "data": (add_data, data),
-    # --- bench: another developer adds it here: "bench": (add_bench, bench), ---
+    "bench": (add_bench, bench),
 }
 
 
