@@ -136,3 +136,8 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("measured max errors (max|got-ref| / max|ref|)")
         for tag, d in sorted(errors.items()):
             terminalreporter.write_line(f"{tag:20s} forward {d['fwd']:.2e}   grad {d['grad']:.2e}")
+    optim_errors = getattr(sys.modules.get("test_optim"), "MAX_ERR", None)
+    if optim_errors:
+        terminalreporter.section("optimizer trajectories: max error over 20 steps vs torch")
+        for name, err in sorted(optim_errors.items()):
+            terminalreporter.write_line(f"{name:20s} {err:.2e}")
