@@ -4,7 +4,9 @@
 //   forward:         y[n,k,oh,ow]  = b[k] + sum_{c,i,j} w[k,c,i,j] * x[n, g*Cg+c, ih, iw]
 //   backward_input:  dx[n,c,ih,iw] = sum_{k in group, i, j} w[k,c',i,j] * dy[n,k,oh,ow]
 //   backward_weight: dw[k,c,i,j]   = sum_{n,oh,ow} dy[n,k,oh,ow] * x[n, g*Cg+c, ih, iw]
-// with ih = oh*sh + i*dh - ph, iw = ow*sw + j*dw - pw. backward_weight splits the batch into
+// with ih = oh*sh + i*dh - ph, iw = ow*sw + j*dw - pw. The weight is first repacked so that
+// the eight channels a thread needs at one tap are two aligned vec4 loads (pack_forward,
+// pack_backward): on CPU adapters every scalar load is a gather, the dominant cost here. backward_weight splits the batch into
 // `splits` parts (grid z) writing partial sums [split, K, Cg*KH*KW]; reduce.wgsl adds them.
 
 struct Params {
@@ -27,8 +29,9 @@ override dw: u32 = 1u;
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;       // [N,C,H,W] or dy
 @group(0) @binding(2) var<storage, read> w: array<f32>;       // [K,Cg,KH,KW] or x (weight grad)
-@group(0) @binding(3) var<storage, read> b: array<f32>;       // [K] bias (or any when unused)
-@group(0) @binding(4) var<storage, read_write> y: array<f32>; // output
+@group(0) @binding(3) var<storage, read> wt: array<vec4<f32>>; // packed weight (see pack_*)
+@group(0) @binding(4) var<storage, read> b: array<f32>;       // [K] bias (or any when unused)
+@group(0) @binding(5) var<storage, read_write> y: array<f32>; // output
 
 const CT: u32 = 8u;  // channels per thread
 const WT: u32 = 4u;  // output columns per thread (forward, backward_input)
@@ -82,16 +85,8 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
   let g = cb / cblocks;
   let k0 = g * Kg + (cb % cblocks) * CT;
   let kend = (g + 1u) * Kg;
-  let wstride = Cg * KH * KW;  // elements between two output channels' filters
-  let last = p.K - 1u;
-  let w0 = min(k0, last) * wstride;
-  let w1 = min(k0 + 1u, last) * wstride;
-  let w2 = min(k0 + 2u, last) * wstride;
-  let w3 = min(k0 + 3u, last) * wstride;
-  let w4 = min(k0 + 4u, last) * wstride;
-  let w5 = min(k0 + 5u, last) * wstride;
-  let w6 = min(k0 + 6u, last) * wstride;
-  let w7 = min(k0 + 7u, last) * wstride;
+  let row4 = p.G * cblocks * 2u;  // vec4s per packed row (one row per tap)
+  let col4 = cb * 2u;              // this thread's eight channels within a row
   let iw0 = i32(ow0 * sw) - i32(pw);
   let ok_cols = vec4<bool>(ow0 < p.OW, ow0 + 1u < p.OW, ow0 + 2u < p.OW, ow0 + 3u < p.OW);
   var acc: Acc;
@@ -108,8 +103,9 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
         let xv = select(vec4<f32>(0.0),
                         vec4<f32>(x[ix.x], x[ix.y], x[ix.z], x[ix.w]), ok);
         let tap = (c * KH + i) * KW + j;
-        acc_fma(&acc, w[w0 + tap], w[w1 + tap], w[w2 + tap], w[w3 + tap], w[w4 + tap],
-                w[w5 + tap], w[w6 + tap], w[w7 + tap], xv);
+        let wa = wt[tap * row4 + col4];
+        let wb = wt[tap * row4 + col4 + 1u];
+        acc_fma(&acc, wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w, xv);
       }
     }
   }
@@ -145,19 +141,12 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
   let g = cb / cblocks;
   let c0 = (cb % cblocks) * CT;  // within the group
   let taps = KH * KW;
-  let lc = Cg - 1u;
-  let o0 = min(c0, lc) * taps;
-  let o1 = min(c0 + 1u, lc) * taps;
-  let o2 = min(c0 + 2u, lc) * taps;
-  let o3 = min(c0 + 3u, lc) * taps;
-  let o4 = min(c0 + 4u, lc) * taps;
-  let o5 = min(c0 + 5u, lc) * taps;
-  let o6 = min(c0 + 6u, lc) * taps;
-  let o7 = min(c0 + 7u, lc) * taps;
+  let row4 = cblocks * 2u;   // vec4s per packed row (one row per output channel and tap)
+  let col4 = c0 / 4u;
   var acc: Acc;
   for (var k = g * Kg; k < (g + 1u) * Kg; k++) {
     let dybase = (n * p.K + k) * p.OH;
-    let wk = k * Cg * taps;
+    let wk = k * taps;
     for (var i = 0u; i < KH; i++) {
       let num_h = i32(ih + ph) - i32(i * dh);
       if (num_h < 0 || u32(num_h) % sh != 0u) { continue; }
@@ -171,9 +160,10 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
                  == vec4<u32>(0u)) & (ow < vec4<u32>(p.OW));
         let ix = min(ow, vec4<u32>(p.OW - 1u)) + dyrow;
         let dv = select(vec4<f32>(0.0), vec4<f32>(x[ix.x], x[ix.y], x[ix.z], x[ix.w]), ok);
-        let tap = wk + i * KW + j;
-        acc_fma(&acc, w[o0 + tap], w[o1 + tap], w[o2 + tap], w[o3 + tap], w[o4 + tap],
-                w[o5 + tap], w[o6 + tap], w[o7 + tap], dv);
+        let r = (wk + i * KW + j) * row4 + col4;
+        let wa = wt[r];
+        let wb = wt[r + 1u];
+        acc_fma(&acc, wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w, dv);
       }
     }
   }
@@ -249,4 +239,37 @@ fn backward_weight(@builtin(global_invocation_id) gid: vec3<u32>,
       if (r0 + q < R) { y[(split * p.K + k) * R + r0 + q] = v[q]; }
     }
   }
+}
+
+// Packs w [K,Cg,KH,KW] for `forward`: y[tap * G*Kp + g*Kp + k'] = w[g*Kg + k', tap] with
+// tap = (c, i, j) flattened and Kp = Kg rounded up to 8 (the padding is zero).
+@compute @workgroup_size(64)
+fn pack_forward(@builtin(global_invocation_id) gid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat(gid, nwg);
+  let Kg = p.K / p.G;
+  let Kp = (Kg + 7u) / 8u * 8u;
+  let R = (p.C / p.G) * KH * KW;
+  if (e >= R * p.G * Kp) { return; }
+  let col = e % (p.G * Kp);
+  let tap = e / (p.G * Kp);
+  let g = col / Kp;
+  let kk = col % Kp;
+  y[e] = select(0.0, w[min((g * Kg + kk) * R + tap, arrayLength(&w) - 1u)], kk < Kg);
+}
+
+// Packs w for `backward_input`: y[(k*taps + t) * Cp + c] = w[k, c, t], Cp = Cg rounded up to 8.
+@compute @workgroup_size(64)
+fn pack_backward(@builtin(global_invocation_id) gid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat(gid, nwg);
+  let Cg = p.C / p.G;
+  let Cp = (Cg + 7u) / 8u * 8u;
+  let taps = KH * KW;
+  if (e >= p.K * taps * Cp) { return; }
+  let c = e % Cp;
+  let kt = e / Cp;
+  let k = kt / taps;
+  let t = kt % taps;
+  y[e] = select(0.0, w[min((k * Cg + c) * taps + t, arrayLength(&w) - 1u)], c < Cg);
 }

@@ -50,6 +50,7 @@ class Builder:
         self.dummy_u32 = plan.dev.buffer(16, "dummy_u32")
         self.sink = plan.dev.buffer(16, "sink")  # for unused read_write bindings
         self._saves: dict = {}
+        self.save_sizes: dict = {}
 
     async def kernel(self, shader, entry, params: bytes, buffers: list, counts,
                      constants: dict | None = None):
@@ -71,11 +72,15 @@ class Builder:
     def scratch(self, nfloats: int):
         return self.dev.buffer(4 * nfloats, "scratch")
 
-    def save(self, node, nfloats: int):
-        """A per-node buffer shared by the training and eval forward (e.g. batch statistics)."""
-        if node["name"] not in self._saves:
-            self._saves[node["name"]] = self.dev.buffer(4 * nfloats, node["name"] + ".save")
-        return self._saves[node["name"]]
+    def save(self, node, nfloats: int, what: str = "save"):
+        """A per-node buffer shared by the training and eval programs (batch statistics,
+        repacked weights), created on first use; its size is ``save_sizes[id(buffer)]``."""
+        key = node["name"] + "." + what
+        if key not in self._saves:
+            buf = self.dev.buffer(4 * nfloats, key)
+            self._saves[key] = buf
+            self.save_sizes[id(buf)] = nfloats
+        return self._saves[key]
 
     def offset_of(self, t) -> int:
         """Element offset of a weight tensor inside P (and G)."""

@@ -25,6 +25,10 @@ def _geometry(node, x, w, y):
     return geometry, window
 
 
+def packed_numel(b, buf) -> int:
+    return b.save_sizes[id(buf)]
+
+
 def _cdiv(a, b):
     return (a + b - 1) // b
 
@@ -35,7 +39,11 @@ async def forward(b, node, ins, outs, train):
     n, c, h, wd, k, oh, ow, grp = g
     params = pack_params(*g, int(bias is not None), 1, 0, 0)
     threads = n * grp * _cdiv(k // grp, 8) * oh * _cdiv(ow, 4)
-    await b.kernel("conv2d", "forward", params, [x, w, bias or b.dummy, outs[0]],
+    kg = k // grp
+    packed = b.save(node, (c // grp) * win["KH"] * win["KW"] * grp * _cdiv(kg, 8) * 8, "wfwd")
+    await b.kernel("conv2d", "pack_forward", params, [b.dummy, w, b.dummy, b.dummy, packed],
+                   groups_1d(packed_numel(b, packed)), win)
+    await b.kernel("conv2d", "forward", params, [x, b.dummy, packed, bias or b.dummy, outs[0]],
                    groups_1d(threads), win)
 
 
@@ -48,8 +56,12 @@ async def backward(b, node, ins, outs, gins, gouts):
     if gins[0] is not None:
         params = pack_params(*g, 0, 1, 0, 0)
         threads = n * grp * _cdiv(c // grp, 8) * h * _cdiv(wd, 4)
-        await b.kernel("conv2d", "backward_input", params, [dy, w, b.dummy, gins[0]],
-                       groups_1d(threads), win)
+        packed = b.save(node, k * kh * kw * _cdiv(c // grp, 8) * 8, "wbwd")
+        await b.kernel("conv2d", "pack_backward", params,
+                       [b.dummy, w, b.dummy, b.dummy, packed],
+                       groups_1d(packed_numel(b, packed)), win)
+        await b.kernel("conv2d", "backward_input", params,
+                       [dy, b.dummy, packed, b.dummy, gins[0]], groups_1d(threads), win)
     if gins[1] is not None:
         taps = (c // grp) * kh * kw
         threads = grp * _cdiv(k // grp, 8) * _cdiv(taps, 4)
@@ -57,7 +69,7 @@ async def backward(b, node, ins, outs, gins, gouts):
         params = pack_params(*g, 0, splits, 0, 0)
         out = b.scratch(splits * k * taps) if splits > 1 else gins[1]
         gx, gy, _ = groups_1d(threads)
-        await b.kernel("conv2d", "backward_weight", params, [dy, x, b.dummy, out],
+        await b.kernel("conv2d", "backward_weight", params, [dy, x, b.dummy, b.dummy, out],
                        (gx, gy, splits), win)
         if splits > 1:
             await gemm.reduce_splits(b, out, gins[1], splits, k * taps)
