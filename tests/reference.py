@@ -98,15 +98,15 @@ def gemm_backward(a, b, dy, c=None, alpha=1.0, beta=1.0, trans_a=0, trans_b=0):
     da = d_oa.T if trans_a else d_oa
     db = d_ob.T if trans_b else d_ob
     dc = None
-    if c is not None:
+    if c is not None:  # sum beta * dy over the dimensions C is broadcast along
         c = _f64(c)
-        full = beta * dy
-        if c.shape == dy.shape:
-            dc = full
-        elif c.ndim == 1 or c.shape[0] == 1:
-            dc = full.sum(axis=0).reshape(c.shape)
-        else:  # [M, 1]
-            dc = full.sum(axis=1).reshape(c.shape)
+        dc = beta * dy
+        while dc.ndim > c.ndim:
+            dc = dc.sum(axis=0)
+        for ax, size in enumerate(c.shape):
+            if size == 1 and dc.shape[ax] != 1:
+                dc = dc.sum(axis=ax, keepdims=True)
+        dc = dc.reshape(c.shape)
     return da, db, dc
 
 
