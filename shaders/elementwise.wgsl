@@ -1,6 +1,8 @@
-// In-place elementwise activations and their gradients (ReLU).
-//   relu_forward:  a[i] = max(a[i], 0)                        (a = x, becomes y)
-//   relu_backward: a[i] = select(0, a[i], b[i] > 0)           (a = dy, becomes dx; b = y)
+// Elementwise activations and their gradients (ReLU), in place where the plan aliases buffers.
+//   relu_forward:     a = max(a, 0)                     (a = x, becomes y)
+//   relu_forward_to:  a = max(b, 0)                     (a = y, b = x)
+//   relu_backward:    a = select(0, a, b > 0)           (a = dy, becomes dx; b = y)
+//   relu_backward_to: a = select(0, b, c > 0)           (a = dx, b = dy, c = y)
 // dReLU/dx uses y > 0, which equals x > 0, so the forward may overwrite its input.
 
 struct Params { n: u32, _p0: u32, _p1: u32, _p2: u32 }
@@ -8,17 +10,34 @@ struct Params { n: u32, _p0: u32, _p1: u32, _p2: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read> c: array<f32>;
+
+fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 { return gid.x + gid.y * nwg.x * 64u; }
 
 @compute @workgroup_size(64)
 fn relu_forward(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = gid.x + gid.y * nwg.x * 64u;
+  let i = index(gid, nwg);
   if (i < p.n) { a[i] = max(a[i], 0.0); }
+}
+
+@compute @workgroup_size(64)
+fn relu_forward_to(@builtin(global_invocation_id) gid: vec3<u32>,
+                   @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = index(gid, nwg);
+  if (i < p.n) { a[i] = max(b[i], 0.0); }
 }
 
 @compute @workgroup_size(64)
 fn relu_backward(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = gid.x + gid.y * nwg.x * 64u;
+  let i = index(gid, nwg);
   if (i < p.n) { a[i] = select(0.0, a[i], b[i] > 0.0); }
+}
+
+@compute @workgroup_size(64)
+fn relu_backward_to(@builtin(global_invocation_id) gid: vec3<u32>,
+                    @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = index(gid, nwg);
+  if (i < p.n) { a[i] = select(0.0, b[i], c[i] > 0.0); }
 }

@@ -3,7 +3,8 @@
 //   out[z, m, n] = alpha * sum_{k in part z} a[m*sam + k*sak] * bm[k*sbk + n*sbn]  (+ beta*bias)
 // Each thread owns a 4x4 block of out. With splits > 1 the partial sums [splits, M, N] are added
 // (and the bias applied) by reduce.wgsl `reduce_splits`; with splits == 1 the bias is added here:
-// bias_mode 0 none, 1 bias[n] (a row vector, Linear's bias), 2 bias[m], 3 bias[m*N + n].
+// bias_mode 0 none, 1 bias[n] (a row vector, Linear's bias), 2 bias[m], 3 bias[m*N + n],
+// 4 bias[0] (a scalar).
 
 struct Params {
   M: u32, N: u32, K: u32, splits: u32,
@@ -24,6 +25,7 @@ fn bias_at(m: u32, n: u32) -> f32 {
     case 1u: { return p.beta * bias[n]; }
     case 2u: { return p.beta * bias[m]; }
     case 3u: { return p.beta * bias[m * p.N + n]; }
+    case 4u: { return p.beta * bias[0]; }
     default: { return 0.0; }
   }
 }

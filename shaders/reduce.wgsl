@@ -47,6 +47,7 @@ fn reduce_splits(@builtin(global_invocation_id) gid: vec3<u32>,
     case 1u: { s += p.beta * bias[n]; }
     case 2u: { s += p.beta * bias[m]; }
     case 3u: { s += p.beta * bias[e]; }
+    case 4u: { s += p.beta * bias[0]; }
     default: {}
   }
   out[e] = s;

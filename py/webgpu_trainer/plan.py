@@ -184,9 +184,10 @@ class Plan:
                                       "CrossEntropy on raw logits is not wired yet")
         self.logp = g.output
         for name, users in g.consumers.items():
-            if name in needs and len(users) > 1:
-                raise NotImplementedError(f"{name} feeds {len(users)} nodes: gradient "
-                                          "accumulation is not supported yet")
+            if (name in needs or name in self.trainable) and len(users) > 1:
+                raise NotImplementedError(
+                    f"{name} feeds {len(users)} nodes ({', '.join(u['name'] for u in users)}): "
+                    "gradient accumulation over several consumers is not supported yet")
         self.grads = {}
         for node in g.nodes:
             for k, out in enumerate(node["outputs"]):

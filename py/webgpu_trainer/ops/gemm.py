@@ -45,16 +45,16 @@ def _op_strides(shape, trans):
 
 
 def _bias_mode(node, c, m, n):
+    """How C broadcasts to [M, N] (ONNX unidirectional broadcasting): 0 absent, 1 row vector
+    [N] / [1, N], 2 column [M, 1], 3 full [M, N], 4 scalar [] / [1] / [1, 1]."""
     if c is None:
         return 0
-    size = c.numel
-    if size == n and (len(c.shape) == 1 or c.shape[0] == 1):
-        return 1
-    if size == m and size != n:
-        return 2
-    if size == m * n:
-        return 3
-    raise NotImplementedError(f"{node['name']}: Gemm C of shape {c.shape} for output [{m},{n}]")
+    dims = ([1, 1] + list(c.shape))[-2:]
+    if len(c.shape) > 2 or dims[0] not in (1, m) or dims[1] not in (1, n):
+        raise ValueError(f"{node['name']}: Gemm C of shape {c.shape} does not broadcast to "
+                         f"[{m}, {n}]")
+    rows, cols = dims[0] == m and m > 1, dims[1] == n and n > 1
+    return {(False, False): 4, (False, True): 1, (True, False): 2, (True, True): 3}[(rows, cols)]
 
 
 async def forward(b, node, ins, outs, train):
@@ -101,5 +101,7 @@ async def backward(b, node, ins, outs, gins, gouts):
             await channel_sum(b, dy, gins[2], outer=m, channels=n, inner=1)
         elif mode == 2:
             await channel_sum(b, dy, gins[2], outer=1, channels=m, inner=n)
+        elif mode == 4:
+            await channel_sum(b, dy, gins[2], outer=1, channels=1, inner=m * n)
         else:
             await reduce_splits(b, dy, gins[2], 1, m * n)
