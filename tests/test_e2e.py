@@ -45,7 +45,9 @@ SERVER_TIMEOUT_S = 180        # server answering (MNIST cache check + first whee
 # The main run (issue 2, item 8)
 STEPS = 150
 EVAL_IMAGES = 1000
-TRAIN_TIMEOUT_S = 8 * 60      # Start -> phase "done", hard wait limit
+# Start -> phase "done", hard wait limit (E2E_TRAIN_TIMEOUT_S overrides it, e.g. to see the
+# accuracy and ONNX checks of a run that is still too slow; test_training_speed still fails then)
+TRAIN_TIMEOUT_S = float(os.environ.get("E2E_TRAIN_TIMEOUT_S", 8 * 60))
 RUN_BUDGET_S = 6 * 60         # issue 2: "at most 150 steps and at most 6 minutes on 2 cores"
 MAX_S_PER_STEP = float(os.environ.get("E2E_MAX_S_PER_STEP", "1.0"))  # the kernels' goal
 MIN_ACCURACY = 0.93
