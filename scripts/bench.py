@@ -59,8 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def adapter_name(info: dict | None) -> str:
     info = info or {}
-    name = info.get("description") or " ".join(
-        str(info[k]) for k in ("vendor", "architecture", "device") if info.get(k))
+    name = info.get("device") or info.get("description") or " ".join(
+        str(info[k]) for k in ("vendor", "architecture") if info.get(k))
     backend = info.get("backend_type") or info.get("adapter_type")
     return f"{name} ({backend})" if name and backend else (name or "?")
 
@@ -253,7 +253,7 @@ def _browser_run(browser, url, batch, timed, model, timeout):
 
 # ------------------------------------------------------------------------------------ table
 
-COLS = [("where", 19), ("adapter", 28), ("batch", 6), ("steps", 6), ("ms_per_step", 11),
+COLS = [("where", 19), ("adapter", 34), ("batch", 6), ("steps", 6), ("ms_per_step", 11),
         ("images_per_s", 12)]
 
 
