@@ -149,15 +149,18 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
     let wk = k * taps;
     for (var i = 0u; i < KH; i++) {
       let num_h = i32(ih + ph) - i32(i * dh);
-      if (num_h < 0 || u32(num_h) % sh != 0u) { continue; }
-      let oh = u32(num_h) / sh;
+      if (num_h < 0 || (sh != 1u && u32(num_h) % sh != 0u)) { continue; }
+      let oh = select(u32(num_h) / sh, u32(num_h), sh == 1u);
       if (oh >= p.OH) { continue; }
       let dyrow = (dybase + oh) * p.OW;
       for (var j = 0u; j < KW; j++) {
         let num_w = vec4<i32>(i32(iw0 + pw) - i32(j * dw)) + vec4<i32>(0, 1, 2, 3);
-        let ow = vec4<u32>(max(num_w, vec4<i32>(0))) / sw;
-        let ok = (num_w >= vec4<i32>(0)) & (vec4<u32>(max(num_w, vec4<i32>(0))) % sw
-                 == vec4<u32>(0u)) & (ow < vec4<u32>(p.OW));
+        var ow = vec4<u32>(max(num_w, vec4<i32>(0)));
+        var ok = (num_w >= vec4<i32>(0)) & (ow < vec4<u32>(p.OW * sw));
+        if (sw != 1u) {  // an override constant: stride-1 layers compile without divisions
+          ok = ok & (ow % sw == vec4<u32>(0u));
+          ow = ow / sw;
+        }
         let ix = min(ow, vec4<u32>(p.OW - 1u)) + dyrow;
         let dv = select(vec4<f32>(0.0), vec4<f32>(x[ix.x], x[ix.y], x[ix.z], x[ix.w]), ok);
         let r = (wk + i * KW + j) * row4 + col4;
@@ -272,4 +275,27 @@ fn pack_backward(@builtin(global_invocation_id) gid: vec3<u32>,
   let k = kt / taps;
   let t = kt % taps;
   y[e] = select(0.0, w[min((k * Cg + c) * taps + t, arrayLength(&w) - 1u)], c < Cg);
+}
+
+// Packs w for `forward` to compute the input gradient of a stride-1 convolution as a forward
+// convolution of dy with the flipped, transposed filter w'[g*Cg + c, k, i, j] =
+// w[g*Kg + k, c, KH-1-i, KW-1-j] (the "full" correlation: pads KH-1-ph, KW-1-pw). Here the
+// Params describe that forward pass: K = C of the layer, C = K of the layer.
+@compute @workgroup_size(64)
+fn pack_transposed(@builtin(global_invocation_id) gid: vec3<u32>,
+                   @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat(gid, nwg);
+  let Cg = p.K / p.G;  // input channels of the layer (outputs of this pass), per group
+  let Kg = p.C / p.G;  // output channels of the layer, per group
+  let Cp = (Cg + 7u) / 8u * 8u;
+  let taps = KH * KW;
+  if (e >= Kg * taps * p.G * Cp) { return; }
+  let col = e % (p.G * Cp);
+  let row = e / (p.G * Cp);  // (k, i, j) of the pass = (k, flipped tap)
+  let g = col / Cp;
+  let c = col % Cp;
+  let k = row / taps;
+  let t = taps - 1u - row % taps;
+  let src = ((g * Kg + k) * Cg + c) * taps + t;
+  y[e] = select(0.0, w[min(src, arrayLength(&w) - 1u)], c < Cg);
 }

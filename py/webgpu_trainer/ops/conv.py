@@ -53,7 +53,10 @@ async def backward(b, node, ins, outs, gins, gouts):
     g, win = _geometry(node, x, w, outs[0])
     n, c, h, wd, k, oh, ow, grp = g
     kh, kw = win["KH"], win["KW"]
-    if gins[0] is not None:
+    full_pad_ok = win["ph"] <= win["dh"] * (kh - 1) and win["pw"] <= win["dw"] * (kw - 1)
+    if gins[0] is not None and win["sh"] == win["sw"] == 1 and full_pad_ok:
+        await _input_grad_as_forward(b, node, g, win, w, dy, gins[0])
+    elif gins[0] is not None:
         params = pack_params(*g, 0, 1, 0, 0)
         threads = n * grp * _cdiv(c // grp, 8) * h * _cdiv(wd, 4)
         packed = b.save(node, k * kh * kw * _cdiv(c // grp, 8) * 8, "wbwd")
@@ -75,3 +78,20 @@ async def backward(b, node, ins, outs, gins, gouts):
             await gemm.reduce_splits(b, out, gins[1], splits, k * taps)
     if len(ins) > 2 and ins[2] is not None and gins[2] is not None:
         await gemm.channel_sum(b, dy, gins[2], outer=n, channels=k, inner=oh * ow)
+
+
+async def _input_grad_as_forward(b, node, g, win, w, dy, dx):
+    """dx of a stride-1 convolution = forward convolution of dy with the flipped, transposed
+    filter and "full" padding (dilation d: pads d*(k-1) - p); the forward kernel is the fastest
+    and needs no divisions."""
+    n, c, h, wd, k, oh, ow, grp = g
+    kh, kw, dh, dw = win["KH"], win["KW"], win["dh"], win["dw"]
+    tw = {**win, "ph": dh * (kh - 1) - win["ph"], "pw": dw * (kw - 1) - win["pw"]}
+    params = pack_params(n, k, oh, ow, c, h, wd, grp, 0, 1, 0, 0)
+    cg = c // grp
+    packed = b.save(node, (k // grp) * kh * kw * grp * _cdiv(cg, 8) * 8, "wtrans")
+    await b.kernel("conv2d", "pack_transposed", params, [b.dummy, w, b.dummy, b.dummy, packed],
+                   groups_1d(packed_numel(b, packed)), tw)
+    threads = n * grp * _cdiv(cg, 8) * h * _cdiv(wd, 4)
+    await b.kernel("conv2d", "forward", params, [dy, b.dummy, packed, b.dummy, dx],
+                   groups_1d(threads), tw)
