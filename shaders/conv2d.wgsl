@@ -12,7 +12,7 @@
 struct Params {
   N: u32, C: u32, H: u32, W: u32,
   K: u32, OH: u32, OW: u32, G: u32,
-  has_bias: u32, splits: u32, align: u32, _p1: u32,
+  has_bias: u32, splits: u32, align: u32, relu: u32,  // relu: forward applies max(y, 0)
 }
 
 // The window is specialised per layer (pipeline-overridable constants): loops over the kernel
@@ -113,7 +113,8 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
   for (var m = 0u; m < CT; m++) {
     let k = k0 + m;
     if (k >= kend) { break; }
-    let v = acc_get(acc, m) + select(0.0, b[k], p.has_bias != 0u);
+    var v = acc_get(acc, m) + select(0.0, b[k], p.has_bias != 0u);
+    if (p.relu != 0u) { v = max(v, vec4<f32>(0.0)); }
     let ybase = ((n * p.K + k) * p.OH + oh) * p.OW + ow0;
     if (ow0 + 3u < p.OW) {
       y[ybase] = v.x; y[ybase + 1u] = v.y; y[ybase + 2u] = v.z; y[ybase + 3u] = v.w;

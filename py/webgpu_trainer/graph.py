@@ -31,6 +31,7 @@ class Graph:
         if bad:
             raise GraphError("unsupported ops for training: " + ", ".join(bad))
         self.consumers: dict = {}
+        self.producer = {o: n for n in self.nodes for o in n["outputs"] if o}
         for n in self.nodes:
             for name in n["inputs"]:
                 if name:

@@ -119,6 +119,11 @@ class Plan:
         self.trainable = {n for n, t in graph.tensors.items() if t["role"] == "param"
                           and (trainable is None or n in trainable)}
         self._allocate()
+        # A Conv whose only consumer is an in-place ReLU applies max(y, 0) itself.
+        self.fused_relu = {graph.producer[n["inputs"][0]]["name"] for n in graph.nodes
+                           if n["op_type"] == "Relu" and n["inputs"][0] in graph.producer
+                           and graph.producer[n["inputs"][0]]["op_type"] == "Conv"
+                           and self.acts[n["outputs"][0]].buf is self.acts[n["inputs"][0]].buf}
         b = self.builder = Builder(self)
         for mode in ("train", "eval"):
             b.current = []

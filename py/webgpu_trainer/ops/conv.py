@@ -33,7 +33,8 @@ async def forward(b, node, ins, outs, train):
     x, w, bias = ins[0], ins[1], ins[2] if len(ins) > 2 else None
     g, win = _geometry(node, x, w, outs[0])
     n, c, h, wd, k, oh, ow, grp = g
-    params = pack_params(*g, int(bias is not None), 1, 0, 0)
+    relu = int(node["name"] in b.plan.fused_relu)  # a following in-place ReLU, fused
+    params = pack_params(*g, int(bias is not None), 1, 0, relu)
     threads = n * grp * _cdiv(k // grp, 8) * oh * _cdiv(ow, 4)
     kg = k // grp
     packed = b.save(node, (c // grp) * win["KH"] * win["KW"] * grp * _cdiv(kg, 8) * 8, "wfwd")
