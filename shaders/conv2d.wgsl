@@ -13,7 +13,6 @@ struct Params {
   N: u32, C: u32, H: u32, W: u32,
   K: u32, OH: u32, OW: u32, G: u32,
   has_bias: u32, splits: u32, align: u32, relu: u32,  // relu: forward applies max(y, 0)
-  _q: u32, _r0: u32, _r1: u32, _r2: u32,
 }
 
 // The window is specialised per layer (pipeline-overridable constants): loops over the kernel
@@ -123,88 +122,6 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
       for (var q = 0u; q < WT; q++) { if (ow0 + q < p.OW) { y[ybase + q] = v[q]; } }
     }
   }
-}
-
-// The stride-1 forward from a row-padded copy xt of x (pack_rows): [N, C, Hp, Wp/4] vec4s with
-// the pads built in and Wp a multiple of 4, so the four columns a thread needs at one tap are a
-// shuffle of two aligned vec4 loads, and no bounds checks remain. Same output as `forward`.
-@compute @workgroup_size(64)
-fn forward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
-                @builtin(num_workgroups) nwg: vec3<u32>) {
-  let t = flat(gid, nwg);
-  let Kg = p.K / p.G;
-  let Cg = p.C / p.G;
-  let cblocks = (Kg + CT - 1u) / CT;
-  let wblocks = (p.OW + WT - 1u) / WT;
-  if (t >= p.N * p.G * cblocks * p.OH * wblocks) { return; }
-  let ow0 = (t % wblocks) * WT;
-  var r = t / wblocks;
-  let oh = r % p.OH;
-  r = r / p.OH;
-  let cb = r % (p.G * cblocks);
-  let n = r / (p.G * cblocks);
-  let g = cb / cblocks;
-  let k0 = g * Kg + (cb % cblocks) * CT;
-  let kend = (g + 1u) * Kg;
-  let row4 = p.G * cblocks * 2u;
-  let col4 = cb * 2u;
-  let Hp = p.align;       // padded rows
-  let Wq = p._q;          // padded row length in vec4s
-  var acc: Acc;
-  for (var c = 0u; c < Cg; c++) {
-    let plane = (n * p.C + g * Cg + c) * Hp;
-    for (var i = 0u; i < KH; i++) {
-      let rowq = (plane + oh + i * dh) * Wq;
-      for (var j = 0u; j < KW; j++) {
-        let s = ow0 + j * dw;
-        let v0 = xt[rowq + s / 4u];
-        let v1 = xt[rowq + s / 4u + 1u];
-        var xv = v0;
-        switch s % 4u {
-          case 1u: { xv = vec4<f32>(v0.yzw, v1.x); }
-          case 2u: { xv = vec4<f32>(v0.zw, v1.xy); }
-          case 3u: { xv = vec4<f32>(v0.w, v1.xyz); }
-          default: {}
-        }
-        let tap = (c * KH + i) * KW + j;
-        let wa = wt[tap * row4 + col4];
-        let wb = wt[tap * row4 + col4 + 1u];
-        acc_fma(&acc, wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w, xv);
-      }
-    }
-  }
-  for (var m = 0u; m < CT; m++) {
-    let k = k0 + m;
-    if (k >= kend) { break; }
-    var v = acc_get(acc, m) + select(0.0, b[k], p.has_bias != 0u);
-    if (p.relu != 0u) { v = max(v, vec4<f32>(0.0)); }
-    let ybase = ((n * p.K + k) * p.OH + oh) * p.OW + ow0;
-    if (ow0 + 3u < p.OW) {
-      y[ybase] = v.x; y[ybase + 1u] = v.y; y[ybase + 2u] = v.z; y[ybase + 3u] = v.w;
-    } else {
-      for (var q = 0u; q < WT; q++) { if (ow0 + q < p.OW) { y[ybase + q] = v[q]; } }
-    }
-  }
-}
-
-// Row-padded copy for forward_rows: y[((n*C + c)*Hp + r)*Wp + q] = x[n, c, r - ph, q - pw]
-// (0 outside x), with Hp = align and Wp = 4 * _q.
-@compute @workgroup_size(64)
-fn pack_rows(@builtin(global_invocation_id) gid: vec3<u32>,
-             @builtin(num_workgroups) nwg: vec3<u32>) {
-  let e = flat(gid, nwg);
-  let Hp = p.align;
-  let Wp = p._q * 4u;
-  if (e >= p.N * p.C * Hp * Wp) { return; }
-  let q = e % Wp;
-  var r = e / Wp;
-  let row = r % Hp;
-  let nc = r / Hp;
-  let ih = i32(row) - i32(ph);
-  let iw = i32(q) - i32(pw);
-  let ok = ih >= 0 && ih < i32(p.H) && iw >= 0 && iw < i32(p.W);
-  let src = (nc * p.H + u32(max(ih, 0))) * p.W + u32(max(iw, 0));
-  y[e] = select(0.0, x[min(src, arrayLength(&x) - 1u)], ok);
 }
 
 // x = dy [N,K,OH,OW], w = weight, y = dx [N,C,H,W]. Thread: CT input channels x WT columns.

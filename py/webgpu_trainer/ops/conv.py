@@ -34,14 +34,16 @@ async def forward(b, node, ins, outs, train):
     g, win = _geometry(node, x, w, outs[0])
     n, c, h, wd, k, oh, ow, grp = g
     relu = int(node["name"] in b.plan.fused_relu)  # a following in-place ReLU, fused
-    params = pack_params(*g, int(bias is not None), 1, 0, relu, 0, 0, 0, 0)
+    params = pack_params(*g, int(bias is not None), 1, 0, relu)
     threads = n * grp * _cdiv(k // grp, 8) * oh * _cdiv(ow, 4)
     kg = k // grp
     packed = b.save(node, (c // grp) * win["KH"] * win["KW"] * grp * _cdiv(kg, 8) * 8, "wfwd")
     await b.kernel("conv2d", "pack_forward", params,
                    [b.dummy, w, b.dummy, b.dummy, packed, b.dummy4], groups_1d(b.numel(packed)),
                    win)
-    await _forward(b, node, g, win, x, packed, bias, outs[0], relu, "xrows")
+    await b.kernel("conv2d", "forward", params,
+                   [x, b.dummy, packed, bias or b.dummy, outs[0], b.dummy4], groups_1d(threads),
+                   win)
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -54,7 +56,7 @@ async def backward(b, node, ins, outs, gins, gouts):
     if gins[0] is not None and win["sh"] == win["sw"] == 1 and full_pad_ok:
         await _input_grad_as_forward(b, node, g, win, w, dy, gins[0])
     elif gins[0] is not None:
-        params = pack_params(*g, 0, 1, 0, 0, 0, 0, 0, 0)
+        params = pack_params(*g, 0, 1, 0, 0)
         threads = n * grp * _cdiv(c // grp, 8) * h * _cdiv(wd, 4)
         packed = b.save(node, k * kh * kw * _cdiv(c // grp, 8) * 8, "wbwd")
         await b.kernel("conv2d", "pack_backward", params,
@@ -70,7 +72,7 @@ async def backward(b, node, ins, outs, gins, gouts):
         xt = await _channels_last(b, node, x, n, c, h * wd, grp, _cdiv(cg, 4) * 4, "xt")
         threads = grp * _cdiv(kg, 8) * _cdiv(cg, 4) * kh * kw
         splits = b.splits(threads, n, min_per_split=1)
-        params = pack_params(*g, 0, splits, 0, 0, 0, 0, 0, 0)
+        params = pack_params(*g, 0, splits, 0, 0)
         out = b.scratch(splits * k * taps) if splits > 1 else gins[1]
         gx, gy, _ = groups_1d(threads)
         await b.kernel("conv2d", "backward_weight", params,
@@ -84,7 +86,7 @@ async def backward(b, node, ins, outs, gins, gouts):
 async def _channels_last(b, node, t, n, c, spatial, grp, align, what):
     """A [n, spatial, grp, align] copy of NCHW ``t`` (channels of each group zero-padded)."""
     out = b.save(node, n * spatial * grp * align, what)
-    params = pack_params(n, c, spatial, 1, 0, 0, 0, grp, 0, 0, align, 0, 0, 0, 0, 0)
+    params = pack_params(n, c, spatial, 1, 0, 0, 0, grp, 0, 0, align, 0)
     await b.kernel("conv2d", "pack_channels_last", params,
                    [t, b.dummy, b.dummy4, b.dummy, out, b.dummy4], groups_1d(b.numel(out)))
     return out
@@ -97,33 +99,12 @@ async def _input_grad_as_forward(b, node, g, win, w, dy, dx):
     n, c, h, wd, k, oh, ow, grp = g
     kh, kw, dh, dw = win["KH"], win["KW"], win["dh"], win["dw"]
     tw = {**win, "ph": dh * (kh - 1) - win["ph"], "pw": dw * (kw - 1) - win["pw"]}
-    params = pack_params(n, k, oh, ow, c, h, wd, grp, 0, 1, 0, 0, 0, 0, 0, 0)
+    params = pack_params(n, k, oh, ow, c, h, wd, grp, 0, 1, 0, 0)
     cg = c // grp
     packed = b.save(node, (k // grp) * kh * kw * grp * _cdiv(cg, 8) * 8, "wtrans")
     await b.kernel("conv2d", "pack_transposed", params,
                    [b.dummy, w, b.dummy, b.dummy, packed, b.dummy4], groups_1d(b.numel(packed)),
                    tw)
-    await _forward(b, node, [n, k, oh, ow, c, h, wd, grp], tw, dy, packed, None, dx, 0, "dyrows")
-
-
-async def _forward(b, node, g, win, x, packed, bias, y, relu, what):
-    """Record the forward convolution of ``x`` into ``y`` with packed weights: the row-padded
-    vec4 kernel for stride 1, the direct kernel otherwise."""
-    n, c, h, wd, k, oh, ow, grp = g
-    threads = n * grp * _cdiv(k // grp, 8) * oh * _cdiv(ow, 4)
-    if win["sh"] == win["sw"] == 1:
-        hp = oh + win["dh"] * (win["KH"] - 1)
-        wq = max(_cdiv(ow, 4) * 4 + win["dw"] * (win["KW"] - 1), wd + win["pw"]) // 4 + 2
-        params = pack_params(*g, int(bias is not None), 1, hp, relu, wq, 0, 0, 0)
-        rows = b.save(node, n * c * hp * wq * 4, what)
-        await b.kernel("conv2d", "pack_rows", params,
-                       [x, b.dummy, b.dummy4, b.dummy, rows, b.dummy4], groups_1d(b.numel(rows)),
-                       win)
-        await b.kernel("conv2d", "forward_rows", params,
-                       [b.dummy, b.dummy, packed, bias or b.dummy, y, rows], groups_1d(threads),
-                       win)
-    else:
-        params = pack_params(*g, int(bias is not None), 1, 0, relu, 0, 0, 0, 0)
-        await b.kernel("conv2d", "forward", params,
-                       [x, b.dummy, packed, bias or b.dummy, y, b.dummy4], groups_1d(threads),
-                       win)
+    threads = n * grp * _cdiv(cg, 8) * h * _cdiv(wd, 4)
+    await b.kernel("conv2d", "forward", params, [dy, b.dummy, packed, b.dummy, dx, b.dummy4],
+                   groups_1d(threads), tw)
