@@ -12,7 +12,7 @@
 struct Params {
   N: u32, C: u32, H: u32, W: u32,
   K: u32, OH: u32, OW: u32, G: u32,
-  has_bias: u32, splits: u32, align: u32, relu: u32,  // relu: forward applies max(y, 0)
+  has_bias: u32, splits: u32, _p0: u32, relu: u32,  // relu: forward applies max(y, 0)
 }
 
 // The window is specialised per layer (pipeline-overridable constants): loops over the kernel
@@ -32,7 +32,6 @@ override dw: u32 = 1u;
 @group(0) @binding(3) var<storage, read> wt: array<vec4<f32>>; // packed weight (see pack_*)
 @group(0) @binding(4) var<storage, read> b: array<f32>;       // [K] bias (or any when unused)
 @group(0) @binding(5) var<storage, read_write> y: array<f32>; // output
-@group(0) @binding(6) var<storage, read> xt: array<vec4<f32>>; // channels-last copy of x (pack_channels_last)
 
 const CT: u32 = 8u;  // channels per thread
 const WT: u32 = 4u;  // output columns per thread (forward, backward_input)
@@ -181,10 +180,8 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
   }
 }
 
-// Weight gradient from channels-last copies: wt = dy as [N, OH*OW, G, Kp] (Kp = Kg rounded up
-// to 8) and xt = x as [N, H*W, G, Cq] (Cq = Cg rounded up to 4), so that per output position a
-// thread loads its eight dy channels as two vec4 and its four input channels as one vec4.
-// y = partial dw [splits, K, Cg*KH*KW]; thread: 8 output channels x 4 input channels x 1 tap.
+// x = dy [N,K,OH,OW], w = x (the forward input) [N,C,H,W], y = partial dw [splits,K,Cg*KH*KW].
+// Thread: CT output channels x RT taps (c,i,j flattened), over the batch part gid.z.
 @compute @workgroup_size(64)
 fn backward_weight(@builtin(global_invocation_id) gid: vec3<u32>,
                    @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -193,70 +190,59 @@ fn backward_weight(@builtin(global_invocation_id) gid: vec3<u32>,
   let Kg = p.K / p.G;
   let Cg = p.C / p.G;
   let taps = KH * KW;
+  let R = Cg * taps;
   let kblocks = (Kg + CT - 1u) / CT;
-  let cq = (Cg + 3u) / 4u;  // vec4s of input channels per group
-  if (t >= p.G * kblocks * cq * taps) { return; }
-  let tap = t % taps;
-  var r = t / taps;
-  let cb = r % cq;
-  r = r / cq;
-  let kb = r % kblocks;
-  let g = r / kblocks;
-  let i = tap / KW;
-  let j = tap % KW;
-  let k4 = p.G * kblocks * 2u;   // vec4s per position of wt
-  let c4 = p.G * cq;             // vec4s per position of xt
-  let kcol = (g * kblocks + kb) * 2u;
-  let ccol = g * cq + cb;
+  let rblocks = (R + RT - 1u) / RT;
+  if (t >= p.G * kblocks * rblocks) { return; }
+  let r0 = (t % rblocks) * RT;
+  let kb = t / rblocks;
+  let g = kb / kblocks;
+  let k0 = g * Kg + (kb % kblocks) * CT;
+  let kend = (g + 1u) * Kg;
+  // The RT taps: input channel, row and column offsets.
+  let rr = min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(R - 1u));
+  let rc = (rr / taps + g * Cg) * p.H * p.W;
+  let ri = vec4<i32>(((rr % taps) / KW) * dh) - i32(ph);
+  let rj = vec4<i32>((rr % KW) * dw) - i32(pw);
+  let plane = p.OH * p.OW;
+  let last = p.K - 1u;
+  let d0 = min(k0, last) * plane;
+  let d1 = min(k0 + 1u, last) * plane;
+  let d2 = min(k0 + 2u, last) * plane;
+  let d3 = min(k0 + 3u, last) * plane;
+  let d4 = min(k0 + 4u, last) * plane;
+  let d5 = min(k0 + 5u, last) * plane;
+  let d6 = min(k0 + 6u, last) * plane;
+  let d7 = min(k0 + 7u, last) * plane;
   let per = (p.N + p.splits - 1u) / p.splits;
   let n_end = min(p.N, (split + 1u) * per);
   var acc: Acc;
   for (var n = split * per; n < n_end; n++) {
+    let xn = n * p.C * p.H * p.W;
+    let dn = n * p.K * plane;
     for (var oh = 0u; oh < p.OH; oh++) {
-      let ih = i32(oh * sh + i * dh) - i32(ph);
-      if (ih < 0 || ih >= i32(p.H)) { continue; }
-      let xrow = (n * p.H + u32(ih)) * p.W;
-      let drow = (n * p.OH + oh) * p.OW;
+      let ih = vec4<i32>(i32(oh * sh)) + ri;
+      let okh = (ih >= vec4<i32>(0)) & (ih < vec4<i32>(i32(p.H)));
+      let rowbase = rc + vec4<u32>(max(ih, vec4<i32>(0))) * p.W + xn;
       for (var ow = 0u; ow < p.OW; ow++) {
-        let iw = i32(ow * sw + j * dw) - i32(pw);
-        if (iw < 0 || iw >= i32(p.W)) { continue; }
-        let xv = xt[(xrow + u32(iw)) * c4 + ccol];
-        let e = (drow + ow) * k4 + kcol;
-        let da = wt[e];
-        let db = wt[e + 1u];
-        acc_fma(&acc, da.x, da.y, da.z, da.w, db.x, db.y, db.z, db.w, xv);
+        let iw = vec4<i32>(i32(ow * sw)) + rj;
+        let ok = okh & (iw >= vec4<i32>(0)) & (iw < vec4<i32>(i32(p.W)));
+        let ix = rowbase + vec4<u32>(max(iw, vec4<i32>(0)));
+        let xv = select(vec4<f32>(0.0), vec4<f32>(w[ix.x], w[ix.y], w[ix.z], w[ix.w]), ok);
+        let e = dn + oh * p.OW + ow;
+        acc_fma(&acc, x[e + d0], x[e + d1], x[e + d2], x[e + d3], x[e + d4], x[e + d5],
+                x[e + d6], x[e + d7], xv);
       }
     }
   }
-  let k0 = g * Kg + kb * CT;
-  let R = Cg * taps;
   for (var m = 0u; m < CT; m++) {
-    if (kb * CT + m >= Kg) { break; }
+    let k = k0 + m;
+    if (k >= kend) { break; }
     let v = acc_get(acc, m);
-    for (var q = 0u; q < 4u; q++) {
-      let c = cb * 4u + q;
-      if (c < Cg) { y[(split * p.K + k0 + m) * R + c * taps + tap] = v[q]; }
+    for (var q = 0u; q < RT; q++) {
+      if (r0 + q < R) { y[(split * p.K + k) * R + r0 + q] = v[q]; }
     }
   }
-}
-
-// Channels-last copy with per-group padding: y[((n*HW + s)*G + g)*P + c] = x[n, g*Cg + c, s]
-// for c < Cg (else 0), where Params give N, C (channels), H*W in H, G, and P = align.
-@compute @workgroup_size(64)
-fn pack_channels_last(@builtin(global_invocation_id) gid: vec3<u32>,
-                      @builtin(num_workgroups) nwg: vec3<u32>) {
-  let e = flat(gid, nwg);
-  let Cg = p.C / p.G;
-  let P = p.align;
-  if (e >= p.N * p.H * p.G * P) { return; }
-  let c = e % P;
-  var r = e / P;
-  let g = r % p.G;
-  r = r / p.G;
-  let sp = r % p.H;
-  let n = r / p.H;
-  let src = (n * p.C + g * Cg + min(c, Cg - 1u)) * p.H + sp;
-  y[e] = select(0.0, x[src], c < Cg);
 }
 
 // Packs w [K,Cg,KH,KW] for `forward`: y[tap * G*Kp + g*Kp + k'] = w[g*Kg + k', tap] with

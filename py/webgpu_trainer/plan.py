@@ -49,7 +49,6 @@ class Builder:
         self.dummy = plan.dev.buffer(16, "dummy")
         self.dummy_u32 = plan.dev.buffer(16, "dummy_u32")
         self.sink = plan.dev.buffer(16, "sink")  # for unused read_write bindings
-        self.dummy4 = plan.dev.buffer(16, "dummy4")  # for unused array<vec4<f32>> bindings
         self._saves: dict = {}
         self.save_sizes: dict = {}
 
@@ -82,10 +81,6 @@ class Builder:
             self._saves[key] = buf
             self.save_sizes[id(buf)] = nfloats
         return self._saves[key]
-
-    def numel(self, buf) -> int:
-        """Elements of a buffer made by ``save``."""
-        return self.save_sizes[id(buf)]
 
     def offset_of(self, t) -> int:
         """Element offset of a weight tensor inside P (and G)."""

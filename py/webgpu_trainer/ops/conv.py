@@ -25,6 +25,10 @@ def _geometry(node, x, w, y):
     return geometry, window
 
 
+def packed_numel(b, buf) -> int:
+    return b.save_sizes[id(buf)]
+
+
 def _cdiv(a, b):
     return (a + b - 1) // b
 
@@ -38,12 +42,10 @@ async def forward(b, node, ins, outs, train):
     threads = n * grp * _cdiv(k // grp, 8) * oh * _cdiv(ow, 4)
     kg = k // grp
     packed = b.save(node, (c // grp) * win["KH"] * win["KW"] * grp * _cdiv(kg, 8) * 8, "wfwd")
-    await b.kernel("conv2d", "pack_forward", params,
-                   [b.dummy, w, b.dummy, b.dummy, packed, b.dummy4], groups_1d(b.numel(packed)),
-                   win)
-    await b.kernel("conv2d", "forward", params,
-                   [x, b.dummy, packed, bias or b.dummy, outs[0], b.dummy4], groups_1d(threads),
-                   win)
+    await b.kernel("conv2d", "pack_forward", params, [b.dummy, w, b.dummy, b.dummy, packed],
+                   groups_1d(packed_numel(b, packed)), win)
+    await b.kernel("conv2d", "forward", params, [x, b.dummy, packed, bias or b.dummy, outs[0]],
+                   groups_1d(threads), win)
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -60,36 +62,23 @@ async def backward(b, node, ins, outs, gins, gouts):
         threads = n * grp * _cdiv(c // grp, 8) * h * _cdiv(wd, 4)
         packed = b.save(node, k * kh * kw * _cdiv(c // grp, 8) * 8, "wbwd")
         await b.kernel("conv2d", "pack_backward", params,
-                       [b.dummy, w, b.dummy, b.dummy, packed, b.dummy4],
-                       groups_1d(b.numel(packed)), win)
+                       [b.dummy, w, b.dummy, b.dummy, packed],
+                       groups_1d(packed_numel(b, packed)), win)
         await b.kernel("conv2d", "backward_input", params,
-                       [dy, b.dummy, packed, b.dummy, gins[0], b.dummy4], groups_1d(threads),
-                       win)
+                       [dy, b.dummy, packed, b.dummy, gins[0]], groups_1d(threads), win)
     if gins[1] is not None:
-        cg, kg = c // grp, k // grp
-        taps = cg * kh * kw
-        dyt = await _channels_last(b, node, dy, n, k, oh * ow, grp, _cdiv(kg, 8) * 8, "dyt")
-        xt = await _channels_last(b, node, x, n, c, h * wd, grp, _cdiv(cg, 4) * 4, "xt")
-        threads = grp * _cdiv(kg, 8) * _cdiv(cg, 4) * kh * kw
+        taps = (c // grp) * kh * kw
+        threads = grp * _cdiv(k // grp, 8) * _cdiv(taps, 4)
         splits = b.splits(threads, n, min_per_split=1)
         params = pack_params(*g, 0, splits, 0, 0)
         out = b.scratch(splits * k * taps) if splits > 1 else gins[1]
         gx, gy, _ = groups_1d(threads)
-        await b.kernel("conv2d", "backward_weight", params,
-                       [b.dummy, b.dummy, dyt, b.dummy, out, xt], (gx, gy, splits), win)
+        await b.kernel("conv2d", "backward_weight", params, [dy, x, b.dummy, b.dummy, out],
+                       (gx, gy, splits), win)
         if splits > 1:
             await gemm.reduce_splits(b, out, gins[1], splits, k * taps)
     if len(ins) > 2 and ins[2] is not None and gins[2] is not None:
         await gemm.channel_sum(b, dy, gins[2], outer=n, channels=k, inner=oh * ow)
-
-
-async def _channels_last(b, node, t, n, c, spatial, grp, align, what):
-    """A [n, spatial, grp, align] copy of NCHW ``t`` (channels of each group zero-padded)."""
-    out = b.save(node, n * spatial * grp * align, what)
-    params = pack_params(n, c, spatial, 1, 0, 0, 0, grp, 0, 0, align, 0)
-    await b.kernel("conv2d", "pack_channels_last", params,
-                   [t, b.dummy, b.dummy4, b.dummy, out, b.dummy4], groups_1d(b.numel(out)))
-    return out
 
 
 async def _input_grad_as_forward(b, node, g, win, w, dy, dx):
@@ -102,9 +91,8 @@ async def _input_grad_as_forward(b, node, g, win, w, dy, dx):
     params = pack_params(n, k, oh, ow, c, h, wd, grp, 0, 1, 0, 0)
     cg = c // grp
     packed = b.save(node, (k // grp) * kh * kw * grp * _cdiv(cg, 8) * 8, "wtrans")
-    await b.kernel("conv2d", "pack_transposed", params,
-                   [b.dummy, w, b.dummy, b.dummy, packed, b.dummy4], groups_1d(b.numel(packed)),
-                   tw)
+    await b.kernel("conv2d", "pack_transposed", params, [b.dummy, w, b.dummy, b.dummy, packed],
+                   groups_1d(packed_numel(b, packed)), tw)
     threads = n * grp * _cdiv(cg, 8) * h * _cdiv(wd, 4)
-    await b.kernel("conv2d", "forward", params, [dy, b.dummy, packed, b.dummy, dx, b.dummy4],
+    await b.kernel("conv2d", "forward", params, [dy, b.dummy, packed, b.dummy, dx],
                    groups_1d(threads), tw)
