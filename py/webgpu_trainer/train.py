@@ -127,7 +127,7 @@ class Trainer:
             total = min(total, int(cfg["max_steps"]))
         report = max(1, min(int(cfg["report_every"]), METRICS_RING // 2))
         start = time.perf_counter()
-        last_read, epoch = 0, 0
+        last_read, epoch, in_flight = 0, 0, None
         while self.step < total and not self.stop_requested:
             perm = list(range(self.train_set.count))
             random.Random(int(cfg["seed"]) * 1000003 + epoch).shuffle(perm)
@@ -138,6 +138,12 @@ class Trainer:
                 self.step += 1
                 self._write_step(self.step, s * batch)
                 dev.submit([self.train_program])
+                # At most two steps in flight: Stop takes effect within a step, and awaiting
+                # lets the worker's event loop deliver messages.
+                fence = dev.fence()
+                if in_flight is not None:
+                    await in_flight
+                in_flight = fence
                 if self.step % report == 0 or self.step == total:
                     last_read = await self._report(last_read, total, epoch, start)
             epoch += 1

@@ -11,7 +11,8 @@ A backend (``wgpu_native.Device``, ``webgpu_js.Device``) offers this small inter
 - ``program(dispatches) -> Program``: ``[(pipeline, bind_group, (x, y, z)), ...]`` recorded once.
 - ``submit(programs, copies=())``: one command encoder, one compute pass per program, then
   ``copies`` (``(src, src_offset, dst, dst_offset, nbytes)``), one queue submit.
-- ``await read(buf, offset, nbytes) -> bytes``; ``await sync()`` waits for submitted work.
+- ``await read(buf, offset, nbytes) -> bytes``; ``await sync()`` waits for submitted work;
+  ``fence()`` returns an awaitable for the work submitted so far (await it later).
 """
 
 import struct

@@ -181,3 +181,7 @@ class Device:
     async def sync(self):
         """Wait until the queue has finished all submitted work."""
         await self.device.queue.onSubmittedWorkDone()
+
+    def fence(self):
+        """An awaitable that resolves when the work submitted so far has finished."""
+        return self.device.queue.onSubmittedWorkDone()
