@@ -589,3 +589,25 @@ def test_reference_matches_torch():
     val, d, _ = ref.nll(logp, labels)
     assert np.isclose(val, loss.item())
     assert np.allclose(ref.log_softmax_backward(logp, d), zt.grad.numpy())
+
+
+def test_cross_entropy_on_raw_logits(device):
+    """A model without a final LogSoftmax trains with CrossEntropyLoss(mean): the same loss,
+    accuracy and gradients as LogSoftmax + NLL (the float64 reference)."""
+    batch, features, classes = 7, 33, 10
+    rng = rng_for("cross_entropy")
+    nodes, tensors = head("input", features, classes, rng)
+    graph, blob = make_graph(nodes[:1], tensors, [("input", ["N", features])],
+                             [("logits", ["N", classes])])
+    x = f32(rng.standard_normal((batch, features)))
+    labels = rng.integers(0, classes, batch)
+    res = run(one_step(device, graph, blob, x, labels))
+    want = ref.chain_step(nodes, params_of(tensors), x, labels)
+    check("CrossEntropy", "fwd", res["loss"], want["loss"], "loss")
+    assert res["acc"] == pytest.approx(want["acc"], abs=1e-6)
+    check("CrossEntropy", "fwd", res["acts"]["loss/log_softmax"], want["acts"]["output"],
+          "log-probabilities")
+    check("CrossEntropy", "grad", res["dacts"]["logits"], want["dacts"]["logits"],
+          "gradient of the logits")
+    for name, g in want["grads"].items():
+        check("CrossEntropy", "grad", res["grads"][name], g, f"gradient of {name}")

@@ -96,8 +96,9 @@ class Builder:
 
 class Plan:
     """Buffers and dispatch lists of one model at one batch size. Build with ``await
-    Plan.build(dev, graph, batch)``; ``fwd_train``, ``fwd_eval``, ``loss``, ``bwd`` are lists of
-    ``(pipeline, bind_group, workgroups)``."""
+    Plan.build(dev, graph, batch)``; ``fwd_train``, ``fwd_eval``, ``head`` (the LogSoftmax
+    CrossEntropy adds, else empty), ``loss`` (head + NLL), ``bwd`` are lists of
+    ``(pipeline, bind_group, workgroups)``. ``acts[logp]`` holds the log-probabilities."""
 
     @classmethod
     async def build(cls, dev, graph: Graph, batch: int, trainable=None):
@@ -128,10 +129,18 @@ class Plan:
                                                        mode == "train")
             setattr(self, f"fwd_{mode}", b.current)
         b.current = []
+        if self.head_node:  # CrossEntropy = LogSoftmax over the raw output, then NLL
+            await softmax.forward(b, self.head_node, [self.acts[graph.output]],
+                                  [self.acts[self.logp]], True)
+        self.head = list(b.current)
         await softmax.nll(b, self.acts[self.logp], self.labels, self.grads[self.logp],
                           self.metrics)
         self.loss = b.current
         b.current = []
+        if self.head_node and graph.output in self.grads:
+            await softmax.backward(b, self.head_node, [self.acts[graph.output]],
+                                   [self.acts[self.logp]], [self.grads[graph.output]],
+                                   [self.grads[self.logp]])
         for node in reversed(graph.nodes):
             if node["op_type"] in OPS and any(self.grads.get(o) for o in node["outputs"] if o):
                 await OPS[node["op_type"]].backward(
@@ -183,17 +192,29 @@ class Plan:
                     continue  # mask output: not materialised
                 else:
                     self.acts[out] = Tensor(shapes[out], dev.buffer(4 * _numel(shapes[out]), out))
-        last = g.nodes[-1]
-        if last["op_type"] != "LogSoftmax" or last["outputs"][0] != g.output:
-            raise NotImplementedError("the model must end in LogSoftmax (NLL loss); "
-                                      "CrossEntropy on raw logits is not wired yet")
+        # The loss: NLLLoss(mean) when the model ends in LogSoftmax over the classes, else
+        # CrossEntropyLoss(mean) = NLL of a LogSoftmax the plan adds over the raw output.
+        last = g.producer.get(g.output, {})
+        self.head_node = None
         self.logp = g.output
+        if last.get("op_type") != "LogSoftmax" or len(shapes[g.output]) != 2:
+            if len(shapes[g.output]) != 2:
+                raise NotImplementedError(f"output {g.output} has shape {shapes[g.output]}: "
+                                          "the losses need [batch, classes]")
+            self.logp = "loss/log_softmax"
+            self.head_node = {"name": "loss/LogSoftmax", "op_type": "LogSoftmax",
+                              "inputs": [g.output], "outputs": [self.logp], "attrs": {"axis": 1}}
+            self.acts[self.logp] = Tensor(shapes[g.output],
+                                          dev.buffer(4 * _numel(shapes[g.output]), self.logp))
         for name, users in g.consumers.items():
             if (name in needs or name in self.trainable) and len(users) > 1:
                 raise NotImplementedError(
                     f"{name} feeds {len(users)} nodes ({', '.join(u['name'] for u in users)}): "
                     "gradient accumulation over several consumers is not supported yet")
         self.grads = {}
+        if self.head_node:
+            self.grads[self.logp] = Tensor(shapes[g.output],
+                                           dev.buffer(4 * _numel(shapes[g.output]), "dlogp"))
         for node in g.nodes:
             for k, out in enumerate(node["outputs"]):
                 if k or out not in needs or out not in self.acts:

@@ -87,12 +87,12 @@ class Trainer:
                           for i in range(self.eval_batches * batch)])
         dev.write(eval_order, idx.tobytes())
         self.gather_eval = await self._gather(self.test_set, eval_order)
-        classes = plan.shapes[self.graph.output][1]
+        classes = plan.acts[plan.logp].shape[1]
         self.classes = classes
         self.logits = dev.buffer(4 * self.eval_batches * batch * classes, "eval.logits")
         self.train_program = dev.program(self.gather_train + plan.fwd_train + plan.loss
                                          + plan.bwd + self.opt.dispatches)
-        self.eval_program = dev.program(self.gather_eval + plan.fwd_eval)
+        self.eval_program = dev.program(self.gather_eval + plan.fwd_eval + plan.head)
 
     async def _gather(self, split: Split, order):
         dev, plan = self.dev, self.plan
@@ -176,10 +176,10 @@ class Trainer:
     async def evaluate(self):
         """Eval-mode forward over the first ``eval_images`` test images.
 
-        Returns ``(mean NLL, accuracy, logits bytes [n, classes] float32)``; the model's output
-        is log-probabilities (it ends in LogSoftmax)."""
+        Returns ``(mean NLL, accuracy, log-probabilities bytes [n, classes] float32)``: the
+        model's output when it ends in LogSoftmax, else log_softmax of it (CrossEntropy)."""
         dev, plan, batch, c = self.dev, self.plan, self.plan.batch, self.classes
-        out = plan.acts[self.graph.output]
+        out = plan.acts[plan.logp]
         for i in range(self.eval_batches):
             self._write_step(max(self.step, 1), i * batch)
             dev.submit([self.eval_program],
