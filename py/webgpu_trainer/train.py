@@ -127,7 +127,7 @@ class Trainer:
             total = min(total, int(cfg["max_steps"]))
         report = max(1, min(int(cfg["report_every"]), METRICS_RING // 2))
         start = time.perf_counter()
-        last_read, epoch, in_flight = 0, 0, None
+        last_read, epoch, in_flight, last_eval = 0, 0, None, None
         while self.step < total and not self.stop_requested:
             perm = list(range(self.train_set.count))
             random.Random(int(cfg["seed"]) * 1000003 + epoch).shuffle(perm)
@@ -148,9 +148,13 @@ class Trainer:
                     last_read = await self._report(last_read, total, epoch, start)
             epoch += 1
             if not self.stop_requested and (self.step % per_epoch == 0 or self.step == total):
-                loss, acc, _ = await self.evaluate()
+                last_eval = (self.step, await self.evaluate())
+                loss, acc, _ = last_eval[1]
                 self.emit("epoch", epoch=epoch, val_loss=loss, val_acc=acc, step=self.step)
-        loss, acc, logits = await self.evaluate()
+        # The end-of-epoch validation already evaluated these weights unless training stopped.
+        if last_eval is None or last_eval[0] != self.step:
+            last_eval = (self.step, await self.evaluate())
+        loss, acc, logits = last_eval[1]
         return {"test_acc": acc, "test_loss": loss, "steps": self.step, "epochs_done": epoch,
                 "stopped": self.stop_requested, "logits": logits, "total_steps": total}
 
