@@ -76,6 +76,8 @@ class Trainer:
         self.opt = optim.make(cfg["optimizer"], float(cfg["lr"]), float(cfg["momentum"]),
                               float(cfg["weight_decay"]))
         await self.opt.attach(plan)
+        # Learning rate of optimizer step t (1-based); an LR scheduler replaces this.
+        self.lr_at = lambda t: float(cfg["lr"])
         self.emit("status", text="Uploading MNIST to the GPU…")
         self.order = dev.buffer(4 * self.train_set.count, "train.order")
         self.gather_train = await self._gather(self.train_set, self.order)
@@ -110,10 +112,11 @@ class Trainer:
         return b.current
 
     def _write_step(self, t: int, offset: int):
-        a0, a1, a2 = self.opt.scalars(max(t, 1), float(self.cfg["lr"]))
+        lr = self.lr_at(max(t, 1))
+        a0, a1, a2 = self.opt.scalars(max(t, 1), lr)
         self.dev.write(self.plan.step, struct.pack(
             "<IIIIffff", t, offset, int(self.cfg["seed"]) & 0xFFFFFFFF, (t - 1) % METRICS_RING,
-            float(self.cfg["lr"]), a0, a1, a2))
+            lr, a0, a1, a2))
 
     async def run(self):
         """Train, validate after each epoch, evaluate at the end. Returns the final metrics dict:
