@@ -4,12 +4,15 @@
 // ONNX's attribute (= 1 - PyTorch's momentum). Eval normalises with the running statistics.
 // gamma, beta and the running statistics live in the flat weight buffer P, the gradients in G,
 // at element offsets given in Params. save = [mean[C], invstd[C]] of the last forward.
-//   backward_stats: G[dgamma] = sum(dy * xhat), G[dbeta] = sum(dy)          (one group per c)
+// Per-channel sums are two-level so that a big GPU gets enough workgroups: workgroup (c, k)
+// sums part k of channel c into part[], then a finish kernel adds the `parts` partial sums.
+//   sum_x -> mean_finish (mean), sum_sq -> var_finish (invstd, running statistics),
+//   sum_dy -> dy_finish: G[dgamma] = sum(dy * xhat), G[dbeta] = sum(dy),
 //   backward_input: dx = gamma*invstd * (dy - dbeta/M - xhat*dgamma/M), M = outer*inner
 
 struct Params {
   outer: u32, C: u32, inner: u32, gamma: u32,
-  beta: u32, rmean: u32, rvar: u32, _p0: u32,
+  beta: u32, rmean: u32, rvar: u32, parts: u32,
   eps: f32, momentum: f32, _p1: u32, _p2: u32,
 }
 
@@ -20,6 +23,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> save: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<storage, read_write> G: array<f32>;
+@group(0) @binding(7) var<storage, read_write> part: array<f32>;  // [C, parts] (x2 for dy)
 
 var<workgroup> red: array<f32, 256>;
 var<workgroup> red2: array<f32, 256>;
@@ -39,33 +43,61 @@ fn reduce2(lid: u32) {
   }
 }
 
-@compute @workgroup_size(256)
-fn stats_train(@builtin(workgroup_id) wid: vec3<u32>,
-               @builtin(local_invocation_index) lid: u32) {
-  let c = wid.x;
+// The element range [lo, hi) of the batch-and-space axis that workgroup part k sums.
+fn part_range(k: u32) -> vec2<u32> {
   let M = p.outer * p.inner;
+  let chunk = (M + p.parts - 1u) / p.parts;
+  return vec2<u32>(k * chunk, min(M, (k + 1u) * chunk));
+}
+
+@compute @workgroup_size(256)
+fn sum_x(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let c = wid.x;
+  let r = part_range(wid.y);
   var s = 0.0;
-  for (var e = lid; e < M; e += 256u) { s += x[at(c, e)]; }
+  for (var e = r.x + lid; e < r.y; e += 256u) { s += x[at(c, e)]; }
   red[lid] = s;
   red2[lid] = 0.0;
   reduce2(lid);
-  let mean = red[0] / f32(M);
-  workgroupBarrier();
+  if (lid == 0u) { part[c * p.parts + wid.y] = red[0]; }
+}
+
+@compute @workgroup_size(64)
+fn mean_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let c = gid.x;
+  if (c >= p.C) { return; }
+  var s = 0.0;
+  for (var k = 0u; k < p.parts; k++) { s += part[c * p.parts + k]; }
+  save[c] = s / f32(p.outer * p.inner);
+}
+
+@compute @workgroup_size(256)
+fn sum_sq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let c = wid.x;
+  let r = part_range(wid.y);
+  let mean = save[c];
   var q = 0.0;
-  for (var e = lid; e < M; e += 256u) {
+  for (var e = r.x + lid; e < r.y; e += 256u) {
     let d = x[at(c, e)] - mean;
     q += d * d;
   }
   red[lid] = q;
+  red2[lid] = 0.0;
   reduce2(lid);
-  if (lid == 0u) {
-    let var_b = red[0] / f32(M);
-    save[c] = mean;
-    save[p.C + c] = inverseSqrt(var_b + p.eps);
-    let var_u = red[0] / f32(max(M, 2u) - 1u);
-    P[p.rmean + c] = P[p.rmean + c] * p.momentum + mean * (1.0 - p.momentum);
-    P[p.rvar + c] = P[p.rvar + c] * p.momentum + var_u * (1.0 - p.momentum);
-  }
+  if (lid == 0u) { part[c * p.parts + wid.y] = red[0]; }
+}
+
+@compute @workgroup_size(64)
+fn var_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let c = gid.x;
+  if (c >= p.C) { return; }
+  var q = 0.0;
+  for (var k = 0u; k < p.parts; k++) { q += part[c * p.parts + k]; }
+  let M = p.outer * p.inner;
+  save[p.C + c] = inverseSqrt(q / f32(M) + p.eps);
+  let var_u = q / f32(max(M, 2u) - 1u);
+  P[p.rmean + c] = P[p.rmean + c] * p.momentum + save[c] * (1.0 - p.momentum);
+  P[p.rvar + c] = P[p.rvar + c] * p.momentum + var_u * (1.0 - p.momentum);
 }
 
 @compute @workgroup_size(64)
@@ -86,15 +118,14 @@ fn normalize(@builtin(global_invocation_id) gid: vec3<u32>,
 }
 
 @compute @workgroup_size(256)
-fn backward_stats(@builtin(workgroup_id) wid: vec3<u32>,
-                  @builtin(local_invocation_index) lid: u32) {
+fn sum_dy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let c = wid.x;
-  let M = p.outer * p.inner;
+  let r = part_range(wid.y);
   let mean = save[c];
   let invstd = save[p.C + c];
   var s = 0.0;
   var sx = 0.0;
-  for (var e = lid; e < M; e += 256u) {
+  for (var e = r.x + lid; e < r.y; e += 256u) {
     let i = at(c, e);
     s += dy[i];
     sx += dy[i] * (x[i] - mean) * invstd;
@@ -103,9 +134,23 @@ fn backward_stats(@builtin(workgroup_id) wid: vec3<u32>,
   red2[lid] = sx;
   reduce2(lid);
   if (lid == 0u) {
-    G[p.beta + c] = red[0];
-    G[p.gamma + c] = red2[0];
+    part[2u * (c * p.parts + wid.y)] = red[0];
+    part[2u * (c * p.parts + wid.y) + 1u] = red2[0];
   }
+}
+
+@compute @workgroup_size(64)
+fn dy_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let c = gid.x;
+  if (c >= p.C) { return; }
+  var s = 0.0;
+  var sx = 0.0;
+  for (var k = 0u; k < p.parts; k++) {
+    s += part[2u * (c * p.parts + k)];
+    sx += part[2u * (c * p.parts + k) + 1u];
+  }
+  G[p.beta + c] = s;
+  G[p.gamma + c] = sx;
 }
 
 @compute @workgroup_size(64)

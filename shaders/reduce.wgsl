@@ -1,6 +1,6 @@
 // Reductions: per-channel sums of NCHW-like tensors (bias gradients) and the sum over split-K
 // partial results (gemm.wgsl, conv2d.wgsl backward_weight).
-//   channel_sum:   out[c] = sum_{o < outer, i < inner} x[(o*C + c)*inner + i]   (one group per c)
+//   channel_sum:   out[c] = sum_{o < outer, i < inner} x[(o*C + c)*inner + i]   (in parts)
 //   reduce_splits: out[e] = sum_{s < splits} x[s*count + e]  (+ beta*bias per bias_mode, e = m*N+n)
 
 struct Params {
@@ -15,13 +15,16 @@ struct Params {
 
 var<workgroup> partial: array<f32, 256>;
 
+// Workgroup (c, k) sums part k of channel c (`splits` parts) into out[k*C + c].
 @compute @workgroup_size(256)
 fn channel_sum(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
   let c = wid.x;
-  var s = 0.0;
   let total = p.outer * p.inner;
-  for (var e = lid; e < total; e += 256u) {
+  let chunk = (total + p.splits - 1u) / p.splits;
+  let end = min(total, (wid.y + 1u) * chunk);
+  var s = 0.0;
+  for (var e = wid.y * chunk + lid; e < end; e += 256u) {
     let o = e / p.inner;
     s += x[(o * p.C + c) * p.inner + e % p.inner];
   }
@@ -31,7 +34,7 @@ fn channel_sum(@builtin(workgroup_id) wid: vec3<u32>,
     if (lid < half) { partial[lid] += partial[lid + half]; }
     workgroupBarrier();
   }
-  if (lid == 0u) { out[c] = partial[0]; }
+  if (lid == 0u) { out[wid.y * p.C + c] = partial[0]; }
 }
 
 @compute @workgroup_size(64)

@@ -611,3 +611,22 @@ def test_cross_entropy_on_raw_logits(device):
           "gradient of the logits")
     for name, g in want["grads"].items():
         check("CrossEntropy", "grad", res["grads"][name], g, f"gradient of {name}")
+
+
+def test_batchnorm_two_level_sums(device):
+    """A batch larger than one reduction part (4096 elements per channel and workgroup), so
+    the statistics and the gradient sums add several partial sums per channel."""
+    batch, features, hidden, classes = 9000, 3, 5, 3
+    rng = rng_for("bn_parts")
+    nodes = [node("Gemm", ["input", "pre.w"], ["h"], transB=1), _bn_node("h", "bn_out"),
+             node("Relu", ["bn_out"], ["relu_out"])]
+    hn, ht = head("relu_out", hidden, classes, rng)
+    tensors = [("pre.w", f32(rng.standard_normal((hidden, features))), "param")] + \
+        _bn_tensors(rng, hidden) + ht
+    graph, blob = make_graph(nodes + hn, tensors, [("input", ["N", features])],
+                             [("output", ["N", classes])])
+    x = f32(rng.standard_normal((batch, features)) * 3 + 1)
+    labels = rng.integers(0, classes, batch)
+    res = run(one_step(device, graph, blob, x, labels))
+    want = ref.chain_step(nodes + hn, params_of(tensors), x, labels)
+    compare("BatchNormalization", res, want, acts=["relu_out"], dacts=["h"])

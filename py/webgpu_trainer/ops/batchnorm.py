@@ -9,25 +9,35 @@ into the flat parameter buffer P (their gradients into G).
 from ..backends.base import groups_1d, pack_params
 
 
+PART = 4096  # elements per workgroup of the per-channel sums (two-level reduction)
+
+
 def _params(b, node, x, ins):
+    """(channels, parts, uniform bytes) for this layer."""
     shape = x.shape
     c = shape[1]
     inner = 1
     for d in shape[2:]:
         inner *= d
+    parts = max(1, min(1024, (shape[0] * inner + PART - 1) // PART))
     a = node["attrs"]
     offs = [b.offset_of(t) for t in ins[1:5]]
-    return c, pack_params(shape[0], c, inner, *offs, 0, float(a.get("epsilon", 1e-5)),
-                          float(a.get("momentum", 0.9)), 0, 0)
+    return c, parts, pack_params(shape[0], c, inner, *offs, parts,
+                                 float(a.get("epsilon", 1e-5)), float(a.get("momentum", 0.9)),
+                                 0, 0)
 
 
 async def forward(b, node, ins, outs, train):
     x = ins[0]
-    c, params = _params(b, node, x, ins)
+    c, parts, params = _params(b, node, x, ins)
     save = b.save(node, 2 * c)
-    binds = [x, b.dummy, b.P, save, outs[0], b.sink]
+    part = b.save(node, 2 * c * parts, "parts")
+    binds = [x, b.dummy, b.P, save, outs[0], b.sink, part]
     if train:
-        await b.kernel("batchnorm", "stats_train", params, binds, (c, 1, 1))
+        await b.kernel("batchnorm", "sum_x", params, binds, (c, parts, 1))
+        await b.kernel("batchnorm", "mean_finish", params, binds, groups_1d(c))
+        await b.kernel("batchnorm", "sum_sq", params, binds, (c, parts, 1))
+        await b.kernel("batchnorm", "var_finish", params, binds, groups_1d(c))
     else:
         await b.kernel("batchnorm", "stats_eval", params, binds, groups_1d(c))
     await b.kernel("batchnorm", "normalize", params, binds, groups_1d(x.numel))
@@ -35,9 +45,11 @@ async def forward(b, node, ins, outs, train):
 
 async def backward(b, node, ins, outs, gins, gouts):
     x = ins[0]
-    c, params = _params(b, node, x, ins)
+    c, parts, params = _params(b, node, x, ins)
     save = b.save(node, 2 * c)
-    binds = [x, gouts[0], b.P, save, gins[0] or b.sink, b.G]
-    await b.kernel("batchnorm", "backward_stats", params, binds, (c, 1, 1))
+    part = b.save(node, 2 * c * parts, "parts")
+    binds = [x, gouts[0], b.P, save, gins[0] or b.sink, b.G, part]
+    await b.kernel("batchnorm", "sum_dy", params, binds, (c, parts, 1))
+    await b.kernel("batchnorm", "dy_finish", params, binds, groups_1d(c))
     if gins[0] is not None:
         await b.kernel("batchnorm", "backward_input", params, binds, groups_1d(x.numel))
