@@ -1,11 +1,16 @@
 // Optimizer updates over the flat weight buffer P with gradients G, one dispatch for every
-// parameter of the model (elements whose mask is 0 — buffers, frozen tensors — are left alone), with torch.optim's semantics (PyTorch 2.x docs, "Algorithm" boxes).
+// parameter of the model (elements whose mask is 0 — buffers, frozen tensors — are left alone),
+// with torch.optim's semantics (PyTorch 2.x docs, "Algorithm" boxes).
 // Per-step scalars come from the Step uniform: lr, a0, a1 (see each entry point).
+// Gradient clipping by global norm (torch.nn.utils.clip_grad_norm_): when p.max_norm > 0,
+// grad_sumsq + grad_norm run before the update and every update reads g = G * clip[1].
+//   clip[0] = ||G * mask||_2, clip[1] = min(1, max_norm / (clip[0] + 1e-6)),
+//   clip[2 + k] = partial sum of squares of workgroup k (k < p.parts).
 
 struct Params {
-  n: u32, nesterov: u32, decoupled: u32, _p0: u32,
+  n: u32, nesterov: u32, decoupled: u32, flags: u32,  // flags: 1 amsgrad, 2 centered
   momentum: f32, dampening: f32, weight_decay: f32, eps: f32,
-  beta1: f32, beta2: f32, _p1: u32, _p2: u32,
+  beta1: f32, beta2: f32, max_norm: f32, parts: u32,  // beta2 is alpha (RMSprop), rho (Adadelta)
 }
 struct Step { step: u32, offset: u32, seed: u32, slot: u32, lr: f32, a0: f32, a1: f32, a2: f32 }
 
@@ -16,15 +21,66 @@ struct Step { step: u32, offset: u32, seed: u32, slot: u32, lr: f32, a0: f32, a1
 @group(0) @binding(4) var<storage, read_write> S1: array<f32>;
 @group(0) @binding(5) var<storage, read_write> S2: array<f32>;
 @group(0) @binding(6) var<storage, read> mask: array<f32>;  // 1 trainable, 0 frozen or buffer
+@group(0) @binding(7) var<storage, read_write> S3: array<f32>;
+@group(0) @binding(8) var<storage, read_write> clip: array<f32>;
+
+const AMSGRAD: u32 = 1u;
+const CENTERED: u32 = 2u;
 
 fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 { return gid.x + gid.y * nwg.x * 64u; }
+
+// The gradient of element i after clipping by the global norm (when enabled).
+fn grad(i: u32) -> f32 {
+  if (p.max_norm > 0.0) { return G[i] * clip[1]; }
+  return G[i];
+}
+
+var<workgroup> partial: array<f32, 256>;
+
+fn tree_sum(lid: u32) {
+  workgroupBarrier();
+  for (var half = 128u; half > 0u; half = half >> 1u) {
+    if (lid < half) { partial[lid] += partial[lid + half]; }
+    workgroupBarrier();
+  }
+}
+
+// Level 1 of the norm: workgroup k (of p.parts) sums g^2 over trainable elements k*256 + lid,
+// stepping by p.parts * 256, into clip[2 + k].
+@compute @workgroup_size(256)
+fn grad_sumsq(@builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+  var s = 0.0;
+  for (var e = wid.x * 256u + lid; e < p.n; e += p.parts * 256u) {
+    let g = G[e] * mask[e];
+    s += g * g;
+  }
+  partial[lid] = s;
+  tree_sum(lid);
+  if (lid == 0u) { clip[2u + wid.x] = partial[0]; }
+}
+
+// Level 2: one workgroup sums the p.parts partials; clip_coef as torch.nn.utils.clip_grad_norm_
+// (clip_coef = max_norm / (total_norm + 1e-6), clamped to at most 1).
+@compute @workgroup_size(256)
+fn grad_norm(@builtin(local_invocation_index) lid: u32) {
+  var s = 0.0;
+  for (var k = lid; k < p.parts; k += 256u) { s += clip[2u + k]; }
+  partial[lid] = s;
+  tree_sum(lid);
+  if (lid == 0u) {
+    let norm = sqrt(partial[0]);
+    clip[0] = norm;
+    clip[1] = min(1.0, p.max_norm / (norm + 1e-6));
+  }
+}
 
 // SGD (momentum, dampening, nesterov, weight_decay); the first step sets buf = g.
 @compute @workgroup_size(64)
 fn sgd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let i = index(gid, nwg);
   if (i >= p.n || mask[i] == 0.0) { return; }
-  var g = G[i] + p.weight_decay * P[i];
+  var g = grad(i) + p.weight_decay * P[i];
   if (p.momentum != 0.0) {
     var buf = g;
     if (st.step > 1u) { buf = p.momentum * S1[i] + (1.0 - p.dampening) * g; }
@@ -35,20 +91,26 @@ fn sgd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
 }
 
 // Adam / AdamW (Kingma & Ba 2015; Loshchilov & Hutter 2019 when decoupled):
-// a0 = lr / (1 - beta1^t), a1 = sqrt(1 - beta2^t).
+// a0 = lr / (1 - beta1^t), a1 = sqrt(1 - beta2^t). amsgrad (Reddi et al. 2018, torch's form):
+// S3 = max(S3, v) and the denominator uses S3.
 @compute @workgroup_size(64)
 fn adam(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let i = index(gid, nwg);
   if (i >= p.n || mask[i] == 0.0) { return; }
   var w = P[i];
-  var g = G[i];
+  var g = grad(i);
   if (p.decoupled != 0u) { w = w * (1.0 - st.lr * p.weight_decay); }
   else { g = g + p.weight_decay * w; }
   let m = p.beta1 * S1[i] + (1.0 - p.beta1) * g;
   let v = p.beta2 * S2[i] + (1.0 - p.beta2) * g * g;
   S1[i] = m;
   S2[i] = v;
-  P[i] = w - st.a0 * m / (sqrt(v) / st.a1 + p.eps);
+  var vd = v;
+  if ((p.flags & AMSGRAD) != 0u) {
+    vd = max(S3[i], v);
+    S3[i] = vd;
+  }
+  P[i] = w - st.a0 * m / (sqrt(vd) / st.a1 + p.eps);
 }
 
 // AdaGrad (Duchi et al. 2011): a0 = lr / (1 + (t - 1) * lr_decay); S1 starts at
@@ -58,8 +120,55 @@ fn adagrad(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
   let i = index(gid, nwg);
   if (i >= p.n || mask[i] == 0.0) { return; }
-  let g = G[i] + p.weight_decay * P[i];
+  let g = grad(i) + p.weight_decay * P[i];
   let s = S1[i] + g * g;
   S1[i] = s;
   P[i] = P[i] - st.a0 * g / (sqrt(s) + p.eps);
+}
+
+// RMSprop (Hinton, Coursera lecture 6e; torch.optim.RMSprop): alpha = p.beta2.
+//   v = alpha v + (1 - alpha) g^2 (S1); centered: gavg = alpha gavg + (1 - alpha) g (S3),
+//   avg = sqrt(v - gavg^2) + eps, else sqrt(v) + eps;
+//   momentum > 0: buf = momentum buf + g / avg (S2), w -= lr buf; else w -= lr g / avg.
+@compute @workgroup_size(64)
+fn rmsprop(@builtin(global_invocation_id) gid: vec3<u32>,
+           @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = index(gid, nwg);
+  if (i >= p.n || mask[i] == 0.0) { return; }
+  let g = grad(i) + p.weight_decay * P[i];
+  let alpha = p.beta2;
+  let v = alpha * S1[i] + (1.0 - alpha) * g * g;
+  S1[i] = v;
+  var avg: f32;
+  if ((p.flags & CENTERED) != 0u) {
+    let ga = alpha * S3[i] + (1.0 - alpha) * g;
+    S3[i] = ga;
+    avg = sqrt(v - ga * ga) + p.eps;
+  } else {
+    avg = sqrt(v) + p.eps;
+  }
+  if (p.momentum > 0.0) {
+    let buf = p.momentum * S2[i] + g / avg;
+    S2[i] = buf;
+    P[i] = P[i] - st.lr * buf;
+  } else {
+    P[i] = P[i] - st.lr * g / avg;
+  }
+}
+
+// Adadelta (Zeiler 2012; torch.optim.Adadelta): rho = p.beta2.
+//   v = rho v + (1 - rho) g^2 (S1); delta = sqrt(u + eps) / sqrt(v + eps) * g;
+//   u = rho u + (1 - rho) delta^2 (S2); w -= lr delta.
+@compute @workgroup_size(64)
+fn adadelta(@builtin(global_invocation_id) gid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = index(gid, nwg);
+  if (i >= p.n || mask[i] == 0.0) { return; }
+  let g = grad(i) + p.weight_decay * P[i];
+  let rho = p.beta2;
+  let v = rho * S1[i] + (1.0 - rho) * g * g;
+  S1[i] = v;
+  let delta = sqrt(S2[i] + p.eps) / sqrt(v + p.eps) * g;
+  S2[i] = rho * S2[i] + (1.0 - rho) * delta * delta;
+  P[i] = P[i] - st.lr * delta;
 }
