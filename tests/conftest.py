@@ -136,6 +136,11 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("measured max errors (max|got-ref| / max|ref|)")
         for tag, d in sorted(errors.items()):
             terminalreporter.write_line(f"{tag:20s} forward {d['fwd']:.2e}   grad {d['grad']:.2e}")
+    e2e = getattr(sys.modules.get("test_e2e"), "REPORT", None)
+    if e2e:
+        terminalreporter.section("end to end in headless Chromium")
+        for line in e2e:
+            terminalreporter.write_line(line)
     optim_errors = getattr(sys.modules.get("test_optim"), "MAX_ERR", None)
     if optim_errors:
         terminalreporter.section("optimizer trajectories: max error over 20 steps vs torch")
