@@ -3,7 +3,11 @@
 The problem: one Gemm (Linear, weight [3, 5] + bias [3]) -> LogSoftmax -> NLLLoss(mean) on a
 fixed batch of 4. For each optimizer configuration, 20 steps of torch.optim in float64 from the
 same float32-representable start; stored: the loss before every step and the parameters after
-every step. Only this script needs torch: `python scripts/make_optim_fixtures.py`.
+every step. A configuration may clip gradients (torch.nn.utils.clip_grad_norm_ before each step;
+the grad norms are stored) or schedule the lr (a torch lr_scheduler stepped as SCHEDULE_EVERY
+says). "schedulers": the lr of every optimizer step of each scheduler (SCHED_STEPS steps,
+SCHED_PER_EPOCH steps per epoch; epoch-wise schedulers step after each epoch, OneCycleLR after
+each batch). Only this script needs torch: `python scripts/make_optim_fixtures.py`.
 """
 
 import json
@@ -36,7 +40,73 @@ CONFIGS = {
                            {"lr_decay": 0.01, "initial_accumulator_value": 0.1}),
     "adagrad_wd": ("Adagrad", {"lr": 0.1, "weight_decay": 1e-2}, "Adagrad",
                    {"weight_decay": 1e-2}),
+    "rmsprop": ("RMSprop", {"lr": 1e-2}, "RMSprop", {}),
+    "rmsprop_centered_momentum_wd": ("RMSprop", {"lr": 1e-2, "alpha": 0.9, "momentum": 0.9,
+                                                 "centered": True, "weight_decay": 1e-2},
+                                     "RMSprop", {"alpha": 0.9, "momentum": 0.9, "centered": True,
+                                                 "weight_decay": 1e-2}),
+    "rmsprop_momentum_eps": ("RMSprop", {"lr": 3e-3, "momentum": 0.5, "eps": 1e-4}, "RMSprop",
+                             {"momentum": 0.5, "eps": 1e-4}),
+    "adadelta": ("Adadelta", {"lr": 1.0}, "Adadelta", {}),
+    "adadelta_rho_wd": ("Adadelta", {"lr": 0.5, "rho": 0.8, "eps": 1e-5, "weight_decay": 1e-2},
+                        "Adadelta", {"rho": 0.8, "eps": 1e-5, "weight_decay": 1e-2}),
+    "adam_amsgrad": ("Adam", {"lr": 1e-2, "amsgrad": True, "betas": (0.9, 0.9)}, "Adam",
+                     {"amsgrad": True, "betas": [0.9, 0.9]}),
+    "adamw_amsgrad": ("AdamW", {"lr": 1e-2, "weight_decay": 1e-2, "amsgrad": True,
+                                "betas": (0.9, 0.9)}, "Adam",
+                      {"weight_decay": 1e-2, "decoupled": True, "amsgrad": True,
+                       "betas": [0.9, 0.9]}),
+    "sgd_momentum_clip": ("SGD", {"lr": 0.1, "momentum": 0.9}, "SGD",
+                          {"momentum": 0.9, "clip_grad_norm": 0.05}),
+    "adam_clip": ("Adam", {"lr": 1e-2}, "Adam", {"clip_grad_norm": 0.1}),
+    "adamw_onecycle": ("AdamW", {"lr": 1e-2, "weight_decay": 1e-2}, "Adam",
+                       {"weight_decay": 1e-2, "decoupled": True}),
+    "sgd_steplr": ("SGD", {"lr": 0.1, "momentum": 0.9}, "SGD", {"momentum": 0.9}),
 }
+
+# configuration -> the lr scheduler it runs (the engine's schedulers.make spec); stepped every
+# SCHEDULE_EVERY optimizer steps (OneCycleLR: every step).
+SCHEDULE = {
+    "adamw_onecycle": {"name": "OneCycleLR", "max_lr": 5e-2, "total_steps": STEPS,
+                       "cycle_momentum": False},
+    "sgd_steplr": {"name": "StepLR", "step_size": 2, "gamma": 0.5},
+}
+SCHEDULE_EVERY = 4  # optimizer steps per "epoch" of the epoch-wise schedulers
+
+SCHED_STEPS, SCHED_PER_EPOCH = 30, 3
+SCHEDULERS = {
+    "steplr": ({"name": "StepLR", "step_size": 2, "gamma": 0.7}, 0.1),
+    "steplr_1": ({"name": "StepLR", "step_size": 1, "gamma": 0.7}, 1.0),
+    "exponentiallr": ({"name": "ExponentialLR", "gamma": 0.9}, 0.05),
+    "cosineannealinglr": ({"name": "CosineAnnealingLR", "T_max": 4, "eta_min": 1e-3}, 0.1),
+    "cosineannealinglr_long": ({"name": "CosineAnnealingLR", "T_max": 10}, 0.3),
+    "onecyclelr": ({"name": "OneCycleLR", "max_lr": 0.1, "total_steps": SCHED_STEPS,
+                    "cycle_momentum": False}, 0.1),
+    "onecyclelr_linear_3phase": ({"name": "OneCycleLR", "max_lr": 0.2, "total_steps": 40,
+                                  "pct_start": 0.25, "anneal_strategy": "linear",
+                                  "div_factor": 10.0, "final_div_factor": 100.0,
+                                  "three_phase": True, "cycle_momentum": False}, 0.1),
+}
+
+
+def _torch_scheduler(opt, spec):
+    kwargs = {k: v for k, v in spec.items() if k != "name"}
+    return getattr(torch.optim.lr_scheduler, spec["name"])(opt, **kwargs)
+
+
+def scheduler_lrs(spec, lr):
+    """torch's lr at each of SCHED_STEPS optimizer steps."""
+    w = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=lr)
+    sched = _torch_scheduler(opt, spec)
+    per_batch = spec["name"] == "OneCycleLR"
+    lrs = []
+    for t in range(1, SCHED_STEPS + 1):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        if per_batch or t % SCHED_PER_EPOCH == 0:
+            sched.step()
+    return lrs
 
 
 def main():
@@ -56,21 +126,41 @@ def main():
         w = torch.tensor(w0, dtype=torch.float64, requires_grad=True)
         b = torch.tensor(b0, dtype=torch.float64, requires_grad=True)
         opt = getattr(torch.optim, tcls)([w, b], **tkw)
-        losses, traj = [], []
-        for _ in range(STEPS):
+        spec = SCHEDULE.get(name)
+        sched = _torch_scheduler(opt, spec) if spec else None
+        max_norm = ekw.get("clip_grad_norm", 0.0)
+        losses, traj, norms, lrs = [], [], [], []
+        for t in range(1, STEPS + 1):
             opt.zero_grad()
             loss = torch.nn.functional.nll_loss(torch.log_softmax(xt @ w.T + b, dim=1), yt)
             loss.backward()
+            if max_norm:
+                norms.append(torch.nn.utils.clip_grad_norm_([w, b], max_norm).item())
+            lrs.append(opt.param_groups[0]["lr"])
             opt.step()
+            if sched and (spec["name"] == "OneCycleLR" or t % SCHEDULE_EVERY == 0):
+                sched.step()
             losses.append(loss.item())
             traj.append({"fc.weight": w.detach().numpy().tolist(),
                          "fc.bias": b.detach().numpy().tolist()})
-        out["configs"][name] = {"torch": {"class": tcls, "kwargs": tkw},
-                                "engine": {"class": ecls, "kwargs": ekw}, "lr": tkw["lr"],
-                                "losses": losses, "params": traj}
+        if max_norm:
+            assert min(norms) > max_norm, f"{name}: max_norm {max_norm} does not always clip"
+        cfg = {"torch": {"class": tcls, "kwargs": tkw},
+               "engine": {"class": ecls, "kwargs": ekw}, "lr": tkw["lr"],
+               "losses": losses, "params": traj}
+        if max_norm:
+            cfg["grad_norms"] = norms
+        if spec:
+            cfg.update(scheduler=spec, steps_per_epoch=SCHEDULE_EVERY, lrs=lrs)
+        out["configs"][name] = cfg
+    out["schedulers"] = {}
+    for name, (spec, lr) in SCHEDULERS.items():
+        out["schedulers"][name] = {"spec": spec, "lr": lr, "steps_per_epoch": SCHED_PER_EPOCH,
+                                   "steps": SCHED_STEPS, "lrs": scheduler_lrs(spec, lr)}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(out) + "\n")
-    print(f"wrote {OUT} ({len(CONFIGS)} configurations x {STEPS} steps)")
+    print(f"wrote {OUT} ({len(CONFIGS)} configurations x {STEPS} steps, "
+          f"{len(SCHEDULERS)} schedulers x {SCHED_STEPS} steps)")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """The engine's optimizers replay torch.optim trajectories (tests/fixtures/optim.json, made by
-scripts/make_optim_fixtures.py): every step's parameters within OPTIM_RTOL of torch's.
-torch is not needed here."""
+scripts/make_optim_fixtures.py): every step's parameters within OPTIM_RTOL of torch's, with
+gradient clipping by global norm and lr schedulers where the configuration has them; the
+schedulers' lr sequences match torch's lr_scheduler within SCHED_ATOL; the optimizer state
+saves and restores exactly. torch is not needed here."""
 
 import json
 import pathlib
@@ -10,11 +12,12 @@ import pytest
 
 from conftest import (FWD_RTOL, OPTIM_RTOL, build, make_graph, node, read_flat, rel_err, run,
                       step_bytes)
-from webgpu_trainer import optim
+from webgpu_trainer import optim, schedulers
 
 FIXTURE = json.loads((pathlib.Path(__file__).parent / "fixtures" / "optim.json").read_text())
 PROBLEM = FIXTURE["problem"]
 MAX_ERR: dict = {}
+SCHED_ATOL = 1e-12
 
 
 def _model():
@@ -25,32 +28,56 @@ def _model():
                       [("output", ["N", PROBLEM["classes"]])])
 
 
-async def _replay(dev, cfg):
-    graph, blob = _model()
-    plan = await build(dev, graph, blob, PROBLEM["batch"])
-    dev.write(plan.input.buf, np.array(PROBLEM["x"], np.float32).tobytes())
-    dev.write(plan.labels.buf, np.array(PROBLEM["labels"], np.uint32).tobytes())
+def _optimizer(cfg):
     kwargs = dict(cfg["engine"]["kwargs"])
     if "betas" in kwargs:
         kwargs["betas"] = tuple(kwargs["betas"])
-    opt = getattr(optim, cfg["engine"]["class"])(cfg["lr"], **kwargs)
+    return getattr(optim, cfg["engine"]["class"])(cfg["lr"], **kwargs)
+
+
+def _lr_at(cfg):
+    return schedulers.make({"lr": cfg["lr"], "scheduler": cfg.get("scheduler")},
+                           cfg.get("steps_per_epoch", 1), FIXTURE["steps"])
+
+
+async def _setup(dev, cfg, weights=None):
+    """A fresh plan on the fixture's problem (weights: bytes of P, else the start) and
+    ``cfg``'s optimizer attached; returns ``(plan, opt, program)``."""
+    graph, blob = _model()
+    plan = await build(dev, graph, blob, PROBLEM["batch"])
+    if weights is not None:
+        dev.write(plan.P, weights)
+    dev.write(plan.input.buf, np.array(PROBLEM["x"], np.float32).tobytes())
+    dev.write(plan.labels.buf, np.array(PROBLEM["labels"], np.uint32).tobytes())
+    opt = _optimizer(cfg)
     await opt.attach(plan)
-    prog = dev.program(plan.fwd_train + plan.loss + plan.bwd + opt.dispatches)
-    params, losses = [], []
+    return plan, opt, dev.program(plan.fwd_train + plan.loss + plan.bwd + opt.dispatches)
+
+
+def _step(dev, plan, opt, prog, t, lr_at):
+    lr = lr_at(t)
+    dev.write(plan.step, step_bytes(t, lr=lr, a=opt.scalars(t, lr)))
+    dev.submit([prog])
+
+
+async def _replay(dev, cfg):
+    plan, opt, prog = await _setup(dev, cfg)
+    lr_at = _lr_at(cfg)
+    params, losses, norms = [], [], []
     for t in range(1, FIXTURE["steps"] + 1):
-        dev.write(plan.step, step_bytes(t, lr=cfg["lr"], a=opt.scalars(t, cfg["lr"])))
-        dev.submit([prog])
+        _step(dev, plan, opt, prog, t, lr_at)
         params.append({name: await read_flat(dev, plan, plan.P, name) for name in
                        PROBLEM["params"]})
         losses.append(float(np.frombuffer(await dev.read(plan.metrics, 0, 4), np.float32)[0]))
+        norms.append(float(np.frombuffer(await dev.read(opt.clip, 0, 4), np.float32)[0]))
     whole = np.frombuffer(await dev.read(plan.P), np.float32)
-    return params, losses, plan, whole
+    return params, losses, plan, whole, norms
 
 
 @pytest.mark.parametrize("name", list(FIXTURE["configs"]))
 def test_optimizer_matches_torch(device, name):
     cfg = FIXTURE["configs"][name]
-    params, losses, plan, whole = run(_replay(device, cfg))
+    params, losses, plan, whole, norms = run(_replay(device, cfg))
     worst = 0.0
     for t, (got, want) in enumerate(zip(params, cfg["params"]), start=1):
         for pname, value in want.items():
@@ -64,13 +91,112 @@ def test_optimizer_matches_torch(device, name):
     for t in plan.graph.tensors.values():
         used[t["offset"] // 4:(t["offset"] + t["nbytes"]) // 4] = True
     assert np.all(whole[~used] == 0)
+    if "grad_norms" in cfg:  # the GPU's global gradient norm, before clipping, as torch's
+        assert rel_err(norms, cfg["grad_norms"]) <= FWD_RTOL
+    if "lrs" in cfg:
+        lr_at = _lr_at(cfg)
+        assert max(abs(lr_at(t) - want) for t, want in enumerate(cfg["lrs"], 1)) <= SCHED_ATOL
     MAX_ERR[name] = worst
+
+
+@pytest.mark.parametrize("name", list(FIXTURE["schedulers"]))
+def test_scheduler_matches_torch(name):
+    case = FIXTURE["schedulers"][name]
+    lr_at = schedulers.make({"lr": case["lr"], "scheduler": case["spec"]},
+                            case["steps_per_epoch"], case["steps"])
+    got = [lr_at(t) for t in range(1, case["steps"] + 1)]
+    err = max(abs(g - w) for g, w in zip(got, case["lrs"]))
+    assert err <= SCHED_ATOL, f"{name}: lr off by {err:.3g}"
+    MAX_ERR["sched." + name] = err
+
+
+def test_scheduler_errors():
+    assert schedulers.make({"lr": 0.1}, 10, 100)(57) == 0.1
+    with pytest.raises(ValueError, match="cycle_momentum"):
+        schedulers.make({"lr": 0.1, "scheduler": {"name": "onecycle", "max_lr": 1.0}}, 10, 100)
+    with pytest.raises(ValueError, match="unknown scheduler"):
+        schedulers.make({"lr": 0.1, "scheduler": {"name": "cyclic"}}, 10, 100)
+    with pytest.raises(ValueError, match="step_siz"):
+        schedulers.make({"lr": 0.1, "scheduler": {"name": "steplr", "step_siz": 1}}, 10, 100)
+    one = schedulers.make({"lr": 0.1, "scheduler": {"name": "OneCycleLR", "max_lr": 1.0,
+                                                    "cycle_momentum": False}}, 10, 100)
+    one(101)  # torch allows last_epoch == total_steps
+    with pytest.raises(ValueError, match="Tried to step"):
+        one(102)
+
+
+def test_make_names_and_extras():
+    assert isinstance(optim.make("RMSprop", 1e-2, 0.9, centered=True), optim.RMSprop)
+    opt = optim.make("adadelta", 1.0, rho=0.8, clip_grad_norm=1.0)
+    assert (opt.rho, opt.clip_grad_norm) == (0.8, 1.0)
+    assert optim.make("adamw", 1e-3, amsgrad=True).amsgrad
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        optim.make("lion", 1e-3)
+    with pytest.raises(ValueError, match="rmsprop"):
+        optim.make("rmsprop", 1e-3, betas=(0.9, 0.99))
+
+
+@pytest.mark.parametrize("name", ["adamw_amsgrad", "rmsprop_centered_momentum_wd",
+                                  "sgd_momentum_clip", "adadelta_rho_wd"])
+def test_state_round_trip(device, name):
+    """5 steps, save weights + optimizer state, load into a fresh plan and optimizer, 5 more
+    steps == 10 uninterrupted steps, bit for bit."""
+    cfg = FIXTURE["configs"][name]
+    lr_at = _lr_at(cfg)
+
+    async def go():
+        plan, opt, prog = await _setup(device, cfg)
+        for t in range(1, 11):
+            _step(device, plan, opt, prog, t, lr_at)
+        want_p, want_s = await device.read(plan.P), await opt.state_bytes(device)
+        plan, opt, prog = await _setup(device, cfg)
+        for t in range(1, 6):
+            _step(device, plan, opt, prog, t, lr_at)
+        weights, state = await device.read(plan.P), await opt.state_bytes(device)
+        plan, opt, prog = await _setup(device, cfg, weights)
+        opt.load_state_bytes(device, state)
+        assert await opt.state_bytes(device) == state
+        for t in range(6, 11):
+            _step(device, plan, opt, prog, t, lr_at)
+        return want_p, want_s, await device.read(plan.P), await opt.state_bytes(device), opt
+
+    want_p, want_s, got_p, got_s, opt = run(go())
+    assert got_p == want_p
+    assert got_s == want_s
+    assert len(got_s) > 4 * opt.n * len(opt.state_buffers())
+
+
+def test_state_mismatch_raises(device):
+    async def go():
+        plan, adam, _ = await _setup(device, FIXTURE["configs"]["adam"])
+        state = await adam.state_bytes(device)
+        for other, what in (("adam_amsgrad", "buffers"), ("adamw", "optimizer"),
+                            ("rmsprop", "optimizer")):
+            _, opt, _ = await _setup(device, FIXTURE["configs"][other])
+            with pytest.raises(ValueError, match=what):
+                opt.load_state_bytes(device, state)
+        with pytest.raises(ValueError, match="magic"):
+            adam.load_state_bytes(device, b"nonsense" + state)
+        with pytest.raises(ValueError, match="bytes of state"):
+            adam.load_state_bytes(device, state[:-4])
+        adam.n += 64  # a model of another size
+        with pytest.raises(ValueError, match="elements"):
+            adam.load_state_bytes(device, state)
+
+    run(go())
 
 
 def test_fixture_is_complete():
     cfgs = FIXTURE["configs"]
     classes = {c["torch"]["class"] for c in cfgs.values()}
-    assert {"SGD", "Adam", "AdamW", "Adagrad"} <= classes
+    assert {"SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adadelta"} <= classes
     assert any(c["torch"]["kwargs"].get("nesterov") for c in cfgs.values())
+    assert any(c["torch"]["kwargs"].get("centered") and c["torch"]["kwargs"].get("momentum")
+               for c in cfgs.values())
+    assert {c["torch"]["class"] for c in cfgs.values() if c["torch"]["kwargs"].get("amsgrad")} \
+        == {"Adam", "AdamW"}
+    assert any(c["engine"]["kwargs"].get("clip_grad_norm") for c in cfgs.values())
+    assert {s["spec"]["name"] for s in FIXTURE["schedulers"].values()} == {
+        "StepLR", "ExponentialLR", "CosineAnnealingLR", "OneCycleLR"}
     for c in cfgs.values():
         assert len(c["params"]) == FIXTURE["steps"] == 20

@@ -12,7 +12,7 @@ import struct
 import time
 from array import array
 
-from . import optim
+from . import optim, schedulers
 from .backends.base import groups_1d, pack_params, round_up
 from .graph import Graph
 from .plan import METRICS_RING, Plan
@@ -73,11 +73,18 @@ class Trainer:
         dev.write(plan.P, bytes(blob))
         if cfg["init"] == "scratch":
             await plan.init_weights(int(cfg["seed"]))
+        # "clip_grad_norm" (0 = off) and "optimizer_args" (torch.optim keywords) are optional.
         self.opt = optim.make(cfg["optimizer"], float(cfg["lr"]), float(cfg["momentum"]),
-                              float(cfg["weight_decay"]))
+                              float(cfg["weight_decay"]),
+                              clip_grad_norm=float(cfg.get("clip_grad_norm") or 0.0),
+                              **(cfg.get("optimizer_args") or {}))
         await self.opt.attach(plan)
-        # Learning rate of optimizer step t (1-based); an LR scheduler replaces this.
-        self.lr_at = lambda t: float(cfg["lr"])
+        # Learning rate of optimizer step t (1-based): cfg["scheduler"] (see schedulers.py).
+        per_epoch = self.train_set.count // batch
+        total = per_epoch * int(cfg["epochs"])
+        if int(cfg["max_steps"]) > 0:
+            total = min(total, int(cfg["max_steps"]))
+        self.lr_at = schedulers.make(cfg, per_epoch, total)
         self.emit("status", text="Uploading MNIST to the GPU…")
         self.order = dev.buffer(4 * self.train_set.count, "train.order")
         self.gather_train = await self._gather(self.train_set, self.order)

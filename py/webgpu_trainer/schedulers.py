@@ -1,0 +1,208 @@
+"""Learning-rate schedulers with torch.optim.lr_scheduler's names, defaults and arithmetic, as
+pure functions of the optimizer step (standard library only: this runs in Pyodide).
+
+``lr_at(t)`` is the learning rate of optimizer step ``t`` (1-based), the value torch's optimizer
+holds in ``param_groups[0]["lr"]`` when it takes that step. StepLR, ExponentialLR and
+CosineAnnealingLR are stepped once per epoch in torch's usual loop (``scheduler.step()`` after
+each epoch), so step ``t`` uses the schedule's epoch ``(t - 1) // steps_per_epoch``
+(``interval="step"`` steps them per batch instead); OneCycleLR is stepped per batch, so step
+``t`` uses its ``last_epoch = t - 1``. The epoch-wise schedulers replay torch's recursive
+(chainable) ``get_lr`` form, not the closed form, so the values match torch's bit for bit up
+to the order of float operations.
+
+``make(cfg, steps_per_epoch, total_steps)`` builds the scheduler of a trainer config: ``cfg["lr"]``
+and optional ``cfg["scheduler"]``, e.g. ``{"name": "steplr", "step_size": 1, "gamma": 0.7}``;
+absent (or None) -> the constant ``cfg["lr"]``.
+"""
+
+import math
+
+
+class Constant:
+    """No scheduler: ``lr`` at every step."""
+
+    def __init__(self, lr: float):
+        self.lr = float(lr)
+
+    def lr_at(self, step: int) -> float:
+        return self.lr
+
+    __call__ = lr_at
+
+
+class _EpochScheduler:
+    """A torch scheduler stepped once per ``steps_per_epoch`` optimizer steps (``interval``
+    "epoch") or once per step ("step"); subclasses give torch's recursive ``_next``."""
+
+    def __init__(self, lr: float, steps_per_epoch: int = 1, interval: str = "epoch"):
+        if lr <= 0:
+            raise ValueError(f"lr must be positive, got {lr}")
+        if interval not in ("epoch", "step"):
+            raise ValueError(f"interval must be 'epoch' or 'step', got {interval!r}")
+        self.base_lr = float(lr)
+        self.per = max(1, int(steps_per_epoch)) if interval == "epoch" else 1
+        self._lrs = [self.base_lr]  # lr after torch's last_epoch = k steps, k = index
+
+    def _next(self, epoch: int, lr: float) -> float:
+        raise NotImplementedError
+
+    def lr_at_epoch(self, epoch: int) -> float:
+        """The lr after ``epoch`` calls of torch's ``scheduler.step()`` (last_epoch = epoch)."""
+        while len(self._lrs) <= epoch:
+            self._lrs.append(self._next(len(self._lrs), self._lrs[-1]))
+        return self._lrs[epoch]
+
+    def lr_at(self, step: int) -> float:
+        return self.lr_at_epoch((max(int(step), 1) - 1) // self.per)
+
+    __call__ = lr_at
+
+
+class StepLR(_EpochScheduler):
+    """torch.optim.lr_scheduler.StepLR(step_size, gamma=0.1): lr *= gamma every ``step_size``
+    epochs (lr = base_lr * gamma ** (epoch // step_size))."""
+
+    def __init__(self, lr, step_size, gamma=0.1, steps_per_epoch=1, interval="epoch"):
+        super().__init__(lr, steps_per_epoch, interval)
+        if int(step_size) < 1:
+            raise ValueError(f"step_size must be a positive integer, got {step_size}")
+        self.step_size, self.gamma = int(step_size), float(gamma)
+
+    def _next(self, epoch, lr):
+        return lr if epoch % self.step_size else lr * self.gamma
+
+
+class ExponentialLR(_EpochScheduler):
+    """torch.optim.lr_scheduler.ExponentialLR(gamma): lr *= gamma every epoch."""
+
+    def __init__(self, lr, gamma, steps_per_epoch=1, interval="epoch"):
+        super().__init__(lr, steps_per_epoch, interval)
+        self.gamma = float(gamma)
+
+    def _next(self, epoch, lr):
+        return lr * self.gamma
+
+
+class CosineAnnealingLR(_EpochScheduler):
+    """torch.optim.lr_scheduler.CosineAnnealingLR(T_max, eta_min=0):
+    eta_t = eta_min + (base_lr - eta_min) (1 + cos(pi T_cur / T_max)) / 2 (SGDR, Loshchilov &
+    Hutter 2017, without restarts), computed with torch's recursive form (which keeps going past
+    T_max as a cosine of period 2 T_max)."""
+
+    def __init__(self, lr, T_max, eta_min=0.0, steps_per_epoch=1, interval="epoch"):
+        super().__init__(lr, steps_per_epoch, interval)
+        if int(T_max) < 1:
+            raise ValueError(f"T_max must be a positive integer, got {T_max}")
+        self.T_max, self.eta_min = int(T_max), float(eta_min)
+
+    def _next(self, epoch, lr):
+        T, eta = self.T_max, self.eta_min
+        if (epoch - 1 - T) % (2 * T) == 0:
+            return lr + (self.base_lr - eta) * (1 - math.cos(math.pi / T)) / 2
+        return ((1 + math.cos(math.pi * epoch / T)) / (1 + math.cos(math.pi * (epoch - 1) / T))
+                * (lr - eta) + eta)
+
+
+class OneCycleLR:
+    """torch.optim.lr_scheduler.OneCycleLR(max_lr, total_steps, pct_start=0.3,
+    anneal_strategy="cos", div_factor=25, final_div_factor=1e4, three_phase=False), stepped
+    per batch (Smith & Topin 2017, "Super-Convergence"; fastai's two phases unless
+    ``three_phase``). lr starts at max_lr / div_factor (the optimizer's own lr is replaced, as
+    in torch), rises to max_lr over pct_start of the steps, then anneals to
+    initial_lr / final_div_factor.
+
+    Momentum cycling is NOT implemented: torch's default ``cycle_momentum=True`` also cycles
+    SGD's momentum / Adam's beta1 between base_momentum 0.85 and max_momentum 0.95, which this
+    engine cannot do (the optimizer kernels take momentum / beta1 from a fixed uniform), so
+    the constructor raises ValueError unless ``cycle_momentum=False`` is given explicitly.
+    Stepping past ``total_steps`` raises ValueError as torch does."""
+
+    def __init__(self, max_lr, total_steps=None, epochs=None, steps_per_epoch=None,
+                 pct_start=0.3, anneal_strategy="cos", cycle_momentum=True, div_factor=25.0,
+                 final_div_factor=1e4, three_phase=False, base_momentum=0.85,
+                 max_momentum=0.95):
+        if cycle_momentum:
+            raise ValueError("OneCycleLR: cycle_momentum=True (torch's default) is not "
+                             "supported (momentum/beta1 are fixed per run); pass "
+                             "cycle_momentum=False")
+        if total_steps is None:
+            if not epochs or not steps_per_epoch:
+                raise ValueError("You must define either total_steps OR (epochs AND "
+                                 "steps_per_epoch)")
+            total_steps = int(epochs) * int(steps_per_epoch)
+        if int(total_steps) <= 0:
+            raise ValueError(f"Expected positive integer total_steps, but got {total_steps}")
+        if not 0.0 <= float(pct_start) <= 1.0:
+            raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError("anneal_strategy must be one of 'cos' or 'linear', instead got "
+                             f"{anneal_strategy}")
+        self.total_steps = n = int(total_steps)
+        self.anneal = anneal_strategy
+        self.initial_lr = float(max_lr) / div_factor
+        self.max_lr = float(max_lr)
+        self.min_lr = self.initial_lr / final_div_factor
+        pct = float(pct_start)
+        if three_phase:
+            self.phases = [(float(pct * n) - 1, self.initial_lr, self.max_lr),
+                           (float(2 * pct * n) - 2, self.max_lr, self.initial_lr),
+                           (n - 1, self.initial_lr, self.min_lr)]
+        else:
+            self.phases = [(float(pct * n) - 1, self.initial_lr, self.max_lr),
+                           (n - 1, self.max_lr, self.min_lr)]
+
+    def _anneal_value(self, start, end, pct):
+        if self.anneal == "cos":
+            return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return (end - start) * pct + start
+
+    def lr_at_epoch(self, step_num: int) -> float:
+        """torch's get_lr at ``last_epoch = step_num`` (batches stepped so far)."""
+        if step_num > self.total_steps:
+            raise ValueError(f"Tried to step {step_num} times. The specified number of total "
+                             f"steps is {self.total_steps}")
+        start = 0.0
+        for i, (end, lo, hi) in enumerate(self.phases):
+            if step_num <= end or i == len(self.phases) - 1:
+                return self._anneal_value(lo, hi, (step_num - start) / (end - start))
+            start = end
+        raise AssertionError("unreachable")
+
+    def lr_at(self, step: int) -> float:
+        return self.lr_at_epoch(max(int(step), 1) - 1)
+
+    __call__ = lr_at
+
+
+NAMES = {"steplr": StepLR, "exponentiallr": ExponentialLR,
+         "cosineannealinglr": CosineAnnealingLR, "onecyclelr": OneCycleLR}
+_ALIASES = {"step": "steplr", "exponential": "exponentiallr", "cosine": "cosineannealinglr",
+            "cosineannealing": "cosineannealinglr", "onecycle": "onecyclelr"}
+
+
+def make(cfg: dict, steps_per_epoch: int, total_steps: int):
+    """The ``lr_at(step)`` callable of a trainer config: ``cfg["lr"]`` and optional
+    ``cfg["scheduler"]`` = ``{"name": ..., **torch's keyword arguments}`` (names as torch's
+    classes, case-insensitive, also "step", "exponential", "cosine", "onecycle"). OneCycleLR's
+    ``total_steps`` defaults to ``total_steps``. Raises ValueError for an unknown name or
+    keyword."""
+    lr = float(cfg["lr"])
+    spec = cfg.get("scheduler")
+    if not spec:
+        return Constant(lr)
+    kwargs = {k: v for k, v in spec.items() if k != "name"}
+    key = str(spec.get("name", "")).lower().replace("_", "")
+    key = _ALIASES.get(key, key)
+    if key not in NAMES:
+        raise ValueError(f"unknown scheduler {spec.get('name')!r}: choose one of "
+                         f"{', '.join(c.__name__ for c in NAMES.values())}")
+    try:
+        if key == "onecyclelr":
+            if "epochs" in kwargs:
+                kwargs.setdefault("steps_per_epoch", int(steps_per_epoch))
+            elif "total_steps" not in kwargs:
+                kwargs["total_steps"] = int(total_steps)
+            return OneCycleLR(**kwargs)
+        return NAMES[key](lr, steps_per_epoch=steps_per_epoch, **kwargs)
+    except TypeError as exc:
+        raise ValueError(f"scheduler {spec.get('name')!r}: {exc}") from None
