@@ -15,6 +15,7 @@ from array import array
 from . import optim, schedulers
 from .backends.base import groups_1d, pack_params, round_up
 from .graph import Graph
+from .guard import Guard
 from .plan import METRICS_RING, Plan
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # ((x / 255) - mean) / std, as the PyTorch MNIST example
@@ -35,7 +36,12 @@ class Split:
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the message names the step and suggests a fix."""
+    """The loss or a gradient became NaN or infinite; the message names the step and the first
+    layer (graph order) with a non-finite gradient, and suggests a fix. ``step``, ``layer``."""
+
+    def __init__(self, message, step=None, layer=None):
+        super().__init__(message)
+        self.step, self.layer = step, layer
 
 
 class Trainer:
@@ -45,7 +51,11 @@ class Trainer:
     batch_size, epochs, seed, init ("scratch" re-initialises with PyTorch's default init,
     "finetune" keeps the model's weights), momentum, weight_decay, max_steps (0: no cap),
     eval_images (first N test images), report_every (steps between metric readbacks).
-    ``emit(kind, **fields)`` receives "status", "progress", "epoch" events.
+    ``emit(kind, **fields)`` receives "status", "progress", "epoch" events ("epoch" carries the
+    epoch's mean train_loss / train_acc too). To continue a run, set ``epoch`` (epochs done) and
+    ``step`` (steps done) and restore weights / optimizer state after ``setup()``;
+    ``on_epoch`` (async, optional) is awaited after each epoch's validation with
+    ``(epoch, step, metrics dict)``.
     """
 
     def __init__(self, dev, graph: dict, weights: bytes, config: dict, train: Split,
@@ -56,6 +66,9 @@ class Trainer:
         self.emit = emit or (lambda kind, **kw: None)
         self.stop_requested = False
         self.step = 0
+        self.epoch = 0
+        self.on_epoch = None
+        self._sums = [0.0, 0.0, 0]  # loss, accuracy, steps of the current epoch
 
     async def setup(self):
         """Build the plan, upload weights and data, record the train and eval programs."""
@@ -79,6 +92,7 @@ class Trainer:
                               clip_grad_norm=float(cfg.get("clip_grad_norm") or 0.0),
                               **(cfg.get("optimizer_args") or {}))
         await self.opt.attach(plan)
+        self.guard = await Guard.build(plan)
         # Learning rate of optimizer step t (1-based): cfg["scheduler"] (see schedulers.py).
         per_epoch = self.train_set.count // batch
         total = per_epoch * int(cfg["epochs"])
@@ -100,7 +114,8 @@ class Trainer:
         self.classes = classes
         self.logits = dev.buffer(4 * self.eval_batches * batch * classes, "eval.logits")
         self.train_program = dev.program(self.gather_train + plan.fwd_train + plan.loss
-                                         + plan.bwd + self.opt.dispatches)
+                                         + plan.bwd + self.guard.dispatches
+                                         + self.opt.dispatches)
         self.eval_program = dev.program(self.gather_eval + plan.fwd_eval + plan.head)
 
     async def _gather(self, split: Split, order):
@@ -128,7 +143,7 @@ class Trainer:
     async def run(self):
         """Train, validate after each epoch, evaluate at the end. Returns the final metrics dict:
         ``{"test_acc", "test_loss", "steps", "epochs_done", "stopped", "logits": bytes}``.
-        Raises TrainingDiverged when the loss is not finite."""
+        Raises TrainingDiverged when the loss or a gradient is not finite."""
         cfg, dev, plan = self.cfg, self.dev, self.plan
         batch = plan.batch
         per_epoch = self.train_set.count // batch  # drop_last: BatchNorm needs full batches
@@ -137,12 +152,14 @@ class Trainer:
             total = min(total, int(cfg["max_steps"]))
         report = max(1, min(int(cfg["report_every"]), METRICS_RING // 2))
         start = time.perf_counter()
-        last_read, epoch, in_flight, last_eval = 0, 0, None, None
+        epoch, in_flight, last_eval = self.epoch, None, None
+        last_read = first = self.step
         while self.step < total and not self.stop_requested:
             perm = list(range(self.train_set.count))
             random.Random(int(cfg["seed"]) * 1000003 + epoch).shuffle(perm)
             dev.write(self.order, array("I", perm).tobytes())
-            for s in range(per_epoch):
+            self._sums = [0.0, 0.0, 0]
+            for s in range(max(0, self.step - epoch * per_epoch), per_epoch):
                 if self.step >= total or self.stop_requested:
                     break
                 self.step += 1
@@ -154,13 +171,18 @@ class Trainer:
                 if in_flight is not None:
                     await in_flight
                 in_flight = fence
-                if self.step % report == 0 or self.step == total:
-                    last_read = await self._report(last_read, total, epoch, start)
+                if self.step % report == 0 or self.step == total or s == per_epoch - 1:
+                    last_read = await self._report(last_read, total, epoch, start, first)
             epoch += 1
             if not self.stop_requested and (self.step % per_epoch == 0 or self.step == total):
                 last_eval = (self.step, await self.evaluate())
                 loss, acc, _ = last_eval[1]
-                self.emit("epoch", epoch=epoch, val_loss=loss, val_acc=acc, step=self.step)
+                n = max(self._sums[2], 1)
+                metrics = {"epoch": epoch, "step": self.step, "train_loss": self._sums[0] / n,
+                           "train_acc": self._sums[1] / n, "val_loss": loss, "val_acc": acc}
+                self.emit("epoch", **metrics)
+                if self.on_epoch is not None:
+                    await self.on_epoch(epoch, self.step, metrics)
         # The end-of-epoch validation already evaluated these weights unless training stopped.
         if last_eval is None or last_eval[0] != self.step:
             last_eval = (self.step, await self.evaluate())
@@ -168,24 +190,40 @@ class Trainer:
         return {"test_acc": acc, "test_loss": loss, "steps": self.step, "epochs_done": epoch,
                 "stopped": self.stop_requested, "logits": logits, "total_steps": total}
 
-    async def _report(self, last_read, total, epoch, start):
+    async def _report(self, last_read, total, epoch, start, first=0):
         raw = await self.dev.read(self.plan.metrics)
         vals = struct.unpack(f"<{2 * METRICS_RING}f", raw)
+        bad_grad = await self.guard.first_bad()
         rows = []
         for t in range(last_read + 1, self.step + 1):
             slot = (t - 1) % METRICS_RING
             loss, acc = vals[2 * slot], vals[2 * slot + 1]
-            if not math.isfinite(loss):
-                raise TrainingDiverged(
-                    f"loss is {loss} at step {t}: training diverged; try a lower learning rate "
-                    f"(now {self.cfg['lr']})")
+            if not math.isfinite(loss) or (bad_grad and bad_grad[0] <= t):
+                self._diverged(t, loss, bad_grad)
             rows.append([t, loss, acc])
+            self._sums[0] += loss
+            self._sums[1] += acc
+            self._sums[2] += 1
         elapsed = time.perf_counter() - start
-        rate = self.step / elapsed if elapsed > 0 else 0.0
+        rate = (self.step - first) / elapsed if elapsed > 0 else 0.0
         self.emit("progress", step=self.step, total_steps=total, epoch=epoch + 1,
                   epochs=int(self.cfg["epochs"]), images_per_s=rate * self.plan.batch,
                   eta_s=(total - self.step) / rate if rate else 0.0, losses=rows)
         return self.step
+
+    def _diverged(self, t, loss, bad_grad):
+        lr = float(self.cfg["lr"])
+        if bad_grad:
+            where = (f"first non-finite gradient at step {bad_grad[0]} in layer {bad_grad[2]} "
+                     f"(parameter {bad_grad[1]})")
+        else:
+            where = "all gradients finite so far"
+        what = f"loss is {loss}" if not math.isfinite(loss) else f"loss {loss:.4g}"
+        step = min(t, bad_grad[0]) if bad_grad else t
+        raise TrainingDiverged(
+            f"training diverged at step {step}: {what} at step {t}; {where}. Try a lower "
+            f"learning rate (now {lr:g}, e.g. {lr / 10:g}) or gradient clipping.",
+            step=step, layer=bad_grad[2] if bad_grad else None)
 
     async def evaluate(self):
         """Eval-mode forward over the first ``eval_images`` test images.

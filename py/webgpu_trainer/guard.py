@@ -1,0 +1,69 @@
+"""The numerical guard (standard library only: it runs in the browser too).
+
+One dispatch after backward flags, per parameter tensor, the first step whose gradient holds a
+NaN or an Inf (``shaders/guard.wgsl``); the trainer reads the flags together with the metrics
+ring, so a healthy step costs one small dispatch and no readback stall. ``tensors`` lists the
+trainable tensors in graph order (of the first node that uses each), with that node's name.
+"""
+
+import struct
+
+from .backends.base import WORKGROUP, pack_params
+
+NONE = 0xFFFFFFFF  # flag value of a tensor whose gradients have always been finite
+MAX_GROUPS_X = 128  # workgroups striding over one tensor
+
+
+class Guard:
+    """``await Guard.build(plan)``; ``dispatches`` go after the backward pass."""
+
+    @classmethod
+    async def build(cls, plan):
+        self = cls()
+        dev, graph = plan.dev, plan.graph
+        self.dev = dev
+        self.tensors = []  # [(tensor name, node name)] in graph order
+        for node in graph.nodes:
+            for name in node["inputs"]:
+                if name in plan.trainable and name not in (t for t, _ in self.tensors):
+                    self.tensors.append((name, node["name"]))
+        for name in sorted(plan.trainable):  # a parameter no node uses (should not happen)
+            if name not in (t for t, _ in self.tensors):
+                self.tensors.append((name, "?"))
+        n = max(len(self.tensors), 1)
+        table = []
+        for name, _ in self.tensors:
+            t = graph.tensors[name]
+            table += [t["offset"] // 4, t["nbytes"] // 4]
+        self.table = dev.buffer(4 * max(len(table), 4), "guard.table")
+        if table:
+            dev.write(self.table, struct.pack(f"<{len(table)}I", *table))
+        self.flags = dev.buffer(4 * n, "guard.flags")
+        self.reset()
+        biggest = max([c for c in table[1::2]] or [1])
+        groups_x = max(1, min((biggest + WORKGROUP - 1) // WORKGROUP, MAX_GROUPS_X))
+        b = plan.builder
+        b.current = []
+        if self.tensors:
+            await b.kernel("guard", "check", pack_params(len(self.tensors), 0, 0, 0),
+                           [plan.step, plan.G, self.table, self.flags],
+                           (groups_x, len(self.tensors), 1))
+        self.dispatches = b.current
+        return self
+
+    def reset(self):
+        self.dev.write(self.flags, struct.pack("<I", NONE) * max(len(self.tensors), 1))
+
+    async def first_bad(self):
+        """``None`` when every gradient so far was finite, else ``(step, tensor, node)``: the
+        earliest step with a non-finite gradient and the first tensor (graph order) flagged at
+        that step."""
+        if not self.tensors:
+            return None
+        raw = await self.dev.read(self.flags, 0, 4 * len(self.tensors))
+        flags = struct.unpack(f"<{len(self.tensors)}I", raw)
+        step = min(flags)
+        if step == NONE:
+            return None
+        k = flags.index(step)
+        return step, self.tensors[k][0], self.tensors[k][1]
