@@ -286,7 +286,9 @@ async def _train(args) -> int:
             raise ValueError(f"{ckpt_path}: weights do not fit this model's layout")
         dev.write(trainer.plan.P, wblob)
         load_optimizer_state(dev, trainer.opt, sections["optimizer"])
-        trainer.epoch, trainer.step = int(header["epoch"]), int(header["step"])
+        # Epochs fully done (a --max-steps stop can checkpoint in the middle of an epoch).
+        trainer.epoch = int(header.get("epochs_completed", header["epoch"]))
+        trainer.step = int(header["step"])
         print(f"resuming {out} from {ckpt_path.name} (epoch {trainer.epoch}, step "
               f"{trainer.step})", file=sys.stderr)
 
@@ -314,7 +316,7 @@ async def _train(args) -> int:
                "train_acc": m["train_acc"], "valid_loss": m["val_loss"],
                "valid_acc": m["val_acc"], "elapsed_s": round(time.perf_counter() - t0, 3)}
         wblob = await dev.read(trainer.plan.P)
-        head = {"epoch": epoch, "step": step,
+        head = {"epoch": epoch, "step": step, "epochs_completed": step // per_epoch,
                 "rng": {"seed": int(cfg["seed"]), "next_epoch": epoch,
                         "shuffle": "random.Random(seed * 1000003 + epoch)",
                         "dropout": "pcg(seed, step, node)"},
