@@ -7,7 +7,8 @@
   the adapter;
 - ``metrics.jsonl``: one JSON line per epoch (epoch, step, train_loss, train_acc = means over the
   epoch's steps, valid_loss, valid_acc, elapsed_s);
-- ``checkpoints/epoch-NNN.ckpt``: see ``write_checkpoint`` (weights + optimizer state + epoch +
+- ``checkpoints/epoch-NNN.ckpt`` (``epoch-NNN-step-SSSSSSS.ckpt`` when ``--max-steps`` stops
+  inside an epoch): see ``write_checkpoint`` (weights + optimizer state + epoch +
   step + RNG state), written atomically (temp file, fsync, rename);
 - ``model.onnx``: ``onnx_io.export_onnx`` of the trained weights with provenance.
 
@@ -322,7 +323,10 @@ async def _train(args) -> int:
                         "dropout": "pcg(seed, step, node)"},
                 "optimizer": cfg["optimizer"], "config": cfg,
                 "model_sha256": config_doc["model"]["sha256"], "metrics": row}
-        write_checkpoint(out / "checkpoints" / f"epoch-{epoch:03d}.ckpt", head,
+        # A --max-steps stop inside an epoch: epoch-NNN-step-SSSSSSS.ckpt (sorts before the
+        # epoch's own checkpoint, so the last file by name is the latest).
+        name = f"epoch-{epoch:03d}" + (f"-step-{step:07d}" if step % per_epoch else "")
+        write_checkpoint(out / "checkpoints" / f"{name}.ckpt", head,
                          {"weights": wblob,
                           "optimizer": await optimizer_state(dev, trainer.opt)})
         with open(out / "metrics.jsonl", "a") as f:
