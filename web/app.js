@@ -89,6 +89,8 @@ function showError(message) {
   appState.error = String(message);
   $("error-text").textContent = appState.error;
   $("error").hidden = false;
+  $("error").scrollIntoView({ block: "center", behavior: "smooth" });
+  setStatus(appState.error);
   log(appState.error, "error");
 }
 
@@ -166,9 +168,14 @@ function validate(cfg) {
   const bad = [];
   if (!cfg.model) bad.push("choose a model");
   if (!(cfg.lr > 0)) bad.push("learning rate must be > 0");
-  if (!(cfg.batch_size >= 1)) bad.push("batch size must be ≥ 1");
+  if (!(cfg.batch_size >= 2)) bad.push("batch size must be ≥ 2 (BatchNorm needs 2 samples)");
+  if (!Number.isInteger(Number($("batch-size").value))) {
+    bad.push("batch size must be a whole number");
+  }
   if (!(cfg.epochs >= 1)) bad.push("epochs must be ≥ 1");
-  if (!Number.isInteger(cfg.seed) || cfg.seed < 0) bad.push("seed must be an integer ≥ 0");
+  if (!Number.isInteger(cfg.seed) || cfg.seed < 0 || cfg.seed >= 2 ** 32) {
+    bad.push("seed must be an integer in 0 … 4294967295");
+  }
   if (!(cfg.momentum >= 0 && cfg.momentum <= 1)) bad.push("momentum must be in [0, 1]");
   if (!(cfg.weight_decay >= 0)) bad.push("weight decay must be ≥ 0");
   if (!(cfg.eval_images >= 1 && cfg.eval_images <= 10000)) bad.push("test images must be 1…10000");
@@ -398,10 +405,13 @@ const handlers = {
     appState.adapter = info;
     const name = info.description ||
       [info.vendor, info.architecture, info.device].filter(Boolean).join(" ") || "WebGPU adapter";
-    $("adapter").textContent = name;
+    // SwiftShader and llvmpipe run WebGPU on the CPU: it works, but expect ~30 images/s.
+    const software = /swiftshader|llvmpipe|software/i.test(Object.values(info).join(" "));
+    $("adapter").textContent = software ? `${name} (software GPU: slow)` : name;
     $("adapter").title = Object.entries(info).map(([k, v]) => `${k}: ${v || "—"}`).join("\n");
     $("adapter-dot").dataset.state = "ok";
-    log(`GPU adapter: ${name}`);
+    log(`GPU adapter: ${name}` + (software ? " — a CPU implementation of WebGPU, expect" +
+        " seconds per step; a real GPU is hundreds of times faster" : ""));
   },
 
   no_webgpu(m) {
@@ -462,7 +472,7 @@ const handlers = {
   done(m) {
     window.lastRun = m;
     const secs = trainStart ? (performance.now() - trainStart) / 1000 : null;
-    const steps = appState.progress?.step ?? appState.steps.at(-1)?.step ?? null;
+    const steps = m.steps ?? appState.progress?.step ?? appState.steps.at(-1)?.step ?? null;
     $("test-acc").textContent = pct(m.test_acc);
     $("test-loss").textContent = num(m.test_loss);
     $("eval-count").textContent = m.eval_images != null ? Number(m.eval_images).toLocaleString() : "–";
@@ -540,14 +550,14 @@ async function downloadOnnx() {
   const model = run.model || cfg.model;
   const provenance = {
     dataset: "MNIST",
-    epochs: appState.progress?.epoch || cfg.epochs,
+    epochs: run.epochs_done ?? appState.progress?.epoch ?? cfg.epochs,
     optimizer: cfg.optimizer,
     lr: cfg.lr,
     batch_size: cfg.batch_size,
     seed: cfg.seed,
     init: cfg.init,
     test_accuracy: run.test_acc,
-    steps: appState.progress?.step ?? appState.steps.at(-1)?.step ?? 0,
+    steps: run.steps ?? appState.progress?.step ?? 0,
   };
   downloading = true;
   syncControls();

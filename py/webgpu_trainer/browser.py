@@ -12,7 +12,7 @@ from .backends import get_device
 from .backends.webgpu_js import NoWebGPU
 from .train import Split, Trainer, TrainingDiverged
 
-STATE = {"device": None, "trainer": None}
+STATE = {"device": None, "trainer": None, "stop": False}
 
 
 def post(kind: str, **fields):
@@ -45,8 +45,10 @@ def handle(msg):
     """Entry for every message from the page (a JS object)."""
     data = msg.to_py()
     kind = data.get("type")
-    if kind == "stop" and STATE["trainer"] is not None:
-        STATE["trainer"].stop_requested = True
+    if kind == "stop":  # also before the trainer exists (model and data still loading)
+        STATE["stop"] = True
+        if STATE["trainer"] is not None:
+            STATE["trainer"].stop_requested = True
     elif kind == "start":
         asyncio.ensure_future(_run(data.get("config") or {}))
     elif kind == "profile":
@@ -79,6 +81,7 @@ async def _run(cfg: dict, profile: bool = False):
         post("no_webgpu", message="no WebGPU device")
         return
     model = cfg.get("model") or "seednet"
+    STATE["stop"] = False
     try:
         post("status", text=f"Loading model {model}…")
         graph = json.loads(await (await _fetch(f"/api/models/{model}/graph.json", "model"))
@@ -92,6 +95,7 @@ async def _run(cfg: dict, profile: bool = False):
         trainer = Trainer(dev, graph, weights, cfg, train, test,
                           emit=lambda kind, **kw: post(kind, **kw))
         STATE["trainer"] = trainer
+        trainer.stop_requested = STATE["stop"]
         await trainer.setup()
         if profile:
             post("profile", rows=await trainer.profile())

@@ -192,12 +192,23 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     # ------------------------------------------------------------ models
     def api_models(request: Request) -> Response:
         out = []
+        from .graph import Graph, GraphError
         for path in sorted(models_dir.glob("*.onnx")):
-            item = {"name": path.stem, "file": path.name, "bytes": path.stat().st_size}
+            item = {"name": path.stem, "file": path.name, "bytes": None, "params": None}
             try:
-                item["params"] = onnx_io().model_summary(bundle(path)[0])["params"]
+                item["bytes"] = path.stat().st_size
+                if not NAME_RE.match(path.stem) or ".." in path.stem:
+                    raise ApiError(400, f"file name {path.name!r}: use letters, digits, '_', "
+                                        "'-' and '.' only")
+                graph = bundle(path)[0]
+                item["params"] = onnx_io().model_summary(graph)["params"]
+                Graph(graph)  # refuses ops the trainer does not support yet, naming the nodes
             except ApiError as exc:
-                item["params"], item["error"] = None, exc.message
+                item["error"] = exc.message
+            except GraphError as exc:
+                item["error"] = f"{path.name}: {exc}"
+            except OSError as exc:
+                item["error"] = f"{path.name}: cannot be read ({exc.strerror or exc})"
             out.append(item)
         return JSONResponse(out)
 

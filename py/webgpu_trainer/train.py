@@ -78,7 +78,10 @@ class Trainer:
             raise ValueError(f"batch_size must be at least 2 (BatchNorm), got {batch}")
         if self.train_set.count < batch:
             raise ValueError(f"batch_size {batch} exceeds the {self.train_set.count} images")
+        if not 0 <= int(cfg["seed"]) < 2 ** 32:
+            raise ValueError(f"seed must be in [0, 2**32), got {cfg['seed']}")
         self.graph = Graph(self.desc)
+        self._check_fits_data()
         self.emit("status", text="Compiling the training step…")
         self.plan = plan = await Plan.build(dev, self.graph, batch)
         blob = bytearray(plan.wbytes)
@@ -117,6 +120,25 @@ class Trainer:
                                          + plan.bwd + self.guard.dispatches
                                          + self.opt.dispatches)
         self.eval_program = dev.program(self.gather_eval + plan.fwd_eval + plan.head)
+
+    def _check_fits_data(self):
+        """Refuse a model whose input or output does not fit the data (before any GPU work).
+
+        Raises ValueError naming the input/output, its shape and what MNIST provides."""
+        inp = self.graph.input
+        dims = inp["shape"][1:]
+        per_sample = 1
+        for d in dims:
+            per_sample *= d if isinstance(d, int) else 0
+        if per_sample != self.train_set.pixels:
+            raise ValueError(
+                f"model input {inp['name']!r} has shape {inp['shape']} ({per_sample or '?'} "
+                f"values per sample) but MNIST images are 1x28x28 = {self.train_set.pixels}: "
+                "use a model with input [N, 1, 28, 28] or [N, 784]")
+        out = self.graph.shapes(2)[self.graph.output]
+        if len(out) != 2 or out[1] < 10:
+            raise ValueError(f"model output {self.graph.output!r} has shape {out}: training on "
+                             "MNIST needs [N, C] scores with C >= 10 classes")
 
     async def _gather(self, split: Split, order):
         dev, plan = self.dev, self.plan

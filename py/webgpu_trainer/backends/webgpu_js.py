@@ -53,6 +53,10 @@ class Device:
     @classmethod
     async def create(cls, power_preference: str = "high-performance"):
         gpu = getattr(js.navigator, "gpu", None)
+        if _absent(gpu) and not getattr(js, "isSecureContext", True):
+            raise NoWebGPU("this page is not a secure context (plain http on an address other "
+                           "than localhost), and browsers offer WebGPU only to secure ones: "
+                           "open it as http://localhost:PORT or serve it over https")
         if _absent(gpu):
             raise NoWebGPU("navigator.gpu is undefined: this browser has no WebGPU")
         adapter = await gpu.requestAdapter(_js({"powerPreference": power_preference}))
