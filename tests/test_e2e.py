@@ -61,7 +61,7 @@ REPORT = []  # the measurements, repeated in pytest's terminal summary (tests/co
 
 def note(message: str):
     """Print a measurement and keep it for the end-of-run summary (captured output is hidden)."""
-    print(message)
+    print(message, flush=True)
     REPORT.append(message.strip())
 
 
@@ -317,7 +317,7 @@ def trained(chromium, server, tmp_path_factory):
           f"{run.first_report_s():.1f} s; {sps:.3f} s/step "
           f"({64 / sps:.1f} images/s; worker reports {run.worker_ips:.1f} images/s); "
           f"Start -> done {total_s:.1f} s for {steps[-1]['step']} steps; "
-          f"test acc {last['test_acc']:.4f} on {last['eval_images']} images", flush=True)
+          f"test acc {last['test_acc']:.4f} on {last['eval_images']} images")
     return {"run": run, "steps": steps, "last": last, "logits": logits, "labels": labels,
             "onnx": onnx_path, "errors_visible": errors_visible, "error": error_text,
             "s_per_step": sps, "total_s": total_s}
