@@ -613,9 +613,11 @@ def test_cross_entropy_on_raw_logits(device):
         check("CrossEntropy", "grad", res["grads"][name], g, f"gradient of {name}")
 
 
-def test_batchnorm_two_level_sums(device):
-    """A batch larger than one reduction part (4096 elements per channel and workgroup), so
-    the statistics and the gradient sums add several partial sums per channel."""
+def test_batchnorm_two_level_sums(device, monkeypatch):
+    """A batch larger than one reduction part (4096 elements per channel and workgroup, as on
+    GPUs), so the statistics and the gradient sums add several partial sums per channel."""
+    from webgpu_trainer.plan import Builder
+    monkeypatch.setattr(Builder, "REDUCE_CHUNK", 4096)
     batch, features, hidden, classes = 9000, 3, 5, 3
     rng = rng_for("bn_parts")
     nodes = [node("Gemm", ["input", "pre.w"], ["h"], transB=1), _bn_node("h", "bn_out"),

@@ -62,6 +62,18 @@ class Builder:
         binds = [ubuf] + [b.binding() if isinstance(b, Tensor) else b for b in buffers]
         self.current.append((pipe, self.dev.bind(pipe, binds), counts))
 
+    # Elements per workgroup of the two-level per-channel sums (BatchNorm, bias gradients).
+    # None: 4096 on GPUs; one workgroup per channel on CPU adapters, where many workgroups with
+    # barriers cost more than they bring (measured on SwiftShader: 3x slower).
+    REDUCE_CHUNK = None
+
+    def reduce_parts(self, elements: int) -> int:
+        """How many workgroups share one channel's sum over ``elements`` values."""
+        chunk = self.REDUCE_CHUNK
+        if chunk is None:
+            chunk = 1 << 30 if getattr(self.dev, "is_cpu", False) else 4096
+        return max(1, min(1024, (elements + chunk - 1) // chunk))
+
     def splits(self, threads: int, length: int, min_per_split: int) -> int:
         """How many parts to split a reduction of ``length`` into so ~enough threads run."""
         target = 2048 if getattr(self.dev, "is_cpu", False) else 65536

@@ -9,9 +9,6 @@ into the flat parameter buffer P (their gradients into G).
 from ..backends.base import groups_1d, pack_params
 
 
-PART = 4096  # elements per workgroup of the per-channel sums (two-level reduction)
-
-
 def _params(b, node, x, ins):
     """(channels, parts, uniform bytes) for this layer."""
     shape = x.shape
@@ -19,7 +16,7 @@ def _params(b, node, x, ins):
     inner = 1
     for d in shape[2:]:
         inner *= d
-    parts = max(1, min(1024, (shape[0] * inner + PART - 1) // PART))
+    parts = b.reduce_parts(shape[0] * inner)
     a = node["attrs"]
     offs = [b.offset_of(t) for t in ins[1:5]]
     return c, parts, pack_params(shape[0], c, inner, *offs, parts,

@@ -34,9 +34,9 @@ async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=
 
 
 async def channel_sum(b, x, out, outer, channels, inner):
-    """out[c] = sum over outer and inner of x viewed as [outer, channels, inner]; in parts of
-    4096 elements per channel and workgroup, added by ``reduce_splits`` when there are several."""
-    parts = max(1, min(1024, (outer * inner + 4095) // 4096))
+    """out[c] = sum over outer and inner of x viewed as [outer, channels, inner]; in
+    ``b.reduce_parts`` parts per channel, added by ``reduce_splits`` when there are several."""
+    parts = b.reduce_parts(outer * inner)
     params = pack_params(outer, channels, inner, 0, parts, 0, 0, 0.0)
     target = b.scratch(parts * channels) if parts > 1 else out
     await b.kernel("reduce", "channel_sum", params, [x, b.dummy, target], (channels, parts, 1))
