@@ -254,13 +254,30 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same folder, fsync, rename: a reader
+    sees the old file or the new one, never a partial one (shards, manifest, checkpoints)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    _fsync_dir(path.parent)
 
 
 def check_cache(cache_dir: Path, expected: dict | None = EXPECTED_MD5) -> tuple[dict | None, str]:
@@ -310,13 +327,13 @@ def write_cache(cache_dir: Path, arrays: Arrays, md5s: dict, source: str,
             path = cache_dir / name
             if not (path.is_file() and path.stat().st_size == len(data)
                     and _sha256_file(path) == sha):
-                _atomic_write(path, data)
+                atomic_write(path, data)
                 log(f"wrote {name} ({len(data):,} bytes)")
             entry[kind] = {"file": name, "shape": shape, "dtype": "uint8", "bytes": len(data),
                            "sha256": sha, "idx_md5": md5s[(split, kind)]}
         splits[split] = entry
     manifest = {"format": FORMAT, "source": source, "splits": splits}
-    _atomic_write(cache_dir / "manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
+    atomic_write(cache_dir / "manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
     keep = {e[k]["file"] for e in splits.values() for k in ("images", "labels")}
     for old in cache_dir.glob("*.u8"):
         if old.name not in keep:

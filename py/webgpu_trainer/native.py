@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from . import train as train_mod
+from .data import atomic_write
 
 CKPT_MAGIC = b"WGTCKPT1"
 CKPT_FORMAT = "webgpu-trainer/checkpoint@1"
@@ -39,31 +40,6 @@ EXIT_DIVERGED = 3
 
 
 # ------------------------------------------------------------------------------ checkpoints
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder, fsync, rename."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
 
 def write_checkpoint(path: Path, header: dict, sections: dict[str, bytes]) -> None:
     """File layout: ``WGTCKPT1``, u32 little-endian header length, header JSON (utf-8), then the
