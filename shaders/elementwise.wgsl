@@ -1,4 +1,5 @@
-// Elementwise activations and their gradients (ReLU), in place where the plan aliases buffers.
+// Elementwise activations and their gradients (ReLU), in place where the plan aliases buffers,
+// and the sums of gradient contributions.
 //   relu_forward:     a = max(a, 0)                     (a = x, becomes y)
 //   relu_forward_to:  a = max(b, 0)                     (a = y, b = x)
 //   relu_backward:    a = select(0, a, b > 0)           (a = dy, becomes dx; b = y)
@@ -40,4 +41,21 @@ fn relu_backward_to(@builtin(global_invocation_id) gid: vec3<u32>,
                     @builtin(num_workgroups) nwg: vec3<u32>) {
   let i = index(gid, nwg);
   if (i < p.n) { a[i] = select(0.0, b[i], c[i] > 0.0); }
+}
+
+// Gradient accumulation over the uses of a tensor (plan._sum_contributions):
+//   add_to:     a = b + c
+//   accumulate: a += b
+@compute @workgroup_size(64)
+fn add_to(@builtin(global_invocation_id) gid: vec3<u32>,
+          @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = index(gid, nwg);
+  if (i < p.n) { a[i] = b[i] + c[i]; }
+}
+
+@compute @workgroup_size(64)
+fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = index(gid, nwg);
+  if (i < p.n) { a[i] += b[i]; }
 }

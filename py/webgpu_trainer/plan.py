@@ -126,6 +126,7 @@ class Plan:
         self.weights = {n: Tensor(t["shape"], self.P, t["offset"]) for n, t in graph.tensors.items()}
         self.trainable = {n for n, t in graph.tensors.items() if t["role"] == "param"
                           and (trainable is None or n in trainable)}
+        self.const_tensors = {}
         self._allocate()
         # A Conv whose only consumer is an in-place ReLU applies max(y, 0) itself.
         self.fused_relu = {graph.producer[n["inputs"][0]]["name"] for n in graph.nodes
@@ -154,23 +155,57 @@ class Plan:
                                    [self.acts[self.logp]], [self.grads[graph.output]],
                                    [self.grads[self.logp]])
         for node in reversed(graph.nodes):
-            if node["op_type"] in OPS and any(self.grads.get(o) for o in node["outputs"] if o):
+            for o in node["outputs"]:
+                if o in self.contrib_of:
+                    await self._sum_contributions(b, o, self.grads[o])
+            if any(self.grads.get(o) for o in node["outputs"] if o):
                 await OPS[node["op_type"]].backward(
                     b, node, self._ins(node), self._outs(node),
-                    [self._grad_of(i) for i in node["inputs"]],
+                    [self._grad_of(name, node, k) for k, name in enumerate(node["inputs"])],
                     [self.grads.get(o) for o in node["outputs"]])
+        for name in self.weights:
+            if name in self.contrib_of:
+                await self._sum_contributions(b, name, self._grad_of(name))
         self.bwd = b.current
         return self
 
+    async def _sum_contributions(self, b, name, total):
+        """total = sum of the gradient contributions of every use of ``name``."""
+        parts = self.contrib_of[name]
+        n = total.numel
+        await b.kernel("elementwise", "add_to", pack_params(n), [total, parts[0], parts[1]],
+                       groups_1d(n))
+        for part in parts[2:]:
+            await b.kernel("elementwise", "accumulate", pack_params(n), [total, part, b.dummy],
+                           groups_1d(n))
+
     def _ins(self, node):
-        return [self.acts.get(i) or self.weights.get(i) if i else None for i in node["inputs"]]
+        return [self.acts.get(i) or self.weights.get(i) or self._constant(i) if i else None
+                for i in node["inputs"]]
+
+    def _constant(self, name):
+        """A constant of the model description as a float32 device tensor (made once)."""
+        c = self.graph.constants.get(name)
+        if c is None:
+            return None
+        if name not in self.const_tensors:
+            values = [float(v) for v in c["values"]]
+            t = Tensor(c["shape"], self.dev.buffer(4 * max(len(values), 1), name))
+            if values:
+                self.dev.write(t.buf, struct.pack(f"<{len(values)}f", *values))
+            self.const_tensors[name] = t
+        return self.const_tensors[name]
 
     def _outs(self, node):
         return [self.acts.get(o) if o else None for o in node["outputs"]]
 
-    def _grad_of(self, name):
+    def _grad_of(self, name, node=None, k=0):
+        """Where the backward of ``node`` writes the gradient of its input ``k`` (``name``):
+        the tensor's gradient, or this use's own buffer when ``name`` has several uses."""
         if not name:
             return None
+        if node is not None and (node["name"], k) in self.contrib:
+            return self.contrib[(node["name"], k)]
         if name in self.weights:
             return Tensor(self.weights[name].shape, self.G, self.weights[name].offset) \
                 if name in self.trainable else None
@@ -218,11 +253,15 @@ class Plan:
                               "inputs": [g.output], "outputs": [self.logp], "attrs": {"axis": 1}}
             self.acts[self.logp] = Tensor(shapes[g.output],
                                           dev.buffer(4 * _numel(shapes[g.output]), self.logp))
-        for name, users in g.consumers.items():
-            if (name in needs or name in self.trainable) and len(users) > 1:
-                raise NotImplementedError(
-                    f"{name} feeds {len(users)} nodes ({', '.join(u['name'] for u in users)}): "
-                    "gradient accumulation over several consumers is not supported yet")
+        # Uses of each tensor that needs a gradient; a tensor used more than once gets one
+        # gradient buffer per use (contrib), summed before its producer's backward runs.
+        uses: dict = {}
+        for node in g.nodes:
+            for k, name in enumerate(node["inputs"]):
+                if name and (name in needs or name in self.trainable):
+                    uses.setdefault(name, []).append((node, k))
+        multi = {name for name, u in uses.items() if len(u) > 1}
+        self.contrib, self.contrib_of = {}, {}
         self.grads = {}
         if self.head_node:
             self.grads[self.logp] = Tensor(shapes[g.output],
@@ -233,11 +272,22 @@ class Plan:
                     continue
                 src = node["inputs"][0]
                 if self.acts[out].buf is self.acts.get(src, Tensor([], None)).buf and \
-                        src in self.grads:
+                        src in self.grads and src not in multi:
                     self.grads[out] = Tensor(self.shapes[out], self.grads[src].buf)
                 else:
                     self.grads[out] = Tensor(self.shapes[out],
                                              dev.buffer(4 * _numel(self.shapes[out]), "d" + out))
+        for name in multi:
+            shape = self.shapes[name]
+            self.contrib_of[name] = []
+            for node, k in uses[name]:
+                out = node["outputs"][0]
+                if node["op_type"] in VIEWS and k == 0 and out in self.grads:
+                    part = self.grads[out]  # a view's contribution is its output gradient
+                else:
+                    part = Tensor(shape, dev.buffer(4 * _numel(shape), f"d{name}@{node['name']}"))
+                self.contrib[(node["name"], k)] = part
+                self.contrib_of[name].append(part)
 
     def mask_bytes(self) -> bytes:
         """float32 per weight element: 1.0 where trainable, else 0.0 (buffers, frozen, padding)."""

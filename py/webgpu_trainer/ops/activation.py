@@ -3,6 +3,13 @@ output to the input (the input has no other consumer), out of place otherwise.""
 
 from ..backends.base import groups_1d, pack_params
 
+TYPES = ("Relu",)
+
+
+def infer(node, ins, consts):
+    """Output shape = input shape."""
+    return [list(ins[0])]
+
 
 async def forward(b, node, ins, outs, train):
     """y = max(x, 0); nothing to do when the producing Conv applied it (``plan.fused_relu``)."""

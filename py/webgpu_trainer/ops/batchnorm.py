@@ -8,6 +8,13 @@ into the flat parameter buffer P (their gradients into G).
 
 from ..backends.base import groups_1d, pack_params
 
+TYPES = ("BatchNormalization",)
+
+
+def infer(node, ins, consts):
+    """Y: the input's shape; running_mean / running_var outputs (training mode): [C]."""
+    return [list(ins[0]), [ins[0][1]], [ins[0][1]]]
+
 
 def _params(b, node, x, ins):
     """(channels, parts, uniform bytes) for this layer."""

@@ -7,6 +7,31 @@ Threads own 8 channels x 4 columns (see the shader); the weight gradient splits 
 from ..backends.base import groups_1d, pack_params
 from . import gemm
 
+TYPES = ("Conv",)
+
+
+def out_size(size: int, k: int, stride: int, pad0: int, pad1: int, dil: int) -> int:
+    """Output length of a convolution or pooling window (ONNX Conv, auto_pad NOTSET)."""
+    return (size + pad0 + pad1 - dil * (k - 1) - 1) // stride + 1
+
+
+def infer(node, ins, consts):
+    """[N, K, OH, OW]; raises GraphError on a channel mismatch or a too small input."""
+    from ..graph import GraphError
+    a, x, w = node.get("attrs", {}), ins[0], ins[1]
+    if len(x) != 4:
+        raise GraphError(f"node {node['name']} (Conv): input {x} is not NCHW (only 2-D Conv)")
+    pads = a.get("pads", [0, 0, 0, 0])
+    st, dl = a.get("strides", [1, 1]), a.get("dilations", [1, 1])
+    if x[1] != w[1] * a.get("group", 1):
+        raise GraphError(f"node {node['name']} (Conv): input has {x[1]} channels, weight "
+                         f"{w} expects {w[1] * a.get('group', 1)}")
+    oh = out_size(x[2], w[2], st[0], pads[0], pads[2], dl[0])
+    ow = out_size(x[3], w[3], st[1], pads[1], pads[3], dl[1])
+    if oh <= 0 or ow <= 0:
+        raise GraphError(f"node {node['name']} (Conv): input {x} too small for kernel {w}")
+    return [[x[0], w[0], oh, ow]]
+
 
 def _geometry(node, x, w, y):
     a = node["attrs"]

@@ -2,6 +2,13 @@
 
 from ..backends.base import groups_1d, pack_params
 
+TYPES = ("Dropout",)
+
+
+def infer(node, ins, consts):
+    """Output and (unmaterialised) mask have the input's shape."""
+    return [list(ins[0]), list(ins[0])]
+
 
 def _ratio(b, node) -> float:
     ratio = node["attrs"].get("ratio", 0.5)  # opset < 12 attribute
