@@ -4,6 +4,7 @@ training step on the device, and the tolerances (in ONE place)."""
 import asyncio
 import struct
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -129,9 +130,65 @@ async def one_step(dev, graph, blob, x, labels, train=True, step=1, seed=0, plan
     return out
 
 
+# ---- comparing an engine step with the float64 numpy engine (tests/test_ops*.py) -------------
+
+ERRORS: dict = {}  # op tag -> {"fwd": max error, "grad": max error}; printed at the end
+
+
+def _record(tag, kind, err):
+    d = ERRORS.setdefault(tag, {"fwd": 0.0, "grad": 0.0})
+    d[kind] = max(d[kind], err)
+
+
+def check(tag, kind, got, want, what):
+    rtol = FWD_RTOL if kind == "fwd" else GRAD_RTOL
+    _record(tag, kind, rel_err(got, want))
+    assert_close(got, want, rtol, f"{tag}: {what}")
+
+
+def rng_for(*key):
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def f32(a):
+    return np.asarray(a, np.float32)
+
+
+def compare(tag, res, want, acts=(), dacts=()):
+    """Loss, accuracy, output, the named activations / gradients, all param grads, buffers."""
+    check(tag, "fwd", res["loss"], want["loss"], "loss")
+    assert res["acc"] == pytest.approx(want["acc"], abs=1e-6), f"{tag}: accuracy"
+    out = res["plan"].graph.output
+    check(tag, "fwd", res["acts"][out], want["acts"][out], "log-probabilities")
+    for name in acts:
+        check(tag, "fwd", res["acts"][name], want["acts"][name], f"activation {name}")
+    for name in dacts:
+        check(tag, "grad", res["dacts"][name], want["dacts"][name], f"gradient of {name}")
+    assert set(res["grads"]) == set(want["grads"]), "parameter gradients computed"
+    for name, g in want["grads"].items():
+        check(tag, "grad", res["grads"][name], g, f"gradient of {name}")
+    for name, v in want["buffers"].items():
+        check(tag, "fwd", res["P"][name], v, f"running statistic {name}")
+
+
+
+def head(feat_name, features, classes, rng, prefix="fc"):
+    """Gemm(transB=1) -> LogSoftmax over a [N, features] activation."""
+    w = f32(rng.standard_normal((classes, features)) / np.sqrt(features))
+    b = f32(rng.standard_normal(classes) * 0.1)
+    nodes = [node("Gemm", [feat_name, f"{prefix}.w", f"{prefix}.b"], ["logits"], transB=1),
+             node("LogSoftmax", ["logits"], ["output"], axis=-1)]
+    return nodes, [(f"{prefix}.w", w, "param"), (f"{prefix}.b", b, "param")]
+
+
+def params_of(tensors):
+    return {name: arr for name, arr, _ in tensors}
+
+
+
 def pytest_terminal_summary(terminalreporter):
     """The largest measured error per op of tests/test_ops.py (relative, see rel_err)."""
-    errors = getattr(sys.modules.get("test_ops"), "ERRORS", None)
+    errors = ERRORS
     if errors:
         terminalreporter.section("measured max errors (max|got-ref| / max|ref|)")
         for tag, d in sorted(errors.items()):

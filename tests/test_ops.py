@@ -5,66 +5,14 @@ step (or the eval forward) and compares the loss, metrics, output, chosen interm
 activations / activation gradients, every parameter gradient and the running statistics.
 """
 
-import zlib
 
 import numpy as np
 import pytest
 
 import reference as ref
-from conftest import (FWD_RTOL, GRAD_RTOL, assert_close, build, make_graph, node,
-                      one_step, read_f32, rel_err, run, step_bytes)
-
-ERRORS: dict = {}  # op tag -> {"fwd": max error, "grad": max error}; conftest prints it
-
-
-def _record(tag, kind, err):
-    d = ERRORS.setdefault(tag, {"fwd": 0.0, "grad": 0.0})
-    d[kind] = max(d[kind], err)
-
-
-def check(tag, kind, got, want, what):
-    rtol = FWD_RTOL if kind == "fwd" else GRAD_RTOL
-    _record(tag, kind, rel_err(got, want))
-    assert_close(got, want, rtol, f"{tag}: {what}")
-
-
-def rng_for(*key):
-    return np.random.default_rng(zlib.crc32(repr(key).encode()))
-
-
-def f32(a):
-    return np.asarray(a, np.float32)
-
-
-def compare(tag, res, want, acts=(), dacts=()):
-    """Loss, accuracy, output, the named activations / gradients, all param grads, buffers."""
-    check(tag, "fwd", res["loss"], want["loss"], "loss")
-    assert res["acc"] == pytest.approx(want["acc"], abs=1e-6), f"{tag}: accuracy"
-    out = res["plan"].graph.output
-    check(tag, "fwd", res["acts"][out], want["acts"][out], "log-probabilities")
-    for name in acts:
-        check(tag, "fwd", res["acts"][name], want["acts"][name], f"activation {name}")
-    for name in dacts:
-        check(tag, "grad", res["dacts"][name], want["dacts"][name], f"gradient of {name}")
-    assert set(res["grads"]) == set(want["grads"]), "parameter gradients computed"
-    for name, g in want["grads"].items():
-        check(tag, "grad", res["grads"][name], g, f"gradient of {name}")
-    for name, v in want["buffers"].items():
-        check(tag, "fwd", res["P"][name], v, f"running statistic {name}")
-
-
-def head(feat_name, features, classes, rng, prefix="fc"):
-    """Gemm(transB=1) -> LogSoftmax over a [N, features] activation."""
-    w = f32(rng.standard_normal((classes, features)) / np.sqrt(features))
-    b = f32(rng.standard_normal(classes) * 0.1)
-    nodes = [node("Gemm", [feat_name, f"{prefix}.w", f"{prefix}.b"], ["logits"], transB=1),
-             node("LogSoftmax", ["logits"], ["output"], axis=-1)]
-    return nodes, [(f"{prefix}.w", w, "param"), (f"{prefix}.b", b, "param")]
-
-
-def params_of(tensors):
-    return {name: arr for name, arr, _ in tensors}
-
+from conftest import (GRAD_RTOL, assert_close, build, check, compare, f32, head, make_graph,
+                      node, params_of,
+                      one_step, rng_for, run, step_bytes)
 
 # ---- Conv ---------------------------------------------------------------------------------
 
@@ -375,7 +323,7 @@ def test_dropout_ratio0_is_identity(device):
     res = run(one_step(device, graph, blob, x, labels, seed=123))
     assert np.array_equal(res["acts"]["d"], res["acts"]["h"])
     assert np.array_equal(res["dacts"]["h"], res["dacts"]["d"])
-    want = ref.chain_step(nodes, params_of(tensors), x, labels)
+    want = ref.graph_step(graph, params_of(tensors), x, labels)
     compare("Dropout", res, want, acts=["h", "d"], dacts=["h"])
 
 
@@ -399,8 +347,7 @@ def test_dropout_ratio03(device, as_attr, mask_out):
     # backward uses the same mask: the gradient of h is zero exactly where dropped
     dh = res["dacts"]["h"]
     assert np.all(dh[~keep] == 0)
-    want = ref.chain_step(nodes, params_of(tensors), x, labels, keep={nodes[1]["name"]:
-                                                                      (keep, ratio)})
+    want = ref.graph_step(graph, params_of(tensors), x, labels, keep={nodes[1]["name"]: keep})
     compare("Dropout", res, want, acts=["d"], dacts=["h"])
     # same (seed, step) -> same mask; another step -> another mask; eval -> identity
     plan = res["plan"]

@@ -1,0 +1,20 @@
+"""The numpy engine: the model description run on the CPU, forward and backward.
+
+Two uses: the "no GPU" backend of the native trainer (``--device cpu``, float32) and the float64
+oracle of the tests. It shares no numerics with the WGSL kernels: each op is written again from
+the ONNX operator definitions and PyTorch's autograd formulas.
+
+Each module declares ``TYPES`` (ONNX op_types) and exposes
+``forward(node, ins, ctx) -> (outs, cache)`` and
+``backward(node, ins, outs, cache, douts, ctx) -> dins``: ``ins`` are numpy arrays (None for an
+absent optional input; constants keep their dtype), ``douts`` the output gradients (None where
+an output has no gradient), ``dins`` one entry per input (None where no gradient flows).
+``ctx`` is ``engine.Context`` (train flag, dtype, dropout masks, running-statistic updates).
+CPython only (numpy).
+"""
+
+from . import activation, batchnorm, conv, dropout, gemm, softmax, views
+
+_MODULES = (activation, batchnorm, conv, dropout, gemm, softmax, views)
+
+KERNELS = {t: m for m in _MODULES for t in m.TYPES}

@@ -1,0 +1,120 @@
+"""Forward, loss and backward of a whole model description with numpy (any DAG).
+
+``Engine(graph, params, dtype)`` runs the nodes of ``graph`` (the bundle dict of
+``onnx_io.load_bundle``) in order; the backward walks them in reverse and ADDS the gradient
+contributions of every use of a tensor (residual adds, shared weights).
+"""
+
+import numpy as np
+
+from . import KERNELS
+from .softmax import log_softmax, log_softmax_backward, nll
+
+
+class Context:
+    """What op functions see: ``train`` (bool), ``dtype``, ``keep`` ({Dropout node name: bool
+    mask} to replay, optional), ``rng`` (numpy Generator for masks otherwise) and ``updates``
+    ({running-statistic name: new value}, filled by training-mode BatchNormalization)."""
+
+    def __init__(self, train, dtype, keep=None, rng=None):
+        self.train, self.dtype, self.keep = train, dtype, keep or {}
+        self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.updates: dict = {}
+
+
+def params_from_blob(graph: dict, blob: bytes, dtype=np.float64) -> dict:
+    """{tensor name: array of ``dtype``} from the bundle's weight blob (float32 little-endian)."""
+    return {t["name"]: np.frombuffer(blob, "<f4", t["nbytes"] // 4, t["offset"])
+            .reshape(t["shape"]).astype(dtype) for t in graph["tensors"]}
+
+
+def blob_from_params(graph: dict, params: dict, nbytes: int | None = None) -> bytes:
+    """The weight blob (bundle layout) holding ``params`` as float32."""
+    end = max((t["offset"] + t["nbytes"] for t in graph["tensors"]), default=0)
+    out = bytearray(max(end, nbytes or 0))
+    for t in graph["tensors"]:
+        arr = np.ascontiguousarray(params[t["name"]], "<f4")
+        out[t["offset"]:t["offset"] + t["nbytes"]] = arr.tobytes()
+    return bytes(out)
+
+
+class Engine:
+    """The numpy engine for one model.
+
+    ``graph``: bundle dict; ``params``: {tensor name: array} (all tensors of ``graph``);
+    ``dtype``: np.float64 (oracle) or np.float32 (training); ``trainable``: names that get
+    gradients (default: role "param").
+    """
+
+    def __init__(self, graph: dict, params: dict, dtype=np.float64, trainable=None):
+        self.graph, self.dtype = graph, dtype
+        bad = [f"{n['name']} ({n['op_type']})" for n in graph["nodes"]
+               if n["op_type"] not in KERNELS]
+        if bad:
+            raise NotImplementedError("the numpy engine has no kernel for: " + ", ".join(bad))
+        self.params = {k: np.asarray(v, dtype) for k, v in params.items()}
+        roles = {t["name"]: t["role"] for t in graph["tensors"]}
+        self.trainable = set(trainable) if trainable is not None else \
+            {n for n, r in roles.items() if r == "param"}
+        self.constants = {}
+        for name, c in graph.get("constants", {}).items():
+            kind = dtype if c["dtype"].startswith("float") else np.int64
+            self.constants[name] = np.asarray(c["values"], kind).reshape(c["shape"])
+        self.input = graph["inputs"][0]["name"]
+        self.output = graph["outputs"][0]["name"]
+
+    def forward(self, x, train=False, keep=None, rng=None):
+        """(values {name: array} of every tensor, caches {node name: cache}, ctx)."""
+        ctx = Context(train, self.dtype, keep, rng)
+        vals = {**self.params, **self.constants, self.input: np.asarray(x, self.dtype)}
+        caches = {}
+        for node in self.graph["nodes"]:
+            ins = [vals[i] if i else None for i in node["inputs"]]
+            outs, caches[node["name"]] = KERNELS[node["op_type"]].forward(node, ins, ctx)
+            for name, v in zip(node["outputs"], outs):
+                if name:
+                    vals[name] = v
+        return vals, caches, ctx
+
+    def head(self):
+        """The loss rule of the GPU plan: NLLLoss when the model ends in LogSoftmax over
+        [batch, classes], else CrossEntropyLoss (LogSoftmax added over the output)."""
+        last = next((n for n in self.graph["nodes"] if self.output in n["outputs"]), {})
+        return "nll" if last.get("op_type") == "LogSoftmax" else "cross_entropy"
+
+    def step(self, x, labels, train=True, keep=None, rng=None):
+        """Forward, loss (mean over the batch) and, when ``train``, backward.
+
+        Returns a dict: ``acts`` {activation: value}, ``dacts`` {activation: gradient},
+        ``grads`` {trainable tensor: gradient}, ``buffers`` {running statistic: new value},
+        ``loss`` (float), ``acc`` (fraction of argmax == label), ``logp`` [B, C].
+        """
+        vals, caches, ctx = self.forward(x, train, keep, rng)
+        out = vals[self.output]
+        logp = out if self.head() == "nll" else log_softmax(out, axis=1)
+        loss, d, acc = nll(logp, labels)
+        acts = {k: v for k, v in vals.items() if k not in self.params and k not in self.constants}
+        res = {"acts": acts, "dacts": {}, "grads": {}, "buffers": dict(ctx.updates),
+               "loss": loss, "acc": acc, "logp": logp}
+        if not train:
+            return res
+        if self.head() == "cross_entropy":
+            d = log_softmax_backward(logp, d, axis=1)
+        grads = {self.output: d}
+        for node in reversed(self.graph["nodes"]):
+            douts = [grads.get(o) if o else None for o in node["outputs"]]
+            if douts[0] is None:
+                continue
+            ins = [vals[i] if i else None for i in node["inputs"]]
+            outs = [vals.get(o) if o else None for o in node["outputs"]]
+            dins = KERNELS[node["op_type"]].backward(node, ins, outs, caches[node["name"]],
+                                                     douts, ctx)
+            for name, g in zip(node["inputs"], dins):
+                if g is None or not name or name in self.constants or name == self.input:
+                    continue
+                if name in self.params and name not in self.trainable:
+                    continue
+                grads[name] = grads[name] + g if name in grads else g
+        res["dacts"] = {k: v for k, v in grads.items() if k in acts}
+        res["grads"] = {k: v for k, v in grads.items() if k in self.params}
+        return res

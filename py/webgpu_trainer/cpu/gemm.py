@@ -1,0 +1,46 @@
+"""Gemm: Y = alpha * op(A) @ op(B) + beta * C (ONNX Gemm; C broadcasts unidirectionally)."""
+
+
+TYPES = ("Gemm",)
+
+
+def gemm(a, b, c=None, alpha=1.0, beta=1.0, trans_a=0, trans_b=0):
+    y = alpha * ((a.T if trans_a else a) @ (b.T if trans_b else b))
+    return y if c is None else y + beta * c
+
+
+def unbroadcast(d, shape):
+    """Sum ``d`` over the dimensions that NumPy broadcasting expanded from ``shape``."""
+    while d.ndim > len(shape):
+        d = d.sum(axis=0)
+    for ax, size in enumerate(shape):
+        if size == 1 and d.shape[ax] != 1:
+            d = d.sum(axis=ax, keepdims=True)
+    return d.reshape(shape)
+
+
+def gemm_backward(a, b, dy, c=None, alpha=1.0, beta=1.0, trans_a=0, trans_b=0):
+    """(dA, dB, dC); dC is reduced over the broadcast dimensions of C."""
+    oa = a.T if trans_a else a
+    ob = b.T if trans_b else b
+    d_oa = alpha * dy @ ob.T
+    d_ob = alpha * oa.T @ dy
+    dc = None if c is None else unbroadcast(beta * dy, c.shape)
+    return d_oa.T if trans_a else d_oa, d_ob.T if trans_b else d_ob, dc
+
+
+def attrs(node) -> dict:
+    a = node.get("attrs", {})
+    return dict(alpha=a.get("alpha", 1.0), beta=a.get("beta", 1.0), trans_a=a.get("transA", 0),
+                trans_b=a.get("transB", 0))
+
+
+def forward(node, ins, ctx):
+    c = ins[2] if len(ins) > 2 else None
+    return [gemm(ins[0], ins[1], c, **attrs(node))], None
+
+
+def backward(node, ins, outs, cache, douts, ctx):
+    c = ins[2] if len(ins) > 2 else None
+    da, db, dc = gemm_backward(ins[0], ins[1], douts[0], c, **attrs(node))
+    return [da, db] + ([dc] if len(ins) > 2 else [])
