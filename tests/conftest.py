@@ -9,6 +9,9 @@ import zlib
 import numpy as np
 import pytest
 
+# The browser fixtures (server, chromium, mnist_cache) for every test module.
+pytest_plugins = ["e2e_fixtures"]
+
 # Tolerances: error = max |got - ref| / max(max |ref|, ABS_FLOOR).
 FWD_RTOL = 1e-5     # forward values (activations, loss, running statistics)
 GRAD_RTOL = 1e-4    # gradients
@@ -193,6 +196,11 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("measured max errors (max|got-ref| / max|ref|)")
         for tag, d in sorted(errors.items()):
             terminalreporter.write_line(f"{tag:20s} forward {d['fwd']:.2e}   grad {d['grad']:.2e}")
+    parity = getattr(sys.modules.get("test_parity"), "REPORT", None)
+    if parity:
+        terminalreporter.section("browser vs native parity (max relative difference)")
+        for line in parity:
+            terminalreporter.write_line(line)
     e2e = getattr(sys.modules.get("test_e2e"), "REPORT", None)
     if e2e:
         terminalreporter.section("end to end in headless Chromium")

@@ -1,4 +1,4 @@
-"""The Web Worker's Python side: messages in (start, stop), messages out (see
+"""The Web Worker's Python side: messages in (start, stop, profile, parity), messages out (see
 docs/ARCHITECTURE.md, "Worker protocol"). Runs only in Pyodide."""
 
 import asyncio
@@ -53,6 +53,24 @@ def handle(msg):
         asyncio.ensure_future(_run(data.get("config") or {}))
     elif kind == "profile":
         asyncio.ensure_future(_run(data.get("config") or {}, profile=True))
+    elif kind == "parity":
+        asyncio.ensure_future(_parity(data.get("cases") or "[]"))
+
+
+async def _parity(cases_json: str):
+    """Run the op/optimizer cases of ``parity.py`` (a JSON list) and post ``parity {results}``
+    (a JSON list), for web/parity.html."""
+    from . import parity
+    dev = STATE["device"]
+    if dev is None:
+        post("no_webgpu", message="no WebGPU device")
+        return
+    try:
+        results = await parity.run_cases(dev, json.loads(cases_json))
+        post("parity", results=json.dumps(results))
+    except Exception as exc:
+        traceback.print_exc()
+        post("error", message=f"{type(exc).__name__}: {exc}")
 
 
 async def _fetch(url: str, what: str):

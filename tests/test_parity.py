@@ -1,0 +1,71 @@
+"""Browser parity (issue 3): the same op and optimizer cases run in Pyodide on the browser's WebGPU
+(web/parity.html, SwiftShader here) and natively (wgpu-py, lavapipe here) and must agree within
+PARITY_RTOL, relative to the largest value of each compared array (conftest.rel_err): per-step
+losses, the model output, the flat gradient buffer (single-step cases) and the weights after the
+last optimizer step."""
+
+import asyncio
+import base64
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import parity_cases
+from conftest import rel_err
+
+pytestmark = pytest.mark.e2e
+
+PARITY_RTOL = 1e-5
+REPORT = []
+
+
+def _f32(text):
+    return np.frombuffer(base64.b64decode(text), "<f4")
+
+
+@pytest.fixture(scope="module")
+def parity_page(chromium, server):
+    ctx = chromium.new_context()
+    page = ctx.new_page()
+    console = []
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text[:300]}"))
+    page.goto(server + "/parity.html")
+    page.wait_for_function("window.parityState && (window.parityState.ready || "
+                           "window.parityState.error)", timeout=180_000)
+    err = page.evaluate("window.parityState.error")
+    if err:
+        pytest.fail(f"parity page failed to boot: {err}\n" + "\n".join(console[-20:]))
+    yield page
+    ctx.close()
+
+
+def test_browser_matches_native(parity_page, device):
+    from webgpu_trainer import parity
+    cases = parity_cases.all_cases()
+    # Playwright's sync API runs an event loop in this thread: run the native engine in another.
+    with ThreadPoolExecutor(1) as pool:
+        native = pool.submit(asyncio.run, parity.run_cases(device, cases)).result()
+    browser = json.loads(parity_page.evaluate("c => window.runParity(c)", json.dumps(cases)))
+    assert [r["name"] for r in browser] == [c["name"] for c in cases]
+    failures = []
+    for want, got in zip(native, browser):
+        name = want["name"]
+        assert "error" not in want, f"{name}: native run failed: {want.get('error')}"
+        if "error" in got:
+            failures.append(f"{name}: browser run failed: {got['error']}")
+            continue
+        errs = {"losses": rel_err(got["losses"], want["losses"])}
+        # Gradients after several optimizer steps are gradients at slightly different weights
+        # (the weights are compared): gradients are compared on single-step cases.
+        keys = ("output", "grads", "weights") if len(want["losses"]) <= 1 else ("output", "weights")
+        for key in keys:
+            errs[key] = rel_err(_f32(got[key]), _f32(want[key]))
+        worst = max(errs.values())
+        REPORT.append(f"{name:36s} " + "  ".join(f"{k} {v:.1e}" for k, v in errs.items()))
+        if worst > PARITY_RTOL:
+            failures.append(f"{name}: browser vs native relative error {errs}")
+        assert all(np.isfinite(want["losses"])), f"{name}: native losses {want['losses']}"
+    print("\n".join(REPORT))
+    assert not failures, "\n".join(failures)
