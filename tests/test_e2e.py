@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 import pytest
+from e2e_fixtures import REPO
 
 pytestmark = pytest.mark.e2e
 
@@ -257,6 +258,52 @@ def test_training_loss_falls(trained):
     note(f"\n[e2e] mean loss first 20 steps {first:.4f}, last 20 steps {last:.4f}")
     assert last < 0.5 * first, f"loss did not halve: first 20 {first:.4f}, last 20 {last:.4f}"
     assert not trained["errors_visible"], trained["error"]
+
+
+CURVE_STEPS = 50
+CURVE_RTOL = 1e-4
+
+
+def test_browser_and_native_loss_curves_match(trained, mnist_cache):
+    """Issue 3: same seed, same data order => the native trainer (wgpu-py) reproduces the
+    browser's per-step losses of the main run for its first CURVE_STEPS steps (1e-4 relative
+    per step). The native run uses the same config with max_steps = CURVE_STEPS (no scheduler,
+    so the learning rate of a step does not depend on the run's length)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from webgpu_trainer import native, onnx_io
+    from webgpu_trainer.backends.wgpu_native import Device
+    from webgpu_trainer.train import Trainer
+
+    train, test, _ = native.load_splits(mnist_cache, eval_images=64)
+    graph, weights = onnx_io.load_bundle(REPO / "models" / "seednet.onnx")
+    losses = {}
+
+    def emit(kind, **kw):
+        if kind == "progress":
+            losses.update({int(s): float(v) for s, v, *_ in kw["losses"]})
+
+    async def go():
+        tr = Trainer(Device(), graph, weights,
+                     {"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "epochs": 1, "seed": 0,
+                      "init": "scratch", "max_steps": CURVE_STEPS, "eval_images": 64},
+                     train, test, emit=emit)
+        await tr.setup()
+        await tr.run()
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(1) as pool:  # Playwright's event loop owns this thread
+        pool.submit(asyncio.run, go()).result()
+    browser = {s["step"]: s["loss"] for s in trained["steps"][:CURVE_STEPS]}
+    assert sorted(losses) == list(range(1, CURVE_STEPS + 1)), "native run missed steps"
+    want = np.array([browser[t] for t in range(1, CURVE_STEPS + 1)])
+    got = np.array([losses[t] for t in range(1, CURVE_STEPS + 1)])
+    rel = np.abs(got - want) / np.abs(want)
+    note(f"\n[e2e] browser vs native loss curve, {CURVE_STEPS} steps: max relative difference "
+         f"{rel.max():.2e} (step {int(rel.argmax()) + 1}); native run {time.monotonic() - t0:.0f} s")
+    assert rel.max() <= CURVE_RTOL, f"step {int(rel.argmax()) + 1}: browser {want[rel.argmax()]}" \
+        f" vs native {got[rel.argmax()]}"
 
 
 def test_test_accuracy(trained, mnist_cache):

@@ -69,3 +69,15 @@ def test_browser_matches_native(parity_page, device):
         assert all(np.isfinite(want["losses"])), f"{name}: native losses {want['losses']}"
     print("\n".join(REPORT))
     assert not failures, "\n".join(failures)
+
+
+def test_every_shader_compiles_in_chromium(parity_page):
+    """Every shaders/*.wgsl compiles in Chromium's WebGPU (Tint), which is stricter than the
+    native wgpu (naga) in places, e.g. reserved words and uniformity rules."""
+    from webgpu_trainer import shaders
+    sources = {p.name: p.read_text() for p in sorted(shaders.shader_dir().glob("*.wgsl"))}
+    errors = parity_page.evaluate("s => window.compileWGSL(s)", sources)
+    assert set(errors) == set(sources)
+    bad = {name: msgs for name, msgs in errors.items() if msgs}
+    assert not bad, "WGSL errors in Chromium:\n" + "\n".join(
+        f"{name}: {m}" for name, msgs in bad.items() for m in msgs)

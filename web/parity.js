@@ -50,3 +50,22 @@ window.runParity = async (casesJson) => {
     worker.postMessage({ type: "parity", cases: casesJson });
   });
 };
+
+// window.compileWGSL({name: code}) -> {name: ["error 12:3 message", ...]}: every shader module
+// compiled by this browser's WebGPU (Tint in Chromium), on the main thread.
+window.compileWGSL = async (sources) => {
+  const adapter = await navigator.gpu.requestAdapter();
+  const device = await adapter.requestDevice();
+  const out = {};
+  for (const [name, code] of Object.entries(sources)) {
+    device.pushErrorScope("validation");
+    const module = device.createShaderModule({ code, label: name });
+    const info = await module.getCompilationInfo();
+    const scope = await device.popErrorScope();
+    out[name] = info.messages.filter((m) => m.type === "error")
+      .map((m) => `error ${m.lineNum}:${m.linePos} ${m.message}`);
+    if (scope) out[name].push(`validation: ${scope.message}`);
+  }
+  device.destroy();
+  return out;
+};

@@ -1,0 +1,96 @@
+"""A model summary for people: layers, output shapes, parameter counts, multiply-adds, and which
+parameters are trainable (like torchinfo's table). Standard library only: the server and the
+page's worker can both compute it.
+"""
+
+from .graph import Graph, GraphError
+
+MAC_OPS = ("Conv", "Gemm", "MatMul")
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _macs(node, shapes) -> int:
+    """Multiply-adds of one sample through ``node`` (Conv, Gemm, MatMul; 0 for other ops)."""
+    op, ins = node["op_type"], node["inputs"]
+    out = shapes.get(node["outputs"][0])
+    if out is None:
+        return 0
+    if op == "Conv":
+        w = shapes[ins[1]]
+        return _numel(out[1:]) * _numel(w[1:])
+    if op == "Gemm":
+        a = shapes[ins[0]]
+        k = a[0] if node.get("attrs", {}).get("transA", 0) else a[1]
+        return _numel(out[1:]) * k
+    if op == "MatMul":
+        a = shapes[ins[0]]
+        return _numel(out[1:]) * a[-1]
+    return 0
+
+
+def head_params(graph: dict) -> list:
+    """Names of the classifier head's parameters: those of the last Conv / Gemm / MatMul node
+    and of every node after it (e.g. SeedNet's fc2 and the BatchNorm after it), what a user
+    fine-tunes alone. Falls back to the last node with parameters."""
+    roles = {t["name"]: t["role"] for t in graph["tensors"]}
+    nodes = graph["nodes"]
+    start = max((k for k, n in enumerate(nodes) if n["op_type"] in MAC_OPS
+                 and any(roles.get(i) == "param" for i in n["inputs"])), default=None)
+    if start is None:
+        start = max((k for k, n in enumerate(nodes)
+                     if any(roles.get(i) == "param" for i in n["inputs"])), default=len(nodes))
+    out = []
+    for n in nodes[start:]:
+        out += [i for i in n["inputs"] if roles.get(i) == "param" and i not in out]
+    return out
+
+
+def summarize(graph: dict, trainable=None) -> dict:
+    """The summary of a bundle graph for one sample.
+
+    ``trainable``: names of the trainable parameters (default: every role "param" tensor).
+    Returns ``{"name", "opset", "producer", "input": {name, shape}, "layers": [{"name", "op",
+    "output_shape" (list, batch 1) or None, "params" (elements), "macs", "tensors": [names]}],
+    "tensors": [{"name", "shape", "numel", "role", "trainable", "layer"}], "head": [names],
+    "totals": {"params", "trainable", "frozen", "buffers", "macs"}, "errors": [str]}``.
+    Shapes and MACs are None / 0 when the engine cannot plan the graph; ``errors`` says why.
+    """
+    tensors = {t["name"]: t for t in graph["tensors"]}
+    train = set(trainable) if trainable is not None else \
+        {n for n, t in tensors.items() if t["role"] == "param"}
+    errors, shapes = [], {}
+    try:
+        shapes = Graph(graph).shapes(1)
+    except GraphError as exc:
+        errors.append(str(exc))
+    owner = {}
+    layers = []
+    for node in graph["nodes"]:
+        names = [i for i in node["inputs"] if i in tensors and i not in owner]
+        for n in names:
+            owner[n] = node["name"]
+        out = shapes.get(node["outputs"][0]) if node["outputs"] else None
+        layers.append({"name": node["name"], "op": node["op_type"], "output_shape": out,
+                       "params": sum(_numel(tensors[n]["shape"]) for n in names
+                                     if tensors[n]["role"] == "param"),
+                       "macs": _macs(node, shapes) if shapes else 0, "tensors": names})
+    rows = [{"name": n, "shape": t["shape"], "numel": _numel(t["shape"]), "role": t["role"],
+             "trainable": n in train and t["role"] == "param", "layer": owner.get(n)}
+            for n, t in tensors.items()]
+    params = sum(r["numel"] for r in rows if r["role"] == "param")
+    n_train = sum(r["numel"] for r in rows if r["trainable"])
+    inp = graph["inputs"][0]
+    return {"name": graph.get("name"), "opset": graph.get("opset"),
+            "producer": graph.get("producer"),
+            "input": {"name": inp["name"], "shape": inp["shape"]},
+            "layers": layers, "tensors": rows, "head": head_params(graph),
+            "totals": {"params": params, "trainable": n_train, "frozen": params - n_train,
+                       "buffers": sum(r["numel"] for r in rows if r["role"] == "buffer"),
+                       "macs": sum(layer["macs"] for layer in layers)},
+            "errors": errors}
