@@ -12,10 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import secrets
 import threading
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -38,11 +40,12 @@ CHUNK = 1 << 20
 
 
 class ApiError(Exception):
-    """An error answered as JSON ``{"error": message}`` with ``status``."""
+    """An error answered as JSON ``{"error": message, "problems": [line, ...]}`` with
+    ``status``; ``problems`` (optional) lists every problem found, one per line."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, problems: list | None = None):
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.problems = status, message, problems
 
 
 def safe_join(base: Path, rel: str) -> Path:
@@ -126,11 +129,17 @@ def file_response(request: Request, path: Path, *, etag: str | None = None,
                              media_type=media_type)
 
 
+MAX_UPLOAD_BYTES = 64 << 20  # an uploaded .onnx (models people train on MNIST are far smaller)
+
+
 def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None = None,
-               wheels_dir: Path | None = None, *, cross_origin_isolated: bool = True) -> Starlette:
+               wheels_dir: Path | None = None, *, cross_origin_isolated: bool = True,
+               uploads_dir: Path | None = None,
+               max_upload_bytes: int = MAX_UPLOAD_BYTES) -> Starlette:
     """Build the app. root: the repo (``web/`` lives there); models_dir: ``*.onnx`` folder
     (default root/models); data_dir: MNIST cache with manifest.json (default root/.cache/mnist);
-    wheels_dir: where the engine wheel is built (default root/.cache/wheels).
+    wheels_dir: where the engine wheel is built (default root/.cache/wheels); uploads_dir: where
+    uploaded models are kept (default root/.cache/uploads); max_upload_bytes: upload size limit.
     cross_origin_isolated: add COOP/COEP/CORP headers (harmless: everything is same-origin).
     """
     root = Path(root).resolve()
@@ -138,6 +147,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     models_dir = Path(models_dir or root / "models")
     data_dir = Path(data_dir or root / ".cache" / "mnist")
     wheels_dir = Path(wheels_dir or root / ".cache" / "wheels")
+    uploads_dir = Path(uploads_dir or root / ".cache" / "uploads")
     bundles: dict = {}
     verified: dict = {}
     lock = threading.Lock()
@@ -149,10 +159,12 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     def model_path(name: str) -> Path:
         if not NAME_RE.match(name) or ".." in name:
             raise ApiError(400, f"bad model name: {name!r}")
-        path = models_dir / f"{name}.onnx"
-        if not path.is_file():
-            raise ApiError(404, f"unknown model: {name!r} (no {path.name} in models folder)")
-        return path
+        for folder in (models_dir, uploads_dir):
+            path = folder / f"{name}.onnx"
+            if path.is_file():
+                return path
+        raise ApiError(404, f"unknown model: {name!r} (no {name}.onnx in the models folder or "
+                            "the uploads)")
 
     def bundle(path: Path) -> tuple[dict, bytes]:
         st = path.stat()
@@ -162,7 +174,8 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
                 try:
                     bundles[key] = onnx_io().load_bundle(path)
                 except ValueError as exc:  # OnnxImportError is a ValueError
-                    raise ApiError(400, f"model {path.name} cannot be loaded: {exc}") from exc
+                    raise ApiError(400, f"model {path.name} cannot be loaded: {exc}",
+                                   _problems(exc)) from exc
             return bundles[key]
 
     # ------------------------------------------------------------ page and vendor files
@@ -193,8 +206,13 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     def api_models(request: Request) -> Response:
         out = []
         from .graph import Graph, GraphError
-        for path in sorted(models_dir.glob("*.onnx")):
-            item = {"name": path.stem, "file": path.name, "bytes": None, "params": None}
+        paths = sorted(models_dir.glob("*.onnx"))
+        if uploads_dir.is_dir():
+            taken = {p.stem for p in paths}
+            paths += [p for p in sorted(uploads_dir.glob("*.onnx")) if p.stem not in taken]
+        for path in paths:
+            item = {"name": path.stem, "file": path.name, "bytes": None, "params": None,
+                    "uploaded": path.parent == uploads_dir}
             try:
                 item["bytes"] = path.stat().st_size
                 if not NAME_RE.match(path.stem) or ".." in path.stem:
@@ -215,6 +233,53 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     def model_graph(request: Request) -> Response:
         graph, _ = bundle(model_path(request.path_params["name"]))
         return JSONResponse(graph, headers={"Cache-Control": "no-cache"})
+
+    def model_summary(request: Request) -> Response:
+        from .summary import summarize
+        graph, _ = bundle(model_path(request.path_params["name"]))
+        return JSONResponse(summarize(graph), headers={"Cache-Control": "no-cache"})
+
+    async def model_upload(request: Request) -> Response:
+        """Body: the .onnx bytes; query ``filename`` (the user's file name). Kept in
+        uploads_dir only when it imports AND the engine can train it; else 400 listing every
+        problem. Answers ``{"name", "summary"}``."""
+        from .graph import Graph, GraphError
+        from .summary import summarize
+        name = _upload_name(request.query_params.get("filename") or "model.onnx")
+        if (models_dir / f"{name}.onnx").is_file():
+            name = f"{name}-upload"
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > max_upload_bytes:
+            raise ApiError(413, f"{name}.onnx is {int(declared):,} bytes; the upload limit is "
+                                f"{max_upload_bytes:,} bytes")
+        uploads_dir.mkdir(parents=True, exist_ok=True)
+        tmp = uploads_dir / f".upload-{secrets.token_hex(8)}.onnx"
+        try:
+            size = 0
+            with open(tmp, "wb") as f:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > max_upload_bytes:
+                        raise ApiError(413, f"{name}.onnx is larger than the upload limit of "
+                                            f"{max_upload_bytes:,} bytes")
+                    f.write(chunk)
+            if size == 0:
+                raise ApiError(400, f"{name}.onnx: the upload is empty")
+            try:
+                graph, _ = await run_in_threadpool(onnx_io().load_bundle, tmp)
+            except ValueError as exc:
+                raise ApiError(400, f"{name}.onnx cannot be imported: {exc}",
+                               _problems(exc)) from exc
+            try:
+                Graph(graph).shapes(2)
+            except (GraphError, NotImplementedError) as exc:
+                raise ApiError(400, f"{name}.onnx cannot be trained: {exc}",
+                               _problems(exc)) from exc
+            tmp.replace(uploads_dir / f"{name}.onnx")
+        finally:
+            tmp.unlink(missing_ok=True)
+        graph["name"] = graph.get("name") or name
+        return JSONResponse({"name": name, "summary": summarize(graph)})
 
     def model_weights(request: Request) -> Response:
         _, weights = bundle(model_path(request.path_params["name"]))
@@ -294,7 +359,10 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
 
     # ------------------------------------------------------------ errors and headers
     async def api_error(request: Request, exc: ApiError) -> Response:
-        return JSONResponse({"error": exc.message}, exc.status)
+        body = {"error": exc.message}
+        if exc.problems:
+            body["problems"] = exc.problems
+        return JSONResponse(body, exc.status)
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
         msg = exc.detail if exc.status_code != 404 else f"not found: {request.url.path}"
@@ -307,7 +375,9 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         Route("/", page, methods=["GET", "HEAD"]),
         Route("/api/wheel", api_wheel),
         Route("/api/models", api_models),
+        Route("/api/models/upload", model_upload, methods=["POST"]),
         Route("/api/models/{name}/graph.json", model_graph),
+        Route("/api/models/{name}/summary", model_summary),
         Route("/api/models/{name}/weights.bin", model_weights),
         Route("/api/models/{name}/export", model_export, methods=["POST"]),
         Route("/data/mnist/manifest.json", mnist_manifest, methods=["GET", "HEAD"]),
@@ -325,6 +395,20 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     if cross_origin_isolated:
         app.add_middleware(_HeaderMiddleware)
     return app
+
+
+def _problems(exc: Exception) -> list:
+    """The problems of an import or planning error, one per line (the message lists them)."""
+    lines = [ln.strip(" -*\u2022") for ln in str(exc).splitlines()]
+    return [ln for ln in lines if ln]
+
+
+def _upload_name(filename: str) -> str:
+    """A model name (NAME_RE) from a user's file name: the stem, other characters as '-'."""
+    stem = Path(filename.replace("\\", "/")).name
+    stem = stem[:-5] if stem.lower().endswith(".onnx") else stem
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "-", stem).strip(".-")[:100]
+    return stem if stem and NAME_RE.match(stem) else "model"
 
 
 class _HeaderMiddleware:
