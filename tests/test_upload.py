@@ -73,6 +73,7 @@ def test_bad_uploads_are_refused_and_not_kept(client, payload, status, needle):
     r = c.post("/api/models/upload?filename=bad.onnx", content=payload)
     assert r.status_code == status, r.text
     assert needle in r.json()["error"]
+    assert ".upload-" not in r.text, "the temporary file name leaks into the error"
     assert not list(uploads.glob("*.onnx")) and not list(uploads.glob(".upload-*"))
 
 

@@ -161,6 +161,7 @@ function readForm() {
     weight_decay: n("weight-decay") || 0,
     max_steps: Math.max(0, Math.trunc(n("max-steps") || 0)),
     eval_images: Math.trunc(n("eval-images")),
+    trainable: trainableConfig(),
   };
 }
 
@@ -173,6 +174,7 @@ function validate(cfg) {
     bad.push("batch size must be a whole number");
   }
   if (!(cfg.epochs >= 1)) bad.push("epochs must be ≥ 1");
+  if (cfg.trainable && !cfg.trainable.length) bad.push("tick at least one parameter to train");
   if (!Number.isInteger(cfg.seed) || cfg.seed < 0 || cfg.seed >= 2 ** 32) {
     bad.push("seed must be an integer in 0 … 4294967295");
   }
@@ -182,7 +184,7 @@ function validate(cfg) {
   return bad;
 }
 
-async function loadModels() {
+async function loadModels(select = null) {
   const sel = $("model");
   try {
     const res = await fetch("/api/models");
@@ -202,7 +204,8 @@ async function loadModels() {
       sel.append(opt);
     }
     const usable = models.filter((m) => !m.error);
-    const preferred = usable.find((m) => m.name === "seednet") ?? usable[0];
+    const preferred = usable.find((m) => m.name === select) ??
+      usable.find((m) => m.name === "seednet") ?? usable[0];
     sel.value = preferred ? preferred.name : "";
     onModelChange();
   } catch (e) {
@@ -216,10 +219,173 @@ async function loadModels() {
 function onModelChange() {
   const m = appState.models.find((x) => x.name === $("model").value);
   $("model-hint").textContent = m?.error ? m.error : m
-    ? [m.file, humanBytes(m.bytes), m.params != null ? `${Number(m.params).toLocaleString()} parameters` : ""]
+    ? [m.uploaded ? "uploaded" : "", m.file, humanBytes(m.bytes),
+       m.params != null ? `${Number(m.params).toLocaleString()} parameters` : ""]
       .filter(Boolean).join(" · ")
     : "";
   syncControls();
+  if (m && !m.error) loadSummary(m.name);
+  else $("summary-card").hidden = true;
+}
+
+// ------------------------------------------------------------------- bring your own model
+// appState.summary: GET /api/models/{name}/summary; appState.trainable: Set of the parameter
+// names to train (the config's `trainable`: null when every parameter trains).
+async function loadSummary(name) {
+  try {
+    const res = await fetch(`/api/models/${encodeURIComponent(name)}/summary`);
+    const body = await res.json();
+    if (!res.ok) throw new Error(body.error ?? `HTTP ${res.status}`);
+    if ($("model").value !== name) return;  // the user moved on
+    appState.summary = body;
+    appState.trainable = new Set(body.tensors.filter((t) => t.trainable).map((t) => t.name));
+    renderSummary();
+  } catch (e) {
+    $("summary-card").hidden = true;
+    log(`Model summary of ${name} failed: ${e.message ?? e}`, "error");
+  }
+}
+
+function renderSummary() {
+  const s = appState.summary;
+  if (!s) return;
+  const byName = Object.fromEntries(s.tensors.map((t) => [t.name, t]));
+  const body = $("summary-table").querySelector("tbody");
+  body.replaceChildren();
+  for (const layer of s.layers) {
+    const params = layer.tensors.filter((n) => byName[n]?.role === "param");
+    const tr = document.createElement("tr");
+    const cells = [layer.name, layer.op,
+      layer.output_shape ? `[${layer.output_shape.join(", ")}]` : "?",
+      layer.params ? Number(layer.params).toLocaleString() : "",
+      layer.macs ? humanCount(layer.macs) : ""];
+    cells.forEach((text, i) => {
+      const td = document.createElement("td");
+      td.textContent = text;
+      if (i === 1) td.className = "ops";
+      if (i >= 3) td.className = "num";
+      tr.append(td);
+    });
+    const td = document.createElement("td");
+    for (const n of params) {
+      const label = document.createElement("label");
+      const box = document.createElement("input");
+      box.type = "checkbox";
+      box.dataset.tensor = n;
+      box.checked = appState.trainable.has(n);
+      box.addEventListener("change", () => {
+        if (box.checked) appState.trainable.add(n); else appState.trainable.delete(n);
+        renderSummary();
+      });
+      const short = n.startsWith(layer.name.replace(/^\//, "").split("/")[0] + ".")
+        ? n.split(".").pop() : n;
+      label.title = `${n} ${JSON.stringify(byName[n].shape)}`;
+      label.append(box, document.createTextNode(` ${short}`));
+      td.append(label);
+    }
+    tr.append(td);
+    if (params.length && params.every((n) => !appState.trainable.has(n))) tr.className = "frozen";
+    body.append(tr);
+  }
+  const total = s.tensors.filter((t) => t.role === "param");
+  const nTrain = total.filter((t) => appState.trainable.has(t.name)).reduce((a, t) => a + t.numel, 0);
+  const all = total.reduce((a, t) => a + t.numel, 0);
+  $("summary-title").textContent = `Model: ${s.name ?? $("model").value}`;
+  $("summary-totals").textContent = `${Number(all).toLocaleString()} parameters · ` +
+    `${humanCount(s.totals.macs)} mult-adds per image · opset ${s.opset ?? "?"}`;
+  $("trainable-text").textContent = nTrain === all ? "all parameters train"
+    : `${Number(nTrain).toLocaleString()} of ${Number(all).toLocaleString()} parameters train ` +
+      `(${total.length - total.filter((t) => appState.trainable.has(t.name)).length} tensors frozen)`;
+  $("summary-card").hidden = false;
+}
+
+function setTrainable(names) {
+  appState.trainable = new Set(names);
+  renderSummary();
+}
+
+/** The config's `trainable`: null when every parameter trains, else the sorted names. */
+function trainableConfig() {
+  const s = appState.summary;
+  if (!s) return null;
+  const params = s.tensors.filter((t) => t.role === "param").map((t) => t.name);
+  return params.every((n) => appState.trainable.has(n)) ? null
+    : params.filter((n) => appState.trainable.has(n));
+}
+
+function showImportErrors(title, problems) {
+  const ul = $("import-errors");
+  ul.replaceChildren();
+  const head = document.createElement("li");
+  head.innerHTML = "<strong></strong>";
+  head.firstChild.textContent = title;
+  ul.append(head);
+  for (const p of problems) {
+    const li = document.createElement("li");
+    li.textContent = p;
+    ul.append(li);
+  }
+  ul.hidden = false;
+}
+
+async function uploadModel(file) {
+  if (!file) return;
+  const zone = $("dropzone");
+  $("import-errors").hidden = true;
+  if (!file.name.toLowerCase().endsWith(".onnx")) {
+    showImportErrors(`${file.name}: not an .onnx file`, ["Export your model with torch.onnx.export(model, x, \"model.onnx\")."]);
+    return;
+  }
+  zone.classList.add("busy");
+  setStatus(`Uploading ${file.name} (${humanBytes(file.size)})…`);
+  try {
+    const res = await fetch(`/api/models/upload?filename=${encodeURIComponent(file.name)}`, {
+      method: "POST", headers: { "Content-Type": "application/octet-stream" }, body: file,
+    });
+    const body = await res.json().catch(() => ({ error: `HTTP ${res.status}` }));
+    if (!res.ok) {
+      const problems = body.problems?.length > 1 ? body.problems : [];
+      showImportErrors(problems.length ? `${file.name} cannot be used:` : body.error, problems);
+      setStatus(`${file.name} was not imported.`);
+      log(`Upload of ${file.name} refused: ${body.error}`, "error");
+      return;
+    }
+    log(`Imported ${file.name} as model “${body.name}”: ` +
+      `${Number(body.summary.totals.params).toLocaleString()} parameters.`);
+    setStatus(`Imported ${body.name}.`);
+    await loadModels(body.name);
+  } catch (e) {
+    showImportErrors(`Upload of ${file.name} failed: ${e.message ?? e}`, []);
+  } finally {
+    zone.classList.remove("busy");
+  }
+}
+
+function setupDropzone() {
+  const zone = $("dropzone");
+  const input = $("model-file");
+  zone.addEventListener("click", () => input.click());
+  zone.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" || e.key === " ") { e.preventDefault(); input.click(); }
+  });
+  input.addEventListener("change", () => { uploadModel(input.files[0]); input.value = ""; });
+  zone.addEventListener("dragover", (e) => { e.preventDefault(); zone.classList.add("over"); });
+  zone.addEventListener("dragleave", () => zone.classList.remove("over"));
+  zone.addEventListener("drop", (e) => {
+    e.preventDefault();
+    zone.classList.remove("over");
+    uploadModel(e.dataTransfer.files[0]);
+  });
+  $("train-all").addEventListener("click", () => setTrainable(
+    appState.summary.tensors.filter((t) => t.role === "param").map((t) => t.name)));
+  $("train-head").addEventListener("click", () => {
+    setTrainable(appState.summary.head);
+    if (!$("init-finetune").checked) {
+      $("init-finetune").checked = true;
+      markPreset();
+      log("Fine-tuning only the head: starting from the model’s weights.");
+    }
+  });
 }
 
 // ---------------------------------------------------------------------------------- charts
@@ -557,6 +723,7 @@ async function downloadOnnx() {
     seed: cfg.seed,
     init: cfg.init,
     test_accuracy: run.test_acc,
+    trainable: cfg.trainable ? cfg.trainable.join(",") : "all",
     steps: run.steps ?? appState.progress?.step ?? 0,
   };
   downloading = true;
@@ -602,6 +769,7 @@ function boot() {
   $("error-close").addEventListener("click", hideError);
   $("optimizer").addEventListener("change", () => { onOptimizerChange(); markPreset(); });
   $("model").addEventListener("change", onModelChange);
+  setupDropzone();
   for (const b of document.querySelectorAll(".preset")) {
     b.addEventListener("click", () => applyPreset(b.dataset.preset));
   }

@@ -267,9 +267,10 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
                 raise ApiError(400, f"{name}.onnx: the upload is empty")
             try:
                 graph, _ = await run_in_threadpool(onnx_io().load_bundle, tmp)
-            except ValueError as exc:
-                raise ApiError(400, f"{name}.onnx cannot be imported: {exc}",
-                               _problems(exc)) from exc
+            except ValueError as exc:  # name the user's file, not the temporary one
+                text = str(exc).replace(f"{tmp}: ", "").replace(str(tmp), f"{name}.onnx")
+                raise ApiError(400, f"{name}.onnx cannot be imported: {text}",
+                               _problems(text)) from exc
             try:
                 Graph(graph).shapes(2)
             except (GraphError, NotImplementedError) as exc:
@@ -397,8 +398,8 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     return app
 
 
-def _problems(exc: Exception) -> list:
-    """The problems of an import or planning error, one per line (the message lists them)."""
+def _problems(exc) -> list:
+    """The problems of an import or planning error (or its text), one per line."""
     lines = [ln.strip(" -*\u2022") for ln in str(exc).splitlines()]
     return [ln for ln in lines if ln]
 
