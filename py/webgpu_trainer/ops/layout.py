@@ -1,0 +1,417 @@
+"""Data movement: ONNX Transpose, Concat, Slice, Pad (constant mode) and Expand, forward and
+backward (shaders/layout.wgsl), float32 tensors of rank <= 6.
+
+Every op and gradient is one strided gather (``strided``): per output dimension a size, an
+affine map of the index into the source (``t = idx * mul + add``, then ``/ div`` when exact)
+and bounds; out-of-bounds cells get a fill value. The gradients follow PyTorch's autograd:
+
+- Transpose: dx = transpose(dy, inverse(perm));
+- Concat: dx_k = the slice of dy along ``axis`` that input k filled;
+- Slice: dx = dy scattered back (zeros where nothing was selected), written as a gather over
+  dx: dx[j] = dy[(j - start) / step] when exact and in range, else 0;
+- Pad: dx = the crop of dy (zeros where negative pads cropped x); d constant_value = the sum of
+  dy over the padded cells (``masked_sum``) when the value is a tensor that needs a gradient;
+- Expand: dx = dy summed over the broadcast dimensions (``sum_expanded``, split over
+  workgroups when few outputs sum many values, the parts added by reduce.wgsl).
+
+Attribute-like inputs (Slice starts/ends/axes/steps, Pad pads/axes, Expand shape) must be
+constants of the model description; ``infer`` raises ``GraphError`` naming the node and the
+input otherwise. The form (inputs or attributes) follows the node: inputs when present
+(Slice opset >= 10, Pad opset >= 11), else the attributes of the older opsets.
+"""
+
+from ..backends.base import groups_1d, pack_params
+from .gemm import reduce_splits
+
+TYPES = ("Concat", "Expand", "Pad", "Slice", "Transpose")
+
+MAX_RANK = 6
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _strides(shape) -> list:
+    """Row-major element strides of a contiguous tensor of ``shape``."""
+    out, s = [], 1
+    for d in reversed(shape):
+        out.append(s)
+        s *= d
+    return out[::-1]
+
+
+def _error(node, msg):
+    from ..graph import GraphError
+    return GraphError(f"node {node['name']} ({node['op_type']}): {msg}")
+
+
+def _input_values(node, k, values, what):
+    """The values of constant input ``k`` (None when absent); GraphError when not constant."""
+    inputs = node["inputs"]
+    if len(inputs) <= k or not inputs[k]:
+        return None
+    if values[k] is None:
+        raise _error(node, f"input {k} {inputs[k]!r} ({what}) is not a constant of the model; "
+                           "only constant " + what + " are supported")
+    return [int(v) for v in values[k]]
+
+
+def _axes(node, axes, rank):
+    """Axes normalised to [0, rank); GraphError when out of range or repeated."""
+    out = []
+    for a in axes:
+        if not -rank <= a < rank:
+            raise _error(node, f"axis {a} out of range for rank {rank}")
+        out.append(a % rank)
+    if len(set(out)) != len(out):
+        raise _error(node, f"repeated axes {list(axes)}")
+    return out
+
+
+def _check_rank(node, shape):
+    if len(shape) > MAX_RANK:
+        raise _error(node, f"rank {len(shape)} > {MAX_RANK} is not supported")
+
+
+# ---- per-op geometry (shared by infer, forward and backward) ---------------------------------
+
+def transpose_perm(node, rank):
+    """``perm`` attribute (default: the dims reversed), checked to be a permutation."""
+    perm = node.get("attrs", {}).get("perm")
+    perm = list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
+    if sorted(perm) != list(range(rank)):
+        raise _error(node, f"perm {perm} is not a permutation of {rank} dims")
+    return perm
+
+
+def concat_axis(node, shapes):
+    """Normalised ``axis``; GraphError when ranks or non-axis sizes differ."""
+    rank = len(shapes[0])
+    if "axis" not in node.get("attrs", {}):
+        raise _error(node, "missing attribute axis")
+    axis = int(node["attrs"]["axis"])
+    if not -rank <= axis < rank:
+        raise _error(node, f"axis {axis} out of range for rank {rank}")
+    axis %= rank
+    for s in shapes:
+        if len(s) != rank or any(a != b for d, (a, b) in enumerate(zip(s, shapes[0]))
+                                 if d != axis):
+            raise _error(node, f"input shapes {shapes} differ outside axis {axis}")
+    return axis
+
+
+def slice_spec(node, shape, values):
+    """Per dim of x: (start, step, count) of ONNX Slice, starts/ends clamped per the operator
+    definition (step > 0: [0, dim]; step < 0: start in [0, dim - 1], end in [-1, dim - 1]).
+
+    ``values``: per node input, its constant values or None. Opset >= 10 takes starts, ends,
+    axes, steps from inputs 1..4, older opsets from the attributes starts, ends, axes.
+    """
+    rank = len(shape)
+    if len(node["inputs"]) > 1:
+        starts = _input_values(node, 1, values, "starts")
+        ends = _input_values(node, 2, values, "ends")
+        if starts is None or ends is None:
+            raise _error(node, "starts and ends inputs are required")
+        axes = _input_values(node, 3, values, "axes")
+        steps = _input_values(node, 4, values, "steps")
+    else:
+        a = node.get("attrs", {})
+        if "starts" not in a or "ends" not in a:
+            raise _error(node, "attributes starts and ends are required (opset < 10)")
+        starts, ends = [int(v) for v in a["starts"]], [int(v) for v in a["ends"]]
+        axes, steps = a.get("axes"), None
+        axes = None if axes is None else [int(v) for v in axes]
+    if axes is None:
+        axes = list(range(len(starts)))
+    if steps is None:
+        steps = [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise _error(node, f"starts {starts}, ends {ends}, axes {axes}, steps {steps} differ "
+                           "in length")
+    spec = [(0, 1, d) for d in shape]
+    for ax, s, e, st in zip(_axes(node, axes, rank), starts, ends, steps):
+        dim = shape[ax]
+        if st == 0:
+            raise _error(node, "step 0")
+        s = s + dim if s < 0 else s
+        e = e + dim if e < 0 else e
+        if st > 0:
+            s, e = min(max(s, 0), dim), min(max(e, 0), dim)
+            count = max(0, (e - s + st - 1) // st)
+        else:
+            s, e = min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
+            count = max(0, (s - e + (-st) - 1) // (-st))
+        spec[ax] = (s if count else 0, st, count)
+    return spec
+
+
+def pad_spec(node, shape, values):
+    """Per dim of x: (begin, end) pads (negative crops) and the constant: ``(pads, value,
+    value_is_input)``. Opset >= 11: pads, constant_value, axes (18) are inputs 1..3, older
+    opsets the attributes pads and value. Only mode "constant"."""
+    rank = len(shape)
+    a = node.get("attrs", {})
+    mode = a.get("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode != "constant":
+        raise _error(node, f"mode {mode!r} is not supported (only 'constant')")
+    value, from_input = 0.0, False
+    if len(node["inputs"]) > 1:
+        pads = _input_values(node, 1, values, "pads")
+        if pads is None:
+            raise _error(node, "the pads input is required")
+        if len(node["inputs"]) > 2 and node["inputs"][2]:
+            if values[2] is not None:
+                value = float(values[2][0]) if len(values[2]) else 0.0
+            else:
+                from_input = True  # a tensor (e.g. a float initializer): read on the device
+        axes = _input_values(node, 3, values, "axes")
+    else:
+        if "pads" not in a:
+            raise _error(node, "attribute pads is required (opset < 11)")
+        pads, value, axes = [int(v) for v in a["pads"]], float(a.get("value", 0.0)), None
+    axes = list(range(rank)) if axes is None else _axes(node, axes, rank)
+    if len(pads) != 2 * len(axes):
+        raise _error(node, f"pads {pads} do not have 2 x {len(axes)} entries")
+    spec = [(0, 0)] * rank
+    for i, ax in enumerate(axes):
+        spec[ax] = (pads[i], pads[i + len(axes)])
+    for d, (lo, hi) in zip(shape, spec):
+        if d + lo + hi < 0:
+            raise _error(node, f"pads {pads} crop more than the dims {shape}")
+    return spec, value, from_input
+
+
+def expand_shape(node, shape, values):
+    """The output shape: NumPy (bidirectional) broadcasting of x's shape and the shape input."""
+    want = _input_values(node, 1, values, "shape")
+    if want is None:
+        raise _error(node, "the shape input is required")
+    rank = max(len(shape), len(want))
+    a = [1] * (rank - len(shape)) + list(shape)
+    w = [1] * (rank - len(want)) + want
+    out = []
+    for da, dw in zip(a, w):
+        if da != dw and 1 not in (da, dw):
+            raise _error(node, f"shape {list(shape)} does not broadcast to {want}")
+        out.append(da if dw == 1 else dw)
+    return out
+
+
+def infer(node, ins, consts):
+    """Output shapes by the ONNX operator definitions; GraphError naming the node when the
+    shapes or attributes do not fit, a mode is unsupported or an attribute-like input
+    (starts, ends, axes, steps, pads, shape) is not a constant."""
+    op, x = node["op_type"], ins[0]
+    if op == "Concat":
+        shapes = [s for s in ins]
+        if not shapes or any(s is None for s in shapes):
+            raise _error(node, "every input must be present")
+        _check_rank(node, shapes[0])
+        axis = concat_axis(node, shapes)
+        out = list(shapes[0])
+        out[axis] = sum(s[axis] for s in shapes)
+        return [out]
+    _check_rank(node, x)
+    if op == "Transpose":
+        return [[x[p] for p in transpose_perm(node, len(x))]]
+    if op == "Slice":
+        return [[c for _, _, c in slice_spec(node, x, consts)]]
+    if op == "Pad":
+        spec, _, _ = pad_spec(node, x, consts)
+        return [[d + lo + hi for d, (lo, hi) in zip(x, spec)]]
+    if op == "Expand":
+        out = expand_shape(node, x, consts)
+        _check_rank(node, out)
+        return [out]
+    raise _error(node, "not a layout op")
+
+
+def _values(b, node):
+    """Per input: the constant's values (model description) or None."""
+    consts = b.plan.graph.constants
+    return [consts[i]["values"] if i and i in consts else None for i in node["inputs"]]
+
+
+# ---- dispatch ----------------------------------------------------------------------------
+
+def _coalesce(dims):
+    """Drop size-1 plain dims and merge adjacent plain dims that are contiguous in both the
+    source and the destination. A dim is (size, mul, add, div, lim, src_stride, dst_stride);
+    plain = (size, 1, 0, 1, size, ...), an identity map."""
+    out = []
+    for d in dims:
+        plain = d[1:5] == (1, 0, 1, d[0])
+        if plain and d[0] == 1:
+            continue
+        if plain and out:
+            o = out[-1]
+            if o[1:5] == (1, 0, 1, o[0]) and o[5] == d[0] * d[5] and o[6] == d[0] * d[6]:
+                size = o[0] * d[0]
+                out[-1] = (size, 1, 0, 1, size, d[5], d[6])
+                continue
+        out.append(tuple(d))
+    return out
+
+
+def _pack(n, dims, src_off=0, dst_off=0, value=0.0, use_fill=0, red=0, splits=1, red_dims=()):
+    """The Params uniform of layout.wgsl: ``dims`` as (size, mul, add, div, lim, src_stride,
+    dst_stride) fill geo (size, mul, add, div) and ext (lim, src_stride, dst_stride); for
+    ``sum_expanded`` ext holds the reduced ``red_dims`` (size, dy_stride) instead."""
+    if len(dims) > MAX_RANK or len(red_dims) > MAX_RANK:
+        raise ValueError(f"layout kernel: rank {max(len(dims), len(red_dims))} > {MAX_RANK}")
+    geo, ext = [], []
+    for k in range(MAX_RANK):
+        geo += list(dims[k][:4]) if k < len(dims) else [1, 1, 0, 1]
+        if red_dims:
+            ext += [*red_dims[k], 0, 0] if k < len(red_dims) else [1, 0, 0, 0]
+        else:
+            ext += [*dims[k][4:], 0] if k < len(dims) else [1, 0, 0, 0]
+    return pack_params(int(n), len(dims), int(src_off), int(dst_off), float(value),
+                       int(use_fill), int(red), int(splits), len(red_dims), 0, 0, 0,
+                       *[int(v) for v in geo + ext])
+
+
+async def gather(b, x, out, dims, src_off=0, dst_off=0, value=0.0, fill=None):
+    """One ``strided`` dispatch over the index space of ``dims`` (see layout.wgsl): writes
+    every destination cell it indexes, ``value`` (or ``fill[0]``) where the source is out of
+    bounds."""
+    dims = _coalesce(dims)
+    n = _numel([d[0] for d in dims])
+    if n == 0:
+        return
+    params = _pack(n, dims, src_off, dst_off, value, 1 if fill is not None else 0)
+    await b.kernel("layout", "strided", params, [x, fill or b.dummy, out], groups_1d(n))
+
+
+def _plain(size, src_stride, dst_stride):
+    return (size, 1, 0, 1, size, src_stride, dst_stride)
+
+
+async def forward(b, node, ins, outs, train):
+    """y = op(x): one gather per output (Concat: one per input)."""
+    op, y = node["op_type"], outs[0]
+    ys = _strides(y.shape)
+    if op == "Concat":
+        axis = concat_axis(node, [t.shape for t in ins])
+        off = 0
+        for t in ins:
+            ts = _strides(t.shape)
+            dims = [_plain(d, s, o) for d, s, o in zip(t.shape, ts, ys)]
+            await gather(b, t, y, dims, dst_off=off * ys[axis])
+            off += t.shape[axis]
+        return
+    x = ins[0]
+    xs = _strides(x.shape)
+    if op == "Transpose":
+        perm = transpose_perm(node, len(x.shape))
+        dims = [_plain(y.shape[d], xs[perm[d]], ys[d]) for d in range(len(perm))]
+        await gather(b, x, y, dims)
+    elif op == "Slice":
+        spec = slice_spec(node, x.shape, _values(b, node))
+        dims = [(c, st, s, 1, dim, xst, yst)
+                for (s, st, c), dim, xst, yst in zip(spec, x.shape, xs, ys)]
+        await gather(b, x, y, dims)
+    elif op == "Pad":
+        spec, value, from_input = pad_spec(node, x.shape, _values(b, node))
+        dims = [(yd, 1, -lo, 1, xd, xst, yst)
+                for (lo, _), xd, yd, xst, yst in zip(spec, x.shape, y.shape, xs, ys)]
+        await gather(b, x, y, dims, value=value, fill=ins[2] if from_input else None)
+    elif op == "Expand":
+        lead = len(y.shape) - len(x.shape)
+        xp = [1] * lead + list(x.shape)
+        xsp = [0] * lead + xs
+        dims = [_plain(yd, 0 if xd == 1 else xst, yst)
+                for xd, yd, xst, yst in zip(xp, y.shape, xsp, ys)]
+        await gather(b, x, y, dims)
+
+
+async def backward(b, node, ins, outs, gins, gouts):
+    """Writes every non-None ``gins`` (see the module docstring for the formulas)."""
+    op, dy = node["op_type"], gouts[0]
+    ds = _strides(dy.shape)
+    if op == "Concat":
+        axis = concat_axis(node, [t.shape for t in ins])
+        off = 0
+        for t, g in zip(ins, gins):
+            if g is not None:
+                dims = [_plain(d, s, o) for d, s, o in zip(t.shape, ds, _strides(t.shape))]
+                await gather(b, dy, g, dims, src_off=off * ds[axis])
+            off += t.shape[axis]
+        return
+    x, dx = ins[0], gins[0]
+    xs = _strides(x.shape)
+    if op == "Transpose":
+        if dx is not None:
+            perm = transpose_perm(node, len(x.shape))
+            inv = [perm.index(j) for j in range(len(perm))]
+            await gather(b, dy, dx, [_plain(x.shape[j], ds[inv[j]], xs[j])
+                                     for j in range(len(inv))])
+    elif op == "Slice":
+        if dx is not None:
+            spec = slice_spec(node, x.shape, _values(b, node))
+            dims = [(xd, 1, -s, st, c, dst, xst)
+                    for (s, st, c), xd, dst, xst in zip(spec, x.shape, ds, xs)]
+            await gather(b, dy, dx, dims, value=0.0)
+    elif op == "Pad":
+        spec, _, from_input = pad_spec(node, x.shape, _values(b, node))
+        if dx is not None:
+            dims = [(xd, 1, lo, 1, yd, dst, xst)
+                    for (lo, _), xd, yd, dst, xst in zip(spec, x.shape, dy.shape, ds, xs)]
+            await gather(b, dy, dx, dims, value=0.0)
+        if from_input and len(gins) > 2 and gins[2] is not None:
+            await _pad_value_grad(b, dy, gins[2], spec, x.shape)
+    elif op == "Expand" and dx is not None:
+        await _sum_expanded(b, dy, dx, x.shape)
+
+
+async def _pad_value_grad(b, dy, out, spec, xshape):
+    """out[0] = sum of dy over the cells Pad filled with the constant (not read from x)."""
+    dims = _coalesce([(yd, 1, -lo, 1, xd, 0, 0)
+                      for (lo, _), xd, yd in zip(spec, xshape, dy.shape)])
+    n = dy.numel
+    parts = b.reduce_parts(n)
+    target = b.scratch(parts) if parts > 1 else out
+    await b.kernel("layout", "masked_sum", _pack(n, dims), [dy, b.dummy, target], (parts, 1, 1))
+    if parts > 1:
+        await reduce_splits(b, target, out, parts, 1)
+
+
+def _merge(dims):
+    """Drop size-1 (size, stride) dims and merge adjacent contiguous ones."""
+    out = []
+    for size, stride in dims:
+        if size == 1:
+            continue
+        if out and out[-1][1] == size * stride:
+            out[-1] = (out[-1][0] * size, stride)
+        else:
+            out.append((size, stride))
+    return out
+
+
+async def _sum_expanded(b, dy, dx, xshape):
+    """dx = dy summed over the dims Expand broadcast (leading ones and x's size-1 dims)."""
+    lead = len(dy.shape) - len(xshape)
+    xp = [1] * lead + list(xshape)
+    ds = _strides(dy.shape)
+    kept = _merge([(yd, st) for xd, yd, st in zip(xp, dy.shape, ds) if xd == yd])
+    red = _merge([(yd, st) for xd, yd, st in zip(xp, dy.shape, ds) if xd != yd])
+    n, r = dx.numel, _numel([s for s, _ in red])
+    if not red:  # nothing broadcast: a copy, dx contiguous in the order of the kept dims
+        dst = _strides([s for s, _ in kept])
+        await gather(b, dy, dx, [_plain(s, st, o) for (s, st), o in zip(kept, dst)])
+        return
+    splits = b.splits(n, r, min_per_split=64)
+    target = b.scratch(splits * n) if splits > 1 else dx
+    params = _pack(n, [(s, st, 0, 1, s, 0, 0) for s, st in kept], red=r, splits=splits,
+                   red_dims=red)
+    gx, gy, _ = groups_1d(n)
+    await b.kernel("layout", "sum_expanded", params, [dy, b.dummy, target], (gx, gy, splits))
+    if splits > 1:
+        await reduce_splits(b, target, dx, splits, n)

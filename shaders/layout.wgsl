@@ -1,0 +1,122 @@
+// Data movement (ONNX Transpose, Concat, Slice, Pad, Expand) forward and backward: one strided
+// gather, a masked sum (the gradient of Pad's constant_value) and a sum over broadcast dims
+// (the gradient of Expand). ops/layout.py expresses every op and gradient as these.
+//
+//   strided:      for i < n, with (idx_d) = i decomposed over the sizes geo[d].x (row-major,
+//                 d < rank) and per dim  t_d = idx_d * geo[d].y + geo[d].z,
+//                 valid iff every t_d % geo[d].w == 0 and 0 <= t_d / geo[d].w < ext[d].x:
+//                   out[dst_off + sum idx_d * ext[d].z] =
+//                     valid ? x[src_off + sum (t_d / geo[d].w) * ext[d].y] : value
+//                 (value = fill[0] when use_fill, else p.value). Transpose/Expand/Concat are
+//                 plain copies (geo = (size, 1, 0, 1)), Slice forward t = start + idx*step, its
+//                 backward t = (idx - start) / step, Pad forward t = idx - pad_begin, its
+//                 backward t = idx + pad_begin.
+//   masked_sum:   workgroup k sums, over its part of i < n, x[i] where the position i of the
+//                 strided gather above is NOT valid (Pad's padded cells) into out[k].
+//   sum_expanded: out[z*n + i] = sum_{r in part z of [0, red)} x[base(i) + off(r)]: base
+//                 decomposes i over the kept sizes geo[d].x with dy strides geo[d].y
+//                 (d < rank), off decomposes r over the reduced sizes ext[d].x with strides
+//                 ext[d].y (d < red_rank). The parts (splits > 1) are added by reduce.wgsl
+//                 `reduce_splits`.
+
+struct Params {
+  n: u32, rank: u32, src_off: u32, dst_off: u32,
+  value: f32, use_fill: u32, red: u32, splits: u32,
+  red_rank: u32, _p0: u32, _p1: u32, _p2: u32,
+  geo: array<vec4<i32>, 6>,
+  ext: array<vec4<i32>, 6>,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> fill: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+var<workgroup> partial: array<f32, 256>;
+
+struct Loc { src: i32, dst: u32, ok: bool }
+
+// Where output element i reads from (src, valid or not) and writes to (dst).
+fn locate(i: u32) -> Loc {
+  var rem = i;
+  var src = i32(p.src_off);
+  var dst = p.dst_off;
+  var ok = true;
+  for (var d = i32(p.rank) - 1; d >= 0; d--) {
+    let g = p.geo[d];
+    let e = p.ext[d];
+    let size = u32(g.x);
+    let idx = rem % size;
+    rem = rem / size;
+    var t = i32(idx) * g.y + g.z;
+    if (g.w != 1) {
+      ok = ok && (t % g.w == 0);
+      t = t / g.w;
+    }
+    ok = ok && t >= 0 && t < e.x;
+    src += t * e.y;
+    dst += idx * u32(e.z);
+  }
+  return Loc(src, dst, ok);
+}
+
+@compute @workgroup_size(64)
+fn strided(@builtin(global_invocation_id) gid: vec3<u32>,
+           @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = gid.x + gid.y * nwg.x * 64u;
+  if (i >= p.n) { return; }
+  let l = locate(i);
+  var v = p.value;
+  if (p.use_fill != 0u) { v = fill[0]; }
+  if (l.ok) { v = x[u32(l.src)]; }
+  out[l.dst] = v;
+}
+
+// Workgroup k of num_workgroups.x sums chunk k of [0, n).
+@compute @workgroup_size(256)
+fn masked_sum(@builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+  let chunk = (p.n + nwg.x - 1u) / nwg.x;
+  let end = min(p.n, (wid.x + 1u) * chunk);
+  var s = 0.0;
+  for (var i = wid.x * chunk + lid; i < end; i += 256u) {
+    if (!locate(i).ok) { s += x[i]; }
+  }
+  partial[lid] = s;
+  workgroupBarrier();
+  for (var half = 128u; half > 0u; half = half >> 1u) {
+    if (lid < half) { partial[lid] += partial[lid + half]; }
+    workgroupBarrier();
+  }
+  if (lid == 0u) { out[wid.x] = partial[0]; }
+}
+
+@compute @workgroup_size(64)
+fn sum_expanded(@builtin(global_invocation_id) gid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = gid.x + gid.y * nwg.x * 64u;
+  if (i >= p.n) { return; }
+  var rem = i;
+  var base = 0u;
+  for (var d = i32(p.rank) - 1; d >= 0; d--) {
+    let size = u32(p.geo[d].x);
+    base += (rem % size) * u32(p.geo[d].y);
+    rem = rem / size;
+  }
+  let per = (p.red + p.splits - 1u) / p.splits;
+  let r0 = gid.z * per;
+  let r1 = min(p.red, r0 + per);
+  var s = 0.0;
+  for (var r = r0; r < r1; r++) {
+    var q = r;
+    var off = base;
+    for (var d = i32(p.red_rank) - 1; d >= 0; d--) {
+      let size = u32(p.ext[d].x);
+      off += (q % size) * u32(p.ext[d].y);
+      q = q / size;
+    }
+    s += x[off];
+  }
+  out[gid.z * p.n + i] = s;
+}
