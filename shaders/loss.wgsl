@@ -1,9 +1,19 @@
 // LogSoftmax along one axis of a tensor viewed as [outer, C, inner], its gradient, and the
-// negative log-likelihood loss (PyTorch NLLLoss, reduction "mean") with its gradient and the
-// batch metrics (mean loss, accuracy) written into the metrics ring at slot st.slot.
+// training losses of PyTorch over [B, C] with their gradients and the batch metrics (loss,
+// accuracy = argmax_c x[b, c] == label_b) written into the metrics ring at slot st.slot.
 //   log_softmax_forward:  y = x - max - log(sum(exp(x - max)))
 //   log_softmax_backward: dx = dy - exp(y) * sum(dy)          (x binding = y, y binding = dy)
-//   nll: loss = -mean_b x[b, label_b]; dx[b, c] = -(c == label_b) / B
+//   nll:   NLLLoss of log-probabilities x with class weights w (y binding) and the label
+//          smoothing eps of CrossEntropyLoss (aten/src/ATen/native/LossNLL.cpp,
+//          cross_entropy_loss_label_smoothing):
+//            loss = sum_b [(1 - eps) w[l_b] (-x[b, l_b]) + eps / C * sum_c w[c] (-x[b, c])] / D,
+//            dx[b, c] = -[(1 - eps) w[l_b] (c == l_b) + eps / C * w[c]] / D,
+//          D = sum_b w[l_b] (mean, weighted), B (mean), 1 (sum); w = 1 without weights.
+//   mse:             loss = sum (x - t)^2 / N, dx = 2 (x - t) / N        (t = onehot(label))
+//   bce_with_logits: loss = sum max(x, 0) - x t + log(1 + exp(-|x|)) / N, dx = (sigmoid(x) - t) / N
+//          N = B * C (mean) or 1 (sum).
+// The loss entry points read Params as {B, C, flags (1: mean, 2: weighted), bitcast<f32> eps}.
+// Each loss is one workgroup of 256 threads (the batch's loss needs all of it before dx).
 
 struct Params { outer: u32, C: u32, inner: u32, _p0: u32 }
 struct Step { step: u32, offset: u32, seed: u32, slot: u32, lr: f32, a0: f32, a1: f32, a2: f32 }
@@ -18,6 +28,8 @@ struct Step { step: u32, offset: u32, seed: u32, slot: u32, lr: f32, a0: f32, a1
 
 var<workgroup> red_loss: array<f32, 256>;
 var<workgroup> red_hit: array<f32, 256>;
+var<workgroup> red_aux: array<f32, 256>;
+var<workgroup> red_den: array<f32, 256>;
 
 @compute @workgroup_size(64)
 fn log_softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
@@ -47,35 +59,129 @@ fn log_softmax_backward(@builtin(global_invocation_id) gid: vec3<u32>,
   }
 }
 
-// One workgroup: x = log-probabilities [B, C] (outer = B), out = dx [B, C].
-@compute @workgroup_size(256)
-fn nll(@builtin(local_invocation_index) lid: u32) {
-  let B = p.outer;
-  var loss = 0.0;
-  var hit = 0.0;
-  for (var b = lid; b < B; b += 256u) {
-    let label = labels[b];
-    var best = 0u;
-    for (var c = 0u; c < p.C; c++) {
-      let v = x[b * p.C + c];
-      if (v > x[b * p.C + best]) { best = c; }
-      out[b * p.C + c] = select(0.0, -1.0 / f32(B), c == label);
-    }
-    loss -= x[b * p.C + label];
-    hit += select(0.0, 1.0, best == label);
+// 1.0 when argmax_c x[row, c] (the first maximum) is the row's label, else 0.0.
+fn hit_of(row: u32, label: u32) -> f32 {
+  let base = row * p.C;
+  var best = 0u;
+  for (var c = 1u; c < p.C; c++) {
+    if (x[base + c] > x[base + best]) { best = c; }
   }
-  red_loss[lid] = loss;
-  red_hit[lid] = hit;
+  return select(0.0, 1.0, best == label);
+}
+
+// Sums red_loss, red_hit, red_aux, red_den over the workgroup into element 0 (every thread
+// calls it: uniform control flow).
+fn reduce_all(lid: u32) {
   workgroupBarrier();
   for (var half = 128u; half > 0u; half = half >> 1u) {
     if (lid < half) {
       red_loss[lid] += red_loss[lid + half];
       red_hit[lid] += red_hit[lid + half];
+      red_aux[lid] += red_aux[lid + half];
+      red_den[lid] += red_den[lid + half];
     }
     workgroupBarrier();
   }
+}
+
+fn class_weight(c: u32) -> f32 {
+  if ((p.inner & 2u) != 0u) { return y[c]; }
+  return 1.0;
+}
+
+// x = log-probabilities [B, C], y = class weights [C] (when flag 2), out = dx [B, C].
+@compute @workgroup_size(256)
+fn nll(@builtin(local_invocation_index) lid: u32) {
+  let B = p.outer;
+  let C = p.C;
+  let eps = bitcast<f32>(p._p0);
+  var loss = 0.0;
+  var spread_sum = 0.0;
+  var hit = 0.0;
+  var den = 0.0;
+  for (var b = lid; b < B; b += 256u) {
+    let label = labels[b];
+    let wy = class_weight(label);
+    loss -= wy * x[b * C + label];
+    den += wy;
+    hit += hit_of(b, label);
+    if (eps != 0.0) {
+      for (var c = 0u; c < C; c++) { spread_sum -= class_weight(c) * x[b * C + c]; }
+    }
+  }
+  red_loss[lid] = loss;
+  red_hit[lid] = hit;
+  red_aux[lid] = spread_sum;
+  red_den[lid] = den;
+  reduce_all(lid);
+  var d = 1.0;
+  if ((p.inner & 1u) != 0u) { d = red_den[0]; }
+  let scale = 1.0 / d;
+  let keep = 1.0 - eps;
+  let spread = eps / f32(C);
+  for (var i = lid; i < B * C; i += 256u) {
+    let c = i % C;
+    let on = select(0.0, keep, c == labels[i / C]);
+    out[i] = -(on * class_weight(c) + spread * class_weight(c)) * scale;
+  }
   if (lid == 0u) {
-    metrics[2u * st.slot] = red_loss[0] / f32(B);
+    metrics[2u * st.slot] = (keep * red_loss[0] + spread * red_aux[0]) * scale;
     metrics[2u * st.slot + 1u] = red_hit[0] / f32(B);
   }
+}
+
+// log(1 + exp(-a)) for a >= 0, accurate where exp(-a) is tiny (WGSL has no log1p).
+fn log1p_exp_neg(a: f32) -> f32 {
+  let z = exp(-a);
+  if (z < 1e-3) { return z * (1.0 - z * (0.5 - z / 3.0)); }
+  return log(1.0 + z);
+}
+
+// Shared body of mse (kind 0) and bce_with_logits (kind 1): x = raw output [B, C], out = dx.
+fn elementwise_loss(lid: u32, kind: u32) {
+  let B = p.outer;
+  let C = p.C;
+  var n = 1.0;
+  if ((p.inner & 1u) != 0u) { n = f32(B) * f32(C); }
+  let scale = 1.0 / n;
+  var loss = 0.0;
+  var hit = 0.0;
+  for (var b = lid; b < B; b += 256u) {
+    let label = labels[b];
+    hit += hit_of(b, label);
+    for (var c = 0u; c < C; c++) {
+      let i = b * C + c;
+      let v = x[i];
+      let t = select(0.0, 1.0, c == label);
+      if (kind == 0u) {
+        let e = v - t;
+        loss += e * e;
+        out[i] = 2.0 * e * scale;
+      } else {
+        loss += max(v, 0.0) - v * t + log1p_exp_neg(abs(v));
+        let z = exp(-abs(v));
+        let s = select(z / (1.0 + z), 1.0 / (1.0 + z), v >= 0.0);
+        out[i] = (s - t) * scale;
+      }
+    }
+  }
+  red_loss[lid] = loss;
+  red_hit[lid] = hit;
+  red_aux[lid] = 0.0;
+  red_den[lid] = 0.0;
+  reduce_all(lid);
+  if (lid == 0u) {
+    metrics[2u * st.slot] = red_loss[0] * scale;
+    metrics[2u * st.slot + 1u] = red_hit[0] / f32(B);
+  }
+}
+
+@compute @workgroup_size(256)
+fn mse(@builtin(local_invocation_index) lid: u32) {
+  elementwise_loss(lid, 0u);
+}
+
+@compute @workgroup_size(256)
+fn bce_with_logits(@builtin(local_invocation_index) lid: u32) {
+  elementwise_loss(lid, 1u);
 }

@@ -84,10 +84,10 @@ def step_bytes(step=1, seed=0, lr=0.0, a=(0.0, 0.0, 0.0), offset=0, slot=0) -> b
     return struct.pack("<IIIIffff", step, offset, seed, slot, lr, *a)
 
 
-async def build(dev, graph, blob, batch):
+async def build(dev, graph, blob, batch, loss=None):
     from webgpu_trainer.graph import Graph
     from webgpu_trainer.plan import Plan
-    plan = await Plan.build(dev, Graph(graph), batch)
+    plan = await Plan.build(dev, Graph(graph), batch, loss=loss)
     dev.write(plan.P, blob + bytes(plan.wbytes - len(blob)))
     return plan
 
@@ -105,15 +105,17 @@ async def read_flat(dev, plan, flat, name):
     return np.frombuffer(raw, np.float32).reshape(t["shape"])
 
 
-async def one_step(dev, graph, blob, x, labels, train=True, step=1, seed=0, plan=None):
-    """Build (unless ``plan``), upload, run forward (+ loss + backward when ``train``), read back.
+async def one_step(dev, graph, blob, x, labels, train=True, step=1, seed=0, plan=None,
+                   loss=None):
+    """Build (unless ``plan``; with the loss spec ``loss``), upload, run forward (+ loss +
+    backward when ``train``), read back.
 
     Returns ``dict(plan, acts, dacts, grads, P, loss, acc)``: acts / dacts by activation name,
     grads / P by tensor name.
     """
     batch = len(labels)
     if plan is None:
-        plan = await build(dev, graph, blob, batch)
+        plan = await build(dev, graph, blob, batch, loss)
     dev.write(plan.input.buf, np.ascontiguousarray(x, np.float32).tobytes())
     dev.write(plan.labels.buf, np.asarray(labels, np.uint32).tobytes())
     dev.write(plan.step, step_bytes(step, seed))

@@ -11,7 +11,7 @@ import struct
 
 from .backends.base import View, groups_1d, pack_params, round_up
 from .graph import Graph
-from .ops import OPS, VIEWS, softmax
+from .ops import OPS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
 
@@ -108,15 +108,21 @@ class Builder:
 
 class Plan:
     """Buffers and dispatch lists of one model at one batch size. Build with ``await
-    Plan.build(dev, graph, batch)``; ``fwd_train``, ``fwd_eval``, ``head`` (the LogSoftmax
-    CrossEntropy adds, else empty), ``loss`` (head + NLL), ``bwd`` are lists of
-    ``(pipeline, bind_group, workgroups)``. ``acts[logp]`` holds the log-probabilities."""
+    Plan.build(dev, graph, batch, loss=spec)`` (``spec``: see ``ops/losses.py``; None = "auto":
+    NLLLoss(mean) after a final LogSoftmax, else CrossEntropyLoss(mean)); ``loss_spec`` is the
+    resolved spec. ``fwd_train``, ``fwd_eval``, ``head`` (the LogSoftmax the plan adds over the
+    raw output when the model does not end in one, for evaluation; else empty), ``loss`` (the
+    loss on the raw output with its gradient and the metrics), ``bwd`` are lists of
+    ``(pipeline, bind_group, workgroups)``. ``acts[logp]`` holds the log-probabilities after
+    ``head``; ``loss_input`` names the activation the loss reads (``logp`` for
+    cross_entropy, the raw output otherwise)."""
 
     @classmethod
-    async def build(cls, dev, graph: Graph, batch: int, trainable=None):
+    async def build(cls, dev, graph: Graph, batch: int, trainable=None, loss=None):
         self = cls()
         self.dev, self.graph, self.batch = dev, graph, batch
         self.shapes = graph.shapes(batch)
+        self.loss_request = loss
         wbytes = round_up(max(graph.weight_nbytes(), 16), 4)
         self.P = dev.buffer(wbytes, "weights")
         self.G = dev.buffer(wbytes, "grads")
@@ -142,15 +148,23 @@ class Plan:
                                                        mode == "train")
             setattr(self, f"fwd_{mode}", b.current)
         b.current = []
-        if self.head_node:  # CrossEntropy = LogSoftmax over the raw output, then NLL
+        if self.head_node:  # log-probabilities for evaluation (and CrossEntropy's LogSoftmax)
             await softmax.forward(b, self.head_node, [self.acts[graph.output]],
                                   [self.acts[self.logp]], True)
         self.head = list(b.current)
-        await softmax.nll(b, self.acts[self.logp], self.labels, self.grads[self.logp],
-                          self.metrics)
+        spec, src = self.loss_spec, self.acts[self.loss_input]
+        # Where the loss writes its gradient: a scratch buffer when nothing upstream trains.
+        dsrc = self.grads.get(self.loss_input) or Tensor(src.shape, b.scratch(src.numel))
+        # CrossEntropy = the head's LogSoftmax, then NLL; the others read the raw output.
+        b.current = list(self.head) if self.loss_input == self.logp else []
+        if spec["loss"] in ("cross_entropy", "nll"):
+            await losses.nll_loss(b, spec, src, self.labels, dsrc, self.metrics,
+                                  self.class_weight)
+        else:
+            await losses.elementwise_loss(b, spec, src, self.labels, dsrc, self.metrics)
         self.loss = b.current
         b.current = []
-        if self.head_node and graph.output in self.grads:
+        if self.loss_input == self.logp and self.head_node and graph.output in self.grads:
             await softmax.backward(b, self.head_node, [self.acts[graph.output]],
                                    [self.acts[self.logp]], [self.grads[graph.output]],
                                    [self.grads[self.logp]])
@@ -239,16 +253,27 @@ class Plan:
                     continue  # mask output: not materialised
                 else:
                     self.acts[out] = Tensor(shapes[out], dev.buffer(4 * _numel(shapes[out]), out))
-        # The loss: NLLLoss(mean) when the model ends in LogSoftmax over the classes, else
-        # CrossEntropyLoss(mean) = NLL of a LogSoftmax the plan adds over the raw output.
+        # The loss (ops/losses.py) on the raw output [batch, classes]: "auto" = NLLLoss(mean)
+        # when the model ends in LogSoftmax, else CrossEntropyLoss(mean). CrossEntropy is the
+        # NLL (with label smoothing) of a LogSoftmax the plan adds over the raw output; that
+        # LogSoftmax also gives the evaluation its log-probabilities when the model has none.
+        if len(shapes[g.output]) != 2:
+            raise NotImplementedError(f"output {g.output} has shape {shapes[g.output]}: "
+                                      "the losses need [batch, classes]")
         last = g.producer.get(g.output, {})
+        ends_in_log_softmax = last.get("op_type") == "LogSoftmax"
+        classes = shapes[g.output][1]
+        self.loss_spec = spec = losses.resolve(self.loss_request, ends_in_log_softmax, classes)
+        self.class_weight = None
+        if spec["weight"] is not None:
+            self.class_weight = Tensor([classes], dev.buffer(4 * classes, "loss.weight"))
+            dev.write(self.class_weight.buf, struct.pack(f"<{classes}f", *spec["weight"]))
         self.head_node = None
-        self.logp = g.output
-        if last.get("op_type") != "LogSoftmax" or len(shapes[g.output]) != 2:
-            if len(shapes[g.output]) != 2:
-                raise NotImplementedError(f"output {g.output} has shape {shapes[g.output]}: "
-                                          "the losses need [batch, classes]")
+        self.logp = self.loss_input = g.output
+        if not ends_in_log_softmax or spec["loss"] == "cross_entropy":
             self.logp = "loss/log_softmax"
+            if spec["loss"] == "cross_entropy":
+                self.loss_input = self.logp
             self.head_node = {"name": "loss/LogSoftmax", "op_type": "LogSoftmax",
                               "inputs": [g.output], "outputs": [self.logp], "attrs": {"axis": 1}}
             self.acts[self.logp] = Tensor(shapes[g.output],
@@ -263,7 +288,7 @@ class Plan:
         multi = {name for name, u in uses.items() if len(u) > 1}
         self.contrib, self.contrib_of = {}, {}
         self.grads = {}
-        if self.head_node:
+        if self.loss_input == self.logp and self.head_node:
             self.grads[self.logp] = Tensor(shapes[g.output],
                                            dev.buffer(4 * _numel(shapes[g.output]), "dlogp"))
         for node in g.nodes:

@@ -16,13 +16,14 @@ from . import optim, schedulers
 from .backends.base import groups_1d, pack_params, round_up
 from .graph import Graph
 from .guard import Guard
+from .ops import losses
 from .plan import METRICS_RING, Plan
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # ((x / 255) - mean) / std, as the PyTorch MNIST example
 
 DEFAULTS = {"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "epochs": 1, "seed": 0,
             "init": "scratch", "momentum": 0.0, "weight_decay": 0.0, "max_steps": 0,
-            "eval_images": 10000, "report_every": 10}
+            "eval_images": 10000, "report_every": 10, "loss": "auto"}
 
 
 class Split:
@@ -50,7 +51,9 @@ class Trainer:
     ``config`` keys (see DEFAULTS): optimizer ("adam" | "adagrad" | "sgd" | "adamw"), lr,
     batch_size, epochs, seed, init ("scratch" re-initialises with PyTorch's default init,
     "finetune" keeps the model's weights), momentum, weight_decay, max_steps (0: no cap),
-    eval_images (first N test images), report_every (steps between metric readbacks).
+    eval_images (first N test images), report_every (steps between metric readbacks), loss
+    (a loss name or spec dict, see ``ops/losses.py``; "auto": NLLLoss after a final LogSoftmax,
+    else CrossEntropyLoss).
     ``emit(kind, **fields)`` receives "status", "progress", "epoch" events ("epoch" carries the
     epoch's mean train_loss / train_acc too). To continue a run, set ``epoch`` (epochs done) and
     ``step`` (steps done) and restore weights / optimizer state after ``setup()``;
@@ -82,8 +85,10 @@ class Trainer:
             raise ValueError(f"seed must be in [0, 2**32), got {cfg['seed']}")
         self.graph = Graph(self.desc)
         self._check_fits_data()
+        # Raises ValueError naming the bad key / value, before any GPU work.
+        losses.normalize(cfg["loss"], self.graph.shapes(2)[self.graph.output][1])
         self.emit("status", text="Compiling the training step…")
-        self.plan = plan = await Plan.build(dev, self.graph, batch)
+        self.plan = plan = await Plan.build(dev, self.graph, batch, loss=cfg["loss"])
         blob = bytearray(plan.wbytes)
         blob[:len(self.weights)] = self.weights
         dev.write(plan.P, bytes(blob))
@@ -116,6 +121,10 @@ class Trainer:
         classes = plan.acts[plan.logp].shape[1]
         self.classes = classes
         self.logits = dev.buffer(4 * self.eval_batches * batch * classes, "eval.logits")
+        # What the loss reads when that is not the log-probabilities (nll on a raw output, mse,
+        # bce_with_logits): copied too, for the validation loss.
+        self.loss_rows = None if plan.loss_input == plan.logp else \
+            dev.buffer(4 * self.eval_batches * batch * classes, "eval.loss_rows")
         self.train_program = dev.program(self.gather_train + plan.fwd_train + plan.loss
                                          + plan.bwd + self.guard.dispatches
                                          + self.opt.dispatches)
@@ -250,26 +259,38 @@ class Trainer:
     async def evaluate(self):
         """Eval-mode forward over the first ``eval_images`` test images.
 
-        Returns ``(mean NLL, accuracy, log-probabilities bytes [n, classes] float32)``: the
-        model's output when it ends in LogSoftmax, else log_softmax of it (CrossEntropy)."""
+        Returns ``(loss, accuracy, log-probabilities bytes [n, classes] float32)``: the loss is
+        the configured loss with reduction "mean" (weighted mean with class weights) over the n
+        images; the log-probabilities are the model's output when it ends in LogSoftmax, else
+        log_softmax of it."""
         dev, plan, batch, c = self.dev, self.plan, self.plan.batch, self.classes
-        out = plan.acts[plan.logp]
+        out, src = plan.acts[plan.logp], plan.acts[plan.loss_input]
         for i in range(self.eval_batches):
             self._write_step(max(self.step, 1), i * batch)
-            dev.submit([self.eval_program],
-                       copies=[(out.buf, 0, self.logits, i * batch * c * 4, batch * c * 4)])
+            copies = [(out.buf, 0, self.logits, i * batch * c * 4, batch * c * 4)]
+            if self.loss_rows is not None:
+                copies.append((src.buf, src.offset, self.loss_rows, i * batch * c * 4,
+                               batch * c * 4))
+            dev.submit([self.eval_program], copies=copies)
         raw = await dev.read(self.logits, 0, self.n_eval * c * 4)
         vals = array("f")
         vals.frombytes(raw)
+        lvals = vals
+        if self.loss_rows is not None:
+            lvals = array("f")
+            lvals.frombytes(await dev.read(self.loss_rows, 0, self.n_eval * c * 4))
         labels = self.test_set.labels_host
-        loss, hits = 0.0, 0
+        spec = plan.loss_spec
+        num, den, hits = 0.0, 0.0, 0
         for i in range(self.n_eval):
             row = vals[i * c:(i + 1) * c]
             label = labels[i]
-            loss -= row[label]
+            a, d = losses.host_terms(spec, lvals[i * c:(i + 1) * c], label)
+            num += a
+            den += d
             hits += max(range(c), key=row.__getitem__) == label
         n = max(self.n_eval, 1)
-        return loss / n, hits / n, raw
+        return (num / den if den else 0.0), hits / n, raw
 
     async def profile(self, repeats: int = 2) -> list:
         """Time every dispatch of one training step on its own (submit, wait, repeat).

@@ -7,8 +7,10 @@ contributions of every use of a tensor (residual adds, shared weights).
 
 import numpy as np
 
+from ..ops.losses import resolve
 from . import KERNELS
-from .softmax import log_softmax, log_softmax_backward, nll
+from .losses import criterion
+from .softmax import log_softmax
 
 
 class Context:
@@ -82,24 +84,29 @@ class Engine:
         last = next((n for n in self.graph["nodes"] if self.output in n["outputs"]), {})
         return "nll" if last.get("op_type") == "LogSoftmax" else "cross_entropy"
 
-    def step(self, x, labels, train=True, keep=None, rng=None):
-        """Forward, loss (mean over the batch) and, when ``train``, backward.
+    def step(self, x, labels, train=True, keep=None, rng=None, loss=None):
+        """Forward, loss and, when ``train``, backward.
 
-        Returns a dict: ``acts`` {activation: value}, ``dacts`` {activation: gradient},
-        ``grads`` {trainable tensor: gradient}, ``buffers`` {running statistic: new value},
-        ``loss`` (float), ``acc`` (fraction of argmax == label), ``logp`` [B, C].
+        ``loss``: the loss spec of ``webgpu_trainer.ops.losses`` (None: "auto", the rule of
+        ``head``), applied to the raw output. Returns a dict: ``acts`` {activation: value},
+        ``dacts`` {activation: gradient}, ``grads`` {trainable tensor: gradient}, ``buffers``
+        {running statistic: new value}, ``loss`` (float), ``acc`` (fraction of argmax ==
+        label), ``logp`` [B, C] (the output when the model ends in LogSoftmax, else its
+        log_softmax), ``spec`` (the resolved loss spec). Raises ValueError for a bad spec.
         """
         vals, caches, ctx = self.forward(x, train, keep, rng)
         out = vals[self.output]
+        if out.ndim != 2:
+            raise NotImplementedError(f"output {self.output} has shape {list(out.shape)}: "
+                                      "the losses need [batch, classes]")
+        spec = resolve(loss, self.head() == "nll", out.shape[1])
+        value, d, acc = criterion(spec, out, labels)
         logp = out if self.head() == "nll" else log_softmax(out, axis=1)
-        loss, d, acc = nll(logp, labels)
         acts = {k: v for k, v in vals.items() if k not in self.params and k not in self.constants}
         res = {"acts": acts, "dacts": {}, "grads": {}, "buffers": dict(ctx.updates),
-               "loss": loss, "acc": acc, "logp": logp}
+               "loss": value, "acc": acc, "logp": logp, "spec": spec}
         if not train:
             return res
-        if self.head() == "cross_entropy":
-            d = log_softmax_backward(logp, d, axis=1)
         grads = {self.output: d}
         for node in reversed(self.graph["nodes"]):
             douts = [grads.get(o) if o else None for o in node["outputs"]]

@@ -1,0 +1,284 @@
+"""The training losses (ops/losses.py, shaders/loss.wgsl, cpu/losses.py).
+
+- the numpy engine's losses against torch.nn.functional (tests/fixtures/losses.json, made by
+  scripts/make_loss_fixtures.py; torch is not needed here): loss and d loss / d x in float64;
+- one GPU training step with ``Plan.build(loss=spec)`` against the float64 numpy engine
+  (``Engine.step(loss=spec)``): loss, accuracy, output, d loss / d output, the gradient of an
+  inner activation and every parameter gradient, for every loss x reduction x (class weights,
+  label smoothing where they apply), on models with and without a final LogSoftmax;
+- the validation loss of ``Trainer.evaluate`` (host side) against the numpy engine;
+- spec validation (ValueError naming the key).
+"""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from conftest import compare, f32, make_graph, node, one_step, rel_err, rng_for, run
+from webgpu_trainer.cpu import losses as cpu_losses
+from webgpu_trainer.cpu.engine import Engine, params_from_blob
+from webgpu_trainer.cpu.softmax import log_softmax
+from webgpu_trainer.ops import losses
+
+FIXTURE = json.loads((pathlib.Path(__file__).parent / "fixtures" / "losses.json").read_text())
+TORCH_RTOL = 1e-10  # float64 vs float64 (the fixture keeps 13 significant digits)
+
+
+# ---- numpy engine vs torch.nn.functional ------------------------------------------------
+
+@pytest.mark.parametrize("case", FIXTURE["cases"], ids=lambda c: c["id"])
+def test_numpy_losses_match_torch(case):
+    b, c = case["shape"]
+    x = np.array(case["x"], np.float64).reshape(b, c)
+    spec = losses.resolve(case["spec"], False, c)
+    loss, grad, acc = cpu_losses.criterion(spec, x, case["labels"])
+    assert rel_err(loss, case["loss"]) <= TORCH_RTOL, f"loss {loss} != torch {case['loss']}"
+    assert rel_err(grad, case["grad"]) <= TORCH_RTOL, "gradient"
+    assert acc == np.mean(x.argmax(axis=1) == np.array(case["labels"]))
+
+
+def test_fixture_covers_the_matrix():
+    ids = {c["id"] for c in FIXTURE["cases"]}
+    kinds = {(c["spec"]["loss"], c["spec"]["reduction"], c["spec"]["weight"] is not None,
+              bool(c["spec"].get("label_smoothing"))) for c in FIXTURE["cases"]}
+    for kind in ("cross_entropy", "nll"):
+        for red in ("mean", "sum"):
+            assert (kind, red, True, False) in kinds and (kind, red, False, False) in kinds
+    for red in ("mean", "sum"):
+        assert ("cross_entropy", red, True, True) in kinds
+        assert ("cross_entropy", red, False, True) in kinds
+        assert ("mse", red, False, False) in kinds
+        assert ("bce_with_logits", red, False, False) in kinds
+    shapes = {tuple(c["shape"]) for c in FIXTURE["cases"]}
+    assert {b for b, _ in shapes} == {1, 7, 64} and {c for _, c in shapes} == {2, 7, 10, 33}
+    assert any(i.endswith("_x30") for i in ids)
+
+
+def test_float32_engine_keeps_dtype():
+    x = f32(rng_for("f32").standard_normal((7, 10)))
+    labels = [0, 1, 2, 3, 4, 5, 9]
+    for kind in ("cross_entropy", "nll", "mse", "bce_with_logits"):
+        spec = losses.resolve({"loss": kind, "weight": [1.0] * 10 if kind == "nll" else None},
+                              False, 10)
+        loss, grad, _ = cpu_losses.criterion(spec, x, labels)
+        assert grad.dtype == np.float32, kind
+        want, _, _ = cpu_losses.criterion(spec, x.astype(np.float64), labels)
+        assert abs(loss - want) <= 1e-5 * abs(want)
+
+
+# ---- GPU step vs the float64 numpy engine -----------------------------------------------
+
+def _weights(classes, rng):
+    return [float(v) for v in f32(rng.uniform(0.2, 2.0, classes))]
+
+
+# id: (spec without weight; weight on/off). Every loss x reduction x weight / label smoothing.
+GPU_SPECS = {
+    "ce_mean": ({"loss": "cross_entropy"}, False),
+    "ce_sum": ({"loss": "cross_entropy", "reduction": "sum"}, False),
+    "ce_mean_weight": ({"loss": "cross_entropy"}, True),
+    "ce_sum_weight": ({"loss": "cross_entropy", "reduction": "sum"}, True),
+    "ce_mean_ls": ({"loss": "cross_entropy", "label_smoothing": 0.1}, False),
+    "ce_sum_ls": ({"loss": "cross_entropy", "reduction": "sum", "label_smoothing": 0.3}, False),
+    "ce_mean_weight_ls": ({"loss": "cross_entropy", "label_smoothing": 0.2}, True),
+    "ce_sum_weight_ls": ({"loss": "cross_entropy", "reduction": "sum",
+                          "label_smoothing": 0.05}, True),
+    "nll_mean": ({"loss": "nll"}, False),
+    "nll_sum": ({"loss": "nll", "reduction": "sum"}, False),
+    "nll_mean_weight": ({"loss": "nll"}, True),
+    "nll_sum_weight": ({"loss": "nll", "reduction": "sum"}, True),
+    "mse_mean": ({"loss": "mse"}, False),
+    "mse_sum": ({"loss": "mse", "reduction": "sum"}, False),
+    "bce_mean": ({"loss": "bce_with_logits"}, False),
+    "bce_sum": ({"loss": "bce_with_logits", "reduction": "sum"}, False),
+    "auto": (None, False),
+    "auto_ls": ({"label_smoothing": 0.1}, False),
+}
+SHAPES = [(7, 2), (1, 7), (64, 10), (7, 33)]  # (batch, classes)
+
+
+def _model(batch, classes, log_softmax_end, rng, features=5, hidden=6):
+    """input [N, 5] -> Gemm -> Relu -> Gemm -> logits [N, C] (-> LogSoftmax -> output)."""
+    w1 = f32(rng.standard_normal((hidden, features)) / np.sqrt(features))
+    b1 = f32(rng.standard_normal(hidden) * 0.1)
+    w2 = f32(rng.standard_normal((classes, hidden)))
+    b2 = f32(rng.standard_normal(classes) * 0.5)
+    nodes = [node("Gemm", ["input", "fc1.w", "fc1.b"], ["h"], transB=1),
+             node("Relu", ["h"], ["r"]),
+             node("Gemm", ["r", "fc2.w", "fc2.b"], ["logits"], transB=1)]
+    out = "logits"
+    if log_softmax_end:
+        nodes.append(node("LogSoftmax", ["logits"], ["output"], axis=-1))
+        out = "output"
+    tensors = [("fc1.w", w1, "param"), ("fc1.b", b1, "param"), ("fc2.w", w2, "param"),
+               ("fc2.b", b2, "param")]
+    graph, blob = make_graph(nodes, tensors, [("input", ["N", features])], [(out, ["N", classes])])
+    x = f32(rng.standard_normal((batch, features)))
+    labels = rng.integers(0, classes, batch)
+    return graph, blob, {n: a for n, a, _ in tensors}, x, labels, out
+
+
+def _gpu_vs_numpy(device, tag, spec, batch, classes, log_softmax_end, seed):
+    rng = rng_for("loss", seed, batch, classes, log_softmax_end)
+    graph, blob, params, x, labels, out = _model(batch, classes, log_softmax_end, rng)
+    res = run(one_step(device, graph, blob, x, labels, loss=spec))
+    want = Engine(graph, params, np.float64).step(np.float64(x), labels, loss=spec)
+    assert res["plan"].loss_spec == want["spec"]
+    compare(tag, res, want, acts=["r", "logits"], dacts=[out, "h"])
+    return res, want
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("name", list(GPU_SPECS))
+def test_gpu_loss(device, name, shape):
+    """Each spec on a raw-logits model at every shape."""
+    spec, weighted = GPU_SPECS[name]
+    k = list(GPU_SPECS).index(name)
+    batch, classes = shape
+    spec = dict(spec or {})
+    if weighted:
+        spec["weight"] = _weights(classes, rng_for("w", name, classes))
+    _gpu_vs_numpy(device, "loss:" + name.split("_")[0], spec or None, batch, classes, False, k)
+
+
+@pytest.mark.parametrize("name", ["auto", "nll_mean_weight", "ce_sum_weight_ls", "mse_sum",
+                                  "bce_mean"])
+def test_gpu_loss_after_log_softmax(device, name):
+    """Models ending in LogSoftmax: auto = NLL; every loss reads the model's output as is
+    (cross_entropy applies its own log_softmax, mse / bce_with_logits take log-probabilities)."""
+    spec, weighted = GPU_SPECS[name]
+    batch, classes = 7, 10
+    spec = dict(spec or {})
+    if weighted:
+        spec["weight"] = _weights(classes, rng_for("w", name, classes))
+    res, want = _gpu_vs_numpy(device, "loss:" + name.split("_")[0], spec or None, batch, classes,
+                              True, 99)
+    expect = {"auto": "nll"}.get(name, res["plan"].loss_spec["loss"])
+    assert res["plan"].loss_spec["loss"] == expect
+
+
+def test_default_rule():
+    """auto: nll after a final LogSoftmax, else cross_entropy (mean); label smoothing -> CE."""
+    assert losses.resolve(None, True)["loss"] == "nll"
+    assert losses.resolve(None, False) == {"loss": "cross_entropy", "reduction": "mean",
+                                           "label_smoothing": 0.0, "weight": None}
+    assert losses.resolve("auto", True, 10)["loss"] == "nll"
+    assert losses.resolve({"label_smoothing": 0.1}, True)["loss"] == "cross_entropy"
+    assert losses.resolve("mse", True)["loss"] == "mse"
+
+
+def test_loss_value_is_metric_slot(device):
+    """The loss goes to metrics slot st.slot (the ring), accuracy next to it."""
+    from conftest import build, step_bytes
+    rng = rng_for("slot")
+    graph, blob, params, x, labels, _ = _model(7, 10, False, rng)
+    spec = {"loss": "mse", "reduction": "sum"}
+
+    async def go():
+        plan = await build(device, graph, blob, 7, spec)
+        device.write(plan.input.buf, x.tobytes())
+        device.write(plan.labels.buf, np.asarray(labels, np.uint32).tobytes())
+        device.write(plan.step, step_bytes(1, slot=5))
+        device.submit([device.program(plan.fwd_train + plan.loss)])
+        return np.frombuffer(await device.read(plan.metrics, 0, 64), np.float32)
+
+    met = run(go())
+    want = Engine(graph, params, np.float64).step(np.float64(x), labels, train=False, loss=spec)
+    assert rel_err(met[10], want["loss"]) <= 1e-5 and met[11] == pytest.approx(want["acc"])
+    assert not met[:10].any()
+
+
+# ---- validation loss (Trainer.evaluate on the host) -----------------------------------
+
+@pytest.mark.parametrize("name", ["ce_mean_weight_ls", "nll_sum_weight", "mse_mean",
+                                  "bce_sum"])
+def test_host_terms_match_numpy(name):
+    """sum(numerators) / sum(denominators) of host_terms = the loss with reduction mean."""
+    spec, weighted = GPU_SPECS[name]
+    rng = rng_for("host", name)
+    batch, classes = 7, 10
+    spec = losses.resolve({**spec, "weight": _weights(classes, rng) if weighted else None},
+                          False, classes)
+    x = rng.standard_normal((batch, classes)) * 3
+    labels = rng.integers(0, classes, batch)
+    rows = log_softmax(x, axis=1) if spec["loss"] == "cross_entropy" else x
+    terms = [losses.host_terms(spec, list(r), int(y)) for r, y in zip(rows, labels)]
+    got = sum(a for a, _ in terms) / sum(d for _, d in terms)
+    want, _, _ = cpu_losses.criterion({**spec, "reduction": "mean"}, x, labels)
+    assert rel_err(got, want) <= 1e-12
+
+
+@pytest.mark.parametrize("loss", [{"loss": "mse"},
+                                  {"loss": "cross_entropy", "label_smoothing": 0.1,
+                                   "weight": [0.5, 1.0, 1.5, 2.0, 0.5, 1.0, 1.5, 2.0, 0.5, 1.0]},
+                                  "nll", {"loss": "bce_with_logits", "reduction": "sum"},
+                                  "auto+LogSoftmax"])
+def test_trainer_validation_loss(device, loss):
+    """Trainer with config["loss"]: its test_loss (the loss's mean form over the eval images)
+    and the log-probabilities it returns equal the numpy engine's on the trained weights."""
+    log_softmax_end = loss == "auto+LogSoftmax"
+    if log_softmax_end:
+        loss = "auto"
+    from webgpu_trainer.train import MNIST_MEAN, MNIST_STD, Split, Trainer
+    rng = rng_for("trainer", repr(loss))
+    count, pixels, classes = 12, 784, 10
+    images = rng.integers(0, 256, (count, pixels)).astype(np.uint8)
+    labels = rng.integers(0, classes, count).astype(np.uint8)
+    w = f32(rng.standard_normal((classes, pixels)) * 0.02)
+    b = f32(rng.standard_normal(classes) * 0.1)
+    nodes = [node("Gemm", ["input", "fc.w", "fc.b"], ["logits"], transB=1)]
+    if log_softmax_end:
+        nodes.append(node("LogSoftmax", ["logits"], ["output"], axis=1))
+    graph, blob = make_graph(nodes, [("fc.w", w, "param"), ("fc.b", b, "param")],
+                             [("input", ["N", pixels])],
+                             [(nodes[-1]["outputs"][0], ["N", classes])])
+    split = Split(images.tobytes(), labels.tobytes(), count, labels.tobytes(), pixels)
+    cfg = {"optimizer": "sgd", "lr": 0.05, "batch_size": 4, "epochs": 1, "init": "finetune",
+           "eval_images": 7, "report_every": 1, "loss": loss}
+    trainer = Trainer(device, graph, blob, cfg, split, split)
+
+    async def go():
+        await trainer.setup()
+        result = await trainer.run()
+        return result, await trainer.trained_weights()
+
+    result, weights = run(go())
+    params = params_from_blob(graph, weights)
+    x = (images[:7].astype(np.float64) / 255 - MNIST_MEAN) / MNIST_STD
+    spec = {**losses.normalize(loss), "reduction": "mean"}
+    want = Engine(graph, params, np.float64).step(x, labels[:7], train=False, loss=spec)
+    assert rel_err(result["test_loss"], want["loss"]) <= 1e-5
+    assert result["test_acc"] == pytest.approx(want["acc"])
+    logp = np.frombuffer(result["logits"], np.float32).reshape(7, classes)
+    assert rel_err(logp, want["logp"]) <= 1e-5
+
+
+# ---- spec validation ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec,match", [
+    ({"loss": "hinge"}, r"loss\.loss: unknown loss 'hinge'"),
+    ({"loss": "mse", "reduction": "none"}, r"loss\.reduction: 'none'"),
+    ({"loss": "cross_entropy", "smoothing": 0.1}, r"loss: unknown key 'smoothing'"),
+    ({"loss": "cross_entropy", "label_smoothing": 1.5}, r"loss\.label_smoothing: 1\.5"),
+    ({"loss": "nll", "label_smoothing": 0.1}, r"loss\.label_smoothing: .*cross_entropy only"),
+    ({"loss": "mse", "weight": [1.0] * 10}, r"loss\.weight: .*not mse"),
+    ({"loss": "cross_entropy", "weight": [1.0] * 9}, r"loss\.weight: 9 values for 10 classes"),
+    ({"loss": "nll", "weight": "ones"}, r"loss\.weight: 'ones'"),
+    (3, r"loss: expected a loss name"),
+])
+def test_bad_spec(spec, match):
+    with pytest.raises(ValueError, match=match):
+        losses.normalize(spec, 10)
+
+
+def test_trainer_rejects_bad_loss_before_gpu_work():
+    from webgpu_trainer.train import Split, Trainer
+    graph, blob = make_graph([node("Gemm", ["input", "fc.w"], ["logits"], transB=1)],
+                             [("fc.w", np.zeros((10, 784), np.float32), "param")],
+                             [("input", ["N", 784])], [("logits", ["N", 10])])
+    split = Split(bytes(784 * 8), bytes(8), 8, bytes(8))
+    trainer = Trainer(None, graph, blob, {"batch_size": 4, "loss": {"loss": "l1"}}, split, split)
+    with pytest.raises(ValueError, match=r"loss\.loss: unknown loss 'l1'"):
+        run(trainer.setup())
