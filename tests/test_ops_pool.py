@@ -1,0 +1,374 @@
+"""Pooling (MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool): the engine on the native
+device against the float64 numpy engine, and the numpy engine against hand-computed values,
+PyTorch and onnxruntime (those two skipped when missing).
+
+Each device test runs input -> Conv 1x1 -> pool -> Flatten -> Gemm -> LogSoftmax for one
+training step, so the pool's input gradient flows into the Conv and is compared too.
+"""
+
+import numpy as np
+import pytest
+import reference as ref
+from conftest import check, compare, f32, head, make_graph, node, one_step, params_of, rng_for, run
+from webgpu_trainer.cpu import pool as cpool
+from webgpu_trainer.graph import Graph, GraphError
+
+# id: (C, H, W, (kh, kw), pads [t, l, b, r], strides, dilations, ceil_mode)
+MAX_CASES = {
+    "k2_s2": (3, 8, 8, (2, 2), [0, 0, 0, 0], [2, 2], [1, 1], 0),
+    "k3_s1_pad1_overlap": (2, 7, 7, (3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 0),
+    "k3_s2_overlap": (2, 9, 7, (3, 3), [0, 0, 0, 0], [2, 2], [1, 1], 0),
+    "k2_s2_ceil": (2, 7, 7, (2, 2), [0, 0, 0, 0], [2, 2], [1, 1], 1),
+    "k3_s2_ceil_pad": (3, 8, 9, (3, 3), [1, 1, 1, 1], [2, 2], [1, 1], 1),
+    "ceil_drops_last": (2, 5, 5, (2, 2), [1, 1, 1, 1], [2, 2], [1, 1], 1),
+    "asym_pads": (3, 7, 9, (3, 2), [1, 0, 0, 1], [2, 1], [1, 1], 0),
+    "asym_pads_ceil": (2, 6, 7, (3, 3), [0, 1, 2, 0], [2, 2], [1, 1], 1),
+    "dil2": (2, 9, 9, (3, 3), [2, 2, 2, 2], [1, 1], [2, 2], 0),
+    "dil2_s2_ceil_asym": (2, 8, 9, (2, 3), [1, 0, 0, 1], [2, 2], [2, 1], 1),
+    "stride_gt_kernel": (2, 7, 7, (2, 2), [0, 0, 0, 0], [3, 3], [1, 1], 0),
+    "width33": (1, 1, 33, (1, 3), [0, 1, 0, 1], [1, 2], [1, 1], 0),
+    "c7_k2_s1": (7, 5, 6, (2, 2), [0, 0, 0, 0], [1, 1], [1, 1], 1),
+    "one_pixel": (3, 1, 1, (1, 1), [0, 0, 0, 0], [1, 1], [1, 1], 0),
+    "one_row_pad": (2, 1, 7, (3, 3), [1, 1, 1, 1], [1, 2], [1, 1], 0),
+}
+
+# id: (C, H, W, (kh, kw), pads, strides, ceil_mode, count_include_pad)
+AVG_CASES = {
+    "k2_s2": (3, 8, 8, (2, 2), [0, 0, 0, 0], [2, 2], 0, 0),
+    "k3_s1_pad_excl": (2, 7, 7, (3, 3), [1, 1, 1, 1], [1, 1], 0, 0),
+    "k3_s1_pad_incl": (2, 7, 7, (3, 3), [1, 1, 1, 1], [1, 1], 0, 1),
+    "k3_s2_ceil_incl": (2, 8, 7, (3, 3), [1, 1, 1, 1], [2, 2], 1, 1),
+    "k3_s2_ceil_excl": (2, 8, 7, (3, 3), [1, 1, 1, 1], [2, 2], 1, 0),
+    "ceil_drops_last_incl": (2, 5, 5, (2, 2), [1, 1, 1, 1], [2, 2], 1, 1),
+    "k2_s2_ceil_nopad_incl": (2, 7, 9, (2, 2), [0, 0, 0, 0], [2, 2], 1, 1),
+    "asym_incl": (3, 7, 9, (2, 3), [0, 1, 1, 0], [1, 2], 0, 1),
+    "asym_ceil_excl": (2, 9, 6, (3, 2), [1, 0, 0, 1], [2, 2], 1, 0),
+    "asym_ceil_incl": (2, 6, 7, (3, 3), [0, 1, 2, 0], [2, 2], 1, 1),
+    "width33": (1, 1, 33, (1, 3), [0, 1, 0, 1], [1, 1], 0, 0),
+    "c7_k3_s3": (7, 7, 7, (3, 3), [0, 0, 0, 0], [3, 3], 1, 0),
+    "one_pixel_pad_incl": (3, 1, 1, (3, 3), [1, 1, 1, 1], [1, 1], 0, 1),
+}
+
+GLOBAL_CASES = {"c3_7x7": (3, 7, 7), "c2_1x33": (2, 1, 33), "c33_2x3": (33, 2, 3),
+                "c1_1x1": (1, 1, 1)}
+
+
+def _pool_model(rng, c, h, w, pool_node, out_hw, relu=False, identity=False):
+    """input -> Conv 1x1 (-> Relu) -> pool -> Flatten -> Gemm -> LogSoftmax."""
+    classes = 5
+    if identity:  # pre_out == input exactly, so ties in the input survive the Conv
+        pre_w, pre_b = f32(np.eye(c).reshape(c, c, 1, 1)), f32(np.zeros(c))
+    else:
+        pre_w = f32(rng.standard_normal((c, c, 1, 1)) / np.sqrt(c) + np.eye(c).reshape(c, c, 1, 1))
+        pre_b = f32(rng.standard_normal(c) * 0.1)
+    nodes = [node("Conv", ["input", "pre.w", "pre.b"], ["pre_out"], kernel_shape=[1, 1],
+                  pads=[0, 0, 0, 0], strides=[1, 1], dilations=[1, 1], group=1)]
+    src = "pre_out"
+    if relu:
+        nodes.append(node("Relu", ["pre_out"], ["relu_out"]))
+        src = "relu_out"
+    pool_node["inputs"] = [src]
+    nodes += [pool_node, node("Flatten", ["pool_out"], ["flat"], axis=1)]
+    hn, ht = head("flat", c * out_hw[0] * out_hw[1], classes, rng)
+    tensors = [("pre.w", pre_w, "param"), ("pre.b", pre_b, "param")] + ht
+    graph, blob = make_graph(nodes + hn, tensors, [("input", ["N", c, h, w])],
+                             [("output", ["N", classes])])
+    return graph, blob, nodes + hn, tensors, classes
+
+
+def _step_and_compare(device, tag, rng, c, h, w, pool_node, x=None, relu=False,
+                      identity=False, batch=2):
+    out_hw = Graph(make_graph([dict(pool_node, inputs=["input"])], [], [("input", ["N", c, h, w])],
+                              [("pool_out", ["N"])])[0]).shapes(batch)["pool_out"][2:]
+    graph, blob, nodes, tensors, classes = _pool_model(rng, c, h, w, pool_node, out_hw, relu,
+                                                       identity)
+    if x is None:
+        # distinct values: no ties in any window (up to float32 rounding of the 1x1 Conv)
+        x = f32(rng.permutation(batch * c * h * w).reshape(batch, c, h, w)
+                / (batch * c * h * w) * 4 - 2)
+    labels = rng.integers(0, classes, batch)
+    res = run(one_step(device, graph, blob, x, labels))
+    want = ref.chain_step(nodes, params_of(tensors), x, labels)
+    # an in-place ReLU shares its gradient buffer with pre_out: compare d pre_out only
+    compare(tag, res, want, acts=["relu_out" if relu else "pre_out", "pool_out"],
+            dacts=["pre_out", "pool_out"])
+    return res, want
+
+
+@pytest.mark.parametrize("case", list(MAX_CASES))
+def test_maxpool(device, case):
+    c, h, w, k, pads, strides, dil, ceil = MAX_CASES[case]
+    pn = node("MaxPool", ["?"], ["pool_out"], kernel_shape=list(k), pads=pads, strides=strides,
+              dilations=dil, ceil_mode=ceil, auto_pad="NOTSET", storage_order=0)
+    _step_and_compare(device, "MaxPool", rng_for("maxpool", case), c, h, w, pn)
+
+
+@pytest.mark.parametrize("case", list(AVG_CASES))
+def test_averagepool(device, case):
+    c, h, w, k, pads, strides, ceil, incl = AVG_CASES[case]
+    pn = node("AveragePool", ["?"], ["pool_out"], kernel_shape=list(k), pads=pads,
+              strides=strides, ceil_mode=ceil, count_include_pad=incl, auto_pad="NOTSET")
+    _step_and_compare(device, "AveragePool", rng_for("avgpool", case), c, h, w, pn)
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("case", list(GLOBAL_CASES))
+def test_global_pool(device, op, case):
+    c, h, w = GLOBAL_CASES[case]
+    res, _ = _step_and_compare(device, op, rng_for(op, case), c, h, w,
+                               node(op, ["?"], ["pool_out"]))
+    assert list(res["acts"]["pool_out"].shape) == [2, c, 1, 1]
+
+
+@pytest.mark.parametrize("mode,op", [("SAME_UPPER", "MaxPool"), ("SAME_LOWER", "AveragePool"),
+                                     ("VALID", "MaxPool")])
+def test_auto_pad(device, mode, op):
+    """auto_pad becomes explicit pads (odd total: the extra row at the end / beginning)."""
+    extra = {"count_include_pad": 0} if op == "AveragePool" else {"dilations": [1, 1]}
+    pn = node(op, ["?"], ["pool_out"], kernel_shape=[2, 3], strides=[2, 2], auto_pad=mode,
+              **extra)
+    res, _ = _step_and_compare(device, op, rng_for("auto_pad", mode, op), 2, 7, 6, pn)
+    want = [4, 3] if mode != "VALID" else [3, 2]
+    assert list(res["acts"]["pool_out"].shape[2:]) == want
+
+
+@pytest.mark.parametrize("relu", [True, False])
+def test_maxpool_ties_first_max(device, relu):
+    """Ties everywhere (small integers through an identity Conv, ReLU zeros): the gradient of
+    each window goes to its FIRST maximum in window order on the device exactly as in the numpy
+    engine (checked against PyTorch below)."""
+    rng = rng_for("maxpool_ties", relu)
+    c, h, w = 3, 7, 8
+    x = f32(rng.integers(-2, 3, (2, c, h, w)))
+    pn = node("MaxPool", ["?"], ["pool_out"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+              strides=[1, 2], dilations=[1, 1], ceil_mode=1)
+    res, want = _step_and_compare(device, "MaxPool", rng, c, h, w, pn, x=x, relu=relu,
+                                  identity=True)
+    # the windows really hold ties (also between positive values, whose gradient survives the
+    # ReLU), and the gradient reaches the same elements
+    src = "relu_out" if relu else "pre_out"
+    assert _windows_with_tied_max(want["acts"][src], pn, positive=True) > 20
+    np.testing.assert_array_equal(res["dacts"]["pre_out"] != 0, want["dacts"]["pre_out"] != 0)
+
+
+def _windows_with_tied_max(x, pn, positive=False):
+    """How many windows of ``pn`` over ``x`` hold their maximum (> 0 if ``positive``) more than
+    once."""
+    a = pn["attrs"]
+    y, _ = cpool.maxpool2d(x, a["kernel_shape"], a["strides"], a["pads"], a["dilations"],
+                           a["ceil_mode"])
+    ties = 0
+    pt, pl = a["pads"][:2]
+    for idx in np.ndindex(*y.shape):
+        n, c, oh, ow = idx
+        r0, c0 = oh * a["strides"][0] - pt, ow * a["strides"][1] - pl
+        win = x[n, c, max(r0, 0):r0 + a["kernel_shape"][0], max(c0, 0):c0 + a["kernel_shape"][1]]
+        ties += int((win == y[idx]).sum() > 1 and (y[idx] > 0 or not positive))
+    return ties
+
+
+def test_maxpool_eval_forward(device):
+    """The eval program (no argmax saved) gives the same values."""
+    rng = rng_for("maxpool_eval")
+    c, h, w = 2, 7, 7
+    pn = node("MaxPool", ["?"], ["pool_out"], kernel_shape=[3, 3], pads=[1, 0, 0, 1],
+              strides=[2, 2], dilations=[1, 1], ceil_mode=1)
+    out_hw = (4, 4)
+    graph, blob, nodes, tensors, classes = _pool_model(rng, c, h, w, pn, out_hw)
+    x = f32(rng.standard_normal((3, c, h, w)))
+    labels = rng.integers(0, classes, 3)
+    res = run(one_step(device, graph, blob, x, labels, train=False))
+    want = ref.chain_step(nodes, params_of(tensors), x, labels, train=False)
+    check("MaxPool", "fwd", res["acts"]["pool_out"], want["acts"]["pool_out"], "eval pool_out")
+    check("MaxPool", "fwd", res["acts"]["output"], want["acts"]["output"], "eval output")
+
+
+# ---- shapes and refusals --------------------------------------------------------------------
+
+def _shapes(pool_node, shape):
+    graph, _ = make_graph([pool_node], [], [("input", shape)], [(pool_node["outputs"][0], [])])
+    return Graph(graph).shapes(shape[0])[pool_node["outputs"][0]]
+
+
+@pytest.mark.parametrize("size,k,s,p,ceil,want", [
+    (7, 2, 2, 0, 0, 3), (7, 2, 2, 0, 1, 4), (5, 2, 2, 1, 1, 3),  # last window dropped
+    (8, 3, 2, 1, 1, 5), (1, 1, 1, 0, 1, 1), (33, 3, 2, 1, 0, 17), (6, 3, 3, 1, 1, 3),
+])
+def test_output_size(size, k, s, p, ceil, want):
+    for op in ("MaxPool", "AveragePool"):
+        pn = node(op, ["input"], ["y"], kernel_shape=[k, 1], strides=[s, 1], pads=[p, 0, p, 0],
+                  ceil_mode=ceil)
+        assert _shapes(pn, [2, 3, size, 4]) == [2, 3, want, 4]
+        assert cpool.pool_out_len(size, k, s, p, p, 1, ceil) == want
+
+
+def test_refusals():
+    def err(pn, shape=(2, 3, 7, 7)):
+        with pytest.raises(GraphError) as e:
+            _shapes(pn, list(shape))
+        return str(e.value)
+
+    msg = err(node("MaxPool", ["input"], ["y", "idx"], name="mp", kernel_shape=[2, 2]))
+    assert msg == "node mp (MaxPool): the Indices output is not supported"
+    _shapes(node("MaxPool", ["input"], ["y", ""], kernel_shape=[2, 2]), [2, 3, 7, 7])
+    assert "node ap (AveragePool)" in err(node("AveragePool", ["input"], ["y"], name="ap",
+                                              kernel_shape=[2], strides=[1]), (2, 3, 7))
+    assert "NCHW" in err(node("GlobalMaxPool", ["input"], ["y"], name="g"), (2, 3, 4, 4, 4))
+    assert "dilations [2, 2] are not supported" in err(
+        node("AveragePool", ["input"], ["y"], kernel_shape=[2, 2], dilations=[2, 2]))
+    assert "auto_pad" in err(node("MaxPool", ["input"], ["y"], kernel_shape=[2, 2],
+                                  auto_pad="SAME_UPPER", ceil_mode=1))
+    assert "holds only padding" in err(node("MaxPool", ["input"], ["y"], kernel_shape=[2, 2],
+                                            pads=[2, 0, 0, 0]))
+    assert "too small" in err(node("MaxPool", ["input"], ["y"], kernel_shape=[9, 2]))
+    # the numpy engine refuses the same
+    x = np.zeros((1, 1, 4, 4))
+    with pytest.raises(GraphError, match="the Indices output is not supported"):
+        cpool.forward(node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2]), [x], None)
+    with pytest.raises(GraphError, match="only 2-D"):
+        cpool.forward(node("MaxPool", ["x"], ["y"], kernel_shape=[2]), [x[0]], None)
+
+
+# ---- the numpy engine against hand-computed values -------------------------------------------
+
+def test_numpy_maxpool_by_hand():
+    x = np.array([[1., 3., 2.],
+                  [4., 0., 4.],
+                  [1., 4., 3.]])[None, None]
+    y, arg = cpool.maxpool2d(x, (2, 2), (1, 1))
+    np.testing.assert_array_equal(y[0, 0], [[4, 4], [4, 4]])
+    # first maximum in window order: (1,0) for both left windows, (1,2) top right,
+    # (1,2) bottom right (row 1 comes before row 2's 4 at (2,1))
+    np.testing.assert_array_equal(arg[0, 0], [[3, 5], [3, 5]])
+    dx = cpool.maxpool2d_backward(x.shape, arg, np.array([[1., 2.], [10., 20.]])[None, None])
+    np.testing.assert_array_equal(dx[0, 0], [[0, 0, 0], [11, 0, 22], [0, 0, 0]])
+    # padding is -inf: a window over negative values and padding picks the value
+    y, arg = cpool.maxpool2d(-np.ones((1, 1, 1, 2)) * [[[[5., 7.]]]], (2, 2), (2, 2),
+                             (1, 1, 0, 0), (1, 1), 1)
+    np.testing.assert_array_equal(y[0, 0], [[-5, -7]])
+    np.testing.assert_array_equal(arg[0, 0], [[0, 1]])
+    # dilation 2, stride 2 on a 1x5 row with ceil_mode: windows {0, 2}, {2, 4}
+    row = np.array([[[[3., 9., 3., 9., 1.]]]])
+    y, arg = cpool.maxpool2d(row, (1, 2), (1, 2), (0, 0, 0, 0), (1, 2), 1)
+    np.testing.assert_array_equal(y[0, 0], [[3, 3]])
+    np.testing.assert_array_equal(arg[0, 0], [[0, 2]])
+    dx = cpool.maxpool2d_backward(row.shape, arg, np.array([[[[1., 1.]]]]))
+    np.testing.assert_array_equal(dx[0, 0], [[1, 0, 1, 0, 0]])
+
+
+def test_numpy_avgpool_by_hand():
+    x = np.arange(1., 10.).reshape(1, 1, 3, 3)  # [[1 2 3] [4 5 6] [7 8 9]]
+    # k2 s2 pad 1 on all sides: windows rows {-1,0},{1,2}, cols likewise
+    y, div = cpool.avgpool2d(x, (2, 2), (2, 2), (1, 1, 1, 1), 0, 0)
+    np.testing.assert_allclose(y[0, 0], [[1, (2 + 3) / 2], [(4 + 7) / 2, (5 + 6 + 8 + 9) / 4]])
+    y, div = cpool.avgpool2d(x, (2, 2), (2, 2), (1, 1, 1, 1), 0, 1)
+    np.testing.assert_allclose(y[0, 0], [[1 / 4, 5 / 4], [11 / 4, 28 / 4]])
+    # ceil_mode, no padding: the last window (row/col 2) is clipped to the input, and with
+    # count_include_pad PyTorch divides by the clipped window (1 or 2 elements), not by 4
+    y, div = cpool.avgpool2d(x, (2, 2), (2, 2), (0, 0, 0, 0), 1, 1)
+    np.testing.assert_allclose(div, [[4, 2], [2, 1]])
+    np.testing.assert_allclose(y[0, 0], [[12 / 4, 9 / 2], [15 / 2, 9]])
+    # ceil_mode with padding 1 on a 4-wide row, k3 s2: windows start -1, 1, 3 (the last
+    # clipped to size + pad = 5): include_pad divisors 3, 3, 2; exclude: 2, 3, 1
+    row = np.array([[[[1., 2., 3., 4.]]]])
+    y, div = cpool.avgpool2d(row, (1, 3), (1, 2), (0, 1, 0, 1), 1, 1)
+    np.testing.assert_allclose(div[0], [3, 3, 2])
+    np.testing.assert_allclose(y[0, 0, 0], [3 / 3, 9 / 3, 4 / 2])
+    y, div = cpool.avgpool2d(row, (1, 3), (1, 2), (0, 1, 0, 1), 1, 0)
+    np.testing.assert_allclose(div[0], [2, 3, 1])
+    dx = cpool.avgpool2d_backward(row.shape, (1, 3), (1, 2), (0, 1, 0, 1), div,
+                                  np.array([[[[2., 3., 5.]]]]))
+    np.testing.assert_allclose(dx[0, 0, 0], [1, 1 + 1, 1, 1 + 5])
+    # asymmetric pads [t, l, b, r] = [0, 2, 0, 0], k3 s1, count_include_pad
+    y, div = cpool.avgpool2d(row, (1, 3), (1, 1), (0, 2, 0, 0), 0, 1)
+    np.testing.assert_allclose(y[0, 0, 0], [1 / 3, 3 / 3, 6 / 3, 9 / 3])
+
+
+def test_numpy_global_by_hand():
+    x = np.array([[[[1., 5.], [5., 2.]], [[-1., -3.], [-2., -4.]]]])
+    node_max = node("GlobalMaxPool", ["x"], ["y"])
+    (y,), cache = cpool.forward(node_max, [x], None)
+    np.testing.assert_array_equal(y.ravel(), [5, -1])
+    (dx,) = cpool.backward(node_max, [x], [y], cache, [np.array([[[[2.]], [[3.]]]])], None)
+    np.testing.assert_array_equal(dx[0], [[[0, 2], [0, 0]], [[3, 0], [0, 0]]])
+    node_avg = node("GlobalAveragePool", ["x"], ["y"])
+    (y,), cache = cpool.forward(node_avg, [x], None)
+    np.testing.assert_allclose(y.ravel(), [13 / 4, -10 / 4])
+    (dx,) = cpool.backward(node_avg, [x], [y], cache, [np.array([[[[4.]], [[8.]]]])], None)
+    np.testing.assert_allclose(dx[0], [np.full((2, 2), 1.), np.full((2, 2), 2.)])
+
+
+# ---- the numpy engine against PyTorch and onnxruntime -------------------------------------
+
+TORCH_CASES = [
+    # (H, W, k, s, p, d, ceil)
+    (7, 7, 3, 2, 1, 1, 0), (7, 7, 3, 2, 1, 1, 1), (8, 5, 2, 2, 1, 1, 1), (5, 5, 2, 2, 1, 1, 1),
+    (9, 9, 3, 1, 1, 2, 0), (8, 9, 3, 2, 1, 2, 1), (1, 33, 1, 2, 0, 1, 1), (6, 7, 3, 3, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("case", TORCH_CASES)
+def test_numpy_against_torch(case):
+    torch = pytest.importorskip("torch")
+    fn = torch.nn.functional
+    h, w, k, s, p, d, ceil = case
+    rng = rng_for("torch_pool", case)
+    x = np.round(rng.standard_normal((2, 3, h, w)) * 2)  # many ties
+    tx = torch.tensor(x, requires_grad=True)
+    ty = fn.max_pool2d(tx, k, s, p, d, ceil_mode=bool(ceil))
+    y, arg = cpool.maxpool2d(x, (k, k), (s, s), (p,) * 4, (d, d), ceil)
+    dy = rng.standard_normal(y.shape)
+    ty.backward(torch.tensor(dy))
+    np.testing.assert_array_equal(y, ty.detach().numpy())
+    np.testing.assert_allclose(cpool.maxpool2d_backward(x.shape, arg, dy), tx.grad.numpy(),
+                               rtol=1e-12, atol=1e-12)
+    if d != 1:
+        return
+    for incl in (0, 1):
+        tx = torch.tensor(x, requires_grad=True)
+        ty = fn.avg_pool2d(tx, k, s, p, ceil_mode=bool(ceil), count_include_pad=bool(incl))
+        ty.backward(torch.tensor(dy))
+        y, div = cpool.avgpool2d(x, (k, k), (s, s), (p,) * 4, ceil, incl)
+        np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-12, atol=1e-12)
+        dx = cpool.avgpool2d_backward(x.shape, (k, k), (s, s), (p,) * 4, div, dy)
+        np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+ORT_CASES = [
+    # (op, H, W, attributes)
+    ("MaxPool", 7, 9, {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 0, 1]}),
+    ("MaxPool", 8, 9, {"kernel_shape": [2, 3], "strides": [2, 2], "pads": [1, 0, 0, 1],
+                       "dilations": [2, 1], "ceil_mode": 1}),
+    ("MaxPool", 6, 7, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 1, 2, 0],
+                       "ceil_mode": 1}),
+    ("MaxPool", 7, 6, {"kernel_shape": [2, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ("MaxPool", 7, 6, {"kernel_shape": [2, 3], "strides": [2, 2], "auto_pad": "VALID"}),
+    ("AveragePool", 9, 6, {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 0, 1],
+                           "ceil_mode": 1}),
+    ("AveragePool", 6, 7, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 1, 2, 0],
+                           "ceil_mode": 1, "count_include_pad": 1}),
+    ("AveragePool", 7, 9, {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [0, 1, 1, 0],
+                           "count_include_pad": 1}),
+    ("AveragePool", 5, 5, {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                           "ceil_mode": 1, "count_include_pad": 1}),
+    ("AveragePool", 7, 6, {"kernel_shape": [2, 3], "strides": [2, 2], "auto_pad": "SAME_LOWER"}),
+]
+
+
+@pytest.mark.parametrize("case", ORT_CASES)
+def test_numpy_against_onnxruntime(case):
+    """Asymmetric pads, ceil_mode and auto_pad (which PyTorch cannot express) against
+    onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+    op, h, w, attrs = case
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "pool",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, h, w])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = f32(rng_for("ort_pool", case).standard_normal((2, 3, h, w)))
+    want = sess.run(None, {"x": x})[0]
+    (y,), _ = cpool.forward(node(op, ["x"], ["y"], **attrs), [x.astype(np.float64)], None)
+    assert y.shape == want.shape
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
