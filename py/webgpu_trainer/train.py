@@ -23,7 +23,29 @@ MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # ((x / 255) - mean) / std, as the PyTor
 
 DEFAULTS = {"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "epochs": 1, "seed": 0,
             "init": "scratch", "momentum": 0.0, "weight_decay": 0.0, "max_steps": 0,
-            "eval_images": 10000, "report_every": 10, "loss": "auto"}
+            "eval_images": 10000, "report_every": 10, "loss": "auto", "trainable": None}
+
+
+def trainable_names(graph: dict, names) -> set | None:
+    """Validate a ``trainable`` config value: None (every parameter trains) or a list of
+    initializer names of role "param" (the rest is frozen: no gradient, no update). Raises
+    ValueError naming unknown names, buffers, or an empty list."""
+    if names is None:
+        return None
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"trainable must be a list of parameter names, got {names!r}")
+    roles = {t["name"]: t["role"] for t in graph["tensors"]}
+    unknown = sorted(n for n in names if n not in roles)
+    if unknown:
+        raise ValueError(f"trainable: no parameter named {', '.join(map(repr, unknown))} in the "
+                         f"model (parameters: {', '.join(n for n, r in roles.items() if r == 'param')})")
+    buffers = sorted(n for n in names if roles[n] != "param")
+    if buffers:
+        raise ValueError(f"trainable: {', '.join(buffers)} are buffers (BatchNorm running "
+                         "statistics), not parameters")
+    if not names:
+        raise ValueError("trainable is empty: nothing would train (freeze fewer parameters)")
+    return set(names)
 
 
 class Split:
@@ -53,7 +75,8 @@ class Trainer:
     "finetune" keeps the model's weights), momentum, weight_decay, max_steps (0: no cap),
     eval_images (first N test images), report_every (steps between metric readbacks), loss
     (a loss name or spec dict, see ``ops/losses.py``; "auto": NLLLoss after a final LogSoftmax,
-    else CrossEntropyLoss).
+    else CrossEntropyLoss), trainable (None: every parameter; else the list of initializer
+    names to train, the rest frozen: see ``trainable_names``).
     ``emit(kind, **fields)`` receives "status", "progress", "epoch" events ("epoch" carries the
     epoch's mean train_loss / train_acc too). To continue a run, set ``epoch`` (epochs done) and
     ``step`` (steps done) and restore weights / optimizer state after ``setup()``;
@@ -88,7 +111,9 @@ class Trainer:
         # Raises ValueError naming the bad key / value, before any GPU work.
         losses.normalize(cfg["loss"], self.graph.shapes(2)[self.graph.output][1])
         self.emit("status", text="Compiling the training step…")
-        self.plan = plan = await Plan.build(dev, self.graph, batch, loss=cfg["loss"])
+        train_only = trainable_names(self.desc, cfg.get("trainable"))
+        self.plan = plan = await Plan.build(dev, self.graph, batch, loss=cfg["loss"],
+                                            trainable=train_only)
         blob = bytearray(plan.wbytes)
         blob[:len(self.weights)] = self.weights
         dev.write(plan.P, bytes(blob))
