@@ -1,0 +1,63 @@
+"""Add, Sub, Mul, Div, Pow with NumPy broadcasting (ONNX opset 7+); gradients by PyTorch's
+autograd (tools/autograd/derivatives.yaml, FunctionsManual.cpp), summed over the broadcast dims.
+
+Pow: a^b by ``np.power`` (NaN for a < 0 with a non-integral b, exact sign for integral b);
+d/da = b * a^(b-1), 0 where b == 0 (pow_backward_self); d/db = a^b * ln(a), 0 where a == 0 and
+b >= 0 (pow_backward_exponent).
+"""
+
+import numpy as np
+
+from .gemm import unbroadcast
+
+TYPES = ("Add", "Sub", "Mul", "Div", "Pow")
+
+
+def binary(op, a, b):
+    """Y = a op b, broadcast; ``op`` an ONNX op_type of TYPES."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if op == "Add":
+            return a + b
+        if op == "Sub":
+            return a - b
+        if op == "Mul":
+            return a * b
+        if op == "Div":
+            return a / b
+        return np.power(a, b)
+
+
+def binary_backward(op, a, b, dy):
+    """(dA, dB): dY times the partial derivatives, reduced to the shapes of ``a`` and ``b``."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if op == "Add":
+            da, db = dy, dy
+        elif op == "Sub":
+            da, db = dy, -dy
+        elif op == "Mul":
+            da, db = dy * b, dy * a
+        elif op == "Div":
+            da, db = dy / b, -dy * ((a / b) / b)
+        else:
+            da = np.where(b == 0, 0.0, dy * (b * np.power(a, b - 1)))
+            db = np.where((a == 0) & (b >= 0), 0.0, dy * (np.power(a, b) * np.log(a)))
+        return (unbroadcast(np.asarray(da), np.shape(a)),
+                unbroadcast(np.asarray(db), np.shape(b)))
+
+
+def _operands(ins, ctx):
+    # integer constants (e.g. Pow(x, 2) exported with an int64 exponent) compute in ctx.dtype
+    return np.asarray(ins[0], ctx.dtype), np.asarray(ins[1], ctx.dtype)
+
+
+def forward(node, ins, ctx):
+    """[Y] = [A op B] in ``ctx.dtype``, of the broadcast shape of A and B; no cache."""
+    a, b = _operands(ins, ctx)
+    return [np.asarray(binary(node["op_type"], a, b), ctx.dtype)], None
+
+
+def backward(node, ins, outs, cache, douts, ctx):
+    """[dA, dB] of A's and B's shapes (see ``binary_backward``)."""
+    a, b = _operands(ins, ctx)
+    da, db = binary_backward(node["op_type"], a, b, douts[0])
+    return [np.asarray(da, ctx.dtype), np.asarray(db, ctx.dtype)]

@@ -1,0 +1,151 @@
+"""Add, Sub, Mul, Div, Pow with NumPy (multidirectional) broadcasting (shaders/binary.wgsl).
+
+Semantics are ONNX's (opset 7+ broadcasting: shapes aligned on the right, a dim of 1 stretches);
+gradients are PyTorch's autograd formulas, summed over the broadcast dims of each operand
+("unbroadcast"). Either operand may be an activation, a weight of ``P`` or a constant of the
+model description, and both may be the same tensor (``Mul(x, x)``). Everything is float32.
+
+Shapes are collapsed before they reach the shader: output dims of size 1 are dropped and
+neighbouring dims with the same broadcast pattern merged, so ``[2, 3, 4, 5] + [3, 1, 5]`` runs as
+``[2, 3, 4, 5]`` with B's strides ``(0, 5, 0, 1)`` and a residual ``[N, C] + [N, C]`` as one dim.
+At most 6 collapsed dims (any input rank whose collapsed form fits).
+"""
+
+from ..backends.base import groups_1d, pack_params
+from .gemm import reduce_splits
+
+TYPES = ("Add", "Sub", "Mul", "Div", "Pow")
+
+CODES = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Pow": 4}  # the shader's OP override
+MAX_DIMS = 6       # collapsed dims the uniform holds
+NAN_BITS = 0x7FC00000
+
+
+def broadcast_shape(a, b):
+    """NumPy's broadcast of shapes ``a`` and ``b`` (lists of int), or None when they do not
+    broadcast. Example: ``broadcast_shape([2, 3, 4, 5], [3, 1, 5]) == [2, 3, 4, 5]``."""
+    r = max(len(a), len(b))
+    pa, pb = [1] * (r - len(a)) + list(a), [1] * (r - len(b)) + list(b)
+    out = []
+    for x, y in zip(pa, pb):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            return None
+    return out
+
+
+def collapse(out, shapes):
+    """The output ``out`` viewed as few dims, innermost first: ``[(size, strides, out_stride,
+    broadcast)]`` with ``strides[k]`` the element stride of operand ``shapes[k]`` along the dim
+    (0 where it is broadcast) and ``broadcast[k]`` whether it is. Output dims of size 1 are
+    dropped; neighbours with the same broadcast pattern are merged.
+
+    Example: ``collapse([2, 3, 4, 5], [[2, 3, 4, 5], [3, 1, 5]])`` ->
+    ``[(5, [1, 1], 1, (F, F)), (4, [5, 0], 5, (F, T)), (3, [20, 5], 20, (F, F)),
+    (2, [60, 0], 60, (F, T))]``.
+    """
+    r = len(out)
+    padded = [[1] * (r - len(s)) + list(s) for s in shapes]
+    groups = []  # outermost first: [size, pattern]
+    for d in range(r):
+        if out[d] == 1:
+            continue
+        pattern = tuple(s[d] == 1 for s in padded)
+        if groups and groups[-1][1] == pattern:
+            groups[-1][0] *= out[d]
+        else:
+            groups.append([out[d], pattern])
+    dims, acc, acc_out = [], [1] * len(shapes), 1
+    for size, pattern in reversed(groups):
+        dims.append((size, [0 if bc else acc[k] for k, bc in enumerate(pattern)], acc_out,
+                     pattern))
+        acc = [a if bc else a * size for a, bc in zip(acc, pattern)]
+        acc_out *= size
+    return dims
+
+
+def infer(node, ins, consts):
+    """Output shape = broadcast of both input shapes; raises GraphError naming the node and
+    both shapes when they do not broadcast (or need more than 6 dims once collapsed)."""
+    from ..graph import GraphError
+    a, b = list(ins[0]), list(ins[1])
+    out = broadcast_shape(a, b)
+    if out is None:
+        raise GraphError(f"node {node['name']} ({node['op_type']}): shapes {a} and {b} do "
+                         "not broadcast")
+    if len(collapse(out, [a, b])) > MAX_DIMS:
+        raise GraphError(f"node {node['name']} ({node['op_type']}): shapes {a} and {b} "
+                         f"broadcast over more than {MAX_DIMS} separate dims")
+    return [out]
+
+
+def _params(n, dims=(), red=(), total=1, chunk=1) -> bytes:
+    """The shader's Params: header, then 6 rows of dims and 6 of red (padded with size 1)."""
+    rows = list(dims) + [(1, 0, 0, 0)] * (MAX_DIMS - len(dims))
+    reds = list(red) or [(1, 0, 0, 0)]
+    reds += [(1, 0, 0, 0)] * (MAX_DIMS - len(reds))
+    return pack_params(n, len(dims), len(red), total, chunk, NAN_BITS, 0, 0,
+                       *(v for row in rows + reds for v in row))
+
+
+async def forward(b, node, ins, outs, train):
+    """Y = A op B, one dispatch: index-free when A, B and Y have one size, else with the
+    broadcast strides (0 on broadcast dims) of the collapsed shapes in the uniform."""
+    A, B, Y = ins[0], ins[1], outs[0]
+    n = Y.numel
+    if n == 0:
+        return
+    consts = {"OP": CODES[node["op_type"]]}
+    if A.numel == n and B.numel == n:
+        await b.kernel("binary", "forward_same", _params(n), [Y, A, B, b.dummy], groups_1d(n),
+                       consts)
+        return
+    dims = [(size, st[0], st[1], 0) for size, st, _, _ in collapse(Y.shape, [A.shape, B.shape])]
+    await b.kernel("binary", "forward", _params(n, dims), [Y, A, B, b.dummy], groups_1d(n),
+                   consts)
+
+
+async def backward(b, node, ins, outs, gins, gouts):
+    """dA = unbroadcast(dY * dY/dA) to A's shape, dB likewise (each written, not added).
+
+    Add: 1, 1; Sub: 1, -1; Mul: b, a; Div: 1/b, -(a/b)/b; Pow: b*a^(b-1) (0 where b == 0),
+    a^b*ln(a) (0 where a == 0 and b >= 0) -- torch's pow_backward_self / pow_backward_exponent
+    (tools/autograd/FunctionsManual.cpp).
+    """
+    op = CODES[node["op_type"]]
+    for side in (0, 1):
+        if side < len(gins) and gins[side] is not None:
+            await _gradient(b, op, side, ins[side], ins[1 - side], gouts[0], gins[side],
+                            outs[0].shape)
+
+
+async def _gradient(b, op, side, t, o, dy, g, out_shape):
+    """g = sum of dy * df/dt over the dims ``t`` is broadcast along: a gather (thread j owns
+    t[j]), split over the broadcast positions when t alone leaves the GPU idle."""
+    consts = {"OP": op, "SIDE": side}
+    n_out = dy.numel
+    count = t.numel
+    if count == 0:
+        return
+    if count == n_out and o.numel == n_out:
+        await b.kernel("binary", "backward_same", _params(count), [g, t, o, dy],
+                       groups_1d(count), consts)
+        return
+    dims = collapse(out_shape, [t.shape, o.shape])
+    kept = [(size, so, st[1], 0) for size, st, so, bc in dims if not bc[0]]
+    red = [(size, so, st[1], 0) for size, st, so, bc in dims if bc[0]]
+    total = 1
+    for row in red:
+        total *= row[0]
+    splits = b.splits(count, total, min_per_split=64) if total else 1
+    chunk = max(1, (total + splits - 1) // splits)
+    splits = max(1, (total + chunk - 1) // chunk)
+    target = b.scratch(splits * count) if splits > 1 else g
+    gx, gy, _ = groups_1d(count)
+    await b.kernel("binary", "backward", _params(count, kept, red, total, chunk),
+                   [target, t, o, dy], (gx, gy, splits), consts)
+    if splits > 1:
+        await reduce_splits(b, target, g, splits, count)
