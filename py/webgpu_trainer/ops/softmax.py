@@ -1,42 +1,89 @@
-"""LogSoftmax on any axis and the NLL loss with batch metrics (shaders/loss.wgsl)."""
+"""Softmax and LogSoftmax on any axis (shaders/softmax.wgsl; short LogSoftmax rows through
+shaders/loss.wgsl) and the NLL loss with batch metrics (shaders/loss.wgsl).
+
+ONNX semantics by the model's opset (``graph.desc["opset"]``, 17 when absent): from opset 13 the
+op normalises along ``axis`` (default -1); before 13 the input is coerced to 2-D at ``axis``
+(default 1) and each row normalises over the whole flattened trailing block x.shape[axis:].
+float32, output shape = input shape. Numerically stable (the row maximum is subtracted first).
+"""
 
 from ..backends.base import groups_1d, pack_params
+from .reduction import per_row_workgroup
 
-TYPES = ("LogSoftmax",)
+TYPES = ("LogSoftmax", "Softmax")
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def axis_of(node, rank, opset):
+    """The normalised axis (>= 0); ONNX's default is -1 from opset 13, 1 before."""
+    from ..graph import GraphError
+    axis = node.get("attrs", {}).get("axis", -1 if opset >= 13 else 1)
+    if not -rank <= axis < rank:
+        raise GraphError(f"node {node['name']} ({node['op_type']}): axis {axis} out of range "
+                         f"for rank {rank}")
+    return axis % rank
+
+
+def view(shape, node, opset=17):
+    """(outer, C, inner): the input seen as [outer, C, inner] with rows of C values along the
+    softmax axis (opset >= 13), or as [outer, C, 1] with C = prod(shape[axis:]) (opset < 13)."""
+    axis = axis_of(node, len(shape), opset)
+    if opset < 13:
+        return _numel(shape[:axis]), _numel(shape[axis:]), 1
+    return _numel(shape[:axis]), shape[axis], _numel(shape[axis + 1:])
+
+
+def _opset(b) -> int:
+    return int(b.plan.graph.desc.get("opset", 17) or 17)
 
 
 def infer(node, ins, consts):
-    """Output shape = input shape."""
+    """Output shape = input shape; raises GraphError when the axis is out of range."""
+    axis_of(node, len(ins[0]), 13)
     return [list(ins[0])]
 
 
-def _view(shape, axis):
-    axis %= len(shape)
-    outer = 1
-    for d in shape[:axis]:
-        outer *= d
-    inner = 1
-    for d in shape[axis + 1:]:
-        inner *= d
-    return outer, shape[axis], inner
-
-
 async def forward(b, node, ins, outs, train):
-    """y = log_softmax(x, axis); ONNX's default axis is -1 from opset 13 (1 before)."""
-    outer, c, inner = _view(ins[0].shape, node["attrs"].get("axis", -1))
-    await b.kernel("loss", "log_softmax_forward", pack_params(outer, c, inner),
-                   [b.step, ins[0], b.dummy, outs[0], b.dummy_u32, b.sink],
-                   groups_1d(outer * inner))
+    """Softmax: y = exp(x - max) / sum(exp(x - max)); LogSoftmax: y = x - max - log(sum(...)),
+    along the row of ``view``."""
+    outer, c, inner = view(ins[0].shape, node, _opset(b))
+    rows, log = outer * inner, int(node["op_type"] == "LogSoftmax")
+    params = pack_params(outer, c, inner, log)
+    if per_row_workgroup(rows, c, inner == 1):
+        await b.kernel("softmax", "forward_wg", params, [ins[0], b.dummy, outs[0]],
+                       groups_1d(rows, 1))
+    elif log:
+        await b.kernel("loss", "log_softmax_forward", params,
+                       [b.step, ins[0], b.dummy, outs[0], b.dummy_u32, b.sink], groups_1d(rows))
+    else:
+        await b.kernel("softmax", "forward_rows", params, [ins[0], b.dummy, outs[0]],
+                       groups_1d(rows))
 
 
 async def backward(b, node, ins, outs, gins, gouts):
-    """dx = dy - exp(y) * sum(dy) along the axis."""
+    """Softmax: dx = y * (dy - sum(dy * y)); LogSoftmax: dx = dy - exp(y) * sum(dy) (PyTorch's
+    _softmax_backward_data / _log_softmax_backward_data), sums along the row."""
     if gins[0] is None:
         return
-    outer, c, inner = _view(ins[0].shape, node["attrs"].get("axis", -1))
-    await b.kernel("loss", "log_softmax_backward", pack_params(outer, c, inner),
-                   [b.step, outs[0], gouts[0], gins[0], b.dummy_u32, b.sink],
-                   groups_1d(outer * inner))
+    outer, c, inner = view(ins[0].shape, node, _opset(b))
+    rows, log = outer * inner, int(node["op_type"] == "LogSoftmax")
+    params = pack_params(outer, c, inner, log)
+    if per_row_workgroup(rows, c, inner == 1):
+        await b.kernel("softmax", "backward_wg", params, [outs[0], gouts[0], gins[0]],
+                       groups_1d(rows, 1))
+    elif log:
+        await b.kernel("loss", "log_softmax_backward", params,
+                       [b.step, outs[0], gouts[0], gins[0], b.dummy_u32, b.sink],
+                       groups_1d(rows))
+    else:
+        await b.kernel("softmax", "backward_rows", params, [outs[0], gouts[0], gins[0]],
+                       groups_1d(rows))
 
 
 async def nll(b, logp, labels, dlogp, metrics):

@@ -1,0 +1,47 @@
+"""ReduceSum, ReduceMean, ReduceMax, ReduceMin (ONNX): axes from the attribute or the optional
+second input, keepdims (default 1), noop_with_empty_axes (no axes: all, or the identity).
+
+Backward (PyTorch autograd): Sum dx = dy, Mean dx = dy / R; Max / Min as torch.amax / amin,
+the gradient split evenly among the positions equal to the extreme (ties)."""
+
+import numpy as np
+
+TYPES = ("ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum")
+
+
+def reduce_axes(node, ins, rank):
+    """Sorted reduced axes (>= 0); [] = identity (noop_with_empty_axes)."""
+    a = node.get("attrs", {})
+    axes = a.get("axes")
+    if len(ins) > 1 and ins[1] is not None:
+        axes = [int(v) for v in np.ravel(ins[1])]
+    if axes is None or len(axes) == 0:
+        return [] if a.get("noop_with_empty_axes", 0) else list(range(rank))
+    return sorted({int(v) % rank for v in axes})
+
+
+def forward(node, ins, ctx):
+    x = ins[0]
+    axes = tuple(reduce_axes(node, ins, x.ndim))
+    f = {"ReduceSum": np.sum, "ReduceMean": np.mean, "ReduceMax": np.max,
+         "ReduceMin": np.min}[node["op_type"]]
+    y = f(x, axis=axes, keepdims=True) if axes else x.copy()
+    keep = y
+    if not node.get("attrs", {}).get("keepdims", 1):
+        y = y.reshape([d for i, d in enumerate(x.shape) if i not in axes])
+    return [y], keep
+
+
+def backward(node, ins, outs, cache, douts, ctx):
+    x = ins[0]
+    axes = tuple(reduce_axes(node, ins, x.ndim))
+    dy = douts[0].reshape(cache.shape)
+    op = node["op_type"]
+    if op == "ReduceSum" or not axes:
+        dx = np.broadcast_to(dy, x.shape).copy()
+    elif op == "ReduceMean":
+        dx = np.broadcast_to(dy / (x.size // cache.size), x.shape).copy()
+    else:
+        hit = x == cache
+        dx = np.where(hit, dy / hit.sum(axis=axes, keepdims=True), 0).astype(x.dtype)
+    return [dx] + [None] * (len(ins) - 1)

@@ -1,0 +1,125 @@
+"""LayerNormalization (ONNX opset 17) forward and backward (shaders/layernorm.wgsl).
+
+Inputs X (float32, any rank), Scale, optional B; attributes ``axis`` (default -1: X is normalised
+over the dims axis..rank-1, D values per row) and ``epsilon`` (1e-5); population variance.
+Scale / B hold the normalised shape or a trailing part of it (leading 1s allowed, e.g. [D],
+[1, D], or [W] of a [H, W] normalised shape, or a scalar): they broadcast as ONNX/NumPy does.
+Outputs Y (X's shape) and, when the node names them, Mean and InvStdDev (X's shape with 1 on the
+normalised dims), which get no gradient. ``stash_type`` is ignored (statistics are float32).
+
+Gradients (PyTorch native_layer_norm_backward), with xhat = (x - mean) * rstd, g = dy * Scale:
+  dx = rstd * (g - mean(g) - xhat * mean(g * xhat))  over each row,
+  dScale = sum of dy * xhat and dB = sum of dy over the rows (and broadcast dims).
+Short rows run one thread per row, long ones (or few rows) one workgroup per row.
+"""
+
+from ..backends.base import groups_1d, pack_params
+from .reduction import per_row_workgroup
+
+TYPES = ("LayerNormalization",)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _axis(node, rank):
+    from ..graph import GraphError
+    axis = node.get("attrs", {}).get("axis", -1)
+    if not -rank <= axis < rank:
+        raise GraphError(f"node {node['name']} (LayerNormalization): axis {axis} out of range "
+                         f"for rank {rank}")
+    return axis % rank
+
+
+def _param_size(node, shape, norm, what):
+    """Values S of Scale / B, which must be a trailing part of the normalised shape ``norm``."""
+    from ..graph import GraphError
+    dims = list(shape)
+    while dims and dims[0] == 1:
+        dims.pop(0)
+    if len(dims) > len(norm) or (dims and list(norm[len(norm) - len(dims):]) != dims):
+        raise GraphError(f"node {node['name']} (LayerNormalization): {what} of shape "
+                         f"{list(shape)} is not the normalised shape {list(norm)} or a trailing "
+                         "part of it")
+    return _numel(dims)
+
+
+def dims(node, x, scale, bias=None):
+    """(rows, D, S, axis) of X shape ``x`` with Scale / B shapes; raises GraphError."""
+    from ..graph import GraphError
+    axis = _axis(node, len(x))
+    s = _param_size(node, scale, x[axis:], "Scale")
+    if bias is not None and _param_size(node, bias, x[axis:], "B") != s:
+        raise GraphError(f"node {node['name']} (LayerNormalization): B of shape {list(bias)} "
+                         f"does not match Scale {list(scale)}")
+    return _numel(x[:axis]), _numel(x[axis:]), s, axis
+
+
+def infer(node, ins, consts):
+    """[Y, Mean, InvStdDev] shapes (as many as the node has outputs)."""
+    x = ins[0]
+    _, _, _, axis = dims(node, x, ins[1], ins[2] if len(ins) > 2 else None)
+    stat = list(x[:axis]) + [1] * (len(x) - axis)
+    return [list(x), stat, stat][:len(node["outputs"])]
+
+
+def _setup(b, node, ins):
+    x, scale = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    rows, d, s, _ = dims(node, x.shape, scale.shape, bias.shape if bias else None)
+    eps = float(node.get("attrs", {}).get("epsilon", 1e-5))
+    return x, scale, bias, rows, d, s, eps, b.save(node, 2 * rows, "stats")
+
+
+async def forward(b, node, ins, outs, train):
+    """Y = (X - mean) * rstd * Scale + B; the statistics stay in the node's save buffer for the
+    backward and are copied to Mean / InvStdDev when those outputs exist."""
+    x, scale, bias, rows, d, s, eps, stats = _setup(b, node, ins)
+    params = pack_params(rows, d, s, int(bias is not None), eps, 1, 0, 0)
+    wg = per_row_workgroup(rows, d)
+    await b.kernel("layernorm", "forward_wg" if wg else "forward_rows", params,
+                   [x, scale, bias or b.dummy, b.dummy, outs[0], stats, b.sink],
+                   groups_1d(rows, 1) if wg else groups_1d(rows))
+    mean = outs[1] if len(outs) > 1 else None
+    inv = outs[2] if len(outs) > 2 else None
+    flags = (1 if mean is not None else 0) | (2 if inv is not None else 0)
+    if flags:
+        await b.kernel("layernorm", "stats_out", pack_params(rows, d, s, 0, eps, 1, flags, 0),
+                       [b.dummy, b.dummy, b.dummy, b.dummy, mean or b.sink, stats,
+                        inv or b.sink], groups_1d(rows))
+
+
+async def backward(b, node, ins, outs, gins, gouts):
+    """dX, dScale, dB (each only when requested); nothing flows back through Mean / InvStdDev."""
+    dy = gouts[0]
+    if dy is None:
+        return
+    x, scale, _, rows, d, s, eps, stats = _setup(b, node, ins)
+    if gins[0] is not None:
+        params = pack_params(rows, d, s, 0, eps, 1, 0, 0)
+        wg = per_row_workgroup(rows, d)
+        await b.kernel("layernorm", "backward_wg" if wg else "backward_rows", params,
+                       [x, scale, b.dummy, dy, gins[0], stats, b.sink],
+                       groups_1d(rows, 1) if wg else groups_1d(rows))
+    gs = gins[1] if len(gins) > 1 else None
+    gb = gins[2] if len(gins) > 2 else None
+    if gs is None and gb is None:
+        return
+    parts = b.splits(d, rows, min_per_split=64)
+    direct = parts == 1 and s == d
+    ps = (gs if direct else b.scratch(parts * d)) if gs is not None else b.sink
+    pb = (gb if direct else b.scratch(parts * d)) if gb is not None else b.sink
+    flags = (1 if gs is not None else 0) | (2 if gb is not None else 0)
+    await b.kernel("layernorm", "param_grad", pack_params(rows, d, s, 0, eps, parts, flags, 0),
+                   [x, b.dummy, b.dummy, dy, ps, stats, pb], groups_1d(d * parts))
+    if not direct:
+        fold = pack_params(rows, d, s, 0, eps, parts, 0, 0)
+        for g, part in ((gs, ps), (gb, pb)):
+            if g is not None:
+                await b.kernel("layernorm", "fold", fold,
+                               [part, b.dummy, b.dummy, b.dummy, g, stats, b.sink],
+                               groups_1d(s))

@@ -1,0 +1,178 @@
+// LayerNormalization (ONNX opset 17) of `rows` rows of D contiguous values (the dims from `axis`
+// on), with Scale / B of S values broadcast over the row (index d % S), and its gradients
+// (PyTorch native_layer_norm_backward; population variance):
+//   mean = sum(x) / D,  var = sum((x - mean)^2) / D,  rstd = 1 / sqrt(var + eps)
+//   xhat = (x - mean) * rstd,  y = xhat * scale[d % S] + bias[d % S]
+//   dx = rstd * (g - mean_d(g) - xhat * mean_d(g * xhat)),  g = dy * scale[d % S]
+//   dscale[s] = sum_{r, d % S == s} dy * xhat,  dbias[s] = sum_{r, d % S == s} dy
+// forward_* write y and stats = [mean (rows), rstd (rows)]; backward_* read stats.
+// *_rows: one thread per row (short rows); *_wg: one 64-thread workgroup per row (long rows),
+// row = wid.x + wid.y * num_workgroups.x. param_grad: thread (d, part) sums rows of its part into
+// out[part * D + d] (dscale) and out2[...] (dbias); fold: out[s] = sum over parts and d == s mod S
+// of x[part * D + d]; stats_out copies the statistics to the Mean / InvStdDev outputs.
+// p.flags: bit 0 = dscale / Mean wanted, bit 1 = dbias / InvStdDev wanted.
+
+struct Params {
+  rows: u32, D: u32, S: u32, has_bias: u32,
+  eps: f32, parts: u32, flags: u32, _p0: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> scale: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read> dy: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+@group(0) @binding(6) var<storage, read_write> stats: array<f32>;
+@group(0) @binding(7) var<storage, read_write> out2: array<f32>;
+
+const WG: u32 = 64u;
+var<workgroup> red: array<vec2<f32>, 64>;
+
+fn affine(xh: f32, d: u32) -> f32 {
+  let s = d % p.S;
+  var v = xh * scale[s];
+  if (p.has_bias == 1u) { v += bias[s]; }
+  return v;
+}
+
+@compute @workgroup_size(64)
+fn forward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>) {
+  let r = gid.x + gid.y * nwg.x * 64u;
+  if (r >= p.rows) { return; }
+  let base = r * p.D;
+  var s = 0.0;
+  for (var d = 0u; d < p.D; d++) { s += x[base + d]; }
+  let mean = s / f32(p.D);
+  var v = 0.0;
+  for (var d = 0u; d < p.D; d++) {
+    let t = x[base + d] - mean;
+    v += t * t;
+  }
+  let rstd = 1.0 / sqrt(v / f32(p.D) + p.eps);
+  stats[r] = mean;
+  stats[p.rows + r] = rstd;
+  for (var d = 0u; d < p.D; d++) { out[base + d] = affine((x[base + d] - mean) * rstd, d); }
+}
+
+@compute @workgroup_size(64)
+fn backward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>) {
+  let r = gid.x + gid.y * nwg.x * 64u;
+  if (r >= p.rows) { return; }
+  let base = r * p.D;
+  let mean = stats[r];
+  let rstd = stats[p.rows + r];
+  var sg = 0.0;
+  var sgx = 0.0;
+  for (var d = 0u; d < p.D; d++) {
+    let gg = dy[base + d] * scale[d % p.S];
+    sg += gg;
+    sgx += gg * (x[base + d] - mean) * rstd;
+  }
+  let a = sg / f32(p.D);
+  let c = sgx / f32(p.D);
+  for (var d = 0u; d < p.D; d++) {
+    let xh = (x[base + d] - mean) * rstd;
+    out[base + d] = rstd * (dy[base + d] * scale[d % p.S] - a - xh * c);
+  }
+}
+
+// Sum over the workgroup; called in uniform control flow by all 64 invocations.
+fn wg_sum2(lid: u32, v: vec2<f32>) -> vec2<f32> {
+  red[lid] = v;
+  workgroupBarrier();
+  for (var h = WG / 2u; h > 0u; h = h >> 1u) {
+    if (lid < h) { red[lid] += red[lid + h]; }
+    workgroupBarrier();
+  }
+  let total = red[0];
+  workgroupBarrier();  // every invocation has read red[0] before it is written again
+  return total;
+}
+
+@compute @workgroup_size(64)
+fn forward_wg(@builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+  let r = wid.x + wid.y * nwg.x;
+  if (r >= p.rows) { return; }
+  let base = r * p.D;
+  var s = 0.0;
+  for (var d = lid; d < p.D; d += WG) { s += x[base + d]; }
+  let mean = wg_sum2(lid, vec2<f32>(s, 0.0)).x / f32(p.D);
+  var v = 0.0;
+  for (var d = lid; d < p.D; d += WG) {
+    let t = x[base + d] - mean;
+    v += t * t;
+  }
+  let rstd = 1.0 / sqrt(wg_sum2(lid, vec2<f32>(v, 0.0)).x / f32(p.D) + p.eps);
+  if (lid == 0u) {
+    stats[r] = mean;
+    stats[p.rows + r] = rstd;
+  }
+  for (var d = lid; d < p.D; d += WG) { out[base + d] = affine((x[base + d] - mean) * rstd, d); }
+}
+
+@compute @workgroup_size(64)
+fn backward_wg(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+  let r = wid.x + wid.y * nwg.x;
+  if (r >= p.rows) { return; }
+  let base = r * p.D;
+  let mean = stats[r];
+  let rstd = stats[p.rows + r];
+  var acc = vec2<f32>(0.0);
+  for (var d = lid; d < p.D; d += WG) {
+    let gg = dy[base + d] * scale[d % p.S];
+    acc += vec2<f32>(gg, gg * (x[base + d] - mean) * rstd);
+  }
+  let sums = wg_sum2(lid, acc) / f32(p.D);
+  for (var d = lid; d < p.D; d += WG) {
+    let xh = (x[base + d] - mean) * rstd;
+    out[base + d] = rstd * (dy[base + d] * scale[d % p.S] - sums.x - xh * sums.y);
+  }
+}
+
+@compute @workgroup_size(64)
+fn param_grad(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+  let t = gid.x + gid.y * nwg.x * 64u;
+  let d = t % p.D;
+  let part = t / p.D;
+  if (part >= p.parts) { return; }
+  let per = (p.rows + p.parts - 1u) / p.parts;
+  let end = min(p.rows, (part + 1u) * per);
+  var sg = 0.0;
+  var sb = 0.0;
+  for (var r = part * per; r < end; r++) {
+    let i = r * p.D + d;
+    sg += dy[i] * (x[i] - stats[r]) * stats[p.rows + r];
+    sb += dy[i];
+  }
+  if ((p.flags & 1u) != 0u) { out[part * p.D + d] = sg; }
+  if ((p.flags & 2u) != 0u) { out2[part * p.D + d] = sb; }
+}
+
+@compute @workgroup_size(64)
+fn fold(@builtin(global_invocation_id) gid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+  let s = gid.x + gid.y * nwg.x * 64u;
+  if (s >= p.S) { return; }
+  var acc = 0.0;
+  for (var part = 0u; part < p.parts; part++) {
+    for (var d = s; d < p.D; d += p.S) { acc += x[part * p.D + d]; }
+  }
+  out[s] = acc;
+}
+
+@compute @workgroup_size(64)
+fn stats_out(@builtin(global_invocation_id) gid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>) {
+  let r = gid.x + gid.y * nwg.x * 64u;
+  if (r >= p.rows) { return; }
+  if ((p.flags & 1u) != 0u) { out[r] = stats[r]; }
+  if ((p.flags & 2u) != 0u) { out2[r] = stats[p.rows + r]; }
+}

@@ -1,0 +1,133 @@
+// Softmax and LogSoftmax along one axis of a tensor viewed as [outer, C, inner] (ONNX Softmax /
+// LogSoftmax; before opset 13 the input is coerced to 2-D, i.e. viewed as [outer, C, 1] with C
+// the flattened trailing block), and their gradients (PyTorch autograd):
+//   softmax:     y = exp(x - max) / sum(exp(x - max))     dx = y * (dy - sum(dy * y))
+//   log_softmax: y = x - max - log(sum(exp(x - max)))     dx = dy - exp(y) * sum(dy)
+// p.use_log == 1 selects log_softmax. A row is the C values of one (outer, inner) pair, `inner`
+// apart. *_rows: one thread per row (short rows); *_wg: one 64-thread workgroup per row (long
+// rows), row = wid.x + wid.y * num_workgroups.x.
+// Bindings: x = input (forward) or y (backward); g = dy (backward only); out = y or dx.
+
+struct Params { outer: u32, C: u32, inner: u32, use_log: u32 }
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> g: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+const WG: u32 = 64u;
+var<workgroup> red: array<f32, 64>;
+
+fn row_base(r: u32) -> u32 { return (r / p.inner) * p.C * p.inner + r % p.inner; }
+
+@compute @workgroup_size(64)
+fn forward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>) {
+  let r = gid.x + gid.y * nwg.x * 64u;
+  if (r >= p.outer * p.inner) { return; }
+  let base = row_base(r);
+  var m = x[base];
+  for (var c = 1u; c < p.C; c++) { m = max(m, x[base + c * p.inner]); }
+  var s = 0.0;
+  for (var c = 0u; c < p.C; c++) { s += exp(x[base + c * p.inner] - m); }
+  if (p.use_log == 1u) {
+    let lse = m + log(s);
+    for (var c = 0u; c < p.C; c++) { out[base + c * p.inner] = x[base + c * p.inner] - lse; }
+  } else {
+    for (var c = 0u; c < p.C; c++) {
+      out[base + c * p.inner] = exp(x[base + c * p.inner] - m) / s;
+    }
+  }
+}
+
+@compute @workgroup_size(64)
+fn backward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>) {
+  let r = gid.x + gid.y * nwg.x * 64u;
+  if (r >= p.outer * p.inner) { return; }
+  let base = row_base(r);
+  var s = 0.0;
+  if (p.use_log == 1u) {
+    for (var c = 0u; c < p.C; c++) { s += g[base + c * p.inner]; }
+    for (var c = 0u; c < p.C; c++) {
+      let i = base + c * p.inner;
+      out[i] = g[i] - exp(x[i]) * s;
+    }
+  } else {
+    for (var c = 0u; c < p.C; c++) { s += g[base + c * p.inner] * x[base + c * p.inner]; }
+    for (var c = 0u; c < p.C; c++) {
+      let i = base + c * p.inner;
+      out[i] = x[i] * (g[i] - s);
+    }
+  }
+}
+
+// Workgroup reductions; called in uniform control flow by all 64 invocations.
+fn wg_sum(lid: u32, v: f32) -> f32 {
+  red[lid] = v;
+  workgroupBarrier();
+  for (var h = WG / 2u; h > 0u; h = h >> 1u) {
+    if (lid < h) { red[lid] += red[lid + h]; }
+    workgroupBarrier();
+  }
+  let total = red[0];
+  workgroupBarrier();  // every invocation has read red[0] before it is written again
+  return total;
+}
+
+fn wg_max(lid: u32, v: f32) -> f32 {
+  red[lid] = v;
+  workgroupBarrier();
+  for (var h = WG / 2u; h > 0u; h = h >> 1u) {
+    if (lid < h) { red[lid] = max(red[lid], red[lid + h]); }
+    workgroupBarrier();
+  }
+  let total = red[0];
+  workgroupBarrier();
+  return total;
+}
+
+@compute @workgroup_size(64)
+fn forward_wg(@builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+  let r = wid.x + wid.y * nwg.x;
+  if (r >= p.outer * p.inner) { return; }
+  let base = row_base(r);
+  var m = x[base];
+  for (var c = lid; c < p.C; c += WG) { m = max(m, x[base + c * p.inner]); }
+  m = wg_max(lid, m);
+  var s = 0.0;
+  for (var c = lid; c < p.C; c += WG) { s += exp(x[base + c * p.inner] - m); }
+  s = wg_sum(lid, s);
+  if (p.use_log == 1u) {
+    let lse = m + log(s);
+    for (var c = lid; c < p.C; c += WG) {
+      out[base + c * p.inner] = x[base + c * p.inner] - lse;
+    }
+  } else {
+    for (var c = lid; c < p.C; c += WG) {
+      out[base + c * p.inner] = exp(x[base + c * p.inner] - m) / s;
+    }
+  }
+}
+
+@compute @workgroup_size(64)
+fn backward_wg(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+  let r = wid.x + wid.y * nwg.x;
+  if (r >= p.outer * p.inner) { return; }
+  let base = row_base(r);
+  let log_mode = p.use_log == 1u;
+  var s = 0.0;
+  for (var c = lid; c < p.C; c += WG) {
+    let i = base + c * p.inner;
+    s += select(g[i] * x[i], g[i], log_mode);
+  }
+  s = wg_sum(lid, s);
+  for (var c = lid; c < p.C; c += WG) {
+    let i = base + c * p.inner;
+    out[i] = select(x[i] * (g[i] - s), g[i] - exp(x[i]) * s, log_mode);
+  }
+}
