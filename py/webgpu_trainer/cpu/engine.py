@@ -14,7 +14,8 @@ from .softmax import log_softmax
 
 
 class Context:
-    """What op functions see: ``train`` (bool), ``dtype``, ``keep`` ({Dropout node name: bool
+    """What op functions see: ``train`` (bool), ``dtype``, ``opset`` (the model's, set by the
+    engine), ``keep`` ({Dropout node name: bool
     mask} to replay, optional), ``rng`` (numpy Generator for masks otherwise) and ``updates``
     ({running-statistic name: new value}, filled by training-mode BatchNormalization)."""
 
@@ -68,6 +69,7 @@ class Engine:
     def forward(self, x, train=False, keep=None, rng=None):
         """(values {name: array} of every tensor, caches {node name: cache}, ctx)."""
         ctx = Context(train, self.dtype, keep, rng)
+        ctx.opset = self.graph.get("opset", 17)
         vals = {**self.params, **self.constants, self.input: np.asarray(x, self.dtype)}
         caches = {}
         for node in self.graph["nodes"]:
