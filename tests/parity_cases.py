@@ -15,15 +15,16 @@ BATCH = 4
 
 
 def case(name, nodes, tensors, in_shape, x, labels=None, optimizer=None, steps=1, train=True,
-         constants=None, seed=3):
+         constants=None, seed=3, loss=None, opset=17):
     graph, blob = make_graph(nodes, tensors, [("input", ["N"] + list(in_shape))],
                              [(nodes[-1]["outputs"][0], ["N", CLASSES])], constants=constants,
                              name=name)
+    graph["opset"] = opset
     if labels is None:
         labels = np.arange(len(x)) % CLASSES
     return {"name": name, "graph": graph, "weights": b64(blob), "x": b64(f32(x).tobytes()),
             "labels": b64(np.asarray(labels, "<u4").tobytes()), "batch": len(x),
-            "steps": steps, "optimizer": optimizer, "train": train, "seed": seed}
+            "steps": steps, "optimizer": optimizer, "train": train, "seed": seed, "loss": loss}
 
 
 def _conv_bn_case(rng, name, train=True):
@@ -68,6 +69,80 @@ def _tied(rng):
     return case("tied_weight_accumulation", nodes, tensors, [f], rng.standard_normal((BATCH, f)))
 
 
+def _ints(*values):
+    return {"dtype": "int64", "shape": [len(values)], "values": list(values)}
+
+
+def _floats(*values, shape=None):
+    return {"dtype": "float32", "shape": [len(values)] if shape is None else shape,
+            "values": list(values)}
+
+
+def _chain(rng, name, c, hw, body, feat, extra=(), constants=None, loss=None, opset=17):
+    """input [N, c, hw, hw] -> 1x1 Conv (so the input gradient of ``body`` flows) -> body
+    (nodes from "pre" to "body_out") -> Reshape [N, feat] -> Gemm -> LogSoftmax."""
+    x = rng.standard_normal((BATCH, c, hw, hw))
+    nodes = [node("Conv", ["input", "pre.w", "pre.b"], ["pre"], kernel_shape=[1, 1],
+                  pads=[0, 0, 0, 0], strides=[1, 1], dilations=[1, 1], group=1)] + body + [
+        node("Reshape", ["body_out", "flat_shape"], ["flat"])]
+    hn, ht = head("flat", feat, CLASSES, rng)
+    tensors = [("pre.w", f32(rng.standard_normal((c, c, 1, 1)) / np.sqrt(c)), "param"),
+               ("pre.b", f32(rng.standard_normal(c) * 0.1), "param")] + list(extra) + ht
+    consts = {"flat_shape": _ints(0, -1), **(constants or {})}
+    return case(name, nodes + hn, tensors, [c, hw, hw], x, constants=consts, loss=loss,
+                opset=opset)
+
+
+def op_cases(rng) -> list:
+    """One case per op family beyond SeedNet's (pools, binary, layout, norms, reductions)."""
+    c, hw = 3, 7
+    out = []
+    out.append(_chain(rng, "maxpool_ceil_avgpool_pad", c, hw, [
+        node("MaxPool", ["pre"], ["m"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 0, 1],
+             ceil_mode=1),
+        node("AveragePool", ["m"], ["body_out"], kernel_shape=[2, 2], strides=[1, 1],
+             pads=[1, 1, 0, 0], count_include_pad=1)], c * 4 * 4))
+    out.append(_chain(rng, "global_pools", c, hw, [
+        node("GlobalAveragePool", ["pre"], ["ga"]), node("GlobalMaxPool", ["pre"], ["gm"]),
+        node("Add", ["ga", "gm"], ["body_out"])], c))
+    out.append(_chain(rng, "binary_broadcast_residual", c, hw, [
+        node("Mul", ["pre", "scale"], ["s"]), node("Div", ["s", "two"], ["d"]),
+        node("Pow", ["d", "two"], ["p"]), node("Sub", ["p", "pre"], ["q"]),
+        node("Add", ["q", "pre"], ["body_out"])], c * hw * hw,
+        extra=[("scale", f32(rng.standard_normal((c, 1, 1))), "param")],
+        constants={"two": _floats(2.0, shape=[])}))
+    out.append(_chain(rng, "transpose_slice_pad_concat", c, hw, [
+        node("Transpose", ["pre"], ["t"], perm=[0, 3, 1, 2]),
+        node("Slice", ["t", "st", "en", "ax", "sp"], ["sl"]),
+        node("Pad", ["sl", "pads", "pv"], ["pd"], mode="constant"),
+        node("Concat", ["pd", "pd"], ["body_out"], axis=1)], 6 * c * 5,
+        constants={"st": _ints(-1, 0), "en": _ints(-(2 ** 63), 9223372036854775807),
+                   "ax": _ints(1, 3), "sp": _ints(-2, 2), "pads": _ints(0, 0, 0, 1, 0, -1, 0, 0),
+                   "pv": _floats(0.5, shape=[])}))
+    out.append(_chain(rng, "expand_reduce", c, hw, [
+        node("ReduceMean", ["pre"], ["rm"], axes=[2, 3], keepdims=1),
+        node("Expand", ["rm", "eshape"], ["e"]), node("ReduceMax", ["pre"], ["mx"], axes=[1],
+                                                      keepdims=1),
+        node("Mul", ["e", "mx"], ["body_out"])], c * hw * hw,
+        constants={"eshape": _ints(1, c, hw, hw)}, opset=13))
+    out.append(_chain(rng, "softmax_layernorm", c, hw, [
+        node("Softmax", ["pre"], ["sm"], axis=1),
+        node("LayerNormalization", ["sm", "ln.g", "ln.b"], ["body_out"], axis=-2,
+             epsilon=1e-5)], c * hw * hw,
+        extra=[("ln.g", f32(1 + 0.1 * rng.standard_normal((hw, hw))), "param"),
+               ("ln.b", f32(0.1 * rng.standard_normal((hw, hw))), "param")]))
+    for loss in ({"loss": "cross_entropy", "label_smoothing": 0.1,
+                  "weight": [1.0, 2.0, 0.5, 1.5, 1.0]},
+                 {"loss": "mse", "reduction": "sum"}, {"loss": "bce_with_logits"}):
+        f = 6
+        nodes = [node("Gemm", ["input", "w", "b"], ["logits"], transB=1)]
+        tensors = [("w", f32(rng.standard_normal((CLASSES, f))), "param"),
+                   ("b", f32(rng.standard_normal(CLASSES) * 0.1), "param")]
+        out.append(case(f"loss_{loss['loss']}", nodes, tensors, [f],
+                        rng.standard_normal((BATCH, f)), loss=loss))
+    return out
+
+
 OPTIMIZERS = [
     {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-3},
     {"name": "sgd", "lr": 0.05, "momentum": 0.5, "dampening": 0.1},
@@ -85,7 +160,7 @@ def all_cases() -> list:
     rng = rng_for("parity")
     cases = [_conv_bn_case(rng, "conv_bn_relu_dropout_train"),
              _conv_bn_case(rng, "conv_bn_relu_dropout_eval", train=False),
-             _tied(rng)]
+             _tied(rng)] + op_cases(rng)
     for k, opt in enumerate(OPTIMIZERS):
         cases.append(_mlp(rng, f"optim_{k}_{opt['name']}", opt, steps=5))
     return cases

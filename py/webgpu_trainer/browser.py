@@ -41,9 +41,18 @@ async def boot():
     post("ready")
 
 
+def _nulls_to_none(value):
+    """JS null arrives as pyodide's JsNull (not None) in recent Pyodide: map it to None."""
+    if isinstance(value, dict):
+        return {k: _nulls_to_none(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nulls_to_none(v) for v in value]
+    return None if type(value).__name__ == "JsNull" else value
+
+
 def handle(msg):
     """Entry for every message from the page (a JS object)."""
-    data = msg.to_py()
+    data = _nulls_to_none(msg.to_py())
     kind = data.get("type")
     if kind == "stop":  # also before the trainer exists (model and data still loading)
         STATE["stop"] = True

@@ -5,7 +5,8 @@ A case is a JSON-able dict (bytes as base64 strings):
 ``{"name", "graph": bundle dict, "weights": b64 float32 blob, "x": b64 float32 input [batch, ...],
 "labels": b64 uint32 [batch], "batch": int, "steps": int (training steps, >= 1),
 "optimizer": {"name", "lr", ...optim.make keywords} or None (no update: one step of forward +
-loss + backward), "seed": int, "train": bool (False: eval forward only)}``.
+loss + backward), "seed": int, "train": bool (False: eval forward only), "loss": a loss spec
+of ops/losses.py or None}``.
 ``run_case`` returns ``{"name", "losses": [float per step], "output": b64 float32 of the model
 output after the last step's forward, "grads": b64 float32 of the flat gradient buffer (bundle
 layout), "weights": b64 float32 of the flat parameter buffer after the last step}``.
@@ -31,7 +32,7 @@ def unb64(text: str) -> bytes:
 async def run_case(dev, case: dict) -> dict:
     """Run one case on ``dev`` (see the module docstring). Raises what the engine raises."""
     batch, seed = int(case["batch"]), int(case.get("seed", 0))
-    plan = await Plan.build(dev, Graph(case["graph"]), batch)
+    plan = await Plan.build(dev, Graph(case["graph"]), batch, loss=case.get("loss"))
     weights = unb64(case["weights"])
     dev.write(plan.P, weights + bytes(plan.wbytes - len(weights)))
     dev.write(plan.input.buf, unb64(case["x"]))
