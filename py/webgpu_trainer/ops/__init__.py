@@ -16,9 +16,9 @@ Each module declares ``TYPES`` (the ONNX op_types it implements) and exposes:
 OPS maps ONNX op_type -> module; VIEWS are the op_types whose output aliases the input.
 """
 
-from . import activation, batchnorm, binary, conv, dropout, gemm, layernorm, layout, pool, reduction, softmax, views
+from . import activation, batchnorm, binary, conv, dropout, gemm, layernorm, layout, pool, reduction, softmax, views, unary, matmul
 
-_MODULES = (activation, batchnorm, binary, conv, dropout, gemm, layernorm, layout, pool, reduction, softmax, views)
+_MODULES = (activation, batchnorm, binary, conv, dropout, gemm, layernorm, layout, pool, reduction, softmax, views, unary, matmul)
 
 OPS = {t: m for m in _MODULES for t in m.TYPES}
 VIEWS = views.TYPES

@@ -1,0 +1,173 @@
+"""MatMul (ONNX MatMul = numpy.matmul) forward and backward (shaders/matmul.wgsl).
+
+Y = A @ B over the last two dims; a 1-D A [K] is promoted to [1, K] and a 1-D B [K] to [K, 1],
+the added dim removed from Y; the batch dims (all but the last two) broadcast numpy-style.
+Gradients (PyTorch's matmul backward): dA = dY @ B^T and dB = A^T @ dY, each summed over the
+batch dims its operand was broadcast along. Any operand may be a weight (nn.Linear exported as
+MatMul(x, W^T) + Add, or MatMul(W, x)) or an activation; float32, contiguous row-major.
+
+Every product is one dispatch of the batched kernel (plus one ``reduce_splits`` when the k
+range is split): batch dims are described by sizes and per-operand strides (0 where the operand
+broadcasts), "kept" (the output's) or "reduced" (summed, in the gradients). Before dispatch the
+dims are simplified: size-1 dims dropped, adjacent dims merged, kept dims that only one operand
+walks contiguously folded into the rows, reduced dims contiguous with the k range folded into k
+(the weight gradient of a batched Linear becomes one long, splittable sum).
+"""
+
+from ..backends.base import groups_1d, pack_params
+from .gemm import reduce_splits
+
+TYPES = ("MatMul",)
+
+MAX_DIMS = 4  # kept / reduced batch dims of one dispatch (after merging)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _split(a, b):
+    """(batch shape, A's and B's batch shapes left-padded with 1, rows N, inner K, cols M) of
+    numpy.matmul(A, B) with 1-D operands promoted; raises ValueError when they do not fit."""
+    if not a or not b:
+        raise ValueError(f"a scalar operand: shapes {a} and {b}")
+    a2 = [1] + list(a) if len(a) == 1 else list(a)
+    b2 = list(b) + [1] if len(b) == 1 else list(b)
+    if a2[-1] != b2[-2]:
+        raise ValueError(f"inner sizes differ: A {a} vs B {b}")
+    ab, bb = a2[:-2], b2[:-2]
+    rank = max(len(ab), len(bb))
+    ab, bb = [1] * (rank - len(ab)) + ab, [1] * (rank - len(bb)) + bb
+    batch = []
+    for x, y in zip(ab, bb):
+        if x != y and 1 not in (x, y):
+            raise ValueError(f"batch dims do not broadcast: A {a} vs B {b}")
+        batch.append(y if x == 1 else x)
+    return batch, ab, bb, a2[-2], a2[-1], b2[-1]
+
+
+def out_shape(a, b):
+    """numpy.matmul's output shape for operand shapes ``a`` and ``b`` (lists of int)."""
+    batch, _, _, n, _, m = _split(a, b)
+    return batch + ([n] if len(a) > 1 else []) + ([m] if len(b) > 1 else [])
+
+
+def infer(node, ins, consts):
+    """numpy.matmul's output shape; raises GraphError naming the node when the shapes do not
+    fit (inner sizes, batch broadcasting, a 0-D operand)."""
+    from ..graph import GraphError
+    try:
+        return [out_shape(ins[0], ins[1])]
+    except ValueError as exc:
+        raise GraphError(f"node {node['name']} (MatMul): {exc}")
+
+
+def _strides(batch, own, mat):
+    """Per batch dim the element stride of an operand with batch shape ``own`` (padded to
+    ``batch``'s rank, contiguous, ``mat`` elements per matrix); 0 where it broadcasts."""
+    out, s = [0] * len(batch), mat
+    for i in range(len(batch) - 1, -1, -1):
+        out[i] = s if own[i] == batch[i] and batch[i] > 1 else 0
+        s *= own[i]
+    return out
+
+
+def _merge(dims):
+    """Merge adjacent dims (size, stride_a, stride_b) whose strides chain for both operands."""
+    out = []
+    for d in dims:
+        if out:
+            size, sa, sb = out[-1]
+            if sa == d[1] * d[0] and sb == d[2] * d[0]:
+                out[-1] = (size * d[0], d[1], d[2])
+                continue
+        out.append(d)
+    return out
+
+
+def _vec(dims, k):
+    """Component ``k`` (0 size, 1 stride a, 2 stride b) of up to 4 dims, right-aligned."""
+    pad = [(1, 0, 0)] * (MAX_DIMS - len(dims)) + list(dims)
+    return [d[k] for d in pad]
+
+
+async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=None):
+    """out[z, m, n] = sum_r sum_k a[A(z, r) + m*sam + k*sak] * bm[B(z, r) + k*sbk + n*sbn]
+    (r over the reduced batch dims).
+
+    ``a_mat`` = (sam, sak), ``b_mat`` = (sbk, sbn) element strides; ``dims``: batch dims
+    ``(size, stride_a, stride_b, kept)`` in order, kept ones laid out contiguously in ``out``
+    (outermost first) ahead of [rows, cols]. One dispatch (+ a split-K reduction).
+    """
+    sam, sak = a_mat
+    sbk, sbn = b_mat
+    dims = [d for d in dims if d[0] != 1]
+    total = _numel(out.shape)
+    if total == 0:
+        return  # nothing to write (an empty output)
+    red = [d[:3] for d in dims if not d[3]]
+    if any(d[0] == 0 for d in red):
+        inner, red = 0, []  # a sum over nothing: the kernel writes zeros
+    # reduced dims contiguous with k (in both operands) become part of k
+    changed = True
+    while changed:
+        changed = False
+        for d in red:
+            if d[1] == inner * sak and d[2] == inner * sbk:
+                inner *= d[0]
+                red.remove(d)
+                changed = True
+                break
+    kept = _merge([d[:3] for d in dims if d[3]])
+    # the innermost kept dims walk one operand's rows contiguously, the other not at all:
+    # they become rows (out is contiguous over [kept, rows, cols])
+    while kept:
+        size, sa, sb = kept[-1]
+        if sb == 0 and sa == rows * sam:
+            rows *= size
+            kept.pop()
+        else:
+            break
+    red = _merge(red)
+    if len(kept) > MAX_DIMS or len(red) > MAX_DIMS:
+        raise NotImplementedError(
+            f"{node['name'] if node else 'MatMul'}: more than {MAX_DIMS} kept or reduced batch "
+            f"dims after merging ({kept}, {red})")
+    nkept = _numel([d[0] for d in kept])
+    nred = _numel([d[0] for d in red])
+    threads = nkept * ((rows + 3) // 4) * ((cols + 3) // 4)
+    splits = b.splits(threads, inner, min_per_split=64) if inner else 1
+    target = b.scratch(splits * total) if splits > 1 else out
+    params = pack_params(rows, cols, inner, splits, sam, sak, sbk, sbn, nkept, nred, 0, 0,
+                         *_vec(kept, 0), *_vec(kept, 1), *_vec(kept, 2),
+                         *_vec(red, 0), *_vec(red, 1), *_vec(red, 2))
+    gx, gy, _ = groups_1d(threads)
+    await b.kernel("matmul", "matmul", params, [a, bm, target], (gx, gy, splits))
+    if splits > 1:
+        await reduce_splits(b, target, out, splits, total)
+
+
+async def forward(b, node, ins, outs, train):
+    """Y = A @ B (numpy.matmul): one batched dispatch."""
+    A, B, Y = ins[0], ins[1], outs[0]
+    batch, ab, bb, n, k, m = _split(A.shape, B.shape)
+    sa, sb = _strides(batch, ab, n * k), _strides(batch, bb, k * m)
+    dims = [(d, x, y, True) for d, x, y in zip(batch, sa, sb)]
+    await batched(b, A, (k, 1), B, (m, 1), Y, n, m, k, dims, node)
+
+
+async def backward(b, node, ins, outs, gins, gouts):
+    """dA = dY @ B^T summed over the batch dims A broadcasts along; dB = A^T @ dY likewise."""
+    A, B, dY = ins[0], ins[1], gouts[0]
+    batch, ab, bb, n, k, m = _split(A.shape, B.shape)
+    sa, sb = _strides(batch, ab, n * k), _strides(batch, bb, k * m)
+    sy = _strides(batch, batch, n * m)
+    if gins[0] is not None:  # dA[n, k] = sum_m dY[n, m] * B[k, m]
+        dims = [(d, y, x, ab[i] == d) for i, (d, y, x) in enumerate(zip(batch, sy, sb))]
+        await batched(b, dY, (m, 1), B, (1, m), gins[0], n, k, m, dims, node)
+    if len(gins) > 1 and gins[1] is not None:  # dB[k, m] = sum_n A[n, k] * dY[n, m]
+        dims = [(d, x, y, bb[i] == d) for i, (d, x, y) in enumerate(zip(batch, sa, sy))]
+        await batched(b, A, (1, k), dY, (m, 1), gins[1], k, m, n, dims, node)

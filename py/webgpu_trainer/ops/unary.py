@@ -1,0 +1,152 @@
+"""Unary elementwise ops, forward and backward (shaders/unary.wgsl): LeakyRelu, Sigmoid, Tanh,
+Gelu, Erf, Exp, Log, Sqrt, Neg, Abs, Reciprocal, Softplus, Elu, HardSigmoid, HardSwish, Clip.
+
+Forward: y = f(x) elementwise, float32, any shape (ONNX operator definitions, attribute
+defaults of the ONNX spec: LeakyRelu alpha 0.01, Elu alpha 1.0, HardSigmoid alpha 0.2 beta 0.5,
+Gelu approximate "none" (erf form) or "tanh" (opset 20)). Backward: dx = dy * f'(x), the
+formulas of PyTorch's autograd (tools/autograd/derivatives.yaml), from the saved input, or from
+the saved output for Sigmoid, Tanh, Exp, Sqrt and Reciprocal when no in-place ReLU overwrote it.
+
+Clip: min / max are attributes before opset 11 and optional inputs from opset 11; a bound that
+is a constant of the model description is baked into the uniform, any other (a weight, an
+activation) is read by the kernel from its buffer and gets torch.clamp's gradient
+(``clamp_backward_min_max``: dy summed where x was clipped to it). dx = dy where min <= x <= max.
+"""
+
+from ..backends.base import groups_1d, pack_params
+from .gemm import channel_sum
+
+TYPES = ("LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
+         "Reciprocal", "Softplus", "Elu", "HardSigmoid", "HardSwish", "Clip")
+
+# op codes of shaders/unary.wgsl; Gelu is 3 (erf form) or 4 (tanh form)
+_CODES = {"LeakyRelu": 0, "Sigmoid": 1, "Tanh": 2, "Gelu": 3, "Erf": 5, "Exp": 6, "Log": 7,
+          "Sqrt": 8, "Neg": 9, "Abs": 10, "Reciprocal": 11, "Softplus": 12, "Elu": 13,
+          "HardSigmoid": 14, "HardSwish": 15, "Clip": 16}
+
+# backward reads the saved output instead of recomputing f(x)
+_FROM_OUTPUT = ("Sigmoid", "Tanh", "Exp", "Sqrt", "Reciprocal")
+
+FLT_MAX = 3.4028234663852886e38
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _code(node) -> int:
+    """The shader op code; raises GraphError for an unknown Gelu ``approximate``."""
+    op = node["op_type"]
+    if op == "Gelu":
+        approx = node.get("attrs", {}).get("approximate", "none")
+        if isinstance(approx, bytes):
+            approx = approx.decode()
+        if approx not in ("none", "tanh"):
+            from ..graph import GraphError
+            raise GraphError(f"node {node['name']} (Gelu): approximate={approx!r} is not "
+                             "'none' or 'tanh'")
+        return 3 if approx == "none" else 4
+    return _CODES[op]
+
+
+def _alpha_beta(node):
+    """(alpha, beta) attributes with the ONNX defaults of the op (0, 0 when it has none)."""
+    a, op = node.get("attrs", {}), node["op_type"]
+    if op == "LeakyRelu":
+        return float(a.get("alpha", 0.01)), 0.0
+    if op == "Elu":
+        return float(a.get("alpha", 1.0)), 0.0
+    if op == "HardSigmoid":
+        return float(a.get("alpha", 0.2)), float(a.get("beta", 0.5))
+    return 0.0, 0.0
+
+
+def infer(node, ins, consts):
+    """Output shape = input shape. Clip's min / max must hold one value each (ONNX: scalars)."""
+    from ..graph import GraphError
+    _code(node)
+    if node["op_type"] == "Clip":
+        for k in (1, 2):
+            if len(ins) > k and ins[k] is not None and _numel(ins[k]) != 1:
+                raise GraphError(f"node {node['name']} (Clip): {('min', 'max')[k - 1]} has shape "
+                                 f"{ins[k]}, not a scalar")
+    return [list(ins[0])]
+
+
+def _clip_bounds(b, node, ins):
+    """(lo, hi, flags, lo_tensor, hi_tensor): constant bounds as floats; a non-constant bound
+    as its tensor (flags bit 1 min, bit 2 max); bits 3 / 4 say min / max is given at all."""
+    a = node.get("attrs", {})
+    lo, hi = float(a.get("min", -FLT_MAX)), float(a.get("max", FLT_MAX))
+    flags, tensors = 0, [b.dummy, b.dummy]
+    if "min" in a:
+        flags |= 8
+    if "max" in a:
+        flags |= 16
+    consts = b.plan.graph.constants
+    for k in (1, 2):
+        name = node["inputs"][k] if len(node["inputs"]) > k else ""
+        if not name:
+            continue
+        flags |= 8 << (k - 1)
+        c = consts.get(name)
+        if c is not None and c.get("values"):
+            v = float(c["values"][0])
+            lo, hi = (v, hi) if k == 1 else (lo, v)
+        else:
+            flags |= 2 << (k - 1)
+            tensors[k - 1] = ins[k]
+    return lo, hi, flags, tensors[0], tensors[1]
+
+
+def _params(node, n, flags=0, aux=0, lo=-FLT_MAX, hi=FLT_MAX):
+    alpha, beta = _alpha_beta(node)
+    return pack_params(n, _code(node), flags, aux, float(alpha), float(beta), float(lo), float(hi))
+
+
+def _output_intact(b, node, out) -> bool:
+    """False when an in-place Relu overwrites this node's output buffer (through views too)."""
+    for name, t in b.plan.acts.items():
+        if t.buf is out.buf and name != node["outputs"][0]:
+            prod = b.plan.graph.producer.get(name)
+            if prod is not None and prod["op_type"] == "Relu":
+                return False
+    return True
+
+
+async def forward(b, node, ins, outs, train):
+    """y = f(x): one dispatch over the ``numel`` elements (any shape, float32)."""
+    n = outs[0].numel
+    lo_t = hi_t = b.dummy
+    if node["op_type"] == "Clip":
+        lo, hi, flags, lo_t, hi_t = _clip_bounds(b, node, ins)
+        params = _params(node, n, flags, 0, lo, hi)
+    else:
+        params = _params(node, n)
+    await b.kernel("unary", "unary_forward", params,
+                   [ins[0], b.dummy, b.dummy, lo_t, hi_t, outs[0]], groups_1d(n))
+
+
+async def backward(b, node, ins, outs, gins, gouts):
+    """gins[0] = dy * f'(x); for Clip also the gradients of tensor bounds (torch.clamp)."""
+    n = outs[0].numel
+    op = node["op_type"]
+    lo, hi, flags, lo_t, hi_t = (-FLT_MAX, FLT_MAX, 0, b.dummy, b.dummy)
+    if op == "Clip":
+        lo, hi, flags, lo_t, hi_t = _clip_bounds(b, node, ins)
+    if gins[0] is not None:
+        use_y = op in _FROM_OUTPUT and _output_intact(b, node, outs[0])
+        await b.kernel("unary", "unary_backward", _params(node, n, flags | int(use_y), 0, lo, hi),
+                       [ins[0], outs[0] if use_y else b.dummy, gouts[0], lo_t, hi_t, gins[0]],
+                       groups_1d(n))
+    if op != "Clip":
+        return
+    for k in (1, 2):
+        if len(gins) > k and gins[k] is not None:
+            part = b.scratch(max(n, 1))
+            await b.kernel("unary", "clip_bound_grad", _params(node, n, flags, k - 1, lo, hi),
+                           [ins[0], b.dummy, gouts[0], lo_t, hi_t, part], groups_1d(n))
+            await channel_sum(b, part, gins[k], outer=1, channels=1, inner=n)

@@ -1,0 +1,94 @@
+// Batched strided matrix product, the kernel of ONNX MatMul (numpy.matmul semantics) and of its
+// gradients (ops/matmul.py):
+//   out[s, z, m, n] = sum_{r < R} sum_{k in part s} a[A(z, r) + m*sam + k*sak]
+//                                                 * bm[B(z, r) + k*sbk + n*sbn]
+// z runs over the kept batch dims (the output's, up to 4, sizes ks), r over the reduced ones
+// (up to 4, sizes rs: the broadcast batch dims a gradient sums over). A(z, r) / B(z, r) are
+// the batch offsets: index . strides (ksa, ksb, rsa, rsb; a stride is 0 on a dim the operand
+// broadcasts). Each thread owns a 4x4 block of one batch of out (as shaders/gemm.wgsl: vec4
+// accumulators, edge rows / columns clamped); threads are folded 1-D (gid.x + gid.y * 64 *
+// num_workgroups.x) over kept * tiles. gid.z = s splits the k range (split-K); partial sums
+// [splits, kept, M, N] are added by reduce.wgsl `reduce_splits`.
+
+struct Params {
+  M: u32, N: u32, K: u32, splits: u32,
+  sam: u32, sak: u32, sbk: u32, sbn: u32,
+  kept: u32, reduced: u32, _p0: u32, _p1: u32,
+  ks: vec4<u32>, ksa: vec4<u32>, ksb: vec4<u32>,
+  rs: vec4<u32>, rsa: vec4<u32>, rsb: vec4<u32>,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> bm: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+const T: u32 = 4u;
+
+// The multi-index of flat index i over sizes s (w fastest).
+fn unflatten(i: u32, s: vec4<u32>) -> vec4<u32> {
+  var z = i;
+  let i3 = z % s.w;
+  z = z / s.w;
+  let i2 = z % s.z;
+  z = z / s.z;
+  let i1 = z % s.y;
+  return vec4<u32>(z / s.y, i1, i2, i3);
+}
+
+fn offset(idx: vec4<u32>, strides: vec4<u32>) -> u32 {
+  let v = idx * strides;
+  return v.x + v.y + v.z + v.w;
+}
+
+@compute @workgroup_size(64)
+fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
+          @builtin(num_workgroups) nwg: vec3<u32>) {
+  let t = gid.x + gid.y * nwg.x * 64u;
+  let nb = (p.N + T - 1u) / T;
+  let mb = (p.M + T - 1u) / T;
+  let tiles = mb * nb;
+  if (t >= tiles * p.kept) { return; }
+  let zo = t / tiles;
+  let tile = t % tiles;
+  let n0 = (tile % nb) * T;
+  let m0 = (tile / nb) * T;
+  let zi = unflatten(zo, p.ks);
+  let a0 = offset(zi, p.ksa);
+  let b0 = offset(zi, p.ksb);
+  let per = (p.K + p.splits - 1u) / p.splits;
+  let k_start = gid.z * per;
+  let k_end = min(p.K, k_start + per);
+  let rows = min(vec4<u32>(m0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.M - 1u)) * p.sam;
+  let cols = min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.N - 1u)) * p.sbn;
+  var c0 = vec4<f32>(0.0);
+  var c1 = vec4<f32>(0.0);
+  var c2 = vec4<f32>(0.0);
+  var c3 = vec4<f32>(0.0);
+  for (var r = 0u; r < p.reduced; r++) {
+    let ri = unflatten(r, p.rs);
+    let ai = rows + vec4<u32>(a0 + offset(ri, p.rsa));
+    let bi = cols + vec4<u32>(b0 + offset(ri, p.rsb));
+    for (var k = k_start; k < k_end; k++) {
+      let ka = k * p.sak;
+      let kb = k * p.sbk;
+      let bv = vec4<f32>(bm[bi.x + kb], bm[bi.y + kb], bm[bi.z + kb], bm[bi.w + kb]);
+      c0 += a[ai.x + ka] * bv;
+      c1 += a[ai.y + ka] * bv;
+      c2 += a[ai.z + ka] * bv;
+      c3 += a[ai.w + ka] * bv;
+    }
+  }
+  let base = (gid.z * p.kept + zo) * p.M * p.N;
+  for (var i = 0u; i < T; i++) {
+    let m = m0 + i;
+    if (m >= p.M) { break; }
+    var row = c3;
+    switch i { case 0u: { row = c0; } case 1u: { row = c1; } case 2u: { row = c2; } default: {} }
+    for (var j = 0u; j < T; j++) {
+      let n = n0 + j;
+      if (n >= p.N) { break; }
+      out[base + m * p.N + n] = row[j];
+    }
+  }
+}

@@ -1,0 +1,235 @@
+// Unary elementwise ops (ONNX semantics) and their gradients (PyTorch autograd formulas). The op
+// is the uniform `op` code (a switch in uniform control flow), so one pipeline serves them all:
+//   unary_forward:   out[i] = f(x[i])
+//   unary_backward:  out[i] = dx[i] from dy[i], x[i] and, where the plan kept it intact and it is
+//                    cheaper (Sigmoid, Tanh, Exp, Sqrt, Reciprocal: flags bit 0), y[i]
+//   clip_bound_grad: out[i] = dy[i] where x[i] is clipped to min (aux 0) / max (aux 1), else 0;
+//                    summed by reduce.wgsl into the gradient of a tensor bound (torch.clamp)
+// Clip's bounds are p.lo / p.hi, or lo_t[0] / hi_t[0] when flags bit 1 / bit 2 is set.
+//
+// op codes (ops/unary.py _CODES):
+//   0 LeakyRelu  1 Sigmoid  2 Tanh  3 Gelu (erf)  4 Gelu (tanh)  5 Erf  6 Exp  7 Log  8 Sqrt
+//   9 Neg  10 Abs  11 Reciprocal  12 Softplus  13 Elu  14 HardSigmoid  15 HardSwish  16 Clip
+//
+// erf: WGSL has none. |x| < 1: the Maclaurin series erf(x) = 2/sqrt(pi) * sum_n (-1)^n
+// x^(2n+1) / (n! (2n+1)) (Abramowitz & Stegun 7.1.5), 11 terms (truncation < 2e-8 relative);
+// |x| >= 1: erf = 1 - erfc, erfc(z) = t * exp(-z^2 + P(t)), t = 1 / (1 + z/2), with the
+// Chebyshev-fitted P of Numerical Recipes in C, 2nd ed. (Press et al. 1992), sec. 6.2 `erfcc`
+// (fractional error < 1.2e-7 for all z >= 0; erfc(z) <= 0.16 there, so erf's error stays a
+// fraction of that). Measured in float32 against math.erf (tests/test_ops_unary.py
+// test_erf_kernel_accuracy): max relative error 1.7e-7 over [-6, 6] and tiny |x|.
+
+struct Params {
+  n: u32, op: u32, flags: u32, aux: u32,
+  alpha: f32, beta: f32, lo: f32, hi: f32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> y: array<f32>;
+@group(0) @binding(3) var<storage, read> dy: array<f32>;
+@group(0) @binding(4) var<storage, read> lo_t: array<f32>;
+@group(0) @binding(5) var<storage, read> hi_t: array<f32>;
+@group(0) @binding(6) var<storage, read_write> out: array<f32>;
+
+const TWO_OVER_SQRT_PI: f32 = 1.1283791670955126;
+const INV_SQRT2: f32 = 0.7071067811865476;
+const INV_SQRT_2PI: f32 = 0.3989422804014327;
+const SQRT_2_OVER_PI: f32 = 0.7978845608028654;
+const GELU_C: f32 = 0.044715;
+
+fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 { return gid.x + gid.y * nwg.x * 64u; }
+
+// erf(x) / (2/sqrt(pi) * x) for |x| < 1: Maclaurin coefficients (-1)^n / (n! (2n+1)) in s = x^2.
+fn erf_series(x: f32) -> f32 {
+  let s = x * x;
+  var r = 1.0 / 76204800.0;                    // n = 10: 1 / (10! * 21)
+  r = r * s - 1.0 / 6894720.0;                 // n = 9:  1 / (9! * 19)
+  r = r * s + 1.0 / 685440.0;                  // n = 8
+  r = r * s - 1.0 / 75600.0;                   // n = 7
+  r = r * s + 1.0 / 9360.0;                    // n = 6
+  r = r * s - 1.0 / 1320.0;                    // n = 5
+  r = r * s + 1.0 / 216.0;                     // n = 4
+  r = r * s - 1.0 / 42.0;                      // n = 3
+  r = r * s + 0.1;                             // n = 2
+  r = r * s - 1.0 / 3.0;                       // n = 1
+  r = r * s + 1.0;                             // n = 0
+  return TWO_OVER_SQRT_PI * x * r;
+}
+
+// erfc(z) for z >= 0 (Numerical Recipes `erfcc`, see the header); z is capped at 10, where
+// erfc is below float32's smallest normal.
+fn erfc_pos(z_in: f32) -> f32 {
+  let z = min(z_in, 10.0);
+  let t = 1.0 / (1.0 + 0.5 * z);
+  var q = 0.17087277;
+  q = q * t - 0.82215223;
+  q = q * t + 1.48851587;
+  q = q * t - 1.13520398;
+  q = q * t + 0.27886807;
+  q = q * t - 0.18628806;
+  q = q * t + 0.09678418;
+  q = q * t + 0.37409196;
+  q = q * t + 1.00002368;
+  q = q * t - 1.26551223;
+  // exp(-z^2) as exp(-zh^2) * exp(-(z - zh)(z + zh)), zh = z with its low 12 mantissa bits
+  // cleared so zh^2 is exact in float32 (the splitting of fdlibm's s_erf.c): keeps the
+  // rounding of z^2 (up to 8e-6 relative at z = 9) out of the result.
+  let zh = bitcast<f32>(bitcast<u32>(z) & 0xFFFFF000u);
+  return t * exp(-zh * zh) * exp(q - (z - zh) * (z + zh));
+}
+
+fn erf_(v: f32) -> f32 {
+  let a = abs(v);
+  if (a < 1.0) { return erf_series(v); }
+  return sign(v) * (1.0 - erfc_pos(a));
+}
+
+// Phi(v) = P(N(0,1) <= v) = (1 + erf(v/sqrt2)) / 2, through erfc in the left tail (no
+// cancellation of 1 + erf when erf is near -1).
+fn normal_cdf(v: f32) -> f32 {
+  let u = v * INV_SQRT2;
+  if (u < -1.0) { return 0.5 * erfc_pos(-u); }
+  return 0.5 * (1.0 + erf_(u));
+}
+
+// tanh with the argument capped at +-10 (tanh(10) rounds to 1 in float32), so that
+// implementations through exp(2x) never see an overflow.
+fn tanh_(v: f32) -> f32 { return tanh(clamp(v, -10.0, 10.0)); }
+
+// 1 / (1 + exp(-v)) without overflow: exp of a non-positive argument only.
+fn sigmoid(v: f32) -> f32 {
+  let e = exp(-abs(v));
+  return select(e / (1.0 + e), 1.0 / (1.0 + e), v >= 0.0);
+}
+
+// log(1 + exp(v)) = max(v, 0) + log1p(exp(-|v|)), log1p by its series when the argument is small.
+fn softplus(v: f32) -> f32 {
+  let e = exp(-abs(v));
+  let l = select(log(1.0 + e), e * (1.0 - e * (0.5 - e * (1.0 / 3.0))), e < 0.0078125);
+  return max(v, 0.0) + l;
+}
+
+// exp(v) - 1, by its Taylor series near 0 (no cancellation).
+fn expm1_(v: f32) -> f32 {
+  if (abs(v) < 0.25) {
+    var r = 1.0 / 5040.0;
+    r = r * v + 1.0 / 720.0;
+    r = r * v + 1.0 / 120.0;
+    r = r * v + 1.0 / 24.0;
+    r = r * v + 1.0 / 6.0;
+    r = r * v + 0.5;
+    r = r * v + 1.0;
+    return r * v;
+  }
+  return exp(v) - 1.0;
+}
+
+fn clip_lo() -> f32 { return select(p.lo, lo_t[0], (p.flags & 2u) != 0u); }
+fn clip_hi() -> f32 { return select(p.hi, hi_t[0], (p.flags & 4u) != 0u); }
+
+fn forward_value(v: f32) -> f32 {
+  switch p.op {
+    case 0u: { return select(p.alpha * v, v, v >= 0.0); }
+    case 1u: { return sigmoid(v); }
+    case 2u: { return tanh_(v); }
+    case 3u: { return v * normal_cdf(v); }
+    case 4u: { return 0.5 * v * (1.0 + tanh_(SQRT_2_OVER_PI * (v + GELU_C * v * v * v))); }
+    case 5u: { return erf_(v); }
+    case 6u: { return exp(v); }
+    case 7u: { return log(v); }
+    case 8u: { return sqrt(v); }
+    case 9u: { return -v; }
+    case 10u: { return abs(v); }
+    case 11u: { return 1.0 / v; }
+    case 12u: { return softplus(v); }
+    case 13u: { return select(p.alpha * expm1_(v), v, v >= 0.0); }
+    case 14u: { return clamp(p.alpha * v + p.beta, 0.0, 1.0); }
+    case 15u: { return v * clamp(v * (1.0 / 6.0) + 0.5, 0.0, 1.0); }
+    default: { return min(max(v, clip_lo()), clip_hi()); }
+  }
+}
+
+// dx from dy = g, x = v and (when use_y) the saved output w. Masks follow torch: LeakyRelu and
+// Elu take the negative branch at x = 0; HardSigmoid passes only strictly inside (0, 1);
+// HardSwish is 0 below -3, x/3 + 1/2 on [-3, 3]; Clip passes dy where min <= x <= max.
+fn backward_value(v: f32, w: f32, g: f32, use_y: bool) -> f32 {
+  switch p.op {
+    case 0u: { return select(p.alpha * g, g, v > 0.0); }
+    case 1u: {
+      let s = select(sigmoid(v), w, use_y);
+      return g * s * (1.0 - s);
+    }
+    case 2u: {
+      let t = select(tanh_(v), w, use_y);
+      return g * (1.0 - t * t);
+    }
+    case 3u: { return g * (normal_cdf(v) + v * INV_SQRT_2PI * exp(-0.5 * v * v)); }
+    case 4u: {
+      let t = tanh_(SQRT_2_OVER_PI * (v + GELU_C * v * v * v));
+      let inner = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * v * v);
+      return g * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * inner);
+    }
+    case 5u: { return g * TWO_OVER_SQRT_PI * exp(-v * v); }
+    case 6u: { return g * select(exp(v), w, use_y); }
+    case 7u: { return g / v; }
+    case 8u: { return g / (2.0 * select(sqrt(v), w, use_y)); }
+    case 9u: { return -g; }
+    case 10u: { return g * sign(v); }
+    case 11u: {
+      let r = select(1.0 / v, w, use_y);
+      return -g * r * r;
+    }
+    case 12u: { return g * sigmoid(v); }
+    case 13u: { return select(g * p.alpha * exp(v), g, v > 0.0); }
+    case 14u: {
+      let u = p.alpha * v + p.beta;
+      return select(0.0, g * p.alpha, u > 0.0 && u < 1.0);
+    }
+    case 15u: {
+      if (v < -3.0) { return 0.0; }
+      if (v <= 3.0) { return g * (v * (1.0 / 3.0) + 0.5); }
+      return g;
+    }
+    default: { return select(0.0, g, clip_lo() <= v && v <= clip_hi()); }
+  }
+}
+
+@compute @workgroup_size(64)
+fn unary_forward(@builtin(global_invocation_id) gid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = index(gid, nwg);
+  if (i < p.n) { out[i] = forward_value(x[i]); }
+}
+
+@compute @workgroup_size(64)
+fn unary_backward(@builtin(global_invocation_id) gid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = index(gid, nwg);
+  if (i >= p.n) { return; }
+  let use_y = (p.flags & 1u) != 0u;
+  var w = 0.0;
+  if (use_y) { w = y[i]; }
+  out[i] = backward_value(x[i], w, dy[i], use_y);
+}
+
+// torch.clamp's gradient of a tensor bound (clamp_backward_min_max): min gets dy where
+// x < min (and min < max when max is given), max gets dy where x > max (or max < min).
+@compute @workgroup_size(64)
+fn clip_bound_grad(@builtin(global_invocation_id) gid: vec3<u32>,
+                   @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = index(gid, nwg);
+  if (i >= p.n) { return; }
+  let lo = clip_lo();
+  let hi = clip_hi();
+  let v = x[i];
+  let has_lo = (p.flags & 8u) != 0u;
+  let has_hi = (p.flags & 16u) != 0u;
+  var m = false;
+  if (p.aux == 0u) {
+    m = v < lo && (!has_hi || lo < hi);
+  } else {
+    m = v > hi || (has_lo && hi < lo);
+  }
+  out[i] = select(0.0, dy[i], m);
+}
