@@ -576,3 +576,28 @@ def test_batchnorm_two_level_sums(device, monkeypatch):
     res = run(one_step(device, graph, blob, x, labels))
     want = ref.chain_step(nodes + hn, params_of(tensors), x, labels)
     compare("BatchNormalization", res, want, acts=["relu_out"], dacts=["h"])
+
+
+def test_in_place_relu_behind_a_view_keeps_shared_data(device):
+    """Tanh -> t; Flatten(t) -> Relu; Add(relu, Flatten(t)): the ReLU must not overwrite t,
+    which the Add (through another view) and Tanh's backward still read."""
+    batch, f = 4, 6
+    rng = rng_for("relu_view")
+    nodes = [node("Gemm", ["input", "w", "b"], ["h"], transB=1),
+             node("Tanh", ["h"], ["t"]),
+             node("Flatten", ["t"], ["ft"], axis=1),
+             node("Relu", ["ft"], ["r"]),
+             node("Identity", ["t"], ["it"]),
+             node("Add", ["r", "it"], ["s"]),
+             node("Gemm", ["s", "w2", "b2"], ["logits"], transB=1),
+             node("LogSoftmax", ["logits"], ["output"], axis=-1)]
+    tensors = [("w", f32(rng.standard_normal((f, f))), "param"),
+               ("b", f32(rng.standard_normal(f) * 0.1), "param"),
+               ("w2", f32(rng.standard_normal((5, f))), "param"),
+               ("b2", f32(rng.standard_normal(5) * 0.1), "param")]
+    graph, blob = make_graph(nodes, tensors, [("input", ["N", f])], [("output", ["N", 5])])
+    x = f32(rng.standard_normal((batch, f)))
+    labels = rng.integers(0, 5, batch)
+    res = run(one_step(device, graph, blob, x, labels))
+    want = ref.graph_step(graph, params_of(tensors), x, labels)
+    compare("Relu", res, want, acts=["t", "s"], dacts=["h"])

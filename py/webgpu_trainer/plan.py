@@ -243,8 +243,8 @@ class Plan:
                 src = self.acts.get(node["inputs"][0])
                 alias = k == 0 and src is not None and (
                     node["op_type"] in VIEWS or (
-                        node["op_type"] == "Relu" and len(g.consumers.get(node["inputs"][0], [])) == 1
-                        and node["inputs"][0] != inp))
+                        node["op_type"] == "Relu" and src.buf is not self.input.buf
+                        and self._sole_reader(node["inputs"][0])))
                 if alias:
                     self.acts[out] = Tensor(shapes[out], src.buf, src.offset)
                 elif node["op_type"] == "BatchNormalization" and k > 0:
@@ -314,6 +314,30 @@ class Plan:
                 self.contrib[(node["name"], k)] = part
                 self.contrib_of[name].append(part)
 
+    def _sole_reader(self, name) -> bool:
+        """Whether one node reads the data of ``name``: counting the readers of every tensor
+        that shares its buffer through views (Flatten, Reshape, ...), so an in-place ReLU never
+        overwrites what another node still reads. The model output is never overwritten."""
+        g = self.graph
+        root = name
+        while root in g.producer and g.producer[root]["op_type"] in VIEWS:
+            root = g.producer[root]["inputs"][0]
+
+        def readers(t):
+            if t == g.output:
+                return 2
+            count = 0
+            for c in g.consumers.get(t, []):
+                for k, i in enumerate(c["inputs"]):
+                    if i != t:
+                        continue
+                    if c["op_type"] in VIEWS and k == 0:
+                        count += readers(c["outputs"][0])
+                    else:
+                        count += 1
+            return count
+        return readers(root) == 1
+
     def mask_bytes(self) -> bytes:
         """float32 per weight element: 1.0 where trainable, else 0.0 (buffers, frozen, padding)."""
         out = bytearray(self.wbytes)
@@ -324,15 +348,19 @@ class Plan:
         return bytes(out)
 
     async def init_weights(self, seed: int):
-        """PyTorch's default init on the GPU: Conv/Gemm weight and bias ~ U(+-1/sqrt(fan_in)),
-        BatchNorm gamma = 1, beta = 0, running_mean = 0, running_var = 1."""
+        """PyTorch's default init on the GPU: Conv/Gemm weight and bias ~ U(+-1/sqrt(fan_in))
+        (nn.Conv2d / nn.Linear reset_parameters); a 2-D MatMul weight (nn.Linear as exported by
+        the dynamo exporter: MatMul(x, W^T) then Add(bias)) likewise, fan_in = its rows, and the
+        bias of the Add that follows it; BatchNorm and LayerNorm scale = 1, bias = 0,
+        running_mean = 0, running_var = 1. Other parameters keep the model's values."""
         b = self.builder
         b.current = []
-        for node in self.graph.nodes:
-            ins = node["inputs"]
-            if node["op_type"] in ("Conv", "Gemm"):
-                w = self.graph.tensors[ins[1]]["shape"]
-                if node["op_type"] == "Conv":
+        g = self.graph
+        for node in g.nodes:
+            ins, op = node["inputs"], node["op_type"]
+            if op in ("Conv", "Gemm"):
+                w = g.tensors[ins[1]]["shape"]
+                if op == "Conv":
                     fan_in = _numel(w[1:])
                 else:
                     fan_in = w[1] if node["attrs"].get("transB", 0) else w[0]
@@ -340,9 +368,20 @@ class Plan:
                 for name in ins[1:3]:
                     if name in self.weights:
                         await self._fill(b, name, "uniform_fill", seed, -bound, bound)
-            elif node["op_type"] == "BatchNormalization":
+            elif op == "MatMul" and ins[1] in self.weights and len(g.tensors[ins[1]]["shape"]) == 2:
+                bound = 1.0 / g.tensors[ins[1]]["shape"][0] ** 0.5
+                await self._fill(b, ins[1], "uniform_fill", seed, -bound, bound)
+                for user in g.consumers.get(node["outputs"][0], []):
+                    for name in user["inputs"]:
+                        if user["op_type"] == "Add" and name in self.weights:
+                            await self._fill(b, name, "uniform_fill", seed, -bound, bound)
+            elif op == "BatchNormalization":
                 for name, value in zip(ins[1:5], (1.0, 0.0, 0.0, 1.0)):
                     await self._fill(b, name, "fill", seed, value, value)
+            elif op == "LayerNormalization":
+                for name, value in zip(ins[1:3], (1.0, 0.0)):
+                    if name in self.weights:
+                        await self._fill(b, name, "fill", seed, value, value)
         self.dev.submit([self.dev.program(b.current)])
 
     async def _fill(self, b, name, entry, seed, lo, hi):
