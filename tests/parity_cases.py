@@ -131,6 +131,24 @@ def op_cases(rng) -> list:
              epsilon=1e-5)], c * hw * hw,
         extra=[("ln.g", f32(1 + 0.1 * rng.standard_normal((hw, hw))), "param"),
                ("ln.b", f32(0.1 * rng.standard_normal((hw, hw))), "param")]))
+    unary = [("LeakyRelu", {"alpha": 0.1}), ("Sigmoid", {}), ("Tanh", {}),
+             ("Gelu", {"approximate": "tanh"}), ("Erf", {}), ("Exp", {}), ("Abs", {}),
+             ("Neg", {}), ("Softplus", {}), ("Elu", {}), ("HardSigmoid", {}),
+             ("HardSwish", {})]
+    body, prev = [], "pre"
+    for k, (op, attrs) in enumerate(unary):
+        out_name = "body_out" if k == len(unary) - 1 else f"u{k}"
+        body.append(node(op, [prev], [out_name], **attrs))
+        prev = out_name
+    out.append(_chain(rng, "unary_chain", c, hw, body, c * hw * hw))
+    out.append(_chain(rng, "clip_sqrt_log_reciprocal", c, hw, [
+        node("Clip", ["pre", "lo", "hi"], ["cl"]), node("Sqrt", ["cl"], ["sq"]),
+        node("Log", ["sq"], ["lg"]), node("Reciprocal", ["cl"], ["rc"]),
+        node("Add", ["lg", "rc"], ["body_out"])], c * hw * hw,
+        constants={"lo": _floats(0.5, shape=[]), "hi": _floats(2.0, shape=[])}))
+    out.append(_chain(rng, "matmul_batched_weight", c, hw, [
+        node("MatMul", ["pre", "mm.w"], ["body_out"])], c * hw * 5,
+        extra=[("mm.w", f32(rng.standard_normal((hw, 5)) / np.sqrt(hw)), "param")]))
     for loss in ({"loss": "cross_entropy", "label_smoothing": 0.1,
                   "weight": [1.0, 2.0, 0.5, 1.5, 1.0]},
                  {"loss": "mse", "reduction": "sum"}, {"loss": "bce_with_logits"}):
