@@ -7,7 +7,10 @@ every step. A configuration may clip gradients (torch.nn.utils.clip_grad_norm_ b
 the grad norms are stored) or schedule the lr (a torch lr_scheduler stepped as SCHEDULE_EVERY
 says). "schedulers": the lr of every optimizer step of each scheduler (SCHED_STEPS steps,
 SCHED_PER_EPOCH steps per epoch; epoch-wise schedulers step after each epoch, OneCycleLR after
-each batch). Only this script needs torch: `python scripts/make_optim_fixtures.py`.
+each batch). OneCycleLR with cycle_momentum=True (torch's default) also writes the optimizer's
+momentum (SGD, RMSprop) or beta1 (Adam, AdamW) before every step: those configurations store it
+("momenta"), and so do the scheduler cases that cycle it. Only this script needs torch:
+`python scripts/make_optim_fixtures.py`.
 """
 
 import json
@@ -62,6 +65,20 @@ CONFIGS = {
     "adamw_onecycle": ("AdamW", {"lr": 1e-2, "weight_decay": 1e-2}, "Adam",
                        {"weight_decay": 1e-2, "decoupled": True}),
     "sgd_steplr": ("SGD", {"lr": 0.1, "momentum": 0.9}, "SGD", {"momentum": 0.9}),
+    # OneCycleLR cycling the momentum / beta1 (cycle_momentum=True)
+    "sgd_onecycle_momentum": ("SGD", {"lr": 0.1, "momentum": 0.9}, "SGD", {"momentum": 0.9}),
+    "sgd_zero_momentum_onecycle": ("SGD", {"lr": 0.1}, "SGD", {}),
+    "sgd_nesterov_onecycle_3phase": ("SGD", {"lr": 0.1, "momentum": 0.9, "nesterov": True,
+                                             "weight_decay": 1e-2}, "SGD",
+                                     {"momentum": 0.9, "nesterov": True, "weight_decay": 1e-2}),
+    "adam_onecycle_beta1": ("Adam", {"lr": 1e-2}, "Adam", {}),
+    "adamw_amsgrad_onecycle_beta1_3phase": ("AdamW", {"lr": 1e-2, "weight_decay": 1e-2,
+                                                      "amsgrad": True}, "Adam",
+                                            {"weight_decay": 1e-2, "decoupled": True,
+                                             "amsgrad": True}),
+    "rmsprop_centered_onecycle_momentum": ("RMSprop", {"lr": 1e-2, "momentum": 0.5,
+                                                       "centered": True}, "RMSprop",
+                                           {"momentum": 0.5, "centered": True}),
 }
 
 # configuration -> the lr scheduler it runs (the engine's schedulers.make spec); stepped every
@@ -70,6 +87,18 @@ SCHEDULE = {
     "adamw_onecycle": {"name": "OneCycleLR", "max_lr": 5e-2, "total_steps": STEPS,
                        "cycle_momentum": False},
     "sgd_steplr": {"name": "StepLR", "step_size": 2, "gamma": 0.5},
+    "sgd_onecycle_momentum": {"name": "OneCycleLR", "max_lr": 0.2, "total_steps": STEPS},
+    "sgd_zero_momentum_onecycle": {"name": "OneCycleLR", "max_lr": 0.2, "total_steps": STEPS},
+    "sgd_nesterov_onecycle_3phase": {"name": "OneCycleLR", "max_lr": 0.2, "total_steps": STEPS,
+                                     "three_phase": True, "anneal_strategy": "linear",
+                                     "pct_start": 0.25, "base_momentum": 0.8,
+                                     "max_momentum": 0.9},
+    "adam_onecycle_beta1": {"name": "OneCycleLR", "max_lr": 5e-2, "total_steps": STEPS},
+    "adamw_amsgrad_onecycle_beta1_3phase": {"name": "OneCycleLR", "max_lr": 5e-2,
+                                            "total_steps": STEPS, "three_phase": True,
+                                            "base_momentum": 0.7, "max_momentum": 0.9},
+    "rmsprop_centered_onecycle_momentum": {"name": "OneCycleLR", "max_lr": 5e-3,
+                                           "total_steps": STEPS},
 }
 SCHEDULE_EVERY = 4  # optimizer steps per "epoch" of the epoch-wise schedulers
 
@@ -86,7 +115,16 @@ SCHEDULERS = {
                                   "pct_start": 0.25, "anneal_strategy": "linear",
                                   "div_factor": 10.0, "final_div_factor": 100.0,
                                   "three_phase": True, "cycle_momentum": False}, 0.1),
+    # cycle_momentum=True (torch's default): "momenta" holds SGD's momentum before each step,
+    # Adam's beta1 for "onecyclelr_beta1_3phase".
+    "onecyclelr_momentum": ({"name": "OneCycleLR", "max_lr": 0.1, "total_steps": SCHED_STEPS},
+                            0.1),
+    "onecyclelr_beta1_3phase": ({"name": "OneCycleLR", "max_lr": 0.2, "total_steps": 40,
+                                 "pct_start": 0.25, "anneal_strategy": "linear",
+                                 "three_phase": True, "base_momentum": 0.8,
+                                 "max_momentum": 0.98}, 0.1),
 }
+SCHED_OPTIMIZER = {"onecyclelr_beta1_3phase": "Adam"}  # else SGD
 
 
 def _torch_scheduler(opt, spec):
@@ -94,19 +132,26 @@ def _torch_scheduler(opt, spec):
     return getattr(torch.optim.lr_scheduler, spec["name"])(opt, **kwargs)
 
 
-def scheduler_lrs(spec, lr):
-    """torch's lr at each of SCHED_STEPS optimizer steps."""
+def _momentum(opt):
+    """The momentum / beta1 the optimizer's next step uses."""
+    group = opt.param_groups[0]
+    return group["betas"][0] if "betas" in group else group.get("momentum", 0.0)
+
+
+def scheduler_lrs(spec, lr, optimizer="SGD"):
+    """torch's lr and momentum (beta1 for Adam) at each of SCHED_STEPS optimizer steps."""
     w = torch.zeros(1, requires_grad=True)
-    opt = torch.optim.SGD([w], lr=lr)
+    opt = getattr(torch.optim, optimizer)([w], lr=lr)
     sched = _torch_scheduler(opt, spec)
     per_batch = spec["name"] == "OneCycleLR"
-    lrs = []
+    lrs, momenta = [], []
     for t in range(1, SCHED_STEPS + 1):
         lrs.append(opt.param_groups[0]["lr"])
+        momenta.append(_momentum(opt))
         opt.step()
         if per_batch or t % SCHED_PER_EPOCH == 0:
             sched.step()
-    return lrs
+    return lrs, momenta
 
 
 def main():
@@ -129,7 +174,7 @@ def main():
         spec = SCHEDULE.get(name)
         sched = _torch_scheduler(opt, spec) if spec else None
         max_norm = ekw.get("clip_grad_norm", 0.0)
-        losses, traj, norms, lrs = [], [], [], []
+        losses, traj, norms, lrs, momenta = [], [], [], [], []
         for t in range(1, STEPS + 1):
             opt.zero_grad()
             loss = torch.nn.functional.nll_loss(torch.log_softmax(xt @ w.T + b, dim=1), yt)
@@ -137,6 +182,7 @@ def main():
             if max_norm:
                 norms.append(torch.nn.utils.clip_grad_norm_([w, b], max_norm).item())
             lrs.append(opt.param_groups[0]["lr"])
+            momenta.append(_momentum(opt))
             opt.step()
             if sched and (spec["name"] == "OneCycleLR" or t % SCHEDULE_EVERY == 0):
                 sched.step()
@@ -152,11 +198,17 @@ def main():
             cfg["grad_norms"] = norms
         if spec:
             cfg.update(scheduler=spec, steps_per_epoch=SCHEDULE_EVERY, lrs=lrs)
+            if spec["name"] == "OneCycleLR" and spec.get("cycle_momentum", True):
+                cfg["momenta"] = momenta
         out["configs"][name] = cfg
     out["schedulers"] = {}
     for name, (spec, lr) in SCHEDULERS.items():
+        optimizer = SCHED_OPTIMIZER.get(name, "SGD")
+        lrs, momenta = scheduler_lrs(spec, lr, optimizer)
         out["schedulers"][name] = {"spec": spec, "lr": lr, "steps_per_epoch": SCHED_PER_EPOCH,
-                                   "steps": SCHED_STEPS, "lrs": scheduler_lrs(spec, lr)}
+                                   "steps": SCHED_STEPS, "lrs": lrs}
+        if spec["name"] == "OneCycleLR" and spec.get("cycle_momentum", True):
+            out["schedulers"][name].update(optimizer=optimizer, momenta=momenta)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(out) + "\n")
     print(f"wrote {OUT} ({len(CONFIGS)} configurations x {STEPS} steps, "

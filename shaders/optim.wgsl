@@ -1,7 +1,10 @@
 // Optimizer updates over the flat weight buffer P with gradients G, one dispatch for every
 // parameter of the model (elements whose mask is 0 — buffers, frozen tensors — are left alone),
 // with torch.optim's semantics (PyTorch 2.x docs, "Algorithm" boxes).
-// Per-step scalars come from the Step uniform: lr, a0, a1 (see each entry point).
+// Per-step scalars come from the Step uniform: lr, a0, a1 (see each entry point) and a2, the
+// step's momentum (SGD, RMSprop) or beta1 (Adam): a schedule may change them every step (torch's
+// OneCycleLR with cycle_momentum=True); Params.momentum / Params.beta1 only record the
+// constructor's values.
 // Gradient clipping by global norm (torch.nn.utils.clip_grad_norm_): when p.max_norm > 0,
 // grad_sumsq + grad_norm run before the update and every update reads g = G * clip[1].
 //   clip[0] = ||G * mask||_2, clip[1] = min(1, max_norm / (clip[0] + 1e-6)),
@@ -75,23 +78,24 @@ fn grad_norm(@builtin(local_invocation_index) lid: u32) {
   }
 }
 
-// SGD (momentum, dampening, nesterov, weight_decay); the first step sets buf = g.
+// SGD (momentum = a2, dampening, nesterov, weight_decay); the first step sets buf = g.
 @compute @workgroup_size(64)
 fn sgd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let i = index(gid, nwg);
   if (i >= p.n || mask[i] == 0.0) { return; }
   var g = grad(i) + p.weight_decay * P[i];
-  if (p.momentum != 0.0) {
+  let momentum = st.a2;
+  if (momentum != 0.0) {
     var buf = g;
-    if (st.step > 1u) { buf = p.momentum * S1[i] + (1.0 - p.dampening) * g; }
+    if (st.step > 1u) { buf = momentum * S1[i] + (1.0 - p.dampening) * g; }
     S1[i] = buf;
-    g = select(buf, g + p.momentum * buf, p.nesterov != 0u);
+    g = select(buf, g + momentum * buf, p.nesterov != 0u);
   }
   P[i] = P[i] - st.lr * g;
 }
 
 // Adam / AdamW (Kingma & Ba 2015; Loshchilov & Hutter 2019 when decoupled):
-// a0 = lr / (1 - beta1^t), a1 = sqrt(1 - beta2^t). amsgrad (Reddi et al. 2018, torch's form):
+// a0 = lr / (1 - beta1^t), a1 = sqrt(1 - beta2^t), a2 = beta1. amsgrad (Reddi et al. 2018, torch's form):
 // S3 = max(S3, v) and the denominator uses S3.
 @compute @workgroup_size(64)
 fn adam(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -101,7 +105,8 @@ fn adam(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   var g = grad(i);
   if (p.decoupled != 0u) { w = w * (1.0 - st.lr * p.weight_decay); }
   else { g = g + p.weight_decay * w; }
-  let m = p.beta1 * S1[i] + (1.0 - p.beta1) * g;
+  let beta1 = st.a2;
+  let m = beta1 * S1[i] + (1.0 - beta1) * g;
   let v = p.beta2 * S2[i] + (1.0 - p.beta2) * g * g;
   S1[i] = m;
   S2[i] = v;
@@ -129,7 +134,7 @@ fn adagrad(@builtin(global_invocation_id) gid: vec3<u32>,
 // RMSprop (Hinton, Coursera lecture 6e; torch.optim.RMSprop): alpha = p.beta2.
 //   v = alpha v + (1 - alpha) g^2 (S1); centered: gavg = alpha gavg + (1 - alpha) g (S3),
 //   avg = sqrt(v - gavg^2) + eps, else sqrt(v) + eps;
-//   momentum > 0: buf = momentum buf + g / avg (S2), w -= lr buf; else w -= lr g / avg.
+//   momentum (a2) > 0: buf = momentum buf + g / avg (S2), w -= lr buf; else w -= lr g / avg.
 @compute @workgroup_size(64)
 fn rmsprop(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -147,8 +152,9 @@ fn rmsprop(@builtin(global_invocation_id) gid: vec3<u32>,
   } else {
     avg = sqrt(v) + p.eps;
   }
-  if (p.momentum > 0.0) {
-    let buf = p.momentum * S2[i] + g / avg;
+  let momentum = st.a2;
+  if (momentum > 0.0) {
+    let buf = momentum * S2[i] + g / avg;
     S2[i] = buf;
     P[i] = P[i] - st.lr * buf;
   } else {

@@ -1,8 +1,9 @@
 """The engine's optimizers replay torch.optim trajectories (tests/fixtures/optim.json, made by
 scripts/make_optim_fixtures.py): every step's parameters within OPTIM_RTOL of torch's, with
-gradient clipping by global norm and lr schedulers where the configuration has them; the
-schedulers' lr sequences match torch's lr_scheduler within SCHED_ATOL; the optimizer state
-saves and restores exactly. torch is not needed here."""
+gradient clipping by global norm and lr schedulers where the configuration has them (OneCycleLR
+also cycling SGD's / RMSprop's momentum and Adam's beta1 as torch's cycle_momentum=True does);
+the schedulers' lr and momentum sequences match torch's lr_scheduler within SCHED_ATOL; the
+optimizer state saves and restores exactly. torch is not needed here."""
 
 import json
 import pathlib
@@ -50,6 +51,7 @@ async def _setup(dev, cfg, weights=None):
     dev.write(plan.input.buf, np.array(PROBLEM["x"], np.float32).tobytes())
     dev.write(plan.labels.buf, np.array(PROBLEM["labels"], np.uint32).tobytes())
     opt = _optimizer(cfg)
+    opt.follow(_lr_at(cfg))  # momentum / beta1 cycling (OneCycleLR), before attach
     await opt.attach(plan)
     return plan, opt, dev.program(plan.fwd_train + plan.loss + plan.bwd + opt.dispatches)
 
@@ -96,6 +98,11 @@ def test_optimizer_matches_torch(device, name):
     if "lrs" in cfg:
         lr_at = _lr_at(cfg)
         assert max(abs(lr_at(t) - want) for t, want in enumerate(cfg["lrs"], 1)) <= SCHED_ATOL
+    if "momenta" in cfg:  # the momentum / beta1 each step used, as torch's param group held
+        opt = _optimizer(cfg).follow(_lr_at(cfg))
+        assert max(abs(opt.momentum_of(t) - want) for t, want in
+                   enumerate(cfg["momenta"], 1)) <= SCHED_ATOL
+        assert abs(opt.scalars(3, 0.1)[2] - cfg["momenta"][2]) <= SCHED_ATOL
     MAX_ERR[name] = worst
 
 
@@ -107,13 +114,20 @@ def test_scheduler_matches_torch(name):
     got = [lr_at(t) for t in range(1, case["steps"] + 1)]
     err = max(abs(g - w) for g, w in zip(got, case["lrs"]))
     assert err <= SCHED_ATOL, f"{name}: lr off by {err:.3g}"
+    if "momenta" in case:
+        got = [lr_at.momentum_at(t) for t in range(1, case["steps"] + 1)]
+        merr = max(abs(g - w) for g, w in zip(got, case["momenta"]))
+        assert merr <= SCHED_ATOL, f"{name}: momentum off by {merr:.3g}"
+        err = max(err, merr)
+    else:
+        assert lr_at.momentum_at(1) is None
     MAX_ERR["sched." + name] = err
 
 
 def test_scheduler_errors():
     assert schedulers.make({"lr": 0.1}, 10, 100)(57) == 0.1
-    with pytest.raises(ValueError, match="cycle_momentum"):
-        schedulers.make({"lr": 0.1, "scheduler": {"name": "onecycle", "max_lr": 1.0}}, 10, 100)
+    cyc = schedulers.make({"lr": 0.1, "scheduler": {"name": "onecycle", "max_lr": 1.0}}, 10, 100)
+    assert cyc.cycles_momentum and cyc.momentum_at(1) == 0.95
     with pytest.raises(ValueError, match="unknown scheduler"):
         schedulers.make({"lr": 0.1, "scheduler": {"name": "cyclic"}}, 10, 100)
     with pytest.raises(ValueError, match="step_siz"):
@@ -123,6 +137,32 @@ def test_scheduler_errors():
     one(101)  # torch allows last_epoch == total_steps
     with pytest.raises(ValueError, match="Tried to step"):
         one(102)
+
+
+def test_momentum_cycling_errors(device):
+    """torch refuses cycle_momentum for optimizers without momentum or betas; an optimizer
+    built with momentum 0 needs the schedule before attach (its momentum buffer)."""
+    cyc = schedulers.make({"lr": 0.1, "scheduler": {"name": "onecycle", "max_lr": 1.0}}, 10, 100)
+    for name in ("adagrad", "adadelta"):
+        with pytest.raises(ValueError, match="must support momentum or beta1"):
+            optim.make(name, 0.1).follow(cyc)
+    flat = schedulers.make({"lr": 0.1, "scheduler": {"name": "onecycle", "max_lr": 1.0,
+                                                     "cycle_momentum": False}}, 10, 100)
+    assert optim.make("adagrad", 0.1).follow(flat).momentum_of(5) == 0.0
+    assert optim.make("sgd", 0.1, 0.9).follow(flat).momentum_of(5) == 0.9
+    sgd = optim.make("sgd", 0.1)
+    assert sgd.states[0] == "" and sgd.follow(cyc).states[0] == "momentum_buffer"
+
+    async def late():
+        _, opt, _ = await _setup(device, FIXTURE["configs"]["sgd"])
+        with pytest.raises(ValueError, match="before attach"):
+            opt.follow(cyc)
+        assert opt.momentum_of(1) == 0.0
+        _, opt, _ = await _setup(device, FIXTURE["configs"]["sgd_momentum_wd"])
+        opt.follow(cyc)  # has its buffer: fine after attach
+        assert opt.momentum_of(1) == 0.95
+
+    run(late())
 
 
 def test_make_names_and_extras():
@@ -137,7 +177,8 @@ def test_make_names_and_extras():
 
 
 @pytest.mark.parametrize("name", ["adamw_amsgrad", "rmsprop_centered_momentum_wd",
-                                  "sgd_momentum_clip", "adadelta_rho_wd"])
+                                  "sgd_momentum_clip", "adadelta_rho_wd",
+                                  "sgd_zero_momentum_onecycle", "adam_onecycle_beta1"])
 def test_state_round_trip(device, name):
     """5 steps, save weights + optimizer state, load into a fresh plan and optimizer, 5 more
     steps == 10 uninterrupted steps, bit for bit."""
@@ -198,5 +239,8 @@ def test_fixture_is_complete():
     assert any(c["engine"]["kwargs"].get("clip_grad_norm") for c in cfgs.values())
     assert {s["spec"]["name"] for s in FIXTURE["schedulers"].values()} == {
         "StepLR", "ExponentialLR", "CosineAnnealingLR", "OneCycleLR"}
+    cycled = {c["torch"]["class"] for c in cfgs.values() if "momenta" in c}
+    assert {"SGD", "Adam", "AdamW", "RMSprop"} <= cycled
+    assert any("momenta" in s for s in FIXTURE["schedulers"].values())
     for c in cfgs.values():
         assert len(c["params"]) == FIXTURE["steps"] == 20

@@ -1,7 +1,9 @@
 """Native command-line trainer and predictor (CPython): ``webgpu-trainer train | predict``.
 
-``train MODEL.onnx`` runs the same ``train.Trainer`` as the browser on wgpu-py and writes into
-``--out`` (default ``runs/<model>-<timestamp>``):
+``train MODEL.onnx`` runs the same ``train.Trainer`` as the browser on wgpu-py (``--device gpu``,
+the default) or ``cpu.trainer.CpuTrainer`` on the numpy engine (``--device cpu``, float32: the
+"no GPU" path; same data order, optimizers, schedulers and guard, its own seeded init and dropout
+masks) and writes into ``--out`` (default ``runs/<model>-<timestamp>``):
 
 - ``config.json``: the full config, the data subset, the model's sha256, package versions and
   the adapter;
@@ -14,8 +16,17 @@
 
 ``--resume DIR`` loads DIR's config and last checkpoint and continues in DIR; options given on the
 command line (e.g. ``--epochs``, ``--lr``) override the stored config. The data order depends only
-on (seed, epoch) (``random.Random(seed * 1000003 + epoch)``) and dropout on (seed, step), so a
-resumed run repeats the uninterrupted run's losses exactly.
+on (seed, epoch) (``random.Random(seed * 1000003 + epoch)``), dropout on (seed, step) and the lr
+and momentum schedules on the step, so a resumed run repeats the uninterrupted run's losses
+exactly. Checkpoints of both devices share one format (weights in the plan's layout, the
+optimizer state of ``optim.Optimizer.state_bytes``), so a run may also resume on the other
+device (not bit for bit: other dropout masks, other float32 rounding).
+
+Optimizer and schedule options (``add_train``): every optimizer of ``optim.NAMES`` with
+torch.optim's keyword names (``config["optimizer_args"]``: ``--nesterov``, ``--betas``, ``--eps``
+...), ``--clip-grad-norm`` (``config["clip_grad_norm"]``) and ``--scheduler`` with its parameters
+(``config["scheduler"]``, the ``schedulers.make`` spec with every default resolved, e.g. a
+OneCycleLR's ``total_steps``), all stored in config.json and reused by ``--resume``.
 """
 
 from __future__ import annotations
@@ -78,29 +89,33 @@ def last_checkpoint(run_dir: Path) -> Path | None:
     return ckpts[-1] if ckpts else None
 
 
-# Optimizer state: switch to opt.state_bytes / load_state_bytes once optim.py has them.
-
 async def optimizer_state(dev, opt) -> bytes:
-    if hasattr(opt, "state_bytes"):
-        return bytes(await opt.state_bytes(dev))
-    parts = []
-    for buf in opt.state_buffers():
-        data = await dev.read(buf)
-        parts.append(struct.pack("<Q", len(data)) + data)
-    return b"".join(parts)
+    """The optimizer state section (``optim.Optimizer.state_bytes``; the numpy optimizers of
+    ``cpu.optim`` write the same format, ``dev`` unused)."""
+    return bytes(await opt.state_bytes(dev))
 
 
 def load_optimizer_state(dev, opt, data: bytes) -> None:
-    if hasattr(opt, "load_state_bytes"):
-        opt.load_state_bytes(dev, data)
+    opt.load_state_bytes(dev, data)
+
+
+async def read_weights(dev, trainer) -> bytes:
+    """The checkpoint's "weights" section: the whole plan-layout weight buffer."""
+    if is_cpu(dev):
+        return trainer.weights_blob()
+    return bytes(await dev.read(trainer.plan.P))
+
+
+def write_weights(dev, trainer, blob: bytes, where="checkpoint") -> None:
+    if is_cpu(dev):
+        try:
+            trainer.load_weights(blob)
+        except ValueError:
+            raise ValueError(f"{where}: weights do not fit this model's layout") from None
         return
-    pos = 0
-    for buf in opt.state_buffers():
-        (n,) = struct.unpack("<Q", data[pos:pos + 8])
-        dev.write(buf, data[pos + 8:pos + 8 + n])
-        pos += 8 + n
-    if pos != len(data):
-        raise ValueError("optimizer state does not match this optimizer's buffers")
+    if len(blob) != trainer.plan.wbytes:
+        raise ValueError(f"{where}: weights do not fit this model's layout")
+    dev.write(trainer.plan.P, blob)
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -120,14 +135,38 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+class CpuDevice:
+    """``--device cpu``: no device object is needed by the numpy engine; this one names it in
+    config.json (``info``) and tells the code paths apart (``is_cpu``)."""
+
+    is_numpy = True
+
+    def __init__(self):
+        import numpy as np
+        self.info = {"backend": "numpy", "device": "numpy float32 (CPU)",
+                     "description": f"numpy {np.__version__}, {os.cpu_count()} CPU cores"}
+
+
+def is_cpu(dev) -> bool:
+    return getattr(dev, "is_numpy", False)
+
+
 def open_device(kind: str):
+    """``CpuDevice()`` for "cpu", the wgpu-py device for "gpu"."""
     if kind == "cpu":
-        raise NotImplementedError("--device cpu is not implemented yet (numpy backend pending); "
-                                  "use --device gpu (lavapipe works on a machine without a GPU)")
+        return CpuDevice()
     if kind != "gpu":
         raise ValueError(f"unknown device {kind!r}: choose gpu or cpu")
     from .backends.wgpu_native import Device
     return Device()
+
+
+def make_trainer(dev, graph, weights, cfg, train_set, test_set, emit=None):
+    """``train.Trainer`` on the GPU ``dev``, ``cpu.trainer.CpuTrainer`` for a ``CpuDevice``."""
+    if is_cpu(dev):
+        from .cpu.trainer import CpuTrainer
+        return CpuTrainer(graph, weights, cfg, train_set, test_set, emit)
+    return train_mod.Trainer(dev, graph, weights, cfg, train_set, test_set, emit)
 
 
 def load_splits(data_dir, train_images: int = 0, eval_images: int = 10000):
@@ -150,26 +189,102 @@ def load_splits(data_dir, train_images: int = 0, eval_images: int = 10000):
 # ------------------------------------------------------------------------------ train
 
 TRAIN_KEYS = ("optimizer", "lr", "batch_size", "epochs", "seed", "init", "momentum",
-              "weight_decay", "max_steps", "eval_images", "report_every")
+              "weight_decay", "max_steps", "eval_images", "report_every", "clip_grad_norm")
+
+# Optimizer options -> config["optimizer_args"] under torch.optim's keyword names (argparse dest
+# "opt_<keyword>"); optim.make refuses a keyword the chosen optimizer does not take.
+OPTIMIZER_OPTIONS = (
+    ("--nesterov", "nesterov", {"action": "store_true", "default": None,
+                                "help": "SGD: Nesterov momentum (needs --momentum > 0)"}),
+    ("--dampening", "dampening", {"type": float, "help": "SGD: dampening (default 0)"}),
+    ("--betas", "betas", {"type": float, "nargs": 2, "metavar": ("BETA1", "BETA2"),
+                          "help": "Adam/AdamW: betas (default 0.9 0.999)"}),
+    ("--eps", "eps", {"type": float, "help": "term added to the denominator (default: Adam/AdamW "
+                                            "and RMSprop 1e-8, Adagrad 1e-10, Adadelta 1e-6)"}),
+    ("--amsgrad", "amsgrad", {"action": "store_true", "default": None,
+                              "help": "Adam/AdamW: the AMSGrad variant"}),
+    ("--alpha", "alpha", {"type": float, "help": "RMSprop: smoothing constant (default 0.99)"}),
+    ("--centered", "centered", {"action": "store_true", "default": None,
+                                "help": "RMSprop: centered (normalise by the variance)"}),
+    ("--rho", "rho", {"type": float, "help": "Adadelta: rho (default 0.9)"}),
+    ("--lr-decay", "lr_decay", {"type": float, "help": "Adagrad: lr decay (default 0)"}),
+    ("--initial-accumulator-value", "initial_accumulator_value",
+     {"type": float, "help": "Adagrad: initial accumulator value (default 0)"}),
+)
+
+# Schedule options -> config["scheduler"] under torch's keyword names (dest "sched_<keyword>").
+SCHEDULER_OPTIONS = (
+    ("--step-size", "step_size", {"type": int, "help": "steplr: epochs between decays "
+                                                       "(default 1)"}),
+    ("--gamma", "gamma", {"type": float, "help": "steplr: decay factor (default 0.1); "
+                                                 "exponential: factor per epoch (required)"}),
+    ("--t-max", "T_max", {"type": int, "help": "cosine: epochs from lr to --eta-min "
+                                               "(default: --epochs)"}),
+    ("--eta-min", "eta_min", {"type": float, "help": "cosine: minimum lr (default 0)"}),
+    ("--max-lr", "max_lr", {"type": float, "help": "onecycle: peak lr (default: --lr)"}),
+    ("--total-steps", "total_steps", {"type": int, "help": "onecycle: steps in the cycle "
+                                                           "(default: epochs x steps per epoch; "
+                                                           "--max-steps only stops early)"}),
+    ("--pct-start", "pct_start", {"type": float, "help": "onecycle: fraction of the cycle "
+                                                         "raising the lr (default 0.3)"}),
+    ("--anneal-strategy", "anneal_strategy", {"choices": ["cos", "linear"],
+                                              "help": "onecycle: default cos"}),
+    ("--div-factor", "div_factor", {"type": float, "help": "onecycle: initial lr = max_lr / "
+                                                           "div_factor (default 25)"}),
+    ("--final-div-factor", "final_div_factor", {"type": float, "help": "onecycle: final lr = "
+                                                "initial lr / final_div_factor (default 1e4)"}),
+    ("--three-phase", "three_phase", {"action": "store_true", "default": None,
+                                      "help": "onecycle: three phases (fastai's two otherwise)"}),
+    ("--no-cycle-momentum", "cycle_momentum", {"action": "store_const", "const": False,
+                                               "default": None,
+                                               "help": "onecycle: keep momentum / beta1 fixed "
+                                                       "(torch cycles them by default)"}),
+    ("--base-momentum", "base_momentum", {"type": float, "help": "onecycle: momentum / beta1 "
+                                                                 "at the peak lr (default 0.85)"}),
+    ("--max-momentum", "max_momentum", {"type": float, "help": "onecycle: momentum / beta1 at "
+                                                               "the ends (default 0.95)"}),
+    ("--scheduler-interval", "interval", {"choices": ["epoch", "step"],
+                                          "help": "steplr, exponential, cosine: step the "
+                                                  "schedule per epoch (default) or per batch"}),
+)
+# --scheduler choice -> (class name in schedulers.NAMES, the keywords it takes)
+SCHEDULERS = {
+    "none": (None, ()),
+    "steplr": ("StepLR", ("step_size", "gamma", "interval")),
+    "exponential": ("ExponentialLR", ("gamma", "interval")),
+    "cosine": ("CosineAnnealingLR", ("T_max", "eta_min", "interval")),
+    "onecycle": ("OneCycleLR", ("max_lr", "total_steps", "pct_start", "anneal_strategy",
+                                "div_factor", "final_div_factor", "three_phase",
+                                "cycle_momentum", "base_momentum", "max_momentum")),
+}
+
+
+def _metavar(key, kw) -> dict:
+    """argparse keywords with a metavar named after the keyword (not after the dest)."""
+    if "type" in kw and "metavar" not in kw:
+        return {**kw, "metavar": key.upper()}
+    return kw
 
 
 def add_train(sub) -> argparse.ArgumentParser:
+    from . import optim
     d = train_mod.DEFAULTS
-    p = sub.add_parser("train", help="train a model natively (wgpu-py) on MNIST, with "
-                                     "checkpoints, metrics and the trained .onnx")
+    p = sub.add_parser("train", help="train a model natively (wgpu-py, or numpy with --device "
+                                     "cpu) on MNIST, with checkpoints, metrics and the trained "
+                                     ".onnx")
     p.add_argument("model", type=Path, nargs="?", default=None,
                    help="the .onnx model (optional with --resume)")
     # Defaults are None so that --resume can tell what was given on the command line.
-    p.add_argument("--optimizer", choices=["adam", "adamw", "adagrad", "sgd"],
-                   help=f"default {d['optimizer']}")
+    p.add_argument("--optimizer", choices=list(optim.NAMES), help=f"default {d['optimizer']}")
     p.add_argument("--lr", type=float, help=f"learning rate (default {d['lr']})")
     p.add_argument("--batch-size", dest="batch_size", type=int,
                    help=f"default {d['batch_size']}")
     p.add_argument("--epochs", type=int, help=f"default {d['epochs']}")
     p.add_argument("--seed", type=int, help=f"default {d['seed']}")
     p.add_argument("--init", choices=["scratch", "finetune"], help=f"default {d['init']}")
-    p.add_argument("--momentum", type=float, help="SGD momentum (default 0)")
-    p.add_argument("--weight-decay", dest="weight_decay", type=float, help="default 0")
+    p.add_argument("--momentum", type=float, help="SGD / RMSprop momentum (default 0)")
+    p.add_argument("--weight-decay", dest="weight_decay", type=float,
+                   help="default 0 (AdamW: 0 means torch's 1e-2)")
     p.add_argument("--max-steps", dest="max_steps", type=int, help="0 = no cap (default)")
     p.add_argument("--train-images", dest="train_images", type=int,
                    help="train on the first N training images (0 = all 60000, default)")
@@ -177,7 +292,8 @@ def add_train(sub) -> argparse.ArgumentParser:
                    help=f"validate on the first N test images (default {d['eval_images']})")
     p.add_argument("--report-every", dest="report_every", type=int,
                    help=f"steps between metric readbacks (default {d['report_every']})")
-    p.add_argument("--device", choices=["gpu", "cpu"], default=None, help="default gpu")
+    p.add_argument("--device", choices=["gpu", "cpu"], default=None,
+                   help="gpu (wgpu-py, default) or cpu (the numpy engine, float32)")
     p.add_argument("--data-dir", dest="data_dir", type=Path, default=None,
                    help="MNIST cache (default <repo>/.cache/mnist)")
     p.add_argument("--out", type=Path, default=None,
@@ -186,6 +302,18 @@ def add_train(sub) -> argparse.ArgumentParser:
                    help="continue the run in DIR from its last checkpoint")
     p.add_argument("--no-progress", dest="no_progress", action="store_true",
                    help="no progress bar")
+    g = p.add_argument_group("optimizer options (torch.optim's names)")
+    g.add_argument("--clip-grad-norm", dest="clip_grad_norm", type=float,
+                   help="clip gradients to this global L2 norm (0 = off, default)")
+    for flag, key, kw in OPTIMIZER_OPTIONS:
+        g.add_argument(flag, dest="opt_" + key, **_metavar(key, kw))
+    g = p.add_argument_group("learning-rate schedule (torch.optim.lr_scheduler)")
+    g.add_argument("--scheduler", choices=list(SCHEDULERS), default=None,
+                   help="none (default), steplr, exponential, cosine (CosineAnnealingLR), "
+                        "onecycle (OneCycleLR, per batch; cycles momentum / beta1 unless "
+                        "--no-cycle-momentum)")
+    for flag, key, kw in SCHEDULER_OPTIONS:
+        g.add_argument(flag, dest="sched_" + key, **_metavar(key, kw))
     return p
 
 
@@ -200,14 +328,109 @@ def train(args) -> int:
         return 2
 
 
+def _flag(options, key) -> str:
+    return next(f for f, k, _ in options if k == key)
+
+
+def _scheduler_spec(args, stored):
+    """config["scheduler"] from --scheduler and its options, on top of ``stored`` (the resumed
+    run's spec, or None): a new --scheduler replaces it, options alone update it."""
+    params = {k: getattr(args, "sched_" + k) for _, k, _ in SCHEDULER_OPTIONS
+              if getattr(args, "sched_" + k, None) is not None}
+    name = getattr(args, "scheduler", None)
+    if name is None:
+        if not params:
+            return stored
+        if not stored:
+            raise ValueError(f"{_flag(SCHEDULER_OPTIONS, next(iter(params)))} needs "
+                             "--scheduler")
+        key = next(k for k, (cls, _) in SCHEDULERS.items()
+                   if cls and cls.lower() == str(stored.get("name", "")).lower())
+        spec = {**stored, **params}
+    else:
+        key, spec = name, {"name": SCHEDULERS[name][0], **params}
+    allowed = SCHEDULERS[key][1]
+    for k in params:
+        if k not in allowed:
+            raise ValueError(f"{_flag(SCHEDULER_OPTIONS, k)} does not apply to --scheduler "
+                             f"{key}")
+    return spec if key != "none" else None
+
+
+def complete_schedule(cfg: dict, steps_per_epoch: int) -> dict | None:
+    """``cfg["scheduler"]`` with the defaults that depend on the run filled in (StepLR step_size
+    1; CosineAnnealingLR T_max = the epochs; OneCycleLR max_lr = lr and total_steps = epochs x
+    steps per epoch), so that config.json states the whole schedule and --resume keeps it."""
+    spec = cfg.get("scheduler")
+    if not spec:
+        return None
+    spec = dict(spec)
+    name = str(spec.get("name", "")).lower()
+    epochs = int(cfg["epochs"])
+    if name == "steplr":
+        spec.setdefault("step_size", 1)
+    elif name == "exponentiallr" and "gamma" not in spec:
+        raise ValueError("--scheduler exponential needs --gamma")
+    elif name == "cosineannealinglr":
+        spec.setdefault("T_max", epochs * (steps_per_epoch if spec.get("interval") == "step"
+                                           else 1))
+    elif name == "onecyclelr":
+        spec.setdefault("max_lr", float(cfg["lr"]))
+        spec.setdefault("total_steps", max(1, epochs * steps_per_epoch))
+    return spec
+
+
+def check_config(cfg: dict, steps_per_epoch: int) -> None:
+    """Build the optimizer and the schedule of ``cfg`` on the host (no device work) and step
+    the schedule to the run's last step: raises ValueError for a bad option before anything is
+    written."""
+    from . import optim, schedulers
+    per = max(1, steps_per_epoch)
+    total = per * int(cfg["epochs"])
+    if int(cfg["max_steps"]) > 0:
+        total = min(total, int(cfg["max_steps"]))
+    sched = schedulers.make(cfg, per, total)
+    try:
+        for t in sorted({1, max(total, 1)}):
+            sched.lr_at(t)
+    except ValueError as exc:
+        raise ValueError(f"scheduler {cfg['scheduler'].get('name')}: {exc}; this run takes "
+                         f"{total} steps (give a larger --total-steps, or fewer --epochs)") \
+            from None
+    opt = optim.make(cfg["optimizer"], float(cfg["lr"]), float(cfg["momentum"]),
+                     float(cfg["weight_decay"]),
+                     clip_grad_norm=float(cfg.get("clip_grad_norm") or 0.0),
+                     **(cfg.get("optimizer_args") or {}))
+    opt.follow(sched)
+
+
+def _device_config(cfg: dict, dev) -> dict:
+    """The config handed to the GPU trainer. torch's OneCycleLR(cycle_momentum=True) gives SGD
+    and RMSprop the cycle's momentum from the first step whatever momentum they were built
+    with; the GPU trainer attaches its optimizer (and so decides on a momentum buffer) before it
+    can follow the schedule, so one built with momentum 0 gets the cycle's first value instead
+    (which the cycle then overrides at every step: the run is torch's)."""
+    spec = cfg.get("scheduler") or {}
+    if (not is_cpu(dev) and str(spec.get("name", "")).lower() == "onecyclelr"
+            and spec.get("cycle_momentum", True)
+            and cfg.get("optimizer", train_mod.DEFAULTS["optimizer"]) in ("sgd", "rmsprop")
+            and not float(cfg.get("momentum") or 0.0)):
+        return {**cfg, "momentum": float(spec.get("max_momentum", 0.95))}
+    return cfg
+
+
 def _resolve_config(args) -> tuple[dict, Path, Path, dict | None]:
-    """``(config, model path, out dir, checkpoint header or None)``."""
+    """``(config, model path, out dir, stored config.json or None)``."""
     given = {k: getattr(args, k) for k in TRAIN_KEYS + ("train_images", "device")
              if getattr(args, k, None) is not None}
+    opt_args = {k: getattr(args, "opt_" + k) for _, k, _ in OPTIMIZER_OPTIONS
+                if getattr(args, "opt_" + k, None) is not None}
     if args.resume:
         run_dir = Path(args.resume)
         stored = json.loads((run_dir / "config.json").read_text())
         cfg = {**stored["config"], **given}
+        cfg["optimizer_args"] = {**(stored["config"].get("optimizer_args") or {}), **opt_args}
+        cfg["scheduler"] = _scheduler_spec(args, stored["config"].get("scheduler"))
         model = Path(args.model) if args.model else Path(stored["model"]["path"])
         if args.out and Path(args.out).resolve() != run_dir.resolve():
             raise ValueError("--out and --resume name different folders; a resumed run "
@@ -219,7 +442,8 @@ def _resolve_config(args) -> tuple[dict, Path, Path, dict | None]:
         return cfg, model, run_dir, stored
     if args.model is None:
         raise ValueError("MODEL.onnx is required (unless --resume DIR)")
-    cfg = {**train_mod.DEFAULTS, "train_images": 0, "device": "gpu", **given}
+    cfg = {**train_mod.DEFAULTS, "train_images": 0, "device": "gpu", "clip_grad_norm": 0.0,
+           **given, "optimizer_args": opt_args, "scheduler": _scheduler_spec(args, None)}
     model = Path(args.model)
     out = args.out or Path("runs") / f"{model.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     return cfg, model, Path(out), None
@@ -238,6 +462,10 @@ async def _train(args) -> int:
                          "trained from")
     train_set, test_set, source = load_splits(args.data_dir, int(cfg.get("train_images") or 0),
                                               int(cfg["eval_images"]))
+    batch = int(cfg["batch_size"])
+    per_epoch = train_set.count // max(batch, 1)
+    cfg["scheduler"] = complete_schedule(cfg, per_epoch)
+    check_config(cfg, per_epoch)
     graph, weights = onnx_io.load_bundle(model_path)
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     config_doc = {
@@ -250,18 +478,17 @@ async def _train(args) -> int:
         "command": sys.argv[1:] if sys.argv else [],
         "created": (stored or {}).get("created") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "resumes": (stored or {}).get("resumes", []) + (
-            [{"from": str(ckpt_path), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}]
-            if ckpt_path else []),
+            [{"from": str(ckpt_path), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "device": cfg.get("device", "gpu")}] if ckpt_path else []),
     }
     atomic_write(out / "config.json", (json.dumps(config_doc, indent=2) + "\n").encode())
 
-    trainer = train_mod.Trainer(dev, graph, weights, cfg, train_set, test_set)
+    trainer = make_trainer(dev, graph, weights, _device_config(cfg, dev), train_set, test_set)
     await trainer.setup()
+    if not is_cpu(dev):
+        trainer.opt.follow(trainer.lr_at)  # OneCycleLR's momentum / beta1 cycling
     if header:
-        wblob = sections["weights"]
-        if len(wblob) != trainer.plan.wbytes:
-            raise ValueError(f"{ckpt_path}: weights do not fit this model's layout")
-        dev.write(trainer.plan.P, wblob)
+        write_weights(dev, trainer, sections["weights"], str(ckpt_path))
         load_optimizer_state(dev, trainer.opt, sections["optimizer"])
         # Epochs fully done (a --max-steps stop can checkpoint in the middle of an epoch).
         trainer.epoch = int(header.get("epochs_completed", header["epoch"]))
@@ -269,8 +496,6 @@ async def _train(args) -> int:
         print(f"resuming {out} from {ckpt_path.name} (epoch {trainer.epoch}, step "
               f"{trainer.step})", file=sys.stderr)
 
-    batch = trainer.plan.batch
-    per_epoch = train_set.count // batch
     total = per_epoch * int(cfg["epochs"])
     if int(cfg["max_steps"]) > 0:
         total = min(total, int(cfg["max_steps"]))
@@ -288,15 +513,18 @@ async def _train(args) -> int:
             bar.set_postfix_str(f"epoch {kw['epoch']}/{kw['epochs']} loss {loss:.4f} "
                                 f"acc {acc:.3f} {kw['images_per_s']:.0f} img/s", refresh=True)
 
+    dropout = "numpy default_rng([seed, step])" if is_cpu(dev) else "pcg(seed, step, node)"
+
     async def on_epoch(epoch, step, m):
         row = {"epoch": epoch, "step": step, "train_loss": m["train_loss"],
                "train_acc": m["train_acc"], "valid_loss": m["val_loss"],
                "valid_acc": m["val_acc"], "elapsed_s": round(time.perf_counter() - t0, 3)}
-        wblob = await dev.read(trainer.plan.P)
+        wblob = await read_weights(dev, trainer)
         head = {"epoch": epoch, "step": step, "epochs_completed": step // per_epoch,
                 "rng": {"seed": int(cfg["seed"]), "next_epoch": epoch,
                         "shuffle": "random.Random(seed * 1000003 + epoch)",
-                        "dropout": "pcg(seed, step, node)"},
+                        "dropout": dropout},
+                "device": cfg.get("device", "gpu"),
                 "optimizer": cfg["optimizer"], "config": cfg,
                 "model_sha256": config_doc["model"]["sha256"], "metrics": row}
         # A --max-steps stop inside an epoch: epoch-NNN-step-SSSSSSS.ckpt (sorts before the
@@ -324,8 +552,11 @@ async def _train(args) -> int:
                   "steps": result["steps"], "optimizer": cfg["optimizer"], "lr": cfg["lr"],
                   "batch_size": cfg["batch_size"], "seed": cfg["seed"], "init": cfg["init"],
                   "final_accuracy": result["test_acc"], "eval_images": trainer.n_eval,
-                  "train_images": train_set.count, "backend": "wgpu-native",
+                  "train_images": train_set.count,
+                  "backend": "numpy" if is_cpu(dev) else "wgpu-native",
                   "adapter": dev.info.get("device") or dev.info.get("description", "")}
+    if cfg.get("scheduler"):
+        provenance["scheduler"] = cfg["scheduler"]
     atomic_write(out / "model.onnx", onnx_io.export_onnx(model_path, trained, provenance))
     print(f"done: {result['steps']} steps, valid acc {result['test_acc']:.4f} loss "
           f"{result['test_loss']:.4f} on {trainer.n_eval} test images; wrote {out}")
@@ -336,7 +567,8 @@ async def _train(args) -> int:
 
 async def engine_log_probs(dev, model_path: Path, images, labels) -> list[list[float]]:
     """Eval-mode log-probabilities of the engine (weights as in the model: fine-tune init) for
-    ``images`` (uint8 [n, 28, 28], n >= 1), via Trainer.evaluate (GPU normalisation)."""
+    ``images`` (uint8 [n, 28, 28], n >= 1), via the trainer's evaluate (its normalisation): the
+    GPU's ``train.Trainer`` on a wgpu device, the numpy ``CpuTrainer`` on a ``CpuDevice``."""
     import numpy as np
 
     from . import onnx_io
@@ -349,9 +581,8 @@ async def engine_log_probs(dev, model_path: Path, images, labels) -> list[list[f
         labels = np.concatenate([labels, labels])
     split = train_mod.Split(images.tobytes(), labels.tobytes(), len(labels), labels.tobytes(),
                             images.shape[1] * images.shape[2])
-    trainer = train_mod.Trainer(dev, graph, weights,
-                                {"init": "finetune", "batch_size": 2, "eval_images": n},
-                                split, split)
+    trainer = make_trainer(dev, graph, weights,
+                           {"init": "finetune", "batch_size": 2, "eval_images": n}, split, split)
     await trainer.setup()
     _, _, raw = await trainer.evaluate()
     vals = np.frombuffer(raw, np.float32).reshape(n, trainer.classes)
@@ -384,7 +615,8 @@ def add_predict(sub) -> argparse.ArgumentParser:
     p.add_argument("--index", type=int, default=12, help="MNIST test image (default 12)")
     p.add_argument("--data-dir", dest="data_dir", type=Path, default=None,
                    help="MNIST cache (default <repo>/.cache/mnist)")
-    p.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
+    p.add_argument("--device", choices=["gpu", "cpu"], default="gpu",
+                   help="gpu (wgpu-py, default) or cpu (the numpy engine, float32)")
     return p
 
 

@@ -8,6 +8,11 @@ reduction dispatches before the update; no readback.
 
 The state saves and restores through ``await opt.state_bytes(dev)`` /
 ``opt.load_state_bytes(dev, data)`` (a small JSON header, then each state buffer's float32s).
+
+The momentum (SGD, RMSprop) and Adam's beta1 are per-step scalars (``a2`` of the step uniform),
+so a schedule can change them between steps as torch's OneCycleLR(cycle_momentum=True) does:
+``opt.follow(schedule)`` (``schedulers``; call it before ``attach`` when the optimizer was built
+with momentum 0, so that the momentum buffer exists) takes them from ``schedule.momentum_at(t)``.
 """
 
 import json
@@ -29,6 +34,7 @@ class Optimizer:
     entry = ""
     states = ("", "", "")
     state_init = (0.0, 0.0, 0.0)
+    cycles = None  # what torch's OneCycleLR(cycle_momentum=True) drives: "momentum" | "beta1"
 
     def __init__(self, lr: float, weight_decay: float = 0.0, clip_grad_norm: float = 0.0):
         if lr <= 0:
@@ -37,6 +43,8 @@ class Optimizer:
             raise ValueError(f"clip_grad_norm must be >= 0 (0 = off), got {clip_grad_norm}")
         self.lr, self.weight_decay = float(lr), float(weight_decay)
         self.clip_grad_norm = float(clip_grad_norm)
+        self.momentum_at = None  # step -> momentum / beta1 (or None), set by follow()
+        self.attached = False
 
     @property
     def name(self) -> str:
@@ -53,8 +61,42 @@ class Optimizer:
     def _parts(n: int) -> int:
         return max(1, min(_PARTS, (n + 255) // 256))
 
+    def base_momentum(self) -> float:
+        """The momentum / beta1 given to the constructor (0 where there is none)."""
+        return 0.0
+
+    def momentum_of(self, t: int) -> float:
+        """The momentum (SGD, RMSprop) or beta1 (Adam) of step ``t``: the schedule's when
+        ``follow`` installed one, else the constructor's."""
+        if self.momentum_at is not None:
+            m = self.momentum_at(t)
+            if m is not None:
+                return float(m)
+        return self.base_momentum()
+
+    def follow(self, schedule):
+        """Take each step's momentum / beta1 from ``schedule.momentum_at(t)`` when the schedule
+        cycles it (torch's OneCycleLR with cycle_momentum=True, which overwrites the optimizer's
+        ``momentum`` or ``betas[0]`` before every step); a schedule that does not is ignored.
+        Raises ValueError with torch's message for optimizers that have neither (Adagrad,
+        Adadelta), and when called after ``attach`` on an optimizer that has no momentum buffer
+        (built with momentum 0). Returns ``self``."""
+        cycling = getattr(schedule, "cycles_momentum", False)
+        if cycling and self.cycles is None:
+            raise ValueError(f"{self.name}: optimizer must support momentum or beta1 with "
+                             "`cycle_momentum` option enabled")
+        before, old = tuple(self.states), self.momentum_at
+        self.momentum_at = schedule.momentum_at if cycling else None
+        if self.attached and tuple(self.states) != before:
+            self.momentum_at = old
+            raise ValueError(f"{self.name} was built with momentum 0: call follow(schedule) "
+                             "before attach() (the momentum buffer is made there)")
+        return self
+
     def scalars(self, t: int, lr: float):
-        return (0.0, 1.0, 0.0)
+        """``(a0, a1, a2)`` of step ``t`` (see each kernel in optim.wgsl); ``a2`` is the
+        step's momentum / beta1."""
+        return (0.0, 1.0, self.momentum_of(t))
 
     async def attach(self, plan):
         dev, n = plan.dev, plan.wbytes // 4
@@ -78,6 +120,7 @@ class Optimizer:
             await b.kernel("optim", "grad_norm", params, binds, (1, 1, 1))
         await b.kernel("optim", self.entry, params, binds, groups_1d(n))
         self.dispatches = b.current
+        self.attached = True
 
     def state_buffers(self):
         return [buf for buf, used in zip(self.slots, self.states) if used]
@@ -134,7 +177,16 @@ class SGD(Optimizer):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         self.momentum, self.dampening, self.nesterov = momentum, dampening, nesterov
-        self.states = ("momentum_buffer" if momentum else "", "", "")
+
+    cycles = "momentum"
+
+    @property
+    def states(self):
+        used = self.momentum or self.momentum_at is not None
+        return ("momentum_buffer" if used else "", "", "")
+
+    def base_momentum(self):
+        return float(self.momentum)
 
     def params(self):
         return (int(self.nesterov), 0, 0, float(self.momentum), float(self.dampening),
@@ -163,10 +215,16 @@ class Adam(Optimizer):
         return (0, int(self.decoupled), AMSGRAD if self.amsgrad else 0, 0.0, 0.0,
                 self.weight_decay, float(self.eps), float(self.betas[0]), float(self.betas[1]))
 
+    cycles = "beta1"
+
+    def base_momentum(self):
+        return float(self.betas[0])
+
     def scalars(self, t, lr):
-        bc1 = 1.0 - self.betas[0] ** t
+        beta1 = self.momentum_of(t)  # torch: bias_correction1 = 1 - beta1 ** step, current beta1
+        bc1 = 1.0 - beta1 ** t
         bc2 = 1.0 - self.betas[1] ** t
-        return (lr / bc1, bc2 ** 0.5, 0.0)
+        return (lr / bc1, bc2 ** 0.5, beta1)
 
 
 class Adagrad(Optimizer):
@@ -188,6 +246,9 @@ class Adagrad(Optimizer):
     def scalars(self, t, lr):
         return (lr / (1.0 + (t - 1) * self.lr_decay), 1.0, 0.0)
 
+    def momentum_of(self, t):
+        return 0.0
+
 
 class RMSprop(Optimizer):
     """torch.optim.RMSprop(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
@@ -204,8 +265,17 @@ class RMSprop(Optimizer):
             raise ValueError(f"Invalid alpha value: {alpha}")
         self.alpha, self.eps, self.momentum = float(alpha), float(eps), float(momentum)
         self.centered = bool(centered)
-        self.states = ("square_avg", "momentum_buffer" if momentum > 0 else "",
-                       "grad_avg" if centered else "")
+
+    cycles = "momentum"
+
+    @property
+    def states(self):
+        used = self.momentum > 0 or self.momentum_at is not None
+        return ("square_avg", "momentum_buffer" if used else "",
+                "grad_avg" if self.centered else "")
+
+    def base_momentum(self):
+        return self.momentum
 
     def params(self):
         return (0, 0, CENTERED if self.centered else 0, self.momentum, 0.0, self.weight_decay,
@@ -228,6 +298,9 @@ class Adadelta(Optimizer):
 
     def params(self):
         return (0, 0, 0, 0.0, 0.0, self.weight_decay, self.eps, 0.0, self.rho)
+
+    def momentum_of(self, t):
+        return 0.0
 
 
 NAMES = ("sgd", "adam", "adamw", "adagrad", "rmsprop", "adadelta")

@@ -10,6 +10,11 @@ each epoch), so step ``t`` uses the schedule's epoch ``(t - 1) // steps_per_epoc
 (chainable) ``get_lr`` form, not the closed form, so the values match torch's bit for bit up
 to the order of float operations.
 
+``momentum_at(t)`` is the momentum (SGD, RMSprop) or beta1 (Adam, AdamW) the schedule sets for
+step ``t``, or None when it leaves momentum alone (every scheduler but OneCycleLR with
+``cycle_momentum``); ``cycles_momentum`` says which. ``optim.Optimizer.follow(schedule)`` wires it
+into an optimizer.
+
 ``make(cfg, steps_per_epoch, total_steps)`` builds the scheduler of a trainer config: ``cfg["lr"]``
 and optional ``cfg["scheduler"]``, e.g. ``{"name": "steplr", "step_size": 1, "gamma": 0.7}``;
 absent (or None) -> the constant ``cfg["lr"]``.
@@ -24,8 +29,13 @@ class Constant:
     def __init__(self, lr: float):
         self.lr = float(lr)
 
+    cycles_momentum = False
+
     def lr_at(self, step: int) -> float:
         return self.lr
+
+    def momentum_at(self, step: int):
+        return None
 
     __call__ = lr_at
 
@@ -52,8 +62,13 @@ class _EpochScheduler:
             self._lrs.append(self._next(len(self._lrs), self._lrs[-1]))
         return self._lrs[epoch]
 
+    cycles_momentum = False
+
     def lr_at(self, step: int) -> float:
         return self.lr_at_epoch((max(int(step), 1) - 1) // self.per)
+
+    def momentum_at(self, step: int):
+        return None
 
     __call__ = lr_at
 
@@ -105,26 +120,23 @@ class CosineAnnealingLR(_EpochScheduler):
 
 class OneCycleLR:
     """torch.optim.lr_scheduler.OneCycleLR(max_lr, total_steps, pct_start=0.3,
-    anneal_strategy="cos", div_factor=25, final_div_factor=1e4, three_phase=False), stepped
-    per batch (Smith & Topin 2017, "Super-Convergence"; fastai's two phases unless
-    ``three_phase``). lr starts at max_lr / div_factor (the optimizer's own lr is replaced, as
-    in torch), rises to max_lr over pct_start of the steps, then anneals to
-    initial_lr / final_div_factor.
+    anneal_strategy="cos", cycle_momentum=True, div_factor=25, final_div_factor=1e4,
+    three_phase=False, base_momentum=0.85, max_momentum=0.95), stepped per batch (Smith &
+    Topin 2017, "Super-Convergence"; fastai's two phases unless ``three_phase``). lr starts at
+    max_lr / div_factor (the optimizer's own lr is replaced, as in torch), rises to max_lr over
+    pct_start of the steps, then anneals to initial_lr / final_div_factor.
 
-    Momentum cycling is NOT implemented: torch's default ``cycle_momentum=True`` also cycles
-    SGD's momentum / Adam's beta1 between base_momentum 0.85 and max_momentum 0.95, which this
-    engine cannot do (the optimizer kernels take momentum / beta1 from a fixed uniform), so
-    the constructor raises ValueError unless ``cycle_momentum=False`` is given explicitly.
+    With ``cycle_momentum`` (torch's default) the momentum moves inversely: max_momentum ->
+    base_momentum while the lr rises, back to max_momentum while it falls (three_phase: stays at
+    max_momentum in the last phase). ``momentum_at(t)`` is the value torch writes into the
+    optimizer's ``momentum`` (SGD, RMSprop) or ``betas[0]`` (Adam, AdamW) before step ``t``;
+    the optimizer replaces its own momentum / beta1 with it (``optim.Optimizer.follow``).
     Stepping past ``total_steps`` raises ValueError as torch does."""
 
     def __init__(self, max_lr, total_steps=None, epochs=None, steps_per_epoch=None,
                  pct_start=0.3, anneal_strategy="cos", cycle_momentum=True, div_factor=25.0,
                  final_div_factor=1e4, three_phase=False, base_momentum=0.85,
                  max_momentum=0.95):
-        if cycle_momentum:
-            raise ValueError("OneCycleLR: cycle_momentum=True (torch's default) is not "
-                             "supported (momentum/beta1 are fixed per run); pass "
-                             "cycle_momentum=False")
         if total_steps is None:
             if not epochs or not steps_per_epoch:
                 raise ValueError("You must define either total_steps OR (epochs AND "
@@ -142,34 +154,58 @@ class OneCycleLR:
         self.initial_lr = float(max_lr) / div_factor
         self.max_lr = float(max_lr)
         self.min_lr = self.initial_lr / final_div_factor
+        self.cycle_momentum = bool(cycle_momentum)
+        hi, lo = float(max_momentum), float(base_momentum)
+        self.max_momentum, self.base_momentum = hi, lo
         pct = float(pct_start)
+        # (end step, start lr, end lr, start momentum, end momentum), torch's _schedule_phases
         if three_phase:
-            self.phases = [(float(pct * n) - 1, self.initial_lr, self.max_lr),
-                           (float(2 * pct * n) - 2, self.max_lr, self.initial_lr),
-                           (n - 1, self.initial_lr, self.min_lr)]
+            self.phases = [(float(pct * n) - 1, self.initial_lr, self.max_lr, hi, lo),
+                           (float(2 * pct * n) - 2, self.max_lr, self.initial_lr, lo, hi),
+                           (n - 1, self.initial_lr, self.min_lr, hi, hi)]
         else:
-            self.phases = [(float(pct * n) - 1, self.initial_lr, self.max_lr),
-                           (n - 1, self.max_lr, self.min_lr)]
+            self.phases = [(float(pct * n) - 1, self.initial_lr, self.max_lr, hi, lo),
+                           (n - 1, self.max_lr, self.min_lr, lo, hi)]
+
+    @property
+    def cycles_momentum(self) -> bool:
+        return self.cycle_momentum
 
     def _anneal_value(self, start, end, pct):
         if self.anneal == "cos":
             return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
         return (end - start) * pct + start
 
-    def lr_at_epoch(self, step_num: int) -> float:
-        """torch's get_lr at ``last_epoch = step_num`` (batches stepped so far)."""
+    def _at(self, step_num: int):
+        """(lr, momentum) of torch's get_lr at ``last_epoch = step_num``."""
         if step_num > self.total_steps:
             raise ValueError(f"Tried to step {step_num} times. The specified number of total "
                              f"steps is {self.total_steps}")
         start = 0.0
-        for i, (end, lo, hi) in enumerate(self.phases):
+        for i, (end, lo, hi, m0, m1) in enumerate(self.phases):
             if step_num <= end or i == len(self.phases) - 1:
-                return self._anneal_value(lo, hi, (step_num - start) / (end - start))
+                if end == start:  # torch divides by zero here
+                    raise ValueError(f"OneCycleLR: phase {i + 1} of the cycle has no steps "
+                                     f"(total_steps {self.total_steps} is too few for its "
+                                     "pct_start)")
+                pct = (step_num - start) / (end - start)
+                return self._anneal_value(lo, hi, pct), self._anneal_value(m0, m1, pct)
             start = end
         raise AssertionError("unreachable")
 
+    def lr_at_epoch(self, step_num: int) -> float:
+        """torch's get_lr at ``last_epoch = step_num`` (batches stepped so far)."""
+        return self._at(step_num)[0]
+
     def lr_at(self, step: int) -> float:
         return self.lr_at_epoch(max(int(step), 1) - 1)
+
+    def momentum_at(self, step: int):
+        """The momentum / beta1 of optimizer step ``step`` (1-based); None without
+        ``cycle_momentum``."""
+        if not self.cycle_momentum:
+            return None
+        return self._at(max(int(step), 1) - 1)[1]
 
     __call__ = lr_at
 
