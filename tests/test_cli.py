@@ -2,11 +2,16 @@
 
 lavapipe is slow, so every run is a subset: the first 640 MNIST training images (10 steps of 64
 per epoch), validation on the first 256 test images, 2 epochs. One module-scoped set of runs
-(each a real `webgpu-trainer` subprocess) serves all tests:
+(each a real `webgpu-trainer` subprocess; SGD with Nesterov momentum, gradient clipping and a
+StepLR schedule, which config.json must record and --resume must reuse) serves all tests:
 
 - A: 2 epochs uninterrupted;
-- B: 1 epoch, then `--resume B --epochs 2`;
-- C: a copy of B after its first epoch, resumed with `--lr 1e30` (diverges; see test_guard).
+- B: 1 epoch, then `--resume B --epochs 2` (no optimizer or schedule options: from config.json);
+- C: a copy of B after its first epoch, resumed with `--lr 1e30 --clip-grad-norm 0` (diverges;
+  see test_guard).
+
+The option checks (test_option_errors) fail before any training, on `--device cpu`; the numpy
+device's training runs are tests/test_cpu_backend.py's.
 """
 
 import hashlib
@@ -28,6 +33,7 @@ MODEL = REPO / "models" / "seednet.onnx"
 EXE = [sys.executable, "-m", "webgpu_trainer.cli"]
 SMALL = ["--train-images", "640", "--batch-size", "64", "--eval-images", "256",
          "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--seed", "3",
+         "--nesterov", "--clip-grad-norm", "5", "--scheduler", "steplr", "--gamma", "0.5",
          "--no-progress"]
 METRIC_KEYS = ("epoch", "step", "train_loss", "train_acc", "valid_loss", "valid_acc")
 
@@ -59,8 +65,9 @@ def runs(tmp_path_factory, device):
     resumed = cli("train", "--resume", b, "--epochs", "2", "--no-progress")
     ckpt = c / "checkpoints" / "epoch-001.ckpt"
     before = sha256(ckpt)
-    diverged = cli("train", "--resume", c, "--epochs", "2", "--lr", "1e30", "--no-progress",
-                   check=False)
+    # (clipping would keep the steps finite: options given again override the stored ones)
+    diverged = cli("train", "--resume", c, "--epochs", "2", "--lr", "1e30", "--clip-grad-norm",
+                   "0", "--no-progress", check=False)
     return {"a": a, "b": b, "c": c, "resumed": resumed, "diverged": diverged,
             "ckpt_before": before, "ckpt": ckpt}
 
@@ -75,6 +82,8 @@ def test_artifacts(runs, device):
     assert (c["optimizer"], c["lr"], c["batch_size"], c["epochs"], c["seed"], c["init"],
             c["momentum"], c["train_images"], c["eval_images"]) == \
         ("sgd", 0.05, 64, 2, 3, "scratch", 0.9, 640, 256)
+    assert (c["device"], c["clip_grad_norm"], c["optimizer_args"], c["scheduler"]) == \
+        ("gpu", 5.0, {"nesterov": True}, {"name": "StepLR", "gamma": 0.5, "step_size": 1})
     assert cfg["model"]["sha256"] == sha256(MODEL)
     assert cfg["data"]["train_images"] == 640 and cfg["data"]["eval_images"] == 256
     for pkg in ("python", "webgpu-trainer", "wgpu", "onnx", "onnxruntime", "numpy"):
@@ -136,6 +145,8 @@ def test_guard_stops_and_keeps_checkpoint(runs):
     assert sha256(runs["ckpt"]) == runs["ckpt_before"]
     assert not (runs["c"] / "checkpoints" / "epoch-002.ckpt").exists()
     assert len(metrics(runs["c"])) == 1
+    cfg = json.loads((runs["c"] / "config.json").read_text())["config"]
+    assert (cfg["lr"], cfg["clip_grad_norm"], cfg["scheduler"]["name"]) == (1e30, 0.0, "StepLR")
 
 
 def test_predict_matches_onnxruntime(runs):
@@ -166,6 +177,61 @@ def test_checkpoint_round_trip_and_atomic(tmp_path):
         native.read_checkpoint(path)
 
 
-def test_device_cpu_not_implemented(tmp_path):
-    proc = cli("train", MODEL, "--device", "cpu", "--out", tmp_path / "r", check=False)
-    assert proc.returncode == 2 and "not implemented yet (numpy backend pending)" in proc.stderr
+@pytest.mark.parametrize("args, message", [
+    (["--gamma", "0.5"], "--gamma needs --scheduler"),
+    (["--scheduler", "steplr", "--max-lr", "1"], "--max-lr does not apply to --scheduler steplr"),
+    (["--scheduler", "none", "--t-max", "3"], "--t-max does not apply to --scheduler none"),
+    (["--scheduler", "exponential"], "--scheduler exponential needs --gamma"),
+    (["--optimizer", "sgd", "--betas", "0.9", "0.99"], "optimizer 'sgd'.*betas"),
+    (["--optimizer", "sgd", "--nesterov"], "Nesterov momentum requires a momentum"),
+    (["--optimizer", "adagrad", "--scheduler", "onecycle"],
+     "Adagrad: optimizer must support momentum or beta1 with `cycle_momentum`"),
+    (["--scheduler", "onecycle", "--total-steps", "2", "--train-images", "256",
+      "--batch-size", "64"], "Tried to step 3 times.*this run takes 4 steps"),
+    (["--clip-grad-norm", "-1"], "clip_grad_norm must be >= 0"),
+    (["--scheduler", "onecycle", "--three-phase", "--pct-start", "0.25", "--total-steps", "4"],
+     "phase 1 of the cycle has no steps"),
+])
+def test_option_errors(tmp_path, args, message):
+    """Bad optimizer / schedule options stop before anything is written (exit 2)."""
+    out = tmp_path / "r"
+    proc = cli("train", MODEL, "--device", "cpu", "--out", out, *args, check=False)
+    assert proc.returncode == 2 and re.search(message, proc.stderr), proc.stderr
+    assert not out.exists()
+
+
+def test_scheduler_options_recorded(tmp_path):
+    """Every schedule option lands in config["scheduler"] under torch's keyword, with the
+    run-dependent defaults resolved (here only --max-steps 1 of a 4-step run on the CPU)."""
+    out = tmp_path / "r"
+    cli("train", MODEL, "--device", "cpu", "--out", out, "--train-images", "512",
+        "--batch-size", "32", "--eval-images", "8", "--max-steps", "1", "--no-progress",
+        "--optimizer", "adam", "--betas", "0.8", "0.99", "--eps", "1e-6", "--amsgrad",
+        "--scheduler", "onecycle", "--pct-start", "0.25", "--anneal-strategy", "linear",
+        "--div-factor", "10", "--final-div-factor", "100", "--three-phase",
+        "--base-momentum", "0.8", "--max-momentum", "0.9")
+    c = json.loads((out / "config.json").read_text())["config"]
+    assert c["optimizer_args"] == {"betas": [0.8, 0.99], "eps": 1e-6, "amsgrad": True}
+    assert c["scheduler"] == {"name": "OneCycleLR", "pct_start": 0.25, "anneal_strategy":
+                              "linear", "div_factor": 10.0, "final_div_factor": 100.0,
+                              "three_phase": True, "base_momentum": 0.8, "max_momentum": 0.9,
+                              "max_lr": 0.001, "total_steps": 16}
+    # the other schedules, parsed and completed in-process (no run)
+    from webgpu_trainer import cli as cli_mod
+    from webgpu_trainer import native
+    for argv, want in (
+            (["--scheduler", "cosine", "--eta-min", "0.001"],
+             {"name": "CosineAnnealingLR", "eta_min": 0.001, "T_max": 3}),
+            (["--scheduler", "cosine", "--scheduler-interval", "step"],
+             {"name": "CosineAnnealingLR", "interval": "step", "T_max": 30}),
+            (["--scheduler", "exponential", "--gamma", "0.9"],
+             {"name": "ExponentialLR", "gamma": 0.9}),
+            (["--scheduler", "steplr", "--step-size", "2"], {"name": "StepLR", "step_size": 2}),
+            (["--scheduler", "onecycle", "--max-lr", "0.1", "--no-cycle-momentum",
+              "--total-steps", "50"],
+             {"name": "OneCycleLR", "max_lr": 0.1, "cycle_momentum": False, "total_steps": 50}),
+            ([], None)):
+        args = cli_mod.build_parser().parse_args(["train", str(MODEL), "--epochs", "3", *argv])
+        cfg = native._resolve_config(args)[0]
+        assert native.complete_schedule(cfg, 10) == want, argv
+        native.check_config({**cfg, "scheduler": want}, 10)
