@@ -392,24 +392,32 @@ def test_fold_generators_and_casts(tmp_path):
     np.testing.assert_allclose(_engine_out(graph, blob, x), want, rtol=1e-6)
 
 
-def test_static_batch_generalised(tmp_path):
-    """A fixed batch of 4 baked into a Reshape ([4, -1]) holds for any batch after import."""
-    nodes = [helper.make_node("Constant", [], ["shp"], value=_ints("shp", [4, -1])),
-             helper.make_node("Reshape", ["x", "shp"], ["f"], name="view"),
+@pytest.mark.parametrize("allowzero,const_node", [(0, True), (1, False)])
+def test_static_batch_generalised(tmp_path, allowzero, const_node):
+    """A fixed batch of 4 baked into a Reshape shape ([4, -1]: a Constant node from the
+    TorchScript exporter, an initializer with allowzero=1 from the dynamo exporter) holds for
+    any batch after import: [-1, 784]."""
+    nodes = [helper.make_node("Reshape", ["x", "shp"], ["f"], name="view", allowzero=allowzero),
              helper.make_node("Gemm", ["f", "fw"], ["y"], name="fc", transB=1)]
-    model = _tiny_model(nodes, [numpy_helper.from_array(_w((10, 784)), "fw")], opset=13,
-                        x_shape=(4, 1, 28, 28))
+    inits = [numpy_helper.from_array(_w((10, 784)), "fw")]
+    if const_node:
+        nodes.insert(0, helper.make_node("Constant", [], ["shp"], value=_ints("shp", [4, -1])))
+    else:
+        inits.append(_ints("shp", [4, -1]))
+    model = _tiny_model(nodes, inits, opset=14 + 4 * allowzero, x_shape=(4, 1, 28, 28))
     model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 4
     graph, blob = onnx_io.load_bundle(_save(model, tmp_path / "static.onnx"))
     assert graph["inputs"][0]["shape"] == ["N", 1, 28, 28]
     assert graph["outputs"][0]["shape"] == ["N", 10]
     view = graph["nodes"][0]
-    assert graph["constants"][view["inputs"][1]]["values"] == [0, -1]
-    assert any("fixed batch size of 4" in n for n in graph["notes"])
-    assert _engine_out(graph, blob, np.zeros((7, 1, 28, 28))).shape == (7, 10)
+    assert graph["constants"][view["inputs"][1]]["values"] == [-1, 784]
+    assert any("fixed batch size of 4" in n and "['view']" in n for n in graph["notes"])
+    x = np.random.default_rng(0).standard_normal((7, 1, 28, 28))
+    want = x.reshape(7, 784) @ _w((10, 784)).T.astype(np.float64)
+    np.testing.assert_allclose(_engine_out(graph, blob, x), want, rtol=1e-6, atol=1e-9)
     # the export keeps the original graph (batch 4)
     out = onnx.load_from_string(onnx_io.export_onnx(tmp_path / "static.onnx", blob, {}))
-    assert [n.op_type for n in out.graph.node] == ["Constant", "Reshape", "Gemm"]
+    assert [n.op_type for n in out.graph.node] == [n.op_type for n in model.graph.node]
 
 
 @pytest.mark.parametrize("opset", [11, 13, 18])
@@ -526,3 +534,32 @@ def test_auto_pad_cast_and_dead_nodes(tmp_path):
     assert [n["op_type"] for n in graph["nodes"]] == ["Conv", "Identity", "Flatten", "MatMul"]
     conv = graph["nodes"][0]["attrs"]
     assert conv["auto_pad"] == "NOTSET" and conv["pads"] == [0, 0, 1, 1]  # 28 -> 14
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18])
+def test_split_slice_pad_forms(tmp_path, opset):
+    """Split (attr split / input split / num_outputs), Slice (attrs in opset < 10 only, so
+    inputs here), Pad (inputs from opset 11): the bundle mirrors the constants into attrs."""
+    inits = [numpy_helper.from_array(_w((784, 12)), "w"), _ints("st", [1]), _ints("en", [11]),
+             _ints("ax", [1]), _ints("sp", [1]), _ints("pads", [0, 0, 0, 0]),
+             _ints("pv", 0.0, np.float32)]
+    if opset == 11:
+        split = helper.make_node("Split", ["h"], ["a", "b"], name="split", axis=1, split=[6, 6])
+    elif opset == 13:
+        inits.append(_ints("parts", [6, 6]))
+        split = helper.make_node("Split", ["h", "parts"], ["a", "b"], name="split", axis=1)
+    else:
+        split = helper.make_node("Split", ["h"], ["a", "b"], name="split", axis=1,
+                                 num_outputs=2)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), split,
+             helper.make_node("Concat", ["b", "a"], ["c"], name="cat", axis=1),
+             helper.make_node("Slice", ["c", "st", "en", "ax", "sp"], ["s"], name="slice"),
+             helper.make_node("Pad", ["s", "pads", "pv"], ["y"], name="pad")]
+    model = _tiny_model(nodes, inits, opset=opset)
+    graph, _ = onnx_io.load_bundle(_save(model, tmp_path / f"split{opset}.onnx"),
+                                   check_trainable=False)
+    attrs = {n["name"]: n["attrs"] for n in graph["nodes"]}
+    assert attrs["split"]["split"] == [6, 6] and attrs["split"]["axis"] == 1
+    assert attrs["slice"] == {"starts": [1], "ends": [11], "axes": [1], "steps": [1]}
+    assert attrs["pad"] == {"pads": [0, 0, 0, 0], "value": 0.0, "mode": "constant"}
+    assert graph["nodes"][1]["inputs"][0] == "h"  # the inputs stay as they were

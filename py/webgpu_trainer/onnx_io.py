@@ -61,6 +61,8 @@ TESTED_OPSETS = (13, 18)  # opsets the fixtures cover; older ones down to MIN_OP
 MIN_OPSET = 7
 MAX_FILE_BYTES = (1 << 31) - 1  # protobuf cannot parse more; weights beyond go to external data
 MAX_FOLD_ELEMENTS = 1 << 22  # largest constant the folder will materialise
+MAX_INLINE_ELEMENTS = 1 << 16  # largest constant written inline (JSON) into the bundle
+MAX_REFERENCE_ELEMENTS = 1 << 16  # largest inputs folded by onnx.reference (other ops)
 MNIST_DIMS = ([1, 28, 28], [784])  # per-sample input shapes the trainer feeds
 _BATCHES = (3, 5)  # the two batch sizes the folder evaluates the graph at
 _DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -104,7 +106,8 @@ _CONST_SLOTS: dict[str, tuple] = {**_MUST_BE_CONST, "Clip": (1, 2), "Pad": (1, 2
                                   "OneHot": (1, 2), "CumSum": (1,), "Gather": (1,)}
 _NEVER_FOLD = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",
                          "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout", "If",
-                         "Loop", "Scan", "SequenceConstruct", "Optional"})
+                         "Loop", "Scan", "SequenceConstruct", "Optional",
+                         "BatchNormalization"})
 _FOLD_ONLY = frozenset({"Shape", "Size", "Constant", "ConstantOfShape", "Range", "Gather",
                         "Cast", "CastLike", "Equal", "Where", "Less", "Greater", "Not"})
 _FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
@@ -127,6 +130,7 @@ class _NotFoldable(Exception):
 
 
 def _error(path: str, problems: list[str]) -> OnnxImportError:
+    problems = list(dict.fromkeys(problems))  # each once, in order
     if len(problems) == 1:
         return OnnxImportError(f"{path}: {problems[0]}", problems)
     lines = "\n".join(f"- {p}" for p in problems)
@@ -494,8 +498,8 @@ def _eval_op(node: onnx.NodeProto, ins: list, opset: int) -> list:
         ax = None if not axes else tuple(a % x.ndim for a in axes)
         return [np.asarray(fn(x, axis=ax, keepdims=keep)).astype(x.dtype)]
     # Anything else: the ONNX reference implementation, on small inputs only.
-    if sum(np.asarray(v).size for v in ins if v is not None) > MAX_FOLD_ELEMENTS:
-        raise _NotFoldable("inputs too large")
+    if sum(np.asarray(v).size for v in ins if v is not None) > MAX_REFERENCE_ELEMENTS:
+        raise _NotFoldable("inputs too large to fold")
     try:
         from onnx.reference import ReferenceEvaluator
         ev = ReferenceEvaluator(node, opsets={"": opset})
@@ -551,11 +555,7 @@ class _Importer:
         self.reported: set[str] = set()  # nodes with a problem already
         self.shapes: dict[str, list | None] = {}
         if tensors_ok and structure_ok and not self.problems:
-            try:
-                onnx.checker.check_model(self.model, full_check=True)
-            except Exception as e:  # noqa: BLE001 - ValidationError and friends
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                self.problems.append(f"the ONNX checker rejects the model: {first}")
+            self._check_onnx()
         self.dead = self._dead_nodes()
         self.fold_ran = tensors_ok and structure_ok and self.input is not None
         if self.fold_ran:
@@ -623,6 +623,25 @@ class _Importer:
         self.problems += bad[:20] + ([f"... and {len(bad) - 20} more undefined tensors"]
                                      if len(bad) > 20 else [])
         return not bad
+
+    def _check_onnx(self) -> None:
+        """onnx.checker: structural errors and type errors (strict shape inference) are
+        problems; other shape-inference complaints only a note (the folder infers again)."""
+        def first_line(e):
+            text = str(e).strip()
+            return text.splitlines()[0] if text else type(e).__name__
+        try:
+            onnx.checker.check_model(self.model)
+        except Exception as e:  # noqa: BLE001 - ValidationError and friends
+            self.problems.append(f"the ONNX checker rejects the model: {first_line(e)}")
+            return
+        try:
+            onnx.checker.check_model(self.model, full_check=True)
+        except Exception as e:  # noqa: BLE001 - InferenceError
+            if "type" in str(e).lower():
+                self.problems.append(f"the ONNX checker rejects the model: {first_line(e)}")
+            else:
+                self.notes.append(f"ONNX shape inference reports: {first_line(e)}")
 
     def _dead_nodes(self) -> set:
         """Names of the nodes no graph output depends on (exporters leave some behind)."""
@@ -841,16 +860,17 @@ class _Importer:
                 continue
             if int(shp[0]) != b0:
                 continue
-            new = shp.astype(np.int64).copy()
-            allowzero = int(_attr(n, "allowzero", 0))
-            if -1 not in _int_list(new):
+            out = shapes.get(n.output[0])
+            if out and None not in out and out[0] == b0 and len(out) == len(shp):
+                new = np.array([-1] + list(out[1:]), np.int64)  # the other dims as inferred
+            elif -1 not in _int_list(shp):
+                new = shp.astype(np.int64).copy()
                 new[0] = -1
-            elif allowzero and 0 in _int_list(new[1:]):
+            elif int(_attr(n, "allowzero", 0)):
                 continue
             else:
-                new[0] = 0
-                if allowzero:
-                    self.attr_overrides.setdefault(name, {})["allowzero"] = 0
+                new = shp.astype(np.int64).copy()
+                new[0] = 0  # copy the batch dim (allowzero is 0)
             n.input[1] = self._add_const_init(n.input[1], new, base)
             changed.append(name)
         self.notes.append(f"the model was exported with a fixed batch size of {b0}; the "
@@ -1053,8 +1073,10 @@ class _Importer:
         for x in uses:
             if x in self.constants:
                 arr = self.constants[x]
-                if arr.size > MAX_FOLD_ELEMENTS:
-                    self.problems.append(f"constant {x!r} has {arr.size:,} values (too large)")
+                if arr.size > MAX_INLINE_ELEMENTS:
+                    self.problems.append(
+                        f"constant {x!r} has {arr.size:,} values, too many to inline into the "
+                        "model description: store it as an initializer")
                     continue
                 constants[x] = _small(arr)
         # Tensors: float initializers (and Identity copies) used as data.
@@ -1159,7 +1181,9 @@ class _Importer:
         # Nodes.
         for n, name, ins in keep:
             ins = [rewire.get((name, k), x) for k, x in enumerate(ins)]
-            nodes.append(self._node(n, name, ins, constants, tensor_names))
+            nd = self._node(n, name, ins, constants, tensor_names)
+            if nd is not None:
+                nodes.append(nd)
         inp = self.input
         outputs = []
         for o in g.output:
@@ -1210,8 +1234,20 @@ class _Importer:
                                  f"{users}: only float tensors can be data")
         return False
 
-    def _node(self, n, name, ins, constants, tensor_names) -> dict:
-        """One bundle node: attributes with defaults, constant inputs mirrored to attrs."""
+    def _node(self, n, name, ins, constants, tensor_names) -> dict | None:
+        """One bundle node: attributes with defaults, constant inputs mirrored to attrs;
+        None (and a problem) when its inputs / outputs do not fit the op's schema."""
+        try:
+            schema = onnx.defs.get_schema(n.op_type, self.opset, "")
+        except Exception:  # noqa: BLE001 - unknown ops are reported by _check_ops
+            schema = None
+        if schema is not None and not (schema.min_input <= len(ins) <= schema.max_input
+                                       and schema.min_output <= len(n.output)
+                                       <= schema.max_output):
+            self.problems.append(f"node {name} ({n.op_type}) has {len(ins)} inputs and "
+                                 f"{len(n.output)} outputs, which does not fit the "
+                                 f"{n.op_type}-{schema.since_version} schema")
+            return None
         attrs = {a.name: _json_attr(a) for a in n.attribute}
         attrs.update(self.attr_overrides.get(name, {}))
         op = n.op_type
@@ -1220,7 +1256,7 @@ class _Importer:
             self.notes.append(f"node {name} (Cast to a float type) runs as Identity in float32")
         for k in _MUST_BE_CONST.get(op, ()):
             if len(ins) > k and ins[k] and ins[k] not in constants \
-                    and name not in self.reported:
+                    and name not in self.reported and self.fold_ran:
                 self.problems.append(f"node {name} ({op}) input {k} {ins[k]!r} must be a "
                                      "constant but is computed at run time")
         for k, key in _MIRROR.get(op, {}).items():
