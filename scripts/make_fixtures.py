@@ -357,6 +357,10 @@ def export(model: nn.Module, suffix: str, path: pathlib.Path) -> dict:
                 do_constant_folding=not train, input_names=["input"], output_names=["output"],
                 dynamic_axes={"input": {0: "N"}, "output": {0: "N"}} if dynamic else None)
     onnx_model = onnx.load(str(path))
+    for node in onnx_model.graph.node:  # source paths and line numbers of this script: drop
+        keep = [p for p in node.metadata_props if "stack_trace" not in p.key]
+        del node.metadata_props[:]
+        node.metadata_props.extend(keep)
     onnx_model.doc_string = f"webgpu-trainer import fixture {path.stem} (scripts/make_fixtures.py)"
     onnx.checker.check_model(onnx_model, full_check=True)
     onnx.save(onnx_model, str(path))

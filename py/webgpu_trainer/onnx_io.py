@@ -11,12 +11,15 @@ Contracts: docs/ARCHITECTURE.md, "Model description (bundle)" and "Trained weigh
   dynamic batch, training- or inference-mode graphs:
 
   * constant subgraphs are folded before training (Constant, Identity, Shape, Size, Gather,
-    Unsqueeze, Squeeze, Concat, Cast, ConstantOfShape, Range, Reshape/Slice/arithmetic of
-    constants, ...). The batch dimension is symbolic: the graph is evaluated for two batch sizes
-    and a shape that follows the batch (``x.view(x.size(0), -1)``) becomes a Reshape constant
-    with ``0`` (ONNX: copy the input's dim; ``allowzero`` set to 0) or ``-1`` in that place, so
-    it holds for any batch. A batch size baked into a static export (``[4, -1]``) is
-    generalised the same way, with a note;
+    Unsqueeze, Squeeze, Concat, Cast, CastLike, ConstantOfShape, Range, Reshape/Slice/
+    arithmetic of constants; other standard ops through ``onnx.reference`` on small inputs),
+    alternating with ONNX shape inference until nothing new folds. The batch dimension is
+    symbolic: the graph is evaluated for two batch sizes and a shape that follows the batch
+    (``x.view(x.size(0), -1)``) becomes a Reshape constant with ``0`` (ONNX: copy the input's
+    dim; ``allowzero`` set to 0) or ``-1`` in that place, so it holds for any batch; any other
+    batch-dependent value is a problem. A batch size baked into a static export (a Reshape to
+    ``[4, -1]``) becomes ``[-1, <inferred dims>]``, with a note; the input and output shapes get
+    the batch symbol (``"N"`` unless the file names it). Nodes no output depends on are dropped;
   * attribute defaults are filled; constant inputs that older opsets had as attributes are kept
     as inputs AND mirrored into ``attrs`` under the attribute name (Squeeze/Unsqueeze/Reduce*
     ``axes``, Split ``split``, Clip ``min``/``max``, Dropout ``ratio``/``training_mode``, Pad
