@@ -1114,7 +1114,10 @@ class _Importer:
                 final_order.append((tname, src))
                 copies = stat[1:]
             for n, name, k in copies:  # a running statistic must be a tensor of its own
-                base = f"{name}.{'running_mean' if k == 3 else 'running_var'}"
+                stat = "running_mean" if k == 3 else "running_var"
+                scale = n.input[1] if len(n.input) > 1 else ""
+                base = (f"{scale[:-len('.weight')]}.{stat}" if scale.endswith(".weight")
+                        else f"{name}.{stat}")  # torch's name when the scale has one
                 new, i = base, 1
                 while new in taken:
                     i += 1
