@@ -25,16 +25,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def tiny_model(path: Path) -> None:
-    """input [N,4] -> Gemm(3x4, transB) -> Relu -> LogSoftmax, opset 16."""
+    """input [N,784] -> Gemm(10x784, transB) -> Relu -> LogSoftmax, opset 16 (MNIST-shaped:
+    the importer refuses models whose input does not fit MNIST)."""
     rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((3, 4)).astype(np.float32), "fc.weight")
-    b = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "fc.bias")
+    w = numpy_helper.from_array(rng.standard_normal((10, 784)).astype(np.float32), "fc.weight")
+    b = numpy_helper.from_array(rng.standard_normal(10).astype(np.float32), "fc.bias")
     nodes = [helper.make_node("Gemm", ["input", "fc.weight", "fc.bias"], ["h"], transB=1),
              helper.make_node("Relu", ["h"], ["r"]),
              helper.make_node("LogSoftmax", ["r"], ["output"], axis=1)]
     graph = helper.make_graph(
-        nodes, "tiny", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 4])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["N", 3])], [w, b])
+        nodes, "tiny", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 784])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["N", 10])], [w, b])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
     model.ir_version = 8
     onnx.checker.check_model(model, full_check=True)
@@ -200,14 +201,15 @@ def test_models_bundle_and_export(env):
     c = env["client"]
     models = c.get("/api/models").json()
     assert models == [{"name": "tiny", "file": "tiny.onnx",
-                       "bytes": (env["models"] / "tiny.onnx").stat().st_size, "params": 15}]
+                       "bytes": (env["models"] / "tiny.onnx").stat().st_size, "params": 7850,
+                       "uploaded": False}]
     graph = c.get("/api/models/tiny/graph.json").json()
     assert graph["format"] == "webgpu-trainer/graph@1"
     weights = c.get("/api/models/tiny/weights.bin").content
     assert len(weights) == graph["weights_nbytes"]
     new = bytearray(weights)
     off = next(t["offset"] for t in graph["tensors"] if t["name"] == "fc.bias")
-    new[off:off + 12] = np.array([1, 2, 3], "<f4").tobytes()
+    new[off:off + 40] = np.arange(1, 11, dtype="<f4").tobytes()
     prov = {"dataset": "mnist", "epochs": 1, "final_accuracy": 0.5}
     r = c.post("/api/models/tiny/export", content=bytes(new),
                headers={"X-Provenance": json.dumps(prov)})
@@ -216,7 +218,7 @@ def test_models_bundle_and_export(env):
     model = onnx.load_from_string(r.content)
     onnx.checker.check_model(model, full_check=True)
     bias = next(t for t in model.graph.initializer if t.name == "fc.bias")
-    assert numpy_helper.to_array(bias).tolist() == [1, 2, 3]
+    assert numpy_helper.to_array(bias).tolist() == list(range(1, 11))
     props = {p.key: p.value for p in model.metadata_props}
     assert props["dataset"] == "mnist" and props["epochs"] == "1"
 

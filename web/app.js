@@ -31,6 +31,7 @@ const appState = {
   models: [],                // GET /api/models
 };
 window.appState = appState;
+window.readFormForTests = () => readForm();
 window.lastRun = null;
 
 // ---------------------------------------------------------------------------------- helpers

@@ -404,21 +404,6 @@ def check_config(cfg: dict, steps_per_epoch: int) -> None:
     opt.follow(sched)
 
 
-def _device_config(cfg: dict, dev) -> dict:
-    """The config handed to the GPU trainer. torch's OneCycleLR(cycle_momentum=True) gives SGD
-    and RMSprop the cycle's momentum from the first step whatever momentum they were built
-    with; the GPU trainer attaches its optimizer (and so decides on a momentum buffer) before it
-    can follow the schedule, so one built with momentum 0 gets the cycle's first value instead
-    (which the cycle then overrides at every step: the run is torch's)."""
-    spec = cfg.get("scheduler") or {}
-    if (not is_cpu(dev) and str(spec.get("name", "")).lower() == "onecyclelr"
-            and spec.get("cycle_momentum", True)
-            and cfg.get("optimizer", train_mod.DEFAULTS["optimizer"]) in ("sgd", "rmsprop")
-            and not float(cfg.get("momentum") or 0.0)):
-        return {**cfg, "momentum": float(spec.get("max_momentum", 0.95))}
-    return cfg
-
-
 def _resolve_config(args) -> tuple[dict, Path, Path, dict | None]:
     """``(config, model path, out dir, stored config.json or None)``."""
     given = {k: getattr(args, k) for k in TRAIN_KEYS + ("train_images", "device")
@@ -483,10 +468,8 @@ async def _train(args) -> int:
     }
     atomic_write(out / "config.json", (json.dumps(config_doc, indent=2) + "\n").encode())
 
-    trainer = make_trainer(dev, graph, weights, _device_config(cfg, dev), train_set, test_set)
+    trainer = make_trainer(dev, graph, weights, cfg, train_set, test_set)
     await trainer.setup()
-    if not is_cpu(dev):
-        trainer.opt.follow(trainer.lr_at)  # OneCycleLR's momentum / beta1 cycling
     if header:
         write_weights(dev, trainer, sections["weights"], str(ckpt_path))
         load_optimizer_state(dev, trainer.opt, sections["optimizer"])

@@ -269,8 +269,8 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
                 graph, _ = await run_in_threadpool(onnx_io().load_bundle, tmp)
             except ValueError as exc:  # name the user's file, not the temporary one
                 text = str(exc).replace(f"{tmp}: ", "").replace(str(tmp), f"{name}.onnx")
-                raise ApiError(400, f"{name}.onnx cannot be imported: {text}",
-                               _problems(text)) from exc
+                found = [str(p).replace(str(tmp), f"{name}.onnx") for p in _problems(exc)]
+                raise ApiError(400, f"{name}.onnx cannot be imported: {text}", found) from exc
             try:
                 Graph(graph).shapes(2)
             except (GraphError, NotImplementedError) as exc:
@@ -399,7 +399,11 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
 
 
 def _problems(exc) -> list:
-    """The problems of an import or planning error (or its text), one per line."""
+    """The problems of an import or planning error: ``OnnxImportError.problems`` when present,
+    else the lines of its text."""
+    found = getattr(exc, "problems", None)
+    if found:
+        return [str(p) for p in found]
     lines = [ln.strip(" -*\u2022") for ln in str(exc).splitlines()]
     return [ln for ln in lines if ln]
 

@@ -124,14 +124,17 @@ class Trainer:
                               float(cfg["weight_decay"]),
                               clip_grad_norm=float(cfg.get("clip_grad_norm") or 0.0),
                               **(cfg.get("optimizer_args") or {}))
-        await self.opt.attach(plan)
-        self.guard = await Guard.build(plan)
-        # Learning rate of optimizer step t (1-based): cfg["scheduler"] (see schedulers.py).
+        # Learning rate (and OneCycleLR's momentum / beta1) of optimizer step t (1-based):
+        # cfg["scheduler"] (see schedulers.py); the optimizer follows it before attach, which
+        # makes the momentum buffer a cycled momentum needs.
         per_epoch = self.train_set.count // batch
         total = per_epoch * int(cfg["epochs"])
         if int(cfg["max_steps"]) > 0:
             total = min(total, int(cfg["max_steps"]))
         self.lr_at = schedulers.make(cfg, per_epoch, total)
+        self.opt.follow(self.lr_at)
+        await self.opt.attach(plan)
+        self.guard = await Guard.build(plan)
         self.emit("status", text="Uploading MNIST to the GPU…")
         self.order = dev.buffer(4 * self.train_set.count, "train.order")
         self.gather_train = await self._gather(self.train_set, self.order)
