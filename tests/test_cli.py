@@ -12,6 +12,11 @@ StepLR schedule, which config.json must record and --resume must reuse) serves a
 
 The option checks (test_option_errors) fail before any training, on `--device cpu`; the numpy
 device's training runs are tests/test_cpu_backend.py's.
+
+Fine-tuning, loss options and `summary` (the last section) use their own tiny runs (96 training
+images, 3 steps of 32 per epoch, 32 eval images): `--head-only` on the GPU, `--freeze` with
+`--loss mse --reduction sum` on the CPU, each resumed once; their option errors and `summary`
+start no training.
 """
 
 import hashlib
@@ -235,3 +240,173 @@ def test_scheduler_options_recorded(tmp_path):
         cfg = native._resolve_config(args)[0]
         assert native.complete_schedule(cfg, 10) == want, argv
         native.check_config({**cfg, "scheduler": want}, 10)
+
+
+# ------------------------------------------------------------------ fine-tuning, loss, summary
+
+TINY = ["--train-images", "96", "--batch-size", "32", "--eval-images", "32", "--optimizer",
+        "sgd", "--seed", "1", "--no-progress"]
+
+
+def initializers(path: Path) -> dict:
+    """{name: raw little-endian bytes} of a model's initializers."""
+    import onnx
+    from onnx import numpy_helper
+    return {t.name: numpy_helper.to_array(t).astype("<f4").tobytes()
+            for t in onnx.load(str(path)).graph.initializer}
+
+
+def test_head_only_finetune(tmp_path, device):
+    """--head-only --init finetune on the GPU: the body's parameters in the written model.onnx
+    are byte-identical to the original, the head's are not; BatchNorm running statistics still
+    update (train mode, as PyTorch). config.json records the resolved list and --resume keeps
+    it (3 more steps, still frozen)."""
+    from webgpu_trainer import onnx_io, summary
+    out = tmp_path / "r"
+    proc = cli("train", MODEL, "--head-only", "--init", "finetune", "--lr", "0.05", *TINY,
+               "--out", out)
+    head = summary.head_params(onnx_io.load_bundle(MODEL)[0])
+    assert head == ["fc2.weight", "fc2.bias", "norm2.weight", "norm2.bias"]
+    assert "training 4 of 14 parameters (350 of 376,870 values)" in proc.stderr
+    cfg = json.loads((out / "config.json").read_text())["config"]
+    assert cfg["trainable"] == head
+    before = initializers(MODEL)
+
+    def check(after):
+        assert set(after) == set(before)
+        for name, raw in after.items():
+            if name in head or "running" in name:
+                assert raw != before[name], f"{name} did not change"
+            else:
+                assert raw == before[name], f"frozen {name} changed"
+    check(initializers(out / "model.onnx"))
+    resumed = cli("train", "--resume", out, "--epochs", "2", "--no-progress")
+    assert "resuming" in resumed.stderr and "training 4 of 14" in resumed.stderr
+    assert json.loads((out / "config.json").read_text())["config"]["trainable"] == head
+    assert [r["step"] for r in metrics(out)] == [3, 6]
+    check(initializers(out / "model.onnx"))
+    import onnx
+    props = {p.key: p.value for p in onnx.load(str(out / "model.onnx")).metadata_props}
+    assert json.loads(props["trainable"]) == head
+
+
+def test_freeze_prefix_and_loss_options(tmp_path):
+    """--freeze conv1. (a prefix) freezes conv1.weight and conv1.bias only; --loss mse
+    --reduction sum is recorded, trains to finite losses, and --resume keeps both (CPU)."""
+    out = tmp_path / "r"
+    cli("train", MODEL, "--device", "cpu", "--freeze", "conv1.", "--loss", "mse",
+        "--reduction", "sum", "--lr", "0.001", "--init", "finetune", *TINY, "--out", out)
+    cfg = json.loads((out / "config.json").read_text())["config"]
+    before = initializers(MODEL)
+    params = [n for n in before if "running" not in n]
+    assert cfg["trainable"] == [n for n in params if n not in ("conv1.weight", "conv1.bias")]
+    spec = {"loss": "mse", "reduction": "sum", "label_smoothing": 0.0, "weight": None}
+    assert cfg["loss"] == spec
+    for r in metrics(out):
+        assert all(math.isfinite(r[k]) for k in METRIC_KEYS), r
+    after = initializers(out / "model.onnx")
+    changed = {n for n in params if after[n] != before[n]}
+    assert changed == set(cfg["trainable"])
+    cli("train", "--resume", out, "--epochs", "2", "--no-progress")
+    stored = json.loads((out / "config.json").read_text())["config"]
+    assert (stored["loss"], stored["trainable"]) == (spec, cfg["trainable"])
+    assert len(metrics(out)) == 2 and all(math.isfinite(r["train_loss"]) for r in metrics(out))
+    after = initializers(out / "model.onnx")
+    assert {n for n in params if after[n] != before[n]} == set(cfg["trainable"])
+
+    # Options given on --resume (parsed in-process, no run): --reduction alone updates the
+    # stored spec, a new --loss starts a new one, a freeze option replaces the stored list.
+    from webgpu_trainer import cli as cli_mod
+    from webgpu_trainer import native
+    for argv, want in ((["--reduction", "mean"], {**spec, "reduction": "mean"}),
+                       (["--loss", "cross_entropy", "--label-smoothing", "0.1"],
+                        {**spec, "loss": "cross_entropy", "reduction": "mean",
+                         "label_smoothing": 0.1}),
+                       ([], spec)):
+        args = cli_mod.build_parser().parse_args(["train", "--resume", str(out), *argv])
+        assert native._resolve_config(args)[0]["loss"] == want, argv
+    from webgpu_trainer import onnx_io
+    graph = onnx_io.load_bundle(MODEL)[0]
+    assert native.resolve_trainable(graph, trainable="fc2.bias,fc2.weight") == \
+        ["fc2.weight", "fc2.bias"]
+    assert native.resolve_trainable(graph, freeze="conv,fc1.,norm") == \
+        ["fc2.weight", "fc2.bias"]
+    assert native.resolve_trainable(graph) is None
+
+
+PARAMS = "the model's parameters: conv1.weight, conv1.bias, conv2.weight"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--trainable", "fc2.weight,nope,fc9.bias"],
+     f"--trainable: no parameter named 'nope', 'fc9.bias'; {PARAMS}"),
+    (["--trainable", "norm1.running_mean"], "'norm1.running_mean' is a buffer"),
+    (["--freeze", "conv1.,conv9."],
+     f"--freeze: no parameter named or starting with 'conv9.'; {PARAMS}"),
+    (["--freeze", "conv,fc,norm"], "every parameter would be frozen"),
+    (["--trainable", ","], "--trainable: no parameter names given"),
+    (["--head-only", "--freeze", "conv1."], "not allowed with argument --head-only"),
+    (["--class-weights", "1,2,3"], "loss.weight: 3 values for 10 classes"),
+    (["--class-weights", "1,x"], "--class-weights: 'x' is not a number"),
+    (["--loss", "nll", "--label-smoothing", "0.1"],
+     "loss.label_smoothing: 0.1 applies to cross_entropy only, not nll"),
+    (["--loss", "mse", "--class-weights", ",".join(["1"] * 10)],
+     "class weights apply to cross_entropy and nll only, not mse"),
+    (["--label-smoothing", "1.5"], "loss.label_smoothing: 1.5 must be a number in [0, 1]"),
+    (["--loss", "hinge"], "argument --loss: invalid choice: 'hinge'"),
+])
+def test_freeze_and_loss_errors(tmp_path, args, message):
+    """Bad fine-tuning / loss options exit 2 with the message before anything is written."""
+    out = tmp_path / "r"
+    proc = cli("train", MODEL, "--device", "cpu", "--out", out, *args, check=False)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def test_summary(tmp_path):
+    out = cli("summary", MODEL).stdout
+    assert re.search(r"Total params:\s+376,870\n", out), out
+    assert re.search(r"Trainable params:\s+376,870\n", out) and "Buffers:" in out
+    assert re.search(r"Mult-adds:\s+2,756,960", out)
+    for layer, op, shape, params, macs, mark in (
+            ("/conv1/Conv", "Conv", "[1, 8, 26, 26]", "80", "48,672", "yes"),
+            ("/fc1/Gemm", "Gemm", "[1, 32]", "371,744", "371,712", "yes"),
+            ("/LogSoftmax", "LogSoftmax", "[1, 10]", "-", "-", "")):
+        assert re.search(rf"^{re.escape(layer)} +{op} +{re.escape(shape)} +{params} +{macs}"
+                         rf"(  {mark})?$", out, re.MULTILINE), (layer, out)
+    assert sum(1 for x in out.splitlines() if x.startswith("/")) == 14
+    frozen = cli("summary", MODEL, "--head-only").stdout
+    assert re.search(r"Trainable params:\s+350\n", frozen)
+    assert re.search(r"Frozen params:\s+376,520\n", frozen)
+    assert next(x for x in frozen.splitlines() if x.startswith("/fc1/Gemm")).endswith(" no")
+    assert next(x for x in frozen.splitlines() if x.startswith("/fc2/Gemm")).endswith(" yes")
+    doc = json.loads(cli("summary", MODEL, "--json").stdout)
+    assert doc["totals"]["params"] == 376870
+
+
+def test_summary_of_broken_models(tmp_path):
+    """A model that cannot be imported / trained: every problem, one per line, exit 2."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"this is not an onnx file")
+    proc = cli("summary", junk, check=False)
+    assert proc.returncode == 2 and not proc.stdout
+    assert f"error: {junk} cannot be imported (1 problem):\n- not a valid ONNX file" in proc.stderr
+    # wrong input shape + an op the engine does not train: two problems, two lines
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 32, 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])
+    nodes = [helper.make_node("Flatten", ["x"], ["f"], name="flatten"),
+             helper.make_node("MatMul", ["f", "w"], ["h"], name="fc"),
+             helper.make_node("Hardmax", ["h"], ["y"], name="hm")]
+    w = numpy_helper.from_array(np.zeros((3072, 10), np.float32), "w")
+    bad = tmp_path / "bad.onnx"
+    onnx.save(helper.make_model(helper.make_graph(nodes, "bad", [x], [y], [w]),
+                                opset_imports=[helper.make_opsetid("", 17)]), str(bad))
+    proc = cli("summary", bad, check=False)
+    assert proc.returncode == 2 and not proc.stdout
+    lines = proc.stderr.splitlines()
+    assert re.match(rf"error: {re.escape(str(bad))} cannot be imported \(\d+ problems\):",
+                    lines[0]), proc.stderr
+    assert any(x.startswith("- input 'x' has shape") for x in lines[1:]), proc.stderr
+    assert "- unsupported op: node hm (Hardmax, ai.onnx opset 17)" in lines, proc.stderr

@@ -131,7 +131,7 @@ COMMANDS = {
     "serve": (add_serve, serve),
     "data": (add_data, data),
     "bench": (add_bench, bench),
-    **__import__("webgpu_trainer.native", fromlist=["COMMANDS"]).COMMANDS,  # train, predict
+    **__import__("webgpu_trainer.native", fromlist=["COMMANDS"]).COMMANDS,  # train predict summary
 }
 
 

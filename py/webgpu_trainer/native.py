@@ -1,4 +1,5 @@
-"""Native command-line trainer and predictor (CPython): ``webgpu-trainer train | predict``.
+"""Native command-line trainer, predictor and model summary (CPython): ``webgpu-trainer train |
+predict | summary``.
 
 ``train MODEL.onnx`` runs the same ``train.Trainer`` as the browser on wgpu-py (``--device gpu``,
 the default) or ``cpu.trainer.CpuTrainer`` on the numpy engine (``--device cpu``, float32: the
@@ -27,6 +28,18 @@ torch.optim's keyword names (``config["optimizer_args"]``: ``--nesterov``, ``--b
 ...), ``--clip-grad-norm`` (``config["clip_grad_norm"]``) and ``--scheduler`` with its parameters
 (``config["scheduler"]``, the ``schedulers.make`` spec with every default resolved, e.g. a
 OneCycleLR's ``total_steps``), all stored in config.json and reused by ``--resume``.
+
+Fine-tuning options: ``--trainable NAME[,NAME...]``, ``--freeze NAME[,NAME...]`` (names or name
+prefixes) and ``--head-only`` (``summary.head_params``) are resolved against the model
+(``resolve_trainable``) into ``config["trainable"]``, the sorted-in-graph-order list of the
+parameters that train (None: all of them); ``--loss``, ``--reduction``, ``--label-smoothing`` and
+``--class-weights`` make ``config["loss"]``, the ``ops.losses.normalize`` spec. Both are stored in
+config.json and reused by ``--resume`` (given again, they replace the stored value: a new
+``--loss`` starts a new spec, ``--reduction`` etc. alone update the stored one).
+
+``summary MODEL.onnx`` prints ``summary.summarize`` as a table (layers, output shapes for one
+sample, parameters, multiply-adds, trainable marks, totals); a model that cannot be imported or
+trained exits 2 after listing every problem, one per line.
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import math
 import os
 import platform
 import struct
@@ -44,6 +58,7 @@ from pathlib import Path
 
 from . import train as train_mod
 from .data import atomic_write
+from .ops import losses
 
 CKPT_MAGIC = b"WGTCKPT1"
 CKPT_FORMAT = "webgpu-trainer/checkpoint@1"
@@ -314,7 +329,33 @@ def add_train(sub) -> argparse.ArgumentParser:
                         "--no-cycle-momentum)")
     for flag, key, kw in SCHEDULER_OPTIONS:
         g.add_argument(flag, dest="sched_" + key, **_metavar(key, kw))
+    add_freeze_options(p)
+    g = p.add_argument_group("loss (torch.nn.functional's criteria)")
+    g.add_argument("--loss", choices=list(losses.LOSSES), default=None,
+                   help="auto (default: nll after a final LogSoftmax, else cross_entropy), "
+                        "cross_entropy, nll, mse or bce_with_logits (on one-hot labels)")
+    g.add_argument("--reduction", choices=list(losses.REDUCTIONS), default=None,
+                   help="mean (default) or sum over the batch")
+    g.add_argument("--label-smoothing", dest="label_smoothing", type=float, metavar="F",
+                   help="cross_entropy: label smoothing in [0, 1] (default 0)")
+    g.add_argument("--class-weights", dest="class_weights", metavar="W0,W1,...",
+                   help="cross_entropy / nll: one weight per class, comma-separated")
     return p
+
+
+def add_freeze_options(p) -> None:
+    """``--trainable`` | ``--freeze`` | ``--head-only`` (mutually exclusive; see
+    ``resolve_trainable``), for ``train`` and ``summary``."""
+    g = p.add_argument_group("fine-tuning (which parameters train; the rest stay frozen)")
+    x = g.add_mutually_exclusive_group()
+    x.add_argument("--trainable", metavar="NAME[,NAME...]", default=None,
+                   help="train only these parameters (initializer names)")
+    x.add_argument("--freeze", metavar="NAME[,NAME...]", default=None,
+                   help="train all but these parameters; a name may be a prefix, e.g. conv1. "
+                        "(conv1.weight and conv1.bias)")
+    x.add_argument("--head-only", dest="head_only", action="store_true", default=None,
+                   help="train only the classifier head (the last Conv / Gemm / MatMul and the "
+                        "layers after it; see `webgpu-trainer summary`)")
 
 
 def train(args) -> int:
@@ -355,6 +396,100 @@ def _scheduler_spec(args, stored):
             raise ValueError(f"{_flag(SCHEDULER_OPTIONS, k)} does not apply to --scheduler "
                              f"{key}")
     return spec if key != "none" else None
+
+
+def _name_list(text: str, flag: str) -> list:
+    names = list(dict.fromkeys(n.strip() for n in str(text).split(",") if n.strip()))
+    if not names:
+        raise ValueError(f"{flag}: no parameter names given")
+    return names
+
+
+def resolve_trainable(graph: dict, trainable: str | None = None, freeze: str | None = None,
+                      head_only: bool = False) -> list | None:
+    """``config["trainable"]`` from the fine-tuning options, for the bundle ``graph``: the
+    names of the parameters (role "param" tensors) that train, in graph order; None when no
+    option is given (everything trains).
+
+    ``trainable``: comma-separated parameter names, exactly; ``freeze``: comma-separated names
+    or name prefixes (``conv1.`` matches ``conv1.weight`` and ``conv1.bias``; a plain string
+    prefix, so ``conv`` matches every ``conv*``), every parameter but those trains;
+    ``head_only``: ``summary.head_params(graph)``. Raises ValueError naming the unknown names
+    (and a buffer named as a parameter) and listing the model's parameters, or when nothing
+    would train."""
+    roles = {t["name"]: t["role"] for t in graph["tensors"]}
+    params = [n for n, r in roles.items() if r == "param"]
+    listing = f"the model's parameters: {', '.join(params) or '(none)'}"
+
+    def quote(names):
+        return ", ".join(map(repr, names))
+
+    if head_only:
+        from .summary import head_params
+        keep = set(head_params(graph))
+        if not keep:
+            raise ValueError("--head-only: the model has no parameters to train")
+    elif trainable is not None:
+        names = _name_list(trainable, "--trainable")
+        unknown = [n for n in names if n not in roles]
+        if unknown:
+            raise ValueError(f"--trainable: no parameter named {quote(unknown)}; {listing}")
+        buffers = [n for n in names if roles[n] != "param"]
+        if buffers:
+            what = "is a buffer" if len(buffers) == 1 else "are buffers"
+            raise ValueError(f"--trainable: {quote(buffers)} {what} (BatchNorm running "
+                             f"statistics, updated in training mode but never trained), not "
+                             f"a parameter; {listing}")
+        keep = set(names)
+    elif freeze is not None:
+        frozen, missing = set(), []
+        for item in _name_list(freeze, "--freeze"):
+            hit = [n for n in params if n.startswith(item)]
+            frozen.update(hit)
+            if not hit:
+                missing.append(item)
+        if missing:
+            buffers = [n for n in roles if roles[n] != "param" and n.startswith(tuple(missing))]
+            note = (f" ({quote(buffers)}: buffers, BatchNorm running statistics, which never "
+                    "train)") if buffers else ""
+            raise ValueError(f"--freeze: no parameter named or starting with {quote(missing)}"
+                             f"{note}; {listing}")
+        keep = set(params) - frozen
+        if not keep:
+            raise ValueError("--freeze: every parameter would be frozen, nothing would train; "
+                             f"{listing}")
+    else:
+        return None
+    return [n for n in params if n in keep]
+
+
+def _freeze_given(args) -> bool:
+    return any(getattr(args, k, None) is not None for k in ("trainable", "freeze", "head_only"))
+
+
+def _class_weights(text: str) -> list:
+    out = []
+    for piece in str(text).split(","):
+        try:
+            out.append(float(piece))
+        except ValueError:
+            raise ValueError(f"--class-weights: {piece.strip()!r} is not a number (give one "
+                             "weight per class, comma-separated)") from None
+    return out
+
+
+def _loss_spec(args, stored) -> dict:
+    """config["loss"] (``losses.normalize``'s full spec) from --loss, --reduction,
+    --label-smoothing and --class-weights on top of ``stored`` (the resumed run's spec, None for
+    a new run): a --loss replaces it, the other options alone update it. Raises ValueError with
+    the spec's message."""
+    given = {k: getattr(args, a, None) for k, a in (("loss", "loss"), ("reduction", "reduction"),
+                                                     ("label_smoothing", "label_smoothing"))}
+    given = {k: v for k, v in given.items() if v is not None}
+    if getattr(args, "class_weights", None) is not None:
+        given["weight"] = _class_weights(args.class_weights)
+    base = {} if "loss" in given else losses.normalize(stored)
+    return losses.normalize({**base, **given})
 
 
 def complete_schedule(cfg: dict, steps_per_epoch: int) -> dict | None:
@@ -416,6 +551,7 @@ def _resolve_config(args) -> tuple[dict, Path, Path, dict | None]:
         cfg = {**stored["config"], **given}
         cfg["optimizer_args"] = {**(stored["config"].get("optimizer_args") or {}), **opt_args}
         cfg["scheduler"] = _scheduler_spec(args, stored["config"].get("scheduler"))
+        cfg["loss"] = _loss_spec(args, stored["config"].get("loss"))
         model = Path(args.model) if args.model else Path(stored["model"]["path"])
         if args.out and Path(args.out).resolve() != run_dir.resolve():
             raise ValueError("--out and --resume name different folders; a resumed run "
@@ -428,7 +564,8 @@ def _resolve_config(args) -> tuple[dict, Path, Path, dict | None]:
     if args.model is None:
         raise ValueError("MODEL.onnx is required (unless --resume DIR)")
     cfg = {**train_mod.DEFAULTS, "train_images": 0, "device": "gpu", "clip_grad_norm": 0.0,
-           **given, "optimizer_args": opt_args, "scheduler": _scheduler_spec(args, None)}
+           **given, "optimizer_args": opt_args, "scheduler": _scheduler_spec(args, None),
+           "loss": _loss_spec(args, None)}
     model = Path(args.model)
     out = args.out or Path("runs") / f"{model.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     return cfg, model, Path(out), None
@@ -439,6 +576,13 @@ async def _train(args) -> int:
     cfg, model_path, out, stored = _resolve_config(args)
     if not model_path.is_file():
         raise FileNotFoundError(f"model {model_path} not found")
+    graph, weights = onnx_io.load_bundle(model_path)
+    if _freeze_given(args):
+        cfg["trainable"] = resolve_trainable(graph, args.trainable, args.freeze, args.head_only)
+    train_mod.trainable_names(graph, cfg.get("trainable"))  # a stored list still fits
+    from .graph import Graph
+    g = Graph(graph)
+    losses.normalize(cfg["loss"], g.shapes(2)[g.output][1])  # --class-weights: one per class
     dev = open_device(cfg.get("device", "gpu"))
     ckpt_path = last_checkpoint(out) if stored else None
     header, sections = read_checkpoint(ckpt_path) if ckpt_path else (None, None)
@@ -451,7 +595,6 @@ async def _train(args) -> int:
     per_epoch = train_set.count // max(batch, 1)
     cfg["scheduler"] = complete_schedule(cfg, per_epoch)
     check_config(cfg, per_epoch)
-    graph, weights = onnx_io.load_bundle(model_path)
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     config_doc = {
         "config": cfg,
@@ -478,6 +621,16 @@ async def _train(args) -> int:
         trainer.step = int(header["step"])
         print(f"resuming {out} from {ckpt_path.name} (epoch {trainer.epoch}, step "
               f"{trainer.step})", file=sys.stderr)
+    if cfg.get("trainable") is not None:
+        sizes = {t["name"]: math.prod(t["shape"]) for t in graph["tensors"]
+                 if t["role"] == "param"}
+        n_all = sum(sizes.values())
+        n_train = sum(sizes[n] for n in cfg["trainable"])
+        print(f"training {len(cfg['trainable'])} of {len(sizes)} parameters ({n_train:,} of "
+              f"{n_all:,} values): {', '.join(cfg['trainable'])}", file=sys.stderr)
+        if cfg["init"] == "scratch" and not header:
+            print("note: --init scratch re-initialises the frozen parameters too (fine-tuning "
+                  "usually wants --init finetune)", file=sys.stderr)
 
     total = per_epoch * int(cfg["epochs"])
     if int(cfg["max_steps"]) > 0:
@@ -540,6 +693,10 @@ async def _train(args) -> int:
                   "adapter": dev.info.get("device") or dev.info.get("description", "")}
     if cfg.get("scheduler"):
         provenance["scheduler"] = cfg["scheduler"]
+    if cfg["loss"] != losses.DEFAULT:
+        provenance["loss"] = cfg["loss"]
+    if cfg.get("trainable") is not None:
+        provenance["trainable"] = cfg["trainable"]
     atomic_write(out / "model.onnx", onnx_io.export_onnx(model_path, trained, provenance))
     print(f"done: {result['steps']} steps, valid acc {result['test_acc']:.4f} loss "
           f"{result['test_loss']:.4f} on {trainer.n_eval} test images; wrote {out}")
@@ -628,4 +785,108 @@ def predict(args) -> int:
     return 0
 
 
-COMMANDS = {"train": (add_train, train), "predict": (add_predict, predict)}
+# ------------------------------------------------------------------------------ summary
+
+def add_summary(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("summary", help="print a model's layers, output shapes, parameters, "
+                                       "multiply-adds and trainable parameters (or why it "
+                                       "cannot be trained)")
+    p.add_argument("model", type=Path, help="the .onnx model")
+    p.add_argument("--json", action="store_true", help="print summary.summarize's JSON instead")
+    add_freeze_options(p)
+    return p
+
+
+def _shape_text(shape) -> str:
+    return "-" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _si(n: int) -> str:
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.2f} {unit}"
+    return str(n)
+
+
+def format_summary(s: dict) -> str:
+    """``summary.summarize``'s dict as a text table (torchinfo-like): one row per layer (name,
+    op, output shape for one sample, parameters, multiply-adds, "yes" / "no" / "partly" for
+    whether its parameters train), then the totals and the head."""
+    trains = {t["name"]: t["trainable"] for t in s["tensors"] if t["role"] == "param"}
+    rows = []
+    for layer in s["layers"]:
+        owned = [trains[n] for n in layer["tensors"] if n in trains]
+        mark = "" if not owned else "yes" if all(owned) else "no" if not any(owned) \
+            else "partly"
+        rows.append((layer["name"], layer["op"], _shape_text(layer["output_shape"]),
+                     f"{layer['params']:,}" if layer["params"] else "-",
+                     f"{layer['macs']:,}" if layer["macs"] else "-", mark))
+    head = ("Layer", "Op", "Output shape", "Params", "Mult-adds", "Trainable")
+    widths = [max(len(r[k]) for r in rows + [head]) for k in range(len(head))]
+    right = (False, False, False, True, True, False)
+
+    def line(r):
+        return "  ".join(v.rjust(w) if ra else v.ljust(w)
+                         for v, w, ra in zip(r, widths, right)).rstrip()
+    rule = "-" * len(line(tuple("x" * w for w in widths)))
+    t = s["totals"]
+    inp = s["input"]
+    about = ", ".join(x for x in (f"opset {s['opset']}" if s.get("opset") else "",
+                                  s.get("producer") or "") if x)
+    out = [f"{s.get('name') or 'model'}" + (f" ({about})" if about else "")
+           + f"; input {inp['name']!r} {_shape_text(inp['shape'])}",
+           rule, line(head), rule, *(line(r) for r in rows), rule]
+    width = len(f"{max(t['params'], t['macs']):,}")
+    out += [f"Total params:      {t['params']:>{width},}",
+            f"Trainable params:  {t['trainable']:>{width},}",
+            f"Frozen params:     {t['frozen']:>{width},}",
+            f"Buffers:           {t['buffers']:>{width},}  (BatchNorm running statistics)",
+            f"Mult-adds:         {t['macs']:>{width},}  per sample ({_si(t['macs'])})",
+            "Shapes and mult-adds for one sample (batch 1).",
+            f"Head (--head-only): {', '.join(s['head']) or '-'}"]
+    frozen = [x["name"] for x in s["tensors"] if x["role"] == "param" and not x["trainable"]]
+    if frozen:
+        out.append(f"Frozen: {', '.join(frozen)}")
+    return "\n".join(out)
+
+
+def summary(args) -> int:
+    from . import onnx_io
+    from .graph import Graph, GraphError
+    from .summary import summarize
+    try:
+        graph, _ = onnx_io.load_bundle(args.model)
+    except ValueError as exc:  # OnnxImportError: every problem at once
+        problems = [str(p) for p in getattr(exc, "problems", None) or [str(exc)]]
+        print(f"error: {args.model} cannot be imported ({len(problems)} problem"
+              f"{'s' if len(problems) != 1 else ''}):", file=sys.stderr)
+        for p in problems:
+            print(f"- {p}", file=sys.stderr)
+        return 2
+    try:
+        trainable = resolve_trainable(graph, getattr(args, "trainable", None),
+                                      getattr(args, "freeze", None),
+                                      bool(getattr(args, "head_only", None)))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    result = summarize(graph, trainable)
+    problems = list(result["errors"])
+    try:
+        Graph(graph).shapes(2)
+    except (GraphError, NotImplementedError) as exc:
+        problems.append(str(exc))
+    problems = list(dict.fromkeys(problems))
+    print(json.dumps(result, indent=2) if getattr(args, "json", False)
+          else format_summary(result))
+    if problems:
+        print(f"error: {args.model} cannot be trained ({len(problems)} problem"
+              f"{'s' if len(problems) != 1 else ''}):", file=sys.stderr)
+        for p in problems:
+            print(f"- {p}", file=sys.stderr)
+        return 2
+    return 0
+
+
+COMMANDS = {"train": (add_train, train), "predict": (add_predict, predict),
+            "summary": (add_summary, summary)}
