@@ -15,6 +15,8 @@
 // The loss entry points read Params as {B, C, flags (1: mean, 2: weighted), bitcast<f32> eps}.
 // Each loss is one workgroup of 256 threads (the batch's loss needs all of it before dx).
 
+//!include detmath
+
 struct Params { outer: u32, C: u32, inner: u32, _p0: u32 }
 struct Step { step: u32, offset: u32, seed: u32, slot: u32, lr: f32, a0: f32, a1: f32, a2: f32 }
 
@@ -40,8 +42,8 @@ fn log_softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
   var m = x[base];
   for (var c = 1u; c < p.C; c++) { m = max(m, x[base + c * p.inner]); }
   var s = 0.0;
-  for (var c = 0u; c < p.C; c++) { s += exp(x[base + c * p.inner] - m); }
-  let lse = m + log(s);
+  for (var c = 0u; c < p.C; c++) { s += det_exp(x[base + c * p.inner] - m); }
+  let lse = m + det_log(s);
   for (var c = 0u; c < p.C; c++) { out[base + c * p.inner] = x[base + c * p.inner] - lse; }
 }
 
@@ -55,7 +57,7 @@ fn log_softmax_backward(@builtin(global_invocation_id) gid: vec3<u32>,
   for (var c = 0u; c < p.C; c++) { s += y[base + c * p.inner]; }
   for (var c = 0u; c < p.C; c++) {
     let i = base + c * p.inner;
-    out[i] = y[i] - exp(x[i]) * s;
+    out[i] = y[i] - det_exp(x[i]) * s;
   }
 }
 
@@ -132,9 +134,9 @@ fn nll(@builtin(local_invocation_index) lid: u32) {
 
 // log(1 + exp(-a)) for a >= 0, accurate where exp(-a) is tiny (WGSL has no log1p).
 fn log1p_exp_neg(a: f32) -> f32 {
-  let z = exp(-a);
+  let z = det_exp(-a);
   if (z < 1e-3) { return z * (1.0 - z * (0.5 - z / 3.0)); }
-  return log(1.0 + z);
+  return det_log(1.0 + z);
 }
 
 // Shared body of mse (kind 0) and bce_with_logits (kind 1): x = raw output [B, C], out = dx.
@@ -159,7 +161,7 @@ fn elementwise_loss(lid: u32, kind: u32) {
         out[i] = 2.0 * e * scale;
       } else {
         loss += max(v, 0.0) - v * t + log1p_exp_neg(abs(v));
-        let z = exp(-abs(v));
+        let z = det_exp(-abs(v));
         let s = select(z / (1.0 + z), 1.0 / (1.0 + z), v >= 0.0);
         out[i] = (s - t) * scale;
       }

@@ -8,6 +8,8 @@
 // rows), row = wid.x + wid.y * num_workgroups.x.
 // Bindings: x = input (forward) or y (backward); g = dy (backward only); out = y or dx.
 
+//!include detmath
+
 struct Params { outer: u32, C: u32, inner: u32, use_log: u32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -29,13 +31,13 @@ fn forward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
   var m = x[base];
   for (var c = 1u; c < p.C; c++) { m = max(m, x[base + c * p.inner]); }
   var s = 0.0;
-  for (var c = 0u; c < p.C; c++) { s += exp(x[base + c * p.inner] - m); }
+  for (var c = 0u; c < p.C; c++) { s += det_exp(x[base + c * p.inner] - m); }
   if (p.use_log == 1u) {
-    let lse = m + log(s);
+    let lse = m + det_log(s);
     for (var c = 0u; c < p.C; c++) { out[base + c * p.inner] = x[base + c * p.inner] - lse; }
   } else {
     for (var c = 0u; c < p.C; c++) {
-      out[base + c * p.inner] = exp(x[base + c * p.inner] - m) / s;
+      out[base + c * p.inner] = det_exp(x[base + c * p.inner] - m) / s;
     }
   }
 }
@@ -51,7 +53,7 @@ fn backward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
     for (var c = 0u; c < p.C; c++) { s += g[base + c * p.inner]; }
     for (var c = 0u; c < p.C; c++) {
       let i = base + c * p.inner;
-      out[i] = g[i] - exp(x[i]) * s;
+      out[i] = g[i] - det_exp(x[i]) * s;
     }
   } else {
     for (var c = 0u; c < p.C; c++) { s += g[base + c * p.inner] * x[base + c * p.inner]; }
@@ -98,16 +100,16 @@ fn forward_wg(@builtin(workgroup_id) wid: vec3<u32>,
   for (var c = lid; c < p.C; c += WG) { m = max(m, x[base + c * p.inner]); }
   m = wg_max(lid, m);
   var s = 0.0;
-  for (var c = lid; c < p.C; c += WG) { s += exp(x[base + c * p.inner] - m); }
+  for (var c = lid; c < p.C; c += WG) { s += det_exp(x[base + c * p.inner] - m); }
   s = wg_sum(lid, s);
   if (p.use_log == 1u) {
-    let lse = m + log(s);
+    let lse = m + det_log(s);
     for (var c = lid; c < p.C; c += WG) {
       out[base + c * p.inner] = x[base + c * p.inner] - lse;
     }
   } else {
     for (var c = lid; c < p.C; c += WG) {
-      out[base + c * p.inner] = exp(x[base + c * p.inner] - m) / s;
+      out[base + c * p.inner] = det_exp(x[base + c * p.inner] - m) / s;
     }
   }
 }
@@ -128,6 +130,6 @@ fn backward_wg(@builtin(workgroup_id) wid: vec3<u32>,
   s = wg_sum(lid, s);
   for (var c = lid; c < p.C; c += WG) {
     let i = base + c * p.inner;
-    out[i] = select(x[i] * (g[i] - s), g[i] - exp(x[i]) * s, log_mode);
+    out[i] = select(x[i] * (g[i] - s), g[i] - det_exp(x[i]) * s, log_mode);
   }
 }

@@ -19,6 +19,8 @@
 // fraction of that). Measured in float32 against math.erf (tests/test_ops_unary.py
 // test_erf_kernel_accuracy): max relative error 1.7e-7 over [-6, 6] and tiny |x|.
 
+//!include detmath
+
 struct Params {
   n: u32, op: u32, flags: u32, aux: u32,
   alpha: f32, beta: f32, lo: f32, hi: f32,
@@ -76,7 +78,7 @@ fn erfc_pos(z_in: f32) -> f32 {
   // cleared so zh^2 is exact in float32 (the splitting of fdlibm's s_erf.c): keeps the
   // rounding of z^2 (up to 8e-6 relative at z = 9) out of the result.
   let zh = bitcast<f32>(bitcast<u32>(z) & 0xFFFFF000u);
-  return t * exp(-zh * zh) * exp(q - (z - zh) * (z + zh));
+  return t * det_exp(-zh * zh) * det_exp(q - (z - zh) * (z + zh));
 }
 
 fn erf_(v: f32) -> f32 {
@@ -95,18 +97,18 @@ fn normal_cdf(v: f32) -> f32 {
 
 // tanh with the argument capped at +-10 (tanh(10) rounds to 1 in float32), so that
 // implementations through exp(2x) never see an overflow.
-fn tanh_(v: f32) -> f32 { return tanh(clamp(v, -10.0, 10.0)); }
+fn tanh_(v: f32) -> f32 { return det_tanh(clamp(v, -10.0, 10.0)); }
 
 // 1 / (1 + exp(-v)) without overflow: exp of a non-positive argument only.
 fn sigmoid(v: f32) -> f32 {
-  let e = exp(-abs(v));
+  let e = det_exp(-abs(v));
   return select(e / (1.0 + e), 1.0 / (1.0 + e), v >= 0.0);
 }
 
 // log(1 + exp(v)) = max(v, 0) + log1p(exp(-|v|)), log1p by its series when the argument is small.
 fn softplus(v: f32) -> f32 {
-  let e = exp(-abs(v));
-  let l = select(log(1.0 + e), e * (1.0 - e * (0.5 - e * (1.0 / 3.0))), e < 0.0078125);
+  let e = det_exp(-abs(v));
+  let l = select(det_log(1.0 + e), e * (1.0 - e * (0.5 - e * (1.0 / 3.0))), e < 0.0078125);
   return max(v, 0.0) + l;
 }
 
@@ -122,7 +124,7 @@ fn expm1_(v: f32) -> f32 {
     r = r * v + 1.0;
     return r * v;
   }
-  return exp(v) - 1.0;
+  return det_exp(v) - 1.0;
 }
 
 fn clip_lo() -> f32 { return select(p.lo, lo_t[0], (p.flags & 2u) != 0u); }
@@ -136,8 +138,8 @@ fn forward_value(v: f32) -> f32 {
     case 3u: { return v * normal_cdf(v); }
     case 4u: { return 0.5 * v * (1.0 + tanh_(SQRT_2_OVER_PI * (v + GELU_C * v * v * v))); }
     case 5u: { return erf_(v); }
-    case 6u: { return exp(v); }
-    case 7u: { return log(v); }
+    case 6u: { return det_exp(v); }
+    case 7u: { return det_log(v); }
     case 8u: { return sqrt(v); }
     case 9u: { return -v; }
     case 10u: { return abs(v); }
@@ -164,14 +166,14 @@ fn backward_value(v: f32, w: f32, g: f32, use_y: bool) -> f32 {
       let t = select(tanh_(v), w, use_y);
       return g * (1.0 - t * t);
     }
-    case 3u: { return g * (normal_cdf(v) + v * INV_SQRT_2PI * exp(-0.5 * v * v)); }
+    case 3u: { return g * (normal_cdf(v) + v * INV_SQRT_2PI * det_exp(-0.5 * v * v)); }
     case 4u: {
       let t = tanh_(SQRT_2_OVER_PI * (v + GELU_C * v * v * v));
       let inner = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * v * v);
       return g * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * inner);
     }
-    case 5u: { return g * TWO_OVER_SQRT_PI * exp(-v * v); }
-    case 6u: { return g * select(exp(v), w, use_y); }
+    case 5u: { return g * TWO_OVER_SQRT_PI * det_exp(-v * v); }
+    case 6u: { return g * select(det_exp(v), w, use_y); }
     case 7u: { return g / v; }
     case 8u: { return g / (2.0 * select(sqrt(v), w, use_y)); }
     case 9u: { return -g; }
@@ -181,7 +183,7 @@ fn backward_value(v: f32, w: f32, g: f32, use_y: bool) -> f32 {
       return -g * r * r;
     }
     case 12u: { return g * sigmoid(v); }
-    case 13u: { return select(g * p.alpha * exp(v), g, v > 0.0); }
+    case 13u: { return select(g * p.alpha * det_exp(v), g, v > 0.0); }
     case 14u: {
       let u = p.alpha * v + p.beta;
       return select(0.0, g * p.alpha, u > 0.0 && u < 1.0);

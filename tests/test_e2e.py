@@ -263,17 +263,18 @@ def test_training_loss_falls(trained):
 
 CURVE_STEPS = 50
 CURVE_RTOL = 1e-4
-CURVE_CONFIG = {"optimizer": "sgd", "lr": 0.01, "momentum": 0.9, "batch_size": 32, "epochs": 1,
-                "seed": 0, "init": "scratch", "max_steps": CURVE_STEPS, "eval_images": 64}
 
 
-def test_browser_and_native_loss_curves_match(app, mnist_cache):
-    """Issue 3: same seed, same data order => the browser (Pyodide, SwiftShader) and the native
-    trainer (wgpu-py, lavapipe) give the same loss curve for CURVE_STEPS SeedNet steps, within
-    CURVE_RTOL relative per step. SGD with momentum: Adam divides each gradient by its own
-    running scale, so a gradient component near zero whose rounding differs between the two
-    GPUs moves its weight by a full lr step in one host and not the other (measured with Adam
-    lr 1e-3, batch 64: 8.8e-4 relative by step 33, though steps 1-20 agree to 1e-6)."""
+def test_browser_and_native_loss_curves_match(trained, mnist_cache):
+    """Issue 3: same seed, same data order => the native trainer (wgpu-py, lavapipe here)
+    reproduces the browser's (Pyodide, SwiftShader) per-step losses of the main run for its first
+    CURVE_STEPS steps, within CURVE_RTOL relative per step. The native run uses the same config
+    with max_steps = CURVE_STEPS (no scheduler: a step's lr does not depend on the run's length).
+
+    Training is chaotic: perturbing the input normalisation by 3e-7 on one host moves the loss
+    by 5e-3 relative by step 47 (Adam lr 1e-3). The hosts agree because the kernels give the
+    same bits on both: exp/log on the training path are shaders/detmath.wgsl, not the drivers'
+    approximations (with those, the curves differed by 8.8e-4 at step 33)."""
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
@@ -281,20 +282,7 @@ def test_browser_and_native_loss_curves_match(app, mnist_cache):
     from webgpu_trainer.backends.wgpu_native import Device
     from webgpu_trainer.train import Trainer
 
-    cfg = CURVE_CONFIG
-    app.wait_ready()
-    page = app.page
-    app.configure(optimizer=cfg["optimizer"], lr=str(cfg["lr"]), batch=cfg["batch_size"],
-                  epochs=1, seed=cfg["seed"], max_steps=CURVE_STEPS,
-                  eval_images=cfg["eval_images"], scratch=True)
-    page.fill("#momentum", str(cfg["momentum"]))
-    run_training(app, CURVE_STEPS, TRAIN_TIMEOUT_S, "curve")
-    browser = {s["step"]: s["loss"] for s in page.evaluate("window.appState.steps")}
-    sent = page.evaluate("window.appState.config")
-    for key in ("optimizer", "lr", "momentum", "batch_size", "seed", "init", "max_steps"):
-        assert sent[key] == cfg[key], f"page sent {key}={sent[key]!r}, expected {cfg[key]!r}"
-
-    train, test, _ = native.load_splits(mnist_cache, eval_images=cfg["eval_images"])
+    train, test, _ = native.load_splits(mnist_cache, eval_images=64)
     graph, weights = onnx_io.load_bundle(REPO / "models" / "seednet.onnx")
     losses = {}
 
@@ -303,23 +291,25 @@ def test_browser_and_native_loss_curves_match(app, mnist_cache):
             losses.update({int(s): float(v) for s, v, *_ in kw["losses"]})
 
     async def go():
-        tr = Trainer(Device(), graph, weights, dict(cfg), train, test, emit=emit)
+        tr = Trainer(Device(), graph, weights,
+                     {"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "epochs": 1, "seed": 0,
+                      "init": "scratch", "max_steps": CURVE_STEPS, "eval_images": 64},
+                     train, test, emit=emit)
         await tr.setup()
         await tr.run()
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(1) as pool:  # Playwright's event loop owns this thread
         pool.submit(asyncio.run, go()).result()
+    browser = {s["step"]: s["loss"] for s in trained["steps"][:CURVE_STEPS]}
     steps = list(range(1, CURVE_STEPS + 1))
-    assert sorted(browser) == steps and sorted(losses) == steps, "missing steps"
+    assert sorted(losses) == steps and sorted(browser) == steps, "missing steps"
     want = np.array([browser[t] for t in steps])
     got = np.array([losses[t] for t in steps])
     rel = np.abs(got - want) / np.abs(want)
-    note(f"\n[e2e] browser vs native loss curve ({cfg['optimizer']}, batch {cfg['batch_size']}, "
-         f"{CURVE_STEPS} steps): max relative difference {rel.max():.2e} (step "
-         f"{int(rel.argmax()) + 1}), steps 1-10 {rel[:10].max():.1e}; loss {want[0]:.4f} -> "
-         f"{want[-1]:.4f}; native run {time.monotonic() - t0:.0f} s")
-    assert want[-10:].mean() < want[:10].mean(), "the loss did not fall"
+    note(f"\n[e2e] browser vs native loss curve, {CURVE_STEPS} steps: max relative difference "
+         f"{rel.max():.2e} (step {int(rel.argmax()) + 1}), {int((got == want).sum())} of "
+         f"{CURVE_STEPS} steps bit-identical; native run {time.monotonic() - t0:.0f} s")
     assert rel.max() <= CURVE_RTOL, f"step {int(rel.argmax()) + 1}: browser {want[rel.argmax()]}" \
         f" vs native {got[rel.argmax()]}"
 

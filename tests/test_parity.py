@@ -75,7 +75,8 @@ def test_every_shader_compiles_in_chromium(parity_page):
     """Every shaders/*.wgsl compiles in Chromium's WebGPU (Tint), which is stricter than the
     native wgpu (naga) in places, e.g. reserved words and uniformity rules."""
     from webgpu_trainer import shaders
-    sources = {p.name: p.read_text() for p in sorted(shaders.shader_dir().glob("*.wgsl"))}
+    sources = {p.name: shaders.source(p.stem)  # with its //!include lines expanded
+               for p in sorted(shaders.shader_dir().glob("*.wgsl"))}
     errors = parity_page.evaluate("s => window.compileWGSL(s)", sources)
     assert set(errors) == set(sources)
     bad = {name: msgs for name, msgs in errors.items() if msgs}

@@ -30,13 +30,19 @@ def shader_dir() -> Path:
     raise FileNotFoundError(f"no shaders folder in {[str(c) for c in _CANDIDATES]}")
 
 
+# "//!include detmath" on a line of its own: replaced by shaders/detmath.wgsl (once per file)
+_INCLUDE = re.compile(r"^//!include (\w+)[ \t]*$", re.M)
+
+
 def source(name: str) -> str:
-    """WGSL text of ``shaders/<name>.wgsl`` (cached). Raises FileNotFoundError naming the file."""
+    """WGSL text of ``shaders/<name>.wgsl`` with its ``//!include NAME`` lines replaced by
+    ``shaders/NAME.wgsl`` (cached). Raises FileNotFoundError naming the file."""
     if name not in _SOURCES:
         path = shader_dir() / f"{name}.wgsl"
         if not path.is_file():
             raise FileNotFoundError(f"shader {name!r} not found at {path}")
-        _SOURCES[name] = path.read_text()
+        text = path.read_text()
+        _SOURCES[name] = _INCLUDE.sub(lambda m: source(m.group(1)), text)
     return _SOURCES[name]
 
 
