@@ -6,7 +6,6 @@ the problems; GET /api/models/{name}/summary gives layers, shapes, parameters an
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from starlette.testclient import TestClient
