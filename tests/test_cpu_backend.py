@@ -224,8 +224,8 @@ def splits():
 
 
 TRAINER_CASES = {
-    # SGD built with momentum 0 under OneCycleLR cycling the momentum (the GPU path goes through
-    # native's _device_config + follow), clipping
+    # SGD built with momentum 0 under OneCycleLR cycling the momentum (both trainers follow the
+    # schedule before attaching the optimizer), clipping
     "sgd_onecycle_clip": {"optimizer": "sgd", "lr": 0.05, "clip_grad_norm": 2.0,
                           "scheduler": {"name": "OneCycleLR", "max_lr": 0.1,
                                         "total_steps": 12},
@@ -249,14 +249,11 @@ def test_cpu_trainer_matches_gpu_trainer(device, splits, case):
     train_set, test_set = splits
     cpu_dev, results = native.CpuDevice(), {}
     for name, dev in (("cpu", cpu_dev), ("gpu", device)):
-        tr = native.make_trainer(dev, graph, blob, native._device_config(cfg, dev), train_set,
-                                 test_set)
+        tr = native.make_trainer(dev, graph, blob, cfg, train_set, test_set)
         events = _collect(tr)
 
         async def go(tr=tr, dev=dev, name=name):
             await tr.setup()
-            if name == "gpu":
-                tr.opt.follow(tr.lr_at)
             out = await tr.run()
             return out, await tr.trained_weights(), await native.optimizer_state(dev, tr.opt)
 
@@ -264,7 +261,8 @@ def test_cpu_trainer_matches_gpu_trainer(device, splits, case):
     (c_out, c_w, c_state, c_ev, c_tr), (g_out, g_w, g_state, g_ev, g_tr) = \
         results["cpu"], results["gpu"]
     if cfg["optimizer"] == "sgd":
-        assert c_tr.opt.states[0] == "momentum_buffer" and g_tr.cfg["momentum"] == 0.95
+        assert c_tr.opt.states[0] == g_tr.opt.states[0] == "momentum_buffer"
+        assert c_tr.opt.momentum_of(1) == g_tr.opt.momentum_of(1) == 0.95
     else:
         assert c_tr.opt.momentum_of(5) == g_tr.opt.momentum_of(5) < 0.95
     if cfg.get("trainable"):

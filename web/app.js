@@ -240,6 +240,7 @@ async function loadSummary(name) {
     if ($("model").value !== name) return;  // the user moved on
     appState.summary = body;
     appState.trainable = new Set(body.tensors.filter((t) => t.trainable).map((t) => t.name));
+    $("summary-card").dataset.model = name;
     renderSummary();
   } catch (e) {
     $("summary-card").hidden = true;
@@ -291,7 +292,7 @@ function renderSummary() {
   const total = s.tensors.filter((t) => t.role === "param");
   const nTrain = total.filter((t) => appState.trainable.has(t.name)).reduce((a, t) => a + t.numel, 0);
   const all = total.reduce((a, t) => a + t.numel, 0);
-  $("summary-title").textContent = `Model: ${s.name ?? $("model").value}`;
+  $("summary-title").textContent = `Model: ${$("model").value}`;
   $("summary-totals").textContent = `${Number(all).toLocaleString()} parameters · ` +
     `${humanCount(s.totals.macs)} mult-adds per image · opset ${s.opset ?? "?"}`;
   $("trainable-text").textContent = nTrain === all ? "all parameters train"

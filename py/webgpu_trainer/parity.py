@@ -10,7 +10,7 @@ of ops/losses.py or None}``.
 ``run_case`` returns ``{"name", "losses": [float per step], "output": b64 float32 of the model
 output after the last step's forward, "grads": b64 float32 of the flat gradient buffer (bundle
 layout), "weights": b64 float32 of the flat parameter buffer after the last step, "dumps": {"act:NAME" |
-"grad:NAME": b64 float32} when the case has "dump": true}``.
+"grad:NAME": b64 float32} when the case has "dump": true; "init_seed": int re-initialises the weights first}``.
 Standard library only.
 """
 
@@ -36,6 +36,8 @@ async def run_case(dev, case: dict) -> dict:
     plan = await Plan.build(dev, Graph(case["graph"]), batch, loss=case.get("loss"))
     weights = unb64(case["weights"])
     dev.write(plan.P, weights + bytes(plan.wbytes - len(weights)))
+    if case.get("init_seed") is not None:  # PyTorch's default init on the GPU (Plan.init_weights)
+        await plan.init_weights(int(case["init_seed"]))
     dev.write(plan.input.buf, unb64(case["x"]))
     dev.write(plan.labels.buf, unb64(case["labels"]))
     train = case.get("train", True)

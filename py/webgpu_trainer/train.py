@@ -186,9 +186,13 @@ class Trainer:
         words = split.pixels // 4
         b = plan.builder
         b.current = []
-        params = pack_params(plan.batch, words, split.count, 0, MNIST_MEAN, MNIST_STD, 0, 0)
+        if getattr(self, "_lut", None) is None:  # normalisation table, made in float64
+            self._lut = dev.buffer(4 * 256, "normalize.lut")
+            dev.write(self._lut, array("f", [(v / 255 - MNIST_MEAN) / MNIST_STD
+                                             for v in range(256)]).tobytes())
+        params = pack_params(plan.batch, words, split.count, 0)
         await b.kernel("data", "gather", params,
-                       [plan.step, images, labels, order, plan.input, plan.labels],
+                       [plan.step, images, labels, order, plan.input, plan.labels, self._lut],
                        groups_1d(plan.batch * words))
         return b.current
 
