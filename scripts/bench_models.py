@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Benchmark (not a test): training speed of the imported fixture models natively (wgpu-py):
+ms per training step (data gather, forward, loss, backward, Adam update) and images/s, per model
+and batch size, with the adapter used. Data: real MNIST from .cache/mnist when present, else
+random MNIST-shaped bytes (speed does not depend on the pixels).
+
+    python scripts/bench_models.py                           # the opset-17 fixtures, batch 64
+    python scripts/bench_models.py --batch 64 1000 --steps 50 --pattern '*-dynamo18.onnx'
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+from array import array
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO / "py") not in sys.path:
+    sys.path.insert(0, str(REPO / "py"))
+
+
+def _splits(count: int):
+    from webgpu_trainer.train import Split
+    cache = REPO / ".cache" / "mnist"
+    if (cache / "manifest.json").is_file():
+        from webgpu_trainer import data
+        out = []
+        for name in ("train", "test"):
+            images, labels = data.load(cache, name)
+            out.append(Split(images.tobytes(), labels.tobytes(), len(labels), labels.tobytes()))
+        return out + ["MNIST"]
+    rng = random.Random(0)
+    images = bytes(rng.getrandbits(8) for _ in range(count * 784))
+    labels = bytes(rng.randrange(10) for _ in range(count))
+    split = Split(images, labels, count, labels)
+    return [split, split, "random bytes"]
+
+
+async def bench(paths, batches, steps, warmup):
+    from webgpu_trainer import onnx_io, summary
+    from webgpu_trainer.backends.wgpu_native import Device
+    from webgpu_trainer.train import Trainer
+    dev = Device()
+    info = dev.info
+    print(f"adapter: {info.get('device') or info.get('description')} "
+          f"({info.get('backend_type', '?')})", flush=True)
+    train, test, source = _splits(max(batches) * (steps + warmup + 1))
+    print(f"data: {source}\n")
+    print(f"| model | params | mult-adds/image | batch | ms/step | images/s |")
+    print(f"|---|---:|---:|---:|---:|---:|")
+    for path in paths:
+        graph, weights = onnx_io.load_bundle(path)
+        totals = summary.summarize(graph)["totals"]
+        for batch in batches:
+            cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": batch, "seed": 0,
+                   "init": "scratch", "eval_images": batch}
+            tr = Trainer(dev, graph, weights, cfg, train, test)
+            await tr.setup()
+            per_epoch = train.count // batch
+            perm = list(range(train.count))
+            random.Random(0).shuffle(perm)
+            dev.write(tr.order, array("I", perm).tobytes())
+
+            def one_step():
+                tr.step += 1
+                tr._write_step(tr.step, ((tr.step - 1) % per_epoch) * batch)
+                dev.submit([tr.train_program])
+            for _ in range(warmup):
+                one_step()
+            await dev.sync()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                one_step()
+            await dev.sync()
+            dt = time.perf_counter() - t0
+            print(f"| {path.stem} | {totals['params']:,} | {totals['macs']:,} | {batch} | "
+                  f"{1000 * dt / steps:.2f} | {steps * batch / dt:,.0f} |", flush=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pattern", default="*-ts17.onnx", help="fixture file glob")
+    p.add_argument("--batch", type=int, nargs="+", default=[64])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=10)
+    args = p.parse_args(argv)
+    paths = sorted((REPO / "tests" / "fixtures" / "models").glob(args.pattern))
+    paths = [REPO / "models" / "seednet.onnx"] + paths
+    asyncio.run(bench(paths, args.batch, args.steps, args.warmup))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
