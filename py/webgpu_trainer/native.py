@@ -40,6 +40,11 @@ config.json and reused by ``--resume`` (given again, they replace the stored val
 ``summary MODEL.onnx`` prints ``summary.summarize`` as a table (layers, output shapes for one
 sample, parameters, multiply-adds, trainable marks, totals); a model that cannot be imported or
 trained exits 2 after listing every problem, one per line.
+
+The pieces live in ``checkpoints.py`` (the checkpoint file and its sections), ``devices.py``
+(``--device`` and the trainer for it), ``train_options.py`` (the options of ``train`` and the
+fine-tuning options), ``train_config.py`` (the config from the options, ``--resume``) and
+``summary_table.py`` (``summary``'s table); their names stay importable from here.
 """
 
 from __future__ import annotations
@@ -51,86 +56,25 @@ import json
 import math
 import os
 import platform
-import struct
 import sys
 import time
 from pathlib import Path
 
 from . import train as train_mod
+from .checkpoints import (CKPT_FORMAT as CKPT_FORMAT, CKPT_MAGIC as CKPT_MAGIC,
+                          last_checkpoint, load_optimizer_state, optimizer_state,
+                          read_checkpoint, read_weights, write_checkpoint, write_weights)
 from .data import atomic_write
+from .devices import CpuDevice as CpuDevice, is_cpu, make_trainer, open_device
 from .ops import losses
+from .summary_table import format_summary
+from .train_config import (_freeze_given, _resolve_config, check_config, complete_schedule,
+                           resolve_trainable)
+from .train_options import (OPTIMIZER_OPTIONS as OPTIMIZER_OPTIONS,
+                            SCHEDULER_OPTIONS as SCHEDULER_OPTIONS, SCHEDULERS as SCHEDULERS,
+                            TRAIN_KEYS as TRAIN_KEYS, add_freeze_options, add_train)
 
-CKPT_MAGIC = b"WGTCKPT1"
-CKPT_FORMAT = "webgpu-trainer/checkpoint@1"
 EXIT_DIVERGED = 3
-
-
-# ------------------------------------------------------------------------------ checkpoints
-
-def write_checkpoint(path: Path, header: dict, sections: dict[str, bytes]) -> None:
-    """File layout: ``WGTCKPT1``, u32 little-endian header length, header JSON (utf-8), then the
-    binary sections back to back. The header lists each section as ``{name: {offset, nbytes,
-    sha256}}`` (offset from the start of the binary part)."""
-    header = dict(header, format=CKPT_FORMAT, sections={})
-    offset = 0
-    for name, blob in sections.items():
-        header["sections"][name] = {"offset": offset, "nbytes": len(blob),
-                                    "sha256": hashlib.sha256(blob).hexdigest()}
-        offset += len(blob)
-    head = json.dumps(header, sort_keys=True).encode()
-    atomic_write(path, CKPT_MAGIC + struct.pack("<I", len(head)) + head
-                 + b"".join(sections.values()))
-
-
-def read_checkpoint(path: Path) -> tuple[dict, dict[str, bytes]]:
-    """``(header, {section: bytes})``; raises ValueError on a bad or corrupt file."""
-    raw = Path(path).read_bytes()
-    if raw[:8] != CKPT_MAGIC:
-        raise ValueError(f"{path}: not a webgpu-trainer checkpoint")
-    (n,) = struct.unpack("<I", raw[8:12])
-    header = json.loads(raw[12:12 + n])
-    body = raw[12 + n:]
-    sections = {}
-    for name, s in header["sections"].items():
-        blob = body[s["offset"]:s["offset"] + s["nbytes"]]
-        if len(blob) != s["nbytes"] or hashlib.sha256(blob).hexdigest() != s["sha256"]:
-            raise ValueError(f"{path}: section {name} is truncated or corrupt")
-        sections[name] = blob
-    return header, sections
-
-
-def last_checkpoint(run_dir: Path) -> Path | None:
-    ckpts = sorted((Path(run_dir) / "checkpoints").glob("epoch-*.ckpt"))
-    return ckpts[-1] if ckpts else None
-
-
-async def optimizer_state(dev, opt) -> bytes:
-    """The optimizer state section (``optim.Optimizer.state_bytes``; the numpy optimizers of
-    ``cpu.optim`` write the same format, ``dev`` unused)."""
-    return bytes(await opt.state_bytes(dev))
-
-
-def load_optimizer_state(dev, opt, data: bytes) -> None:
-    opt.load_state_bytes(dev, data)
-
-
-async def read_weights(dev, trainer) -> bytes:
-    """The checkpoint's "weights" section: the whole plan-layout weight buffer."""
-    if is_cpu(dev):
-        return trainer.weights_blob()
-    return bytes(await dev.read(trainer.plan.P))
-
-
-def write_weights(dev, trainer, blob: bytes, where="checkpoint") -> None:
-    if is_cpu(dev):
-        try:
-            trainer.load_weights(blob)
-        except ValueError:
-            raise ValueError(f"{where}: weights do not fit this model's layout") from None
-        return
-    if len(blob) != trainer.plan.wbytes:
-        raise ValueError(f"{where}: weights do not fit this model's layout")
-    dev.write(trainer.plan.P, blob)
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -150,40 +94,6 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-class CpuDevice:
-    """``--device cpu``: no device object is needed by the numpy engine; this one names it in
-    config.json (``info``) and tells the code paths apart (``is_cpu``)."""
-
-    is_numpy = True
-
-    def __init__(self):
-        import numpy as np
-        self.info = {"backend": "numpy", "device": "numpy float32 (CPU)",
-                     "description": f"numpy {np.__version__}, {os.cpu_count()} CPU cores"}
-
-
-def is_cpu(dev) -> bool:
-    return getattr(dev, "is_numpy", False)
-
-
-def open_device(kind: str):
-    """``CpuDevice()`` for "cpu", the wgpu-py device for "gpu"."""
-    if kind == "cpu":
-        return CpuDevice()
-    if kind != "gpu":
-        raise ValueError(f"unknown device {kind!r}: choose gpu or cpu")
-    from .backends.wgpu_native import Device
-    return Device()
-
-
-def make_trainer(dev, graph, weights, cfg, train_set, test_set, emit=None):
-    """``train.Trainer`` on the GPU ``dev``, ``cpu.trainer.CpuTrainer`` for a ``CpuDevice``."""
-    if is_cpu(dev):
-        from .cpu.trainer import CpuTrainer
-        return CpuTrainer(graph, weights, cfg, train_set, test_set, emit)
-    return train_mod.Trainer(dev, graph, weights, cfg, train_set, test_set, emit)
-
-
 def load_splits(data_dir, train_images: int = 0, eval_images: int = 10000):
     """``(train Split, test Split, manifest source)`` from the MNIST cache (prepared if needed);
     ``train_images`` > 0 keeps the first N training images, the test split keeps the first
@@ -201,162 +111,8 @@ def load_splits(data_dir, train_images: int = 0, eval_images: int = 10000):
     return out[0], out[1], manifest.get("source")
 
 
+
 # ------------------------------------------------------------------------------ train
-
-TRAIN_KEYS = ("optimizer", "lr", "batch_size", "epochs", "seed", "init", "momentum",
-              "weight_decay", "max_steps", "eval_images", "report_every", "clip_grad_norm")
-
-# Optimizer options -> config["optimizer_args"] under torch.optim's keyword names (argparse dest
-# "opt_<keyword>"); optim.make refuses a keyword the chosen optimizer does not take.
-OPTIMIZER_OPTIONS = (
-    ("--nesterov", "nesterov", {"action": "store_true", "default": None,
-                                "help": "SGD: Nesterov momentum (needs --momentum > 0)"}),
-    ("--dampening", "dampening", {"type": float, "help": "SGD: dampening (default 0)"}),
-    ("--betas", "betas", {"type": float, "nargs": 2, "metavar": ("BETA1", "BETA2"),
-                          "help": "Adam/AdamW: betas (default 0.9 0.999)"}),
-    ("--eps", "eps", {"type": float, "help": "term added to the denominator (default: Adam/AdamW "
-                                            "and RMSprop 1e-8, Adagrad 1e-10, Adadelta 1e-6)"}),
-    ("--amsgrad", "amsgrad", {"action": "store_true", "default": None,
-                              "help": "Adam/AdamW: the AMSGrad variant"}),
-    ("--alpha", "alpha", {"type": float, "help": "RMSprop: smoothing constant (default 0.99)"}),
-    ("--centered", "centered", {"action": "store_true", "default": None,
-                                "help": "RMSprop: centered (normalise by the variance)"}),
-    ("--rho", "rho", {"type": float, "help": "Adadelta: rho (default 0.9)"}),
-    ("--lr-decay", "lr_decay", {"type": float, "help": "Adagrad: lr decay (default 0)"}),
-    ("--initial-accumulator-value", "initial_accumulator_value",
-     {"type": float, "help": "Adagrad: initial accumulator value (default 0)"}),
-)
-
-# Schedule options -> config["scheduler"] under torch's keyword names (dest "sched_<keyword>").
-SCHEDULER_OPTIONS = (
-    ("--step-size", "step_size", {"type": int, "help": "steplr: epochs between decays "
-                                                       "(default 1)"}),
-    ("--gamma", "gamma", {"type": float, "help": "steplr: decay factor (default 0.1); "
-                                                 "exponential: factor per epoch (required)"}),
-    ("--t-max", "T_max", {"type": int, "help": "cosine: epochs from lr to --eta-min "
-                                               "(default: --epochs)"}),
-    ("--eta-min", "eta_min", {"type": float, "help": "cosine: minimum lr (default 0)"}),
-    ("--max-lr", "max_lr", {"type": float, "help": "onecycle: peak lr (default: --lr)"}),
-    ("--total-steps", "total_steps", {"type": int, "help": "onecycle: steps in the cycle "
-                                                           "(default: epochs x steps per epoch; "
-                                                           "--max-steps only stops early)"}),
-    ("--pct-start", "pct_start", {"type": float, "help": "onecycle: fraction of the cycle "
-                                                         "raising the lr (default 0.3)"}),
-    ("--anneal-strategy", "anneal_strategy", {"choices": ["cos", "linear"],
-                                              "help": "onecycle: default cos"}),
-    ("--div-factor", "div_factor", {"type": float, "help": "onecycle: initial lr = max_lr / "
-                                                           "div_factor (default 25)"}),
-    ("--final-div-factor", "final_div_factor", {"type": float, "help": "onecycle: final lr = "
-                                                "initial lr / final_div_factor (default 1e4)"}),
-    ("--three-phase", "three_phase", {"action": "store_true", "default": None,
-                                      "help": "onecycle: three phases (fastai's two otherwise)"}),
-    ("--no-cycle-momentum", "cycle_momentum", {"action": "store_const", "const": False,
-                                               "default": None,
-                                               "help": "onecycle: keep momentum / beta1 fixed "
-                                                       "(torch cycles them by default)"}),
-    ("--base-momentum", "base_momentum", {"type": float, "help": "onecycle: momentum / beta1 "
-                                                                 "at the peak lr (default 0.85)"}),
-    ("--max-momentum", "max_momentum", {"type": float, "help": "onecycle: momentum / beta1 at "
-                                                               "the ends (default 0.95)"}),
-    ("--scheduler-interval", "interval", {"choices": ["epoch", "step"],
-                                          "help": "steplr, exponential, cosine: step the "
-                                                  "schedule per epoch (default) or per batch"}),
-)
-# --scheduler choice -> (class name in schedulers.NAMES, the keywords it takes)
-SCHEDULERS = {
-    "none": (None, ()),
-    "steplr": ("StepLR", ("step_size", "gamma", "interval")),
-    "exponential": ("ExponentialLR", ("gamma", "interval")),
-    "cosine": ("CosineAnnealingLR", ("T_max", "eta_min", "interval")),
-    "onecycle": ("OneCycleLR", ("max_lr", "total_steps", "pct_start", "anneal_strategy",
-                                "div_factor", "final_div_factor", "three_phase",
-                                "cycle_momentum", "base_momentum", "max_momentum")),
-}
-
-
-def _metavar(key, kw) -> dict:
-    """argparse keywords with a metavar named after the keyword (not after the dest)."""
-    if "type" in kw and "metavar" not in kw:
-        return {**kw, "metavar": key.upper()}
-    return kw
-
-
-def add_train(sub) -> argparse.ArgumentParser:
-    from . import optim
-    d = train_mod.DEFAULTS
-    p = sub.add_parser("train", help="train a model natively (wgpu-py, or numpy with --device "
-                                     "cpu) on MNIST, with checkpoints, metrics and the trained "
-                                     ".onnx")
-    p.add_argument("model", type=Path, nargs="?", default=None,
-                   help="the .onnx model (optional with --resume)")
-    # Defaults are None so that --resume can tell what was given on the command line.
-    p.add_argument("--optimizer", choices=list(optim.NAMES), help=f"default {d['optimizer']}")
-    p.add_argument("--lr", type=float, help=f"learning rate (default {d['lr']})")
-    p.add_argument("--batch-size", dest="batch_size", type=int,
-                   help=f"default {d['batch_size']}")
-    p.add_argument("--epochs", type=int, help=f"default {d['epochs']}")
-    p.add_argument("--seed", type=int, help=f"default {d['seed']}")
-    p.add_argument("--init", choices=["scratch", "finetune"], help=f"default {d['init']}")
-    p.add_argument("--momentum", type=float, help="SGD / RMSprop momentum (default 0)")
-    p.add_argument("--weight-decay", dest="weight_decay", type=float,
-                   help="default 0 (AdamW: 0 means torch's 1e-2)")
-    p.add_argument("--max-steps", dest="max_steps", type=int, help="0 = no cap (default)")
-    p.add_argument("--train-images", dest="train_images", type=int,
-                   help="train on the first N training images (0 = all 60000, default)")
-    p.add_argument("--eval-images", dest="eval_images", type=int,
-                   help=f"validate on the first N test images (default {d['eval_images']})")
-    p.add_argument("--report-every", dest="report_every", type=int,
-                   help=f"steps between metric readbacks (default {d['report_every']})")
-    p.add_argument("--device", choices=["gpu", "cpu"], default=None,
-                   help="gpu (wgpu-py, default) or cpu (the numpy engine, float32)")
-    p.add_argument("--data-dir", dest="data_dir", type=Path, default=None,
-                   help="MNIST cache (default <repo>/.cache/mnist)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="output folder (default runs/<model>-<timestamp>)")
-    p.add_argument("--resume", type=Path, default=None,
-                   help="continue the run in DIR from its last checkpoint")
-    p.add_argument("--no-progress", dest="no_progress", action="store_true",
-                   help="no progress bar")
-    g = p.add_argument_group("optimizer options (torch.optim's names)")
-    g.add_argument("--clip-grad-norm", dest="clip_grad_norm", type=float,
-                   help="clip gradients to this global L2 norm (0 = off, default)")
-    for flag, key, kw in OPTIMIZER_OPTIONS:
-        g.add_argument(flag, dest="opt_" + key, **_metavar(key, kw))
-    g = p.add_argument_group("learning-rate schedule (torch.optim.lr_scheduler)")
-    g.add_argument("--scheduler", choices=list(SCHEDULERS), default=None,
-                   help="none (default), steplr, exponential, cosine (CosineAnnealingLR), "
-                        "onecycle (OneCycleLR, per batch; cycles momentum / beta1 unless "
-                        "--no-cycle-momentum)")
-    for flag, key, kw in SCHEDULER_OPTIONS:
-        g.add_argument(flag, dest="sched_" + key, **_metavar(key, kw))
-    add_freeze_options(p)
-    g = p.add_argument_group("loss (torch.nn.functional's criteria)")
-    g.add_argument("--loss", choices=list(losses.LOSSES), default=None,
-                   help="auto (default: nll after a final LogSoftmax, else cross_entropy), "
-                        "cross_entropy, nll, mse or bce_with_logits (on one-hot labels)")
-    g.add_argument("--reduction", choices=list(losses.REDUCTIONS), default=None,
-                   help="mean (default) or sum over the batch")
-    g.add_argument("--label-smoothing", dest="label_smoothing", type=float, metavar="F",
-                   help="cross_entropy: label smoothing in [0, 1] (default 0)")
-    g.add_argument("--class-weights", dest="class_weights", metavar="W0,W1,...",
-                   help="cross_entropy / nll: one weight per class, comma-separated")
-    return p
-
-
-def add_freeze_options(p) -> None:
-    """``--trainable`` | ``--freeze`` | ``--head-only`` (mutually exclusive; see
-    ``resolve_trainable``), for ``train`` and ``summary``."""
-    g = p.add_argument_group("fine-tuning (which parameters train; the rest stay frozen)")
-    x = g.add_mutually_exclusive_group()
-    x.add_argument("--trainable", metavar="NAME[,NAME...]", default=None,
-                   help="train only these parameters (initializer names)")
-    x.add_argument("--freeze", metavar="NAME[,NAME...]", default=None,
-                   help="train all but these parameters; a name may be a prefix, e.g. conv1. "
-                        "(conv1.weight and conv1.bias)")
-    x.add_argument("--head-only", dest="head_only", action="store_true", default=None,
-                   help="train only the classifier head (the last Conv / Gemm / MatMul and the "
-                        "layers after it; see `webgpu-trainer summary`)")
-
 
 def train(args) -> int:
     try:
@@ -367,208 +123,6 @@ def train(args) -> int:
     except (NotImplementedError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-
-
-def _flag(options, key) -> str:
-    return next(f for f, k, _ in options if k == key)
-
-
-def _scheduler_spec(args, stored):
-    """config["scheduler"] from --scheduler and its options, on top of ``stored`` (the resumed
-    run's spec, or None): a new --scheduler replaces it, options alone update it."""
-    params = {k: getattr(args, "sched_" + k) for _, k, _ in SCHEDULER_OPTIONS
-              if getattr(args, "sched_" + k, None) is not None}
-    name = getattr(args, "scheduler", None)
-    if name is None:
-        if not params:
-            return stored
-        if not stored:
-            raise ValueError(f"{_flag(SCHEDULER_OPTIONS, next(iter(params)))} needs "
-                             "--scheduler")
-        key = next(k for k, (cls, _) in SCHEDULERS.items()
-                   if cls and cls.lower() == str(stored.get("name", "")).lower())
-        spec = {**stored, **params}
-    else:
-        key, spec = name, {"name": SCHEDULERS[name][0], **params}
-    allowed = SCHEDULERS[key][1]
-    for k in params:
-        if k not in allowed:
-            raise ValueError(f"{_flag(SCHEDULER_OPTIONS, k)} does not apply to --scheduler "
-                             f"{key}")
-    return spec if key != "none" else None
-
-
-def _name_list(text: str, flag: str) -> list:
-    names = list(dict.fromkeys(n.strip() for n in str(text).split(",") if n.strip()))
-    if not names:
-        raise ValueError(f"{flag}: no parameter names given")
-    return names
-
-
-def resolve_trainable(graph: dict, trainable: str | None = None, freeze: str | None = None,
-                      head_only: bool = False) -> list | None:
-    """``config["trainable"]`` from the fine-tuning options, for the bundle ``graph``: the
-    names of the parameters (role "param" tensors) that train, in graph order; None when no
-    option is given (everything trains).
-
-    ``trainable``: comma-separated parameter names, exactly; ``freeze``: comma-separated names
-    or name prefixes (``conv1.`` matches ``conv1.weight`` and ``conv1.bias``; a plain string
-    prefix, so ``conv`` matches every ``conv*``), every parameter but those trains;
-    ``head_only``: ``summary.head_params(graph)``. Raises ValueError naming the unknown names
-    (and a buffer named as a parameter) and listing the model's parameters, or when nothing
-    would train."""
-    roles = {t["name"]: t["role"] for t in graph["tensors"]}
-    params = [n for n, r in roles.items() if r == "param"]
-    listing = f"the model's parameters: {', '.join(params) or '(none)'}"
-
-    def quote(names):
-        return ", ".join(map(repr, names))
-
-    if head_only:
-        from .summary import head_params
-        keep = set(head_params(graph))
-        if not keep:
-            raise ValueError("--head-only: the model has no parameters to train")
-    elif trainable is not None:
-        names = _name_list(trainable, "--trainable")
-        unknown = [n for n in names if n not in roles]
-        if unknown:
-            raise ValueError(f"--trainable: no parameter named {quote(unknown)}; {listing}")
-        buffers = [n for n in names if roles[n] != "param"]
-        if buffers:
-            what = "is a buffer" if len(buffers) == 1 else "are buffers"
-            raise ValueError(f"--trainable: {quote(buffers)} {what} (BatchNorm running "
-                             f"statistics, updated in training mode but never trained), not "
-                             f"a parameter; {listing}")
-        keep = set(names)
-    elif freeze is not None:
-        frozen, missing = set(), []
-        for item in _name_list(freeze, "--freeze"):
-            hit = [n for n in params if n.startswith(item)]
-            frozen.update(hit)
-            if not hit:
-                missing.append(item)
-        if missing:
-            buffers = [n for n in roles if roles[n] != "param" and n.startswith(tuple(missing))]
-            note = (f" ({quote(buffers)}: buffers, BatchNorm running statistics, which never "
-                    "train)") if buffers else ""
-            raise ValueError(f"--freeze: no parameter named or starting with {quote(missing)}"
-                             f"{note}; {listing}")
-        keep = set(params) - frozen
-        if not keep:
-            raise ValueError("--freeze: every parameter would be frozen, nothing would train; "
-                             f"{listing}")
-    else:
-        return None
-    return [n for n in params if n in keep]
-
-
-def _freeze_given(args) -> bool:
-    return any(getattr(args, k, None) is not None for k in ("trainable", "freeze", "head_only"))
-
-
-def _class_weights(text: str) -> list:
-    out = []
-    for piece in str(text).split(","):
-        try:
-            out.append(float(piece))
-        except ValueError:
-            raise ValueError(f"--class-weights: {piece.strip()!r} is not a number (give one "
-                             "weight per class, comma-separated)") from None
-    return out
-
-
-def _loss_spec(args, stored) -> dict:
-    """config["loss"] (``losses.normalize``'s full spec) from --loss, --reduction,
-    --label-smoothing and --class-weights on top of ``stored`` (the resumed run's spec, None for
-    a new run): a --loss replaces it, the other options alone update it. Raises ValueError with
-    the spec's message."""
-    given = {k: getattr(args, a, None) for k, a in (("loss", "loss"), ("reduction", "reduction"),
-                                                     ("label_smoothing", "label_smoothing"))}
-    given = {k: v for k, v in given.items() if v is not None}
-    if getattr(args, "class_weights", None) is not None:
-        given["weight"] = _class_weights(args.class_weights)
-    base = {} if "loss" in given else losses.normalize(stored)
-    return losses.normalize({**base, **given})
-
-
-def complete_schedule(cfg: dict, steps_per_epoch: int) -> dict | None:
-    """``cfg["scheduler"]`` with the defaults that depend on the run filled in (StepLR step_size
-    1; CosineAnnealingLR T_max = the epochs; OneCycleLR max_lr = lr and total_steps = epochs x
-    steps per epoch), so that config.json states the whole schedule and --resume keeps it."""
-    spec = cfg.get("scheduler")
-    if not spec:
-        return None
-    spec = dict(spec)
-    name = str(spec.get("name", "")).lower()
-    epochs = int(cfg["epochs"])
-    if name == "steplr":
-        spec.setdefault("step_size", 1)
-    elif name == "exponentiallr" and "gamma" not in spec:
-        raise ValueError("--scheduler exponential needs --gamma")
-    elif name == "cosineannealinglr":
-        spec.setdefault("T_max", epochs * (steps_per_epoch if spec.get("interval") == "step"
-                                           else 1))
-    elif name == "onecyclelr":
-        spec.setdefault("max_lr", float(cfg["lr"]))
-        spec.setdefault("total_steps", max(1, epochs * steps_per_epoch))
-    return spec
-
-
-def check_config(cfg: dict, steps_per_epoch: int) -> None:
-    """Build the optimizer and the schedule of ``cfg`` on the host (no device work) and step
-    the schedule to the run's last step: raises ValueError for a bad option before anything is
-    written."""
-    from . import optim, schedulers
-    per = max(1, steps_per_epoch)
-    total = per * int(cfg["epochs"])
-    if int(cfg["max_steps"]) > 0:
-        total = min(total, int(cfg["max_steps"]))
-    sched = schedulers.make(cfg, per, total)
-    try:
-        for t in sorted({1, max(total, 1)}):
-            sched.lr_at(t)
-    except ValueError as exc:
-        raise ValueError(f"scheduler {cfg['scheduler'].get('name')}: {exc}; this run takes "
-                         f"{total} steps (give a larger --total-steps, or fewer --epochs)") \
-            from None
-    opt = optim.make(cfg["optimizer"], float(cfg["lr"]), float(cfg["momentum"]),
-                     float(cfg["weight_decay"]),
-                     clip_grad_norm=float(cfg.get("clip_grad_norm") or 0.0),
-                     **(cfg.get("optimizer_args") or {}))
-    opt.follow(sched)
-
-
-def _resolve_config(args) -> tuple[dict, Path, Path, dict | None]:
-    """``(config, model path, out dir, stored config.json or None)``."""
-    given = {k: getattr(args, k) for k in TRAIN_KEYS + ("train_images", "device")
-             if getattr(args, k, None) is not None}
-    opt_args = {k: getattr(args, "opt_" + k) for _, k, _ in OPTIMIZER_OPTIONS
-                if getattr(args, "opt_" + k, None) is not None}
-    if args.resume:
-        run_dir = Path(args.resume)
-        stored = json.loads((run_dir / "config.json").read_text())
-        cfg = {**stored["config"], **given}
-        cfg["optimizer_args"] = {**(stored["config"].get("optimizer_args") or {}), **opt_args}
-        cfg["scheduler"] = _scheduler_spec(args, stored["config"].get("scheduler"))
-        cfg["loss"] = _loss_spec(args, stored["config"].get("loss"))
-        model = Path(args.model) if args.model else Path(stored["model"]["path"])
-        if args.out and Path(args.out).resolve() != run_dir.resolve():
-            raise ValueError("--out and --resume name different folders; a resumed run "
-                             "continues in its own folder")
-        for k in ("optimizer", "batch_size", "seed", "train_images"):
-            if k in given and given[k] != stored["config"].get(k):
-                raise ValueError(f"--{k.replace('_', '-')} differs from the run being resumed "
-                                 f"({stored['config'].get(k)}): it would not continue exactly")
-        return cfg, model, run_dir, stored
-    if args.model is None:
-        raise ValueError("MODEL.onnx is required (unless --resume DIR)")
-    cfg = {**train_mod.DEFAULTS, "train_images": 0, "device": "gpu", "clip_grad_norm": 0.0,
-           **given, "optimizer_args": opt_args, "scheduler": _scheduler_spec(args, None),
-           "loss": _loss_spec(args, None)}
-    model = Path(args.model)
-    out = args.out or Path("runs") / f"{model.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return cfg, model, Path(out), None
 
 
 async def _train(args) -> int:
@@ -703,6 +257,7 @@ async def _train(args) -> int:
     return 0
 
 
+
 # ------------------------------------------------------------------------------ predict
 
 async def engine_log_probs(dev, model_path: Path, images, labels) -> list[list[float]]:
@@ -785,6 +340,7 @@ def predict(args) -> int:
     return 0
 
 
+
 # ------------------------------------------------------------------------------ summary
 
 def add_summary(sub) -> argparse.ArgumentParser:
@@ -795,59 +351,6 @@ def add_summary(sub) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print summary.summarize's JSON instead")
     add_freeze_options(p)
     return p
-
-
-def _shape_text(shape) -> str:
-    return "-" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
-
-
-def _si(n: int) -> str:
-    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if n >= div:
-            return f"{n / div:.2f} {unit}"
-    return str(n)
-
-
-def format_summary(s: dict) -> str:
-    """``summary.summarize``'s dict as a text table (torchinfo-like): one row per layer (name,
-    op, output shape for one sample, parameters, multiply-adds, "yes" / "no" / "partly" for
-    whether its parameters train), then the totals and the head."""
-    trains = {t["name"]: t["trainable"] for t in s["tensors"] if t["role"] == "param"}
-    rows = []
-    for layer in s["layers"]:
-        owned = [trains[n] for n in layer["tensors"] if n in trains]
-        mark = "" if not owned else "yes" if all(owned) else "no" if not any(owned) \
-            else "partly"
-        rows.append((layer["name"], layer["op"], _shape_text(layer["output_shape"]),
-                     f"{layer['params']:,}" if layer["params"] else "-",
-                     f"{layer['macs']:,}" if layer["macs"] else "-", mark))
-    head = ("Layer", "Op", "Output shape", "Params", "Mult-adds", "Trainable")
-    widths = [max(len(r[k]) for r in rows + [head]) for k in range(len(head))]
-    right = (False, False, False, True, True, False)
-
-    def line(r):
-        return "  ".join(v.rjust(w) if ra else v.ljust(w)
-                         for v, w, ra in zip(r, widths, right)).rstrip()
-    rule = "-" * len(line(tuple("x" * w for w in widths)))
-    t = s["totals"]
-    inp = s["input"]
-    about = ", ".join(x for x in (f"opset {s['opset']}" if s.get("opset") else "",
-                                  s.get("producer") or "") if x)
-    out = [f"{s.get('name') or 'model'}" + (f" ({about})" if about else "")
-           + f"; input {inp['name']!r} {_shape_text(inp['shape'])}",
-           rule, line(head), rule, *(line(r) for r in rows), rule]
-    width = len(f"{max(t['params'], t['macs']):,}")
-    out += [f"Total params:      {t['params']:>{width},}",
-            f"Trainable params:  {t['trainable']:>{width},}",
-            f"Frozen params:     {t['frozen']:>{width},}",
-            f"Buffers:           {t['buffers']:>{width},}  (BatchNorm running statistics)",
-            f"Mult-adds:         {t['macs']:>{width},}  per sample ({_si(t['macs'])})",
-            "Shapes and mult-adds for one sample (batch 1).",
-            f"Head (--head-only): {', '.join(s['head']) or '-'}"]
-    frozen = [x["name"] for x in s["tensors"] if x["role"] == "param" and not x["trainable"]]
-    if frozen:
-        out.append(f"Frozen: {', '.join(frozen)}")
-    return "\n".join(out)
 
 
 def summary(args) -> int:

@@ -1,0 +1,42 @@
+"""The device of a native run (``--device gpu``: wgpu-py, ``--device cpu``: the numpy engine)
+and the trainer for it (``train.Trainer`` or ``cpu.trainer.CpuTrainer``)."""
+
+from __future__ import annotations
+
+import os
+
+from . import train as train_mod
+
+
+class CpuDevice:
+    """``--device cpu``: no device object is needed by the numpy engine; this one names it in
+    config.json (``info``) and tells the code paths apart (``is_cpu``)."""
+
+    is_numpy = True
+
+    def __init__(self):
+        import numpy as np
+        self.info = {"backend": "numpy", "device": "numpy float32 (CPU)",
+                     "description": f"numpy {np.__version__}, {os.cpu_count()} CPU cores"}
+
+
+def is_cpu(dev) -> bool:
+    return getattr(dev, "is_numpy", False)
+
+
+def open_device(kind: str):
+    """``CpuDevice()`` for "cpu", the wgpu-py device for "gpu"."""
+    if kind == "cpu":
+        return CpuDevice()
+    if kind != "gpu":
+        raise ValueError(f"unknown device {kind!r}: choose gpu or cpu")
+    from .backends.wgpu_native import Device
+    return Device()
+
+
+def make_trainer(dev, graph, weights, cfg, train_set, test_set, emit=None):
+    """``train.Trainer`` on the GPU ``dev``, ``cpu.trainer.CpuTrainer`` for a ``CpuDevice``."""
+    if is_cpu(dev):
+        from .cpu.trainer import CpuTrainer
+        return CpuTrainer(graph, weights, cfg, train_set, test_set, emit)
+    return train_mod.Trainer(dev, graph, weights, cfg, train_set, test_set, emit)

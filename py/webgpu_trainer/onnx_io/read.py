@@ -1,0 +1,101 @@
+"""Reading an ``.onnx`` file: the protobuf parse, and every stored tensor's declared size checked
+against its data (inline fields, raw data, external data files) before anything is decoded."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from .constants import _INT_FIELD_TYPES, MAX_FILE_BYTES
+from .errors import _error
+from .shapes import _numel
+
+
+def _read_model(path: str) -> onnx.ModelProto:
+    """Parse the file; OnnxImportError (one problem) when it is not a readable ONNX model."""
+    if not os.path.isfile(path):
+        raise _error(path, ["no such file"])
+    size = os.path.getsize(path)
+    if size > MAX_FILE_BYTES:
+        raise _error(path, [f"the file is {size:,} bytes; ONNX files over 2 GiB cannot be "
+                            "parsed: save the weights as external data"])
+    with open(path, "rb") as f:
+        data = f.read()
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as e:  # noqa: BLE001 - DecodeError and friends
+        raise _error(path, [f"not a valid ONNX file (truncated or not ONNX): the protobuf "
+                            f"decoder failed after reading {size:,} bytes: {e}"])
+    missing = [what for what, ok in (("ir_version", model.ir_version > 0),
+                                     ("graph", model.HasField("graph")),
+                                     ("opset_import", bool(model.opset_import))) if not ok]
+    if missing:
+        raise _error(path, [f"not a valid ONNX file (truncated or not ONNX): {size:,} bytes "
+                            f"parse but {', '.join(missing)} missing"])
+    return model
+
+
+def _tensor_problems(t: TensorProto, what: str, base: str, file_size: int) -> list[str]:
+    """Problems with the declared size vs the stored data of one tensor (before any decode)."""
+    dims = list(t.dims)
+    if any(d < 0 for d in dims):
+        return [f"{what} has negative dims {dims}"]
+    numel = _numel(dims)
+    try:
+        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+    except Exception:  # noqa: BLE001 - string / 4-bit / unknown: checked by role later
+        return []
+    if t.data_type == TensorProto.STRING:
+        return []
+    need = numel * itemsize
+    if t.data_location == TensorProto.EXTERNAL:
+        info = {e.key: e.value for e in t.external_data}
+        loc = info.get("location", "")
+        if not loc:
+            return [f"{what} is stored as external data but names no file"]
+        full = os.path.normpath(os.path.join(base, loc))
+        if os.path.isabs(loc) or not full.startswith(os.path.join(base, "")):
+            return [f"{what}: external data file {loc!r} is outside the model's folder"]
+        if not os.path.isfile(full):
+            return [f"{what}: external data file {loc!r} is missing (looked for {full}); "
+                    "keep it next to the .onnx file"]
+        try:
+            offset = int(info.get("offset", 0) or 0)
+            length = int(info["length"]) if info.get("length") else None
+        except ValueError:
+            return [f"{what}: external data offset/length are not integers"]
+        have = os.path.getsize(full)
+        if length is not None and length != need:
+            return [f"{what} declares shape {dims} ({need:,} bytes) but its external data "
+                    f"length is {length:,} bytes"]
+        if offset < 0 or offset + need > have:
+            return [f"{what} declares shape {dims} ({need:,} bytes at offset {offset:,} of "
+                    f"{loc!r}) but that file holds only {have:,} bytes"]
+        return []
+    if t.HasField("raw_data"):
+        got = len(t.raw_data)
+        if got != need:
+            extra = f" (the file holds {file_size:,} bytes)" if need > file_size else ""
+            return [f"{what} declares shape {dims} ({need:,} bytes){extra} but holds "
+                    f"{got:,} bytes of data"]
+        return []
+    fields = {TensorProto.FLOAT: t.float_data, TensorProto.DOUBLE: t.double_data,
+              TensorProto.INT64: t.int64_data, TensorProto.UINT32: t.uint64_data,
+              TensorProto.UINT64: t.uint64_data}
+    if t.data_type in fields:
+        got = len(fields[t.data_type])
+    elif t.data_type in _INT_FIELD_TYPES:
+        got = len(t.int32_data)
+    elif t.data_type in (TensorProto.COMPLEX64,):
+        got, numel = len(t.float_data), 2 * numel
+    elif t.data_type in (TensorProto.COMPLEX128,):
+        got, numel = len(t.double_data), 2 * numel
+    else:
+        got = len(t.int32_data)  # float8 / 4-bit types packed in int32_data
+    if got != numel:
+        extra = f" ({need:,} bytes; the file holds {file_size:,})" if need > file_size else ""
+        return [f"{what} declares shape {dims} ({numel:,} values){extra} but holds {got:,}"]
+    return []

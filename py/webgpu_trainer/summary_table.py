@@ -1,0 +1,56 @@
+"""``webgpu-trainer summary``'s text table of ``summary.summarize``'s dict (``format_summary``)."""
+
+from __future__ import annotations
+
+
+def _shape_text(shape) -> str:
+    return "-" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _si(n: int) -> str:
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.2f} {unit}"
+    return str(n)
+
+
+def format_summary(s: dict) -> str:
+    """``summary.summarize``'s dict as a text table (torchinfo-like): one row per layer (name,
+    op, output shape for one sample, parameters, multiply-adds, "yes" / "no" / "partly" for
+    whether its parameters train), then the totals and the head."""
+    trains = {t["name"]: t["trainable"] for t in s["tensors"] if t["role"] == "param"}
+    rows = []
+    for layer in s["layers"]:
+        owned = [trains[n] for n in layer["tensors"] if n in trains]
+        mark = "" if not owned else "yes" if all(owned) else "no" if not any(owned) \
+            else "partly"
+        rows.append((layer["name"], layer["op"], _shape_text(layer["output_shape"]),
+                     f"{layer['params']:,}" if layer["params"] else "-",
+                     f"{layer['macs']:,}" if layer["macs"] else "-", mark))
+    head = ("Layer", "Op", "Output shape", "Params", "Mult-adds", "Trainable")
+    widths = [max(len(r[k]) for r in rows + [head]) for k in range(len(head))]
+    right = (False, False, False, True, True, False)
+
+    def line(r):
+        return "  ".join(v.rjust(w) if ra else v.ljust(w)
+                         for v, w, ra in zip(r, widths, right)).rstrip()
+    rule = "-" * len(line(tuple("x" * w for w in widths)))
+    t = s["totals"]
+    inp = s["input"]
+    about = ", ".join(x for x in (f"opset {s['opset']}" if s.get("opset") else "",
+                                  s.get("producer") or "") if x)
+    out = [f"{s.get('name') or 'model'}" + (f" ({about})" if about else "")
+           + f"; input {inp['name']!r} {_shape_text(inp['shape'])}",
+           rule, line(head), rule, *(line(r) for r in rows), rule]
+    width = len(f"{max(t['params'], t['macs']):,}")
+    out += [f"Total params:      {t['params']:>{width},}",
+            f"Trainable params:  {t['trainable']:>{width},}",
+            f"Frozen params:     {t['frozen']:>{width},}",
+            f"Buffers:           {t['buffers']:>{width},}  (BatchNorm running statistics)",
+            f"Mult-adds:         {t['macs']:>{width},}  per sample ({_si(t['macs'])})",
+            "Shapes and mult-adds for one sample (batch 1).",
+            f"Head (--head-only): {', '.join(s['head']) or '-'}"]
+    frozen = [x["name"] for x in s["tensors"] if x["role"] == "param" and not x["trainable"]]
+    if frozen:
+        out.append(f"Frozen: {', '.join(frozen)}")
+    return "\n".join(out)
