@@ -50,8 +50,8 @@ async def bench(paths, batches, steps, warmup):
           f"({info.get('backend_type', '?')})", flush=True)
     train, test, source = _splits(max(batches) * (steps + warmup + 1))
     print(f"data: {source}\n")
-    print(f"| model | params | mult-adds/image | batch | ms/step | images/s |")
-    print(f"|---|---:|---:|---:|---:|---:|")
+    print("| model | params | mult-adds/image | batch | ms/step | images/s |")
+    print("|---|---:|---:|---:|---:|---:|")
     for path in paths:
         graph, weights = onnx_io.load_bundle(path)
         totals = summary.summarize(graph)["totals"]
