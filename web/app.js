@@ -108,7 +108,8 @@ function setPhase(phase) {
   appState.phase = phase;
   const pill = $("phase");
   pill.dataset.phase = phase;
-  pill.textContent = appState.noWebGPU ? "no WebGPU" : PHASE_LABEL[phase] ?? phase;
+  pill.textContent = appState.noWebGPU ? "no WebGPU"
+    : phase === "done" && window.lastRun?.stopped ? "stopped" : PHASE_LABEL[phase] ?? phase;
   syncControls();
 }
 
@@ -118,6 +119,11 @@ function syncControls() {
   $("start").disabled = training || !appState.workerReady || appState.noWebGPU || !haveModel;
   $("stop").disabled = !training || stopRequested;
   $("settings-fields").disabled = training;
+  // the model summary's trainable toggles and the upload belong to the settings too
+  for (const el of document.querySelectorAll("#summary-card button, #summary-table input")) {
+    el.disabled = training;
+  }
+  $("dropzone").classList.toggle("busy", training);
   for (const b of document.querySelectorAll(".preset")) b.disabled = training;
   $("download").disabled = training || !window.lastRun || !window.lastRun.weights || downloading;
 }
@@ -287,6 +293,7 @@ function renderSummary() {
     }
     tr.append(td);
     if (params.length && params.every((n) => !appState.trainable.has(n))) tr.className = "frozen";
+    for (const box of td.querySelectorAll("input")) box.disabled = appState.phase === "training";
     body.append(tr);
   }
   const total = s.tensors.filter((t) => t.role === "param");
@@ -315,7 +322,7 @@ function trainableConfig() {
     : params.filter((n) => appState.trainable.has(n));
 }
 
-function showImportErrors(title, problems) {
+function showImportErrors(title, problems, hints = []) {
   const ul = $("import-errors");
   ul.replaceChildren();
   const head = document.createElement("li");
@@ -327,6 +334,15 @@ function showImportErrors(title, problems) {
     li.textContent = p;
     ul.append(li);
   }
+  for (const h of hints) {  // e.g. the ops the engine trains: long, so folded
+    const li = document.createElement("li");
+    const det = document.createElement("details");
+    const sum = document.createElement("summary");
+    sum.textContent = h.split(":")[0];
+    det.append(sum, document.createTextNode(h.slice(h.indexOf(":") + 1)));
+    li.append(det);
+    ul.append(li);
+  }
   ul.hidden = false;
 }
 
@@ -336,6 +352,7 @@ async function uploadModel(file) {
   $("import-errors").hidden = true;
   if (!file.name.toLowerCase().endsWith(".onnx")) {
     showImportErrors(`${file.name}: not an .onnx file`, ["Export your model with torch.onnx.export(model, x, \"model.onnx\")."]);
+    setStatus(`${file.name} was not imported.`);
     return;
   }
   zone.classList.add("busy");
@@ -346,8 +363,9 @@ async function uploadModel(file) {
     });
     const body = await res.json().catch(() => ({ error: `HTTP ${res.status}` }));
     if (!res.ok) {
-      const problems = body.problems?.length > 1 ? body.problems : [];
-      showImportErrors(problems.length ? `${file.name} cannot be used:` : body.error, problems);
+      const problems = body.problems ?? [];
+      showImportErrors(problems.length ? `${file.name} cannot be used:` : body.error, problems,
+        body.hints ?? []);
       setStatus(`${file.name} was not imported.`);
       log(`Upload of ${file.name} refused: ${body.error}`, "error");
       return;
@@ -524,6 +542,11 @@ function renderProgress() {
     for (const id of ["step-text", "epoch-text", "ips", "eta", "last-loss"]) $(id).textContent = "–";
     return;
   }
+  if (!p.total_steps) {  // started, no report yet
+    $("progress").removeAttribute("value");
+    $("step-text").textContent = "starting…";
+    return;
+  }
   const total = Math.max(1, p.total_steps || 1);
   $("progress").max = total;
   $("progress").value = Math.min(p.step, total);
@@ -639,6 +662,7 @@ const handlers = {
 
   done(m) {
     window.lastRun = m;
+    if (appState.progress && m.steps != null) appState.progress.step = m.steps;
     const secs = trainStart ? (performance.now() - trainStart) / 1000 : null;
     const steps = m.steps ?? appState.progress?.step ?? appState.steps.at(-1)?.step ?? null;
     $("test-acc").textContent = pct(m.test_acc);
@@ -698,6 +722,10 @@ function startTraining(ev) {
   log(`Start: ${cfg.model}, ${cfg.optimizer} lr ${cfg.lr}, batch ${cfg.batch_size}, ` +
     `${cfg.epochs} epoch(s), seed ${cfg.seed}, ${cfg.init}` +
     (cfg.max_steps ? `, max ${cfg.max_steps} steps` : ""));
+  if (cfg.trainable && cfg.init === "scratch") {
+    log("Note: “Train from scratch” re-initialises the frozen parameters too; choose " +
+      "“Fine-tune” to keep the model’s weights in the frozen layers.", "error");
+  }
   worker.postMessage({ type: "start", config: cfg });
 }
 

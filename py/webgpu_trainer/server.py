@@ -43,9 +43,10 @@ class ApiError(Exception):
     """An error answered as JSON ``{"error": message, "problems": [line, ...]}`` with
     ``status``; ``problems`` (optional) lists every problem found, one per line."""
 
-    def __init__(self, status: int, message: str, problems: list | None = None):
+    def __init__(self, status: int, message: str, problems: list | None = None,
+                 hints: list | None = None):
         super().__init__(message)
-        self.status, self.message, self.problems = status, message, problems
+        self.status, self.message, self.problems, self.hints = status, message, problems, hints
 
 
 def safe_join(base: Path, rel: str) -> Path:
@@ -270,7 +271,8 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
             except ValueError as exc:  # name the user's file, not the temporary one
                 text = str(exc).replace(f"{tmp}: ", "").replace(str(tmp), f"{name}.onnx")
                 found = [str(p).replace(str(tmp), f"{name}.onnx") for p in _problems(exc)]
-                raise ApiError(400, f"{name}.onnx cannot be imported: {text}", found) from exc
+                raise ApiError(400, f"{name}.onnx cannot be imported: {text}", found,
+                               getattr(exc, "hints", None)) from exc
             try:
                 Graph(graph).shapes(2)
             except (GraphError, NotImplementedError) as exc:
@@ -363,6 +365,8 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         body = {"error": exc.message}
         if exc.problems:
             body["problems"] = exc.problems
+        if exc.hints:
+            body["hints"] = exc.hints
         return JSONResponse(body, exc.status)
 
     async def http_error(request: Request, exc: HTTPException) -> Response:

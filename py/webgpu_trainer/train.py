@@ -236,6 +236,8 @@ class Trainer:
                 in_flight = fence
                 if self.step % report == 0 or self.step == total or s == per_epoch - 1:
                     last_read = await self._report(last_read, total, epoch, start, first)
+            if self.stop_requested and last_read < self.step:  # report the steps done
+                last_read = await self._report(last_read, total, epoch, start, first)
             epoch += 1
             if not self.stop_requested and (self.step % per_epoch == 0 or self.step == total):
                 last_eval = (self.step, await self.evaluate())

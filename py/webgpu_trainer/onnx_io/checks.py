@@ -176,10 +176,8 @@ class _Checks:
                 untrainable.append(f"cannot train yet: {where}: the engine has no kernel for "
                                    f"{n.op_type}")
         self.problems += domains + unsupported + untrainable
-        if unsupported:
-            self.problems.append("ops the importer maps: " + ", ".join(sorted(IMPORT_OPS)))
-        if untrainable:
-            self.problems.append("ops the engine trains: " + ", ".join(sorted(trainable)))
+        if unsupported or untrainable:
+            self.hints.append("ops the engine trains: " + ", ".join(sorted(trainable)))
 
     def _cast_is_float(self, n) -> bool:
         to = _attr(n, "to")

@@ -25,6 +25,7 @@ class _Importer(_Checks, _Folder, _BatchShapes, _Attrs, _Bundler):
         self.check_trainable = check_trainable
         self.problems: list[str] = []
         self.notes: list[str] = []
+        self.hints: list[str] = []  # shown after the problems, not counted
 
     def run(self) -> tuple[dict, bytes]:
         path = self.path
@@ -64,7 +65,7 @@ class _Importer(_Checks, _Folder, _BatchShapes, _Attrs, _Bundler):
         self._check_ops()
         graph, blob = self._build(tensors_ok)
         if self.problems:
-            raise _error(path, self.problems)
+            raise _error(path, self.problems, self.hints)
         return graph, blob
 
 
