@@ -410,3 +410,17 @@ def test_summary_of_broken_models(tmp_path):
                     lines[0]), proc.stderr
     assert any(x.startswith("- input 'x' has shape") for x in lines[1:]), proc.stderr
     assert "- unsupported op: node hm (Hardmax, ai.onnx opset 17)" in lines, proc.stderr
+
+
+def test_resume_with_nothing_left_to_train_is_an_error(tmp_path):
+    """A run that stopped at its --max-steps, resumed with more --epochs but the same stored
+    --max-steps, has nothing to train: exit 2 naming the limit, checkpoint untouched (CPU)."""
+    out = tmp_path / "r"
+    cli("train", MODEL, "--device", "cpu", "--train-images", "256", "--eval-images", "32",
+        "--batch-size", "32", "--max-steps", "3", "--out", out)
+    ckpts = sorted((out / "checkpoints").iterdir())
+    before = {p.name: sha256(p) for p in ckpts}
+    proc = cli("train", MODEL, "--resume", out, "--epochs", "2", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "nothing to train" in proc.stderr and "--max-steps 3" in proc.stderr
+    assert {p.name: sha256(p) for p in sorted((out / "checkpoints").iterdir())} == before

@@ -189,6 +189,13 @@ async def _train(args) -> int:
     total = per_epoch * int(cfg["epochs"])
     if int(cfg["max_steps"]) > 0:
         total = min(total, int(cfg["max_steps"]))
+    if header and trainer.step >= total:
+        why = (f"--max-steps {cfg['max_steps']}" if int(cfg["max_steps"]) > 0
+               and total == int(cfg["max_steps"]) else f"--epochs {cfg['epochs']}")
+        print(f"error: nothing to train: {out} is at step {trainer.step} and the run ends at "
+              f"step {total} ({why}); resume with a larger --epochs or --max-steps",
+              file=sys.stderr)
+        return 2
     bar = None
     if not getattr(args, "no_progress", False):
         from tqdm import tqdm
