@@ -424,3 +424,9 @@ def test_resume_with_nothing_left_to_train_is_an_error(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "nothing to train" in proc.stderr and "--max-steps 3" in proc.stderr
     assert {p.name: sha256(p) for p in sorted((out / "checkpoints").iterdir())} == before
+
+
+def test_resume_of_a_missing_folder_names_it(tmp_path):
+    proc = cli("train", MODEL, "--resume", tmp_path / "nope", check=False)
+    assert proc.returncode == 2
+    assert "not a run folder" in proc.stderr and "nope" in proc.stderr

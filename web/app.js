@@ -176,7 +176,7 @@ function validate(cfg) {
   const bad = [];
   if (!cfg.model) bad.push("choose a model");
   if (!(cfg.lr > 0)) bad.push("learning rate must be > 0");
-  if (!(cfg.batch_size >= 2)) bad.push("batch size must be ≥ 2 (BatchNorm needs 2 samples)");
+  if (!(cfg.batch_size >= 2)) bad.push("batch size must be ≥ 2");
   if (!Number.isInteger(Number($("batch-size").value))) {
     bad.push("batch size must be a whole number");
   }
@@ -311,6 +311,13 @@ function renderSummary() {
 function setTrainable(names) {
   appState.trainable = new Set(names);
   renderSummary();
+  // bring the first layer that trains into view inside the table's scroll box
+  const first = $("summary-table").querySelector("input:checked");
+  const wrap = document.querySelector("#summary-card .table-wrap");
+  if (first && wrap) {
+    const row = first.closest("tr");
+    wrap.scrollTop = Math.max(0, row.offsetTop - wrap.clientHeight / 2);
+  }
 }
 
 /** The config's `trainable`: null when every parameter trains, else the sorted names. */

@@ -192,7 +192,14 @@ def _resolve_config(args) -> tuple[dict, Path, Path, dict | None]:
                 if getattr(args, "opt_" + k, None) is not None}
     if args.resume:
         run_dir = Path(args.resume)
-        stored = json.loads((run_dir / "config.json").read_text())
+        if not (run_dir / "config.json").is_file():
+            raise ValueError(f"--resume {run_dir}: not a run folder (no config.json; give the "
+                             "--out folder of an earlier train)")
+        try:
+            stored = json.loads((run_dir / "config.json").read_text())
+        except ValueError as exc:
+            raise ValueError(f"--resume {run_dir}: config.json is not valid JSON ({exc})") \
+                from None
         cfg = {**stored["config"], **given}
         cfg["optimizer_args"] = {**(stored["config"].get("optimizer_args") or {}), **opt_args}
         cfg["scheduler"] = _scheduler_spec(args, stored["config"].get("scheduler"))
