@@ -9,8 +9,8 @@ loss + backward), "seed": int, "train": bool (False: eval forward only), "loss":
 of ops/losses.py or None}``.
 ``run_case`` returns ``{"name", "losses": [float per step], "output": b64 float32 of the model
 output after the last step's forward, "grads": b64 float32 of the flat gradient buffer (bundle
-layout), "weights": b64 float32 of the flat parameter buffer after the last step, "dumps": {"act:NAME" |
-"grad:NAME": b64 float32} when the case has "dump": true; "init_seed": int re-initialises the weights first}``.
+layout), "weights": b64 float32 of the flat parameter buffer after the last step}``. A case may
+also have "init_seed": int, which re-initialises the weights first (Plan.init_weights).
 Standard library only.
 """
 
@@ -60,12 +60,7 @@ async def run_case(dev, case: dict) -> dict:
         if train:
             losses.append(struct.unpack("<f", await dev.read(plan.metrics, 0, 4))[0])
     out = plan.acts[plan.graph.output]
-    dumps = {}
-    if case.get("dump"):  # every activation and activation gradient, for finding differences
-        for kind, tensors in (("act", plan.acts), ("grad", plan.grads)):
-            for name, t in tensors.items():
-                dumps[f"{kind}:{name}"] = b64(await dev.read(t.buf, t.offset, t.nbytes))
-    return {"name": case["name"], "losses": losses, "dumps": dumps,
+    return {"name": case["name"], "losses": losses,
             "output": b64(await dev.read(out.buf, out.offset, out.nbytes)),
             "grads": b64(await dev.read(plan.G, 0, plan.wbytes)),
             "weights": b64(await dev.read(plan.P, 0, plan.wbytes))}

@@ -67,6 +67,34 @@ class TrainingDiverged(RuntimeError):
         self.step, self.layer = step, layer
 
 
+async def close_epoch(tr, epoch: int, per_epoch: int, total: int):
+    """After epoch ``epoch`` (1-based) of trainer ``tr`` (``Trainer`` or ``cpu.CpuTrainer``):
+    unless training stopped or the epoch is partial, validate, emit "epoch" (with the epoch's
+    mean train_loss / train_acc from ``tr._sums``) and await ``tr.on_epoch``. Returns
+    ``(step, evaluate() result)``, or None when it did not validate."""
+    if tr.stop_requested or not (tr.step % per_epoch == 0 or tr.step == total):
+        return None
+    last_eval = (tr.step, await tr.evaluate())
+    loss, acc, _ = last_eval[1]
+    n = max(tr._sums[2], 1)
+    metrics = {"epoch": epoch, "step": tr.step, "train_loss": tr._sums[0] / n,
+               "train_acc": tr._sums[1] / n, "val_loss": loss, "val_acc": acc}
+    tr.emit("epoch", **metrics)
+    if tr.on_epoch is not None:
+        await tr.on_epoch(epoch, tr.step, metrics)
+    return last_eval
+
+
+async def run_result(tr, epochs_done: int, last_eval, total: int) -> dict:
+    """The dict ``run`` returns: the last validation when it evaluated these weights, else a
+    new evaluation (training stopped)."""
+    if last_eval is None or last_eval[0] != tr.step:
+        last_eval = (tr.step, await tr.evaluate())
+    loss, acc, logits = last_eval[1]
+    return {"test_acc": acc, "test_loss": loss, "steps": tr.step, "epochs_done": epochs_done,
+            "stopped": tr.stop_requested, "logits": logits, "total_steps": total}
+
+
 class Trainer:
     """Trains ``graph`` (a model description) on ``train`` and evaluates on ``test``.
 
@@ -95,6 +123,7 @@ class Trainer:
         self.epoch = 0
         self.on_epoch = None
         self._sums = [0.0, 0.0, 0]  # loss, accuracy, steps of the current epoch
+        self._lut = None  # data.wgsl's pixel -> normalised value table (set-up)
 
     async def setup(self):
         """Build the plan, upload weights and data, record the train and eval programs."""
@@ -186,7 +215,7 @@ class Trainer:
         words = split.pixels // 4
         b = plan.builder
         b.current = []
-        if getattr(self, "_lut", None) is None:  # normalisation table, made in float64
+        if self._lut is None:  # the normalisation table, made in float64, shared by both splits
             self._lut = dev.buffer(4 * 256, "normalize.lut")
             dev.write(self._lut, array("f", [(v / 255 - MNIST_MEAN) / MNIST_STD
                                              for v in range(256)]).tobytes())
@@ -239,21 +268,8 @@ class Trainer:
             if self.stop_requested and last_read < self.step:  # report the steps done
                 last_read = await self._report(last_read, total, epoch, start, first)
             epoch += 1
-            if not self.stop_requested and (self.step % per_epoch == 0 or self.step == total):
-                last_eval = (self.step, await self.evaluate())
-                loss, acc, _ = last_eval[1]
-                n = max(self._sums[2], 1)
-                metrics = {"epoch": epoch, "step": self.step, "train_loss": self._sums[0] / n,
-                           "train_acc": self._sums[1] / n, "val_loss": loss, "val_acc": acc}
-                self.emit("epoch", **metrics)
-                if self.on_epoch is not None:
-                    await self.on_epoch(epoch, self.step, metrics)
-        # The end-of-epoch validation already evaluated these weights unless training stopped.
-        if last_eval is None or last_eval[0] != self.step:
-            last_eval = (self.step, await self.evaluate())
-        loss, acc, logits = last_eval[1]
-        return {"test_acc": acc, "test_loss": loss, "steps": self.step, "epochs_done": epoch,
-                "stopped": self.stop_requested, "logits": logits, "total_steps": total}
+            last_eval = await close_epoch(self, epoch, per_epoch, total) or last_eval
+        return await run_result(self, epoch, last_eval, total)
 
     async def _report(self, last_read, total, epoch, start, first=0):
         raw = await self.dev.read(self.plan.metrics)

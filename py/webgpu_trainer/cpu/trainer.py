@@ -37,7 +37,8 @@ import numpy as np
 
 from .. import schedulers
 from ..ops.losses import resolve as resolve_loss
-from ..train import DEFAULTS, MNIST_MEAN, MNIST_STD, TrainingDiverged, trainable_names
+from ..train import (DEFAULTS, MNIST_MEAN, MNIST_STD, TrainingDiverged, close_epoch,
+                     run_result, trainable_names)
 from . import optim
 from .engine import Engine
 from .losses import criterion
@@ -270,20 +271,8 @@ class CpuTrainer:
                     rows = []
                     await _yield()
             epoch += 1
-            if not self.stop_requested and (self.step % per_epoch == 0 or self.step == total):
-                last_eval = (self.step, await self.evaluate())
-                loss, acc, _ = last_eval[1]
-                n = max(self._sums[2], 1)
-                metrics = {"epoch": epoch, "step": self.step, "train_loss": self._sums[0] / n,
-                           "train_acc": self._sums[1] / n, "val_loss": loss, "val_acc": acc}
-                self.emit("epoch", **metrics)
-                if self.on_epoch is not None:
-                    await self.on_epoch(epoch, self.step, metrics)
-        if last_eval is None or last_eval[0] != self.step:
-            last_eval = (self.step, await self.evaluate())
-        loss, acc, logits = last_eval[1]
-        return {"test_acc": acc, "test_loss": loss, "steps": self.step, "epochs_done": epoch,
-                "stopped": self.stop_requested, "logits": logits, "total_steps": total}
+            last_eval = await close_epoch(self, epoch, per_epoch, total) or last_eval
+        return await run_result(self, epoch, last_eval, total)
 
     async def evaluate(self):
         """Eval-mode forward over the first ``eval_images`` test images.

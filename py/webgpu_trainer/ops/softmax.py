@@ -84,10 +84,3 @@ async def backward(b, node, ins, outs, gins, gouts):
     else:
         await b.kernel("softmax", "backward_rows", params, [outs[0], gouts[0], gins[0]],
                        groups_1d(rows))
-
-
-async def nll(b, logp, labels, dlogp, metrics):
-    """NLLLoss(mean) of log-probabilities [B, C]: writes dlogp and metrics[slot] = (loss, acc)."""
-    batch, classes = logp.shape
-    await b.kernel("loss", "nll", pack_params(batch, classes, 1),
-                   [b.step, logp, b.dummy, dlogp, labels, metrics], (1, 1, 1))
