@@ -6,7 +6,7 @@ browser, with the adapter used. Issue 2, item 10.
     python scripts/bench.py --native-only --steps 50 --batch 64
     webgpu-trainer bench --browser-only --batch 64
 
-native:  wgpu-py (``webgpu_trainer.train.Trainer`` on real MNIST, Adam, from scratch): a few
+native:  wgpu-py (``webgpu_trainer.engine.train.Trainer`` on real MNIST, Adam, from scratch): a few
          warm-up steps, then N steps, each timed span closed by ``await dev.sync()``.
 browser: the real server + headless Chromium (``--enable-unsafe-webgpu``) driving the page as a
          user would (Start with "max steps"); the worker reports progress every 10 steps, so the
@@ -72,9 +72,10 @@ def bench_native(batches: list[int], steps: int, warmup: int, model: str) -> lis
 
 
 async def _bench_native(batches, steps, warmup, model):
-    from webgpu_trainer import data, onnx_io
-    from webgpu_trainer.backends.wgpu_native import Device
-    from webgpu_trainer.train import Split, Trainer
+    from webgpu_trainer import onnx_io
+    from webgpu_trainer.host import data
+    from webgpu_trainer.engine.backends.wgpu_native import Device
+    from webgpu_trainer.engine.train import Split, Trainer
 
     cache = REPO / ".cache" / "mnist"
     data.prepare(cache)

@@ -24,10 +24,10 @@ if str(REPO / "py") not in sys.path:
 
 
 def _splits(count: int):
-    from webgpu_trainer.train import Split
+    from webgpu_trainer.engine.train import Split
     cache = REPO / ".cache" / "mnist"
     if (cache / "manifest.json").is_file():
-        from webgpu_trainer import data
+        from webgpu_trainer.host import data
         out = []
         for name in ("train", "test"):
             images, labels = data.load(cache, name)
@@ -41,9 +41,10 @@ def _splits(count: int):
 
 
 async def bench(paths, batches, steps, warmup):
-    from webgpu_trainer import onnx_io, summary
-    from webgpu_trainer.backends.wgpu_native import Device
-    from webgpu_trainer.train import Trainer
+    from webgpu_trainer import onnx_io
+    from webgpu_trainer.engine import summary
+    from webgpu_trainer.engine.backends.wgpu_native import Device
+    from webgpu_trainer.engine.train import Trainer
     dev = Device()
     info = dev.info
     print(f"adapter: {info.get('device') or info.get('description')} "

@@ -21,8 +21,8 @@ if str(REPO / "py") not in sys.path:
 
 async def profile(path: Path, batch: int, top: int):
     from webgpu_trainer import onnx_io
-    from webgpu_trainer.backends.wgpu_native import Device
-    from webgpu_trainer.train import Split, Trainer
+    from webgpu_trainer.engine.backends.wgpu_native import Device
+    from webgpu_trainer.engine.train import Split, Trainer
     rng = random.Random(0)
     n = 4 * batch
     images = bytes(rng.getrandbits(8) for _ in range(n * 784))

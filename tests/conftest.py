@@ -45,7 +45,7 @@ def assert_close(got, ref, rtol, what=""):
 def device():
     """One native wgpu device for the whole session (lavapipe on a machine with no GPU)."""
     try:
-        from webgpu_trainer.backends.wgpu_native import Device
+        from webgpu_trainer.engine.backends.wgpu_native import Device
         return Device()
     except Exception as exc:  # ImportError, RuntimeError (no adapter), driver errors
         pytest.skip(f"no native WebGPU device: wgpu found no usable adapter ({exc})")
@@ -85,8 +85,8 @@ def step_bytes(step=1, seed=0, lr=0.0, a=(0.0, 0.0, 0.0), offset=0, slot=0) -> b
 
 
 async def build(dev, graph, blob, batch, loss=None):
-    from webgpu_trainer.graph import Graph
-    from webgpu_trainer.plan import Plan
+    from webgpu_trainer.engine.graph import Graph
+    from webgpu_trainer.engine.plan import Plan
     plan = await Plan.build(dev, Graph(graph), batch, loss=loss)
     dev.write(plan.P, blob + bytes(plan.wbytes - len(blob)))
     return plan

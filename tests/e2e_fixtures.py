@@ -29,7 +29,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def mnist_cache() -> Path:
-    from webgpu_trainer import data
+    from webgpu_trainer.host import data
     cache = REPO / ".cache" / "mnist"
     data.prepare(cache)
     return cache

@@ -1,6 +1,6 @@
 """Op and optimizer cases for the browser-vs-native parity test (tests/test_parity.py).
 
-Each builder returns a case dict of ``webgpu_trainer.parity`` (graph, base64 weights, input,
+Each builder returns a case dict of ``webgpu_trainer.engine.parity`` (graph, base64 weights, input,
 labels). Graphs reuse the op tests' tiny-model helpers; every op family the engine registers
 should appear in at least one case.
 """
@@ -8,7 +8,7 @@ should appear in at least one case.
 import numpy as np
 
 from conftest import f32, head, make_graph, node, rng_for
-from webgpu_trainer.parity import b64
+from webgpu_trainer.engine.parity import b64
 
 CLASSES = 5
 BATCH = 4

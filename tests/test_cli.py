@@ -35,7 +35,7 @@ from conftest import run
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "models" / "seednet.onnx"
-EXE = [sys.executable, "-m", "webgpu_trainer.cli"]
+EXE = [sys.executable, "-m", "webgpu_trainer.cli.main"]
 SMALL = ["--train-images", "640", "--batch-size", "64", "--eval-images", "256",
          "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--seed", "3",
          "--nesterov", "--clip-grad-norm", "5", "--scheduler", "steplr", "--gamma", "0.5",
@@ -78,7 +78,8 @@ def runs(tmp_path_factory, device):
 
 
 def test_artifacts(runs, device):
-    from webgpu_trainer import data, native
+    from webgpu_trainer.host import data
+    from webgpu_trainer.cli import commands as native
     a = runs["a"]
     cfg = json.loads((a / "config.json").read_text())
     for key in ("config", "model", "data", "versions", "adapter", "created", "command"):
@@ -132,7 +133,7 @@ def test_resume_continues_exactly(runs):
     for ra, rb in zip(a, b):
         for k in METRIC_KEYS:
             assert abs(ra[k] - rb[k]) <= 1e-6, (k, ra[k], rb[k])
-    from webgpu_trainer import native
+    from webgpu_trainer.cli import commands as native
     _, sa = native.read_checkpoint(runs["a"] / "checkpoints" / "epoch-002.ckpt")
     _, sb = native.read_checkpoint(runs["b"] / "checkpoints" / "epoch-002.ckpt")
     wa, wb = (np.frombuffer(s["weights"], np.float32) for s in (sa, sb))
@@ -155,7 +156,8 @@ def test_guard_stops_and_keeps_checkpoint(runs):
 
 
 def test_predict_matches_onnxruntime(runs):
-    from webgpu_trainer import data, native
+    from webgpu_trainer.host import data
+    from webgpu_trainer.cli import commands as native
     model = runs["a"] / "model.onnx"
     out = cli("predict", model, "--index", "12").stdout
     digit = int(re.search(r"predicted digit (\d)", out).group(1))
@@ -167,7 +169,7 @@ def test_predict_matches_onnxruntime(runs):
 
 
 def test_checkpoint_round_trip_and_atomic(tmp_path):
-    from webgpu_trainer import native
+    from webgpu_trainer.cli import commands as native
     path = tmp_path / "x.ckpt"
     native.write_checkpoint(path, {"epoch": 4, "step": 40}, {"weights": b"\x01" * 12,
                                                              "optimizer": b"abc"})
@@ -222,8 +224,8 @@ def test_scheduler_options_recorded(tmp_path):
                               "three_phase": True, "base_momentum": 0.8, "max_momentum": 0.9,
                               "max_lr": 0.001, "total_steps": 16}
     # the other schedules, parsed and completed in-process (no run)
-    from webgpu_trainer import cli as cli_mod
-    from webgpu_trainer import native
+    from webgpu_trainer.cli import main as cli_mod
+    from webgpu_trainer.cli import commands as native
     for argv, want in (
             (["--scheduler", "cosine", "--eta-min", "0.001"],
              {"name": "CosineAnnealingLR", "eta_min": 0.001, "T_max": 3}),
@@ -261,7 +263,8 @@ def test_head_only_finetune(tmp_path, device):
     are byte-identical to the original, the head's are not; BatchNorm running statistics still
     update (train mode, as PyTorch). config.json records the resolved list and --resume keeps
     it (3 more steps, still frozen)."""
-    from webgpu_trainer import onnx_io, summary
+    from webgpu_trainer import onnx_io
+    from webgpu_trainer.engine import summary
     out = tmp_path / "r"
     proc = cli("train", MODEL, "--head-only", "--init", "finetune", "--lr", "0.05", *TINY,
                "--out", out)
@@ -316,8 +319,8 @@ def test_freeze_prefix_and_loss_options(tmp_path):
 
     # Options given on --resume (parsed in-process, no run): --reduction alone updates the
     # stored spec, a new --loss starts a new one, a freeze option replaces the stored list.
-    from webgpu_trainer import cli as cli_mod
-    from webgpu_trainer import native
+    from webgpu_trainer.cli import main as cli_mod
+    from webgpu_trainer.cli import commands as native
     for argv, want in ((["--reduction", "mean"], {**spec, "reduction": "mean"}),
                        (["--loss", "cross_entropy", "--label-smoothing", "0.1"],
                         {**spec, "loss": "cross_entropy", "reduction": "mean",

@@ -30,9 +30,10 @@ import pytest
 import test_optim
 from conftest import (FWD_RTOL, OPTIM_RTOL, build, make_graph, node, read_flat, rel_err, run,
                       step_bytes)
-from webgpu_trainer import native, schedulers
-from webgpu_trainer import optim as gpu_optim
-from webgpu_trainer import train as train_mod
+from webgpu_trainer.cli import commands as native
+from webgpu_trainer.engine import schedulers
+from webgpu_trainer.engine import optim as gpu_optim
+from webgpu_trainer.engine import train as train_mod
 from webgpu_trainer.cpu import optim
 from webgpu_trainer.cpu.engine import Engine
 
@@ -328,7 +329,7 @@ def test_cpu_trainer_guard_init_and_dropout(splits):
 # ---------------------------------------------------------------- the CLI on the CPU
 
 MODEL = REPO / "models" / "seednet.onnx"
-EXE = [sys.executable, "-m", "webgpu_trainer.cli"]
+EXE = [sys.executable, "-m", "webgpu_trainer.cli.main"]
 SMALL = ["--device", "cpu", "--train-images", "192", "--batch-size", "32", "--eval-images",
          "128", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--nesterov",
          "--clip-grad-norm", "5", "--scheduler", "onecycle", "--max-lr", "0.1", "--seed", "5",
@@ -367,7 +368,7 @@ def cpu_runs(tmp_path_factory):
 
 
 def test_cli_cpu_artifacts(cpu_runs):
-    from webgpu_trainer import data
+    from webgpu_trainer.host import data
     a = cpu_runs["a"]
     doc = json.loads((a / "config.json").read_text())
     c = doc["config"]

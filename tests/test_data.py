@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from webgpu_trainer import data
+from webgpu_trainer.host import data
 
 
 def synthetic(n_train=7, n_test=3, seed=0):

@@ -278,9 +278,10 @@ def test_browser_and_native_loss_curves_match(trained, mnist_cache):
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
-    from webgpu_trainer import native, onnx_io
-    from webgpu_trainer.backends.wgpu_native import Device
-    from webgpu_trainer.train import Trainer
+    from webgpu_trainer import onnx_io
+    from webgpu_trainer.cli import commands as native
+    from webgpu_trainer.engine.backends.wgpu_native import Device
+    from webgpu_trainer.engine.train import Trainer
 
     train, test, _ = native.load_splits(mnist_cache, eval_images=64)
     graph, weights = onnx_io.load_bundle(REPO / "models" / "seednet.onnx")
@@ -315,7 +316,7 @@ def test_browser_and_native_loss_curves_match(trained, mnist_cache):
 
 
 def test_test_accuracy(trained, mnist_cache):
-    from webgpu_trainer import data
+    from webgpu_trainer.host import data
     last, logits, labels = trained["last"], trained["logits"], trained["labels"]
     assert last["eval_images"] == EVAL_IMAGES and not last["stopped"]
     _, real_labels = data.load(mnist_cache, "test")
@@ -334,7 +335,7 @@ def test_onnx_export_matches_browser(trained, mnist_cache):
     import onnx
     import onnxruntime as ort
 
-    from webgpu_trainer import data
+    from webgpu_trainer.host import data
     path = trained["onnx"]
     model = onnx.load(path)
     onnx.checker.check_model(model, full_check=True)
@@ -425,7 +426,8 @@ def test_upload_finetune_head_and_download(app, mnist_cache, tmp_path):
     import onnxruntime as ort
     from onnx import numpy_helper
 
-    from webgpu_trainer import data, summary
+    from webgpu_trainer.host import data
+    from webgpu_trainer.engine import summary
     from webgpu_trainer import onnx_io
     app.wait_ready()
     page = app.page

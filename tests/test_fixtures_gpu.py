@@ -15,7 +15,7 @@ opset 17 dynamic batch, dynamo opset 18):
    conv3.bias of strided_bn) is float32 rounding noise on the GPU (up to 1e-5 where torch has
    1e-14; the numpy engine in float32 gives the same order), so it is measured against the
    model's largest parameter gradient instead of its own ~0 maximum (``_grad_err``);
-3. three optimizer steps (``webgpu_trainer.optim``: SGD with momentum for the ts13 exports,
+3. three optimizer steps (``webgpu_trainer.engine.optim``: SGD with momentum for the ts13 exports,
    Adam for ts17, AdamW for dynamo18) on the fixture batch with the graph as imported (Dropout
    active), then ``onnx_io.export_onnx`` with a provenance: ``onnx.checker`` (full check)
    passes, onnxruntime's output equals the engine's eval-mode output for the same input
@@ -38,9 +38,10 @@ import onnx
 import pytest
 from conftest import _record, read_f32, read_flat, rel_err, run, step_bytes
 
-from webgpu_trainer import onnx_io, optim
-from webgpu_trainer.graph import Graph
-from webgpu_trainer.plan import METRICS_RING, Plan
+from webgpu_trainer import onnx_io
+from webgpu_trainer.engine import optim
+from webgpu_trainer.engine.graph import Graph
+from webgpu_trainer.engine.plan import METRICS_RING, Plan
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURES = sorted((ROOT / "tests" / "fixtures" / "models").glob("*.onnx"))

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from webgpu_trainer import onnx_io, summary
-from webgpu_trainer.train import Split, Trainer
+from webgpu_trainer import onnx_io
+from webgpu_trainer.engine import summary
+from webgpu_trainer.engine.train import Split, Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 

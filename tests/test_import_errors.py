@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from webgpu_trainer import onnx_io
-from webgpu_trainer.graph import supported
+from webgpu_trainer.engine.graph import supported
 from webgpu_trainer.onnx_io import OnnxImportError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -25,7 +25,7 @@ from conftest import _record, rel_err
 
 from webgpu_trainer import onnx_io
 from webgpu_trainer.cpu.engine import Engine, params_from_blob
-from webgpu_trainer.graph import Graph, GraphError
+from webgpu_trainer.engine.graph import Graph, GraphError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURES = sorted((ROOT / "tests" / "fixtures" / "models").glob("*.onnx"))

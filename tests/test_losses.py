@@ -20,7 +20,7 @@ from conftest import compare, f32, make_graph, node, one_step, rel_err, rng_for,
 from webgpu_trainer.cpu import losses as cpu_losses
 from webgpu_trainer.cpu.engine import Engine, params_from_blob
 from webgpu_trainer.cpu.softmax import log_softmax
-from webgpu_trainer.ops import losses
+from webgpu_trainer.engine.ops import losses
 
 FIXTURE = json.loads((pathlib.Path(__file__).parent / "fixtures" / "losses.json").read_text())
 TORCH_RTOL = 1e-10  # float64 vs float64 (the fixture keeps 13 significant digits)
@@ -221,7 +221,7 @@ def test_trainer_validation_loss(device, loss):
     log_softmax_end = loss == "auto+LogSoftmax"
     if log_softmax_end:
         loss = "auto"
-    from webgpu_trainer.train import MNIST_MEAN, MNIST_STD, Split, Trainer
+    from webgpu_trainer.engine.train import MNIST_MEAN, MNIST_STD, Split, Trainer
     rng = rng_for("trainer", repr(loss))
     count, pixels, classes = 12, 784, 10
     images = rng.integers(0, 256, (count, pixels)).astype(np.uint8)
@@ -274,7 +274,7 @@ def test_bad_spec(spec, match):
 
 
 def test_trainer_rejects_bad_loss_before_gpu_work():
-    from webgpu_trainer.train import Split, Trainer
+    from webgpu_trainer.engine.train import Split, Trainer
     graph, blob = make_graph([node("Gemm", ["input", "fc.w"], ["logits"], transB=1)],
                              [("fc.w", np.zeros((10, 784), np.float32), "param")],
                              [("input", ["N", 784])], [("logits", ["N", 10])])

@@ -560,7 +560,7 @@ def test_cross_entropy_on_raw_logits(device):
 def test_batchnorm_two_level_sums(device, monkeypatch):
     """A batch larger than one reduction part (4096 elements per channel and workgroup, as on
     GPUs), so the statistics and the gradient sums add several partial sums per channel."""
-    from webgpu_trainer.plan import Builder
+    from webgpu_trainer.engine.plan import Builder
     monkeypatch.setattr(Builder, "REDUCE_CHUNK", 4096)
     batch, features, hidden, classes = 9000, 3, 5, 3
     rng = rng_for("bn_parts")

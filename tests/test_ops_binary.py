@@ -247,7 +247,7 @@ def test_input_over_255(device):
 
 @pytest.mark.parametrize("sa,sb", [([2, 3], [4]), ([2, 3, 4], [3, 1, 5])])
 def test_not_broadcastable(sa, sb):
-    from webgpu_trainer.graph import Graph, GraphError
+    from webgpu_trainer.engine.graph import Graph, GraphError
     tensors = [("a", np.zeros(sa, np.float32), "param"), ("b", np.zeros(sb, np.float32),
                                                           "param")]
     graph, _ = make_graph([node("Mul", ["a", "b"], ["y"], name="/blk/Mul")], tensors,

@@ -49,7 +49,7 @@ def _gemm_pre(features, out_features, rng, out="h"):
 
 
 def _shape_of(nodes, tensors, x_shape, constants, name, opset):
-    from webgpu_trainer.graph import Graph
+    from webgpu_trainer.engine.graph import Graph
     graph, _ = make_graph(nodes, tensors, [("input", ["N"] + list(x_shape[1:]))],
                           [(name, [])], constants=constants)
     graph["opset"] = opset
@@ -231,7 +231,7 @@ def test_pad_opset2_attributes(device):
 def test_pad_value_tensor(device, chunk, monkeypatch):
     """constant_value as a trainable float initializer (how exporters may store it): read on
     the device, its gradient = the sum of dy over the padded cells (in parts with chunk 64)."""
-    from webgpu_trainer.plan import Builder
+    from webgpu_trainer.engine.plan import Builder
     monkeypatch.setattr(Builder, "REDUCE_CHUNK", chunk)
     rng = rng_for("pad_value_tensor")
     pre, tensors = _conv_pre(3, rng)
@@ -290,7 +290,7 @@ def test_expand_long_sum_split(device):
 # ---- refusals (no device work) ---------------------------------------------------------------
 
 def _graph_of(nodes, constants, tensors=()):
-    from webgpu_trainer.graph import Graph
+    from webgpu_trainer.engine.graph import Graph
     graph, _ = make_graph(nodes, list(tensors), [("input", ["N", 3, 4])], [("y", [])],
                           constants=constants)
     return Graph(graph)
@@ -298,7 +298,7 @@ def _graph_of(nodes, constants, tensors=()):
 
 @pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
 def test_pad_mode_refused(mode):
-    from webgpu_trainer.graph import GraphError
+    from webgpu_trainer.engine.graph import GraphError
     g = _graph_of([node("Pad", ["input", "pads"], ["y"], name="/pad", mode=mode)],
                   {"pads": _const([0, 1, 1, 0, 1, 1])})
     with pytest.raises(GraphError, match=f"/pad.*{mode}"):
@@ -306,7 +306,7 @@ def test_pad_mode_refused(mode):
 
 
 def test_slice_non_constant_starts_refused():
-    from webgpu_trainer.graph import GraphError
+    from webgpu_trainer.engine.graph import GraphError
     g = _graph_of([node("Slice", ["input", "st", "en"], ["y"], name="/slice")],
                   {"en": _const([2])}, tensors=[("st", f32([1.0]), "param")])
     with pytest.raises(GraphError, match="/slice.*'st'.*starts"):

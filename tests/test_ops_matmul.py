@@ -126,7 +126,7 @@ def test_matmul_folds_and_splits(device, monkeypatch, case, rows, cols, inner):
     over the folded sizes, then one reduce_splits."""
     import struct
 
-    from webgpu_trainer.plan import Builder
+    from webgpu_trainer.engine.plan import Builder
     seen = []
     orig = Builder.kernel
 
@@ -155,7 +155,7 @@ SHAPES = [([3], [3]), ([3], [3, 4]), ([2, 3], [3]), ([5, 2, 3], [3]), ([3], [5, 
 
 @pytest.mark.parametrize("a,b", SHAPES)
 def test_infer_matches_numpy(a, b):
-    from webgpu_trainer.ops import matmul
+    from webgpu_trainer.engine.ops import matmul
     n = {"name": "mm", "op_type": "MatMul", "inputs": ["a", "b"], "outputs": ["y"], "attrs": {}}
     want = list(np.matmul(np.zeros(a), np.zeros(b)).shape)
     assert matmul.infer(n, [a, b], [None, None]) == [want]
@@ -165,8 +165,8 @@ def test_infer_matches_numpy(a, b):
                                      ([2, 2, 3], [3, 3, 4], "batch dims do not broadcast"),
                                      ([], [3], "a scalar operand")])
 def test_infer_errors(a, b, msg):
-    from webgpu_trainer.graph import GraphError
-    from webgpu_trainer.ops import matmul
+    from webgpu_trainer.engine.graph import GraphError
+    from webgpu_trainer.engine.ops import matmul
     n = {"name": "mm", "op_type": "MatMul", "inputs": ["a", "b"], "outputs": ["y"], "attrs": {}}
     with pytest.raises(GraphError, match=f"node mm \\(MatMul\\): {msg}"):
         matmul.infer(n, [a, b], [None, None])
@@ -174,8 +174,8 @@ def test_infer_errors(a, b, msg):
 
 def test_too_many_batch_dims(device):
     """Six batch dims whose broadcast pattern alternates cannot be merged: refused at build."""
-    from webgpu_trainer.graph import Graph
-    from webgpu_trainer.plan import Plan
+    from webgpu_trainer.engine.graph import Graph
+    from webgpu_trainer.engine.plan import Plan
     a = [2, 1, 2, 1, 2, 1, 3, 4]
     bshape = [1, 2, 1, 2, 1, 2, 4, 5]
     consts = {"a.shape": _shape_const(a)}

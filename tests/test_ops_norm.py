@@ -429,7 +429,7 @@ def test_refused_shapes(device):
     """GraphError for a non-constant axes input and a Scale that is not (a trailing part of)
     the normalised shape; NotImplementedError for axes that split the tensor into more than 3
     runs of reduced dims."""
-    from webgpu_trainer.graph import Graph, GraphError
+    from webgpu_trainer.engine.graph import Graph, GraphError
     rng = rng_for("refused")
     nodes, tensors, consts = _gemm_to(rng, [3, 4])
     bad_axes = nodes + [node("ReduceSum", ["h", "pre"], ["r"])]

@@ -11,7 +11,7 @@ import pytest
 import reference as ref
 from conftest import check, compare, f32, head, make_graph, node, one_step, params_of, rng_for, run
 from webgpu_trainer.cpu import pool as cpool
-from webgpu_trainer.graph import Graph, GraphError
+from webgpu_trainer.engine.graph import Graph, GraphError
 
 # id: (C, H, W, (kh, kw), pads [t, l, b, r], strides, dilations, ceil_mode)
 MAX_CASES = {

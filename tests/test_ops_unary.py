@@ -201,7 +201,7 @@ def test_unary_chain(device):
 def test_gelu_torchscript_pattern(device, size):
     """GELU as the TorchScript exporter writes it: Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x ->
     Mul 0.5 (needs the binary ops); compared with the engine and with the Gelu node."""
-    from webgpu_trainer import ops
+    from webgpu_trainer.engine import ops
     if "Div" not in ops.OPS:
         pytest.skip("binary ops not registered")
     consts = {"sqrt2": _c(1.4142135381698608), "one": _c(1.0), "half": _c(0.5)}

@@ -13,7 +13,8 @@ import pytest
 
 from conftest import (FWD_RTOL, OPTIM_RTOL, build, make_graph, node, read_flat, rel_err, run,
                       step_bytes)
-from webgpu_trainer import optim, schedulers
+from webgpu_trainer.engine import optim
+from webgpu_trainer.engine import schedulers
 
 FIXTURE = json.loads((pathlib.Path(__file__).parent / "fixtures" / "optim.json").read_text())
 PROBLEM = FIXTURE["problem"]

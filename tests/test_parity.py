@@ -42,7 +42,7 @@ def parity_page(chromium, server):
 
 
 def test_browser_matches_native(parity_page, device):
-    from webgpu_trainer import parity
+    from webgpu_trainer.engine import parity
     cases = parity_cases.all_cases()
     # Playwright's sync API runs an event loop in this thread: run the native engine in another.
     with ThreadPoolExecutor(1) as pool:
@@ -74,7 +74,7 @@ def test_browser_matches_native(parity_page, device):
 def test_every_shader_compiles_in_chromium(parity_page):
     """Every shaders/*.wgsl compiles in Chromium's WebGPU (Tint), which is stricter than the
     native wgpu (naga) in places, e.g. reserved words and uniformity rules."""
-    from webgpu_trainer import shaders
+    from webgpu_trainer.engine import shaders
     sources = {p.name: shaders.source(p.stem)  # with its //!include lines expanded
                for p in sorted(shaders.shader_dir().glob("*.wgsl"))}
     errors = parity_page.evaluate("s => window.compileWGSL(s)", sources)

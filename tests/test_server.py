@@ -19,7 +19,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from starlette.testclient import TestClient
 
-from webgpu_trainer import data, server, wheel
+from webgpu_trainer.host import data
+from webgpu_trainer.host import server
+from webgpu_trainer.host import wheel
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -261,7 +263,7 @@ def test_wheel_route(tmp_path):
     r = c.get(url)
     assert r.status_code == 200 and r.headers["content-type"] == "application/zip"
     names = zipfile.ZipFile(io.BytesIO(r.content)).namelist()
-    assert "webgpu_trainer/__init__.py" in names and "webgpu_trainer/server.py" in names
+    assert "webgpu_trainer/__init__.py" in names and "webgpu_trainer/host/server.py" in names
     for wgsl in (REPO / "shaders").glob("*.wgsl"):
         assert f"webgpu_trainer/shaders/{wgsl.name}" in names
 

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from starlette.testclient import TestClient
 
-from webgpu_trainer import server
+from webgpu_trainer.host import server
 
 REPO = Path(__file__).resolve().parents[1]
 SEEDNET = REPO / "models" / "seednet.onnx"

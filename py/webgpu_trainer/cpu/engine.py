@@ -7,7 +7,7 @@ contributions of every use of a tensor (residual adds, shared weights).
 
 import numpy as np
 
-from ..ops.losses import resolve
+from ..engine.ops.losses import resolve
 from . import KERNELS
 from .losses import criterion
 from .softmax import log_softmax

@@ -9,11 +9,12 @@ dims. The form of Slice and Pad follows the node: constant inputs when present (
 
 import numpy as np
 
+from ..engine.errors import GraphError
+
 TYPES = ("Concat", "Expand", "Pad", "Slice", "Transpose")
 
 
 def _error(node, msg):
-    from ..graph import GraphError
     return GraphError(f"node {node['name']} ({node['op_type']}): {msg}")
 
 

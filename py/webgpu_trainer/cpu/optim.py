@@ -23,7 +23,7 @@ backend restores into the other. CPython only (numpy).
 
 import numpy as np
 
-from .. import optim as gpu
+from ..engine import optim as gpu
 
 f32 = np.float32
 

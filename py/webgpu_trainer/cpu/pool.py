@@ -10,11 +10,12 @@ as the GPU ops (``ops/pool.py``), whose geometry is not shared: this is the test
 
 import numpy as np
 
+from ..engine.errors import GraphError
+
 TYPES = ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")
 
 
 def _error(node, msg):
-    from ..graph import GraphError
     return GraphError(f"node {node['name']} ({node['op_type']}): {msg}")
 
 

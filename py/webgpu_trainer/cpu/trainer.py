@@ -35,9 +35,9 @@ import time
 
 import numpy as np
 
-from .. import schedulers
-from ..ops.losses import resolve as resolve_loss
-from ..train import (DEFAULTS, MNIST_MEAN, MNIST_STD, TrainingDiverged, close_epoch,
+from ..engine import schedulers
+from ..engine.ops.losses import resolve as resolve_loss
+from ..engine.train import (DEFAULTS, MNIST_MEAN, MNIST_STD, TrainingDiverged, close_epoch,
                      run_result, trainable_names)
 from . import optim
 from .engine import Engine

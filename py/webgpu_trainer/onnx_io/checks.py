@@ -152,7 +152,7 @@ class _Checks:
                 "symbol": batch if isinstance(batch, str) else "N"}
 
     def _check_ops(self) -> None:
-        from ..graph import supported
+        from ..engine.graph import supported
         trainable = set(supported())
         unsupported, untrainable, domains = [], [], []
         for n, name in zip(self.g.node, self.names):

@@ -15,6 +15,7 @@ evenly among all the positions equal to the extreme (ties), dx = dy / count wher
 """
 
 from ..backends.base import groups_1d, pack_params
+from ..errors import GraphError
 
 TYPES = ("ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum")
 _MODE = {"ReduceSum": 0, "ReduceMean": 0, "ReduceMax": 2, "ReduceMin": 3}
@@ -43,7 +44,6 @@ def reduce_axes(node, rank, axes_values=None):
     """Sorted reduced axes (>= 0) of ``node`` for an input of ``rank`` dims; ``axes_values``: the
     values of the ``axes`` input when it is a constant. [] means the identity
     (noop_with_empty_axes); no axes otherwise means all. Raises GraphError."""
-    from ..graph import GraphError
     a = node.get("attrs", {})
     axes = a.get("axes")
     if len(node["inputs"]) > 1 and node["inputs"][1]:

@@ -15,6 +15,7 @@ Short rows run one thread per row, long ones (or few rows) one workgroup per row
 
 from ..backends.base import groups_1d, pack_params
 from .reduction import per_row_workgroup
+from ..errors import GraphError
 
 TYPES = ("LayerNormalization",)
 
@@ -27,7 +28,6 @@ def _numel(shape) -> int:
 
 
 def _axis(node, rank):
-    from ..graph import GraphError
     axis = node.get("attrs", {}).get("axis", -1)
     if not -rank <= axis < rank:
         raise GraphError(f"node {node['name']} (LayerNormalization): axis {axis} out of range "
@@ -37,7 +37,6 @@ def _axis(node, rank):
 
 def _param_size(node, shape, norm, what):
     """Values S of Scale / B, which must be a trailing part of the normalised shape ``norm``."""
-    from ..graph import GraphError
     dims = list(shape)
     while dims and dims[0] == 1:
         dims.pop(0)
@@ -50,7 +49,6 @@ def _param_size(node, shape, norm, what):
 
 def dims(node, x, scale, bias=None):
     """(rows, D, S, axis) of X shape ``x`` with Scale / B shapes; raises GraphError."""
-    from ..graph import GraphError
     axis = _axis(node, len(x))
     s = _param_size(node, scale, x[axis:], "Scale")
     if bias is not None and _param_size(node, bias, x[axis:], "B") != s:

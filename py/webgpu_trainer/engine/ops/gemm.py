@@ -6,13 +6,13 @@ gradients dA = alpha * dY * B'^T and dB = alpha * A'^T * dY reuse the same kerne
 """
 
 from ..backends.base import groups_1d, pack_params
+from ..errors import GraphError
 
 TYPES = ("Gemm",)
 
 
 def infer(node, ins, consts):
     """[M, N] of op(A) [M, K] times op(B) [K, N]; raises GraphError when the K differ."""
-    from ..graph import GraphError
     a, x, b = node.get("attrs", {}), ins[0], ins[1]
     m, k = (x[1], x[0]) if a.get("transA", 0) else (x[0], x[1])
     kb, n = (b[1], b[0]) if a.get("transB", 0) else (b[0], b[1])

@@ -24,6 +24,7 @@ Indices and is ignored.
 """
 
 from ..backends.base import groups_1d, pack_params
+from ..errors import GraphError
 
 TYPES = ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")
 
@@ -64,7 +65,6 @@ def geometry(node, x) -> dict:
     """Window geometry of a pooling node for the input shape ``x`` [N, C, H, W]:
     ``k`` (KH, KW), ``s`` strides, ``pads`` [top, left, bottom, right], ``d`` dilations,
     ``out`` (OH, OW), ``include_pad`` (0/1). Raises GraphError naming the node."""
-    from ..graph import GraphError
     op, name = node["op_type"], node["name"]
     a = node.get("attrs", {}) or {}
 
@@ -113,7 +113,6 @@ def geometry(node, x) -> dict:
 def infer(node, ins, consts):
     """[N, C, OH, OW] ([N, C, 1, 1] for the global pools); raises GraphError on a rank other
     than 4, a requested MaxPool Indices output and the other unsupported cases (module doc)."""
-    from ..graph import GraphError
     outs = node.get("outputs", [])
     if node["op_type"] == "MaxPool" and len(outs) > 1 and outs[1]:
         raise GraphError(f"node {node['name']} (MaxPool): the Indices output is not supported")

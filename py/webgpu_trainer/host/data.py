@@ -68,7 +68,7 @@ class DataError(RuntimeError):
 
 def default_cache_dir() -> Path:
     """``<repo>/.cache/mnist`` when running from the source tree, else ``./.cache/mnist``."""
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     base = repo if (repo / "pyproject.toml").is_file() else Path.cwd()
     return base / ".cache" / "mnist"
 

@@ -13,6 +13,7 @@ At most 6 collapsed dims (any input rank whose collapsed form fits).
 
 from ..backends.base import groups_1d, pack_params
 from .gemm import reduce_splits
+from ..errors import GraphError
 
 TYPES = ("Add", "Sub", "Mul", "Div", "Pow")
 
@@ -70,7 +71,6 @@ def collapse(out, shapes):
 def infer(node, ins, consts):
     """Output shape = broadcast of both input shapes; raises GraphError naming the node and
     both shapes when they do not broadcast (or need more than 6 dims once collapsed)."""
-    from ..graph import GraphError
     a, b = list(ins[0]), list(ins[1])
     out = broadcast_shape(a, b)
     if out is None:

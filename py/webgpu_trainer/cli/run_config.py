@@ -9,9 +9,9 @@ import json
 import time
 from pathlib import Path
 
-from . import train as train_mod
-from .ops import losses
-from .train_options import OPTIMIZER_OPTIONS, SCHEDULER_OPTIONS, SCHEDULERS, TRAIN_KEYS
+from ..engine import train as train_mod
+from ..engine.ops import losses
+from .options import OPTIMIZER_OPTIONS, SCHEDULER_OPTIONS, SCHEDULERS, TRAIN_KEYS
 
 
 def _flag(options, key) -> str:
@@ -70,7 +70,7 @@ def resolve_trainable(graph: dict, trainable: str | None = None, freeze: str | N
         return ", ".join(map(repr, names))
 
     if head_only:
-        from .summary import head_params
+        from ..engine.summary import head_params
         keep = set(head_params(graph))
         if not keep:
             raise ValueError("--head-only: the model has no parameters to train")
@@ -164,7 +164,7 @@ def check_config(cfg: dict, steps_per_epoch: int) -> None:
     """Build the optimizer and the schedule of ``cfg`` on the host (no device work) and step
     the schedule to the run's last step: raises ValueError for a bad option before anything is
     written."""
-    from . import optim, schedulers
+    from ..engine import optim, schedulers
     per = max(1, steps_per_epoch)
     total = per * int(cfg["epochs"])
     if int(cfg["max_steps"]) > 0:

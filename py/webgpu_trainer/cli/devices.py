@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from . import train as train_mod
+from ..engine import train as train_mod
 
 
 class CpuDevice:
@@ -30,13 +30,13 @@ def open_device(kind: str):
         return CpuDevice()
     if kind != "gpu":
         raise ValueError(f"unknown device {kind!r}: choose gpu or cpu")
-    from .backends.wgpu_native import Device
+    from ..engine.backends.wgpu_native import Device
     return Device()
 
 
 def make_trainer(dev, graph, weights, cfg, train_set, test_set, emit=None):
     """``train.Trainer`` on the GPU ``dev``, ``cpu.trainer.CpuTrainer`` for a ``CpuDevice``."""
     if is_cpu(dev):
-        from .cpu.trainer import CpuTrainer
+        from ..cpu.trainer import CpuTrainer
         return CpuTrainer(graph, weights, cfg, train_set, test_set, emit)
     return train_mod.Trainer(dev, graph, weights, cfg, train_set, test_set, emit)

@@ -6,6 +6,7 @@ Threads own 8 channels x 4 columns (see the shader); the weight gradient splits 
 
 from ..backends.base import groups_1d, pack_params
 from . import gemm
+from ..errors import GraphError
 
 TYPES = ("Conv",)
 
@@ -17,7 +18,6 @@ def out_size(size: int, k: int, stride: int, pad0: int, pad1: int, dil: int) -> 
 
 def infer(node, ins, consts):
     """[N, K, OH, OW]; raises GraphError on a channel mismatch or a too small input."""
-    from ..graph import GraphError
     a, x, w = node.get("attrs", {}), ins[0], ins[1]
     if len(x) != 4:
         raise GraphError(f"node {node['name']} (Conv): input {x} is not NCHW (only 2-D Conv)")

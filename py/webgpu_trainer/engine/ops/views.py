@@ -2,6 +2,8 @@
 Unsqueeze. The plan aliases the output (and its gradient) to the input, so they dispatch nothing.
 """
 
+from ..errors import GraphError
+
 TYPES = ("Flatten", "Identity", "Reshape", "Squeeze", "Unsqueeze")
 
 
@@ -22,7 +24,6 @@ def _axes(node, consts, rank):
 
 def infer(node, ins, consts):
     """Shapes by ONNX rules; raises GraphError naming the node when the sizes do not fit."""
-    from ..graph import GraphError
     op, x, a = node["op_type"], ins[0], node.get("attrs", {})
     if op == "Identity":
         return [list(x)]

@@ -15,6 +15,7 @@ activation) is read by the kernel from its buffer and gets torch.clamp's gradien
 
 from ..backends.base import groups_1d, pack_params
 from .gemm import channel_sum
+from ..errors import GraphError
 
 TYPES = ("LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
          "Reciprocal", "Softplus", "Elu", "HardSigmoid", "HardSwish", "Clip")
@@ -45,7 +46,6 @@ def _code(node) -> int:
         if isinstance(approx, bytes):
             approx = approx.decode()
         if approx not in ("none", "tanh"):
-            from ..graph import GraphError
             raise GraphError(f"node {node['name']} (Gelu): approximate={approx!r} is not "
                              "'none' or 'tanh'")
         return 3 if approx == "none" else 4
@@ -66,7 +66,6 @@ def _alpha_beta(node):
 
 def infer(node, ins, consts):
     """Output shape = input shape. Clip's min / max must hold one value each (ONNX: scalars)."""
-    from ..graph import GraphError
     _code(node)
     if node["op_type"] == "Clip":
         for k in (1, 2):

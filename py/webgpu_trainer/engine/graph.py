@@ -4,11 +4,10 @@ Runs in Pyodide: standard library only. Shapes come from each op family's ``infe
 (``ops/``); ``supported()`` lists the ONNX op_types the engine trains.
 """
 
+from .errors import GraphError
 from .ops import OPS
 
-
-class GraphError(ValueError):
-    """The model cannot be planned: names the node, its op and the problem."""
+__all__ = ["Graph", "GraphError", "supported"]
 
 
 class Graph:

@@ -11,7 +11,7 @@ import json
 import struct
 from pathlib import Path
 
-from .data import atomic_write
+from ..host.data import atomic_write
 from .devices import is_cpu
 
 CKPT_MAGIC = b"WGTCKPT1"

@@ -29,8 +29,8 @@ class WheelError(RuntimeError):
 
 
 def repo_root() -> Path:
-    """The source tree holding pyproject.toml (this file lives in <root>/py/webgpu_trainer)."""
-    root = Path(__file__).resolve().parents[2]
+    """The source tree holding pyproject.toml (this file lives in <root>/py/webgpu_trainer/host)."""
+    root = Path(__file__).resolve().parents[3]
     if not (root / "pyproject.toml").is_file():
         raise WheelError(f"no pyproject.toml at {root}: the wheel is built from a source tree")
     return root
@@ -38,7 +38,7 @@ def repo_root() -> Path:
 
 def wheel_name() -> str:
     """``webgpu_trainer-<version>-py3-none-any.whl`` for the package's ``__version__``."""
-    from . import __version__
+    from .. import __version__
     return f"webgpu_trainer-{__version__}-py3-none-any.whl"
 
 

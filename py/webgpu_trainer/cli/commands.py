@@ -60,17 +60,17 @@ import sys
 import time
 from pathlib import Path
 
-from . import train as train_mod
+from ..engine import train as train_mod
 from .checkpoints import (CKPT_FORMAT as CKPT_FORMAT, CKPT_MAGIC as CKPT_MAGIC,
                           last_checkpoint, load_optimizer_state, optimizer_state,
                           read_checkpoint, read_weights, write_checkpoint, write_weights)
-from .data import atomic_write
+from ..host.data import atomic_write
 from .devices import CpuDevice as CpuDevice, is_cpu, make_trainer, open_device
-from .ops import losses
+from ..engine.ops import losses
 from .summary_table import format_summary
-from .train_config import (_freeze_given, _resolve_config, check_config, complete_schedule,
+from .run_config import (_freeze_given, _resolve_config, check_config, complete_schedule,
                            resolve_trainable)
-from .train_options import (OPTIMIZER_OPTIONS as OPTIMIZER_OPTIONS,
+from .options import (OPTIMIZER_OPTIONS as OPTIMIZER_OPTIONS,
                             SCHEDULER_OPTIONS as SCHEDULER_OPTIONS, SCHEDULERS as SCHEDULERS,
                             TRAIN_KEYS as TRAIN_KEYS, add_freeze_options, add_train)
 
@@ -98,7 +98,7 @@ def load_splits(data_dir, train_images: int = 0, eval_images: int = 10000):
     """``(train Split, test Split, manifest source)`` from the MNIST cache (prepared if needed);
     ``train_images`` > 0 keeps the first N training images, the test split keeps the first
     ``eval_images``."""
-    from . import data
+    from ..host import data
     manifest = data.prepare(data_dir)
     out = []
     for name, keep in (("train", train_images), ("test", eval_images)):
@@ -126,7 +126,7 @@ def train(args) -> int:
 
 
 async def _train(args) -> int:
-    from . import onnx_io
+    from .. import onnx_io
     cfg, model_path, out, stored = _resolve_config(args)
     if not model_path.is_file():
         raise FileNotFoundError(f"model {model_path} not found")
@@ -134,7 +134,7 @@ async def _train(args) -> int:
     if _freeze_given(args):
         cfg["trainable"] = resolve_trainable(graph, args.trainable, args.freeze, args.head_only)
     train_mod.trainable_names(graph, cfg.get("trainable"))  # a stored list still fits
-    from .graph import Graph
+    from ..engine.graph import Graph
     g = Graph(graph)
     losses.normalize(cfg["loss"], g.shapes(2)[g.output][1])  # --class-weights: one per class
     dev = open_device(cfg.get("device", "gpu"))
@@ -273,7 +273,7 @@ async def engine_log_probs(dev, model_path: Path, images, labels) -> list[list[f
     GPU's ``train.Trainer`` on a wgpu device, the numpy ``CpuTrainer`` on a ``CpuDevice``."""
     import numpy as np
 
-    from . import onnx_io
+    from .. import onnx_io
     graph, weights = onnx_io.load_bundle(model_path)
     images = np.asarray(images, np.uint8)
     labels = np.asarray(labels, np.uint8)
@@ -297,7 +297,7 @@ def onnxruntime_probs(model_path: Path, images):
     import numpy as np
     import onnxruntime as ort
 
-    from . import onnx_io
+    from .. import onnx_io
     graph, weights = onnx_io.load_bundle(model_path)
     model = onnx_io.export_onnx(model_path, weights, {})
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
@@ -325,7 +325,7 @@ def add_predict(sub) -> argparse.ArgumentParser:
 def predict(args) -> int:
     import numpy as np
 
-    from . import data
+    from ..host import data
     try:
         dev = open_device(args.device)
         data.prepare(args.data_dir)
@@ -361,9 +361,9 @@ def add_summary(sub) -> argparse.ArgumentParser:
 
 
 def summary(args) -> int:
-    from . import onnx_io
-    from .graph import Graph, GraphError
-    from .summary import summarize
+    from .. import onnx_io
+    from ..engine.graph import Graph, GraphError
+    from ..engine.summary import summarize
     try:
         graph, _ = onnx_io.load_bundle(args.model)
     except ValueError as exc:  # OnnxImportError: every problem at once

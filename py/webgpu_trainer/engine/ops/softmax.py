@@ -9,6 +9,7 @@ float32, output shape = input shape. Numerically stable (the row maximum is subt
 
 from ..backends.base import groups_1d, pack_params
 from .reduction import per_row_workgroup
+from ..errors import GraphError
 
 TYPES = ("LogSoftmax", "Softmax")
 
@@ -22,7 +23,6 @@ def _numel(shape) -> int:
 
 def axis_of(node, rank, opset):
     """The normalised axis (>= 0); ONNX's default is -1 from opset 13, 1 before."""
-    from ..graph import GraphError
     axis = node.get("attrs", {}).get("axis", -1 if opset >= 13 else 1)
     if not -rank <= axis < rank:
         raise GraphError(f"node {node['name']} ({node['op_type']}): axis {axis} out of range "

@@ -22,6 +22,7 @@ input otherwise. The form (inputs or attributes) follows the node: inputs when p
 
 from ..backends.base import groups_1d, pack_params
 from .gemm import reduce_splits
+from ..errors import GraphError
 
 TYPES = ("Concat", "Expand", "Pad", "Slice", "Transpose")
 
@@ -45,7 +46,6 @@ def _strides(shape) -> list:
 
 
 def _error(node, msg):
-    from ..graph import GraphError
     return GraphError(f"node {node['name']} ({node['op_type']}): {msg}")
 
 

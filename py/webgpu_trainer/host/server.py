@@ -154,7 +154,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     lock = threading.Lock()
 
     def onnx_io():
-        from . import onnx_io as mod  # lazy: keeps onnx out of start-up and of the page routes
+        from .. import onnx_io as mod  # lazy: keeps onnx out of start-up and of the page routes
         return mod
 
     def model_path(name: str) -> Path:
@@ -206,7 +206,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     # ------------------------------------------------------------ models
     def api_models(request: Request) -> Response:
         out = []
-        from .graph import Graph, GraphError
+        from ..engine.graph import Graph, GraphError
         paths = sorted(models_dir.glob("*.onnx"))
         if uploads_dir.is_dir():
             taken = {p.stem for p in paths}
@@ -236,7 +236,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         return JSONResponse(graph, headers={"Cache-Control": "no-cache"})
 
     def model_summary(request: Request) -> Response:
-        from .summary import summarize
+        from ..engine.summary import summarize
         graph, _ = bundle(model_path(request.path_params["name"]))
         return JSONResponse(summarize(graph), headers={"Cache-Control": "no-cache"})
 
@@ -244,8 +244,8 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         """Body: the .onnx bytes; query ``filename`` (the user's file name). Kept in
         uploads_dir only when it imports AND the engine can train it; else 400 listing every
         problem. Answers ``{"name", "summary"}``."""
-        from .graph import Graph, GraphError
-        from .summary import summarize
+        from ..engine.graph import Graph, GraphError
+        from ..engine.summary import summarize
         name = _upload_name(request.query_params.get("filename") or "model.onnx")
         if (models_dir / f"{name}.onnx").is_file():
             name = f"{name}-upload"

@@ -16,6 +16,7 @@ walks contiguously folded into the rows, reduced dims contiguous with the k rang
 
 from ..backends.base import groups_1d, pack_params
 from .gemm import reduce_splits
+from ..errors import GraphError
 
 TYPES = ("MatMul",)
 
@@ -58,7 +59,6 @@ def out_shape(a, b):
 def infer(node, ins, consts):
     """numpy.matmul's output shape; raises GraphError naming the node when the shapes do not
     fit (inner sizes, batch broadcasting, a 0-D operand)."""
-    from ..graph import GraphError
     try:
         return [out_shape(ins[0], ins[1])]
     except ValueError as exc:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import train as train_mod
-from .ops import losses
+from ..engine import train as train_mod
+from ..engine.ops import losses
 
 TRAIN_KEYS = ("optimizer", "lr", "batch_size", "epochs", "seed", "init", "momentum",
               "weight_decay", "max_steps", "eval_images", "report_every", "clip_grad_norm")
@@ -89,7 +89,7 @@ def _metavar(key, kw) -> dict:
 
 
 def add_train(sub) -> argparse.ArgumentParser:
-    from . import optim
+    from ..engine import optim
     d = train_mod.DEFAULTS
     p = sub.add_parser("train", help="train a model natively (wgpu-py, or numpy with --device "
                                      "cpu) on MNIST, with checkpoints, metrics and the trained "

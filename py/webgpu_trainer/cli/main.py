@@ -14,10 +14,12 @@ import threading
 import webbrowser
 from pathlib import Path
 
+from . import commands
+
 
 def repo_root() -> Path:
-    """The source tree (``<root>/py/webgpu_trainer/cli.py``), else the current directory."""
-    root = Path(__file__).resolve().parents[2]
+    """The source tree (``<root>/py/webgpu_trainer/cli/main.py``), else the current directory."""
+    root = Path(__file__).resolve().parents[3]
     return root if (root / "pyproject.toml").is_file() else Path.cwd()
 
 
@@ -33,7 +35,7 @@ def add_data(sub) -> argparse.ArgumentParser:
 
 
 def data(args) -> int:
-    from . import data as data_mod
+    from ..host import data as data_mod
     try:
         manifest = data_mod.prepare(args.cache, args.source)
     except data_mod.DataError as exc:
@@ -73,9 +75,9 @@ def _can_open_browser() -> bool:
 def serve(args) -> int:
     import uvicorn
 
-    from . import data as data_mod
-    from .server import create_app
-    from .wheel import ensure_wheel
+    from ..host import data as data_mod
+    from ..host.server import create_app
+    from ..host.wheel import ensure_wheel
 
     root = repo_root()
     data_dir = args.data_dir or data_mod.default_cache_dir()
@@ -131,7 +133,7 @@ COMMANDS = {
     "serve": (add_serve, serve),
     "data": (add_data, data),
     "bench": (add_bench, bench),
-    **__import__("webgpu_trainer.native", fromlist=["COMMANDS"]).COMMANDS,  # train predict summary
+    **commands.COMMANDS,  # train predict summary
 }
 
 
