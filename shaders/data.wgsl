@@ -5,7 +5,7 @@
 // and widens their uint8 labels to u32. One thread per 4 pixels of one image.
 
 struct Params { batch: u32, words: u32, count: u32, _p0: u32 }
-struct Step { step: u32, offset: u32, seed: u32, slot: u32, lr: f32, a0: f32, a1: f32, a2: f32 }
+//!include step
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<uniform> st: Step;

@@ -4,7 +4,7 @@
 // "Hash Functions for GPU Rendering", JCGT 2020. The backward pass recomputes the same mask.
 
 struct Params { n: u32, salt: u32, ratio: f32, scale: f32 }
-struct Step { step: u32, offset: u32, seed: u32, slot: u32, lr: f32, a0: f32, a1: f32, a2: f32 }
+//!include step
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<uniform> st: Step;

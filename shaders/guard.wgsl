@@ -5,7 +5,7 @@
 // healthy step; the trainer reads flags with the metrics ring (no per-step readback).
 
 struct Params { tensors: u32, _p0: u32, _p1: u32, _p2: u32 }
-struct Step { step: u32, offset: u32, seed: u32, slot: u32, lr: f32, a0: f32, a1: f32, a2: f32 }
+//!include step
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<uniform> st: Step;

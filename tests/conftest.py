@@ -2,12 +2,13 @@
 training step on the device, and the tolerances (in ONE place)."""
 
 import asyncio
-import struct
 import sys
 import zlib
 
 import numpy as np
 import pytest
+
+from webgpu_trainer.engine.plan import METRICS_RING, pack_step
 
 # The browser fixtures (server, chromium, mnist_cache) for every test module.
 pytest_plugins = ["e2e_fixtures"]
@@ -79,9 +80,9 @@ def make_graph(nodes, tensors, inputs, outputs, constants=None, name="test"):
     return graph, bytes(blob)
 
 
-def step_bytes(step=1, seed=0, lr=0.0, a=(0.0, 0.0, 0.0), offset=0, slot=0) -> bytes:
-    """The plan's 32-byte Step uniform."""
-    return struct.pack("<IIIIffff", step, offset, seed, slot, lr, *a)
+def step_bytes(step=1, seed=0, lr=0.0, a=(0.0, 0.0, 0.0), offset=0) -> bytes:
+    """The plan's 32-byte Step uniform (``plan.pack_step``; metrics slot ``(step - 1) % 64``)."""
+    return pack_step(step, offset, seed, lr, a)
 
 
 async def build(dev, graph, blob, batch, loss=None):
@@ -130,7 +131,8 @@ async def one_step(dev, graph, blob, x, labels, train=True, step=1, seed=0, plan
         out["P"][name] = await read_flat(dev, plan, plan.P, name)
         if name in plan.trainable:
             out["grads"][name] = await read_flat(dev, plan, plan.G, name)
-    met = np.frombuffer(await dev.read(plan.metrics, 0, 8), np.float32)
+    slot = (max(step, 1) - 1) % METRICS_RING
+    met = np.frombuffer(await dev.read(plan.metrics, 8 * slot, 8), np.float32)
     out["loss"], out["acc"] = float(met[0]), float(met[1])
     return out
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 import json
 import pathlib
-import struct
 
 import numpy as np
 import onnx
@@ -41,7 +40,7 @@ from conftest import _record, read_f32, read_flat, rel_err, run, step_bytes
 from webgpu_trainer import onnx_io
 from webgpu_trainer.engine import optim
 from webgpu_trainer.engine.graph import Graph
-from webgpu_trainer.engine.plan import METRICS_RING, Plan
+from webgpu_trainer.engine.plan import Plan
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURES = sorted((ROOT / "tests" / "fixtures" / "models").glob("*.onnx"))
@@ -180,8 +179,7 @@ def test_train_export_round_trip(path, device, fixtures, tmp_path):
     program = dev.program(plan.fwd_train + plan.loss + plan.bwd + opt.dispatches)
     for t in range(1, STEPS + 1):
         a0, a1, a2 = opt.scalars(t, opt.lr)
-        dev.write(plan.step, struct.pack("<IIIIffff", t, 0, SEED, (t - 1) % METRICS_RING,
-                                         opt.lr, a0, a1, a2))
+        dev.write(plan.step, step_bytes(t, SEED, opt.lr, (a0, a1, a2)))
         dev.submit([program])
     met = np.frombuffer(run(dev.read(plan.metrics, 0, 8 * STEPS)), np.float32).reshape(STEPS, 2)
     losses = met[:, 0]

@@ -180,7 +180,7 @@ def test_loss_value_is_metric_slot(device):
         plan = await build(device, graph, blob, 7, spec)
         device.write(plan.input.buf, x.tobytes())
         device.write(plan.labels.buf, np.asarray(labels, np.uint32).tobytes())
-        device.write(plan.step, step_bytes(1, slot=5))
+        device.write(plan.step, step_bytes(6))  # metrics slot 5
         device.submit([device.program(plan.fwd_train + plan.loss)])
         return np.frombuffer(await device.read(plan.metrics, 0, 64), np.float32)
 

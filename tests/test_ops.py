@@ -399,7 +399,7 @@ def test_metrics_slot(device):
         plan = await build(device, graph, blob, batch)
         device.write(plan.input.buf, x.tobytes())
         device.write(plan.labels.buf, labels.astype(np.uint32).tobytes())
-        device.write(plan.step, step_bytes(1, slot=3))
+        device.write(plan.step, step_bytes(4))  # metrics slot 3
         device.submit([device.program(plan.fwd_train + plan.loss)])
         return np.frombuffer(await device.read(plan.metrics, 0, 64), np.float32)
 

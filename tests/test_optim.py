@@ -15,6 +15,7 @@ from conftest import (FWD_RTOL, OPTIM_RTOL, build, make_graph, node, read_flat, 
                       step_bytes)
 from webgpu_trainer.engine import optim
 from webgpu_trainer.engine import schedulers
+from webgpu_trainer.engine.plan import METRICS_RING
 
 FIXTURE = json.loads((pathlib.Path(__file__).parent / "fixtures" / "optim.json").read_text())
 PROBLEM = FIXTURE["problem"]
@@ -71,7 +72,8 @@ async def _replay(dev, cfg):
         _step(dev, plan, opt, prog, t, lr_at)
         params.append({name: await read_flat(dev, plan, plan.P, name) for name in
                        PROBLEM["params"]})
-        losses.append(float(np.frombuffer(await dev.read(plan.metrics, 0, 4), np.float32)[0]))
+        slot = 8 * ((t - 1) % METRICS_RING)
+        losses.append(float(np.frombuffer(await dev.read(plan.metrics, slot, 4), np.float32)[0]))
         norms.append(float(np.frombuffer(await dev.read(opt.clip, 0, 4), np.float32)[0]))
     whole = np.frombuffer(await dev.read(plan.P), np.float32)
     return params, losses, plan, whole, norms

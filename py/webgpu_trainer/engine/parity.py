@@ -19,7 +19,7 @@ import struct
 
 from . import optim
 from .graph import Graph
-from .plan import Plan
+from .plan import METRICS_RING, Plan, pack_step
 
 
 def b64(data: bytes) -> str:
@@ -55,10 +55,11 @@ async def run_case(dev, case: dict) -> dict:
     for t in range(1, int(case.get("steps", 1)) + 1):
         a = opt.scalars(t, opt.lr) if opt else (0.0, 1.0, 0.0)
         lr = opt.lr if opt else 0.0
-        dev.write(plan.step, struct.pack("<IIIIffff", t, 0, seed, 0, lr, *a))
+        dev.write(plan.step, pack_step(t, 0, seed, lr, a))
         dev.submit([prog])
         if train:
-            losses.append(struct.unpack("<f", await dev.read(plan.metrics, 0, 4))[0])
+            slot = (t - 1) % METRICS_RING
+            losses.append(struct.unpack("<f", await dev.read(plan.metrics, 8 * slot, 4))[0])
     out = plan.acts[plan.graph.output]
     return {"name": case["name"], "losses": losses,
             "output": b64(await dev.read(out.buf, out.offset, out.nbytes)),

@@ -14,6 +14,16 @@ from .graph import Graph
 from .ops import OPS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
+STEP_BYTES = 32  # the Step uniform (shaders/step.wgsl)
+
+
+def pack_step(step: int, offset: int, seed: int, lr: float, a=(0.0, 0.0, 0.0)) -> bytes:
+    """The 32-byte ``Step`` uniform of shaders/step.wgsl for optimizer step ``step`` (1-based):
+    batch ``offset`` into the epoch order, ``seed`` (taken mod 2**32), the metrics slot
+    ``(step - 1) % METRICS_RING``, learning rate ``lr`` and the optimizer scalars ``a`` (a0..a2,
+    ``optim.Optimizer.scalars``)."""
+    slot = (max(step, 1) - 1) % METRICS_RING
+    return struct.pack("<IIIIffff", step, offset, seed & 0xFFFFFFFF, slot, lr, *a)
 
 
 class Tensor:
@@ -126,7 +136,7 @@ class Plan:
         wbytes = round_up(max(graph.weight_nbytes(), 16), 4)
         self.P = dev.buffer(wbytes, "weights")
         self.G = dev.buffer(wbytes, "grads")
-        self.step = dev.buffer(32, "step", uniform=True)
+        self.step = dev.buffer(STEP_BYTES, "step", uniform=True)
         self.metrics = dev.buffer(8 * METRICS_RING, "metrics")
         self.wbytes = wbytes
         self.weights = {n: Tensor(t["shape"], self.P, t["offset"]) for n, t in graph.tensors.items()}

@@ -17,7 +17,7 @@ from .backends.base import groups_1d, pack_params, round_up
 from .graph import Graph
 from .guard import Guard
 from .ops import losses
-from .plan import METRICS_RING, Plan
+from .plan import METRICS_RING, Plan, pack_step
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # ((x / 255) - mean) / std, as the PyTorch MNIST example
 
@@ -228,9 +228,7 @@ class Trainer:
     def _write_step(self, t: int, offset: int):
         lr = self.lr_at(max(t, 1))
         a0, a1, a2 = self.opt.scalars(max(t, 1), lr)
-        self.dev.write(self.plan.step, struct.pack(
-            "<IIIIffff", t, offset, int(self.cfg["seed"]) & 0xFFFFFFFF, (t - 1) % METRICS_RING,
-            lr, a0, a1, a2))
+        self.dev.write(self.plan.step, pack_step(t, offset, int(self.cfg["seed"]), lr, (a0, a1, a2)))
 
     async def run(self):
         """Train, validate after each epoch, evaluate at the end. Returns the final metrics dict:
