@@ -20,7 +20,8 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.staticfiles import StaticFiles
 from starlette.routing import Route
 
 MIME = {
@@ -36,7 +37,6 @@ MIME = {
 WEB_SUFFIXES = {".html", ".js", ".mjs", ".css", ".svg", ".png", ".ico"}
 IMMUTABLE = "public, max-age=31536000, immutable"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-CHUNK = 1 << 20
 
 
 class ApiError(Exception):
@@ -65,69 +65,19 @@ def safe_join(base: Path, rel: str) -> Path:
     return path
 
 
-def _parse_range(header: str, size: int) -> tuple[int, int] | None:
-    """One ``bytes=a-b`` / ``a-`` / ``-n`` range -> (start, end inclusive); None = ignore it.
-
-    Raises ApiError 416 when the range is syntactically fine but unsatisfiable.
-    """
-    m = re.fullmatch(r"\s*bytes=(\d*)-(\d*)\s*", header)
-    if not m or (not m.group(1) and not m.group(2)):
-        return None  # multi-range or junk: serve the whole file (allowed by RFC 9110)
-    if m.group(1):
-        start = int(m.group(1))
-        end = min(int(m.group(2)), size - 1) if m.group(2) else size - 1
-        if m.group(2) and int(m.group(2)) < start:
-            return None
-    else:
-        n = int(m.group(2))
-        start, end = max(size - n, 0), size - 1
-        if n == 0:
-            start = size
-    if start >= size:
-        raise ApiError(416, f"range {header!r} not satisfiable (size {size})")
-    return start, end
-
-
 def file_response(request: Request, path: Path, *, etag: str | None = None,
                   cache: str = "no-cache", media_type: str | None = None) -> Response:
-    """Serve ``path`` with ETag/If-None-Match (304), single Range (206/416) and streaming."""
-    st = path.stat()
-    size = st.st_size
-    etag = etag or f'"{size:x}-{st.st_mtime_ns:x}"'
-    headers = {"ETag": etag, "Cache-Control": cache, "Accept-Ranges": "bytes"}
+    """Serve ``path`` through Starlette's FileResponse (single and multiple Range: 206, 416;
+    HEAD; Last-Modified; ETag, ``etag`` when given, else Starlette's from size and mtime) with
+    ``Cache-Control: cache``; a matching If-None-Match / If-Modified-Since gives 304, by the
+    rule of Starlette's StaticFiles (``is_not_modified``)."""
+    headers = {"Cache-Control": cache, **({"ETag": etag} if etag else {})}
     media_type = media_type or MIME.get(path.suffix.lower(), "application/octet-stream")
-    inm = request.headers.get("if-none-match")
-    if inm and (inm.strip() == "*" or etag in [t.strip() for t in inm.split(",")]):
-        return Response(status_code=304, headers=headers)
-    start, end, status = 0, size - 1, 200
-    rng = request.headers.get("range")
-    if rng and size > 0 and request.headers.get("if-range", etag) == etag:
-        try:
-            parsed = _parse_range(rng, size)
-        except ApiError as exc:
-            return JSONResponse({"error": exc.message}, 416,
-                                headers={"Content-Range": f"bytes */{size}"})
-        if parsed:
-            start, end = parsed
-            status = 206
-            headers["Content-Range"] = f"bytes {start}-{end}/{size}"
-    headers["Content-Length"] = str(end - start + 1)
-    if request.method == "HEAD":
-        return Response(status_code=status, headers=headers, media_type=media_type)
-
-    def chunks():
-        with open(path, "rb") as f:
-            f.seek(start)
-            left = end - start + 1
-            while left > 0:
-                data = f.read(min(CHUNK, left))
-                if not data:
-                    break
-                left -= len(data)
-                yield data
-
-    return StreamingResponse(chunks(), status_code=status, headers=headers,
-                             media_type=media_type)
+    resp = FileResponse(path, headers=headers, media_type=media_type, stat_result=path.stat())
+    if StaticFiles.is_not_modified(None, resp.headers, request.headers):
+        keep = ("etag", "cache-control", "last-modified")
+        return Response(status_code=304, headers={k: resp.headers[k] for k in keep})
+    return resp
 
 
 MAX_UPLOAD_BYTES = 64 << 20  # an uploaded .onnx (models people train on MNIST are far smaller)
