@@ -81,12 +81,10 @@ def server(mnist_cache, tmp_path_factory):
 @pytest.fixture(scope="module")
 def chromium():
     """Headless Chromium with WebGPU (Playwright's sync API)."""
-    if not CHROMIUM.exists():
-        msg = (f"{CHROMIUM} not found: the end-to-end tests need Chromium with WebGPU "
-               "(apt-get install chromium; .ci/run installs it)")
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+    if not CHROMIUM.exists():  # never a skip: leave the browser tests out with -m "not e2e"
+        pytest.fail(f"{CHROMIUM} not found: the end-to-end tests need Chromium with WebGPU "
+                    "(./run test installs it; or apt-get install chromium, or set "
+                    "WEBGPU_TRAINER_CHROMIUM; -m 'not e2e' leaves these tests out)")
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS,
