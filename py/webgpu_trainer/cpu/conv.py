@@ -17,46 +17,63 @@ def _padded(x, pads):
     return np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
 
 
-def _taps(w, strides, dilations, oh, ow):
-    """(i, j, row slice, col slice) of the padded input seen by tap (i, j) of every output."""
+def _windows(xp, kh, kw, strides, dilations, oh, ow):
+    """View [N, C, OH, OW, KH, KW] of the padded input: element (n, c, y, x, i, j) is
+    xp[n, c, y*sh + i*dh, x*sw + j*dw] (no copy: numpy stride tricks)."""
     sh, sw = strides
     dh, dw = dilations
-    for i in range(w.shape[2]):
-        for j in range(w.shape[3]):
-            yield i, j, slice(i * dh, i * dh + sh * (oh - 1) + 1, sh), \
-                slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)
+    win = np.lib.stride_tricks.sliding_window_view(
+        xp, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(2, 3))
+    return win[:, :, :sh * (oh - 1) + 1:sh, :sw * (ow - 1) + 1:sw, ::dh, ::dw]
+
+
+def _cols(xp, cs, kh, kw, strides, dilations, oh, ow):
+    """im2col of one group: [N*OH*OW, Cg*KH*KW] (rows in (n, y, x) order)."""
+    win = _windows(xp[:, cs], kh, kw, strides, dilations, oh, ow)
+    return win.transpose(0, 2, 3, 1, 4, 5).reshape(-1, win.shape[1] * kh * kw)
 
 
 def conv2d(x, w, b=None, pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1), group=1):
-    """y [N, K, OH, OW] of x [N, C, H, W] and w [K, C/group, KH, KW] (+ b [K])."""
+    """y [N, K, OH, OW] of x [N, C, H, W] and w [K, C/group, KH, KW] (+ b [K]): im2col, then
+    one matrix product per group (BLAS)."""
     oh, ow = _geometry(x, w, pads, strides, dilations)
     xp = _padded(x, pads)
     n, c = x.shape[:2]
-    k = w.shape[0]
+    k, _, kh, kw = w.shape
     kg, cg = k // group, c // group
-    y = np.zeros((n, k, oh, ow), x.dtype)
+    y = np.empty((n, k, oh, ow), x.dtype)
     for g in range(group):
         ks, cs = slice(g * kg, (g + 1) * kg), slice(g * cg, (g + 1) * cg)
-        for i, j, rs, cl in _taps(w, strides, dilations, oh, ow):
-            y[:, ks] += np.einsum("nchw,kc->nkhw", xp[:, cs, rs, cl], w[ks, :, i, j])
+        cols = _cols(xp, cs, kh, kw, strides, dilations, oh, ow)
+        out = cols @ w[ks].reshape(kg, -1).T  # [N*OH*OW, Kg]
+        y[:, ks] = out.reshape(n, oh, ow, kg).transpose(0, 3, 1, 2)
     if b is not None:
         y += b[None, :, None, None]
     return y
 
 
 def conv2d_backward(x, w, dy, pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1), group=1):
-    """(dx, dw, db) of conv2d for the output gradient dy."""
+    """(dx, dw, db) of conv2d for the output gradient dy: dw = dy^T @ im2col(x); dx by adding
+    dy @ w back into the window positions (col2im, one vectorised add per tap)."""
     oh, ow = dy.shape[2:]
     xp = _padded(x, pads)
     dxp = np.zeros_like(xp)
-    dw = np.zeros_like(w)
-    k, c = w.shape[0], x.shape[1]
+    dw = np.empty_like(w)
+    k, _, kh, kw = w.shape
+    n, c = x.shape[:2]
     kg, cg = k // group, c // group
+    sh, sw = strides
     for g in range(group):
         ks, cs = slice(g * kg, (g + 1) * kg), slice(g * cg, (g + 1) * cg)
-        for i, j, rs, cl in _taps(w, strides, dilations, oh, ow):
-            dw[ks, :, i, j] += np.einsum("nkhw,nchw->kc", dy[:, ks], xp[:, cs, rs, cl])
-            dxp[:, cs, rs, cl] += np.einsum("nkhw,kc->nchw", dy[:, ks], w[ks, :, i, j])
+        dym = dy[:, ks].transpose(0, 2, 3, 1).reshape(-1, kg)  # [N*OH*OW, Kg]
+        cols = _cols(xp, cs, kh, kw, strides, dilations, oh, ow)
+        dw[ks] = (dym.T @ cols).reshape(kg, cg, kh, kw)
+        dcols = (dym @ w[ks].reshape(kg, -1)).reshape(n, oh, ow, cg, kh, kw)
+        for i in range(kh):
+            for j in range(kw):
+                r0, c0 = i * dilations[0], j * dilations[1]
+                dxp[:, cs, r0:r0 + sh * (oh - 1) + 1:sh, c0:c0 + sw * (ow - 1) + 1:sw] += \
+                    dcols[:, :, :, :, i, j].transpose(0, 3, 1, 2)
     pt, pl = pads[0], pads[1]
     dx = dxp[:, :, pt:pt + x.shape[2], pl:pl + x.shape[3]]
     return dx, dw, dy.sum(axis=(0, 2, 3))
