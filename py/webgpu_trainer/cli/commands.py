@@ -23,28 +23,27 @@ exactly. Checkpoints of both devices share one format (weights in the plan's lay
 optimizer state of ``optim.Optimizer.state_bytes``), so a run may also resume on the other
 device (not bit for bit: other dropout masks, other float32 rounding).
 
-Optimizer and schedule options (``add_train``): every optimizer of ``optim.NAMES`` with
-torch.optim's keyword names (``config["optimizer_args"]``: ``--nesterov``, ``--betas``, ``--eps``
-...), ``--clip-grad-norm`` (``config["clip_grad_norm"]``) and ``--scheduler`` with its parameters
-(``config["scheduler"]``, the ``schedulers.make`` spec with every default resolved, e.g. a
-OneCycleLR's ``total_steps``), all stored in config.json and reused by ``--resume``.
-
-Fine-tuning options: ``--trainable NAME[,NAME...]``, ``--freeze NAME[,NAME...]`` (names or name
-prefixes) and ``--head-only`` (``summary.head_params``) are resolved against the model
-(``resolve_trainable``) into ``config["trainable"]``, the sorted-in-graph-order list of the
-parameters that train (None: all of them); ``--loss``, ``--reduction``, ``--label-smoothing`` and
-``--class-weights`` make ``config["loss"]``, the ``ops.losses.normalize`` spec. Both are stored in
-config.json and reused by ``--resume`` (given again, they replace the stored value: a new
-``--loss`` starts a new spec, ``--reduction`` etc. alone update the stored one).
+The options (``options.add_train``) are the fields of the run configuration's schema
+(``engine/config``): the optimizer and its torch.optim keywords, clipping, the schedule, the
+loss, the fine-tuning options; ``config.parse`` checks them all at once (exit 2 listing every
+bad option by its flag) and resolves the defaults that depend on the run (e.g. OneCycleLR's
+``total_steps``) before anything is written. config.json's ``config`` is the flat
+``RunConfig.to_json()``; ``--resume`` reuses it (``RunConfig.updated``: a new ``--scheduler`` or
+``--loss`` starts that group afresh, other options update the stored ones; config.json files of
+earlier versions are read too). ``--trainable NAME[,NAME...]``, ``--freeze NAME[,NAME...]``
+(names or name prefixes) and ``--head-only`` (``summary.head_params``) are resolved against the
+model (``resolve_trainable``) into ``trainable``, the list of the parameters that train in graph
+order (None: all of them).
 
 ``summary MODEL.onnx`` prints ``summary.summarize`` as a table (layers, output shapes for one
 sample, parameters, multiply-adds, trainable marks, totals); a model that cannot be imported or
 trained exits 2 after listing every problem, one per line.
 
 The pieces live in ``checkpoints.py`` (the checkpoint file and its sections), ``devices.py``
-(``--device`` and the trainer for it), ``train_options.py`` (the options of ``train`` and the
-fine-tuning options), ``train_config.py`` (the config from the options, ``--resume``) and
-``summary_table.py`` (``summary``'s table); their names stay importable from here.
+(``--device`` and the trainer for it), ``options.py`` (the options of ``train`` and the
+fine-tuning options, from the schema), ``run_config.py`` (the config from the options,
+``--resume``) and ``summary_table.py`` (``summary``'s table); their names stay importable from
+here.
 """
 
 from __future__ import annotations
@@ -60,6 +59,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..engine import config as run_config
 from ..engine import train as train_mod
 from .checkpoints import (CKPT_FORMAT as CKPT_FORMAT, CKPT_MAGIC as CKPT_MAGIC,
                           last_checkpoint, load_optimizer_state, optimizer_state,
@@ -68,11 +68,8 @@ from ..host.data import atomic_write
 from .devices import CpuDevice as CpuDevice, is_cpu, make_trainer, open_device
 from ..engine.ops import losses
 from .summary_table import format_summary
-from .run_config import (_freeze_given, _resolve_config, check_config, complete_schedule,
-                           resolve_trainable)
-from .options import (OPTIMIZER_OPTIONS as OPTIMIZER_OPTIONS,
-                            SCHEDULER_OPTIONS as SCHEDULER_OPTIONS, SCHEDULERS as SCHEDULERS,
-                            TRAIN_KEYS as TRAIN_KEYS, add_freeze_options, add_train)
+from .run_config import flag_errors, resolve_config, resolve_trainable, with_trainable
+from .options import add_freeze_options, add_train
 
 EXIT_DIVERGED = 3
 
@@ -120,6 +117,11 @@ def train(args) -> int:
     except train_mod.TrainingDiverged as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_DIVERGED
+    except run_config.ConfigError as exc:
+        lines = flag_errors(exc)
+        print("error: " + (lines[0] if len(lines) == 1 else f"{len(lines)} bad options:\n- "
+                           + "\n- ".join(lines)), file=sys.stderr)
+        return 2
     except (NotImplementedError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -127,31 +129,30 @@ def train(args) -> int:
 
 async def _train(args) -> int:
     from .. import onnx_io
-    cfg, model_path, out, stored = _resolve_config(args)
+    cfg, model_path, out, stored = resolve_config(args)
     if not model_path.is_file():
         raise FileNotFoundError(f"model {model_path} not found")
     graph, weights = onnx_io.load_bundle(model_path)
-    if _freeze_given(args):
-        cfg["trainable"] = resolve_trainable(graph, args.trainable, args.freeze, args.head_only)
-    train_mod.trainable_names(graph, cfg.get("trainable"))  # a stored list still fits
+    cfg = with_trainable(cfg, graph, args)
+    train_mod.trainable_names(graph, cfg["trainable"])  # a stored list still fits
     from ..engine.graph import Graph
     g = Graph(graph)
-    losses.normalize(cfg["loss"], g.shapes(2)[g.output][1])  # --class-weights: one per class
-    dev = open_device(cfg.get("device", "gpu"))
+    classes = g.shapes(2)[g.output][1]  # --class-weights: one per class
+    dev = open_device(cfg["device"])
     ckpt_path = last_checkpoint(out) if stored else None
     header, sections = read_checkpoint(ckpt_path) if ckpt_path else (None, None)
     if header and header["model_sha256"] != _sha256(model_path):
         raise ValueError(f"{model_path} is not the model the checkpoint {ckpt_path} was "
                          "trained from")
-    train_set, test_set, source = load_splits(args.data_dir, int(cfg.get("train_images") or 0),
-                                              int(cfg["eval_images"]))
-    batch = int(cfg["batch_size"])
-    per_epoch = train_set.count // max(batch, 1)
-    cfg["scheduler"] = complete_schedule(cfg, per_epoch)
-    check_config(cfg, per_epoch)
+    train_set, test_set, source = load_splits(args.data_dir, cfg["train_images"],
+                                              cfg["eval_images"])
+    # checked against the data, the run-dependent defaults (e.g. OneCycleLR's total_steps)
+    # resolved, before any file is written
+    cfg = run_config.parse(cfg, train_images=train_set.count, classes=classes)
+    per_epoch, total = cfg.steps(train_set.count)
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     config_doc = {
-        "config": cfg,
+        "config": cfg.to_json(),
         "model": {"path": str(model_path.resolve()), "name": graph["name"],
                   "sha256": _sha256(model_path)},
         "data": {"dataset": "MNIST", "source": source, "train_images": train_set.count,
@@ -161,7 +162,7 @@ async def _train(args) -> int:
         "created": (stored or {}).get("created") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "resumes": (stored or {}).get("resumes", []) + (
             [{"from": str(ckpt_path), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "device": cfg.get("device", "gpu")}] if ckpt_path else []),
+              "device": cfg["device"]}] if ckpt_path else []),
     }
     atomic_write(out / "config.json", (json.dumps(config_doc, indent=2) + "\n").encode())
 
@@ -175,7 +176,7 @@ async def _train(args) -> int:
         trainer.step = int(header["step"])
         print(f"resuming {out} from {ckpt_path.name} (epoch {trainer.epoch}, step "
               f"{trainer.step})", file=sys.stderr)
-    if cfg.get("trainable") is not None:
+    if cfg["trainable"] is not None:
         sizes = {t["name"]: math.prod(t["shape"]) for t in graph["tensors"]
                  if t["role"] == "param"}
         n_all = sum(sizes.values())
@@ -186,12 +187,9 @@ async def _train(args) -> int:
             print("note: --init scratch re-initialises the frozen parameters too (fine-tuning "
                   "usually wants --init finetune)", file=sys.stderr)
 
-    total = per_epoch * int(cfg["epochs"])
-    if int(cfg["max_steps"]) > 0:
-        total = min(total, int(cfg["max_steps"]))
     if header and trainer.step >= total:
-        why = (f"--max-steps {cfg['max_steps']}" if int(cfg["max_steps"]) > 0
-               and total == int(cfg["max_steps"]) else f"--epochs {cfg['epochs']}")
+        why = (f"--max-steps {cfg['max_steps']}" if cfg["max_steps"] > 0
+               and total == cfg["max_steps"] else f"--epochs {cfg['epochs']}")
         print(f"error: nothing to train: {out} is at step {trainer.step} and the run ends at "
               f"step {total} ({why}); resume with a larger --epochs or --max-steps",
               file=sys.stderr)
@@ -221,8 +219,8 @@ async def _train(args) -> int:
                 "rng": {"seed": int(cfg["seed"]), "next_epoch": epoch,
                         "shuffle": "random.Random(seed * 1000003 + epoch)",
                         "dropout": dropout},
-                "device": cfg.get("device", "gpu"),
-                "optimizer": cfg["optimizer"], "config": cfg,
+                "device": cfg["device"],
+                "optimizer": cfg["optimizer"], "config": cfg.to_json(),
                 "model_sha256": config_doc["model"]["sha256"], "metrics": row}
         # A --max-steps stop inside an epoch: epoch-NNN-step-SSSSSSS.ckpt (sorts before the
         # epoch's own checkpoint, so the last file by name is the latest).
@@ -252,11 +250,12 @@ async def _train(args) -> int:
                   "train_images": train_set.count,
                   "backend": "numpy" if is_cpu(dev) else "wgpu-native",
                   "adapter": dev.info.get("device") or dev.info.get("description", "")}
-    if cfg.get("scheduler"):
-        provenance["scheduler"] = cfg["scheduler"]
-    if cfg["loss"] != losses.DEFAULT:
-        provenance["loss"] = cfg["loss"]
-    if cfg.get("trainable") is not None:
+    engine_cfg = cfg.trainer_config()
+    if engine_cfg["scheduler"]:
+        provenance["scheduler"] = engine_cfg["scheduler"]
+    if engine_cfg["loss"] != losses.DEFAULT:
+        provenance["loss"] = engine_cfg["loss"]
+    if cfg["trainable"] is not None:
         provenance["trainable"] = cfg["trainable"]
     atomic_write(out / "model.onnx", onnx_io.export_onnx(model_path, trained, provenance))
     print(f"done: {result['steps']} steps, valid acc {result['test_acc']:.4f} loss "

@@ -186,7 +186,8 @@ _CPU = {gpu.SGD: SGD, gpu.Adam: Adam, gpu.Adagrad: Adagrad, gpu.RMSprop: RMSprop
 NAMES = gpu.NAMES
 
 
-def make(name: str, lr: float, momentum: float = 0.0, weight_decay: float = 0.0, **extra):
+def make(name: str, lr: float, momentum: float = 0.0, weight_decay: float | None = None,
+         **extra):
     """The numpy optimizer named ``name``: ``optim.make``'s arguments, names, defaults and
     errors (ValueError for an unknown name or keyword), as the class of this module."""
     twin = gpu.make(name, lr, momentum, weight_decay, **extra)

@@ -35,10 +35,10 @@ import time
 
 import numpy as np
 
-from ..engine import schedulers
+from ..engine import config as run_config, schedulers
 from ..engine.ops.losses import resolve as resolve_loss
-from ..engine.train import (DEFAULTS, MNIST_MEAN, MNIST_STD, TrainingDiverged, close_epoch,
-                     run_result, trainable_names)
+from ..engine.train import (MNIST_MEAN, MNIST_STD, TrainingDiverged, close_epoch, run_result,
+                            trainable_names)
 from . import optim
 from .engine import Engine
 from .losses import criterion
@@ -53,9 +53,8 @@ def _round_up(n: int, k: int = 4) -> int:
 class CpuTrainer:
     """Trains ``graph`` (a model description) on ``train`` and evaluates on ``test`` with numpy.
 
-    Arguments as ``train.Trainer`` without the device: ``config`` keys of ``train.DEFAULTS``
-    (``loss``, ``trainable`` ...) plus the optional ``optimizer_args``, ``clip_grad_norm`` and
-    ``scheduler``;
+    Arguments as ``train.Trainer`` without the device: ``config`` is a run configuration
+    (``config.RunConfig`` or a dict of its fields), checked by ``config.parse`` in ``setup``;
     ``train`` / ``test`` are ``train.Split`` (bytes). To continue a run, set ``epoch`` and
     ``step`` and restore ``load_weights`` / ``opt.load_state_bytes`` after ``setup()``.
     """
@@ -64,7 +63,7 @@ class CpuTrainer:
 
     def __init__(self, graph: dict, weights: bytes, config: dict, train, test, emit=None):
         self.desc, self.weights = graph, weights
-        self.cfg = {**DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
+        self.cfg = config  # checked in setup (config.parse)
         self.train_set, self.test_set = train, test
         self.emit = emit or (lambda kind, **kw: None)
         self.stop_requested = False
@@ -79,14 +78,10 @@ class CpuTrainer:
         """Check the config and the model against the data, initialise the weights, build the
         optimizer and the schedule. Raises ValueError (bad config, model that does not fit
         MNIST) or NotImplementedError (an op the numpy engine lacks)."""
-        cfg, graph = self.cfg, self.desc
-        batch = self.batch = int(cfg["batch_size"])
-        if batch < 2:
-            raise ValueError(f"batch_size must be at least 2 (BatchNorm), got {batch}")
-        if self.train_set.count < batch:
-            raise ValueError(f"batch_size {batch} exceeds the {self.train_set.count} images")
-        if not 0 <= int(cfg["seed"]) < 2 ** 32:
-            raise ValueError(f"seed must be in [0, 2**32), got {cfg['seed']}")
+        self.cfg = cfg = run_config.parse(self.cfg, train_images=self.train_set.count) \
+            .trainer_config()  # raises ConfigError naming every bad field
+        graph, batch = self.desc, cfg["batch_size"]
+        self.batch = batch
         self.emit("status", text="Preparing the numpy engine…")
         inp = graph["inputs"][0]
         per_sample = 1
@@ -113,8 +108,6 @@ class CpuTrainer:
             assert self.engine.params[name] is view
         if cfg["init"] == "scratch":
             self.init_weights(int(cfg["seed"]))
-        elif cfg["init"] != "finetune":
-            raise ValueError(f"init must be 'scratch' or 'finetune', got {cfg['init']!r}")
 
         # The trainable tensors in graph order of their first use, with that node (the guard).
         self.trainable = []
@@ -132,12 +125,9 @@ class CpuTrainer:
             self.ranges[name] = (lo, hi)
             mask[lo:hi] = 1.0
 
-        self.per_epoch = self.train_set.count // batch  # drop_last: BatchNorm wants full batches
-        total = self.per_epoch * int(cfg["epochs"])
-        if int(cfg["max_steps"]) > 0:
-            total = min(total, int(cfg["max_steps"]))
+        self.per_epoch, total = run_config.steps(cfg, self.train_set.count)  # drop_last
         self.total = total
-        self.lr_at = schedulers.make(cfg, self.per_epoch, total)
+        self.lr_at = schedulers.make(cfg, self.per_epoch)
         self.opt = optim.make(cfg["optimizer"], float(cfg["lr"]), float(cfg["momentum"]),
                               float(cfg["weight_decay"]),
                               clip_grad_norm=float(cfg.get("clip_grad_norm") or 0.0),

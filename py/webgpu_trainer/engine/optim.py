@@ -13,6 +13,9 @@ The momentum (SGD, RMSprop) and Adam's beta1 are per-step scalars (``a2`` of the
 so a schedule can change them between steps as torch's OneCycleLR(cycle_momentum=True) does:
 ``opt.follow(schedule)`` (``schedulers``; call it before ``attach`` when the optimizer was built
 with momentum 0, so that the momentum buffer exists) takes them from ``schedule.momentum_at(t)``.
+
+The hyper-parameters are not checked here: a run's are checked once, with every other option,
+by ``engine/config`` (``config.parse``); the constructors trust them, as the trainers do.
 """
 
 import json
@@ -37,10 +40,6 @@ class Optimizer:
     cycles = None  # what torch's OneCycleLR(cycle_momentum=True) drives: "momentum" | "beta1"
 
     def __init__(self, lr: float, weight_decay: float = 0.0, clip_grad_norm: float = 0.0):
-        if lr <= 0:
-            raise ValueError(f"lr must be positive, got {lr}")
-        if clip_grad_norm < 0:
-            raise ValueError(f"clip_grad_norm must be >= 0 (0 = off), got {clip_grad_norm}")
         self.lr, self.weight_decay = float(lr), float(weight_decay)
         self.clip_grad_norm = float(clip_grad_norm)
         self.momentum_at = None  # step -> momentum / beta1 (or None), set by follow()
@@ -174,8 +173,6 @@ class SGD(Optimizer):
     def __init__(self, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
                  clip_grad_norm=0.0):
         super().__init__(lr, weight_decay, clip_grad_norm)
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         self.momentum, self.dampening, self.nesterov = momentum, dampening, nesterov
 
     cycles = "momentum"
@@ -261,8 +258,6 @@ class RMSprop(Optimizer):
     def __init__(self, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
                  centered=False, clip_grad_norm=0.0):
         super().__init__(lr, weight_decay, clip_grad_norm)
-        if not 0.0 <= alpha:
-            raise ValueError(f"Invalid alpha value: {alpha}")
         self.alpha, self.eps, self.momentum = float(alpha), float(eps), float(momentum)
         self.centered = bool(centered)
 
@@ -292,8 +287,6 @@ class Adadelta(Optimizer):
 
     def __init__(self, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, clip_grad_norm=0.0):
         super().__init__(lr, weight_decay, clip_grad_norm)
-        if not 0.0 <= rho <= 1.0:
-            raise ValueError(f"Invalid rho value: {rho}")
         self.rho, self.eps = float(rho), float(eps)
 
     def params(self):
@@ -306,19 +299,23 @@ class Adadelta(Optimizer):
 NAMES = ("sgd", "adam", "adamw", "adagrad", "rmsprop", "adadelta")
 
 
-def make(name: str, lr: float, momentum: float = 0.0, weight_decay: float = 0.0, **extra):
+def make(name: str, lr: float, momentum: float = 0.0, weight_decay: float | None = None,
+         **extra):
     """The optimizer named ``name`` (one of ``NAMES``), torch.optim's keyword names in ``extra``
     (e.g. ``betas``, ``eps``, ``amsgrad``, ``alpha``, ``centered``, ``rho``, ``nesterov``,
     ``dampening``, ``lr_decay``) plus ``clip_grad_norm`` (0 = off). ``momentum`` is used by SGD
-    and RMSprop only. Raises ValueError for an unknown name or keyword."""
+    and RMSprop only; ``weight_decay`` None is torch's default (AdamW 1e-2, the others 0).
+    Raises ValueError for an unknown name or keyword."""
     name = name.lower()
+    if weight_decay is None:
+        weight_decay = 1e-2 if name == "adamw" else 0.0
     try:
         if name == "sgd":
             return SGD(lr, momentum=momentum, weight_decay=weight_decay, **extra)
         if name == "adam":
             return Adam(lr, weight_decay=weight_decay, **extra)
         if name == "adamw":
-            return Adam(lr, weight_decay=weight_decay or 1e-2, decoupled=True, **extra)
+            return Adam(lr, weight_decay=weight_decay, decoupled=True, **extra)
         if name == "adagrad":
             return Adagrad(lr, weight_decay=weight_decay, **extra)
         if name == "rmsprop":

@@ -15,9 +15,13 @@ step ``t``, or None when it leaves momentum alone (every scheduler but OneCycleL
 ``cycle_momentum``); ``cycles_momentum`` says which. ``optim.Optimizer.follow(schedule)`` wires it
 into an optimizer.
 
-``make(cfg, steps_per_epoch, total_steps)`` builds the scheduler of a trainer config: ``cfg["lr"]``
+``make(cfg, steps_per_epoch)`` builds the scheduler of a trainer config: ``cfg["lr"]``
 and optional ``cfg["scheduler"]``, e.g. ``{"name": "steplr", "step_size": 1, "gamma": 0.7}``;
 absent (or None) -> the constant ``cfg["lr"]``.
+
+The arguments are not checked here (torch's run-time errors, stepping past OneCycleLR's
+``total_steps``, remain): a run's are checked once by ``engine/config`` (``config.parse``, which
+also checks ``total_steps`` against the run's steps before any work).
 """
 
 import math
@@ -45,10 +49,6 @@ class _EpochScheduler:
     "epoch") or once per step ("step"); subclasses give torch's recursive ``_next``."""
 
     def __init__(self, lr: float, steps_per_epoch: int = 1, interval: str = "epoch"):
-        if lr <= 0:
-            raise ValueError(f"lr must be positive, got {lr}")
-        if interval not in ("epoch", "step"):
-            raise ValueError(f"interval must be 'epoch' or 'step', got {interval!r}")
         self.base_lr = float(lr)
         self.per = max(1, int(steps_per_epoch)) if interval == "epoch" else 1
         self._lrs = [self.base_lr]  # lr after torch's last_epoch = k steps, k = index
@@ -79,8 +79,6 @@ class StepLR(_EpochScheduler):
 
     def __init__(self, lr, step_size, gamma=0.1, steps_per_epoch=1, interval="epoch"):
         super().__init__(lr, steps_per_epoch, interval)
-        if int(step_size) < 1:
-            raise ValueError(f"step_size must be a positive integer, got {step_size}")
         self.step_size, self.gamma = int(step_size), float(gamma)
 
     def _next(self, epoch, lr):
@@ -106,8 +104,6 @@ class CosineAnnealingLR(_EpochScheduler):
 
     def __init__(self, lr, T_max, eta_min=0.0, steps_per_epoch=1, interval="epoch"):
         super().__init__(lr, steps_per_epoch, interval)
-        if int(T_max) < 1:
-            raise ValueError(f"T_max must be a positive integer, got {T_max}")
         self.T_max, self.eta_min = int(T_max), float(eta_min)
 
     def _next(self, epoch, lr):
@@ -142,13 +138,6 @@ class OneCycleLR:
                 raise ValueError("You must define either total_steps OR (epochs AND "
                                  "steps_per_epoch)")
             total_steps = int(epochs) * int(steps_per_epoch)
-        if int(total_steps) <= 0:
-            raise ValueError(f"Expected positive integer total_steps, but got {total_steps}")
-        if not 0.0 <= float(pct_start) <= 1.0:
-            raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
-        if anneal_strategy not in ("cos", "linear"):
-            raise ValueError("anneal_strategy must be one of 'cos' or 'linear', instead got "
-                             f"{anneal_strategy}")
         self.total_steps = n = int(total_steps)
         self.anneal = anneal_strategy
         self.initial_lr = float(max_lr) / div_factor
@@ -216,12 +205,12 @@ _ALIASES = {"step": "steplr", "exponential": "exponentiallr", "cosine": "cosinea
             "cosineannealing": "cosineannealinglr", "onecycle": "onecyclelr"}
 
 
-def make(cfg: dict, steps_per_epoch: int, total_steps: int):
+def make(cfg: dict, steps_per_epoch: int = 1):
     """The ``lr_at(step)`` callable of a trainer config: ``cfg["lr"]`` and optional
     ``cfg["scheduler"]`` = ``{"name": ..., **torch's keyword arguments}`` (names as torch's
-    classes, case-insensitive, also "step", "exponential", "cosine", "onecycle"). OneCycleLR's
-    ``total_steps`` defaults to ``total_steps``. Raises ValueError for an unknown name or
-    keyword."""
+    classes, case-insensitive, also "step", "exponential", "cosine", "onecycle"), every argument
+    stated (``config.RunConfig.trainer_config()`` resolves OneCycleLR's ``max_lr`` and
+    ``total_steps``). Raises ValueError for an unknown name or keyword."""
     lr = float(cfg["lr"])
     spec = cfg.get("scheduler")
     if not spec:
@@ -236,8 +225,6 @@ def make(cfg: dict, steps_per_epoch: int, total_steps: int):
         if key == "onecyclelr":
             if "epochs" in kwargs:
                 kwargs.setdefault("steps_per_epoch", int(steps_per_epoch))
-            elif "total_steps" not in kwargs:
-                kwargs["total_steps"] = int(total_steps)
             return OneCycleLR(**kwargs)
         return NAMES[key](lr, steps_per_epoch=steps_per_epoch, **kwargs)
     except TypeError as exc:

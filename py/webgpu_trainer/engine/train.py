@@ -12,7 +12,7 @@ import struct
 import time
 from array import array
 
-from . import optim, schedulers
+from . import config as run_config, optim, schedulers
 from .backends.base import groups_1d, pack_params, round_up
 from .graph import Graph
 from .guard import Guard
@@ -20,10 +20,6 @@ from .ops import losses
 from .plan import METRICS_RING, Plan, pack_step
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # ((x / 255) - mean) / std, as the PyTorch MNIST example
-
-DEFAULTS = {"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "epochs": 1, "seed": 0,
-            "init": "scratch", "momentum": 0.0, "weight_decay": 0.0, "max_steps": 0,
-            "eval_images": 10000, "report_every": 10, "loss": "auto", "trainable": None}
 
 
 def trainable_names(graph: dict, names) -> set | None:
@@ -98,13 +94,15 @@ async def run_result(tr, epochs_done: int, last_eval, total: int) -> dict:
 class Trainer:
     """Trains ``graph`` (a model description) on ``train`` and evaluates on ``test``.
 
-    ``config`` keys (see DEFAULTS): optimizer ("adam" | "adagrad" | "sgd" | "adamw"), lr,
+    ``config``: a run configuration (``config.RunConfig`` or a dict of its fields, see
+    ``engine/config``), checked by ``config.parse`` against the training images in ``setup``
+    (before any GPU work); ``self.cfg`` is then its ``trainer_config()``: optimizer, lr,
     batch_size, epochs, seed, init ("scratch" re-initialises with PyTorch's default init,
-    "finetune" keeps the model's weights), momentum, weight_decay, max_steps (0: no cap),
-    eval_images (first N test images), report_every (steps between metric readbacks), loss
-    (a loss name or spec dict, see ``ops/losses.py``; "auto": NLLLoss after a final LogSoftmax,
-    else CrossEntropyLoss), trainable (None: every parameter; else the list of initializer
-    names to train, the rest frozen: see ``trainable_names``).
+    "finetune" keeps the model's weights), momentum, weight_decay, optimizer_args,
+    clip_grad_norm, scheduler, max_steps (0: no cap), eval_images (first N test images),
+    report_every (steps between metric readbacks), loss (spec, see ``ops/losses.py``),
+    trainable (None: every parameter; else the initializer names to train, the rest frozen:
+    see ``trainable_names``).
     ``emit(kind, **fields)`` receives "status", "progress", "epoch" events ("epoch" carries the
     epoch's mean train_loss / train_acc too). To continue a run, set ``epoch`` (epochs done) and
     ``step`` (steps done) and restore weights / optimizer state after ``setup()``;
@@ -115,7 +113,7 @@ class Trainer:
     def __init__(self, dev, graph: dict, weights: bytes, config: dict, train: Split,
                  test: Split, emit=None):
         self.dev, self.desc, self.weights = dev, graph, weights
-        self.cfg = {**DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
+        self.cfg = config  # checked in setup (config.parse)
         self.train_set, self.test_set = train, test
         self.emit = emit or (lambda kind, **kw: None)
         self.stop_requested = False
@@ -127,14 +125,9 @@ class Trainer:
 
     async def setup(self):
         """Build the plan, upload weights and data, record the train and eval programs."""
-        dev, cfg = self.dev, self.cfg
-        batch = int(cfg["batch_size"])
-        if batch < 2:
-            raise ValueError(f"batch_size must be at least 2 (BatchNorm), got {batch}")
-        if self.train_set.count < batch:
-            raise ValueError(f"batch_size {batch} exceeds the {self.train_set.count} images")
-        if not 0 <= int(cfg["seed"]) < 2 ** 32:
-            raise ValueError(f"seed must be in [0, 2**32), got {cfg['seed']}")
+        self.cfg = cfg = run_config.parse(self.cfg, train_images=self.train_set.count) \
+            .trainer_config()  # raises ConfigError naming every bad field
+        dev, batch = self.dev, cfg["batch_size"]
         self.graph = Graph(self.desc)
         self._check_fits_data()
         # Raises ValueError naming the bad key / value, before any GPU work.
@@ -156,11 +149,8 @@ class Trainer:
         # Learning rate (and OneCycleLR's momentum / beta1) of optimizer step t (1-based):
         # cfg["scheduler"] (see schedulers.py); the optimizer follows it before attach, which
         # makes the momentum buffer a cycled momentum needs.
-        per_epoch = self.train_set.count // batch
-        total = per_epoch * int(cfg["epochs"])
-        if int(cfg["max_steps"]) > 0:
-            total = min(total, int(cfg["max_steps"]))
-        self.lr_at = schedulers.make(cfg, per_epoch, total)
+        per_epoch = run_config.steps(cfg, self.train_set.count)[0]
+        self.lr_at = schedulers.make(cfg, per_epoch)
         self.opt.follow(self.lr_at)
         await self.opt.attach(plan)
         self.guard = await Guard.build(plan)
@@ -236,10 +226,7 @@ class Trainer:
         Raises TrainingDiverged when the loss or a gradient is not finite."""
         cfg, dev, plan = self.cfg, self.dev, self.plan
         batch = plan.batch
-        per_epoch = self.train_set.count // batch  # drop_last: BatchNorm needs full batches
-        total = per_epoch * int(cfg["epochs"])
-        if int(cfg["max_steps"]) > 0:
-            total = min(total, int(cfg["max_steps"]))
+        per_epoch, total = run_config.steps(cfg, self.train_set.count)  # drop_last
         report = max(1, min(int(cfg["report_every"]), METRICS_RING // 2))
         start = time.perf_counter()
         epoch, in_flight, last_eval = self.epoch, None, None

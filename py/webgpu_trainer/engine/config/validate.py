@@ -1,0 +1,224 @@
+"""The one validator of a run configuration: ``parse(dict) -> RunConfig`` (standard library only).
+
+Checks every key against ``schema.FIELDS``: unknown keys, wrong types (``1.5`` for an integer
+is an error, never rounded; ``True`` is not a number), values out of range, options that do not
+belong to the chosen optimizer / scheduler / loss, and the rules between fields (Nesterov needs
+momentum; OneCycleLR's momentum cycling needs an optimizer with momentum or beta1; ...). With
+the data size (``train_images``) it also checks the batch size against the images and
+resolves the defaults that depend on the run (``resolve``). Every problem is collected; one
+``ConfigError`` lists them all as ``(field, message)`` pairs, each message naming the allowed
+values.
+
+Input is the flat dict of the page, the CLI and config.json, or the nested dict of earlier
+versions' config.json (``optimizer_args``, a ``scheduler`` spec, a ``loss`` spec): see
+``upgrade``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .schema import (BY_NAME, FINETUNE, FIELDS, SCHEDULERS, applies, default_for, describe)
+from .run import RunConfig, steps
+
+CHOOSERS = ("optimizer", "scheduler", "loss")  # fields that pick which other fields apply
+
+
+class ConfigError(ValueError):
+    """Bad configuration: ``errors`` lists every problem as ``(field, message)``; the message
+    names the allowed values. ``str()`` joins them as "field: message; ..."."""
+
+    def __init__(self, errors):
+        self.errors = [(str(f), str(m)) for f, m in errors]
+        super().__init__("; ".join(f"{f}: {m}" for f, m in self.errors))
+
+
+def upgrade(data: dict) -> dict:
+    """The flat form of an earlier version's config (config.json of older runs, the trainers'
+    dict): ``optimizer_args`` and the ``scheduler`` / ``loss`` specs become fields, options the
+    old code ignored (``momentum`` of Adam, the loss spec's defaults) are dropped, and AdamW's
+    weight_decay 0 (which meant torch's 1e-2 there) becomes 0.01. A flat dict is returned as
+    it is."""
+    sched, loss = data.get("scheduler"), data.get("loss")
+    if not ("optimizer_args" in data or isinstance(sched, dict) or isinstance(loss, dict)):
+        return data
+    out = {k: v for k, v in data.items() if k not in ("optimizer_args", "scheduler", "loss")}
+    out.update(data.get("optimizer_args") or {})
+    if isinstance(sched, dict):
+        name = str(sched.get("name", "")).lower().replace("_", "")
+        key = next((k for k, cls in SCHEDULERS.items() if cls and name in (k, cls.lower())),
+                   name)
+        out.update({k: v for k, v in sched.items() if k != "name"}, scheduler=key)
+    elif sched is not None:
+        out["scheduler"] = sched
+    if isinstance(loss, dict):
+        spec = {("class_weights" if k == "weight" else k): v for k, v in loss.items()}
+        out.update(spec)
+    elif loss is not None:
+        out["loss"] = loss
+    if out.get("optimizer") == "adamw" and out.get("weight_decay") == 0:
+        out["weight_decay"] = 0.01
+    choices = {k: out.get(k, BY_NAME[k].default) for k in CHOOSERS}
+    return {k: v for k, v in out.items()
+            if k not in BY_NAME or applies(BY_NAME[k], choices)}
+
+
+def _check_value(f, value):
+    """``value`` converted to the field's type (int stays int, a float field gets float), or
+    raise ValueError with the message."""
+    want = describe(f)
+    if f.type == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"must be {want}, got {value!r}")
+        return value
+    if f.type == "choice":
+        if value not in f.choices:
+            raise ValueError(f"must be {want}, got {value!r}")
+        return value
+    if f.type == "list":
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"must be {want}, got {value!r}")
+        if f.length and len(value) != f.length:
+            raise ValueError(f"must be {want}, got {len(value)} value(s)")
+        if not f.length and not value:
+            raise ValueError(f"must be {want}, got an empty list" +
+                             (": nothing would train (leave it out to train every parameter)"
+                              if f.name == "trainable" else ""))
+        if f.item == "str":
+            if not all(isinstance(v, str) and v for v in value):
+                raise ValueError(f"must be {want}, got {value!r}")
+            return list(dict.fromkeys(value))
+        return [_number(f, v, want, float) for v in value]
+    return _number(f, value, want, int if f.type == "int" else float)
+
+
+def _number(f, value, want, kind):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            (kind is int and not isinstance(value, int)) or \
+            (isinstance(value, float) and not math.isfinite(value)):
+        raise ValueError(f"must be {want}, got {value!r}")
+    lo_bad = f.min is not None and (value <= f.min if f.min_open else value < f.min)
+    hi_bad = f.max is not None and (value >= f.max if f.max_open else value > f.max)
+    if lo_bad or hi_bad:
+        raise ValueError(f"must be {want}, got {value!r}")
+    return kind(value)
+
+
+def _owners(f) -> str:
+    for kind, names in (("optimizer", f.optimizers), ("scheduler", f.schedulers),
+                        ("loss", f.losses)):
+        if names:
+            return f"{kind} {', '.join(names)}"
+    return ""
+
+
+def parse(data, *, train_images: int | None = None, classes: int | None = None) -> RunConfig:
+    """A checked, complete ``RunConfig`` from ``data`` (a dict or a RunConfig).
+
+    ``train_images``: the training images available (the whole split; ``train_images`` of the
+    config picks a prefix): when given, the batch size is checked against the images used and
+    the run-dependent defaults are resolved (``resolve``). ``classes``: the model's output
+    classes, to check ``class_weights``. Raises ConfigError listing every problem."""
+    if isinstance(data, RunConfig):
+        data = data.to_dict()
+    if not isinstance(data, dict):
+        raise ConfigError([("config", f"must be an object of options, got {data!r}")])
+    data = {k: v for k, v in upgrade(data).items() if v is not None}
+    errors, values = [], {}
+    for key in data:
+        if key not in BY_NAME:
+            errors.append((key, "unknown option (known: " + ", ".join(BY_NAME) + ")"))
+    for name in CHOOSERS:  # the choosers first: they decide which fields apply
+        if name in data:
+            try:
+                values[name] = _check_value(BY_NAME[name], data[name])
+            except ValueError as exc:
+                errors.append((name, str(exc)))
+        values.setdefault(name, BY_NAME[name].default)
+    for f in FIELDS:
+        if f.name in CHOOSERS:
+            continue
+        if not applies(f, values):
+            if f.name in data:
+                errors.append((f.name, f"applies to {_owners(f)} only, not "
+                                       f"{_chooser_of(f, values)}"))
+            continue
+        if f.name in data:
+            try:
+                values[f.name] = _check_value(f, data[f.name])
+            except ValueError as exc:
+                errors.append((f.name, str(exc)))
+                continue
+        else:
+            values[f.name] = default_for(f, values["optimizer"], values["scheduler"])
+        if values[f.name] is None and values["scheduler"] in f.required_by:
+            errors.append((f.name, f"required by scheduler {values['scheduler']} "
+                                   f"({describe(f)})"))
+    errors += _rules(values)
+    if not errors and train_images is not None:
+        errors += resolve(values, train_images)
+    if not errors and classes is not None and values.get("class_weights") is not None \
+            and len(values["class_weights"]) != classes:
+        errors.append(("class_weights", f"must be {classes} numbers (one per class of the "
+                                        f"model), got {len(values['class_weights'])}"))
+    if errors:
+        raise ConfigError(errors)
+    return RunConfig(values)
+
+
+def _chooser_of(f, values) -> str:
+    for kind, names in (("optimizer", f.optimizers), ("scheduler", f.schedulers),
+                        ("loss", f.losses)):
+        if names:
+            return f"{kind} {values[kind]}"
+    return ""
+
+
+def _rules(v: dict) -> list:
+    """The rules between fields (no data needed)."""
+    errors = []
+    if v.get("nesterov") and (not v.get("momentum") or v.get("dampening")):
+        errors.append(("nesterov", "needs momentum > 0 and dampening 0 (momentum is "
+                                   f"{v.get('momentum', 0):g}, dampening "
+                                   f"{v.get('dampening', 0):g})"))
+    if v.get("cycle_momentum") and v["optimizer"] in ("adagrad", "adadelta"):
+        errors.append(("cycle_momentum", f"{v['optimizer']} has no momentum or beta1 for "
+                                         "OneCycleLR to cycle: must be false with it"))
+    given = [k for k in FINETUNE if v.get(k)]
+    if len(given) > 1:
+        errors.append((given[1], f"give one of {', '.join(FINETUNE)}, not both {given[0]} "
+                                 f"and {given[1]}"))
+    return errors
+
+
+def resolve(v: dict, train_images: int) -> list:
+    """With ``train_images`` available: check ``train_images`` and ``batch_size`` against them
+    and fill the run-dependent defaults into ``v`` (StepLR step_size is static; CosineAnnealingLR
+    T_max = the epochs, x steps per epoch with interval "step"; OneCycleLR max_lr = lr and
+    total_steps = epochs x steps per epoch, which must cover the run's steps, and whose first
+    phase must have steps). Returns the errors."""
+    if v["train_images"] > train_images:
+        return [("train_images", f"must be an integer in [0, {train_images:,}] (the training "
+                                 f"images; 0 = all), got {v['train_images']}")]
+    used = v["train_images"] or train_images
+    if v["batch_size"] > used:
+        return [("batch_size", f"must be an integer in [2, {used:,}] (at most the {used:,} "
+                               f"training images), got {v['batch_size']:,}")]
+    per_epoch, total = steps(v, train_images)
+    name = v["scheduler"]
+    if name == "cosine" and v.get("T_max") is None:
+        v["T_max"] = v["epochs"] * (per_epoch if v["interval"] == "step" else 1)
+    elif name == "onecycle":
+        if v.get("max_lr") is None:
+            v["max_lr"] = v["lr"]
+        if v.get("total_steps") is None:
+            v["total_steps"] = max(1, v["epochs"] * per_epoch)
+        if v["total_steps"] < total:
+            return [("total_steps", f"must be an integer >= {total:,} (this run takes "
+                                    f"{total:,} steps; torch refuses to step past "
+                                    f"total_steps), got {v['total_steps']:,}")]
+        if v["pct_start"] * v["total_steps"] == 1:
+            return [("pct_start", f"must not be 1/total_steps ({1 / v['total_steps']:g}): the "
+                                  "first phase of the cycle would have no steps (torch divides "
+                                  "by zero)")]
+    return []
