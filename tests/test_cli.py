@@ -41,6 +41,8 @@ SMALL = ["--train-images", "640", "--batch-size", "64", "--eval-images", "256",
          "--nesterov", "--clip-grad-norm", "5", "--scheduler", "steplr", "--gamma", "0.5",
          "--no-progress"]
 METRIC_KEYS = ("epoch", "step", "train_loss", "train_acc", "valid_loss", "valid_acc")
+ONECYCLE = ("scheduler", "max_lr", "total_steps", "pct_start", "anneal_strategy", "div_factor",
+            "final_div_factor", "three_phase", "cycle_momentum", "base_momentum", "max_momentum")
 
 
 def cli(*args, check=True, timeout=300):
@@ -88,8 +90,11 @@ def test_artifacts(runs, device):
     assert (c["optimizer"], c["lr"], c["batch_size"], c["epochs"], c["seed"], c["init"],
             c["momentum"], c["train_images"], c["eval_images"]) == \
         ("sgd", 0.05, 64, 2, 3, "scratch", 0.9, 640, 256)
-    assert (c["device"], c["clip_grad_norm"], c["optimizer_args"], c["scheduler"]) == \
-        ("gpu", 5.0, {"nesterov": True}, {"name": "StepLR", "gamma": 0.5, "step_size": 1})
+    assert (c["device"], c["clip_grad_norm"], c["nesterov"], c["dampening"]) == \
+        ("gpu", 5.0, True, 0.0)
+    assert (c["scheduler"], c["gamma"], c["step_size"], c["interval"]) == \
+        ("steplr", 0.5, 1, "epoch")
+    assert "betas" not in c and "T_max" not in c  # only the chosen optimizer's / schedule's
     assert cfg["model"]["sha256"] == sha256(MODEL)
     assert cfg["data"]["train_images"] == 640 and cfg["data"]["eval_images"] == 256
     for pkg in ("python", "webgpu-trainer", "wgpu", "onnx", "onnxruntime", "numpy"):
@@ -152,7 +157,7 @@ def test_guard_stops_and_keeps_checkpoint(runs):
     assert not (runs["c"] / "checkpoints" / "epoch-002.ckpt").exists()
     assert len(metrics(runs["c"])) == 1
     cfg = json.loads((runs["c"] / "config.json").read_text())["config"]
-    assert (cfg["lr"], cfg["clip_grad_norm"], cfg["scheduler"]["name"]) == (1e30, 0.0, "StepLR")
+    assert (cfg["lr"], cfg["clip_grad_norm"], cfg["scheduler"]) == (1e30, 0.0, "steplr")
 
 
 def test_predict_matches_onnxruntime(runs):
@@ -185,22 +190,37 @@ def test_checkpoint_round_trip_and_atomic(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--gamma", "0.5"], "--gamma needs --scheduler"),
-    (["--scheduler", "steplr", "--max-lr", "1"], "--max-lr does not apply to --scheduler steplr"),
-    (["--scheduler", "none", "--t-max", "3"], "--t-max does not apply to --scheduler none"),
-    (["--scheduler", "exponential"], "--scheduler exponential needs --gamma"),
-    (["--optimizer", "sgd", "--betas", "0.9", "0.99"], "optimizer 'sgd'.*betas"),
-    (["--optimizer", "sgd", "--nesterov"], "Nesterov momentum requires a momentum"),
+    (["--gamma", "0.5"], "--gamma: applies to scheduler steplr, exponential only, not "
+                         "scheduler none"),
+    (["--scheduler", "steplr", "--max-lr", "1"],
+     "--max-lr: applies to scheduler onecycle only, not scheduler steplr"),
+    (["--scheduler", "none", "--t-max", "3"], "--t-max: applies to scheduler cosine only"),
+    (["--scheduler", "exponential"],
+     r"--gamma: required by scheduler exponential \(a number > 0\)"),
+    (["--optimizer", "sgd", "--betas", "0.9", "0.99"],
+     "--betas: applies to optimizer adam, adamw only, not optimizer sgd"),
+    (["--optimizer", "sgd", "--nesterov"], "--nesterov: needs momentum > 0 and dampening 0"),
     (["--optimizer", "adagrad", "--scheduler", "onecycle"],
-     "Adagrad: optimizer must support momentum or beta1 with `cycle_momentum`"),
+     "--cycle-momentum: adagrad has no momentum or beta1 for OneCycleLR to cycle"),
     (["--scheduler", "onecycle", "--total-steps", "2", "--train-images", "256",
-      "--batch-size", "64"], "Tried to step 3 times.*this run takes 4 steps"),
-    (["--clip-grad-norm", "-1"], "clip_grad_norm must be >= 0"),
-    (["--scheduler", "onecycle", "--three-phase", "--pct-start", "0.25", "--total-steps", "4"],
-     "phase 1 of the cycle has no steps"),
+      "--batch-size", "64"], r"--total-steps: must be an integer >= 4 \(this run takes 4 "
+                             "steps"),
+    (["--clip-grad-norm", "-1"], r"--clip-grad-norm: must be a number >= 0, got -1\.0"),
+    (["--scheduler", "onecycle", "--three-phase", "--pct-start", "0.25", "--total-steps", "4",
+      "--train-images", "256", "--batch-size", "64"],
+     "--pct-start: must not be 1/total_steps .*the first phase of the cycle would have no "
+     "steps"),
+    (["--seed", "-1", "--epochs", "1001", "--lr", "0"],
+     r"error: 3 bad options:\n- --lr: must be a number > 0, got 0\.0\n- --epochs: must be an "
+     r"integer in \[1, 1000\], got 1001\n- --seed: must be an integer in \[0, 4,294,967,295\]"),
+    (["--batch-size", "100000"], r"--batch-size: must be an integer in \[2, 60,000\]"),
+    (["--batch-size", "512", "--train-images", "256"],
+     r"--batch-size: must be an integer in \[2, 256\] \(at most the 256 training images\)"),
+    (["--seed", "1.5"], "argument --seed: invalid int value: '1.5'"),
 ])
 def test_option_errors(tmp_path, args, message):
-    """Bad optimizer / schedule options stop before anything is written (exit 2)."""
+    """Bad options stop before anything is written (exit 2), every bad one named by its flag
+    with the allowed values."""
     out = tmp_path / "r"
     proc = cli("train", MODEL, "--device", "cpu", "--out", out, *args, check=False)
     assert proc.returncode == 2 and re.search(message, proc.stderr), proc.stderr
@@ -218,34 +238,41 @@ def test_scheduler_options_recorded(tmp_path):
         "--div-factor", "10", "--final-div-factor", "100", "--three-phase",
         "--base-momentum", "0.8", "--max-momentum", "0.9")
     c = json.loads((out / "config.json").read_text())["config"]
-    assert c["optimizer_args"] == {"betas": [0.8, 0.99], "eps": 1e-6, "amsgrad": True}
-    assert c["scheduler"] == {"name": "OneCycleLR", "pct_start": 0.25, "anneal_strategy":
-                              "linear", "div_factor": 10.0, "final_div_factor": 100.0,
-                              "three_phase": True, "base_momentum": 0.8, "max_momentum": 0.9,
-                              "max_lr": 0.001, "total_steps": 16}
-    # the other schedules, parsed and completed in-process (no run)
+    assert (c["betas"], c["eps"], c["amsgrad"]) == ([0.8, 0.99], 1e-6, True)
+    sched = {k: c[k] for k in c if k in ONECYCLE}
+    assert sched == {"scheduler": "onecycle", "pct_start": 0.25, "anneal_strategy": "linear",
+                     "div_factor": 10.0, "final_div_factor": 100.0, "three_phase": True,
+                     "cycle_momentum": True, "base_momentum": 0.8, "max_momentum": 0.9,
+                     "max_lr": 0.001, "total_steps": 16}
+    # the other schedules, parsed and completed in-process (no run): 10 steps per epoch
     from webgpu_trainer.cli import main as cli_mod
-    from webgpu_trainer.cli import commands as native
+    from webgpu_trainer.cli.run_config import resolve_config
+    from webgpu_trainer.engine import config
     for argv, want in (
             (["--scheduler", "cosine", "--eta-min", "0.001"],
-             {"name": "CosineAnnealingLR", "eta_min": 0.001, "T_max": 3}),
+             {"name": "CosineAnnealingLR", "eta_min": 0.001, "T_max": 3, "interval": "epoch"}),
             (["--scheduler", "cosine", "--scheduler-interval", "step"],
-             {"name": "CosineAnnealingLR", "interval": "step", "T_max": 30}),
+             {"name": "CosineAnnealingLR", "interval": "step", "T_max": 30, "eta_min": 0.0}),
             (["--scheduler", "exponential", "--gamma", "0.9"],
-             {"name": "ExponentialLR", "gamma": 0.9}),
-            (["--scheduler", "steplr", "--step-size", "2"], {"name": "StepLR", "step_size": 2}),
+             {"name": "ExponentialLR", "gamma": 0.9, "interval": "epoch"}),
+            (["--scheduler", "steplr", "--step-size", "2"],
+             {"name": "StepLR", "step_size": 2, "gamma": 0.1, "interval": "epoch"}),
             (["--scheduler", "onecycle", "--max-lr", "0.1", "--no-cycle-momentum",
               "--total-steps", "50"],
-             {"name": "OneCycleLR", "max_lr": 0.1, "cycle_momentum": False, "total_steps": 50}),
+             {"name": "OneCycleLR", "max_lr": 0.1, "cycle_momentum": False, "total_steps": 50,
+              "pct_start": 0.3, "anneal_strategy": "cos", "div_factor": 25.0,
+              "final_div_factor": 1e4, "three_phase": False, "base_momentum": 0.85,
+              "max_momentum": 0.95}),
             ([], None)):
-        args = cli_mod.build_parser().parse_args(["train", str(MODEL), "--epochs", "3", *argv])
-        cfg = native._resolve_config(args)[0]
-        assert native.complete_schedule(cfg, 10) == want, argv
-        native.check_config({**cfg, "scheduler": want}, 10)
+        args = cli_mod.build_parser().parse_args(["train", str(MODEL), "--epochs", "3",
+                                                  "--batch-size", "64", *argv])
+        cfg = config.parse(resolve_config(args)[0], train_images=640)
+        assert cfg.trainer_config()["scheduler"] == want, argv
 
 
 # ------------------------------------------------------------------ fine-tuning, loss, summary
 
+LOSS_KEYS = ("loss", "reduction", "label_smoothing", "class_weights")
 TINY = ["--train-images", "96", "--batch-size", "32", "--eval-images", "32", "--optimizer",
         "sgd", "--seed", "1", "--no-progress"]
 
@@ -303,8 +330,8 @@ def test_freeze_prefix_and_loss_options(tmp_path):
     before = initializers(MODEL)
     params = [n for n in before if "running" not in n]
     assert cfg["trainable"] == [n for n in params if n not in ("conv1.weight", "conv1.bias")]
-    spec = {"loss": "mse", "reduction": "sum", "label_smoothing": 0.0, "weight": None}
-    assert cfg["loss"] == spec
+    spec = {"loss": "mse", "reduction": "sum"}  # label_smoothing, class_weights: not for mse
+    assert {k: cfg[k] for k in LOSS_KEYS if k in cfg} == spec
     for r in metrics(out):
         assert all(math.isfinite(r[k]) for k in METRIC_KEYS), r
     after = initializers(out / "model.onnx")
@@ -312,7 +339,8 @@ def test_freeze_prefix_and_loss_options(tmp_path):
     assert changed == set(cfg["trainable"])
     cli("train", "--resume", out, "--epochs", "2", "--no-progress")
     stored = json.loads((out / "config.json").read_text())["config"]
-    assert (stored["loss"], stored["trainable"]) == (spec, cfg["trainable"])
+    assert {k: stored[k] for k in LOSS_KEYS if k in stored} == spec
+    assert stored["trainable"] == cfg["trainable"]
     assert len(metrics(out)) == 2 and all(math.isfinite(r["train_loss"]) for r in metrics(out))
     after = initializers(out / "model.onnx")
     assert {n for n in params if after[n] != before[n]} == set(cfg["trainable"])
@@ -321,13 +349,15 @@ def test_freeze_prefix_and_loss_options(tmp_path):
     # stored spec, a new --loss starts a new one, a freeze option replaces the stored list.
     from webgpu_trainer.cli import main as cli_mod
     from webgpu_trainer.cli import commands as native
+    from webgpu_trainer.cli.run_config import resolve_config
     for argv, want in ((["--reduction", "mean"], {**spec, "reduction": "mean"}),
                        (["--loss", "cross_entropy", "--label-smoothing", "0.1"],
-                        {**spec, "loss": "cross_entropy", "reduction": "mean",
-                         "label_smoothing": 0.1}),
+                        {"loss": "cross_entropy", "reduction": "mean", "label_smoothing": 0.1,
+                         "class_weights": None}),
                        ([], spec)):
         args = cli_mod.build_parser().parse_args(["train", "--resume", str(out), *argv])
-        assert native._resolve_config(args)[0]["loss"] == want, argv
+        cfg = resolve_config(args)[0]
+        assert {k: cfg[k] for k in LOSS_KEYS if k in cfg} == want, argv
     from webgpu_trainer import onnx_io
     graph = onnx_io.load_bundle(MODEL)[0]
     assert native.resolve_trainable(graph, trainable="fc2.bias,fc2.weight") == \
@@ -347,15 +377,16 @@ PARAMS = "the model's parameters: conv1.weight, conv1.bias, conv2.weight"
     (["--freeze", "conv1.,conv9."],
      f"--freeze: no parameter named or starting with 'conv9.'; {PARAMS}"),
     (["--freeze", "conv,fc,norm"], "every parameter would be frozen"),
-    (["--trainable", ","], "--trainable: no parameter names given"),
+    (["--trainable", ","], "argument --trainable: no parameter names given"),
     (["--head-only", "--freeze", "conv1."], "not allowed with argument --head-only"),
-    (["--class-weights", "1,2,3"], "loss.weight: 3 values for 10 classes"),
-    (["--class-weights", "1,x"], "--class-weights: 'x' is not a number"),
+    (["--class-weights", "1,2,3"],
+     "--class-weights: must be 10 numbers, each >= 0 (one per class of the model), got 3"),
+    (["--class-weights", "1,x"], "argument --class-weights: 'x' is not a number"),
     (["--loss", "nll", "--label-smoothing", "0.1"],
-     "loss.label_smoothing: 0.1 applies to cross_entropy only, not nll"),
+     "--label-smoothing: applies to loss auto, cross_entropy only, not loss nll"),
     (["--loss", "mse", "--class-weights", ",".join(["1"] * 10)],
-     "class weights apply to cross_entropy and nll only, not mse"),
-    (["--label-smoothing", "1.5"], "loss.label_smoothing: 1.5 must be a number in [0, 1]"),
+     "--class-weights: applies to loss auto, cross_entropy, nll only, not loss mse"),
+    (["--label-smoothing", "1.5"], "--label-smoothing: must be a number in [0, 1], got 1.5"),
     (["--loss", "hinge"], "argument --loss: invalid choice: 'hinge'"),
 ])
 def test_freeze_and_loss_errors(tmp_path, args, message):
@@ -433,3 +464,26 @@ def test_resume_of_a_missing_folder_names_it(tmp_path):
     proc = cli("train", MODEL, "--resume", tmp_path / "nope", check=False)
     assert proc.returncode == 2
     assert "not a run folder" in proc.stderr and "nope" in proc.stderr
+
+
+def test_resume_of_a_run_with_an_old_config_json(tmp_path):
+    """A run folder whose config.json has the format of earlier versions (nested
+    optimizer_args / scheduler / loss specs; tests/test_config.py's LEGACY, as commit fdeef2b
+    wrote it) resumes and repeats the uninterrupted run bit for bit (CPU)."""
+    from test_config import LEGACY
+    from webgpu_trainer.cli import commands as native
+    opts = ["--device", "cpu", "--train-images", "96", "--batch-size", "32", "--eval-images",
+            "32", "--optimizer", "adamw", "--amsgrad", "--lr", "0.01", "--seed", "4",
+            "--scheduler", "steplr", "--gamma", "0.5", "--loss", "cross_entropy",
+            "--label-smoothing", "0.1", "--head-only", "--init", "finetune", "--no-progress"]
+    whole, old = tmp_path / "whole", tmp_path / "old"
+    cli("train", MODEL, *opts, "--epochs", "2", "--out", whole)
+    cli("train", MODEL, *opts, "--epochs", "1", "--out", old)
+    doc = json.loads((old / "config.json").read_text())
+    (old / "config.json").write_text(json.dumps({**doc, "config": LEGACY}))
+    cli("train", "--resume", old, "--epochs", "2", "--no-progress")
+    _, a = native.read_checkpoint(whole / "checkpoints" / "epoch-002.ckpt")
+    _, b = native.read_checkpoint(old / "checkpoints" / "epoch-002.ckpt")
+    assert a["weights"] == b["weights"] and a["optimizer"] == b["optimizer"]
+    stored = json.loads((old / "config.json").read_text())["config"]
+    assert stored == json.loads((whole / "config.json").read_text())["config"]

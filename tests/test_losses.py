@@ -258,14 +258,17 @@ def test_trainer_validation_loss(device, loss):
 # ---- spec validation ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("spec,match", [
-    ({"loss": "hinge"}, r"loss\.loss: unknown loss 'hinge'"),
-    ({"loss": "mse", "reduction": "none"}, r"loss\.reduction: 'none'"),
+    ({"loss": "hinge"}, r"loss\.loss: must be one of auto, .*, got 'hinge'"),
+    ({"loss": "mse", "reduction": "none"}, r"loss\.reduction: must be one of mean, sum, got 'none'"),
     ({"loss": "cross_entropy", "smoothing": 0.1}, r"loss: unknown key 'smoothing'"),
-    ({"loss": "cross_entropy", "label_smoothing": 1.5}, r"loss\.label_smoothing: 1\.5"),
-    ({"loss": "nll", "label_smoothing": 0.1}, r"loss\.label_smoothing: .*cross_entropy only"),
-    ({"loss": "mse", "weight": [1.0] * 10}, r"loss\.weight: .*not mse"),
-    ({"loss": "cross_entropy", "weight": [1.0] * 9}, r"loss\.weight: 9 values for 10 classes"),
-    ({"loss": "nll", "weight": "ones"}, r"loss\.weight: 'ones'"),
+    ({"loss": "cross_entropy", "label_smoothing": 1.5},
+     r"loss\.label_smoothing: must be a number in \[0, 1\], got 1\.5"),
+    ({"loss": "nll", "label_smoothing": 0.1},
+     r"loss\.label_smoothing: applies to loss auto, cross_entropy only, not loss nll"),
+    ({"loss": "mse", "weight": [1.0] * 10}, r"loss\.weight: .*not loss mse"),
+    ({"loss": "cross_entropy", "weight": [1.0] * 9},
+     r"loss\.weight: must be 10 numbers, each >= 0 \(one per class of the model\), got 9"),
+    ({"loss": "nll", "weight": "ones"}, r"loss\.weight: must be a list of numbers.*'ones'"),
     (3, r"loss: expected a loss name"),
 ])
 def test_bad_spec(spec, match):
@@ -280,5 +283,5 @@ def test_trainer_rejects_bad_loss_before_gpu_work():
                              [("input", ["N", 784])], [("logits", ["N", 10])])
     split = Split(bytes(784 * 8), bytes(8), 8, bytes(8))
     trainer = Trainer(None, graph, blob, {"batch_size": 4, "loss": {"loss": "l1"}}, split, split)
-    with pytest.raises(ValueError, match=r"loss\.loss: unknown loss 'l1'"):
+    with pytest.raises(ValueError, match=r"loss: must be one of auto, .*, got 'l1'"):
         run(trainer.setup())

@@ -40,7 +40,7 @@ def _optimizer(cfg):
 
 def _lr_at(cfg):
     return schedulers.make({"lr": cfg["lr"], "scheduler": cfg.get("scheduler")},
-                           cfg.get("steps_per_epoch", 1), FIXTURE["steps"])
+                           cfg.get("steps_per_epoch", 1))
 
 
 async def _setup(dev, cfg, weights=None):
@@ -113,7 +113,7 @@ def test_optimizer_matches_torch(device, name):
 def test_scheduler_matches_torch(name):
     case = FIXTURE["schedulers"][name]
     lr_at = schedulers.make({"lr": case["lr"], "scheduler": case["spec"]},
-                            case["steps_per_epoch"], case["steps"])
+                            case["steps_per_epoch"])
     got = [lr_at(t) for t in range(1, case["steps"] + 1)]
     err = max(abs(g - w) for g, w in zip(got, case["lrs"]))
     assert err <= SCHED_ATOL, f"{name}: lr off by {err:.3g}"
@@ -128,15 +128,17 @@ def test_scheduler_matches_torch(name):
 
 
 def test_scheduler_errors():
-    assert schedulers.make({"lr": 0.1}, 10, 100)(57) == 0.1
-    cyc = schedulers.make({"lr": 0.1, "scheduler": {"name": "onecycle", "max_lr": 1.0}}, 10, 100)
+    assert schedulers.make({"lr": 0.1}, 10)(57) == 0.1
+    cyc = schedulers.make({"lr": 0.1, "scheduler": {"name": "onecycle", "max_lr": 1.0,
+                                                    "total_steps": 100}}, 10)
     assert cyc.cycles_momentum and cyc.momentum_at(1) == 0.95
     with pytest.raises(ValueError, match="unknown scheduler"):
-        schedulers.make({"lr": 0.1, "scheduler": {"name": "cyclic"}}, 10, 100)
+        schedulers.make({"lr": 0.1, "scheduler": {"name": "cyclic"}}, 10)
     with pytest.raises(ValueError, match="step_siz"):
-        schedulers.make({"lr": 0.1, "scheduler": {"name": "steplr", "step_siz": 1}}, 10, 100)
+        schedulers.make({"lr": 0.1, "scheduler": {"name": "steplr", "step_siz": 1}}, 10)
     one = schedulers.make({"lr": 0.1, "scheduler": {"name": "OneCycleLR", "max_lr": 1.0,
-                                                    "cycle_momentum": False}}, 10, 100)
+                                                    "total_steps": 100,
+                                                    "cycle_momentum": False}}, 10)
     one(101)  # torch allows last_epoch == total_steps
     with pytest.raises(ValueError, match="Tried to step"):
         one(102)
@@ -145,12 +147,14 @@ def test_scheduler_errors():
 def test_momentum_cycling_errors(device):
     """torch refuses cycle_momentum for optimizers without momentum or betas; an optimizer
     built with momentum 0 needs the schedule before attach (its momentum buffer)."""
-    cyc = schedulers.make({"lr": 0.1, "scheduler": {"name": "onecycle", "max_lr": 1.0}}, 10, 100)
+    cyc = schedulers.make({"lr": 0.1, "scheduler": {"name": "onecycle", "max_lr": 1.0,
+                                                    "total_steps": 100}}, 10)
     for name in ("adagrad", "adadelta"):
         with pytest.raises(ValueError, match="must support momentum or beta1"):
             optim.make(name, 0.1).follow(cyc)
     flat = schedulers.make({"lr": 0.1, "scheduler": {"name": "onecycle", "max_lr": 1.0,
-                                                     "cycle_momentum": False}}, 10, 100)
+                                                     "total_steps": 100,
+                                                     "cycle_momentum": False}}, 10)
     assert optim.make("adagrad", 0.1).follow(flat).momentum_of(5) == 0.0
     assert optim.make("sgd", 0.1, 0.9).follow(flat).momentum_of(5) == 0.9
     sgd = optim.make("sgd", 0.1)

@@ -265,6 +265,47 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         return Response(onnx_bytes, media_type="application/octet-stream",
                         headers={"Content-Disposition": f'attachment; filename="{fname}"'})
 
+    # ------------------------------------------------------------ run configuration
+    def config_schema(request: Request) -> Response:
+        from ..engine import config
+        return JSONResponse(config.schema())
+
+    async def config_validate(request: Request) -> Response:
+        """Body ``{"config": {...}, "model": name?}``: the run configuration checked by the
+        engine's validator (``config.parse``) against the training images of the MNIST
+        manifest (and the model's classes when ``model`` is given). Answers ``{"ok": true,
+        "config": resolved config, "steps": {"per_epoch", "total", "train_images"}}`` or
+        ``{"ok": false, "errors": [[field, message], ...]}`` (200 both: a bad config is an
+        answer, not a failed request); 400 when the body is not such an object."""
+        from ..engine import config
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except ValueError as exc:
+            raise ApiError(400, f"body is not JSON: {exc}") from exc
+        if not isinstance(body, dict) or not isinstance(body.get("config", {}), dict):
+            raise ApiError(400, 'body must be {"config": {...}, "model": name}')
+        try:
+            images = int(manifest()["splits"]["train"]["count"])
+        except (ApiError, KeyError, TypeError, ValueError):
+            images = config.schema_mod.MNIST_TRAIN
+        classes = None
+        if body.get("model"):
+            from ..engine.graph import Graph, GraphError
+            try:
+                g = Graph(bundle(model_path(str(body["model"])))[0])
+                classes = g.shapes(2)[g.output][1]
+            except (ApiError, GraphError, NotImplementedError, KeyError, IndexError):
+                classes = None  # the model's own problems are the model list's to show
+        try:
+            cfg = config.parse(body.get("config") or {}, train_images=images, classes=classes)
+        except config.ConfigError as exc:
+            return JSONResponse({"ok": False, "errors": [list(e) for e in exc.errors]})
+        per_epoch, total = cfg.steps(images)
+        used = min(cfg["train_images"] or images, images)
+        return JSONResponse({"ok": True, "config": cfg.to_json(),
+                             "steps": {"per_epoch": per_epoch, "total": total,
+                                       "train_images": used}})
+
     # ------------------------------------------------------------ MNIST
     def manifest() -> dict:
         path = data_dir / "manifest.json"
@@ -335,6 +376,8 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         Route("/api/models/{name}/summary", model_summary),
         Route("/api/models/{name}/weights.bin", model_weights),
         Route("/api/models/{name}/export", model_export, methods=["POST"]),
+        Route("/api/config/schema", config_schema),
+        Route("/api/config/validate", config_validate, methods=["POST"]),
         Route("/data/mnist/manifest.json", mnist_manifest, methods=["GET", "HEAD"]),
         Route("/data/mnist/{shard:path}", mnist_shard, methods=["GET", "HEAD"]),
         Route("/vendor/pyodide/{file:path}", vendor("web/node_modules/pyodide"),

@@ -20,6 +20,7 @@ Example::
     ConfigError: seed: must be an integer in [0, 4,294,967,295], got 1.5
 """
 
+from . import schema as schema_mod
 from .run import RunConfig, steps
 from .schema import (BY_NAME, FIELDS, GROUPS, LOSSES, OPTIMIZERS, PRESETS, SCHEDULERS, Field,
                      applies, default_for, describe, schema)
@@ -27,4 +28,4 @@ from .validate import ConfigError, parse, upgrade
 
 __all__ = ["BY_NAME", "FIELDS", "GROUPS", "LOSSES", "OPTIMIZERS", "PRESETS", "SCHEDULERS",
            "ConfigError", "Field", "RunConfig", "applies", "default_for", "describe", "parse",
-           "schema", "steps", "upgrade"]
+           "schema", "schema_mod", "steps", "upgrade"]

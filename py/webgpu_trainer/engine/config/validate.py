@@ -159,8 +159,8 @@ def parse(data, *, train_images: int | None = None, classes: int | None = None) 
         errors += resolve(values, train_images)
     if not errors and classes is not None and values.get("class_weights") is not None \
             and len(values["class_weights"]) != classes:
-        errors.append(("class_weights", f"must be {classes} numbers (one per class of the "
-                                        f"model), got {len(values['class_weights'])}"))
+        errors.append(("class_weights", f"must be {classes} numbers, each >= 0 (one per class "
+                                        f"of the model), got {len(values['class_weights'])}"))
     if errors:
         raise ConfigError(errors)
     return RunConfig(values)

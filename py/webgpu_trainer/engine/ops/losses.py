@@ -28,11 +28,14 @@ import math
 import struct
 
 from ..backends.base import pack_params
+from ..config import BY_NAME, ConfigError, parse
 
-LOSSES = ("auto", "cross_entropy", "nll", "mse", "bce_with_logits")
-REDUCTIONS = ("mean", "sum")
+LOSSES = BY_NAME["loss"].choices
+REDUCTIONS = BY_NAME["reduction"].choices
 KEYS = ("loss", "reduction", "label_smoothing", "weight")
-DEFAULT = {"loss": "auto", "reduction": "mean", "label_smoothing": 0.0, "weight": None}
+_FIELD = {"loss": "loss", "reduction": "reduction", "label_smoothing": "label_smoothing",
+          "weight": "class_weights"}  # spec key -> the run configuration's field
+DEFAULT = {k: BY_NAME[f].default for k, f in _FIELD.items()}
 
 # Flags of the loss kernels (Params.inner in shaders/loss.wgsl).
 _MEAN, _WEIGHTED = 1, 2
@@ -42,46 +45,30 @@ def normalize(spec, classes=None) -> dict:
     """The loss spec with every key filled in (``DEFAULT`` for those absent); "auto" is kept.
 
     ``spec``: None, a loss name, or a dict with keys of ``KEYS``; ``classes``: C, to check the
-    length of ``weight`` (skipped when None). Raises ValueError naming the bad key and value.
+    length of ``weight`` (skipped when None). Checked by the run configuration's validator
+    (``config.parse``, its loss fields); raises ConfigError (a ValueError) naming each bad key
+    as ``loss.<key>`` with the allowed values. label_smoothing 0 and weight None mean "off"
+    and fit every loss.
     """
     if spec is None:
         spec = {}
     elif isinstance(spec, str):
         spec = {"loss": spec}
     elif not isinstance(spec, dict):
-        raise ValueError(f"loss: expected a loss name or a dict with keys {list(KEYS)}, "
-                         f"got {spec!r}")
+        raise ConfigError([("loss", f"expected a loss name or a dict with keys {list(KEYS)}, "
+                                    f"got {spec!r}")])
     unknown = [k for k in spec if k not in KEYS]
     if unknown:
-        raise ValueError(f"loss: unknown key {unknown[0]!r} (known keys: {', '.join(KEYS)})")
-    out = {**DEFAULT, **{k: v for k, v in spec.items() if v is not None}}
-    if out["loss"] not in LOSSES:
-        raise ValueError(f"loss.loss: unknown loss {out['loss']!r} "
-                         f"(choose one of {', '.join(LOSSES)})")
-    if out["reduction"] not in REDUCTIONS:
-        raise ValueError(f"loss.reduction: {out['reduction']!r} is not supported "
-                         f"(choose one of {', '.join(REDUCTIONS)})")
-    eps = out["label_smoothing"]
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0.0 <= eps <= 1.0:
-        raise ValueError(f"loss.label_smoothing: {eps!r} must be a number in [0, 1]")
-    out["label_smoothing"] = float(eps)
-    if eps and out["loss"] not in ("auto", "cross_entropy"):
-        raise ValueError(f"loss.label_smoothing: {eps!r} applies to cross_entropy only, "
-                         f"not {out['loss']}")
-    w = out["weight"]
-    if w is not None:
-        if out["loss"] in ("mse", "bce_with_logits"):
-            raise ValueError(f"loss.weight: class weights apply to cross_entropy and nll only, "
-                             f"not {out['loss']}")
-        if not isinstance(w, (list, tuple)) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                for v in w):
-            raise ValueError(f"loss.weight: {w!r} must be a list of finite numbers, one per "
-                             "class")
-        if classes is not None and len(w) != classes:
-            raise ValueError(f"loss.weight: {len(w)} values for {classes} classes")
-        out["weight"] = [float(v) for v in w]
-    return out
+        raise ConfigError([("loss", f"unknown key {unknown[0]!r} (known keys: "
+                                    f"{', '.join(KEYS)})")])
+    flat = {_FIELD[k]: v for k, v in spec.items()
+            if v is not None and not (k == "label_smoothing" and v == 0)}
+    try:
+        cfg = parse(flat, classes=classes)
+    except ConfigError as exc:
+        key = {f: k for k, f in _FIELD.items()}
+        raise ConfigError([(f"loss.{key.get(f, f)}", m) for f, m in exc.errors]) from None
+    return {k: cfg.get(f, DEFAULT[k]) for k, f in _FIELD.items()}
 
 
 def resolve(spec, ends_in_log_softmax: bool, classes=None) -> dict:

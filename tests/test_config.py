@@ -1,0 +1,289 @@
+"""The run configuration (issue 8, part 1): one schema, one validator (``engine/config``), the
+CLI flags made from it, the server's schema and validation routes.
+
+Every error names its field and the allowed values; wrong types are errors, never rounded; the
+defaults round-trip through config.json; config.json of earlier versions still loads."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from webgpu_trainer.engine import config
+from webgpu_trainer.engine.config import BY_NAME, FIELDS, ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+
+# config.json's "config" as webgpu-trainer wrote it before the run configuration (commit
+# fdeef2b: `train --device cpu --train-images 96 --batch-size 32 --eval-images 32 --optimizer
+# adamw --amsgrad --lr 0.01 --seed 4 --scheduler steplr --gamma 0.5 --loss cross_entropy
+# --label-smoothing 0.1 --head-only --init finetune`)
+LEGACY = {"optimizer": "adamw", "lr": 0.01, "batch_size": 32, "epochs": 1, "seed": 4,
+          "init": "finetune", "momentum": 0.0, "weight_decay": 0.0, "max_steps": 0,
+          "eval_images": 32, "report_every": 10,
+          "loss": {"loss": "cross_entropy", "reduction": "mean", "label_smoothing": 0.1,
+                   "weight": None},
+          "trainable": ["fc2.weight", "fc2.bias", "norm2.weight", "norm2.bias"],
+          "train_images": 96, "device": "cpu", "clip_grad_norm": 0.0,
+          "optimizer_args": {"amsgrad": True},
+          "scheduler": {"name": "StepLR", "gamma": 0.5, "step_size": 1}}
+
+
+def errors_of(data, **kw) -> list:
+    with pytest.raises(ConfigError) as info:
+        config.parse(data, **kw)
+    return info.value.errors
+
+
+# ------------------------------------------------------------------------------- validation
+
+@pytest.mark.parametrize("data, kw, field, needle", [
+    ({"seed": 1.5}, {}, "seed", "must be an integer in [0, 4,294,967,295], got 1.5"),
+    ({"epochs": 1.7}, {}, "epochs", "must be an integer in [1, 1000], got 1.7"),
+    ({"epochs": 10 ** 6}, {}, "epochs", "must be an integer in [1, 1000], got 1000000"),
+    ({"batch_size": 1}, {}, "batch_size", "must be an integer in [2, 60,000], got 1"),
+    ({"batch_size": 100000}, {"train_images": 60000}, "batch_size",
+     "must be an integer in [2, 60,000], got 100000"),
+    ({"batch_size": 1000, "train_images": 640}, {"train_images": 60000}, "batch_size",
+     "must be an integer in [2, 640] (at most the 640 training images), got 1,000"),
+    ({"train_images": 70000}, {}, "train_images", "must be an integer in [0, 60,000]"),
+    ({"lr": 0}, {}, "lr", "must be a number > 0, got 0"),
+    ({"lr": float("nan")}, {}, "lr", "must be a number > 0, got nan"),
+    ({"lr": True}, {}, "lr", "must be a number > 0, got True"),
+    ({"seed": True}, {}, "seed", "must be an integer in [0, 4,294,967,295], got True"),
+    ({"lr": "0.1"}, {}, "lr", "must be a number > 0, got '0.1'"),
+    ({"optimizer": "adam", "momentum": 0.9}, {}, "momentum",
+     "applies to optimizer sgd, rmsprop only, not optimizer adam"),
+    ({"optimizer": "sgd", "momentum": 1.0}, {}, "momentum", "must be a number in [0, 1)"),
+    ({"optimizer": "lion"}, {}, "optimizer",
+     "must be one of sgd, adam, adamw, adagrad, rmsprop, adadelta, got 'lion'"),
+    ({"betas": [0.9]}, {}, "betas", "must be 2 numbers, each in [0, 1), got 1 value(s)"),
+    ({"betas": [0.9, 1.0]}, {}, "betas", "must be 2 numbers, each in [0, 1), got 1.0"),
+    ({"nesterov": True, "optimizer": "sgd"}, {}, "nesterov", "needs momentum > 0"),
+    ({"scheduler": "exponential"}, {}, "gamma", "required by scheduler exponential (a number > 0)"),
+    ({"gamma": 0.5}, {}, "gamma", "applies to scheduler steplr, exponential only, not scheduler "
+                                  "none"),
+    ({"scheduler": "onecycle", "optimizer": "adagrad"}, {}, "cycle_momentum",
+     "adagrad has no momentum or beta1"),
+    ({"scheduler": "onecycle", "total_steps": 50}, {"train_images": 6400}, "total_steps",
+     "must be an integer >= 100 (this run takes 100 steps"),
+    ({"loss": "nll", "label_smoothing": 0.1}, {}, "label_smoothing",
+     "applies to loss auto, cross_entropy only, not loss nll"),
+    ({"class_weights": [1.0] * 3}, {"classes": 10}, "class_weights",
+     "must be 10 numbers, each >= 0 (one per class of the model), got 3"),
+    ({"trainable": []}, {}, "trainable", "nothing would train"),
+    ({"trainable": "fc2.weight"}, {}, "trainable", "must be a list of names"),
+    ({"trainable": ["fc2.weight"], "head_only": True}, {}, "head_only", "give one of"),
+    ({"learning_rate": 0.1}, {}, "learning_rate", "unknown option (known: optimizer, lr, "),
+])
+def test_errors_name_the_field_and_the_allowed_values(data, kw, field, needle):
+    errors = errors_of(data, **kw)
+    assert len(errors) == 1, errors
+    assert errors[0][0] == field and needle in errors[0][1], errors
+    if "must be" in needle:  # the allowed values, in words
+        assert re.search(r"must be (an integer|a number|one of|\d+ numbers|a list|2 numbers)"
+                         r".*([\[(]\d|[<>]=? \d|, )", errors[0][1]), errors
+
+
+def test_every_error_is_collected():
+    errors = errors_of({"seed": 1.5, "epochs": 0, "lr": -1, "optimizer": "adam",
+                        "momentum": 0.5, "colour": "red"})
+    assert [f for f, _ in errors] == ["colour", "lr", "epochs", "seed", "momentum"]
+    text = str(ConfigError(errors))
+    assert text.startswith("colour: unknown option") and "; lr: must be a number > 0" in text
+
+
+def test_wrong_types_are_never_rounded():
+    for field in ("seed", "epochs", "batch_size", "max_steps", "eval_images", "train_images"):
+        errors = errors_of({field: 2.0})
+        assert errors[0][0] == field and "must be an integer" in errors[0][1]
+    assert config.parse({"lr": 1})["lr"] == 1.0 and isinstance(config.parse({"lr": 1})["lr"],
+                                                              float)
+
+
+# ------------------------------------------------------------------------------- defaults
+
+def test_defaults_are_torchs_per_optimizer():
+    want = {"sgd": (1e-3, None), "adam": (1e-3, 1e-8), "adamw": (1e-3, 1e-8),
+            "adagrad": (1e-2, 1e-10), "rmsprop": (1e-2, 1e-8), "adadelta": (1.0, 1e-6)}
+    for name, (lr, eps) in want.items():
+        cfg = config.parse({"optimizer": name})
+        assert (cfg["lr"], cfg.get("eps")) == (lr, eps), name
+    assert config.parse({"optimizer": "adamw"})["weight_decay"] == 0.01
+    assert config.parse({"optimizer": "adam"})["weight_decay"] == 0.0
+    assert config.parse({"scheduler": "steplr"})["gamma"] == 0.1
+
+
+@pytest.mark.parametrize("optimizer", list(config.OPTIMIZERS))
+@pytest.mark.parametrize("scheduler", [s for s in config.SCHEDULERS if s != "exponential"])
+def test_defaults_round_trip_through_config_json(optimizer, scheduler):
+    if scheduler == "onecycle" and optimizer in ("adagrad", "adadelta"):
+        extra = {"cycle_momentum": False}
+    else:
+        extra = {}
+    cfg = config.parse({"optimizer": optimizer, "scheduler": scheduler, **extra},
+                       train_images=60000)
+    doc = json.loads(json.dumps({"config": cfg.to_json()}))
+    again = config.parse(doc["config"])
+    assert again == cfg
+    assert config.parse(again, train_images=60000) == cfg  # resolved values stay
+
+
+def test_run_dependent_defaults_resolved_once():
+    cfg = config.parse({"scheduler": "onecycle", "lr": 0.05, "epochs": 3, "batch_size": 100,
+                        "max_steps": 250}, train_images=60000)
+    assert (cfg["max_lr"], cfg["total_steps"]) == (0.05, 1800)  # max_steps only stops early
+    assert cfg.steps(60000) == (600, 250)
+    cos = config.parse({"scheduler": "cosine", "epochs": 4, "interval": "step",
+                        "batch_size": 64, "train_images": 640}, train_images=60000)
+    assert cos["T_max"] == 40 and cos.steps(60000) == (10, 40)
+    assert config.parse({"scheduler": "cosine", "epochs": 4}, train_images=64)["T_max"] == 4
+    unresolved = config.parse({"scheduler": "onecycle"})
+    assert unresolved["total_steps"] is None and unresolved["max_lr"] is None
+
+
+def test_trainer_config_is_the_engines_shape():
+    cfg = config.parse({"optimizer": "rmsprop", "momentum": 0.5, "centered": True,
+                        "scheduler": "steplr", "loss": "cross_entropy",
+                        "class_weights": [1.0] * 10}, train_images=640)
+    t = cfg.trainer_config()
+    assert (t["optimizer"], t["lr"], t["momentum"], t["weight_decay"]) == \
+        ("rmsprop", 1e-2, 0.5, 0.0)
+    assert t["optimizer_args"] == {"alpha": 0.99, "eps": 1e-8, "centered": True}
+    assert t["scheduler"] == {"name": "StepLR", "step_size": 1, "gamma": 0.1,
+                              "interval": "epoch"}
+    assert t["loss"] == {"loss": "cross_entropy", "reduction": "mean", "label_smoothing": 0.0,
+                         "weight": [1.0] * 10}
+    assert config.parse({"optimizer": "adam"}).trainer_config()["momentum"] == 0.0
+
+
+# ------------------------------------------------------------------------------- legacy
+
+def test_legacy_config_json_loads():
+    cfg = config.parse(LEGACY)
+    assert cfg.to_json() == {
+        "optimizer": "adamw", "lr": 0.01, "batch_size": 32, "epochs": 1, "seed": 4,
+        "init": "finetune", "max_steps": 0, "train_images": 96, "eval_images": 32,
+        "report_every": 10, "device": "cpu", "weight_decay": 0.01,  # 0 meant torch's 1e-2
+        "betas": [0.9, 0.999], "eps": 1e-8, "amsgrad": True, "clip_grad_norm": 0.0,
+        "scheduler": "steplr", "step_size": 1, "gamma": 0.5, "interval": "epoch",
+        "loss": "cross_entropy", "reduction": "mean", "label_smoothing": 0.1,
+        "class_weights": None, "trainable": LEGACY["trainable"]}
+    # a OneCycleLR spec, Adam's ignored momentum, a loss given by name
+    old = {**LEGACY, "optimizer": "sgd", "momentum": 0.9, "weight_decay": 0.0,
+           "optimizer_args": {"nesterov": True}, "loss": "nll",
+           "scheduler": {"name": "OneCycleLR", "max_lr": 0.1, "total_steps": 12}}
+    cfg = config.parse(old)
+    assert (cfg["scheduler"], cfg["max_lr"], cfg["total_steps"], cfg["loss"]) == \
+        ("onecycle", 0.1, 12, "nll")
+    assert config.parse({**LEGACY, "optimizer": "adam", "momentum": 0.9,
+                         "optimizer_args": {}}).get("momentum") is None
+    assert config.parse({**LEGACY, "scheduler": None})["scheduler"] == "none"
+
+
+def test_resume_update():
+    stored = config.parse({"optimizer": "sgd", "lr": 0.1, "momentum": 0.9, "scheduler": "steplr",
+                           "gamma": 0.5, "loss": "mse", "reduction": "sum"})
+    assert stored.updated({"epochs": 3, "lr": 0.2})["gamma"] == 0.5
+    fresh = stored.updated({"scheduler": "steplr", "loss": "cross_entropy"})
+    assert (fresh["gamma"], fresh["reduction"]) == (0.1, "mean")  # groups start afresh
+    assert stored.updated({"reduction": "mean"})["loss"] == "mse"
+    with pytest.raises(ConfigError) as info:
+        stored.updated({"batch_size": 128, "seed": 1, "optimizer": "sgd"})
+    assert [f for f, _ in info.value.errors] == ["batch_size", "seed"]
+    assert "may not change on --resume (the run has 64" in info.value.errors[0][1]
+
+
+# ------------------------------------------------------------------------------- schema
+
+def test_schema_json_and_presets():
+    doc = json.loads(json.dumps(config.schema()))
+    names = [f["name"] for f in doc["fields"]]
+    assert names == [f.name for f in FIELDS]
+    page = {f["name"] for f in doc["fields"] if "page" in f["where"]}
+    assert {"optimizer", "lr", "momentum", "betas", "rho", "lr_decay", "centered",
+            "clip_grad_norm", "scheduler", "gamma", "total_steps", "loss", "label_smoothing",
+            "batch_size", "epochs", "seed", "init", "max_steps", "eval_images"} <= page
+    lr = next(f for f in doc["fields"] if f["name"] == "lr")
+    assert (lr["range"], lr["id"], lr["min"], lr["min_open"]) == ("a number > 0", "lr", 0, True)
+    assert sorted(doc["labels"]["optimizer"]) == sorted(config.OPTIMIZERS)
+    presets = {p["name"]: p for p in doc["presets"]}
+    assert presets["seed"]["config"] == {"optimizer": "adagrad", "lr": 1.0, "batch_size": 1000,
+                                         "epochs": 8, "init": "scratch"}
+    assert presets["fast"]["config"]["optimizer"] == "adam"
+    for p in presets.values():
+        config.parse(p["config"], train_images=60000)
+
+
+# ------------------------------------------------------------------------------- CLI
+
+def _train_help() -> str:
+    from webgpu_trainer.cli import main as cli_mod
+    sub = cli_mod.build_parser()._subparsers._group_actions[0].choices["train"]
+    return " ".join(sub.format_help().split())
+
+
+def test_every_field_has_a_flag_and_help_lists_limits():
+    from webgpu_trainer.cli import main as cli_mod
+    text = _train_help()
+    for f in FIELDS:
+        if "cli" not in f.where:
+            continue
+        assert f.cli_flag in text, f.name
+        if f.type in ("int", "float", "list"):
+            assert config.describe(f) in text, (f.name, config.describe(f))
+        assert f.help.split(";")[0][:30] in text, f.name
+    assert "--no-cycle-momentum" in text and "fixed on --resume" in text
+    # flags land on the field's name
+    args = cli_mod.build_parser().parse_args(
+        ["train", "m.onnx", "--t-max", "3", "--scheduler-interval", "step", "--betas", "0.8",
+         "0.9", "--no-cycle-momentum", "--class-weights", "1,2", "--freeze", "conv1.,fc1."])
+    from webgpu_trainer.cli.options import given
+    assert given(args) == {"T_max": 3, "interval": "step", "betas": [0.8, 0.9],
+                           "cycle_momentum": False, "class_weights": [1.0, 2.0],
+                           "freeze": ["conv1.", "fc1."]}
+
+
+# ------------------------------------------------------------------------------- server
+
+@pytest.fixture()
+def client(tmp_path):
+    from webgpu_trainer.host import server
+    root = tmp_path / "root"
+    (root / "web").mkdir(parents=True)
+    data = tmp_path / "mnist"
+    data.mkdir()
+    (data / "manifest.json").write_text(json.dumps(
+        {"splits": {"train": {"count": 640}, "test": {"count": 100}}}))
+    app = server.create_app(root, REPO / "models", data, tmp_path / "wheels")
+    return TestClient(app)
+
+
+def test_schema_route(client):
+    r = client.get("/api/config/schema")
+    assert r.status_code == 200
+    assert r.json() == json.loads(json.dumps(config.schema()))
+
+
+def test_validate_route(client):
+    r = client.post("/api/config/validate", json={"config": {"optimizer": "sgd", "lr": 0.1,
+                                                            "scheduler": "onecycle"}})
+    body = r.json()
+    assert r.status_code == 200 and body["ok"] is True, body
+    assert body["config"]["total_steps"] == 10  # 640 images of the manifest / 64
+    assert body["steps"] == {"per_epoch": 10, "total": 10, "train_images": 640}
+    r = client.post("/api/config/validate", json={"config": {"seed": 1.5, "batch_size": 1000,
+                                                            "momentum": 0.9}})
+    body = r.json()
+    assert r.status_code == 200 and body["ok"] is False
+    assert [e[0] for e in body["errors"]] == ["seed", "momentum"]
+    r = client.post("/api/config/validate", json={"config": {"batch_size": 1000}})
+    assert r.json()["errors"] == [["batch_size", "must be an integer in [2, 640] (at most the "
+                                                 "640 training images), got 1,000"]]
+    # with the model: class weights must match its classes
+    r = client.post("/api/config/validate", json={"model": "seednet", "config": {
+        "class_weights": [1.0, 2.0]}})
+    assert r.json()["errors"][0][0] == "class_weights"
+    assert client.post("/api/config/validate", content=b"[1]").status_code == 400
