@@ -8,6 +8,7 @@ import traceback
 import js
 from pyodide.ffi import to_js
 
+from . import config as run_config
 from .backends import get_device
 from .backends.webgpu_js import NoWebGPU
 from .train import Split, Trainer, TrainingDiverged
@@ -59,9 +60,9 @@ def handle(msg):
         if STATE["trainer"] is not None:
             STATE["trainer"].stop_requested = True
     elif kind == "start":
-        asyncio.ensure_future(_run(data.get("config") or {}))
+        asyncio.ensure_future(_run(data.get("config") or {}, data.get("model")))
     elif kind == "profile":
-        asyncio.ensure_future(_run(data.get("config") or {}, profile=True))
+        asyncio.ensure_future(_run(data.get("config") or {}, data.get("model"), profile=True))
     elif kind == "parity":
         asyncio.ensure_future(_parity(data.get("cases") or "[]"))
 
@@ -90,7 +91,8 @@ async def _fetch(url: str, what: str):
     return resp
 
 
-async def _split(manifest: dict, name: str) -> Split:
+async def _split(manifest: dict, name: str, keep: int = 0) -> Split:
+    """The split ``name`` of the manifest; ``keep`` > 0: its first ``keep`` images only."""
     s = manifest["splits"][name]
     images = await (await _fetch(f"/data/mnist/{s['images']['file']}", f"{name} images")
                     ).arrayBuffer()
@@ -99,26 +101,33 @@ async def _split(manifest: dict, name: str) -> Split:
     pixels = 1
     for d in s["images"]["shape"][1:]:
         pixels *= d
-    return Split(images, labels, s["count"], js.Uint8Array.new(labels).to_bytes(), pixels)
+    count = s["count"]
+    if 0 < keep < count:
+        images, labels, count = images.slice(0, keep * pixels), labels.slice(0, keep), keep
+    return Split(images, labels, count, js.Uint8Array.new(labels).to_bytes(), pixels)
 
 
-async def _run(cfg: dict, profile: bool = False):
+async def _run(cfg: dict, model=None, profile: bool = False):
     dev = STATE["device"]
     if dev is None:
         post("no_webgpu", message="no WebGPU device")
         return
-    model = cfg.get("model") or "seednet"
+    cfg = dict(cfg)
+    model = model or cfg.pop("model", None) or "seednet"
     STATE["stop"] = False
     try:
+        manifest = json.loads(await (await _fetch("/data/mnist/manifest.json", "manifest"))
+                              .text())
+        # the page checked it with the server; checked again here, with the same code
+        cfg = run_config.parse(cfg, train_images=manifest["splits"]["train"]["count"])
         post("status", text=f"Loading model {model}…")
         graph = json.loads(await (await _fetch(f"/api/models/{model}/graph.json", "model"))
                            .text())
         weights = js.Uint8Array.new(await (await _fetch(f"/api/models/{model}/weights.bin",
                                                         "weights")).arrayBuffer()).to_bytes()
         post("status", text="Loading MNIST shards…")
-        manifest = json.loads(await (await _fetch("/data/mnist/manifest.json", "manifest"))
-                              .text())
-        train, test = await _split(manifest, "train"), await _split(manifest, "test")
+        train = await _split(manifest, "train", cfg["train_images"])
+        test = await _split(manifest, "test")
         trainer = Trainer(dev, graph, weights, cfg, train, test,
                           emit=lambda kind, **kw: post(kind, **kw))
         STATE["trainer"] = trainer
@@ -134,6 +143,8 @@ async def _run(cfg: dict, profile: bool = False):
         post("done", model=model, weights=_bytes_to_js(trained), logits=logits,
              labels=js.Uint8Array.new(_bytes_to_js(test.labels_host[:trainer.n_eval])),
              eval_images=trainer.n_eval, **result)
+    except run_config.ConfigError as exc:
+        post("error", message=f"Bad settings: {exc}", fields=[list(e) for e in exc.errors])
     except TrainingDiverged as exc:
         post("error", message=str(exc))
     except Exception as exc:

@@ -21,7 +21,7 @@ OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "adagrad": "AdaGra
 # the --scheduler name -> torch.optim.lr_scheduler's class (config.json of older runs: the class)
 SCHEDULERS = {"none": None, "steplr": "StepLR", "exponential": "ExponentialLR",
               "cosine": "CosineAnnealingLR", "onecycle": "OneCycleLR"}
-LOSSES = {"auto": "auto (NLL after LogSoftmax, else cross-entropy)",
+LOSSES = {"auto": "auto: NLL after LogSoftmax, else CE",
           "cross_entropy": "CrossEntropyLoss", "nll": "NLLLoss", "mse": "MSELoss (one-hot)",
           "bce_with_logits": "BCEWithLogitsLoss (one-hot)"}
 MNIST_TRAIN, MNIST_TEST = 60000, 10000
@@ -43,7 +43,7 @@ class Field:
     (``default`` None); ``resume``: may change on ``--resume``; ``where``: "cli" and / or "page";
     ``stored``: kept in config.json (the fine-tuning inputs are stored as ``trainable``);
     ``flag``: the CLI flag when not ``--name-with-dashes``; ``advanced``: the page's Advanced
-    section."""
+    section; ``zero``: what 0 means (e.g. "whole epochs"); ``label``: the page's label."""
 
     name: str
     type: str
@@ -72,6 +72,7 @@ class Field:
     flag: str = ""
     metavar: str = ""
     advanced: bool = False
+    zero: str = ""
 
     @property
     def cli_flag(self) -> str:
@@ -102,12 +103,13 @@ FIELDS = (
     F("init", "choice", "scratch", "scratch: PyTorch's default init; finetune: start from "
       "the model's weights", "run", label="Weights", choices=("scratch", "finetune")),
     F("max_steps", "int", 0, "stop after this many steps (0 = whole epochs)", "run",
-      label="Max steps (0 = whole epochs)", min=0, max=10 ** 9, unit="steps", advanced=True),
+      label="Max steps", min=0, max=10 ** 9, unit="steps", advanced=True,
+      zero="whole epochs"),
     F("train_images", "int", 0, "train on the first N training images (0 = all)", "run",
-      label="Training images (0 = all)", min=0, max=MNIST_TRAIN, unit="images", resume=False,
-      advanced=True),
+      label="Training images", min=0, max=MNIST_TRAIN, unit="images", resume=False,
+      advanced=True, zero="all"),
     F("eval_images", "int", MNIST_TEST, "validate on the first N test images", "run",
-      label="Test images to evaluate", min=1, max=MNIST_TEST, unit="images", advanced=True),
+      label="Test images", min=1, max=MNIST_TEST, unit="images", advanced=True),
     F("report_every", "int", 10, "steps between metric readbacks", "run", min=1,
       max=REPORT_MAX, unit="steps", where=("cli",)),
     F("device", "choice", "gpu", "gpu (wgpu-py) or cpu (the numpy engine, float32)", "run",
@@ -140,12 +142,12 @@ FIELDS = (
     F("initial_accumulator_value", "float", 0.0, "initial value of the sum of squares",
       "optimizer", label="Initial accumulator", min=0, optimizers=("adagrad",)),
     F("clip_grad_norm", "float", 0.0, "clip gradients to this global L2 norm, as "
-      "torch.nn.utils.clip_grad_norm_ (0 = off)", "optimizer", label="Clip gradient norm "
-      "(0 = off)", min=0, metavar="MAX"),
+      "torch.nn.utils.clip_grad_norm_ (0 = off)", "optimizer", label="Clip grad norm",
+      min=0, metavar="MAX", advanced=True, zero="off"),
     # ---------------------------------------------------------------- schedule
     F("scheduler", "choice", "none", "learning-rate schedule: StepLR, ExponentialLR, "
       "CosineAnnealingLR (per epoch) or OneCycleLR (per batch)", "schedule",
-      label="LR schedule", choices=tuple(SCHEDULERS)),
+      label="Scheduler", choices=tuple(SCHEDULERS)),
     F("step_size", "int", 1, "epochs between decays", "schedule", label="Step size", min=1,
       unit="epochs", schedulers=("steplr",)),
     F("gamma", "float", None, "decay factor", "schedule", label="Gamma", min=0, min_open=True,
@@ -182,7 +184,7 @@ FIELDS = (
     F("max_momentum", "float", 0.95, "momentum / beta1 at the ends of the cycle", "schedule",
       label="Max momentum", min=0, max=1, schedulers=("onecycle",)),
     # ---------------------------------------------------------------- loss
-    F("loss", "choice", "auto", "the training loss", "loss", label="Loss",
+    F("loss", "choice", "auto", "the training loss", "loss", label="Loss function",
       choices=tuple(LOSSES)),
     F("reduction", "choice", "mean", "mean or sum over the batch", "loss", label="Reduction",
       choices=("mean", "sum")),
@@ -193,7 +195,7 @@ FIELDS = (
       losses=("auto", "cross_entropy", "nll"), metavar="W0,W1,..."),
     # ---------------------------------------------------------------- fine-tuning
     F("trainable", "list", None, "train only these parameters (initializer names; the rest "
-      "stay frozen)", "finetune", item="str", nullable=True, where=("cli",),
+      "stay frozen)", "finetune", item="str", nullable=True,
       metavar="NAME[,NAME...]"),
     F("freeze", "list", None, "train all but these parameters; a name may be a prefix, e.g. "
       "conv1. (conv1.weight and conv1.bias)", "finetune", item="str", nullable=True,
@@ -278,6 +280,9 @@ def schema() -> dict:
                                                      SCHEDULERS.items()},
               "loss": LOSSES, "init": {"scratch": "Train from scratch",
                                        "finetune": "Fine-tune"}}
+    notes = {"init": {"scratch": "PyTorch default init",
+                      "finetune": "start from the model’s weights"}}
     return {"format": "webgpu-trainer/config-schema@1", "fields": fields,
             "groups": [{"name": k, "title": v} for k, v in GROUPS.items()],
-            "labels": labels, "presets": [{"name": k, **v} for k, v in PRESETS.items()]}
+            "labels": labels, "notes": notes,
+            "presets": [{"name": k, **v} for k, v in PRESETS.items()]}

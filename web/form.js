@@ -1,0 +1,324 @@
+// The settings form, drawn from the run configuration's schema (GET /api/config/schema, made
+// by py/webgpu_trainer/engine/config): one control per field the page shows, its label, limits
+// (min / max / step), hint and help text; only the fields of the chosen optimizer, scheduler
+// and loss are shown. Every change is checked by the server with the engine's validator
+// (POST /api/config/validate); a bad field is marked inline (aria-invalid + its message).
+
+import { $ } from "./util.js";
+import { hooks } from "./state.js";
+
+let schema = null;
+const byName = {};
+const CHOOSERS = ["optimizer", "scheduler", "loss"];
+/** The last check: valid, pending (a check on its way), errors [[field, message]], steps. */
+export const formState = { valid: false, pending: true, errors: [], steps: null };
+let chosen = {};      // the optimizer / scheduler / loss the current values were defaulted for
+let seq = 0;
+let timer = null;
+
+export async function loadSchema() {
+  const res = await fetch("/api/config/schema");
+  if (!res.ok) throw new Error(`GET /api/config/schema: HTTP ${res.status}`);
+  schema = await res.json();
+  for (const f of schema.fields) byName[f.name] = f;
+  return schema;
+}
+
+export const presets = () => schema.presets;
+const onPage = (f) => f.where.includes("page") && f.group !== "finetune";
+const current = () => Object.fromEntries(CHOOSERS.map((k) => [k, read(byName[k])]));
+
+function applies(f, c = current()) {
+  return (!f.optimizers || f.optimizers.includes(c.optimizer)) &&
+    (!f.schedulers || f.schedulers.includes(c.scheduler)) &&
+    (!f.losses || f.losses.includes(c.loss));
+}
+
+function defaultFor(f, c) {
+  const d = f.defaults ?? {};
+  return d[c.optimizer] ?? d[c.scheduler] ?? f.default;
+}
+
+// ------------------------------------------------------------------------------- drawing
+const fmt = (x) => Number(x).toLocaleString("en-US", { maximumFractionDigits: 12 });
+
+/** The limits in short, e.g. "2 – 60,000 images", "> 0", "0 ≤ x < 1". */
+function hintOf(f) {
+  if (f.auto) return `auto: ${f.auto}`;
+  if (f.zero) return `0 = ${f.zero}`;
+  if (f.type === "list") return f.length ? `${f.length} numbers, comma-separated`
+    : "comma-separated; empty = off";
+  if (f.type !== "int" && f.type !== "float") return "";
+  const { min: lo, max: hi } = f;
+  let text = "";
+  if (lo != null && hi != null) {
+    text = f.min_open || f.max_open
+      ? `${fmt(lo)} ${f.min_open ? "<" : "≤"} x ${f.max_open ? "<" : "≤"} ${fmt(hi)}`
+      : `${fmt(lo)} – ${fmt(hi)}`;
+  } else if (lo != null) text = `${f.min_open ? ">" : "≥"} ${fmt(lo)}`;
+  return text + (f.unit ? ` ${f.unit}` : "");
+}
+
+function el(tag, props = {}, ...children) {
+  const node = Object.assign(document.createElement(tag), props);
+  node.append(...children);
+  return node;
+}
+
+function control(f) {
+  const title = `${f.help} (${f.range})`;
+  const described = `${f.id}-hint ${f.id}-error`;
+  const error = el("p", { className: "field-error", id: `${f.id}-error`, hidden: true });
+  const hint = el("p", { className: "hint", id: `${f.id}-hint`, title, textContent: hintOf(f) });
+  const wrap = el("div", { className: "field", id: `${f.id}-field` });
+  wrap.dataset.field = f.name;
+  if (f.type === "bool") {
+    const box = el("input", { type: "checkbox", id: f.id, name: f.name, title });
+    box.setAttribute("aria-describedby", described);
+    wrap.classList.add("check");
+    wrap.append(el("label", { className: "radio", htmlFor: f.id }, box, ` ${f.label || f.name}`),
+      error);
+    return wrap;
+  }
+  if (f.name === "init") {  // radios: "Train from scratch" / "Fine-tune"
+    const set = el("fieldset", { className: "field radios", id: `${f.id}-field` });
+    set.dataset.field = f.name;
+    set.append(el("legend", { textContent: f.label }));
+    for (const c of f.choices) {
+      const radio = el("input", { type: "radio", id: `${f.id}-${c}`, name: f.name, value: c });
+      const note = schema.notes?.init?.[c];
+      set.append(el("label", { className: "radio", title },
+        radio, el("span", {}, schema.labels.init[c], " ", note ? el("small", {}, `(${note})`) : "")));
+    }
+    set.append(error);
+    return set;
+  }
+  let input;
+  if (f.type === "choice") {
+    input = el("select", { id: f.id, name: f.name });
+    for (const c of f.choices) input.append(new Option(schema.labels[f.name]?.[c] ?? c, c));
+  } else if (f.type === "list") {
+    input = el("input", { type: "text", id: f.id, name: f.name, spellcheck: false,
+      placeholder: f.default == null ? "off" : "" });
+  } else {
+    input = el("input", { type: "number", id: f.id, name: f.name, step: f.type === "int" ? "1" : "any",
+      inputMode: f.type === "int" ? "numeric" : "decimal", placeholder: f.auto ? "auto" : "" });
+    if (f.min != null) input.min = f.min;
+    if (f.max != null) input.max = f.max;
+  }
+  input.title = title;
+  input.setAttribute("aria-describedby", described);
+  wrap.append(el("label", { htmlFor: f.id, textContent: f.label || f.name, title }), input,
+    hint, error);
+  return wrap;
+}
+
+function grid(names) {
+  return el("div", { className: "grid2" }, ...names.map((n) => control(byName[n])));
+}
+
+const pageFields = (test) => schema.fields.filter((f) => onPage(f) && test(f)).map((f) => f.name);
+
+/** Draw the form into ``container`` (inside the settings fieldset) and the preset buttons into
+ * ``presetBox``; values start at the schema's defaults. */
+export function buildForm(container, presetBox) {
+  const main = (g) => pageFields((f) => f.group === g && !f.advanced && !CHOOSERS.includes(f.name)
+    && f.name !== "init");
+  const adv = (g) => pageFields((f) => f.group === g && (f.advanced || g === "schedule" ||
+    g === "loss") && !CHOOSERS.includes(f.name));
+  container.replaceChildren(
+    control(byName.optimizer), grid(main("optimizer")),
+    grid(main("run")), control(byName.init),
+    el("p", { className: "hint steps", id: "run-steps" }),
+    el("details", { className: "advanced", id: "advanced" },
+      el("summary", { textContent: "Advanced" }),
+      grid([...adv("run"), ...adv("optimizer")]),
+      el("h3", { textContent: "Learning-rate schedule" }), control(byName.scheduler),
+      grid(adv("schedule")),
+      el("h3", { textContent: "Loss" }), control(byName.loss), grid(adv("loss"))),
+    el("ul", { className: "config-errors", id: "config-errors", hidden: true }));
+  presetBox.replaceChildren(...schema.presets.map((p) => {
+    const b = el("button", { type: "button", className: "preset", id: `preset-${p.name}` },
+      el("span", { className: "preset-name", textContent: p.label }),
+      el("span", { className: "preset-desc", textContent: p.description }));
+    b.dataset.preset = p.name;
+    b.addEventListener("click", () => applyPreset(p.name));
+    return b;
+  }));
+  chosen = Object.fromEntries(CHOOSERS.map((k) => [k, byName[k].default]));
+  for (const f of schema.fields) if (onPage(f)) write(f, defaultFor(f, chosen));
+  changed();
+  container.addEventListener("input", onEdit);
+  container.addEventListener("change", onEdit);
+  container.addEventListener("keydown", (e) => {  // Enter checks the settings, never starts
+    if (e.key === "Enter" && e.target.matches("input, select")) {
+      e.preventDefault();
+      validateNow();
+    }
+  });
+}
+
+// ------------------------------------------------------------------------- values
+function write(f, v) {
+  if (f.name === "init") {
+    const radio = $(`${f.id}-${v}`);
+    if (radio) radio.checked = true;
+    return;
+  }
+  const input = $(f.id);
+  if (!input) return;
+  if (f.type === "bool") input.checked = !!v;
+  else if (f.type === "list") input.value = v == null ? "" : v.join(", ");
+  else input.value = v == null ? "" : String(v);
+}
+
+/** The value of a control as JSON for the validator: numbers as numbers, what is not a number
+ * as the text typed (the validator names it), an empty optional field as undefined. */
+function read(f) {
+  if (f.name === "init") return document.querySelector(`input[name="init"]:checked`)?.value;
+  const input = $(f.id);
+  if (!input) return undefined;
+  if (f.type === "bool") return input.checked;
+  if (f.type === "choice") return input.value;
+  const text = input.value.trim();
+  if (text === "") return f.default == null && !f.required_by ? undefined : text;
+  if (f.type === "list") {
+    const parts = text.split(/[\s,]+/).filter(Boolean).map(Number);
+    return parts.some(Number.isNaN) ? text : parts;
+  }
+  const n = Number(text);
+  return Number.isNaN(n) ? text : n;
+}
+
+const same = (a, b) => JSON.stringify(a ?? null) === JSON.stringify(b ?? null);
+
+/** The settings as the run configuration's fields (those that apply to the choices). */
+export function readConfig() {
+  const c = current();
+  const out = {};
+  for (const f of schema.fields) {
+    if (!onPage(f) || !applies(f, c)) continue;
+    const v = read(f);
+    if (v !== undefined) out[f.name] = v;
+  }
+  return out;
+}
+
+/** Set field ``name`` to ``value`` (a chooser: the other fields follow its defaults). */
+export function setField(name, value) {
+  write(byName[name], value);
+  changed();
+}
+
+function followChoosers() {
+  // fields still at the default of the previous choice take the default of the new one
+  const now = current();
+  if (!same(now, chosen)) {
+    for (const f of schema.fields) {
+      if (onPage(f) && f.defaults && same(read(f), defaultFor(f, chosen))) {
+        write(f, defaultFor(f, now));
+      }
+    }
+    chosen = now;
+  }
+  for (const f of schema.fields) {
+    const box = $(`${f.id}-field`);
+    if (box && onPage(f)) box.hidden = !applies(f, now);
+  }
+}
+
+function onEdit() {
+  changed();
+}
+
+function changed() {
+  followChoosers();
+  markPresets();
+  formState.pending = true;
+  hooks.sync();
+  clearTimeout(timer);
+  timer = setTimeout(() => validateNow(), 150);
+}
+
+// ------------------------------------------------------------------------- presets
+export function applyPreset(name) {
+  const p = schema.presets.find((x) => x.name === name);
+  for (const k of CHOOSERS) if (k in p.config) write(byName[k], p.config[k]);
+  followChoosers();
+  for (const [k, v] of Object.entries(p.config)) write(byName[k], v);
+  changed();
+}
+
+function markPresets() {
+  for (const p of schema.presets) {
+    const match = Object.entries(p.config).every(([k, v]) => same(read(byName[k]), v));
+    $(`preset-${p.name}`)?.setAttribute("aria-pressed", String(match));
+  }
+}
+
+// ------------------------------------------------------------------------- checking
+/** Check ``config`` (default: the form's, plus ``hooks.extraConfig()``) with the server's
+ * validator; marks the fields and returns the answer ``{ok, errors, config, steps}``. */
+export async function validateNow(config = null) {
+  clearTimeout(timer);
+  const mine = ++seq;
+  config = config ?? { ...readConfig(), ...(hooks.extraConfig?.() ?? {}) };
+  formState.pending = true;
+  let body;
+  try {
+    const res = await fetch("/api/config/validate", {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ config, model: $("model")?.value || null }),
+    });
+    body = await res.json();
+    if (!res.ok) throw new Error(body.error ?? `HTTP ${res.status}`);
+  } catch (e) {
+    body = { ok: false, errors: [["settings", `could not be checked: ${e.message ?? e}`]] };
+  }
+  if (mine === seq) {  // the latest check decides the marks
+    Object.assign(formState, { valid: !!body.ok, pending: false, errors: body.errors ?? [],
+      steps: body.steps ?? null });
+    markErrors(formState.errors);
+    hooks.sync();
+  }
+  return body;
+}
+
+/** Mark ``errors`` ([[field, message]]) inline; errors of fields not shown are listed below
+ * the form. Returns the first control marked. */
+export function markErrors(errors) {
+  for (const node of document.querySelectorAll("#settings [aria-invalid]")) {
+    node.removeAttribute("aria-invalid");
+  }
+  for (const node of document.querySelectorAll("#settings .field.invalid")) {
+    node.classList.remove("invalid");
+  }
+  for (const node of document.querySelectorAll("#settings .field-error")) node.hidden = true;
+  const rest = [];
+  let first = null;
+  for (const [name, message] of errors) {
+    const f = byName[name];
+    const box = f && $(`${f.id}-field`);
+    if (!box || box.hidden) {
+      rest.push(`${name}: ${message}`);
+      continue;
+    }
+    box.classList.add("invalid");
+    for (const input of box.querySelectorAll("input, select")) {
+      input.setAttribute("aria-invalid", "true");
+    }
+    const err = $(`${f.id}-error`);
+    err.textContent = message;
+    err.hidden = false;
+    first = first ?? box.querySelector("input, select");
+    if (box.closest("details") && !box.closest("details").open) box.closest("details").open = true;
+  }
+  const list = $("config-errors");
+  list.replaceChildren(...rest.map((t) => el("li", { textContent: t })));
+  list.hidden = !rest.length;
+  const steps = formState.steps;
+  $("run-steps").textContent = !errors.length && steps
+    ? `${steps.per_epoch.toLocaleString()} steps per epoch · ${steps.total.toLocaleString()} ` +
+      `steps in all (${steps.train_images.toLocaleString()} training images)` : "";
+  return first;
+}

@@ -1,0 +1,56 @@
+// The progress card (bar, step, epoch, images/s, ETA, last loss) and the one place that
+// redraws the page during training: at most once per animation frame.
+
+import { $, mmss, num } from "./util.js";
+import { appState } from "./state.js";
+import { drawCharts } from "./charts.js";
+
+const dirty = { charts: false, progress: false };
+let rafPending = false;
+
+/** Redraw the charts and / or the progress card at the next animation frame. */
+export function requestRender({ charts = false, progress = false } = {}) {
+  dirty.charts ||= charts;
+  dirty.progress ||= progress;
+  if (rafPending) return;
+  rafPending = true;
+  requestAnimationFrame(render);
+}
+
+function render() {
+  rafPending = false;
+  if (dirty.progress) {
+    dirty.progress = false;
+    renderProgress();
+  }
+  if (dirty.charts) {
+    dirty.charts = false;
+    drawCharts();
+  }
+}
+
+export function renderProgress() {
+  const p = appState.progress;
+  if (!p) {
+    $("progress").value = 0;
+    $("progress").max = 1;
+    for (const id of ["step-text", "epoch-text", "ips", "eta", "last-loss"]) $(id).textContent = "–";
+    return;
+  }
+  if (!p.total_steps) {  // started, no report yet
+    $("progress").removeAttribute("value");
+    $("step-text").textContent = "starting…";
+    return;
+  }
+  const total = Math.max(1, p.total_steps || 1);
+  $("progress").max = total;
+  $("progress").value = Math.min(p.step, total);
+  $("progress").textContent = `${Math.round((100 * p.step) / total)}%`;
+  $("step-text").textContent = `${Number(p.step).toLocaleString()} / ${Number(total).toLocaleString()}`;
+  $("epoch-text").textContent = `${p.epoch} / ${p.epochs}`;
+  $("ips").textContent = p.images_per_s != null ? Math.round(p.images_per_s).toLocaleString() : "–";
+  $("eta").textContent = appState.phase === "training" ? mmss(p.eta_s)
+    : appState.phase === "done" && !window.lastRun?.stopped ? "00:00" : "–";
+  const last = appState.steps[appState.steps.length - 1];
+  $("last-loss").textContent = last ? num(last.loss) : "–";
+}

@@ -1,0 +1,77 @@
+// The results card: test accuracy and loss of a finished run, and "Download trained .onnx"
+// (POST /api/models/{name}/export with the trained weights and the run's provenance).
+
+import { $, humanBytes, mmss, num, pct } from "./util.js";
+import { appState, hooks, log, showError } from "./state.js";
+
+export function clearResults() {
+  for (const id of ["test-acc", "test-loss", "eval-count", "result-steps"]) $(id).textContent = "–";
+  $("result-note").textContent = "";
+  delete $("results").dataset.state;
+}
+
+/** Show the worker's `done` message ``m``; ``secs``: wall time since Start (or null). */
+export function showResults(m, secs) {
+  const steps = m.steps ?? appState.progress?.step ?? appState.steps.at(-1)?.step ?? null;
+  $("test-acc").textContent = pct(m.test_acc);
+  $("test-loss").textContent = num(m.test_loss);
+  $("eval-count").textContent = m.eval_images != null ? Number(m.eval_images).toLocaleString() : "–";
+  $("result-steps").textContent = steps != null ? Number(steps).toLocaleString() : "–";
+  $("result-note").textContent = [
+    m.model, appState.config?.optimizer, m.stopped ? "stopped early" : "completed",
+    secs != null ? `${mmss(secs)} wall time` : "",
+  ].filter(Boolean).join(" · ");
+  $("results").dataset.state = m.stopped ? "stopped" : "done";
+}
+
+export async function downloadOnnx() {
+  const run = window.lastRun;
+  if (!run?.weights) return;
+  const cfg = appState.config ?? {};
+  const model = run.model || appState.model;
+  const provenance = {
+    dataset: "MNIST",
+    epochs: run.epochs_done ?? appState.progress?.epoch ?? cfg.epochs,
+    optimizer: cfg.optimizer,
+    lr: cfg.lr,
+    batch_size: cfg.batch_size,
+    seed: cfg.seed,
+    init: cfg.init,
+    test_accuracy: run.test_acc,
+    trainable: cfg.trainable ? cfg.trainable.join(",") : "all",
+    steps: run.steps ?? appState.progress?.step ?? 0,
+  };
+  appState.busy.downloading = true;
+  hooks.sync();
+  const btn = $("download");
+  const label = btn.textContent;
+  btn.textContent = "Exporting…";
+  try {
+    const res = await fetch(`/api/models/${encodeURIComponent(model)}/export`, {
+      method: "POST",
+      headers: { "Content-Type": "application/octet-stream", "X-Provenance": JSON.stringify(provenance) },
+      body: run.weights,
+    });
+    if (!res.ok) {
+      let detail = (await res.text().catch(() => "")).slice(0, 2000);
+      try { detail = JSON.parse(detail).error ?? detail; } catch { /* plain text */ }
+      throw new Error(`HTTP ${res.status}${detail ? `: ${detail}` : ""}`);
+    }
+    const blob = await res.blob();
+    const url = URL.createObjectURL(blob);
+    const a = document.createElement("a");
+    a.href = url;
+    a.download = `${model}-trained.onnx`;
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10_000);
+    log(`Exported ${model}-trained.onnx (${humanBytes(blob.size)}).`);
+  } catch (e) {
+    showError(`Export failed: ${e.message ?? e}`);
+  } finally {
+    appState.busy.downloading = false;
+    btn.textContent = label;
+    hooks.sync();
+  }
+}

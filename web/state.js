@@ -1,0 +1,57 @@
+// The page's state (window.appState, a test hook), the log, the status line and the error box.
+
+import { $ } from "./util.js";
+
+export const appState = {
+  phase: "booting",          // "booting" | "ready" | "training" | "done" | "error"
+  adapter: null,             // the `adapter` message's info
+  steps: [],                 // [{step, loss, acc}] from `progress` messages, acc as a fraction
+  epochs: [],                // [{epoch, val_loss, val_acc}] from `epoch` messages
+  progress: null,            // the last `progress` message (without its losses)
+  config: null,              // the config sent with the last `start`
+  status: "",                // the last `status` text
+  error: null,               // the last `error` message text
+  noWebGPU: false,           // true after a `no_webgpu` message
+  workerReady: false,        // true after `ready`
+  models: [],                // GET /api/models
+  summary: null,             // GET /api/models/{name}/summary of the chosen model
+  trainable: new Set(),      // the parameters ticked to train
+  busy: { stopping: false, downloading: false },
+};
+window.appState = appState;
+window.lastRun = null;
+
+/** Callbacks the modules call back into the page (set by app.js): controls to re-sync. */
+export const hooks = { sync: () => {}, formChanged: () => {} };
+
+const MAX_LOG = 300;
+export function log(text, kind = "info") {
+  const li = document.createElement("li");
+  li.className = `log-${kind}`;
+  const t = document.createElement("time");
+  t.textContent = new Date().toLocaleTimeString([], { hour12: false });
+  li.append(t, document.createTextNode(" " + text));
+  const box = $("log");
+  const stick = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
+  box.append(li);
+  while (box.childElementCount > MAX_LOG) box.firstElementChild.remove();
+  if (stick) box.scrollTop = box.scrollHeight;
+}
+
+export function setStatus(text) {
+  appState.status = text;
+  $("status").textContent = text;
+}
+
+export function showError(message) {
+  appState.error = String(message);
+  $("error-text").textContent = appState.error;
+  $("error").hidden = false;
+  $("error").scrollIntoView({ block: "center", behavior: "smooth" });
+  setStatus(appState.error);
+  log(appState.error, "error");
+}
+
+export function hideError() {
+  $("error").hidden = true;
+}

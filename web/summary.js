@@ -1,0 +1,106 @@
+// The chosen model's summary card (GET /api/models/{name}/summary): layers, output shapes,
+// parameters, multiply-adds, and a Train checkbox per parameter (the config's `trainable`).
+
+import { $, humanCount } from "./util.js";
+import { appState, hooks, log } from "./state.js";
+
+export async function loadSummary(name) {
+  try {
+    const res = await fetch(`/api/models/${encodeURIComponent(name)}/summary`);
+    const body = await res.json();
+    if (!res.ok) throw new Error(body.error ?? `HTTP ${res.status}`);
+    if ($("model").value !== name) return;  // the user moved on
+    appState.summary = body;
+    appState.trainable = new Set(body.tensors.filter((t) => t.trainable).map((t) => t.name));
+    $("summary-card").dataset.model = name;
+    renderSummary();
+  } catch (e) {
+    $("summary-card").hidden = true;
+    log(`Model summary of ${name} failed: ${e.message ?? e}`, "error");
+  }
+}
+
+function cellsOf(layer) {
+  return [layer.name, layer.op,
+    layer.output_shape ? `[${layer.output_shape.join(", ")}]` : "?",
+    layer.params ? Number(layer.params).toLocaleString() : "",
+    layer.macs ? humanCount(layer.macs) : ""];
+}
+
+function trainBoxes(layer, params, byName) {
+  const td = document.createElement("td");
+  for (const n of params) {
+    const label = document.createElement("label");
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.dataset.tensor = n;
+    box.checked = appState.trainable.has(n);
+    box.disabled = appState.phase === "training";
+    box.addEventListener("change", () => {
+      if (box.checked) appState.trainable.add(n); else appState.trainable.delete(n);
+      renderSummary();
+      hooks.formChanged();
+    });
+    const short = n.startsWith(layer.name.replace(/^\//, "").split("/")[0] + ".")
+      ? n.split(".").pop() : n;
+    label.title = `${n} ${JSON.stringify(byName[n].shape)}`;
+    label.append(box, document.createTextNode(` ${short}`));
+    td.append(label);
+  }
+  return td;
+}
+
+export function renderSummary() {
+  const s = appState.summary;
+  if (!s) return;
+  const byName = Object.fromEntries(s.tensors.map((t) => [t.name, t]));
+  const body = $("summary-table").querySelector("tbody");
+  body.replaceChildren();
+  for (const layer of s.layers) {
+    const params = layer.tensors.filter((n) => byName[n]?.role === "param");
+    const tr = document.createElement("tr");
+    cellsOf(layer).forEach((text, i) => {
+      const td = document.createElement("td");
+      td.textContent = text;
+      if (i === 1) td.className = "ops";
+      if (i >= 3) td.className = "num";
+      tr.append(td);
+    });
+    tr.append(trainBoxes(layer, params, byName));
+    if (params.length && params.every((n) => !appState.trainable.has(n))) tr.className = "frozen";
+    body.append(tr);
+  }
+  const total = s.tensors.filter((t) => t.role === "param");
+  const ticked = total.filter((t) => appState.trainable.has(t.name));
+  const nTrain = ticked.reduce((a, t) => a + t.numel, 0);
+  const all = total.reduce((a, t) => a + t.numel, 0);
+  $("summary-title").textContent = `Model: ${$("model").value}`;
+  $("summary-totals").textContent = `${Number(all).toLocaleString()} parameters · ` +
+    `${humanCount(s.totals.macs)} mult-adds per image · opset ${s.opset ?? "?"}`;
+  $("trainable-text").textContent = nTrain === all ? "all parameters train"
+    : `${Number(nTrain).toLocaleString()} of ${Number(all).toLocaleString()} parameters train ` +
+      `(${total.length - ticked.length} tensors frozen)`;
+  $("summary-card").hidden = false;
+}
+
+export function setTrainable(names) {
+  appState.trainable = new Set(names);
+  renderSummary();
+  hooks.formChanged();
+  // bring the first layer that trains into view inside the table's scroll box
+  const first = $("summary-table").querySelector("input:checked");
+  const wrap = document.querySelector("#summary-card .table-wrap");
+  if (first && wrap) {
+    const row = first.closest("tr");
+    wrap.scrollTop = Math.max(0, row.offsetTop - wrap.clientHeight / 2);
+  }
+}
+
+/** The config's `trainable`: null when every parameter trains, else the names, graph order. */
+export function trainableConfig() {
+  const s = appState.summary;
+  if (!s) return null;
+  const params = s.tensors.filter((t) => t.role === "param").map((t) => t.name);
+  return params.every((n) => appState.trainable.has(n)) ? null
+    : params.filter((n) => appState.trainable.has(n));
+}

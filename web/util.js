@@ -1,0 +1,34 @@
+// Small helpers shared by the page's modules: element lookup and number formatting.
+
+export const $ = (id) => document.getElementById(id);
+
+/** Accuracy values are fractions in [0, 1]; tolerate percentages too. */
+export const frac = (a) => (a == null || Number.isNaN(+a) ? null : +a > 1.0001 ? +a / 100 : +a);
+export const pct = (a, digits = 2) => (a == null ? "–" : `${(frac(a) * 100).toFixed(digits)}%`);
+export const num = (x, digits = 4) => (x == null || !Number.isFinite(+x) ? "–" : (+x).toFixed(digits));
+
+export function mmss(seconds) {
+  if (seconds == null || !Number.isFinite(+seconds) || seconds < 0) return "–";
+  const s = Math.round(+seconds);
+  return `${String(Math.floor(s / 60)).padStart(2, "0")}:${String(s % 60).padStart(2, "0")}`;
+}
+
+export function humanBytes(n) {
+  if (!Number.isFinite(n)) return "";
+  const u = ["B", "KB", "MB", "GB"];
+  let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return `${n.toFixed(i ? 1 : 0)} ${u[i]}`;
+}
+
+export function humanCount(n) {
+  if (!Number.isFinite(n)) return "";
+  if (n >= 1e6) return `${(n / 1e6).toFixed(2)} M`;
+  if (n >= 1e3) return `${(n / 1e3).toFixed(1)} k`;
+  return String(n);
+}
+
+export function cssVar(name, fallback) {
+  const v = getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  return v || fallback;
+}
