@@ -7,14 +7,15 @@
 // window.appState (phase, adapter, steps, epochs, ...), window.lastRun (the last `done`
 // message) and window.readFormForTests() (the config Start would send).
 //
-// Modules: util.js (helpers), state.js (appState, log, status, errors), form.js (settings),
-// models.js (model list, upload), summary.js (model summary, trainable parameters),
-// charts.js, progress.js (progress card, redraws), results.js (results, download).
+// Modules: util.js (helpers), state.js (appState, log, status, errors), form.js (settings
+// from the schema), validation.js (the server's check, inline marks), models.js (model list,
+// upload), summary.js (model summary, trainable parameters), charts.js, progress.js (progress
+// card, redraws), results.js (results, download).
 
 import { $, frac, num, pct } from "./util.js";
 import { appState, hideError, hooks, log, setStatus, showError } from "./state.js";
-import { buildForm, formState, loadSchema, markErrors, readConfig, setField, validateNow }
-  from "./form.js";
+import { buildForm, loadSchema, readConfig, setField } from "./form.js";
+import { formState, markErrors, scheduleCheck, validateNow } from "./validation.js";
 import { loadModels, onModelChange, setupDropzone } from "./models.js";
 import { setTrainable, trainableConfig } from "./summary.js";
 import { addEpoch, addSteps, makeCharts, resetCharts } from "./charts.js";
@@ -29,8 +30,8 @@ function currentConfig() {
   return { ...readConfig(), trainable: trainableConfig() };
 }
 window.readFormForTests = currentConfig;
-hooks.extraConfig = () => ({ trainable: trainableConfig() });
-hooks.formChanged = () => { formState.pending = true; syncControls(); validateNow(); };
+hooks.currentConfig = currentConfig;
+hooks.formChanged = () => scheduleCheck(0);
 
 // ------------------------------------------------------------------------------------ phase
 const PHASE_LABEL = {

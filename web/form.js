@@ -1,20 +1,16 @@
 // The settings form, drawn from the run configuration's schema (GET /api/config/schema, made
 // by py/webgpu_trainer/engine/config): one control per field the page shows, its label, limits
 // (min / max / step), hint and help text; only the fields of the chosen optimizer, scheduler
-// and loss are shown. Every change is checked by the server with the engine's validator
-// (POST /api/config/validate); a bad field is marked inline (aria-invalid + its message).
+// and loss are shown; torch's defaults follow the optimizer; the presets. Every change is
+// checked by the server (validation.js).
 
 import { $ } from "./util.js";
-import { hooks } from "./state.js";
+import { scheduleCheck } from "./validation.js";
 
 let schema = null;
 const byName = {};
 const CHOOSERS = ["optimizer", "scheduler", "loss"];
-/** The last check: valid, pending (a check on its way), errors [[field, message]], steps. */
-export const formState = { valid: false, pending: true, errors: [], steps: null };
 let chosen = {};      // the optimizer / scheduler / loss the current values were defaulted for
-let seq = 0;
-let timer = null;
 
 export async function loadSchema() {
   const res = await fetch("/api/config/schema");
@@ -153,7 +149,7 @@ export function buildForm(container, presetBox) {
   container.addEventListener("keydown", (e) => {  // Enter checks the settings, never starts
     if (e.key === "Enter" && e.target.matches("input, select")) {
       e.preventDefault();
-      validateNow();
+      scheduleCheck(0);
     }
   });
 }
@@ -190,7 +186,9 @@ function read(f) {
   return Number.isNaN(n) ? text : n;
 }
 
-const same = (a, b) => JSON.stringify(a ?? null) === JSON.stringify(b ?? null);
+// equal values, an empty field counting as no value
+const same = (a, b) => JSON.stringify(a === "" ? null : a ?? null) ===
+  JSON.stringify(b === "" ? null : b ?? null);
 
 /** The settings as the run configuration's fields (those that apply to the choices). */
 export function readConfig() {
@@ -234,10 +232,7 @@ function onEdit() {
 function changed() {
   followChoosers();
   markPresets();
-  formState.pending = true;
-  hooks.sync();
-  clearTimeout(timer);
-  timer = setTimeout(() => validateNow(), 150);
+  scheduleCheck();
 }
 
 // ------------------------------------------------------------------------- presets
@@ -254,71 +249,4 @@ function markPresets() {
     const match = Object.entries(p.config).every(([k, v]) => same(read(byName[k]), v));
     $(`preset-${p.name}`)?.setAttribute("aria-pressed", String(match));
   }
-}
-
-// ------------------------------------------------------------------------- checking
-/** Check ``config`` (default: the form's, plus ``hooks.extraConfig()``) with the server's
- * validator; marks the fields and returns the answer ``{ok, errors, config, steps}``. */
-export async function validateNow(config = null) {
-  clearTimeout(timer);
-  const mine = ++seq;
-  config = config ?? { ...readConfig(), ...(hooks.extraConfig?.() ?? {}) };
-  formState.pending = true;
-  let body;
-  try {
-    const res = await fetch("/api/config/validate", {
-      method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ config, model: $("model")?.value || null }),
-    });
-    body = await res.json();
-    if (!res.ok) throw new Error(body.error ?? `HTTP ${res.status}`);
-  } catch (e) {
-    body = { ok: false, errors: [["settings", `could not be checked: ${e.message ?? e}`]] };
-  }
-  if (mine === seq) {  // the latest check decides the marks
-    Object.assign(formState, { valid: !!body.ok, pending: false, errors: body.errors ?? [],
-      steps: body.steps ?? null });
-    markErrors(formState.errors);
-    hooks.sync();
-  }
-  return body;
-}
-
-/** Mark ``errors`` ([[field, message]]) inline; errors of fields not shown are listed below
- * the form. Returns the first control marked. */
-export function markErrors(errors) {
-  for (const node of document.querySelectorAll("#settings [aria-invalid]")) {
-    node.removeAttribute("aria-invalid");
-  }
-  for (const node of document.querySelectorAll("#settings .field.invalid")) {
-    node.classList.remove("invalid");
-  }
-  for (const node of document.querySelectorAll("#settings .field-error")) node.hidden = true;
-  const rest = [];
-  let first = null;
-  for (const [name, message] of errors) {
-    const f = byName[name];
-    const box = f && $(`${f.id}-field`);
-    if (!box || box.hidden) {
-      rest.push(`${name}: ${message}`);
-      continue;
-    }
-    box.classList.add("invalid");
-    for (const input of box.querySelectorAll("input, select")) {
-      input.setAttribute("aria-invalid", "true");
-    }
-    const err = $(`${f.id}-error`);
-    err.textContent = message;
-    err.hidden = false;
-    first = first ?? box.querySelector("input, select");
-    if (box.closest("details") && !box.closest("details").open) box.closest("details").open = true;
-  }
-  const list = $("config-errors");
-  list.replaceChildren(...rest.map((t) => el("li", { textContent: t })));
-  list.hidden = !rest.length;
-  const steps = formState.steps;
-  $("run-steps").textContent = !errors.length && steps
-    ? `${steps.per_epoch.toLocaleString()} steps per epoch · ${steps.total.toLocaleString()} ` +
-      `steps in all (${steps.train_images.toLocaleString()} training images)` : "";
-  return first;
 }
