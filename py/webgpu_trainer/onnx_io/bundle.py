@@ -203,6 +203,7 @@ class _Bundler:
             "constants": constants,
             "nodes": nodes,
             "notes": self.notes,
+            "frozen": self._frozen_list(tensor_names, constants),
             "alignment": ALIGN,
             "weights_nbytes": offset,
         }
