@@ -262,7 +262,7 @@ def test_trainer_validation_loss(device, loss):
     ({"loss": "mse", "reduction": "none"}, r"loss\.reduction: 'none'"),
     ({"loss": "cross_entropy", "smoothing": 0.1}, r"loss: unknown key 'smoothing'"),
     ({"loss": "cross_entropy", "label_smoothing": 1.5}, r"loss\.label_smoothing: 1\.5"),
-    ({"loss": "nll", "label_smoothing": 0.1}, r"loss\.label_smoothing: .*cross_entropy only"),
+    ({"loss": "nll", "label_smoothing": 0.1}, r"loss\.label_smoothing: .*cross_entropy and nll_log only"),
     ({"loss": "mse", "weight": [1.0] * 10}, r"loss\.weight: .*not mse"),
     ({"loss": "cross_entropy", "weight": [1.0] * 9}, r"loss\.weight: 9 values for 10 classes"),
     ({"loss": "nll", "weight": "ones"}, r"loss\.weight: 'ones'"),
