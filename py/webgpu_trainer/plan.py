@@ -362,12 +362,15 @@ class Plan:
         (nn.Conv2d / nn.Linear reset_parameters); a 2-D MatMul weight (nn.Linear as exported by
         the dynamo exporter: MatMul(x, W^T) then Add(bias)) likewise, fan_in = its rows, and the
         bias of the Add that follows it; BatchNorm and LayerNorm scale = 1, bias = 0,
-        running_mean = 0, running_var = 1. Other parameters keep the model's values."""
+        running_mean = 0, running_var = 1. Other parameters keep the model's values, and so
+        does a layer whose weight is a constant of the model description."""
         b = self.builder
         b.current = []
         g = self.graph
         for node in g.nodes:
             ins, op = node["inputs"], node["op_type"]
+            if op in ("Conv", "Gemm") and len(ins) > 1 and ins[1] not in self.weights:
+                continue  # a constant weight (not an initializer): it keeps its value
             if op in ("Conv", "Gemm"):
                 w = g.tensors[ins[1]]["shape"]
                 if op == "Conv":
