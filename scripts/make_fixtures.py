@@ -1,8 +1,9 @@
 """Build the import fixtures: small PyTorch models exported to ONNX by both exporters.
 
 Usage: ``.venv/bin/python scripts/make_fixtures.py [OUT_DIR [MODEL ...]]`` (default
-``tests/fixtures/models``, every model of ``MODELS``). Needs torch and onnxscript (the ``fixtures`` optional dependency
-group of pyproject.toml); the tests that read the fixtures need neither.
+``tests/fixtures/models``, every model of ``MODELS``). Needs torch and onnxscript (the
+``fixtures`` optional dependency group of pyproject.toml); the tests that read the fixtures
+need neither.
 
 Every model takes float32 ``[N, 1, 28, 28]`` and gives float32 ``[N, 10]``. Each is exported
 three times:

@@ -1,4 +1,5 @@
-"""Build the small hostile input files of ``tests/fixtures/hostile/`` (issue 9: every input checked).
+"""Build the small hostile input files of ``tests/fixtures/hostile/`` (issue 9: every input
+checked).
 
 Usage: ``.venv/bin/python scripts/make_hostile_fixtures.py [OUT_DIR]`` (default
 ``tests/fixtures/hostile``). The softmax-head model and its reference values need torch (the

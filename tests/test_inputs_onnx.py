@@ -273,3 +273,17 @@ def test_dynamo_gelu_constants_stay_constants():
                               "node_Erf_7"
     assert {"val_5", "val_8", "val_10"} <= set(reasons)
     assert not [t for t in graph["tensors"] if t["name"].startswith("val_")]
+
+
+def test_predict_probabilities_of_softmax_head():
+    """`predict`: the engine's and onnxruntime's probabilities of a Softmax head are its own
+    output (not a softmax of the probabilities)."""
+    from webgpu_trainer import native
+    images = np.random.default_rng(4).integers(0, 256, (3, 28, 28)).astype(np.uint8)
+    ref = native.onnxruntime_probs(SOFTMAX, images)
+    x = ((images / 255.0 - 0.1307) / 0.3081).astype(np.float32)[:, None]
+    raw = ort.InferenceSession(str(SOFTMAX)).run(None, {"input": x})[0]
+    assert rel_err(ref, raw) <= 1e-6 and np.allclose(ref.sum(axis=1), 1, atol=1e-5)
+    dev = native.CpuDevice()
+    got = np.exp(run(native.engine_log_probs(dev, SOFTMAX, images, [1, 2, 3])))
+    assert rel_err(got, ref) <= 1e-5

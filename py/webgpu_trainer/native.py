@@ -315,8 +315,11 @@ def onnxruntime_probs(model_path: Path, images):
     x = (np.asarray(images, np.float32) / 255.0 - train_mod.MNIST_MEAN) / train_mod.MNIST_STD
     x = x.reshape(len(x), 1, *x.shape[1:]).astype(np.float32)
     out = sess.run(None, {sess.get_inputs()[0].name: x})[0].astype(np.float64)
-    if graph["nodes"] and graph["nodes"][-1]["op_type"] == "LogSoftmax":
+    final = losses.final_op(graph)
+    if final == "LogSoftmax":
         return np.exp(out)
+    if final == "Softmax":  # already probabilities
+        return out
     e = np.exp(out - out.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
 

@@ -115,8 +115,9 @@ class Trainer:
     "finetune" keeps the model's weights), momentum, weight_decay, max_steps (0: no cap),
     eval_images (first N test images), report_every (steps between metric readbacks), loss
     (a loss name or spec dict, see ``ops/losses.py``; "auto": NLLLoss after a final LogSoftmax,
-    NLLLoss of log(output) after a final Softmax, else CrossEntropyLoss), trainable (None: every parameter; else the list of initializer
-    names to train, the rest frozen: see ``trainable_names``).
+    NLLLoss of log(output) after a final Softmax, else CrossEntropyLoss), trainable (None:
+    every parameter; else the list of initializer names to train, the rest frozen: see
+    ``trainable_names``).
     ``emit(kind, **fields)`` receives "status", "progress", "epoch" events ("epoch" carries the
     epoch's mean train_loss / train_acc too). To continue a run, set ``epoch`` (epochs done) and
     ``step`` (steps done) and restore weights / optimizer state after ``setup()``;
