@@ -115,12 +115,13 @@ def load_splits(data_dir, train_images: int = 0, eval_images: int = 10000):
 # ------------------------------------------------------------------------------ train
 
 def train(args) -> int:
+    from .data import DataError
     try:
         return asyncio.run(_train(args))
     except train_mod.TrainingDiverged as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_DIVERGED
-    except (NotImplementedError, ValueError, FileNotFoundError) as exc:
+    except (NotImplementedError, ValueError, FileNotFoundError, DataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - never a traceback: name the failure
@@ -349,7 +350,7 @@ def predict(args) -> int:
         img, label = images[args.index:args.index + 1], labels[args.index:args.index + 1]
         probs = np.exp(asyncio.run(engine_log_probs(dev, args.model, img, label))[0])
         ref = onnxruntime_probs(args.model, img)[0]
-    except (NotImplementedError, ValueError, FileNotFoundError) as exc:
+    except (NotImplementedError, ValueError, FileNotFoundError, data.DataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     digit, ref_digit = int(probs.argmax()), int(ref.argmax())

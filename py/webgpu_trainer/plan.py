@@ -110,11 +110,10 @@ class Plan:
     """Buffers and dispatch lists of one model at one batch size. Build with ``await
     Plan.build(dev, graph, batch, loss=spec)`` (``spec``: see ``ops/losses.py``; None = "auto":
     NLLLoss(mean) after a final LogSoftmax, NLL of log(output) after a final Softmax, else
-    CrossEntropyLoss(mean)); ``loss_spec`` is the
-    resolved spec. ``fwd_train``, ``fwd_eval``, ``head`` (the LogSoftmax the plan adds over the
-    raw output when the model does not end in one, for evaluation; over the final Softmax's
-    input for nll_log; else empty), ``loss`` (the
-    loss on the raw output with its gradient and the metrics), ``bwd`` are lists of
+    CrossEntropyLoss(mean)); ``loss_spec`` is the resolved spec. ``fwd_train``, ``fwd_eval``,
+    ``head`` (the LogSoftmax the plan adds over the raw output when the model does not end in
+    one, for evaluation; over the final Softmax's input ``scores`` for nll_log; else empty),
+    ``loss`` (the loss on the raw output with its gradient and the metrics), ``bwd`` are lists of
     ``(pipeline, bind_group, workgroups)``. ``acts[logp]`` holds the log-probabilities after
     ``head``; ``loss_input`` names the activation the loss reads (``logp`` for
     cross_entropy, the raw output otherwise)."""
