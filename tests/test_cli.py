@@ -352,9 +352,9 @@ PARAMS = "the model's parameters: conv1.weight, conv1.bias, conv2.weight"
     (["--class-weights", "1,2,3"], "loss.weight: 3 values for 10 classes"),
     (["--class-weights", "1,x"], "--class-weights: 'x' is not a number"),
     (["--loss", "nll", "--label-smoothing", "0.1"],
-     "loss.label_smoothing: 0.1 applies to cross_entropy only, not nll"),
+     "loss.label_smoothing: 0.1 applies to cross_entropy and nll_log only, not nll"),
     (["--loss", "mse", "--class-weights", ",".join(["1"] * 10)],
-     "class weights apply to cross_entropy and nll only, not mse"),
+     "class weights apply to cross_entropy, nll and nll_log only, not mse"),
     (["--label-smoothing", "1.5"], "loss.label_smoothing: 1.5 must be a number in [0, 1]"),
     (["--loss", "hinge"], "argument --loss: invalid choice: 'hinge'"),
 ])

@@ -160,8 +160,13 @@ def test_gpu_loss_after_log_softmax(device, name):
 
 
 def test_default_rule():
-    """auto: nll after a final LogSoftmax, else cross_entropy (mean); label smoothing -> CE."""
+    """auto: nll after a final LogSoftmax, nll_log after a final Softmax, else cross_entropy
+    (mean); label smoothing after a LogSoftmax -> CE."""
     assert losses.resolve(None, True)["loss"] == "nll"
+    assert losses.resolve(None, "LogSoftmax")["loss"] == "nll"
+    assert losses.resolve(None, "Softmax")["loss"] == "nll_log"
+    assert losses.resolve({"label_smoothing": 0.1}, "Softmax")["loss"] == "nll_log"
+    assert losses.resolve("cross_entropy", "Softmax")["loss"] == "cross_entropy"
     assert losses.resolve(None, False) == {"loss": "cross_entropy", "reduction": "mean",
                                            "label_smoothing": 0.0, "weight": None}
     assert losses.resolve("auto", True, 10)["loss"] == "nll"
@@ -262,7 +267,8 @@ def test_trainer_validation_loss(device, loss):
     ({"loss": "mse", "reduction": "none"}, r"loss\.reduction: 'none'"),
     ({"loss": "cross_entropy", "smoothing": 0.1}, r"loss: unknown key 'smoothing'"),
     ({"loss": "cross_entropy", "label_smoothing": 1.5}, r"loss\.label_smoothing: 1\.5"),
-    ({"loss": "nll", "label_smoothing": 0.1}, r"loss\.label_smoothing: .*cross_entropy only"),
+    ({"loss": "nll", "label_smoothing": 0.1},
+     r"loss\.label_smoothing: .*cross_entropy and nll_log only"),
     ({"loss": "mse", "weight": [1.0] * 10}, r"loss\.weight: .*not mse"),
     ({"loss": "cross_entropy", "weight": [1.0] * 9}, r"loss\.weight: 9 values for 10 classes"),
     ({"loss": "nll", "weight": "ones"}, r"loss\.weight: 'ones'"),

@@ -139,14 +139,17 @@ def add_train(sub) -> argparse.ArgumentParser:
     add_freeze_options(p)
     g = p.add_argument_group("loss (torch.nn.functional's criteria)")
     g.add_argument("--loss", choices=list(losses.LOSSES), default=None,
-                   help="auto (default: nll after a final LogSoftmax, else cross_entropy), "
-                        "cross_entropy, nll, mse or bce_with_logits (on one-hot labels)")
+                   help="auto (default: nll after a final LogSoftmax, nll_log after a final "
+                        "Softmax, else cross_entropy), cross_entropy, nll, nll_log (NLL of "
+                        "log(output), for a model ending in Softmax), mse or bce_with_logits "
+                        "(on one-hot labels)")
     g.add_argument("--reduction", choices=list(losses.REDUCTIONS), default=None,
                    help="mean (default) or sum over the batch")
     g.add_argument("--label-smoothing", dest="label_smoothing", type=float, metavar="F",
-                   help="cross_entropy: label smoothing in [0, 1] (default 0)")
+                   help="cross_entropy / nll_log: label smoothing in [0, 1] (default 0)")
     g.add_argument("--class-weights", dest="class_weights", metavar="W0,W1,...",
-                   help="cross_entropy / nll: one weight per class, comma-separated")
+                   help="cross_entropy / nll / nll_log: one weight per class, "
+                        "comma-separated")
     return p
 
 
