@@ -1,8 +1,9 @@
 """Build the import fixtures: small PyTorch models exported to ONNX by both exporters.
 
-Usage: ``.venv/bin/python scripts/make_fixtures.py [OUT_DIR]`` (default
-``tests/fixtures/models``). Needs torch and onnxscript (the ``fixtures`` optional dependency
-group of pyproject.toml); the tests that read the fixtures need neither.
+Usage: ``.venv/bin/python scripts/make_fixtures.py [OUT_DIR [MODEL ...]]`` (default
+``tests/fixtures/models``, every model of ``MODELS``). Needs torch and onnxscript (the
+``fixtures`` optional dependency group of pyproject.toml); the tests that read the fixtures
+need neither.
 
 Every model takes float32 ``[N, 1, 28, 28]`` and gives float32 ``[N, 10]``. Each is exported
 three times:
@@ -30,7 +31,8 @@ Next to each ``<fixture>.onnx`` a ``<fixture>.npz`` holds:
 - ``x``: float32 [4, 1, 28, 28], the input batch (MNIST-like strokes, normalised);
   ``labels``: int64 [4];
 - ``out``: torch's eval-mode output (stored float32 [4, 10]) for ``x``;
-- ``loss``: the loss below; ``loss_kind``: "nll" (model ends in log_softmax) or
+- ``loss``: the loss below; ``loss_kind``: "nll" (model ends in log_softmax), "nll_log" (model
+  ends in softmax: ``F.nll_loss(torch.log(p), labels)``, what such a model means) or
   "cross_entropy" (torch.nn.functional.cross_entropy of the output);
 - ``grad/<name>``: d loss / d parameter (stored float32) for every trainable parameter, keyed
   by the name the ONNX file gives it (an initializer, or the output of an ``Identity`` of an
@@ -320,9 +322,9 @@ def _has_train_layers(model: nn.Module) -> bool:
                for m in model.modules())
 
 
-def _ends_in_log_softmax(onnx_model: onnx.ModelProto) -> bool:
+def _final_op(onnx_model: onnx.ModelProto) -> str | None:
     out = onnx_model.graph.output[0].name
-    return any(n.op_type == "LogSoftmax" and out in n.output for n in onnx_model.graph.node)
+    return next((n.op_type for n in onnx_model.graph.node if out in n.output), None)
 
 
 # ----------------------------------------------------------------------------- export
@@ -395,7 +397,7 @@ def references(model: nn.Module, onnx_model: onnx.ModelProto) -> dict:
     x = torch.from_numpy(input_batch()).double()
     labels = torch.tensor(LABELS)
     values = onnx_values(model, onnx_model)
-    nll = _ends_in_log_softmax(onnx_model)
+    final = _final_op(onnx_model)
     base = copy.deepcopy(model).double()
     with torch.no_grad():
         for name, t in list(base.named_parameters()) + list(base.named_buffers()):
@@ -409,11 +411,13 @@ def references(model: nn.Module, onnx_model: onnx.ModelProto) -> dict:
         if isinstance(mod, nn.Dropout):
             mod.p = 0.0  # dropout disabled for the gradients (BatchNorm stays in train mode)
     y = m(x)
-    loss = F.nll_loss(y, labels) if nll else F.cross_entropy(y, labels)
+    kind = {"LogSoftmax": "nll", "Softmax": "nll_log"}.get(final, "cross_entropy")
+    loss = F.nll_loss(y, labels) if kind == "nll" else F.nll_loss(torch.log(y), labels) \
+        if kind == "nll_log" else F.cross_entropy(y, labels)
     loss.backward()
     res = {"x": input_batch(), "labels": np.array(LABELS, np.int64),
            "out": out.numpy().astype(np.float32), "loss": np.array(loss.item()),
-           "loss_kind": np.array("nll" if nll else "cross_entropy")}
+           "loss_kind": np.array(kind)}
     for name, p in m.named_parameters():
         res[f"grad/{values[name][0]}"] = p.grad.numpy().astype(np.float32)
     for name, b in m.named_buffers():
@@ -422,11 +426,14 @@ def references(model: nn.Module, onnx_model: onnx.ModelProto) -> dict:
     return res
 
 
-def build(out_dir: pathlib.Path) -> list[pathlib.Path]:
-    """Write every fixture (``<model>-<export>.onnx`` + ``.npz``) into ``out_dir``."""
+def build(out_dir: pathlib.Path, only=()) -> list[pathlib.Path]:
+    """Write every fixture (``<model>-<export>.onnx`` + ``.npz``) into ``out_dir`` (only the
+    models named in ``only`` when given)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, cls in MODELS.items():
+        if only and name not in only:
+            continue
         torch.manual_seed(0)
         model = randomize_norms(cls())
         for suffix in EXPORTS:
@@ -445,7 +452,7 @@ def build(out_dir: pathlib.Path) -> list[pathlib.Path]:
 
 def main(argv: list[str]) -> int:
     out = pathlib.Path(argv[1]) if len(argv) > 1 else ROOT / "tests" / "fixtures" / "models"
-    files = build(out)
+    files = build(out, argv[2:])
     total = sum(f.stat().st_size for f in files)
     print(f"{len(files)} files, {total:,} bytes in {out}")
     return 0

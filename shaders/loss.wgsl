@@ -14,6 +14,9 @@
 //          N = B * C (mean) or 1 (sum).
 // The loss entry points read Params as {B, C, flags (1: mean, 2: weighted), bitcast<f32> eps}.
 // Each loss is one workgroup of 256 threads (the batch's loss needs all of it before dx).
+// A label >= C (never expected: the data is checked before training) is not read through: its
+// sample adds nothing to the loss, its gradient row is 0, and the step's accuracy slot holds
+// minus the number of such labels, which the trainer reports as an error.
 
 //!include detmath
 
@@ -32,6 +35,7 @@ var<workgroup> red_loss: array<f32, 256>;
 var<workgroup> red_hit: array<f32, 256>;
 var<workgroup> red_aux: array<f32, 256>;
 var<workgroup> red_den: array<f32, 256>;
+var<workgroup> red_bad: array<f32, 256>;
 
 @compute @workgroup_size(64)
 fn log_softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
@@ -71,8 +75,8 @@ fn hit_of(row: u32, label: u32) -> f32 {
   return select(0.0, 1.0, best == label);
 }
 
-// Sums red_loss, red_hit, red_aux, red_den over the workgroup into element 0 (every thread
-// calls it: uniform control flow).
+// Sums red_loss, red_hit, red_aux, red_den, red_bad over the workgroup into element 0 (every
+// thread calls it: uniform control flow).
 fn reduce_all(lid: u32) {
   workgroupBarrier();
   for (var half = 128u; half > 0u; half = half >> 1u) {
@@ -81,9 +85,17 @@ fn reduce_all(lid: u32) {
       red_hit[lid] += red_hit[lid + half];
       red_aux[lid] += red_aux[lid + half];
       red_den[lid] += red_den[lid + half];
+      red_bad[lid] += red_bad[lid + half];
     }
     workgroupBarrier();
   }
+}
+
+// The metrics of one step: the loss, and the accuracy or, when labels >= C were ignored,
+// minus their count (a flag the trainer turns into an error).
+fn write_metrics(loss: f32) {
+  metrics[2u * st.slot] = loss;
+  metrics[2u * st.slot + 1u] = select(red_hit[0] / f32(p.outer), -red_bad[0], red_bad[0] > 0.0);
 }
 
 fn class_weight(c: u32) -> f32 {
@@ -101,8 +113,13 @@ fn nll(@builtin(local_invocation_index) lid: u32) {
   var spread_sum = 0.0;
   var hit = 0.0;
   var den = 0.0;
+  var bad = 0.0;
   for (var b = lid; b < B; b += 256u) {
     let label = labels[b];
+    if (label >= C) {
+      bad += 1.0;
+      continue;
+    }
     let wy = class_weight(label);
     loss -= wy * x[b * C + label];
     den += wy;
@@ -115,20 +132,23 @@ fn nll(@builtin(local_invocation_index) lid: u32) {
   red_hit[lid] = hit;
   red_aux[lid] = spread_sum;
   red_den[lid] = den;
+  red_bad[lid] = bad;
   reduce_all(lid);
   var d = 1.0;
   if ((p.inner & 1u) != 0u) { d = red_den[0]; }
+  if (d == 0.0 && red_bad[0] > 0.0) { d = 1.0; }
   let scale = 1.0 / d;
   let keep = 1.0 - eps;
   let spread = eps / f32(C);
   for (var i = lid; i < B * C; i += 256u) {
     let c = i % C;
-    let on = select(0.0, keep, c == labels[i / C]);
-    out[i] = -(on * class_weight(c) + spread * class_weight(c)) * scale;
+    let label = labels[i / C];
+    let on = select(0.0, keep, c == label);
+    out[i] = select(-(on * class_weight(c) + spread * class_weight(c)) * scale, 0.0,
+                    label >= C);
   }
   if (lid == 0u) {
-    metrics[2u * st.slot] = (keep * red_loss[0] + spread * red_aux[0]) * scale;
-    metrics[2u * st.slot + 1u] = red_hit[0] / f32(B);
+    write_metrics((keep * red_loss[0] + spread * red_aux[0]) * scale);
   }
 }
 
@@ -148,8 +168,14 @@ fn elementwise_loss(lid: u32, kind: u32) {
   let scale = 1.0 / n;
   var loss = 0.0;
   var hit = 0.0;
+  var bad = 0.0;
   for (var b = lid; b < B; b += 256u) {
     let label = labels[b];
+    if (label >= C) {
+      bad += 1.0;
+      for (var c = 0u; c < C; c++) { out[b * C + c] = 0.0; }
+      continue;
+    }
     hit += hit_of(b, label);
     for (var c = 0u; c < C; c++) {
       let i = b * C + c;
@@ -171,10 +197,10 @@ fn elementwise_loss(lid: u32, kind: u32) {
   red_hit[lid] = hit;
   red_aux[lid] = 0.0;
   red_den[lid] = 0.0;
+  red_bad[lid] = bad;
   reduce_all(lid);
   if (lid == 0u) {
-    metrics[2u * st.slot] = red_loss[0] * scale;
-    metrics[2u * st.slot + 1u] = red_hit[0] / f32(B);
+    write_metrics(red_loss[0] * scale);
   }
 }
 

@@ -383,9 +383,9 @@ PARAMS = "the model's parameters: conv1.weight, conv1.bias, conv2.weight"
      "--class-weights: must be 10 numbers, each >= 0 (one per class of the model), got 3"),
     (["--class-weights", "1,x"], "argument --class-weights: 'x' is not a number"),
     (["--loss", "nll", "--label-smoothing", "0.1"],
-     "--label-smoothing: applies to loss auto, cross_entropy only, not loss nll"),
+     "--label-smoothing: applies to loss auto, cross_entropy, nll_log only, not loss nll"),
     (["--loss", "mse", "--class-weights", ",".join(["1"] * 10)],
-     "--class-weights: applies to loss auto, cross_entropy, nll only, not loss mse"),
+     "--class-weights: applies to loss auto, cross_entropy, nll, nll_log only, not loss mse"),
     (["--label-smoothing", "1.5"], "--label-smoothing: must be a number in [0, 1], got 1.5"),
     (["--loss", "hinge"], "argument --loss: invalid choice: 'hinge'"),
 ])

@@ -70,7 +70,7 @@ def errors_of(data, **kw) -> list:
     ({"scheduler": "onecycle", "total_steps": 50}, {"train_images": 6400}, "total_steps",
      "must be an integer >= 100 (this run takes 100 steps"),
     ({"loss": "nll", "label_smoothing": 0.1}, {}, "label_smoothing",
-     "applies to loss auto, cross_entropy only, not loss nll"),
+     "applies to loss auto, cross_entropy, nll_log only, not loss nll"),
     ({"class_weights": [1.0] * 3}, {"classes": 10}, "class_weights",
      "must be 10 numbers, each >= 0 (one per class of the model), got 3"),
     ({"trainable": []}, {}, "trainable", "nothing would train"),

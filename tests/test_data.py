@@ -84,9 +84,13 @@ def test_csv_folder(tmp_path, header, crlf):
     assert manifest["source"].startswith("CSV folder")
 
 
-def test_checksum_mismatch_is_reported(tmp_path):
+def test_checksum_mismatch_is_reported(tmp_path, monkeypatch):
+    """A folder that claims to be MNIST (standard names and sizes) must match its checksums;
+    the sizes are patched down to the synthetic ones (7 + 3 images)."""
     arrays = synthetic()
     write_idx(tmp_path / "src", arrays)
+    monkeypatch.setitem(data.SPLITS, "train", 7)
+    monkeypatch.setitem(data.SPLITS, "test", 3)
     wrong = md5s_of(arrays) | {("train", "images"): "0" * 32}
     with pytest.raises(data.DataError, match=r"checksum mismatch for train images"):
         data.prepare(tmp_path / "cache", tmp_path / "src", expected=wrong)
@@ -94,19 +98,24 @@ def test_checksum_mismatch_is_reported(tmp_path):
     # the real expected md5s reject synthetic data too
     with pytest.raises(data.DataError, match="not the standard MNIST"):
         data.prepare(tmp_path / "cache", tmp_path / "src")
+    # other names: the user's own dataset, no checksum
+    for p in (tmp_path / "src").iterdir():
+        p.rename(p.with_name("my-" + p.name))
+    manifest = data.prepare(tmp_path / "cache", tmp_path / "src")
+    assert manifest["dataset"] == "own"
 
 
 def test_bad_inputs(tmp_path):
     with pytest.raises(data.DataError, match="bad IDX magic"):
         data.parse_idx(b"\0\0\x08\x01" + bytes(12), "images")
-    with pytest.raises(data.DataError, match="payload"):
+    with pytest.raises(data.DataError, match="truncated"):
         data.parse_idx(data.idx_header("labels", 5) + bytes(4), "labels")
-    with pytest.raises(data.DataError, match="ragged"):
+    with pytest.raises(data.DataError, match="3 fields, expected 785"):
         data.parse_csv(b"1,2,3\n4,5,6\n")
     with pytest.raises(data.DataError, match="0..255"):
-        data.parse_csv(("300," + ",".join(["0"] * 784) + "\n").encode())
+        data.parse_csv(("3,300," + ",".join(["0"] * 783) + "\n").encode())
     (tmp_path / "empty").mkdir()
-    with pytest.raises(data.DataError, match="neither the 4 IDX files"):
+    with pytest.raises(data.DataError, match="no dataset found"):
         data.prepare(tmp_path / "cache", tmp_path / "empty")
 
 

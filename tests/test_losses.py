@@ -160,8 +160,13 @@ def test_gpu_loss_after_log_softmax(device, name):
 
 
 def test_default_rule():
-    """auto: nll after a final LogSoftmax, else cross_entropy (mean); label smoothing -> CE."""
+    """auto: nll after a final LogSoftmax, nll_log after a final Softmax, else cross_entropy
+    (mean); label smoothing after a LogSoftmax -> CE."""
     assert losses.resolve(None, True)["loss"] == "nll"
+    assert losses.resolve(None, "LogSoftmax")["loss"] == "nll"
+    assert losses.resolve(None, "Softmax")["loss"] == "nll_log"
+    assert losses.resolve({"label_smoothing": 0.1}, "Softmax")["loss"] == "nll_log"
+    assert losses.resolve("cross_entropy", "Softmax")["loss"] == "cross_entropy"
     assert losses.resolve(None, False) == {"loss": "cross_entropy", "reduction": "mean",
                                            "label_smoothing": 0.0, "weight": None}
     assert losses.resolve("auto", True, 10)["loss"] == "nll"
@@ -264,7 +269,7 @@ def test_trainer_validation_loss(device, loss):
     ({"loss": "cross_entropy", "label_smoothing": 1.5},
      r"loss\.label_smoothing: must be a number in \[0, 1\], got 1\.5"),
     ({"loss": "nll", "label_smoothing": 0.1},
-     r"loss\.label_smoothing: applies to loss auto, cross_entropy only, not loss nll"),
+     r"loss\.label_smoothing: applies to loss auto, cross_entropy, nll_log only, not loss nll"),
     ({"loss": "mse", "weight": [1.0] * 10}, r"loss\.weight: .*not loss mse"),
     ({"loss": "cross_entropy", "weight": [1.0] * 9},
      r"loss\.weight: must be 10 numbers, each >= 0 \(one per class of the model\), got 9"),

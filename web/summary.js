@@ -77,6 +77,16 @@ export function renderSummary() {
   $("summary-title").textContent = `Model: ${$("model").value}`;
   $("summary-totals").textContent = `${Number(all).toLocaleString()} parameters · ` +
     `${humanCount(s.totals.macs)} mult-adds per image · opset ${s.opset ?? "?"}`;
+  // the loss the model trains with, the initializers that never train (why), the import's notes
+  const about = [];
+  if (s.loss) about.push(`Loss${s.loss.auto ? " (auto)" : ""}: ${s.loss.text}`);
+  for (const f of s.not_trained ?? []) about.push(`Not trained: ${f.name}: ${f.reason}`);
+  for (const n of s.notes ?? []) about.push(`Note: ${n}`);
+  $("summary-about").replaceChildren(...about.map((text) => {
+    const li = document.createElement("li");
+    li.textContent = text;
+    return li;
+  }));
   $("trainable-text").textContent = nTrain === all ? "all parameters train"
     : `${Number(nTrain).toLocaleString()} of ${Number(all).toLocaleString()} parameters train ` +
       `(${total.length - ticked.length} tensors frozen)`;

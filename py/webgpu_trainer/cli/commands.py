@@ -92,9 +92,9 @@ def _sha256(path: Path) -> str:
 
 
 def load_splits(data_dir, train_images: int = 0, eval_images: int = 10000):
-    """``(train Split, test Split, manifest source)`` from the MNIST cache (prepared if needed);
-    ``train_images`` > 0 keeps the first N training images, the test split keeps the first
-    ``eval_images``."""
+    """``(train Split, test Split, manifest)`` from the MNIST cache (prepared if needed; the
+    user's own dataset when ``data --source`` made it); ``train_images`` > 0 keeps the first N
+    training images, the test split keeps the first ``eval_images``."""
     from ..host import data
     manifest = data.prepare(data_dir)
     out = []
@@ -105,13 +105,14 @@ def load_splits(data_dir, train_images: int = 0, eval_images: int = 10000):
         lab = labels.tobytes()
         out.append(train_mod.Split(images.tobytes(), lab, len(labels), lab,
                                    images.shape[1] * images.shape[2]))
-    return out[0], out[1], manifest.get("source")
+    return out[0], out[1], manifest
 
 
 
 # ------------------------------------------------------------------------------ train
 
 def train(args) -> int:
+    from ..host.data import DataError
     try:
         return asyncio.run(_train(args))
     except train_mod.TrainingDiverged as exc:
@@ -122,9 +123,13 @@ def train(args) -> int:
         print("error: " + (lines[0] if len(lines) == 1 else f"{len(lines)} bad options:\n- "
                            + "\n- ".join(lines)), file=sys.stderr)
         return 2
-    except (NotImplementedError, ValueError, FileNotFoundError) as exc:
+    except (NotImplementedError, ValueError, FileNotFoundError, DataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # noqa: BLE001 - never a traceback: name the failure
+        print(f"error: training failed unexpectedly ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+        return 1
 
 
 async def _train(args) -> int:
@@ -138,24 +143,35 @@ async def _train(args) -> int:
     from ..engine.graph import Graph
     g = Graph(graph)
     classes = g.shapes(2)[g.output][1]  # --class-weights: one per class
+    # nll_log only after a final Softmax.
+    spec = losses.resolve(cfg.trainer_config()["loss"], losses.final_op(graph), classes)
+    if losses.final_op(graph) == "Softmax":
+        print(f"loss: {losses.describe(spec, 'Softmax')}", file=sys.stderr)
     dev = open_device(cfg["device"])
     ckpt_path = last_checkpoint(out) if stored else None
     header, sections = read_checkpoint(ckpt_path) if ckpt_path else (None, None)
     if header and header["model_sha256"] != _sha256(model_path):
         raise ValueError(f"{model_path} is not the model the checkpoint {ckpt_path} was "
                          "trained from")
-    train_set, test_set, source = load_splits(args.data_dir, cfg["train_images"],
-                                              cfg["eval_images"])
+    train_set, test_set, manifest = load_splits(args.data_dir, cfg["train_images"],
+                                                cfg["eval_images"])
+    source = manifest.get("source")
+    dataset = "MNIST" if manifest.get("dataset", "MNIST") == "MNIST" else f"own ({source})"
     # checked against the data, the run-dependent defaults (e.g. OneCycleLR's total_steps)
-    # resolved, before any file is written
+    # resolved
     cfg = run_config.parse(cfg, train_images=train_set.count, classes=classes)
     per_epoch, total = cfg.steps(train_set.count)
-    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+    # Every check (the trainer's set-up included) passes before anything is written to --out.
+    trainer = make_trainer(dev, graph, weights, cfg, train_set, test_set)
+    await trainer.setup()
+    if header:
+        write_weights(dev, trainer, sections["weights"], str(ckpt_path))
+        load_optimizer_state(dev, trainer.opt, sections["optimizer"])
     config_doc = {
         "config": cfg.to_json(),
         "model": {"path": str(model_path.resolve()), "name": graph["name"],
                   "sha256": _sha256(model_path)},
-        "data": {"dataset": "MNIST", "source": source, "train_images": train_set.count,
+        "data": {"dataset": dataset, "source": source, "train_images": train_set.count,
                  "eval_images": test_set.count, "data_dir": str(args.data_dir or "")},
         "versions": versions(), "adapter": dev.info,
         "command": sys.argv[1:] if sys.argv else [],
@@ -164,13 +180,7 @@ async def _train(args) -> int:
             [{"from": str(ckpt_path), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "device": cfg["device"]}] if ckpt_path else []),
     }
-    atomic_write(out / "config.json", (json.dumps(config_doc, indent=2) + "\n").encode())
-
-    trainer = make_trainer(dev, graph, weights, cfg, train_set, test_set)
-    await trainer.setup()
     if header:
-        write_weights(dev, trainer, sections["weights"], str(ckpt_path))
-        load_optimizer_state(dev, trainer.opt, sections["optimizer"])
         # Epochs fully done (a --max-steps stop can checkpoint in the middle of an epoch).
         trainer.epoch = int(header.get("epochs_completed", header["epoch"]))
         trainer.step = int(header["step"])
@@ -194,6 +204,8 @@ async def _train(args) -> int:
               f"step {total} ({why}); resume with a larger --epochs or --max-steps",
               file=sys.stderr)
         return 2
+    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "config.json", (json.dumps(config_doc, indent=2) + "\n").encode())
     bar = None
     if not getattr(args, "no_progress", False):
         from tqdm import tqdm
@@ -243,7 +255,7 @@ async def _train(args) -> int:
         if bar is not None:
             bar.close()
     trained = await trainer.trained_weights()
-    provenance = {"dataset": "MNIST", "epochs": result["epochs_done"],
+    provenance = {"dataset": dataset, "epochs": result["epochs_done"],
                   "steps": result["steps"], "optimizer": cfg["optimizer"], "lr": cfg["lr"],
                   "batch_size": cfg["batch_size"], "seed": cfg["seed"], "init": cfg["init"],
                   "final_accuracy": result["test_acc"], "eval_images": trainer.n_eval,
@@ -303,8 +315,11 @@ def onnxruntime_probs(model_path: Path, images):
     x = (np.asarray(images, np.float32) / 255.0 - train_mod.MNIST_MEAN) / train_mod.MNIST_STD
     x = x.reshape(len(x), 1, *x.shape[1:]).astype(np.float32)
     out = sess.run(None, {sess.get_inputs()[0].name: x})[0].astype(np.float64)
-    if graph["nodes"] and graph["nodes"][-1]["op_type"] == "LogSoftmax":
+    final = losses.final_op(graph)
+    if final == "LogSoftmax":
         return np.exp(out)
+    if final == "Softmax":  # already probabilities
+        return out
     e = np.exp(out - out.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
 
@@ -334,7 +349,7 @@ def predict(args) -> int:
         img, label = images[args.index:args.index + 1], labels[args.index:args.index + 1]
         probs = np.exp(asyncio.run(engine_log_probs(dev, args.model, img, label))[0])
         ref = onnxruntime_probs(args.model, img)[0]
-    except (NotImplementedError, ValueError, FileNotFoundError) as exc:
+    except (NotImplementedError, ValueError, FileNotFoundError, data.DataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     digit, ref_digit = int(probs.argmax()), int(ref.argmax())

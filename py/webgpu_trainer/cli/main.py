@@ -26,9 +26,13 @@ def repo_root() -> Path:
 # ---------------------------------------------------------------- data
 
 def add_data(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("data", help="prepare the MNIST shards + manifest (idempotent)")
+    p = sub.add_parser("data", help="prepare the MNIST shards + manifest (idempotent), or "
+                                    "those of your own digits with --source")
     p.add_argument("--source", type=Path, default=None,
-                   help="folder with the 4 IDX files (raw or .gz) or mnist_train/test.csv")
+                   help="folder with a dataset of 28x28 grey digits, labels 0..9: four IDX "
+                        "files (train/test images and labels, raw or .gz) or two CSV files "
+                        "(train, test: label and 784 pixels per row); checked against the MNIST "
+                        "checksums only when the files carry MNIST's names and sizes")
     p.add_argument("--cache", type=Path, default=None,
                    help="output folder (default <repo>/.cache/mnist)")
     return p
@@ -41,8 +45,12 @@ def data(args) -> int:
     except data_mod.DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # an unreadable file or folder: never a traceback
+        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     counts = ", ".join(f"{k} {v['count']}" for k, v in manifest["splits"].items())
-    print(f"MNIST ready ({counts}) from {manifest['source']}")
+    what = "MNIST" if manifest.get("dataset", "MNIST") == "MNIST" else "Your dataset"
+    print(f"{what} ready ({counts}) from {manifest['source']}")
     return 0
 
 

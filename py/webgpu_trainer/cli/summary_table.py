@@ -17,7 +17,8 @@ def _si(n: int) -> str:
 def format_summary(s: dict) -> str:
     """``summary.summarize``'s dict as a text table (torchinfo-like): one row per layer (name,
     op, output shape for one sample, parameters, multiply-adds, "yes" / "no" / "partly" for
-    whether its parameters train), then the totals and the head."""
+    whether its parameters train), then the totals, the head, the loss, every initializer that
+    does not train with the reason, and the import's notes."""
     trains = {t["name"]: t["trainable"] for t in s["tensors"] if t["role"] == "param"}
     rows = []
     for layer in s["layers"]:
@@ -50,7 +51,14 @@ def format_summary(s: dict) -> str:
             f"Mult-adds:         {t['macs']:>{width},}  per sample ({_si(t['macs'])})",
             "Shapes and mult-adds for one sample (batch 1).",
             f"Head (--head-only): {', '.join(s['head']) or '-'}"]
-    frozen = [x["name"] for x in s["tensors"] if x["role"] == "param" and not x["trainable"]]
-    if frozen:
-        out.append(f"Frozen: {', '.join(frozen)}")
+    loss = s.get("loss")
+    if loss:
+        why = f", the model ends in {loss['final_op']}" if loss["final_op"] else ""
+        out.append(f"Loss{f' (auto{why})' if loss['auto'] else ''}: {loss['text']}")
+    rest = s.get("not_trained") or []
+    if rest:
+        out.append(f"Not trained ({len(rest)} initializer{'s' if len(rest) != 1 else ''}):")
+        out += [f"  {x['name']} {_shape_text(x['shape'])}: {x['reason']}" for x in rest]
+    for note in s.get("notes") or []:
+        out.append(f"Note: {note}")
     return "\n".join(out)

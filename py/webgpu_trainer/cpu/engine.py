@@ -7,7 +7,7 @@ contributions of every use of a tensor (residual adds, shared weights).
 
 import numpy as np
 
-from ..engine.ops.losses import resolve
+from ..engine.ops.losses import final_op, resolve
 from . import KERNELS
 from .losses import criterion
 from .softmax import log_softmax
@@ -81,35 +81,46 @@ class Engine:
         return vals, caches, ctx
 
     def head(self):
-        """The loss rule of the GPU plan: NLLLoss when the model ends in LogSoftmax over
-        [batch, classes], else CrossEntropyLoss (LogSoftmax added over the output)."""
-        last = next((n for n in self.graph["nodes"] if self.output in n["outputs"]), {})
-        return "nll" if last.get("op_type") == "LogSoftmax" else "cross_entropy"
+        """The "auto" loss of the GPU plan: "nll" when the model ends in LogSoftmax over
+        [batch, classes], "nll_log" when it ends in Softmax, else "cross_entropy"."""
+        return resolve("auto", final_op(self.graph))["loss"]
+
+    def scores(self, spec) -> str:
+        """The tensor a resolved loss ``spec`` reads: the final Softmax's input for nll_log
+        (NLL of log(softmax(z)) = cross_entropy of z), else the output."""
+        if spec["loss"] != "nll_log":
+            return self.output
+        return next(n for n in self.graph["nodes"] if self.output in n["outputs"])["inputs"][0]
 
     def step(self, x, labels, train=True, keep=None, rng=None, loss=None):
         """Forward, loss and, when ``train``, backward.
 
         ``loss``: the loss spec of ``webgpu_trainer.ops.losses`` (None: "auto", the rule of
-        ``head``), applied to the raw output. Returns a dict: ``acts`` {activation: value},
-        ``dacts`` {activation: gradient}, ``grads`` {trainable tensor: gradient}, ``buffers``
-        {running statistic: new value}, ``loss`` (float), ``acc`` (fraction of argmax ==
-        label), ``logp`` [B, C] (the output when the model ends in LogSoftmax, else its
-        log_softmax), ``spec`` (the resolved loss spec). Raises ValueError for a bad spec.
+        ``head``), applied to the raw output (nll_log: to the final Softmax's input). Returns
+        a dict: ``acts`` {activation: value}, ``dacts`` {activation: gradient}, ``grads``
+        {trainable tensor: gradient}, ``buffers`` {running statistic: new value}, ``loss``
+        (float), ``acc`` (fraction of argmax == label), ``logp`` [B, C] (the output when the
+        model ends in LogSoftmax, log_softmax of the Softmax's input for nll_log, else
+        log_softmax of the output), ``spec`` (the resolved loss spec). Raises ValueError for a
+        bad spec.
         """
         vals, caches, ctx = self.forward(x, train, keep, rng)
         out = vals[self.output]
         if out.ndim != 2:
             raise NotImplementedError(f"output {self.output} has shape {list(out.shape)}: "
                                       "the losses need [batch, classes]")
-        spec = resolve(loss, self.head() == "nll", out.shape[1])
-        value, d, acc = criterion(spec, out, labels)
-        logp = out if self.head() == "nll" else log_softmax(out, axis=1)
+        ends_in = final_op(self.graph)
+        spec = resolve(loss, ends_in, out.shape[1])
+        scores = self.scores(spec)
+        value, d, acc = criterion(spec, vals[scores], labels)
+        logp = out if ends_in == "LogSoftmax" else log_softmax(vals[scores], axis=1) \
+            if spec["loss"] == "nll_log" else log_softmax(out, axis=1)
         acts = {k: v for k, v in vals.items() if k not in self.params and k not in self.constants}
         res = {"acts": acts, "dacts": {}, "grads": {}, "buffers": dict(ctx.updates),
                "loss": value, "acc": acc, "logp": logp, "spec": spec}
         if not train:
             return res
-        grads = {self.output: d}
+        grads = {scores: d}  # nll_log: the final Softmax gets no gradient, its input does
         for node in reversed(self.graph["nodes"]):
             douts = [grads.get(o) if o else None for o in node["outputs"]]
             if douts[0] is None:

@@ -13,6 +13,16 @@ import numpy as np
 from .softmax import log_softmax
 
 
+def check_labels(labels, classes: int) -> None:
+    """ValueError naming the first label outside 0..classes-1 and its index in the batch."""
+    labels = np.asarray(labels, np.int64).reshape(-1)
+    bad = np.flatnonzero((labels < 0) | (labels >= classes))
+    if bad.size:
+        raise ValueError(f"label {int(labels[bad[0]])} at index {int(bad[0])} of the batch is "
+                         f"outside 0..{classes - 1} ({bad.size} such labels): the losses need "
+                         "class indices")
+
+
 def one_hot(labels, classes: int, dtype) -> np.ndarray:
     """[B, C] array of ``dtype``: 1 at (b, labels[b]), else 0."""
     labels = np.asarray(labels, np.int64)
@@ -77,10 +87,13 @@ def bce_with_logits(x, labels, reduction="mean"):
 
 
 def criterion(spec, out, labels):
-    """The loss of a resolved spec (``ops.losses.resolve``) on the raw output ``out`` [B, C].
-    Returns ``(loss float, dout [B, C], accuracy float)``; accuracy = argmax == label."""
+    """The loss of a resolved spec (``ops.losses.resolve``) on the raw output ``out`` [B, C]
+    (for nll_log: the final Softmax's input z, since NLL of log(softmax(z)) is cross_entropy
+    of z). Returns ``(loss float, dout [B, C], accuracy float)``; accuracy = argmax == label.
+    Raises ValueError naming the first label outside 0..C-1."""
     kind, red = spec["loss"], spec["reduction"]
-    if kind == "cross_entropy":
+    check_labels(labels, np.shape(out)[1])
+    if kind in ("cross_entropy", "nll_log"):
         loss, d = cross_entropy(out, labels, spec["weight"], red, spec["label_smoothing"])
     elif kind == "nll":
         loss, d = nll_loss(out, labels, spec["weight"], red, spec["label_smoothing"])

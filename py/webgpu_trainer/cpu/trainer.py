@@ -36,9 +36,10 @@ import time
 import numpy as np
 
 from ..engine import config as run_config, schedulers
+from ..engine.ops.losses import final_op
 from ..engine.ops.losses import resolve as resolve_loss
-from ..engine.train import (MNIST_MEAN, MNIST_STD, TrainingDiverged, close_epoch, run_result,
-                            trainable_names)
+from ..engine.train import (MNIST_MEAN, MNIST_STD, TrainingDiverged, check_split_labels,
+                            close_epoch, run_result, trainable_names)
 from . import optim
 from .engine import Engine
 from .losses import criterion
@@ -151,7 +152,9 @@ class CpuTrainer:
                              "C >= 10 classes")
         self.classes = int(out.shape[1])
         # Raises ValueError naming a bad key / value of the loss spec.
-        self.loss_spec = resolve_loss(cfg.get("loss"), self.engine.head() == "nll", self.classes)
+        self.loss_spec = resolve_loss(cfg.get("loss"), final_op(self.desc), self.classes)
+        check_split_labels(self.train_set, self.classes, "training")
+        check_split_labels(self.test_set, self.classes, "test")
 
     def init_weights(self, seed: int) -> None:
         """PyTorch's default init with numpy's Generator (see the module docstring)."""
@@ -271,24 +274,29 @@ class CpuTrainer:
         ``train.Trainer.evaluate``: the configured loss in its mean form (NLL of the
         log-probabilities by default), accuracy = argmax == label."""
         n = self.n_eval
-        outs = []
+        scores = self.engine.scores(self.loss_spec)  # nll_log: the final Softmax's input
+        outs, ins = [], []
         for lo in range(0, n, EVAL_CHUNK):
             x = self._inputs(self.test_images[lo:min(n, lo + EVAL_CHUNK)])
             with np.errstate(all="ignore"):
-                outs.append(self.engine.forward(x, train=False)[0][self.engine.output])
+                vals = self.engine.forward(x, train=False)[0]
+            outs.append(vals[self.engine.output])
+            ins.append(vals[scores])
             await _yield()
         out = np.concatenate(outs) if outs else np.zeros((0, self.classes), np.float32)
         out = out.astype(np.float32, copy=False)
-        if self.engine.head() == "nll":
+        src = np.concatenate(ins) if ins else out
+        if final_op(self.desc) == "LogSoftmax":
             logp = out
         else:
-            m = out.max(axis=1, keepdims=True)
-            logp = (out - m - np.log(np.exp(out - m).sum(axis=1, keepdims=True))) \
+            z = src if self.loss_spec["loss"] == "nll_log" else out
+            m = z.max(axis=1, keepdims=True)
+            logp = (z - m - np.log(np.exp(z - m).sum(axis=1, keepdims=True))) \
                 .astype(np.float32)
         labels = self.test_labels[:n].astype(np.int64)
         if n == 0:
             return 0.0, 0.0, b""
-        loss, _, _ = criterion({**self.loss_spec, "reduction": "mean"}, out.astype(np.float64),
+        loss, _, _ = criterion({**self.loss_spec, "reduction": "mean"}, src.astype(np.float64),
                                labels)
         acc = float((logp.argmax(axis=1) == labels).mean())
         return float(loss), acc, np.ascontiguousarray(logp, "<f4").tobytes()

@@ -119,10 +119,11 @@ class Builder:
 class Plan:
     """Buffers and dispatch lists of one model at one batch size. Build with ``await
     Plan.build(dev, graph, batch, loss=spec)`` (``spec``: see ``ops/losses.py``; None = "auto":
-    NLLLoss(mean) after a final LogSoftmax, else CrossEntropyLoss(mean)); ``loss_spec`` is the
-    resolved spec. ``fwd_train``, ``fwd_eval``, ``head`` (the LogSoftmax the plan adds over the
-    raw output when the model does not end in one, for evaluation; else empty), ``loss`` (the
-    loss on the raw output with its gradient and the metrics), ``bwd`` are lists of
+    NLLLoss(mean) after a final LogSoftmax, NLL of log(output) after a final Softmax, else
+    CrossEntropyLoss(mean)); ``loss_spec`` is the resolved spec. ``fwd_train``, ``fwd_eval``,
+    ``head`` (the LogSoftmax the plan adds over the raw output when the model does not end in
+    one, for evaluation; over the final Softmax's input ``scores`` for nll_log; else empty),
+    ``loss`` (the loss on the raw output with its gradient and the metrics), ``bwd`` are lists of
     ``(pipeline, bind_group, workgroups)``. ``acts[logp]`` holds the log-probabilities after
     ``head``; ``loss_input`` names the activation the loss reads (``logp`` for
     cross_entropy, the raw output otherwise)."""
@@ -159,7 +160,7 @@ class Plan:
             setattr(self, f"fwd_{mode}", b.current)
         b.current = []
         if self.head_node:  # log-probabilities for evaluation (and CrossEntropy's LogSoftmax)
-            await softmax.forward(b, self.head_node, [self.acts[graph.output]],
+            await softmax.forward(b, self.head_node, [self.acts[self.scores]],
                                   [self.acts[self.logp]], True)
         self.head = list(b.current)
         spec, src = self.loss_spec, self.acts[self.loss_input]
@@ -167,17 +168,18 @@ class Plan:
         dsrc = self.grads.get(self.loss_input) or Tensor(src.shape, b.scratch(src.numel))
         # CrossEntropy = the head's LogSoftmax, then NLL; the others read the raw output.
         b.current = list(self.head) if self.loss_input == self.logp else []
-        if spec["loss"] in ("cross_entropy", "nll"):
+        if spec["loss"] in ("cross_entropy", "nll", "nll_log"):
             await losses.nll_loss(b, spec, src, self.labels, dsrc, self.metrics,
                                   self.class_weight)
         else:
             await losses.elementwise_loss(b, spec, src, self.labels, dsrc, self.metrics)
         self.loss = b.current
         b.current = []
-        if self.loss_input == self.logp and self.head_node and graph.output in self.grads:
-            await softmax.backward(b, self.head_node, [self.acts[graph.output]],
-                                   [self.acts[self.logp]], [self.grads[graph.output]],
-                                   [self.grads[self.logp]])
+        dscores = self._grad_of(self.scores, self.final_softmax, 0) if self.final_softmax \
+            else self.grads.get(self.scores)
+        if self.loss_input == self.logp and self.head_node and dscores is not None:
+            await softmax.backward(b, self.head_node, [self.acts[self.scores]],
+                                   [self.acts[self.logp]], [dscores], [self.grads[self.logp]])
         for node in reversed(graph.nodes):
             for o in node["outputs"]:
                 if o in self.contrib_of:
@@ -264,28 +266,35 @@ class Plan:
                 else:
                     self.acts[out] = Tensor(shapes[out], dev.buffer(4 * _numel(shapes[out]), out))
         # The loss (ops/losses.py) on the raw output [batch, classes]: "auto" = NLLLoss(mean)
-        # when the model ends in LogSoftmax, else CrossEntropyLoss(mean). CrossEntropy is the
-        # NLL (with label smoothing) of a LogSoftmax the plan adds over the raw output; that
-        # LogSoftmax also gives the evaluation its log-probabilities when the model has none.
+        # when the model ends in LogSoftmax, NLL of log(output) when it ends in Softmax, else
+        # CrossEntropyLoss(mean). CrossEntropy is the NLL (with label smoothing) of a
+        # LogSoftmax the plan adds over the raw output (``scores``); that LogSoftmax also gives
+        # the evaluation its log-probabilities when the model has none. For nll_log the
+        # LogSoftmax reads the final Softmax's input z instead (log(softmax(z)) fused): the
+        # Softmax then gets no gradient and the LogSoftmax's backward feeds z.
         if len(shapes[g.output]) != 2:
             raise NotImplementedError(f"output {g.output} has shape {shapes[g.output]}: "
                                       "the losses need [batch, classes]")
-        last = g.producer.get(g.output, {})
-        ends_in_log_softmax = last.get("op_type") == "LogSoftmax"
+        ends_in = losses.final_op(g.desc)
         classes = shapes[g.output][1]
-        self.loss_spec = spec = losses.resolve(self.loss_request, ends_in_log_softmax, classes)
+        self.loss_spec = spec = losses.resolve(self.loss_request, ends_in, classes)
         self.class_weight = None
         if spec["weight"] is not None:
             self.class_weight = Tensor([classes], dev.buffer(4 * classes, "loss.weight"))
             dev.write(self.class_weight.buf, struct.pack(f"<{classes}f", *spec["weight"]))
         self.head_node = None
-        self.logp = self.loss_input = g.output
-        if not ends_in_log_softmax or spec["loss"] == "cross_entropy":
+        self.scores = self.logp = self.loss_input = g.output
+        self.final_softmax = None  # the Softmax node nll_log reads through
+        if spec["loss"] == "nll_log":
+            self.final_softmax = g.producer[g.output]
+            self.scores = self.final_softmax["inputs"][0]
+        if ends_in != "LogSoftmax" or spec["loss"] in ("cross_entropy", "nll_log"):
             self.logp = "loss/log_softmax"
-            if spec["loss"] == "cross_entropy":
+            if spec["loss"] in ("cross_entropy", "nll_log"):
                 self.loss_input = self.logp
             self.head_node = {"name": "loss/LogSoftmax", "op_type": "LogSoftmax",
-                              "inputs": [g.output], "outputs": [self.logp], "attrs": {"axis": 1}}
+                              "inputs": [self.scores], "outputs": [self.logp],
+                              "attrs": {"axis": 1}}
             self.acts[self.logp] = Tensor(shapes[g.output],
                                           dev.buffer(4 * _numel(shapes[g.output]), self.logp))
         # Uses of each tensor that needs a gradient; a tensor used more than once gets one
@@ -303,7 +312,7 @@ class Plan:
                                            dev.buffer(4 * _numel(shapes[g.output]), "dlogp"))
         for node in g.nodes:
             for k, out in enumerate(node["outputs"]):
-                if k or out not in needs or out not in self.acts:
+                if k or out not in needs or out not in self.acts or node is self.final_softmax:
                     continue
                 src = node["inputs"][0]
                 if self.acts[out].buf is self.acts.get(src, Tensor([], None)).buf and \
@@ -362,12 +371,15 @@ class Plan:
         (nn.Conv2d / nn.Linear reset_parameters); a 2-D MatMul weight (nn.Linear as exported by
         the dynamo exporter: MatMul(x, W^T) then Add(bias)) likewise, fan_in = its rows, and the
         bias of the Add that follows it; BatchNorm and LayerNorm scale = 1, bias = 0,
-        running_mean = 0, running_var = 1. Other parameters keep the model's values."""
+        running_mean = 0, running_var = 1. Other parameters keep the model's values, and so
+        does a layer whose weight is a constant of the model description."""
         b = self.builder
         b.current = []
         g = self.graph
         for node in g.nodes:
             ins, op = node["inputs"], node["op_type"]
+            if op in ("Conv", "Gemm") and len(ins) > 1 and ins[1] not in self.weights:
+                continue  # a constant weight (not an initializer): it keeps its value
             if op in ("Conv", "Gemm"):
                 w = g.tensors[ins[1]]["shape"]
                 if op == "Conv":

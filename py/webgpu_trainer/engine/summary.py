@@ -4,6 +4,7 @@ page's worker can both compute it.
 """
 
 from .graph import Graph, GraphError
+from .ops import losses
 
 MAC_OPS = ("Conv", "Gemm", "MatMul")
 
@@ -51,15 +52,20 @@ def head_params(graph: dict) -> list:
     return out
 
 
-def summarize(graph: dict, trainable=None) -> dict:
+def summarize(graph: dict, trainable=None, loss=None) -> dict:
     """The summary of a bundle graph for one sample.
 
-    ``trainable``: names of the trainable parameters (default: every role "param" tensor).
+    ``trainable``: names of the trainable parameters (default: every role "param" tensor);
+    ``loss``: the loss spec (``ops/losses.py``; None: "auto").
     Returns ``{"name", "opset", "producer", "input": {name, shape}, "layers": [{"name", "op",
     "output_shape" (list, batch 1) or None, "params" (elements), "macs", "tensors": [names]}],
     "tensors": [{"name", "shape", "numel", "role", "trainable", "layer"}], "head": [names],
-    "totals": {"params", "trainable", "frozen", "buffers", "macs"}, "errors": [str]}``.
-    Shapes and MACs are None / 0 when the engine cannot plan the graph; ``errors`` says why.
+    "totals": {"params", "trainable", "frozen", "buffers", "macs"}, "loss": {"loss" (the
+    resolved name), "auto" (bool), "final_op", "text"} or None, "not_trained": [{"name",
+    "shape", "reason"}] (every initializer that does not train: the import's constants, the
+    buffers, the parameters the fine-tuning options freeze), "notes": [str] (what the import
+    changed), "errors": [str]}``. Shapes and MACs are None / 0 when the engine cannot plan the
+    graph; ``errors`` says why.
     """
     tensors = {t["name"]: t for t in graph["tensors"]}
     train = set(trainable) if trainable is not None else \
@@ -86,6 +92,21 @@ def summarize(graph: dict, trainable=None) -> dict:
     params = sum(r["numel"] for r in rows if r["role"] == "param")
     n_train = sum(r["numel"] for r in rows if r["trainable"])
     inp = graph["inputs"][0]
+    not_trained = [{"name": f["name"], "shape": f["shape"], "reason": f["reason"]}
+                   for f in graph.get("frozen", [])]
+    not_trained += [{"name": r["name"], "shape": r["shape"],
+                     "reason": "frozen by the fine-tuning choice" if r["role"] == "param"
+                     else "a BatchNorm running statistic: updated in training mode, never "
+                     "trained"} for r in rows if not r["trainable"]]
+    loss_info = None
+    ends_in = losses.final_op(graph) if graph.get("outputs") and graph.get("nodes") else None
+    try:
+        spec = losses.resolve(loss, ends_in)
+        loss_info = {"loss": spec["loss"], "final_op": ends_in,
+                     "auto": losses.normalize(loss)["loss"] == "auto",
+                     "text": losses.describe(spec, ends_in)}
+    except ValueError as exc:
+        errors.append(str(exc))
     return {"name": graph.get("name"), "opset": graph.get("opset"),
             "producer": graph.get("producer"),
             "input": {"name": inp["name"], "shape": inp["shape"]},
@@ -93,4 +114,5 @@ def summarize(graph: dict, trainable=None) -> dict:
             "totals": {"params": params, "trainable": n_train, "frozen": params - n_train,
                        "buffers": sum(r["numel"] for r in rows if r["role"] == "buffer"),
                        "macs": sum(layer["macs"] for layer in layers)},
+            "loss": loss_info, "not_trained": not_trained, "notes": list(graph.get("notes", [])),
             "errors": errors}

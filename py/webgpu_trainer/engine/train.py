@@ -54,6 +54,18 @@ class Split:
         self.labels_host, self.pixels = labels_host, pixels
 
 
+def check_split_labels(split: Split, classes: int, what: str) -> None:
+    """Refuse a split holding a label outside 0..classes-1 (ValueError naming the split, the
+    index and the value), before any GPU work: such a label must never reach a loss kernel."""
+    labels = split.labels_host
+    if not labels or max(labels) < classes:
+        return
+    i = next(i for i, v in enumerate(labels) if v >= classes)
+    raise ValueError(f"{what} label {labels[i]} at index {i} is outside 0..{classes - 1} "
+                     f"(the model has {classes} classes): prepare the data again with "
+                     "`webgpu-trainer data --source DIR`, which refuses such labels")
+
+
 class TrainingDiverged(RuntimeError):
     """The loss or a gradient became NaN or infinite; the message names the step and the first
     layer (graph order) with a non-finite gradient, and suggests a fix. ``step``, ``layer``."""
@@ -100,9 +112,10 @@ class Trainer:
     batch_size, epochs, seed, init ("scratch" re-initialises with PyTorch's default init,
     "finetune" keeps the model's weights), momentum, weight_decay, optimizer_args,
     clip_grad_norm, scheduler, max_steps (0: no cap), eval_images (first N test images),
-    report_every (steps between metric readbacks), loss (spec, see ``ops/losses.py``),
-    trainable (None: every parameter; else the initializer names to train, the rest frozen:
-    see ``trainable_names``).
+    report_every (steps between metric readbacks), loss (spec, see ``ops/losses.py``; "auto":
+    NLLLoss after a final LogSoftmax, NLLLoss of log(output) after a final Softmax, else
+    CrossEntropyLoss), trainable (None: every parameter; else the initializer names to train,
+    the rest frozen: see ``trainable_names``).
     ``emit(kind, **fields)`` receives "status", "progress", "epoch" events ("epoch" carries the
     epoch's mean train_loss / train_acc too). To continue a run, set ``epoch`` (epochs done) and
     ``step`` (steps done) and restore weights / optimizer state after ``setup()``;
@@ -178,9 +191,11 @@ class Trainer:
         self.eval_program = dev.program(self.gather_eval + plan.fwd_eval + plan.head)
 
     def _check_fits_data(self):
-        """Refuse a model whose input or output does not fit the data (before any GPU work).
+        """Refuse a model whose input or output does not fit the data, and data with a label
+        outside the model's classes (before any GPU work).
 
-        Raises ValueError naming the input/output, its shape and what MNIST provides."""
+        Raises ValueError naming the input/output, its shape and what MNIST provides, or the
+        split, index and value of the first bad label."""
         inp = self.graph.input
         dims = inp["shape"][1:]
         per_sample = 1
@@ -195,6 +210,8 @@ class Trainer:
         if len(out) != 2 or out[1] < 10:
             raise ValueError(f"model output {self.graph.output!r} has shape {out}: training on "
                              "MNIST needs [N, C] scores with C >= 10 classes")
+        check_split_labels(self.train_set, out[1], "training")
+        check_split_labels(self.test_set, out[1], "test")
 
     async def _gather(self, split: Split, order):
         dev, plan = self.dev, self.plan
@@ -264,6 +281,10 @@ class Trainer:
         for t in range(last_read + 1, self.step + 1):
             slot = (t - 1) % METRICS_RING
             loss, acc = vals[2 * slot], vals[2 * slot + 1]
+            if acc < 0:  # the loss kernel's flag: labels >= classes were ignored
+                raise ValueError(f"step {t}: {int(-acc)} label(s) outside 0..{self.classes - 1}"
+                                 " reached the loss (the kernel ignored them): the training "
+                                 "data changed after it was checked; prepare it again")
             if not math.isfinite(loss) or (bad_grad and bad_grad[0] <= t):
                 self._diverged(t, loss, bad_grad)
             rows.append([t, loss, acc])

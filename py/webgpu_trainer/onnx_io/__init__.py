@@ -65,7 +65,7 @@ from .constants import (ALIGN as ALIGN, FORMAT as FORMAT, IMPORT_OPS as IMPORT_O
                         MAX_FILE_BYTES as MAX_FILE_BYTES, MAX_FOLD_ELEMENTS as MAX_FOLD_ELEMENTS,
                         MAX_INLINE_ELEMENTS as MAX_INLINE_ELEMENTS,
                         MAX_REFERENCE_ELEMENTS as MAX_REFERENCE_ELEMENTS,
-                        MIN_OPSET as MIN_OPSET, MNIST_DIMS as MNIST_DIMS,
+                        MAX_OPSET as MAX_OPSET, MIN_OPSET as MIN_OPSET, MNIST_DIMS as MNIST_DIMS,
                         SUPPORTED_OPS as SUPPORTED_OPS, TESTED_OPSETS as TESTED_OPSETS)
 from .counts import model_summary
 from .errors import OnnxImportError

@@ -203,6 +203,8 @@ class _Bundler:
             "constants": constants,
             "nodes": nodes,
             "notes": self.notes,
+            "frozen": self._frozen_list(tensor_names | {src for _, src in final_order},
+                                        constants),
             "alignment": ALIGN,
             "weights_nbytes": offset,
         }

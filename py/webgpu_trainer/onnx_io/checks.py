@@ -6,8 +6,8 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto
 
-from .constants import (_DEFAULT_DOMAINS, _FLOAT_TYPES, _FOLD_ONLY, IMPORT_OPS, MIN_OPSET,
-                        MNIST_DIMS, TESTED_OPSETS)
+from .constants import (_DEFAULT_DOMAINS, _FLOAT_TYPES, _FOLD_ONLY, IMPORT_OPS, MAX_OPSET,
+                        MIN_OPSET, MNIST_DIMS, TESTED_OPSETS)
 from .protos import _attr, _dims, _dtype_name, _type_name
 from .read import _tensor_problems
 
@@ -45,6 +45,12 @@ class _Checks:
         elif self.opset < MIN_OPSET:
             self.problems.append(f"opset {self.opset} is too old: re-export with "
                                  f"opset_version between {TESTED_OPSETS[0]} and "
+                                 f"{TESTED_OPSETS[1]}")
+        elif self.opset > MAX_OPSET:
+            self.problems.append(f"opset {self.opset} is newer than the importer knows (it "
+                                 f"reads opsets {MIN_OPSET}-{MAX_OPSET}, and the trained "
+                                 "model is exported at the model's own opset): re-export "
+                                 f"with opset_version between {TESTED_OPSETS[0]} and "
                                  f"{TESTED_OPSETS[1]}")
         elif not TESTED_OPSETS[0] <= self.opset <= TESTED_OPSETS[1]:
             self.notes.append(f"opset {self.opset} is outside the tested range "

@@ -6,8 +6,12 @@ from onnx import TensorProto
 
 FORMAT = "webgpu-trainer/graph@1"
 ALIGN = 256  # byte alignment of every tensor in the weight blob (GPU-friendly offsets)
-TESTED_OPSETS = (13, 18)  # opsets the fixtures cover; older ones down to MIN_OPSET get a note
+TESTED_OPSETS = (13, 18)  # opsets the fixtures cover; others in MIN_OPSET..MAX_OPSET get a note
 MIN_OPSET = 7
+# The newest opset the importer reads: the newest that the oldest onnx (1.16) and onnxruntime
+# (1.18) this package supports both know. The export keeps the model's opset, so a newer one
+# would give a file some supported onnxruntime refuses; such models are refused at import.
+MAX_OPSET = 21
 MAX_FILE_BYTES = (1 << 31) - 1  # protobuf cannot parse more; weights beyond go to external data
 MAX_FOLD_ELEMENTS = 1 << 22  # largest constant the folder will materialise
 MAX_INLINE_ELEMENTS = 1 << 16  # largest constant written inline (JSON) into the bundle

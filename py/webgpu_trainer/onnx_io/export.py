@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from .initializers import _dequantize_weights
 from .load import load_bundle
 from .protos import _node_names, _opset
 from .read import _read_model
@@ -83,8 +84,9 @@ def export_onnx(src_path: str | os.PathLike, weights: bytes, provenance: dict) -
     inference graph: BatchNormalization ``training_mode=0`` (opset >= 14) with only its first
     output, Dropout nodes removed (consumers rewired to their input). ``provenance`` (str keys;
     non-str values JSON-encoded) goes into ``metadata_props`` plus
-    ``trained_with="webgpu-trainer"``. The result passes
-    ``onnx.checker.check_model(full_check=True)``.
+    ``trained_with="webgpu-trainer"``. Quantized weights the import dequantized
+    (DequantizeLinear of an initializer) are written as float32 initializers in place of that
+    node. The result passes ``onnx.checker.check_model(full_check=True)``.
 
     Raises ``ValueError`` if the blob size is wrong (expected vs got bytes) or the graph
     cannot be converted; ``OnnxImportError`` for an unreadable source model.
@@ -101,6 +103,7 @@ def export_onnx(src_path: str | os.PathLike, weights: bytes, provenance: dict) -
         onnx.external_data_helper.load_external_data_for_model(model, base)
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
+    _dequantize_weights(model)  # as the import did: the trained float32 weights replace them
     g = model.graph
     names = _node_names(g)
     by_node = dict(zip(names, g.node))

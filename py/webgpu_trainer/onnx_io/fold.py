@@ -75,10 +75,11 @@ class _Folder:
 
     def _const_sources(self) -> dict[str, np.ndarray]:
         """Values known without running the model: Constant nodes and the initializers that
-        are not data (non-float ones, float scalars)."""
+        are not data (non-float ones, one-value floats that stay constants: ``scalar_reason``,
+        see initializers.py)."""
         vals = {}
         for t in self.g.initializer:
-            if t.data_type not in _FLOAT_TYPES or len(t.dims) == 0:
+            if t.data_type not in _FLOAT_TYPES or t.name in self.scalar_reason:
                 try:
                     vals[t.name] = numpy_helper.to_array(t)
                 except Exception:  # noqa: BLE001 - exotic dtypes: judged by role later

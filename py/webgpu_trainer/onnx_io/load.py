@@ -13,11 +13,12 @@ from .bundle import _Bundler
 from .checks import _Checks
 from .errors import OnnxImportError, _error
 from .fold import _Folder
+from .initializers import _dequantize_weights, _Initializers
 from .protos import _node_names, _opset
 from .read import _read_model
 
 
-class _Importer(_Checks, _Folder, _BatchShapes, _Attrs, _Bundler):
+class _Importer(_Checks, _Folder, _BatchShapes, _Attrs, _Bundler, _Initializers):
     """One import: the model, the problems found so far and the pieces of the bundle."""
 
     def __init__(self, path: str, check_trainable: bool):
@@ -40,6 +41,9 @@ class _Importer(_Checks, _Folder, _BatchShapes, _Attrs, _Bundler):
                 self.model = model = onnx.inliner.inline_local_functions(model)
             except Exception as e:  # noqa: BLE001
                 self.problems.append(f"local functions could not be inlined: {e}")
+        done, found = _dequantize_weights(model) if tensors_ok else ([], [])
+        self.problems += found
+        self._note_dequantized(done)
         self.g = g = model.graph
         self.opset = _opset(model)
         self.opsets = {o.domain or "ai.onnx": int(o.version) for o in model.opset_import}
@@ -47,6 +51,9 @@ class _Importer(_Checks, _Folder, _BatchShapes, _Attrs, _Bundler):
         self.names = _node_names(g)
         self.init = {t.name: t for t in g.initializer}
         structure_ok = self._check_structure()
+        self.scalar_reason, self.scalar_params = {}, []
+        if tensors_ok:
+            self._classify_scalars()
         self.input = self._check_inputs()
         self.constants: dict[str, np.ndarray] = {}  # value name -> folded / constant value
         self.const_overrides: dict[tuple, str] = {}  # (node name, input index) -> new name

@@ -21,9 +21,9 @@ OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "adagrad": "AdaGra
 # the --scheduler name -> torch.optim.lr_scheduler's class (config.json of older runs: the class)
 SCHEDULERS = {"none": None, "steplr": "StepLR", "exponential": "ExponentialLR",
               "cosine": "CosineAnnealingLR", "onecycle": "OneCycleLR"}
-LOSSES = {"auto": "auto: NLL after LogSoftmax, else CE",
-          "cross_entropy": "CrossEntropyLoss", "nll": "NLLLoss", "mse": "MSELoss (one-hot)",
-          "bce_with_logits": "BCEWithLogitsLoss (one-hot)"}
+LOSSES = {"auto": "auto (from the model's last op)", "cross_entropy": "CrossEntropyLoss",
+          "nll": "NLLLoss", "nll_log": "NLLLoss of log(Softmax output)",
+          "mse": "MSELoss (one-hot)", "bce_with_logits": "BCEWithLogitsLoss (one-hot)"}
 MNIST_TRAIN, MNIST_TEST = 60000, 10000
 REPORT_MAX = 32  # half of plan.METRICS_RING: the GPU keeps 64 steps of metrics between reads
 SEED_MAX = 2 ** 32 - 1
@@ -184,15 +184,17 @@ FIELDS = (
     F("max_momentum", "float", 0.95, "momentum / beta1 at the ends of the cycle", "schedule",
       label="Max momentum", min=0, max=1, schedulers=("onecycle",)),
     # ---------------------------------------------------------------- loss
-    F("loss", "choice", "auto", "the training loss", "loss", label="Loss function",
+    F("loss", "choice", "auto", "the training loss; auto: nll after a final LogSoftmax, "
+      "nll_log (NLL of log(output)) after a final Softmax, else cross_entropy", "loss",
+      label="Loss function",
       choices=tuple(LOSSES)),
     F("reduction", "choice", "mean", "mean or sum over the batch", "loss", label="Reduction",
       choices=("mean", "sum")),
     F("label_smoothing", "float", 0.0, "label smoothing", "loss", label="Label smoothing",
-      min=0, max=1, losses=("auto", "cross_entropy"), metavar="F"),
+      min=0, max=1, losses=("auto", "cross_entropy", "nll_log"), metavar="F"),
     F("class_weights", "list", None, "one weight per class, comma-separated", "loss",
       label="Class weights", item="float", min=0, nullable=True,
-      losses=("auto", "cross_entropy", "nll"), metavar="W0,W1,..."),
+      losses=("auto", "cross_entropy", "nll", "nll_log"), metavar="W0,W1,..."),
     # ---------------------------------------------------------------- fine-tuning
     F("trainable", "list", None, "train only these parameters (initializer names; the rest "
       "stay frozen)", "finetune", item="str", nullable=True,

@@ -2,10 +2,10 @@
 
 A loss spec is a dict (or just its ``"loss"`` name as a string; None = all defaults)::
 
-    {"loss": "auto" | "cross_entropy" | "nll" | "mse" | "bce_with_logits",
+    {"loss": "auto" | "cross_entropy" | "nll" | "nll_log" | "mse" | "bce_with_logits",
      "reduction": "mean" | "sum",
-     "label_smoothing": float in [0, 1]    # cross_entropy only
-     "weight": [C floats] | None}          # cross_entropy and nll only
+     "label_smoothing": float in [0, 1]    # cross_entropy and nll_log only
+     "weight": [C floats] | None}          # cross_entropy, nll and nll_log only
 
 applied to the model's raw output ``x`` [B, C] and the integer labels ``y`` [B] with the
 semantics of ``torch.nn.functional`` (``cross_entropy``, ``nll_loss``, ``mse_loss``,
@@ -15,12 +15,22 @@ semantics of ``torch.nn.functional`` (``cross_entropy``, ``nll_loss``, ``mse_los
   + eps / C * sum_c w[c] (-logp[b, c])``; mean = ``sum_b l_b / sum_b w[y_b]`` (``/ B`` without
   weight), sum = ``sum_b l_b`` (torch normalises the smoothing term by the same denominator);
 - nll: the same with ``logp = x`` and ``eps = 0`` (x should hold log-probabilities);
+- nll_log: for a model whose output ``p`` is a Softmax over the classes (probabilities), the
+  NLL of ``log(p)``: ``F.nll_loss(torch.log(p), y)`` (with ``eps``:
+  ``F.cross_entropy(torch.log(p), y, label_smoothing=eps)``, the same as NLL of log(p) with
+  smoothing since log(p) sums to one under exp). Computed fused and numerically safe: the plan
+  takes ``log(softmax(z)) = log_softmax(z)`` of the Softmax's input ``z``, so no log of a
+  rounded-to-zero probability is ever taken; it is cross_entropy of ``z``;
 - mse: ``(x - onehot(y))^2`` over all B*C elements, mean or sum;
 - bce_with_logits: ``max(x, 0) - x t + log(1 + exp(-|x|))``, ``t = onehot(y)``, over all B*C
   elements, mean or sum.
 
-"auto" is the rule of earlier versions: nll when the model ends in LogSoftmax, else
-cross_entropy, mean. Accuracy is always ``argmax_c x[b, c] == y_b`` (first maximum on ties).
+"auto": nll when the model ends in LogSoftmax, nll_log when it ends in Softmax (over the
+classes), else cross_entropy; mean. Accuracy is always ``argmax_c x[b, c] == y_b`` (first
+maximum on ties). A label outside 0..C-1 never reaches a loss (the data is checked when it is
+prepared and when a trainer starts); the loss kernels still ignore such a sample and flag it:
+the step's accuracy in the metrics becomes minus the number of such labels (the trainer stops
+with an error naming the step).
 Standard library only (runs in Pyodide).
 """
 
@@ -31,6 +41,7 @@ from ..backends.base import pack_params
 from ..config import BY_NAME, ConfigError, parse
 
 LOSSES = BY_NAME["loss"].choices
+SMOOTHING = BY_NAME["label_smoothing"].losses  # the losses that take label_smoothing
 REDUCTIONS = BY_NAME["reduction"].choices
 KEYS = ("loss", "reduction", "label_smoothing", "weight")
 _FIELD = {"loss": "loss", "reduction": "reduction", "label_smoothing": "label_smoothing",
@@ -71,14 +82,59 @@ def normalize(spec, classes=None) -> dict:
     return {k: cfg.get(f, DEFAULT[k]) for k, f in _FIELD.items()}
 
 
-def resolve(spec, ends_in_log_softmax: bool, classes=None) -> dict:
+def final_op(graph: dict) -> str | None:
+    """"LogSoftmax" or "Softmax" when the model's first output is computed by that op over the
+    classes (axis 1 of a [batch, classes] output), else None. ``graph``: the bundle dict."""
+    out = graph["outputs"][0]["name"]
+    node = next((n for n in graph["nodes"] if out in n["outputs"]), None)
+    if node is None or node["op_type"] not in ("LogSoftmax", "Softmax"):
+        return None
+    opset = int(graph.get("opset") or 17)
+    axis = node.get("attrs", {}).get("axis", -1 if opset >= 13 else 1)
+    return node["op_type"] if axis in (1, -1) else None
+
+
+def resolve(spec, ends_in, classes=None) -> dict:
     """``normalize(spec, classes)`` with "auto" replaced by the loss it stands for: "nll" when
-    the model ends in LogSoftmax, else "cross_entropy"."""
+    the model ends in LogSoftmax, "nll_log" when it ends in Softmax, else "cross_entropy".
+
+    ``ends_in``: ``final_op(graph)`` ("LogSoftmax", "Softmax" or None; True means
+    "LogSoftmax", False None). Raises ValueError for a bad spec, and for "nll_log" on a model
+    that does not end in Softmax (its probabilities are what it takes the log of)."""
     out = normalize(spec, classes)
+    if ends_in is True or ends_in is False:
+        ends_in = "LogSoftmax" if ends_in else None
     if out["loss"] == "auto":
-        out["loss"] = "nll" if ends_in_log_softmax and not out["label_smoothing"] \
-            else "cross_entropy"
+        if ends_in == "LogSoftmax":
+            out["loss"] = "cross_entropy" if out["label_smoothing"] else "nll"
+        else:
+            out["loss"] = "nll_log" if ends_in == "Softmax" else "cross_entropy"
+    if out["loss"] == "nll_log" and ends_in != "Softmax":
+        raise ValueError("loss.loss: nll_log (NLL of the log of the output) needs a model "
+                         "whose output is a Softmax over the classes; this one ends in "
+                         f"{ends_in or 'another op'} (use nll after a LogSoftmax, "
+                         "cross_entropy on scores)")
     return out
+
+
+def describe(spec: dict, ends_in) -> str:
+    """One line for people: the loss a resolved ``spec`` computes on this model."""
+    kind = spec["loss"]
+    text = {"cross_entropy": "CrossEntropyLoss of the output",
+            "nll": "NLLLoss of the output (log-probabilities)",
+            "nll_log": "NLLLoss of log(output): the output is a Softmax's probabilities, so "
+                       "the loss is computed as LogSoftmax of the Softmax's input (fused, "
+                       "numerically safe)",
+            "mse": "MSELoss of the output against one-hot labels",
+            "bce_with_logits": "BCEWithLogitsLoss of the output against one-hot labels"}[kind]
+    if kind == "cross_entropy" and ends_in == "Softmax":
+        text += " (a second softmax over probabilities: nll_log is what such a model means)"
+    extra = [spec["reduction"]]
+    if spec.get("label_smoothing"):
+        extra.append(f"label smoothing {spec['label_smoothing']:g}")
+    if spec.get("weight") is not None:
+        extra.append("class weights")
+    return f"{kind}: {text}; {', '.join(extra)}"
 
 
 def _flags(spec) -> int:
@@ -119,7 +175,7 @@ def host_terms(spec, row, label: int):
     otherwise). The mean loss over samples is ``sum(numerators) / sum(denominators)`` (weighted
     mean for class weights, per element for mse / bce_with_logits)."""
     kind, c = spec["loss"], len(row)
-    if kind in ("cross_entropy", "nll"):
+    if kind in ("cross_entropy", "nll", "nll_log"):
         w = spec.get("weight")
         wy = w[label] if w is not None else 1.0
         eps = spec.get("label_smoothing", 0.0)

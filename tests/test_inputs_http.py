@@ -1,0 +1,165 @@
+"""Issue 9, the upload route with hostile bodies (tests/fixtures/hostile/onnx and bytes made
+here): each answer names the file and the problem exactly, says "cannot be imported" once, and
+never holds an absolute server path (nor the temporary upload's name)."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from starlette.testclient import TestClient
+
+from webgpu_trainer.host import server
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+HOSTILE = ROOT / "tests" / "fixtures" / "hostile" / "onnx"
+
+
+@pytest.fixture()
+def env(tmp_path):
+    root = tmp_path / "root"
+    (root / "web").mkdir(parents=True)
+    models = tmp_path / "models"
+    models.mkdir()
+    app = server.create_app(root, models, tmp_path / "mnist", tmp_path / "wheels",
+                            uploads_dir=tmp_path / "uploads", max_upload_bytes=4 << 20)
+    return TestClient(app), tmp_path
+
+
+def _no_server_paths(text: str, tmp_path: pathlib.Path) -> None:
+    assert str(tmp_path) not in text and str(ROOT) not in text, text
+    assert ".upload-" not in text, text
+    assert "cannot be imported: cannot be imported" not in text, text
+
+
+def _post(c, name, body):
+    return c.post(f"/api/models/upload?filename={name}", content=body)
+
+
+def test_upload_softmax_head_summary_says_nll_log(env):
+    c, tmp = env
+    r = _post(c, "softmax_head.onnx", (HOSTILE / "softmax_head.onnx").read_bytes())
+    assert r.status_code == 200, r.text
+    loss = r.json()["summary"]["loss"]
+    assert loss["loss"] == "nll_log" and loss["auto"] and loss["final_op"] == "Softmax"
+
+
+def test_upload_dequantized_counts_its_weights(env):
+    c, tmp = env
+    r = _post(c, "dequantize.onnx", (HOSTILE / "dequantize.onnx").read_bytes())
+    assert r.status_code == 200, r.text
+    s = r.json()["summary"]
+    assert s["totals"]["params"] == 12730
+    assert [f["name"] for f in s["not_trained"]] == ["fc1.weight_quantized", "fc1.weight_scale",
+                                                     "fc1.weight_zero_point"]
+    assert any("dequantized into the float32 parameter 'fc1.weight'" in n for n in s["notes"])
+
+
+def test_upload_opset_99_refused_once_by_name(env):
+    c, tmp = env
+    r = _post(c, "opset99.onnx", (HOSTILE / "opset99.onnx").read_bytes())
+    assert r.status_code == 400
+    problem = ("opset 99 is newer than the importer knows (it reads opsets 7-21, and the "
+               "trained model is exported at the model's own opset): re-export with "
+               "opset_version between 13 and 18")
+    assert r.json() == {"error": f"opset99.onnx cannot be imported: {problem}",
+                        "problems": [problem]}
+    _no_server_paths(r.text, tmp)
+    assert not list((tmp / "uploads").glob("*"))
+
+
+def _several_problems() -> bytes:
+    """Opset 99, an input that is not MNIST and a missing external-data file."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 32, 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])
+    w = numpy_helper.from_array(np.zeros((3072, 10), np.float32), "w")
+    w.data_location = TensorProto.EXTERNAL
+    w.ClearField("raw_data")
+    for k, v in (("location", "weights.bin"), ("offset", "0"), ("length", str(3072 * 40))):
+        e = w.external_data.add()
+        e.key, e.value = k, v
+    nodes = [helper.make_node("Flatten", ["x"], ["f"], name="flat"),
+             helper.make_node("MatMul", ["f", "w"], ["y"], name="fc")]
+    m = helper.make_model(helper.make_graph(nodes, "bad", [x], [y], [w]),
+                          opset_imports=[helper.make_opsetid("", 99)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def test_upload_several_problems_one_message_no_paths(env):
+    c, tmp = env
+    r = _post(c, "my model.onnx", _several_problems())
+    assert r.status_code == 400
+    body = r.json()
+    _no_server_paths(r.text, tmp)
+    assert body["error"].startswith(f"my-model.onnx cannot be imported ({len(body['problems'])} "
+                                    "problems): ")
+    assert body["problems"][0] == ("initializer 'w': external data file 'weights.bin' is "
+                                   "missing (looked for weights.bin); keep it next to the .onnx "
+                                   "file")
+    assert any(p.startswith("opset 99 is newer than the importer knows") for p in
+               body["problems"])
+
+
+@pytest.mark.parametrize("body,problem", [
+    (b"", None),
+    (b"\x08\x07" + bytes(30), "not a valid ONNX file (truncated or not ONNX)"),
+    (b"\x1f\x8b\x08\x00garbage", "not a valid ONNX file (truncated or not ONNX)"),
+])
+def test_upload_junk_bodies(env, body, problem):
+    c, tmp = env
+    r = _post(c, "junk.onnx", body)
+    assert r.status_code == 400
+    _no_server_paths(r.text, tmp)
+    if problem is None:
+        assert r.json() == {"error": "junk.onnx: the upload is empty"}
+    else:
+        assert r.json()["error"].startswith(f"junk.onnx cannot be imported: {problem}")
+
+
+def test_model_list_and_summary_errors_have_no_paths(env):
+    c, tmp = env
+    (tmp / "models" / "opset99.onnx").write_bytes((HOSTILE / "opset99.onnx").read_bytes())
+    listed = {m["name"]: m for m in c.get("/api/models").json()}
+    assert listed["opset99"]["error"].startswith("opset99.onnx cannot be imported: opset 99 is "
+                                                 "newer than the importer knows")
+    r = c.get("/api/models/opset99/summary")
+    assert r.status_code == 400
+    _no_server_paths(r.text + json.dumps(listed), tmp)
+
+
+def test_missing_shard_error_has_no_path(env):
+    c, tmp = env
+    (tmp / "mnist").mkdir()
+    entry = {"file": "train-images-abc.u8", "sha256": "0" * 64}
+    (tmp / "mnist" / "manifest.json").write_text(json.dumps(
+        {"format": "webgpu-trainer/mnist@1", "splits": {"train": {"images": entry}}}))
+    r = c.get("/data/mnist/train-images-abc.u8")
+    assert r.status_code == 404
+    assert r.json()["error"] == ("shard train-images-abc.u8 is missing from the MNIST cache; "
+                                 "run `webgpu-trainer data` to rebuild the cache")
+
+
+def test_scrub_keeps_urls_and_cuts_paths(tmp_path):
+    folders = [(tmp_path / "uploads", ""), (tmp_path, "")]
+    text = (f"not found: /api/models/x; {tmp_path}/uploads/a.onnx (looked for "
+            f"{tmp_path}/uploads/b.bin) and /tmp/elsewhere/c.onnx")
+    assert server._scrub(text, folders) == ("not found: /api/models/x; a.onnx (looked for "
+                                            "b.bin) and c.onnx")
+
+
+def test_export_of_uploaded_softmax_head_loads_in_onnxruntime(env):
+    import onnxruntime as ort
+    c, tmp = env
+    assert _post(c, "sm.onnx", (HOSTILE / "softmax_head.onnx").read_bytes()).status_code == 200
+    blob = c.get("/api/models/sm/weights.bin").content
+    r = c.post("/api/models/sm/export", content=blob,
+               headers={"X-Provenance": json.dumps({"dataset": "MNIST"})})
+    assert r.status_code == 200
+    out = ort.InferenceSession(r.content).run(None, {"input": np.zeros((1, 1, 28, 28),
+                                                                       np.float32)})[0]
+    assert abs(float(out.sum()) - 1.0) < 1e-5
+    assert onnx.load_from_string(r.content).graph.node[-1].op_type == "Softmax"
