@@ -36,7 +36,7 @@ if str(REPO / "py") not in sys.path:
 CHROMIUM = os.environ.get("WEBGPU_TRAINER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
                  "--disable-component-update"]
-REPORT_EVERY = 10  # the browser worker's progress interval (train.DEFAULTS["report_every"])
+REPORT_EVERY = 10  # the browser worker's progress interval (config.BY_NAME["report_every"].default)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -142,7 +142,8 @@ async def _train(args) -> int:
     train_mod.trainable_names(graph, cfg["trainable"])  # a stored list still fits
     from ..engine.graph import Graph
     g = Graph(graph)
-    classes = g.shapes(2)[g.output][1]  # --class-weights: one per class
+    classes = g.shapes(2)[g.output][1]
+    cfg = run_config.parse(cfg, classes=classes)  # --class-weights: one per class
     # nll_log only after a final Softmax.
     spec = losses.resolve(cfg.trainer_config()["loss"], losses.final_op(graph), classes)
     if losses.final_op(graph) == "Softmax":
