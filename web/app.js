@@ -49,11 +49,12 @@ function setPhase(phase) {
 
 function syncControls() {
   const training = appState.phase === "training";
-  const settingsOk = formState.valid && !formState.pending;
+  // Disabled while the last check found a bad setting; a check on its way does not disable it
+  // (leaving a field fires its change, and its check, just before the click lands): Start
+  // checks the settings again itself.
   $("start").disabled = training || !appState.workerReady || appState.noWebGPU ||
-    !$("model").value || !settingsOk;
-  $("start").title = formState.valid || formState.pending ? ""
-    : "Fix the settings marked in red first";
+    !$("model").value || !formState.valid;
+  $("start").title = formState.valid ? "" : "Fix the settings marked in red first";
   $("stop").disabled = !training || appState.busy.stopping;
   $("settings-fields").disabled = training;
   // the model summary's trainable toggles and the upload belong to the settings too
