@@ -75,7 +75,7 @@ def test_all_optimizers_and_their_parameters(page):
     assert pg.eval_on_selector_all("#scheduler option", "os => os.map(o => o.value)") == \
         ["none", "steplr", "exponential", "cosine", "onecycle"]
     assert pg.eval_on_selector_all("#loss option", "os => os.map(o => o.value)") == \
-        ["auto", "cross_entropy", "nll", "mse", "bce_with_logits"]
+        ["auto", "cross_entropy", "nll", "nll_log", "mse", "bce_with_logits"]
     pg.select_option("#optimizer", "sgd")
     pg.select_option("#scheduler", "onecycle")
     assert visible(pg, "total-steps") and visible(pg, "pct-start") and not visible(pg, "gamma")

@@ -91,7 +91,7 @@ class RunConfig(Mapping):
         ``loss`` (``ops.losses``' spec), and the run's fields as they are."""
         v = self._v
         out = {k: v[k] for k in v if k not in _OPTIMIZER_ARGS + _SCHEDULE_ARGS and
-               BY_NAME[k].group not in ("loss", "schedule")}
+               BY_NAME[k].group not in ("loss", "schedule") and BY_NAME[k].stored}
         out["momentum"] = v.get("momentum", 0.0)
         out["optimizer_args"] = {k: (tuple(v[k]) if k == "betas" else v[k])
                                  for k in _OPTIMIZER_ARGS if k in v}

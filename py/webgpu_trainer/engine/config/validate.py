@@ -104,12 +104,13 @@ def _number(f, value, want, kind):
     return kind(value)
 
 
-def _owners(f) -> str:
+def _owner(f) -> tuple[str, tuple]:
+    """("optimizer" | "scheduler" | "loss", the choices field ``f`` belongs to)."""
     for kind, names in (("optimizer", f.optimizers), ("scheduler", f.schedulers),
                         ("loss", f.losses)):
         if names:
-            return f"{kind} {', '.join(names)}"
-    return ""
+            return kind, names
+    return "", ()
 
 
 def parse(data, *, train_images: int | None = None, classes: int | None = None) -> RunConfig:
@@ -140,8 +141,9 @@ def parse(data, *, train_images: int | None = None, classes: int | None = None) 
             continue
         if not applies(f, values):
             if f.name in data:
-                errors.append((f.name, f"applies to {_owners(f)} only, not "
-                                       f"{_chooser_of(f, values)}"))
+                kind, names = _owner(f)
+                errors.append((f.name, f"applies to {kind} {', '.join(names)} only, not "
+                                       f"{kind} {values[kind]}"))
             continue
         if f.name in data:
             try:
@@ -164,14 +166,6 @@ def parse(data, *, train_images: int | None = None, classes: int | None = None) 
     if errors:
         raise ConfigError(errors)
     return RunConfig(values)
-
-
-def _chooser_of(f, values) -> str:
-    for kind, names in (("optimizer", f.optimizers), ("scheduler", f.schedulers),
-                        ("loss", f.losses)):
-        if names:
-            return f"{kind} {values[kind]}"
-    return ""
 
 
 def _rules(v: dict) -> list:
