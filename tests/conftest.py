@@ -1,5 +1,5 @@
-"""Shared fixtures and helpers for the engine tests: the native device, tiny bundle graphs, one
-training step on the device, and the tolerances (in ONE place)."""
+"""Shared fixtures and helpers for the engine tests: the native device, tiny bundle graphs and the
+tolerances (in ONE place). Running a plan step and checking a case: tests/harness.py."""
 
 import asyncio
 import sys
@@ -7,8 +7,6 @@ import zlib
 
 import numpy as np
 import pytest
-
-from webgpu_trainer.engine.plan import METRICS_RING, pack_step
 
 # The browser fixtures (server, chromium, mnist_cache) for every test module.
 pytest_plugins = ["e2e_fixtures"]
@@ -80,64 +78,7 @@ def make_graph(nodes, tensors, inputs, outputs, constants=None, name="test"):
     return graph, bytes(blob)
 
 
-def step_bytes(step=1, seed=0, lr=0.0, a=(0.0, 0.0, 0.0), offset=0) -> bytes:
-    """The plan's 32-byte Step uniform (``plan.pack_step``; metrics slot ``(step - 1) % 64``)."""
-    return pack_step(step, offset, seed, lr, a)
-
-
-async def build(dev, graph, blob, batch, loss=None):
-    from webgpu_trainer.engine.graph import Graph
-    from webgpu_trainer.engine.plan import Plan
-    plan = await Plan.build(dev, Graph(graph), batch, loss=loss)
-    dev.write(plan.P, blob + bytes(plan.wbytes - len(blob)))
-    return plan
-
-
-async def read_f32(dev, t):
-    """A plan Tensor's values as float32 of its shape."""
-    raw = await dev.read(t.buf, t.offset, t.nbytes)
-    return np.frombuffer(raw, np.float32).reshape(t.shape)
-
-
-async def read_flat(dev, plan, flat, name):
-    """Tensor ``name`` of the flat buffer ``flat`` (plan.P or plan.G) in bundle layout."""
-    t = plan.graph.tensors[name]
-    raw = await dev.read(flat, t["offset"], t["nbytes"])
-    return np.frombuffer(raw, np.float32).reshape(t["shape"])
-
-
-async def one_step(dev, graph, blob, x, labels, train=True, step=1, seed=0, plan=None,
-                   loss=None):
-    """Build (unless ``plan``; with the loss spec ``loss``), upload, run forward (+ loss +
-    backward when ``train``), read back.
-
-    Returns ``dict(plan, acts, dacts, grads, P, loss, acc)``: acts / dacts by activation name,
-    grads / P by tensor name.
-    """
-    batch = len(labels)
-    if plan is None:
-        plan = await build(dev, graph, blob, batch, loss)
-    dev.write(plan.input.buf, np.ascontiguousarray(x, np.float32).tobytes())
-    dev.write(plan.labels.buf, np.asarray(labels, np.uint32).tobytes())
-    dev.write(plan.step, step_bytes(step, seed))
-    prog = plan.fwd_train + plan.loss + plan.bwd if train else plan.fwd_eval
-    dev.submit([dev.program(prog)])
-    out = {"plan": plan, "acts": {}, "dacts": {}, "grads": {}, "P": {}}
-    for name, t in plan.acts.items():
-        out["acts"][name] = await read_f32(dev, t)
-    for name, t in plan.grads.items():
-        out["dacts"][name] = await read_f32(dev, t)
-    for name in plan.graph.tensors:
-        out["P"][name] = await read_flat(dev, plan, plan.P, name)
-        if name in plan.trainable:
-            out["grads"][name] = await read_flat(dev, plan, plan.G, name)
-    slot = (max(step, 1) - 1) % METRICS_RING
-    met = np.frombuffer(await dev.read(plan.metrics, 8 * slot, 8), np.float32)
-    out["loss"], out["acc"] = float(met[0]), float(met[1])
-    return out
-
-
-# ---- comparing an engine step with the float64 numpy engine (tests/test_ops*.py) -------------
+# ---- the errors of tests/harness.py's comparisons, printed at the end ----------------------
 
 ERRORS: dict = {}  # op tag -> {"fwd": max error, "grad": max error}; printed at the end
 
@@ -147,36 +88,12 @@ def _record(tag, kind, err):
     d[kind] = max(d[kind], err)
 
 
-def check(tag, kind, got, want, what):
-    rtol = FWD_RTOL if kind == "fwd" else GRAD_RTOL
-    _record(tag, kind, rel_err(got, want))
-    assert_close(got, want, rtol, f"{tag}: {what}")
-
-
 def rng_for(*key):
     return np.random.default_rng(zlib.crc32(repr(key).encode()))
 
 
 def f32(a):
     return np.asarray(a, np.float32)
-
-
-def compare(tag, res, want, acts=(), dacts=()):
-    """Loss, accuracy, output, the named activations / gradients, all param grads, buffers."""
-    check(tag, "fwd", res["loss"], want["loss"], "loss")
-    assert res["acc"] == pytest.approx(want["acc"], abs=1e-6), f"{tag}: accuracy"
-    out = res["plan"].graph.output
-    check(tag, "fwd", res["acts"][out], want["acts"][out], "log-probabilities")
-    for name in acts:
-        check(tag, "fwd", res["acts"][name], want["acts"][name], f"activation {name}")
-    for name in dacts:
-        check(tag, "grad", res["dacts"][name], want["dacts"][name], f"gradient of {name}")
-    assert set(res["grads"]) == set(want["grads"]), "parameter gradients computed"
-    for name, g in want["grads"].items():
-        check(tag, "grad", res["grads"][name], g, f"gradient of {name}")
-    for name, v in want["buffers"].items():
-        check(tag, "fwd", res["P"][name], v, f"running statistic {name}")
-
 
 
 def head(feat_name, features, classes, rng, prefix="fc"):
@@ -194,7 +111,7 @@ def params_of(tensors):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The largest measured error per op of tests/test_ops.py (relative, see rel_err)."""
+    """The largest measured error per op (tests/harness.py, relative, see rel_err)."""
     errors = ERRORS
     if errors:
         terminalreporter.section("measured max errors (max|got-ref| / max|ref|)")

@@ -1,0 +1,57 @@
+"""Model pieces the case lists share: what feeds the tested op (so its input gradient flows
+into a layer with parameters) and what follows it (a head, so the loss depends on every
+output element)."""
+
+import numpy as np
+
+from conftest import f32, node
+
+
+def shape_const(shape):
+    return {"dtype": "int64", "shape": [len(shape)], "values": list(shape)}
+
+
+def gemm_to(rng, shape, features=5, name="h", integer=False, gain=1.0):
+    """input [N, features] -> Gemm -> Reshape to [N] + shape: (nodes, tensors, constants).
+    ``integer``: weights in {-1, 0, 1}, so an integer input gives exact (tied) integers."""
+    n = int(np.prod(shape))
+    nodes = [node("Gemm", ["input", "pre.w", "pre.b"], ["pre"], transB=1),
+             node("Reshape", ["pre", "shape"], [name])]
+    if integer:
+        w, b = rng.integers(-1, 2, (n, features)), rng.integers(-1, 2, n)
+    else:
+        w = rng.standard_normal((n, features)) / np.sqrt(features) * 2 * gain
+        b = rng.standard_normal(n) * 0.3 * gain
+    tensors = [("pre.w", f32(w), "param"), ("pre.b", f32(b), "param")]
+    return nodes, tensors, {"shape": shape_const([-1] + list(shape))}
+
+
+def conv_pre(c, rng, out="h"):
+    """input [N, c, H, W] -> 1x1 Conv -> ``out``: (nodes, tensors)."""
+    w = f32(rng.standard_normal((c, c, 1, 1)) / np.sqrt(c))
+    b = f32(rng.standard_normal(c) * 0.1)
+    nodes = [node("Conv", ["input", "pre.w", "pre.b"], [out], kernel_shape=[1, 1],
+                  pads=[0, 0, 0, 0], strides=[1, 1], dilations=[1, 1], group=1)]
+    return nodes, [("pre.w", w, "param"), ("pre.b", b, "param")]
+
+
+def gemm_pre(features, out_features, rng, out="h"):
+    """input [N, features] -> Gemm(transB=1) -> ``out`` [N, out_features]: (nodes, tensors)."""
+    w = f32(rng.standard_normal((out_features, features)) / np.sqrt(features))
+    b = f32(rng.standard_normal(out_features) * 0.1)
+    nodes = [node("Gemm", ["input", "pre.w", "pre.b"], [out], transB=1)]
+    return nodes, [("pre.w", w, "param"), ("pre.b", b, "param")]
+
+
+def head2(name, features, rng, positive=False, prefix="fc"):
+    """Gemm(transB=1) -> LogSoftmax over 2 classes with weights (s, -s): the gradient reaching
+    ``name`` is 2 s_f (p0 - e0), free of the cancellation a random head can produce in a tensor
+    of one element (which the relative error would then measure). ``positive``: s > 0, so with
+    every label 0 all those gradients are negative (sums of them cannot cancel)."""
+    s = rng.uniform(0.05, 0.3, features)
+    if not positive:
+        s = s * rng.choice([-1.0, 1.0], features)
+    w, b = f32(np.stack([s, -s])), f32(0.1 * rng.standard_normal(2))
+    nodes = [node("Gemm", [name, f"{prefix}.w", f"{prefix}.b"], ["logits"], transB=1),
+             node("LogSoftmax", ["logits"], ["output"], axis=-1)]
+    return nodes, [(f"{prefix}.w", w, "param"), (f"{prefix}.b", b, "param")]
