@@ -4,7 +4,8 @@ output element)."""
 
 import numpy as np
 
-from conftest import f32, node
+from cases import case
+from conftest import f32, head, node
 
 
 def shape_const(shape):
@@ -55,3 +56,29 @@ def head2(name, features, rng, positive=False, prefix="fc"):
     nodes = [node("Gemm", [name, f"{prefix}.w", f"{prefix}.b"], ["logits"], transB=1),
              node("LogSoftmax", ["logits"], ["output"], axis=-1)]
     return nodes, [(f"{prefix}.w", w, "param"), (f"{prefix}.b", b, "param")]
+
+
+def chain(rng, id, c, hw, body, feat, extra=(), constants=None, opset=17, batch=4, classes=5,
+          **opts):
+    """input [N, c, hw, hw] -> 1x1 Conv "pre" (so the input gradient of ``body`` flows) ->
+    ``body`` (nodes from "pre" to "body_out") -> Reshape [N, feat] -> Gemm -> LogSoftmax, the
+    labels 0, 1, 2, ... (the composite cases of the browser's first parity list)."""
+    x = rng.standard_normal((batch, c, hw, hw))
+    nodes = [node("Conv", ["input", "pre.w", "pre.b"], ["pre"], kernel_shape=[1, 1],
+                  pads=[0, 0, 0, 0], strides=[1, 1], dilations=[1, 1], group=1)] + body + [
+        node("Reshape", ["body_out", "flat_shape"], ["flat"])]
+    hn, ht = head("flat", feat, classes, rng)
+    tensors = [("pre.w", f32(rng.standard_normal((c, c, 1, 1)) / np.sqrt(c)), "param"),
+               ("pre.b", f32(rng.standard_normal(c) * 0.1), "param")] + list(extra) + ht
+    consts = {"flat_shape": shape_const([0, -1]), **(constants or {})}
+    return case(id, nodes + hn, tensors, x, np.arange(batch) % classes, constants=consts,
+                opset=opset, **opts)
+
+
+def ints(*values):
+    return {"dtype": "int64", "shape": [len(values)], "values": list(values)}
+
+
+def floats(*values, shape=None):
+    return {"dtype": "float32", "shape": [len(values)] if shape is None else shape,
+            "values": list(values)}
