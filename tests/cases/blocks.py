@@ -82,3 +82,16 @@ def ints(*values):
 def floats(*values, shape=None):
     return {"dtype": "float32", "shape": [len(values)] if shape is None else shape,
             "values": list(values)}
+
+
+def flat_head_case(id, rng, nodes, tensors, constants, out_name, out_shape, opset=17,
+                   x_scale=1.0, batch=2, classes=3, features=5, x=None, **opts):
+    """``nodes`` (on input [N, ``features``], e.g. ``gemm_to``'s, then the tested op writing
+    ``out_name`` of shape [N] + ``out_shape``) -> Flatten -> Gemm -> LogSoftmax; the input
+    ~ N(0, x_scale^2), or ``x(rng)`` drawn after the head."""
+    nodes = nodes + [node("Flatten", [out_name], ["flat"], axis=1)]
+    hn, ht = head("flat", int(np.prod(out_shape)), classes, rng)
+    x = f32(rng.standard_normal((batch, features)) if x is None else x(rng))
+    labels = rng.integers(0, classes, batch)
+    return case(id, nodes + hn, tensors + ht, x * np.float32(x_scale), labels,
+                constants=constants, opset=opset, **opts)

@@ -5,7 +5,7 @@ block from ``axis``), and the final LogSoftmax that feeds the NLL loss."""
 import numpy as np
 
 from cases import case
-from cases.blocks import gemm_to
+from cases.blocks import flat_head_case, gemm_to
 from conftest import f32, head, node, rng_for
 
 BATCH, CLASSES = 2, 3
@@ -51,15 +51,6 @@ def _nchw(name):
                 acts=("conv", "sm"), dacts=("conv", "sm"), checks=(sums_to_one("sm", axis),))
 
 
-def _flat_head(id, rng, nodes, tensors, consts, out_name, out_shape, opset=17, **opts):
-    """... -> Flatten -> Gemm -> LogSoftmax on input [N, 5]."""
-    nodes = nodes + [node("Flatten", [out_name], ["flat"], axis=1)]
-    hn, ht = head("flat", int(np.prod(out_shape)), CLASSES, rng)
-    x = f32(rng.standard_normal((BATCH, 5)))
-    labels = rng.integers(0, CLASSES, BATCH)
-    return case(id, nodes + hn, tensors + ht, x, labels, constants=consts, opset=opset, **opts)
-
-
 OPSET = {(11, 1): (1, 2), (13, 1): (1,), (11, None): (1, 2), (12, 2): (2,), (13, None): (2,)}
 
 
@@ -70,7 +61,7 @@ def _opset(op, opset, axis):
     nodes, tensors, consts = gemm_to(rng, [3, 4])
     attrs = {} if axis is None else {"axis": axis}
     nodes.append(node(op, ["h"], ["sm"], **attrs))
-    return _flat_head(f"softmax/{op}_opset{opset}_axis{axis}", rng, nodes, tensors, consts,
+    return flat_head_case(f"softmax/{op}_opset{opset}_axis{axis}", rng, nodes, tensors, consts,
                       "sm", [3, 4], opset=opset, tag=op, acts=("h", "sm"), dacts=("h", "sm"),
                       checks=(sums_to_one("sm", OPSET[(opset, axis)], op == "LogSoftmax"),))
 
@@ -80,7 +71,7 @@ def _opset11_long_rows(op):
     rng = rng_for("softmax_long", op)
     nodes, tensors, consts = gemm_to(rng, [4, 70])
     nodes.append(node(op, ["h"], ["sm"], axis=1))
-    return _flat_head(f"softmax/{op}_opset11_long_rows", rng, nodes, tensors, consts, "sm",
+    return flat_head_case(f"softmax/{op}_opset11_long_rows", rng, nodes, tensors, consts, "sm",
                       [4, 70], opset=11, tag=op, acts=("h", "sm"), dacts=("h", "sm"))
 
 
