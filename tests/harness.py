@@ -144,7 +144,9 @@ def builder_patch(attrs):
 def check_case(device, case, plan=None):
     """Run ``case`` (tests/cases) on ``device`` and on the float64 numpy engine and compare:
     training cases with ``compare`` (and the resolved loss spec), eval cases with
-    ``compare_eval``; then the case's own ``checks``. Returns ``(res, want)``."""
+    ``compare_eval``; then the case's own ``checks``. Returns ``(res, want)``. Optimizer
+    cases (tests/cases/optim.py) are for the browser only."""
+    assert case.optimizer is None and case.steps == 1, f"{case.id}: one step, no optimizer"
     with builder_patch(case.patch):
         res = run(one_step(device, case.graph, case.blob, case.x, case.labels, train=case.train,
                            step=case.step, seed=case.seed, plan=plan, loss=case.loss,

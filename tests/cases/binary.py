@@ -9,7 +9,7 @@ bases are positive unless the exponent is an integer constant.
 
 import numpy as np
 
-from cases import case, spread
+from cases import case
 from cases.blocks import chain, floats
 from conftest import f32, head, node, rng_for
 

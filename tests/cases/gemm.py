@@ -3,7 +3,7 @@ shape (row, full, per-row column, scalar, absent, frozen), sizes 1 / 7 / 33 / 70
 
 import numpy as np
 
-from cases import case, spread
+from cases import case
 from conftest import f32, node, rng_for
 
 
@@ -104,6 +104,3 @@ LINEAR = [_linear(f, o, t) for f, o in [(1, 7), (7, 33), (33, 70), (70, 7), (33,
           for t in (1, 0)]
 CASES = LINEAR + [_trans_a()] + [_alpha(c) for c in ("row", "full", "none")] + \
     [_beta_frozen_c(), _c_column_square((4, 1)), _c_column_square((1,))]
-
-# The browser: 6 of the 12 Linear shapes (both transB, every size), all the others.
-BROWSER = spread(LINEAR, 6) + CASES[len(LINEAR):]

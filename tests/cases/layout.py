@@ -7,7 +7,7 @@ the op's forward, its input gradient and the parameter gradients before it.
 
 import numpy as np
 
-from cases import case, spread
+from cases import case
 from cases.blocks import chain, conv_pre, floats, gemm_pre, ints
 from conftest import f32, head, make_graph, node, rng_for
 

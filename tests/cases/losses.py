@@ -4,7 +4,7 @@ LogSoftmax, batch x classes from 1 x 7 to 64 x 10."""
 
 import numpy as np
 
-from cases import case, spread
+from cases import case
 from conftest import f32, head, node, rng_for
 
 # id: (spec without weight; weight on/off). Every loss x reduction x weight / label smoothing.
