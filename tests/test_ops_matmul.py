@@ -73,8 +73,7 @@ def test_infer_errors(a, b, msg):
 
 def test_too_many_batch_dims(device):
     """Six batch dims whose broadcast pattern alternates cannot be merged: refused at build."""
-    from webgpu_trainer.engine.graph import Graph
-    from webgpu_trainer.engine.plan import Plan
+    from webgpu_trainer.engine import parity
     a = [2, 1, 2, 1, 2, 1, 3, 4]
     bshape = [1, 2, 1, 2, 1, 2, 4, 5]
     consts = {"a.shape": _shape_const(a)}
@@ -88,7 +87,7 @@ def test_too_many_batch_dims(device):
     graph, _ = make_graph(nodes, tensors, [("input", ["N", 5])], [("output", ["N", 960])],
                           constants=consts)
     with pytest.raises(NotImplementedError, match="mm: more than 4 kept or reduced batch dims"):
-        run(Plan.build(device, Graph(graph), 1))
+        run(parity.load(device, graph, None, 1))
 
 
 # ---- the numpy engine ---------------------------------------------------------------------
