@@ -1,7 +1,15 @@
 """Shared fixtures and helpers for the engine tests: the native device, tiny bundle graphs, one
-training step on the device, and the tolerances (in ONE place)."""
+training step on the device, and the tolerances (in ONE place).
+
+wgpu backends: ``--backends vulkan,opengl`` (or the environment variable
+WEBGPU_TRAINER_BACKENDS; default "vulkan,opengl": lavapipe and llvmpipe on a machine without a
+GPU). Modules marked ``pytest.mark.every_backend`` (the op tests) run each test that takes
+``device`` once per backend (ids ``...-vulkan`` / ``...-opengl``); every other test gets the
+first backend. A requested backend that has no adapter FAILS the tests that need it.
+"""
 
 import asyncio
+import os
 import sys
 import zlib
 
@@ -42,14 +50,62 @@ def assert_close(got, ref, rtol, what=""):
     return err
 
 
+DEFAULT_BACKENDS = "vulkan,opengl"
+_DEVICES: dict = {}  # backend -> Device, or the message of why it could not be opened
+CURRENT = {"backend": None, "first": None}  # the running test's backend, the first one
+
+
+def pytest_addoption(parser):
+    parser.addoption("--backends", default=None,
+                     help="comma-separated wgpu backends (vulkan, opengl, metal, d3d12) for the "
+                          "GPU tests; every_backend modules run on each, the rest on the first "
+                          f"(default $WEBGPU_TRAINER_BACKENDS or {DEFAULT_BACKENDS})")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "every_backend: run the tests that take `device` on "
+                                       "every backend of --backends")
+
+
+def backends(config) -> list:
+    text = (config.getoption("--backends") or os.environ.get("WEBGPU_TRAINER_BACKENDS")
+            or DEFAULT_BACKENDS)
+    out = [b.strip().lower() for b in text.split(",") if b.strip()]
+    if not out:
+        raise pytest.UsageError(f"--backends {text!r} names no backend")
+    return out
+
+
+def pytest_generate_tests(metafunc):
+    if "device" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+            "every_backend"):
+        metafunc.parametrize("device", backends(metafunc.config), indirect=True,
+                             scope="session")
+
+
+def pytest_runtest_setup(item):
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    CURRENT["first"] = backends(item.config)[0]
+    CURRENT["backend"] = params.get("device") or CURRENT["first"]
+
+
 @pytest.fixture(scope="session")
-def device():
-    """One native wgpu device for the whole session (lavapipe on a machine with no GPU)."""
-    try:
-        from webgpu_trainer.engine.backends.wgpu_native import Device
-        return Device()
-    except Exception as exc:  # ImportError, RuntimeError (no adapter), driver errors
-        pytest.skip(f"no native WebGPU device: wgpu found no usable adapter ({exc})")
+def device(request):
+    """One native wgpu device per backend for the whole session (lavapipe / llvmpipe on a
+    machine with no GPU): the test's backend parameter, else the first of --backends. Fails
+    (does not skip) when that backend has no adapter."""
+    backend = getattr(request, "param", None) or backends(request.config)[0]
+    if backend not in _DEVICES:
+        try:
+            from webgpu_trainer.engine.backends.wgpu_native import Device
+            _DEVICES[backend] = Device(backend=backend)
+        except Exception as exc:  # ImportError, RuntimeError (no adapter), driver errors
+            _DEVICES[backend] = (f"wgpu backend {backend!r} was requested (--backends or "
+                                 f"WEBGPU_TRAINER_BACKENDS) but cannot be used: {exc}")
+    dev = _DEVICES[backend]
+    if isinstance(dev, str):
+        pytest.fail(dev, pytrace=False)
+    return dev
 
 
 def node(op_type, inputs, outputs, name=None, **attrs):
@@ -142,7 +198,15 @@ async def one_step(dev, graph, blob, x, labels, train=True, step=1, seed=0, plan
 ERRORS: dict = {}  # op tag -> {"fwd": max error, "grad": max error}; printed at the end
 
 
+def tag_of(tag: str) -> str:
+    """``tag``, with `` [backend]`` when the running test is not on the first backend."""
+    if CURRENT["backend"] != CURRENT["first"]:
+        return f"{tag} [{CURRENT['backend']}]"
+    return tag
+
+
 def _record(tag, kind, err):
+    tag = tag_of(tag)
     d = ERRORS.setdefault(tag, {"fwd": 0.0, "grad": 0.0})
     d[kind] = max(d[kind], err)
 

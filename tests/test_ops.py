@@ -14,6 +14,8 @@ from conftest import (GRAD_RTOL, assert_close, build, check, compare, f32, head,
                       node, params_of,
                       one_step, rng_for, run, step_bytes)
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 # ---- Conv ---------------------------------------------------------------------------------
 
 CONV_CASES = {

@@ -14,6 +14,8 @@ import pytest
 import reference as ref
 from conftest import compare, f32, head, make_graph, node, one_step, params_of, rng_for, run
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 F0 = 3        # features of the graph input
 CLASSES = 5
 

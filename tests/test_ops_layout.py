@@ -21,6 +21,8 @@ from conftest import (
     run,
 )
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 I64_MAX = 9223372036854775807
 I64_MIN = -9223372036854775808
 BATCH, CLASSES = 2, 5

@@ -11,6 +11,8 @@ import pytest
 import reference as ref
 from conftest import compare, f32, make_graph, node, one_step, params_of, rng_for, run
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 # id: (A, B, batch) with each operand ("param" | "act", shape); an activation's element count
 # is a multiple of batch.
 CASES = {

@@ -26,6 +26,8 @@ from webgpu_trainer.cpu import engine as cpu_engine
 from webgpu_trainer.cpu.layernorm import layernorm, layernorm_backward
 from webgpu_trainer.cpu.softmax import softmax, softmax_backward
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 BATCH, CLASSES = 2, 3
 
 

@@ -13,6 +13,8 @@ from conftest import check, compare, f32, head, make_graph, node, one_step, para
 from webgpu_trainer.cpu import pool as cpool
 from webgpu_trainer.engine.graph import Graph, GraphError
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 # id: (C, H, W, (kh, kw), pads [t, l, b, r], strides, dilations, ceil_mode)
 MAX_CASES = {
     "k2_s2": (3, 8, 8, (2, 2), [0, 0, 0, 0], [2, 2], [1, 1], 0),

@@ -15,6 +15,8 @@ import conftest
 import reference as ref
 from conftest import compare, f32, head, make_graph, node, one_step, params_of, rng_for, run
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 # op id -> (op_type, attrs, input sampler(rng, n))
 
 

@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 
 from conftest import (FWD_RTOL, OPTIM_RTOL, build, make_graph, node, read_flat, rel_err, run,
-                      step_bytes)
+                      step_bytes, tag_of)
 from webgpu_trainer.engine import optim
 from webgpu_trainer.engine import schedulers
 from webgpu_trainer.engine.plan import METRICS_RING
+
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 
 FIXTURE = json.loads((pathlib.Path(__file__).parent / "fixtures" / "optim.json").read_text())
 PROBLEM = FIXTURE["problem"]
@@ -106,7 +108,7 @@ def test_optimizer_matches_torch(device, name):
         assert max(abs(opt.momentum_of(t) - want) for t, want in
                    enumerate(cfg["momenta"], 1)) <= SCHED_ATOL
         assert abs(opt.scalars(3, 0.1)[2] - cfg["momenta"][2]) <= SCHED_ATOL
-    MAX_ERR[name] = worst
+    MAX_ERR[tag_of(name)] = worst
 
 
 @pytest.mark.parametrize("name", list(FIXTURE["schedulers"]))
