@@ -121,6 +121,12 @@ def op_cases(rng) -> list:
         constants={"st": _ints(-1, 0), "en": _ints(-(2 ** 63), 9223372036854775807),
                    "ax": _ints(1, 3), "sp": _ints(-2, 2), "pads": _ints(0, 0, 0, 1, 0, -1, 0, 0),
                    "pv": _floats(0.5, shape=[])}))
+    # Slice's gradient maps dx index j to (j - start) / step: negative for j < start, and a
+    # negative step (GLSL's % of negatives is undefined: this failed on OpenGL).
+    out.append(_chain(rng, "slice_steps", c, hw, [
+        node("Slice", ["pre", "st2", "en2", "ax2", "sp2"], ["body_out"])], c * 3 * 3,
+        constants={"st2": _ints(1, 5), "en2": _ints(7, 0), "ax2": _ints(2, 3),
+                   "sp2": _ints(2, -2)}))
     out.append(_chain(rng, "expand_reduce", c, hw, [
         node("ReduceMean", ["pre"], ["rm"], axes=[2, 3], keepdims=1),
         node("Expand", ["rm", "eshape"], ["e"]), node("ReduceMax", ["pre"], ["mx"], axes=[1],
