@@ -11,6 +11,7 @@ first backend. A requested backend that has no adapter FAILS the tests that need
 import asyncio
 import os
 import sys
+import tempfile
 import zlib
 
 import numpy as np
@@ -65,6 +66,9 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "every_backend: run the tests that take `device` on "
                                        "every backend of --backends")
+    # The GPU self-check's cache of `webgpu-trainer train` (doctor.py): not the user's one.
+    os.environ.setdefault("WEBGPU_TRAINER_CACHE_DIR",
+                          tempfile.mkdtemp(prefix="webgpu-trainer-test-cache-"))
 
 
 def backends(config) -> list:
@@ -269,6 +273,13 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("browser vs native parity (max relative difference)")
         for line in parity:
             terminalreporter.write_line(line)
+    for mod, title in (("test_selfcheck", "GPU self-check (doctor) on the native adapters"),
+                       ("test_selfcheck_page", "GPU self-check in the browser")):
+        lines = getattr(sys.modules.get(mod), "REPORT", None)
+        if lines:
+            terminalreporter.section(title)
+            for line in lines:
+                terminalreporter.write_line(line)
     e2e = getattr(sys.modules.get("test_e2e"), "REPORT", None)
     if e2e:
         terminalreporter.section("end to end in headless Chromium")
