@@ -133,3 +133,35 @@ def test_train_refuses_a_failing_adapter_unless_forced(first_backend, capsys, mo
         assert cli.main(args + ["--out", str(tmp_path / f"ok{k}")]) == 0
         rec = json.loads((tmp_path / f"ok{k}" / "config.json").read_text())["selfcheck"]
         assert rec["ok"] and rec["cached"] == (k == 2)
+
+
+
+def test_the_committed_references_are_current(monkeypatch):
+    """selfcheck.json holds exactly tests/parity_cases.py's cases, and references that
+    scripts/make_selfcheck.py computes today (regenerate it after changing either)."""
+    import importlib.util
+    from pathlib import Path
+
+    import numpy as np
+    import parity_cases
+    from conftest import rel_err
+    script = Path(__file__).resolve().parents[1] / "scripts" / "make_selfcheck.py"
+    spec = importlib.util.spec_from_file_location("make_selfcheck", script)
+    make = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make)
+    monkeypatch.setattr(make.cpu_optim, "f32", np.float64)  # as make_selfcheck.main does
+    stored = selfcheck.load()["cases"]
+    fresh = parity_cases.all_cases()
+    assert [c["name"] for c in stored] == [c["name"] for c in fresh]
+    for want, case in zip(stored, fresh):
+        inputs = {k: v for k, v in want.items() if k not in ("ops", "expect")}
+        assert inputs == json.loads(json.dumps(case)), \
+            f"{case['name']} changed: run scripts/make_selfcheck.py"
+        assert want["ops"] == make.ops_of(case)
+        ref = make.reference(case)
+        for key in ("output", "grads", "weights"):
+            a, b = ref[key], want["expect"][key]
+            assert (a is None) == (b is None), f"{case['name']} {key}"
+            if a is not None:
+                assert rel_err(selfcheck.floats(a), selfcheck.floats(b)) <= 1e-6
+        assert rel_err(ref["losses"], want["expect"]["losses"]) <= 1e-6
