@@ -1,8 +1,17 @@
 """Shared fixtures and helpers for the engine tests: the native device, tiny bundle graphs and the
-tolerances (in ONE place). Running a plan step and checking a case: tests/harness.py."""
+tolerances (in ONE place). Running a plan step and checking a case: tests/harness.py.
+
+wgpu backends: ``--backends vulkan,opengl`` (or the environment variable
+WEBGPU_TRAINER_BACKENDS; default "vulkan,opengl": lavapipe and llvmpipe on a machine without a
+GPU). Modules marked ``pytest.mark.every_backend`` (the op tests) run each test that takes
+``device`` once per backend (ids ``...-vulkan`` / ``...-opengl``); every other test gets the
+first backend. A requested backend that has no adapter FAILS the tests that need it.
+"""
 
 import asyncio
+import os
 import sys
+import tempfile
 import zlib
 
 import numpy as np
@@ -40,14 +49,65 @@ def assert_close(got, ref, rtol, what=""):
     return err
 
 
+DEFAULT_BACKENDS = "vulkan,opengl"
+_DEVICES: dict = {}  # backend -> Device, or the message of why it could not be opened
+CURRENT = {"backend": None, "first": None}  # the running test's backend, the first one
+
+
+def pytest_addoption(parser):
+    parser.addoption("--backends", default=None,
+                     help="comma-separated wgpu backends (vulkan, opengl, metal, d3d12) for the "
+                          "GPU tests; every_backend modules run on each, the rest on the first "
+                          f"(default $WEBGPU_TRAINER_BACKENDS or {DEFAULT_BACKENDS})")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "every_backend: run the tests that take `device` on "
+                                       "every backend of --backends")
+    # The GPU self-check's cache of `webgpu-trainer train` (doctor.py): not the user's one.
+    os.environ.setdefault("WEBGPU_TRAINER_CACHE_DIR",
+                          tempfile.mkdtemp(prefix="webgpu-trainer-test-cache-"))
+
+
+def backends(config) -> list:
+    text = (config.getoption("--backends") or os.environ.get("WEBGPU_TRAINER_BACKENDS")
+            or DEFAULT_BACKENDS)
+    out = [b.strip().lower() for b in text.split(",") if b.strip()]
+    if not out:
+        raise pytest.UsageError(f"--backends {text!r} names no backend")
+    return out
+
+
+def pytest_generate_tests(metafunc):
+    if "device" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+            "every_backend"):
+        metafunc.parametrize("device", backends(metafunc.config), indirect=True,
+                             scope="session")
+
+
+def pytest_runtest_setup(item):
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    CURRENT["first"] = backends(item.config)[0]
+    CURRENT["backend"] = params.get("device") or CURRENT["first"]
+
+
 @pytest.fixture(scope="session")
-def device():
-    """One native wgpu device for the whole session (lavapipe on a machine with no GPU)."""
-    try:
-        from webgpu_trainer.engine.backends.wgpu_native import Device
-        return Device()
-    except Exception as exc:  # ImportError, RuntimeError (no adapter), driver errors
-        pytest.skip(f"no native WebGPU device: wgpu found no usable adapter ({exc})")
+def device(request):
+    """One native wgpu device per backend for the whole session (lavapipe / llvmpipe on a
+    machine with no GPU): the test's backend parameter, else the first of --backends. Fails
+    (does not skip) when that backend has no adapter."""
+    backend = getattr(request, "param", None) or backends(request.config)[0]
+    if backend not in _DEVICES:
+        try:
+            from webgpu_trainer.engine.backends.wgpu_native import Device
+            _DEVICES[backend] = Device(backend=backend)
+        except Exception as exc:  # ImportError, RuntimeError (no adapter), driver errors
+            _DEVICES[backend] = (f"wgpu backend {backend!r} was requested (--backends or "
+                                 f"WEBGPU_TRAINER_BACKENDS) but cannot be used: {exc}")
+    dev = _DEVICES[backend]
+    if isinstance(dev, str):
+        pytest.fail(dev, pytrace=False)
+    return dev
 
 
 def node(op_type, inputs, outputs, name=None, **attrs):
@@ -83,7 +143,15 @@ def make_graph(nodes, tensors, inputs, outputs, constants=None, name="test"):
 ERRORS: dict = {}  # op tag -> {"fwd": max error, "grad": max error}; printed at the end
 
 
+def tag_of(tag: str) -> str:
+    """``tag``, with `` [backend]`` when the running test is not on the first backend."""
+    if CURRENT["backend"] != CURRENT["first"]:
+        return f"{tag} [{CURRENT['backend']}]"
+    return tag
+
+
 def _record(tag, kind, err):
+    tag = tag_of(tag)
     d = ERRORS.setdefault(tag, {"fwd": 0.0, "grad": 0.0})
     d[kind] = max(d[kind], err)
 
@@ -122,6 +190,13 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("browser vs native parity (max relative difference)")
         for line in parity:
             terminalreporter.write_line(line)
+    for mod, title in (("test_selfcheck", "GPU self-check (doctor) on the native adapters"),
+                       ("test_selfcheck_page", "GPU self-check in the browser")):
+        lines = getattr(sys.modules.get(mod), "REPORT", None)
+        if lines:
+            terminalreporter.section(title)
+            for line in lines:
+                terminalreporter.write_line(line)
     e2e = getattr(sys.modules.get("test_e2e"), "REPORT", None)
     if e2e:
         terminalreporter.section("end to end in headless Chromium")

@@ -42,6 +42,8 @@ from webgpu_trainer import onnx_io
 from webgpu_trainer.engine import optim
 from webgpu_trainer.engine import parity
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURES = sorted((ROOT / "tests" / "fixtures" / "models").glob("*.onnx"))
 IDS = [p.stem for p in FIXTURES]

@@ -11,6 +11,8 @@ from conftest import run
 from webgpu_trainer.cpu.batchnorm import batchnorm_backward, batchnorm_eval, batchnorm_train
 from webgpu_trainer.cpu.engine import Engine, params_from_blob
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 
 @pytest.mark.parametrize("case", batchnorm.CASES, ids=ids(batchnorm.CASES))
 def test_case(device, case):

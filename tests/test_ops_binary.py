@@ -11,6 +11,8 @@ from cases import binary, ids
 from conftest import make_graph, node
 from harness import check_case
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 
 @pytest.mark.parametrize("case", binary.CASES, ids=ids(binary.CASES))
 def test_case(device, case):

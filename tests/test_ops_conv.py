@@ -9,6 +9,8 @@ from cases import conv, ids
 from harness import check_case
 from webgpu_trainer.cpu.conv import conv2d, conv2d_backward
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 
 @pytest.mark.parametrize("case", conv.CASES, ids=ids(conv.CASES))
 def test_case(device, case):

@@ -8,6 +8,8 @@ from cases import dropout, ids
 from conftest import run
 from harness import check_case, one_step
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 
 @pytest.mark.parametrize("case", dropout.CASES, ids=ids(dropout.CASES))
 def test_case(device, case):

@@ -9,6 +9,8 @@ from harness import check_case
 from webgpu_trainer.cpu.gemm import gemm as np_gemm
 from webgpu_trainer.cpu.gemm import gemm_backward
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 
 @pytest.mark.parametrize("case", gemm.CASES, ids=ids(gemm.CASES))
 def test_case(device, case):

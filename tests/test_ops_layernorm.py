@@ -14,6 +14,8 @@ from webgpu_trainer.cpu import engine as cpu_engine
 from webgpu_trainer.cpu.layernorm import layernorm as np_layernorm
 from webgpu_trainer.cpu.layernorm import layernorm_backward
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 
 @pytest.mark.parametrize("case", layernorm.CASES, ids=ids(layernorm.CASES))
 def test_case(device, case):

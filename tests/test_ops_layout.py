@@ -10,6 +10,8 @@ from cases.layout import I64_MAX, I64_MIN
 from conftest import f32, make_graph, node
 from harness import check_case
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 
 def _const(values, dtype="int64"):
     values = list(values)

@@ -27,6 +27,8 @@ from webgpu_trainer.cpu.softmax import log_softmax
 from webgpu_trainer.engine import parity
 from webgpu_trainer.engine.ops import losses
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 FIXTURE = json.loads((pathlib.Path(__file__).parent / "fixtures" / "losses.json").read_text())
 TORCH_RTOL = 1e-10  # float64 vs float64 (the fixture keeps 13 significant digits)
 

@@ -11,6 +11,8 @@ from cases.blocks import shape_const as _shape_const
 from conftest import f32, make_graph, node, rng_for, run
 from harness import check_case
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 
 @pytest.mark.parametrize("case", matmul.CASES, ids=ids(matmul.CASES))
 def test_case(device, case):

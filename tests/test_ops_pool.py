@@ -13,6 +13,8 @@ from harness import check_case
 from webgpu_trainer.cpu import pool as cpool
 from webgpu_trainer.engine.graph import Graph, GraphError
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 
 @pytest.mark.parametrize("case", pool.CASES, ids=ids(pool.CASES))
 def test_case(device, case):

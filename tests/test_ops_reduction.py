@@ -12,6 +12,8 @@ from harness import check_case
 from webgpu_trainer.cpu import KERNELS
 from webgpu_trainer.engine import parity
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 
 @pytest.mark.parametrize("case", reduction.CASES, ids=ids(reduction.CASES))
 def test_case(device, case):

@@ -15,6 +15,8 @@ from webgpu_trainer.cpu.softmax import (log_softmax, log_softmax_backward, nll, 
                                         np_softmax, softmax_backward)
 from webgpu_trainer.engine import parity
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 
 @pytest.mark.parametrize("case", softmax.CASES, ids=ids(softmax.CASES))
 def test_case(device, case):

@@ -13,6 +13,8 @@ from cases.unary import OPS
 from conftest import rng_for
 from harness import check_case
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 
 @pytest.mark.parametrize("case", unary.CASES, ids=ids(unary.CASES))
 def test_case(device, case):

@@ -11,11 +11,13 @@ import pathlib
 import numpy as np
 import pytest
 
-from conftest import FWD_RTOL, OPTIM_RTOL, make_graph, node, rel_err, run
+from conftest import FWD_RTOL, OPTIM_RTOL, make_graph, node, rel_err, run, tag_of
 from harness import read_flat
 from webgpu_trainer.engine import parity
 from webgpu_trainer.engine import optim
 from webgpu_trainer.engine import schedulers
+
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 
 FIXTURE = json.loads((pathlib.Path(__file__).parent / "fixtures" / "optim.json").read_text())
 PROBLEM = FIXTURE["problem"]
@@ -102,7 +104,7 @@ def test_optimizer_matches_torch(device, name):
         assert max(abs(opt.momentum_of(t) - want) for t, want in
                    enumerate(cfg["momenta"], 1)) <= SCHED_ATOL
         assert abs(opt.scalars(3, 0.1)[2] - cfg["momenta"][2]) <= SCHED_ATOL
-    MAX_ERR[name] = worst
+    MAX_ERR[tag_of(name)] = worst
 
 
 @pytest.mark.parametrize("name", list(FIXTURE["schedulers"]))

@@ -6,6 +6,8 @@ import pytest
 from cases import ids, plan
 from harness import check_case
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 
 @pytest.mark.parametrize("case", plan.CASES, ids=ids(plan.CASES))
 def test_case(device, case):

@@ -7,6 +7,7 @@
 // `done` message).
 
 import uPlot from "/vendor/uplot/uPlot.esm.js";
+import { showSelfCheck } from "/selfcheck.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -603,6 +604,7 @@ function startWorker() {
 }
 
 const handlers = {
+  selfcheck: showSelfCheck,  // the GPU self-check's warning (web/selfcheck.js)
   status(m) {
     setStatus(m.text);
     log(m.text);

@@ -10,7 +10,9 @@ run and compare it. The same case runs
   activations ``acts``, the activation gradients ``dacts``, every parameter gradient and the
   running statistics, with the tolerances of tests/conftest.py;
 - in the browser: ``case.parity()`` is a case of ``engine/parity.py``; tests/test_parity.py
-  runs it in Pyodide on the browser's WebGPU and natively, and compares the two.
+  runs it in Pyodide on the browser's WebGPU and natively, and compares the two;
+- in the GPU self-check (``webgpu-trainer doctor``, the page before training): the cases marked
+  ``selfcheck`` against float64 references (``selfcheck_cases``, scripts/make_selfcheck.py).
 """
 
 import importlib
@@ -41,7 +43,8 @@ class Case:
     browser); ``zero_grads``: parameters whose gradient is zero in exact arithmetic (a bias
     before a BatchNorm: only rounding noise is compared, see ``harness.compare``);
     ``checks``: extra assertions ``f(res, want)`` after the comparison;
-    ``browser``: False keeps a case out of the browser (say why where it is set).
+    ``browser``: False keeps a case out of the browser (say why where it is set);
+    ``selfcheck``: one of the GPU self-check's cases (``selfcheck_cases``).
     """
     id: str
     graph: dict
@@ -62,6 +65,7 @@ class Case:
     patch: dict = field(default_factory=dict)
     checks: tuple = ()
     browser: bool = True
+    selfcheck: bool = False
 
     @property
     def name(self) -> str:
@@ -119,3 +123,12 @@ def browser_cases(name) -> list:
     headless Chromium on SwiftShader (2 cores); a family that outgrows that would pick a
     deterministic subset here."""
     return [c for c in family(name).CASES if c.browser]
+
+
+def selfcheck_cases() -> list:
+    """The GPU self-check's cases (engine/selfcheck.py, ``webgpu-trainer doctor``): the cases
+    marked ``selfcheck`` (at least one per op family, BatchNorm's running statistics, Dropout,
+    the GPU weight init, every optimizer), as ``engine/parity.py`` cases. Their float64
+    references are committed in engine/selfcheck.json: after changing one, run
+    scripts/make_selfcheck.py (tests/test_selfcheck.py fails until then)."""
+    return [c.parity() for name in FAMILIES for c in family(name).CASES if c.selfcheck]

@@ -129,7 +129,7 @@ def _conv_bn_relu_dropout(train):
     return case(f"batchnorm/conv_bn_relu_dropout_{'train' if train else 'eval'}", nodes + hn,
                 tensors, x, np.arange(batch) % classes, tag="BatchNormalization", train=train,
                 seed=3, init_seed=11, acts=("r1", "d1"), dacts=("c1",) if train else (),
-                zero_grads=("cb",))
+                zero_grads=("cb",), selfcheck=True)
 
 
 CASES = [_bn2d_train(False, 1e-5, 0.9), _bn2d_train(True, 1e-3, 0.8), _bn1d_train(),

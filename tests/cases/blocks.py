@@ -62,7 +62,8 @@ def chain(rng, id, c, hw, body, feat, extra=(), constants=None, opset=17, batch=
           **opts):
     """input [N, c, hw, hw] -> 1x1 Conv "pre" (so the input gradient of ``body`` flows) ->
     ``body`` (nodes from "pre" to "body_out") -> Reshape [N, feat] -> Gemm -> LogSoftmax, the
-    labels 0, 1, 2, ... (the composite cases of the browser's first parity list)."""
+    labels 0, 1, 2, ...: the composite cases (several ops of a family at once) that are also
+    the GPU self-check's (``selfcheck``)."""
     x = rng.standard_normal((batch, c, hw, hw))
     nodes = [node("Conv", ["input", "pre.w", "pre.b"], ["pre"], kernel_shape=[1, 1],
                   pads=[0, 0, 0, 0], strides=[1, 1], dilations=[1, 1], group=1)] + body + [
@@ -71,6 +72,7 @@ def chain(rng, id, c, hw, body, feat, extra=(), constants=None, opset=17, batch=
     tensors = [("pre.w", f32(rng.standard_normal((c, c, 1, 1)) / np.sqrt(c)), "param"),
                ("pre.b", f32(rng.standard_normal(c) * 0.1), "param")] + list(extra) + ht
     consts = {"flat_shape": shape_const([0, -1]), **(constants or {})}
+    opts.setdefault("selfcheck", True)  # the composites are the GPU self-check's op cases
     return case(id, nodes + hn, tensors, x, np.arange(batch) % classes, constants=consts,
                 opset=opset, **opts)
 

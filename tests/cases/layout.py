@@ -288,6 +288,17 @@ def _transpose_slice_pad_concat():
         tag="Concat", acts=("t", "sl", "pd", "body_out"), dacts=("pre", "t", "sl", "pd"))
 
 
+def _slice_steps():
+    """Slice's gradient maps dx index j to (j - start) / step: negative for j < start, and a
+    negative step (GLSL's % of negatives is undefined: this failed on OpenGL)."""
+    rng = rng_for("slice_steps")
+    c, hw = 3, 7
+    return chain(rng, "layout/chain_slice_steps", c, hw, [
+        node("Slice", ["pre", "st2", "en2", "ax2", "sp2"], ["body_out"])], c * 3 * 3,
+        constants={"st2": ints(1, 5), "en2": ints(7, 0), "ax2": ints(2, 3), "sp2": ints(2, -2)},
+        tag="Slice", acts=("body_out",), dacts=("pre", "body_out"))
+
+
 def _expand_after_reduce():
     rng = rng_for("expand_reduce")
     c, hw = 3, 7
@@ -308,4 +319,5 @@ CASES = TRANSPOSE + [_transpose_2d_after_gemm()] + [_concat(a) for a in (1, -1, 
     [_slice_opset9_attributes(), _slice_2d_after_gemm()] + [_pad(name) for name in PADS] + \
     [_pad_opset2_attributes(), _pad_value_tensor(None), _pad_value_tensor(64),
      _expand_3x1_to_2x3x4(), _expand_middle_dim_bidirectional(), _expand_param_then_concat(),
-     _expand_long_sum_split(), _transpose_slice_pad_concat(), _expand_after_reduce()]
+     _expand_long_sum_split(), _transpose_slice_pad_concat(), _slice_steps(),
+     _expand_after_reduce()]

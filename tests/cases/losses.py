@@ -112,7 +112,7 @@ def _parity_losses():
         x = f32(rng.standard_normal((batch, f)))
         out.append(case(f"losses/one_gemm_{spec['loss']}", nodes, tensors, x,
                         np.arange(batch) % classes, loss=spec, tag="loss:" + spec["loss"],
-                        dacts=("logits",)))
+                        dacts=("logits",), selfcheck=True))
     return out
 
 

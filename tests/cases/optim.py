@@ -28,7 +28,7 @@ def _mlp(k, opt, steps=5):
     tensors = [("w1", f32(rng.standard_normal((hdim, f)) / np.sqrt(f)), "param"),
                ("b1", f32(rng.standard_normal(hdim) * 0.1), "param")] + ht
     return case(f"optim/{k}_{opt['name']}", nodes + hn, tensors, x,
-                np.arange(batch) % classes, optimizer=opt, steps=steps, seed=3)
+                np.arange(batch) % classes, optimizer=opt, steps=steps, seed=3, selfcheck=True)
 
 
 CASES = [_mlp(k, opt) for k, opt in enumerate(OPTIMIZERS)]

@@ -110,7 +110,7 @@ def _tied_projection():
                ("pb", f32(rng.standard_normal(classes) * 0.1), "param")]
     x = f32(rng.standard_normal((batch, f)))
     return case("plan/tied_weight_accumulation", nodes, tensors, x, np.arange(batch) % classes,
-                tag="Gemm", acts=("h", "logits"), dacts=("h", "logits"))
+                tag="Gemm", acts=("h", "logits"), dacts=("h", "logits"), selfcheck=True)
 
 
 CASES = [_identity_and_relu_before_log_softmax(), _shared_weight(),

@@ -14,7 +14,7 @@ import threading
 import webbrowser
 from pathlib import Path
 
-from . import commands
+from . import commands, doctor
 
 
 def repo_root() -> Path:
@@ -142,6 +142,7 @@ COMMANDS = {
     "data": (add_data, data),
     "bench": (add_bench, bench),
     **commands.COMMANDS,  # train predict summary
+    **doctor.COMMANDS,  # doctor
 }
 
 

@@ -124,6 +124,9 @@ def add_train(sub) -> argparse.ArgumentParser:
                    help="continue the run in DIR from its last checkpoint")
     p.add_argument("--no-progress", dest="no_progress", action="store_true",
                    help="no progress bar")
+    p.add_argument("--force", action="store_true",
+                   help="train on the GPU even when its self-check (webgpu-trainer doctor) "
+                        "finds wrong results")
     g = p.add_argument_group("optimizer options (torch.optim's names)")
     g.add_argument("--clip-grad-norm", dest="clip_grad_norm", type=float,
                    help="clip gradients to this global L2 norm (0 = off, default)")
