@@ -173,10 +173,6 @@ def head(feat_name, features, classes, rng, prefix="fc"):
     return nodes, [(f"{prefix}.w", w, "param"), (f"{prefix}.b", b, "param")]
 
 
-def params_of(tensors):
-    return {name: arr for name, arr, _ in tensors}
-
-
 
 def pytest_terminal_summary(terminalreporter):
     """The largest measured error per op (tests/harness.py, relative, see rel_err)."""

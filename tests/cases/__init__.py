@@ -37,8 +37,8 @@ class Case:
     (forward, loss, backward), else the eval forward only; ``step`` / ``seed``: the step's
     uniform (Dropout masks); ``loss``: a loss spec of ops/losses.py (None: auto);
     ``init_seed``: re-initialise the weights on the GPU first (Plan.init_weights);
-    ``optimizer`` / ``steps``: optimizer steps (browser parity only: the native optimizers are
-    checked against torch in tests/test_optim.py); ``patch``: Builder class attributes set
+    ``optimizer`` / ``steps``: optimizer steps (browser parity and the self-check; the native
+    optimizers are checked against torch in tests/test_optim.py); ``patch``: Builder class attributes set
     while the native plan is built (e.g. a smaller REDUCE_CHUNK; such cases do not run in the
     browser); ``zero_grads``: parameters whose gradient is zero in exact arithmetic (a bias
     before a BatchNorm: only rounding noise is compared, see ``harness.compare``);
