@@ -15,6 +15,7 @@ import re
 import secrets
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -86,12 +87,14 @@ MAX_UPLOAD_BYTES = 64 << 20  # an uploaded .onnx (models people train on MNIST a
 def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None = None,
                wheels_dir: Path | None = None, *, cross_origin_isolated: bool = True,
                uploads_dir: Path | None = None,
-               max_upload_bytes: int = MAX_UPLOAD_BYTES) -> Starlette:
+               max_upload_bytes: int = MAX_UPLOAD_BYTES, extra_routes: list = ()) -> Starlette:
     """Build the app. root: the repo (``web/`` lives there); models_dir: ``*.onnx`` folder
     (default root/models); data_dir: MNIST cache with manifest.json (default root/.cache/mnist);
     wheels_dir: where the engine wheel is built (default root/.cache/wheels); uploads_dir: where
     uploaded models are kept (default root/.cache/uploads); max_upload_bytes: upload size limit.
     cross_origin_isolated: add COOP/COEP/CORP headers (harmless: everything is same-origin).
+    extra_routes: routes matched before the page files (classroom mode: host/classroom/);
+    ``app.state.models`` gives them the model lookup (``path(name)``, ``bundle(path)``).
     """
     root = Path(root).resolve()
     web = root / "web"
@@ -347,10 +350,13 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         Route("/vendor/uplot/{file:path}", vendor("web/node_modules/uplot/dist"),
               methods=["GET", "HEAD"]),
         Route("/wheels/{file:path}", wheels, methods=["GET", "HEAD"]),
+        *extra_routes,
         Route("/{file:path}", page, methods=["GET", "HEAD"]),  # app.js, worker.js, style.css
     ]
     app = Starlette(routes=routes, exception_handlers={
         ApiError: api_error, HTTPException: http_error, Exception: server_error})
+    app.state.models = SimpleNamespace(path=model_path, bundle=bundle, dir=models_dir,
+                                       uploads=uploads_dir)
 
     if cross_origin_isolated:
         app.add_middleware(_HeaderMiddleware)
