@@ -210,7 +210,7 @@ function renderRoster() {
     }
     const cells = [
       el("td", { className: "name", textContent: r.name }),
-      el("td", { className: "gpu", textContent: r.adapter ?? "–", title: r.adapter ?? "" }),
+      el("td", { className: "gpu-name", textContent: r.adapter ?? "–", title: r.adapter ?? "" }),
       el("td", {}, pill), el("td", {}, prog),
       el("td", { className: "num", textContent: num(r.loss) }),
       el("td", { className: "num", textContent: pct(r.acc) }),
@@ -224,6 +224,9 @@ function renderRoster() {
     return tr;
   }));
   $("roster-empty").hidden = rows.length > 0;
+  const opt = [...$("session-select").options].find((o) => o.value === state.session?.id);
+  if (opt) opt.textContent = `${state.session.name} · ${rows.length} student` +
+    `${rows.length === 1 ? "" : "s"}${state.session.open ? "" : " · closed"}`;
   $("roster-count").textContent = rows.length ? `${rows.length} joined · ` +
     `${rows.filter((r) => r.state === "training").length} training · ` +
     `${rows.filter((r) => r.state === "finished").length} finished` : "";
@@ -282,11 +285,19 @@ function renderChart() {
       series: [{ label: "step" }, ...ids.map((id, i) => ({
         label: state.roster.get(id)?.name ?? id, stroke: color(i), width: 1.6, spanGaps: true,
         value: (u, v) => num(v) }))],
-      legend: { live: true },
+      hooks: { setCursor: [legendToLatest] },
     }, data, box);
+    legendToLatest(chart);
   } else {
     chart.setData(data);
+    legendToLatest(chart);
   }
+}
+
+/** Away from the chart, its legend shows each student's latest loss instead of dashes. */
+function legendToLatest(u) {
+  const n = u.data[0].length;
+  if (n && (u.cursor.idx == null || u.cursor.left < 0)) u.setLegend({ idx: n - 1 });
 }
 
 new ResizeObserver(() => chart?.setSize({ width: Math.max(280, $("curves").clientWidth),

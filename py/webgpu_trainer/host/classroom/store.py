@@ -318,14 +318,16 @@ class Store:
                 upd["images_per_s"] = _finite(prog["images_per_s"])
             pts = batch.get("points") or []
             room = max(0, MAX_POINTS_PER_RUN - run["points"])
-            fresh = [p for p in pts[:room]]
+            fresh = pts[:room]
             if fresh:
                 ins = self._insert(points).on_conflict_do_nothing(
                     index_elements=["student_id", "run", "step"])
-                res = c.execute(ins, [{"student_id": st, "run": run_no, "step": int(s),
-                                       "session_id": sid, "t": now, "loss": _finite(lo),
-                                       "acc": _finite(a)} for s, lo, a in fresh])
-                upd["points"] = run["points"] + max(0, res.rowcount or 0)
+                c.execute(ins, [{"student_id": st, "run": run_no, "step": int(s),
+                                 "session_id": sid, "t": now, "loss": _finite(lo),
+                                 "acc": _finite(a)} for s, lo, a in fresh])
+                # counted, not summed from rowcount (drivers report executemany differently)
+                upd["points"] = c.execute(select(func.count()).select_from(points).where(and_(
+                    points.c.student_id == st, points.c.run == run_no))).scalar_one()
                 last = max(fresh, key=lambda p: p[0])
                 if last[0] >= (run["step"] or 0):
                     upd["loss"], upd["acc"] = _finite(last[1]), _finite(last[2])
