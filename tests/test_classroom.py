@@ -346,3 +346,20 @@ def test_join_urls_and_qr(tmp_path):
         s = c.get(f"/api/classroom/sessions/{sid}", headers=teacher(app)).json()
         assert s["join"][0]["url"] == f"https://192.0.2.7:8443/?class={sid}"
         assert len(sid) >= 16  # 96 random bits
+
+
+def test_quiet_student_reads_disconnected_and_csv_is_safe(tmp_path):
+    from webgpu_trainer.host.classroom.store import DISCONNECTED_AFTER_S
+    app = make_app(tmp_path)
+    store = app.state.classroom.store
+    with TestClient(app) as c:
+        sid = new_session(c, app)
+        eve = join(c, sid, "=HYPERLINK(\"x\")")
+        c.post("/api/classroom/report", headers=eve, json={"run": 1, "config": run_config(),
+                                                            "points": [[1, 2.0, 0.1]]})
+        import time
+        later = time.time() + DISCONNECTED_AFTER_S + 1
+        assert [r["state"] for r in store.roster(sid)] == ["training"]
+        assert [r["state"] for r in store.roster(sid, now=later)] == ["disconnected"]
+        text = c.get(f"/api/classroom/sessions/{sid}/results.csv", headers=teacher(app)).text
+        assert "'=HYPERLINK" in text  # a spreadsheet shows it, never runs it

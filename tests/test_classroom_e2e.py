@@ -149,6 +149,7 @@ def shoot(page, name, width, height):
     page.evaluate("window.scrollTo(0, 0)")
     time.sleep(0.8)
     page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / f"{name}-{width}-top.png"))
 
 
 def test_insecure_origin_says_what_to_do(class_browser, server):

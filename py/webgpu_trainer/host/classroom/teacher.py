@@ -6,7 +6,7 @@ sessions, the live roster as Server-Sent Events, the results as CSV, the student
 | ``GET /teacher`` | the dashboard page (web/teacher.html; the token comes in the URL fragment) |
 | ``GET /api/classroom/info`` | join URLs, HTTPS details (CA fingerprint), models |
 | ``GET/POST /api/classroom/sessions`` | list / create (``{name, config, pinned}``) |
-| ``GET/PATCH /api/classroom/sessions/{sid}`` | one session with its join URLs and QR codes / change it |
+| ``GET/PATCH /api/classroom/sessions/{sid}`` | a session, its join URLs and QR codes / change it |
 | ``GET .../{sid}/roster`` | one row per student (latest run, state, best test accuracy) |
 | ``GET .../{sid}/curves`` | each student's latest loss curve |
 | ``GET .../{sid}/events`` | SSE: ``roster`` (changed rows) and ``points`` (new curve points) |
