@@ -178,15 +178,16 @@ function pinnedValues() {
   return Object.fromEntries(s.pinned.filter((k) => k in s.config).map((k) => [k, s.config[k]]));
 }
 
-/** Put the session's config into the form; lock the pinned fields. The model list loads
- * asynchronously, so the model is retried until its option exists. */
-function applyConfig(tries = 0) {
+/** Put the session's config into the form (only the pinned keys with `onlyPinned`); lock the
+ * pinned fields. The model list loads asynchronously: retried until its option exists. */
+function applyConfig(onlyPinned = false, tries = 0) {
   const s = state.session;
   const form = document.getElementById("settings");
   if (!s || !form) return;
   const pinned = new Set(s.pinned);
   let missing = false;
   for (const [k, v] of Object.entries(s.config)) {
+    if (onlyPinned && !pinned.has(k)) continue;
     const fields = form.querySelectorAll(`[name="${CSS.escape(k)}"]`);
     for (const f of fields) {
       if (f.type === "radio") f.checked = f.value === String(v);
@@ -201,7 +202,7 @@ function applyConfig(tries = 0) {
       f.closest(".field")?.classList.toggle("pinned", pinned.has(k));
     }
   }
-  if (missing && tries < 100) setTimeout(() => applyConfig(tries + 1), 300);
+  if (missing && tries < 100) setTimeout(() => applyConfig(onlyPinned, tries + 1), 300);
 }
 
 // ------------------------------------------------------------------------ the worker hook
@@ -361,7 +362,7 @@ function boot() {
   loadSession().then(() => schedule(0));
   // presets and other form code may rewrite pinned fields: put the teacher's values back
   document.addEventListener("click", (ev) => {
-    if (ev.target.closest?.(".preset")) setTimeout(() => applyConfig(), 0);
+    if (ev.target.closest?.(".preset")) setTimeout(() => applyConfig(true), 0);
   });
 }
 
