@@ -47,6 +47,7 @@ class Stats:
         self.lat: dict[str, list] = {}
         self.errors: dict[str, int] = {}
         self.bytes = 0
+        self.events = 0  # events the teacher's live stream received
         self.samples: list = []
 
     def add(self, kind: str, seconds: float):
@@ -87,7 +88,7 @@ async def download(client, stats, kind, url, etag_store):
             elif r.headers.get("etag"):
                 etag_store[url] = r.headers["etag"]
     except (httpx.HTTPError, OSError) as exc:
-        stats.error(kind, type(exc).__name__)
+        stats.error(kind, f"{type(exc).__name__}: {str(exc)[:70]}")
         return
     stats.add(kind, time.perf_counter() - t0)
 
@@ -191,7 +192,7 @@ async def teacher_stream(base, sid, token, stats, t_end):
                                 headers={"Authorization": f"Bearer {token}"}) as r:
                 async for line in r.aiter_lines():
                     if line.startswith("event:"):
-                        stats.add("teacher events", 0.0)
+                        stats.events += 1
                     if time.monotonic() >= t_end:
                         break
         except (httpx.HTTPError, OSError) as exc:
@@ -292,7 +293,8 @@ def report(args, stats, wall, roster):
     print(f"\nwall {wall:.0f} s, {stats.bytes / 1e9:.2f} GB downloaded, "
           f"{len(roster)} students in the roster, "
           f"{sum(r['points'] or 0 for r in roster)} points stored, "
-          f"{sum(r['state'] == 'finished' for r in roster)} finished")
+          f"{sum(r['state'] == 'finished' for r in roster)} finished, "
+          f"{stats.events} live events to the teacher")
     print(f"{'request':32s} {'n':>6s} {'p50 ms':>9s} {'p99 ms':>9s} {'max ms':>9s}")
     for kind, v in stats.lat.items():
         print(f"{kind:32s} {len(v):6d} {pct(v, .5) * 1e3:9.1f} {pct(v, .99) * 1e3:9.1f} "

@@ -363,3 +363,58 @@ def test_quiet_student_reads_disconnected_and_csv_is_safe(tmp_path):
         assert [r["state"] for r in store.roster(sid, now=later)] == ["disconnected"]
         text = c.get(f"/api/classroom/sessions/{sid}/results.csv", headers=teacher(app)).text
         assert "'=HYPERLINK" in text  # a spreadsheet shows it, never runs it
+
+
+def test_two_worker_processes_on_postgresql(tmp_path, postgres):
+    """``classroom --workers 2 --db postgresql...``: two server processes behind one port
+    (uvicorn's factory, ``app.from_env``); a class's requests on fresh connections land on
+    both and the teacher sees one consistent roster."""
+    import subprocess
+    import sys
+
+    import httpx
+    import sqlalchemy
+    from classroom_helpers import REPO, _free_port, models_dir, wait_until
+    eng = sqlalchemy.create_engine(postgres.url, isolation_level="AUTOCOMMIT")
+    with eng.connect() as c:
+        c.exec_driver_sql("CREATE DATABASE workers")
+    eng.dispose()
+    url = postgres.url.rsplit("/", 1)[0] + "/workers"
+    port, token = _free_port(), "workers-test-token-0123456789abcdef"
+    log = open(tmp_path / "server.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "webgpu_trainer.cli.main", "classroom", "--port", str(port),
+         "--workers", "2", "--db", url, "--state-dir", str(tmp_path / "state"),
+         "--models-dir", str(models_dir(tmp_path)), "--teacher-token", token,
+         "--data-dir", str(REPO / ".cache" / "mnist")],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    base, T = f"https://127.0.0.1:{port}", {"Authorization": f"Bearer {token}"}
+
+    def get(path, **kw):  # a new connection each time: the kernel spreads them
+        return httpx.request(kw.pop("method", "GET"), base + path, verify=False, timeout=20,
+                             **kw)
+    try:
+        def up():
+            assert proc.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
+            try:
+                return get("/api/classroom/info", headers=T).status_code == 200
+            except httpx.HTTPError:
+                return False
+        wait_until(up, 120, "two workers")
+        import psutil
+        assert len(psutil.Process(proc.pid).children(recursive=True)) >= 2
+        sid = get("/api/classroom/sessions", method="POST", headers=T, json={
+            "name": "w", "config": {"model": "mlp-ts17"}, "pinned": ["model"]}).json()["id"]
+        keys = [get(f"/api/classroom/join/{sid}", method="POST", json={"name": f"s{i}"})
+                .json()["key"] for i in range(6)]
+        for k in keys:
+            for step in range(1, 4):
+                r = get("/api/classroom/report", method="POST", headers={"X-Student-Key": k},
+                        json={"run": 1, "config": {"model": "mlp-ts17"},
+                              "points": [[step, 2.0, 0.5]]})
+                assert r.status_code == 200, r.text
+        roster = get(f"/api/classroom/sessions/{sid}/roster", headers=T).json()
+        assert sorted(r["points"] for r in roster) == [3] * 6
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -125,7 +125,7 @@ def classroom(args) -> int:
     _print_start(urls, f"{scheme}://127.0.0.1:{args.port}/teacher#token={token}", tls, sess,
                  loopback)
     ssl = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)} if cert else {}
-    common = dict(host=args.host, port=args.port, log_level="warning", timeout_keep_alive=10,
+    common = dict(host=args.host, port=args.port, log_level="warning", timeout_keep_alive=30,
                   limit_concurrency=2000, **ssl)
     if args.workers > 1:
         os.environ[app_mod.ENV] = app_mod.env_args(root=root, **kwargs)
