@@ -143,7 +143,12 @@ async function loadSession() {
       : `Could not reach the class: ${e.message}`;
   }
   const saved = JSON.parse(sessionStorage.getItem(storageKey) ?? "null");
-  if (saved && state.session) Object.assign(state, saved, { joined: true });
+  if (saved && state.session) {
+    Object.assign(state, saved, { joined: true });
+    // a run of this page before the reload is over: say so (ignored if it had finished)
+    if (state.run) Object.assign(state, { error: "stopped: the page was reloaded",
+      configSent: true, resultSent: true, modelSent: true });
+  }
   renderCard();
   if (state.session) applyConfig();
 }

@@ -122,7 +122,9 @@ def classroom(args) -> int:
                   teacher_token=token)
     scheme = "https" if tls["on"] else "http"
     loopback = args.host in ("127.0.0.1", "localhost", "::1")
-    _print_start(urls, f"{scheme}://127.0.0.1:{args.port}/teacher#token={token}", tls, sess,
+    here = "127.0.0.1" if args.host in ("0.0.0.0", "::", "", "localhost") else args.host
+    here = f"[{here}]" if ":" in here else here
+    _print_start(urls, f"{scheme}://{here}:{args.port}/teacher#token={token}", tls, sess,
                  loopback)
     ssl = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)} if cert else {}
     common = dict(host=args.host, port=args.port, log_level="warning", timeout_keep_alive=30,
