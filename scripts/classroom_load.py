@@ -257,8 +257,9 @@ async def main(args) -> int:
                 "name": "load", "config": {"model": "mlp-ts17"}, "pinned": ["model"]})
             sid = r.json()["id"]
             manifest = (await c.get("/data/mnist/manifest.json")).json()
-            wheel = (await c.get("/api/wheel")).json()["url"]
-        assets = {"pyodide": [f"/vendor/pyodide/{f}" for f in PYODIDE], "wheel": wheel,
+            meta = (await c.get("/api/wheel")).json()
+            wheel, pyodide = meta["url"], meta.get("pyodide", "/vendor/pyodide/")
+        assets = {"pyodide": [f"{pyodide}{f}" for f in PYODIDE], "wheel": wheel,
                   "shards": [f"/data/mnist/{e['file']}" for s in manifest["splits"].values()
                              for e in s.values() if isinstance(e, dict) and "file" in e]}
         t0 = time.monotonic()

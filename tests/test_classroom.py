@@ -268,6 +268,29 @@ def test_security_headers_and_no_cors(tmp_path):
         assert "access-control-allow-origin" not in r.headers
 
 
+def test_static_caching(tmp_path):
+    """Shards and the Pyodide runtime: immutable under content-addressed / versioned names,
+    strong ETags, 304 on revalidation, Range; the page's own files revalidate."""
+    app = make_app(tmp_path)
+    with TestClient(app) as c:
+        meta = c.get("/api/wheel").json()
+        assert meta["pyodide"].startswith("/vendor/pyodide@")
+        r = c.get(meta["pyodide"] + "pyodide-lock.json")
+        assert r.status_code == 200 and "immutable" in r.headers["cache-control"]
+        etag = r.headers["etag"]
+        assert c.get(meta["pyodide"] + "pyodide-lock.json",
+                     headers={"If-None-Match": etag}).status_code == 304
+        assert c.get("/vendor/pyodide@0.0.0-0/pyodide-lock.json").status_code == 404
+        assert c.get(meta["pyodide"] + "..%2f..%2fpackage.json").status_code in (400, 404)
+        shard = next(e["file"] for e in c.get("/data/mnist/manifest.json").json()["splits"]
+                     ["test"].values() if isinstance(e, dict))
+        r = c.get(f"/data/mnist/{shard}", headers={"Range": "bytes=0-99"})
+        assert r.status_code == 206 and len(r.content) == 100
+        assert "immutable" in r.headers["cache-control"]
+        r = c.get("/classroom.js")
+        assert r.headers["cache-control"] == "no-cache" and r.headers["etag"]
+
+
 def test_sse_stream_sends_roster_and_points(tmp_path):
     from webgpu_trainer.host.classroom import teacher as teacher_mod
     app = make_app(tmp_path)

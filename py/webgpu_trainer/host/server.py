@@ -104,6 +104,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     uploads_dir = Path(uploads_dir or root / ".cache" / "uploads")
     bundles: dict = {}
     verified: dict = {}
+    versions: dict = {}
     lock = threading.Lock()
 
     def onnx_io():
@@ -155,7 +156,32 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     def api_wheel(request: Request) -> Response:
         from .wheel import ensure_wheel
         path = ensure_wheel(wheels_dir, root)
-        return JSONResponse({"url": f"/wheels/{path.name}"})
+        return JSONResponse({"url": f"/wheels/{path.name}",
+                             "pyodide": f"/vendor/pyodide@{pyodide_tag()}/"})
+
+    def pyodide_tag() -> str:
+        """The installed Pyodide's version and npm integrity hash (web/package-lock.json):
+        ``/vendor/pyodide@TAG/`` names exactly these files, so they are served immutable."""
+        pkg = root / "web" / "node_modules" / "pyodide" / "package.json"
+        key = (pkg.stat().st_mtime_ns, pkg.stat().st_size) if pkg.is_file() else None
+        if versions.get("pyodide", (None,))[0] != key:
+            version, integrity = "none", ""
+            try:
+                version = json.loads(pkg.read_text())["version"]
+                lock = json.loads((root / "web" / "package-lock.json").read_text())
+                integrity = lock["packages"]["node_modules/pyodide"].get("integrity", "")
+            except (OSError, ValueError, KeyError):
+                pass
+            digest = hashlib.sha256(integrity.encode()).hexdigest()[:10]
+            versions["pyodide"] = (key, f"{version}-{digest}")
+        return versions["pyodide"][1]
+
+    def pyodide_pinned(request: Request) -> Response:
+        if request.path_params["tag"] != pyodide_tag():
+            raise ApiError(404, f"not found: Pyodide {request.path_params['tag']} (this "
+                                f"server has {pyodide_tag()})")
+        path = safe_join(root / "web" / "node_modules" / "pyodide", request.path_params["file"])
+        return file_response(request, path, cache=IMMUTABLE)
 
     def wheels(request: Request) -> Response:
         name = request.path_params["file"]
@@ -347,6 +373,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         Route("/data/mnist/{shard:path}", mnist_shard, methods=["GET", "HEAD"]),
         Route("/vendor/pyodide/{file:path}", vendor("web/node_modules/pyodide"),
               methods=["GET", "HEAD"]),
+        Route("/vendor/pyodide@{tag}/{file:path}", pyodide_pinned, methods=["GET", "HEAD"]),
         Route("/vendor/uplot/{file:path}", vendor("web/node_modules/uplot/dist"),
               methods=["GET", "HEAD"]),
         Route("/wheels/{file:path}", wheels, methods=["GET", "HEAD"]),
