@@ -15,7 +15,9 @@ from sqlalchemy.engine import Engine, make_url
 MAX_POINTS_PER_RUN = 20000   # loss points kept per run (a run reports every N steps)
 MAX_RUNS_PER_STUDENT = 50
 MAX_STUDENTS_PER_SESSION = 500
-DISCONNECTED_AFTER_S = 20.0  # no post for this long: a live state reads "disconnected"
+# no post for this long: a live state reads "disconnected". Chrome wakes timers of a tab hidden
+# for 5 minutes once a minute, so a page in the background reports only that often.
+DISCONNECTED_AFTER_S = 75.0
 
 metadata = MetaData()
 
