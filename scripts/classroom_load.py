@@ -48,6 +48,7 @@ class Stats:
         self.errors: dict[str, int] = {}
         self.bytes = 0
         self.events = 0  # events the teacher's live stream received
+        self.downloading = 0  # students still downloading
         self.samples: list = []
 
     def add(self, kind: str, seconds: float):
@@ -98,12 +99,14 @@ async def student(i, base, sid, assets, stats, args, t_end):
                                  limits=httpx.Limits(max_connections=6)) as c:
         await asyncio.sleep(random.uniform(0, args.ramp))
         etags: dict = {}
+        stats.downloading += 1
         for url in PAGE + ["/api/wheel"]:
             await download(c, stats, "page", url, etags)
         for url in assets["pyodide"] + [assets["wheel"]]:
             await download(c, stats, "pyodide+wheel", url, etags)
         for url in assets["shards"]:
             await download(c, stats, "shard", url, etags)
+        stats.downloading -= 1
         for url, tag in etags.items():  # the second visit: all revalidated
             await timed(stats, "revalidate (304)", c.get(url, headers={"If-None-Match": tag}),
                         ok=(304,))
@@ -128,8 +131,9 @@ async def student(i, base, sid, assets, stats, args, t_end):
                                   "epochs": 1, "images_per_s": 640.0}}
             if n == 0:
                 batch.update(config=cfg, adapter=f"simulated GPU {i}")
-            await timed(stats, "metrics post", c.post("/api/classroom/report", json=batch,
-                                                      headers=key))
+            kind = ("metrics post (downloads over)" if stats.downloading == 0
+                    else "metrics post (while others download)")
+            await timed(stats, kind, c.post("/api/classroom/report", json=batch, headers=key))
             sent += 1
             await asyncio.sleep(2.0)
         await timed(stats, "metrics post", c.post("/api/classroom/report", headers=key, json={
