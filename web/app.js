@@ -8,6 +8,7 @@
 
 import uPlot from "/vendor/uplot/uPlot.esm.js";
 import { showSelfCheck } from "/selfcheck.js";
+import { attachClassroom } from "/classroom.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -587,6 +588,7 @@ let trainStart = 0;
 function startWorker() {
   try {
     worker = new Worker("/worker.js", { type: "module" });
+    attachClassroom(worker);  // classroom mode (?class=ID): web/classroom.js
   } catch (e) {
     showError(`Could not start the worker: ${e.message ?? e}`);
     setPhase("error");
