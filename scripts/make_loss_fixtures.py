@@ -1,5 +1,5 @@
 """Write tests/fixtures/losses.json: torch.nn.functional's loss values and input gradients that
-tests/test_losses.py compares with the numpy engine's losses (webgpu_trainer.cpu.losses).
+tests/test_ops_losses.py compares with the numpy engine's losses (webgpu_trainer.cpu.losses).
 
 For every loss spec (cross_entropy with weight / label_smoothing, nll with weight, mse,
 bce_with_logits; reduction mean and sum) and a few [B, C] shapes (B in 1, 7, 64; C in 2, 7,

@@ -7,9 +7,10 @@
 //                 valid iff every t_d % geo[d].w == 0 and 0 <= t_d / geo[d].w < ext[d].x:
 //                   out[dst_off + sum idx_d * ext[d].z] =
 //                     valid ? x[src_off + sum (t_d / geo[d].w) * ext[d].y] : value
-//                 (value = fill[0] when use_fill, else p.value). Transpose/Expand/Concat are
-//                 plain copies (geo = (size, 1, 0, 1)), Slice forward t = start + idx*step, its
-//                 backward t = (idx - start) / step, Pad forward t = idx - pad_begin, its
+//                 (value = fill[0] when use_fill, else p.value); the divisor geo[d].w is > 0.
+//                 Transpose/Expand/Concat are plain copies (geo = (size, 1, 0, 1)), Slice
+//                 forward t = start + idx*step, its backward t = (idx - start) / step (for a
+//                 negative step: (start - idx) / -step), Pad forward t = idx - pad_begin, its
 //                 backward t = idx + pad_begin.
 //   masked_sum:   workgroup k sums, over its part of i < n, x[i] where the position i of the
 //                 strided gather above is NOT valid (Pad's padded cells) into out[k].
@@ -49,11 +50,17 @@ fn locate(i: u32) -> Loc {
     let idx = rem % size;
     rem = rem / size;
     var t = i32(idx) * g.y + g.z;
+    // A negative t is out of range whatever the divisor (div > 0, see ops/layout.py). Test it
+    // BEFORE dividing, and divide unsigned: WGSL defines i32 `%` and `/` of negative operands
+    // (truncation), but naga's GLSL output uses GLSL's `%`, undefined for negative operands
+    // (llvmpipe gives -7 % 2 == 1), which made the OpenGL backend keep wrong cells.
+    ok = ok && t >= 0;
     if (g.w != 1) {
-      ok = ok && (t % g.w == 0);
-      t = t / g.w;
+      let ut = u32(max(t, 0));
+      ok = ok && (ut % u32(g.w) == 0u);
+      t = i32(ut / u32(g.w));
     }
-    ok = ok && t >= 0 && t < e.x;
+    ok = ok && t < e.x;
     src += t * e.y;
     dst += idx * u32(e.z);
   }

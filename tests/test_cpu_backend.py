@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import test_optim
-from conftest import (FWD_RTOL, OPTIM_RTOL, build, make_graph, node, read_flat, rel_err, run,
-                      step_bytes)
+from conftest import FWD_RTOL, OPTIM_RTOL, make_graph, node, rel_err, run
+from harness import read_flat
 from webgpu_trainer.cli import commands as native
-from webgpu_trainer.engine import schedulers
+from webgpu_trainer.engine import parity, schedulers
 from webgpu_trainer.engine import optim as gpu_optim
 from webgpu_trainer.engine import train as train_mod
 from webgpu_trainer.cpu import optim
@@ -170,15 +170,14 @@ def test_gpu_state_continues_on_cpu(device):
 
     async def gpu_half():
         graph, blob = _model()
-        plan = await build(device, graph, blob, PROBLEM["batch"])
-        device.write(plan.input.buf, np.array(PROBLEM["x"], np.float32).tobytes())
-        device.write(plan.labels.buf, np.array(PROBLEM["labels"], np.uint32).tobytes())
+        plan = await parity.load(device, graph, blob, PROBLEM["batch"],
+                                 np.array(PROBLEM["x"], np.float32).tobytes(),
+                                 np.array(PROBLEM["labels"], np.uint32).tobytes())
         opt = _optimizer(cfg, gpu_optim).follow(lr_at)
         await opt.attach(plan)
-        prog = device.program(plan.fwd_train + plan.loss + plan.bwd + opt.dispatches)
+        prog = parity.program(device, plan, opt=opt)
         for t in range(1, 6):
-            device.write(plan.step, step_bytes(t, lr=lr_at(t), a=opt.scalars(t, lr_at(t))))
-            device.submit([prog])
+            parity.run_step(device, plan, t, opt=opt, lr=lr_at(t), prog=prog)
         first = await read_flat(device, plan, plan.P, "fc.weight")
         return await device.read(plan.P), await opt.state_bytes(device), first
 

@@ -35,12 +35,14 @@ import pathlib
 import numpy as np
 import onnx
 import pytest
-from conftest import _record, read_f32, read_flat, rel_err, run, step_bytes
+from conftest import _record, rel_err, run
+from harness import read_f32, read_flat
 
 from webgpu_trainer import onnx_io
 from webgpu_trainer.engine import optim
-from webgpu_trainer.engine.graph import Graph
-from webgpu_trainer.engine.plan import Plan
+from webgpu_trainer.engine import parity
+
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURES = sorted((ROOT / "tests" / "fixtures" / "models").glob("*.onnx"))
@@ -98,21 +100,19 @@ def fixtures(device):
         key = "plan0" if ratio0 and has_dropout else "plan"
         if key not in entry:
             graph = _ratio0(entry["graph"]) if key == "plan0" else entry["graph"]
-            entry[key] = run(Plan.build(device, Graph(graph), len(entry["ref"]["labels"]),
-                                        loss=str(entry["ref"]["loss_kind"])))
+            entry[key] = run(parity.load(device, graph, None, len(entry["ref"]["labels"]),
+                                         loss=str(entry["ref"]["loss_kind"])))
         return entry["graph"], entry["blob"], entry["ref"], entry[key]
     return get
 
 
 def _upload(dev, plan, blob, x, labels):
-    dev.write(plan.P, blob + bytes(plan.wbytes - len(blob)))
-    dev.write(plan.input.buf, np.ascontiguousarray(x, np.float32).tobytes())
-    dev.write(plan.labels.buf, np.asarray(labels, np.uint32).tobytes())
+    run(parity.load(dev, None, blob, len(labels), np.ascontiguousarray(x, np.float32).tobytes(),
+                    np.asarray(labels, np.uint32).tobytes(), plan=plan))
 
 
 async def _eval_output(dev, plan):
-    dev.write(plan.step, step_bytes(1, SEED))
-    dev.submit([dev.program(plan.fwd_eval)])
+    parity.run_step(dev, plan, 1, SEED, train=False)
     return await read_f32(dev, plan.acts[plan.graph.output])
 
 
@@ -135,8 +135,7 @@ def test_gradients_match_torch(path, device, fixtures):
     tag = f"gpu {path.stem}"
     assert plan.loss_spec["loss"] == str(ref["loss_kind"])
     _upload(device, plan, blob, ref["x"], ref["labels"])
-    device.write(plan.step, step_bytes(1, SEED))
-    device.submit([device.program(plan.fwd_train + plan.loss + plan.bwd)])
+    parity.run_step(device, plan, 1, SEED)
 
     async def read():
         grads = {n: await read_flat(device, plan, plan.G, n) for n in plan.trainable}
@@ -176,11 +175,9 @@ def test_train_export_round_trip(path, device, fixtures, tmp_path):
     _upload(dev, plan, blob, ref["x"], ref["labels"])
     opt, opt_desc = _optimizer(path)
     run(opt.attach(plan))
-    program = dev.program(plan.fwd_train + plan.loss + plan.bwd + opt.dispatches)
+    program = parity.program(dev, plan, opt=opt)
     for t in range(1, STEPS + 1):
-        a0, a1, a2 = opt.scalars(t, opt.lr)
-        dev.write(plan.step, step_bytes(t, SEED, opt.lr, (a0, a1, a2)))
-        dev.submit([program])
+        parity.run_step(dev, plan, t, SEED, opt=opt, prog=program)
     met = np.frombuffer(run(dev.read(plan.metrics, 0, 8 * STEPS)), np.float32).reshape(STEPS, 2)
     losses = met[:, 0]
     assert np.isfinite(losses).all(), losses

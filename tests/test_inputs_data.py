@@ -13,7 +13,8 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import make_graph, node, one_step, run
+from conftest import make_graph, node, run
+from harness import one_step
 
 from webgpu_trainer.host import data
 from webgpu_trainer.cpu.losses import criterion

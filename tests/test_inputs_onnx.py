@@ -21,7 +21,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import _record, one_step, rel_err, run
+from conftest import _record, rel_err, run
+from harness import one_step
 from onnx import TensorProto, helper, numpy_helper
 
 from webgpu_trainer import onnx_io
@@ -145,15 +146,12 @@ def test_dequantized_weights_train(name):
 def test_dequantized_model_inits_trains_and_exports(device):
     """Scratch init on the GPU (was KeyError 'fc1.weight'), a step, export: float32 weights,
     onnxruntime == the engine."""
-    from webgpu_trainer.engine.graph import Graph
-    from webgpu_trainer.engine.plan import Plan
+    from webgpu_trainer.engine import parity
     path = HOSTILE / "dequantize.onnx"
     graph, blob = onnx_io.load_bundle(path)
 
     async def go():
-        plan = await Plan.build(device, Graph(graph), 4)
-        device.write(plan.P, blob + bytes(plan.wbytes - len(blob)))
-        await plan.init_weights(3)
+        plan = await parity.load(device, graph, blob, 4, init_seed=3)
         raw = await device.read(plan.P, 0, len(blob))
         return raw
     trained = run(go())

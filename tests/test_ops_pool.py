@@ -1,186 +1,24 @@
 """Pooling (MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool): the engine on the native
-device against the float64 numpy engine, and the numpy engine against hand-computed values,
-PyTorch and onnxruntime (those two skipped when missing).
-
-Each device test runs input -> Conv 1x1 -> pool -> Flatten -> Gemm -> LogSoftmax for one
-training step, so the pool's input gradient flows into the Conv and is compared too.
+device against the float64 numpy engine (tests/cases/pool.py), shapes and refusals, and the
+numpy engine against hand-computed values, PyTorch and onnxruntime (those two skipped when
+missing).
 """
 
 import numpy as np
 import pytest
-import reference as ref
-from conftest import check, compare, f32, head, make_graph, node, one_step, params_of, rng_for, run
+
+from cases import ids, pool
+from conftest import f32, make_graph, node, rng_for
+from harness import check_case
 from webgpu_trainer.cpu import pool as cpool
 from webgpu_trainer.engine.graph import Graph, GraphError
 
-# id: (C, H, W, (kh, kw), pads [t, l, b, r], strides, dilations, ceil_mode)
-MAX_CASES = {
-    "k2_s2": (3, 8, 8, (2, 2), [0, 0, 0, 0], [2, 2], [1, 1], 0),
-    "k3_s1_pad1_overlap": (2, 7, 7, (3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 0),
-    "k3_s2_overlap": (2, 9, 7, (3, 3), [0, 0, 0, 0], [2, 2], [1, 1], 0),
-    "k2_s2_ceil": (2, 7, 7, (2, 2), [0, 0, 0, 0], [2, 2], [1, 1], 1),
-    "k3_s2_ceil_pad": (3, 8, 9, (3, 3), [1, 1, 1, 1], [2, 2], [1, 1], 1),
-    "ceil_drops_last": (2, 5, 5, (2, 2), [1, 1, 1, 1], [2, 2], [1, 1], 1),
-    "asym_pads": (3, 7, 9, (3, 2), [1, 0, 0, 1], [2, 1], [1, 1], 0),
-    "asym_pads_ceil": (2, 6, 7, (3, 3), [0, 1, 2, 0], [2, 2], [1, 1], 1),
-    "dil2": (2, 9, 9, (3, 3), [2, 2, 2, 2], [1, 1], [2, 2], 0),
-    "dil2_s2_ceil_asym": (2, 8, 9, (2, 3), [1, 0, 0, 1], [2, 2], [2, 1], 1),
-    "stride_gt_kernel": (2, 7, 7, (2, 2), [0, 0, 0, 0], [3, 3], [1, 1], 0),
-    "width33": (1, 1, 33, (1, 3), [0, 1, 0, 1], [1, 2], [1, 1], 0),
-    "c7_k2_s1": (7, 5, 6, (2, 2), [0, 0, 0, 0], [1, 1], [1, 1], 1),
-    "one_pixel": (3, 1, 1, (1, 1), [0, 0, 0, 0], [1, 1], [1, 1], 0),
-    "one_row_pad": (2, 1, 7, (3, 3), [1, 1, 1, 1], [1, 2], [1, 1], 0),
-}
-
-# id: (C, H, W, (kh, kw), pads, strides, ceil_mode, count_include_pad)
-AVG_CASES = {
-    "k2_s2": (3, 8, 8, (2, 2), [0, 0, 0, 0], [2, 2], 0, 0),
-    "k3_s1_pad_excl": (2, 7, 7, (3, 3), [1, 1, 1, 1], [1, 1], 0, 0),
-    "k3_s1_pad_incl": (2, 7, 7, (3, 3), [1, 1, 1, 1], [1, 1], 0, 1),
-    "k3_s2_ceil_incl": (2, 8, 7, (3, 3), [1, 1, 1, 1], [2, 2], 1, 1),
-    "k3_s2_ceil_excl": (2, 8, 7, (3, 3), [1, 1, 1, 1], [2, 2], 1, 0),
-    "ceil_drops_last_incl": (2, 5, 5, (2, 2), [1, 1, 1, 1], [2, 2], 1, 1),
-    "k2_s2_ceil_nopad_incl": (2, 7, 9, (2, 2), [0, 0, 0, 0], [2, 2], 1, 1),
-    "asym_incl": (3, 7, 9, (2, 3), [0, 1, 1, 0], [1, 2], 0, 1),
-    "asym_ceil_excl": (2, 9, 6, (3, 2), [1, 0, 0, 1], [2, 2], 1, 0),
-    "asym_ceil_incl": (2, 6, 7, (3, 3), [0, 1, 2, 0], [2, 2], 1, 1),
-    "width33": (1, 1, 33, (1, 3), [0, 1, 0, 1], [1, 1], 0, 0),
-    "c7_k3_s3": (7, 7, 7, (3, 3), [0, 0, 0, 0], [3, 3], 1, 0),
-    "one_pixel_pad_incl": (3, 1, 1, (3, 3), [1, 1, 1, 1], [1, 1], 0, 1),
-}
-
-GLOBAL_CASES = {"c3_7x7": (3, 7, 7), "c2_1x33": (2, 1, 33), "c33_2x3": (33, 2, 3),
-                "c1_1x1": (1, 1, 1)}
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 
 
-def _pool_model(rng, c, h, w, pool_node, out_hw, relu=False, identity=False):
-    """input -> Conv 1x1 (-> Relu) -> pool -> Flatten -> Gemm -> LogSoftmax."""
-    classes = 5
-    if identity:  # pre_out == input exactly, so ties in the input survive the Conv
-        pre_w, pre_b = f32(np.eye(c).reshape(c, c, 1, 1)), f32(np.zeros(c))
-    else:
-        pre_w = f32(rng.standard_normal((c, c, 1, 1)) / np.sqrt(c) + np.eye(c).reshape(c, c, 1, 1))
-        pre_b = f32(rng.standard_normal(c) * 0.1)
-    nodes = [node("Conv", ["input", "pre.w", "pre.b"], ["pre_out"], kernel_shape=[1, 1],
-                  pads=[0, 0, 0, 0], strides=[1, 1], dilations=[1, 1], group=1)]
-    src = "pre_out"
-    if relu:
-        nodes.append(node("Relu", ["pre_out"], ["relu_out"]))
-        src = "relu_out"
-    pool_node["inputs"] = [src]
-    nodes += [pool_node, node("Flatten", ["pool_out"], ["flat"], axis=1)]
-    hn, ht = head("flat", c * out_hw[0] * out_hw[1], classes, rng)
-    tensors = [("pre.w", pre_w, "param"), ("pre.b", pre_b, "param")] + ht
-    graph, blob = make_graph(nodes + hn, tensors, [("input", ["N", c, h, w])],
-                             [("output", ["N", classes])])
-    return graph, blob, nodes + hn, tensors, classes
-
-
-def _step_and_compare(device, tag, rng, c, h, w, pool_node, x=None, relu=False,
-                      identity=False, batch=2):
-    out_hw = Graph(make_graph([dict(pool_node, inputs=["input"])], [], [("input", ["N", c, h, w])],
-                              [("pool_out", ["N"])])[0]).shapes(batch)["pool_out"][2:]
-    graph, blob, nodes, tensors, classes = _pool_model(rng, c, h, w, pool_node, out_hw, relu,
-                                                       identity)
-    if x is None:
-        # distinct values: no ties in any window (up to float32 rounding of the 1x1 Conv)
-        x = f32(rng.permutation(batch * c * h * w).reshape(batch, c, h, w)
-                / (batch * c * h * w) * 4 - 2)
-    labels = rng.integers(0, classes, batch)
-    res = run(one_step(device, graph, blob, x, labels))
-    want = ref.chain_step(nodes, params_of(tensors), x, labels)
-    # an in-place ReLU shares its gradient buffer with pre_out: compare d pre_out only
-    compare(tag, res, want, acts=["relu_out" if relu else "pre_out", "pool_out"],
-            dacts=["pre_out", "pool_out"])
-    return res, want
-
-
-@pytest.mark.parametrize("case", list(MAX_CASES))
-def test_maxpool(device, case):
-    c, h, w, k, pads, strides, dil, ceil = MAX_CASES[case]
-    pn = node("MaxPool", ["?"], ["pool_out"], kernel_shape=list(k), pads=pads, strides=strides,
-              dilations=dil, ceil_mode=ceil, auto_pad="NOTSET", storage_order=0)
-    _step_and_compare(device, "MaxPool", rng_for("maxpool", case), c, h, w, pn)
-
-
-@pytest.mark.parametrize("case", list(AVG_CASES))
-def test_averagepool(device, case):
-    c, h, w, k, pads, strides, ceil, incl = AVG_CASES[case]
-    pn = node("AveragePool", ["?"], ["pool_out"], kernel_shape=list(k), pads=pads,
-              strides=strides, ceil_mode=ceil, count_include_pad=incl, auto_pad="NOTSET")
-    _step_and_compare(device, "AveragePool", rng_for("avgpool", case), c, h, w, pn)
-
-
-@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
-@pytest.mark.parametrize("case", list(GLOBAL_CASES))
-def test_global_pool(device, op, case):
-    c, h, w = GLOBAL_CASES[case]
-    res, _ = _step_and_compare(device, op, rng_for(op, case), c, h, w,
-                               node(op, ["?"], ["pool_out"]))
-    assert list(res["acts"]["pool_out"].shape) == [2, c, 1, 1]
-
-
-@pytest.mark.parametrize("mode,op", [("SAME_UPPER", "MaxPool"), ("SAME_LOWER", "AveragePool"),
-                                     ("VALID", "MaxPool")])
-def test_auto_pad(device, mode, op):
-    """auto_pad becomes explicit pads (odd total: the extra row at the end / beginning)."""
-    extra = {"count_include_pad": 0} if op == "AveragePool" else {"dilations": [1, 1]}
-    pn = node(op, ["?"], ["pool_out"], kernel_shape=[2, 3], strides=[2, 2], auto_pad=mode,
-              **extra)
-    res, _ = _step_and_compare(device, op, rng_for("auto_pad", mode, op), 2, 7, 6, pn)
-    want = [4, 3] if mode != "VALID" else [3, 2]
-    assert list(res["acts"]["pool_out"].shape[2:]) == want
-
-
-@pytest.mark.parametrize("relu", [True, False])
-def test_maxpool_ties_first_max(device, relu):
-    """Ties everywhere (small integers through an identity Conv, ReLU zeros): the gradient of
-    each window goes to its FIRST maximum in window order on the device exactly as in the numpy
-    engine (checked against PyTorch below)."""
-    rng = rng_for("maxpool_ties", relu)
-    c, h, w = 3, 7, 8
-    x = f32(rng.integers(-2, 3, (2, c, h, w)))
-    pn = node("MaxPool", ["?"], ["pool_out"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
-              strides=[1, 2], dilations=[1, 1], ceil_mode=1)
-    res, want = _step_and_compare(device, "MaxPool", rng, c, h, w, pn, x=x, relu=relu,
-                                  identity=True)
-    # the windows really hold ties (also between positive values, whose gradient survives the
-    # ReLU), and the gradient reaches the same elements
-    src = "relu_out" if relu else "pre_out"
-    assert _windows_with_tied_max(want["acts"][src], pn, positive=True) > 20
-    np.testing.assert_array_equal(res["dacts"]["pre_out"] != 0, want["dacts"]["pre_out"] != 0)
-
-
-def _windows_with_tied_max(x, pn, positive=False):
-    """How many windows of ``pn`` over ``x`` hold their maximum (> 0 if ``positive``) more than
-    once."""
-    a = pn["attrs"]
-    y, _ = cpool.maxpool2d(x, a["kernel_shape"], a["strides"], a["pads"], a["dilations"],
-                           a["ceil_mode"])
-    ties = 0
-    pt, pl = a["pads"][:2]
-    for idx in np.ndindex(*y.shape):
-        n, c, oh, ow = idx
-        r0, c0 = oh * a["strides"][0] - pt, ow * a["strides"][1] - pl
-        win = x[n, c, max(r0, 0):r0 + a["kernel_shape"][0], max(c0, 0):c0 + a["kernel_shape"][1]]
-        ties += int((win == y[idx]).sum() > 1 and (y[idx] > 0 or not positive))
-    return ties
-
-
-def test_maxpool_eval_forward(device):
-    """The eval program (no argmax saved) gives the same values."""
-    rng = rng_for("maxpool_eval")
-    c, h, w = 2, 7, 7
-    pn = node("MaxPool", ["?"], ["pool_out"], kernel_shape=[3, 3], pads=[1, 0, 0, 1],
-              strides=[2, 2], dilations=[1, 1], ceil_mode=1)
-    out_hw = (4, 4)
-    graph, blob, nodes, tensors, classes = _pool_model(rng, c, h, w, pn, out_hw)
-    x = f32(rng.standard_normal((3, c, h, w)))
-    labels = rng.integers(0, classes, 3)
-    res = run(one_step(device, graph, blob, x, labels, train=False))
-    want = ref.chain_step(nodes, params_of(tensors), x, labels, train=False)
-    check("MaxPool", "fwd", res["acts"]["pool_out"], want["acts"]["pool_out"], "eval pool_out")
-    check("MaxPool", "fwd", res["acts"]["output"], want["acts"]["output"], "eval output")
+@pytest.mark.parametrize("case", pool.CASES, ids=ids(pool.CASES))
+def test_case(device, case):
+    check_case(device, case)
 
 
 # ---- shapes and refusals --------------------------------------------------------------------

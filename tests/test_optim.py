@@ -11,11 +11,13 @@ import pathlib
 import numpy as np
 import pytest
 
-from conftest import (FWD_RTOL, OPTIM_RTOL, build, make_graph, node, read_flat, rel_err, run,
-                      step_bytes)
+from conftest import FWD_RTOL, OPTIM_RTOL, make_graph, node, rel_err, run, tag_of
+from harness import read_flat
+from webgpu_trainer.engine import parity
 from webgpu_trainer.engine import optim
 from webgpu_trainer.engine import schedulers
-from webgpu_trainer.engine.plan import METRICS_RING
+
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 
 FIXTURE = json.loads((pathlib.Path(__file__).parent / "fixtures" / "optim.json").read_text())
 PROBLEM = FIXTURE["problem"]
@@ -47,21 +49,17 @@ async def _setup(dev, cfg, weights=None):
     """A fresh plan on the fixture's problem (weights: bytes of P, else the start) and
     ``cfg``'s optimizer attached; returns ``(plan, opt, program)``."""
     graph, blob = _model()
-    plan = await build(dev, graph, blob, PROBLEM["batch"])
-    if weights is not None:
-        dev.write(plan.P, weights)
-    dev.write(plan.input.buf, np.array(PROBLEM["x"], np.float32).tobytes())
-    dev.write(plan.labels.buf, np.array(PROBLEM["labels"], np.uint32).tobytes())
+    plan = await parity.load(dev, graph, blob if weights is None else weights,
+                             PROBLEM["batch"], np.array(PROBLEM["x"], np.float32).tobytes(),
+                             np.array(PROBLEM["labels"], np.uint32).tobytes())
     opt = _optimizer(cfg)
     opt.follow(_lr_at(cfg))  # momentum / beta1 cycling (OneCycleLR), before attach
     await opt.attach(plan)
-    return plan, opt, dev.program(plan.fwd_train + plan.loss + plan.bwd + opt.dispatches)
+    return plan, opt, parity.program(dev, plan, opt=opt)
 
 
 def _step(dev, plan, opt, prog, t, lr_at):
-    lr = lr_at(t)
-    dev.write(plan.step, step_bytes(t, lr=lr, a=opt.scalars(t, lr)))
-    dev.submit([prog])
+    parity.run_step(dev, plan, t, opt=opt, lr=lr_at(t), prog=prog)
 
 
 async def _replay(dev, cfg):
@@ -72,7 +70,7 @@ async def _replay(dev, cfg):
         _step(dev, plan, opt, prog, t, lr_at)
         params.append({name: await read_flat(dev, plan, plan.P, name) for name in
                        PROBLEM["params"]})
-        slot = 8 * ((t - 1) % METRICS_RING)
+        slot = 8 * parity.metrics_slot(t)
         losses.append(float(np.frombuffer(await dev.read(plan.metrics, slot, 4), np.float32)[0]))
         norms.append(float(np.frombuffer(await dev.read(opt.clip, 0, 4), np.float32)[0]))
     whole = np.frombuffer(await dev.read(plan.P), np.float32)
@@ -106,7 +104,7 @@ def test_optimizer_matches_torch(device, name):
         assert max(abs(opt.momentum_of(t) - want) for t, want in
                    enumerate(cfg["momenta"], 1)) <= SCHED_ATOL
         assert abs(opt.scalars(3, 0.1)[2] - cfg["momenta"][2]) <= SCHED_ATOL
-    MAX_ERR[name] = worst
+    MAX_ERR[tag_of(name)] = worst
 
 
 @pytest.mark.parametrize("name", list(FIXTURE["schedulers"]))

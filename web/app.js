@@ -2,6 +2,7 @@
 //
 // Talks to the module worker (/worker.js) with the protocol in docs/ARCHITECTURE.md:
 //   main -> worker: {type: "start", model, config}, {type: "stop"}
+//   worker -> main: selfcheck (the GPU self-check's warning, web/selfcheck.js)
 //   worker -> main: status, adapter, no_webgpu, error, ready, progress, epoch, done
 // The settings form is drawn from the run configuration's schema (form.js). Test hooks:
 // window.appState (phase, adapter, steps, epochs, ...), window.lastRun (the last `done`
@@ -21,6 +22,8 @@ import { setTrainable, trainableConfig } from "./summary.js";
 import { addEpoch, addSteps, makeCharts, resetCharts } from "./charts.js";
 import { renderProgress, requestRender } from "./progress.js";
 import { clearResults, downloadOnnx, showResults } from "./results.js";
+import { showSelfCheck } from "/selfcheck.js";
+import { attachClassroom } from "/classroom.js";
 
 let worker = null;
 let trainStart = 0;
@@ -72,6 +75,7 @@ hooks.sync = syncControls;
 function startWorker() {
   try {
     worker = new Worker("/worker.js", { type: "module" });
+    attachClassroom(worker);  // classroom mode (?class=ID): web/classroom.js
   } catch (e) {
     showError(`Could not start the worker: ${e.message ?? e}`);
     setPhase("error");
@@ -102,6 +106,7 @@ function showAdapter(info) {
 }
 
 const handlers = {
+  selfcheck: showSelfCheck,  // the GPU self-check's warning (web/selfcheck.js)
   status(m) {
     setStatus(m.text);
     log(m.text);
@@ -201,7 +206,8 @@ async function startTraining() {
     log("Note: “Train from scratch” re-initialises the frozen parameters too; choose " +
       "“Fine-tune” to keep the model’s weights in the frozen layers.", "error");
   }
-  worker.postMessage({ type: "start", model, config: cfg });
+  // config.model too: classroom mode (web/classroom.js) reads and pins it there
+  worker.postMessage({ type: "start", model, config: { ...cfg, model } });
 }
 
 function stopTraining() {
@@ -234,13 +240,13 @@ async function boot() {
   makeCharts();
   setPhase("booting");
   renderProgress();
-  startWorker();
-  try {
+  try {  // the form first: classroom mode puts the teacher's settings into it
     await loadSchema();
     buildForm($("config-form"), $("presets"));
   } catch (e) {
     showError(`Could not load the settings: ${e.message ?? e}`);
   }
+  startWorker();
   loadModels();
 }
 

@@ -16,9 +16,10 @@ self.onmessage = (event) => {
 
 async function boot() {
   post("status", { text: "Loading Python (Pyodide)…" });
-  const pyodide = await loadPyodide({ indexURL: "/vendor/pyodide/" });
-  post("status", { text: "Loading the engine…" });
   const meta = await (await fetch("/api/wheel")).json();
+  // a versioned folder: the runtime's large files are cached as immutable
+  const pyodide = await loadPyodide({ indexURL: meta.pyodide ?? "/vendor/pyodide/" });
+  post("status", { text: "Loading the engine…" });
   const wheel = await fetch(meta.url);
   if (!wheel.ok) throw new Error(`engine wheel ${meta.url}: HTTP ${wheel.status}`);
   pyodide.unpackArchive(await wheel.arrayBuffer(), "wheel");

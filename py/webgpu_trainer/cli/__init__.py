@@ -1,2 +1,3 @@
-"""The command line: ``webgpu-trainer serve | data | train | predict | summary | bench``
-(main.py dispatches; commands.py runs train/predict/summary natively)."""
+"""The command line: ``webgpu-trainer serve | data | train | predict | summary | bench | doctor``
+(main.py dispatches; commands.py runs train/predict/summary natively; doctor.py the GPU
+self-check, also before train)."""

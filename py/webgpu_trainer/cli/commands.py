@@ -59,6 +59,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import doctor
 from ..engine import config as run_config
 from ..engine import train as train_mod
 from .checkpoints import (CKPT_FORMAT as CKPT_FORMAT, CKPT_MAGIC as CKPT_MAGIC,
@@ -123,7 +124,8 @@ def train(args) -> int:
         print("error: " + (lines[0] if len(lines) == 1 else f"{len(lines)} bad options:\n- "
                            + "\n- ".join(lines)), file=sys.stderr)
         return 2
-    except (NotImplementedError, ValueError, FileNotFoundError, DataError) as exc:
+    except (NotImplementedError, ValueError, FileNotFoundError, DataError,
+            doctor.SelfCheckFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - never a traceback: name the failure
@@ -149,6 +151,7 @@ async def _train(args) -> int:
     if losses.final_op(graph) == "Softmax":
         print(f"loss: {losses.describe(spec, 'Softmax')}", file=sys.stderr)
     dev = open_device(cfg["device"])
+    check = None if is_cpu(dev) else await doctor.gate(dev, getattr(args, "force", False))
     ckpt_path = last_checkpoint(out) if stored else None
     header, sections = read_checkpoint(ckpt_path) if ckpt_path else (None, None)
     if header and header["model_sha256"] != _sha256(model_path):
@@ -174,7 +177,7 @@ async def _train(args) -> int:
                   "sha256": _sha256(model_path)},
         "data": {"dataset": dataset, "source": source, "train_images": train_set.count,
                  "eval_images": test_set.count, "data_dir": str(args.data_dir or "")},
-        "versions": versions(), "adapter": dev.info,
+        "versions": versions(), "adapter": dev.info, "selfcheck": check,
         "command": sys.argv[1:] if sys.argv else [],
         "created": (stored or {}).get("created") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "resumes": (stored or {}).get("resumes", []) + (

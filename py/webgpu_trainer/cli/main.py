@@ -14,7 +14,7 @@ import threading
 import webbrowser
 from pathlib import Path
 
-from . import commands
+from . import classroom as classroom_cmd, commands, doctor
 
 
 def repo_root() -> Path:
@@ -100,6 +100,10 @@ def serve(args) -> int:
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     url = f"http://{shown}:{args.port}"
     print(f"webgpu-trainer: serving on {url}  (Ctrl+C to stop)", flush=True)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print("note: other machines reach plain http://, where browsers give no WebGPU (not a "
+              "secure context); for a class use `webgpu-trainer classroom --host 0.0.0.0` "
+              "(HTTPS, join URL + QR, teacher dashboard)", flush=True)
     if not args.no_open and _can_open_browser():
         threading.Timer(1.0, lambda: webbrowser.open(url)).start()
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
@@ -142,6 +146,8 @@ COMMANDS = {
     "data": (add_data, data),
     "bench": (add_bench, bench),
     **commands.COMMANDS,  # train predict summary
+    **doctor.COMMANDS,  # doctor
+    **classroom_cmd.COMMANDS,  # classroom (HTTPS for a class: host/classroom/)
 }
 
 

@@ -118,5 +118,8 @@ def add_train(sub) -> argparse.ArgumentParser:
                         "config.json; options given again override the stored ones")
     p.add_argument("--no-progress", dest="no_progress", action="store_true",
                    help="no progress bar")
+    p.add_argument("--force", action="store_true",
+                   help="train on the GPU even when its self-check (webgpu-trainer doctor) "
+                        "finds wrong results")
     add_config_options(p)
     return p

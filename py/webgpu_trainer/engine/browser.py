@@ -1,5 +1,5 @@
-"""The Web Worker's Python side: messages in (start, stop, profile, parity), messages out (see
-docs/ARCHITECTURE.md, "Worker protocol"). Runs only in Pyodide."""
+"""The Web Worker's Python side: messages in (start, stop, profile, parity, selfcheck), messages
+out (see docs/ARCHITECTURE.md, "Worker protocol"). Runs only in Pyodide."""
 
 import asyncio
 import json
@@ -13,7 +13,7 @@ from .backends import get_device
 from .backends.webgpu_js import NoWebGPU
 from .train import Split, Trainer, TrainingDiverged
 
-STATE = {"device": None, "trainer": None, "stop": False}
+STATE = {"device": None, "trainer": None, "stop": False, "selfcheck": None}
 
 
 def post(kind: str, **fields):
@@ -65,6 +65,8 @@ def handle(msg):
         asyncio.ensure_future(_run(data.get("config") or {}, data.get("model"), profile=True))
     elif kind == "parity":
         asyncio.ensure_future(_parity(data.get("cases") or "[]"))
+    elif kind == "selfcheck":
+        asyncio.ensure_future(_selfcheck())
 
 
 async def _parity(cases_json: str):
@@ -81,6 +83,24 @@ async def _parity(cases_json: str):
     except Exception as exc:
         traceback.print_exc()
         post("error", message=f"{type(exc).__name__}: {exc}")
+
+
+async def _selfcheck():
+    """The GPU self-check (selfcheck.py) on this adapter, once per worker: posts
+    ``selfcheck {ok, wrong, rows, seconds, adapter}``; the page warns when ``ok`` is false
+    (training stays allowed)."""
+    if STATE["selfcheck"] is None:
+        from . import selfcheck
+        if STATE["device"] is None:
+            return
+        post("status", text="Checking this GPU's results (self-check)…")
+        try:
+            STATE["selfcheck"] = await selfcheck.run(STATE["device"])
+        except Exception as exc:  # the reference file missing from the wheel, ...
+            traceback.print_exc()
+            STATE["selfcheck"] = {"ok": False, "wrong": [f"self-check: {exc}"], "rows": [],
+                                  "seconds": 0.0, "adapter": STATE["device"].info}
+    post("selfcheck", **STATE["selfcheck"])
 
 
 async def _fetch(url: str, what: str):
@@ -113,8 +133,10 @@ async def _run(cfg: dict, model=None, profile: bool = False):
         post("no_webgpu", message="no WebGPU device")
         return
     cfg = dict(cfg)
-    model = model or cfg.pop("model", None) or "seednet"
+    model = cfg.pop("model", None) or model or "seednet"  # config.model: classroom's pin
     STATE["stop"] = False
+    if STATE["selfcheck"] is None:
+        await _selfcheck()
     try:
         manifest = json.loads(await (await _fetch("/data/mnist/manifest.json", "manifest"))
                               .text())

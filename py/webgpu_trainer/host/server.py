@@ -15,6 +15,7 @@ import re
 import secrets
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -86,12 +87,14 @@ MAX_UPLOAD_BYTES = 64 << 20  # an uploaded .onnx (models people train on MNIST a
 def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None = None,
                wheels_dir: Path | None = None, *, cross_origin_isolated: bool = True,
                uploads_dir: Path | None = None,
-               max_upload_bytes: int = MAX_UPLOAD_BYTES) -> Starlette:
+               max_upload_bytes: int = MAX_UPLOAD_BYTES, extra_routes: list = ()) -> Starlette:
     """Build the app. root: the repo (``web/`` lives there); models_dir: ``*.onnx`` folder
     (default root/models); data_dir: MNIST cache with manifest.json (default root/.cache/mnist);
     wheels_dir: where the engine wheel is built (default root/.cache/wheels); uploads_dir: where
     uploaded models are kept (default root/.cache/uploads); max_upload_bytes: upload size limit.
     cross_origin_isolated: add COOP/COEP/CORP headers (harmless: everything is same-origin).
+    extra_routes: routes matched before the page files (classroom mode: host/classroom/);
+    ``app.state.models`` gives them the model lookup (``path(name)``, ``bundle(path)``).
     """
     root = Path(root).resolve()
     web = root / "web"
@@ -101,6 +104,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     uploads_dir = Path(uploads_dir or root / ".cache" / "uploads")
     bundles: dict = {}
     verified: dict = {}
+    versions: dict = {}
     lock = threading.Lock()
 
     def onnx_io():
@@ -152,7 +156,32 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     def api_wheel(request: Request) -> Response:
         from .wheel import ensure_wheel
         path = ensure_wheel(wheels_dir, root)
-        return JSONResponse({"url": f"/wheels/{path.name}"})
+        return JSONResponse({"url": f"/wheels/{path.name}",
+                             "pyodide": f"/vendor/pyodide@{pyodide_tag()}/"})
+
+    def pyodide_tag() -> str:
+        """The installed Pyodide's version and npm integrity hash (web/package-lock.json):
+        ``/vendor/pyodide@TAG/`` names exactly these files, so they are served immutable."""
+        pkg = root / "web" / "node_modules" / "pyodide" / "package.json"
+        key = (pkg.stat().st_mtime_ns, pkg.stat().st_size) if pkg.is_file() else None
+        if versions.get("pyodide", (None,))[0] != key:
+            version, integrity = "none", ""
+            try:
+                version = json.loads(pkg.read_text())["version"]
+                lock = json.loads((root / "web" / "package-lock.json").read_text())
+                integrity = lock["packages"]["node_modules/pyodide"].get("integrity", "")
+            except (OSError, ValueError, KeyError):
+                pass
+            digest = hashlib.sha256(integrity.encode()).hexdigest()[:10]
+            versions["pyodide"] = (key, f"{version}-{digest}")
+        return versions["pyodide"][1]
+
+    def pyodide_pinned(request: Request) -> Response:
+        if request.path_params["tag"] != pyodide_tag():
+            raise ApiError(404, f"not found: Pyodide {request.path_params['tag']} (this "
+                                f"server has {pyodide_tag()})")
+        path = safe_join(root / "web" / "node_modules" / "pyodide", request.path_params["file"])
+        return file_response(request, path, cache=IMMUTABLE)
 
     def wheels(request: Request) -> Response:
         name = request.path_params["file"]
@@ -387,13 +416,17 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         Route("/data/mnist/{shard:path}", mnist_shard, methods=["GET", "HEAD"]),
         Route("/vendor/pyodide/{file:path}", vendor("web/node_modules/pyodide"),
               methods=["GET", "HEAD"]),
+        Route("/vendor/pyodide@{tag}/{file:path}", pyodide_pinned, methods=["GET", "HEAD"]),
         Route("/vendor/uplot/{file:path}", vendor("web/node_modules/uplot/dist"),
               methods=["GET", "HEAD"]),
         Route("/wheels/{file:path}", wheels, methods=["GET", "HEAD"]),
+        *extra_routes,
         Route("/{file:path}", page, methods=["GET", "HEAD"]),  # app.js, worker.js, style.css
     ]
     app = Starlette(routes=routes, exception_handlers={
         ApiError: api_error, HTTPException: http_error, Exception: server_error})
+    app.state.models = SimpleNamespace(path=model_path, bundle=bundle, dir=models_dir,
+                                       uploads=uploads_dir)
 
     if cross_origin_isolated:
         app.add_middleware(_HeaderMiddleware)

@@ -18,11 +18,41 @@ class _Ready:
         return iter(())
 
 
+# wgpu's backend names (adapter.info["backend_type"]).
+BACKENDS = ("Vulkan", "Metal", "D3D12", "OpenGL", "OpenGLES")
+_KIND_ORDER = ("DiscreteGPU", "IntegratedGPU", "VirtualGPU", "CPU", "Unknown")
+
+
+def adapters() -> list:
+    """``[(backend_type, adapter summary)]`` of every adapter wgpu can reach here."""
+    return [(a.info["backend_type"], a.summary) for a in wgpu.gpu.enumerate_adapters_sync()]
+
+
+def _adapter_of(backend: str):
+    """The adapter of the wgpu backend ``backend`` (a discrete GPU first, a CPU one last)."""
+    name = {b.lower(): b for b in BACKENDS}.get(backend.lower())
+    if name is None:
+        raise ValueError(f"unknown wgpu backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    found = [a for a in wgpu.gpu.enumerate_adapters_sync() if a.info["backend_type"] == name]
+    if not found:
+        there = "; ".join(f"{s} [{b}]" for b, s in adapters()) or "none"
+        raise RuntimeError(f"wgpu has no {name} adapter here (adapters: {there})")
+    rank = {k: i for i, k in enumerate(_KIND_ORDER)}
+    return min(found, key=lambda a: rank.get(a.info["adapter_type"], len(rank)))
+
+
 class Device:
     """A wgpu-py device with the backend interface described in ``backends.base``."""
 
-    def __init__(self, power_preference: str = "high-performance"):
-        adapter = wgpu.gpu.request_adapter_sync(power_preference=power_preference)
+    def __init__(self, power_preference: str = "high-performance", backend: str | None = None):
+        """``backend``: a wgpu backend name (``BACKENDS``, any case) to use only that API's
+        adapter, e.g. "OpenGL" for llvmpipe through EGL; None lets wgpu choose (the
+        environment variable WGPU_BACKEND_TYPE forces one then). RuntimeError when there is no
+        adapter (for ``backend``: naming the adapters there are)."""
+        if backend:
+            adapter = _adapter_of(backend)
+        else:
+            adapter = wgpu.gpu.request_adapter_sync(power_preference=power_preference)
         if adapter is None:
             raise RuntimeError("wgpu found no GPU adapter (install mesa-vulkan-drivers for a CPU one)")
         limits = adapter.limits

@@ -265,6 +265,8 @@ def _pack(n, dims, src_off=0, dst_off=0, value=0.0, use_fill=0, red=0, splits=1,
     ``sum_expanded`` ext holds the reduced ``red_dims`` (size, dy_stride) instead."""
     if len(dims) > MAX_RANK or len(red_dims) > MAX_RANK:
         raise ValueError(f"layout kernel: rank {max(len(dims), len(red_dims))} > {MAX_RANK}")
+    if any(d[3] <= 0 for d in dims):
+        raise ValueError(f"layout kernel: divisors must be positive: {dims}")
     geo, ext = [], []
     for k in range(MAX_RANK):
         geo += list(dims[k][:4]) if k < len(dims) else [1, 1, 0, 1]
@@ -355,7 +357,9 @@ async def backward(b, node, ins, outs, gins, gouts):
     elif op == "Slice":
         if dx is not None:
             spec = slice_spec(node, x.shape, _values(b, node))
-            dims = [(xd, 1, -s, st, c, dst, xst)
+            # t = (idx - start) / step, written with a positive divisor (the kernel's
+            # contract): (start - idx) / -step for a negative step.
+            dims = [(xd, 1, -s, st, c, dst, xst) if st > 0 else (xd, -1, s, -st, c, dst, xst)
                     for (s, st, c), xd, dst, xst in zip(spec, x.shape, ds, xs)]
             await gather(b, dy, dx, dims, value=0.0)
     elif op == "Pad":

@@ -5,7 +5,8 @@
 - one GPU training step with ``Plan.build(loss=spec)`` against the float64 numpy engine
   (``Engine.step(loss=spec)``): loss, accuracy, output, d loss / d output, the gradient of an
   inner activation and every parameter gradient, for every loss x reduction x (class weights,
-  label smoothing where they apply), on models with and without a final LogSoftmax;
+  label smoothing where they apply), on models with and without a final LogSoftmax (the cases
+  of tests/cases/losses.py);
 - the validation loss of ``Trainer.evaluate`` (host side) against the numpy engine;
 - spec validation (ValueError naming the key).
 """
@@ -16,11 +17,17 @@ import pathlib
 import numpy as np
 import pytest
 
-from conftest import compare, f32, make_graph, node, one_step, rel_err, rng_for, run
+from cases import ids
+from cases import losses as cases
+from conftest import f32, make_graph, node, rel_err, rng_for, run
+from harness import check_case
 from webgpu_trainer.cpu import losses as cpu_losses
 from webgpu_trainer.cpu.engine import Engine, params_from_blob
 from webgpu_trainer.cpu.softmax import log_softmax
+from webgpu_trainer.engine import parity
 from webgpu_trainer.engine.ops import losses
+
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 
 FIXTURE = json.loads((pathlib.Path(__file__).parent / "fixtures" / "losses.json").read_text())
 TORCH_RTOL = 1e-10  # float64 vs float64 (the fixture keeps 13 significant digits)
@@ -70,93 +77,12 @@ def test_float32_engine_keeps_dtype():
 
 # ---- GPU step vs the float64 numpy engine -----------------------------------------------
 
-def _weights(classes, rng):
-    return [float(v) for v in f32(rng.uniform(0.2, 2.0, classes))]
-
-
-# id: (spec without weight; weight on/off). Every loss x reduction x weight / label smoothing.
-GPU_SPECS = {
-    "ce_mean": ({"loss": "cross_entropy"}, False),
-    "ce_sum": ({"loss": "cross_entropy", "reduction": "sum"}, False),
-    "ce_mean_weight": ({"loss": "cross_entropy"}, True),
-    "ce_sum_weight": ({"loss": "cross_entropy", "reduction": "sum"}, True),
-    "ce_mean_ls": ({"loss": "cross_entropy", "label_smoothing": 0.1}, False),
-    "ce_sum_ls": ({"loss": "cross_entropy", "reduction": "sum", "label_smoothing": 0.3}, False),
-    "ce_mean_weight_ls": ({"loss": "cross_entropy", "label_smoothing": 0.2}, True),
-    "ce_sum_weight_ls": ({"loss": "cross_entropy", "reduction": "sum",
-                          "label_smoothing": 0.05}, True),
-    "nll_mean": ({"loss": "nll"}, False),
-    "nll_sum": ({"loss": "nll", "reduction": "sum"}, False),
-    "nll_mean_weight": ({"loss": "nll"}, True),
-    "nll_sum_weight": ({"loss": "nll", "reduction": "sum"}, True),
-    "mse_mean": ({"loss": "mse"}, False),
-    "mse_sum": ({"loss": "mse", "reduction": "sum"}, False),
-    "bce_mean": ({"loss": "bce_with_logits"}, False),
-    "bce_sum": ({"loss": "bce_with_logits", "reduction": "sum"}, False),
-    "auto": (None, False),
-    "auto_ls": ({"label_smoothing": 0.1}, False),
-}
-SHAPES = [(7, 2), (1, 7), (64, 10), (7, 33)]  # (batch, classes)
-
-
-def _model(batch, classes, log_softmax_end, rng, features=5, hidden=6):
-    """input [N, 5] -> Gemm -> Relu -> Gemm -> logits [N, C] (-> LogSoftmax -> output)."""
-    w1 = f32(rng.standard_normal((hidden, features)) / np.sqrt(features))
-    b1 = f32(rng.standard_normal(hidden) * 0.1)
-    w2 = f32(rng.standard_normal((classes, hidden)))
-    b2 = f32(rng.standard_normal(classes) * 0.5)
-    nodes = [node("Gemm", ["input", "fc1.w", "fc1.b"], ["h"], transB=1),
-             node("Relu", ["h"], ["r"]),
-             node("Gemm", ["r", "fc2.w", "fc2.b"], ["logits"], transB=1)]
-    out = "logits"
-    if log_softmax_end:
-        nodes.append(node("LogSoftmax", ["logits"], ["output"], axis=-1))
-        out = "output"
-    tensors = [("fc1.w", w1, "param"), ("fc1.b", b1, "param"), ("fc2.w", w2, "param"),
-               ("fc2.b", b2, "param")]
-    graph, blob = make_graph(nodes, tensors, [("input", ["N", features])], [(out, ["N", classes])])
-    x = f32(rng.standard_normal((batch, features)))
-    labels = rng.integers(0, classes, batch)
-    return graph, blob, {n: a for n, a, _ in tensors}, x, labels, out
-
-
-def _gpu_vs_numpy(device, tag, spec, batch, classes, log_softmax_end, seed):
-    rng = rng_for("loss", seed, batch, classes, log_softmax_end)
-    graph, blob, params, x, labels, out = _model(batch, classes, log_softmax_end, rng)
-    res = run(one_step(device, graph, blob, x, labels, loss=spec))
-    want = Engine(graph, params, np.float64).step(np.float64(x), labels, loss=spec)
-    assert res["plan"].loss_spec == want["spec"]
-    compare(tag, res, want, acts=["r", "logits"], dacts=[out, "h"])
-    return res, want
-
-
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("name", list(GPU_SPECS))
-def test_gpu_loss(device, name, shape):
-    """Each spec on a raw-logits model at every shape."""
-    spec, weighted = GPU_SPECS[name]
-    k = list(GPU_SPECS).index(name)
-    batch, classes = shape
-    spec = dict(spec or {})
-    if weighted:
-        spec["weight"] = _weights(classes, rng_for("w", name, classes))
-    _gpu_vs_numpy(device, "loss:" + name.split("_")[0], spec or None, batch, classes, False, k)
-
-
-@pytest.mark.parametrize("name", ["auto", "nll_mean_weight", "ce_sum_weight_ls", "mse_sum",
-                                  "bce_mean"])
-def test_gpu_loss_after_log_softmax(device, name):
-    """Models ending in LogSoftmax: auto = NLL; every loss reads the model's output as is
-    (cross_entropy applies its own log_softmax, mse / bce_with_logits take log-probabilities)."""
-    spec, weighted = GPU_SPECS[name]
-    batch, classes = 7, 10
-    spec = dict(spec or {})
-    if weighted:
-        spec["weight"] = _weights(classes, rng_for("w", name, classes))
-    res, want = _gpu_vs_numpy(device, "loss:" + name.split("_")[0], spec or None, batch, classes,
-                              True, 99)
-    expect = {"auto": "nll"}.get(name, res["plan"].loss_spec["loss"])
-    assert res["plan"].loss_spec["loss"] == expect
+@pytest.mark.parametrize("case", cases.CASES, ids=ids(cases.CASES))
+def test_case(device, case):
+    """Each spec on a raw-logits model at every shape; models ending in LogSoftmax (auto = NLL;
+    every loss reads the model's output as is: cross_entropy applies its own log_softmax,
+    mse / bce_with_logits take log-probabilities)."""
+    check_case(device, case)
 
 
 def test_default_rule():
@@ -176,20 +102,19 @@ def test_default_rule():
 
 def test_loss_value_is_metric_slot(device):
     """The loss goes to metrics slot st.slot (the ring), accuracy next to it."""
-    from conftest import build, step_bytes
-    rng = rng_for("slot")
-    graph, blob, params, x, labels, _ = _model(7, 10, False, rng)
+    nodes, tensors, x, labels = cases.model(7, 10, False, rng_for("slot"))
+    graph, blob = make_graph(nodes, tensors, [("input", ["N", 5])], [("logits", ["N", 10])])
     spec = {"loss": "mse", "reduction": "sum"}
 
     async def go():
-        plan = await build(device, graph, blob, 7, spec)
-        device.write(plan.input.buf, x.tobytes())
-        device.write(plan.labels.buf, np.asarray(labels, np.uint32).tobytes())
-        device.write(plan.step, step_bytes(6))  # metrics slot 5
-        device.submit([device.program(plan.fwd_train + plan.loss)])
+        plan = await parity.load(device, graph, blob, 7, x.tobytes(),
+                                 np.asarray(labels, np.uint32).tobytes(), loss=spec)
+        parity.run_step(device, plan, 6, prog=parity.program(device, plan, backward=False))
+        assert parity.metrics_slot(6) == 5
         return np.frombuffer(await device.read(plan.metrics, 0, 64), np.float32)
 
     met = run(go())
+    params = params_from_blob(graph, blob)
     want = Engine(graph, params, np.float64).step(np.float64(x), labels, train=False, loss=spec)
     assert rel_err(met[10], want["loss"]) <= 1e-5 and met[11] == pytest.approx(want["acc"])
     assert not met[:10].any()
@@ -201,11 +126,11 @@ def test_loss_value_is_metric_slot(device):
                                   "bce_sum"])
 def test_host_terms_match_numpy(name):
     """sum(numerators) / sum(denominators) of host_terms = the loss with reduction mean."""
-    spec, weighted = GPU_SPECS[name]
+    spec, weighted = cases.SPECS[name]
     rng = rng_for("host", name)
     batch, classes = 7, 10
-    spec = losses.resolve({**spec, "weight": _weights(classes, rng) if weighted else None},
-                          False, classes)
+    weight = cases.class_weights(classes, rng) if weighted else None
+    spec = losses.resolve({**spec, "weight": weight}, False, classes)
     x = rng.standard_normal((batch, classes)) * 3
     labels = rng.integers(0, classes, batch)
     rows = log_softmax(x, axis=1) if spec["loss"] == "cross_entropy" else x

@@ -1,0 +1,71 @@
+"""A class session's run configuration: one checking function, ``check_config``.
+
+The session stores the config as a plain JSON dict (the page's start config: ``model`` plus the
+training options) and ``pinned``, the keys students may not change. ``check_config`` checks it
+with the run configuration's validator (``engine/config``: ``config.parse``), the same code as
+the CLI, the page and the worker; the options are the page's fields of its schema.
+"""
+
+from __future__ import annotations
+
+from ...engine import config as run_config
+from ...engine.config import ConfigError as ConfigError
+
+# the page's options (the schema's fields the page shows; trainable is the model summary's)
+OPTIONS = tuple(f.name for f in run_config.FIELDS
+                if "page" in f.where and f.group != "finetune")
+# every option's default (the default optimizer's, scheduler's and loss's), for the teacher's form
+DEFAULTS = {"model": "seednet", **{
+    f.name: run_config.default_for(f, run_config.BY_NAME["optimizer"].default,
+                                   run_config.BY_NAME["scheduler"].default)
+    for f in run_config.FIELDS if f.name in OPTIONS}}
+PINNABLE = ("model", *OPTIONS)
+
+
+def check_config(config, models: set | None = None) -> dict:
+    """The checked, complete config of a session: ``model`` and every option that applies to
+    the chosen optimizer, scheduler and loss (defaults filled in; options of another choice are
+    left out: the teacher's form sends them all). ``models``: the model names the server has
+    (the ``model`` must be one). Raises ConfigError naming each bad field.
+
+    >>> check_config({"model": "seednet", "lr": 0.01})["batch_size"]
+    64
+    """
+    if not isinstance(config, dict):
+        raise ConfigError([("config", "must be an object of options")])
+    errors = [(k, f"unknown option (known: {', '.join(PINNABLE)})")
+              for k in config if k not in PINNABLE]
+    model = config.get("model", DEFAULTS["model"])
+    if not isinstance(model, str) or not model or (models is not None and model not in models):
+        known = ", ".join(sorted(models or ())) or "(none)"
+        errors.append(("model", f"unknown model {model!r} (this server has: {known})"))
+    options = {k: v for k, v in config.items() if k in OPTIONS}
+    chosen = {k: options.get(k, run_config.BY_NAME[k].default)
+              for k in ("optimizer", "scheduler", "loss")}
+    options = {k: v for k, v in options.items()
+               if run_config.applies(run_config.BY_NAME[k], chosen)}
+    try:
+        cfg = run_config.parse(options)
+    except ConfigError as exc:
+        errors += exc.errors
+    if errors:
+        raise ConfigError(errors)
+    return {"model": model, **{k: v for k, v in cfg.to_json().items() if k in OPTIONS}}
+
+
+def check_pinned(pinned) -> list:
+    """The pinned keys, checked: a list of ``PINNABLE`` names."""
+    if not isinstance(pinned, list) or not all(isinstance(p, str) for p in pinned):
+        raise ConfigError([("pinned", "must be a list of option names")])
+    bad = [p for p in pinned if p not in PINNABLE]
+    if bad:
+        raise ConfigError([("pinned", f"unknown option {', '.join(map(repr, bad))} (known: "
+                                      f"{', '.join(PINNABLE)})")])
+    return sorted(set(pinned))
+
+
+def effective(session_config: dict, pinned: list, student_config: dict | None) -> dict:
+    """What a student runs: their config with the pinned keys taken from the session."""
+    cfg = dict(student_config or session_config)
+    cfg.update({k: session_config[k] for k in pinned if k in session_config})
+    return cfg

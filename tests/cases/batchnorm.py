@@ -1,0 +1,137 @@
+"""BatchNormalization (ops/batchnorm.py, shaders/batchnorm.wgsl): 2-D (after a Conv) and 1-D
+(after a Gemm), training (batch statistics, running statistics updated) and eval (running
+statistics, unchanged), eps / momentum, a batch larger than one reduction part, and SeedNet's
+Conv -> BatchNorm -> ReLU -> Dropout block after PyTorch's default init on the GPU."""
+
+import numpy as np
+
+from cases import case
+from conftest import f32, head, node, rng_for
+
+
+def bn_tensors(rng, ch, prefix="bn"):
+    return [(f"{prefix}.gamma", f32(1 + 0.3 * rng.standard_normal(ch)), "param"),
+            (f"{prefix}.beta", f32(0.3 * rng.standard_normal(ch)), "param"),
+            (f"{prefix}.mean", f32(0.2 * rng.standard_normal(ch)), "buffer"),
+            (f"{prefix}.var", f32(0.5 + rng.random(ch)), "buffer")]
+
+
+def bn_node(inp, out, prefix="bn", **attrs):
+    return node("BatchNormalization", [inp] + [f"{prefix}.{n}" for n in
+                                               ("gamma", "beta", "mean", "var")], [out],
+                **attrs)
+
+
+def _bn2d_model(rng, relu, eps=1e-5, momentum=0.9):
+    c, k, h, w, classes = 2, 5, 5, 4, 3
+    pre_w = f32(rng.standard_normal((k, c, 3, 3)) / 3)
+    # no bias before BatchNorm: its gradient is zero in exact arithmetic (only rounding noise)
+    nodes = [node("Conv", ["input", "pre.w"], ["pre_out"], kernel_shape=[3, 3],
+                  pads=[1, 1, 1, 1], strides=[1, 1], dilations=[1, 1], group=1),
+             bn_node("pre_out", "bn_out", epsilon=eps, momentum=momentum)]
+    last = "bn_out"
+    if relu:
+        nodes.append(node("Relu", ["bn_out"], ["relu_out"]))
+        last = "relu_out"
+    nodes.append(node("Flatten", [last], ["flat"], axis=1))
+    hn, ht = head("flat", k * h * w, classes, rng)
+    tensors = [("pre.w", pre_w, "param")] + bn_tensors(rng, k) + ht
+    return nodes + hn, tensors, (c, h, w), classes
+
+
+def _bn2d_train(relu, eps, momentum):
+    batch = 3
+    rng = rng_for("bn2d", relu)
+    nodes, tensors, (c, h, w), classes = _bn2d_model(rng, relu, eps, momentum)
+    x = f32(rng.standard_normal((batch, c, h, w)) * 2 + 0.5)
+    labels = rng.integers(0, classes, batch)
+    if relu:  # ReLU runs in place on the BatchNorm output
+        acts, dacts = ("relu_out",), ("pre_out",)
+    else:
+        acts, dacts = ("bn_out",), ("pre_out", "bn_out")
+    return case(f"batchnorm/bn2d_train_{'relu' if relu else 'plain'}", nodes, tensors, x,
+                labels, tag="BatchNormalization", acts=acts, dacts=dacts)
+
+
+def _bn1d_train():
+    batch, features, hidden, classes = 4, 7, 9, 5
+    rng = rng_for("bn1d")
+    nodes = [node("Gemm", ["input", "pre.w"], ["h"], transB=1),
+             bn_node("h", "bn_out"),
+             node("Relu", ["bn_out"], ["relu_out"])]
+    hn, ht = head("relu_out", hidden, classes, rng)
+    tensors = [("pre.w", f32(rng.standard_normal((hidden, features))), "param")] + \
+        bn_tensors(rng, hidden) + ht
+    x = f32(rng.standard_normal((batch, features)))
+    labels = rng.integers(0, classes, batch)
+    return case("batchnorm/bn1d_train", nodes + hn, tensors, x, labels,
+                tag="BatchNormalization", acts=("relu_out",), dacts=("h",))
+
+
+def _eval(dims):
+    """Eval forward normalises with the running statistics and leaves them unchanged."""
+    batch, classes = 3, 3
+    rng = rng_for("bn_eval", dims)
+    if dims == 2:
+        nodes, tensors, (c, h, w), classes = _bn2d_model(rng, relu=False)
+        shape = [c, h, w]
+    else:
+        nodes = [node("Gemm", ["input", "pre.w", "pre.b"], ["h"], transB=1),
+                 bn_node("h", "bn_out")]
+        hn, ht = head("bn_out", 6, classes, rng)
+        nodes += hn
+        tensors = [("pre.w", f32(rng.standard_normal((6, 5))), "param"),
+                   ("pre.b", f32(rng.standard_normal(6)), "param")] + bn_tensors(rng, 6) + ht
+        shape = [5]
+    x = f32(rng.standard_normal([batch] + shape))
+    labels = rng.integers(0, classes, batch)
+    return case(f"batchnorm/bn{dims}d_eval", nodes, tensors, x, labels,
+                tag="BatchNormalization", train=False, acts=("bn_out",))
+
+
+def _two_level_sums():
+    """A batch larger than one reduction part (4096 elements per channel and workgroup, as on
+    GPUs), so the statistics and the gradient sums add several partial sums per channel."""
+    batch, features, hidden, classes = 9000, 3, 5, 3
+    rng = rng_for("bn_parts")
+    nodes = [node("Gemm", ["input", "pre.w"], ["h"], transB=1), bn_node("h", "bn_out"),
+             node("Relu", ["bn_out"], ["relu_out"])]
+    hn, ht = head("relu_out", hidden, classes, rng)
+    tensors = [("pre.w", f32(rng.standard_normal((hidden, features))), "param")] + \
+        bn_tensors(rng, hidden) + ht
+    x = f32(rng.standard_normal((batch, features)) * 3 + 1)
+    labels = rng.integers(0, classes, batch)
+    return case("batchnorm/two_level_sums", nodes + hn, tensors, x, labels,
+                tag="BatchNormalization", acts=("relu_out",), dacts=("h",),
+                patch={"REDUCE_CHUNK": 4096}, browser=False)
+
+
+def _conv_bn_relu_dropout(train):
+    """SeedNet's block: Conv(pads [1, 0, 1, 1], strides [2, 1]) -> BatchNorm -> ReLU ->
+    Dropout(0.25) -> Flatten -> Gemm -> LogSoftmax, after Plan.init_weights(11)."""
+    rng = rng_for("conv_bn_relu_dropout", train)
+    batch, c, k, classes = 4, 2, 6, 5
+    x = rng.standard_normal((batch, c, 7, 7))
+    nodes = [node("Conv", ["input", "cw", "cb"], ["c1"], kernel_shape=[3, 3], pads=[1, 0, 1, 1],
+                  strides=[2, 1], dilations=[1, 1], group=1),
+             node("BatchNormalization", ["c1", "g", "bt", "rm", "rv"], ["b1"], epsilon=1e-5,
+                  momentum=0.9),
+             node("Relu", ["b1"], ["r1"]),
+             node("Dropout", ["r1"], ["d1"], ratio=0.25),
+             node("Flatten", ["d1"], ["flat"], axis=1)]
+    hn, ht = head("flat", k * 4 * 6, classes, rng)
+    tensors = [("cw", f32(rng.standard_normal((k, c, 3, 3)) / 4), "param"),
+               ("cb", f32(rng.standard_normal(k) * 0.1), "param"),
+               ("g", f32(1 + 0.1 * rng.standard_normal(k)), "param"),
+               ("bt", f32(0.1 * rng.standard_normal(k)), "param"),
+               ("rm", f32(0.1 * rng.standard_normal(k)), "buffer"),
+               ("rv", f32(1 + 0.1 * rng.random(k)), "buffer")] + ht
+    return case(f"batchnorm/conv_bn_relu_dropout_{'train' if train else 'eval'}", nodes + hn,
+                tensors, x, np.arange(batch) % classes, tag="BatchNormalization", train=train,
+                seed=3, init_seed=11, acts=("r1", "d1"), dacts=("c1",) if train else (),
+                zero_grads=("cb",), selfcheck=True)
+
+
+CASES = [_bn2d_train(False, 1e-5, 0.9), _bn2d_train(True, 1e-3, 0.8), _bn1d_train(),
+         _eval(2), _eval(1), _two_level_sums(), _conv_bn_relu_dropout(True),
+         _conv_bn_relu_dropout(False)]

@@ -1,0 +1,121 @@
+"""ReduceMean, ReduceSum, ReduceMax, ReduceMin (ops/reduction.py, shaders/reduce.wgsl): Gemm ->
+Reshape [N, 3, 4, 5] -> Reduce(axes, keepdims) -> Flatten -> Gemm -> LogSoftmax; axes as an
+attribute or an input, ties (the gradient split evenly, as torch.amax / amin), the batch axis,
+everything to a scalar, empty axes with noop_with_empty_axes."""
+
+import numpy as np
+
+from cases import case
+from cases.blocks import flat_head_case, gemm_to, shape_const
+from conftest import f32, node, rng_for
+
+BATCH = 2
+AXES = {
+    # id: (axes, keepdims, as_input)   on [N, 3, 4, 5]
+    "a1_keep": ([1], 1, False),
+    "a23_drop": ([2, 3], 0, False),
+    "a13_keep": ([1, 3], 1, False),
+    "a-1_drop_input": ([-1], 0, True),
+    "a123_keep_wg": ([1, 2, 3], 1, False),
+    "a2_drop_input": ([2], 0, True),
+}
+OPS = ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"]
+
+
+def reduce_shape(shape, axes, keep):
+    axes = [a % len(shape) for a in axes]
+    return [1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes]
+
+
+def _shape_is(shape):
+    def check(res, want):
+        assert list(res["acts"]["r"].shape) == shape
+    return check
+
+
+def _reduce(op, name):
+    """Gemm -> Reshape [N, 3, 4, 5] -> Reduce(axes, keepdims) -> Flatten -> Gemm."""
+    axes, keep, as_input = AXES[name]
+    rng = rng_for("reduce", op, name)
+    shape = [3, 4, 5]
+    # sums of many values: smaller inputs keep the logits (and the loss) moderate
+    count = np.prod([shape[a % 4 - 1] for a in axes])
+    nodes, tensors, consts = gemm_to(rng, shape,
+                                     gain=0.3 / np.sqrt(count) if op == "ReduceSum" else 1.0)
+    if as_input:
+        consts["axes"] = {"dtype": "int64", "shape": [len(axes)], "values": list(axes)}
+        nodes.append(node(op, ["h", "axes"], ["r"], keepdims=keep))
+    else:
+        nodes.append(node(op, ["h"], ["r"], axes=axes, keepdims=keep))
+    out_shape = reduce_shape([BATCH] + shape, axes, keep)[1:]
+    return flat_head_case(f"reduction/{op}_{name}", rng, nodes, tensors, consts, "r",
+                          out_shape, tag=op, acts=("h", "r"), dacts=("h", "r"),
+                          checks=(_shape_is([BATCH] + out_shape),))
+
+
+def _ties(op, axes):
+    """Small integers (exact in float32 and float64) give tied extremes: the gradient is split
+    evenly among the ties (torch.amax / amin)."""
+    rng = rng_for("reduce_ties", op, len(axes))
+    shape = [3, 4, 5]
+    nodes, tensors, consts = gemm_to(rng, shape, integer=True)
+    nodes.append(node(op, ["h"], ["r"], axes=axes, keepdims=1))
+    out_shape = reduce_shape([BATCH] + shape, axes, 1)[1:]
+    def has_ties(res, want):
+        h = want["acts"]["h"]
+        extreme = h.max(axis=tuple(axes), keepdims=True) if op == "ReduceMax" else \
+            h.min(axis=tuple(axes), keepdims=True)
+        assert (h == extreme).sum(axis=tuple(axes)).max() > 1, "the case has ties"
+
+    return flat_head_case(f"reduction/{op}_ties_axes{''.join(map(str, axes))}", rng, nodes,
+                          tensors, consts, "r", out_shape, tag=op, acts=("r",),
+                          dacts=("h", "r"), x=lambda rng: rng.integers(-1, 2, (BATCH, 5)),
+                          checks=(has_ties,))
+
+
+def _special(name):
+    """ReduceMean over the batch axis 0 ([N, 7] -> [1, 7], mixed back by a Gemm with a [N, 1]
+    parameter); ReduceSum of everything with keepdims 0 (a scalar, reshaped to [1, 1]);
+    ReduceSum with empty axes and noop_with_empty_axes (the identity)."""
+    rng = rng_for("reduce_special", name)
+    f = 7
+    nodes = [node("Gemm", ["input", "pre.w", "pre.b"], ["h"], transB=1)]
+    tensors = [("pre.w", f32(rng.standard_normal((f, 5))), "param"),
+               ("pre.b", f32(rng.standard_normal(f) * 0.3), "param")]
+    consts = {}
+    checks = ()
+    if name == "batch_axis":
+        nodes += [node("ReduceMean", ["h"], ["r"], axes=[0], keepdims=1),
+                  node("Gemm", ["mix", "r"], ["out"])]
+        tensors.append(("mix", f32(rng.standard_normal((BATCH, 1))), "param"))
+        out_shape = [f]
+    elif name == "all_scalar":
+        consts = {"shape": shape_const([1, 1])}
+        nodes += [node("ReduceSum", ["h"], ["r"], keepdims=0),
+                  node("Reshape", ["r", "shape"], ["r2"]),
+                  node("Gemm", ["mix", "r2"], ["m"]),
+                  node("Gemm", ["m", "w2"], ["out"])]
+        tensors += [("mix", f32(rng.standard_normal((BATCH, 1))), "param"),
+                    ("w2", f32(rng.standard_normal((1, 4))), "param")]
+        out_shape = [4]
+
+        def scalar(res, want):
+            assert res["acts"]["r"].shape == ()
+            assert np.isclose(want["acts"]["r"], want["acts"]["h"].sum())
+        checks = (scalar,)
+    else:
+        consts = {"axes": {"dtype": "int64", "shape": [0], "values": []}}
+        nodes += [node("ReduceSum", ["h", "axes"], ["out"], keepdims=1, noop_with_empty_axes=1)]
+        out_shape = [f]
+
+        def identity(res, want):
+            assert np.array_equal(res["acts"]["out"], res["acts"]["h"])
+        checks = (identity,)
+    return flat_head_case(f"reduction/special_{name}", rng, nodes, tensors, consts, "out",
+                          out_shape, tag=nodes[1]["op_type"], acts=("h", "out"), dacts=("h",),
+                          checks=checks)
+
+
+CASES = [_reduce(op, name) for op in OPS for name in AXES] + \
+    [_ties(op, axes) for op in ("ReduceMax", "ReduceMin") for axes in ([3], [1, 2, 3])] + \
+    [_special(name) for name in ("batch_axis", "all_scalar", "noop_empty")]

@@ -1,0 +1,302 @@
+"""Classroom mode end to end (issue 11) in headless Chromium against the real
+``webgpu-trainer classroom`` server (HTTPS with its own CA, SQLite state in a temp folder):
+
+- a page opened over plain http from a LAN name says exactly what to do (no navigator.gpu),
+  and the same name over https has WebGPU;
+- two students join one session and train the tiny MLP (a few steps) while the teacher's
+  dashboard shows both rows update, then the leaderboard in test-accuracy order and both
+  submitted models; bad requests meanwhile get clean 4xx and nobody else notices;
+- a student page cannot call teacher routes (403);
+- the server is killed mid-run and restarted: everything acknowledged is still there and the
+  run completes, reported in full.
+
+Pages run under the server's CSP, so waits poll with ``page.evaluate`` (CSP forbids the
+string evaluation that ``wait_for_function`` uses). Screenshots of the teacher and a student
+page at 1280x800 and 390 wide go to test-results/classroom/.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from classroom_helpers import REPO, models_dir, wait_until
+from e2e_fixtures import CHROMIUM, CHROMIUM_ARGS
+
+pytestmark = pytest.mark.e2e
+
+TOKEN = "e2e-teacher-token-0123456789abcdef"
+SHOTS = REPO / "test-results" / "classroom"
+BOOT_S, TRAIN_S = 180, 300
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``webgpu-trainer classroom`` as a subprocess; ``start()`` again after ``kill()`` reuses
+    the port and the state folder (a restart)."""
+
+    def __init__(self, tmp, mnist):
+        self.port, self.tmp, self.mnist = _free_port(), tmp, mnist
+        self.models = models_dir(tmp)
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.proc = None
+        self.log = tmp / "server.log"
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "webgpu_trainer.cli.main", "classroom", "--port",
+             str(self.port), "--models-dir", str(self.models), "--state-dir",
+             str(self.tmp / "state"), "--data-dir", str(self.mnist), "--teacher-token", TOKEN],
+            cwd=REPO, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
+
+        def up():
+            if self.proc.poll() is not None:
+                pytest.fail(f"classroom server exited:\n{self.log.read_text()[-3000:]}")
+            try:
+                return httpx.get(f"{self.url}/api/classroom/info", verify=False, timeout=3,
+                                 headers=self.teacher).status_code == 200
+            except httpx.HTTPError:
+                return False
+        wait_until(up, BOOT_S, "the classroom server")
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)  # a crash: no clean shutdown
+        self.proc.wait(timeout=30)
+
+    @property
+    def teacher(self):
+        return {"Authorization": f"Bearer {TOKEN}"}
+
+    def api(self, method, path, **kw):
+        return httpx.request(method, f"{self.url}{path}", verify=False, timeout=30, **kw)
+
+    def session(self, **config) -> str:
+        r = self.api("POST", "/api/classroom/sessions", headers=self.teacher, json={
+            "name": "Period 3", "pinned": ["model", "max_steps", "eval_images", "batch_size"],
+            "config": {"model": "mlp-ts17", "eval_images": 500, "batch_size": 64, **config}})
+        assert r.status_code == 201, r.text
+        return r.json()["id"]
+
+
+@pytest.fixture(scope="module")
+def server(mnist_cache, tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("classroom"), mnist_cache)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        if srv.proc.poll() is None:
+            srv.proc.terminate()
+            srv.proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def class_browser():
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} not found (see tests/e2e_fixtures.py)")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=[
+            *CHROMIUM_ARGS, "--host-resolver-rules=MAP class.test 127.0.0.1"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def js_wait(page, expr: str, timeout: float, what: str):
+    return wait_until(lambda: page.evaluate(expr), timeout, what)
+
+
+def open_page(browser, url, width=1280, height=800):
+    ctx = browser.new_context(ignore_https_errors=True,
+                              viewport={"width": width, "height": height})
+    page = ctx.new_page()
+    page.console = []
+    page.on("console", lambda m: page.console.append(m.text[:300]))
+    page.on("pageerror", lambda e: page.console.append(f"pageerror: {e}"))
+    page.goto(url)
+    return page
+
+
+def student(class_browser, server, sid, name, lr=None):
+    page = open_page(class_browser, f"{server.url}/?class={sid}")
+    page.wait_for_selector("#classroom-name", timeout=60000)
+    page.fill("#classroom-name", name)
+    page.click("#classroom-join button")
+    js_wait(page, "window.classroomState.joined && window.appState.workerReady", BOOT_S,
+            f"{name}'s page ready")
+    js_wait(page, "document.querySelector('#model').value === 'mlp-ts17' && "
+                  "document.querySelector('#model').disabled", 30, "the pinned model")
+    if lr is not None:
+        page.fill("#lr", str(lr))
+    return page
+
+
+def shoot(page, name, width, height):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.set_viewport_size({"width": width, "height": height})
+    page.evaluate("window.scrollTo(0, 0)")
+    time.sleep(0.8)
+    page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / f"{name}-{width}-top.png"))
+
+
+def test_insecure_origin_says_what_to_do(class_browser, server):
+    """http://class.test (a LAN name over plain http): no navigator.gpu, and the page names
+    the https address and the steps; https://class.test has WebGPU."""
+    ctx = class_browser.new_context(ignore_https_errors=True)
+    page = ctx.new_page()
+    page.route("http://class.test/**", lambda route: route.fulfill(response=route.fetch(
+        url=route.request.url.replace("http://class.test", server.url))))
+    page.goto("http://class.test/?class=abc")
+    page.wait_for_selector("#insecure", timeout=30000)
+    text = page.inner_text("#insecure")
+    assert page.evaluate("!window.isSecureContext && !('gpu' in navigator)")
+    assert "https://class.test/?class=abc" in text and "Proceed" in text
+    assert "unsafely-treat-insecure-origin-as-secure" in text
+    page.goto(f"https://class.test:{server.port}/")
+    assert page.evaluate("window.isSecureContext && 'gpu' in navigator")
+    assert page.query_selector("#insecure") is None
+    ctx.close()
+
+
+def test_two_students_and_the_teacher(class_browser, server):
+    sid = server.session(max_steps=8)
+    teacher = open_page(class_browser, f"{server.url}/teacher?session={sid}#token={TOKEN}")
+    js_wait(teacher, "window.teacherState.connected", 60, "the teacher's live stream")
+    assert "token" not in teacher.url  # taken off the address bar
+    ada = student(class_browser, server, sid, "Ada", lr=0.001)
+    grace = student(class_browser, server, sid, "Grace", lr=0.02)
+    js_wait(teacher, "window.teacherState.roster.size === 2", 30, "both students listed")
+    for page in (ada, grace):
+        page.click("#start")
+    seen = {"Ada": set(), "Grace": set()}
+
+    def look():
+        rows = teacher.evaluate("[...teacherState.roster.values()]")
+        for r in rows:
+            seen[r["name"]].add((r["state"], r["step"]))
+        return rows
+
+    def both_done():
+        look()
+        return all(p.evaluate("['done', 'error'].includes(appState.phase)") for p in (ada, grace))
+
+    # meanwhile: bad requests get clean 4xx and the class does not notice
+    bad = [server.api("POST", "/api/classroom/report", content=b"x" * 100_000,
+                      headers={"Content-Type": "application/json", "X-Student-Key": "a.b"}),
+           server.api("POST", f"/api/classroom/join/{sid}", content=b"{oops",
+                      headers={"Content-Type": "application/json"}),
+           server.api("GET", "/api/classroom/join/no-such-session"),
+           server.api("GET", "/api/classroom/sessions", headers={"Authorization": "Bearer x"}),
+           server.api("GET", "/api/classroom/models/..%2f..%2fstate%2fclassroom.db",
+                      headers=server.teacher),
+           server.api("GET", "/vendor/pyodide/..%2f..%2f..%2f.cache%2fclassroom%2fclassroom.db")]
+    assert [r.status_code for r in bad] == [413, 400, 404, 403, 404, 400] or \
+        all(400 <= r.status_code < 500 for r in bad), [r.status_code for r in bad]
+    wait_until(both_done, TRAIN_S, "both students' runs")
+    results = {}
+    for name, page in (("Ada", ada), ("Grace", grace)):
+        run = page.evaluate("({phase: appState.phase, error: appState.error, "
+                            "acc: window.lastRun && window.lastRun.test_acc})")
+        assert run["phase"] == "done", f"{name}: {run}\n" + "\n".join(page.console[-20:])
+        results[name] = run["acc"]
+        js_wait(page, "window.classroomState.modelSent", 60, f"{name}'s model upload")
+
+    def final():
+        rows = look()
+        return rows if all(r["state"] == "finished" and r["model_sha256"] for r in rows) \
+            else None
+    rows = wait_until(final, 30, "finished rows with models on the dashboard")
+    # the teacher saw each row change: training, then finished after all 8 steps
+    for name in seen:
+        assert ("training", 0) in seen[name] or any(st == "training" for st, _ in seen[name])
+        assert ("finished", 8) in seen[name], f"{name}: teacher saw {seen[name]}"
+    by = {r["name"]: r for r in rows}
+    for name, acc in results.items():
+        assert by[name]["test_acc"] == pytest.approx(acc, abs=1e-6)
+        assert by[name]["step"] == 8 and by[name]["adapter"]
+    want = sorted(results, key=lambda n: -results[n])
+    js_wait(teacher, "window.teacherState.leaderboard.length === 2", 10, "the leaderboard")
+    assert teacher.evaluate("window.teacherState.leaderboard") == want
+    assert teacher.eval_on_selector_all("#leaderboard .who", "els => els.map(e => "
+                                        "e.textContent)") == want
+    assert teacher.evaluate("window.teacherState.curves.size") == 2
+    shoot(teacher, "teacher", 1280, 800)
+    shoot(teacher, "teacher", 390, 844)
+    shoot(ada, "student", 1280, 800)
+    shoot(grace, "student", 390, 844)
+    for p in (teacher, ada, grace):
+        p.context.close()
+
+
+def test_student_page_cannot_call_teacher_routes(class_browser, server):
+    sid = server.session(max_steps=2)
+    page = open_page(class_browser, f"{server.url}/?class={sid}")
+    page.wait_for_selector("#classroom-name", timeout=60000)
+    page.fill("#classroom-name", "Mallory")
+    page.click("#classroom-join button")
+    js_wait(page, "window.classroomState.joined", 30, "join")
+    codes = page.evaluate("""async (sid) => {
+        const key = window.classroomState.key;
+        const out = [];
+        for (const [path, method] of [["/api/classroom/sessions", "GET"],
+            [`/api/classroom/sessions/${sid}/roster`, "GET"],
+            [`/api/classroom/sessions/${sid}/results.csv`, "GET"],
+            [`/api/classroom/sessions/${sid}`, "PATCH"], ["/api/classroom/info", "GET"]]) {
+          for (const headers of [{"X-Student-Key": key}, {Authorization: `Bearer ${key}`}]) {
+            out.push((await fetch(path, {method, headers})).status);
+          }
+        }
+        return out;
+    }""", sid)
+    assert set(codes) == {403}, codes
+    page.context.close()
+
+
+def test_restart_mid_class_keeps_everything_acknowledged(class_browser, server):
+    sid = server.session(max_steps=30)
+    teacher = open_page(class_browser, f"{server.url}/teacher?session={sid}#token={TOKEN}")
+    page = student(class_browser, server, sid, "Lin")
+    page.click("#start")
+
+    def acked():
+        rows = server.api("GET", f"/api/classroom/sessions/{sid}/roster",
+                          headers=server.teacher).json()
+        return rows[0] if rows and (rows[0]["points"] or 0) >= 3 else None
+    before = wait_until(acked, TRAIN_S, "a few acknowledged points")
+    server.kill()
+    time.sleep(2)
+    server.start()
+    after = server.api("GET", f"/api/classroom/sessions/{sid}/roster",
+                       headers=server.teacher).json()[0]
+    assert after["points"] >= before["points"] and after["step"] >= before["step"]
+    js_wait(page, "['done', 'error'].includes(appState.phase)", TRAIN_S, "the run")
+    assert page.evaluate("appState.phase") == "done"
+    js_wait(page, "window.classroomState.modelSent", 120, "the report after the restart")
+    total = page.evaluate("appState.steps.length")
+    curves = server.api("GET", f"/api/classroom/sessions/{sid}/curves",
+                        headers=server.teacher).json()
+    (curve,) = curves.values()
+    assert len(curve["points"]) == total, "every reported step is stored"
+    row = server.api("GET", f"/api/classroom/sessions/{sid}/roster",
+                     headers=server.teacher).json()[0]
+    assert row["state"] == "finished" and row["model_sha256"]
+    assert row["test_acc"] == pytest.approx(page.evaluate("lastRun.test_acc"), abs=1e-6)
+    # the dashboard reconnected by itself and shows the finished run
+    js_wait(teacher, "[...teacherState.roster.values()].some(r => r.state === 'finished')",
+            60, "the dashboard after the restart")
+    for p in (teacher, page):
+        p.context.close()
+

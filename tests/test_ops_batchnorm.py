@@ -1,0 +1,66 @@
+"""BatchNormalization on the native device against the float64 numpy engine (the cases of
+tests/cases/batchnorm.py), the running statistics over two steps, and the numpy engine against
+torch (skipped without torch)."""
+
+import numpy as np
+import pytest
+
+from cases import batchnorm, by_id, ids
+from harness import check, check_case, one_step, oracle
+from conftest import run
+from webgpu_trainer.cpu.batchnorm import batchnorm_backward, batchnorm_eval, batchnorm_train
+from webgpu_trainer.cpu.engine import Engine, params_from_blob
+
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
+
+@pytest.mark.parametrize("case", batchnorm.CASES, ids=ids(batchnorm.CASES))
+def test_case(device, case):
+    check_case(device, case)
+
+
+@pytest.mark.parametrize("name", ["bn2d_train_plain", "bn2d_train_relu"])
+def test_running_statistics_accumulate(device, name):
+    """A second step on the same plan starts from the first step's running statistics."""
+    c = by_id(batchnorm.CASES, name)
+    res, want = check_case(device, c)
+    res2 = run(one_step(device, c.graph, c.blob, c.x, c.labels, plan=res["plan"], step=2))
+    params = params_from_blob(c.graph, c.blob)
+    params.update(want["buffers"])
+    want2 = Engine(c.graph, params, np.float64).step(np.float64(c.x), c.labels)
+    assert want2["buffers"]
+    for name, v in want2["buffers"].items():
+        check("BatchNormalization", "fwd", res2["P"][name], v, f"{name} after 2 steps")
+
+
+def test_oracle_replays_dropout_masks(device):
+    """The Dropout of the SeedNet block drops something (so the mask replay matters)."""
+    c = by_id(batchnorm.CASES, "conv_bn_relu_dropout_train")
+    res, want = check_case(device, c)
+    assert ((res["acts"]["d1"] == 0) & (res["acts"]["r1"] != 0)).any()
+    assert oracle(c)["loss"] != pytest.approx(want["loss"], rel=1e-6)
+
+
+def test_numpy_batchnorm_matches_torch():
+    """Training forward (torch momentum = 1 - ONNX momentum), running statistics, backward,
+    and the eval forward."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(0)
+    t = lambda a: torch.tensor(a, dtype=torch.float64, requires_grad=True)  # noqa: E731
+    x = rng.standard_normal((3, 4, 2, 5)) * 2 + 1
+    g, bb = rng.standard_normal(4), rng.standard_normal(4)
+    rm, rv = rng.standard_normal(4), rng.random(4) + 0.5
+    dy = rng.standard_normal(x.shape)
+    xt, gt, bt = t(x), t(g), t(bb)
+    rmt, rvt = torch.tensor(rm), torch.tensor(rv)
+    yt = F.batch_norm(xt, rmt, rvt, gt, bt, True, 0.2, 1e-3)
+    yt.backward(torch.tensor(dy))
+    y, nm, nv, cache = batchnorm_train(x, g, bb, rm, rv, 1e-3, 0.8)
+    assert np.allclose(y, yt.detach().numpy())
+    assert np.allclose(nm, rmt.numpy()) and np.allclose(nv, rvt.numpy())
+    for got, want in zip(batchnorm_backward(dy, cache), (xt.grad, gt.grad, bt.grad)):
+        assert np.allclose(got, want.numpy())
+    assert np.allclose(batchnorm_eval(x, g, bb, rm, rv, 1e-3),
+                       F.batch_norm(torch.tensor(x), torch.tensor(rm), torch.tensor(rv),
+                                    torch.tensor(g), torch.tensor(bb), False, 0.1, 1e-3))
