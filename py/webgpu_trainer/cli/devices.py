@@ -1,5 +1,5 @@
 """The device of a native run (``--device gpu``: wgpu-py, ``--device cpu``: the numpy engine)
-and the trainer for it (``train.Trainer`` over a ``GpuEngine`` or a ``cpu.cpu_engine.CpuEngine``)."""
+and the trainer for it (``train.Trainer`` over a ``GpuEngine`` or a ``cpu_engine.CpuEngine``)."""
 
 from __future__ import annotations
 

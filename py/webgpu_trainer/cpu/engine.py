@@ -96,11 +96,12 @@ class Engine:
         """Forward, loss and, when ``train``, backward.
 
         ``loss``: the loss spec of ``webgpu_trainer.ops.losses`` (None: "auto", the rule of
-        ``head``), applied to the raw output; ``keep`` / ``key`` / ``rng``: see ``forward``. Returns a dict: ``acts`` {activation: value},
-        ``dacts`` {activation: gradient}, ``grads`` {trainable tensor: gradient}, ``buffers``
-        {running statistic: new value}, ``loss`` (float), ``acc`` (fraction of argmax ==
-        label), ``logp`` [B, C] (the output when the model ends in LogSoftmax, else its
-        log_softmax), ``spec`` (the resolved loss spec). Raises ValueError for a bad spec.
+        ``head``), applied to the raw output; ``keep`` / ``key`` / ``rng``: see ``forward``.
+        Returns a dict: ``acts`` {activation: value}, ``dacts`` {activation: gradient},
+        ``grads`` {trainable tensor: gradient}, ``buffers`` {running statistic: new value},
+        ``loss`` (float), ``acc`` (fraction of argmax == label), ``logp`` [B, C] (the output
+        when the model ends in LogSoftmax, else its log_softmax), ``spec`` (the resolved loss
+        spec). Raises ValueError for a bad spec.
         """
         vals, caches, ctx = self.forward(x, train, keep, rng, key)
         out = vals[self.output]
