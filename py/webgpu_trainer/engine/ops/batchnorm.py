@@ -16,7 +16,6 @@ def infer(node, ins, consts):
     return [list(ins[0]), [ins[0][1]], [ins[0][1]]]
 
 
-
 def init(node, graph):
     """PyTorch's default init (nn.BatchNorm reset_parameters / reset_running_stats): scale 1,
     bias 0, running_mean 0, running_var 1."""

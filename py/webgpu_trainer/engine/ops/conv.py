@@ -33,7 +33,6 @@ def infer(node, ins, consts):
     return [[x[0], w[0], oh, ow]]
 
 
-
 def init(node, graph):
     """PyTorch's default init (nn.Conv2d.reset_parameters, engine/init.py): weight and bias
     ~ U(+-1/sqrt(fan_in)), fan_in = in_channels / groups * kernel height * kernel width."""

@@ -21,7 +21,6 @@ def infer(node, ins, consts):
     return [[m, n]]
 
 
-
 def init(node, graph):
     """PyTorch's default init (nn.Linear.reset_parameters, engine/init.py) of B and C: U(+-1 /
     sqrt(fan_in)), fan_in = B's rows after transB (the Linear's in_features)."""

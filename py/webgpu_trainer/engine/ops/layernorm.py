@@ -65,7 +65,6 @@ def infer(node, ins, consts):
     return [list(x), stat, stat][:len(node["outputs"])]
 
 
-
 def init(node, graph):
     """PyTorch's default init (nn.LayerNorm.reset_parameters): scale 1, bias 0."""
     return [(name, "fill", value) for name, value in zip(node["inputs"][1:3], (1.0, 0.0))

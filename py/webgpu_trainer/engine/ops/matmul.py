@@ -65,7 +65,6 @@ def infer(node, ins, consts):
         raise GraphError(f"node {node['name']} (MatMul): {exc}")
 
 
-
 def init(node, graph):
     """PyTorch's default init (engine/init.py) of a 2-D weight B [in, out] as nn.Linear's
     (exported as MatMul(x, W^T) + Add(bias)): U(+-1/sqrt(in)), and the same for the parameters
