@@ -7,7 +7,7 @@ wgpu-py here) and on the numpy engine.
   (tests/fixtures/init.json, made with torch by scripts/make_init_fixture.py); the same seed
   gives byte-identical initial weights on the GPU and the CPU, for SeedNet (Conv, Gemm,
   BatchNorm) and a MatMul + Add + LayerNormalization model (nn.Linear as the dynamo exporter
-  writes it), and the values fill their bounds.
+  writes it), and the values fill their bounds (tests/test_parity.py adds the browser).
 - Dropout: the GPU's mask of a step is the numpy engine's.
 - Stop between two progress reports: the steps done are reported, on both engines.
 - A GPU run's checkpoint resumes on the CPU (``--resume --device cpu``) and continues as a
