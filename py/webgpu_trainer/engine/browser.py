@@ -10,6 +10,7 @@ from pyodide.ffi import to_js
 
 from .backends import get_device
 from .backends.webgpu_js import NoWebGPU
+from .gpu_engine import GpuEngine
 from .train import Split, Trainer, TrainingDiverged
 
 STATE = {"device": None, "trainer": None, "stop": False, "selfcheck": None}
@@ -141,7 +142,7 @@ async def _run(cfg: dict, profile: bool = False):
         manifest = json.loads(await (await _fetch("/data/mnist/manifest.json", "manifest"))
                               .text())
         train, test = await _split(manifest, "train"), await _split(manifest, "test")
-        trainer = Trainer(dev, graph, weights, cfg, train, test,
+        trainer = Trainer(GpuEngine(dev), graph, weights, cfg, train, test,
                           emit=lambda kind, **kw: post(kind, **kw))
         STATE["trainer"] = trainer
         trainer.stop_requested = STATE["stop"]

@@ -11,6 +11,7 @@ import struct
 
 from .backends.base import View, groups_1d, pack_params, round_up
 from .graph import Graph
+from . import init
 from .ops import OPS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
@@ -367,50 +368,21 @@ class Plan:
         return bytes(out)
 
     async def init_weights(self, seed: int):
-        """PyTorch's default init on the GPU: Conv/Gemm weight and bias ~ U(+-1/sqrt(fan_in))
-        (nn.Conv2d / nn.Linear reset_parameters); a 2-D MatMul weight (nn.Linear as exported by
-        the dynamo exporter: MatMul(x, W^T) then Add(bias)) likewise, fan_in = its rows, and the
-        bias of the Add that follows it; BatchNorm and LayerNorm scale = 1, bias = 0,
-        running_mean = 0, running_var = 1. Other parameters keep the model's values, and so
-        does a layer whose weight is a constant of the model description."""
+        """PyTorch's default init of every parameter an op family defines it for
+        (``init.rules``), drawn on the GPU by shaders/init.wgsl from Philox keyed by ``seed``:
+        the bits the numpy engine draws too. Other parameters keep the model's values."""
         b = self.builder
         b.current = []
-        g = self.graph
-        for node in g.nodes:
-            ins, op = node["inputs"], node["op_type"]
-            if op in ("Conv", "Gemm") and len(ins) > 1 and ins[1] not in self.weights:
-                continue  # a constant weight (not an initializer): it keeps its value
-            if op in ("Conv", "Gemm"):
-                w = g.tensors[ins[1]]["shape"]
-                if op == "Conv":
-                    fan_in = _numel(w[1:])
-                else:
-                    fan_in = w[1] if node["attrs"].get("transB", 0) else w[0]
-                bound = 1.0 / fan_in ** 0.5
-                for name in ins[1:3]:
-                    if name in self.weights:
-                        await self._fill(b, name, "uniform_fill", seed, -bound, bound)
-            elif op == "MatMul" and ins[1] in self.weights and len(g.tensors[ins[1]]["shape"]) == 2:
-                bound = 1.0 / g.tensors[ins[1]]["shape"][0] ** 0.5
-                await self._fill(b, ins[1], "uniform_fill", seed, -bound, bound)
-                for user in g.consumers.get(node["outputs"][0], []):
-                    for name in user["inputs"]:
-                        if user["op_type"] == "Add" and name in self.weights:
-                            await self._fill(b, name, "uniform_fill", seed, -bound, bound)
-            elif op == "BatchNormalization":
-                for name, value in zip(ins[1:5], (1.0, 0.0, 0.0, 1.0)):
-                    await self._fill(b, name, "fill", seed, value, value)
-            elif op == "LayerNormalization":
-                for name, value in zip(ins[1:3], (1.0, 0.0)):
-                    if name in self.weights:
-                        await self._fill(b, name, "fill", seed, value, value)
+        for rule in init.rules(self.graph):
+            t = self.weights[rule.name]
+            if rule.kind == "uniform":
+                await b.kernel("init", "uniform_fill",
+                               pack_params(t.numel, seed, rule.stream, 0, rule.scale, 0, 0, 0),
+                               [t], groups_1d((t.numel + 3) // 4))
+            else:
+                await b.kernel("init", "fill", pack_params(t.numel, 0, 0, 0, rule.value, 0, 0, 0),
+                               [t], groups_1d(t.numel))
         self.dev.submit([self.dev.program(b.current)])
-
-    async def _fill(self, b, name, entry, seed, lo, hi):
-        t = self.weights[name]
-        salt = list(self.graph.tensors).index(name) + 1
-        await b.kernel("init", entry, pack_params(t.numel, seed, salt, 0, float(lo), float(hi),
-                                                  0, 0), [t], groups_1d(t.numel))
 
 
 def _numel(shape) -> int:

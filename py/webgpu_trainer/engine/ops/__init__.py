@@ -11,7 +11,10 @@ Each module declares ``TYPES`` (the ONNX op_types it implements) and exposes:
   ``ins``/``outs`` are ``plan.Tensor`` (None for an absent optional input), ``gins`` the
   gradient tensors of the inputs (None where no gradient is needed), ``gouts`` those of the
   outputs. A backward WRITES (never adds to) every non-None ``gins``: the plan gives each use of
-  a tensor with several consumers its own gradient buffer and sums them.
+  a tensor with several consumers its own gradient buffer and sums them;
+- optionally ``init(node, graph) -> [(tensor name, "uniform", fan_in) | (tensor name, "fill",
+  value)]``: PyTorch's default init of the node's parameters (``engine/init.py``; both engines
+  draw it with the same generator).
 
 OPS maps ONNX op_type -> module; VIEWS are the op_types whose output aliases the input.
 """

@@ -16,6 +16,13 @@ def infer(node, ins, consts):
     return [list(ins[0]), [ins[0][1]], [ins[0][1]]]
 
 
+def init(node, graph):
+    """PyTorch's default init (nn.BatchNorm reset_parameters / reset_running_stats): scale 1,
+    bias 0, running_mean 0, running_var 1."""
+    return [(name, "fill", value) for name, value in zip(node["inputs"][1:5], (1.0, 0.0, 0.0, 1.0))
+            if name in graph.tensors]
+
+
 def _params(b, node, x, ins):
     """(channels, parts, uniform bytes) for this layer."""
     shape = x.shape

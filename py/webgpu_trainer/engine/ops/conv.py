@@ -33,6 +33,19 @@ def infer(node, ins, consts):
     return [[x[0], w[0], oh, ow]]
 
 
+def init(node, graph):
+    """PyTorch's default init (nn.Conv2d.reset_parameters, engine/init.py): weight and bias
+    ~ U(+-1/sqrt(fan_in)), fan_in = in_channels / groups * kernel height * kernel width."""
+    ins = node["inputs"]
+    w = graph.tensors.get(ins[1])
+    if w is None:
+        return []
+    fan_in = 1
+    for d in w["shape"][1:]:
+        fan_in *= d
+    return [(name, "uniform", fan_in) for name in ins[1:3] if name in graph.tensors]
+
+
 def _geometry(node, x, w, y):
     a = node["attrs"]
     if a.get("auto_pad", "NOTSET") not in ("NOTSET", ""):

@@ -21,6 +21,17 @@ def infer(node, ins, consts):
     return [[m, n]]
 
 
+def init(node, graph):
+    """PyTorch's default init (nn.Linear.reset_parameters, engine/init.py) of B and C: U(+-1 /
+    sqrt(fan_in)), fan_in = B's rows after transB (the Linear's in_features)."""
+    ins = node["inputs"]
+    w = graph.tensors.get(ins[1])
+    if w is None:
+        return []
+    fan_in = w["shape"][1] if node.get("attrs", {}).get("transB", 0) else w["shape"][0]
+    return [(name, "uniform", fan_in) for name in ins[1:3] if name in graph.tensors]
+
+
 async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=None,
                  bias_mode=0, beta=1.0):
     """out[m, n] = alpha * sum_k a[m*sam + k*sak] * bm[k*sbk + n*sbn] (+ beta * bias).

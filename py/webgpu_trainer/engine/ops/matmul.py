@@ -65,6 +65,22 @@ def infer(node, ins, consts):
         raise GraphError(f"node {node['name']} (MatMul): {exc}")
 
 
+def init(node, graph):
+    """PyTorch's default init (engine/init.py) of a 2-D weight B [in, out] as nn.Linear's
+    (exported as MatMul(x, W^T) + Add(bias)): U(+-1/sqrt(in)), and the same for the parameters
+    of an Add that reads the product (the bias)."""
+    ins = node["inputs"]
+    w = graph.tensors.get(ins[1])
+    if w is None or len(w["shape"]) != 2:
+        return []
+    fan_in = w["shape"][0]
+    out = [(ins[1], "uniform", fan_in)]
+    for user in graph.consumers.get(node["outputs"][0], []):
+        if user["op_type"] == "Add":
+            out += [(name, "uniform", fan_in) for name in user["inputs"] if name in graph.tensors]
+    return out
+
+
 def _strides(batch, own, mat):
     """Per batch dim the element stride of an operand with batch shape ``own`` (padded to
     ``batch``'s rank, contiguous, ``mat`` elements per matrix); 0 where it broadcasts."""
