@@ -73,6 +73,17 @@ class Builder:
         binds = [ubuf] + [b.binding() if isinstance(b, Tensor) else b for b in buffers]
         self.current.append((pipe, self.dev.bind(pipe, binds), counts))
 
+    # Workgroup-memory tiled kernels (GEMM, convolution) instead of the register-blocked ones
+    # with no workgroup memory. None: on GPUs, not on CPU adapters (SwiftShader, lavapipe),
+    # where workgroup memory and barriers cost more than the reuse brings. Tests force True.
+    TILED = None
+
+    @property
+    def tiled(self) -> bool:
+        if self.TILED is None:
+            return not getattr(self.dev, "is_cpu", False)
+        return bool(self.TILED)
+
     # Elements per workgroup of the two-level per-channel sums (BatchNorm, bias gradients).
     # None: 4096 on GPUs; one workgroup per channel on CPU adapters, where many workgroups with
     # barriers cost more than they bring (measured on SwiftShader: 3x slower).

@@ -36,18 +36,41 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
                  bias_mode=0, beta=1.0):
     """out[m, n] = alpha * sum_k a[m*sam + k*sak] * bm[k*sbk + n*sbn] (+ beta * bias).
 
-    Splits the sum over k (split-K) when M*N alone leaves the GPU idle.
+    On GPU adapters (``b.tiled``) a workgroup-memory tiled kernel (128 x 128 or 64 x 64 tiles,
+    8 x 8 per thread), else 4 x 4 per thread with no workgroup memory (CPU adapters). Splits
+    the sum over k (split-K) when the output alone leaves the GPU idle.
     """
-    threads = ((m + 3) // 4) * ((n + 3) // 4)
-    splits = b.splits(threads, k, min_per_split=64)
+    tw = tile_width(b, m, n)
+    params_tail = (*a_strides, *b_strides, bias_mode if bias else 0, float(alpha), float(beta), 0)
+    if tw:
+        side = 8 * tw
+        tiles = ((m + side - 1) // side) * ((n + side - 1) // side)
+        # enough workgroups for every multiprocessor, each split at least 4 steps of k
+        target = 512 if tw == 16 else 2048
+        splits = 1 if tiles >= target else max(1, min((target + tiles - 1) // tiles,
+                                                      k // (2 * tw), 256))
+        counts = (tiles, 1, splits)
+        entry, consts = "matmul_tiled", {"TW": tw}
+    else:
+        threads = ((m + 3) // 4) * ((n + 3) // 4)
+        splits = b.splits(threads, k, min_per_split=64)
+        gx, gy, _ = groups_1d(threads)
+        counts, entry, consts = (gx, gy, splits), "matmul", None
     target = b.scratch(splits * m * n) if splits > 1 else out
-    params = pack_params(m, n, k, splits, *a_strides, *b_strides, bias_mode if bias else 0,
-                         float(alpha), float(beta), 0)
-    gx, gy, _ = groups_1d(threads)
-    await b.kernel("gemm", "matmul", params, [a, bm, bias or b.dummy, target], (gx, gy, splits))
+    params = pack_params(m, n, k, splits, *params_tail)
+    await b.kernel("gemm", entry, params, [a, bm, bias or b.dummy, target], counts, consts)
     if splits > 1:
         await reduce_splits(b, target, out, splits, m * n, n=n, bias=bias,
                             bias_mode=bias_mode if bias else 0, beta=beta)
+
+
+def tile_width(b, m: int, n: int) -> int:
+    """Threads per side of a ``matmul_tiled`` workgroup for an [m, n] output: 16 (128 x 128
+    tiles) for large outputs, 8 (64 x 64) for thin ones, 0 for the untiled kernel (CPU adapters,
+    or an output too thin to fill a 64 x 64 tile)."""
+    if not b.tiled or min(m, n) < 32:
+        return 0
+    return 16 if min(m, n) >= 128 and m * n >= (1 << 20) else 8
 
 
 async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=0, beta=1.0):

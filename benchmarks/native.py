@@ -1,0 +1,175 @@
+"""Native (wgpu-py) measurements of the engine: SeedNet training steps (GPU ms/step, host ms
+per step, peak GPU memory by kind), the engine's f32 GEMM, and a per-dispatch profile.
+
+Steps are the trainer's own (gather batch -> forward -> loss -> backward -> guard -> Adam), on
+MNIST from .cache/mnist when present, else random MNIST-shaped bytes (speed does not depend on
+the pixels).
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import time
+import types
+from array import array
+from pathlib import Path
+
+from gpu_timer import Timer, median
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _data(count: int):
+    from webgpu_trainer.engine.train import Split
+    cache = REPO / ".cache" / "mnist"
+    if (cache / "manifest.json").is_file():
+        from webgpu_trainer.host import data
+        images, labels = data.load(cache, "train")
+        split = Split(images.tobytes(), labels.tobytes(), len(labels), labels.tobytes())
+        return split, "MNIST"
+    rng = random.Random(0)
+    images = rng.randbytes(count * 784)
+    labels = bytes(rng.randrange(10) for _ in range(count))
+    return Split(images, labels, count, labels), "random bytes"
+
+
+def _memory(dev, plan, start: int) -> dict:
+    """Bytes the engine allocated for this model (ledger entries from ``start``) by kind, and
+    the reference size params + optimizer state + activations kept + parameter gradients."""
+    kinds = {"data": 0, "params": 0, "param_grads": 0, "optimizer": 0, "activations": 0,
+             "activation_grads": 0, "packed_weights": 0, "scratch": 0, "other": 0}
+    act_labels = {t.buf.label for t in plan.acts.values()}
+    grad_labels = {t.buf.label for t in plan.grads.values()}
+    for label, size in dev.ledger[start:]:
+        if label in ("images", "labels", "train.order", "eval.order", "eval.logits",
+                     "eval.loss_rows", "normalize.lut"):
+            kinds["data"] += size
+        elif label == "weights":
+            kinds["params"] += size
+        elif label == "grads":
+            kinds["param_grads"] += size
+        elif label.startswith("optim."):
+            kinds["optimizer"] += size
+        elif label in grad_labels or (label.startswith("d") and "@" in label):
+            kinds["activation_grads"] += size
+        elif label in act_labels:
+            kinds["activations"] += size
+        elif label.endswith((".wfwd", ".wbwd", ".wtrans")):
+            kinds["packed_weights"] += size
+        elif label == "scratch":
+            kinds["scratch"] += size
+        else:
+            kinds["other"] += size
+    kept = sum({id(t.buf): t.buf.size for t in plan.acts.values()}.values())
+    wb = plan.wbytes
+    reference = wb + 2 * wb + kept + wb  # params, Adam's two moments, activations, grads
+    model = sum(v for k, v in kinds.items() if k != "data")
+    return {"by_kind": kinds, "model_bytes": model, "data_bytes": kinds["data"],
+            "reference_bytes": reference, "ratio": model / reference}
+
+
+async def seednet(dev, batch: int, steps: int, warmup: int, profile: bool = True) -> dict:
+    """One SeedNet configuration: GPU ms/step (timestamps of whole steps, median), wall ms/step
+    of back-to-back steps, host ms/step (write + submit with the GPU idle, median), memory."""
+    from webgpu_trainer import onnx_io
+    from webgpu_trainer.engine.train import Trainer
+    split, source = _data(max(4 * batch, 8192))
+    graph, weights = onnx_io.load_bundle(REPO / "models" / "seednet.onnx")
+    start = len(dev.ledger)
+    cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": batch, "seed": 0,
+           "init": "scratch", "eval_images": batch}
+    tr = Trainer(dev, graph, weights, cfg, split, split)
+    t0 = time.perf_counter()
+    await tr.setup()
+    setup_s = time.perf_counter() - t0
+    per_epoch = split.count // batch
+    perm = list(range(split.count))
+    random.Random(0).shuffle(perm)
+    dev.write(tr.order, array("I", perm).tobytes())
+
+    def one_step():
+        tr.step += 1
+        tr._write_step(tr.step, ((tr.step - 1) % per_epoch) * batch)
+        dev.submit([tr.train_program])
+
+    for _ in range(warmup):
+        one_step()
+    await dev.sync()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        one_step()
+    await dev.sync()
+    wall_ms = 1000 * (time.perf_counter() - t0) / steps
+    host = []
+    for _ in range(min(steps, 50)):
+        await dev.sync()
+        t0 = time.perf_counter()
+        one_step()
+        host.append(1000 * (time.perf_counter() - t0))
+    await dev.sync()
+    timer = Timer(dev)
+    gpu = []
+    for _ in range(5):
+        tr._write_step(tr.step + 1, 0)
+        gpu += timer.passes([tr.train_program] * 10)
+    out = {"batch": batch, "steps": steps, "data": source, "setup_s": setup_s,
+           "dispatches": len(tr.train_program), "wall_ms": wall_ms, "gpu_ms": median(gpu),
+           "host_ms": median(host), "host_ms_max": max(host),
+           "images_per_s": 1000 * batch / wall_ms, "memory": _memory(dev, tr.plan, start)}
+    loss = struct.unpack("<f", await dev.read(tr.plan.metrics, 8 * ((tr.step - 1) % 64), 4))[0]
+    out["last_loss"] = loss
+    if profile:
+        out["profile"] = _profile(dev, tr, timer)
+    return out
+
+
+def _profile(dev, tr, timer) -> list:
+    """[(phase, pipeline key, workgroups, GPU ms)] of every dispatch of one training step, each
+    in its own pass (median of 5 runs)."""
+    plan = tr.plan
+    rows = []
+    for phase, ds in (("data", tr.gather_train), ("forward", plan.fwd_train), ("loss", plan.loss),
+                      ("backward", plan.bwd), ("guard", tr.guard.dispatches),
+                      ("optimizer", tr.opt.dispatches)):
+        rows += [(phase, d[0][2], list(d[2])) for d in ds]
+    progs = [[d] for d in tr.train_program]
+    runs = [timer.passes(progs) for _ in range(5)]
+    return [(*r, median([run[i] for run in runs])) for i, r in enumerate(rows)]
+
+
+async def gemm(dev, n: int = 4096, tiled=None, tw=None, reps: int = 10) -> dict:
+    """The engine's Gemm kernel (ops/gemm.matmul) on [n, n] x [n, n] float32: TFLOP/s (GPU time
+    by timestamps, median of reps after a warm-up) and the error of 64 rows vs float64."""
+    import numpy as np
+    from webgpu_trainer.engine.ops import gemm as gemm_op
+    from webgpu_trainer.engine.plan import Builder
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    ba, bb, bc = dev.buffer(a.nbytes, "A"), dev.buffer(b.nbytes, "B"), dev.buffer(a.nbytes, "C")
+    dev.write(ba, a.tobytes())
+    dev.write(bb, b.tobytes())
+    builder = Builder(types.SimpleNamespace(dev=dev, P=None, G=None, step=None))
+    if tiled is not None:
+        builder.TILED = tiled
+    rule = getattr(gemm_op, "tile_width", None)
+    if tw is not None and rule is not None:  # force a tile width (TW=8: 64 x 64 tiles)
+        gemm_op.tile_width = lambda b, m, n_: tw
+    try:
+        await gemm_op.matmul(builder, ba, (n, 1), bb, (n, 1), bc, n, n, n)
+    finally:
+        if rule is not None:
+            gemm_op.tile_width = rule
+    prog = dev.program(builder.current)
+    timer = Timer(dev)
+    timer.passes([prog] * 2)  # warm-up
+    times = timer.passes([prog] * reps)
+    raw = await dev.read(bc, 0, 64 * n * 4)
+    got = np.frombuffer(raw, np.float32).reshape(64, n)
+    ref = a[:64].astype(np.float64) @ b.astype(np.float64)
+    err = float(np.abs(got - ref).max() / np.abs(ref).max())
+    ms = median(times)
+    return {"n": n, "ms": ms, "tflops": 2 * n ** 3 / ms / 1e9, "rel_err": err,
+            "kernels": [d[0][2] for d in builder.current],
+            "variant": " + ".join(d[0][2].split(":", 1)[1].rstrip(":") for d in builder.current)}
