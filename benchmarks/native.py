@@ -8,6 +8,7 @@ the pixels).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import struct
 import time
@@ -62,11 +63,17 @@ def _memory(dev, plan, start: int) -> dict:
         else:
             kinds["other"] += size
     kept = sum({id(t.buf): t.buf.size for t in plan.acts.values()}.values())
+    grads = sorted({id(t.buf): t.buf.size for t in plan.grads.values()}.values())
     wb = plan.wbytes
-    reference = wb + 2 * wb + kept + wb  # params, Adam's two moments, activations, grads
+    # the least any trainer keeps: params, Adam's two moments, parameter gradients, the
+    # activations kept for backward, and the two activation gradients live at once (the
+    # largest layer's input and output gradients)
+    reference = wb + 2 * wb + wb + kept + sum(grads[-2:])
     model = sum(v for k, v in kinds.items() if k != "data")
     return {"by_kind": kinds, "model_bytes": model, "data_bytes": kinds["data"],
-            "reference_bytes": reference, "ratio": model / reference}
+            "reference_bytes": reference, "ratio": model / reference,
+            "reference": {"params": wb, "adam_moments": 2 * wb, "param_grads": wb,
+                          "activations_kept": kept, "live_activation_grads": sum(grads[-2:])}}
 
 
 async def seednet(dev, batch: int, steps: int, warmup: int, profile: bool = True) -> dict:
@@ -173,3 +180,30 @@ async def gemm(dev, n: int = 4096, tiled=None, tw=None, reps: int = 10) -> dict:
     return {"n": n, "ms": ms, "tflops": 2 * n ** 3 / ms / 1e9, "rel_err": err,
             "kernels": [d[0][2] for d in builder.current],
             "variant": " + ".join(d[0][2].split(":", 1)[1].rstrip(":") for d in builder.current)}
+
+
+@contextlib.contextmanager
+def variant(name: str):
+    """One engine choice changed for an A/B timing: "gemm_untiled" (the 4x4 GEMM kernel for
+    every shape), "conv_fct8" (8 channels a forward thread at any batch), "elementwise_1" (one
+    element a thread)."""
+    from webgpu_trainer.engine.ops import conv, gemm as gemm_op
+    from webgpu_trainer.engine.plan import Builder
+    saved = []
+    if name == "gemm_untiled":
+        saved.append((gemm_op, "tile_width", gemm_op.tile_width))
+        gemm_op.tile_width = lambda b, m, n: 0
+    elif name == "conv_fct8":
+        saved.append((conv, "_forward_threads", conv._forward_threads))
+        conv._forward_threads = lambda b, n, grp, kg, oh, ow, win: (
+            n * grp * -(-kg // 8) * oh * -(-ow // 4), win)
+    elif name == "elementwise_1":
+        saved.append((Builder, "ELEMENTS_PER_THREAD", Builder.ELEMENTS_PER_THREAD))
+        Builder.ELEMENTS_PER_THREAD = 1
+    else:
+        raise ValueError(f"unknown variant {name!r}")
+    try:
+        yield
+    finally:
+        for obj, attr, value in saved:
+            setattr(obj, attr, value)

@@ -27,6 +27,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
 MB = 1 << 20
+VARIANTS = ("gemm_untiled", "conv_fct8", "elementwise_1")
 
 
 def _versions(dev) -> dict:
@@ -55,6 +56,16 @@ async def _native(args) -> dict:
         out["seednet"].append(r)
         print(f"  native seednet batch {batch}: {r['gpu_ms']:.3f} ms GPU, {r['wall_ms']:.3f} "
               f"wall, host {r['host_ms']:.3f} ms", flush=True)
+    out["variants"] = []
+    for name in args.variant:  # the same steps with one engine choice changed (A/B)
+        with native.variant(name):
+            for batch in args.batch:
+                steps = args.steps if batch >= 512 else 4 * args.steps
+                r = await native.seednet(dev, batch, steps, warmup=10, profile=False)
+                r["variant"] = name
+                out["variants"].append(r)
+                print(f"  native seednet [{name}] batch {batch}: {r['gpu_ms']:.3f} ms GPU, "
+                      f"{r['wall_ms']:.3f} wall", flush=True)
     variants = [(None, None)] + ([(False, None), (True, 8)] if args.both_gemms else [])
     for tiled, tw in variants:
         g = await native.gemm(dev, args.gemm_n, tiled=tiled, tw=tw)
@@ -128,6 +139,8 @@ def main(argv=None) -> int:
     p.add_argument("--gemm-n", type=int, default=4096)
     p.add_argument("--both-gemms", action="store_true", help="also the untiled GEMM kernel")
     p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--variant", nargs="*", default=[],
+                   help="also time SeedNet with: " + ", ".join(VARIANTS))
     p.add_argument("--profile", type=int, default=20, help="print the N slowest dispatches")
     p.add_argument("--quick", action="store_true", help="10 steps, GEMM 1024")
     p.add_argument("--label", default="", help="recorded in the JSON")

@@ -43,6 +43,20 @@ fn reduce2(lid: u32) {
   }
 }
 
+// sum_{k < parts} part[base + k*step]: four independent running sums, so that a GPU has four
+// loads in flight instead of one (the finish kernels are latency-bound: one thread a channel).
+fn sum_parts(base: u32, step: u32) -> f32 {
+  var s4 = vec4<f32>(0.0);
+  var k = 0u;
+  for (; k + 4u <= p.parts; k += 4u) {
+    let e = base + k * step;
+    s4 += vec4<f32>(part[e], part[e + step], part[e + 2u * step], part[e + 3u * step]);
+  }
+  var s = (s4.x + s4.y) + (s4.z + s4.w);
+  for (; k < p.parts; k++) { s += part[base + k * step]; }
+  return s;
+}
+
 // The element range [lo, hi) of the batch-and-space axis that workgroup part k sums.
 fn part_range(k: u32) -> vec2<u32> {
   let M = p.outer * p.inner;
@@ -66,9 +80,7 @@ fn sum_x(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
 fn mean_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
   let c = gid.x;
   if (c >= p.C) { return; }
-  var s = 0.0;
-  for (var k = 0u; k < p.parts; k++) { s += part[c * p.parts + k]; }
-  save[c] = s / f32(p.outer * p.inner);
+  save[c] = sum_parts(c * p.parts, 1u) / f32(p.outer * p.inner);
 }
 
 @compute @workgroup_size(256)
@@ -91,8 +103,7 @@ fn sum_sq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
 fn var_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
   let c = gid.x;
   if (c >= p.C) { return; }
-  var q = 0.0;
-  for (var k = 0u; k < p.parts; k++) { q += part[c * p.parts + k]; }
+  let q = sum_parts(c * p.parts, 1u);
   let M = p.outer * p.inner;
   save[p.C + c] = inverseSqrt(q / f32(M) + p.eps);
   let var_u = q / f32(max(M, 2u) - 1u);
@@ -111,10 +122,11 @@ fn stats_eval(@builtin(global_invocation_id) gid: vec3<u32>) {
 @compute @workgroup_size(64)
 fn normalize(@builtin(global_invocation_id) gid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = gid.x + gid.y * nwg.x * 64u;
-  if (i >= p.outer * p.C * p.inner) { return; }
-  let c = (i / p.inner) % p.C;
-  out[i] = (x[i] - save[c]) * save[p.C + c] * P[p.gamma + c] + P[p.beta + c];
+  let n = p.outer * p.C * p.inner;
+  for (var i = gid.x + gid.y * nwg.x * 64u; i < n; i += nwg.x * nwg.y * 64u) {  // grid-stride
+    let c = (i / p.inner) % p.C;
+    out[i] = (x[i] - save[c]) * save[p.C + c] * P[p.gamma + c] + P[p.beta + c];
+  }
 }
 
 @compute @workgroup_size(256)
@@ -143,24 +155,19 @@ fn sum_dy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
 fn dy_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
   let c = gid.x;
   if (c >= p.C) { return; }
-  var s = 0.0;
-  var sx = 0.0;
-  for (var k = 0u; k < p.parts; k++) {
-    s += part[2u * (c * p.parts + k)];
-    sx += part[2u * (c * p.parts + k) + 1u];
-  }
-  G[p.beta + c] = s;
-  G[p.gamma + c] = sx;
+  G[p.beta + c] = sum_parts(2u * c * p.parts, 2u);
+  G[p.gamma + c] = sum_parts(2u * c * p.parts + 1u, 2u);
 }
 
 @compute @workgroup_size(64)
 fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
                   @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = gid.x + gid.y * nwg.x * 64u;
-  if (i >= p.outer * p.C * p.inner) { return; }
-  let c = (i / p.inner) % p.C;
+  let n = p.outer * p.C * p.inner;
   let M = f32(p.outer * p.inner);
-  let invstd = save[p.C + c];
-  let xhat = (x[i] - save[c]) * invstd;
-  out[i] = P[p.gamma + c] * invstd * (dy[i] - G[p.beta + c] / M - xhat * G[p.gamma + c] / M);
+  for (var i = gid.x + gid.y * nwg.x * 64u; i < n; i += nwg.x * nwg.y * 64u) {  // grid-stride
+    let c = (i / p.inner) % p.C;
+    let invstd = save[p.C + c];
+    let xhat = (x[i] - save[c]) * invstd;
+    out[i] = P[p.gamma + c] * invstd * (dy[i] - G[p.beta + c] / M - xhat * G[p.gamma + c] / M);
+  }
 }

@@ -34,6 +34,9 @@ override dw: u32 = 1u;
 @group(0) @binding(5) var<storage, read_write> y: array<f32>; // output
 
 const CT: u32 = 8u;  // channels per thread
+// Channels per thread of `forward`: 8, or 4 where 8 leaves a GPU with too few threads (small
+// batches; ops/conv.py). Weight rows stay padded to 8 channels (pack_forward).
+override FCT: u32 = 8u;
 const WT: u32 = 4u;  // output columns per thread (forward, backward_input)
 const RT: u32 = 4u;  // weight taps per thread (backward_weight)
 // Accumulators are eight vec4 locals, not arrays: CPU adapters (SwiftShader, lavapipe) keep
@@ -73,7 +76,7 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
   let t = flat(gid, nwg);
   let Kg = p.K / p.G;
   let Cg = p.C / p.G;
-  let cblocks = (Kg + CT - 1u) / CT;
+  let cblocks = (Kg + FCT - 1u) / FCT;
   let wblocks = (p.OW + WT - 1u) / WT;
   if (t >= p.N * p.G * cblocks * p.OH * wblocks) { return; }
   let ow0 = (t % wblocks) * WT;
@@ -83,10 +86,11 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
   let cb = r % (p.G * cblocks);
   let n = r / (p.G * cblocks);
   let g = cb / cblocks;
-  let k0 = g * Kg + (cb % cblocks) * CT;
+  let k0 = g * Kg + (cb % cblocks) * FCT;
   let kend = (g + 1u) * Kg;
-  let row4 = p.G * cblocks * 2u;  // vec4s per packed row (one row per tap)
-  let col4 = cb * 2u;              // this thread's eight channels within a row
+  let Kp = (Kg + 7u) / 8u * 8u;
+  let row4 = p.G * Kp / 4u;                       // vec4s per packed row (one row per tap)
+  let col4 = (g * Kp + (cb % cblocks) * FCT) / 4u;  // this thread's channels within a row
   let iw0 = i32(ow0 * sw) - i32(pw);
   let ok_cols = vec4<bool>(ow0 < p.OW, ow0 + 1u < p.OW, ow0 + 2u < p.OW, ow0 + 3u < p.OW);
   var acc: Acc;
@@ -104,12 +108,19 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
                         vec4<f32>(x[ix.x], x[ix.y], x[ix.z], x[ix.w]), ok);
         let tap = (c * KH + i) * KW + j;
         let wa = wt[tap * row4 + col4];
-        let wb = wt[tap * row4 + col4 + 1u];
-        acc_fma(&acc, wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w, xv);
+        if (FCT == 8u) {
+          let wb = wt[tap * row4 + col4 + 1u];
+          acc_fma(&acc, wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w, xv);
+        } else {
+          acc.a0 = vec4(wa.x) * xv + acc.a0;
+          acc.a1 = vec4(wa.y) * xv + acc.a1;
+          acc.a2 = vec4(wa.z) * xv + acc.a2;
+          acc.a3 = vec4(wa.w) * xv + acc.a3;
+        }
       }
     }
   }
-  for (var m = 0u; m < CT; m++) {
+  for (var m = 0u; m < FCT; m++) {
     let k = k0 + m;
     if (k >= kend) { break; }
     var v = acc_get(acc, m) + select(0.0, b[k], p.has_bias != 0u);
@@ -299,4 +310,113 @@ fn pack_transposed(@builtin(global_invocation_id) gid: vec3<u32>,
   let t = taps - 1u - row % taps;
   let src = ((g * Kg + k) * Cg + c) * taps + t;
   y[e] = select(0.0, w[min(src, arrayLength(&w) - 1u)], c < Cg);
+}
+
+// ---- weight_grad: the weight gradient on GPU adapters (ops/conv.py picks it) ----------------
+// Workgroup (wid.x = (group, 8 output channels, 8 taps), wid.y = chunk of the output pixels
+// (n, oh, ow) flattened into `splits` chunks). Its 64 threads stride over the chunk's pixels,
+// each accumulating 8 channels x 8 taps: per pixel 8 loads of dy (consecutive pixels across the
+// threads: coalesced) and 8 of x, for 64 multiply-adds. The threads' sums are then added through
+// workgroup memory and written to y[chunk, k, r] (reduce.wgsl adds the chunks). Every index
+// into the accumulators is a constant (written out), so they stay in registers.
+var<workgroup> wsum: array<vec4<f32>, 1024>;  // [16 accumulators][64 threads], rotated
+var<private> acc16: array<vec4<f32>, 16>;      // acc16[2t + h]: tap t, channels k0 + 4h ..
+var<private> tap_x: array<u32, 8>;             // per tap: input plane offset in an image
+var<private> tap_i: array<i32, 8>;             // row offset i*dh - ph
+var<private> tap_j: array<i32, 8>;             // column offset j*dw - pw
+
+fn wslot(a: u32, lid: u32) -> u32 { return a * 64u + (a + lid) % 64u; }
+
+fn tap_setup(t: u32, r0: u32, R: u32, c0: u32) {
+  let taps = KH * KW;
+  let r = min(r0 + t, R - 1u);
+  tap_x[t] = (r / taps + c0) * p.H * p.W;
+  tap_i[t] = i32(((r % taps) / KW) * dh) - i32(ph);
+  tap_j[t] = i32((r % KW) * dw) - i32(pw);
+}
+
+// x (the forward input, bound as `w`) at tap t of output pixel (ih0, iw0) of the image at xn.
+fn tap_value(t: u32, xn: u32, ih0: i32, iw0: i32) -> f32 {
+  let ih = ih0 + tap_i[t];
+  let iw = iw0 + tap_j[t];
+  let ok = ih >= 0 && ih < i32(p.H) && iw >= 0 && iw < i32(p.W);
+  return select(0.0, w[select(0u, xn + tap_x[t] + u32(ih) * p.W + u32(iw), ok)], ok);
+}
+
+fn tap_fma(t: u32, v: f32, d0: vec4<f32>, d1: vec4<f32>) {
+  acc16[2u * t] += v * d0;
+  acc16[2u * t + 1u] += v * d1;
+}
+
+@compute @workgroup_size(64)
+fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+  let Kg = p.K / p.G;
+  let Cg = p.C / p.G;
+  let R = Cg * KH * KW;
+  let kblocks = (Kg + 7u) / 8u;
+  let rblocks = (R + 7u) / 8u;
+  let rb = wid.x % rblocks;
+  let kb = wid.x / rblocks;
+  let g = kb / kblocks;
+  let k0 = g * Kg + (kb % kblocks) * 8u;
+  let r0 = rb * 8u;
+  tap_setup(0u, r0, R, g * Cg); tap_setup(1u, r0, R, g * Cg);
+  tap_setup(2u, r0, R, g * Cg); tap_setup(3u, r0, R, g * Cg);
+  tap_setup(4u, r0, R, g * Cg); tap_setup(5u, r0, R, g * Cg);
+  tap_setup(6u, r0, R, g * Cg); tap_setup(7u, r0, R, g * Cg);
+  let plane = p.OH * p.OW;
+  let last = p.K - 1u;
+  let dk = vec4<u32>(min(k0, last), min(k0 + 1u, last), min(k0 + 2u, last),
+                     min(k0 + 3u, last)) * plane;
+  let dk4 = vec4<u32>(min(k0 + 4u, last), min(k0 + 5u, last), min(k0 + 6u, last),
+                      min(k0 + 7u, last)) * plane;
+  let total = p.N * plane;
+  let per = (total + p.splits - 1u) / p.splits;
+  let end = min(total, (wid.y + 1u) * per);
+  var q = wid.y * per + lid;
+  var n = q / plane;
+  var oh = (q % plane) / p.OW;
+  var ow = q % p.OW;
+  let dn = 64u / plane;  // the 64-pixel stride as (images, rows, columns)
+  let doh = (64u % plane) / p.OW;
+  let dow = 64u % p.OW;
+  let img = p.C * p.H * p.W;
+  for (; q < end; q += 64u) {
+    let e = n * p.K * plane + oh * p.OW + ow;
+    let d0 = vec4<f32>(x[e + dk.x], x[e + dk.y], x[e + dk.z], x[e + dk.w]);
+    let d1 = vec4<f32>(x[e + dk4.x], x[e + dk4.y], x[e + dk4.z], x[e + dk4.w]);
+    let xn = n * img;
+    let ih0 = i32(oh * sh);
+    let iw0 = i32(ow * sw);
+    tap_fma(0u, tap_value(0u, xn, ih0, iw0), d0, d1);
+    tap_fma(1u, tap_value(1u, xn, ih0, iw0), d0, d1);
+    tap_fma(2u, tap_value(2u, xn, ih0, iw0), d0, d1);
+    tap_fma(3u, tap_value(3u, xn, ih0, iw0), d0, d1);
+    tap_fma(4u, tap_value(4u, xn, ih0, iw0), d0, d1);
+    tap_fma(5u, tap_value(5u, xn, ih0, iw0), d0, d1);
+    tap_fma(6u, tap_value(6u, xn, ih0, iw0), d0, d1);
+    tap_fma(7u, tap_value(7u, xn, ih0, iw0), d0, d1);
+    ow += dow;
+    if (ow >= p.OW) { ow -= p.OW; oh += 1u; }
+    oh += doh;
+    if (oh >= p.OH) { oh -= p.OH; n += 1u; }
+    n += dn;
+  }
+  // add the 64 threads' sums: thread lid then owns value lid = (tap lid/8, channel lid%8)
+  wsum[wslot(0u, lid)] = acc16[0]; wsum[wslot(1u, lid)] = acc16[1];
+  wsum[wslot(2u, lid)] = acc16[2]; wsum[wslot(3u, lid)] = acc16[3];
+  wsum[wslot(4u, lid)] = acc16[4]; wsum[wslot(5u, lid)] = acc16[5];
+  wsum[wslot(6u, lid)] = acc16[6]; wsum[wslot(7u, lid)] = acc16[7];
+  wsum[wslot(8u, lid)] = acc16[8]; wsum[wslot(9u, lid)] = acc16[9];
+  wsum[wslot(10u, lid)] = acc16[10]; wsum[wslot(11u, lid)] = acc16[11];
+  wsum[wslot(12u, lid)] = acc16[12]; wsum[wslot(13u, lid)] = acc16[13];
+  wsum[wslot(14u, lid)] = acc16[14]; wsum[wslot(15u, lid)] = acc16[15];
+  workgroupBarrier();
+  let a = lid / 4u;
+  var s = 0.0;
+  for (var u = 0u; u < 64u; u++) { s += wsum[wslot(a, u)][lid % 4u]; }
+  let k = k0 + (a % 2u) * 4u + lid % 4u;
+  let r = r0 + a / 2u;
+  if (k < (g + 1u) * Kg && r < R) { y[(wid.y * p.K + k) * R + r] = s; }
 }

@@ -86,29 +86,35 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
 // CPU adapters keep `matmul` (no workgroup memory, 4 x 4 per thread: faster on SwiftShader).
 override TW: u32 = 16u;
 override BK: u32 = TW / 2u;
+// acc[2*r + h]: row r of the thread's 8, column half h. Only constant indices (the epilogue is
+// written out): a dynamically indexed array would live in memory, not registers.
+var<private> acc: array<vec4<f32>, 16>;
 
 var<workgroup> tile_a: array<vec4<f32>, 512>;  // [2 buffers][BK][2*TW vec4 = 8*TW rows]
 var<workgroup> tile_b: array<vec4<f32>, 512>;  // [2 buffers][BK][2*TW vec4 = 8*TW cols]
 
+fn a_at(m: u32, k: u32, k_end: u32) -> f32 {
+  let ok = m < p.M && k < k_end;
+  return select(0.0, a[select(0u, m * p.sam + k * p.sak, ok)], ok);
+}
+
+fn b_at(k: u32, n: u32, k_end: u32) -> f32 {
+  let ok = n < p.N && k < k_end;
+  return select(0.0, bm[select(0u, k * p.sbk + n * p.sbn, ok)], ok);
+}
+
 // This thread's 4 values of the A tile at k0: (row, k) pairs fixed by the thread's index.
 fn load_a(m0: u32, k0: u32, k_end: u32, lid: u32) -> vec4<f32> {
-  var v = vec4<f32>(0.0);
   if (p.sak == 1u) {  // 4 consecutive k of one row
-    let q = BK / 4u;
-    let m = m0 + lid / q;
-    let k = k0 + (lid % q) * 4u;
-    if (m < p.M) {
-      let base = m * p.sam;
-      for (var i = 0u; i < 4u; i++) { if (k + i < k_end) { v[i] = a[base + k + i]; } }
-    }
-  } else {  // 4 consecutive rows at one k
-    let m = m0 + (lid % (2u * TW)) * 4u;
-    let k = k0 + lid / (2u * TW);
-    if (k < k_end) {
-      for (var i = 0u; i < 4u; i++) { if (m + i < p.M) { v[i] = a[(m + i) * p.sam + k * p.sak]; } }
-    }
+    let m = m0 + lid / (BK / 4u);
+    let k = k0 + (lid % (BK / 4u)) * 4u;
+    return vec4<f32>(a_at(m, k, k_end), a_at(m, k + 1u, k_end), a_at(m, k + 2u, k_end),
+                     a_at(m, k + 3u, k_end));
   }
-  return v;
+  let m = m0 + (lid % (2u * TW)) * 4u;  // 4 consecutive rows at one k
+  let k = k0 + lid / (2u * TW);
+  return vec4<f32>(a_at(m, k, k_end), a_at(m + 1u, k, k_end), a_at(m + 2u, k, k_end),
+                   a_at(m + 3u, k, k_end));
 }
 
 fn store_a(v: vec4<f32>, buf: u32, lid: u32) {
@@ -124,25 +130,16 @@ fn store_a(v: vec4<f32>, buf: u32, lid: u32) {
 }
 
 fn load_b(n0: u32, k0: u32, k_end: u32, lid: u32) -> vec4<f32> {
-  var v = vec4<f32>(0.0);
   if (p.sbn == 1u || p.sbk != 1u) {  // 4 consecutive columns at one k
     let n = n0 + (lid % (2u * TW)) * 4u;
     let k = k0 + lid / (2u * TW);
-    if (k < k_end) {
-      for (var i = 0u; i < 4u; i++) {
-        if (n + i < p.N) { v[i] = bm[k * p.sbk + (n + i) * p.sbn]; }
-      }
-    }
-  } else {  // 4 consecutive k of one column
-    let q = BK / 4u;
-    let n = n0 + lid / q;
-    let k = k0 + (lid % q) * 4u;
-    if (n < p.N) {
-      let base = n * p.sbn;
-      for (var i = 0u; i < 4u; i++) { if (k + i < k_end) { v[i] = bm[base + k + i]; } }
-    }
+    return vec4<f32>(b_at(k, n, k_end), b_at(k, n + 1u, k_end), b_at(k, n + 2u, k_end),
+                     b_at(k, n + 3u, k_end));
   }
-  return v;
+  let n = n0 + lid / (BK / 4u);  // 4 consecutive k of one column
+  let k = k0 + (lid % (BK / 4u)) * 4u;
+  return vec4<f32>(b_at(k, n, k_end), b_at(k + 1u, n, k_end), b_at(k + 2u, n, k_end),
+                   b_at(k + 3u, n, k_end));
 }
 
 fn store_b(v: vec4<f32>, buf: u32, lid: u32) {
@@ -180,7 +177,6 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
   let k_end = min(p.K, k_start + per);
   let tx = lid % TW;
   let ty = lid / TW;
-  var acc: array<vec4<f32>, 16>;  // acc[2*r + h]: row r of the thread's 8, column half h
   var va = load_a(m0, k_start, k_end, lid);
   var vb = load_b(n0, k_start, k_end, lid);
   store_a(va, 0u, lid);
@@ -217,12 +213,16 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
     workgroupBarrier();
   }
   let base = wid.z * p.M * p.N;
-  for (var r = 0u; r < 4u; r++) {
-    let top = m0 + ty * 4u + r;
-    let bottom = m0 + 4u * TW + ty * 4u + r;
-    write_row(base, top, n0 + tx * 4u, acc[2u * r]);
-    write_row(base, top, n0 + 4u * TW + tx * 4u, acc[2u * r + 1u]);
-    write_row(base, bottom, n0 + tx * 4u, acc[8u + 2u * r]);
-    write_row(base, bottom, n0 + 4u * TW + tx * 4u, acc[9u + 2u * r]);
-  }
+  let top = m0 + ty * 4u;
+  let bottom = m0 + 4u * TW + ty * 4u;
+  let left = n0 + tx * 4u;
+  let right = n0 + 4u * TW + tx * 4u;
+  write_row(base, top, left, acc[0]); write_row(base, top, right, acc[1]);
+  write_row(base, top + 1u, left, acc[2]); write_row(base, top + 1u, right, acc[3]);
+  write_row(base, top + 2u, left, acc[4]); write_row(base, top + 2u, right, acc[5]);
+  write_row(base, top + 3u, left, acc[6]); write_row(base, top + 3u, right, acc[7]);
+  write_row(base, bottom, left, acc[8]); write_row(base, bottom, right, acc[9]);
+  write_row(base, bottom + 1u, left, acc[10]); write_row(base, bottom + 1u, right, acc[11]);
+  write_row(base, bottom + 2u, left, acc[12]); write_row(base, bottom + 2u, right, acc[13]);
+  write_row(base, bottom + 3u, left, acc[14]); write_row(base, bottom + 3u, right, acc[15]);
 }

@@ -42,8 +42,15 @@ fn reduce_splits(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
   let e = gid.x + gid.y * nwg.x * 64u;
   if (e >= p.count) { return; }
-  var s = 0.0;
-  for (var k = 0u; k < p.splits; k++) { s += x[k * p.count + e]; }
+  // four independent running sums: four loads in flight (latency-bound with many splits)
+  var s4 = vec4<f32>(0.0);
+  var k = 0u;
+  for (; k + 4u <= p.splits; k += 4u) {
+    let i = k * p.count + e;
+    s4 += vec4<f32>(x[i], x[i + p.count], x[i + 2u * p.count], x[i + 3u * p.count]);
+  }
+  var s = (s4.x + s4.y) + (s4.z + s4.w);
+  for (; k < p.splits; k++) { s += x[k * p.count + e]; }
   let m = e / max(p.N, 1u);
   let n = e % max(p.N, 1u);
   switch p.bias_mode {

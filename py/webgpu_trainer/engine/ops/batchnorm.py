@@ -51,7 +51,7 @@ async def forward(b, node, ins, outs, train):
         await b.kernel("batchnorm", "var_finish", params, binds, groups_1d(c))
     else:
         await b.kernel("batchnorm", "stats_eval", params, binds, groups_1d(c))
-    await b.kernel("batchnorm", "normalize", params, binds, groups_1d(x.numel))
+    await b.kernel("batchnorm", "normalize", params, binds, b.elementwise_groups(x.numel))
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -63,4 +63,5 @@ async def backward(b, node, ins, outs, gins, gouts):
     await b.kernel("batchnorm", "sum_dy", params, binds, (c, parts, 1))
     await b.kernel("batchnorm", "dy_finish", params, binds, groups_1d(c))
     if gins[0] is not None:
-        await b.kernel("batchnorm", "backward_input", params, binds, groups_1d(x.numel))
+        await b.kernel("batchnorm", "backward_input", params, binds,
+                       b.elementwise_groups(x.numel))

@@ -77,13 +77,22 @@ async def forward(b, node, ins, outs, train):
     n, c, h, wd, k, oh, ow, grp = g
     relu = int(node["name"] in b.plan.fused_relu)  # a following in-place ReLU, fused
     params = pack_params(*g, int(bias is not None), 1, 0, relu)
-    threads = n * grp * _cdiv(k // grp, 8) * oh * _cdiv(ow, 4)
     kg = k // grp
     packed = b.save(node, (c // grp) * win["KH"] * win["KW"] * grp * _cdiv(kg, 8) * 8, "wfwd")
     await b.kernel("conv2d", "pack_forward", params, [b.dummy, w, b.dummy, b.dummy, packed],
                    groups_1d(packed_numel(b, packed)), win)
+    threads, consts = _forward_threads(b, n, grp, kg, oh, ow, win)
     await b.kernel("conv2d", "forward", params, [x, b.dummy, packed, bias or b.dummy, outs[0]],
-                   groups_1d(threads), win)
+                   groups_1d(threads), consts)
+
+
+def _forward_threads(b, n, grp, kg, oh, ow, win):
+    """Threads of ``forward`` and its constants: 8 channels x 4 columns a thread, or 4
+    channels on GPUs where 8 would leave fewer than 64 Ki threads (small batches)."""
+    threads = n * grp * _cdiv(kg, 8) * oh * _cdiv(ow, 4)
+    if b.tiled and threads < 65536 and kg > 4:
+        return n * grp * _cdiv(kg, 4) * oh * _cdiv(ow, 4), {**win, "FCT": 4}
+    return threads, win
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -105,18 +114,34 @@ async def backward(b, node, ins, outs, gins, gouts):
         await b.kernel("conv2d", "backward_input", params,
                        [dy, b.dummy, packed, b.dummy, gins[0]], groups_1d(threads), win)
     if gins[1] is not None:
-        taps = (c // grp) * kh * kw
-        threads = grp * _cdiv(k // grp, 8) * _cdiv(taps, 4)
-        splits = b.splits(threads, n, min_per_split=1)
-        params = pack_params(*g, 0, splits, 0, 0)
-        out = b.scratch(splits * k * taps) if splits > 1 else gins[1]
-        gx, gy, _ = groups_1d(threads)
-        await b.kernel("conv2d", "backward_weight", params, [dy, x, b.dummy, b.dummy, out],
-                       (gx, gy, splits), win)
-        if splits > 1:
-            await gemm.reduce_splits(b, out, gins[1], splits, k * taps)
+        await _weight_grad(b, g, win, x, dy, gins[1])
     if len(ins) > 2 and ins[2] is not None and gins[2] is not None:
         await gemm.channel_sum(b, dy, gins[2], outer=n, channels=k, inner=oh * ow)
+
+
+async def _weight_grad(b, g, win, x, dy, dw):
+    """dw = sum over the batch and output pixels of dy x (im2col x): on GPU adapters
+    ``weight_grad`` (threads over pixels, 8 channels x 8 taps each, chunks of pixels added by
+    ``reduce_splits``), else ``backward_weight`` (threads over (channels, taps), split over the
+    batch)."""
+    n, c, h, wd, k, oh, ow, grp = g
+    taps = (c // grp) * win["KH"] * win["KW"]
+    if b.tiled:
+        groups = grp * _cdiv(k // grp, 8) * _cdiv(taps, 8)
+        pixels = n * oh * ow
+        # ~2048 workgroups of 64 threads, each thread at least 16 pixels
+        splits = max(1, min(_cdiv(2048, groups), pixels // (64 * 16), 65535))
+        counts, entry = (groups, splits, 1), "weight_grad"
+    else:
+        threads = grp * _cdiv(k // grp, 8) * _cdiv(taps, 4)
+        splits = b.splits(threads, n, min_per_split=1)
+        gx, gy, _ = groups_1d(threads)
+        counts, entry = (gx, gy, splits), "backward_weight"
+    params = pack_params(*g, 0, splits, 0, 0)
+    out = b.temp(splits * k * taps) if splits > 1 else dw
+    await b.kernel("conv2d", entry, params, [dy, x, b.dummy, b.dummy, out], counts, win)
+    if splits > 1:
+        await gemm.reduce_splits(b, out, dw, splits, k * taps)
 
 
 async def _input_grad_as_forward(b, node, g, win, w, dy, dx):
@@ -131,6 +156,6 @@ async def _input_grad_as_forward(b, node, g, win, w, dy, dx):
     packed = b.save(node, (k // grp) * kh * kw * grp * _cdiv(cg, 8) * 8, "wtrans")
     await b.kernel("conv2d", "pack_transposed", params, [b.dummy, w, b.dummy, b.dummy, packed],
                    groups_1d(packed_numel(b, packed)), tw)
-    threads = n * grp * _cdiv(cg, 8) * h * _cdiv(wd, 4)
+    threads, consts = _forward_threads(b, n, grp, cg, h, wd, tw)
     await b.kernel("conv2d", "forward", params, [dy, b.dummy, packed, b.dummy, dx],
-                   groups_1d(threads), tw)
+                   groups_1d(threads), consts)

@@ -56,7 +56,7 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         splits = b.splits(threads, k, min_per_split=64)
         gx, gy, _ = groups_1d(threads)
         counts, entry, consts = (gx, gy, splits), "matmul", None
-    target = b.scratch(splits * m * n) if splits > 1 else out
+    target = b.temp(splits * m * n) if splits > 1 else out
     params = pack_params(m, n, k, splits, *params_tail)
     await b.kernel("gemm", entry, params, [a, bm, bias or b.dummy, target], counts, consts)
     if splits > 1:
@@ -85,7 +85,7 @@ async def channel_sum(b, x, out, outer, channels, inner):
     ``b.reduce_parts`` parts per channel, added by ``reduce_splits`` when there are several."""
     parts = b.reduce_parts(outer * inner)
     params = pack_params(outer, channels, inner, 0, parts, 0, 0, 0.0)
-    target = b.scratch(parts * channels) if parts > 1 else out
+    target = b.temp(parts * channels) if parts > 1 else out
     await b.kernel("reduce", "channel_sum", params, [x, b.dummy, target], (channels, parts, 1))
     if parts > 1:
         await reduce_splits(b, target, out, parts, channels)

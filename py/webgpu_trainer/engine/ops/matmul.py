@@ -156,7 +156,7 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
     nred = _numel([d[0] for d in red])
     threads = nkept * ((rows + 3) // 4) * ((cols + 3) // 4)
     splits = b.splits(threads, inner, min_per_split=64) if inner else 1
-    target = b.scratch(splits * total) if splits > 1 else out
+    target = b.temp(splits * total) if splits > 1 else out
     params = pack_params(rows, cols, inner, splits, sam, sak, sbk, sbn, nkept, nred, 0, 0,
                          *_vec(kept, 0), *_vec(kept, 1), *_vec(kept, 2),
                          *_vec(red, 0), *_vec(red, 1), *_vec(red, 2))

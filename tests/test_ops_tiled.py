@@ -1,0 +1,125 @@
+"""The GPU adapters' kernels (workgroup-memory GEMM tiles, pixel-parallel conv weight gradient,
+``Builder.TILED``) forced on the test adapter (lavapipe), against the float64 numpy engine.
+CPU adapters run the other kernels (tests/test_ops.py); this keeps both paths tested."""
+
+import numpy as np
+import pytest
+
+import reference as ref
+from conftest import (FWD_RTOL, compare, f32, head, make_graph, node, one_step, params_of,
+                      rel_err, rng_for, run)
+
+from webgpu_trainer.engine.plan import Builder
+
+# id: (C, K, H, W, (kh, kw), pads, strides, dilations, group, batch)
+CONV_CASES = {
+    "3x3_s1_nopad": (3, 5, 8, 8, (3, 3), [0, 0, 0, 0], [1, 1], [1, 1], 1, 2),
+    "5x5_s2_pad2": (2, 4, 9, 9, (5, 5), [2, 2, 2, 2], [2, 2], [1, 1], 1, 3),
+    "3x3_asym_pads": (3, 6, 7, 6, (3, 3), [1, 0, 2, 1], [1, 1], [1, 1], 1, 2),
+    "3x3_dil2": (2, 3, 9, 9, (3, 3), [1, 1, 1, 1], [1, 1], [2, 2], 1, 2),
+    "group2": (4, 6, 6, 6, (3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 2, 2),
+    "depthwise_s2": (5, 5, 7, 7, (3, 3), [1, 1, 1, 1], [2, 2], [1, 1], 5, 2),
+    "k17_rect_mixed": (3, 17, 7, 9, (2, 3), [0, 1, 1, 0], [2, 1], [1, 2], 1, 2),
+    "group3_k12": (6, 12, 5, 5, (3, 3), [1, 1, 1, 1], [1, 2], [1, 1], 3, 2),
+    "1x1": (5, 7, 4, 5, (1, 1), [0, 0, 0, 0], [1, 1], [1, 1], 1, 2),
+    "seednet_conv3_b40": (16, 24, 12, 12, (3, 3), [0, 0, 0, 0], [1, 1], [1, 1], 1, 40),
+    "tiny_plane_b64": (8, 16, 3, 3, (3, 3), [0, 0, 0, 0], [1, 1], [1, 1], 1, 64),
+}
+
+
+@pytest.fixture
+def tiled(monkeypatch):
+    monkeypatch.setattr(Builder, "TILED", True)
+
+
+@pytest.mark.parametrize("case", list(CONV_CASES))
+def test_conv_tiled(device, tiled, case):
+    c, k, h, w, (kh, kw), pads, strides, dil, group, batch = CONV_CASES[case]
+    classes = 5
+    rng = rng_for("conv_tiled", case)
+    pre_w = f32(rng.standard_normal((c, c, 1, 1)) / np.sqrt(c))
+    pre_b = f32(rng.standard_normal(c) * 0.1)
+    cw = f32(rng.standard_normal((k, c // group, kh, kw)) / np.sqrt(c // group * kh * kw))
+    cb = f32(rng.standard_normal(k) * 0.1)
+    x = f32(rng.standard_normal((batch, c, h, w)))
+    labels = rng.integers(0, classes, batch)
+    attrs = dict(kernel_shape=[kh, kw], pads=pads, strides=strides, dilations=dil, group=group)
+    nodes = [node("Conv", ["input", "pre.w", "pre.b"], ["pre_out"], kernel_shape=[1, 1],
+                  pads=[0, 0, 0, 0], strides=[1, 1], dilations=[1, 1], group=1),
+             node("Conv", ["pre_out", "conv.w", "conv.b"], ["conv_out"], **attrs),
+             node("Relu", ["conv_out"], ["relu_out"]),
+             node("Flatten", ["relu_out"], ["flat"], axis=1)]
+    oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (w + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
+    hn, ht = head("flat", k * oh * ow, classes, rng)
+    tensors = [("pre.w", pre_w, "param"), ("pre.b", pre_b, "param"),
+               ("conv.w", cw, "param"), ("conv.b", cb, "param")] + ht
+    graph, blob = make_graph(nodes + hn, tensors, [("input", ["N", c, h, w])],
+                             [("output", ["N", classes])])
+    res = run(one_step(device, graph, blob, x, labels))
+    want = ref.chain_step(nodes + hn, params_of(tensors), x, labels)
+    compare("Conv (tiled)", res, want, acts=["pre_out", "relu_out"], dacts=["pre_out"])
+
+
+# (m, n, k): 64 x 64 tiles (thin), 128 x 128 tiles (m, n >= 128 and m*n >= 2^20), split-K
+GEMM_CASES = [(130, 129, 77), (64, 64, 8), (1000, 32, 600), (32, 300, 1000), (33, 40, 5),
+              (200, 160, 1), (1030, 1025, 37), (20, 40, 9)]
+
+
+@pytest.mark.parametrize("m,n,k", GEMM_CASES)
+@pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_gemm_kernel_tiled(device, tiled, m, n, k, ta, tb):
+    """ops/gemm.matmul alone (alpha, a row bias) against float64, every transpose."""
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    rng = rng_for("gemm_tiled", m, n, k, ta, tb)
+    a = f32(rng.standard_normal((k, m) if ta else (m, k)))
+    bm = f32(rng.standard_normal((n, k) if tb else (k, n)))
+    bias = f32(rng.standard_normal(n))
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    bufs = []
+    for arr in (a, bm, bias):
+        buf = device.buffer(arr.nbytes)
+        device.write(buf, arr.tobytes())
+        bufs.append(buf)
+    out = device.buffer(4 * m * n)
+    sa = (1, m) if ta else (k, 1)
+    sb = (1, k) if tb else (n, 1)
+
+    async def go():
+        await gemm.matmul(b, bufs[0], sa, bufs[1], sb, out, m, n, k, 0.5, bufs[2], 1)
+        device.submit([device.program(b.current)])
+        return np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
+    got = run(go())
+    assert any("matmul_tiled" in d[0][2] for d in b.current) == (min(m, n) >= 32)
+    want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (bm.T if tb else bm)) + bias
+    assert rel_err(got, want) <= FWD_RTOL
+
+
+@pytest.mark.parametrize("batch", [3, 300])
+def test_conv_bn_relu_tiled(device, tiled, monkeypatch, batch):
+    """Conv -> BatchNorm2d -> Relu -> head on the GPU paths: 4-channel forward threads (small
+    batch), grid-stride elementwise kernels, two-level BatchNorm sums."""
+    monkeypatch.setattr(Builder, "REDUCE_CHUNK", 64)
+    c, k, hw, classes = 3, 6, 6, 4
+    rng = rng_for("conv_bn_tiled", batch)
+    cw = f32(rng.standard_normal((k, c, 3, 3)) / np.sqrt(9 * c))
+    gamma, beta = f32(1 + 0.1 * rng.standard_normal(k)), f32(0.1 * rng.standard_normal(k))
+    rm, rv = f32(np.zeros(k)), f32(np.ones(k))
+    x = f32(rng.standard_normal((batch, c, hw, hw)))
+    labels = rng.integers(0, classes, batch)
+    # no conv bias: BatchNorm cancels it (its gradient is ~0, all rounding)
+    nodes = [node("Conv", ["input", "cw"], ["conv_out"], kernel_shape=[3, 3],
+                  pads=[1, 1, 1, 1], strides=[1, 1], dilations=[1, 1], group=1),
+             node("BatchNormalization", ["conv_out", "g", "b", "rm", "rv"], ["bn_out"],
+                  epsilon=1e-5, momentum=0.9, training_mode=1),
+             node("Relu", ["bn_out"], ["relu_out"]),
+             node("Flatten", ["relu_out"], ["flat"], axis=1)]
+    hn, ht = head("flat", k * hw * hw, classes, rng)
+    tensors = [("cw", cw, "param"), ("g", gamma, "param"),
+               ("b", beta, "param"), ("rm", rm, "buffer"), ("rv", rv, "buffer")] + ht
+    graph, blob = make_graph(nodes + hn, tensors, [("input", ["N", c, hw, hw])],
+                             [("output", ["N", classes])])
+    res = run(one_step(device, graph, blob, x, labels))
+    want = ref.chain_step(nodes + hn, params_of(tensors), x, labels)
+    compare("Conv+BN (tiled)", res, want, acts=["conv_out", "relu_out"], dacts=["conv_out"])
