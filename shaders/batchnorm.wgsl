@@ -13,8 +13,10 @@
 struct Params {
   outer: u32, C: u32, inner: u32, gamma: u32,
   beta: u32, rmean: u32, rvar: u32, parts: u32,
-  eps: f32, momentum: f32, _p1: u32, _p2: u32,
+  eps: f32, momentum: f32, mask: u32, _p2: u32,
 }
+// mask (backward_input): dx = 0 where x <= 0 (x is the output of an in-place ReLU whose backward
+// the plan fused here).
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -68,9 +70,14 @@ fn part_range(k: u32) -> vec2<u32> {
 fn sum_x(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let c = wid.x;
   let r = part_range(wid.y);
-  var s = 0.0;
-  for (var e = r.x + lid; e < r.y; e += 256u) { s += x[at(c, e)]; }
-  red[lid] = s;
+  // four elements an iteration, loaded before they are added: four loads in flight
+  var s4 = vec4<f32>(0.0);
+  var e = r.x + lid;
+  for (; e + 768u < r.y; e += 1024u) {
+    s4 += vec4<f32>(x[at(c, e)], x[at(c, e + 256u)], x[at(c, e + 512u)], x[at(c, e + 768u)]);
+  }
+  for (; e < r.y; e += 256u) { s4.x += x[at(c, e)]; }
+  red[lid] = (s4.x + s4.y) + (s4.z + s4.w);
   red2[lid] = 0.0;
   reduce2(lid);
   if (lid == 0u) { part[c * p.parts + wid.y] = red[0]; }
@@ -88,12 +95,18 @@ fn sum_sq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   let c = wid.x;
   let r = part_range(wid.y);
   let mean = save[c];
-  var q = 0.0;
-  for (var e = r.x + lid; e < r.y; e += 256u) {
-    let d = x[at(c, e)] - mean;
-    q += d * d;
+  var q4 = vec4<f32>(0.0);
+  var e = r.x + lid;
+  for (; e + 768u < r.y; e += 1024u) {
+    let d = vec4<f32>(x[at(c, e)], x[at(c, e + 256u)], x[at(c, e + 512u)],
+                      x[at(c, e + 768u)]) - mean;
+    q4 += d * d;
   }
-  red[lid] = q;
+  for (; e < r.y; e += 256u) {
+    let d = x[at(c, e)] - mean;
+    q4.x += d * d;
+  }
+  red[lid] = (q4.x + q4.y) + (q4.z + q4.w);
   red2[lid] = 0.0;
   reduce2(lid);
   if (lid == 0u) { part[c * p.parts + wid.y] = red[0]; }
@@ -123,10 +136,23 @@ fn stats_eval(@builtin(global_invocation_id) gid: vec3<u32>) {
 fn normalize(@builtin(global_invocation_id) gid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>) {
   let n = p.outer * p.C * p.inner;
-  for (var i = gid.x + gid.y * nwg.x * 64u; i < n; i += nwg.x * nwg.y * 64u) {  // grid-stride
-    let c = (i / p.inner) % p.C;
-    out[i] = (x[i] - save[c]) * save[p.C + c] * P[p.gamma + c] + P[p.beta + c];
+  let S = nwg.x * nwg.y * 64u;
+  let i0 = gid.x + gid.y * nwg.x * 64u;
+  if (S >= n) {  // a thread per element (CPU adapters)
+    if (i0 < n) { out[i0] = normalized(i0, x[i0]); }
+    return;
   }
+  // grid-stride, elements i + q*S (q < 4) an iteration: their loads are issued together
+  for (var i = i0; i < n; i += 4u * S) {
+    let e = min(vec4<u32>(i) + vec4<u32>(0u, 1u, 2u, 3u) * S, vec4<u32>(n - 1u));
+    let v = vec4<f32>(x[e.x], x[e.y], x[e.z], x[e.w]);
+    for (var q = 0u; q < 4u; q++) { if (i + q * S < n) { out[e[q]] = normalized(e[q], v[q]); } }
+  }
+}
+
+fn normalized(i: u32, xi: f32) -> f32 {
+  let c = (i / p.inner) % p.C;
+  return (xi - save[c]) * save[p.C + c] * P[p.gamma + c] + P[p.beta + c];
 }
 
 @compute @workgroup_size(256)
@@ -135,15 +161,22 @@ fn sum_dy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   let r = part_range(wid.y);
   let mean = save[c];
   let invstd = save[p.C + c];
-  var s = 0.0;
-  var sx = 0.0;
-  for (var e = r.x + lid; e < r.y; e += 256u) {
-    let i = at(c, e);
-    s += dy[i];
-    sx += dy[i] * (x[i] - mean) * invstd;
+  var s4 = vec4<f32>(0.0);
+  var sx4 = vec4<f32>(0.0);
+  var e = r.x + lid;
+  for (; e + 768u < r.y; e += 1024u) {
+    let i = vec4<u32>(at(c, e), at(c, e + 256u), at(c, e + 512u), at(c, e + 768u));
+    let d = vec4<f32>(dy[i.x], dy[i.y], dy[i.z], dy[i.w]);
+    s4 += d;
+    sx4 += d * (vec4<f32>(x[i.x], x[i.y], x[i.z], x[i.w]) - mean) * invstd;
   }
-  red[lid] = s;
-  red2[lid] = sx;
+  for (; e < r.y; e += 256u) {
+    let i = at(c, e);
+    s4.x += dy[i];
+    sx4.x += dy[i] * (x[i] - mean) * invstd;
+  }
+  red[lid] = (s4.x + s4.y) + (s4.z + s4.w);
+  red2[lid] = (sx4.x + sx4.y) + (sx4.z + sx4.w);
   reduce2(lid);
   if (lid == 0u) {
     part[2u * (c * p.parts + wid.y)] = red[0];
@@ -164,10 +197,27 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
                   @builtin(num_workgroups) nwg: vec3<u32>) {
   let n = p.outer * p.C * p.inner;
   let M = f32(p.outer * p.inner);
-  for (var i = gid.x + gid.y * nwg.x * 64u; i < n; i += nwg.x * nwg.y * 64u) {  // grid-stride
-    let c = (i / p.inner) % p.C;
-    let invstd = save[p.C + c];
-    let xhat = (x[i] - save[c]) * invstd;
-    out[i] = P[p.gamma + c] * invstd * (dy[i] - G[p.beta + c] / M - xhat * G[p.gamma + c] / M);
+  let S = nwg.x * nwg.y * 64u;
+  let i0 = gid.x + gid.y * nwg.x * 64u;
+  if (S >= n) {  // a thread per element (CPU adapters)
+    if (i0 < n) { out[i0] = input_grad(i0, x[i0], dy[i0], M); }
+    return;
   }
+  // grid-stride, elements i + q*S (q < 4) an iteration: their loads are issued together
+  for (var i = i0; i < n; i += 4u * S) {
+    let e = min(vec4<u32>(i) + vec4<u32>(0u, 1u, 2u, 3u) * S, vec4<u32>(n - 1u));
+    let xv = vec4<f32>(x[e.x], x[e.y], x[e.z], x[e.w]);
+    let dv = vec4<f32>(dy[e.x], dy[e.y], dy[e.z], dy[e.w]);
+    for (var q = 0u; q < 4u; q++) {
+      if (i + q * S < n) { out[e[q]] = input_grad(e[q], xv[q], dv[q], M); }
+    }
+  }
+}
+
+fn input_grad(i: u32, xi: f32, dyi: f32, M: f32) -> f32 {
+  let c = (i / p.inner) % p.C;
+  let invstd = save[p.C + c];
+  let xhat = (xi - save[c]) * invstd;
+  let v = P[p.gamma + c] * invstd * (dyi - G[p.beta + c] / M - xhat * G[p.gamma + c] / M);
+  return select(0.0, v, p.mask == 0u || xi > 0.0);
 }

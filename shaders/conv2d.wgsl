@@ -12,8 +12,11 @@
 struct Params {
   N: u32, C: u32, H: u32, W: u32,
   K: u32, OH: u32, OW: u32, G: u32,
-  has_bias: u32, splits: u32, _p0: u32, relu: u32,  // relu: forward applies max(y, 0)
+  has_bias: u32, splits: u32, mask: u32, relu: u32,  // relu: forward applies max(y, 0)
 }
+// mask (input gradients: `forward` on dy, `backward_input`): y = 0 where m <= 0, m bound as `b`:
+// the layer's input when it is the output of an in-place ReLU whose backward is fused here.
+
 
 // The window is specialised per layer (pipeline-overridable constants): loops over the kernel
 // taps then have constant trip counts, which CPU adapters unroll.
@@ -64,6 +67,14 @@ fn acc_fma(acc: ptr<function, Acc>, s0: f32, s1: f32, s2: f32, s3: f32, s4: f32,
   (*acc).a5 = vec4(s5) * v + (*acc).a5;
   (*acc).a6 = vec4(s6) * v + (*acc).a6;
   (*acc).a7 = vec4(s7) * v + (*acc).a7;
+}
+
+// v with the components q < valid where b[base + q] <= 0 set to 0 (the fused ReLU gradient).
+fn masked(v: vec4<f32>, base: u32, valid: u32) -> vec4<f32> {
+  let last = base + min(valid, 4u) - 1u;
+  let m = vec4<f32>(b[base], b[min(base + 1u, last)], b[min(base + 2u, last)],
+                    b[min(base + 3u, last)]);
+  return select(vec4<f32>(0.0), v, m > vec4<f32>(0.0));
 }
 
 fn flat(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
@@ -126,6 +137,7 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
     var v = acc_get(acc, m) + select(0.0, b[k], p.has_bias != 0u);
     if (p.relu != 0u) { v = max(v, vec4<f32>(0.0)); }
     let ybase = ((n * p.K + k) * p.OH + oh) * p.OW + ow0;
+    if (p.mask != 0u) { v = masked(v, ybase, p.OW - ow0); }
     if (ow0 + 3u < p.OW) {
       y[ybase] = v.x; y[ybase + 1u] = v.y; y[ybase + 2u] = v.z; y[ybase + 3u] = v.w;
     } else {
@@ -185,8 +197,9 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
   for (var m = 0u; m < CT; m++) {
     let c = c0 + m;
     if (c >= Cg) { break; }
-    let v = acc_get(acc, m);
+    var v = acc_get(acc, m);
     let xbase = ((n * p.C + g * Cg + c) * p.H + ih) * p.W + iw0;
+    if (p.mask != 0u) { v = masked(v, xbase, p.W - iw0); }
     for (var q = 0u; q < WT; q++) { if (iw0 + q < p.W) { y[xbase + q] = v[q]; } }
   }
 }
@@ -327,16 +340,24 @@ var<private> tap_j: array<i32, 8>;             // column offset j*dw - pw
 
 fn wslot(a: u32, lid: u32) -> u32 { return a * 64u + (a + lid) % 64u; }
 
+// Without padding every tap of every output pixel is inside the input: the offset of a tap
+// from the pixel's window corner is then one constant per tap (tap_x) and nothing is checked.
+override UNPADDED: bool = ph == 0u && pw == 0u;
+
 fn tap_setup(t: u32, r0: u32, R: u32, c0: u32) {
   let taps = KH * KW;
   let r = min(r0 + t, R - 1u);
-  tap_x[t] = (r / taps + c0) * p.H * p.W;
-  tap_i[t] = i32(((r % taps) / KW) * dh) - i32(ph);
-  tap_j[t] = i32((r % KW) * dw) - i32(pw);
+  let i = (r % taps) / KW;
+  let j = r % KW;
+  tap_x[t] = (r / taps + c0) * p.H * p.W + select(0u, i * dh * p.W + j * dw, UNPADDED);
+  tap_i[t] = i32(i * dh) - i32(ph);
+  tap_j[t] = i32(j * dw) - i32(pw);
 }
 
-// x (the forward input, bound as `w`) at tap t of output pixel (ih0, iw0) of the image at xn.
-fn tap_value(t: u32, xn: u32, ih0: i32, iw0: i32) -> f32 {
+// x (the forward input, bound as `w`) at tap t of output pixel (ih0, iw0) of the image at xn;
+// `corner` = xn + ih0 * W + iw0 (used when unpadded).
+fn tap_value(t: u32, xn: u32, ih0: i32, iw0: i32, corner: u32) -> f32 {
+  if (UNPADDED) { return w[corner + tap_x[t]]; }
   let ih = ih0 + tap_i[t];
   let iw = iw0 + tap_j[t];
   let ok = ih >= 0 && ih < i32(p.H) && iw >= 0 && iw < i32(p.W);
@@ -344,8 +365,8 @@ fn tap_value(t: u32, xn: u32, ih0: i32, iw0: i32) -> f32 {
 }
 
 fn tap_fma(t: u32, v: f32, d0: vec4<f32>, d1: vec4<f32>) {
-  acc16[2u * t] += v * d0;
-  acc16[2u * t + 1u] += v * d1;
+  acc16[2u * t] = fma(vec4<f32>(v), d0, acc16[2u * t]);
+  acc16[2u * t + 1u] = fma(vec4<f32>(v), d1, acc16[2u * t + 1u]);
 }
 
 @compute @workgroup_size(64)
@@ -389,14 +410,15 @@ fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
     let xn = n * img;
     let ih0 = i32(oh * sh);
     let iw0 = i32(ow * sw);
-    tap_fma(0u, tap_value(0u, xn, ih0, iw0), d0, d1);
-    tap_fma(1u, tap_value(1u, xn, ih0, iw0), d0, d1);
-    tap_fma(2u, tap_value(2u, xn, ih0, iw0), d0, d1);
-    tap_fma(3u, tap_value(3u, xn, ih0, iw0), d0, d1);
-    tap_fma(4u, tap_value(4u, xn, ih0, iw0), d0, d1);
-    tap_fma(5u, tap_value(5u, xn, ih0, iw0), d0, d1);
-    tap_fma(6u, tap_value(6u, xn, ih0, iw0), d0, d1);
-    tap_fma(7u, tap_value(7u, xn, ih0, iw0), d0, d1);
+    let corner = xn + oh * sh * p.W + ow * sw;
+    tap_fma(0u, tap_value(0u, xn, ih0, iw0, corner), d0, d1);
+    tap_fma(1u, tap_value(1u, xn, ih0, iw0, corner), d0, d1);
+    tap_fma(2u, tap_value(2u, xn, ih0, iw0, corner), d0, d1);
+    tap_fma(3u, tap_value(3u, xn, ih0, iw0, corner), d0, d1);
+    tap_fma(4u, tap_value(4u, xn, ih0, iw0, corner), d0, d1);
+    tap_fma(5u, tap_value(5u, xn, ih0, iw0, corner), d0, d1);
+    tap_fma(6u, tap_value(6u, xn, ih0, iw0, corner), d0, d1);
+    tap_fma(7u, tap_value(7u, xn, ih0, iw0, corner), d0, d1);
     ow += dow;
     if (ow >= p.OW) { ow -= p.OW; oh += 1u; }
     oh += doh;

@@ -190,20 +190,20 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
       vb = load_b(n0, k0 + BK, k_end, lid);
     }
     let row0 = cur * BK * 2u * TW;
-    for (var k = 0u; k < BK; k++) {
+    for (var k = 0u; k < BK; k++) {  // explicit fma: one instruction a multiply-add
       let row = row0 + k * 2u * TW;
       let a0 = tile_a[row + ty];
       let a1 = tile_a[row + TW + ty];
       let b0 = tile_b[row + tx];
       let b1 = tile_b[row + TW + tx];
-      acc[0] += a0.x * b0; acc[1] += a0.x * b1;
-      acc[2] += a0.y * b0; acc[3] += a0.y * b1;
-      acc[4] += a0.z * b0; acc[5] += a0.z * b1;
-      acc[6] += a0.w * b0; acc[7] += a0.w * b1;
-      acc[8] += a1.x * b0; acc[9] += a1.x * b1;
-      acc[10] += a1.y * b0; acc[11] += a1.y * b1;
-      acc[12] += a1.z * b0; acc[13] += a1.z * b1;
-      acc[14] += a1.w * b0; acc[15] += a1.w * b1;
+      acc[0] = fma(vec4<f32>(a0.x), b0, acc[0]); acc[1] = fma(vec4<f32>(a0.x), b1, acc[1]);
+      acc[2] = fma(vec4<f32>(a0.y), b0, acc[2]); acc[3] = fma(vec4<f32>(a0.y), b1, acc[3]);
+      acc[4] = fma(vec4<f32>(a0.z), b0, acc[4]); acc[5] = fma(vec4<f32>(a0.z), b1, acc[5]);
+      acc[6] = fma(vec4<f32>(a0.w), b0, acc[6]); acc[7] = fma(vec4<f32>(a0.w), b1, acc[7]);
+      acc[8] = fma(vec4<f32>(a1.x), b0, acc[8]); acc[9] = fma(vec4<f32>(a1.x), b1, acc[9]);
+      acc[10] = fma(vec4<f32>(a1.y), b0, acc[10]); acc[11] = fma(vec4<f32>(a1.y), b1, acc[11]);
+      acc[12] = fma(vec4<f32>(a1.z), b0, acc[12]); acc[13] = fma(vec4<f32>(a1.z), b1, acc[13]);
+      acc[14] = fma(vec4<f32>(a1.w), b0, acc[14]); acc[15] = fma(vec4<f32>(a1.w), b1, acc[15]);
     }
     if (more) {
       cur = 1u - cur;

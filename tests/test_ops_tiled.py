@@ -61,9 +61,10 @@ def test_conv_tiled(device, tiled, case):
     compare("Conv (tiled)", res, want, acts=["pre_out", "relu_out"], dacts=["pre_out"])
 
 
-# (m, n, k): 64 x 64 tiles (thin), 128 x 128 tiles (m, n >= 128 and m*n >= 2^20), split-K
-GEMM_CASES = [(130, 129, 77), (64, 64, 8), (1000, 32, 600), (32, 300, 1000), (33, 40, 5),
-              (200, 160, 1), (1030, 1025, 37), (20, 40, 9)]
+# (m, n, k): 128 x 128 tiles where m, n >= 128 and m*n >= 2^20 (edges, split-K), else the
+# untiled kernel (thin outputs)
+GEMM_CASES = [(1030, 1025, 37), (1024, 1100, 300), (200, 5300, 50), (1000, 32, 600),
+              (32, 300, 1000), (130, 129, 77)]
 
 
 @pytest.mark.parametrize("m,n,k", GEMM_CASES)
@@ -91,18 +92,18 @@ def test_gemm_kernel_tiled(device, tiled, m, n, k, ta, tb):
         device.submit([device.program(b.current)])
         return np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
     got = run(go())
-    assert any("matmul_tiled" in d[0][2] for d in b.current) == (min(m, n) >= 32)
+    assert any("matmul_tiled" in d[0][2] for d in b.current) == (gemm.tile_width(b, m, n) > 0)
     want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (bm.T if tb else bm)) + bias
     assert rel_err(got, want) <= FWD_RTOL
 
 
-@pytest.mark.parametrize("batch", [3, 300])
-def test_conv_bn_relu_tiled(device, tiled, monkeypatch, batch):
+@pytest.mark.parametrize("batch,chunk", [(3, 64), (300, 64), (300, None)])
+def test_conv_bn_relu_tiled(device, tiled, monkeypatch, batch, chunk):
     """Conv -> BatchNorm2d -> Relu -> head on the GPU paths: 4-channel forward threads (small
-    batch), grid-stride elementwise kernels, two-level BatchNorm sums."""
-    monkeypatch.setattr(Builder, "REDUCE_CHUNK", 64)
+    batch), grid-stride elementwise kernels, two-level BatchNorm sums (short and long parts)."""
+    monkeypatch.setattr(Builder, "REDUCE_CHUNK", chunk)
     c, k, hw, classes = 3, 6, 6, 4
-    rng = rng_for("conv_bn_tiled", batch)
+    rng = rng_for("conv_bn_tiled", batch, chunk)
     cw = f32(rng.standard_normal((k, c, 3, 3)) / np.sqrt(9 * c))
     gamma, beta = f32(1 + 0.1 * rng.standard_normal(k)), f32(0.1 * rng.standard_normal(k))
     rm, rv = f32(np.zeros(k)), f32(np.ones(k))
@@ -123,3 +124,42 @@ def test_conv_bn_relu_tiled(device, tiled, monkeypatch, batch):
     res = run(one_step(device, graph, blob, x, labels))
     want = ref.chain_step(nodes + hn, params_of(tensors), x, labels)
     compare("Conv+BN (tiled)", res, want, acts=["conv_out", "relu_out"], dacts=["conv_out"])
+
+
+@pytest.mark.parametrize("path", ["gpu", "cpu"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_relu_gradient_fused(device, monkeypatch, path, stride):
+    """Conv -> ReLU -> Conv -> ReLU -> BatchNorm: each in-place ReLU's backward is fused into
+    its consumer's input gradient (Conv: forward on dy or backward_input; BatchNorm), on both
+    kernel paths; no relu_backward dispatch is left."""
+    monkeypatch.setattr(Builder, "TILED", path == "gpu")
+    c, k, hw, classes, batch = 3, 5, 7, 4, 3
+    rng = rng_for("relu_fused", path, stride)
+    w1 = f32(rng.standard_normal((k, c, 3, 3)) / np.sqrt(9 * c))
+    b1 = f32(rng.standard_normal(k) * 0.1)
+    w2 = f32(rng.standard_normal((k, k, 3, 3)) / np.sqrt(9 * k))
+    b2 = f32(rng.standard_normal(k) * 0.1)
+    gamma, beta = f32(1 + 0.1 * rng.standard_normal(k)), f32(0.1 * rng.standard_normal(k))
+    x = f32(rng.standard_normal((batch, c, hw, hw)))
+    labels = rng.integers(0, classes, batch)
+    conv = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], dilations=[1, 1], group=1)
+    nodes = [node("Conv", ["input", "w1", "b1"], ["c1"], strides=[1, 1], **conv),
+             node("Relu", ["c1"], ["r1"]),
+             node("Conv", ["r1", "w2", "b2"], ["c2"], strides=[stride, stride], **conv),
+             node("Relu", ["c2"], ["r2"]),
+             node("BatchNormalization", ["r2", "g", "b", "rm", "rv"], ["bn"], epsilon=1e-5,
+                  momentum=0.9, training_mode=1),
+             node("Flatten", ["bn"], ["flat"], axis=1)]
+    o = (hw - 1) // stride + 1
+    hn, ht = head("flat", k * o * o, classes, rng)
+    tensors = [("w1", w1, "param"), ("b1", b1, "param"), ("w2", w2, "param"),
+               ("b2", b2, "param"), ("g", gamma, "param"), ("b", beta, "param"),
+               ("rm", f32(np.zeros(k)), "buffer"), ("rv", f32(np.ones(k)), "buffer")] + ht
+    graph, blob = make_graph(nodes + hn, tensors, [("input", ["N", c, hw, hw])],
+                             [("output", ["N", classes])])
+    res = run(one_step(device, graph, blob, x, labels))
+    assert res["plan"].relu_grad_fused == {"/Conv_c2": "/Relu_r1",
+                                           "/BatchNormalization_bn": "/Relu_r2"}
+    assert not any("relu_backward" in d[0][2] for d in res["plan"].bwd)
+    want = ref.chain_step(nodes + hn, params_of(tensors), x, labels)
+    compare("ReLU grad fused", res, want, acts=["r1", "r2"], dacts=["c1", "c2"])

@@ -181,6 +181,7 @@ class Plan:
                            if n["op_type"] == "Relu" and n["inputs"][0] in graph.producer
                            and graph.producer[n["inputs"][0]]["op_type"] == "Conv"
                            and self.acts[n["outputs"][0]].buf is self.acts[n["inputs"][0]].buf}
+        self.relu_grad_fused = self._fusable_relu_grads()
         b = self.builder = Builder(self)
         for mode in ("train", "eval"):
             b.current = []
@@ -225,6 +226,27 @@ class Plan:
                 await self._sum_contributions(b, name, self._grad_of(name))
         self.bwd = b.current
         return self
+
+    def _fusable_relu_grads(self) -> dict:
+        """{consumer node name: ReLU node name} for in-place ReLUs (output and gradient aliased
+        to the input's) read by one Conv or BatchNormalization as its first input: that
+        consumer's backward writes its input gradient already masked by input > 0, and the
+        ReLU's backward dispatch is dropped."""
+        g, out = self.graph, {}
+        for node in g.nodes:
+            if node["op_type"] != "Relu":
+                continue
+            t, u = node["inputs"][0], node["outputs"][0]
+            gu, gt = self.grads.get(u), self.grads.get(t)
+            if gu is None or gt is None or gu.buf is not gt.buf or u == g.output:
+                continue
+            if self.acts[u].buf is not self.acts[t].buf or u in self.contrib_of:
+                continue
+            users = g.consumers.get(u, [])
+            if len(users) == 1 and users[0]["op_type"] in ("Conv", "BatchNormalization") \
+                    and users[0]["inputs"][0] == u and u not in users[0]["inputs"][1:]:
+                out[users[0]["name"]] = node["name"]
+        return out
 
     async def _sum_contributions(self, b, name, total):
         """total = sum of the gradient contributions of every use of ``name``."""

@@ -27,8 +27,8 @@ async def forward(b, node, ins, outs, train):
 
 async def backward(b, node, ins, outs, gins, gouts):
     """dx = dy * (y > 0); in place when ``gins[0]`` aliases ``gouts[0]``."""
-    if gins[0] is None:
-        return
+    if gins[0] is None or node["name"] in b.plan.relu_grad_fused.values():
+        return  # (or the consumer's backward masked the gradient: plan._fusable_relu_grads)
     n = outs[0].numel
     if gins[0].buf is gouts[0].buf:
         await b.kernel("elementwise", "relu_backward", pack_params(n),

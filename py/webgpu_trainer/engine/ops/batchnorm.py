@@ -23,8 +23,9 @@ def init(node, graph):
             if name in graph.tensors]
 
 
-def _params(b, node, x, ins):
-    """(channels, parts, uniform bytes) for this layer."""
+def _params(b, node, x, ins, mask=0):
+    """(channels, parts, uniform bytes) for this layer; ``mask``: backward_input zeroes dx
+    where x <= 0 (a ReLU's backward fused, plan._fusable_relu_grads)."""
     shape = x.shape
     c = shape[1]
     inner = 1
@@ -35,7 +36,7 @@ def _params(b, node, x, ins):
     offs = [b.offset_of(t) for t in ins[1:5]]
     return c, parts, pack_params(shape[0], c, inner, *offs, parts,
                                  float(a.get("epsilon", 1e-5)), float(a.get("momentum", 0.9)),
-                                 0, 0)
+                                 mask, 0)
 
 
 async def forward(b, node, ins, outs, train):
@@ -56,7 +57,7 @@ async def forward(b, node, ins, outs, train):
 
 async def backward(b, node, ins, outs, gins, gouts):
     x = ins[0]
-    c, parts, params = _params(b, node, x, ins)
+    c, parts, params = _params(b, node, x, ins, int(node["name"] in b.plan.relu_grad_fused))
     save = b.save(node, 2 * c)
     part = b.save(node, 2 * c * parts, "parts")
     binds = [x, gouts[0], b.P, save, gins[0] or b.sink, b.G, part]

@@ -102,17 +102,20 @@ async def backward(b, node, ins, outs, gins, gouts):
     n, c, h, wd, k, oh, ow, grp = g
     kh, kw = win["KH"], win["KW"]
     full_pad_ok = win["ph"] <= win["dh"] * (kh - 1) and win["pw"] <= win["dw"] * (kw - 1)
+    # a ReLU before this layer: its backward fused here (dx = 0 where x <= 0)
+    mask = int(node["name"] in b.plan.relu_grad_fused)
+    mask_src = x if mask else b.dummy
     if gins[0] is not None and win["sh"] == win["sw"] == 1 and full_pad_ok:
-        await _input_grad_as_forward(b, node, g, win, w, dy, gins[0])
+        await _input_grad_as_forward(b, node, g, win, w, dy, gins[0], mask, mask_src)
     elif gins[0] is not None:
-        params = pack_params(*g, 0, 1, 0, 0)
+        params = pack_params(*g, 0, 1, mask, 0)
         threads = n * grp * _cdiv(c // grp, 8) * h * _cdiv(wd, 4)
         packed = b.save(node, k * kh * kw * _cdiv(c // grp, 8) * 8, "wbwd")
         await b.kernel("conv2d", "pack_backward", params,
                        [b.dummy, w, b.dummy, b.dummy, packed],
                        groups_1d(packed_numel(b, packed)), win)
         await b.kernel("conv2d", "backward_input", params,
-                       [dy, b.dummy, packed, b.dummy, gins[0]], groups_1d(threads), win)
+                       [dy, b.dummy, packed, mask_src, gins[0]], groups_1d(threads), win)
     if gins[1] is not None:
         await _weight_grad(b, g, win, x, dy, gins[1])
     if len(ins) > 2 and ins[2] is not None and gins[2] is not None:
@@ -144,18 +147,18 @@ async def _weight_grad(b, g, win, x, dy, dw):
         await gemm.reduce_splits(b, out, dw, splits, k * taps)
 
 
-async def _input_grad_as_forward(b, node, g, win, w, dy, dx):
+async def _input_grad_as_forward(b, node, g, win, w, dy, dx, mask=0, mask_src=None):
     """dx of a stride-1 convolution = forward convolution of dy with the flipped, transposed
     filter and "full" padding (dilation d: pads d*(k-1) - p); the forward kernel is the fastest
     and needs no divisions."""
     n, c, h, wd, k, oh, ow, grp = g
     kh, kw, dh, dw = win["KH"], win["KW"], win["dh"], win["dw"]
     tw = {**win, "ph": dh * (kh - 1) - win["ph"], "pw": dw * (kw - 1) - win["pw"]}
-    params = pack_params(n, k, oh, ow, c, h, wd, grp, 0, 1, 0, 0)
+    params = pack_params(n, k, oh, ow, c, h, wd, grp, 0, 1, mask, 0)
     cg = c // grp
     packed = b.save(node, (k // grp) * kh * kw * grp * _cdiv(cg, 8) * 8, "wtrans")
     await b.kernel("conv2d", "pack_transposed", params, [b.dummy, w, b.dummy, b.dummy, packed],
                    groups_1d(packed_numel(b, packed)), tw)
     threads, consts = _forward_threads(b, n, grp, cg, h, wd, tw)
-    await b.kernel("conv2d", "forward", params, [dy, b.dummy, packed, b.dummy, dx],
+    await b.kernel("conv2d", "forward", params, [dy, b.dummy, packed, mask_src or b.dummy, dx],
                    groups_1d(threads), consts)
