@@ -13,8 +13,9 @@
 struct Params {
   outer: u32, C: u32, inner: u32, gamma: u32,
   beta: u32, rmean: u32, rvar: u32, parts: u32,
-  eps: f32, momentum: f32, mask: u32, _p2: u32,
+  eps: f32, momentum: f32, mask: u32, want_dx: u32,
 }
+// want_dx: backward_fused writes dx (else only the gamma / beta gradients).
 // mask (backward_input): dx = 0 where x <= 0 (x is the output of an in-place ReLU whose backward
 // the plan fused here).
 
@@ -69,15 +70,7 @@ fn part_range(k: u32) -> vec2<u32> {
 @compute @workgroup_size(256)
 fn sum_x(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let c = wid.x;
-  let r = part_range(wid.y);
-  // four elements an iteration, loaded before they are added: four loads in flight
-  var s4 = vec4<f32>(0.0);
-  var e = r.x + lid;
-  for (; e + 768u < r.y; e += 1024u) {
-    s4 += vec4<f32>(x[at(c, e)], x[at(c, e + 256u)], x[at(c, e + 512u)], x[at(c, e + 768u)]);
-  }
-  for (; e < r.y; e += 256u) { s4.x += x[at(c, e)]; }
-  red[lid] = (s4.x + s4.y) + (s4.z + s4.w);
+  red[lid] = thread_sum_x(c, part_range(wid.y), lid);
   red2[lid] = 0.0;
   reduce2(lid);
   if (lid == 0u) { part[c * p.parts + wid.y] = red[0]; }
@@ -93,20 +86,7 @@ fn mean_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
 @compute @workgroup_size(256)
 fn sum_sq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let c = wid.x;
-  let r = part_range(wid.y);
-  let mean = save[c];
-  var q4 = vec4<f32>(0.0);
-  var e = r.x + lid;
-  for (; e + 768u < r.y; e += 1024u) {
-    let d = vec4<f32>(x[at(c, e)], x[at(c, e + 256u)], x[at(c, e + 512u)],
-                      x[at(c, e + 768u)]) - mean;
-    q4 += d * d;
-  }
-  for (; e < r.y; e += 256u) {
-    let d = x[at(c, e)] - mean;
-    q4.x += d * d;
-  }
-  red[lid] = (q4.x + q4.y) + (q4.z + q4.w);
+  red[lid] = thread_sum_sq(c, part_range(wid.y), lid, save[c]);
   red2[lid] = 0.0;
   reduce2(lid);
   if (lid == 0u) { part[c * p.parts + wid.y] = red[0]; }
@@ -116,7 +96,11 @@ fn sum_sq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
 fn var_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
   let c = gid.x;
   if (c >= p.C) { return; }
-  let q = sum_parts(c * p.parts, 1u);
+  finish_var(c, sum_parts(c * p.parts, 1u));
+}
+
+// invstd (save) and the running statistics of channel c from q = sum (x - mean)^2.
+fn finish_var(c: u32, q: f32) {
   let M = p.outer * p.inner;
   save[p.C + c] = inverseSqrt(q / f32(M) + p.eps);
   let var_u = q / f32(max(M, 2u) - 1u);
@@ -152,31 +136,20 @@ fn normalize(@builtin(global_invocation_id) gid: vec3<u32>,
 
 fn normalized(i: u32, xi: f32) -> f32 {
   let c = (i / p.inner) % p.C;
-  return (xi - save[c]) * save[p.C + c] * P[p.gamma + c] + P[p.beta + c];
+  return normalized_c(c, xi, save[c], save[p.C + c]);
+}
+
+fn normalized_c(c: u32, xi: f32, mean: f32, invstd: f32) -> f32 {
+  return (xi - mean) * invstd * P[p.gamma + c] + P[p.beta + c];
 }
 
 @compute @workgroup_size(256)
 fn sum_dy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let c = wid.x;
   let r = part_range(wid.y);
-  let mean = save[c];
-  let invstd = save[p.C + c];
-  var s4 = vec4<f32>(0.0);
-  var sx4 = vec4<f32>(0.0);
-  var e = r.x + lid;
-  for (; e + 768u < r.y; e += 1024u) {
-    let i = vec4<u32>(at(c, e), at(c, e + 256u), at(c, e + 512u), at(c, e + 768u));
-    let d = vec4<f32>(dy[i.x], dy[i.y], dy[i.z], dy[i.w]);
-    s4 += d;
-    sx4 += d * (vec4<f32>(x[i.x], x[i.y], x[i.z], x[i.w]) - mean) * invstd;
-  }
-  for (; e < r.y; e += 256u) {
-    let i = at(c, e);
-    s4.x += dy[i];
-    sx4.x += dy[i] * (x[i] - mean) * invstd;
-  }
-  red[lid] = (s4.x + s4.y) + (s4.z + s4.w);
-  red2[lid] = (sx4.x + sx4.y) + (sx4.z + sx4.w);
+  let t = thread_sum_dy(c, r, lid);
+  red[lid] = t.x;
+  red2[lid] = t.y;
   reduce2(lid);
   if (lid == 0u) {
     part[2u * (c * p.parts + wid.y)] = red[0];
@@ -216,8 +189,110 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
 
 fn input_grad(i: u32, xi: f32, dyi: f32, M: f32) -> f32 {
   let c = (i / p.inner) % p.C;
+  return input_grad_c(c, xi, dyi, M, G[p.beta + c], G[p.gamma + c]);
+}
+
+// dx of one element of channel c; dbeta = sum dy, dgamma = sum dy * xhat over the channel.
+fn input_grad_c(c: u32, xi: f32, dyi: f32, M: f32, dbeta: f32, dgamma: f32) -> f32 {
   let invstd = save[p.C + c];
   let xhat = (xi - save[c]) * invstd;
-  let v = P[p.gamma + c] * invstd * (dyi - G[p.beta + c] / M - xhat * G[p.gamma + c] / M);
+  let v = P[p.gamma + c] * invstd * (dyi - dbeta / M - xhat * dgamma / M);
   return select(0.0, v, p.mask == 0u || xi > 0.0);
+}
+
+// ---- per-thread partial sums over the elements [r.x, r.y) of channel c (stride 256) ---------
+// Four elements an iteration, loaded before they are added: four loads in flight.
+
+fn thread_sum_x(c: u32, r: vec2<u32>, lid: u32) -> f32 {
+  var s4 = vec4<f32>(0.0);
+  var e = r.x + lid;
+  for (; e + 768u < r.y; e += 1024u) {
+    s4 += vec4<f32>(x[at(c, e)], x[at(c, e + 256u)], x[at(c, e + 512u)], x[at(c, e + 768u)]);
+  }
+  for (; e < r.y; e += 256u) { s4.x += x[at(c, e)]; }
+  return (s4.x + s4.y) + (s4.z + s4.w);
+}
+
+fn thread_sum_sq(c: u32, r: vec2<u32>, lid: u32, mean: f32) -> f32 {
+  var q4 = vec4<f32>(0.0);
+  var e = r.x + lid;
+  for (; e + 768u < r.y; e += 1024u) {
+    let d = vec4<f32>(x[at(c, e)], x[at(c, e + 256u)], x[at(c, e + 512u)],
+                      x[at(c, e + 768u)]) - mean;
+    q4 += d * d;
+  }
+  for (; e < r.y; e += 256u) {
+    let d = x[at(c, e)] - mean;
+    q4.x += d * d;
+  }
+  return (q4.x + q4.y) + (q4.z + q4.w);
+}
+
+// (sum dy, sum dy * xhat) with the saved mean / invstd.
+fn thread_sum_dy(c: u32, r: vec2<u32>, lid: u32) -> vec2<f32> {
+  let mean = save[c];
+  let invstd = save[p.C + c];
+  var s4 = vec4<f32>(0.0);
+  var sx4 = vec4<f32>(0.0);
+  var e = r.x + lid;
+  for (; e + 768u < r.y; e += 1024u) {
+    let i = vec4<u32>(at(c, e), at(c, e + 256u), at(c, e + 512u), at(c, e + 768u));
+    let d = vec4<f32>(dy[i.x], dy[i.y], dy[i.z], dy[i.w]);
+    s4 += d;
+    sx4 += d * (vec4<f32>(x[i.x], x[i.y], x[i.z], x[i.w]) - mean) * invstd;
+  }
+  for (; e < r.y; e += 256u) {
+    let i = at(c, e);
+    s4.x += dy[i];
+    sx4.x += dy[i] * (x[i] - mean) * invstd;
+  }
+  return vec2<f32>((s4.x + s4.y) + (s4.z + s4.w), (sx4.x + sx4.y) + (sx4.z + sx4.w));
+}
+
+// ---- one workgroup a channel, every step in one dispatch (GPUs, when parts == 1) ------------
+// The same arithmetic as the part kernels with parts == 1 (sum_x -> mean_finish -> sum_sq ->
+// var_finish -> normalize; sum_dy -> dy_finish -> backward_input), so results are identical.
+
+@compute @workgroup_size(256)
+fn forward_fused(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+  let c = wid.x;
+  let r = part_range(0u);
+  red[lid] = thread_sum_x(c, r, lid);
+  red2[lid] = 0.0;
+  reduce2(lid);
+  let mean = red[0] / f32(p.outer * p.inner);
+  if (lid == 0u) { save[c] = mean; }
+  workgroupBarrier();  // everyone read red[0]
+  red[lid] = thread_sum_sq(c, r, lid, mean);
+  reduce2(lid);
+  if (lid == 0u) { finish_var(c, red[0]); }
+  let invstd = inverseSqrt(red[0] / f32(p.outer * p.inner) + p.eps);  // = finish_var's
+  for (var e = r.x + lid; e < r.y; e += 256u) {
+    let i = at(c, e);
+    out[i] = normalized_c(c, x[i], mean, invstd);
+  }
+}
+
+@compute @workgroup_size(256)
+fn backward_fused(@builtin(workgroup_id) wid: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+  let c = wid.x;
+  let r = part_range(0u);
+  let t = thread_sum_dy(c, r, lid);
+  red[lid] = t.x;
+  red2[lid] = t.y;
+  reduce2(lid);
+  let dbeta = red[0];
+  let dgamma = red2[0];
+  if (lid == 0u) {
+    G[p.beta + c] = dbeta;
+    G[p.gamma + c] = dgamma;
+  }
+  if (p.want_dx == 0u) { return; }
+  let M = f32(p.outer * p.inner);
+  for (var e = r.x + lid; e < r.y; e += 256u) {
+    let i = at(c, e);
+    out[i] = input_grad_c(c, x[i], dy[i], M, dbeta, dgamma);
+  }
 }

@@ -40,6 +40,9 @@ const CT: u32 = 8u;  // channels per thread
 // Channels per thread of `forward`: 8, or 4 where 8 leaves a GPU with too few threads (small
 // batches; ops/conv.py). Weight rows stay padded to 8 channels (pack_forward).
 override FCT: u32 = 8u;
+// Output columns per thread of `forward`: 4, or 2 for yet more threads (the other two lanes of
+// the vec4 are masked off).
+override FWT: u32 = 4u;
 const WT: u32 = 4u;  // output columns per thread (forward, backward_input)
 const RT: u32 = 4u;  // weight taps per thread (backward_weight)
 // Accumulators are eight vec4 locals, not arrays: CPU adapters (SwiftShader, lavapipe) keep
@@ -88,9 +91,9 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
   let Kg = p.K / p.G;
   let Cg = p.C / p.G;
   let cblocks = (Kg + FCT - 1u) / FCT;
-  let wblocks = (p.OW + WT - 1u) / WT;
+  let wblocks = (p.OW + FWT - 1u) / FWT;
   if (t >= p.N * p.G * cblocks * p.OH * wblocks) { return; }
-  let ow0 = (t % wblocks) * WT;
+  let ow0 = (t % wblocks) * FWT;
   var r = t / wblocks;
   let oh = r % p.OH;
   r = r / p.OH;
@@ -103,7 +106,8 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
   let row4 = p.G * Kp / 4u;                       // vec4s per packed row (one row per tap)
   let col4 = (g * Kp + (cb % cblocks) * FCT) / 4u;  // this thread's channels within a row
   let iw0 = i32(ow0 * sw) - i32(pw);
-  let ok_cols = vec4<bool>(ow0 < p.OW, ow0 + 1u < p.OW, ow0 + 2u < p.OW, ow0 + 3u < p.OW);
+  let ncols = min(p.OW - ow0, FWT);  // columns this thread writes
+  let ok_cols = vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(ncols);
   var acc: Acc;
   for (var c = 0u; c < Cg; c++) {
     let xbase = (n * p.C + g * Cg + c) * p.H;
@@ -137,11 +141,11 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
     var v = acc_get(acc, m) + select(0.0, b[k], p.has_bias != 0u);
     if (p.relu != 0u) { v = max(v, vec4<f32>(0.0)); }
     let ybase = ((n * p.K + k) * p.OH + oh) * p.OW + ow0;
-    if (p.mask != 0u) { v = masked(v, ybase, p.OW - ow0); }
-    if (ow0 + 3u < p.OW) {
+    if (p.mask != 0u) { v = masked(v, ybase, ncols); }
+    if (ncols == 4u) {
       y[ybase] = v.x; y[ybase + 1u] = v.y; y[ybase + 2u] = v.z; y[ybase + 3u] = v.w;
     } else {
-      for (var q = 0u; q < WT; q++) { if (ow0 + q < p.OW) { y[ybase + q] = v[q]; } }
+      for (var q = 0u; q < ncols; q++) { y[ybase + q] = v[q]; }
     }
   }
 }

@@ -11,6 +11,8 @@ from conftest import (FWD_RTOL, compare, f32, head, make_graph, node, one_step, 
 
 from webgpu_trainer.engine.plan import Builder
 
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
 # id: (C, K, H, W, (kh, kw), pads, strides, dilations, group, batch)
 CONV_CASES = {
     "3x3_s1_nopad": (3, 5, 8, 8, (3, 3), [0, 0, 0, 0], [1, 1], [1, 1], 1, 2),
@@ -163,3 +165,37 @@ def test_relu_gradient_fused(device, monkeypatch, path, stride):
     assert not any("relu_backward" in d[0][2] for d in res["plan"].bwd)
     want = ref.chain_step(nodes + hn, params_of(tensors), x, labels)
     compare("ReLU grad fused", res, want, acts=["r1", "r2"], dacts=["c1", "c2"])
+
+
+def test_seednet_step_tiled(device, tiled):
+    """One SeedNet training step (models/seednet.onnx, Dropout ratio 0) on the GPU paths against
+    the float64 numpy engine: loss, every parameter gradient, the running statistics. fc2.bias
+    feeds a train-mode BatchNorm (its gradient is ~0 by construction, float32 rounding noise):
+    gradients are measured against the largest parameter gradient of the model."""
+    import copy
+    import pathlib
+    from webgpu_trainer import onnx_io
+    path = pathlib.Path(__file__).resolve().parents[1] / "models" / "seednet.onnx"
+    graph, blob = onnx_io.load_bundle(path)
+    graph = copy.deepcopy(graph)
+    graph["constants"]["__ratio0"] = {"dtype": "float32", "shape": [], "values": [0.0]}
+    for n in graph["nodes"]:
+        if n["op_type"] == "Dropout":
+            n["inputs"] = [n["inputs"][0], "__ratio0"] + n["inputs"][2:]
+            n["attrs"]["ratio"] = 0.0
+    rng = rng_for("seednet_tiled")
+    batch = 6
+    x = f32(rng.standard_normal((batch, 1, 28, 28)))
+    labels = rng.integers(0, 10, batch)
+    res = run(one_step(device, graph, blob, x, labels))
+    params = {t["name"]: np.frombuffer(blob, np.float32, t["nbytes"] // 4, t["offset"])
+              .reshape(t["shape"]) for t in graph["tensors"]}
+    trainable = {t["name"] for t in graph["tensors"] if t["role"] == "param"}
+    want = ref.graph_step(graph, params, x, labels, trainable=trainable)
+    assert rel_err(res["loss"], want["loss"]) <= FWD_RTOL
+    scale = max(float(np.abs(g).max()) for g in want["grads"].values())
+    for name, g in want["grads"].items():
+        err = float(np.abs(res["grads"][name] - g).max()) / scale
+        assert err <= 1e-4, f"gradient of {name}: {err:.3g}"
+    for name, v in want["buffers"].items():
+        assert rel_err(res["P"][name], v) <= FWD_RTOL, name

@@ -87,12 +87,15 @@ async def forward(b, node, ins, outs, train):
 
 
 def _forward_threads(b, n, grp, kg, oh, ow, win):
-    """Threads of ``forward`` and its constants: 8 channels x 4 columns a thread, or 4
-    channels on GPUs where 8 would leave fewer than 64 Ki threads (small batches)."""
+    """Threads of ``forward`` and its constants: 8 channels x 4 columns a thread; on GPUs,
+    where that leaves fewer than 64 Ki threads (small batches), 4 channels, then 4 x 2."""
     threads = n * grp * _cdiv(kg, 8) * oh * _cdiv(ow, 4)
-    if b.tiled and threads < 65536 and kg > 4:
-        return n * grp * _cdiv(kg, 4) * oh * _cdiv(ow, 4), {**win, "FCT": 4}
-    return threads, win
+    if not b.tiled or threads >= 65536:
+        return threads, win
+    threads = n * grp * _cdiv(kg, 4) * oh * _cdiv(ow, 4)
+    if threads >= 65536:
+        return threads, {**win, "FCT": 4}
+    return n * grp * _cdiv(kg, 4) * oh * _cdiv(ow, 2), {**win, "FCT": 4, "FWT": 2}
 
 
 async def backward(b, node, ins, outs, gins, gouts):
