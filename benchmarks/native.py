@@ -191,8 +191,9 @@ async def gemm(dev, n: int = 4096, tiled=None, tw=None, reps: int = 10) -> dict:
 @contextlib.contextmanager
 def variant(name: str):
     """One engine choice changed for an A/B timing: "gemm_untiled" (the 4x4 GEMM kernel for
-    every shape), "conv_fct8" (8 channels a forward thread at any batch), "elementwise_1" (one
-    element a thread)."""
+    every shape), "conv_fct8" (8 channels a forward thread at any batch), "wgrad_1" (one tap
+    block a weight-gradient workgroup: dy read once per block), "elementwise_1" (one element a
+    thread)."""
     from webgpu_trainer.engine.ops import conv, gemm as gemm_op
     from webgpu_trainer.engine.plan import Builder
     saved = []
@@ -203,6 +204,9 @@ def variant(name: str):
         saved.append((conv, "_forward_threads", conv._forward_threads))
         conv._forward_threads = lambda b, n, grp, kg, oh, ow, win: (
             n * grp * -(-kg // 8) * oh * -(-ow // 4), win)
+    elif name == "wgrad_1":
+        saved.append((Builder, "WEIGHT_GRAD_BLOCKS", Builder.WEIGHT_GRAD_BLOCKS))
+        Builder.WEIGHT_GRAD_BLOCKS = 1
     elif name == "elementwise_1":
         saved.append((Builder, "ELEMENTS_PER_THREAD", Builder.ELEMENTS_PER_THREAD))
         Builder.ELEMENTS_PER_THREAD = 1

@@ -27,7 +27,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
 MB = 1 << 20
-VARIANTS = ("gemm_untiled", "conv_fct8", "elementwise_1")
+VARIANTS = ("gemm_untiled", "conv_fct8", "wgrad_1", "elementwise_1")
 
 
 def _versions(dev) -> dict:

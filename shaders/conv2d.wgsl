@@ -40,9 +40,7 @@ const CT: u32 = 8u;  // channels per thread
 // Channels per thread of `forward`: 8, or 4 where 8 leaves a GPU with too few threads (small
 // batches; ops/conv.py). Weight rows stay padded to 8 channels (pack_forward).
 override FCT: u32 = 8u;
-// Output columns per thread of `forward`: 4, or 2 for yet more threads (the other two lanes of
-// the vec4 are masked off).
-override FWT: u32 = 4u;
+
 const WT: u32 = 4u;  // output columns per thread (forward, backward_input)
 const RT: u32 = 4u;  // weight taps per thread (backward_weight)
 // Accumulators are eight vec4 locals, not arrays: CPU adapters (SwiftShader, lavapipe) keep
@@ -91,9 +89,9 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
   let Kg = p.K / p.G;
   let Cg = p.C / p.G;
   let cblocks = (Kg + FCT - 1u) / FCT;
-  let wblocks = (p.OW + FWT - 1u) / FWT;
+  let wblocks = (p.OW + WT - 1u) / WT;
   if (t >= p.N * p.G * cblocks * p.OH * wblocks) { return; }
-  let ow0 = (t % wblocks) * FWT;
+  let ow0 = (t % wblocks) * WT;
   var r = t / wblocks;
   let oh = r % p.OH;
   r = r / p.OH;
@@ -106,7 +104,7 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
   let row4 = p.G * Kp / 4u;                       // vec4s per packed row (one row per tap)
   let col4 = (g * Kp + (cb % cblocks) * FCT) / 4u;  // this thread's channels within a row
   let iw0 = i32(ow0 * sw) - i32(pw);
-  let ncols = min(p.OW - ow0, FWT);  // columns this thread writes
+  let ncols = min(p.OW - ow0, WT);  // columns this thread writes
   let ok_cols = vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(ncols);
   var acc: Acc;
   for (var c = 0u; c < Cg; c++) {
@@ -330,15 +328,18 @@ fn pack_transposed(@builtin(global_invocation_id) gid: vec3<u32>,
 }
 
 // ---- weight_grad: the weight gradient on GPU adapters (ops/conv.py picks it) ----------------
-// Workgroup (wid.x = (group, 8 output channels, 8 taps), wid.y = chunk of the output pixels
-// (n, oh, ow) flattened into `splits` chunks). Its 64 threads stride over the chunk's pixels,
-// each accumulating 8 channels x 8 taps: per pixel 8 loads of dy (consecutive pixels across the
-// threads: coalesced) and 8 of x, for 64 multiply-adds. The threads' sums are then added through
-// workgroup memory and written to y[chunk, k, r] (reduce.wgsl adds the chunks). Every index
+// Workgroup (wid.x = (group, 8 output channels, WRB blocks of 8 taps), wid.y = chunk of the
+// output pixels (n, oh, ow) flattened into `splits` chunks), 64 threads a tap block. The chunk
+// advances a tile of T = 64*WRB pixels at a time: every thread loads one pixel's 8 values of dy
+// into workgroup memory (double-buffered, one barrier a tile), then each thread accumulates
+// 8 channels x 8 taps over WRB pixels of the tile (dy from workgroup memory, shared by the WRB
+// tap blocks; 8 loads of x). The threads' sums are added through workgroup memory, one tap
+// block at a time, and written to y[chunk, k, r] (reduce.wgsl adds the chunks). Every index
 // into the accumulators is a constant (written out), so they stay in registers.
-var<workgroup> wsum: array<vec4<f32>, 1024>;  // [16 accumulators][64 threads], rotated
+override WRB: u32 = 4u;                        // tap blocks a workgroup: 1, 2 or 4
+var<workgroup> wbuf: array<vec4<f32>, 1024>;   // dy tiles [2][2][T], then the sums [16][64]
 var<private> acc16: array<vec4<f32>, 16>;      // acc16[2t + h]: tap t, channels k0 + 4h ..
-var<private> tap_x: array<u32, 8>;             // per tap: input plane offset in an image
+var<private> tap_x: array<u32, 8>;             // per tap: input offset in an image
 var<private> tap_i: array<i32, 8>;             // row offset i*dh - ph
 var<private> tap_j: array<i32, 8>;             // column offset j*dw - pw
 
@@ -358,12 +359,11 @@ fn tap_setup(t: u32, r0: u32, R: u32, c0: u32) {
   tap_j[t] = i32(j * dw) - i32(pw);
 }
 
-// x (the forward input, bound as `w`) at tap t of output pixel (ih0, iw0) of the image at xn;
-// `corner` = xn + ih0 * W + iw0 (used when unpadded).
-fn tap_value(t: u32, xn: u32, ih0: i32, iw0: i32, corner: u32) -> f32 {
-  if (UNPADDED) { return w[corner + tap_x[t]]; }
-  let ih = ih0 + tap_i[t];
-  let iw = iw0 + tap_j[t];
+// x (the forward input, bound as `w`) at tap t of output pixel (oh, ow) of the image at xn.
+fn tap_value(t: u32, xn: u32, oh: u32, ow: u32) -> f32 {
+  if (UNPADDED) { return w[xn + oh * sh * p.W + ow * sw + tap_x[t]]; }
+  let ih = i32(oh * sh) + tap_i[t];
+  let iw = i32(ow * sw) + tap_j[t];
   let ok = ih >= 0 && ih < i32(p.H) && iw >= 0 && iw < i32(p.W);
   return select(0.0, w[select(0u, xn + tap_x[t] + u32(ih) * p.W + u32(iw), ok)], ok);
 }
@@ -373,19 +373,41 @@ fn tap_fma(t: u32, v: f32, d0: vec4<f32>, d1: vec4<f32>) {
   acc16[2u * t + 1u] = fma(vec4<f32>(v), d1, acc16[2u * t + 1u]);
 }
 
-@compute @workgroup_size(64)
+// A pixel walker over the flattened (n, oh, ow) with a fixed stride.
+struct Walk { q: u32, n: u32, oh: u32, ow: u32, dn: u32, doh: u32, dow: u32 }
+
+fn walk_start(q: u32, stride: u32) -> Walk {
+  let plane = p.OH * p.OW;
+  return Walk(q, q / plane, (q % plane) / p.OW, q % p.OW, stride / plane,
+              (stride % plane) / p.OW, stride % p.OW);
+}
+
+fn walk_next(w_: ptr<function, Walk>, stride: u32) {
+  (*w_).q += stride;
+  (*w_).ow += (*w_).dow;
+  if ((*w_).ow >= p.OW) { (*w_).ow -= p.OW; (*w_).oh += 1u; }
+  (*w_).oh += (*w_).doh;
+  if ((*w_).oh >= p.OH) { (*w_).oh -= p.OH; (*w_).n += 1u; }
+  (*w_).n += (*w_).dn;
+}
+
+@compute @workgroup_size(64 * WRB)
 fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
+  let T = 64u * WRB;
+  let grp = lid / 64u;
+  let lane = lid % 64u;
   let Kg = p.K / p.G;
   let Cg = p.C / p.G;
   let R = Cg * KH * KW;
   let kblocks = (Kg + 7u) / 8u;
   let rblocks = (R + 7u) / 8u;
-  let rb = wid.x % rblocks;
-  let kb = wid.x / rblocks;
+  let rgroups = (rblocks + WRB - 1u) / WRB;
+  let kb = wid.x / rgroups;
+  let rb = (wid.x % rgroups) * WRB + grp;  // >= rblocks: this tap block idles (and writes none)
   let g = kb / kblocks;
   let k0 = g * Kg + (kb % kblocks) * 8u;
-  let r0 = rb * 8u;
+  let r0 = min(rb, rblocks - 1u) * 8u;
   tap_setup(0u, r0, R, g * Cg); tap_setup(1u, r0, R, g * Cg);
   tap_setup(2u, r0, R, g * Cg); tap_setup(3u, r0, R, g * Cg);
   tap_setup(4u, r0, R, g * Cg); tap_setup(5u, r0, R, g * Cg);
@@ -398,51 +420,80 @@ fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
                       min(k0 + 7u, last)) * plane;
   let total = p.N * plane;
   let per = (total + p.splits - 1u) / p.splits;
-  let end = min(total, (wid.y + 1u) * per);
-  var q = wid.y * per + lid;
-  var n = q / plane;
-  var oh = (q % plane) / p.OW;
-  var ow = q % p.OW;
-  let dn = 64u / plane;  // the 64-pixel stride as (images, rows, columns)
-  let doh = (64u % plane) / p.OW;
-  let dow = 64u % p.OW;
+  let start = wid.y * per;
+  let end = min(total, start + per);
   let img = p.C * p.H * p.W;
-  for (; q < end; q += 64u) {
-    let e = n * p.K * plane + oh * p.OW + ow;
-    let d0 = vec4<f32>(x[e + dk.x], x[e + dk.y], x[e + dk.z], x[e + dk.w]);
-    let d1 = vec4<f32>(x[e + dk4.x], x[e + dk4.y], x[e + dk4.z], x[e + dk4.w]);
-    let xn = n * img;
-    let ih0 = i32(oh * sh);
-    let iw0 = i32(ow * sw);
-    let corner = xn + oh * sh * p.W + ow * sw;
-    tap_fma(0u, tap_value(0u, xn, ih0, iw0, corner), d0, d1);
-    tap_fma(1u, tap_value(1u, xn, ih0, iw0, corner), d0, d1);
-    tap_fma(2u, tap_value(2u, xn, ih0, iw0, corner), d0, d1);
-    tap_fma(3u, tap_value(3u, xn, ih0, iw0, corner), d0, d1);
-    tap_fma(4u, tap_value(4u, xn, ih0, iw0, corner), d0, d1);
-    tap_fma(5u, tap_value(5u, xn, ih0, iw0, corner), d0, d1);
-    tap_fma(6u, tap_value(6u, xn, ih0, iw0, corner), d0, d1);
-    tap_fma(7u, tap_value(7u, xn, ih0, iw0, corner), d0, d1);
-    ow += dow;
-    if (ow >= p.OW) { ow -= p.OW; oh += 1u; }
-    oh += doh;
-    if (oh >= p.OH) { oh -= p.OH; n += 1u; }
-    n += dn;
-  }
-  // add the 64 threads' sums: thread lid then owns value lid = (tap lid/8, channel lid%8)
-  wsum[wslot(0u, lid)] = acc16[0]; wsum[wslot(1u, lid)] = acc16[1];
-  wsum[wslot(2u, lid)] = acc16[2]; wsum[wslot(3u, lid)] = acc16[3];
-  wsum[wslot(4u, lid)] = acc16[4]; wsum[wslot(5u, lid)] = acc16[5];
-  wsum[wslot(6u, lid)] = acc16[6]; wsum[wslot(7u, lid)] = acc16[7];
-  wsum[wslot(8u, lid)] = acc16[8]; wsum[wslot(9u, lid)] = acc16[9];
-  wsum[wslot(10u, lid)] = acc16[10]; wsum[wslot(11u, lid)] = acc16[11];
-  wsum[wslot(12u, lid)] = acc16[12]; wsum[wslot(13u, lid)] = acc16[13];
-  wsum[wslot(14u, lid)] = acc16[14]; wsum[wslot(15u, lid)] = acc16[15];
+  var ld = walk_start(start + lid, T);   // the pixel whose dy this thread loads
+  var cw = walk_start(start + lane, 64u);  // the pixels this thread multiplies
+  // dy of the loader's pixel, 8 channels (zero past the chunk)
+  var e = min(ld.n * p.K * plane + ld.oh * p.OW + ld.ow, p.N * p.K * plane - 1u);
+  var ok = ld.q < end;
+  wbuf[lid] = select(vec4<f32>(0.0), vec4<f32>(x[e + dk.x], x[e + dk.y], x[e + dk.z],
+                                                x[e + dk.w]), ok);
+  wbuf[T + lid] = select(vec4<f32>(0.0), vec4<f32>(x[e + dk4.x], x[e + dk4.y], x[e + dk4.z],
+                                                    x[e + dk4.w]), ok);
+  walk_next(&ld, T);
   workgroupBarrier();
-  let a = lid / 4u;
-  var s = 0.0;
-  for (var u = 0u; u < 64u; u++) { s += wsum[wslot(a, u)][lid % 4u]; }
-  let k = k0 + (a % 2u) * 4u + lid % 4u;
-  let r = r0 + a / 2u;
-  if (k < (g + 1u) * Kg && r < R) { y[(wid.y * p.K + k) * R + r] = s; }
+  var cur = 0u;
+  for (var t0 = start; t0 < end; t0 += T) {
+    let more = t0 + T < end;
+    var n0 = vec4<f32>(0.0);
+    var n1 = vec4<f32>(0.0);
+    if (more) {  // the next tile's dy is in flight while this tile multiplies
+      e = min(ld.n * p.K * plane + ld.oh * p.OW + ld.ow, p.N * p.K * plane - 1u);
+      ok = ld.q < end;
+      n0 = select(vec4<f32>(0.0), vec4<f32>(x[e + dk.x], x[e + dk.y], x[e + dk.z],
+                                            x[e + dk.w]), ok);
+      n1 = select(vec4<f32>(0.0), vec4<f32>(x[e + dk4.x], x[e + dk4.y], x[e + dk4.z],
+                                            x[e + dk4.w]), ok);
+      walk_next(&ld, T);
+    }
+    for (var j = 0u; j < WRB; j++) {
+      if (cw.q < end) {
+        let slot = cur * 2u * T + lane + 64u * j;
+        let d0 = wbuf[slot];
+        let d1 = wbuf[slot + T];
+        let xn = cw.n * img;
+        tap_fma(0u, tap_value(0u, xn, cw.oh, cw.ow), d0, d1);
+        tap_fma(1u, tap_value(1u, xn, cw.oh, cw.ow), d0, d1);
+        tap_fma(2u, tap_value(2u, xn, cw.oh, cw.ow), d0, d1);
+        tap_fma(3u, tap_value(3u, xn, cw.oh, cw.ow), d0, d1);
+        tap_fma(4u, tap_value(4u, xn, cw.oh, cw.ow), d0, d1);
+        tap_fma(5u, tap_value(5u, xn, cw.oh, cw.ow), d0, d1);
+        tap_fma(6u, tap_value(6u, xn, cw.oh, cw.ow), d0, d1);
+        tap_fma(7u, tap_value(7u, xn, cw.oh, cw.ow), d0, d1);
+      }
+      walk_next(&cw, 64u);
+    }
+    if (more) {
+      cur = 1u - cur;
+      wbuf[cur * 2u * T + lid] = n0;
+      wbuf[cur * 2u * T + T + lid] = n1;
+    }
+    workgroupBarrier();
+  }
+  // add each tap block's 64 threads' sums (one block at a time through wbuf): thread lane then
+  // owns value lane = (tap lane/8, channel lane%8)
+  for (var b = 0u; b < WRB; b++) {
+    if (grp == b) {
+      wbuf[wslot(0u, lane)] = acc16[0]; wbuf[wslot(1u, lane)] = acc16[1];
+      wbuf[wslot(2u, lane)] = acc16[2]; wbuf[wslot(3u, lane)] = acc16[3];
+      wbuf[wslot(4u, lane)] = acc16[4]; wbuf[wslot(5u, lane)] = acc16[5];
+      wbuf[wslot(6u, lane)] = acc16[6]; wbuf[wslot(7u, lane)] = acc16[7];
+      wbuf[wslot(8u, lane)] = acc16[8]; wbuf[wslot(9u, lane)] = acc16[9];
+      wbuf[wslot(10u, lane)] = acc16[10]; wbuf[wslot(11u, lane)] = acc16[11];
+      wbuf[wslot(12u, lane)] = acc16[12]; wbuf[wslot(13u, lane)] = acc16[13];
+      wbuf[wslot(14u, lane)] = acc16[14]; wbuf[wslot(15u, lane)] = acc16[15];
+    }
+    workgroupBarrier();
+    if (grp == b) {
+      let a = lane / 4u;
+      var sum = 0.0;
+      for (var u = 0u; u < 64u; u++) { sum += wbuf[wslot(a, u)][lane % 4u]; }
+      let k = k0 + (a % 2u) * 4u + lane % 4u;
+      let r = r0 + a / 2u;
+      if (rb < rblocks && k < (g + 1u) * Kg && r < R) { y[(wid.y * p.K + k) * R + r] = sum; }
+    }
+    workgroupBarrier();
+  }
 }

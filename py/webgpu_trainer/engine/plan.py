@@ -85,6 +85,10 @@ class Builder:
             return not getattr(self.dev, "is_cpu", False)
         return bool(self.TILED)
 
+    # Tap blocks of 8 per workgroup of conv2d.wgsl weight_grad (1, 2 or 4): they share the
+    # workgroup's dy tile, read once from memory instead of once per block.
+    WEIGHT_GRAD_BLOCKS = 4
+
     # Elements per thread of the grid-stride elementwise kernels (ReLU, BatchNorm's normalize,
     # ...) on GPUs: one-element workgroups are launch-bound there (measured on an H200: 115 us
     # for 11.6 M elements, 5x the memory time). CPU adapters keep one thread per element.
