@@ -338,39 +338,44 @@ fn pack_transposed(@builtin(global_invocation_id) gid: vec3<u32>,
 // into the accumulators is a constant (written out), so they stay in registers.
 override WRB: u32 = 4u;                        // tap blocks a workgroup: 1, 2 or 4
 var<workgroup> wbuf: array<vec4<f32>, 1024>;   // dy tiles [2][2][T], then the sums [16][64]
-var<private> acc16: array<vec4<f32>, 16>;      // acc16[2t + h]: tap t, channels k0 + 4h ..
-var<private> tap_x: array<u32, 8>;             // per tap: input offset in an image
-var<private> tap_i: array<i32, 8>;             // row offset i*dh - ph
-var<private> tap_j: array<i32, 8>;             // column offset j*dw - pw
+// Every accumulator and tap offset is a named local (no array, no index): they stay in registers.
 
 fn wslot(a: u32, lid: u32) -> u32 { return a * 64u + (a + lid) % 64u; }
 
 // Without padding every tap of every output pixel is inside the input: the offset of a tap
-// from the pixel's window corner is then one constant per tap (tap_x) and nothing is checked.
+// from the pixel's window corner is then one constant per tap (Taps.x), nothing is checked.
 override UNPADDED: bool = ph == 0u && pw == 0u;
 
-fn tap_setup(t: u32, r0: u32, R: u32, c0: u32) {
+// Offsets of taps r0 + 0..3 (c, i, j flattened, clamped to R - 1): input offset in an image
+// (with the tap's row and column when unpadded), row offset i*dh - ph, column offset j*dw - pw.
+struct Taps { x: vec4<u32>, i: vec4<i32>, j: vec4<i32> }
+
+fn taps4(r0: u32, R: u32, c0: u32) -> Taps {
   let taps = KH * KW;
-  let r = min(r0 + t, R - 1u);
+  let r = min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(R - 1u));
   let i = (r % taps) / KW;
   let j = r % KW;
-  tap_x[t] = (r / taps + c0) * p.H * p.W + select(0u, i * dh * p.W + j * dw, UNPADDED);
-  tap_i[t] = i32(i * dh) - i32(ph);
-  tap_j[t] = i32(j * dw) - i32(pw);
+  let inside = select(vec4<u32>(0u), i * dh * p.W + j * dw, vec4<bool>(UNPADDED));
+  return Taps((r / taps + c0) * p.H * p.W + inside, vec4<i32>(i * dh) - i32(ph),
+              vec4<i32>(j * dw) - i32(pw));
 }
 
-// x (the forward input, bound as `w`) at tap t of output pixel (oh, ow) of the image at xn.
-fn tap_value(t: u32, xn: u32, oh: u32, ow: u32) -> f32 {
-  if (UNPADDED) { return w[xn + oh * sh * p.W + ow * sw + tap_x[t]]; }
-  let ih = i32(oh * sh) + tap_i[t];
-  let iw = i32(ow * sw) + tap_j[t];
+// x (the forward input, bound as `w`) at the tap (xo, io, jo) of output pixel (oh, ow) of the
+// image at xn.
+fn tap_value(xo: u32, io: i32, jo: i32, xn: u32, oh: u32, ow: u32) -> f32 {
+  if (UNPADDED) { return w[xn + oh * sh * p.W + ow * sw + xo]; }
+  let ih = i32(oh * sh) + io;
+  let iw = i32(ow * sw) + jo;
   let ok = ih >= 0 && ih < i32(p.H) && iw >= 0 && iw < i32(p.W);
-  return select(0.0, w[select(0u, xn + tap_x[t] + u32(ih) * p.W + u32(iw), ok)], ok);
+  return select(0.0, w[select(0u, xn + xo + u32(ih) * p.W + u32(iw), ok)], ok);
 }
 
-fn tap_fma(t: u32, v: f32, d0: vec4<f32>, d1: vec4<f32>) {
-  acc16[2u * t] = fma(vec4<f32>(v), d0, acc16[2u * t]);
-  acc16[2u * t + 1u] = fma(vec4<f32>(v), d1, acc16[2u * t + 1u]);
+// The 4 taps of `t` at pixel (oh, ow) of the image at xn.
+fn tap_values(t: Taps, xn: u32, oh: u32, ow: u32) -> vec4<f32> {
+  return vec4<f32>(tap_value(t.x.x, t.i.x, t.j.x, xn, oh, ow),
+                   tap_value(t.x.y, t.i.y, t.j.y, xn, oh, ow),
+                   tap_value(t.x.z, t.i.z, t.j.z, xn, oh, ow),
+                   tap_value(t.x.w, t.i.w, t.j.w, xn, oh, ow));
 }
 
 // A pixel walker over the flattened (n, oh, ow) with a fixed stride.
@@ -408,10 +413,15 @@ fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
   let g = kb / kblocks;
   let k0 = g * Kg + (kb % kblocks) * 8u;
   let r0 = min(rb, rblocks - 1u) * 8u;
-  tap_setup(0u, r0, R, g * Cg); tap_setup(1u, r0, R, g * Cg);
-  tap_setup(2u, r0, R, g * Cg); tap_setup(3u, r0, R, g * Cg);
-  tap_setup(4u, r0, R, g * Cg); tap_setup(5u, r0, R, g * Cg);
-  tap_setup(6u, r0, R, g * Cg); tap_setup(7u, r0, R, g * Cg);
+  let ta = taps4(r0, R, g * Cg);
+  let tb = taps4(r0 + 4u, R, g * Cg);
+  // acc_tc: tap t (0..7), channels k0..k0+3 (c = 0) or k0+4..k0+7 (c = 1)
+  var a00 = vec4<f32>(0.0); var a01 = vec4<f32>(0.0); var a10 = vec4<f32>(0.0);
+  var a11 = vec4<f32>(0.0); var a20 = vec4<f32>(0.0); var a21 = vec4<f32>(0.0);
+  var a30 = vec4<f32>(0.0); var a31 = vec4<f32>(0.0); var a40 = vec4<f32>(0.0);
+  var a41 = vec4<f32>(0.0); var a50 = vec4<f32>(0.0); var a51 = vec4<f32>(0.0);
+  var a60 = vec4<f32>(0.0); var a61 = vec4<f32>(0.0); var a70 = vec4<f32>(0.0);
+  var a71 = vec4<f32>(0.0);
   let plane = p.OH * p.OW;
   let last = p.K - 1u;
   let dk = vec4<u32>(min(k0, last), min(k0 + 1u, last), min(k0 + 2u, last),
@@ -454,14 +464,16 @@ fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
         let d0 = wbuf[slot];
         let d1 = wbuf[slot + T];
         let xn = cw.n * img;
-        tap_fma(0u, tap_value(0u, xn, cw.oh, cw.ow), d0, d1);
-        tap_fma(1u, tap_value(1u, xn, cw.oh, cw.ow), d0, d1);
-        tap_fma(2u, tap_value(2u, xn, cw.oh, cw.ow), d0, d1);
-        tap_fma(3u, tap_value(3u, xn, cw.oh, cw.ow), d0, d1);
-        tap_fma(4u, tap_value(4u, xn, cw.oh, cw.ow), d0, d1);
-        tap_fma(5u, tap_value(5u, xn, cw.oh, cw.ow), d0, d1);
-        tap_fma(6u, tap_value(6u, xn, cw.oh, cw.ow), d0, d1);
-        tap_fma(7u, tap_value(7u, xn, cw.oh, cw.ow), d0, d1);
+        let va = tap_values(ta, xn, cw.oh, cw.ow);
+        let vb = tap_values(tb, xn, cw.oh, cw.ow);
+        a00 = fma(vec4<f32>(va.x), d0, a00); a01 = fma(vec4<f32>(va.x), d1, a01);
+        a10 = fma(vec4<f32>(va.y), d0, a10); a11 = fma(vec4<f32>(va.y), d1, a11);
+        a20 = fma(vec4<f32>(va.z), d0, a20); a21 = fma(vec4<f32>(va.z), d1, a21);
+        a30 = fma(vec4<f32>(va.w), d0, a30); a31 = fma(vec4<f32>(va.w), d1, a31);
+        a40 = fma(vec4<f32>(vb.x), d0, a40); a41 = fma(vec4<f32>(vb.x), d1, a41);
+        a50 = fma(vec4<f32>(vb.y), d0, a50); a51 = fma(vec4<f32>(vb.y), d1, a51);
+        a60 = fma(vec4<f32>(vb.z), d0, a60); a61 = fma(vec4<f32>(vb.z), d1, a61);
+        a70 = fma(vec4<f32>(vb.w), d0, a70); a71 = fma(vec4<f32>(vb.w), d1, a71);
       }
       walk_next(&cw, 64u);
     }
@@ -476,14 +488,14 @@ fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
   // owns value lane = (tap lane/8, channel lane%8)
   for (var b = 0u; b < WRB; b++) {
     if (grp == b) {
-      wbuf[wslot(0u, lane)] = acc16[0]; wbuf[wslot(1u, lane)] = acc16[1];
-      wbuf[wslot(2u, lane)] = acc16[2]; wbuf[wslot(3u, lane)] = acc16[3];
-      wbuf[wslot(4u, lane)] = acc16[4]; wbuf[wslot(5u, lane)] = acc16[5];
-      wbuf[wslot(6u, lane)] = acc16[6]; wbuf[wslot(7u, lane)] = acc16[7];
-      wbuf[wslot(8u, lane)] = acc16[8]; wbuf[wslot(9u, lane)] = acc16[9];
-      wbuf[wslot(10u, lane)] = acc16[10]; wbuf[wslot(11u, lane)] = acc16[11];
-      wbuf[wslot(12u, lane)] = acc16[12]; wbuf[wslot(13u, lane)] = acc16[13];
-      wbuf[wslot(14u, lane)] = acc16[14]; wbuf[wslot(15u, lane)] = acc16[15];
+      wbuf[wslot(0u, lane)] = a00; wbuf[wslot(1u, lane)] = a01;
+      wbuf[wslot(2u, lane)] = a10; wbuf[wslot(3u, lane)] = a11;
+      wbuf[wslot(4u, lane)] = a20; wbuf[wslot(5u, lane)] = a21;
+      wbuf[wslot(6u, lane)] = a30; wbuf[wslot(7u, lane)] = a31;
+      wbuf[wslot(8u, lane)] = a40; wbuf[wslot(9u, lane)] = a41;
+      wbuf[wslot(10u, lane)] = a50; wbuf[wslot(11u, lane)] = a51;
+      wbuf[wslot(12u, lane)] = a60; wbuf[wslot(13u, lane)] = a61;
+      wbuf[wslot(14u, lane)] = a70; wbuf[wslot(15u, lane)] = a71;
     }
     workgroupBarrier();
     if (grp == b) {
