@@ -199,3 +199,50 @@ def test_seednet_step_tiled(device, tiled):
         assert err <= 1e-4, f"gradient of {name}: {err:.3g}"
     for name, v in want["buffers"].items():
         assert rel_err(res["P"][name], v) <= FWD_RTOL, name
+
+
+# The GPU paths' pipelines (shader, entry, constants) as SeedNet and a padded, strided conv
+# build them: a real GPU in Chromium takes these paths (SwiftShader, the CI's, does not).
+GPU_PIPELINES = [
+    ("gemm", "matmul_tiled", {"TW": 16}),
+    ("conv2d", "forward", {"KH": 3, "KW": 3, "sh": 1, "sw": 1, "ph": 0, "pw": 0, "dh": 1,
+                           "dw": 1, "FCT": 4}),
+    ("conv2d", "weight_grad", {"KH": 3, "KW": 3, "sh": 1, "sw": 1, "ph": 0, "pw": 0, "dh": 1,
+                               "dw": 1, "WRB": 4}),
+    ("conv2d", "weight_grad", {"KH": 5, "KW": 3, "sh": 2, "sw": 1, "ph": 2, "pw": 1, "dh": 1,
+                               "dw": 2, "WRB": 2}),
+    ("conv2d", "weight_grad", {"KH": 1, "KW": 1, "sh": 1, "sw": 1, "ph": 0, "pw": 0, "dh": 1,
+                               "dw": 1, "WRB": 1}),
+    ("batchnorm", "forward_fused", {}),
+    ("batchnorm", "backward_fused", {}),
+]
+
+PIPELINES_JS = """async (items) => {
+  const adapter = await navigator.gpu.requestAdapter();
+  const device = await adapter.requestDevice();
+  const out = [];
+  for (const [name, code, entryPoint, constants] of items) {
+    device.pushErrorScope("validation");
+    const module = device.createShaderModule({ code, label: name });
+    device.createComputePipeline({ layout: "auto", compute: { module, entryPoint, constants } });
+    const err = await device.popErrorScope();
+    out.push(err ? `${name}:${entryPoint}: ${err.message}` : "");
+  }
+  device.destroy();
+  return out.filter((m) => m);
+}"""
+
+
+@pytest.mark.e2e
+def test_gpu_pipelines_build_in_chromium(chromium, server):
+    """Tint (Chromium) accepts the GPU paths' pipelines with their override constants."""
+    from webgpu_trainer.engine import shaders
+    ctx = chromium.new_context()
+    try:
+        page = ctx.new_page()
+        page.goto(server + "/parity.html")
+        items = [[name, shaders.source(name), entry, consts]
+                 for name, entry, consts in GPU_PIPELINES]
+        assert page.evaluate(PIPELINES_JS, items) == []
+    finally:
+        ctx.close()
