@@ -76,7 +76,8 @@ def _memory(dev, plan, start: int) -> dict:
                           "activations_kept": kept, "live_activation_grads": sum(grads[-2:])}}
 
 
-async def seednet(dev, batch: int, steps: int, warmup: int, profile: bool = True) -> dict:
+async def seednet(dev, batch: int, steps: int, warmup: int, profile: bool = True,
+                  gpu_reps: int = 50) -> dict:
     """One SeedNet configuration: GPU ms/step (timestamps of whole steps, median), wall ms/step
     of back-to-back steps, host ms/step (write + submit with the GPU idle, median), memory."""
     from webgpu_trainer import onnx_io
@@ -122,9 +123,9 @@ async def seednet(dev, batch: int, steps: int, warmup: int, profile: bool = True
     await dev.sync()
     timer = Timer(dev)
     gpu = []
-    for _ in range(5):
+    for _ in range(max(1, gpu_reps // 10)):
         tr._write_step(tr.step + 1, 0)
-        gpu += timer.passes([tr.train_program] * 10)
+        gpu += timer.passes([tr.train_program] * min(10, gpu_reps))
     out = {"batch": batch, "steps": steps, "data": source, "setup_s": setup_s,
            "dispatches": len(tr.train_program), "wall_ms": wall_ms, "gpu_ms": median(gpu),
            "host_ms": median(host), "host_ms_max": max(host),

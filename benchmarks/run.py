@@ -52,7 +52,8 @@ async def _native(args) -> dict:
            else []}
     for batch in args.batch:
         steps = args.steps if batch >= 512 else 4 * args.steps
-        r = await native.seednet(dev, batch, steps, warmup=10, profile=bool(args.profile))
+        r = await native.seednet(dev, batch, steps, warmup=args.warmup,
+                                 profile=bool(args.profile), gpu_reps=args.gpu_reps)
         out["seednet"].append(r)
         print(f"  native seednet batch {batch}: {r['gpu_ms']:.3f} ms GPU, {r['wall_ms']:.3f} "
               f"wall, host {r['host_ms']:.3f} ms", flush=True)
@@ -61,7 +62,8 @@ async def _native(args) -> dict:
         with native.variant(name):
             for batch in args.batch:
                 steps = args.steps if batch >= 512 else 4 * args.steps
-                r = await native.seednet(dev, batch, steps, warmup=10, profile=False)
+                r = await native.seednet(dev, batch, steps, warmup=args.warmup, profile=False,
+                                         gpu_reps=args.gpu_reps)
                 r["variant"] = name
                 out["variants"].append(r)
                 print(f"  native seednet [{name}] batch {batch}: {r['gpu_ms']:.3f} ms GPU, "
@@ -136,6 +138,9 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, nargs="+", default=[64, 1000])
     p.add_argument("--steps", type=int, default=50, help="timed steps at batch >= 512 "
                    "(4x that below)")
+    p.add_argument("--warmup", type=int, default=10, help="warm-up steps (default 10)")
+    p.add_argument("--gpu-reps", type=int, default=50,
+                   help="steps timed by timestamp queries for the GPU ms/step (default 50)")
     p.add_argument("--gemm-n", type=int, default=4096)
     p.add_argument("--both-gemms", action="store_true", help="also the untiled GEMM kernel")
     p.add_argument("--no-torch", action="store_true")
