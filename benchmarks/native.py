@@ -91,63 +91,57 @@ async def seednet(dev, batch: int, steps: int, warmup: int, profile: bool = True
     t0 = time.perf_counter()
     await tr.setup()
     setup_s = time.perf_counter() - t0
+    eng = tr.engine  # engine/gpu_engine.GpuEngine: the plan's programs
     per_epoch = split.count // batch
     perm = list(range(split.count))
     random.Random(0).shuffle(perm)
-    dev.write(tr.order, array("I", perm).tobytes())
+    eng.set_order(perm)
 
-    def one_step():
+    async def one_step():  # what Trainer.run does per step: write the Step uniform, submit
         tr.step += 1
-        tr._write_step(tr.step, ((tr.step - 1) % per_epoch) * batch)
-        dev.submit([tr.train_program])
+        await eng.step(tr.step, ((tr.step - 1) % per_epoch) * batch, 1e-3)
 
     for _ in range(warmup):
-        one_step()
+        await one_step()
     await dev.sync()
     t0 = time.perf_counter()
     for _ in range(steps):
-        one_step()
+        await one_step()
     await dev.sync()
     wall_ms = 1000 * (time.perf_counter() - t0) / steps
-    host, host_write = [], []
+    host = []
     for _ in range(min(steps, 50)):
         await dev.sync()
         t0 = time.perf_counter()
-        tr.step += 1
-        tr._write_step(tr.step, ((tr.step - 1) % per_epoch) * batch)
-        t1 = time.perf_counter()
-        dev.submit([tr.train_program])
-        t2 = time.perf_counter()
-        host.append(1000 * (t2 - t0))
-        host_write.append(1000 * (t1 - t0))
+        await one_step()
+        host.append(1000 * (time.perf_counter() - t0))
     await dev.sync()
     timer = Timer(dev)
     gpu = []
     for _ in range(max(1, gpu_reps // 10)):
-        tr._write_step(tr.step + 1, 0)
-        gpu += timer.passes([tr.train_program] * min(10, gpu_reps))
+        eng._write_step(tr.step + 1, 0, 1e-3, eng.opt.scalars(tr.step + 1, 1e-3))
+        gpu += timer.passes([eng.train_program] * min(10, gpu_reps))
     out = {"batch": batch, "steps": steps, "data": source, "setup_s": setup_s,
-           "dispatches": len(tr.train_program), "wall_ms": wall_ms, "gpu_ms": median(gpu),
+           "dispatches": len(eng.train_program), "wall_ms": wall_ms, "gpu_ms": median(gpu),
            "host_ms": median(host), "host_ms_max": max(host),
-           "host_write_ms": median(host_write),
-           "images_per_s": 1000 * batch / wall_ms, "memory": _memory(dev, tr.plan, start)}
-    loss = struct.unpack("<f", await dev.read(tr.plan.metrics, 8 * ((tr.step - 1) % 64), 4))[0]
-    out["last_loss"] = loss
+           "images_per_s": 1000 * batch / wall_ms, "memory": _memory(dev, eng.plan, start)}
+    slot = 8 * ((tr.step - 1) % 64)
+    out["last_loss"] = struct.unpack("<f", await dev.read(eng.plan.metrics, slot, 4))[0]
     if profile:
-        out["profile"] = _profile(dev, tr, timer)
+        out["profile"] = _profile(eng, timer)
     return out
 
 
-def _profile(dev, tr, timer) -> list:
+def _profile(eng, timer) -> list:
     """[(phase, pipeline key, workgroups, GPU ms)] of every dispatch of one training step, each
     in its own pass (median of 5 runs)."""
-    plan = tr.plan
+    plan = eng.plan
     rows = []
-    for phase, ds in (("data", tr.gather_train), ("forward", plan.fwd_train), ("loss", plan.loss),
-                      ("backward", plan.bwd), ("guard", tr.guard.dispatches),
-                      ("optimizer", tr.opt.dispatches)):
+    for phase, ds in (("data", eng.gather_train), ("forward", plan.fwd_train),
+                      ("loss", plan.loss), ("backward", plan.bwd),
+                      ("guard", eng.guard.dispatches), ("optimizer", eng.opt.dispatches)):
         rows += [(phase, d[0][2], list(d[2])) for d in ds]
-    progs = [[d] for d in tr.train_program]
+    progs = [[d] for d in eng.train_program]
     runs = [timer.passes(progs) for _ in range(5)]
     return [(*r, median([run[i] for run in runs])) for i, r in enumerate(rows)]
 
