@@ -193,16 +193,14 @@ def test_gemm_kernel_tiled(device, m, n, k, ta, tb):
 
 # The GPU paths' pipelines (shader, entry, constants) as SeedNet and a padded, strided conv
 # build them: a real GPU in Chromium takes these paths (SwiftShader, the CI's, does not).
+_WIN = {"KH": 3, "KW": 3, "sh": 1, "sw": 1, "ph": 0, "pw": 0, "dh": 1, "dw": 1}
 GPU_PIPELINES = [
     ("gemm", "matmul_tiled", {"TW": 16}),
-    ("conv2d", "forward", {"KH": 3, "KW": 3, "sh": 1, "sw": 1, "ph": 0, "pw": 0, "dh": 1,
-                           "dw": 1, "FCT": 4}),
-    ("conv2d", "weight_grad", {"KH": 3, "KW": 3, "sh": 1, "sw": 1, "ph": 0, "pw": 0, "dh": 1,
-                               "dw": 1, "WRB": 4}),
-    ("conv2d", "weight_grad", {"KH": 5, "KW": 3, "sh": 2, "sw": 1, "ph": 2, "pw": 1, "dh": 1,
-                               "dw": 2, "WRB": 2}),
-    ("conv2d", "weight_grad", {"KH": 1, "KW": 1, "sh": 1, "sw": 1, "ph": 0, "pw": 0, "dh": 1,
-                               "dw": 1, "WRB": 1}),
+    ("conv2d", "forward", {**_WIN, "FCT": 4}),
+    ("conv2d_wgrad", "weight_grad", {**_WIN, "WRB": 4}),
+    ("conv2d_wgrad", "weight_grad", {**_WIN, "KH": 5, "sh": 2, "ph": 2, "pw": 1, "dw": 2,
+                                     "WRB": 2}),
+    ("conv2d_wgrad", "weight_grad", {**_WIN, "KH": 1, "KW": 1, "WRB": 1}),
     ("batchnorm", "forward_fused", {}),
     ("batchnorm", "backward_fused", {}),
 ]

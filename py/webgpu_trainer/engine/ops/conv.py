@@ -125,9 +125,9 @@ async def backward(b, node, ins, outs, gins, gouts):
 
 async def _weight_grad(b, g, win, x, dy, dw):
     """dw = sum over the batch and output pixels of dy x (im2col x): on GPU adapters
-    ``weight_grad`` (threads over pixels, 8 channels x 8 taps each, chunks of pixels added by
-    ``reduce_splits``), else ``backward_weight`` (threads over (channels, taps), split over the
-    batch)."""
+    conv2d_wgrad.wgsl (threads over pixels, 8 channels x 8 taps each, chunks of pixels added by
+    ``reduce_splits``), else conv2d.wgsl ``backward_weight`` (threads over (channels, taps),
+    split over the batch)."""
     n, c, h, wd, k, oh, ow, grp = g
     taps = (c // grp) * win["KH"] * win["KW"]
     if b.tiled:
@@ -137,16 +137,18 @@ async def _weight_grad(b, g, win, x, dy, dw):
         pixels = n * oh * ow
         # ~2048 x 64 threads, each thread at least 16 pixels
         splits = max(1, min(_cdiv(2048, groups * wrb), pixels // (64 * 16), 65535))
-        counts, entry = (groups, splits, 1), "weight_grad"
+        counts, shader, entry = (groups, splits, 1), "conv2d_wgrad", "weight_grad"
+        binds = [dy, x]
         win = {**win, "WRB": wrb}
     else:
         threads = grp * _cdiv(k // grp, 8) * _cdiv(taps, 4)
         splits = b.splits(threads, n, min_per_split=1)
         gx, gy, _ = groups_1d(threads)
-        counts, entry = (gx, gy, splits), "backward_weight"
+        counts, shader, entry = (gx, gy, splits), "conv2d", "backward_weight"
+        binds = [dy, x, b.dummy, b.dummy]
     params = pack_params(*g, 0, splits, 0, 0)
     out = b.temp(splits * k * taps) if splits > 1 else dw
-    await b.kernel("conv2d", entry, params, [dy, x, b.dummy, b.dummy, out], counts, win)
+    await b.kernel(shader, entry, params, binds + [out], counts, win)
     if splits > 1:
         await gemm.reduce_splits(b, out, dw, splits, k * taps)
 
