@@ -7,7 +7,8 @@ browser, with the adapter used. Issue 2, item 10.
     webgpu-trainer bench --browser-only --batch 64
 
 native:  wgpu-py (``webgpu_trainer.engine.train.Trainer`` on real MNIST, Adam, from scratch): a few
-         warm-up steps, then N steps, each timed span closed by ``await dev.sync()``.
+         warm-up steps, then N steps of its engine (``GpuEngine.step``: uniforms, one submit),
+         each timed span closed by ``await dev.sync()``.
 browser: the real server + headless Chromium (``--enable-unsafe-webgpu``) driving the page as a
          user would (Start with "max steps"); the worker reports progress every 10 steps, so the
          first report (10 steps, including first-use pipeline/warm-up costs) is the warm-up and
@@ -96,22 +97,20 @@ async def _bench_native(batches, steps, warmup, model):
         setup_s = time.perf_counter() - t0
         per_epoch = splits["train"].count // batch
 
-        def one_step():
-            trainer.step += 1
-            trainer._write_step(trainer.step, ((trainer.step - 1) % per_epoch) * batch)
-            dev.submit([trainer.train_program])
+        async def one_step():  # the loop's per-step work: the engine's step, no readback
+            trainer.step = t = trainer.step + 1
+            await trainer.engine.step(t, ((t - 1) % per_epoch) * batch, trainer.lr_at(t))
 
         import random
-        from array import array
         perm = list(range(splits["train"].count))
         random.Random(0).shuffle(perm)
-        dev.write(trainer.order, array("I", perm).tobytes())
+        trainer.engine.set_order(perm)
         for _ in range(warmup):
-            one_step()
+            await one_step()
         await dev.sync()
         t0 = time.perf_counter()
         for _ in range(steps):
-            one_step()
+            await one_step()
         await dev.sync()
         dt = time.perf_counter() - t0
         loss, acc, _ = await trainer.evaluate()

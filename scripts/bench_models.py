@@ -15,7 +15,6 @@ import asyncio
 import random
 import sys
 import time
-from array import array
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,18 +63,17 @@ async def bench(paths, batches, steps, warmup):
             per_epoch = train.count // batch
             perm = list(range(train.count))
             random.Random(0).shuffle(perm)
-            dev.write(tr.order, array("I", perm).tobytes())
+            tr.engine.set_order(perm)
 
-            def one_step():
-                tr.step += 1
-                tr._write_step(tr.step, ((tr.step - 1) % per_epoch) * batch)
-                dev.submit([tr.train_program])
+            async def one_step(tr=tr, per_epoch=per_epoch, batch=batch):
+                tr.step = t = tr.step + 1
+                await tr.engine.step(t, ((t - 1) % per_epoch) * batch, tr.lr_at(t))
             for _ in range(warmup):
-                one_step()
+                await one_step()
             await dev.sync()
             t0 = time.perf_counter()
             for _ in range(steps):
-                one_step()
+                await one_step()
             await dev.sync()
             dt = time.perf_counter() - t0
             print(f"| {path.stem} | {totals['params']:,} | {totals['macs']:,} | {batch} | "

@@ -10,10 +10,9 @@ GPU weight init, every optimizer for a few steps). Each case gets the result
      gradient buffer, single-step training cases), "weights": b64 float32 | null (flat
      parameter buffer after the last step; null: the case's weights, unchanged)}
 
-The GPU's random numbers are reproduced exactly: Dropout keeps element i of node k (0-based)
-at step t when ``pcg(i ^ pcg(k + 1 ^ pcg(t ^ pcg(seed)))) >> 8`` / 2^24 >= ratio
-(shaders/dropout.wgsl), and ``init_seed`` draws PyTorch's default init from the same hash
-(shaders/init.wgsl, ``Plan.init_weights``).
+The GPU's random numbers are reproduced exactly: Dropout masks and ``init_seed``'s weight init
+come from Philox-4x32-10 keyed by the seed (cpu/philox.py draws the bits shaders/philox.wgsl
+draws; engine/init.py holds the init rules of both engines).
 
 Run from the repository root (needs numpy and pytest, the test extras), then commit the file:
 
@@ -31,68 +30,25 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import cases  # noqa: E402  (tests/ on sys.path)
 from webgpu_trainer.engine import selfcheck  # noqa: E402
-from webgpu_trainer.cpu import optim as cpu_optim  # noqa: E402
+from webgpu_trainer.cpu import optim as cpu_optim, philox  # noqa: E402
+from webgpu_trainer.engine import init  # noqa: E402
+from webgpu_trainer.engine.graph import Graph  # noqa: E402
 from webgpu_trainer.cpu.engine import Engine, params_from_blob  # noqa: E402
 from webgpu_trainer.engine.parity import b64, unb64  # noqa: E402
 
 OUT = ROOT / "py" / "webgpu_trainer" / "engine" / "selfcheck.json"
-U32 = np.uint64(0xFFFFFFFF)
-
-
-def pcg(v):
-    """The PCG hash of shaders/dropout.wgsl and init.wgsl on uint32 values (numpy arrays)."""
-    v = np.asarray(v, np.uint64) & U32
-    s = (v * np.uint64(747796405) + np.uint64(2891336453)) & U32
-    w = (((s >> ((s >> np.uint64(28)) + np.uint64(4))) ^ s) * np.uint64(277803737)) & U32
-    return ((w >> np.uint64(22)) ^ w) & U32
-
-
-def uniform01(i, key):
-    """u in [0, 1) for element indices ``i`` (float32, exactly the shaders' value)."""
-    h = pcg(np.asarray(i, np.uint64) ^ key)
-    return (h >> np.uint64(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)
-
-
-def dropout_masks(graph, x_shapes, step, seed):
-    """{Dropout node name: keep mask} of training step ``step`` (see the module docstring)."""
-    masks = {}
-    for k, n in enumerate(graph["nodes"]):
-        if n["op_type"] != "Dropout":
-            continue
-        ratio = n["attrs"].get("ratio", 0.5)
-        if len(n["inputs"]) > 1 and n["inputs"][1]:
-            ratio = graph["constants"][n["inputs"][1]]["values"][0]
-        shape = x_shapes[n["inputs"][0]]
-        key = pcg(np.uint64(k + 1) ^ pcg(np.uint64(step) ^ pcg(np.uint64(seed))))
-        u = uniform01(np.arange(int(np.prod(shape))), key)
-        masks[n["name"]] = (u >= np.float32(ratio)).reshape(shape)
-    return masks
 
 
 def init_weights(graph, params, seed):
-    """``Plan.init_weights`` for the ops the init cases use (Conv, Gemm, BatchNormalization)."""
-    index = {t["name"]: k for k, t in enumerate(graph["tensors"])}
-
-    def draw(name, bound):
-        key = pcg(np.uint64(index[name] + 1) ^ pcg(np.uint64(seed)))
-        u = uniform01(np.arange(params[name].size), key).astype(np.float64)
-        lo, hi = np.float32(-bound), np.float32(bound)
-        params[name] = (lo + (hi - lo) * u).reshape(params[name].shape)
-
-    for n in graph["nodes"]:
-        ins, op = n["inputs"], n["op_type"]
-        if op in ("Conv", "Gemm"):
-            w = params[ins[1]].shape
-            fan_in = int(np.prod(w[1:])) if op == "Conv" else (
-                w[1] if n["attrs"].get("transB", 0) else w[0])
-            for name in ins[1:3]:
-                if name in params:
-                    draw(name, 1.0 / fan_in ** 0.5)
-        elif op == "BatchNormalization":
-            for name, value in zip(ins[1:5], (1.0, 0.0, 0.0, 1.0)):
-                params[name] = np.full(params[name].shape, value)
-        elif op in ("MatMul", "LayerNormalization"):
-            raise NotImplementedError(f"init_seed with {op}: add its rule here")
+    """``Plan.init_weights``: the op families' rules (engine/init.py) drawn from Philox keyed by
+    ``seed`` (cpu/philox.py: the bits shaders/init.wgsl draws)."""
+    for rule in init.rules(Graph(graph)):
+        p = params[rule.name]
+        if rule.kind == "uniform":
+            vals = philox.init_values(seed, rule.stream, p.size, np.float32(rule.scale))
+            params[rule.name] = vals.reshape(p.shape).astype(np.float64)
+        else:
+            params[rule.name] = np.full(p.shape, rule.value)
 
 
 def flat(graph, values, nbytes):
@@ -143,9 +99,8 @@ def reference(case) -> dict:
     losses, res = [], None
     for t in range(1, steps + 1):
         eng = Engine(graph, params)
-        shapes = {k: v.shape for k, v in eng.forward(x, train=False)[0].items()}
-        masks = dropout_masks(graph, shapes, t, int(case.get("seed", 0)))
-        res = eng.step(x, labels, train=True, keep=masks, loss=case.get("loss"))
+        res = eng.step(x, labels, train=True, key=(int(case.get("seed", 0)), t),
+                       loss=case.get("loss"))
         losses.append(float(res["loss"]))
         params.update(res["buffers"])  # training-mode BatchNorm's running statistics
         if opt is not None:

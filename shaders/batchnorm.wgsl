@@ -13,8 +13,11 @@
 struct Params {
   outer: u32, C: u32, inner: u32, gamma: u32,
   beta: u32, rmean: u32, rvar: u32, parts: u32,
-  eps: f32, momentum: f32, _p1: u32, _p2: u32,
+  eps: f32, momentum: f32, mask: u32, want_dx: u32,
 }
+// want_dx: backward_fused writes dx (else only the gamma / beta gradients).
+// mask (backward_input): dx = 0 where x <= 0 (x is the output of an in-place ReLU whose backward
+// the plan fused here).
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -43,6 +46,20 @@ fn reduce2(lid: u32) {
   }
 }
 
+// sum_{k < parts} part[base + k*step]: four independent running sums, so that a GPU has four
+// loads in flight instead of one (the finish kernels are latency-bound: one thread a channel).
+fn sum_parts(base: u32, step: u32) -> f32 {
+  var s4 = vec4<f32>(0.0);
+  var k = 0u;
+  for (; k + 4u <= p.parts; k += 4u) {
+    let e = base + k * step;
+    s4 += vec4<f32>(part[e], part[e + step], part[e + 2u * step], part[e + 3u * step]);
+  }
+  var s = (s4.x + s4.y) + (s4.z + s4.w);
+  for (; k < p.parts; k++) { s += part[base + k * step]; }
+  return s;
+}
+
 // The element range [lo, hi) of the batch-and-space axis that workgroup part k sums.
 fn part_range(k: u32) -> vec2<u32> {
   let M = p.outer * p.inner;
@@ -53,10 +70,7 @@ fn part_range(k: u32) -> vec2<u32> {
 @compute @workgroup_size(256)
 fn sum_x(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let c = wid.x;
-  let r = part_range(wid.y);
-  var s = 0.0;
-  for (var e = r.x + lid; e < r.y; e += 256u) { s += x[at(c, e)]; }
-  red[lid] = s;
+  red[lid] = thread_sum_x(c, part_range(wid.y), lid);
   red2[lid] = 0.0;
   reduce2(lid);
   if (lid == 0u) { part[c * p.parts + wid.y] = red[0]; }
@@ -66,22 +80,13 @@ fn sum_x(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
 fn mean_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
   let c = gid.x;
   if (c >= p.C) { return; }
-  var s = 0.0;
-  for (var k = 0u; k < p.parts; k++) { s += part[c * p.parts + k]; }
-  save[c] = s / f32(p.outer * p.inner);
+  save[c] = sum_parts(c * p.parts, 1u) / f32(p.outer * p.inner);
 }
 
 @compute @workgroup_size(256)
 fn sum_sq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let c = wid.x;
-  let r = part_range(wid.y);
-  let mean = save[c];
-  var q = 0.0;
-  for (var e = r.x + lid; e < r.y; e += 256u) {
-    let d = x[at(c, e)] - mean;
-    q += d * d;
-  }
-  red[lid] = q;
+  red[lid] = thread_sum_sq(c, part_range(wid.y), lid, save[c]);
   red2[lid] = 0.0;
   reduce2(lid);
   if (lid == 0u) { part[c * p.parts + wid.y] = red[0]; }
@@ -91,8 +96,11 @@ fn sum_sq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
 fn var_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
   let c = gid.x;
   if (c >= p.C) { return; }
-  var q = 0.0;
-  for (var k = 0u; k < p.parts; k++) { q += part[c * p.parts + k]; }
+  finish_var(c, sum_parts(c * p.parts, 1u));
+}
+
+// invstd (save) and the running statistics of channel c from q = sum (x - mean)^2.
+fn finish_var(c: u32, q: f32) {
   let M = p.outer * p.inner;
   save[p.C + c] = inverseSqrt(q / f32(M) + p.eps);
   let var_u = q / f32(max(M, 2u) - 1u);
@@ -111,27 +119,37 @@ fn stats_eval(@builtin(global_invocation_id) gid: vec3<u32>) {
 @compute @workgroup_size(64)
 fn normalize(@builtin(global_invocation_id) gid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = gid.x + gid.y * nwg.x * 64u;
-  if (i >= p.outer * p.C * p.inner) { return; }
+  let n = p.outer * p.C * p.inner;
+  let S = nwg.x * nwg.y * 64u;
+  let i0 = gid.x + gid.y * nwg.x * 64u;
+  if (S >= n) {  // a thread per element (CPU adapters)
+    if (i0 < n) { out[i0] = normalized(i0, x[i0]); }
+    return;
+  }
+  // grid-stride, elements i + q*S (q < 4) an iteration: their loads are issued together
+  for (var i = i0; i < n; i += 4u * S) {
+    let e = min(vec4<u32>(i) + vec4<u32>(0u, 1u, 2u, 3u) * S, vec4<u32>(n - 1u));
+    let v = vec4<f32>(x[e.x], x[e.y], x[e.z], x[e.w]);
+    for (var q = 0u; q < 4u; q++) { if (i + q * S < n) { out[e[q]] = normalized(e[q], v[q]); } }
+  }
+}
+
+fn normalized(i: u32, xi: f32) -> f32 {
   let c = (i / p.inner) % p.C;
-  out[i] = (x[i] - save[c]) * save[p.C + c] * P[p.gamma + c] + P[p.beta + c];
+  return normalized_c(c, xi, save[c], save[p.C + c]);
+}
+
+fn normalized_c(c: u32, xi: f32, mean: f32, invstd: f32) -> f32 {
+  return (xi - mean) * invstd * P[p.gamma + c] + P[p.beta + c];
 }
 
 @compute @workgroup_size(256)
 fn sum_dy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let c = wid.x;
   let r = part_range(wid.y);
-  let mean = save[c];
-  let invstd = save[p.C + c];
-  var s = 0.0;
-  var sx = 0.0;
-  for (var e = r.x + lid; e < r.y; e += 256u) {
-    let i = at(c, e);
-    s += dy[i];
-    sx += dy[i] * (x[i] - mean) * invstd;
-  }
-  red[lid] = s;
-  red2[lid] = sx;
+  let t = thread_sum_dy(c, r, lid);
+  red[lid] = t.x;
+  red2[lid] = t.y;
   reduce2(lid);
   if (lid == 0u) {
     part[2u * (c * p.parts + wid.y)] = red[0];
@@ -143,24 +161,138 @@ fn sum_dy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
 fn dy_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
   let c = gid.x;
   if (c >= p.C) { return; }
-  var s = 0.0;
-  var sx = 0.0;
-  for (var k = 0u; k < p.parts; k++) {
-    s += part[2u * (c * p.parts + k)];
-    sx += part[2u * (c * p.parts + k) + 1u];
-  }
-  G[p.beta + c] = s;
-  G[p.gamma + c] = sx;
+  G[p.beta + c] = sum_parts(2u * c * p.parts, 2u);
+  G[p.gamma + c] = sum_parts(2u * c * p.parts + 1u, 2u);
 }
 
 @compute @workgroup_size(64)
 fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
                   @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = gid.x + gid.y * nwg.x * 64u;
-  if (i >= p.outer * p.C * p.inner) { return; }
-  let c = (i / p.inner) % p.C;
+  let n = p.outer * p.C * p.inner;
   let M = f32(p.outer * p.inner);
+  let S = nwg.x * nwg.y * 64u;
+  let i0 = gid.x + gid.y * nwg.x * 64u;
+  if (S >= n) {  // a thread per element (CPU adapters)
+    if (i0 < n) { out[i0] = input_grad(i0, x[i0], dy[i0], M); }
+    return;
+  }
+  // grid-stride, elements i + q*S (q < 4) an iteration: their loads are issued together
+  for (var i = i0; i < n; i += 4u * S) {
+    let e = min(vec4<u32>(i) + vec4<u32>(0u, 1u, 2u, 3u) * S, vec4<u32>(n - 1u));
+    let xv = vec4<f32>(x[e.x], x[e.y], x[e.z], x[e.w]);
+    let dv = vec4<f32>(dy[e.x], dy[e.y], dy[e.z], dy[e.w]);
+    for (var q = 0u; q < 4u; q++) {
+      if (i + q * S < n) { out[e[q]] = input_grad(e[q], xv[q], dv[q], M); }
+    }
+  }
+}
+
+fn input_grad(i: u32, xi: f32, dyi: f32, M: f32) -> f32 {
+  let c = (i / p.inner) % p.C;
+  return input_grad_c(c, xi, dyi, M, G[p.beta + c], G[p.gamma + c]);
+}
+
+// dx of one element of channel c; dbeta = sum dy, dgamma = sum dy * xhat over the channel.
+fn input_grad_c(c: u32, xi: f32, dyi: f32, M: f32, dbeta: f32, dgamma: f32) -> f32 {
   let invstd = save[p.C + c];
-  let xhat = (x[i] - save[c]) * invstd;
-  out[i] = P[p.gamma + c] * invstd * (dy[i] - G[p.beta + c] / M - xhat * G[p.gamma + c] / M);
+  let xhat = (xi - save[c]) * invstd;
+  let v = P[p.gamma + c] * invstd * (dyi - dbeta / M - xhat * dgamma / M);
+  return select(0.0, v, p.mask == 0u || xi > 0.0);
+}
+
+// ---- per-thread partial sums over the elements [r.x, r.y) of channel c (stride 256) ---------
+// Four elements an iteration, loaded before they are added: four loads in flight.
+
+fn thread_sum_x(c: u32, r: vec2<u32>, lid: u32) -> f32 {
+  var s4 = vec4<f32>(0.0);
+  var e = r.x + lid;
+  for (; e + 768u < r.y; e += 1024u) {
+    s4 += vec4<f32>(x[at(c, e)], x[at(c, e + 256u)], x[at(c, e + 512u)], x[at(c, e + 768u)]);
+  }
+  for (; e < r.y; e += 256u) { s4.x += x[at(c, e)]; }
+  return (s4.x + s4.y) + (s4.z + s4.w);
+}
+
+fn thread_sum_sq(c: u32, r: vec2<u32>, lid: u32, mean: f32) -> f32 {
+  var q4 = vec4<f32>(0.0);
+  var e = r.x + lid;
+  for (; e + 768u < r.y; e += 1024u) {
+    let d = vec4<f32>(x[at(c, e)], x[at(c, e + 256u)], x[at(c, e + 512u)],
+                      x[at(c, e + 768u)]) - mean;
+    q4 += d * d;
+  }
+  for (; e < r.y; e += 256u) {
+    let d = x[at(c, e)] - mean;
+    q4.x += d * d;
+  }
+  return (q4.x + q4.y) + (q4.z + q4.w);
+}
+
+// (sum dy, sum dy * xhat) with the saved mean / invstd.
+fn thread_sum_dy(c: u32, r: vec2<u32>, lid: u32) -> vec2<f32> {
+  let mean = save[c];
+  let invstd = save[p.C + c];
+  var s4 = vec4<f32>(0.0);
+  var sx4 = vec4<f32>(0.0);
+  var e = r.x + lid;
+  for (; e + 768u < r.y; e += 1024u) {
+    let i = vec4<u32>(at(c, e), at(c, e + 256u), at(c, e + 512u), at(c, e + 768u));
+    let d = vec4<f32>(dy[i.x], dy[i.y], dy[i.z], dy[i.w]);
+    s4 += d;
+    sx4 += d * (vec4<f32>(x[i.x], x[i.y], x[i.z], x[i.w]) - mean) * invstd;
+  }
+  for (; e < r.y; e += 256u) {
+    let i = at(c, e);
+    s4.x += dy[i];
+    sx4.x += dy[i] * (x[i] - mean) * invstd;
+  }
+  return vec2<f32>((s4.x + s4.y) + (s4.z + s4.w), (sx4.x + sx4.y) + (sx4.z + sx4.w));
+}
+
+// ---- one workgroup a channel, every step in one dispatch (GPUs, when parts == 1) ------------
+// The same arithmetic as the part kernels with parts == 1 (sum_x -> mean_finish -> sum_sq ->
+// var_finish -> normalize; sum_dy -> dy_finish -> backward_input), so results are identical.
+
+@compute @workgroup_size(256)
+fn forward_fused(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+  let c = wid.x;
+  let r = part_range(0u);
+  red[lid] = thread_sum_x(c, r, lid);
+  red2[lid] = 0.0;
+  reduce2(lid);
+  let mean = red[0] / f32(p.outer * p.inner);
+  if (lid == 0u) { save[c] = mean; }
+  workgroupBarrier();  // everyone read red[0]
+  red[lid] = thread_sum_sq(c, r, lid, mean);
+  reduce2(lid);
+  if (lid == 0u) { finish_var(c, red[0]); }
+  let invstd = inverseSqrt(red[0] / f32(p.outer * p.inner) + p.eps);  // = finish_var's
+  for (var e = r.x + lid; e < r.y; e += 256u) {
+    let i = at(c, e);
+    out[i] = normalized_c(c, x[i], mean, invstd);
+  }
+}
+
+@compute @workgroup_size(256)
+fn backward_fused(@builtin(workgroup_id) wid: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+  let c = wid.x;
+  let r = part_range(0u);
+  let t = thread_sum_dy(c, r, lid);
+  red[lid] = t.x;
+  red2[lid] = t.y;
+  reduce2(lid);
+  let dbeta = red[0];
+  let dgamma = red2[0];
+  if (lid == 0u) {
+    G[p.beta + c] = dbeta;
+    G[p.gamma + c] = dgamma;
+  }
+  if (p.want_dx == 0u) { return; }
+  let M = f32(p.outer * p.inner);
+  for (var e = r.x + lid; e < r.y; e += 256u) {
+    let i = at(c, e);
+    out[i] = input_grad_c(c, x[i], dy[i], M, dbeta, dgamma);
+  }
 }

@@ -6,14 +6,19 @@
 //   backward_weight: dw[k,c,i,j]   = sum_{n,oh,ow} dy[n,k,oh,ow] * x[n, g*Cg+c, ih, iw]
 // with ih = oh*sh + i*dh - ph, iw = ow*sw + j*dw - pw. The weight is first repacked so that
 // the eight channels a thread needs at one tap are two aligned vec4 loads (pack_forward,
-// pack_backward): on CPU adapters every scalar load is a gather, the dominant cost here. backward_weight splits the batch into
-// `splits` parts (grid z) writing partial sums [split, K, Cg*KH*KW]; reduce.wgsl adds them.
+// pack_backward): on CPU adapters every scalar load is a gather, the dominant cost here.
+// backward_weight splits the batch into `splits` parts (grid z) writing partial sums
+// [split, K, Cg*KH*KW]; reduce.wgsl adds them. GPU adapters compute the weight gradient with
+// conv2d_wgrad.wgsl instead, and `forward` with 4 channels a thread for small batches (FCT).
 
 struct Params {
   N: u32, C: u32, H: u32, W: u32,
   K: u32, OH: u32, OW: u32, G: u32,
-  has_bias: u32, splits: u32, _p0: u32, relu: u32,  // relu: forward applies max(y, 0)
+  has_bias: u32, splits: u32, mask: u32, relu: u32,  // relu: forward applies max(y, 0)
 }
+// mask (input gradients: `forward` on dy, `backward_input`): y = 0 where m <= 0, m bound as `b`:
+// the layer's input when it is the output of an in-place ReLU whose backward is fused here.
+
 
 // The window is specialised per layer (pipeline-overridable constants): loops over the kernel
 // taps then have constant trip counts, which CPU adapters unroll.
@@ -34,6 +39,10 @@ override dw: u32 = 1u;
 @group(0) @binding(5) var<storage, read_write> y: array<f32>; // output
 
 const CT: u32 = 8u;  // channels per thread
+// Channels per thread of `forward`: 8, or 4 where 8 leaves a GPU with too few threads (small
+// batches; ops/conv.py). Weight rows stay padded to 8 channels (pack_forward).
+override FCT: u32 = 8u;
+
 const WT: u32 = 4u;  // output columns per thread (forward, backward_input)
 const RT: u32 = 4u;  // weight taps per thread (backward_weight)
 // Accumulators are eight vec4 locals, not arrays: CPU adapters (SwiftShader, lavapipe) keep
@@ -63,6 +72,14 @@ fn acc_fma(acc: ptr<function, Acc>, s0: f32, s1: f32, s2: f32, s3: f32, s4: f32,
   (*acc).a7 = vec4(s7) * v + (*acc).a7;
 }
 
+// v with the components q < valid where b[base + q] <= 0 set to 0 (the fused ReLU gradient).
+fn masked(v: vec4<f32>, base: u32, valid: u32) -> vec4<f32> {
+  let last = base + min(valid, 4u) - 1u;
+  let m = vec4<f32>(b[base], b[min(base + 1u, last)], b[min(base + 2u, last)],
+                    b[min(base + 3u, last)]);
+  return select(vec4<f32>(0.0), v, m > vec4<f32>(0.0));
+}
+
 fn flat(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
   return gid.x + gid.y * nwg.x * 64u;
 }
@@ -73,7 +90,7 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
   let t = flat(gid, nwg);
   let Kg = p.K / p.G;
   let Cg = p.C / p.G;
-  let cblocks = (Kg + CT - 1u) / CT;
+  let cblocks = (Kg + FCT - 1u) / FCT;
   let wblocks = (p.OW + WT - 1u) / WT;
   if (t >= p.N * p.G * cblocks * p.OH * wblocks) { return; }
   let ow0 = (t % wblocks) * WT;
@@ -83,12 +100,14 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
   let cb = r % (p.G * cblocks);
   let n = r / (p.G * cblocks);
   let g = cb / cblocks;
-  let k0 = g * Kg + (cb % cblocks) * CT;
+  let k0 = g * Kg + (cb % cblocks) * FCT;
   let kend = (g + 1u) * Kg;
-  let row4 = p.G * cblocks * 2u;  // vec4s per packed row (one row per tap)
-  let col4 = cb * 2u;              // this thread's eight channels within a row
+  let Kp = (Kg + 7u) / 8u * 8u;
+  let row4 = p.G * Kp / 4u;                       // vec4s per packed row (one row per tap)
+  let col4 = (g * Kp + (cb % cblocks) * FCT) / 4u;  // this thread's channels within a row
   let iw0 = i32(ow0 * sw) - i32(pw);
-  let ok_cols = vec4<bool>(ow0 < p.OW, ow0 + 1u < p.OW, ow0 + 2u < p.OW, ow0 + 3u < p.OW);
+  let ncols = min(p.OW - ow0, WT);  // columns this thread writes
+  let ok_cols = vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(ncols);
   var acc: Acc;
   for (var c = 0u; c < Cg; c++) {
     let xbase = (n * p.C + g * Cg + c) * p.H;
@@ -104,21 +123,29 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
                         vec4<f32>(x[ix.x], x[ix.y], x[ix.z], x[ix.w]), ok);
         let tap = (c * KH + i) * KW + j;
         let wa = wt[tap * row4 + col4];
-        let wb = wt[tap * row4 + col4 + 1u];
-        acc_fma(&acc, wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w, xv);
+        if (FCT == 8u) {
+          let wb = wt[tap * row4 + col4 + 1u];
+          acc_fma(&acc, wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w, xv);
+        } else {
+          acc.a0 = vec4(wa.x) * xv + acc.a0;
+          acc.a1 = vec4(wa.y) * xv + acc.a1;
+          acc.a2 = vec4(wa.z) * xv + acc.a2;
+          acc.a3 = vec4(wa.w) * xv + acc.a3;
+        }
       }
     }
   }
-  for (var m = 0u; m < CT; m++) {
+  for (var m = 0u; m < FCT; m++) {
     let k = k0 + m;
     if (k >= kend) { break; }
     var v = acc_get(acc, m) + select(0.0, b[k], p.has_bias != 0u);
     if (p.relu != 0u) { v = max(v, vec4<f32>(0.0)); }
     let ybase = ((n * p.K + k) * p.OH + oh) * p.OW + ow0;
-    if (ow0 + 3u < p.OW) {
+    if (p.mask != 0u) { v = masked(v, ybase, ncols); }
+    if (ncols == 4u) {
       y[ybase] = v.x; y[ybase + 1u] = v.y; y[ybase + 2u] = v.z; y[ybase + 3u] = v.w;
     } else {
-      for (var q = 0u; q < WT; q++) { if (ow0 + q < p.OW) { y[ybase + q] = v[q]; } }
+      for (var q = 0u; q < ncols; q++) { y[ybase + q] = v[q]; }
     }
   }
 }
@@ -174,8 +201,9 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
   for (var m = 0u; m < CT; m++) {
     let c = c0 + m;
     if (c >= Cg) { break; }
-    let v = acc_get(acc, m);
+    var v = acc_get(acc, m);
     let xbase = ((n * p.C + g * Cg + c) * p.H + ih) * p.W + iw0;
+    if (p.mask != 0u) { v = masked(v, xbase, p.W - iw0); }
     for (var q = 0u; q < WT; q++) { if (iw0 + q < p.W) { y[xbase + q] = v[q]; } }
   }
 }

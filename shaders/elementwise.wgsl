@@ -13,34 +13,37 @@ struct Params { n: u32, _p0: u32, _p1: u32, _p2: u32 }
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read> c: array<f32>;
 
+// Each thread strides over the elements (grid-stride loop): the dispatch may cover n with one
+// thread per element (CPU adapters) or fewer threads (GPUs: fewer, fuller workgroups).
 fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 { return gid.x + gid.y * nwg.x * 64u; }
+fn stride(nwg: vec3<u32>) -> u32 { return nwg.x * nwg.y * 64u; }
 
 @compute @workgroup_size(64)
 fn relu_forward(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
-  if (i < p.n) { a[i] = max(a[i], 0.0); }
+  for (var i = index(gid, nwg); i < p.n; i += stride(nwg)) { a[i] = max(a[i], 0.0); }
 }
 
 @compute @workgroup_size(64)
 fn relu_forward_to(@builtin(global_invocation_id) gid: vec3<u32>,
                    @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
-  if (i < p.n) { a[i] = max(b[i], 0.0); }
+  for (var i = index(gid, nwg); i < p.n; i += stride(nwg)) { a[i] = max(b[i], 0.0); }
 }
 
 @compute @workgroup_size(64)
 fn relu_backward(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
-  if (i < p.n) { a[i] = select(0.0, a[i], b[i] > 0.0); }
+  for (var i = index(gid, nwg); i < p.n; i += stride(nwg)) {
+    a[i] = select(0.0, a[i], b[i] > 0.0);
+  }
 }
 
 @compute @workgroup_size(64)
 fn relu_backward_to(@builtin(global_invocation_id) gid: vec3<u32>,
                     @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
-  if (i < p.n) { a[i] = select(0.0, b[i], c[i] > 0.0); }
+  for (var i = index(gid, nwg); i < p.n; i += stride(nwg)) {
+    a[i] = select(0.0, b[i], c[i] > 0.0);
+  }
 }
 
 // Gradient accumulation over the uses of a tensor (plan._sum_contributions):
@@ -49,13 +52,11 @@ fn relu_backward_to(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn add_to(@builtin(global_invocation_id) gid: vec3<u32>,
           @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
-  if (i < p.n) { a[i] = b[i] + c[i]; }
+  for (var i = index(gid, nwg); i < p.n; i += stride(nwg)) { a[i] = b[i] + c[i]; }
 }
 
 @compute @workgroup_size(64)
 fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
-  if (i < p.n) { a[i] += b[i]; }
+  for (var i = index(gid, nwg); i < p.n; i += stride(nwg)) { a[i] += b[i]; }
 }

@@ -74,3 +74,155 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
     }
   }
 }
+
+// ---- matmul_tiled: the same product for GPU adapters (ops/gemm.py picks it) -----------------
+// A workgroup of TW x TW threads computes a (8*TW) x (8*TW) tile of out, each thread 8 x 8
+// values (rows 4*ty.. and 4*TW + 4*ty.., columns likewise: two vec4 halves, so the workgroup
+// memory reads are conflict-free vec4 loads). The k range advances BK = TW / 2 at a time through
+// double-buffered workgroup memory: each thread loads its 4 values of A and 4 of B for the next
+// step into registers, multiplies the current step, then stores them (one barrier per step).
+// TW = 16: 128 x 128 tiles of 256 threads; TW = 8: 64 x 64 tiles of 64 threads. The loads walk
+// whichever dim of an operand is contiguous (sak == 1 or sam == 1; sbn == 1 or sbk == 1).
+// CPU adapters keep `matmul` (no workgroup memory, 4 x 4 per thread: faster on SwiftShader).
+override TW: u32 = 16u;
+override BK: u32 = TW / 2u;
+// acc[2*r + h]: row r of the thread's 8, column half h. Only constant indices (the epilogue is
+// written out): a dynamically indexed array would live in memory, not registers.
+var<private> acc: array<vec4<f32>, 16>;
+
+var<workgroup> tile_a: array<vec4<f32>, 512>;  // [2 buffers][BK][2*TW vec4 = 8*TW rows]
+var<workgroup> tile_b: array<vec4<f32>, 512>;  // [2 buffers][BK][2*TW vec4 = 8*TW cols]
+
+fn a_at(m: u32, k: u32, k_end: u32) -> f32 {
+  let ok = m < p.M && k < k_end;
+  return select(0.0, a[select(0u, m * p.sam + k * p.sak, ok)], ok);
+}
+
+fn b_at(k: u32, n: u32, k_end: u32) -> f32 {
+  let ok = n < p.N && k < k_end;
+  return select(0.0, bm[select(0u, k * p.sbk + n * p.sbn, ok)], ok);
+}
+
+// This thread's 4 values of the A tile at k0: (row, k) pairs fixed by the thread's index.
+fn load_a(m0: u32, k0: u32, k_end: u32, lid: u32) -> vec4<f32> {
+  if (p.sak == 1u) {  // 4 consecutive k of one row
+    let m = m0 + lid / (BK / 4u);
+    let k = k0 + (lid % (BK / 4u)) * 4u;
+    return vec4<f32>(a_at(m, k, k_end), a_at(m, k + 1u, k_end), a_at(m, k + 2u, k_end),
+                     a_at(m, k + 3u, k_end));
+  }
+  let m = m0 + (lid % (2u * TW)) * 4u;  // 4 consecutive rows at one k
+  let k = k0 + lid / (2u * TW);
+  return vec4<f32>(a_at(m, k, k_end), a_at(m + 1u, k, k_end), a_at(m + 2u, k, k_end),
+                   a_at(m + 3u, k, k_end));
+}
+
+fn store_a(v: vec4<f32>, buf: u32, lid: u32) {
+  let row = buf * BK * 2u * TW;
+  if (p.sak == 1u) {
+    let q = BK / 4u;
+    let m = lid / q;
+    let k = (lid % q) * 4u;
+    for (var i = 0u; i < 4u; i++) { tile_a[row + (k + i) * 2u * TW + m / 4u][m % 4u] = v[i]; }
+  } else {
+    tile_a[row + (lid / (2u * TW)) * 2u * TW + lid % (2u * TW)] = v;
+  }
+}
+
+fn load_b(n0: u32, k0: u32, k_end: u32, lid: u32) -> vec4<f32> {
+  if (p.sbn == 1u || p.sbk != 1u) {  // 4 consecutive columns at one k
+    let n = n0 + (lid % (2u * TW)) * 4u;
+    let k = k0 + lid / (2u * TW);
+    return vec4<f32>(b_at(k, n, k_end), b_at(k, n + 1u, k_end), b_at(k, n + 2u, k_end),
+                     b_at(k, n + 3u, k_end));
+  }
+  let n = n0 + lid / (BK / 4u);  // 4 consecutive k of one column
+  let k = k0 + (lid % (BK / 4u)) * 4u;
+  return vec4<f32>(b_at(k, n, k_end), b_at(k + 1u, n, k_end), b_at(k + 2u, n, k_end),
+                   b_at(k + 3u, n, k_end));
+}
+
+fn store_b(v: vec4<f32>, buf: u32, lid: u32) {
+  let row = buf * BK * 2u * TW;
+  if (p.sbn == 1u || p.sbk != 1u) {
+    tile_b[row + (lid / (2u * TW)) * 2u * TW + lid % (2u * TW)] = v;
+  } else {
+    let q = BK / 4u;
+    let n = lid / q;
+    let k = (lid % q) * 4u;
+    for (var i = 0u; i < 4u; i++) { tile_b[row + (k + i) * 2u * TW + n / 4u][n % 4u] = v[i]; }
+  }
+}
+
+// Writes one 4-wide row segment of the tile (alpha, bias when not split, edges clipped).
+fn write_row(base: u32, m: u32, n: u32, v: vec4<f32>) {
+  if (m >= p.M) { return; }
+  for (var j = 0u; j < 4u; j++) {
+    if (n + j < p.N) {
+      var o = p.alpha * v[j];
+      if (p.splits == 1u) { o += bias_at(m, n + j); }
+      out[base + m * p.N + n + j] = o;
+    }
+  }
+}
+
+@compute @workgroup_size(TW * TW)
+fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+  let tiles_n = (p.N + 8u * TW - 1u) / (8u * TW);
+  let m0 = (wid.x / tiles_n) * 8u * TW;
+  let n0 = (wid.x % tiles_n) * 8u * TW;
+  let per = (p.K + p.splits - 1u) / p.splits;
+  let k_start = wid.z * per;
+  let k_end = min(p.K, k_start + per);
+  let tx = lid % TW;
+  let ty = lid / TW;
+  var va = load_a(m0, k_start, k_end, lid);
+  var vb = load_b(n0, k_start, k_end, lid);
+  store_a(va, 0u, lid);
+  store_b(vb, 0u, lid);
+  workgroupBarrier();
+  var cur = 0u;
+  for (var k0 = k_start; k0 < k_end; k0 += BK) {
+    let more = k0 + BK < k_end;
+    if (more) {  // the next step's values are in flight while this step multiplies
+      va = load_a(m0, k0 + BK, k_end, lid);
+      vb = load_b(n0, k0 + BK, k_end, lid);
+    }
+    let row0 = cur * BK * 2u * TW;
+    for (var k = 0u; k < BK; k++) {  // explicit fma: one instruction a multiply-add
+      let row = row0 + k * 2u * TW;
+      let a0 = tile_a[row + ty];
+      let a1 = tile_a[row + TW + ty];
+      let b0 = tile_b[row + tx];
+      let b1 = tile_b[row + TW + tx];
+      acc[0] = fma(vec4<f32>(a0.x), b0, acc[0]); acc[1] = fma(vec4<f32>(a0.x), b1, acc[1]);
+      acc[2] = fma(vec4<f32>(a0.y), b0, acc[2]); acc[3] = fma(vec4<f32>(a0.y), b1, acc[3]);
+      acc[4] = fma(vec4<f32>(a0.z), b0, acc[4]); acc[5] = fma(vec4<f32>(a0.z), b1, acc[5]);
+      acc[6] = fma(vec4<f32>(a0.w), b0, acc[6]); acc[7] = fma(vec4<f32>(a0.w), b1, acc[7]);
+      acc[8] = fma(vec4<f32>(a1.x), b0, acc[8]); acc[9] = fma(vec4<f32>(a1.x), b1, acc[9]);
+      acc[10] = fma(vec4<f32>(a1.y), b0, acc[10]); acc[11] = fma(vec4<f32>(a1.y), b1, acc[11]);
+      acc[12] = fma(vec4<f32>(a1.z), b0, acc[12]); acc[13] = fma(vec4<f32>(a1.z), b1, acc[13]);
+      acc[14] = fma(vec4<f32>(a1.w), b0, acc[14]); acc[15] = fma(vec4<f32>(a1.w), b1, acc[15]);
+    }
+    if (more) {
+      cur = 1u - cur;
+      store_a(va, cur, lid);
+      store_b(vb, cur, lid);
+    }
+    workgroupBarrier();
+  }
+  let base = wid.z * p.M * p.N;
+  let top = m0 + ty * 4u;
+  let bottom = m0 + 4u * TW + ty * 4u;
+  let left = n0 + tx * 4u;
+  let right = n0 + 4u * TW + tx * 4u;
+  write_row(base, top, left, acc[0]); write_row(base, top, right, acc[1]);
+  write_row(base, top + 1u, left, acc[2]); write_row(base, top + 1u, right, acc[3]);
+  write_row(base, top + 2u, left, acc[4]); write_row(base, top + 2u, right, acc[5]);
+  write_row(base, top + 3u, left, acc[6]); write_row(base, top + 3u, right, acc[7]);
+  write_row(base, bottom, left, acc[8]); write_row(base, bottom, right, acc[9]);
+  write_row(base, bottom + 1u, left, acc[10]); write_row(base, bottom + 1u, right, acc[11]);
+  write_row(base, bottom + 2u, left, acc[12]); write_row(base, bottom + 2u, right, acc[13]);
+  write_row(base, bottom + 3u, left, acc[14]); write_row(base, bottom + 3u, right, acc[15]);
+}

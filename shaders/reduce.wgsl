@@ -15,6 +15,9 @@ struct Params {
 
 var<workgroup> partial: array<f32, 256>;
 
+// Element e of channel c of x viewed as [outer, C, inner] (e over outer and inner).
+fn at(c: u32, e: u32) -> u32 { return ((e / p.inner) * p.C + c) * p.inner + e % p.inner; }
+
 // Workgroup (c, k) sums part k of channel c (`splits` parts) into out[k*C + c].
 @compute @workgroup_size(256)
 fn channel_sum(@builtin(workgroup_id) wid: vec3<u32>,
@@ -23,12 +26,14 @@ fn channel_sum(@builtin(workgroup_id) wid: vec3<u32>,
   let total = p.outer * p.inner;
   let chunk = (total + p.splits - 1u) / p.splits;
   let end = min(total, (wid.y + 1u) * chunk);
-  var s = 0.0;
-  for (var e = wid.y * chunk + lid; e < end; e += 256u) {
-    let o = e / p.inner;
-    s += x[(o * p.C + c) * p.inner + e % p.inner];
+  // four elements an iteration, loaded before they are added: four loads in flight
+  var s4 = vec4<f32>(0.0);
+  var e = wid.y * chunk + lid;
+  for (; e + 768u < end; e += 1024u) {
+    s4 += vec4<f32>(x[at(c, e)], x[at(c, e + 256u)], x[at(c, e + 512u)], x[at(c, e + 768u)]);
   }
-  partial[lid] = s;
+  for (; e < end; e += 256u) { s4.x += x[at(c, e)]; }
+  partial[lid] = (s4.x + s4.y) + (s4.z + s4.w);
   workgroupBarrier();
   for (var half = 128u; half > 0u; half = half >> 1u) {
     if (lid < half) { partial[lid] += partial[lid + half]; }
@@ -42,8 +47,15 @@ fn reduce_splits(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
   let e = gid.x + gid.y * nwg.x * 64u;
   if (e >= p.count) { return; }
-  var s = 0.0;
-  for (var k = 0u; k < p.splits; k++) { s += x[k * p.count + e]; }
+  // four independent running sums: four loads in flight (latency-bound with many splits)
+  var s4 = vec4<f32>(0.0);
+  var k = 0u;
+  for (; k + 4u <= p.splits; k += 4u) {
+    let i = k * p.count + e;
+    s4 += vec4<f32>(x[i], x[i + p.count], x[i + 2u * p.count], x[i + 3u * p.count]);
+  }
+  var s = (s4.x + s4.y) + (s4.z + s4.w);
+  for (; k < p.splits; k++) { s += x[k * p.count + e]; }
   let m = e / max(p.N, 1u);
   let n = e % max(p.N, 1u);
   switch p.bias_mode {

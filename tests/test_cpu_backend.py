@@ -1,5 +1,5 @@
-"""The numpy ("no GPU") backend of issue 3 item 4: ``cpu.optim``, ``cpu.trainer.CpuTrainer`` and
-``webgpu-trainer train | predict --device cpu``.
+"""The numpy ("no GPU") backend of issue 3 item 4: ``cpu.optim``, ``cpu.cpu_engine.CpuEngine`` under
+``train.Trainer`` and ``webgpu-trainer train | predict --device cpu``.
 
 - Optimizers: the torch.optim trajectories of tests/fixtures/optim.json (the same 27
   configurations tests/test_optim.py replays on the GPU: every optimizer, clipping, schedulers,
@@ -7,8 +7,8 @@
   the numpy float32 optimizer: parameters within OPTIM_RTOL (1e-5 relative) of torch's after
   every step, losses within FWD_RTOL. The state saves and restores bit for bit, and in the GPU
   optimizer's format (a GPU state continues on the CPU).
-- CpuTrainer against train.Trainer on the native device: a small MLP on 96 real MNIST images,
-  same per-step losses (same data order, normalisation, drop_last, eval images).
+- The trainer on the numpy engine against the native GPU engine: a small MLP on 96 real MNIST
+  images, same per-step losses (same data order, normalisation, drop_last, eval images).
 - The CLI: numpy runs SeedNet at roughly 0.3-1 s per step of 32 images on the 2 shared cores,
   so the runs use a subset: the first 192 MNIST training images (6 steps of 32 per epoch),
   validation on the first 128 test images, 2 epochs (12 steps). One module-scoped set of runs
@@ -191,7 +191,7 @@ def test_gpu_state_continues_on_cpu(device):
             assert rel_err(flat.views[pname], np.array(value)) <= OPTIM_RTOL, (t, pname)
 
 
-# ---------------------------------------------------------------- CpuTrainer vs train.Trainer
+# ---------------------------------------------------------------- numpy vs GPU engine
 
 def _mlp(seed=0):
     rng = np.random.default_rng(seed)
@@ -288,10 +288,11 @@ def test_cpu_trainer_guard_init_and_dropout(splits):
     PyTorch's bounds and is seeded; SeedNet's dropout masks repeat for a seed."""
     train_set, test_set = splits
     from webgpu_trainer import onnx_io
-    from webgpu_trainer.cpu.trainer import CpuTrainer
+    from webgpu_trainer.cpu.cpu_engine import CpuEngine
     graph, blob = _mlp()
-    tr = CpuTrainer(graph, blob, {"optimizer": "sgd", "lr": 1e30, "batch_size": 16,
-                                  "init": "finetune", "eval_images": 8}, train_set, test_set)
+    tr = train_mod.Trainer(CpuEngine(), graph, blob, {"optimizer": "sgd", "lr": 1e30,
+                                                      "batch_size": 16, "init": "finetune",
+                                                      "eval_images": 8}, train_set, test_set)
     run(tr.setup())
     with pytest.raises(train_mod.TrainingDiverged, match=r"training diverged at step 2: .*"
                        r"in layer /Gemm_h \(parameter fc1\.w\).*lower learning rate") as exc:
@@ -301,12 +302,13 @@ def test_cpu_trainer_guard_init_and_dropout(splits):
     graph, blob = onnx_io.load_bundle(REPO / "models" / "seednet.onnx")
 
     def seednet(seed, steps=2):
-        t = CpuTrainer(graph, blob, {"optimizer": "adam", "batch_size": 16, "seed": seed,
-                                     "eval_images": 8, "max_steps": steps, "report_every": 1},
-                       train_set, test_set)
+        t = train_mod.Trainer(CpuEngine(), graph, blob,
+                              {"optimizer": "adam", "batch_size": 16, "seed": seed,
+                               "eval_images": 8, "max_steps": steps, "report_every": 1},
+                              train_set, test_set)
         ev = _collect(t)
         run(t.setup())
-        init = {k: v.copy() for k, v in t.views.items()}
+        init = {k: v.copy() for k, v in t.engine.views.items()}
         run(t.run())
         return init, [r[1] for r in ev["losses"]]
 
@@ -384,7 +386,7 @@ def test_cli_cpu_artifacts(cpu_runs):
     for epoch in (1, 2):
         header, sections = native.read_checkpoint(a / "checkpoints" / f"epoch-{epoch:03d}.ckpt")
         assert (header["epoch"], header["step"], header["device"]) == (epoch, 6 * epoch, "cpu")
-        assert header["rng"]["dropout"].startswith("numpy")
+        assert header["rng"]["dropout"].startswith("philox4x32-10")
         assert sections["optimizer"].startswith(b"WGTOPT1\n")
         assert header["metrics"]["valid_loss"] == rows[epoch - 1]["valid_loss"]
     import onnx

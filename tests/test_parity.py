@@ -80,6 +80,37 @@ def test_browser_matches_native(parity_page, device, family):
     assert not failures, "\n".join(failures)
 
 
+def test_init_is_bit_identical(parity_page, device):
+    """The same seed gives the same initial weights, byte for byte, in the browser (Pyodide,
+    SwiftShader), natively (wgpu-py, lavapipe) and on the numpy engine: SeedNet (Conv, Gemm,
+    BatchNorm) and a MatMul + Add + LayerNormalization model (engine/init.py, Philox)."""
+    import test_loop
+    from webgpu_trainer.cpu.cpu_engine import CpuEngine
+    from webgpu_trainer.engine import parity
+    from webgpu_trainer.engine.parity import b64
+    cases, blobs = [], {}
+    for model in ("seednet", "linear_layernorm"):
+        graph, blob = test_loop.MODELS[model]()
+        x = np.zeros([2] + graph["inputs"][0]["shape"][1:], np.float32)
+        cases.append({"name": model, "graph": graph, "weights": b64(blob), "x": b64(x.tobytes()),
+                      "labels": b64(bytes(8)), "batch": 2, "steps": 1, "optimizer": None,
+                      "train": False, "seed": 0, "init_seed": 2024})  # eval: P untouched
+        blobs[model] = (graph, blob)
+    with ThreadPoolExecutor(1) as pool:  # Playwright's event loop owns this thread
+        native = pool.submit(asyncio.run, parity.run_cases(device, cases)).result()
+        for model, (graph, blob) in blobs.items():
+            blobs[model] = pool.submit(asyncio.run, test_loop._initial_weights(
+                CpuEngine(), graph, blob, 2024)).result()
+    browser = json.loads(parity_page.evaluate("c => window.runParity(c)", json.dumps(cases)))
+    for want, got in zip(native, browser):
+        name = want["name"]
+        assert "error" not in got and "error" not in want, (got.get("error"), want.get("error"))
+        n = len(blobs[name])
+        assert base64.b64decode(got["weights"])[:n] == blobs[name], f"{name}: browser vs numpy"
+        assert base64.b64decode(want["weights"])[:n] == blobs[name], f"{name}: native vs numpy"
+        REPORT.append(f"init {name}: {n} bytes identical in the browser, natively and on numpy")
+
+
 def test_every_shader_compiles_in_chromium(parity_page):
     """Every shaders/*.wgsl compiles in Chromium's WebGPU (Tint), which is stricter than the
     native wgpu (naga) in places, e.g. reserved words and uniformity rules."""

@@ -1,8 +1,8 @@
 """Checkpoints of a native run (``checkpoints/epoch-NNN.ckpt`` of ``webgpu-trainer train``): the
 file format (``write_checkpoint`` / ``read_checkpoint``, written atomically), the latest one of a
 run, and its "weights" (the plan-layout weight buffer) and "optimizer"
-(``optim.Optimizer.state_bytes``) sections, read from and written to the GPU trainer or the
-numpy ``CpuTrainer`` alike."""
+(``optim.Optimizer.state_bytes``) sections, read from and written to the trainer's engine (GPU
+or numpy alike: a checkpoint of one continues on the other)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import struct
 from pathlib import Path
 
 from ..host.data import atomic_write
-from .devices import is_cpu
 
 CKPT_MAGIC = b"WGTCKPT1"
 CKPT_FORMAT = "webgpu-trainer/checkpoint@1"
@@ -65,20 +64,15 @@ def load_optimizer_state(dev, opt, data: bytes) -> None:
     opt.load_state_bytes(dev, data)
 
 
-async def read_weights(dev, trainer) -> bytes:
-    """The checkpoint's "weights" section: the whole plan-layout weight buffer."""
-    if is_cpu(dev):
-        return trainer.weights_blob()
-    return bytes(await dev.read(trainer.plan.P))
+async def read_weights(trainer) -> bytes:
+    """The checkpoint's "weights" section: the whole flat weight buffer of the trainer's engine
+    (the GPU plan's layout on both engines)."""
+    return await trainer.engine.read_weights()
 
 
-def write_weights(dev, trainer, blob: bytes, where="checkpoint") -> None:
-    if is_cpu(dev):
-        try:
-            trainer.load_weights(blob)
-        except ValueError:
-            raise ValueError(f"{where}: weights do not fit this model's layout") from None
-        return
-    if len(blob) != trainer.plan.wbytes:
-        raise ValueError(f"{where}: weights do not fit this model's layout")
-    dev.write(trainer.plan.P, blob)
+def write_weights(trainer, blob: bytes, where="checkpoint") -> None:
+    """Restore a "weights" section (written by either engine) into the trainer's engine."""
+    try:
+        trainer.engine.write_weights(blob)
+    except ValueError:
+        raise ValueError(f"{where}: weights do not fit this model's layout") from None

@@ -79,7 +79,7 @@ def classroom(args) -> int:
     from ..host.classroom.config import PINNABLE, check_config
     from ..host.classroom.store import Store
     from ..host.wheel import ensure_wheel
-    from .main import repo_root
+    from .paths import repo_root
 
     root = repo_root()
     data_dir = args.data_dir or data_mod.default_cache_dir()

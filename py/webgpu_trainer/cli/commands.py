@@ -1,10 +1,10 @@
 """Native command-line trainer, predictor and model summary (CPython): ``webgpu-trainer train |
 predict | summary``.
 
-``train MODEL.onnx`` runs the same ``train.Trainer`` as the browser on wgpu-py (``--device gpu``,
-the default) or ``cpu.trainer.CpuTrainer`` on the numpy engine (``--device cpu``, float32: the
-"no GPU" path; same data order, optimizers, schedulers and guard, its own seeded init and dropout
-masks) and writes into ``--out`` (default ``runs/<model>-<timestamp>``):
+``train MODEL.onnx`` runs the same ``train.Trainer`` as the browser, over the GPU engine on
+wgpu-py (``--device gpu``, the default) or the numpy engine (``--device cpu``, float32: the "no
+GPU" path; the same loop, data order, init and dropout bits, optimizers, schedulers and guard)
+and writes into ``--out`` (default ``runs/<model>-<timestamp>``):
 
 - ``config.json``: the full config, the data subset, the model's sha256, package versions and
   the adapter;
@@ -21,7 +21,7 @@ on (seed, epoch) (``random.Random(seed * 1000003 + epoch)``), dropout on (seed, 
 and momentum schedules on the step, so a resumed run repeats the uninterrupted run's losses
 exactly. Checkpoints of both devices share one format (weights in the plan's layout, the
 optimizer state of ``optim.Optimizer.state_bytes``), so a run may also resume on the other
-device (not bit for bit: other dropout masks, other float32 rounding).
+device (the same dropout masks; not bit for bit: float32 rounding in another order).
 
 The options (``options.add_train``) are the fields of the run configuration's schema
 (``engine/config``): the optimizer and its torch.optim keywords, clipping, the schedule, the
@@ -169,7 +169,7 @@ async def _train(args) -> int:
     trainer = make_trainer(dev, graph, weights, cfg, train_set, test_set)
     await trainer.setup()
     if header:
-        write_weights(dev, trainer, sections["weights"], str(ckpt_path))
+        write_weights(trainer, sections["weights"], str(ckpt_path))
         load_optimizer_state(dev, trainer.opt, sections["optimizer"])
     config_doc = {
         "config": cfg.to_json(),
@@ -224,13 +224,13 @@ async def _train(args) -> int:
             bar.set_postfix_str(f"epoch {kw['epoch']}/{kw['epochs']} loss {loss:.4f} "
                                 f"acc {acc:.3f} {kw['images_per_s']:.0f} img/s", refresh=True)
 
-    dropout = "numpy default_rng([seed, step])" if is_cpu(dev) else "pcg(seed, step, node)"
+    dropout = "philox4x32-10(key (seed, 0), counter (i / 4, node + 1, step, 1))"
 
     async def on_epoch(epoch, step, m):
         row = {"epoch": epoch, "step": step, "train_loss": m["train_loss"],
                "train_acc": m["train_acc"], "valid_loss": m["val_loss"],
                "valid_acc": m["val_acc"], "elapsed_s": round(time.perf_counter() - t0, 3)}
-        wblob = await read_weights(dev, trainer)
+        wblob = await read_weights(trainer)
         head = {"epoch": epoch, "step": step, "epochs_completed": step // per_epoch,
                 "rng": {"seed": int(cfg["seed"]), "next_epoch": epoch,
                         "shuffle": "random.Random(seed * 1000003 + epoch)",
@@ -284,8 +284,8 @@ async def _train(args) -> int:
 
 async def engine_log_probs(dev, model_path: Path, images, labels) -> list[list[float]]:
     """Eval-mode log-probabilities of the engine (weights as in the model: fine-tune init) for
-    ``images`` (uint8 [n, 28, 28], n >= 1), via the trainer's evaluate (its normalisation): the
-    GPU's ``train.Trainer`` on a wgpu device, the numpy ``CpuTrainer`` on a ``CpuDevice``."""
+    ``images`` (uint8 [n, 28, 28], n >= 1), via the trainer's evaluate (its normalisation), on
+    the engine of ``dev`` (wgpu device: GPU, ``CpuDevice``: numpy)."""
     import numpy as np
 
     from .. import onnx_io

@@ -1,11 +1,12 @@
 """The device of a native run (``--device gpu``: wgpu-py, ``--device cpu``: the numpy engine)
-and the trainer for it (``train.Trainer`` or ``cpu.trainer.CpuTrainer``)."""
+and the trainer for it (``train.Trainer`` over a ``GpuEngine`` or a ``cpu_engine.CpuEngine``)."""
 
 from __future__ import annotations
 
 import os
 
 from ..engine import train as train_mod
+from ..engine.gpu_engine import GpuEngine
 
 
 class CpuDevice:
@@ -34,9 +35,14 @@ def open_device(kind: str):
     return Device()
 
 
-def make_trainer(dev, graph, weights, cfg, train_set, test_set, emit=None):
-    """``train.Trainer`` on the GPU ``dev``, ``cpu.trainer.CpuTrainer`` for a ``CpuDevice``."""
+def make_engine(dev):
+    """The training engine on ``dev``: ``CpuEngine`` for a ``CpuDevice``, else ``GpuEngine``."""
     if is_cpu(dev):
-        from ..cpu.trainer import CpuTrainer
-        return CpuTrainer(graph, weights, cfg, train_set, test_set, emit)
-    return train_mod.Trainer(dev, graph, weights, cfg, train_set, test_set, emit)
+        from ..cpu.cpu_engine import CpuEngine
+        return CpuEngine()
+    return GpuEngine(dev)
+
+
+def make_trainer(dev, graph, weights, cfg, train_set, test_set, emit=None):
+    """``train.Trainer`` on the engine of ``dev`` (``make_engine``)."""
+    return train_mod.Trainer(make_engine(dev), graph, weights, cfg, train_set, test_set, emit)

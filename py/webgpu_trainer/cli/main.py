@@ -15,12 +15,8 @@ import webbrowser
 from pathlib import Path
 
 from . import classroom as classroom_cmd, commands, doctor
+from .paths import repo_root
 
-
-def repo_root() -> Path:
-    """The source tree (``<root>/py/webgpu_trainer/cli/main.py``), else the current directory."""
-    root = Path(__file__).resolve().parents[3]
-    return root if (root / "pyproject.toml").is_file() else Path.cwd()
 
 
 # ---------------------------------------------------------------- data

@@ -1,8 +1,9 @@
 """The numpy engine: the model description run on the CPU, forward and backward.
 
-Two uses: the "no GPU" backend of the native trainer (``--device cpu``, float32) and the float64
-oracle of the tests. It shares no numerics with the WGSL kernels: each op is written again from
-the ONNX operator definitions and PyTorch's autograd formulas.
+Two uses: the "no GPU" engine of the training loop (``cpu_engine.CpuEngine``, ``--device cpu``,
+float32) and the float64 oracle of the tests. It shares no arithmetic with the WGSL kernels: each
+op is written again from the ONNX operator definitions and PyTorch's autograd formulas. It shares
+their random numbers: ``philox.py`` draws the GPU's initial weights and dropout masks bit for bit.
 
 Each module declares ``TYPES`` (ONNX op_types) and exposes
 ``forward(node, ins, ctx) -> (outs, cache)`` and

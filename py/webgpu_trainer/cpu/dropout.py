@@ -1,10 +1,13 @@
 """Inverted Dropout (ONNX Dropout-12/13: ratio input or attribute, identity in eval mode).
 
-The keep mask comes from ``ctx.keep[node name]`` when given (tests replay the GPU's mask), else
-from ``ctx.rng``.
+The keep mask comes from ``ctx.keep[node name]`` when given (tests replay a mask), else from
+Philox keyed by ``ctx.key`` = (seed, step) with the node's ``ctx.salt`` (the GPU's mask, bit for
+bit: cpu/philox.py), else from ``ctx.rng``.
 """
 
 import numpy as np
+
+from . import philox
 
 TYPES = ("Dropout",)
 
@@ -22,7 +25,9 @@ def forward(node, ins, ctx):
         return [x.copy(), np.ones(x.shape, bool)], None
     ratio = ratio_of(node, ins)
     keep = ctx.keep.get(node["name"]) if ctx.keep else None
-    if keep is None:
+    if keep is None and ctx.key is not None:
+        keep = philox.dropout_keep(ctx.key[0], ctx.key[1], ctx.salt, x.shape, ratio)
+    elif keep is None:
         keep = ctx.rng.random(x.shape) >= ratio
     scale = 1.0 / (1.0 - ratio) if ratio < 1 else 0.0
     return [np.where(keep, x * x.dtype.type(scale), 0).astype(x.dtype), keep], (keep, scale)

@@ -15,13 +15,16 @@ from .softmax import log_softmax
 
 class Context:
     """What op functions see: ``train`` (bool), ``dtype``, ``opset`` (the model's, set by the
-    engine), ``keep`` ({Dropout node name: bool
-    mask} to replay, optional), ``rng`` (numpy Generator for masks otherwise) and ``updates``
-    ({running-statistic name: new value}, filled by training-mode BatchNormalization)."""
+    engine), ``keep`` ({Dropout node name: bool mask} to replay, optional), ``key`` ((seed,
+    step): draw dropout masks from Philox as the GPU does, cpu/philox.py) with ``salt`` (the
+    running node's index + 1, set by the engine), else ``rng`` (numpy Generator for masks), and
+    ``updates`` ({running-statistic name: new value}, filled by training-mode
+    BatchNormalization)."""
 
-    def __init__(self, train, dtype, keep=None, rng=None):
+    def __init__(self, train, dtype, keep=None, rng=None, key=None):
         self.train, self.dtype, self.keep = train, dtype, keep or {}
         self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.key, self.salt = key, 0
         self.updates: dict = {}
 
 
@@ -66,13 +69,16 @@ class Engine:
         self.input = graph["inputs"][0]["name"]
         self.output = graph["outputs"][0]["name"]
 
-    def forward(self, x, train=False, keep=None, rng=None):
-        """(values {name: array} of every tensor, caches {node name: cache}, ctx)."""
-        ctx = Context(train, self.dtype, keep, rng)
+    def forward(self, x, train=False, keep=None, rng=None, key=None):
+        """(values {name: array} of every tensor, caches {node name: cache}, ctx). Dropout
+        masks: ``keep`` (replayed), else Philox with ``key`` = (seed, step) as on the GPU, else
+        ``rng``."""
+        ctx = Context(train, self.dtype, keep, rng, key)
         ctx.opset = self.graph.get("opset", 17)
         vals = {**self.params, **self.constants, self.input: np.asarray(x, self.dtype)}
         caches = {}
-        for node in self.graph["nodes"]:
+        for k, node in enumerate(self.graph["nodes"]):
+            ctx.salt = k + 1
             ins = [vals[i] if i else None for i in node["inputs"]]
             outs, caches[node["name"]] = KERNELS[node["op_type"]].forward(node, ins, ctx)
             for name, v in zip(node["outputs"], outs):
@@ -92,19 +98,19 @@ class Engine:
             return self.output
         return next(n for n in self.graph["nodes"] if self.output in n["outputs"])["inputs"][0]
 
-    def step(self, x, labels, train=True, keep=None, rng=None, loss=None):
+    def step(self, x, labels, train=True, keep=None, rng=None, loss=None, key=None):
         """Forward, loss and, when ``train``, backward.
 
         ``loss``: the loss spec of ``webgpu_trainer.ops.losses`` (None: "auto", the rule of
-        ``head``), applied to the raw output (nll_log: to the final Softmax's input). Returns
-        a dict: ``acts`` {activation: value}, ``dacts`` {activation: gradient}, ``grads``
-        {trainable tensor: gradient}, ``buffers`` {running statistic: new value}, ``loss``
-        (float), ``acc`` (fraction of argmax == label), ``logp`` [B, C] (the output when the
-        model ends in LogSoftmax, log_softmax of the Softmax's input for nll_log, else
-        log_softmax of the output), ``spec`` (the resolved loss spec). Raises ValueError for a
-        bad spec.
+        ``head``), applied to the raw output (nll_log: to the final Softmax's input); ``keep`` /
+        ``key`` / ``rng``: see ``forward``. Returns a dict: ``acts`` {activation: value},
+        ``dacts`` {activation: gradient}, ``grads`` {trainable tensor: gradient}, ``buffers``
+        {running statistic: new value}, ``loss`` (float), ``acc`` (fraction of argmax == label),
+        ``logp`` [B, C] (the output when the model ends in LogSoftmax, log_softmax of the
+        Softmax's input for nll_log, else log_softmax of the output), ``spec`` (the resolved loss
+        spec). Raises ValueError for a bad spec.
         """
-        vals, caches, ctx = self.forward(x, train, keep, rng)
+        vals, caches, ctx = self.forward(x, train, keep, rng, key)
         out = vals[self.output]
         if out.ndim != 2:
             raise NotImplementedError(f"output {self.output} has shape {list(out.shape)}: "

@@ -11,6 +11,7 @@ from pyodide.ffi import to_js
 from . import config as run_config
 from .backends import get_device
 from .backends.webgpu_js import NoWebGPU
+from .gpu_engine import GpuEngine
 from .train import Split, Trainer, TrainingDiverged
 
 STATE = {"device": None, "trainer": None, "stop": False, "selfcheck": None}
@@ -150,7 +151,7 @@ async def _run(cfg: dict, model=None, profile: bool = False):
         post("status", text="Loading MNIST shards…")
         train = await _split(manifest, "train", cfg["train_images"])
         test = await _split(manifest, "test")
-        trainer = Trainer(dev, graph, weights, cfg, train, test,
+        trainer = Trainer(GpuEngine(dev), graph, weights, cfg, train, test,
                           emit=lambda kind, **kw: post(kind, **kw))
         STATE["trainer"] = trainer
         trainer.stop_requested = STATE["stop"]

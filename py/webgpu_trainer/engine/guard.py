@@ -14,6 +14,20 @@ NONE = 0xFFFFFFFF  # flag value of a tensor whose gradients have always been fin
 MAX_GROUPS_X = 128  # workgroups striding over one tensor
 
 
+def watched(graph, trainable) -> list:
+    """``[(tensor name, node name)]``: the ``trainable`` tensors of ``graph`` in graph order of
+    the first node that uses each (the order the guard reports them in, on every engine)."""
+    out, seen = [], set()
+    for node in graph.nodes:
+        for name in node["inputs"]:
+            if name in trainable and name not in seen:
+                seen.add(name)
+                out.append((name, node["name"]))
+    for name in sorted(set(trainable) - seen):  # a parameter no node uses (should not happen)
+        out.append((name, "?"))
+    return out
+
+
 class Guard:
     """``await Guard.build(plan)``; ``dispatches`` go after the backward pass."""
 
@@ -22,14 +36,7 @@ class Guard:
         self = cls()
         dev, graph = plan.dev, plan.graph
         self.dev = dev
-        self.tensors = []  # [(tensor name, node name)] in graph order
-        for node in graph.nodes:
-            for name in node["inputs"]:
-                if name in plan.trainable and name not in (t for t, _ in self.tensors):
-                    self.tensors.append((name, node["name"]))
-        for name in sorted(plan.trainable):  # a parameter no node uses (should not happen)
-            if name not in (t for t, _ in self.tensors):
-                self.tensors.append((name, "?"))
+        self.tensors = watched(graph, plan.trainable)
         n = max(len(self.tensors), 1)
         table = []
         for name, _ in self.tensors:

@@ -9,8 +9,10 @@ exactly like the bundle's weight blob (``P`` and ``G``); ``mask`` marks trainabl
 
 import struct
 
-from .backends.base import View, groups_1d, pack_params, round_up
+from .backends.base import groups_1d, pack_params, round_up
+from .builder import Builder, Tensor
 from .graph import Graph
+from . import init
 from .ops import OPS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
@@ -24,96 +26,6 @@ def pack_step(step: int, offset: int, seed: int, lr: float, a=(0.0, 0.0, 0.0)) -
     ``optim.Optimizer.scalars``)."""
     slot = (max(step, 1) - 1) % METRICS_RING
     return struct.pack("<IIIIffff", step, offset, seed & 0xFFFFFFFF, slot, lr, *a)
-
-
-class Tensor:
-    """A tensor on the device: ``shape`` (list of int), float32 or uint32, in ``buf`` at byte
-    ``offset`` (a multiple of 256 when nonzero)."""
-
-    __slots__ = ("shape", "buf", "offset", "numel")
-
-    def __init__(self, shape, buf, offset=0):
-        self.shape, self.buf, self.offset = list(shape), buf, offset
-        n = 1
-        for d in self.shape:
-            n *= d
-        self.numel = n
-
-    @property
-    def nbytes(self) -> int:
-        return 4 * self.numel
-
-    def binding(self):
-        return View(self.buf, self.offset, self.nbytes) if self.offset or self.numel == 0 \
-            else View(self.buf, 0, max(self.nbytes, 4))
-
-
-class Builder:
-    """What op functions see: ``await b.kernel(...)`` appends one dispatch to ``b.current``."""
-
-    def __init__(self, plan):
-        self.plan = plan
-        self.dev = plan.dev
-        self.current = []
-        self.P, self.G, self.step = plan.P, plan.G, plan.step
-        self.dummy = plan.dev.buffer(16, "dummy")
-        self.dummy_u32 = plan.dev.buffer(16, "dummy_u32")
-        self.sink = plan.dev.buffer(16, "sink")  # for unused read_write bindings
-        self._saves: dict = {}
-        self.save_sizes: dict = {}
-
-    async def kernel(self, shader, entry, params: bytes, buffers: list, counts,
-                     constants: dict | None = None):
-        """Build (once) and record one dispatch of ``entry`` in ``shaders/<shader>.wgsl``,
-        specialised by the WGSL ``override`` ``constants``."""
-        pipe = await self.dev.pipeline(shader, entry, constants)
-        ubuf = self.dev.buffer(len(params), f"{shader}.{entry}.params", uniform=True)
-        self.dev.write(ubuf, params)
-        binds = [ubuf] + [b.binding() if isinstance(b, Tensor) else b for b in buffers]
-        self.current.append((pipe, self.dev.bind(pipe, binds), counts))
-
-    # Elements per workgroup of the two-level per-channel sums (BatchNorm, bias gradients).
-    # None: 4096 on GPUs; one workgroup per channel on CPU adapters, where many workgroups with
-    # barriers cost more than they bring (measured on SwiftShader: 3x slower).
-    REDUCE_CHUNK = None
-
-    def reduce_parts(self, elements: int) -> int:
-        """How many workgroups share one channel's sum over ``elements`` values."""
-        chunk = self.REDUCE_CHUNK
-        if chunk is None:
-            chunk = 1 << 30 if getattr(self.dev, "is_cpu", False) else 4096
-        return max(1, min(1024, (elements + chunk - 1) // chunk))
-
-    def splits(self, threads: int, length: int, min_per_split: int) -> int:
-        """How many parts to split a reduction of ``length`` into so ~enough threads run."""
-        target = 2048 if getattr(self.dev, "is_cpu", False) else 65536
-        if threads >= target:
-            return 1
-        return max(1, min((target + threads - 1) // threads, length // min_per_split, 256))
-
-    def scratch(self, nfloats: int):
-        return self.dev.buffer(4 * nfloats, "scratch")
-
-    def save(self, node, nfloats: int, what: str = "save"):
-        """A per-node buffer shared by the training and eval programs (batch statistics,
-        repacked weights), created on first use; its size is ``save_sizes[id(buffer)]``."""
-        key = node["name"] + "." + what
-        if key not in self._saves:
-            buf = self.dev.buffer(4 * nfloats, key)
-            self._saves[key] = buf
-            self.save_sizes[id(buf)] = nfloats
-        return self._saves[key]
-
-    def offset_of(self, t) -> int:
-        """Element offset of a weight tensor inside P (and G)."""
-        return t.offset // 4
-
-    def constant(self, name, default=None):
-        c = self.plan.graph.constants.get(name)
-        return c["values"][0] if c and c.get("values") else default
-
-    def salt(self, node) -> int:
-        return self.plan.graph.nodes.index(node) + 1
 
 
 class Plan:
@@ -150,6 +62,7 @@ class Plan:
                            if n["op_type"] == "Relu" and n["inputs"][0] in graph.producer
                            and graph.producer[n["inputs"][0]]["op_type"] == "Conv"
                            and self.acts[n["outputs"][0]].buf is self.acts[n["inputs"][0]].buf}
+        self.relu_grad_fused = self._fusable_relu_grads()
         b = self.builder = Builder(self)
         for mode in ("train", "eval"):
             b.current = []
@@ -195,15 +108,36 @@ class Plan:
         self.bwd = b.current
         return self
 
+    def _fusable_relu_grads(self) -> dict:
+        """{consumer node name: ReLU node name} for in-place ReLUs (output and gradient aliased
+        to the input's) read by one Conv or BatchNormalization as its first input: that
+        consumer's backward writes its input gradient already masked by input > 0, and the
+        ReLU's backward dispatch is dropped."""
+        g, out = self.graph, {}
+        for node in g.nodes:
+            if node["op_type"] != "Relu":
+                continue
+            t, u = node["inputs"][0], node["outputs"][0]
+            gu, gt = self.grads.get(u), self.grads.get(t)
+            if gu is None or gt is None or gu.buf is not gt.buf or u == g.output:
+                continue
+            if self.acts[u].buf is not self.acts[t].buf or u in self.contrib_of:
+                continue
+            users = g.consumers.get(u, [])
+            if len(users) == 1 and users[0]["op_type"] in ("Conv", "BatchNormalization") \
+                    and users[0]["inputs"][0] == u and u not in users[0]["inputs"][1:]:
+                out[users[0]["name"]] = node["name"]
+        return out
+
     async def _sum_contributions(self, b, name, total):
         """total = sum of the gradient contributions of every use of ``name``."""
         parts = self.contrib_of[name]
         n = total.numel
         await b.kernel("elementwise", "add_to", pack_params(n), [total, parts[0], parts[1]],
-                       groups_1d(n))
+                       b.elementwise_groups(n))
         for part in parts[2:]:
             await b.kernel("elementwise", "accumulate", pack_params(n), [total, part, b.dummy],
-                           groups_1d(n))
+                           b.elementwise_groups(n))
 
     def _ins(self, node):
         return [self.acts.get(i) or self.weights.get(i) or self._constant(i) if i else None
@@ -367,50 +301,21 @@ class Plan:
         return bytes(out)
 
     async def init_weights(self, seed: int):
-        """PyTorch's default init on the GPU: Conv/Gemm weight and bias ~ U(+-1/sqrt(fan_in))
-        (nn.Conv2d / nn.Linear reset_parameters); a 2-D MatMul weight (nn.Linear as exported by
-        the dynamo exporter: MatMul(x, W^T) then Add(bias)) likewise, fan_in = its rows, and the
-        bias of the Add that follows it; BatchNorm and LayerNorm scale = 1, bias = 0,
-        running_mean = 0, running_var = 1. Other parameters keep the model's values, and so
-        does a layer whose weight is a constant of the model description."""
+        """PyTorch's default init of every parameter an op family defines it for
+        (``init.rules``), drawn on the GPU by shaders/init.wgsl from Philox keyed by ``seed``:
+        the bits the numpy engine draws too. Other parameters keep the model's values."""
         b = self.builder
         b.current = []
-        g = self.graph
-        for node in g.nodes:
-            ins, op = node["inputs"], node["op_type"]
-            if op in ("Conv", "Gemm") and len(ins) > 1 and ins[1] not in self.weights:
-                continue  # a constant weight (not an initializer): it keeps its value
-            if op in ("Conv", "Gemm"):
-                w = g.tensors[ins[1]]["shape"]
-                if op == "Conv":
-                    fan_in = _numel(w[1:])
-                else:
-                    fan_in = w[1] if node["attrs"].get("transB", 0) else w[0]
-                bound = 1.0 / fan_in ** 0.5
-                for name in ins[1:3]:
-                    if name in self.weights:
-                        await self._fill(b, name, "uniform_fill", seed, -bound, bound)
-            elif op == "MatMul" and ins[1] in self.weights and len(g.tensors[ins[1]]["shape"]) == 2:
-                bound = 1.0 / g.tensors[ins[1]]["shape"][0] ** 0.5
-                await self._fill(b, ins[1], "uniform_fill", seed, -bound, bound)
-                for user in g.consumers.get(node["outputs"][0], []):
-                    for name in user["inputs"]:
-                        if user["op_type"] == "Add" and name in self.weights:
-                            await self._fill(b, name, "uniform_fill", seed, -bound, bound)
-            elif op == "BatchNormalization":
-                for name, value in zip(ins[1:5], (1.0, 0.0, 0.0, 1.0)):
-                    await self._fill(b, name, "fill", seed, value, value)
-            elif op == "LayerNormalization":
-                for name, value in zip(ins[1:3], (1.0, 0.0)):
-                    if name in self.weights:
-                        await self._fill(b, name, "fill", seed, value, value)
+        for rule in init.rules(self.graph):
+            t = self.weights[rule.name]
+            if rule.kind == "uniform":
+                await b.kernel("init", "uniform_fill",
+                               pack_params(t.numel, seed, rule.stream, 0, rule.scale, 0, 0, 0),
+                               [t], groups_1d((t.numel + 3) // 4))
+            else:
+                await b.kernel("init", "fill", pack_params(t.numel, 0, 0, 0, rule.value, 0, 0, 0),
+                               [t], groups_1d(t.numel))
         self.dev.submit([self.dev.program(b.current)])
-
-    async def _fill(self, b, name, entry, seed, lo, hi):
-        t = self.weights[name]
-        salt = list(self.graph.tensors).index(name) + 1
-        await b.kernel("init", entry, pack_params(t.numel, seed, salt, 0, float(lo), float(hi),
-                                                  0, 0), [t], groups_1d(t.numel))
 
 
 def _numel(shape) -> int:

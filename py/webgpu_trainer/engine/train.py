@@ -1,23 +1,47 @@
-"""The training loop shared by the browser worker and the native CLI (standard library only).
+"""The training loop shared by the browser worker, the native CLI and both engines (standard
+library only: it runs in Pyodide too).
 
-One training step is one queue submit of a prebuilt program (gather batch -> forward -> NLL loss
--> backward -> optimizer update) after a 32-byte write of the step's uniforms; metrics (loss,
-accuracy) accumulate in a ring on the GPU and are read back every ``report_every`` steps, which
-also bounds how far the CPU runs ahead of the GPU.
+``Trainer`` owns what a run means: epochs, the per-epoch shuffle (``random.Random(seed * 1000003
++ epoch)``), batches without replacement dropping the last incomplete one (BatchNorm needs full
+batches), the learning-rate schedule per step, metrics, progress and ETA, validation at the end
+of each epoch, Stop, the divergence guard's verdict, the checkpoint hook (``on_epoch``) and the
+result. It drives an *engine*, which owns the weights and computes steps:
+
+- ``gpu_engine.GpuEngine(dev)``: WebGPU (browser, wgpu-py): each step one queue submit of a
+  prebuilt program, metrics read back asynchronously from a ring on the GPU;
+- ``cpu.cpu_engine.CpuEngine()``: numpy float32 (``--device cpu``).
+
+The engine interface (methods are coroutines except ``write_weights`` and ``set_order``):
+
+- ``build(graph, batch, loss, trainable, seed)``: compile for the ``Graph`` at ``batch``; then
+  ``wbytes`` (bytes of the flat weights), ``classes`` and ``loss_spec`` (resolved) are set;
+- ``write_weights(blob)`` / ``read_weights(nbytes=None)``: the flat weights, ``wbytes`` bytes
+  (the bundle's blob padded: the checkpoint format of both engines); ValueError on a size
+  mismatch;
+- ``init_weights(seed)``: PyTorch's default init, the same bits on every engine (``init.py``);
+- ``optim`` (the module whose ``make`` builds the optimizer), ``dev`` (what the optimizer's
+  ``state_bytes(dev)`` takes) and ``attach(opt)``;
+- ``load_data(train, test, n_eval, table)``: the splits and the pixel -> input table;
+- ``set_order(perm)``: this epoch's training order;
+- ``step(t, offset, lr) -> bool``: optimizer step t on the batch at ``offset`` of the order,
+  returning with at most two steps in flight (no readback); True: read the metrics now (the
+  host saw a non-finite value);
+- ``metrics(first, last)``: ``([(loss, acc)] of steps first..last, guard)``, guard None or
+  ``(step, tensor, node)`` of the first non-finite gradient;
+- ``eval_outputs()``: ``(log-probabilities, loss rows)``, float32 bytes [n_eval, classes] of
+  an eval-mode forward over the first n_eval test images.
 """
 
 import math
 import random
-import struct
 import time
 from array import array
 
-from . import config as run_config, optim, schedulers
-from .backends.base import groups_1d, pack_params, round_up
+from . import config as run_config, schedulers
+from .gpu_engine import GpuEngine
 from .graph import Graph
-from .guard import Guard
 from .ops import losses
-from .plan import METRICS_RING, Plan, pack_step
+from .plan import METRICS_RING
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # ((x / 255) - mean) / std, as the PyTorch MNIST example
 
@@ -75,57 +99,40 @@ class TrainingDiverged(RuntimeError):
         self.step, self.layer = step, layer
 
 
-async def close_epoch(tr, epoch: int, per_epoch: int, total: int):
-    """After epoch ``epoch`` (1-based) of trainer ``tr`` (``Trainer`` or ``cpu.CpuTrainer``):
-    unless training stopped or the epoch is partial, validate, emit "epoch" (with the epoch's
-    mean train_loss / train_acc from ``tr._sums``) and await ``tr.on_epoch``. Returns
-    ``(step, evaluate() result)``, or None when it did not validate."""
-    if tr.stop_requested or not (tr.step % per_epoch == 0 or tr.step == total):
-        return None
-    last_eval = (tr.step, await tr.evaluate())
-    loss, acc, _ = last_eval[1]
-    n = max(tr._sums[2], 1)
-    metrics = {"epoch": epoch, "step": tr.step, "train_loss": tr._sums[0] / n,
-               "train_acc": tr._sums[1] / n, "val_loss": loss, "val_acc": acc}
-    tr.emit("epoch", **metrics)
-    if tr.on_epoch is not None:
-        await tr.on_epoch(epoch, tr.step, metrics)
-    return last_eval
 
 
-async def run_result(tr, epochs_done: int, last_eval, total: int) -> dict:
-    """The dict ``run`` returns: the last validation when it evaluated these weights, else a
-    new evaluation (training stopped)."""
-    if last_eval is None or last_eval[0] != tr.step:
-        last_eval = (tr.step, await tr.evaluate())
-    loss, acc, logits = last_eval[1]
-    return {"test_acc": acc, "test_loss": loss, "steps": tr.step, "epochs_done": epochs_done,
-            "stopped": tr.stop_requested, "logits": logits, "total_steps": total}
+def pixel_table() -> list:
+    """The model input of each pixel value 0..255: ((v / 255) - mean) / std in float64, which
+    every engine rounds once to float32 (so they see the same inputs)."""
+    return [(v / 255 - MNIST_MEAN) / MNIST_STD for v in range(256)]
 
 
 class Trainer:
     """Trains ``graph`` (a model description) on ``train`` and evaluates on ``test``.
 
-    ``config``: a run configuration (``config.RunConfig`` or a dict of its fields, see
-    ``engine/config``), checked by ``config.parse`` against the training images in ``setup``
-    (before any GPU work); ``self.cfg`` is then its ``trainer_config()``: optimizer, lr,
-    batch_size, epochs, seed, init ("scratch" re-initialises with PyTorch's default init,
-    "finetune" keeps the model's weights), momentum, weight_decay, optimizer_args,
-    clip_grad_norm, scheduler, max_steps (0: no cap), eval_images (first N test images),
-    report_every (steps between metric readbacks), loss (spec, see ``ops/losses.py``; "auto":
-    NLLLoss after a final LogSoftmax, NLLLoss of log(output) after a final Softmax, else
-    CrossEntropyLoss), trainable (None: every parameter; else the initializer names to train,
-    the rest frozen: see ``trainable_names``).
-    ``emit(kind, **fields)`` receives "status", "progress", "epoch" events ("epoch" carries the
-    epoch's mean train_loss / train_acc too). To continue a run, set ``epoch`` (epochs done) and
-    ``step`` (steps done) and restore weights / optimizer state after ``setup()``;
-    ``on_epoch`` (async, optional) is awaited after each epoch's validation with
-    ``(epoch, step, metrics dict)``.
+    ``engine``: a ``GpuEngine`` or ``cpu.cpu_engine.CpuEngine`` (a WebGPU device is wrapped in
+    a ``GpuEngine``). ``config``: a run configuration (``config.RunConfig`` or a dict of its
+    fields, see ``engine/config``), checked by ``config.parse`` against the training images in
+    ``setup`` (before any GPU work); ``self.cfg`` is then its ``trainer_config()``: optimizer,
+    lr, batch_size, epochs, seed, init ("scratch" re-initialises with PyTorch's default init,
+    "finetune" keeps the model's weights), momentum, weight_decay, optimizer_args (torch.optim
+    keywords), clip_grad_norm, scheduler (``schedulers.make``'s spec), max_steps (0: no cap),
+    eval_images (first N test images), report_every (steps between metric readbacks), loss
+    (spec, see ``ops/losses.py``; "auto": NLLLoss after a final LogSoftmax, NLLLoss of
+    log(output) after a final Softmax, else CrossEntropyLoss), trainable (None: every
+    parameter; else the initializer names to train, the rest frozen: see
+    ``trainable_names``).
+    ``emit(kind, **fields)`` receives "status", "progress" and "epoch" events ("epoch" carries
+    the epoch's mean train_loss / train_acc too). To continue a run, set ``epoch`` (epochs done)
+    and ``step`` (steps done) and restore the weights (``engine.write_weights``) and optimizer
+    state after ``setup()``; ``on_epoch`` (async, optional) is awaited after each epoch's
+    validation with ``(epoch, step, metrics dict)``.
     """
 
-    def __init__(self, dev, graph: dict, weights: bytes, config: dict, train: Split,
+    def __init__(self, engine, graph: dict, weights: bytes, config: dict, train: Split,
                  test: Split, emit=None):
-        self.dev, self.desc, self.weights = dev, graph, weights
+        self.engine = engine if hasattr(engine, "step") else GpuEngine(engine)
+        self.desc, self.weights = graph, weights
         self.cfg = config  # checked in setup (config.parse)
         self.train_set, self.test_set = train, test
         self.emit = emit or (lambda kind, **kw: None)
@@ -134,61 +141,44 @@ class Trainer:
         self.epoch = 0
         self.on_epoch = None
         self._sums = [0.0, 0.0, 0]  # loss, accuracy, steps of the current epoch
-        self._lut = None  # data.wgsl's pixel -> normalised value table (set-up)
 
     async def setup(self):
-        """Build the plan, upload weights and data, record the train and eval programs."""
+        """Check the config and the model against the data, build the engine, set the initial
+        weights, make the optimizer and the schedule, load the data. Raises ValueError (bad
+        config, model that does not fit MNIST) or NotImplementedError (an op the engine
+        lacks) before any training."""
         self.cfg = cfg = run_config.parse(self.cfg, train_images=self.train_set.count) \
             .trainer_config()  # raises ConfigError naming every bad field
-        dev, batch = self.dev, cfg["batch_size"]
+        eng, batch = self.engine, cfg["batch_size"]
         self.graph = Graph(self.desc)
         self._check_fits_data()
         # Raises ValueError naming the bad key / value, before any GPU work.
         losses.normalize(cfg["loss"], self.graph.shapes(2)[self.graph.output][1])
         self.emit("status", text="Compiling the training step…")
-        train_only = trainable_names(self.desc, cfg.get("trainable"))
-        self.plan = plan = await Plan.build(dev, self.graph, batch, loss=cfg["loss"],
-                                            trainable=train_only)
-        blob = bytearray(plan.wbytes)
+        seed = int(cfg["seed"])
+        await eng.build(self.graph, batch, cfg["loss"],
+                        trainable_names(self.desc, cfg.get("trainable")), seed)
+        blob = bytearray(eng.wbytes)
         blob[:len(self.weights)] = self.weights
-        dev.write(plan.P, bytes(blob))
+        eng.write_weights(bytes(blob))
         if cfg["init"] == "scratch":
-            await plan.init_weights(int(cfg["seed"]))
-        # "clip_grad_norm" (0 = off) and "optimizer_args" (torch.optim keywords) are optional.
-        self.opt = optim.make(cfg["optimizer"], float(cfg["lr"]), float(cfg["momentum"]),
-                              float(cfg["weight_decay"]),
-                              clip_grad_norm=float(cfg.get("clip_grad_norm") or 0.0),
-                              **(cfg.get("optimizer_args") or {}))
-        # Learning rate (and OneCycleLR's momentum / beta1) of optimizer step t (1-based):
-        # cfg["scheduler"] (see schedulers.py); the optimizer follows it before attach, which
-        # makes the momentum buffer a cycled momentum needs.
-        per_epoch = run_config.steps(cfg, self.train_set.count)[0]
-        self.lr_at = schedulers.make(cfg, per_epoch)
+            await eng.init_weights(seed)
+        self.opt = eng.optim.make(cfg["optimizer"], float(cfg["lr"]), float(cfg["momentum"]),
+                                  float(cfg["weight_decay"]),
+                                  clip_grad_norm=float(cfg.get("clip_grad_norm") or 0.0),
+                                  **(cfg.get("optimizer_args") or {}))
+        # drop_last: BatchNorm needs full batches
+        self.per_epoch, self.total = run_config.steps(cfg, self.train_set.count)
+        # Learning rate (and OneCycleLR's momentum / beta1) of optimizer step t (1-based); the
+        # optimizer follows it before attach, which makes the momentum buffer a cycled
+        # momentum needs.
+        self.lr_at = schedulers.make(cfg, self.per_epoch)
         self.opt.follow(self.lr_at)
-        await self.opt.attach(plan)
-        self.guard = await Guard.build(plan)
-        self.emit("status", text="Uploading MNIST to the GPU…")
-        self.order = dev.buffer(4 * self.train_set.count, "train.order")
-        self.gather_train = await self._gather(self.train_set, self.order)
-        n_eval = min(int(cfg["eval_images"]), self.test_set.count)
-        self.eval_batches = max(1, math.ceil(n_eval / batch))
-        self.n_eval = n_eval
-        eval_order = dev.buffer(4 * self.eval_batches * batch, "eval.order")
-        idx = array("I", [i if i < self.test_set.count else 0
-                          for i in range(self.eval_batches * batch)])
-        dev.write(eval_order, idx.tobytes())
-        self.gather_eval = await self._gather(self.test_set, eval_order)
-        classes = plan.acts[plan.logp].shape[1]
-        self.classes = classes
-        self.logits = dev.buffer(4 * self.eval_batches * batch * classes, "eval.logits")
-        # What the loss reads when that is not the log-probabilities (nll on a raw output, mse,
-        # bce_with_logits): copied too, for the validation loss.
-        self.loss_rows = None if plan.loss_input == plan.logp else \
-            dev.buffer(4 * self.eval_batches * batch * classes, "eval.loss_rows")
-        self.train_program = dev.program(self.gather_train + plan.fwd_train + plan.loss
-                                         + plan.bwd + self.guard.dispatches
-                                         + self.opt.dispatches)
-        self.eval_program = dev.program(self.gather_eval + plan.fwd_eval + plan.head)
+        await eng.attach(self.opt)
+        self.emit("status", text="Loading MNIST…")
+        self.n_eval = min(int(cfg["eval_images"]), self.test_set.count)
+        await eng.load_data(self.train_set, self.test_set, self.n_eval, pixel_table())
+        self.classes = eng.classes
 
     def _check_fits_data(self):
         """Refuse a model whose input or output does not fit the data, and data with a label
@@ -197,9 +187,8 @@ class Trainer:
         Raises ValueError naming the input/output, its shape and what MNIST provides, or the
         split, index and value of the first bad label."""
         inp = self.graph.input
-        dims = inp["shape"][1:]
         per_sample = 1
-        for d in dims:
+        for d in inp["shape"][1:]:
             per_sample *= d if isinstance(d, int) else 0
         if per_sample != self.train_set.pixels:
             raise ValueError(
@@ -213,90 +202,60 @@ class Trainer:
         check_split_labels(self.train_set, out[1], "training")
         check_split_labels(self.test_set, out[1], "test")
 
-    async def _gather(self, split: Split, order):
-        dev, plan = self.dev, self.plan
-        images = dev.buffer(round_up(split.count * split.pixels), "images")
-        labels = dev.buffer(round_up(split.count), "labels")
-        dev.write(images, _padded(split.images, split.count * split.pixels))
-        dev.write(labels, _padded(split.labels, split.count))
-        words = split.pixels // 4
-        b = plan.builder
-        b.current = []
-        if self._lut is None:  # the normalisation table, made in float64, shared by both splits
-            self._lut = dev.buffer(4 * 256, "normalize.lut")
-            dev.write(self._lut, array("f", [(v / 255 - MNIST_MEAN) / MNIST_STD
-                                             for v in range(256)]).tobytes())
-        params = pack_params(plan.batch, words, split.count, 0)
-        await b.kernel("data", "gather", params,
-                       [plan.step, images, labels, order, plan.input, plan.labels, self._lut],
-                       groups_1d(plan.batch * words))
-        return b.current
-
-    def _write_step(self, t: int, offset: int):
-        lr = self.lr_at(max(t, 1))
-        a0, a1, a2 = self.opt.scalars(max(t, 1), lr)
-        self.dev.write(self.plan.step, pack_step(t, offset, int(self.cfg["seed"]), lr, (a0, a1, a2)))
-
     async def run(self):
-        """Train, validate after each epoch, evaluate at the end. Returns the final metrics dict:
-        ``{"test_acc", "test_loss", "steps", "epochs_done", "stopped", "logits": bytes}``.
+        """Train, validate after each epoch, evaluate at the end. Returns ``{"test_acc",
+        "test_loss", "steps", "epochs_done", "stopped", "logits": bytes, "total_steps"}``.
         Raises TrainingDiverged when the loss or a gradient is not finite."""
-        cfg, dev, plan = self.cfg, self.dev, self.plan
-        batch = plan.batch
-        per_epoch, total = run_config.steps(cfg, self.train_set.count)  # drop_last
+        cfg, eng = self.cfg, self.engine
+        batch, per_epoch, total = int(cfg["batch_size"]), self.per_epoch, self.total
         report = max(1, min(int(cfg["report_every"]), METRICS_RING // 2))
-        start = time.perf_counter()
-        epoch, in_flight, last_eval = self.epoch, None, None
-        last_read = first = self.step
+        self._start, self._first, self._read = time.perf_counter(), self.step, self.step
+        epoch, last_eval = self.epoch, None
         while self.step < total and not self.stop_requested:
             perm = list(range(self.train_set.count))
             random.Random(int(cfg["seed"]) * 1000003 + epoch).shuffle(perm)
-            dev.write(self.order, array("I", perm).tobytes())
+            eng.set_order(perm)
             self._sums = [0.0, 0.0, 0]
             for s in range(max(0, self.step - epoch * per_epoch), per_epoch):
                 if self.step >= total or self.stop_requested:
                     break
-                self.step += 1
-                self._write_step(self.step, s * batch)
-                dev.submit([self.train_program])
-                # At most two steps in flight: Stop takes effect within a step, and awaiting
-                # lets the worker's event loop deliver messages.
-                fence = dev.fence()
-                if in_flight is not None:
-                    await in_flight
-                in_flight = fence
-                if self.step % report == 0 or self.step == total or s == per_epoch - 1:
-                    last_read = await self._report(last_read, total, epoch, start, first)
-            if self.stop_requested and last_read < self.step:  # report the steps done
-                last_read = await self._report(last_read, total, epoch, start, first)
+                self.step = t = self.step + 1
+                halt = await eng.step(t, s * batch, self.lr_at(t))
+                if halt or t % report == 0 or t == total or s == per_epoch - 1:
+                    await self._report(epoch)
+            if self._read < self.step:  # stopped between two reports: report the steps done
+                await self._report(epoch)
             epoch += 1
-            last_eval = await close_epoch(self, epoch, per_epoch, total) or last_eval
-        return await run_result(self, epoch, last_eval, total)
+            last_eval = await self._close_epoch(epoch) or last_eval
+        if last_eval is None or last_eval[0] != self.step:  # not validated on these weights
+            last_eval = (self.step, await self.evaluate())
+        loss, acc, logits = last_eval[1]
+        return {"test_acc": acc, "test_loss": loss, "steps": self.step, "epochs_done": epoch,
+                "stopped": self.stop_requested, "logits": logits, "total_steps": total}
 
-    async def _report(self, last_read, total, epoch, start, first=0):
-        raw = await self.dev.read(self.plan.metrics)
-        vals = struct.unpack(f"<{2 * METRICS_RING}f", raw)
-        bad_grad = await self.guard.first_bad()
-        rows = []
-        for t in range(last_read + 1, self.step + 1):
-            slot = (t - 1) % METRICS_RING
-            loss, acc = vals[2 * slot], vals[2 * slot + 1]
+    async def _report(self, epoch: int):
+        """Read the metrics of the steps since the last report, stop on a non-finite one, add
+        them to the epoch's sums and emit "progress" (images/s and ETA over this run)."""
+        first = self._read + 1
+        rows, bad_grad = await self.engine.metrics(first, self.step)
+        out = []
+        for t, (loss, acc) in enumerate(rows, first):
             if acc < 0:  # the loss kernel's flag: labels >= classes were ignored
                 raise ValueError(f"step {t}: {int(-acc)} label(s) outside 0..{self.classes - 1}"
                                  " reached the loss (the kernel ignored them): the training "
                                  "data changed after it was checked; prepare it again")
             if not math.isfinite(loss) or (bad_grad and bad_grad[0] <= t):
                 self._diverged(t, loss, bad_grad)
-            rows.append([t, loss, acc])
+            out.append([t, loss, acc])
             self._sums[0] += loss
             self._sums[1] += acc
             self._sums[2] += 1
-        elapsed = time.perf_counter() - start
-        rate = (self.step - first) / elapsed if elapsed > 0 else 0.0
-        self.emit("progress", step=self.step, total_steps=total, epoch=epoch + 1,
-                  epochs=int(self.cfg["epochs"]), images_per_s=rate * self.plan.batch,
-                  eta_s=(total - self.step) / rate if rate else 0.0, losses=rows)
-        return self.step
+        self._read = self.step
+        elapsed = time.perf_counter() - self._start
+        rate = (self.step - self._first) / elapsed if elapsed > 0 else 0.0
+        self.emit("progress", step=self.step, total_steps=self.total, epoch=epoch + 1,
+                  epochs=int(self.cfg["epochs"]), images_per_s=rate * int(self.cfg["batch_size"]),
+                  eta_s=(self.total - self.step) / rate if rate else 0.0, losses=out)
 
     def _diverged(self, t, loss, bad_grad):
         lr = float(self.cfg["lr"])
@@ -312,6 +271,24 @@ class Trainer:
             f"learning rate (now {lr:g}, e.g. {lr / 10:g}) or gradient clipping.",
             step=step, layer=bad_grad[2] if bad_grad else None)
 
+    async def _close_epoch(self, epoch: int):
+        """After epoch ``epoch`` (1-based): unless training stopped or the epoch is partial,
+        validate, emit "epoch" (with the epoch's mean train_loss / train_acc) and await
+        ``on_epoch``. Returns ``(step, evaluate() result)``, or None when it did not
+        validate."""
+        if self.stop_requested or not (self.step % self.per_epoch == 0
+                                       or self.step == self.total):
+            return None
+        last_eval = (self.step, await self.evaluate())
+        loss, acc, _ = last_eval[1]
+        n = max(self._sums[2], 1)
+        metrics = {"epoch": epoch, "step": self.step, "train_loss": self._sums[0] / n,
+                   "train_acc": self._sums[1] / n, "val_loss": loss, "val_acc": acc}
+        self.emit("epoch", **metrics)
+        if self.on_epoch is not None:
+            await self.on_epoch(epoch, self.step, metrics)
+        return last_eval
+
     async def evaluate(self):
         """Eval-mode forward over the first ``eval_images`` test images.
 
@@ -319,24 +296,16 @@ class Trainer:
         the configured loss with reduction "mean" (weighted mean with class weights) over the n
         images; the log-probabilities are the model's output when it ends in LogSoftmax, else
         log_softmax of it."""
-        dev, plan, batch, c = self.dev, self.plan, self.plan.batch, self.classes
-        out, src = plan.acts[plan.logp], plan.acts[plan.loss_input]
-        for i in range(self.eval_batches):
-            self._write_step(max(self.step, 1), i * batch)
-            copies = [(out.buf, 0, self.logits, i * batch * c * 4, batch * c * 4)]
-            if self.loss_rows is not None:
-                copies.append((src.buf, src.offset, self.loss_rows, i * batch * c * 4,
-                               batch * c * 4))
-            dev.submit([self.eval_program], copies=copies)
-        raw = await dev.read(self.logits, 0, self.n_eval * c * 4)
+        raw, rows = await self.engine.eval_outputs()
+        c = self.classes
         vals = array("f")
         vals.frombytes(raw)
         lvals = vals
-        if self.loss_rows is not None:
+        if rows is not raw:
             lvals = array("f")
-            lvals.frombytes(await dev.read(self.loss_rows, 0, self.n_eval * c * 4))
+            lvals.frombytes(rows)
         labels = self.test_set.labels_host
-        spec = plan.loss_spec
+        spec = self.engine.loss_spec
         num, den, hits = 0.0, 0.0, 0
         for i in range(self.n_eval):
             row = vals[i * c:(i + 1) * c]
@@ -345,40 +314,12 @@ class Trainer:
             num += a
             den += d
             hits += max(range(c), key=row.__getitem__) == label
-        n = max(self.n_eval, 1)
-        return (num / den if den else 0.0), hits / n, raw
+        return (num / den if den else 0.0), hits / max(self.n_eval, 1), raw
 
     async def profile(self, repeats: int = 2) -> list:
-        """Time every dispatch of one training step on its own (submit, wait, repeat).
-
-        Returns ``[(phase, "shader:entry:", (x, y, z), ms)]``; ms is wall time per dispatch
-        including one submit and one queue wait, so small kernels read high."""
-        dev, plan = self.dev, self.plan
-        self._write_step(1, 0)
-        rows = []
-        for phase, dispatches in (("data", self.gather_train), ("forward", plan.fwd_train),
-                                  ("loss", plan.loss), ("backward", plan.bwd),
-                                  ("optimizer", self.opt.dispatches)):
-            for d in dispatches:
-                prog = dev.program([d])
-                dev.submit([prog])
-                await dev.sync()
-                start = time.perf_counter()
-                for _ in range(repeats):
-                    dev.submit([prog])
-                    await dev.sync()
-                rows.append((phase, d[0][2], list(d[2]),
-                             (time.perf_counter() - start) / repeats * 1000))
-        return rows
+        """The GPU engine's per-dispatch timings of one training step (``GpuEngine.profile``)."""
+        return await self.engine.profile(repeats)
 
     async def trained_weights(self) -> bytes:
         """The weights (params and running statistics) in the bundle's blob layout."""
-        return await self.dev.read(self.plan.P, 0, self.graph.weight_nbytes())
-
-
-def _padded(data, nbytes: int):
-    """``data`` padded with zeros to a multiple of 4 bytes (JS buffers pass through)."""
-    if hasattr(data, "byteLength"):
-        return data
-    pad = round_up(nbytes) - len(data)
-    return bytes(data) + bytes(pad) if pad else data
+        return await self.engine.read_weights(self.graph.weight_nbytes())

@@ -85,7 +85,7 @@ class RunConfig(Mapping):
         return parse({**base, **given})
 
     def trainer_config(self) -> dict:
-        """The dict ``train.Trainer`` and ``cpu.trainer.CpuTrainer`` read: optimizer, lr,
+        """The dict ``train.Trainer`` reads (on either engine): optimizer, lr,
         momentum, weight_decay, clip_grad_norm, ``optimizer_args`` (the other torch.optim
         keywords of the optimizer), ``scheduler`` (``schedulers.make``'s spec, or None),
         ``loss`` (``ops.losses``' spec), and the run's fields as they are."""

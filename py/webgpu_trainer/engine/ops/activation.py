@@ -1,7 +1,7 @@
 """ReLU forward and backward (shaders/elementwise.wgsl): in place when the plan aliased the
 output to the input (the input has no other consumer), out of place otherwise."""
 
-from ..backends.base import groups_1d, pack_params
+from ..backends.base import pack_params
 
 TYPES = ("Relu",)
 
@@ -19,20 +19,20 @@ async def forward(b, node, ins, outs, train):
     n = outs[0].numel
     if outs[0].buf is ins[0].buf:
         await b.kernel("elementwise", "relu_forward", pack_params(n),
-                       [outs[0], b.dummy, b.dummy], groups_1d(n))
+                       [outs[0], b.dummy, b.dummy], b.elementwise_groups(n))
     else:
         await b.kernel("elementwise", "relu_forward_to", pack_params(n),
-                       [outs[0], ins[0], b.dummy], groups_1d(n))
+                       [outs[0], ins[0], b.dummy], b.elementwise_groups(n))
 
 
 async def backward(b, node, ins, outs, gins, gouts):
     """dx = dy * (y > 0); in place when ``gins[0]`` aliases ``gouts[0]``."""
-    if gins[0] is None:
-        return
+    if gins[0] is None or node["name"] in b.plan.relu_grad_fused.values():
+        return  # (or the consumer's backward masked the gradient: plan._fusable_relu_grads)
     n = outs[0].numel
     if gins[0].buf is gouts[0].buf:
         await b.kernel("elementwise", "relu_backward", pack_params(n),
-                       [gouts[0], outs[0], b.dummy], groups_1d(n))
+                       [gouts[0], outs[0], b.dummy], b.elementwise_groups(n))
     else:
         await b.kernel("elementwise", "relu_backward_to", pack_params(n),
-                       [gins[0], gouts[0], outs[0]], groups_1d(n))
+                       [gins[0], gouts[0], outs[0]], b.elementwise_groups(n))

@@ -16,8 +16,16 @@ def infer(node, ins, consts):
     return [list(ins[0]), [ins[0][1]], [ins[0][1]]]
 
 
-def _params(b, node, x, ins):
-    """(channels, parts, uniform bytes) for this layer."""
+def init(node, graph):
+    """PyTorch's default init (nn.BatchNorm reset_parameters / reset_running_stats): scale 1,
+    bias 0, running_mean 0, running_var 1."""
+    return [(name, "fill", value) for name, value in zip(node["inputs"][1:5], (1.0, 0.0, 0.0, 1.0))
+            if name in graph.tensors]
+
+
+def _params(b, node, x, ins, mask=0, want_dx=0):
+    """(channels, parts, uniform bytes) for this layer; ``mask``: backward_input zeroes dx
+    where x <= 0 (a ReLU's backward fused, plan._fusable_relu_grads)."""
     shape = x.shape
     c = shape[1]
     inner = 1
@@ -28,7 +36,7 @@ def _params(b, node, x, ins):
     offs = [b.offset_of(t) for t in ins[1:5]]
     return c, parts, pack_params(shape[0], c, inner, *offs, parts,
                                  float(a.get("epsilon", 1e-5)), float(a.get("momentum", 0.9)),
-                                 0, 0)
+                                 mask, want_dx)
 
 
 async def forward(b, node, ins, outs, train):
@@ -37,6 +45,9 @@ async def forward(b, node, ins, outs, train):
     save = b.save(node, 2 * c)
     part = b.save(node, 2 * c * parts, "parts")
     binds = [x, b.dummy, b.P, save, outs[0], b.sink, part]
+    if train and parts == 1 and b.tiled:  # GPUs, small channels: one dispatch
+        await b.kernel("batchnorm", "forward_fused", params, binds, (c, 1, 1))
+        return
     if train:
         await b.kernel("batchnorm", "sum_x", params, binds, (c, parts, 1))
         await b.kernel("batchnorm", "mean_finish", params, binds, groups_1d(c))
@@ -44,16 +55,21 @@ async def forward(b, node, ins, outs, train):
         await b.kernel("batchnorm", "var_finish", params, binds, groups_1d(c))
     else:
         await b.kernel("batchnorm", "stats_eval", params, binds, groups_1d(c))
-    await b.kernel("batchnorm", "normalize", params, binds, groups_1d(x.numel))
+    await b.kernel("batchnorm", "normalize", params, binds, b.elementwise_groups(x.numel))
 
 
 async def backward(b, node, ins, outs, gins, gouts):
     x = ins[0]
-    c, parts, params = _params(b, node, x, ins)
+    c, parts, params = _params(b, node, x, ins, int(node["name"] in b.plan.relu_grad_fused),
+                               int(gins[0] is not None))
     save = b.save(node, 2 * c)
     part = b.save(node, 2 * c * parts, "parts")
     binds = [x, gouts[0], b.P, save, gins[0] or b.sink, b.G, part]
+    if parts == 1 and b.tiled:  # GPUs, small channels: one dispatch
+        await b.kernel("batchnorm", "backward_fused", params, binds, (c, 1, 1))
+        return
     await b.kernel("batchnorm", "sum_dy", params, binds, (c, parts, 1))
     await b.kernel("batchnorm", "dy_finish", params, binds, groups_1d(c))
     if gins[0] is not None:
-        await b.kernel("batchnorm", "backward_input", params, binds, groups_1d(x.numel))
+        await b.kernel("batchnorm", "backward_input", params, binds,
+                       b.elementwise_groups(x.numel))

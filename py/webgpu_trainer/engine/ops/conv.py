@@ -33,6 +33,19 @@ def infer(node, ins, consts):
     return [[x[0], w[0], oh, ow]]
 
 
+def init(node, graph):
+    """PyTorch's default init (nn.Conv2d.reset_parameters, engine/init.py): weight and bias
+    ~ U(+-1/sqrt(fan_in)), fan_in = in_channels / groups * kernel height * kernel width."""
+    ins = node["inputs"]
+    w = graph.tensors.get(ins[1])
+    if w is None:
+        return []
+    fan_in = 1
+    for d in w["shape"][1:]:
+        fan_in *= d
+    return [(name, "uniform", fan_in) for name in ins[1:3] if name in graph.tensors]
+
+
 def _geometry(node, x, w, y):
     a = node["attrs"]
     if a.get("auto_pad", "NOTSET") not in ("NOTSET", ""):
@@ -64,13 +77,23 @@ async def forward(b, node, ins, outs, train):
     n, c, h, wd, k, oh, ow, grp = g
     relu = int(node["name"] in b.plan.fused_relu)  # a following in-place ReLU, fused
     params = pack_params(*g, int(bias is not None), 1, 0, relu)
-    threads = n * grp * _cdiv(k // grp, 8) * oh * _cdiv(ow, 4)
     kg = k // grp
     packed = b.save(node, (c // grp) * win["KH"] * win["KW"] * grp * _cdiv(kg, 8) * 8, "wfwd")
     await b.kernel("conv2d", "pack_forward", params, [b.dummy, w, b.dummy, b.dummy, packed],
                    groups_1d(packed_numel(b, packed)), win)
+    threads, consts = _forward_threads(b, n, grp, kg, oh, ow, win)
     await b.kernel("conv2d", "forward", params, [x, b.dummy, packed, bias or b.dummy, outs[0]],
-                   groups_1d(threads), win)
+                   groups_1d(threads), consts)
+
+
+def _forward_threads(b, n, grp, kg, oh, ow, win):
+    """Threads of ``forward`` and its constants: 8 channels x 4 columns a thread, or 4 channels
+    on GPUs where 8 would leave fewer than 64 Ki threads (small batches; measured on an H200:
+    SeedNet at batch 64 0.533 ms/step against 0.550; 4 x 2 a thread was slower again)."""
+    threads = n * grp * _cdiv(kg, 8) * oh * _cdiv(ow, 4)
+    if b.tiled and threads < 65536:
+        return n * grp * _cdiv(kg, 4) * oh * _cdiv(ow, 4), {**win, "FCT": 4}
+    return threads, win
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -80,44 +103,68 @@ async def backward(b, node, ins, outs, gins, gouts):
     n, c, h, wd, k, oh, ow, grp = g
     kh, kw = win["KH"], win["KW"]
     full_pad_ok = win["ph"] <= win["dh"] * (kh - 1) and win["pw"] <= win["dw"] * (kw - 1)
+    # a ReLU before this layer: its backward fused here (dx = 0 where x <= 0)
+    mask = int(node["name"] in b.plan.relu_grad_fused)
+    mask_src = x if mask else b.dummy
     if gins[0] is not None and win["sh"] == win["sw"] == 1 and full_pad_ok:
-        await _input_grad_as_forward(b, node, g, win, w, dy, gins[0])
+        await _input_grad_as_forward(b, node, g, win, w, dy, gins[0], mask, mask_src)
     elif gins[0] is not None:
-        params = pack_params(*g, 0, 1, 0, 0)
+        params = pack_params(*g, 0, 1, mask, 0)
         threads = n * grp * _cdiv(c // grp, 8) * h * _cdiv(wd, 4)
         packed = b.save(node, k * kh * kw * _cdiv(c // grp, 8) * 8, "wbwd")
         await b.kernel("conv2d", "pack_backward", params,
                        [b.dummy, w, b.dummy, b.dummy, packed],
                        groups_1d(packed_numel(b, packed)), win)
         await b.kernel("conv2d", "backward_input", params,
-                       [dy, b.dummy, packed, b.dummy, gins[0]], groups_1d(threads), win)
+                       [dy, b.dummy, packed, mask_src, gins[0]], groups_1d(threads), win)
     if gins[1] is not None:
-        taps = (c // grp) * kh * kw
-        threads = grp * _cdiv(k // grp, 8) * _cdiv(taps, 4)
-        splits = b.splits(threads, n, min_per_split=1)
-        params = pack_params(*g, 0, splits, 0, 0)
-        out = b.scratch(splits * k * taps) if splits > 1 else gins[1]
-        gx, gy, _ = groups_1d(threads)
-        await b.kernel("conv2d", "backward_weight", params, [dy, x, b.dummy, b.dummy, out],
-                       (gx, gy, splits), win)
-        if splits > 1:
-            await gemm.reduce_splits(b, out, gins[1], splits, k * taps)
+        await _weight_grad(b, g, win, x, dy, gins[1])
     if len(ins) > 2 and ins[2] is not None and gins[2] is not None:
         await gemm.channel_sum(b, dy, gins[2], outer=n, channels=k, inner=oh * ow)
 
 
-async def _input_grad_as_forward(b, node, g, win, w, dy, dx):
+async def _weight_grad(b, g, win, x, dy, dw):
+    """dw = sum over the batch and output pixels of dy x (im2col x): on GPU adapters
+    conv2d_wgrad.wgsl (threads over pixels, 8 channels x 8 taps each, chunks of pixels added by
+    ``reduce_splits``), else conv2d.wgsl ``backward_weight`` (threads over (channels, taps),
+    split over the batch)."""
+    n, c, h, wd, k, oh, ow, grp = g
+    taps = (c // grp) * win["KH"] * win["KW"]
+    if b.tiled:
+        rblocks = _cdiv(taps, 8)
+        wrb = b.WEIGHT_GRAD_BLOCKS if rblocks >= b.WEIGHT_GRAD_BLOCKS else min(rblocks, 2)
+        groups = grp * _cdiv(k // grp, 8) * _cdiv(rblocks, wrb)
+        pixels = n * oh * ow
+        # ~2048 x 64 threads, each thread at least 16 pixels
+        splits = max(1, min(_cdiv(2048, groups * wrb), pixels // (64 * 16), 65535))
+        counts, shader, entry = (groups, splits, 1), "conv2d_wgrad", "weight_grad"
+        binds = [dy, x]
+        win = {**win, "WRB": wrb}
+    else:
+        threads = grp * _cdiv(k // grp, 8) * _cdiv(taps, 4)
+        splits = b.splits(threads, n, min_per_split=1)
+        gx, gy, _ = groups_1d(threads)
+        counts, shader, entry = (gx, gy, splits), "conv2d", "backward_weight"
+        binds = [dy, x, b.dummy, b.dummy]
+    params = pack_params(*g, 0, splits, 0, 0)
+    out = b.temp(splits * k * taps) if splits > 1 else dw
+    await b.kernel(shader, entry, params, binds + [out], counts, win)
+    if splits > 1:
+        await gemm.reduce_splits(b, out, dw, splits, k * taps)
+
+
+async def _input_grad_as_forward(b, node, g, win, w, dy, dx, mask=0, mask_src=None):
     """dx of a stride-1 convolution = forward convolution of dy with the flipped, transposed
     filter and "full" padding (dilation d: pads d*(k-1) - p); the forward kernel is the fastest
     and needs no divisions."""
     n, c, h, wd, k, oh, ow, grp = g
     kh, kw, dh, dw = win["KH"], win["KW"], win["dh"], win["dw"]
     tw = {**win, "ph": dh * (kh - 1) - win["ph"], "pw": dw * (kw - 1) - win["pw"]}
-    params = pack_params(n, k, oh, ow, c, h, wd, grp, 0, 1, 0, 0)
+    params = pack_params(n, k, oh, ow, c, h, wd, grp, 0, 1, mask, 0)
     cg = c // grp
     packed = b.save(node, (k // grp) * kh * kw * grp * _cdiv(cg, 8) * 8, "wtrans")
     await b.kernel("conv2d", "pack_transposed", params, [b.dummy, w, b.dummy, b.dummy, packed],
                    groups_1d(packed_numel(b, packed)), tw)
-    threads = n * grp * _cdiv(cg, 8) * h * _cdiv(wd, 4)
-    await b.kernel("conv2d", "forward", params, [dy, b.dummy, packed, b.dummy, dx],
-                   groups_1d(threads), tw)
+    threads, consts = _forward_threads(b, n, grp, cg, h, wd, tw)
+    await b.kernel("conv2d", "forward", params, [dy, b.dummy, packed, mask_src or b.dummy, dx],
+                   groups_1d(threads), consts)

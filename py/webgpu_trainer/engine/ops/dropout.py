@@ -1,4 +1,5 @@
-"""Inverted Dropout (shaders/dropout.wgsl); training only, identity (a copy) in eval mode."""
+"""Inverted Dropout (shaders/dropout.wgsl, masks from Philox: shaders/philox.wgsl); training
+only, identity (a copy) in eval mode. One thread per four elements."""
 
 from ..backends.base import groups_1d, pack_params
 
@@ -22,7 +23,8 @@ async def forward(b, node, ins, outs, train):
     ratio = _ratio(b, node) if train else 0.0
     scale = 1.0 / (1.0 - ratio) if ratio < 1.0 else 0.0
     params = pack_params(n, b.salt(node), ratio, scale)
-    await b.kernel("dropout", "apply", params, [b.step, ins[0], outs[0]], groups_1d(n))
+    await b.kernel("dropout", "apply", params, [b.step, ins[0], outs[0]],
+                   groups_1d((n + 3) // 4))
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -32,4 +34,5 @@ async def backward(b, node, ins, outs, gins, gouts):
     ratio = _ratio(b, node)
     scale = 1.0 / (1.0 - ratio) if ratio < 1.0 else 0.0
     params = pack_params(n, b.salt(node), ratio, scale)
-    await b.kernel("dropout", "apply", params, [b.step, gouts[0], gins[0]], groups_1d(n))
+    await b.kernel("dropout", "apply", params, [b.step, gouts[0], gins[0]],
+                   groups_1d((n + 3) // 4))

@@ -65,6 +65,12 @@ def infer(node, ins, consts):
     return [list(x), stat, stat][:len(node["outputs"])]
 
 
+def init(node, graph):
+    """PyTorch's default init (nn.LayerNorm.reset_parameters): scale 1, bias 0."""
+    return [(name, "fill", value) for name, value in zip(node["inputs"][1:3], (1.0, 0.0))
+            if name in graph.tensors]
+
+
 def _setup(b, node, ins):
     x, scale = ins[0], ins[1]
     bias = ins[2] if len(ins) > 2 else None

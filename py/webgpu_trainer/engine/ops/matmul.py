@@ -65,6 +65,22 @@ def infer(node, ins, consts):
         raise GraphError(f"node {node['name']} (MatMul): {exc}")
 
 
+def init(node, graph):
+    """PyTorch's default init (engine/init.py) of a 2-D weight B [in, out] as nn.Linear's
+    (exported as MatMul(x, W^T) + Add(bias)): U(+-1/sqrt(in)), and the same for the parameters
+    of an Add that reads the product (the bias)."""
+    ins = node["inputs"]
+    w = graph.tensors.get(ins[1])
+    if w is None or len(w["shape"]) != 2:
+        return []
+    fan_in = w["shape"][0]
+    out = [(ins[1], "uniform", fan_in)]
+    for user in graph.consumers.get(node["outputs"][0], []):
+        if user["op_type"] == "Add":
+            out += [(name, "uniform", fan_in) for name in user["inputs"] if name in graph.tensors]
+    return out
+
+
 def _strides(batch, own, mat):
     """Per batch dim the element stride of an operand with batch shape ``own`` (padded to
     ``batch``'s rank, contiguous, ``mat`` elements per matrix); 0 where it broadcasts."""
@@ -140,7 +156,7 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
     nred = _numel([d[0] for d in red])
     threads = nkept * ((rows + 3) // 4) * ((cols + 3) // 4)
     splits = b.splits(threads, inner, min_per_split=64) if inner else 1
-    target = b.scratch(splits * total) if splits > 1 else out
+    target = b.temp(splits * total) if splits > 1 else out
     params = pack_params(rows, cols, inner, splits, sam, sak, sbk, sbn, nkept, nred, 0, 0,
                          *_vec(kept, 0), *_vec(kept, 1), *_vec(kept, 2),
                          *_vec(red, 0), *_vec(red, 1), *_vec(red, 2))

@@ -1,0 +1,155 @@
+"""The training engine on the numpy engine in float32 (``webgpu-trainer train --device cpu``):
+``train.Trainer``'s steps without a GPU. CPython only (numpy).
+
+The interface is ``gpu_engine.GpuEngine``'s (described in ``engine/train.py``), computed with
+``cpu.engine.Engine`` and the optimizers of ``cpu.optim`` (torch.optim semantics, the GPU's
+state format) over a flat float32 weight vector ``P`` laid out as the GPU plan's weight buffer
+(the bundle's blob, padded as ``Plan`` pads it), so checkpoints move between the engines. What
+the GPU draws, this draws bit for bit: the init (``engine/init.py`` rules, Philox) and the
+dropout masks (Philox keyed by seed and step, cpu/philox.py); images are normalised through the
+same float32 table. Float32 arithmetic in another order makes the losses of the two engines
+differ in the last digits.
+
+A step runs to completion inside ``step``; a non-finite loss or gradient is caught there,
+before the update (the weights stay those of the last good step), and ``step`` returns True so
+the trainer reads the metrics at once and stops with the guard's message.
+"""
+
+import asyncio
+
+import numpy as np
+
+from ..engine import init
+from ..engine.backends.base import round_up
+from ..engine.guard import watched
+from ..engine.ops.losses import final_op, resolve
+from . import optim, philox
+from .engine import Engine
+from .softmax import log_softmax
+
+EVAL_CHUNK = 256  # images per eval-mode forward (memory; BatchNorm in eval mode is per image)
+
+
+class CpuEngine:
+    """``train.Trainer``'s engine on numpy (float32)."""
+
+    optim = optim  # the numpy twins of the GPU optimizers
+    dev = None     # what ``opt.state_bytes(dev)`` is given (the numpy optimizers ignore it)
+
+    async def build(self, graph, batch: int, loss, trainable, seed: int):
+        """The flat weight vector ``P`` (and gradients ``G``) over ``graph`` (``Graph``), the
+        numpy engine computing on views of it, and the guard's tensors. Raises
+        NotImplementedError for an op the numpy engine lacks."""
+        self.graph, self.batch, self.seed = graph, batch, int(seed)
+        self.wbytes = round_up(max(graph.weight_nbytes(), 16))
+        self.P = np.zeros(self.wbytes // 4, np.float32)
+        self.G = np.zeros_like(self.P)
+        self.views = {name: self.P[t["offset"] // 4:(t["offset"] + t["nbytes"]) // 4]
+                      .reshape(t["shape"]) for name, t in graph.tensors.items()}
+        self.engine = Engine(graph.desc, self.views, np.float32, trainable=trainable)
+        for name, view in self.views.items():  # the engine computes on P itself
+            assert self.engine.params[name] is view
+        self.in_shape = [int(d) for d in graph.input["shape"][1:]]
+        self.classes = int(graph.shapes(2)[graph.output][1])
+        self.loss_spec = resolve(loss, final_op(graph.desc), self.classes)
+        self.watched = watched(graph, self.engine.trainable)
+        self.ranges = {}
+        self.mask = np.zeros_like(self.P)
+        for name, _ in self.watched:
+            t = graph.tensors[name]
+            self.ranges[name] = lo, hi = t["offset"] // 4, (t["offset"] + t["nbytes"]) // 4
+            self.mask[lo:hi] = 1.0
+        self.rows, self.bad = {}, None
+
+    def write_weights(self, blob: bytes) -> None:
+        """Replace ``P`` (``wbytes`` bytes, of either engine); ValueError if the size differs."""
+        if len(blob) != self.wbytes:
+            raise ValueError(f"weights of {len(blob)} bytes do not fit this model's layout "
+                             f"({self.wbytes} bytes)")
+        self.P[:] = np.frombuffer(bytes(blob), "<f4")
+
+    async def read_weights(self, nbytes: int | None = None) -> bytes:
+        return self.P.tobytes()[:nbytes]
+
+    async def init_weights(self, seed: int) -> None:
+        """PyTorch's default init (``init.rules``), the GPU's bits (cpu/philox.py)."""
+        for rule in init.rules(self.graph):
+            view = self.views[rule.name]
+            if rule.kind == "uniform":
+                view[...] = philox.init_values(seed, rule.stream, view.size,
+                                               np.float32(rule.scale)).reshape(view.shape)
+            else:
+                view[...] = rule.value
+
+    async def attach(self, opt) -> None:
+        self.opt = opt
+        opt.attach_flat(self.P.size, self.mask)
+
+    async def load_data(self, train, test, n_eval: int, table) -> None:
+        """Keep the splits as arrays and the pixel table in float32."""
+        self.table = np.asarray(table, np.float32)
+        self.train_images = np.frombuffer(bytes(train.images), np.uint8).reshape(train.count, -1)
+        self.train_labels = np.frombuffer(bytes(train.labels), np.uint8)
+        self.n_eval = n_eval
+        self.test_images = np.frombuffer(bytes(test.images), np.uint8).reshape(test.count, -1)
+        self.test_labels = np.frombuffer(bytes(test.labels_host), np.uint8)
+
+    def _inputs(self, pixels):
+        """uint8 [n, 784] -> the model's float32 input [n, *input dims], normalised."""
+        return self.table[pixels].reshape([len(pixels)] + self.in_shape)
+
+    def set_order(self, perm) -> None:
+        self.order = np.asarray(perm, np.int64)
+
+    async def step(self, t: int, offset: int, lr: float) -> bool:
+        """Optimizer step ``t`` on the batch at ``offset`` of the order: forward, loss,
+        backward, guard, running statistics, update. Returns True (and leaves the weights
+        alone) when the loss or a gradient is not finite."""
+        rows = self.order[offset:offset + self.batch]
+        x = self._inputs(self.train_images[rows])
+        y = self.train_labels[rows].astype(np.int64)
+        with np.errstate(all="ignore"):  # non-finite values are the guard's to report
+            res = self.engine.step(x, y, train=True, loss=self.loss_spec, key=(self.seed, t))
+        loss, grads, G = float(res["loss"]), res["grads"], self.G
+        for name, (lo, hi) in self.ranges.items():
+            g = grads.get(name)
+            G[lo:hi] = 0.0 if g is None else np.asarray(g, np.float32).reshape(-1)
+        self.rows[t] = (loss, float(res["acc"]))
+        if self.bad is None:
+            self.bad = next(((t, name, node) for name, node in self.watched
+                             if not np.isfinite(G[slice(*self.ranges[name])]).all()), None)
+        if self.bad is not None or not np.isfinite(loss):
+            return True
+        for name, value in res["buffers"].items():  # BatchNorm running statistics
+            self.views[name][...] = value
+        self.opt.step(self.P, G, t, lr)
+        await asyncio.sleep(0)  # let the event loop deliver a Stop
+        return False
+
+    async def metrics(self, first: int, last: int):
+        """As ``GpuEngine.metrics``: the rows of steps first..last and the guard."""
+        return [self.rows.pop(t) for t in range(first, last + 1)], self.bad
+
+    async def eval_outputs(self):
+        """As ``GpuEngine.eval_outputs``, in eval mode on numpy (nll_log: the log-probabilities
+        are log_softmax of the final Softmax's input, as the GPU plan fuses them)."""
+        n, outs, ins = self.n_eval, [], []
+        scores = self.engine.scores(self.loss_spec)
+        for lo in range(0, n, EVAL_CHUNK):
+            x = self._inputs(self.test_images[lo:min(n, lo + EVAL_CHUNK)])
+            with np.errstate(all="ignore"):
+                vals = self.engine.forward(x, train=False)[0]
+            outs.append(vals[self.engine.output])
+            ins.append(vals[scores])
+            await asyncio.sleep(0)
+        empty = np.zeros((0, self.classes), np.float32)
+        out = np.concatenate(outs).astype(np.float32, copy=False) if outs else empty
+        src = np.concatenate(ins).astype(np.float32, copy=False) if ins else empty
+        if self.engine.head() == "nll":
+            logp = out
+        else:
+            logp = log_softmax(src if self.loss_spec["loss"] == "nll_log" else out, axis=1)
+        logp = np.ascontiguousarray(logp, "<f4").tobytes()
+        if self.loss_spec["loss"] in ("cross_entropy", "nll_log"):
+            return logp, logp
+        return logp, np.ascontiguousarray(out, "<f4").tobytes()

@@ -1,0 +1,129 @@
+"""What op families build with: ``Tensor`` (a view of a device buffer with its shape) and the
+plan's ``Builder`` (``await b.kernel(...)`` appends one dispatch; scratch, saved tensors, the
+adapter-dependent kernel choices such as ``TILED``). ``plan.py`` owns both."""
+
+from .backends.base import View, groups_1d
+
+
+class Tensor:
+    """A tensor on the device: ``shape`` (list of int), float32 or uint32, in ``buf`` at byte
+    ``offset`` (a multiple of 256 when nonzero)."""
+
+    __slots__ = ("shape", "buf", "offset", "numel")
+
+    def __init__(self, shape, buf, offset=0):
+        self.shape, self.buf, self.offset = list(shape), buf, offset
+        n = 1
+        for d in self.shape:
+            n *= d
+        self.numel = n
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * self.numel
+
+    def binding(self):
+        return View(self.buf, self.offset, self.nbytes) if self.offset or self.numel == 0 \
+            else View(self.buf, 0, max(self.nbytes, 4))
+
+
+class Builder:
+    """What op functions see: ``await b.kernel(...)`` appends one dispatch to ``b.current``."""
+
+    def __init__(self, plan):
+        self.plan = plan
+        self.dev = plan.dev
+        self.current = []
+        self.P, self.G, self.step = plan.P, plan.G, plan.step
+        self.dummy = plan.dev.buffer(16, "dummy")
+        self.dummy_u32 = plan.dev.buffer(16, "dummy_u32")
+        self.sink = plan.dev.buffer(16, "sink")  # for unused read_write bindings
+        self._saves: dict = {}
+        self.save_sizes: dict = {}
+        self._temp = None
+
+    async def kernel(self, shader, entry, params: bytes, buffers: list, counts,
+                     constants: dict | None = None):
+        """Build (once) and record one dispatch of ``entry`` in ``shaders/<shader>.wgsl``,
+        specialised by the WGSL ``override`` ``constants``."""
+        pipe = await self.dev.pipeline(shader, entry, constants)
+        ubuf = self.dev.buffer(len(params), f"{shader}.{entry}.params", uniform=True)
+        self.dev.write(ubuf, params)
+        binds = [ubuf] + [b.binding() if isinstance(b, Tensor) else b for b in buffers]
+        self.current.append((pipe, self.dev.bind(pipe, binds), counts))
+
+    # Workgroup-memory tiled kernels (GEMM, convolution) instead of the register-blocked ones
+    # with no workgroup memory. None: on GPUs, not on CPU adapters (SwiftShader, lavapipe),
+    # where workgroup memory and barriers cost more than the reuse brings. Tests force True.
+    TILED = None
+
+    @property
+    def tiled(self) -> bool:
+        if self.TILED is None:
+            return not getattr(self.dev, "is_cpu", False)
+        return bool(self.TILED)
+
+    # Tap blocks of 8 per workgroup of conv2d.wgsl weight_grad (1, 2 or 4): they share the
+    # workgroup's dy tile, read once from memory instead of once per block.
+    WEIGHT_GRAD_BLOCKS = 4
+
+    # Elements per thread of the grid-stride elementwise kernels (ReLU, BatchNorm's normalize,
+    # ...) on GPUs: one-element workgroups are launch-bound there (measured on an H200: 115 us
+    # for 11.6 M elements, 5x the memory time). CPU adapters keep one thread per element.
+    ELEMENTS_PER_THREAD = 8
+
+    def elementwise_groups(self, n: int) -> tuple:
+        """Workgroups of 64 for a grid-stride kernel over ``n`` elements."""
+        per = self.ELEMENTS_PER_THREAD if self.tiled else 1
+        return groups_1d((n + per - 1) // per)
+
+    # Elements per workgroup of the two-level per-channel sums (BatchNorm, bias gradients).
+    # None: 4096 on GPUs; one workgroup per channel on CPU adapters, where many workgroups with
+    # barriers cost more than they bring (measured on SwiftShader: 3x slower).
+    REDUCE_CHUNK = None
+
+    def reduce_parts(self, elements: int) -> int:
+        """How many workgroups share one channel's sum over ``elements`` values."""
+        chunk = self.REDUCE_CHUNK
+        if chunk is None:
+            chunk = 1 << 30 if getattr(self.dev, "is_cpu", False) else 4096
+        return max(1, min(1024, (elements + chunk - 1) // chunk))
+
+    def splits(self, threads: int, length: int, min_per_split: int) -> int:
+        """How many parts to split a reduction of ``length`` into so ~enough threads run."""
+        target = 2048 if getattr(self.dev, "is_cpu", False) else 65536
+        if threads >= target:
+            return 1
+        return max(1, min((target + threads - 1) // threads, length // min_per_split, 256))
+
+    def scratch(self, nfloats: int):
+        return self.dev.buffer(4 * nfloats, "scratch")
+
+    def temp(self, nfloats: int):
+        """Scratch for partial sums that the very next dispatch reduces (split-K parts): one
+        buffer shared by every such use of the plan (dispatches run in order), replaced by a
+        larger one when a use needs more."""
+        if self._temp is None or self._temp.size < 4 * nfloats:
+            self._temp = self.dev.buffer(4 * nfloats, "scratch")
+        return self._temp
+
+    def save(self, node, nfloats: int, what: str = "save"):
+        """A per-node buffer shared by the training and eval programs (batch statistics,
+        repacked weights), created on first use; its size is ``save_sizes[id(buffer)]``."""
+        key = node["name"] + "." + what
+        if key not in self._saves:
+            buf = self.dev.buffer(4 * nfloats, key)
+            self._saves[key] = buf
+            self.save_sizes[id(buf)] = nfloats
+        return self._saves[key]
+
+    def offset_of(self, t) -> int:
+        """Element offset of a weight tensor inside P (and G)."""
+        return t.offset // 4
+
+    def constant(self, name, default=None):
+        c = self.plan.graph.constants.get(name)
+        return c["values"][0] if c and c.get("values") else default
+
+    def salt(self, node) -> int:
+        return self.plan.graph.nodes.index(node) + 1

@@ -1,0 +1,183 @@
+"""The training engine on a WebGPU device (browser or wgpu-py): ``train.Trainer``'s steps as
+prebuilt GPU programs (standard library only).
+
+One training step is one queue submit of a program recorded once (gather batch -> forward ->
+loss -> backward -> guard -> optimizer update) after a 32-byte write of the step's uniforms, so
+per-step Python work is O(1) bridge calls. Metrics (loss, accuracy) accumulate in a ring on the
+GPU (``plan.METRICS_RING`` slots) and the guard's flags in a small buffer; ``metrics`` reads
+both back, which the trainer does every few steps (never inside a step). At most two steps are
+in flight: ``step`` returns once the step before the one it submitted has finished, so a Stop
+takes effect within a step and the browser's event loop delivers messages meanwhile.
+
+The interface every engine implements is described in ``train.py``.
+"""
+
+import math
+import struct
+import time
+from array import array
+
+from . import optim
+from .backends.base import groups_1d, pack_params, round_up
+from .guard import Guard
+from .plan import METRICS_RING, Plan, pack_step
+
+
+class GpuEngine:
+    """``train.Trainer``'s engine on the WebGPU device ``dev`` (``backends``)."""
+
+    optim = optim  # the optimizers the trainer makes for this engine (torch.optim semantics)
+
+    def __init__(self, dev):
+        self.dev = dev
+        self._in_flight = None
+
+    async def build(self, graph, batch: int, loss, trainable, seed: int):
+        """Compile the training step of ``graph`` (``Graph``) at ``batch`` (``Plan``) and the
+        guard; ``loss`` a loss spec (``ops/losses.py``), ``trainable`` None or a set of names,
+        ``seed`` the run's (dropout masks)."""
+        self.seed = int(seed) & 0xFFFFFFFF
+        self.plan = plan = await Plan.build(self.dev, graph, batch, loss=loss,
+                                            trainable=trainable)
+        self.batch, self.wbytes, self.loss_spec = batch, plan.wbytes, plan.loss_spec
+        self.classes = plan.acts[plan.logp].shape[1]
+        self.guard = await Guard.build(plan)
+
+    def write_weights(self, blob: bytes) -> None:
+        """Replace the flat weight buffer (``wbytes``: the bundle's blob padded); ValueError
+        when the size differs."""
+        if len(blob) != self.wbytes:
+            raise ValueError(f"weights of {len(blob)} bytes do not fit this model's layout "
+                             f"({self.wbytes} bytes)")
+        self.dev.write(self.plan.P, blob)
+
+    async def read_weights(self, nbytes: int | None = None) -> bytes:
+        """The first ``nbytes`` (default all ``wbytes``) of the flat weight buffer."""
+        return bytes(await self.dev.read(self.plan.P, 0, self.wbytes if nbytes is None
+                                         else nbytes))
+
+    async def init_weights(self, seed: int) -> None:
+        await self.plan.init_weights(seed)
+
+    async def attach(self, opt) -> None:
+        """Attach the optimizer ``opt`` (of ``self.optim``): its state buffers and update."""
+        self.opt = opt
+        await opt.attach(self.plan)
+
+    async def load_data(self, train, test, n_eval: int, table) -> None:
+        """Upload the splits (``train.Split``) and ``table`` (256 floats: pixel value ->
+        model input, rounded to float32) and record the train and eval programs; the eval
+        program covers the first ``n_eval`` test images in batches of ``batch``."""
+        dev, plan, batch = self.dev, self.plan, self.batch
+        self._lut = dev.buffer(4 * 256, "normalize.lut")
+        dev.write(self._lut, array("f", table).tobytes())
+        self.order = dev.buffer(4 * train.count, "train.order")
+        self.gather_train = await self._gather(train, self.order)
+        self.n_eval = n_eval
+        self.eval_batches = max(1, math.ceil(n_eval / batch))
+        eval_order = dev.buffer(4 * self.eval_batches * batch, "eval.order")
+        idx = array("I", [i if i < test.count else 0 for i in range(self.eval_batches * batch)])
+        dev.write(eval_order, idx.tobytes())
+        self.gather_eval = await self._gather(test, eval_order)
+        rows = 4 * self.eval_batches * batch * self.classes
+        self.logits = dev.buffer(rows, "eval.logits")
+        # What the loss reads when that is not the log-probabilities (nll on a raw output, mse,
+        # bce_with_logits): copied too, for the validation loss.
+        self.loss_rows = None if plan.loss_input == plan.logp else \
+            dev.buffer(rows, "eval.loss_rows")
+        self.train_program = dev.program(self.gather_train + plan.fwd_train + plan.loss
+                                         + plan.bwd + self.guard.dispatches
+                                         + self.opt.dispatches)
+        self.eval_program = dev.program(self.gather_eval + plan.fwd_eval + plan.head)
+
+    async def _gather(self, split, order):
+        dev, plan = self.dev, self.plan
+        images = dev.buffer(round_up(split.count * split.pixels), "images")
+        labels = dev.buffer(round_up(split.count), "labels")
+        dev.write(images, _padded(split.images, split.count * split.pixels))
+        dev.write(labels, _padded(split.labels, split.count))
+        words = split.pixels // 4
+        b = plan.builder
+        b.current = []
+        params = pack_params(plan.batch, words, split.count, 0)
+        await b.kernel("data", "gather", params,
+                       [plan.step, images, labels, order, plan.input, plan.labels, self._lut],
+                       groups_1d(plan.batch * words))
+        return b.current
+
+    def set_order(self, perm) -> None:
+        """This epoch's training order (a permutation of the training images)."""
+        self.dev.write(self.order, array("I", perm).tobytes())
+
+    def _write_step(self, t: int, offset: int, lr: float, scalars=(0.0, 0.0, 0.0)):
+        self.dev.write(self.plan.step, pack_step(t, offset, self.seed, lr, scalars))
+
+    async def step(self, t: int, offset: int, lr: float) -> bool:
+        """Submit optimizer step ``t`` on the batch at ``offset`` of the order, at learning rate
+        ``lr``; returns once step ``t - 1`` has finished. Always False: the GPU's metrics are
+        known only at the next ``metrics``."""
+        self._write_step(t, offset, lr, self.opt.scalars(t, lr))
+        self.dev.submit([self.train_program])
+        fence = self.dev.fence()
+        if self._in_flight is not None:
+            await self._in_flight
+        self._in_flight = fence
+        return False
+
+    async def metrics(self, first: int, last: int):
+        """``([(loss, accuracy)] of steps first..last, guard)``: guard is None while every
+        gradient was finite, else ``(step, tensor, node)`` of the first non-finite one."""
+        raw = await self.dev.read(self.plan.metrics)
+        vals = struct.unpack(f"<{2 * METRICS_RING}f", raw)
+        slots = [(t - 1) % METRICS_RING for t in range(first, last + 1)]
+        return [(vals[2 * s], vals[2 * s + 1]) for s in slots], await self.guard.first_bad()
+
+    async def eval_outputs(self):
+        """Eval-mode forward over the first ``n_eval`` test images: ``(log-probabilities,
+        loss rows)``, float32 bytes [n_eval, classes] each (the loss rows are what the loss
+        reads: the log-probabilities for cross_entropy, else the raw output)."""
+        dev, plan, batch, c = self.dev, self.plan, self.batch, self.classes
+        out, src = plan.acts[plan.logp], plan.acts[plan.loss_input]
+        size = batch * c * 4
+        for i in range(self.eval_batches):
+            self._write_step(0, i * batch, 0.0)
+            copies = [(out.buf, 0, self.logits, i * size, size)]
+            if self.loss_rows is not None:
+                copies.append((src.buf, src.offset, self.loss_rows, i * size, size))
+            dev.submit([self.eval_program], copies=copies)
+        self._in_flight = None
+        logp = await dev.read(self.logits, 0, self.n_eval * c * 4)
+        if self.loss_rows is None:
+            return logp, logp
+        return logp, await dev.read(self.loss_rows, 0, self.n_eval * c * 4)
+
+    async def profile(self, repeats: int = 2) -> list:
+        """Time every dispatch of one training step on its own (submit, wait, repeat).
+
+        Returns ``[(phase, "shader:entry:", (x, y, z), ms)]``; ms is wall time per dispatch
+        including one submit and one queue wait, so small kernels read high."""
+        dev, plan = self.dev, self.plan
+        self._write_step(1, 0, self.opt.lr, self.opt.scalars(1, self.opt.lr))
+        rows = []
+        for phase, dispatches in (("data", self.gather_train), ("forward", plan.fwd_train),
+                                  ("loss", plan.loss), ("backward", plan.bwd),
+                                  ("optimizer", self.opt.dispatches)):
+            for d in dispatches:
+                prog = dev.program([d])
+                dev.submit([prog])
+                await dev.sync()
+                start = time.perf_counter()
+                for _ in range(repeats):
+                    dev.submit([prog])
+                    await dev.sync()
+                rows.append((phase, d[0][2], list(d[2]),
+                             (time.perf_counter() - start) / repeats * 1000))
+        return rows
+
+
+def _padded(data, nbytes: int):
+    """``data`` padded with zeros to a multiple of 4 bytes (JS buffers pass through)."""
+    if hasattr(data, "byteLength"):
+        return data
+    pad = round_up(nbytes) - len(data)
+    return bytes(data) + bytes(pad) if pad else data

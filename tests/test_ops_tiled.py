@@ -1,0 +1,236 @@
+"""The GPU adapters' kernel paths (``plan.Builder.TILED``: workgroup-memory GEMM tiles, the
+pixel-parallel conv weight gradient, 4-channel forward threads, grid-stride elementwise passes,
+one-dispatch BatchNorm) forced on the test adapters (lavapipe, llvmpipe), against the float64
+numpy engine. CPU adapters run the other kernels (tests/test_ops_<family>.py); this keeps both
+paths tested: every case of the families with a GPU path, cases sized for the GPU paths' own
+branches (several pixel chunks and tiles, tap blocks that idle, long BatchNorm parts), the
+fused ReLU gradient on both paths, a whole SeedNet step, the GEMM kernel alone, and the GPU
+paths' pipelines in Chromium (Tint)."""
+
+import copy
+import pathlib
+
+import numpy as np
+import pytest
+
+from cases import case, family
+from conftest import FWD_RTOL, f32, head, node, rel_err, rng_for, run
+from harness import builder_patch, check_case
+from webgpu_trainer.engine.plan import Builder
+
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
+GPU = {"TILED": True}
+FAMILIES = ("activation", "batchnorm", "conv", "gemm", "matmul", "plan")
+FAMILY_CASES = [c for f in FAMILIES for c in family(f).CASES
+                if c.optimizer is None and c.steps == 1]
+
+
+@pytest.mark.parametrize("case", FAMILY_CASES, ids=[c.id for c in FAMILY_CASES])
+def test_family_case_gpu_paths(device, case):
+    with builder_patch(GPU):
+        check_case(device, case)
+
+
+def _conv_relu(name, c, k, hw, batch):
+    """1x1 Conv -> 3x3 Conv -> Relu -> Flatten -> head, batch ``batch``."""
+    rng = rng_for("tiled_conv", name)
+    pre_w = f32(rng.standard_normal((c, c, 1, 1)) / np.sqrt(c))
+    cw = f32(rng.standard_normal((k, c, 3, 3)) / np.sqrt(9 * c))
+    cb = f32(rng.standard_normal(k) * 0.1)
+    x = f32(rng.standard_normal((batch, c, hw, hw)))
+    labels = rng.integers(0, 5, batch)
+    conv = dict(pads=[0, 0, 0, 0], strides=[1, 1], dilations=[1, 1], group=1)
+    nodes = [node("Conv", ["input", "pre.w"], ["pre_out"], kernel_shape=[1, 1], **conv),
+             node("Conv", ["pre_out", "cw", "cb"], ["conv_out"], kernel_shape=[3, 3], **conv),
+             node("Relu", ["conv_out"], ["relu_out"]),
+             node("Flatten", ["relu_out"], ["flat"], axis=1)]
+    hn, ht = head("flat", k * (hw - 2) ** 2, 5, rng)
+    tensors = [("pre.w", pre_w, "param"), ("cw", cw, "param"), ("cb", cb, "param")] + ht
+    return case(f"tiled/{name}", nodes + hn, tensors, x, labels, tag="Conv (GPU path)",
+                acts=("pre_out", "relu_out"), dacts=("pre_out",))
+
+
+def _conv_bn(name, batch, chunk):
+    """Conv (no bias: BatchNorm cancels it) -> BatchNorm2d -> Relu -> head; REDUCE_CHUNK
+    ``chunk`` (None: the adapter's)."""
+    c, k, hw = 3, 6, 6
+    rng = rng_for("tiled_bn", name)
+    cw = f32(rng.standard_normal((k, c, 3, 3)) / np.sqrt(9 * c))
+    gamma, beta = f32(1 + 0.1 * rng.standard_normal(k)), f32(0.1 * rng.standard_normal(k))
+    x = f32(rng.standard_normal((batch, c, hw, hw)))
+    labels = rng.integers(0, 4, batch)
+    nodes = [node("Conv", ["input", "cw"], ["conv_out"], kernel_shape=[3, 3],
+                  pads=[1, 1, 1, 1], strides=[1, 1], dilations=[1, 1], group=1),
+             node("BatchNormalization", ["conv_out", "g", "b", "rm", "rv"], ["bn_out"],
+                  epsilon=1e-5, momentum=0.9, training_mode=1),
+             node("Relu", ["bn_out"], ["relu_out"]),
+             node("Flatten", ["relu_out"], ["flat"], axis=1)]
+    hn, ht = head("flat", k * hw * hw, 4, rng)
+    tensors = [("cw", cw, "param"), ("g", gamma, "param"), ("b", beta, "param"),
+               ("rm", f32(np.zeros(k)), "buffer"), ("rv", f32(np.ones(k)), "buffer")] + ht
+    return case(f"tiled/{name}", nodes + hn, tensors, x, labels, tag="BatchNorm (GPU path)",
+                acts=("conv_out", "relu_out"), dacts=("conv_out",),
+                patch={"REDUCE_CHUNK": chunk})
+
+
+def _relu_fused(name, stride):
+    """Conv -> ReLU -> Conv (stride) -> ReLU -> BatchNorm: both ReLUs' backward fused into
+    their consumers (plan._fusable_relu_grads), no relu_backward dispatch left."""
+    c, k, hw, batch = 3, 5, 7, 3
+    rng = rng_for("tiled_relu", name)
+    w1 = f32(rng.standard_normal((k, c, 3, 3)) / np.sqrt(9 * c))
+    b1 = f32(rng.standard_normal(k) * 0.1)
+    w2 = f32(rng.standard_normal((k, k, 3, 3)) / np.sqrt(9 * k))
+    b2 = f32(rng.standard_normal(k) * 0.1)
+    gamma, beta = f32(1 + 0.1 * rng.standard_normal(k)), f32(0.1 * rng.standard_normal(k))
+    x = f32(rng.standard_normal((batch, c, hw, hw)))
+    labels = rng.integers(0, 4, batch)
+    conv = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], dilations=[1, 1], group=1)
+    nodes = [node("Conv", ["input", "w1", "b1"], ["c1"], strides=[1, 1], **conv),
+             node("Relu", ["c1"], ["r1"]),
+             node("Conv", ["r1", "w2", "b2"], ["c2"], strides=[stride, stride], **conv),
+             node("Relu", ["c2"], ["r2"]),
+             node("BatchNormalization", ["r2", "g", "b", "rm", "rv"], ["bn"], epsilon=1e-5,
+                  momentum=0.9, training_mode=1),
+             node("Flatten", ["bn"], ["flat"], axis=1)]
+    o = (hw - 1) // stride + 1
+    hn, ht = head("flat", k * o * o, 4, rng)
+    tensors = [("w1", w1, "param"), ("b1", b1, "param"), ("w2", w2, "param"),
+               ("b2", b2, "param"), ("g", gamma, "param"), ("b", beta, "param"),
+               ("rm", f32(np.zeros(k)), "buffer"), ("rv", f32(np.ones(k)), "buffer")] + ht
+
+    def fused(res, want):
+        plan = res["plan"]
+        assert plan.relu_grad_fused == {"/Conv_c2": "/Relu_r1",
+                                        "/BatchNormalization_bn": "/Relu_r2"}
+        assert not any("relu_backward" in d[0][2] for d in plan.bwd)
+    return case(f"tiled/{name}", nodes + hn, tensors, x, labels, tag="ReLU grad fused",
+                acts=("r1", "r2"), dacts=("c1", "c2"), checks=(fused,))
+
+
+def _seednet():
+    """models/seednet.onnx at batch 6, Dropout ratio 0; fc2.bias feeds a train-mode BatchNorm
+    (its gradient is zero in exact arithmetic)."""
+    from webgpu_trainer import onnx_io
+    from cases import Case
+    path = pathlib.Path(__file__).resolve().parents[1] / "models" / "seednet.onnx"
+    graph, blob = onnx_io.load_bundle(path)
+    graph = copy.deepcopy(graph)
+    graph["constants"]["__ratio0"] = {"dtype": "float32", "shape": [], "values": [0.0]}
+    for n in graph["nodes"]:
+        if n["op_type"] == "Dropout":
+            n["inputs"] = [n["inputs"][0], "__ratio0"] + n["inputs"][2:]
+            n["attrs"]["ratio"] = 0.0
+    rng = rng_for("tiled_seednet")
+    return Case("tiled/seednet", graph, blob, f32(rng.standard_normal((6, 1, 28, 28))),
+                rng.integers(0, 10, 6), tag="SeedNet (GPU path)", zero_grads=("fc2.bias",))
+
+
+# several pixel chunks and dy tiles with a tail (b40), tap blocks that idle and a 1-pixel
+# plane (b64); one-part and many-part BatchNorm sums, short and long parts
+OWN_CASES = [_conv_relu("conv3_like_b40", 16, 24, 12, 40),
+             _conv_relu("tiny_plane_b64", 8, 16, 3, 64),
+             _conv_bn("bn_b3_chunk64", 3, 64), _conv_bn("bn_b300_chunk64", 300, 64),
+             _conv_bn("bn_b300_one_part", 300, None),
+             _relu_fused("relu_fused_s1", 1), _relu_fused("relu_fused_s2", 2)]
+
+
+@pytest.mark.parametrize("case", OWN_CASES, ids=[c.name for c in OWN_CASES])
+def test_gpu_path_case(device, case):
+    with builder_patch(GPU):
+        check_case(device, case)
+
+
+@pytest.mark.parametrize("name", ["relu_fused_s1", "relu_fused_s2"])
+def test_relu_gradient_fused_cpu_path(device, name):
+    """The fused ReLU gradient on the CPU adapters' kernels (backward_input, forward on dy)."""
+    with builder_patch({"TILED": False}):
+        check_case(device, next(c for c in OWN_CASES if c.name == name))
+
+
+def test_seednet_step_gpu_paths(device):
+    with builder_patch(GPU):
+        check_case(device, _seednet())
+
+
+# (m, n, k): 128 x 128 tiles where m, n >= 128 and m*n >= 2^20 (edges, split-K), else the
+# untiled kernel (thin outputs)
+GEMM_CASES = [(1030, 1025, 37), (1024, 1100, 300), (200, 5300, 50), (1000, 32, 600),
+              (32, 300, 1000), (130, 129, 77)]
+
+
+@pytest.mark.parametrize("m,n,k", GEMM_CASES)
+@pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_gemm_kernel_tiled(device, m, n, k, ta, tb):
+    """ops/gemm.matmul alone (alpha, a row bias) against float64, every transpose."""
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    rng = rng_for("gemm_tiled", m, n, k, ta, tb)
+    a = f32(rng.standard_normal((k, m) if ta else (m, k)))
+    bm = f32(rng.standard_normal((n, k) if tb else (k, n)))
+    bias = f32(rng.standard_normal(n))
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    b.TILED = True
+    bufs = []
+    for arr in (a, bm, bias):
+        buf = device.buffer(arr.nbytes)
+        device.write(buf, arr.tobytes())
+        bufs.append(buf)
+    out = device.buffer(4 * m * n)
+    sa = (1, m) if ta else (k, 1)
+    sb = (1, k) if tb else (n, 1)
+
+    async def go():
+        await gemm.matmul(b, bufs[0], sa, bufs[1], sb, out, m, n, k, 0.5, bufs[2], 1)
+        device.submit([device.program(b.current)])
+        return np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
+    got = run(go())
+    assert any("matmul_tiled" in d[0][2] for d in b.current) == (gemm.tile_width(b, m, n) > 0)
+    want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (bm.T if tb else bm)) + bias
+    assert rel_err(got, want) <= FWD_RTOL
+
+
+# The GPU paths' pipelines (shader, entry, constants) as SeedNet and a padded, strided conv
+# build them: a real GPU in Chromium takes these paths (SwiftShader, the CI's, does not).
+_WIN = {"KH": 3, "KW": 3, "sh": 1, "sw": 1, "ph": 0, "pw": 0, "dh": 1, "dw": 1}
+GPU_PIPELINES = [
+    ("gemm", "matmul_tiled", {"TW": 16}),
+    ("conv2d", "forward", {**_WIN, "FCT": 4}),
+    ("conv2d_wgrad", "weight_grad", {**_WIN, "WRB": 4}),
+    ("conv2d_wgrad", "weight_grad", {**_WIN, "KH": 5, "sh": 2, "ph": 2, "pw": 1, "dw": 2,
+                                     "WRB": 2}),
+    ("conv2d_wgrad", "weight_grad", {**_WIN, "KH": 1, "KW": 1, "WRB": 1}),
+    ("batchnorm", "forward_fused", {}),
+    ("batchnorm", "backward_fused", {}),
+]
+
+PIPELINES_JS = """async (items) => {
+  const adapter = await navigator.gpu.requestAdapter();
+  const device = await adapter.requestDevice();
+  const out = [];
+  for (const [name, code, entryPoint, constants] of items) {
+    device.pushErrorScope("validation");
+    const module = device.createShaderModule({ code, label: name });
+    device.createComputePipeline({ layout: "auto", compute: { module, entryPoint, constants } });
+    const err = await device.popErrorScope();
+    out.push(err ? `${name}:${entryPoint}: ${err.message}` : "");
+  }
+  device.destroy();
+  return out.filter((m) => m);
+}"""
+
+
+@pytest.mark.e2e
+def test_gpu_pipelines_build_in_chromium(chromium, server):
+    """Tint (Chromium) accepts the GPU paths' pipelines with their override constants."""
+    from webgpu_trainer.engine import shaders
+    ctx = chromium.new_context()
+    try:
+        page = ctx.new_page()
+        page.goto(server + "/parity.html")
+        items = [[name, shaders.source(name), entry, consts]
+                 for name, entry, consts in GPU_PIPELINES]
+        assert page.evaluate(PIPELINES_JS, items) == []
+    finally:
+        ctx.close()
