@@ -56,7 +56,8 @@ def help_text(f) -> str:
     optimizer / scheduler / loss it belongs to, and whether ``--resume`` may change it."""
     owners = next((f"{k}: {', '.join(v)}" for k, v in (
         ("optimizer", f.optimizers), ("scheduler", f.schedulers), ("loss", f.losses)) if v), "")
-    parts = ([] if f.type in ("choice", "bool") else [config.describe(f)]) + [_default_text(f)] + ([owners] if owners else []) + \
+    parts = ([] if f.type in ("choice", "bool") else [config.describe(f)]) + \
+        [_default_text(f)] + ([owners] if owners else []) + \
         ([] if f.resume else ["fixed on --resume"])
     return f"{f.help} ({'; '.join(parts)})".replace("%", "%%")
 

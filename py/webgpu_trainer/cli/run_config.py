@@ -31,8 +31,9 @@ def resolve_trainable(graph: dict, trainable=None, freeze=None,
     option is given (everything trains).
 
     ``trainable``: parameter names (a list, or comma-separated), exactly; ``freeze``: names
-    or name prefixes (likewise) (``conv1.`` matches ``conv1.weight`` and ``conv1.bias``; a plain string
-    prefix, so ``conv`` matches every ``conv*``), every parameter but those trains;
+    or name prefixes, likewise (``conv1.`` matches ``conv1.weight`` and ``conv1.bias``; a
+    plain string prefix, so ``conv`` matches every ``conv*``), every parameter but those
+    trains;
     ``head_only``: ``summary.head_params(graph)``. Raises ValueError naming the unknown names
     (and a buffer named as a parameter) and listing the model's parameters, or when nothing
     would train."""

@@ -25,8 +25,9 @@ PINNABLE = ("model", *OPTIONS)
 def check_config(config, models: set | None = None) -> dict:
     """The checked, complete config of a session: ``model`` and every option that applies to
     the chosen optimizer, scheduler and loss (defaults filled in; options of another choice are
-    left out: the teacher's form sends them all; so are options that are off, None). ``models``: the model names the server has
-    (the ``model`` must be one). Raises ConfigError naming each bad field.
+    left out: the teacher's form sends them all; so are options that are off, None).
+    ``models``: the model names the server has (the ``model`` must be one). Raises
+    ConfigError naming each bad field.
 
     >>> check_config({"model": "seednet", "lr": 0.01})["batch_size"]
     64
