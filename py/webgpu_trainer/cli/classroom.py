@@ -74,22 +74,15 @@ def _print_start(urls, teacher_url, tls, sess, loopback) -> None:
 def classroom(args) -> int:
     import uvicorn
 
-    from ..host import data as data_mod
     from ..host.classroom import app as app_mod, tls as tls_mod
     from ..host.classroom.config import PINNABLE, check_config
     from ..host.classroom.store import Store
-    from ..host.wheel import ensure_wheel
-    from .paths import repo_root
+    from .paths import prepare_serving
 
-    root = repo_root()
-    data_dir = args.data_dir or data_mod.default_cache_dir()
-    try:
-        data_mod.prepare(data_dir, args.source)
-    except data_mod.DataError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    ready = prepare_serving(args.data_dir, args.source)
+    if ready is None:
         return 1
-    wheels_dir = root / ".cache" / "wheels"
-    ensure_wheel(wheels_dir, root)
+    root, data_dir, wheels_dir = ready
     state_dir = args.state_dir or root / ".cache" / "classroom"
     models_dir = args.models_dir or root / "models"
     tls = {"on": not args.no_tls, "ca": None, "ca_sha256": None}

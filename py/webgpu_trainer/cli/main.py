@@ -15,7 +15,7 @@ import webbrowser
 from pathlib import Path
 
 from . import classroom as classroom_cmd, commands, doctor
-from .paths import repo_root
+from .paths import prepare_serving, repo_root
 
 
 
@@ -79,19 +79,12 @@ def _can_open_browser() -> bool:
 def serve(args) -> int:
     import uvicorn
 
-    from ..host import data as data_mod
     from ..host.server import create_app
-    from ..host.wheel import ensure_wheel
 
-    root = repo_root()
-    data_dir = args.data_dir or data_mod.default_cache_dir()
-    try:
-        data_mod.prepare(data_dir, args.source)
-    except data_mod.DataError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    ready = prepare_serving(args.data_dir, args.source)
+    if ready is None:
         return 1
-    wheels_dir = root / ".cache" / "wheels"
-    ensure_wheel(wheels_dir, root)
+    root, data_dir, wheels_dir = ready
     app = create_app(root, args.models_dir or root / "models", data_dir, wheels_dir)
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     url = f"http://{shown}:{args.port}"

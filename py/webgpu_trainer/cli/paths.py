@@ -1,5 +1,7 @@
-"""Where the command line finds the source tree (models/, scripts/, .cache/)."""
+"""Where the command line finds the source tree (models/, scripts/, .cache/), and the set-up
+both servers (``serve``, ``classroom``) share."""
 
+import sys
 from pathlib import Path
 
 
@@ -8,3 +10,21 @@ def repo_root() -> Path:
     (it holds pyproject.toml), else the current directory."""
     root = Path(__file__).resolve().parents[3]
     return root if (root / "pyproject.toml").is_file() else Path.cwd()
+
+
+def prepare_serving(data_dir, source):
+    """Before a server starts: the MNIST (or own) shards in ``data_dir`` (default cache) from
+    ``source``, and the engine wheel in ``<repo>/.cache/wheels``. Returns ``(root, data_dir,
+    wheels_dir)``, or None after printing the data error (the caller exits 1)."""
+    from ..host import data as data_mod
+    from ..host.wheel import ensure_wheel
+    root = repo_root()
+    data_dir = data_dir or data_mod.default_cache_dir()
+    try:
+        data_mod.prepare(data_dir, source)
+    except data_mod.DataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+    wheels_dir = root / ".cache" / "wheels"
+    ensure_wheel(wheels_dir, root)
+    return root, data_dir, wheels_dir
