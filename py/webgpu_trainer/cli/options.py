@@ -59,7 +59,7 @@ def help_text(f) -> str:
     parts = ([] if f.type in ("choice", "bool") else [config.describe(f)]) + \
         [_default_text(f)] + ([owners] if owners else []) + \
         ([] if f.resume else ["fixed on --resume"])
-    return f"{f.help} ({'; '.join(parts)})".replace("%", "%%")
+    return f"{f.help}: {'; '.join(parts)}".replace("%", "%%")
 
 
 def _add(g, f) -> None:
