@@ -35,19 +35,13 @@ CASES = [
     _chain("squeeze_all_ones", [
         node("Unsqueeze", ["h", "ax"], ["u"]), node("Squeeze", ["u"], ["y"])], 12,
         constants={"ax": shape_const([0, 3])}, acts=("u", "y"), dacts=("h",)),
+    # opset < 13: the axes are an attribute and the node has one input
+    _chain("unsqueeze_axes_attribute_opset11", [
+        node("Unsqueeze", ["h"], ["u"], axes=[1]), node("Squeeze", ["u"], ["y"], axes=[1])], 12,
+        opset=11, acts=("u", "y"), dacts=("h",)),
     # h feeds the views and the Mul: each use gets its own gradient, summed by the plan
     _chain("viewed_tensor_with_two_consumers", [
         node("Unsqueeze", ["h", "ax"], ["u"]), node("Squeeze", ["u", "ax"], ["s"]),
         node("Mul", ["s", "h"], ["y"])], 12,
         constants={"ax": shape_const([2])}, acts=("s", "y"), dacts=("h", "y")),
-]
-
-# Known to fail (tests/test_ops_views.py expects it to, strictly): an Unsqueeze of opset < 13
-# has its axes as an attribute and one input, and engine/ops/views.py's infer reads the axes
-# input's constant anyway (IndexError -> GraphError); the numpy engine runs it. Move it into
-# CASES once views.infer is fixed.
-BROKEN = [
-    _chain("unsqueeze_axes_attribute_opset11", [
-        node("Unsqueeze", ["h"], ["u"], axes=[1]), node("Squeeze", ["u"], ["y"], axes=[1])], 12,
-        opset=11, acts=("u", "y"), dacts=("h",)),
 ]

@@ -55,7 +55,8 @@ def infer(node, ins, consts):
             raise GraphError(f"node {node['name']} (Squeeze): axes {axes} of {x} are not all 1")
         return [[d for i, d in enumerate(x) if i not in axes]]
     if op == "Unsqueeze":
-        axes = _axes(node, consts, len(x) + len(consts[1] or a.get("axes", [])))
+        given = consts[1] if len(node["inputs"]) > 1 and node["inputs"][1] else a.get("axes")
+        axes = _axes(node, consts, len(x) + len(given or []))
         out = list(x)
         for ax in axes:
             out.insert(ax, 1)
