@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from .paths import add_serving_args
+
 TOKEN_ENV = "WEBGPU_TRAINER_TEACHER_TOKEN"
 
 
@@ -30,12 +32,7 @@ def add_classroom(sub) -> argparse.ArgumentParser:
     p.add_argument("--state-dir", type=Path, default=None,
                    help="classroom folder: database, submitted models, certificates "
                         "(default <repo>/.cache/classroom)")
-    p.add_argument("--data-dir", type=Path, default=None,
-                   help="MNIST cache (default <repo>/.cache/mnist)")
-    p.add_argument("--models-dir", type=Path, default=None,
-                   help="folder of .onnx models (default <repo>/models)")
-    p.add_argument("--source", type=Path, default=None,
-                   help="MNIST IDX/CSV folder to build the cache from (see `data`)")
+    add_serving_args(p)
     p.add_argument("--no-tls", action="store_true",
                    help="plain http (WebGPU then works only on this machine's localhost)")
     p.add_argument("--cert", type=Path, default=None, help="your own certificate (PEM chain)")

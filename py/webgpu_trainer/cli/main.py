@@ -15,7 +15,7 @@ import webbrowser
 from pathlib import Path
 
 from . import classroom as classroom_cmd, commands, doctor
-from .paths import prepare_serving, repo_root
+from .paths import add_serving_args, prepare_serving, repo_root
 
 
 
@@ -59,12 +59,7 @@ def add_serve(sub) -> argparse.ArgumentParser:
                         "which plain http is only on localhost)")
     p.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)),
                    help="port (default $PORT or 8000)")
-    p.add_argument("--data-dir", type=Path, default=None,
-                   help="MNIST cache (default <repo>/.cache/mnist)")
-    p.add_argument("--models-dir", type=Path, default=None,
-                   help="folder of .onnx models (default <repo>/models)")
-    p.add_argument("--source", type=Path, default=None,
-                   help="MNIST IDX/CSV folder to build the cache from (see `data`)")
+    add_serving_args(p)
     p.add_argument("--no-open", action="store_true", help="do not open a browser")
     return p
 

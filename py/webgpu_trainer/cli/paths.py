@@ -28,3 +28,14 @@ def prepare_serving(data_dir, source):
     wheels_dir = root / ".cache" / "wheels"
     ensure_wheel(wheels_dir, root)
     return root, data_dir, wheels_dir
+
+
+def add_serving_args(p) -> None:
+    """The options both servers (``serve``, ``classroom``) take: --data-dir, --models-dir,
+    --source (the arguments of ``prepare_serving`` and the models folder)."""
+    p.add_argument("--data-dir", type=Path, default=None,
+                   help="MNIST cache (default <repo>/.cache/mnist)")
+    p.add_argument("--models-dir", type=Path, default=None,
+                   help="folder of .onnx models (default <repo>/models)")
+    p.add_argument("--source", type=Path, default=None,
+                   help="MNIST IDX/CSV folder to build the cache from (see `data`)")
