@@ -210,6 +210,7 @@ def trained(chromium, server, tmp_path_factory):
         logits = np.asarray(page.evaluate("Array.from(window.lastRun.logits)"), np.float32)
         labels = np.asarray(page.evaluate("Array.from(window.lastRun.labels)"), np.int64)
         page.wait_for_function("!document.querySelector('#download').disabled", timeout=10_000)
+        page.click("#tab-results")
         with page.expect_download(timeout=60_000) as dl_info:
             page.click("#download")
         download = dl_info.value
@@ -430,6 +431,7 @@ def test_upload_finetune_head_and_download(app, mnist_cache, tmp_path):
     except Exception:
         pytest.fail(f"upload not shown: {page.text_content('#import-errors')}\n"
                     f"{app.diagnostics()}")
+    page.click("#tab-model")
     rows = page.locator("#summary-table tbody tr").count()
     graph, _ = onnx_io.load_bundle(UPLOAD_FIXTURE)
     assert rows == len(graph["nodes"])
@@ -443,6 +445,7 @@ def test_upload_finetune_head_and_download(app, mnist_cache, tmp_path):
     run_training(app, UPLOAD_STEPS, TRAIN_TIMEOUT_S, "upload")
     logits = np.asarray(page.evaluate("Array.from(window.lastRun.logits)"), np.float32)
     page.wait_for_function("!document.querySelector('#download').disabled", timeout=10_000)
+    page.click("#tab-results")
     with page.expect_download(timeout=60_000) as dl_info:
         page.click("#download")
     out = tmp_path / "trained.onnx"

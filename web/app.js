@@ -11,7 +11,7 @@
 // Modules: util.js (helpers), state.js (appState, log, status, errors), form.js (settings
 // from the schema), validation.js (the server's check, inline marks), models.js (model list,
 // upload), summary.js (model summary, trainable parameters), charts.js, progress.js (progress
-// card, redraws), results.js (results, download).
+// card, redraws), results.js (results, download), tabs.js (the view tabs).
 
 import { $, frac, num, pct } from "./util.js";
 import { appState, hideError, hooks, log, setStatus, showError } from "./state.js";
@@ -24,6 +24,7 @@ import { renderProgress, requestRender } from "./progress.js";
 import { clearResults, downloadOnnx, showResults } from "./results.js";
 import { showSelfCheck } from "/selfcheck.js";
 import { attachClassroom } from "/classroom.js";
+import { setupTabs } from "./tabs.js";
 
 let worker = null;
 let trainStart = 0;
@@ -237,6 +238,7 @@ async function boot() {
       log("Fine-tuning only the head: starting from the model’s weights.");
     }
   });
+  setupTabs();
   makeCharts();
   setPhase("booting");
   renderProgress();

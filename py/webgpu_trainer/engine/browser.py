@@ -52,22 +52,33 @@ def _nulls_to_none(value):
     return None if type(value).__name__ == "JsNull" else value
 
 
+def _stop(data):
+    """Stop: also before the trainer exists (model and data still loading)."""
+    STATE["stop"] = True
+    if STATE["trainer"] is not None:
+        STATE["trainer"].stop_requested = True
+
+
+# message type -> handler(data: dict); a feature's messages live in its own module and are
+# registered here with one line each (see docs/ARCHITECTURE.md, "Worker protocol")
+HANDLERS = {
+    "stop": _stop,
+    "start": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"))),
+    "profile": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"),
+                                                    profile=True)),
+    "parity": lambda d: asyncio.ensure_future(_parity(d.get("cases") or "[]")),
+    "selfcheck": lambda d: asyncio.ensure_future(_selfcheck()),
+}
+
+
 def handle(msg):
-    """Entry for every message from the page (a JS object)."""
+    """Entry for every message from the page (a JS object): dispatched through HANDLERS."""
     data = _nulls_to_none(msg.to_py())
-    kind = data.get("type")
-    if kind == "stop":  # also before the trainer exists (model and data still loading)
-        STATE["stop"] = True
-        if STATE["trainer"] is not None:
-            STATE["trainer"].stop_requested = True
-    elif kind == "start":
-        asyncio.ensure_future(_run(data.get("config") or {}, data.get("model")))
-    elif kind == "profile":
-        asyncio.ensure_future(_run(data.get("config") or {}, data.get("model"), profile=True))
-    elif kind == "parity":
-        asyncio.ensure_future(_parity(data.get("cases") or "[]"))
-    elif kind == "selfcheck":
-        asyncio.ensure_future(_selfcheck())
+    handler = HANDLERS.get(data.get("type"))
+    if handler is None:
+        post("error", message=f"unknown message type {data.get('type')!r} sent to the worker")
+        return
+    handler(data)
 
 
 async def _parity(cases_json: str):
