@@ -95,3 +95,15 @@ def chromium():
             browser.close()
 
 
+
+
+ARTIFACTS = REPO / "test-artifacts" / "screenshots"
+
+
+def screenshot(page, name: str) -> Path:
+    """Save a screenshot of ``page`` (the viewport) as test-artifacts/screenshots/<name>.png, the
+    main states of the page kept for people to look at (CI keeps the folder as an artifact)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    return path
