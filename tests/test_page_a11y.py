@@ -94,7 +94,7 @@ def test_every_control_has_a_name_and_is_keyboard_reachable(booted):
         const names = {};
         for (const el of document.querySelectorAll('input[type=checkbox]')) {
             if (!el.offsetParent) continue;
-            const label = el.labels?.[0]?.textContent.trim() || el.getAttribute('aria-label') || '';
+            const label = el.getAttribute('aria-label') || el.labels?.[0]?.textContent.trim() || '';
             (names[label] ||= []).push(el.id || el.name);
         }
         return Object.entries(names).filter(([, ids]) => ids.length > 1);
