@@ -24,8 +24,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from e2e_fixtures import screenshot
-from test_e2e import Page
+from e2e_fixtures import Page, screenshot
 
 from webgpu_trainer.engine import schedulers
 

@@ -72,7 +72,8 @@ function syncControls() {
   $("pause").textContent = appState.phase === "paused" ? "Resume" : "Pause";
   $("settings-fields").disabled = training;
   // the model summary's trainable toggles and the upload belong to the settings too
-  for (const el of document.querySelectorAll("#summary-card button:not(.tip), #summary-table input")) {
+  const toggles = "#summary-card button:not(.tip), #summary-table input";
+  for (const el of document.querySelectorAll(toggles)) {
     el.disabled = training;
   }
   $("dropzone").classList.toggle("busy", training);

@@ -31,7 +31,8 @@ function legendToLatest(u) {
   const n = u.data[0].length;
   if (n && (u.cursor.idx == null || u.cursor.left < 0)) u.setLegend({ idx: n - 1 });
 }
-const INT_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10000, 20000, 50000, 100000];
+const INT_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10000,
+  20000, 50000, 100000];
 
 /** Zoom the charts of ``group`` to [min, max] (null: the whole run). */
 function setZoom(group, range) {
@@ -89,9 +90,12 @@ export function makeCharts() {
     scale: "loss", label: "loss", size: 56,
     values: (u, v) => v.map((x) => (x >= 10 ? x.toFixed(0) : +x.toPrecision(3))),
   });
-  const stepAxis = axis({ label: "step", incrs: INT_INCRS, values: (u, v) => v.map((x) => x.toLocaleString()) });
+  const stepAxis = axis({ label: "step", incrs: INT_INCRS,
+    values: (u, v) => v.map((x) => x.toLocaleString()) });
   const pctValue = (d) => (u, v) => (v == null ? "–" : `${v.toFixed(d)}%`);
-  const dots = (c) => ({ show: true, size: 7, fill: c });
+  // an epoch series: dashed for training, solid for validation, a dot per epoch
+  const line = (label, scale, stroke, dashed, value) => ({ label, scale, stroke, width: 2,
+    dash: dashed ? [6, 4] : undefined, points: { show: true, size: 7, fill: stroke }, value });
   const totalSteps = () => appState.progress?.total_steps ?? 1;
 
   const elS = $("chart-steps");
@@ -122,7 +126,8 @@ export function makeCharts() {
       values: (u, v) => v.map((x) => +x.toPrecision(3)) })],
     series: [
       { label: "step", value: (u, v) => (v == null ? "–" : v.toLocaleString()) },
-      { label: "lr", scale: "lr", stroke: cLr, width: 2, value: (u, v) => (v == null ? "–" : v.toPrecision(4)) },
+      { label: "lr", scale: "lr", stroke: cLr, width: 2,
+        value: (u, v) => (v == null ? "–" : v.toPrecision(4)) },
     ],
   }, lrData, elL);
 
@@ -134,20 +139,21 @@ export function makeCharts() {
       x: { time: false, range: ze.xRange },
       loss: { auto: true, range: (u, mn, mx) => [0, mx > 0 ? mx * 1.1 : 1] },
       // accuracy lives near the top: [min rounded down to 10%, 100%]
-      acc: { range: (u, mn, mx) => [mn == null ? 0 : Math.max(0, Math.floor((mn - 2) / 10) * 10), 100] },
+      acc: { range: (u, mn) => [mn == null ? 0 : Math.max(0, Math.floor((mn - 2) / 10) * 10), 100] },
     },
     axes: [axis({ label: "epoch", incrs: INT_INCRS, values: (u, v) => v.map((x) => String(x)) }),
       lossAxis, pctAxis],
     series: [
       { label: "epoch", value: (u, v) => (v == null ? "–" : String(v)) },
-      { label: "train loss", scale: "loss", stroke: cLoss, width: 2, dash: [6, 4], points: dots(cLoss), value: (u, v) => num(v) },
-      { label: "val loss", scale: "loss", stroke: cLoss, width: 2, points: dots(cLoss), value: (u, v) => num(v) },
-      { label: "train acc", scale: "acc", stroke: cAcc, width: 2, dash: [6, 4], points: dots(cAcc), value: pctValue(2) },
-      { label: "val acc", scale: "acc", stroke: cAcc, width: 2, points: dots(cAcc), value: pctValue(2) },
+      line("train loss", "loss", cLoss, true, (u, v) => num(v)),
+      line("val loss", "loss", cLoss, false, (u, v) => num(v)),
+      line("train acc", "acc", cAcc, true, pctValue(2)),
+      line("val acc", "acc", cAcc, false, pctValue(2)),
     ],
   }, epochData, elE);
 
-  const sizes = [[charts.steps, elS, 180, 250], [charts.lr, elL, 150, 190], [charts.epochs, elE, 150, 190]];
+  const sizes = [[charts.steps, elS, 180, 250], [charts.lr, elL, 150, 190],
+    [charts.epochs, elE, 150, 190]];
   const ro = new ResizeObserver(() => {
     for (const [u, el, lo, hi] of sizes) u.setSize(chartSize(el, lo, hi));
   });

@@ -254,7 +254,8 @@ export function applyConfig(config) {
 }
 
 /** The schema's field ``name`` as the page shows it (undefined: no such field on the page). */
-export const pageField = (name) => (byName[name] && onPage(byName[name]) ? byName[name] : undefined);
+export const pageField = (name) =>
+  (byName[name] && onPage(byName[name]) ? byName[name] : undefined);
 
 /** The settings that differ from their defaults (for the current optimizer / scheduler /
  * loss): what a share link carries. */

@@ -47,8 +47,8 @@ function parseValue(f, text) {
   }
   if (f.type === "list") {
     const parts = t.split(/[\s,]+/).filter(Boolean).map(Number);
-    return parts.some(Number.isNaN) ? { error: `“${text}” from the link is not a list of numbers` }
-      : { value: parts };
+    return parts.some(Number.isNaN)
+      ? { error: `“${text}” from the link is not a list of numbers` } : { value: parts };
   }
   return { value: t };
 }

@@ -128,7 +128,8 @@ class Trainer:
     accuracy] rows, ``lrs``: the learning rate of each of those steps), "paused" (``paused``,
     ``step``) and "epoch" events ("epoch" carries the epoch's mean train_loss / train_acc too).
     ``pause()`` / ``resume()``: the loop waits between two steps while paused (Stop ends the
-    wait); paused time does not count in images/s and the ETA. To continue a run, set ``epoch`` (epochs done)
+    wait); paused time does not count in images/s and the ETA.
+    To continue a run, set ``epoch`` (epochs done)
     and ``step`` (steps done) and restore the weights (``engine.write_weights``) and optimizer
     state after ``setup()``; ``on_epoch`` (async, optional) is awaited after each epoch's
     validation with ``(epoch, step, metrics dict)``.
