@@ -15,7 +15,8 @@
 - the share link round trip, and a bad link's values marked inline (Start disabled);
 - the (i) help of learning rate, batch, epochs, seed, head and mult-adds;
 - the ETA's format (util.js duration).
-Screenshots: dashboard-training-1280, dashboard-phone, dashboard-paused-1280.
+Screenshots: dashboard-training-1280, dashboard-phone, dashboard-paused-1280,
+dashboard-stopped-1280 (the epoch, learning-rate and speed cards).
 """
 
 import json
@@ -112,6 +113,9 @@ def run(chromium, server):
         out["unload_done"] = pg.evaluate(
             "!window.dispatchEvent(new Event('beforeunload', {cancelable: true}))")
         out["last"] = pg.evaluate("({stopped: lastRun.stopped, steps: lastRun.steps})")
+        pg.locator("#chart-epochs").scroll_into_view_if_needed()
+        screenshot(pg, "dashboard-stopped-1280")
+        pg.evaluate("window.scrollTo(0, 0)")
         out["charts"] = pg.evaluate("""() => Object.fromEntries(Object.entries(window.charts)
             .map(([k, u]) => [k, u.data.map((a) => Array.from(a))]))""")
         out["app_steps"] = pg.evaluate("window.appState.steps")
