@@ -1,9 +1,11 @@
 // webgpu-trainer — the page (main thread), the entry module. No framework: plain ES modules.
 //
 // Talks to the module worker (/worker.js) with the protocol in docs/ARCHITECTURE.md:
-//   main -> worker: {type: "start", model, config}, {type: "stop"}
+//   main -> worker: {type: "start", model, config}, {type: "stop"}, {type: "pause"},
+//                   {type: "resume"}
 //   worker -> main: selfcheck (the GPU self-check's warning, web/selfcheck.js)
-//   worker -> main: status, adapter, no_webgpu, error, ready, progress, epoch, done
+//   worker -> main: status, adapter, no_webgpu, error, ready, setup, progress, paused, epoch,
+//                   done
 // The settings form is drawn from the run configuration's schema (form.js). Test hooks:
 // window.appState (phase, adapter, steps, epochs, ...), window.lastRun (the last `done`
 // message) and window.readFormForTests() (the config Start would send).
@@ -11,11 +13,15 @@
 // Modules: util.js (helpers), state.js (appState, log, status, errors), form.js (settings
 // from the schema), validation.js (the server's check, inline marks), models.js (model list,
 // upload), summary.js (model summary, trainable parameters), charts.js, progress.js (progress
-// card, redraws), results.js (results, download), tabs.js (the view tabs).
+// card, redraws), results.js (results, download), tabs.js (the view tabs), dashboard.js (speed
+// and machine), help.js (the (i) toggletips), share.js (share link, leave-page warning).
 
 import { $, frac, num, pct } from "./util.js";
 import { appState, hideError, hooks, log, setStatus, showError } from "./state.js";
 import { buildForm, loadSchema, readConfig, setField } from "./form.js";
+import { adapterName } from "./dashboard.js";
+import { enhanceHelp } from "./help.js";
+import { applyLink, checkLinkModel, setupShare } from "./share.js";
 import { formState, markErrors, scheduleCheck, validateNow } from "./validation.js";
 import { loadModels, onModelChange, setupDropzone } from "./models.js";
 import { setTrainable, trainableConfig } from "./summary.js";
@@ -39,8 +45,10 @@ hooks.formChanged = () => scheduleCheck(0);
 
 // ------------------------------------------------------------------------------------ phase
 const PHASE_LABEL = {
-  booting: "starting up", ready: "ready", training: "training", done: "done", error: "error",
+  booting: "starting up", ready: "ready", training: "training", paused: "paused", done: "done",
+  error: "error",
 };
+const running = () => appState.phase === "training" || appState.phase === "paused";
 
 function setPhase(phase) {
   appState.phase = phase;
@@ -52,7 +60,7 @@ function setPhase(phase) {
 }
 
 function syncControls() {
-  const training = appState.phase === "training";
+  const training = running();
   // Disabled while the last check found a bad setting; a check on its way does not disable it
   // (leaving a field fires its change, and its check, just before the click lands): Start
   // checks the settings again itself.
@@ -60,9 +68,12 @@ function syncControls() {
     !$("model").value || !formState.valid;
   $("start").title = formState.valid ? "" : "Fix the settings marked in red first";
   $("stop").disabled = !training || appState.busy.stopping;
+  $("pause").disabled = !training || appState.busy.stopping || appState.busy.pausing;
+  $("pause").textContent = appState.phase === "paused" ? "Resume" : "Pause";
   $("settings-fields").disabled = training;
   // the model summary's trainable toggles and the upload belong to the settings too
-  for (const el of document.querySelectorAll("#summary-card button, #summary-table input")) {
+  const toggles = "#summary-card button:not(.tip), #summary-table input";
+  for (const el of document.querySelectorAll(toggles)) {
     el.disabled = training;
   }
   $("dropzone").classList.toggle("busy", training);
@@ -95,8 +106,7 @@ function startWorker() {
 
 function showAdapter(info) {
   appState.adapter = info;
-  const name = info.description ||
-    [info.vendor, info.architecture, info.device].filter(Boolean).join(" ") || "WebGPU adapter";
+  const name = adapterName(info);
   // SwiftShader and llvmpipe run WebGPU on the CPU: it works, but expect ~30 images/s.
   const software = /swiftshader|llvmpipe|software/i.test(Object.values(info).join(" "));
   $("adapter").textContent = software ? `${name} (software GPU: slow)` : name;
@@ -140,16 +150,31 @@ const handlers = {
     if (appState.phase === "booting") setPhase("ready");
     else syncControls();
   },
+  setup(m) {
+    appState.memoryBytes = m.memory_bytes ?? null;
+    requestRender({ progress: true });
+  },
   progress(m) {
-    const { losses, ...rest } = m;
+    const { losses, lrs, ...rest } = m;
     appState.progress = rest;
     const rows = (losses ?? []).map(([step, loss, acc]) => [step, loss, frac(acc)]);
-    for (const [step, loss, acc] of rows) appState.steps.push({ step, loss, acc });
-    addSteps(rows);
+    rows.forEach(([step, loss, acc], i) => appState.steps.push({ step, loss, acc, lr: lrs?.[i] }));
+    addSteps(rows, lrs ?? []);
     requestRender({ charts: rows.length > 0, progress: true });
   },
+  paused(m) {
+    appState.busy.pausing = false;
+    if (!running()) return;
+    setPhase(m.paused ? "paused" : "training");
+    const status = m.paused ? `Paused after step ${Number(m.step).toLocaleString()}. ` +
+      "Press Resume to continue." : "Training…";
+    setStatus(status);
+    log(m.paused ? `Paused after step ${m.step}.` : "Resumed.");
+    requestRender({ progress: true });
+  },
   epoch(m) {
-    const e = { epoch: m.epoch, val_loss: m.val_loss, val_acc: frac(m.val_acc) };
+    const e = { epoch: m.epoch, train_loss: m.train_loss, train_acc: frac(m.train_acc),
+      val_loss: m.val_loss, val_acc: frac(m.val_acc) };
     appState.epochs.push(e);
     addEpoch(e);
     log(`Epoch ${e.epoch}: val loss ${num(e.val_loss)}, val accuracy ${pct(e.val_acc)}`);
@@ -177,7 +202,7 @@ function onWorkerMessage(m) {
 
 // ---------------------------------------------------------------------------- start / stop
 async function startTraining() {
-  if ($("start").disabled || appState.phase === "training") return;
+  if ($("start").disabled || running()) return;
   const cfg = currentConfig();
   const model = $("model").value;
   const verdict = await validateNow(cfg);  // the server's validator, on exactly this config
@@ -187,15 +212,16 @@ async function startTraining() {
     setStatus("Fix the settings marked in red, then press Start.");
     return;
   }
-  if (appState.phase === "training") return;
+  if (running()) return;
   hideError();
   Object.assign(appState, { config: cfg, model, steps: [], epochs: [], error: null,
+    memoryBytes: null,
     progress: { step: 0, total_steps: 0, epoch: 0, epochs: cfg.epochs } });
   window.lastRun = null;
   clearResults();
   resetCharts();
   requestRender({ charts: true, progress: true });
-  appState.busy.stopping = false;
+  appState.busy.stopping = appState.busy.pausing = false;
   trainStart = performance.now();
   setPhase("training");
   setStatus("Starting…");
@@ -211,8 +237,18 @@ async function startTraining() {
   worker.postMessage({ type: "start", model, config: { ...cfg, model } });
 }
 
+/** Pause or Resume (the worker answers `paused`, which sets the phase). */
+function togglePause() {
+  if (!running() || appState.busy.stopping || appState.busy.pausing) return;
+  const pause = appState.phase === "training";
+  appState.busy.pausing = true;
+  worker.postMessage({ type: pause ? "pause" : "resume" });
+  setStatus(pause ? "Pausing after the current step…" : "Resuming…");
+  syncControls();
+}
+
 function stopTraining() {
-  if (appState.phase !== "training" || appState.busy.stopping) return;
+  if (!running() || appState.busy.stopping) return;
   appState.busy.stopping = true;
   worker.postMessage({ type: "stop" });
   setStatus("Stopping after the current step…");
@@ -225,6 +261,9 @@ async function boot() {
   $("settings").addEventListener("submit", (ev) => ev.preventDefault());  // Enter never starts
   $("start").addEventListener("click", startTraining);
   $("stop").addEventListener("click", stopTraining);
+  $("pause").addEventListener("click", togglePause);
+  setupShare();
+  enhanceHelp();
   $("download").addEventListener("click", downloadOnnx);
   $("error-close").addEventListener("click", hideError);
   $("model").addEventListener("change", onModelChange);
@@ -248,8 +287,10 @@ async function boot() {
   } catch (e) {
     showError(`Could not load the settings: ${e.message ?? e}`);
   }
+  const linkModel = applyLink();  // ?model=...&lr=... of a share link (web/share.js)
   startWorker();
-  loadModels();
+  await loadModels(linkModel);
+  checkLinkModel(linkModel);
 }
 
 boot();

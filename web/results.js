@@ -1,7 +1,7 @@
 // The results card: test accuracy and loss of a finished run, and "Download trained .onnx"
 // (POST /api/models/{name}/export with the trained weights and the run's provenance).
 
-import { $, humanBytes, mmss, num, pct } from "./util.js";
+import { $, humanBytes, duration, num, pct } from "./util.js";
 import { appState, hooks, log, showError } from "./state.js";
 
 export function clearResults() {
@@ -19,7 +19,7 @@ export function showResults(m, secs) {
   $("result-steps").textContent = steps != null ? Number(steps).toLocaleString() : "–";
   $("result-note").textContent = [
     m.model, appState.config?.optimizer, m.stopped ? "stopped early" : "completed",
-    secs != null ? `${mmss(secs)} wall time` : "",
+    secs != null ? `${duration(secs)} wall time` : "",
   ].filter(Boolean).join(" · ");
   $("results").dataset.state = m.stopped ? "stopped" : "done";
 }

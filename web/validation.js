@@ -37,8 +37,9 @@ export async function validateNow(config = null) {
     body = { ok: false, errors: [["settings", `could not be checked: ${e.message ?? e}`]] };
   }
   if (mine === seq) {  // the latest check decides the marks
-    Object.assign(formState, { valid: !!body.ok, pending: false, errors: body.errors ?? [],
-      steps: body.steps ?? null });
+    const link = hooks.linkErrors();  // values of a share link the form could not take
+    Object.assign(formState, { valid: !!body.ok && !link.length, pending: false,
+      errors: [...(body.errors ?? []), ...link], steps: body.steps ?? null });
     markErrors(formState.errors);
     hooks.sync();
   }

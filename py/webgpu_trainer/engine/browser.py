@@ -1,4 +1,5 @@
-"""The Web Worker's Python side: messages in (start, stop, profile, parity, selfcheck), messages
+"""The Web Worker's Python side: messages in (start, stop, pause, resume, profile, parity,
+selfcheck), messages
 out (see docs/ARCHITECTURE.md, "Worker protocol"). Runs only in Pyodide."""
 
 import asyncio
@@ -14,7 +15,7 @@ from .backends.webgpu_js import NoWebGPU
 from .gpu_engine import GpuEngine
 from .train import Split, Trainer, TrainingDiverged
 
-STATE = {"device": None, "trainer": None, "stop": False, "selfcheck": None}
+STATE = {"device": None, "trainer": None, "stop": False, "pause": False, "selfcheck": None}
 
 
 def post(kind: str, **fields):
@@ -59,10 +60,21 @@ def _stop(data):
         STATE["trainer"].stop_requested = True
 
 
+def _pause(paused: bool):
+    """Pause / Resume between two steps: also before the trainer exists (applied when it
+    does); the trainer answers with ``paused``."""
+    STATE["pause"] = paused
+    trainer = STATE["trainer"]
+    if trainer is not None:
+        trainer.pause() if paused else trainer.resume()
+
+
 # message type -> handler(data: dict); a feature's messages live in its own module and are
 # registered here with one line each (see docs/ARCHITECTURE.md, "Worker protocol")
 HANDLERS = {
     "stop": _stop,
+    "pause": lambda d: _pause(True),
+    "resume": lambda d: _pause(False),
     "start": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"))),
     "profile": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"),
                                                     profile=True)),
@@ -146,7 +158,7 @@ async def _run(cfg: dict, model=None, profile: bool = False):
         return
     cfg = dict(cfg)
     model = cfg.pop("model", None) or model or "seednet"  # config.model: classroom's pin
-    STATE["stop"] = False
+    STATE["stop"] = STATE["pause"] = False
     if STATE["selfcheck"] is None:
         await _selfcheck()
     try:
@@ -166,6 +178,8 @@ async def _run(cfg: dict, model=None, profile: bool = False):
                           emit=lambda kind, **kw: post(kind, **kw))
         STATE["trainer"] = trainer
         trainer.stop_requested = STATE["stop"]
+        if STATE["pause"]:
+            trainer.pause()
         await trainer.setup()
         if profile:
             post("profile", rows=await trainer.profile())
