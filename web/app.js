@@ -11,7 +11,8 @@
 // Modules: util.js (helpers), state.js (appState, log, status, errors), form.js (settings
 // from the schema), validation.js (the server's check, inline marks), models.js (model list,
 // upload), summary.js (model summary, trainable parameters), charts.js, progress.js (progress
-// card, redraws), results.js (results, download), tabs.js (the view tabs).
+// card, redraws), results.js (results, download), tabs.js (the view tabs), kernels.js (the
+// kernels playground).
 
 import { $, frac, num, pct } from "./util.js";
 import { appState, hideError, hooks, log, setStatus, showError } from "./state.js";
@@ -25,6 +26,7 @@ import { clearResults, downloadOnnx, showResults } from "./results.js";
 import { showSelfCheck } from "/selfcheck.js";
 import { attachClassroom } from "/classroom.js";
 import { setupTabs } from "./tabs.js";
+import { kernelsReady, onConvolved, setupKernels } from "./kernels.js";
 
 let worker = null;
 let trainStart = 0;
@@ -108,6 +110,7 @@ function showAdapter(info) {
 
 const handlers = {
   selfcheck: showSelfCheck,  // the GPU self-check's warning (web/selfcheck.js)
+  convolved: onConvolved,  // the kernels playground (web/kernels.js)
   status(m) {
     setStatus(m.text);
     log(m.text);
@@ -139,6 +142,7 @@ const handlers = {
     log("Engine ready.");
     if (appState.phase === "booting") setPhase("ready");
     else syncControls();
+    kernelsReady();
   },
   progress(m) {
     const { losses, ...rest } = m;
@@ -239,6 +243,7 @@ async function boot() {
     }
   });
   setupTabs();
+  setupKernels((msg) => worker?.postMessage(msg));
   makeCharts();
   setPhase("booting");
   renderProgress();
