@@ -223,7 +223,9 @@ async function start() {
  * first image) when its tab is first shown. */
 export function setupKernels(postToWorker) {
   post = postToWorker;
-  document.addEventListener("tabchange", (e) => { if (e.detail === "kernels" && !started) start(); });
+  document.addEventListener("tabchange", (e) => {
+    if (e.detail === "kernels" && !started) start();
+  });
   $("kernel-apply").addEventListener("click", apply);
   $("kernel-pattern").addEventListener("click", () => loadImage(async () => pattern()));
   const digit = () => loadImage(() => mnistDigit($("kernel-digit").value.trim() === "" ? NaN
