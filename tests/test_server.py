@@ -75,8 +75,9 @@ def shard_url(env, split="train", kind="images"):
     return "/data/mnist/" + env["manifest"]["splits"][split][kind]["file"]
 
 
-def raw_get(app, path: str) -> tuple[int, bytes]:
-    """GET with the path exactly as given (no client-side normalisation of ``..``)."""
+def raw_get(app, path: str, method: str = "GET") -> tuple[int, bytes]:
+    """GET (or ``method``) with the path exactly as given (no client-side normalisation of
+    ``..``)."""
     msgs = []
 
     async def receive():
@@ -86,7 +87,7 @@ def raw_get(app, path: str) -> tuple[int, bytes]:
         msgs.append(m)
 
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-             "method": "GET", "scheme": "http", "path": path, "raw_path": path.encode(),
+             "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
              "query_string": b"", "root_path": "", "headers": [(b"host", b"testserver")],
              "client": ("127.0.0.1", 1), "server": ("testserver", 80)}
     asyncio.run(app(scope, receive, send))

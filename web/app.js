@@ -14,7 +14,8 @@
 // from the schema), validation.js (the server's check, inline marks), models.js (model list,
 // upload), summary.js (model summary, trainable parameters), charts.js, progress.js (progress
 // card, redraws), results.js (results, download), tabs.js (the view tabs), dashboard.js (speed
-// and machine), help.js (the (i) toggletips), share.js (share link, leave-page warning).
+// and machine), help.js (the (i) toggletips), share.js (share link, leave-page warning),
+// kernels.js (the kernels playground).
 
 import { $, frac, num, pct } from "./util.js";
 import { appState, hideError, hooks, log, setStatus, showError } from "./state.js";
@@ -31,6 +32,7 @@ import { clearResults, downloadOnnx, showResults } from "./results.js";
 import { showSelfCheck } from "/selfcheck.js";
 import { attachClassroom } from "/classroom.js";
 import { setupTabs } from "./tabs.js";
+import { kernelsReady, onConvolved, setupKernels } from "./kernels.js";
 
 let worker = null;
 let trainStart = 0;
@@ -118,6 +120,7 @@ function showAdapter(info) {
 
 const handlers = {
   selfcheck: showSelfCheck,  // the GPU self-check's warning (web/selfcheck.js)
+  convolved: onConvolved,  // the kernels playground (web/kernels.js)
   status(m) {
     setStatus(m.text);
     log(m.text);
@@ -149,6 +152,7 @@ const handlers = {
     log("Engine ready.");
     if (appState.phase === "booting") setPhase("ready");
     else syncControls();
+    kernelsReady();
   },
   setup(m) {
     appState.memoryBytes = m.memory_bytes ?? null;
@@ -278,6 +282,7 @@ async function boot() {
     }
   });
   setupTabs();
+  setupKernels((msg) => worker?.postMessage(msg));
   makeCharts();
   setPhase("booting");
   renderProgress();

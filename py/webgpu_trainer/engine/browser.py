@@ -9,6 +9,7 @@ import traceback
 import js
 from pyodide.ffi import to_js
 
+from . import browser_kernels
 from . import config as run_config
 from .backends import get_device
 from .backends.webgpu_js import NoWebGPU
@@ -80,6 +81,7 @@ HANDLERS = {
                                                     profile=True)),
     "parity": lambda d: asyncio.ensure_future(_parity(d.get("cases") or "[]")),
     "selfcheck": lambda d: asyncio.ensure_future(_selfcheck()),
+    "convolve": lambda d: asyncio.ensure_future(browser_kernels.convolve(d, STATE, post)),
 }
 
 
