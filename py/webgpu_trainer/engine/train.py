@@ -122,8 +122,9 @@ class Trainer:
     log(output) after a final Softmax, else CrossEntropyLoss), trainable (None: every
     parameter; else the initializer names to train, the rest frozen: see
     ``trainable_names``).
-    ``emit(kind, **fields)`` receives "status", "progress" and "epoch" events ("epoch" carries
-    the epoch's mean train_loss / train_acc too). To continue a run, set ``epoch`` (epochs done)
+    ``emit(kind, **fields)`` receives "status", "progress" (``losses`` [[step, loss, acc]] and
+    ``lrs``, each step's learning rate) and "epoch" events ("epoch" carries the epoch's mean
+    train_loss / train_acc and its last step too). To continue a run, set ``epoch`` (epochs done)
     and ``step`` (steps done) and restore the weights (``engine.write_weights``) and optimizer
     state after ``setup()``; ``on_epoch`` (async, optional) is awaited after each epoch's
     validation with ``(epoch, step, metrics dict)``.
@@ -255,7 +256,8 @@ class Trainer:
         rate = (self.step - self._first) / elapsed if elapsed > 0 else 0.0
         self.emit("progress", step=self.step, total_steps=self.total, epoch=epoch + 1,
                   epochs=int(self.cfg["epochs"]), images_per_s=rate * int(self.cfg["batch_size"]),
-                  eta_s=(self.total - self.step) / rate if rate else 0.0, losses=out)
+                  eta_s=(self.total - self.step) / rate if rate else 0.0, losses=out,
+                  lrs=[self.lr_at(r[0]) for r in out])
 
     def _diverged(self, t, loss, bad_grad):
         lr = float(self.cfg["lr"])
