@@ -1,6 +1,7 @@
 """Fixtures of the browser tests: the real server on a free port and headless Chromium with
 WebGPU (SwiftShader on a machine without a GPU); conftest.py registers this module as a plugin,
-so every test module can ask for ``server``, ``chromium`` and ``mnist_cache``."""
+so every test module can ask for ``server``, ``chromium``, ``mnist_cache`` and ``app`` (a fresh
+``Page``: the app's page with configure(), wait_ready(), state(), diagnostics())."""
 
 import json
 import os
@@ -19,6 +20,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background
                  "--disable-component-update"]
 
 SERVER_TIMEOUT_S = 180        # server answering (MNIST cache check + first wheel build)
+BOOT_TIMEOUT_S = 120          # page load -> worker ready (Pyodide + engine wheel + adapter)
 
 
 def _free_port() -> int:
@@ -95,6 +97,85 @@ def chromium():
             browser.close()
 
 
+
+
+class Page:
+    """A page of the app plus what its console said (for failure messages)."""
+
+    def __init__(self, browser, url: str):
+        self.context = browser.new_context(accept_downloads=True,
+                                           viewport={"width": 1280, "height": 1000})
+        self.page = self.context.new_page()
+        self.console: list[str] = []
+        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text[:500]}"))
+        self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        self.page.goto(url)
+
+    def state(self) -> dict:
+        return self.page.evaluate("""() => {
+            const s = window.appState;
+            if (!s) return null;
+            return {phase: s.phase, workerReady: s.workerReady, noWebGPU: s.noWebGPU,
+                    error: s.error, status: s.status, adapter: s.adapter,
+                    progress: s.progress, nsteps: s.steps.length,
+                    lastStep: s.steps.length ? s.steps[s.steps.length - 1] : null};
+        }""")
+
+    def diagnostics(self) -> str:
+        try:
+            st = json.dumps(self.state())
+        except Exception as exc:  # the page itself may be gone
+            st = f"(no state: {exc})"
+        tail = "\n".join(self.console[-40:])
+        return f"appState: {st}\nconsole (last 40):\n{tail}"
+
+    def wait_ready(self, timeout_s: float = BOOT_TIMEOUT_S) -> float:
+        """Wait for the worker's ``ready``; returns the seconds it took. Fails on an error."""
+        t0 = time.monotonic()
+        try:
+            self.page.wait_for_function(
+                "window.appState && (window.appState.workerReady || "
+                "window.appState.phase === 'error' || window.appState.noWebGPU)",
+                timeout=timeout_s * 1000)
+        except Exception as exc:
+            pytest.fail(f"worker not ready within {timeout_s} s ({type(exc).__name__})\n"
+                        f"{self.diagnostics()}")
+        st = self.state()
+        if not st["workerReady"]:
+            pytest.fail(f"page failed to boot: phase {st['phase']!r}, error {st['error']!r}, "
+                        f"noWebGPU {st['noWebGPU']}\n{self.diagnostics()}")
+        return time.monotonic() - t0
+
+    def configure(self, *, optimizer="adam", lr="0.001", batch=64, epochs=1, seed=0,
+                  max_steps=0, eval_images=1000, scratch=True, model="seednet",
+                  train_images=None):
+        """Fill the settings form (the advanced fields opened); ``train_images`` None: keep
+        the field as it is."""
+        p = self.page
+        p.evaluate("document.querySelector('#advanced').open = true")
+        if model is not None:
+            p.select_option("#model", model)
+        p.select_option("#optimizer", optimizer)
+        p.fill("#lr", str(lr))
+        p.fill("#batch-size", str(batch))
+        p.fill("#epochs", str(epochs))
+        p.fill("#seed", str(seed))
+        p.check("#init-scratch" if scratch else "#init-finetune")
+        p.fill("#max-steps", str(max_steps))
+        p.fill("#eval-images", str(eval_images))
+        if train_images is not None:
+            p.fill("#train-images", str(train_images))
+
+    def close(self):
+        self.context.close()
+
+
+@pytest.fixture()
+def app(chromium, server):
+    """A fresh page of the app (closed after the test)."""
+    page = Page(chromium, server)
+    yield page
+    page.close()
 
 
 ARTIFACTS = REPO / "test-artifacts" / "screenshots"

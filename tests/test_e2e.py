@@ -25,11 +25,9 @@ import time
 
 import numpy as np
 import pytest
-from e2e_fixtures import REPO
+from e2e_fixtures import BOOT_TIMEOUT_S, REPO, Page  # noqa: F401 (Page: the page helper)
 
 pytestmark = pytest.mark.e2e
-
-BOOT_TIMEOUT_S = 120          # page load -> worker ready (Pyodide + engine wheel + adapter)
 
 # The main run (issue 2, item 8)
 STEPS = 150
@@ -51,79 +49,6 @@ def note(message: str):
     """Print a measurement and keep it for the end-of-run summary (captured output is hidden)."""
     print(message, flush=True)
     REPORT.append(message.strip())
-
-
-class Page:
-    """A page of the app plus what its console said (for failure messages)."""
-
-    def __init__(self, browser, url: str):
-        self.context = browser.new_context(accept_downloads=True,
-                                           viewport={"width": 1280, "height": 1000})
-        self.page = self.context.new_page()
-        self.console: list[str] = []
-        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text[:500]}"))
-        self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
-        self.page.goto(url)
-
-    def state(self) -> dict:
-        return self.page.evaluate("""() => {
-            const s = window.appState;
-            if (!s) return null;
-            return {phase: s.phase, workerReady: s.workerReady, noWebGPU: s.noWebGPU,
-                    error: s.error, status: s.status, adapter: s.adapter,
-                    progress: s.progress, nsteps: s.steps.length,
-                    lastStep: s.steps.length ? s.steps[s.steps.length - 1] : null};
-        }""")
-
-    def diagnostics(self) -> str:
-        try:
-            st = json.dumps(self.state())
-        except Exception as exc:  # the page itself may be gone
-            st = f"(no state: {exc})"
-        tail = "\n".join(self.console[-40:])
-        return f"appState: {st}\nconsole (last 40):\n{tail}"
-
-    def wait_ready(self, timeout_s: float = BOOT_TIMEOUT_S) -> float:
-        """Wait for the worker's ``ready``; returns the seconds it took. Fails on an error."""
-        t0 = time.monotonic()
-        try:
-            self.page.wait_for_function(
-                "window.appState && (window.appState.workerReady || "
-                "window.appState.phase === 'error' || window.appState.noWebGPU)",
-                timeout=timeout_s * 1000)
-        except Exception as exc:
-            pytest.fail(f"worker not ready within {timeout_s} s ({type(exc).__name__})\n"
-                        f"{self.diagnostics()}")
-        st = self.state()
-        if not st["workerReady"]:
-            pytest.fail(f"page failed to boot: phase {st['phase']!r}, error {st['error']!r}, "
-                        f"noWebGPU {st['noWebGPU']}\n{self.diagnostics()}")
-        return time.monotonic() - t0
-
-    def configure(self, *, optimizer="adam", lr="0.001", batch=64, epochs=1, seed=0,
-                  max_steps=0, eval_images=EVAL_IMAGES, scratch=True, model="seednet"):
-        p = self.page
-        p.evaluate("document.querySelector('#advanced').open = true")
-        if model is not None:
-            p.select_option("#model", model)
-        p.select_option("#optimizer", optimizer)
-        p.fill("#lr", str(lr))
-        p.fill("#batch-size", str(batch))
-        p.fill("#epochs", str(epochs))
-        p.fill("#seed", str(seed))
-        p.check("#init-scratch" if scratch else "#init-finetune")
-        p.fill("#max-steps", str(max_steps))
-        p.fill("#eval-images", str(eval_images))
-
-    def close(self):
-        self.context.close()
-
-
-@pytest.fixture()
-def app(chromium, server):
-    page = Page(chromium, server)
-    yield page
-    page.close()
 
 
 # ----------------------------------------------------------------------------- training run

@@ -6,7 +6,7 @@ wrong ops, when some check fails (training stays allowed)."""
 import time
 
 import pytest
-from test_e2e import Page
+from e2e_fixtures import Page
 
 pytestmark = pytest.mark.e2e
 

@@ -1,9 +1,10 @@
 // webgpu-trainer — the page (main thread), the entry module. No framework: plain ES modules.
 //
 // Talks to the module worker (/worker.js) with the protocol in docs/ARCHITECTURE.md:
-//   main -> worker: {type: "start", model, config}, {type: "stop"}
+//   main -> worker: {type: "start", model, config, resume?}, {type: "stop"}, snapshot
 //   worker -> main: selfcheck (the GPU self-check's warning, web/selfcheck.js)
-//   worker -> main: status, adapter, no_webgpu, error, ready, progress, epoch, done
+//   worker -> main: status, adapter, no_webgpu, error, ready, progress, epoch, done;
+//   checkpoint, snapshot, device_lost (keep your work, web/storage.js)
 // The settings form is drawn from the run configuration's schema (form.js). Test hooks:
 // window.appState (phase, adapter, steps, epochs, ...), window.lastRun (the last `done`
 // message) and window.readFormForTests() (the config Start would send).
@@ -11,7 +12,8 @@
 // Modules: util.js (helpers), state.js (appState, log, status, errors), form.js (settings
 // from the schema), validation.js (the server's check, inline marks), models.js (model list,
 // upload), summary.js (model summary, trainable parameters), charts.js, progress.js (progress
-// card, redraws), results.js (results, download), tabs.js (the view tabs).
+// card, redraws), results.js (results, download), tabs.js (the view tabs), storage.js
+// (checkpoints in IndexedDB, resume, export / import, reset, GPU device lost).
 
 import { $, frac, num, pct } from "./util.js";
 import { appState, hideError, hooks, log, setStatus, showError } from "./state.js";
@@ -25,9 +27,11 @@ import { clearResults, downloadOnnx, showResults } from "./results.js";
 import { showSelfCheck } from "/selfcheck.js";
 import { attachClassroom } from "/classroom.js";
 import { setupTabs } from "./tabs.js";
+import { markFinished, onCheckpoint, onDeviceLost, onSnapshot, setupStorage } from "./storage.js";
 
 let worker = null;
 let trainStart = 0;
+const readyWaiters = [];  // restartWorker's promises, resolved by the next `ready`
 
 /** The config Start sends: the form's fields and the ticked parameters (`trainable`). */
 function currentConfig() {
@@ -40,6 +44,7 @@ hooks.formChanged = () => scheduleCheck(0);
 // ------------------------------------------------------------------------------------ phase
 const PHASE_LABEL = {
   booting: "starting up", ready: "ready", training: "training", done: "done", error: "error",
+  lost: "GPU lost",
 };
 
 function setPhase(phase) {
@@ -71,11 +76,15 @@ function syncControls() {
     appState.busy.downloading;
 }
 hooks.sync = syncControls;
+hooks.setPhase = setPhase;
+hooks.post = (msg) => worker?.postMessage(msg);
 
 // ---------------------------------------------------------------------------------- worker
 function startWorker() {
   try {
-    worker = new Worker("/worker.js", { type: "module" });
+    // ?test=1: the worker accepts the test hooks (debug_lose_device)
+    const test = new URLSearchParams(location.search).get("test") === "1";
+    worker = new Worker(test ? "/worker.js?test=1" : "/worker.js", { type: "module" });
     attachClassroom(worker);  // classroom mode (?class=ID): web/classroom.js
   } catch (e) {
     showError(`Could not start the worker: ${e.message ?? e}`);
@@ -92,6 +101,19 @@ function startWorker() {
   };
   worker.onmessageerror = () => showError("Could not read a message from the worker.");
 }
+
+/** A new worker (and so a new GPU device) in place of the current one; resolves on its
+ * `ready`. */
+function restartWorker() {
+  worker?.terminate();
+  appState.workerReady = false;
+  appState.busy.stopping = false;
+  setPhase("booting");
+  const ready = new Promise((resolve) => readyWaiters.push(resolve));
+  startWorker();
+  return ready;
+}
+hooks.restartWorker = restartWorker;
 
 function showAdapter(info) {
   appState.adapter = info;
@@ -135,21 +157,23 @@ const handlers = {
   ready() {
     appState.workerReady = true;
     if (!appState.adapter) $("adapter-dot").dataset.state = "ok";
+    for (const resolve of readyWaiters.splice(0)) resolve();
     setStatus("Ready. Choose settings and press Start.");
     log("Engine ready.");
     if (appState.phase === "booting") setPhase("ready");
     else syncControls();
   },
   progress(m) {
-    const { losses, ...rest } = m;
+    const { losses, lrs, ...rest } = m;
     appState.progress = rest;
     const rows = (losses ?? []).map(([step, loss, acc]) => [step, loss, frac(acc)]);
-    for (const [step, loss, acc] of rows) appState.steps.push({ step, loss, acc });
+    rows.forEach(([step, loss, acc], i) => appState.steps.push({ step, loss, acc, lr: lrs?.[i] }));
     addSteps(rows);
     requestRender({ charts: rows.length > 0, progress: true });
   },
   epoch(m) {
-    const e = { epoch: m.epoch, val_loss: m.val_loss, val_acc: frac(m.val_acc) };
+    const e = { epoch: m.epoch, step: m.step, val_loss: m.val_loss, val_acc: frac(m.val_acc),
+      train_loss: m.train_loss, train_acc: frac(m.train_acc) };
     appState.epochs.push(e);
     addEpoch(e);
     log(`Epoch ${e.epoch}: val loss ${num(e.val_loss)}, val accuracy ${pct(e.val_acc)}`);
@@ -165,7 +189,11 @@ const handlers = {
     requestRender({ progress: true });
     appState.busy.stopping = false;
     setPhase("done");
+    markFinished(m);  // the stored checkpoint of a completed run offers no resume
   },
+  checkpoint: onCheckpoint,  // keep your work (web/storage.js)
+  snapshot: onSnapshot,
+  device_lost: onDeviceLost,
 };
 
 function onWorkerMessage(m) {
@@ -188,12 +216,24 @@ async function startTraining() {
     return;
   }
   if (appState.phase === "training") return;
+  beginRun(cfg, model);
+}
+
+/** Send `start` for ``cfg`` (checked) and ``model``; ``resume``: the stored checkpoint's
+ * {epoch, step, epochs_completed, weights, optimizer, total_steps} with ``history`` (its
+ * metrics {steps, epochs}), which refills appState and the charts first. */
+function beginRun(cfg, model, resume = null, history = null) {
   hideError();
-  Object.assign(appState, { config: cfg, model, steps: [], epochs: [], error: null,
-    progress: { step: 0, total_steps: 0, epoch: 0, epochs: cfg.epochs } });
+  const steps = history?.steps?.slice() ?? [];
+  const epochs = history?.epochs?.slice() ?? [];
+  Object.assign(appState, { config: cfg, model, steps, epochs, error: null,
+    progress: { step: resume?.step ?? 0, total_steps: resume?.total_steps ?? 0,
+      epoch: resume?.epoch ?? 0, epochs: cfg.epochs } });
   window.lastRun = null;
   clearResults();
   resetCharts();
+  addSteps(steps.map((s) => [s.step, s.loss, s.acc]));
+  for (const e of epochs) addEpoch(e);
   requestRender({ charts: true, progress: true });
   appState.busy.stopping = false;
   trainStart = performance.now();
@@ -207,9 +247,11 @@ async function startTraining() {
     log("Note: “Train from scratch” re-initialises the frozen parameters too; choose " +
       "“Fine-tune” to keep the model’s weights in the frozen layers.", "error");
   }
+  if (resume) log(`Resuming from the checkpoint of epoch ${resume.epoch} (step ${resume.step}).`);
   // config.model too: classroom mode (web/classroom.js) reads and pins it there
-  worker.postMessage({ type: "start", model, config: { ...cfg, model } });
+  worker.postMessage({ type: "start", model, config: { ...cfg, model }, resume });
 }
+hooks.beginRun = beginRun;
 
 function stopTraining() {
   if (appState.phase !== "training" || appState.busy.stopping) return;
@@ -225,7 +267,7 @@ async function boot() {
   $("settings").addEventListener("submit", (ev) => ev.preventDefault());  // Enter never starts
   $("start").addEventListener("click", startTraining);
   $("stop").addEventListener("click", stopTraining);
-  $("download").addEventListener("click", downloadOnnx);
+  $("download").addEventListener("click", () => downloadOnnx());
   $("error-close").addEventListener("click", hideError);
   $("model").addEventListener("change", onModelChange);
   setupDropzone();
@@ -250,6 +292,7 @@ async function boot() {
   }
   startWorker();
   loadModels();
+  setupStorage();  // the stored checkpoint: the resume banner (web/storage.js)
 }
 
 boot();

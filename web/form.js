@@ -237,10 +237,15 @@ function changed() {
 
 // ------------------------------------------------------------------------- presets
 export function applyPreset(name) {
-  const p = schema.presets.find((x) => x.name === name);
-  for (const k of CHOOSERS) if (k in p.config) write(byName[k], p.config[k]);
+  applyConfig(schema.presets.find((x) => x.name === name).config);
+}
+
+/** Put ``config`` (run configuration fields, e.g. an imported or stored one) into the form:
+ * the choosers first, then every field of the page it names; other keys are left out. */
+export function applyConfig(config) {
+  for (const k of CHOOSERS) if (k in config) write(byName[k], config[k]);
   followChoosers();
-  for (const [k, v] of Object.entries(p.config)) write(byName[k], v);
+  for (const [k, v] of Object.entries(config)) if (byName[k] && onPage(byName[k])) write(byName[k], v);
   changed();
 }
 
