@@ -12,7 +12,8 @@ server and MNIST: one page (``?test=1``) shared by the module's tests, in order.
 - The GPU device destroyed mid-run (the ``debug_lose_device`` test hook): the page says so,
   Resume on a new device (a new worker) repeats the same losses.
 - Reset everything, after its confirm step, leaves no IndexedDB database.
-Screenshots: resume-banner, resume-banner-phone, work-panel, device-lost, device-lost-phone.
+Screenshots: resume-banner, resume-banner-phone, work-panel, work-panel-phone, reset-confirm,
+device-lost, device-lost-phone.
 """
 
 from __future__ import annotations
@@ -138,6 +139,10 @@ def test_metrics_csv_equals_app_state(app, runs):
         assert (int(r["epoch"]), int(r["step"]), float(r["loss"]), float(r["acc"])) == \
             (e["epoch"], e["step"], e["val_loss"], e["val_acc"])
     screenshot(pg, "work-panel")
+    pg.set_viewport_size(PHONE)
+    pg.locator("#panel-work").scroll_into_view_if_needed()
+    screenshot(pg, "work-panel-phone")
+    pg.set_viewport_size(DESKTOP)
 
 
 def test_config_export_import_round_trip(app, tmp_path):
@@ -232,6 +237,8 @@ def test_reset_everything_clears_storage(app):
     pg.click("#reset-no")  # the confirm step: Cancel deletes nothing
     assert pg.evaluate("indexedDB.databases().then((d) => d.length)") == len(names)
     pg.click("#reset-all")
+    pg.locator("#reset-confirm").scroll_into_view_if_needed()
+    screenshot(pg, "reset-confirm")
     pg.click("#reset-yes")
     pg.wait_for_selector("#reset-result", state="visible", timeout=20_000)
     result = pg.inner_text("#reset-result")

@@ -27,7 +27,8 @@ import { clearResults, downloadOnnx, showResults } from "./results.js";
 import { showSelfCheck } from "/selfcheck.js";
 import { attachClassroom } from "/classroom.js";
 import { setupTabs } from "./tabs.js";
-import { markFinished, onCheckpoint, onDeviceLost, onSnapshot, setupStorage } from "./storage.js";
+import { hideResumeOffer, markFinished, onCheckpoint, onDeviceLost, onSnapshot, setupStorage }
+  from "./storage.js";
 
 let worker = null;
 let trainStart = 0;
@@ -224,6 +225,7 @@ async function startTraining() {
  * metrics {steps, epochs}), which refills appState and the charts first. */
 function beginRun(cfg, model, resume = null, history = null) {
   hideError();
+  hideResumeOffer();
   const steps = history?.steps?.slice() ?? [];
   const epochs = history?.epochs?.slice() ?? [];
   Object.assign(appState, { config: cfg, model, steps, epochs, error: null,

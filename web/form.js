@@ -245,7 +245,9 @@ export function applyPreset(name) {
 export function applyConfig(config) {
   for (const k of CHOOSERS) if (k in config) write(byName[k], config[k]);
   followChoosers();
-  for (const [k, v] of Object.entries(config)) if (byName[k] && onPage(byName[k])) write(byName[k], v);
+  for (const [k, v] of Object.entries(config)) {
+    if (byName[k] && onPage(byName[k])) write(byName[k], v);
+  }
   changed();
 }
 

@@ -15,10 +15,11 @@
 
 import { createStore, get, set, del, update } from "/vendor/idb-keyval/index.js";
 import { $, humanBytes, pct } from "./util.js";
-import { appState, hooks, log, showError } from "./state.js";
+import { appState, hooks, log, setStatus, showError } from "./state.js";
 import { applyConfig } from "./form.js";
 import { checkConfig } from "./validation.js";
 import { onModelChange } from "./models.js";
+import { requestRender } from "./progress.js";
 import { downloadOnnx } from "./results.js";
 import { setTrainable } from "./summary.js";
 
@@ -119,6 +120,11 @@ async function resume(rec) {
     { epoch, step, epochs_completed, total_steps, weights, optimizer }, rec.metrics);
 }
 
+/** Hide the resume banner (a new run replaces the stored one at its first epoch). */
+export function hideResumeOffer() {
+  $("resume-banner").hidden = true;
+}
+
 function offerResume(rec) {
   const c = rec.config ?? {};
   $("resume-text").textContent = `Your last run (${rec.model}, ${c.optimizer} lr ${c.lr}, ` +
@@ -145,14 +151,17 @@ export function onDeviceLost(m) {
   appState.workerReady = false;
   hooks.setPhase("lost");
   const ck = appState.checkpoint && !appState.checkpoint.finished ? appState.checkpoint : null;
+  const why = `reason “${m.reason}”` + (m.message ? `: ${m.message.replace(/\.$/, "")}` : "");
   $("device-lost-text").textContent = "The GPU was reset or the laptop slept: the browser " +
-    `took the GPU away from this page (WebGPU device lost, reason “${m.reason}”` +
-    (m.message ? `: ${m.message}` : "") + "). " + (wasTraining ? "Training stopped. " : "") +
+    `took the GPU away from this page (WebGPU device lost, ${why}). ` +
+    (wasTraining ? "Training stopped. " : "") +
     (ck ? `Your work is saved up to the end of epoch ${ck.epoch} (step ${ck.step}).`
       : "No checkpoint was saved yet: training starts again from the beginning.");
   $("device-lost-go").textContent = ck ? "Resume on a new GPU device" : "Use a new GPU device";
   $("device-lost").hidden = false;
   $("device-lost-go").focus();
+  setStatus(`The GPU device was lost (${m.reason}).`);
+  requestRender({ progress: true });
   log(`GPU device lost (${m.reason}${m.message ? `: ${m.message}` : ""}).`, "error");
 }
 
@@ -203,7 +212,9 @@ async function downloadCurrentOnnx() {
 export function metricsCsv() {
   const v = (x) => (x == null ? "" : String(x));
   const lines = ["kind,epoch,step,loss,acc,lr"];
-  for (const s of appState.steps) lines.push(`train,,${s.step},${v(s.loss)},${v(s.acc)},${v(s.lr)}`);
+  for (const s of appState.steps) {
+    lines.push(`train,,${s.step},${v(s.loss)},${v(s.acc)},${v(s.lr)}`);
+  }
   for (const e of appState.epochs) {
     lines.push(`val,${e.epoch},${v(e.step)},${v(e.val_loss)},${v(e.val_acc)},`);
   }
@@ -293,7 +304,8 @@ async function resetEverything() {
     cleared.push(`IndexedDB “${d.name}”` + (d.name === DB && rec
       ? ` (the checkpoint of epoch ${rec.epoch}, ${humanBytes(sizeOf(rec))})` : ""));
   }
-  for (const [label, area] of [["localStorage", localStorage], ["sessionStorage", sessionStorage]]) {
+  const areas = [["localStorage", localStorage], ["sessionStorage", sessionStorage]];
+  for (const [label, area] of areas) {
     cleared.push(`${label}: ${area.length} key(s)`);
     area.clear();
   }
@@ -330,7 +342,9 @@ export async function setupStorage() {
     if (file) await importConfig(await file.text(), file.name);
   });
   $("reset-all").addEventListener("click", () => {
-    if (appState.phase === "training") return note("Stop training first: it saves a checkpoint at every epoch.");
+    if (appState.phase === "training") {
+      return note("Stop training first: it saves a checkpoint at every epoch.");
+    }
     $("reset-confirm").hidden = false;
     $("reset-no").focus();
   });
