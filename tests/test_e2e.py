@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 import pytest
-from e2e_fixtures import BOOT_TIMEOUT_S, REPO, Page  # noqa: F401 (Page: the page helper)
+from e2e_fixtures import REPO, Page
 
 pytestmark = pytest.mark.e2e
 
