@@ -27,7 +27,7 @@ import { clearResults, downloadOnnx, showResults } from "./results.js";
 import { showSelfCheck } from "/selfcheck.js";
 import { attachClassroom } from "/classroom.js";
 import { setupTabs } from "./tabs.js";
-import { hideResumeOffer, markFinished, onCheckpoint, onDeviceLost, onSnapshot, setupStorage }
+import { hideResumeOffer, onCheckpoint, onDeviceLost, onRunDone, onSnapshot, setupStorage }
   from "./storage.js";
 
 let worker = null;
@@ -190,7 +190,7 @@ const handlers = {
     requestRender({ progress: true });
     appState.busy.stopping = false;
     setPhase("done");
-    markFinished(m);  // the stored checkpoint of a completed run offers no resume
+    onRunDone(m);  // the stored checkpoint: finished, or (stopped) offered to resume
   },
   checkpoint: onCheckpoint,  // keep your work (web/storage.js)
   snapshot: onSnapshot,

@@ -75,9 +75,15 @@ export function onCheckpoint(m) {
   });
 }
 
-/** A completed run (`done`, not stopped): its checkpoint stays, but offers no resume. */
-export function markFinished(m) {
-  if (m.stopped || !appState.checkpoint) return;
+/** A run's `done`: a completed run's checkpoint stays but offers no resume; a stopped run's
+ * offers to resume from its last epoch (the banner). */
+export function onRunDone(m) {
+  if (!appState.checkpoint) return;
+  if (m.stopped) {
+    saving.then(stored).then((rec) => rec && !rec.finished && offerResume(rec))
+      .catch((e) => log(`Could not read the stored checkpoint: ${e.message ?? e}`, "error"));
+    return;
+  }
   saving = saving.then(() => update(KEY, (r) => r && { ...r, finished: true }, db()))
     .then(() => { appState.checkpoint.finished = true; })
     .catch((e) => log(`Could not mark the checkpoint finished: ${e.message ?? e}`, "error"));
