@@ -52,7 +52,8 @@ def env(tmp_path):
                       "worker.js": "//worker", "style.css": "body{}", "package.json": "{}",
                       "node_modules/pyodide/pyodide.mjs": "export {}",
                       "node_modules/pyodide/pyodide-lock.json": "{}",
-                      "node_modules/uplot/dist/uPlot.min.css": ".u{}"}.items():
+                      "node_modules/uplot/dist/uPlot.min.css": ".u{}",
+                      "node_modules/idb-keyval/dist/index.js": "export {}"}.items():
         (web / rel).parent.mkdir(parents=True, exist_ok=True)
         (web / rel).write_text(text)
     (web / "node_modules/pyodide/pyodide.asm.wasm").write_bytes(b"\0asm\1\0\0\0")
@@ -107,7 +108,8 @@ def test_page_and_vendor(env):
                        ("/vendor/pyodide/pyodide.mjs", "application/javascript"),
                        ("/vendor/pyodide/pyodide.asm.wasm", "application/wasm"),
                        ("/vendor/pyodide/pyodide-lock.json", "application/json"),
-                       ("/vendor/uplot/uPlot.min.css", "text/css")]:
+                       ("/vendor/uplot/uPlot.min.css", "text/css"),
+                       ("/vendor/idb-keyval/index.js", "application/javascript")]:
         r = c.get(path)
         assert r.status_code == 200, path
         assert r.headers["content-type"].split(";")[0] == mime, path

@@ -1,11 +1,12 @@
 // webgpu-trainer — the page (main thread), the entry module. No framework: plain ES modules.
 //
 // Talks to the module worker (/worker.js) with the protocol in docs/ARCHITECTURE.md:
-//   main -> worker: {type: "start", model, config}, {type: "stop"}, {type: "pause"},
-//                   {type: "resume"}
+//   main -> worker: {type: "start", model, config, resume?}, {type: "stop"}, {type: "pause"},
+//                   {type: "resume"}, snapshot, convolve
 //   worker -> main: selfcheck (the GPU self-check's warning, web/selfcheck.js)
 //   worker -> main: status, adapter, no_webgpu, error, ready, setup, progress, paused, epoch,
-//                   done
+//                   done; checkpoint, snapshot, device_lost (keep your work, web/storage.js);
+//                   convolved (web/kernels.js)
 // The settings form is drawn from the run configuration's schema (form.js). Test hooks:
 // window.appState (phase, adapter, steps, epochs, ...), window.lastRun (the last `done`
 // message) and window.readFormForTests() (the config Start would send).
@@ -15,7 +16,8 @@
 // upload), summary.js (model summary, trainable parameters), charts.js, progress.js (progress
 // card, redraws), results.js (results, download), tabs.js (the view tabs), dashboard.js (speed
 // and machine), help.js (the (i) toggletips), share.js (share link, leave-page warning),
-// kernels.js (the kernels playground).
+// kernels.js (the kernels playground), storage.js (checkpoints in IndexedDB, resume, export /
+// import, reset, GPU device lost).
 
 import { $, frac, num, pct } from "./util.js";
 import { appState, hideError, hooks, log, setStatus, showError } from "./state.js";
@@ -33,9 +35,12 @@ import { showSelfCheck } from "/selfcheck.js";
 import { attachClassroom } from "/classroom.js";
 import { setupTabs } from "./tabs.js";
 import { kernelsReady, onConvolved, setupKernels } from "./kernels.js";
+import { hideResumeOffer, onCheckpoint, onDeviceLost, onRunDone, onSnapshot, setupStorage }
+  from "./storage.js";
 
 let worker = null;
 let trainStart = 0;
+const readyWaiters = [];  // restartWorker's promises, resolved by the next `ready`
 
 /** The config Start sends: the form's fields and the ticked parameters (`trainable`). */
 function currentConfig() {
@@ -48,7 +53,7 @@ hooks.formChanged = () => scheduleCheck(0);
 // ------------------------------------------------------------------------------------ phase
 const PHASE_LABEL = {
   booting: "starting up", ready: "ready", training: "training", paused: "paused", done: "done",
-  error: "error",
+  error: "error", lost: "GPU lost",
 };
 const running = () => appState.phase === "training" || appState.phase === "paused";
 
@@ -84,11 +89,15 @@ function syncControls() {
     appState.busy.downloading;
 }
 hooks.sync = syncControls;
+hooks.setPhase = setPhase;
+hooks.post = (msg) => worker?.postMessage(msg);
 
 // ---------------------------------------------------------------------------------- worker
 function startWorker() {
   try {
-    worker = new Worker("/worker.js", { type: "module" });
+    // ?test=1: the worker accepts the test hooks (debug_lose_device)
+    const test = new URLSearchParams(location.search).get("test") === "1";
+    worker = new Worker(test ? "/worker.js?test=1" : "/worker.js", { type: "module" });
     attachClassroom(worker);  // classroom mode (?class=ID): web/classroom.js
   } catch (e) {
     showError(`Could not start the worker: ${e.message ?? e}`);
@@ -105,6 +114,19 @@ function startWorker() {
   };
   worker.onmessageerror = () => showError("Could not read a message from the worker.");
 }
+
+/** A new worker (and so a new GPU device) in place of the current one; resolves on its
+ * `ready`. */
+function restartWorker() {
+  worker?.terminate();
+  appState.workerReady = false;
+  appState.busy.stopping = false;
+  setPhase("booting");
+  const ready = new Promise((resolve) => readyWaiters.push(resolve));
+  startWorker();
+  return ready;
+}
+hooks.restartWorker = restartWorker;
 
 function showAdapter(info) {
   appState.adapter = info;
@@ -148,6 +170,7 @@ const handlers = {
   ready() {
     appState.workerReady = true;
     if (!appState.adapter) $("adapter-dot").dataset.state = "ok";
+    for (const resolve of readyWaiters.splice(0)) resolve();
     setStatus("Ready. Choose settings and press Start.");
     log("Engine ready.");
     if (appState.phase === "booting") setPhase("ready");
@@ -177,8 +200,8 @@ const handlers = {
     requestRender({ progress: true });
   },
   epoch(m) {
-    const e = { epoch: m.epoch, train_loss: m.train_loss, train_acc: frac(m.train_acc),
-      val_loss: m.val_loss, val_acc: frac(m.val_acc) };
+    const e = { epoch: m.epoch, step: m.step, val_loss: m.val_loss, val_acc: frac(m.val_acc),
+      train_loss: m.train_loss, train_acc: frac(m.train_acc) };
     appState.epochs.push(e);
     addEpoch(e);
     log(`Epoch ${e.epoch}: val loss ${num(e.val_loss)}, val accuracy ${pct(e.val_acc)}`);
@@ -194,7 +217,11 @@ const handlers = {
     requestRender({ progress: true });
     appState.busy.stopping = false;
     setPhase("done");
+    onRunDone(m);  // the stored checkpoint: finished, or (stopped) offered to resume
   },
+  checkpoint: onCheckpoint,  // keep your work (web/storage.js)
+  snapshot: onSnapshot,
+  device_lost: onDeviceLost,
 };
 
 function onWorkerMessage(m) {
@@ -217,13 +244,25 @@ async function startTraining() {
     return;
   }
   if (running()) return;
+  beginRun(cfg, model);
+}
+
+/** Send `start` for ``cfg`` (checked) and ``model``; ``resume``: the stored checkpoint's
+ * {epoch, step, epochs_completed, weights, optimizer, total_steps} with ``history`` (its
+ * metrics {steps, epochs}), which refills appState and the charts first. */
+function beginRun(cfg, model, resume = null, history = null) {
   hideError();
-  Object.assign(appState, { config: cfg, model, steps: [], epochs: [], error: null,
-    memoryBytes: null,
-    progress: { step: 0, total_steps: 0, epoch: 0, epochs: cfg.epochs } });
+  hideResumeOffer();
+  const steps = history?.steps?.slice() ?? [];
+  const epochs = history?.epochs?.slice() ?? [];
+  Object.assign(appState, { config: cfg, model, steps, epochs, error: null, memoryBytes: null,
+    progress: { step: resume?.step ?? 0, total_steps: resume?.total_steps ?? 0,
+      epoch: resume?.epoch ?? 0, epochs: cfg.epochs } });
   window.lastRun = null;
   clearResults();
   resetCharts();
+  addSteps(steps.map((s) => [s.step, s.loss, s.acc]), steps.map((s) => s.lr));
+  for (const e of epochs) addEpoch(e);
   requestRender({ charts: true, progress: true });
   appState.busy.stopping = appState.busy.pausing = false;
   trainStart = performance.now();
@@ -237,9 +276,11 @@ async function startTraining() {
     log("Note: “Train from scratch” re-initialises the frozen parameters too; choose " +
       "“Fine-tune” to keep the model’s weights in the frozen layers.", "error");
   }
+  if (resume) log(`Resuming from the checkpoint of epoch ${resume.epoch} (step ${resume.step}).`);
   // config.model too: classroom mode (web/classroom.js) reads and pins it there
-  worker.postMessage({ type: "start", model, config: { ...cfg, model } });
+  worker.postMessage({ type: "start", model, config: { ...cfg, model }, resume });
 }
+hooks.beginRun = beginRun;
 
 /** Pause or Resume (the worker answers `paused`, which sets the phase). */
 function togglePause() {
@@ -268,7 +309,7 @@ async function boot() {
   $("pause").addEventListener("click", togglePause);
   setupShare();
   enhanceHelp();
-  $("download").addEventListener("click", downloadOnnx);
+  $("download").addEventListener("click", () => downloadOnnx());
   $("error-close").addEventListener("click", hideError);
   $("model").addEventListener("change", onModelChange);
   setupDropzone();
@@ -296,6 +337,7 @@ async function boot() {
   startWorker();
   await loadModels(linkModel);
   checkLinkModel(linkModel);
+  setupStorage();  // the stored checkpoint: the resume banner (web/storage.js)
 }
 
 boot();

@@ -244,12 +244,14 @@ export function applyPreset(name) {
   applyConfig(schema.presets.find((x) => x.name === name).config);
 }
 
-/** Put ``config`` (field name -> value, of the schema's types) into the form: the choosers
- * first (their fields follow their defaults), then the rest; checked like any edit. */
+/** Put ``config`` (run configuration fields, e.g. an imported or stored one) into the form:
+ * the choosers first, then every field of the page it names; other keys are left out. */
 export function applyConfig(config) {
   for (const k of CHOOSERS) if (k in config) write(byName[k], config[k]);
   followChoosers();
-  for (const [k, v] of Object.entries(config)) write(byName[k], v);
+  for (const [k, v] of Object.entries(config)) {
+    if (byName[k] && onPage(byName[k])) write(byName[k], v);
+  }
   changed();
 }
 

@@ -24,8 +24,10 @@ export function showResults(m, secs) {
   $("results").dataset.state = m.stopped ? "stopped" : "done";
 }
 
-export async function downloadOnnx() {
-  const run = window.lastRun;
+/** Export ``run``'s weights (bundle layout) as .onnx through the server and download it:
+ * ``run`` is a `done` message (default: the last one) or a `snapshot` of a run in progress
+ * ({weights, model, steps, epochs_done}); ``btn`` shows "Exporting…" meanwhile. */
+export async function downloadOnnx(run = window.lastRun, btn = $("download")) {
   if (!run?.weights) return;
   const cfg = appState.config ?? {};
   const model = run.model || appState.model;
@@ -43,7 +45,6 @@ export async function downloadOnnx() {
   };
   appState.busy.downloading = true;
   hooks.sync();
-  const btn = $("download");
   const label = btn.textContent;
   btn.textContent = "Exporting…";
   try {

@@ -3,7 +3,8 @@
 import { $ } from "./util.js";
 
 export const appState = {
-  phase: "booting",          // "booting" | "ready" | "training" | "paused" | "done" | "error"
+  phase: "booting",          // "booting" | "ready" | "training" | "paused" | "done" | "error" |
+                             // "lost"
   adapter: null,             // the `adapter` message's info
   steps: [],                 // [{step, loss, acc}] from `progress` messages, acc as a fraction
   epochs: [],                // [{epoch, val_loss, val_acc}] from `epoch` messages
@@ -18,6 +19,10 @@ export const appState = {
   summary: null,             // GET /api/models/{name}/summary of the chosen model
   trainable: new Set(),      // the parameters ticked to train
   busy: { stopping: false, pausing: false, downloading: false },
+  checkpoint: null,          // the stored checkpoint {epoch, step, savedAt, bytes, model,
+                             // finished} (web/storage.js)
+  checkpointError: null,     // the last failed checkpoint write, in words
+  deviceLost: null,          // the `device_lost` message's {reason, message} until recovered
 };
 window.appState = appState;
 window.lastRun = null;

@@ -1,6 +1,6 @@
 """The Web Worker's Python side: messages in (start, stop, pause, resume, profile, parity,
-selfcheck), messages
-out (see docs/ARCHITECTURE.md, "Worker protocol"). Runs only in Pyodide."""
+selfcheck, convolve, and browser_storage.py's snapshot, debug_lose_device), messages out (see
+docs/ARCHITECTURE.md, "Worker protocol"). Runs only in Pyodide."""
 
 import asyncio
 import json
@@ -9,14 +9,14 @@ import traceback
 import js
 from pyodide.ffi import to_js
 
-from . import browser_kernels
-from . import config as run_config
+from . import browser_kernels, browser_storage, config as run_config
 from .backends import get_device
 from .backends.webgpu_js import NoWebGPU
 from .gpu_engine import GpuEngine
 from .train import Split, Trainer, TrainingDiverged
 
-STATE = {"device": None, "trainer": None, "stop": False, "pause": False, "selfcheck": None}
+STATE = {"device": None, "trainer": None, "stop": False, "pause": False, "selfcheck": None,
+         "model": None}
 
 
 def post(kind: str, **fields):
@@ -41,6 +41,7 @@ async def boot():
         post("no_webgpu", message=f"WebGPU device creation failed: {exc}")
         return
     STATE["device"] = dev
+    browser_storage.watch_device(dev)
     post("adapter", info=dev.info)
     post("ready")
 
@@ -76,12 +77,14 @@ HANDLERS = {
     "stop": _stop,
     "pause": lambda d: _pause(True),
     "resume": lambda d: _pause(False),
-    "start": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"))),
+    "start": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"),
+                                                  resume=d.get("resume"))),
     "profile": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"),
                                                     profile=True)),
     "parity": lambda d: asyncio.ensure_future(_parity(d.get("cases") or "[]")),
     "selfcheck": lambda d: asyncio.ensure_future(_selfcheck()),
     "convolve": lambda d: asyncio.ensure_future(browser_kernels.convolve(d, STATE, post)),
+    **browser_storage.HANDLERS,  # snapshot, debug_lose_device (keep your work)
 }
 
 
@@ -153,13 +156,17 @@ async def _split(manifest: dict, name: str, keep: int = 0) -> Split:
     return Split(images, labels, count, js.Uint8Array.new(labels).to_bytes(), pixels)
 
 
-async def _run(cfg: dict, model=None, profile: bool = False):
+async def _run(cfg: dict, model=None, profile: bool = False, resume: dict | None = None):
+    """Train (or ``profile``) ``model`` with ``cfg``; ``resume``: continue from the page's
+    stored checkpoint (``browser_storage.restore``). Posts progress, epoch, checkpoint, done or
+    error (none after ``device_lost``)."""
     dev = STATE["device"]
     if dev is None:
         post("no_webgpu", message="no WebGPU device")
         return
     cfg = dict(cfg)
     model = cfg.pop("model", None) or model or "seednet"  # config.model: classroom's pin
+    STATE["model"] = model
     STATE["stop"] = STATE["pause"] = False
     if STATE["selfcheck"] is None:
         await _selfcheck()
@@ -186,6 +193,10 @@ async def _run(cfg: dict, model=None, profile: bool = False):
         if profile:
             post("profile", rows=await trainer.profile())
             return
+        if resume:
+            browser_storage.restore(trainer, resume)
+            post("status", text=f"Resuming from epoch {trainer.epoch}, step {trainer.step}…")
+        trainer.on_epoch = browser_storage.checkpoint_hook(trainer, model, cfg.to_json())
         post("status", text="Training…")
         result = await trainer.run()
         trained = await trainer.trained_weights()
@@ -199,6 +210,7 @@ async def _run(cfg: dict, model=None, profile: bool = False):
         post("error", message=str(exc))
     except Exception as exc:
         traceback.print_exc()
-        post("error", message=f"{type(exc).__name__}: {exc}")
+        if not await browser_storage.lost_during(dev, exc):  # else device_lost said it
+            post("error", message=f"{type(exc).__name__}: {exc}")
     finally:
         STATE["trainer"] = None

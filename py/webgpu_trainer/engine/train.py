@@ -126,9 +126,9 @@ class Trainer:
     ``emit(kind, **fields)`` receives "status", "setup" (once, after ``setup``: ``memory_bytes``
     of the engine's GPU buffers, None on the CPU engine), "progress" (``losses``: [step, loss,
     accuracy] rows, ``lrs``: the learning rate of each of those steps), "paused" (``paused``,
-    ``step``) and "epoch" events ("epoch" carries the epoch's mean train_loss / train_acc too).
-    ``pause()`` / ``resume()``: the loop waits between two steps while paused (Stop ends the
-    wait); paused time does not count in images/s and the ETA.
+    ``step``) and "epoch" events ("epoch" carries the epoch's mean train_loss / train_acc and its
+    last step too). ``pause()`` / ``resume()``: the loop waits between two steps while paused
+    (Stop ends the wait); paused time does not count in images/s and the ETA.
     To continue a run, set ``epoch`` (epochs done)
     and ``step`` (steps done) and restore the weights (``engine.write_weights``) and optimizer
     state after ``setup()``; ``on_epoch`` (async, optional) is awaited after each epoch's

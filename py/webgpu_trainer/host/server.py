@@ -271,6 +271,8 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         Route("/vendor/pyodide@{tag}/{file:path}", pyodide_pinned, methods=["GET", "HEAD"]),
         Route("/vendor/uplot/{file:path}", vendor("web/node_modules/uplot/dist"),
               methods=["GET", "HEAD"]),
+        Route("/vendor/idb-keyval/{file:path}", vendor("web/node_modules/idb-keyval/dist"),
+              methods=["GET", "HEAD"]),
         Route("/wheels/{file:path}", wheels, methods=["GET", "HEAD"]),
         *extra_routes,
         Route("/{file:path}", page, methods=["GET", "HEAD"]),  # app.js, worker.js, style.css
