@@ -215,7 +215,8 @@ async function start() {
     return;
   }
   buildPresets();
-  selectKernel(state.kernelId);
+  const known = state.presets.some((p) => p.id === state.kernelId);
+  selectKernel(known ? state.kernelId : state.presets[0]?.id ?? CUSTOM);
   await loadImage(async () => pattern());
 }
 
