@@ -111,10 +111,11 @@ function check() {
     }
     weights.push(v);
   }
-  const list = $("kernel-errors");
-  list.replaceChildren(...errors.map((t) => Object.assign(document.createElement("li"),
+  const list = document.createElement("ul");
+  list.append(...errors.map((t) => Object.assign(document.createElement("li"),
     { textContent: t })));
-  list.hidden = !errors.length;
+  $("kernel-errors").replaceChildren(...(errors.length ? [list] : []));
+  $("kernel-errors").hidden = !errors.length;
   $("kernel-apply").disabled = errors.length > 0;
   state.kernel = errors.length ? null : weights;
   return state.kernel;
