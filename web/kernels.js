@@ -192,7 +192,8 @@ export function onConvolved(m) {
     const fmt = (v) => (+v.toPrecision(4)).toString().replace("-", "−");
     $("kernel-range").textContent = `black = min ${fmt(m.min)}, white = max ${fmt(m.max)}`;
     setStatus(`${req.label}: ${req.width}×${req.height} pixels in ${m.ms.toFixed(1)} ms ` +
-      "(the engine’s Conv kernel on the GPU).");
+      (appState.phase === "training" ? "(after the training steps queued on the GPU)."
+        : "(the engine’s Conv kernel on the GPU)."));
   }
   if (again) apply();
 }
