@@ -261,3 +261,35 @@ def run_training(app: Page, total_steps: int, timeout_s: float, label: str) -> R
             pytest.fail(f"training not done within {timeout_s:.0f} s: at step {step}"
                         + (f", {sps:.2f} s/step" if sps else "") + f"\n{app.diagnostics()}")
         time.sleep(Run.POLL_S)
+
+
+def native_losses(mnist_cache: Path, config: dict) -> dict:
+    """``{step: loss}`` of the native trainer (wgpu-py on the first adapter; SeedNet, the real
+    MNIST cache, 64 evaluation images) with the run ``config`` (the page's fields): what the
+    browser's run of the same config reproduces step by step (same seed, same data order, same
+    kernels). Runs in a thread of its own: Playwright's event loop owns the test's thread."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from webgpu_trainer import onnx_io
+    from webgpu_trainer.cli import commands as native
+    from webgpu_trainer.engine.backends.wgpu_native import Device
+    from webgpu_trainer.engine.train import Trainer
+
+    train, test, _ = native.load_splits(mnist_cache, eval_images=64)
+    graph, weights = onnx_io.load_bundle(REPO / "models" / "seednet.onnx")
+    losses = {}
+
+    def emit(kind, **kw):
+        if kind == "progress":
+            losses.update({int(s): float(v) for s, v, *_ in kw["losses"]})
+
+    async def go():
+        tr = Trainer(Device(), graph, weights, {**config, "eval_images": 64}, train, test,
+                     emit=emit)
+        await tr.setup()
+        await tr.run()
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, go()).result()
+    return losses

@@ -26,7 +26,7 @@ import time
 import numpy as np
 import pytest
 from e2e_fixtures import REPORT  # noqa: F401  (conftest prints it)
-from e2e_fixtures import EVAL_IMAGES, REPO, Page, note, run_training
+from e2e_fixtures import EVAL_IMAGES, REPO, Page, native_losses, note, run_training
 
 pytestmark = pytest.mark.e2e
 
@@ -131,33 +131,10 @@ def test_browser_and_native_loss_curves_match(trained, mnist_cache):
     by 5e-3 relative by step 47 (Adam lr 1e-3). The hosts agree because the kernels give the
     same bits on both: exp/log on the training path are shaders/detmath.wgsl, not the drivers'
     approximations (with those, the curves differed by 8.8e-4 at step 33)."""
-    import asyncio
-    from concurrent.futures import ThreadPoolExecutor
-
-    from webgpu_trainer import onnx_io
-    from webgpu_trainer.cli import commands as native
-    from webgpu_trainer.engine.backends.wgpu_native import Device
-    from webgpu_trainer.engine.train import Trainer
-
-    train, test, _ = native.load_splits(mnist_cache, eval_images=64)
-    graph, weights = onnx_io.load_bundle(REPO / "models" / "seednet.onnx")
-    losses = {}
-
-    def emit(kind, **kw):
-        if kind == "progress":
-            losses.update({int(s): float(v) for s, v, *_ in kw["losses"]})
-
-    async def go():
-        tr = Trainer(Device(), graph, weights,
-                     {"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "epochs": 1, "seed": 0,
-                      "init": "scratch", "max_steps": CURVE_STEPS, "eval_images": 64},
-                     train, test, emit=emit)
-        await tr.setup()
-        await tr.run()
-
     t0 = time.monotonic()
-    with ThreadPoolExecutor(1) as pool:  # Playwright's event loop owns this thread
-        pool.submit(asyncio.run, go()).result()
+    losses = native_losses(mnist_cache, {"optimizer": "adam", "lr": 1e-3, "batch_size": 64,
+                                         "epochs": 1, "seed": 0, "init": "scratch",
+                                         "max_steps": CURVE_STEPS})
     browser = {s["step"]: s["loss"] for s in trained["steps"][:CURVE_STEPS]}
     steps = list(range(1, CURVE_STEPS + 1))
     assert sorted(losses) == steps and sorted(browser) == steps, "missing steps"

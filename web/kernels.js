@@ -111,10 +111,11 @@ function check() {
     }
     weights.push(v);
   }
-  const list = $("kernel-errors");
-  list.replaceChildren(...errors.map((t) => Object.assign(document.createElement("li"),
+  const list = document.createElement("ul");
+  list.append(...errors.map((t) => Object.assign(document.createElement("li"),
     { textContent: t })));
-  list.hidden = !errors.length;
+  $("kernel-errors").replaceChildren(...(errors.length ? [list] : []));
+  $("kernel-errors").hidden = !errors.length;
   $("kernel-apply").disabled = errors.length > 0;
   state.kernel = errors.length ? null : weights;
   return state.kernel;
@@ -191,7 +192,8 @@ export function onConvolved(m) {
     const fmt = (v) => (+v.toPrecision(4)).toString().replace("-", "−");
     $("kernel-range").textContent = `black = min ${fmt(m.min)}, white = max ${fmt(m.max)}`;
     setStatus(`${req.label}: ${req.width}×${req.height} pixels in ${m.ms.toFixed(1)} ms ` +
-      "(the engine’s Conv kernel on the GPU).");
+      (appState.phase === "training" ? "(after the training steps queued on the GPU)."
+        : "(the engine’s Conv kernel on the GPU)."));
   }
   if (again) apply();
 }
@@ -215,7 +217,8 @@ async function start() {
     return;
   }
   buildPresets();
-  selectKernel(state.kernelId);
+  const known = state.presets.some((p) => p.id === state.kernelId);
+  selectKernel(known ? state.kernelId : state.presets[0]?.id ?? CUSTOM);
   await loadImage(async () => pattern());
 }
 
