@@ -1,4 +1,4 @@
-"""The Web Worker's Python side: messages in (start, stop, profile, parity, selfcheck), messages
+"""The Web Worker's Python side: messages in (start, stop, profile, bench, parity, selfcheck), messages
 out (see docs/ARCHITECTURE.md, "Worker protocol"). Runs only in Pyodide."""
 
 import asyncio
@@ -65,7 +65,9 @@ HANDLERS = {
     "stop": _stop,
     "start": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"))),
     "profile": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"),
-                                                    profile=True)),
+                                                    then=_profile)),
+    "bench": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"),
+                                                  then=_bench(d))),
     "parity": lambda d: asyncio.ensure_future(_parity(d.get("cases") or "[]")),
     "selfcheck": lambda d: asyncio.ensure_future(_selfcheck()),
 }
@@ -139,7 +141,21 @@ async def _split(manifest: dict, name: str, keep: int = 0) -> Split:
     return Split(images, labels, count, js.Uint8Array.new(labels).to_bytes(), pixels)
 
 
-async def _run(cfg: dict, model=None, profile: bool = False):
+async def _profile(trainer):
+    post("profile", rows=await trainer.profile())
+
+
+def _bench(data: dict):
+    """``bench {steps, warmup, profile}``: time training steps (engine/browser_bench.py)."""
+    async def then(trainer):
+        from . import browser_bench
+        post("bench", **await browser_bench.bench(trainer, STATE["device"], data))
+    return then
+
+
+async def _run(cfg: dict, model=None, then=None):
+    """Load the model and data, set up a Trainer and train, or, with ``then``, only
+    ``await then(trainer)`` (profile, bench)."""
     dev = STATE["device"]
     if dev is None:
         post("no_webgpu", message="no WebGPU device")
@@ -167,8 +183,8 @@ async def _run(cfg: dict, model=None, profile: bool = False):
         STATE["trainer"] = trainer
         trainer.stop_requested = STATE["stop"]
         await trainer.setup()
-        if profile:
-            post("profile", rows=await trainer.profile())
+        if then is not None:
+            await then(trainer)
             return
         post("status", text="Training…")
         result = await trainer.run()
