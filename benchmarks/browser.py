@@ -118,8 +118,9 @@ BENCH_JS = """async ([msg, timeoutMs]) => {
 
 
 def engine(browser, url: str, batch: int, steps: int, warmup: int, profile: bool,
-           timeout_s: float = 900) -> dict:
-    """Our engine's SeedNet steps at ``batch`` in a worker of the page at ``url``."""
+           gemm: int = 0, timeout_s: float = 900) -> dict:
+    """Our engine's SeedNet steps at ``batch`` in a worker of the page at ``url`` (and its
+    ``gemm`` x ``gemm`` GEMM when nonzero): the worker's ``bench`` answer."""
     ctx = browser.new_context()
     page = ctx.new_page()
     try:
@@ -127,7 +128,7 @@ def engine(browser, url: str, batch: int, steps: int, warmup: int, profile: bool
         cfg = {"optimizer": "adam", "lr": 0.001, "batch_size": batch, "epochs": 1, "seed": 0,
                "init": "scratch", "eval_images": batch, "train_images": 0}
         msg = {"type": "bench", "model": "seednet", "config": cfg, "steps": steps,
-               "warmup": warmup, "profile": profile, "host": 5}
+               "warmup": warmup, "profile": profile, "host": 5, "gemm": gemm}
         return page.evaluate(BENCH_JS, [msg, int(timeout_s * 1000)])
     finally:
         ctx.close()
