@@ -199,25 +199,23 @@ def _npm_versions() -> dict:
 
 
 def _cpu(args) -> dict:
+    """The numpy engine and PyTorch CPU, each at its fastest of 1 and 2 threads."""
     import cpu
     out = {"numpy": [], "torch": []}
     for batch in args.batch:
-        r = cpu.numpy_seednet(batch, args.cpu_steps if batch < 512 else 2)
+        r = cpu.best_of_threads(batch, args.cpu_steps if batch < 512 else 2)
         out["numpy"].append(r)
-        print(f"  numpy engine batch {batch}: {r['ms']:.1f} ms/step", flush=True)
+        print(f"  numpy engine batch {batch}: {r['ms']:.1f} ms/step ({r['threads']} BLAS "
+              f"threads; {r['by_threads']})", flush=True)
     try:
-        import torch
-        import torch_ref
-        torch.set_num_threads(os.cpu_count() or 1)
         for batch in args.batch:
-            r = torch_ref.seednet(batch, args.cpu_steps if batch < 512 else 3, warmup=2,
-                                  graphs=False)
+            r = cpu.torch_best_of_threads(batch, args.cpu_steps if batch < 512 else 3)
             out["torch"].append(r)
-            print(f"  torch cpu batch {batch}: {r['ms']:.1f} ms/step", flush=True)
-        out["torch_version"] = torch.__version__
+            print(f"  torch cpu batch {batch}: {r['ms']:.1f} ms/step ({r['threads']} threads; "
+                  f"{r['by_threads']})", flush=True)
     except ImportError as exc:
         out["torch_error"] = f"not installed ({exc})"
-        print(f"  torch: not installed", flush=True)
+        print("  torch: not installed", flush=True)
     return out
 
 
@@ -244,9 +242,9 @@ def summary(res: dict) -> str:
         for r in nat["seednet"]:
             put("engine, native (wgpu-py)", r["batch"], r["wall_ms"])
     for r in cp.get("numpy", []):
-        put("engine, numpy (CPU)", r["batch"], r["ms"])
+        put("engine, numpy (CPU, best of 1/2 threads)", r["batch"], r["ms"])
     for r in cp.get("torch", []):
-        put("PyTorch CPU (eager)", r["batch"], r["ms"])
+        put("PyTorch CPU (eager, best of 1/2 threads)", r["batch"], r["ms"])
     for r in (res.get("torch") or {}).get("seednet", []):
         put(f"PyTorch {r['device'].upper()}", r["batch"], r["ms"])
     lines = ["| SeedNet training step, ms | " + " | ".join(f"batch {b}" for b in batches) +
@@ -256,9 +254,10 @@ def summary(res: dict) -> str:
                                                   for b in batches) + " |")
     pairs = [("engine, browser (Chromium WebGPU)", "jax-js, browser (webgpu, jit)"),
              ("engine, browser (Chromium WebGPU)", "TensorFlow.js, browser (webgpu)"),
-             ("engine, numpy (CPU)", "PyTorch CPU (eager)")]
+             ("engine, numpy (CPU, best of 1/2 threads)",
+              "PyTorch CPU (eager, best of 1/2 threads)")]
     pairs += [("engine, native (wgpu-py)", n) for n in rows if n.startswith("PyTorch C")
-              and n != "PyTorch CPU (eager)"]
+              and not n.startswith("PyTorch CPU")]
     lines += ["", "| ratio (time of the second / time of the first; > 1: first is faster) | " +
               " | ".join(f"batch {b}" for b in batches) + " |", "|---|" + "---:|" * len(batches)]
     for a, b in pairs:
