@@ -128,7 +128,7 @@ def engine(browser, url: str, batch: int, steps: int, warmup: int, profile: bool
         cfg = {"optimizer": "adam", "lr": 0.001, "batch_size": batch, "epochs": 1, "seed": 0,
                "init": "scratch", "eval_images": batch, "train_images": 0}
         msg = {"type": "bench", "model": "seednet", "config": cfg, "steps": steps,
-               "warmup": warmup, "profile": profile, "host": 5, "gemm": gemm}
+               "warmup": warmup, "profile": profile, "host": 5 if batch < 512 else 2, "gemm": gemm}
         return page.evaluate(BENCH_JS, [msg, int(timeout_s * 1000)])
     finally:
         ctx.close()
