@@ -37,7 +37,7 @@ EVAL_IMAGES = 1000
 # Start -> phase "done", hard wait limit (E2E_TRAIN_TIMEOUT_S overrides it, e.g. to see the
 # accuracy and ONNX checks of a slow run). Speed is measured by benchmarks/, not asserted here.
 TRAIN_TIMEOUT_S = float(os.environ.get("E2E_TRAIN_TIMEOUT_S", 8 * 60))
-MAX_S_PER_STEP = 1.0          # the kernels' goal, reported (benchmarked by scripts/bench.py)
+MAX_S_PER_STEP = 1.0          # the kernels' goal, reported (benchmarked by benchmarks/run.py)
 MIN_ACCURACY = 0.93
 MIN_AGREEMENT = 0.999
 MAX_LOGIT_DIFF = 1e-3
