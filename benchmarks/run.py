@@ -127,8 +127,8 @@ def table(res: dict) -> str:
     for g in nat["gemm"]:
         tg = tor["gemm"] if tor else None
         lines.append(f"| GEMM f32 {g['n']}^3 TFLOP/s ({g['variant']}) |"
-                     f" {g['tflops']:.2f} | " + (f"{tg['tflops']:.2f} ({tg['library']})" if tg
-                                                else "-") + " |")
+                     f" {g['tflops']:.4g} | " + (f"{tg['tflops']:.4g} ({tg['library']})" if tg
+                                                 else "-") + " |")
     return "\n".join(lines)
 
 
