@@ -21,9 +21,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,p
 lscpu | grep -E "Model name|^CPU\(s\)" | tee -a "$OUT/nvidia-smi.txt"
 if [ "${BASE:-0}" = 1 ]; then
   echo "=== base (lead checkout's engine)"
-  python3 .perf/benchmarks/run.py --engine py --label base --no-torch --profile 30 \
+  python3 .perf/benchmarks/run.py --only native --engine py --label base --no-torch --profile 30 \
     ${BASE_ARGS:-} --json "$OUT/base.json" 2>&1 | tee "$OUT/base.log"
 fi
 echo "=== perf (.perf engine)"
-python3 .perf/benchmarks/run.py --label perf --profile 30 ${ARGS:-} --json "$OUT/perf.json" \
+python3 .perf/benchmarks/run.py --only native --label perf --profile 30 ${ARGS:-} --json "$OUT/perf.json" \
   2>&1 | tee "$OUT/perf.log"

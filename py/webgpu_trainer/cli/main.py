@@ -97,11 +97,13 @@ def serve(args) -> int:
 # ---------------------------------------------------------------- bench
 
 def _bench_script():
-    """``scripts/bench.py`` of the source tree as a module (None outside a checkout)."""
+    """``benchmarks/run.py`` of the source tree as a module (None outside a checkout)."""
     import importlib.util
-    path = repo_root() / "scripts" / "bench.py"
+    path = repo_root() / "benchmarks" / "run.py"
     if not path.is_file():
         return None
+    if str(path.parent) not in sys.path:  # its siblings (browser, cpu, native, ...)
+        sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location("webgpu_trainer_bench", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -109,8 +111,9 @@ def _bench_script():
 
 
 def add_bench(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("bench", help="SeedNet training speed (ms/step, images/s), natively "
-                                     "and in headless Chromium (scripts/bench.py)")
+    p = sub.add_parser("bench", help="SeedNet and GEMM speed: the engine in headless Chromium "
+                                     "beside jax-js and TensorFlow.js, natively, and on numpy "
+                                     "beside PyTorch CPU (benchmarks/run.py)")
     mod = _bench_script()
     return mod.add_arguments(p) if mod else p
 
@@ -118,7 +121,8 @@ def add_bench(sub) -> argparse.ArgumentParser:
 def bench(args) -> int:
     mod = _bench_script()
     if mod is None:
-        print("error: scripts/bench.py not found (run from a source checkout)", file=sys.stderr)
+        print("error: benchmarks/run.py not found (run from a source checkout)",
+              file=sys.stderr)
         return 1
     return mod.run(args)
 

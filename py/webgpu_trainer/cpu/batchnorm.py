@@ -17,10 +17,12 @@ def batchnorm_train(x, gamma, beta, running_mean, running_var, eps=1e-5, momentu
     axes, shape = _view(x)
     m = x.size // x.shape[1]
     mean = x.mean(axis=axes)
-    var = ((x - mean.reshape(shape)) ** 2).mean(axis=axes)
+    xhat = x - mean.reshape(shape)  # centred here, normalised in place below
+    var = np.square(xhat).mean(axis=axes)
     invstd = 1.0 / np.sqrt(var + eps)
-    xhat = (x - mean.reshape(shape)) * invstd.reshape(shape)
-    y = xhat * gamma.reshape(shape) + beta.reshape(shape)
+    xhat *= invstd.reshape(shape)
+    y = xhat * gamma.reshape(shape)
+    y += beta.reshape(shape)
     unbiased = var * m / max(m - 1, 1)
     new_mean = running_mean * momentum + mean * (1 - momentum)
     new_var = running_var * momentum + unbiased * (1 - momentum)
@@ -34,8 +36,10 @@ def batchnorm_backward(dy, cache):
     m = dy.size // dy.shape[1]
     dbeta = dy.sum(axis=axes)
     dgamma = (dy * xhat).sum(axis=axes)
-    dx = (gamma * invstd).reshape(shape) * (
-        dy - dbeta.reshape(shape) / m - xhat * dgamma.reshape(shape) / m)
+    dx = xhat * (dgamma / -m).reshape(shape)
+    dx += dy
+    dx -= (dbeta / m).reshape(shape)
+    dx *= (gamma * invstd).reshape(shape)
     return dx, dgamma, dbeta
 
 

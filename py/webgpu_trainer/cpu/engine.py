@@ -19,13 +19,15 @@ class Context:
     step): draw dropout masks from Philox as the GPU does, cpu/philox.py) with ``salt`` (the
     running node's index + 1, set by the engine), else ``rng`` (numpy Generator for masks), and
     ``updates`` ({running-statistic name: new value}, filled by training-mode
-    BatchNormalization)."""
+    BatchNormalization), ``input`` (the graph input's name, set by the engine: no gradient
+    flows into it)."""
 
     def __init__(self, train, dtype, keep=None, rng=None, key=None):
         self.train, self.dtype, self.keep = train, dtype, keep or {}
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.key, self.salt = key, 0
         self.updates: dict = {}
+        self.input = None
 
 
 def params_from_blob(graph: dict, blob: bytes, dtype=np.float64) -> dict:
@@ -75,6 +77,7 @@ class Engine:
         ``rng``."""
         ctx = Context(train, self.dtype, keep, rng, key)
         ctx.opset = self.graph.get("opset", 17)
+        ctx.input = self.input  # backward kernels may skip the graph input's gradient
         vals = {**self.params, **self.constants, self.input: np.asarray(x, self.dtype)}
         caches = {}
         for k, node in enumerate(self.graph["nodes"]):

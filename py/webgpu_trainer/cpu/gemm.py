@@ -5,8 +5,10 @@ TYPES = ("Gemm",)
 
 
 def gemm(a, b, c=None, alpha=1.0, beta=1.0, trans_a=0, trans_b=0):
-    y = alpha * ((a.T if trans_a else a) @ (b.T if trans_b else b))
-    return y if c is None else y + beta * c
+    y = (a.T if trans_a else a) @ (b.T if trans_b else b)
+    if alpha != 1.0:
+        y *= alpha
+    return y if c is None else (y + c if beta == 1.0 else y + beta * c)
 
 
 def unbroadcast(d, shape):
@@ -23,9 +25,11 @@ def gemm_backward(a, b, dy, c=None, alpha=1.0, beta=1.0, trans_a=0, trans_b=0):
     """(dA, dB, dC); dC is reduced over the broadcast dimensions of C."""
     oa = a.T if trans_a else a
     ob = b.T if trans_b else b
-    d_oa = alpha * dy @ ob.T
-    d_ob = alpha * oa.T @ dy
-    dc = None if c is None else unbroadcast(beta * dy, c.shape)
+    d_oa = dy @ ob.T
+    d_ob = oa.T @ dy
+    if alpha != 1.0:
+        d_oa, d_ob = alpha * d_oa, alpha * d_ob
+    dc = None if c is None else unbroadcast(dy if beta == 1.0 else beta * dy, c.shape)
     return d_oa.T if trans_a else d_oa, d_ob.T if trans_b else d_ob, dc
 
 

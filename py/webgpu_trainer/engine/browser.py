@@ -1,6 +1,6 @@
-"""The Web Worker's Python side: messages in (start, stop, pause, resume, profile, parity,
-selfcheck, convolve, and browser_storage.py's snapshot, debug_lose_device), messages out (see
-docs/ARCHITECTURE.md, "Worker protocol"). Runs only in Pyodide."""
+"""The Web Worker's Python side: messages in (start, stop, pause, resume, profile, bench,
+parity, selfcheck, convolve, and browser_storage.py's snapshot, debug_lose_device), messages out
+(see docs/ARCHITECTURE.md, "Worker protocol"). Runs only in Pyodide."""
 
 import asyncio
 import json
@@ -80,7 +80,9 @@ HANDLERS = {
     "start": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"),
                                                   resume=d.get("resume"))),
     "profile": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"),
-                                                    profile=True)),
+                                                    then=_profile)),
+    "bench": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"),
+                                                  then=_bench(d))),
     "parity": lambda d: asyncio.ensure_future(_parity(d.get("cases") or "[]")),
     "selfcheck": lambda d: asyncio.ensure_future(_selfcheck()),
     "convolve": lambda d: asyncio.ensure_future(browser_kernels.convolve(d, STATE, post)),
@@ -156,10 +158,23 @@ async def _split(manifest: dict, name: str, keep: int = 0) -> Split:
     return Split(images, labels, count, js.Uint8Array.new(labels).to_bytes(), pixels)
 
 
-async def _run(cfg: dict, model=None, profile: bool = False, resume: dict | None = None):
-    """Train (or ``profile``) ``model`` with ``cfg``; ``resume``: continue from the page's
-    stored checkpoint (``browser_storage.restore``). Posts progress, epoch, checkpoint, done or
-    error (none after ``device_lost``)."""
+async def _profile(trainer):
+    post("profile", rows=await trainer.profile())
+
+
+def _bench(data: dict):
+    """``bench {steps, warmup, profile}``: time training steps (engine/browser_bench.py)."""
+    async def then(trainer):
+        from . import browser_bench
+        post("bench", **await browser_bench.bench(trainer, STATE["device"], data))
+    return then
+
+
+async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
+    """Load the model and data, set up a Trainer and train, or, with ``then``, only
+    ``await then(trainer)`` (profile, bench); ``resume``: continue from the page's stored
+    checkpoint (``browser_storage.restore``). Posts progress, epoch, checkpoint, done or error
+    (none after ``device_lost``)."""
     dev = STATE["device"]
     if dev is None:
         post("no_webgpu", message="no WebGPU device")
@@ -190,8 +205,8 @@ async def _run(cfg: dict, model=None, profile: bool = False, resume: dict | None
         if STATE["pause"]:
             trainer.pause()
         await trainer.setup()
-        if profile:
-            post("profile", rows=await trainer.profile())
+        if then is not None:
+            await then(trainer)
             return
         if resume:
             browser_storage.restore(trainer, resume)

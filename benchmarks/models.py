@@ -4,8 +4,13 @@ ms per training step (data gather, forward, loss, backward, Adam update) and ima
 and batch size, with the adapter used. Data: real MNIST from .cache/mnist when present, else
 random MNIST-shaped bytes (speed does not depend on the pixels).
 
-    python scripts/bench_models.py                           # the opset-17 fixtures, batch 64
-    python scripts/bench_models.py --batch 64 1000 --steps 50 --pattern '*-dynamo18.onnx'
+    python benchmarks/models.py                           # the opset-17 fixtures, batch 64
+    python benchmarks/models.py --batch 64 1000 --steps 50 --pattern '*-dynamo18.onnx'
+    python benchmarks/models.py --profile 25 [--model M.onnx] # one model's slowest dispatches
+
+``--profile N``: every dispatch of one training step timed on its own (submit + wait, so small
+kernels read high: compare rows, not sums), the N slowest with phase (data, forward, loss,
+backward, optimizer) and grid size (``Trainer.profile``).
 """
 
 from __future__ import annotations
@@ -80,13 +85,38 @@ async def bench(paths, batches, steps, warmup):
                   f"{1000 * dt / steps:.2f} | {steps * batch / dt:,.0f} |", flush=True)
 
 
+async def profile(path: Path, batch: int, top: int):
+    """Print the ``top`` slowest dispatches of one training step of ``path`` at ``batch``."""
+    from webgpu_trainer import onnx_io
+    from webgpu_trainer.engine.backends.wgpu_native import Device
+    from webgpu_trainer.engine.train import Trainer
+    train, test, _ = _splits(4 * batch)
+    graph, weights = onnx_io.load_bundle(path)
+    tr = Trainer(Device(), graph, weights, {"batch_size": batch, "eval_images": batch}, train,
+                 test)
+    await tr.setup()
+    rows = await tr.profile(repeats=5)
+    total = sum(r[3] for r in rows)
+    print(f"{path.name}, batch {batch}, {len(rows)} dispatches, sum {total:.2f} ms "
+          f"(each dispatch timed alone)")
+    for phase, key, grid, ms in sorted(rows, key=lambda r: -r[3])[:top]:
+        print(f"{ms:8.3f} ms  {phase:9s} {key:40s} {grid}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pattern", default="*-ts17.onnx", help="fixture file glob")
     p.add_argument("--batch", type=int, nargs="+", default=[64])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="instead: the N slowest dispatches of one step of --model")
+    p.add_argument("--model", type=Path, default=REPO / "models" / "seednet.onnx",
+                   help="the model --profile looks at (default models/seednet.onnx)")
     args = p.parse_args(argv)
+    if args.profile:
+        asyncio.run(profile(args.model, args.batch[0], args.profile))
+        return 0
     paths = sorted((REPO / "tests" / "fixtures" / "models").glob(args.pattern))
     paths = [REPO / "models" / "seednet.onnx"] + paths
     asyncio.run(bench(paths, args.batch, args.steps, args.warmup))
