@@ -1,7 +1,7 @@
 // Strided matrix product with optional split-K, the core of Gemm (ONNX: Y = alpha*A'*B' + beta*C,
 // transA/transB as strides) and of its gradients dA = dY*B', dB = A'*dY:
 //   out[z, m, n] = alpha * sum_{k in part z} a[m*sam + k*sak] * bm[k*sbk + n*sbn]  (+ beta*bias)
-// Each thread owns a 4x4 block of out. With splits > 1 the partial sums [splits, M, N] are added
+// Each thread of `matmul` owns a 4x4 block of out. With splits > 1 the partial sums [splits, M, N] are added
 // (and the bias applied) by reduce.wgsl `reduce_splits`; with splits == 1 the bias is added here:
 // bias_mode 0 none, 1 bias[n] (a row vector, Linear's bias), 2 bias[m], 3 bias[m*N + n],
 // 4 bias[0] (a scalar).
@@ -30,15 +30,21 @@ fn bias_at(m: u32, n: u32) -> f32 {
   }
 }
 
+// Threads along n in a workgroup of `matmul` (1 to 64, a power of two; 64 / WX along m): a
+// workgroup covers a (4 * 64 / WX) x (4 * WX) block of out, so its rows of a and columns of bm
+// stay in cache while it runs (ops/gemm.py: 8, fewer for narrow outputs).
+override WX: u32 = 8u;
+
 @compute @workgroup_size(64)
 fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
           @builtin(num_workgroups) nwg: vec3<u32>) {
   let t = gid.x + gid.y * nwg.x * 64u;
-  let nb = (p.N + T - 1u) / T;
-  let mb = (p.M + T - 1u) / T;
-  if (t >= mb * nb) { return; }
-  let n0 = (t % nb) * T;
-  let m0 = (t / nb) * T;
+  let wy = 64u / WX;
+  let blk = t / 64u;
+  let nbh = (p.N + 4u * WX - 1u) / (4u * WX);  // workgroup blocks along n
+  let m0 = ((blk / nbh) * wy + (t / WX) % wy) * T;
+  let n0 = ((blk % nbh) * WX + t % WX) * T;
+  if (m0 >= p.M || n0 >= p.N) { return; }
   let per = (p.K + p.splits - 1u) / p.splits;
   let k_start = gid.z * per;
   let k_end = min(p.K, k_start + per);
@@ -46,13 +52,36 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
   // vec4 accumulators stay in registers on CPU adapters, unlike indexed arrays.
   let ai = min(vec4<u32>(m0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.M - 1u)) * p.sam;
   let bi = min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.N - 1u)) * p.sbn;
+  let sak = p.sak;
+  let sbk = p.sbk;
   var c0 = vec4<f32>(0.0);
   var c1 = vec4<f32>(0.0);
   var c2 = vec4<f32>(0.0);
   var c3 = vec4<f32>(0.0);
-  for (var k = k_start; k < k_end; k++) {
-    let ka = k * p.sak;
-    let kb = k * p.sbk;
+  // k unrolled by 4 (as jax-js's generated matmuls): each accumulator takes one sum of four
+  // products a step, a quarter of the loop and index work (SwiftShader: 1.6-2x the GFLOP/s).
+  var k = k_start;
+  for (; k + 4u <= k_end; k += 4u) {
+    let ka = k * sak;
+    let kb = k * sbk;
+    let b0 = vec4<f32>(bm[bi.x + kb], bm[bi.y + kb], bm[bi.z + kb], bm[bi.w + kb]);
+    let kb1 = kb + sbk;
+    let b1 = vec4<f32>(bm[bi.x + kb1], bm[bi.y + kb1], bm[bi.z + kb1], bm[bi.w + kb1]);
+    let kb2 = kb1 + sbk;
+    let b2 = vec4<f32>(bm[bi.x + kb2], bm[bi.y + kb2], bm[bi.z + kb2], bm[bi.w + kb2]);
+    let kb3 = kb2 + sbk;
+    let b3 = vec4<f32>(bm[bi.x + kb3], bm[bi.y + kb3], bm[bi.z + kb3], bm[bi.w + kb3]);
+    let ka1 = ka + sak;
+    let ka2 = ka1 + sak;
+    let ka3 = ka2 + sak;
+    c0 += a[ai.x + ka] * b0 + a[ai.x + ka1] * b1 + a[ai.x + ka2] * b2 + a[ai.x + ka3] * b3;
+    c1 += a[ai.y + ka] * b0 + a[ai.y + ka1] * b1 + a[ai.y + ka2] * b2 + a[ai.y + ka3] * b3;
+    c2 += a[ai.z + ka] * b0 + a[ai.z + ka1] * b1 + a[ai.z + ka2] * b2 + a[ai.z + ka3] * b3;
+    c3 += a[ai.w + ka] * b0 + a[ai.w + ka1] * b1 + a[ai.w + ka2] * b2 + a[ai.w + ka3] * b3;
+  }
+  for (; k < k_end; k++) {
+    let ka = k * sak;
+    let kb = k * sbk;
     let bv = vec4<f32>(bm[bi.x + kb], bm[bi.y + kb], bm[bi.z + kb], bm[bi.w + kb]);
     c0 += a[ai.x + ka] * bv;
     c1 += a[ai.y + ka] * bv;

@@ -52,16 +52,27 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         counts = (tiles, 1, splits)
         entry, consts = "matmul_tiled", {"TW": tw}
     else:
-        threads = ((m + 3) // 4) * ((n + 3) // 4)
-        splits = b.splits(threads, k, min_per_split=64)
+        wx = _threads_along_n(n)
+        side_m, side_n = 4 * 64 // wx, 4 * wx
+        threads = 64 * ((m + side_m - 1) // side_m) * ((n + side_n - 1) // side_n)
+        splits = b.splits(((m + 3) // 4) * ((n + 3) // 4), k, min_per_split=64)
         gx, gy, _ = groups_1d(threads)
-        counts, entry, consts = (gx, gy, splits), "matmul", None
+        counts, entry, consts = (gx, gy, splits), "matmul", {"WX": wx}
     target = b.temp(splits * m * n) if splits > 1 else out
     params = pack_params(m, n, k, splits, *params_tail)
     await b.kernel("gemm", entry, params, [a, bm, bias or b.dummy, target], counts, consts)
     if splits > 1:
         await reduce_splits(b, target, out, splits, m * n, n=n, bias=bias,
                             bias_mode=bias_mode if bias else 0, beta=beta)
+
+
+def _threads_along_n(n: int) -> int:
+    """WX of gemm.wgsl ``matmul``: 8 threads of 4 columns along n in a workgroup (a 32 x 32
+    block of out), fewer (a power of two) for outputs narrower than 32 columns."""
+    wx = 1
+    while wx < 8 and 4 * wx < n:
+        wx *= 2
+    return wx
 
 
 def tile_width(b, m: int, n: int) -> int:
