@@ -72,6 +72,20 @@ fn acc_fma(acc: ptr<function, Acc>, s0: f32, s1: f32, s2: f32, s3: f32, s4: f32,
   (*acc).a7 = vec4(s7) * v + (*acc).a7;
 }
 
+// acc += (the FCT channels' weights at packed vec4 index r) x (4 columns xv), for `forward`.
+fn forward_tap(acc: ptr<function, Acc>, r: u32, xv: vec4<f32>) {
+  let wa = wt[r];
+  if (FCT == 8u) {
+    let wb = wt[r + 1u];
+    acc_fma(acc, wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w, xv);
+  } else {
+    (*acc).a0 = vec4(wa.x) * xv + (*acc).a0;
+    (*acc).a1 = vec4(wa.y) * xv + (*acc).a1;
+    (*acc).a2 = vec4(wa.z) * xv + (*acc).a2;
+    (*acc).a3 = vec4(wa.w) * xv + (*acc).a3;
+  }
+}
+
 // v with the components q < valid where b[base + q] <= 0 set to 0 (the fused ReLU gradient).
 fn masked(v: vec4<f32>, base: u32, valid: u32) -> vec4<f32> {
   let last = base + min(valid, 4u) - 1u;
@@ -109,28 +123,45 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
   let ncols = min(p.OW - ow0, WT);  // columns this thread writes
   let ok_cols = vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(ncols);
   var acc: Acc;
-  for (var c = 0u; c < Cg; c++) {
-    let xbase = (n * p.C + g * Cg + c) * p.H;
-    for (var i = 0u; i < KH; i++) {
-      let ih = i32(oh * sh + i * dh) - i32(ph);
-      if (ih < 0 || ih >= i32(p.H)) { continue; }
-      let xrow = (xbase + u32(ih)) * p.W;
-      for (var j = 0u; j < KW; j++) {
-        let iw = vec4<i32>(iw0) + vec4<i32>(0, 1, 2, 3) * i32(sw) + i32(j * dw);
-        let ok = ok_cols & (iw >= vec4<i32>(0)) & (iw < vec4<i32>(i32(p.W)));
-        let ix = vec4<u32>(max(iw, vec4<i32>(0))) + xrow;
-        let xv = select(vec4<f32>(0.0),
-                        vec4<f32>(x[ix.x], x[ix.y], x[ix.z], x[ix.w]), ok);
-        let tap = (c * KH + i) * KW + j;
-        let wa = wt[tap * row4 + col4];
-        if (FCT == 8u) {
-          let wb = wt[tap * row4 + col4 + 1u];
-          acc_fma(&acc, wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w, xv);
-        } else {
-          acc.a0 = vec4(wa.x) * xv + acc.a0;
-          acc.a1 = vec4(wa.y) * xv + acc.a1;
-          acc.a2 = vec4(wa.z) * xv + acc.a2;
-          acc.a3 = vec4(wa.w) * xv + acc.a3;
+  if (sw == 1u && dw == 1u && KW == 3u) {
+    // The three taps of a row read 6 input columns: load each once per row, with the column
+    // offsets and bounds worked out once per thread (on CPU adapters every load is a gather).
+    let ca = vec4<i32>(iw0) + vec4<i32>(0, 1, 2, 3);
+    let cb = vec2<i32>(iw0 + 4, iw0 + 5);
+    let oka = (ca >= vec4<i32>(0)) & (ca < vec4<i32>(i32(p.W)));
+    let okb = (cb >= vec2<i32>(0)) & (cb < vec2<i32>(i32(p.W)));
+    let ia = vec4<u32>(clamp(ca, vec4<i32>(0), vec4<i32>(i32(p.W) - 1)));
+    let ib = vec2<u32>(clamp(cb, vec2<i32>(0), vec2<i32>(i32(p.W) - 1)));
+    for (var c = 0u; c < Cg; c++) {
+      let xbase = (n * p.C + g * Cg + c) * p.H;
+      for (var i = 0u; i < KH; i++) {
+        let ih = i32(oh * sh + i * dh) - i32(ph);
+        if (ih < 0 || ih >= i32(p.H)) { continue; }
+        let xrow = (xbase + u32(ih)) * p.W;
+        let xa = select(vec4<f32>(0.0),
+                        vec4<f32>(x[xrow + ia.x], x[xrow + ia.y], x[xrow + ia.z], x[xrow + ia.w]),
+                        oka);
+        let xb = select(vec2<f32>(0.0), vec2<f32>(x[xrow + ib.x], x[xrow + ib.y]), okb);
+        let r = (c * KH + i) * KW * row4 + col4;
+        forward_tap(&acc, r, xa);
+        forward_tap(&acc, r + row4, vec4<f32>(xa.yzw, xb.x));
+        forward_tap(&acc, r + 2u * row4, vec4<f32>(xa.zw, xb));
+      }
+    }
+  } else {
+    for (var c = 0u; c < Cg; c++) {
+      let xbase = (n * p.C + g * Cg + c) * p.H;
+      for (var i = 0u; i < KH; i++) {
+        let ih = i32(oh * sh + i * dh) - i32(ph);
+        if (ih < 0 || ih >= i32(p.H)) { continue; }
+        let xrow = (xbase + u32(ih)) * p.W;
+        for (var j = 0u; j < KW; j++) {
+          let iw = vec4<i32>(iw0) + vec4<i32>(0, 1, 2, 3) * i32(sw) + i32(j * dw);
+          let ok = ok_cols & (iw >= vec4<i32>(0)) & (iw < vec4<i32>(i32(p.W)));
+          let ix = vec4<u32>(max(iw, vec4<i32>(0))) + xrow;
+          let xv = select(vec4<f32>(0.0),
+                          vec4<f32>(x[ix.x], x[ix.y], x[ix.z], x[ix.w]), ok);
+          forward_tap(&acc, ((c * KH + i) * KW + j) * row4 + col4, xv);
         }
       }
     }
