@@ -30,6 +30,10 @@ fn bias_at(m: u32, n: u32) -> f32 {
   }
 }
 
+fn store4(at: u32, v: vec4<f32>) {
+  out[at] = v.x; out[at + 1u] = v.y; out[at + 2u] = v.z; out[at + 3u] = v.w;
+}
+
 // Threads along n in a workgroup of `matmul` (1 to 64, a power of two; 64 / WX along m): a
 // workgroup covers a (4 * 64 / WX) x (4 * WX) block of out, so its rows of a and columns of bm
 // stay in cache while it runs (ops/gemm.py: 8, fewer for narrow outputs).
@@ -89,6 +93,20 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
     c3 += a[ai.w + ka] * bv;
   }
   let base = gid.z * p.M * p.N;
+  let bias_row = p.splits == 1u && p.bias_mode == 1u;
+  if (m0 + T <= p.M && n0 + T <= p.N && (p.splits != 1u || p.bias_mode <= 1u)) {
+    // A whole block with no bias or a row-vector bias: straight-line stores.
+    let bv = select(vec4<f32>(0.0),
+                    p.beta * vec4<f32>(bias[min(n0, arrayLength(&bias) - 1u)],
+                                       bias[min(n0 + 1u, arrayLength(&bias) - 1u)],
+                                       bias[min(n0 + 2u, arrayLength(&bias) - 1u)],
+                                       bias[min(n0 + 3u, arrayLength(&bias) - 1u)]), bias_row);
+    store4(base + m0 * p.N + n0, p.alpha * c0 + bv);
+    store4(base + (m0 + 1u) * p.N + n0, p.alpha * c1 + bv);
+    store4(base + (m0 + 2u) * p.N + n0, p.alpha * c2 + bv);
+    store4(base + (m0 + 3u) * p.N + n0, p.alpha * c3 + bv);
+    return;
+  }
   for (var i = 0u; i < T; i++) {
     let m = m0 + i;
     if (m >= p.M) { break; }
