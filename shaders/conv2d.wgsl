@@ -42,6 +42,9 @@ const CT: u32 = 8u;  // channels per thread
 // Channels per thread of `forward`: 8, or 4 where 8 leaves a GPU with too few threads (small
 // batches; ops/conv.py). Weight rows stay padded to 8 channels (pack_forward).
 override FCT: u32 = 8u;
+// 1 on CPU adapters (ops/conv.py): `forward` loads a stride-1 3-wide row's input columns once
+// (SwiftShader: 1.3x); GPU adapters keep the per-tap loads (not measured there).
+override ROW_LOADS: u32 = 0u;
 
 const WT: u32 = 4u;  // output columns per thread (forward, backward_input)
 const RT: u32 = 4u;  // weight taps per thread (backward_weight)
@@ -123,7 +126,7 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
   let ncols = min(p.OW - ow0, WT);  // columns this thread writes
   let ok_cols = vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(ncols);
   var acc: Acc;
-  if (sw == 1u && dw == 1u && KW == 3u) {
+  if (ROW_LOADS != 0u && sw == 1u && dw == 1u && KW == 3u) {
     // The three taps of a row read 6 input columns: load each once per row, with the column
     // offsets and bounds worked out once per thread (on CPU adapters every load is a gather).
     let ca = vec4<i32>(iw0) + vec4<i32>(0, 1, 2, 3);

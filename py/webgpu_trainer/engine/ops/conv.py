@@ -89,11 +89,12 @@ async def forward(b, node, ins, outs, train):
 def _forward_threads(b, n, grp, kg, oh, ow, win):
     """Threads of ``forward`` and its constants: 8 channels x 4 columns a thread, or 4 channels
     on GPUs where 8 would leave fewer than 64 Ki threads (small batches; measured on an H200:
-    SeedNet at batch 64 0.533 ms/step against 0.550; 4 x 2 a thread was slower again)."""
+    SeedNet at batch 64 0.533 ms/step against 0.550; 4 x 2 a thread was slower again). CPU
+    adapters load a 3-wide row's input columns once (``ROW_LOADS``)."""
     threads = n * grp * _cdiv(kg, 8) * oh * _cdiv(ow, 4)
     if b.tiled and threads < 65536:
         return n * grp * _cdiv(kg, 4) * oh * _cdiv(ow, 4), {**win, "FCT": 4}
-    return threads, win
+    return threads, win if b.tiled else {**win, "ROW_LOADS": 1}
 
 
 async def backward(b, node, ins, outs, gins, gouts):
