@@ -90,7 +90,7 @@ async def _bench_native(batches, steps, warmup, model):
     rows = []
     for batch in batches:
         cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": batch, "seed": 0,
-               "init": "scratch", "eval_images": batch}
+               "init": "scratch", "eval_images": batch, "val_images": 0}
         trainer = Trainer(dev, graph, weights, cfg, splits["train"], splits["test"])
         t0 = time.perf_counter()
         await trainer.setup()

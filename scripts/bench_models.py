@@ -57,7 +57,7 @@ async def bench(paths, batches, steps, warmup):
         totals = summary.summarize(graph)["totals"]
         for batch in batches:
             cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": batch, "seed": 0,
-                   "init": "scratch", "eval_images": batch}
+                   "init": "scratch", "eval_images": batch, "val_images": 0}
             tr = Trainer(dev, graph, weights, cfg, train, test)
             await tr.setup()
             per_epoch = train.count // batch

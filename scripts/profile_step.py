@@ -30,7 +30,7 @@ async def profile(path: Path, batch: int, top: int):
     split = Split(images, labels, n, labels)
     graph, weights = onnx_io.load_bundle(path)
     dev = Device()
-    tr = Trainer(dev, graph, weights, {"batch_size": batch, "eval_images": batch}, split, split)
+    tr = Trainer(dev, graph, weights, {"batch_size": batch, "eval_images": batch, "val_images": 0}, split, split)
     await tr.setup()
     rows = await tr.profile(repeats=5)
     total = sum(r[3] for r in rows)

@@ -165,7 +165,7 @@ def test_gpu_dropout_mask_is_numpy_mask(device):
 
 @pytest.fixture(scope="module")
 def splits():
-    return native.load_splits(None, 96, 40)[:2]
+    return native.load_splits(None, 96 + 16, 40)[:2]  # 96 train, 16 validate
 
 
 def _mlp():
@@ -186,7 +186,7 @@ def test_stop_between_reports_is_reported(device, splits, engine):
     1..3 (no more, none missing), the result says stopped at step 3, no epoch is validated."""
     graph, blob = _mlp()
     cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": 16, "epochs": 2, "seed": 4,
-           "init": "scratch", "eval_images": 40, "report_every": 5}
+           "init": "scratch", "eval_images": 40, "val_images": 16, "report_every": 5}
     eng = GpuEngine(device) if engine == "gpu" else CpuEngine()
     events = []
     tr = Trainer(eng, graph, blob, cfg, *splits, emit=lambda kind, **kw: events.append((kind, kw)))
