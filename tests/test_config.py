@@ -295,6 +295,6 @@ def test_validate_route(client):
                                                  "640 training images), got 1,000"]]
     # with the model: class weights must match its classes
     r = client.post("/api/config/validate", json={"model": "seednet", "config": {
-        "class_weights": [1.0, 2.0]}})
+        "class_weights": [1.0, 2.0], "val_images": 0}})
     assert r.json()["errors"][0][0] == "class_weights"
     assert client.post("/api/config/validate", content=b"[1]").status_code == 400
