@@ -8,6 +8,7 @@ export const appState = {
   steps: [],                 // [{step, loss, acc}] from `progress` messages, acc as a fraction
   epochs: [],                // [{epoch, val_loss, val_acc}] from `epoch` messages
   progress: null,            // the last `progress` message (without its losses)
+  evaluating: null,          // the last `evaluating` message {done, total, what} of this phase
   config: null,              // the config sent with the last `start`
   status: "",                // the last `status` text
   error: null,               // the last `error` message text
