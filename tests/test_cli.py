@@ -36,9 +36,9 @@ from conftest import run
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "models" / "seednet.onnx"
 EXE = [sys.executable, "-m", "webgpu_trainer.cli.main"]
-SMALL = ["--train-images", "640", "--batch-size", "64", "--eval-images", "256",
-         "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--seed", "3",
-         "--nesterov", "--clip-grad-norm", "5", "--scheduler", "steplr", "--gamma", "0.5",
+SMALL = ["--train-images", "640", "--val-images", "256", "--batch-size", "64",
+         "--eval-images", "256", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
+         "--seed", "3", "--nesterov", "--clip-grad-norm", "5", "--scheduler", "steplr", "--gamma", "0.5",
          "--no-progress"]
 METRIC_KEYS = ("epoch", "step", "train_loss", "train_acc", "valid_loss", "valid_acc")
 ONECYCLE = ("scheduler", "max_lr", "total_steps", "pct_start", "anneal_strategy", "div_factor",
@@ -125,10 +125,13 @@ def test_artifacts(runs, device):
     engine = run(native.engine_log_probs(device, a / "model.onnx", images[:8], labels[:8]))
     ort = np.log(native.onnxruntime_probs(a / "model.onnx", images[:8]))
     assert np.abs(engine - ort).max() <= 1e-4
-    # ... and the run's last validation loss is onnxruntime's NLL on the 256 eval images.
-    ort = np.log(native.onnxruntime_probs(a / "model.onnx", images[:256]))
-    nll = -ort[np.arange(256), labels[:256]].mean()
+    # ... and the run's last validation loss is onnxruntime's NLL on the 256 validation images:
+    # the last 256 of the training split, held out of training
+    images, labels = data.load(None, "train")
+    ort = np.log(native.onnxruntime_probs(a / "model.onnx", images[-256:]))
+    nll = -ort[np.arange(256), labels[-256:]].mean()
     assert abs(nll - rows[1]["valid_loss"]) <= 1e-4 * max(1.0, nll)
+    assert cfg["data"]["val_images"] == 256
 
 
 def test_resume_continues_exactly(runs):
