@@ -189,10 +189,16 @@ BASE = dict(test_acc=0.97, classes=10, eval_images=10000, first_loss=2.30, last_
       "e.g. 100000"]),
     ({"test_acc": 0.112, "last_loss": 2.29, "steps": 20}, "chance",
      ["test accuracy 11.2% on 10,000 test images is no better than guessing (10% for 10 "
-      "classes)", "after 20 steps with adam at learning rate 0.001: train longer"]),
+      "classes)", "barely fell (2.3 at step 1, 2.29 at the end): train longer or raise the "
+      "learning rate (now 0.001 with adam)"]),
     ({"test_acc": 0.15, "last_loss": 2.5}, "chance",
-     ["test accuracy 15.0%", "did not fall (2.3 at step 1, 2.5 at the end): try a lower "
+     ["test accuracy 15.0%", "rose (2.3 at step 1, 2.5 at the end): try a lower "
       "learning rate (now 0.001"]),
+    ({"test_acc": 0.12, "last_loss": 1.39, "steps": 12}, "chance",
+     ["fell (2.3 at step 1, 1.39 at the end) but after 12 steps that does not show on the "
+      "test images yet: train longer"]),
+    ({"test_acc": 0.105, "last_loss": 2.3, "steps": 1, "lr": 1e-6, "optimizer": "sgd"},
+     "chance", ["after 1 step with sgd at learning rate 1e-06 the model has hardly trained"]),
     ({"test_acc": 0.1501}, "ok", []),  # just above 1.5 x chance
     ({"test_acc": 0.3, "classes": 100}, "ok", ["guessing would get 1%"]),
     ({"test_acc": 0.015, "classes": 100}, "chance", ["(1% for 100 classes)"]),
@@ -203,7 +209,7 @@ BASE = dict(test_acc=0.97, classes=10, eval_images=10000, first_loss=2.30, last_
     ({"first_loss": 0.05, "last_loss": 0.4}, "ok", []),
     ({"first_loss": 0.05, "last_loss": 0.51}, "diverged", []),
     ({"first_loss": None, "last_loss": None, "steps": 0, "test_acc": 0.09}, "chance",
-     ["after 0 steps"]),
+     ["after 0 steps with adam"]),
 ])
 def test_verdict_rules(changes, want, needles):
     out = verdict(**{**BASE, **changes})

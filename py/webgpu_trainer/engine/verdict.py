@@ -17,6 +17,8 @@ The checks run in that order; each reason names the numbers it is based on.
 DIVERGED_FACTOR = 10.0  # final / first training loss above this: the loss exploded
 CHANCE_FACTOR = 1.5     # test accuracy <= this x (1 / classes): no better than guessing
 LAST_STEPS = 10         # the final training loss: the mean over this many last steps
+ROSE, FELL = 1.05, 0.9  # chance-level advice: final / first loss above ROSE rose, above FELL
+                        # barely fell
 
 
 def verdict(*, test_acc: float, classes: int, eval_images: int, first_loss: float | None,
@@ -43,13 +45,22 @@ def verdict(*, test_acc: float, classes: int, eval_images: int, first_loss: floa
                 "reason": f"stopped at step {steps:,} of {total_steps:,}: {acc} measures the "
                           "model as it was then."}
     if test_acc <= CHANCE_FACTOR * guess:
-        if first_loss is not None and last_loss is not None and last_loss >= first_loss:
-            advice = (f"the training loss did not fall ({first_loss:.4g} at step 1, "
-                      f"{last_loss:.4g} at the end): try a lower learning rate (now {lr:g} "
-                      f"with {optimizer}, e.g. {lr / 10:g})")
+        trend = first_loss is not None and last_loss is not None and steps >= 2
+        if trend and last_loss > ROSE * first_loss:
+            advice = (f"the training loss rose ({first_loss:.4g} at step 1, {last_loss:.4g} "
+                      f"at the end): try a lower learning rate (now {lr:g} with {optimizer}, "
+                      f"e.g. {lr / 10:g})")
+        elif trend and last_loss > FELL * first_loss:
+            advice = (f"the training loss barely fell ({first_loss:.4g} at step 1, "
+                      f"{last_loss:.4g} at the end): train longer or raise the learning rate "
+                      f"(now {lr:g} with {optimizer})")
+        elif trend:
+            advice = (f"the training loss fell ({first_loss:.4g} at step 1, {last_loss:.4g} at "
+                      f"the end) but after {steps:,} steps that does not show on the test "
+                      "images yet: train longer")
         else:
             advice = (f"after {steps:,} step{'s' if steps != 1 else ''} with {optimizer} at "
-                      f"learning rate {lr:g}: train longer, or try another learning rate")
+                      f"learning rate {lr:g} the model has hardly trained: train longer")
         return {"verdict": "chance",
                 "reason": f"{acc} is no better than guessing ({100 * guess:.0f}% for "
                           f"{classes} classes); {advice}."}
