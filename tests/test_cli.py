@@ -268,7 +268,8 @@ def test_scheduler_options_recorded(tmp_path):
               "max_momentum": 0.95}),
             ([], None)):
         args = cli_mod.build_parser().parse_args(["train", str(MODEL), "--epochs", "3",
-                                                  "--batch-size", "64", *argv])
+                                                  "--batch-size", "64", "--val-images", "0",
+                                                  *argv])
         cfg = config.parse(resolve_config(args)[0], train_images=640)
         assert cfg.trainer_config()["scheduler"] == want, argv
 
@@ -472,13 +473,15 @@ def test_resume_of_a_missing_folder_names_it(tmp_path):
 def test_resume_of_a_run_with_an_old_config_json(tmp_path):
     """A run folder whose config.json has the format of earlier versions (nested
     optimizer_args / scheduler / loss specs; tests/test_config.py's LEGACY, as commit fdeef2b
-    wrote it) resumes and repeats the uninterrupted run bit for bit (CPU)."""
+    wrote it) resumes and repeats the uninterrupted run bit for bit (CPU); those versions had no
+    validation images (``val_images`` 0: validation was on the test images)."""
     from test_config import LEGACY
     from webgpu_trainer.cli import commands as native
     opts = ["--device", "cpu", "--train-images", "96", "--batch-size", "32", "--eval-images",
             "32", "--optimizer", "adamw", "--amsgrad", "--lr", "0.01", "--seed", "4",
             "--scheduler", "steplr", "--gamma", "0.5", "--loss", "cross_entropy",
-            "--label-smoothing", "0.1", "--head-only", "--init", "finetune", "--no-progress"]
+            "--label-smoothing", "0.1", "--head-only", "--init", "finetune", "--no-progress",
+            "--val-images", "0"]
     whole, old = tmp_path / "whole", tmp_path / "old"
     cli("train", MODEL, *opts, "--epochs", "2", "--out", whole)
     cli("train", MODEL, *opts, "--epochs", "1", "--out", old)

@@ -250,10 +250,15 @@ def test_gpu_checkpoint_resumes_on_cpu(device, tmp_path):
     doc = json.loads((resumed / "config.json").read_text())
     assert doc["config"]["device"] == "cpu" and doc["resumes"][0]["device"] == "cpu"
     assert rr[0] == gr[0]  # epoch 1 is the GPU's
-    for other in (gr, cr):
+    # The CPU-only run's weights differ by up to CPU_RUN_RTOL (see below), and so may its
+    # validation loss (2e-4 on the 64 held-out training images); its training loss, averaged
+    # over the epoch's steps, stays within RESUME_RTOL.
+    for name, other, val_rtol in (("gpu", gr, RESUME_RTOL), ("cpu", cr, CPU_RUN_RTOL)):
         assert [r["step"] for r in rr] == [r["step"] for r in other] == [4, 8]
-        for key in ("train_loss", "valid_loss"):
-            assert rel_err(rr[1][key], other[1][key]) <= RESUME_RTOL, (key, rr[1], other[1])
+        for key, rtol in (("train_loss", RESUME_RTOL), ("valid_loss", val_rtol)):
+            err = rel_err(rr[1][key], other[1][key])
+            print(f"epoch 2 {key} vs {name}: {err:.1e}")
+            assert err <= rtol, (name, key, rr[1], other[1])
         assert abs(rr[1]["valid_acc"] - other[1]["valid_acc"]) <= 1 / 64
     errs = {"weights vs gpu": rel_err(rw, gw), "weights vs cpu": rel_err(rw, cw),
             "epoch 1 cpu vs gpu": rel_err(cr[0]["train_loss"], gr[0]["train_loss"]),

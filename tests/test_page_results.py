@@ -25,8 +25,9 @@ WRONG_SHOWN = 24      # web/evaluation.js
 # The page's status lines, kept as they change (a MutationObserver on #status).
 WATCH_STATUS = """() => {
   window.statusLog = [];
-  new MutationObserver(() => window.statusLog.push(document.getElementById('status').textContent))
-    .observe(document.getElementById('status'), {childList: true, characterData: true, subtree: true});
+  const status = document.getElementById('status');
+  new MutationObserver(() => window.statusLog.push(status.textContent))
+    .observe(status, {childList: true, characterData: true, subtree: true});
 }"""
 
 

@@ -307,7 +307,8 @@ async def engine_log_probs(dev, model_path: Path, images, labels) -> list[list[f
     split = train_mod.Split(images.tobytes(), labels.tobytes(), len(labels), labels.tobytes(),
                             images.shape[1] * images.shape[2])
     trainer = make_trainer(dev, graph, weights,
-                           {"init": "finetune", "batch_size": 2, "eval_images": n, "val_images": 0}, split, split)
+                           {"init": "finetune", "batch_size": 2, "eval_images": n,
+                            "val_images": 0}, split, split)
     await trainer.setup()
     _, _, raw = await trainer.evaluate()
     vals = np.frombuffer(raw, np.float32).reshape(n, trainer.classes)

@@ -155,8 +155,8 @@ class Trainer:
     (``done``, ``total``, ``what``: after each chunk of an evaluation) and "epoch" events
     ("epoch": the epoch's mean train_loss / train_acc and val_loss / val_acc of the held-out
     validation images, None without them). ``train`` is the whole training split: ``setup``
-    holds its last ``val_images`` out for validation (``holdout``). To continue a run, set ``epoch`` (epochs done)
-    and ``step`` (steps done) and restore the weights (``engine.write_weights``) and optimizer
+    holds its last ``val_images`` out for validation (``holdout``). To continue a run, set
+    ``epoch`` (epochs done) and ``step`` (steps done) and restore the weights (``engine.write_weights``) and optimizer
     state after ``setup()``; ``on_epoch`` (async, optional) is awaited after each epoch's
     validation with ``(epoch, step, metrics dict)``.
     """
