@@ -308,7 +308,8 @@ def test_upload_finetune_head_and_download(app, mnist_cache, tmp_path):
     cfg_trainable = page.evaluate("readFormForTests()")["trainable"]
     assert cfg_trainable == head
     app.configure(optimizer="adam", lr="0.01", batch=32, epochs=1, seed=1,
-                  max_steps=UPLOAD_STEPS, eval_images=UPLOAD_EVAL, scratch=False, model=None)
+                  max_steps=UPLOAD_STEPS, eval_images=UPLOAD_EVAL, scratch=False, model=None,
+                  val_images=UPLOAD_EVAL)
     run_training(app, UPLOAD_STEPS, TRAIN_TIMEOUT_S, "upload")
     logits = np.asarray(page.evaluate("Array.from(window.lastRun.logits)"), np.float32)
     page.wait_for_function("!document.querySelector('#download').disabled", timeout=10_000)
