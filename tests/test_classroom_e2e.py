@@ -83,7 +83,8 @@ class Server:
     def session(self, **config) -> str:
         r = self.api("POST", "/api/classroom/sessions", headers=self.teacher, json={
             "name": "Period 3", "pinned": ["model", "max_steps", "eval_images", "batch_size"],
-            "config": {"model": "mlp-ts17", "eval_images": 500, "batch_size": 64, **config}})
+            "config": {"model": "mlp-ts17", "eval_images": 500, "val_images": 256,
+                       "batch_size": 64, **config}})
         assert r.status_code == 201, r.text
         return r.json()["id"]
 

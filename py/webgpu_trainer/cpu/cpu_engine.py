@@ -85,14 +85,15 @@ class CpuEngine:
         self.opt = opt
         opt.attach_flat(self.P.size, self.mask)
 
-    async def load_data(self, train, test, n_eval: int, table) -> None:
-        """Keep the splits as arrays and the pixel table in float32."""
+    async def load_data(self, train, evals: dict, table) -> None:
+        """Keep the training split and each split of ``evals`` (name -> ``train.Split``) as
+        arrays, and the pixel table in float32."""
         self.table = np.asarray(table, np.float32)
         self.train_images = np.frombuffer(bytes(train.images), np.uint8).reshape(train.count, -1)
         self.train_labels = np.frombuffer(bytes(train.labels), np.uint8)
-        self.n_eval = n_eval
-        self.test_images = np.frombuffer(bytes(test.images), np.uint8).reshape(test.count, -1)
-        self.test_labels = np.frombuffer(bytes(test.labels_host), np.uint8)
+        self.eval_chunk = EVAL_CHUNK
+        self.eval_images = {name: np.frombuffer(bytes(s.images), np.uint8).reshape(s.count, -1)
+                            for name, s in evals.items()}
 
     def _inputs(self, pixels):
         """uint8 [n, 784] -> the model's float32 input [n, *input dims], normalised."""
@@ -130,21 +131,16 @@ class CpuEngine:
         """As ``GpuEngine.metrics``: the rows of steps first..last and the guard."""
         return [self.rows.pop(t) for t in range(first, last + 1)], self.bad
 
-    async def eval_outputs(self):
+    async def eval_outputs(self, what: str, lo: int, hi: int):
         """As ``GpuEngine.eval_outputs``, in eval mode on numpy (nll_log: the log-probabilities
         are log_softmax of the final Softmax's input, as the GPU plan fuses them)."""
-        n, outs, ins = self.n_eval, [], []
         scores = self.engine.scores(self.loss_spec)
-        for lo in range(0, n, EVAL_CHUNK):
-            x = self._inputs(self.test_images[lo:min(n, lo + EVAL_CHUNK)])
-            with np.errstate(all="ignore"):
-                vals = self.engine.forward(x, train=False)[0]
-            outs.append(vals[self.engine.output])
-            ins.append(vals[scores])
-            await asyncio.sleep(0)
-        empty = np.zeros((0, self.classes), np.float32)
-        out = np.concatenate(outs).astype(np.float32, copy=False) if outs else empty
-        src = np.concatenate(ins).astype(np.float32, copy=False) if ins else empty
+        x = self._inputs(self.eval_images[what][lo:hi])
+        with np.errstate(all="ignore"):
+            vals = self.engine.forward(x, train=False)[0]
+        await asyncio.sleep(0)  # let the event loop deliver messages
+        out = np.asarray(vals[self.engine.output], np.float32).reshape(hi - lo, -1)
+        src = np.asarray(vals[scores], np.float32).reshape(hi - lo, -1)
         if self.engine.head() == "nll":
             logp = out
         else:

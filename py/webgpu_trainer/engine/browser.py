@@ -196,7 +196,7 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
         weights = js.Uint8Array.new(await (await _fetch(f"/api/models/{model}/weights.bin",
                                                         "weights")).arrayBuffer()).to_bytes()
         post("status", text="Loading MNIST shards…")
-        train = await _split(manifest, "train", cfg["train_images"])
+        train = await _split(manifest, "train")  # the trainer holds out the validation images
         test = await _split(manifest, "test")
         trainer = Trainer(GpuEngine(dev), graph, weights, cfg, train, test,
                           emit=lambda kind, **kw: post(kind, **kw))

@@ -22,6 +22,8 @@ from .backends.base import groups_1d, pack_params, round_up
 from .guard import Guard
 from .plan import METRICS_RING, Plan, pack_step
 
+EVAL_IMAGES = 256  # images per evaluation chunk (one readback, one "evaluating" report each)
+
 
 class GpuEngine:
     """``train.Trainer``'s engine on the WebGPU device ``dev`` (``backends``)."""
@@ -71,22 +73,27 @@ class GpuEngine:
         self.opt = opt
         await opt.attach(self.plan)
 
-    async def load_data(self, train, test, n_eval: int, table) -> None:
-        """Upload the splits (``train.Split``) and ``table`` (256 floats: pixel value ->
-        model input, rounded to float32) and record the train and eval programs; the eval
-        program covers the first ``n_eval`` test images in batches of ``batch``."""
+    async def load_data(self, train, evals: dict, table) -> None:
+        """Upload the training split and each split of ``evals`` (name -> ``train.Split``,
+        e.g. "validation" and "test") and ``table`` (256 floats: pixel value -> model input,
+        rounded to float32); record the train program and one eval program per split (the
+        same gather, eval-mode forward and head over its images in batches of ``batch``)."""
         dev, plan, batch = self.dev, self.plan, self.batch
         self._lut = dev.buffer(4 * 256, "normalize.lut")
         dev.write(self._lut, array("f", table).tobytes())
         self.order = dev.buffer(4 * train.count, "train.order")
         self.gather_train = await self._gather(train, self.order)
-        self.n_eval = n_eval
-        self.eval_batches = max(1, math.ceil(n_eval / batch))
-        eval_order = dev.buffer(4 * self.eval_batches * batch, "eval.order")
-        idx = array("I", [i if i < test.count else 0 for i in range(self.eval_batches * batch)])
-        dev.write(eval_order, idx.tobytes())
-        self.gather_eval = await self._gather(test, eval_order)
-        rows = 4 * self.eval_batches * batch * self.classes
+        # images per eval_outputs call: ~EVAL_IMAGES, whole batches
+        self.eval_chunk = batch * max(1, EVAL_IMAGES // batch)
+        self.eval_programs = {}
+        for name, split in evals.items():
+            padded = max(1, math.ceil(split.count / batch)) * batch
+            order = dev.buffer(4 * padded, f"{name}.order")
+            dev.write(order, array("I", [i if i < split.count else 0
+                                         for i in range(padded)]).tobytes())
+            self.eval_programs[name] = dev.program(await self._gather(split, order)
+                                                   + plan.fwd_eval + plan.head)
+        rows = 4 * self.eval_chunk * self.classes
         self.logits = dev.buffer(rows, "eval.logits")
         # What the loss reads when that is not the log-probabilities (nll on a raw output, mse,
         # bce_with_logits): copied too, for the validation loss.
@@ -95,7 +102,6 @@ class GpuEngine:
         self.train_program = dev.program(self.gather_train + plan.fwd_train + plan.loss
                                          + plan.bwd + self.guard.dispatches
                                          + self.opt.dispatches)
-        self.eval_program = dev.program(self.gather_eval + plan.fwd_eval + plan.head)
 
     async def _gather(self, split, order):
         dev, plan = self.dev, self.plan
@@ -139,24 +145,27 @@ class GpuEngine:
         slots = [(t - 1) % METRICS_RING for t in range(first, last + 1)]
         return [(vals[2 * s], vals[2 * s + 1]) for s in slots], await self.guard.first_bad()
 
-    async def eval_outputs(self):
-        """Eval-mode forward over the first ``n_eval`` test images: ``(log-probabilities,
-        loss rows)``, float32 bytes [n_eval, classes] each (the loss rows are what the loss
-        reads: the log-probabilities for cross_entropy, else the raw output)."""
+    async def eval_outputs(self, what: str, lo: int, hi: int):
+        """Eval-mode forward over images lo..hi-1 of the split ``what`` (``load_data``'s
+        ``evals``; ``lo`` a multiple of ``batch``, at most ``eval_chunk`` images): ``(log-
+        probabilities, loss rows)``, float32 bytes [hi - lo, classes] each (the loss rows are
+        what the loss reads: the log-probabilities for cross_entropy, else the raw output).
+        One submit per batch, one readback per call."""
         dev, plan, batch, c = self.dev, self.plan, self.batch, self.classes
         out, src = plan.acts[plan.logp], plan.acts[plan.loss_input]
         size = batch * c * 4
-        for i in range(self.eval_batches):
-            self._write_step(0, i * batch, 0.0)
-            copies = [(out.buf, 0, self.logits, i * size, size)]
+        for k, start in enumerate(range(lo, hi, batch)):
+            self._write_step(0, start, 0.0)
+            copies = [(out.buf, 0, self.logits, k * size, size)]
             if self.loss_rows is not None:
-                copies.append((src.buf, src.offset, self.loss_rows, i * size, size))
-            dev.submit([self.eval_program], copies=copies)
+                copies.append((src.buf, src.offset, self.loss_rows, k * size, size))
+            dev.submit([self.eval_programs[what]], copies=copies)
         self._in_flight = None
-        logp = await dev.read(self.logits, 0, self.n_eval * c * 4)
+        nbytes = (hi - lo) * c * 4
+        logp = await dev.read(self.logits, 0, nbytes)
         if self.loss_rows is None:
             return logp, logp
-        return logp, await dev.read(self.loss_rows, 0, self.n_eval * c * 4)
+        return logp, await dev.read(self.loss_rows, 0, nbytes)
 
     async def profile(self, repeats: int = 2) -> list:
         """Time every dispatch of one training step on its own (submit, wait, repeat).
