@@ -23,6 +23,7 @@ from ..engine import init
 from ..engine.backends.base import round_up
 from ..engine.guard import watched
 from ..engine.ops.losses import final_op, resolve
+from ..engine.probe import LOGP, tensor_norms
 from . import optim, philox
 from .engine import Engine
 from .softmax import log_softmax
@@ -133,23 +134,53 @@ class CpuEngine:
     async def eval_outputs(self):
         """As ``GpuEngine.eval_outputs``, in eval mode on numpy (nll_log: the log-probabilities
         are log_softmax of the final Softmax's input, as the GPU plan fuses them)."""
-        n, outs, ins = self.n_eval, [], []
-        scores = self.engine.scores(self.loss_spec)
+        n, logps, outs = self.n_eval, [], []
         for lo in range(0, n, EVAL_CHUNK):
-            x = self._inputs(self.test_images[lo:min(n, lo + EVAL_CHUNK)])
-            with np.errstate(all="ignore"):
-                vals = self.engine.forward(x, train=False)[0]
+            vals = self._forward(self.test_images[lo:min(n, lo + EVAL_CHUNK)])
+            logps.append(self._logp(vals))
             outs.append(vals[self.engine.output])
-            ins.append(vals[scores])
             await asyncio.sleep(0)
         empty = np.zeros((0, self.classes), np.float32)
-        out = np.concatenate(outs).astype(np.float32, copy=False) if outs else empty
-        src = np.concatenate(ins).astype(np.float32, copy=False) if ins else empty
-        if self.engine.head() == "nll":
-            logp = out
-        else:
-            logp = log_softmax(src if self.loss_spec["loss"] == "nll_log" else out, axis=1)
+        logp = np.concatenate(logps) if logps else empty
+        out = np.concatenate(outs) if outs else empty
         logp = np.ascontiguousarray(logp, "<f4").tobytes()
         if self.loss_spec["loss"] in ("cross_entropy", "nll_log"):
             return logp, logp
         return logp, np.ascontiguousarray(out, "<f4").tobytes()
+
+    def _forward(self, pixels) -> dict:
+        """Eval-mode forward of uint8 images [n, pixels]: every activation by name."""
+        with np.errstate(all="ignore"):
+            return self.engine.forward(self._inputs(pixels), train=False)[0]
+
+    def _logp(self, vals):
+        """The log-probabilities of a forward's activations ``vals`` (float32 [n, classes]):
+        the output when the model ends in LogSoftmax, else log_softmax of the output (nll_log:
+        of the final Softmax's input)."""
+        if self.engine.head() == "nll":
+            return np.asarray(vals[self.engine.output], np.float32)
+        src = vals[self.engine.scores(self.loss_spec)] if self.loss_spec["loss"] == "nll_log" \
+            else vals[self.engine.output]
+        return log_softmax(np.asarray(src, np.float32), axis=1)
+
+    async def probe(self, images, outputs) -> dict:
+        """As ``GpuEngine.probe``: eval-mode forward of uint8 ``images`` [n, pixels] on the
+        current weights, ``{name: float32 bytes [n, ...]}`` of the activations named (or
+        ``probe.LOGP``); ValueError for a size or a name that does not fit."""
+        pixels = int(np.prod(self.in_shape))
+        data = bytes(images)
+        if not data or len(data) % pixels:
+            raise ValueError(f"probe: {len(data)} bytes is not a whole number of "
+                             f"{pixels}-pixel images")
+        vals = self._forward(np.frombuffer(data, np.uint8).reshape(-1, pixels))
+        out = {}
+        for name in outputs:
+            if name != LOGP and name not in vals:
+                raise ValueError(f"probe: no activation named {name!r} in the model")
+            arr = self._logp(vals) if name == LOGP else vals[name]
+            out[name] = np.ascontiguousarray(arr, "<f4").tobytes()
+        return out
+
+    async def norms(self) -> list:
+        """As ``GpuEngine.norms``: ``probe.tensor_norms`` of ``P`` and the last step's ``G``."""
+        return tensor_norms(self.graph, self.P.tobytes(), self.G.tobytes(), self.ranges)
