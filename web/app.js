@@ -11,7 +11,8 @@
 // Modules: util.js (helpers), state.js (appState, log, status, errors), form.js (settings
 // from the schema), validation.js (the server's check, inline marks), models.js (model list,
 // upload), summary.js (model summary, trainable parameters), charts.js, progress.js (progress
-// card, redraws), results.js (results, download), tabs.js (the view tabs).
+// card, redraws), results.js (results, download), tabs.js (the view tabs), views.js (live
+// views inside the model), tryit.js (draw a digit / pick a test image), testset.js.
 
 import { $, frac, num, pct } from "./util.js";
 import { appState, hideError, hooks, log, setStatus, showError } from "./state.js";
@@ -25,6 +26,8 @@ import { clearResults, downloadOnnx, showResults } from "./results.js";
 import { showSelfCheck } from "/selfcheck.js";
 import { attachClassroom } from "/classroom.js";
 import { setupTabs } from "./tabs.js";
+import { onInspect, setupViews } from "./views.js";
+import { onPrediction, setupTryIt } from "./tryit.js";
 
 let worker = null;
 let trainStart = 0;
@@ -108,6 +111,8 @@ function showAdapter(info) {
 
 const handlers = {
   selfcheck: showSelfCheck,  // the GPU self-check's warning (web/selfcheck.js)
+  inspect: onInspect,        // the live views of the model (web/views.js)
+  prediction: onPrediction,  // Try it (web/tryit.js)
   status(m) {
     setStatus(m.text);
     log(m.text);
@@ -239,6 +244,8 @@ async function boot() {
     }
   });
   setupTabs();
+  setupViews((msg) => worker?.postMessage(msg));
+  setupTryIt((msg) => worker?.postMessage(msg));
   makeCharts();
   setPhase("booting");
   renderProgress();

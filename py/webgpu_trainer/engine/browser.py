@@ -8,13 +8,15 @@ import traceback
 import js
 from pyodide.ffi import to_js
 
-from . import config as run_config
+from . import browser_inspect, config as run_config
 from .backends import get_device
 from .backends.webgpu_js import NoWebGPU
 from .gpu_engine import GpuEngine
 from .train import Split, Trainer, TrainingDiverged
 
-STATE = {"device": None, "trainer": None, "stop": False, "selfcheck": None}
+# "last": {"trainer", "model"} of the latest run once set up, kept after `done` for the live
+# views (browser_inspect.py)
+STATE = {"device": None, "trainer": None, "stop": False, "selfcheck": None, "last": None}
 
 
 def post(kind: str, **fields):
@@ -68,6 +70,8 @@ HANDLERS = {
                                                     profile=True)),
     "parity": lambda d: asyncio.ensure_future(_parity(d.get("cases") or "[]")),
     "selfcheck": lambda d: asyncio.ensure_future(_selfcheck()),
+    "inspect": lambda d: asyncio.ensure_future(browser_inspect.inspect(d, STATE, post)),
+    "predict": lambda d: asyncio.ensure_future(browser_inspect.predict(d, STATE, post)),
 }
 
 
@@ -167,6 +171,8 @@ async def _run(cfg: dict, model=None, profile: bool = False):
         STATE["trainer"] = trainer
         trainer.stop_requested = STATE["stop"]
         await trainer.setup()
+        if not profile:
+            STATE["last"] = {"trainer": trainer, "model": model}
         if profile:
             post("profile", rows=await trainer.profile())
             return
