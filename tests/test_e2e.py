@@ -25,169 +25,25 @@ import time
 
 import numpy as np
 import pytest
-from e2e_fixtures import REPO
+from e2e_fixtures import REPORT  # noqa: F401  (conftest prints it)
+from e2e_fixtures import EVAL_IMAGES, REPO, Page, note, run_training
 
 pytestmark = pytest.mark.e2e
 
-BOOT_TIMEOUT_S = 120          # page load -> worker ready (Pyodide + engine wheel + adapter)
 
 # The main run (issue 2, item 8)
 STEPS = 150
-EVAL_IMAGES = 1000
 # Start -> phase "done", hard wait limit (E2E_TRAIN_TIMEOUT_S overrides it, e.g. to see the
 # accuracy and ONNX checks of a slow run). Speed is measured by benchmarks/, not asserted here.
 TRAIN_TIMEOUT_S = float(os.environ.get("E2E_TRAIN_TIMEOUT_S", 8 * 60))
-MAX_S_PER_STEP = 1.0          # the kernels' goal, reported (benchmarked by scripts/bench.py)
 MIN_ACCURACY = 0.93
 MIN_AGREEMENT = 0.999
 MAX_LOGIT_DIFF = 1e-3
 
 STOP_TIMEOUT_S = 60           # Stop clicked -> phase "done"
 
-REPORT = []  # the measurements, repeated in pytest's terminal summary (tests/conftest.py)
-
-
-def note(message: str):
-    """Print a measurement and keep it for the end-of-run summary (captured output is hidden)."""
-    print(message, flush=True)
-    REPORT.append(message.strip())
-
-
-class Page:
-    """A page of the app plus what its console said (for failure messages)."""
-
-    def __init__(self, browser, url: str):
-        self.context = browser.new_context(accept_downloads=True,
-                                           viewport={"width": 1280, "height": 1000})
-        self.page = self.context.new_page()
-        self.console: list[str] = []
-        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text[:500]}"))
-        self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
-        self.page.goto(url)
-
-    def state(self) -> dict:
-        return self.page.evaluate("""() => {
-            const s = window.appState;
-            if (!s) return null;
-            return {phase: s.phase, workerReady: s.workerReady, noWebGPU: s.noWebGPU,
-                    error: s.error, status: s.status, adapter: s.adapter,
-                    progress: s.progress, nsteps: s.steps.length,
-                    lastStep: s.steps.length ? s.steps[s.steps.length - 1] : null};
-        }""")
-
-    def diagnostics(self) -> str:
-        try:
-            st = json.dumps(self.state())
-        except Exception as exc:  # the page itself may be gone
-            st = f"(no state: {exc})"
-        tail = "\n".join(self.console[-40:])
-        return f"appState: {st}\nconsole (last 40):\n{tail}"
-
-    def wait_ready(self, timeout_s: float = BOOT_TIMEOUT_S) -> float:
-        """Wait for the worker's ``ready``; returns the seconds it took. Fails on an error."""
-        t0 = time.monotonic()
-        try:
-            self.page.wait_for_function(
-                "window.appState && (window.appState.workerReady || "
-                "window.appState.phase === 'error' || window.appState.noWebGPU)",
-                timeout=timeout_s * 1000)
-        except Exception as exc:
-            pytest.fail(f"worker not ready within {timeout_s} s ({type(exc).__name__})\n"
-                        f"{self.diagnostics()}")
-        st = self.state()
-        if not st["workerReady"]:
-            pytest.fail(f"page failed to boot: phase {st['phase']!r}, error {st['error']!r}, "
-                        f"noWebGPU {st['noWebGPU']}\n{self.diagnostics()}")
-        return time.monotonic() - t0
-
-    def configure(self, *, optimizer="adam", lr="0.001", batch=64, epochs=1, seed=0,
-                  max_steps=0, eval_images=EVAL_IMAGES, scratch=True, model="seednet"):
-        p = self.page
-        p.evaluate("document.querySelector('#advanced').open = true")
-        if model is not None:
-            p.select_option("#model", model)
-        p.select_option("#optimizer", optimizer)
-        p.fill("#lr", str(lr))
-        p.fill("#batch-size", str(batch))
-        p.fill("#epochs", str(epochs))
-        p.fill("#seed", str(seed))
-        p.check("#init-scratch" if scratch else "#init-finetune")
-        p.fill("#max-steps", str(max_steps))
-        p.fill("#eval-images", str(eval_images))
-
-    def close(self):
-        self.context.close()
-
-
-@pytest.fixture()
-def app(chromium, server):
-    page = Page(chromium, server)
-    yield page
-    page.close()
-
 
 # ----------------------------------------------------------------------------- training run
-
-class Run:
-    """Timing of one training run, observed by polling appState every POLL_S."""
-    POLL_S = 0.25
-
-    def __init__(self):
-        self.t_start = 0.0
-        self.t_done = 0.0
-        self.seen: list[tuple[float, int]] = []   # (monotonic time, step) at each new report
-        self.worker_ips = None                     # the last progress message's images_per_s
-
-    def s_per_step(self) -> float | None:
-        """Wall seconds per step between the first and the last step report (excludes set-up
-        and the final evaluation)."""
-        if len(self.seen) < 2 or self.seen[-1][1] == self.seen[0][1]:
-            return None
-        (t0, s0), (t1, s1) = self.seen[0], self.seen[-1]
-        return (t1 - t0) / (s1 - s0)
-
-    def first_report_s(self) -> float | None:
-        return self.seen[0][0] - self.t_start if self.seen else None
-
-
-def run_training(app: Page, total_steps: int, timeout_s: float, label: str) -> Run:
-    """Click Start, follow progress until phase ``done``; fails on ``error``, on timeout, and
-    early when the measured speed cannot finish ``total_steps`` within ``timeout_s``."""
-    page, run = app.page, Run()
-    page.click("#start")
-    run.t_start = time.monotonic()
-    deadline = run.t_start + timeout_s
-    while True:
-        st = app.state()
-        now = time.monotonic()
-        step = (st.get("progress") or {}).get("step") or 0
-        if st["nsteps"] and (not run.seen or step > run.seen[-1][1]):
-            run.seen.append((now, step))
-            run.worker_ips = st["progress"].get("images_per_s")
-            sps = run.s_per_step()
-            print(f"[e2e {label}] {now - run.t_start:6.1f} s  step {step}/"
-                  f"{st['progress'].get('total_steps')}  loss {st['lastStep']['loss']:.4f}"
-                  + (f"  {sps:.2f} s/step" if sps else ""), flush=True)
-            # fail fast: two reports give a per-step time; project the rest of the run
-            if sps and total_steps:
-                projected = (now - run.t_start) + (total_steps - step) * sps
-                if projected > timeout_s:
-                    pytest.fail(
-                        f"training too slow: {sps:.2f} s/step measured over steps "
-                        f"{run.seen[0][1]}..{step}; {total_steps} steps would take about "
-                        f"{projected:.0f} s, over the {timeout_s:.0f} s limit "
-                        f"(goal: < {MAX_S_PER_STEP} s/step)")
-        if st["phase"] == "error" or st["error"]:
-            pytest.fail(f"training failed: {st['error']!r}\n{app.diagnostics()}")
-        if st["phase"] == "done":
-            run.t_done = now
-            return run
-        if now > deadline:
-            sps = run.s_per_step()
-            pytest.fail(f"training not done within {timeout_s:.0f} s: at step {step}"
-                        + (f", {sps:.2f} s/step" if sps else "") + f"\n{app.diagnostics()}")
-        time.sleep(Run.POLL_S)
-
 
 @pytest.fixture(scope="module")
 def trained(chromium, server, tmp_path_factory):

@@ -44,6 +44,7 @@ function trainBoxes(layer, params, byName) {
     const short = n.startsWith(layer.name.replace(/^\//, "").split("/")[0] + ".")
       ? n.split(".").pop() : n;
     label.title = `${n} ${JSON.stringify(byName[n].shape)}`;
+    box.setAttribute("aria-label", `Train ${n}`);  // the visible "weight" / "bias" is not unique
     label.append(box, document.createTextNode(` ${short}`));
     td.append(label);
   }
