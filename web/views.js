@@ -10,8 +10,7 @@ import { appState } from "./state.js";
 import { activeTab } from "./tabs.js";
 import { drawDigit, imageOf, testSet } from "./testset.js";
 
-const INTERVAL_MS = 3000;   // between two refreshes while training
-const MAX_DUTY = 1 / 40;    // the worker's time on views: at most 2.5% of the wall time
+const INTERVAL_MS = 3000;   // from one answer to the next request while training
 const POS = [178, 24, 43];  // diverging scale: positive -> red, 0 -> white, negative -> blue
 const NEG = [33, 102, 172];
 
@@ -112,7 +111,7 @@ export function onInspect(m) {
     drawNorms(m.norms);
   }
   if (!m.error && activeTab() === "model" && wanted()) {
-    schedule(appState.phase === "training" ? Math.max(INTERVAL_MS, (m.ms || 0) / MAX_DUTY) : 200);
+    schedule(appState.phase === "training" ? INTERVAL_MS : 200);
   }
 }
 

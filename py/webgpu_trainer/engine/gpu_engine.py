@@ -37,7 +37,8 @@ class GpuEngine:
         self.dev = dev
         self._in_flight = None
         self._probe = None  # (plan, program, images buffer), made by the first probe
-        self._probe_lock = asyncio.Lock()
+        self._norms_buf = None  # P and G side by side for one readback (norms)
+        self._probe_lock = asyncio.Lock()  # one probe / norms readback at a time
 
     async def build(self, graph, batch: int, loss, trainable, seed: int):
         """Compile the training step of ``graph`` (``Graph``) at ``batch`` (``Plan``) and the
@@ -186,21 +187,23 @@ class GpuEngine:
                 self._probe = await self._probe_plan(pixels)
             plan, program, upload = self._probe
             acts = [(name, self._probe_act(plan, name)) for name in outputs]
-            out = {name: self.dev.buffer(round_up(n * (t.numel // plan.batch) * 4), "probe." + name)
-                   for name, t in acts}
             pb = plan.batch
+            sizes = [n * (t.numel // pb) * 4 for _, t in acts]  # bytes of each output
+            starts = [sum(sizes[:i]) for i in range(len(sizes))]
+            out = self.dev.buffer(max(sum(sizes), 4), "probe.out")  # one readback for all
             for lo in range(0, n, pb):
                 k = min(pb, n - lo)
                 chunk = data[lo * pixels:(lo + k) * pixels]
                 self.dev.write(upload, chunk + bytes(round_up(pb * pixels) - len(chunk)))
                 self.dev.write(plan.step, pack_step(0, 0, self.seed, 0.0))
                 copies = []
-                for name, t in acts:
+                for (name, t), start in zip(acts, starts):
                     per = t.numel // pb * 4
-                    copies.append((t.buf, t.offset, out[name], lo * per, k * per))
+                    copies.append((t.buf, t.offset, out, start + lo * per, k * per))
                 self.dev.submit([program], copies=copies)
-            return {name: await self.dev.read(out[name], 0, n * (t.numel // pb) * 4)
-                    for name, t in acts}
+            raw = await self.dev.read(out, 0, max(sum(sizes), 4))
+            return {name: raw[start:start + size]
+                    for (name, _), start, size in zip(acts, starts, sizes)}
 
     async def _probe_plan(self, pixels: int):
         """The probe's eval-only plan over the training plan's weights, its program (gather ->
@@ -233,9 +236,14 @@ class GpuEngine:
     async def norms(self) -> list:
         """L2 norm of every parameter's weights and last gradient (``probe.tensor_norms``),
         from one readback of the weight and gradient buffers after the submitted steps."""
-        w = await self.dev.read(self.plan.P, 0, self.wbytes)
-        g = await self.dev.read(self.plan.G, 0, self.wbytes)
-        return tensor_norms(self.graph, w, g, self.plan.trainable)
+        w = self.wbytes
+        async with self._probe_lock:
+            if self._norms_buf is None:
+                self._norms_buf = self.dev.buffer(2 * w, "norms.readback")
+            self.dev.submit([], copies=[(self.plan.P, 0, self._norms_buf, 0, w),
+                                        (self.plan.G, 0, self._norms_buf, w, w)])
+            raw = await self.dev.read(self._norms_buf, 0, 2 * w)
+        return tensor_norms(self.graph, raw[:w], raw[w:], self.plan.trainable)
 
     async def profile(self, repeats: int = 2) -> list:
         """Time every dispatch of one training step on its own (submit, wait, repeat).
