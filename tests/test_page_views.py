@@ -135,6 +135,7 @@ def test_filters_show_the_first_conv_weights(app, trained, server):
                 got = px[y0 + i, x0 + j, :3]
                 assert np.abs(got - want).max() <= 1, (f, i, j, got, want)
     assert len({tuple(p) for p in px[..., :3].reshape(-1, 3)}) > 10, "the filters look blank"
+    page.locator("#views").scroll_into_view_if_needed()
     screenshot(page, "model-views-1280")
 
 

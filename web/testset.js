@@ -38,14 +38,15 @@ export function imageOf(set, index) {
 }
 
 /** Draw 28x28 uint8 `pixels` (0 = background) on `canvas` (28x28 backing store, scaled by
- *  CSS) as dark ink on white, as people write. */
-export function drawDigit(canvas, pixels) {
+ *  CSS): light ink on black as MNIST stores it (what the model sees), or with `dark` dark ink
+ *  on white as people write. */
+export function drawDigit(canvas, pixels, { dark = false } = {}) {
   const side = Math.round(Math.sqrt(pixels.length));
   canvas.width = canvas.height = side;
   const ctx = canvas.getContext("2d");
   const img = ctx.createImageData(side, side);
   for (let i = 0; i < pixels.length; i++) {
-    const v = 255 - pixels[i];
+    const v = dark ? 255 - pixels[i] : pixels[i];
     img.data.set([v, v, v, 255], 4 * i);
   }
   ctx.putImageData(img, 0, 0);

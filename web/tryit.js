@@ -54,7 +54,7 @@ function build() {
           el("button", { type: "button", id: "try-next", className: "btn small", textContent: "Next ▶",
             "aria-label": "next test image" }))),
       el("div", { className: "try-out" },
-        el("p", { className: "hint", textContent: "What the model sees (28 × 28, as MNIST):" }),
+        el("p", { className: "hint", textContent: "What the model sees (28 × 28, ink 255 on 0, as MNIST):" }),
         el("canvas", { id: "try-input", className: "pixelated digit-big", width: SIDE, height: SIDE,
           role: "img", "aria-label": "the preprocessed 28 by 28 input" }),
         el("p", { id: "try-source", className: "hint" }),
@@ -197,10 +197,12 @@ export async function pick(index) {
   const pixels = imageOf(set, index);
   current = { index };
   show(pixels);
-  // the test image on the drawing canvas too (dark ink on white)
+  // the test image on the drawing canvas too, as drawn there (dark ink on white)
+  const ink = document.createElement("canvas");
+  drawDigit(ink, pixels, { dark: true });
   const ctx = $("try-canvas").getContext("2d");
   ctx.imageSmoothingEnabled = false;
-  ctx.drawImage($("try-input"), 0, 0, CANVAS, CANVAS);
+  ctx.drawImage(ink, 0, 0, CANVAS, CANVAS);
   $("try-source").textContent = `test image #${index}, labelled ${set.labels[index]}`;
   classify();
 }
