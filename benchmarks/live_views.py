@@ -60,6 +60,8 @@ def _run(page, tab: str, steps: int, timeout: float) -> dict:
     page.click(f"#tab-{tab}")
     before = page.evaluate("[window.viewsState.requests, window.tryState.step]")
     page.click("#start")
+    # Start checks the settings with the server first; then the page resets its steps
+    page.wait_for_function("window.appState.phase !== 'done'", timeout=60_000)
     t_start, seen = time.monotonic(), []
     while True:
         st = page.evaluate(STATE_JS)

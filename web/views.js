@@ -91,7 +91,7 @@ function schedule(ms) {
 function request(force) {
   if (waiting || activeTab() !== "model") return;
   if (!force && !wanted()) return;
-  if (appState.phase !== "training" && appState.phase !== "done") return;
+  if (!["training", "paused", "done"].includes(appState.phase)) return;  // no model yet
   waiting = ++seq;
   state.requests++;
   send({ type: "inspect", id: waiting, index: Number($("views-index").value) || 0 });

@@ -23,9 +23,8 @@ NO_MODEL = "Train a model first: press Start (the views show the model being tra
 
 
 def _current(state):
-    """The run to look into: ``state["last"]`` ({trainer, model}) once its engine holds data."""
-    last = state.get("last")
-    return last if last and hasattr(last["trainer"], "classes") else None
+    """The run to look into: ``state["last"]`` ({trainer, model}, set once a run is set up)."""
+    return state.get("last")
 
 
 def _test_image(trainer, index) -> tuple:
