@@ -112,7 +112,8 @@ export function onInspect(m) {
     drawNorms(m.norms);
   }
   if (!m.error && activeTab() === "model" && wanted()) {
-    schedule(appState.phase === "training" ? INTERVAL_MS : 200);
+    const moved = m.index !== Number($("views-index").value);  // picked while it was on its way
+    schedule(appState.phase === "training" && !moved ? INTERVAL_MS : 200);
   }
 }
 
