@@ -36,6 +36,12 @@ def _graph(server) -> dict:
         return json.load(r)
 
 
+def _tensor(page, t) -> np.ndarray:
+    """The run's trained values of the graph tensor ``t`` (window.lastRun.weights)."""
+    js = f"Array.from(new Float32Array(window.lastRun.weights, {t['offset']}, {t['nbytes'] // 4}))"
+    return np.asarray(page.evaluate(js), np.float64).reshape(t["shape"])
+
+
 @pytest.fixture(scope="module")
 def app(chromium, server):
     app = Page(chromium, server)
@@ -116,12 +122,10 @@ def test_filters_show_the_first_conv_weights(app, trained, server):
     page.click("#tab-model")
     _shown(page)
     t = next(t for t in _graph(server)["tensors"] if t["name"] == "conv1.weight")
-    w = np.asarray(page.evaluate(
-        f"Array.from(new Float32Array(window.lastRun.weights, {t['offset']}, {t['nbytes'] // 4}))"),
-        np.float64).reshape(t["shape"])
+    w = _tensor(page, t)
     cv = page.evaluate("""() => { const c = document.querySelector('#views-filters');
-        return {w: c.width, h: c.height, cols: +c.dataset.cols,
-                px: Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data)}; }""")
+        const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        return {w: c.width, h: c.height, cols: +c.dataset.cols, px: Array.from(px)}; }""")
     px = np.asarray(cv["px"], np.int64).reshape(cv["h"], cv["w"], 4)
     out, _, kh, kw = w.shape
     scale = np.abs(w).max()
@@ -173,10 +177,8 @@ def test_norms_are_finite_and_positive(app, trained, server):
     assert sorted(r["name"] for r in norms) == sorted(params)
     for r in norms:
         t = params[r["name"]]
-        w = np.asarray(page.evaluate(
-            f"Array.from(new Float32Array(window.lastRun.weights, {t['offset']}, "
-            f"{t['nbytes'] // 4}))"), np.float64)
-        assert_close(r["weight"], np.linalg.norm(w), FWD_RTOL, f"norm of {r['name']}")
+        assert_close(r["weight"], np.linalg.norm(_tensor(page, t)), FWD_RTOL,
+                     f"norm of {r['name']}")
         assert math.isfinite(r["grad"]) and r["grad"] >= 0, r
     assert sum(r["grad"] > 0 for r in norms) >= len(norms) - 1  # fc2.bias before a BatchNorm: ~0
     assert page.eval_on_selector_all("#views-norms tbody tr", "rs => rs.length") == len(norms)

@@ -57,7 +57,7 @@ function build() {
     el("section", { className: "views-norms", "aria-labelledby": "views-norms-title" },
       el("h3", { id: "views-norms-title", textContent: "Weight and gradient L2 norms per parameter (log scale)" }),
       el("p", { className: "hint", textContent: "Gradients are those of the last step. A gradient far below its weights (ratio under 1e-6) may be vanishing; one above its weights may be exploding." }),
-      el("div", { className: "table-wrap", tabIndex: 0, "aria-label": "norms table (scrolls)" },
+      el("div", { className: "table-wrap", tabIndex: 0, role: "region", "aria-label": "norms table (scrolls)" },
         el("table", { id: "views-norms", className: "norms-table" },
         el("thead", {}, el("tr", {}, ...["Parameter", "Elements", "‖weight‖", "‖gradient‖", "grad / weight"]
           .map((t, i) => el("th", { className: i ? "num" : "", textContent: t, scope: "col" })))),
