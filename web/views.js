@@ -121,13 +121,13 @@ function drawFilters(f) {
   // one tile per (output, input) channel pair; each weight is one pixel, tiles 1 px apart
   const [out, inC, kh, kw] = f.shape;
   const tiles = out * inC;
-  const cols = Math.min(tiles, 8);
+  const cols = Math.min(tiles, 4);
   const rows = Math.ceil(tiles / cols);
   const cv = $("views-filters");
   cv.width = cols * (kw + 1) - 1;
   cv.height = rows * (kh + 1) - 1;
   Object.assign(cv.dataset, { cols, kh, kw });
-  cv.style.width = `${Math.min(cv.width * 14, 320)}px`;
+  cv.style.width = `${Math.min(cv.width * 18, 320)}px`;
   let max = 0;
   for (const v of f.values) max = Math.max(max, Math.abs(v));
   const ctx = cv.getContext("2d");
