@@ -23,7 +23,7 @@ from ..engine import init
 from ..engine.backends.base import round_up
 from ..engine.guard import watched
 from ..engine.ops.losses import final_op, resolve
-from ..engine.probe import LOGP, tensor_norms
+from ..engine.probe import LOGP, params_in_order
 from . import optim, philox
 from .engine import Engine
 from .softmax import log_softmax
@@ -182,5 +182,14 @@ class CpuEngine:
         return out
 
     async def norms(self) -> list:
-        """As ``GpuEngine.norms``: ``probe.tensor_norms`` of ``P`` and the last step's ``G``."""
-        return tensor_norms(self.graph, self.P.tobytes(), self.G.tobytes(), self.ranges)
+        """As ``GpuEngine.norms``: the L2 norms (float64) of each parameter's weights in ``P``
+        and last gradient in ``G`` (None: frozen), in graph order."""
+        rows = []
+        for name, layer in params_in_order(self.graph):
+            t = self.graph.tensors[name]
+            lo, hi = t["offset"] // 4, (t["offset"] + t["nbytes"]) // 4
+            rows.append({"name": name, "layer": layer, "numel": hi - lo,
+                         "weight": float(np.linalg.norm(self.P[lo:hi].astype(np.float64))),
+                         "grad": float(np.linalg.norm(self.G[lo:hi].astype(np.float64)))
+                         if name in self.ranges else None})
+        return rows

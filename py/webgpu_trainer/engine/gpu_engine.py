@@ -23,7 +23,7 @@ from . import optim
 from .backends.base import groups_1d, pack_params, round_up
 from .guard import Guard
 from .plan import METRICS_RING, Plan, pack_step
-from .probe import LOGP, tensor_norms
+from .probe import LOGP, params_in_order
 
 PROBE_BATCH = 1  # images per forward of the probe's plan (the live views ask for one)
 
@@ -37,7 +37,7 @@ class GpuEngine:
         self.dev = dev
         self._in_flight = None
         self._probe = None  # (plan, program, images buffer), made by the first probe
-        self._norms_buf = None  # P and G side by side for one readback (norms)
+        self._norms = None  # (program, output buffer) of norms, made by the first call
         self._probe_lock = asyncio.Lock()  # one probe / norms readback at a time
 
     async def build(self, graph, batch: int, loss, trainable, seed: int):
@@ -234,16 +234,33 @@ class GpuEngine:
         return t
 
     async def norms(self) -> list:
-        """L2 norm of every parameter's weights and last gradient (``probe.tensor_norms``),
-        from one readback of the weight and gradient buffers after the submitted steps."""
-        w = self.wbytes
+        """``[{"name", "layer", "numel", "weight", "grad"}]``: the L2 norm of every parameter's
+        weights and last gradient (None: frozen) in graph order, after the submitted steps:
+        one dispatch of shaders/norms.wgsl (sums of squares per tensor in f32) and an 8-byte
+        readback per tensor."""
+        params = params_in_order(self.graph)
         async with self._probe_lock:
-            if self._norms_buf is None:
-                self._norms_buf = self.dev.buffer(2 * w, "norms.readback")
-            self.dev.submit([], copies=[(self.plan.P, 0, self._norms_buf, 0, w),
-                                        (self.plan.G, 0, self._norms_buf, w, w)])
-            raw = await self.dev.read(self._norms_buf, 0, 2 * w)
-        return tensor_norms(self.graph, raw[:w], raw[w:], self.plan.trainable)
+            if self._norms is None:
+                table = [v for name, _ in params for v in
+                         (self.graph.tensors[name]["offset"] // 4,
+                          self.graph.tensors[name]["nbytes"] // 4)]
+                tbuf = self.dev.buffer(4 * max(len(table), 4), "norms.table")
+                if table:
+                    self.dev.write(tbuf, array("I", table).tobytes())
+                out = self.dev.buffer(8 * max(len(params), 1), "norms.out")
+                b = self.plan.builder
+                b.current = []
+                await b.kernel("norms", "sumsq", pack_params(len(params), 0, 0, 0),
+                               [self.plan.P, self.plan.G, tbuf, out], (max(len(params), 1), 1, 1))
+                self._norms = (self.dev.program(b.current), out)
+            program, out = self._norms
+            self.dev.submit([program])
+            raw = await self.dev.read(out, 0, 8 * max(len(params), 1))
+        sums = memoryview(raw).cast("f")
+        return [{"name": name, "layer": layer, "numel": self.graph.tensors[name]["nbytes"] // 4,
+                 "weight": math.sqrt(sums[2 * k]),
+                 "grad": math.sqrt(sums[2 * k + 1]) if name in self.plan.trainable else None}
+                for k, (name, layer) in enumerate(params)]
 
     async def profile(self, repeats: int = 2) -> list:
         """Time every dispatch of one training step on its own (submit, wait, repeat).

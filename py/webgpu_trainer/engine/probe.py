@@ -1,14 +1,11 @@
 """What the live views read from a model, shared by both engines and the worker (standard library
 only): the name of the log-probabilities, the layers whose feature maps are shown, the first
-conv layer's filters, and per-parameter L2 norms of flat float32 buffers (plan layout).
+conv layer's filters, and the parameters in the order the norms list them.
 
 ``GpuEngine.probe`` / ``CpuEngine.probe`` run the eval-mode forward of given images and return
-the activations named; ``norms()`` on both engines return ``tensor_norms`` of their weight and
-gradient buffers.
+the activations named; ``norms()`` on both engines return the L2 norms of each parameter's
+weights and last gradient, in ``params_in_order``.
 """
-
-import math
-import operator
 
 LOGP = "log_probabilities"  # probe's name for the log-probabilities (as ``eval_outputs``)
 
@@ -49,24 +46,3 @@ def params_in_order(graph) -> list:
                 seen.add(name)
                 out.append((name, node["name"]))
     return out
-
-
-def _norm(buf: memoryview, t) -> float:
-    part = buf[t["offset"] // 4:(t["offset"] + t["nbytes"]) // 4]
-    return math.sqrt(math.fsum(map(operator.mul, part, part)))
-
-
-def tensor_norms(graph, weights: bytes, grads: bytes | None, trainable) -> list:
-    """L2 norms per parameter of the flat float32 buffers ``weights`` and ``grads`` (plan
-    layout: each tensor at its bundle offset): ``[{"name", "layer", "numel", "weight", "grad"}]``
-    in graph order; ``grad`` is None for a parameter not in ``trainable`` (frozen: no
-    gradient) or when ``grads`` is None. Summed exactly (math.fsum) in float64."""
-    w = memoryview(weights).cast("B").cast("f")
-    g = memoryview(grads).cast("B").cast("f") if grads is not None else None
-    rows = []
-    for name, layer in params_in_order(graph):
-        t = graph.tensors[name]
-        rows.append({"name": name, "layer": layer, "numel": t["nbytes"] // 4,
-                     "weight": _norm(w, t),
-                     "grad": _norm(g, t) if g is not None and name in trainable else None})
-    return rows
