@@ -24,6 +24,9 @@ pytest_plugins = ["e2e_fixtures"]
 FWD_RTOL = 1e-5     # forward values (activations, loss, running statistics)
 GRAD_RTOL = 1e-4    # gradients
 OPTIM_RTOL = 1e-5   # optimizer trajectories (per step, per tensor)
+PLAYGROUND_ATOL = 1e-4  # the kernels playground: max |output - numpy| (pixels in [0, 1])
+RESUME_ATOL = 1e-5  # a resumed run's losses vs the uninterrupted run's (the browser: the
+                    # engine is deterministic, 0 in practice)
 ABS_FLOOR = 1e-6
 
 ALIGN = 256  # bytes between tensors of the weight blob (WebGPU's storage offset alignment)

@@ -1,6 +1,7 @@
 """Fixtures of the browser tests: the real server on a free port and headless Chromium with
 WebGPU (SwiftShader on a machine without a GPU); conftest.py registers this module as a plugin,
-so every test module can ask for ``server``, ``chromium`` and ``mnist_cache``."""
+so every test module can ask for ``server``, ``chromium``, ``mnist_cache`` and ``app`` (a fresh
+``Page``: the app's page with configure(), wait_ready(), state(), diagnostics())."""
 
 import json
 import os
@@ -19,6 +20,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background
                  "--disable-component-update"]
 
 SERVER_TIMEOUT_S = 180        # server answering (MNIST cache check + first wheel build)
+BOOT_TIMEOUT_S = 120          # page load -> worker ready (Pyodide + engine wheel + adapter)
+EVAL_IMAGES = 1000            # Page.configure's default: the first 1,000 test images
 
 
 def _free_port() -> int:
@@ -95,35 +98,6 @@ def chromium():
             browser.close()
 
 
-
-
-ARTIFACTS = REPO / "test-artifacts" / "screenshots"
-
-
-def screenshot(page, name: str) -> Path:
-    """Save a screenshot of ``page`` (the viewport) as test-artifacts/screenshots/<name>.png, the
-    main states of the page kept for people to look at (CI keeps the folder as an artifact)."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path))
-    return path
-
-
-# ------------------------------------------------------------------ the page, a run of it
-
-BOOT_TIMEOUT_S = 120          # page load -> worker ready (Pyodide + engine wheel + adapter)
-MAX_S_PER_STEP = 1.0          # the kernels' goal, reported (benchmarks/ measures it)
-EVAL_IMAGES = 1000
-
-REPORT = []  # the measurements, repeated in pytest's terminal summary (tests/conftest.py)
-
-
-def note(message: str):
-    """Print a measurement and keep it for the end-of-run summary (captured output is hidden)."""
-    print(message, flush=True)
-    REPORT.append(message.strip())
-
-
 class Page:
     """A page of the app plus what its console said (for failure messages)."""
 
@@ -172,7 +146,10 @@ class Page:
         return time.monotonic() - t0
 
     def configure(self, *, optimizer="adam", lr="0.001", batch=64, epochs=1, seed=0,
-                  max_steps=0, eval_images=EVAL_IMAGES, scratch=True, model="seednet"):
+                  max_steps=0, eval_images=EVAL_IMAGES, scratch=True, model="seednet",
+                  train_images=None):
+        """Fill the settings form (the advanced fields opened); ``train_images`` None: keep
+        the field as it is."""
         p = self.page
         p.evaluate("document.querySelector('#advanced').open = true")
         if model is not None:
@@ -185,6 +162,8 @@ class Page:
         p.check("#init-scratch" if scratch else "#init-finetune")
         p.fill("#max-steps", str(max_steps))
         p.fill("#eval-images", str(eval_images))
+        if train_images is not None:
+            p.fill("#train-images", str(train_images))
 
     def close(self):
         self.context.close()
@@ -192,9 +171,35 @@ class Page:
 
 @pytest.fixture()
 def app(chromium, server):
+    """A fresh page of the app (closed after the test)."""
     page = Page(chromium, server)
     yield page
     page.close()
+
+
+ARTIFACTS = REPO / "test-artifacts" / "screenshots"
+
+
+def screenshot(page, name: str) -> Path:
+    """Save a screenshot of ``page`` (the viewport) as test-artifacts/screenshots/<name>.png, the
+    main states of the page kept for people to look at (CI keeps the folder as an artifact)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    return path
+
+
+# ------------------------------------------------------------------ the page, a run of it
+
+MAX_S_PER_STEP = 1.0          # the kernels' goal, reported (benchmarks/ measures it)
+
+REPORT = []  # the measurements, repeated in pytest's terminal summary (tests/conftest.py)
+
+
+def note(message: str):
+    """Print a measurement and keep it for the end-of-run summary (captured output is hidden)."""
+    print(message, flush=True)
+    REPORT.append(message.strip())
 
 
 class Run:

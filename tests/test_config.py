@@ -186,12 +186,12 @@ def test_legacy_config_json_loads():
 def test_resume_update():
     stored = config.parse({"optimizer": "sgd", "lr": 0.1, "momentum": 0.9, "scheduler": "steplr",
                            "gamma": 0.5, "loss": "mse", "reduction": "sum"})
-    assert stored.updated({"epochs": 3, "lr": 0.2})["gamma"] == 0.5
-    fresh = stored.updated({"scheduler": "steplr", "loss": "cross_entropy"})
+    assert config.resume_with(stored, {"epochs": 3, "lr": 0.2})["gamma"] == 0.5
+    fresh = config.resume_with(stored, {"scheduler": "steplr", "loss": "cross_entropy"})
     assert (fresh["gamma"], fresh["reduction"]) == (0.1, "mean")  # groups start afresh
-    assert stored.updated({"reduction": "mean"})["loss"] == "mse"
+    assert config.resume_with(stored, {"reduction": "mean"})["loss"] == "mse"
     with pytest.raises(ConfigError) as info:
-        stored.updated({"batch_size": 128, "seed": 1, "optimizer": "sgd"})
+        config.resume_with(stored, {"batch_size": 128, "seed": 1, "optimizer": "sgd"})
     assert [f for f, _ in info.value.errors] == ["batch_size", "seed"]
     assert "may not change on --resume (the run has 64" in info.value.errors[0][1]
 

@@ -6,18 +6,10 @@ wrong ops, when some check fails (training stays allowed)."""
 import time
 
 import pytest
-from test_e2e import Page
 
 pytestmark = pytest.mark.e2e
 
 REPORT = []
-
-
-@pytest.fixture()
-def app(chromium, server):
-    page = Page(chromium, server)
-    yield page
-    page.close()
 
 
 def test_selfcheck_runs_before_the_first_run_and_passes(app):

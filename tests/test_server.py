@@ -52,7 +52,8 @@ def env(tmp_path):
                       "worker.js": "//worker", "style.css": "body{}", "package.json": "{}",
                       "node_modules/pyodide/pyodide.mjs": "export {}",
                       "node_modules/pyodide/pyodide-lock.json": "{}",
-                      "node_modules/uplot/dist/uPlot.min.css": ".u{}"}.items():
+                      "node_modules/uplot/dist/uPlot.min.css": ".u{}",
+                      "node_modules/idb-keyval/dist/index.js": "export {}"}.items():
         (web / rel).parent.mkdir(parents=True, exist_ok=True)
         (web / rel).write_text(text)
     (web / "node_modules/pyodide/pyodide.asm.wasm").write_bytes(b"\0asm\1\0\0\0")
@@ -75,8 +76,9 @@ def shard_url(env, split="train", kind="images"):
     return "/data/mnist/" + env["manifest"]["splits"][split][kind]["file"]
 
 
-def raw_get(app, path: str) -> tuple[int, bytes]:
-    """GET with the path exactly as given (no client-side normalisation of ``..``)."""
+def raw_get(app, path: str, method: str = "GET") -> tuple[int, bytes]:
+    """GET (or ``method``) with the path exactly as given (no client-side normalisation of
+    ``..``)."""
     msgs = []
 
     async def receive():
@@ -86,7 +88,7 @@ def raw_get(app, path: str) -> tuple[int, bytes]:
         msgs.append(m)
 
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-             "method": "GET", "scheme": "http", "path": path, "raw_path": path.encode(),
+             "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
              "query_string": b"", "root_path": "", "headers": [(b"host", b"testserver")],
              "client": ("127.0.0.1", 1), "server": ("testserver", 80)}
     asyncio.run(app(scope, receive, send))
@@ -106,7 +108,8 @@ def test_page_and_vendor(env):
                        ("/vendor/pyodide/pyodide.mjs", "application/javascript"),
                        ("/vendor/pyodide/pyodide.asm.wasm", "application/wasm"),
                        ("/vendor/pyodide/pyodide-lock.json", "application/json"),
-                       ("/vendor/uplot/uPlot.min.css", "text/css")]:
+                       ("/vendor/uplot/uPlot.min.css", "text/css"),
+                       ("/vendor/idb-keyval/index.js", "application/javascript")]:
         r = c.get(path)
         assert r.status_code == 200, path
         assert r.headers["content-type"].split(";")[0] == mime, path

@@ -101,3 +101,68 @@ def test_upload_does_not_shadow_a_builtin_model(client):
     assert r.status_code == 200 and r.json()["name"] == "seednet-upload"
     names = [m["name"] for m in c.get("/api/models").json()]
     assert names.count("seednet") == 1 and "seednet-upload" in names
+
+
+# ---- DELETE /api/models/{name}: uploads only (issue 10) -------------------------------------
+
+def _upload(c, filename="mine.onnx"):
+    r = c.post(f"/api/models/upload?filename={filename}", content=SEEDNET.read_bytes())
+    assert r.status_code == 200, r.text
+    return r.json()["name"]
+
+
+def test_delete_an_uploaded_model(client):
+    c, uploads, _ = client
+    name = _upload(c)
+    assert c.get(f"/api/models/{name}/summary").status_code == 200  # its bundle is cached
+    r = c.delete(f"/api/models/{name}")
+    assert r.status_code == 200 and r.json() == {"deleted": name}
+    assert name not in [m["name"] for m in c.get("/api/models").json()]
+    assert not (uploads / f"{name}.onnx").exists() and not list(uploads.glob("*.onnx"))
+    assert c.get(f"/api/models/{name}/summary").status_code == 404
+    r = c.delete(f"/api/models/{name}")
+    assert r.status_code == 404 and "no uploaded model named 'mine'" in r.json()["error"]
+
+
+def test_a_builtin_model_cannot_be_deleted(client):
+    c, uploads, models = client
+    (models / "seednet.onnx").write_bytes(SEEDNET.read_bytes())
+    assert _upload(c, "seednet.onnx") == "seednet-upload"
+    r = c.delete("/api/models/seednet")
+    assert r.status_code == 403
+    assert r.json()["error"] == ("seednet is a built-in model (models/seednet.onnx) and cannot "
+                                 "be deleted; only models uploaded from the page can")
+    assert (models / "seednet.onnx").read_bytes() == SEEDNET.read_bytes()
+    assert (uploads / "seednet-upload.onnx").is_file()
+    assert {m["name"] for m in c.get("/api/models").json()} == {"seednet", "seednet-upload"}
+
+
+def test_deleting_an_unknown_model_is_404(client):
+    c, uploads, _ = client
+    r = c.delete("/api/models/never-uploaded")
+    assert r.status_code == 404 and "never-uploaded" in r.json()["error"]
+
+
+@pytest.mark.parametrize("name", [
+    "../victim", "..", ".", "uploads/../victim", "mine/..", "mine/../../victim", ".mine",
+    "./mine", "mine\0", "mine\\..\\victim", "../models/seednet", "/etc/passwd", "mine.onnx",
+    "MINE"])
+def test_delete_refuses_path_tricks(client, name):
+    """As a raw ASGI path (no normalisation of ``..``) and through the HTTP client (the name
+    percent-encoded): 400 or 404, and no file anywhere is deleted."""
+    from urllib.parse import quote
+
+    from test_server import raw_get
+    c, uploads, models = client
+    (models / "seednet.onnx").write_bytes(SEEDNET.read_bytes())
+    _upload(c)
+    victim = uploads.parent / "victim.onnx"
+    victim.write_bytes(b"keep me")
+    files = sorted(p for p in uploads.parent.rglob("*") if p.is_file())
+    status, body = raw_get(c.app, f"/api/models/{name}", method="DELETE")
+    assert status in (400, 404), (name, status, body)
+    if name not in (".", ".."):  # a client drops a bare dot segment itself
+        r = c.delete(f"/api/models/{quote(name, safe='')}")
+        assert r.status_code in (400, 404) and "error" in r.json(), (name, r.text)
+    assert sorted(p for p in uploads.parent.rglob("*") if p.is_file()) == files
+    assert victim.read_bytes() == b"keep me"

@@ -1,9 +1,12 @@
 // webgpu-trainer — the page (main thread), the entry module. No framework: plain ES modules.
 //
 // Talks to the module worker (/worker.js) with the protocol in docs/ARCHITECTURE.md:
-//   main -> worker: {type: "start", model, config}, {type: "stop"}
+//   main -> worker: {type: "start", model, config, resume?}, {type: "stop"}, {type: "pause"},
+//                   {type: "resume"}, snapshot, convolve
 //   worker -> main: selfcheck (the GPU self-check's warning, web/selfcheck.js)
-//   worker -> main: status, adapter, no_webgpu, error, ready, progress, epoch, done
+//   worker -> main: status, adapter, no_webgpu, error, ready, setup, progress, paused, epoch,
+//                   done; checkpoint, snapshot, device_lost (keep your work, web/storage.js);
+//                   convolved (web/kernels.js)
 // The settings form is drawn from the run configuration's schema (form.js). Test hooks:
 // window.appState (phase, adapter, steps, epochs, ...), window.lastRun (the last `done`
 // message) and window.readFormForTests() (the config Start would send).
@@ -11,12 +14,18 @@
 // Modules: util.js (helpers), state.js (appState, log, status, errors), form.js (settings
 // from the schema), validation.js (the server's check, inline marks), models.js (model list,
 // upload), summary.js (model summary, trainable parameters), charts.js, progress.js (progress
-// card, redraws), results.js (results, download), tabs.js (the view tabs), views.js (live
-// views inside the model), tryit.js (draw a digit / pick a test image), testset.js.
+// card, redraws), results.js (results, download), tabs.js (the view tabs), dashboard.js (speed
+// and machine), help.js (the (i) toggletips), share.js (share link, leave-page warning),
+// kernels.js (the kernels playground), storage.js (checkpoints in IndexedDB, resume, export /
+// import, reset, GPU device lost), views.js (live views inside the model), tryit.js (draw a
+// digit / pick a test image), testset.js.
 
 import { $, frac, num, pct } from "./util.js";
 import { appState, hideError, hooks, log, setStatus, showError } from "./state.js";
 import { buildForm, loadSchema, readConfig, setField } from "./form.js";
+import { adapterName } from "./dashboard.js";
+import { enhanceHelp } from "./help.js";
+import { applyLink, checkLinkModel, setupShare } from "./share.js";
 import { formState, markErrors, scheduleCheck, validateNow } from "./validation.js";
 import { loadModels, onModelChange, setupDropzone } from "./models.js";
 import { setTrainable, trainableConfig } from "./summary.js";
@@ -26,11 +35,15 @@ import { clearResults, downloadOnnx, showResults } from "./results.js";
 import { showSelfCheck } from "/selfcheck.js";
 import { attachClassroom } from "/classroom.js";
 import { setupTabs } from "./tabs.js";
+import { kernelsReady, onConvolved, setupKernels } from "./kernels.js";
+import { hideResumeOffer, onCheckpoint, onDeviceLost, onRunDone, onSnapshot, setupStorage }
+  from "./storage.js";
 import { onInspect, setupViews } from "./views.js";
 import { onPrediction, setupTryIt } from "./tryit.js";
 
 let worker = null;
 let trainStart = 0;
+const readyWaiters = [];  // restartWorker's promises, resolved by the next `ready`
 
 /** The config Start sends: the form's fields and the ticked parameters (`trainable`). */
 function currentConfig() {
@@ -42,8 +55,10 @@ hooks.formChanged = () => scheduleCheck(0);
 
 // ------------------------------------------------------------------------------------ phase
 const PHASE_LABEL = {
-  booting: "starting up", ready: "ready", training: "training", done: "done", error: "error",
+  booting: "starting up", ready: "ready", training: "training", paused: "paused", done: "done",
+  error: "error", lost: "GPU lost",
 };
+const running = () => appState.phase === "training" || appState.phase === "paused";
 
 function setPhase(phase) {
   appState.phase = phase;
@@ -55,7 +70,7 @@ function setPhase(phase) {
 }
 
 function syncControls() {
-  const training = appState.phase === "training";
+  const training = running();
   // Disabled while the last check found a bad setting; a check on its way does not disable it
   // (leaving a field fires its change, and its check, just before the click lands): Start
   // checks the settings again itself.
@@ -63,9 +78,12 @@ function syncControls() {
     !$("model").value || !formState.valid;
   $("start").title = formState.valid ? "" : "Fix the settings marked in red first";
   $("stop").disabled = !training || appState.busy.stopping;
+  $("pause").disabled = !training || appState.busy.stopping || appState.busy.pausing;
+  $("pause").textContent = appState.phase === "paused" ? "Resume" : "Pause";
   $("settings-fields").disabled = training;
   // the model summary's trainable toggles and the upload belong to the settings too
-  for (const el of document.querySelectorAll("#summary-card button, #summary-table input")) {
+  const toggles = "#summary-card button:not(.tip), #summary-table input";
+  for (const el of document.querySelectorAll(toggles)) {
     el.disabled = training;
   }
   $("dropzone").classList.toggle("busy", training);
@@ -74,11 +92,15 @@ function syncControls() {
     appState.busy.downloading;
 }
 hooks.sync = syncControls;
+hooks.setPhase = setPhase;
+hooks.post = (msg) => worker?.postMessage(msg);
 
 // ---------------------------------------------------------------------------------- worker
 function startWorker() {
   try {
-    worker = new Worker("/worker.js", { type: "module" });
+    // ?test=1: the worker accepts the test hooks (debug_lose_device)
+    const test = new URLSearchParams(location.search).get("test") === "1";
+    worker = new Worker(test ? "/worker.js?test=1" : "/worker.js", { type: "module" });
     attachClassroom(worker);  // classroom mode (?class=ID): web/classroom.js
   } catch (e) {
     showError(`Could not start the worker: ${e.message ?? e}`);
@@ -96,10 +118,22 @@ function startWorker() {
   worker.onmessageerror = () => showError("Could not read a message from the worker.");
 }
 
+/** A new worker (and so a new GPU device) in place of the current one; resolves on its
+ * `ready`. */
+function restartWorker() {
+  worker?.terminate();
+  appState.workerReady = false;
+  appState.busy.stopping = false;
+  setPhase("booting");
+  const ready = new Promise((resolve) => readyWaiters.push(resolve));
+  startWorker();
+  return ready;
+}
+hooks.restartWorker = restartWorker;
+
 function showAdapter(info) {
   appState.adapter = info;
-  const name = info.description ||
-    [info.vendor, info.architecture, info.device].filter(Boolean).join(" ") || "WebGPU adapter";
+  const name = adapterName(info);
   // SwiftShader and llvmpipe run WebGPU on the CPU: it works, but expect ~30 images/s.
   const software = /swiftshader|llvmpipe|software/i.test(Object.values(info).join(" "));
   $("adapter").textContent = software ? `${name} (software GPU: slow)` : name;
@@ -111,6 +145,7 @@ function showAdapter(info) {
 
 const handlers = {
   selfcheck: showSelfCheck,  // the GPU self-check's warning (web/selfcheck.js)
+  convolved: onConvolved,  // the kernels playground (web/kernels.js)
   inspect: onInspect,        // the live views of the model (web/views.js)
   prediction: onPrediction,  // Try it (web/tryit.js)
   status(m) {
@@ -140,21 +175,38 @@ const handlers = {
   ready() {
     appState.workerReady = true;
     if (!appState.adapter) $("adapter-dot").dataset.state = "ok";
+    for (const resolve of readyWaiters.splice(0)) resolve();
     setStatus("Ready. Choose settings and press Start.");
     log("Engine ready.");
     if (appState.phase === "booting") setPhase("ready");
     else syncControls();
+    kernelsReady();
+  },
+  setup(m) {
+    appState.memoryBytes = m.memory_bytes ?? null;
+    requestRender({ progress: true });
   },
   progress(m) {
-    const { losses, ...rest } = m;
+    const { losses, lrs, ...rest } = m;
     appState.progress = rest;
     const rows = (losses ?? []).map(([step, loss, acc]) => [step, loss, frac(acc)]);
-    for (const [step, loss, acc] of rows) appState.steps.push({ step, loss, acc });
-    addSteps(rows);
+    rows.forEach(([step, loss, acc], i) => appState.steps.push({ step, loss, acc, lr: lrs?.[i] }));
+    addSteps(rows, lrs ?? []);
     requestRender({ charts: rows.length > 0, progress: true });
   },
+  paused(m) {
+    appState.busy.pausing = false;
+    if (!running()) return;
+    setPhase(m.paused ? "paused" : "training");
+    const status = m.paused ? `Paused after step ${Number(m.step).toLocaleString()}. ` +
+      "Press Resume to continue." : "Training…";
+    setStatus(status);
+    log(m.paused ? `Paused after step ${m.step}.` : "Resumed.");
+    requestRender({ progress: true });
+  },
   epoch(m) {
-    const e = { epoch: m.epoch, val_loss: m.val_loss, val_acc: frac(m.val_acc) };
+    const e = { epoch: m.epoch, step: m.step, val_loss: m.val_loss, val_acc: frac(m.val_acc),
+      train_loss: m.train_loss, train_acc: frac(m.train_acc) };
     appState.epochs.push(e);
     addEpoch(e);
     log(`Epoch ${e.epoch}: val loss ${num(e.val_loss)}, val accuracy ${pct(e.val_acc)}`);
@@ -170,7 +222,11 @@ const handlers = {
     requestRender({ progress: true });
     appState.busy.stopping = false;
     setPhase("done");
+    onRunDone(m);  // the stored checkpoint: finished, or (stopped) offered to resume
   },
+  checkpoint: onCheckpoint,  // keep your work (web/storage.js)
+  snapshot: onSnapshot,
+  device_lost: onDeviceLost,
 };
 
 function onWorkerMessage(m) {
@@ -182,7 +238,7 @@ function onWorkerMessage(m) {
 
 // ---------------------------------------------------------------------------- start / stop
 async function startTraining() {
-  if ($("start").disabled || appState.phase === "training") return;
+  if ($("start").disabled || running()) return;
   const cfg = currentConfig();
   const model = $("model").value;
   const verdict = await validateNow(cfg);  // the server's validator, on exactly this config
@@ -192,15 +248,28 @@ async function startTraining() {
     setStatus("Fix the settings marked in red, then press Start.");
     return;
   }
-  if (appState.phase === "training") return;
+  if (running()) return;
+  beginRun(cfg, model);
+}
+
+/** Send `start` for ``cfg`` (checked) and ``model``; ``resume``: the stored checkpoint's
+ * {epoch, step, epochs_completed, weights, optimizer, total_steps} with ``history`` (its
+ * metrics {steps, epochs}), which refills appState and the charts first. */
+function beginRun(cfg, model, resume = null, history = null) {
   hideError();
-  Object.assign(appState, { config: cfg, model, steps: [], epochs: [], error: null,
-    progress: { step: 0, total_steps: 0, epoch: 0, epochs: cfg.epochs } });
+  hideResumeOffer();
+  const steps = history?.steps?.slice() ?? [];
+  const epochs = history?.epochs?.slice() ?? [];
+  Object.assign(appState, { config: cfg, model, steps, epochs, error: null, memoryBytes: null,
+    progress: { step: resume?.step ?? 0, total_steps: resume?.total_steps ?? 0,
+      epoch: resume?.epoch ?? 0, epochs: cfg.epochs } });
   window.lastRun = null;
   clearResults();
   resetCharts();
+  addSteps(steps.map((s) => [s.step, s.loss, s.acc]), steps.map((s) => s.lr));
+  for (const e of epochs) addEpoch(e);
   requestRender({ charts: true, progress: true });
-  appState.busy.stopping = false;
+  appState.busy.stopping = appState.busy.pausing = false;
   trainStart = performance.now();
   setPhase("training");
   setStatus("Starting…");
@@ -212,12 +281,24 @@ async function startTraining() {
     log("Note: “Train from scratch” re-initialises the frozen parameters too; choose " +
       "“Fine-tune” to keep the model’s weights in the frozen layers.", "error");
   }
+  if (resume) log(`Resuming from the checkpoint of epoch ${resume.epoch} (step ${resume.step}).`);
   // config.model too: classroom mode (web/classroom.js) reads and pins it there
-  worker.postMessage({ type: "start", model, config: { ...cfg, model } });
+  worker.postMessage({ type: "start", model, config: { ...cfg, model }, resume });
+}
+hooks.beginRun = beginRun;
+
+/** Pause or Resume (the worker answers `paused`, which sets the phase). */
+function togglePause() {
+  if (!running() || appState.busy.stopping || appState.busy.pausing) return;
+  const pause = appState.phase === "training";
+  appState.busy.pausing = true;
+  worker.postMessage({ type: pause ? "pause" : "resume" });
+  setStatus(pause ? "Pausing after the current step…" : "Resuming…");
+  syncControls();
 }
 
 function stopTraining() {
-  if (appState.phase !== "training" || appState.busy.stopping) return;
+  if (!running() || appState.busy.stopping) return;
   appState.busy.stopping = true;
   worker.postMessage({ type: "stop" });
   setStatus("Stopping after the current step…");
@@ -230,7 +311,10 @@ async function boot() {
   $("settings").addEventListener("submit", (ev) => ev.preventDefault());  // Enter never starts
   $("start").addEventListener("click", startTraining);
   $("stop").addEventListener("click", stopTraining);
-  $("download").addEventListener("click", downloadOnnx);
+  $("pause").addEventListener("click", togglePause);
+  setupShare();
+  enhanceHelp();
+  $("download").addEventListener("click", () => downloadOnnx());
   $("error-close").addEventListener("click", hideError);
   $("model").addEventListener("change", onModelChange);
   setupDropzone();
@@ -244,6 +328,7 @@ async function boot() {
     }
   });
   setupTabs();
+  setupKernels((msg) => worker?.postMessage(msg));
   setupViews((msg) => worker?.postMessage(msg));
   setupTryIt((msg) => worker?.postMessage(msg));
   makeCharts();
@@ -255,8 +340,11 @@ async function boot() {
   } catch (e) {
     showError(`Could not load the settings: ${e.message ?? e}`);
   }
+  const linkModel = applyLink();  // ?model=...&lr=... of a share link (web/share.js)
   startWorker();
-  loadModels();
+  await loadModels(linkModel);
+  checkLinkModel(linkModel);
+  setupStorage();  // the stored checkpoint: the resume banner (web/storage.js)
 }
 
 boot();

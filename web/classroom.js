@@ -196,6 +196,12 @@ function applyConfig(onlyPinned = false, tries = 0) {
     const fields = form.querySelectorAll(`[name="${CSS.escape(k)}"]`);
     for (const f of fields) {
       if (f.type === "radio") f.checked = f.value === String(v);
+      else if (f.type === "checkbox") {
+        if (f.checked !== Boolean(v)) {
+          f.checked = Boolean(v);
+          f.dispatchEvent(new Event("change", { bubbles: true }));
+        }
+      }
       else if (f.tagName === "SELECT" && ![...f.options].some((o) => o.value === String(v))) {
         missing = true;
         continue;

@@ -6,6 +6,7 @@
 
 import { $ } from "./util.js";
 import { scheduleCheck } from "./validation.js";
+import { toggletip } from "./help.js";
 
 let schema = null;
 const byName = {};
@@ -68,18 +69,20 @@ function control(f) {
   const hint = el("p", { className: "hint", id: `${f.id}-hint`, title, textContent: hintOf(f) });
   const wrap = el("div", { className: "field", id: `${f.id}-field` });
   wrap.dataset.field = f.name;
+  const [tip, note] = toggletip(f.id, f.label || f.name, `${f.help} (${f.range})`);
   if (f.type === "bool") {
     const box = el("input", { type: "checkbox", id: f.id, name: f.name, title });
     box.setAttribute("aria-describedby", described);
     wrap.classList.add("check");
-    wrap.append(el("label", { className: "radio", htmlFor: f.id }, box, ` ${f.label || f.name}`),
-      error);
+    wrap.append(el("div", { className: "label-row" },
+      el("label", { className: "radio", htmlFor: f.id }, box, ` ${f.label || f.name}`), tip),
+    note, error);
     return wrap;
   }
   if (f.name === "init") {  // radios: "Train from scratch" / "Fine-tune"
     const set = el("fieldset", { className: "field radios", id: `${f.id}-field` });
     set.dataset.field = f.name;
-    set.append(el("legend", { textContent: f.label }));
+    set.append(el("legend", { className: "label-row" }, f.label, tip), note);
     for (const c of f.choices) {
       const radio = el("input", { type: "radio", id: `${f.id}-${c}`, name: f.name, value: c });
       const note = schema.notes?.init?.[c];
@@ -104,8 +107,9 @@ function control(f) {
   }
   input.title = title;
   input.setAttribute("aria-describedby", described);
-  wrap.append(el("label", { htmlFor: f.id, textContent: f.label || f.name, title }), input,
-    hint, error);
+  wrap.append(el("div", { className: "label-row" },
+    el("label", { htmlFor: f.id, textContent: f.label || f.name, title }), tip), note, input,
+  hint, error);
   return wrap;
 }
 
@@ -237,11 +241,30 @@ function changed() {
 
 // ------------------------------------------------------------------------- presets
 export function applyPreset(name) {
-  const p = schema.presets.find((x) => x.name === name);
-  for (const k of CHOOSERS) if (k in p.config) write(byName[k], p.config[k]);
+  applyConfig(schema.presets.find((x) => x.name === name).config);
+}
+
+/** Put ``config`` (run configuration fields, e.g. an imported or stored one) into the form:
+ * the choosers first, then every field of the page it names; other keys are left out. */
+export function applyConfig(config) {
+  for (const k of CHOOSERS) if (k in config) write(byName[k], config[k]);
   followChoosers();
-  for (const [k, v] of Object.entries(p.config)) write(byName[k], v);
+  for (const [k, v] of Object.entries(config)) {
+    if (byName[k] && onPage(byName[k])) write(byName[k], v);
+  }
   changed();
+}
+
+/** The schema's field ``name`` as the page shows it (undefined: no such field on the page). */
+export const pageField = (name) =>
+  (byName[name] && onPage(byName[name]) ? byName[name] : undefined);
+
+/** The settings that differ from their defaults (for the current optimizer / scheduler /
+ * loss): what a share link carries. */
+export function changedConfig() {
+  const c = current();
+  return Object.fromEntries(Object.entries(readConfig())
+    .filter(([k, v]) => !same(v, defaultFor(byName[k], c))));
 }
 
 function markPresets() {

@@ -1,5 +1,6 @@
 // The model list (GET /api/models) and bringing your own model: the drop zone and its upload
-// (POST /api/models/upload), with every import problem listed.
+// (POST /api/models/upload), with every import problem listed; deleting an upload (DELETE
+// /api/models/{name}, after a confirm step; not during a run: the settings are disabled then).
 
 import { $, humanBytes, humanCount } from "./util.js";
 import { appState, hooks, log, setStatus, showError } from "./state.js";
@@ -45,6 +46,9 @@ export function onModelChange() {
       .filter(Boolean).join(" · ")
     : "";
   appState.summary = null;
+  $("model-delete").hidden = !m?.uploaded;
+  $("model-delete-confirm").hidden = true;
+  $("model-delete-error").hidden = true;
   hooks.sync();
   hooks.formChanged();  // class weights are checked against the model's classes
   if (m && !m.error) loadSummary(m.name);
@@ -105,7 +109,43 @@ async function uploadModel(file) {
   }
 }
 
+async function deleteModel() {
+  const name = $("model").value;
+  const fail = (text) => {
+    $("model-delete-error").textContent = text;
+    $("model-delete-error").hidden = false;
+  };
+  $("model-delete-confirm").hidden = true;
+  if (appState.phase === "training") return fail("Stop the training run first.");
+  try {
+    const res = await fetch(`/api/models/${encodeURIComponent(name)}`, { method: "DELETE" });
+    const body = await res.json().catch(() => ({ error: `HTTP ${res.status}` }));
+    if (!res.ok) return fail(`Could not delete ${name}: ${body.error}`);
+  } catch (e) {
+    return fail(`Could not delete ${name}: ${e.message ?? e}`);
+  }
+  log(`Deleted the uploaded model “${name}”.`);
+  setStatus(`Deleted ${name}.`);
+  await loadModels();
+}
+
+function setupDelete() {
+  $("model-delete-ask").addEventListener("click", () => {
+    $("model-delete-question").textContent = `Delete “${$("model").value}” from this ` +
+      "computer? Its file is removed from the uploads; upload it again to use it again.";
+    $("model-delete-error").hidden = true;
+    $("model-delete-confirm").hidden = false;
+    $("model-delete-no").focus();
+  });
+  $("model-delete-no").addEventListener("click", () => {
+    $("model-delete-confirm").hidden = true;
+    $("model-delete-ask").focus();
+  });
+  $("model-delete-yes").addEventListener("click", deleteModel);
+}
+
 export function setupDropzone() {
+  setupDelete();
   const zone = $("dropzone");
   const input = $("model-file");
   zone.addEventListener("click", () => input.click());

@@ -1,9 +1,10 @@
 // The progress card (bar, step, epoch, images/s, ETA, last loss) and the one place that
 // redraws the page during training: at most once per animation frame.
 
-import { $, mmss, num } from "./util.js";
+import { $, duration, num } from "./util.js";
 import { appState } from "./state.js";
 import { drawCharts } from "./charts.js";
+import { renderStats } from "./dashboard.js";
 
 const dirty = { charts: false, progress: false };
 let rafPending = false;
@@ -30,6 +31,7 @@ function render() {
 }
 
 export function renderProgress() {
+  renderStats();
   const p = appState.progress;
   if (!p) {
     $("progress").value = 0;
@@ -49,8 +51,9 @@ export function renderProgress() {
   $("step-text").textContent = `${Number(p.step).toLocaleString()} / ${Number(total).toLocaleString()}`;
   $("epoch-text").textContent = `${p.epoch} / ${p.epochs}`;
   $("ips").textContent = p.images_per_s != null ? Math.round(p.images_per_s).toLocaleString() : "–";
-  $("eta").textContent = appState.phase === "training" ? mmss(p.eta_s)
-    : appState.phase === "done" && !window.lastRun?.stopped ? "00:00" : "–";
+  const running = appState.phase === "training" || appState.phase === "paused";
+  $("eta").textContent = running ? duration(p.eta_s)
+    : appState.phase === "done" && !window.lastRun?.stopped ? duration(0) : "–";
   const last = appState.steps[appState.steps.length - 1];
   $("last-loss").textContent = last ? num(last.loss) : "–";
 }

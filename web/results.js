@@ -1,7 +1,7 @@
 // The results card: test accuracy and loss of a finished run, and "Download trained .onnx"
 // (POST /api/models/{name}/export with the trained weights and the run's provenance).
 
-import { $, humanBytes, mmss, num, pct } from "./util.js";
+import { $, humanBytes, duration, num, pct } from "./util.js";
 import { appState, hooks, log, showError } from "./state.js";
 
 export function clearResults() {
@@ -19,13 +19,15 @@ export function showResults(m, secs) {
   $("result-steps").textContent = steps != null ? Number(steps).toLocaleString() : "–";
   $("result-note").textContent = [
     m.model, appState.config?.optimizer, m.stopped ? "stopped early" : "completed",
-    secs != null ? `${mmss(secs)} wall time` : "",
+    secs != null ? `${duration(secs)} wall time` : "",
   ].filter(Boolean).join(" · ");
   $("results").dataset.state = m.stopped ? "stopped" : "done";
 }
 
-export async function downloadOnnx() {
-  const run = window.lastRun;
+/** Export ``run``'s weights (bundle layout) as .onnx through the server and download it:
+ * ``run`` is a `done` message (default: the last one) or a `snapshot` of a run in progress
+ * ({weights, model, steps, epochs_done}); ``btn`` shows "Exporting…" meanwhile. */
+export async function downloadOnnx(run = window.lastRun, btn = $("download")) {
   if (!run?.weights) return;
   const cfg = appState.config ?? {};
   const model = run.model || appState.model;
@@ -43,7 +45,6 @@ export async function downloadOnnx() {
   };
   appState.busy.downloading = true;
   hooks.sync();
-  const btn = $("download");
   const label = btn.textContent;
   btn.textContent = "Exporting…";
   try {

@@ -3,11 +3,13 @@
 import { $ } from "./util.js";
 
 export const appState = {
-  phase: "booting",          // "booting" | "ready" | "training" | "done" | "error"
+  phase: "booting",          // "booting" | "ready" | "training" | "paused" | "done" | "error" |
+                             // "lost"
   adapter: null,             // the `adapter` message's info
   steps: [],                 // [{step, loss, acc}] from `progress` messages, acc as a fraction
   epochs: [],                // [{epoch, val_loss, val_acc}] from `epoch` messages
   progress: null,            // the last `progress` message (without its losses)
+  memoryBytes: null,         // the `setup` message's GPU memory of the run
   config: null,              // the config sent with the last `start`
   status: "",                // the last `status` text
   error: null,               // the last `error` message text
@@ -16,13 +18,17 @@ export const appState = {
   models: [],                // GET /api/models
   summary: null,             // GET /api/models/{name}/summary of the chosen model
   trainable: new Set(),      // the parameters ticked to train
-  busy: { stopping: false, downloading: false },
+  busy: { stopping: false, pausing: false, downloading: false },
+  checkpoint: null,          // the stored checkpoint {epoch, step, savedAt, bytes, model,
+                             // finished} (web/storage.js)
+  checkpointError: null,     // the last failed checkpoint write, in words
+  deviceLost: null,          // the `device_lost` message's {reason, message} until recovered
 };
 window.appState = appState;
 window.lastRun = null;
 
 /** Callbacks the modules call back into the page (set by app.js): controls to re-sync. */
-export const hooks = { sync: () => {}, formChanged: () => {} };
+export const hooks = { sync: () => {}, formChanged: () => {}, linkErrors: () => [] };
 
 const MAX_LOG = 300;
 export function log(text, kind = "info") {

@@ -35,7 +35,7 @@ function trainBoxes(layer, params, byName) {
     box.type = "checkbox";
     box.dataset.tensor = n;
     box.checked = appState.trainable.has(n);
-    box.disabled = appState.phase === "training";
+    box.disabled = appState.phase === "training" || appState.phase === "paused";
     box.addEventListener("change", () => {
       if (box.checked) appState.trainable.add(n); else appState.trainable.delete(n);
       renderSummary();

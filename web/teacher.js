@@ -13,7 +13,7 @@ const TOKEN_KEY = "webgpu-trainer.teacher-token";
 const RENDER_MS = 500;
 
 const state = {
-  token: null, info: null, sessions: [], session: null, addr: 0,
+  token: null, info: null, schema: null, sessions: [], session: null, addr: 0,
   roster: new Map(),          // student id -> row
   curves: new Map(),          // student id -> {run, steps: Map(step -> loss)}
   leaderboard: [],            // names, best first
@@ -317,31 +317,37 @@ async function download(path, name) {
   }
 }
 
-const FIELDS = [
-  ["model", "Model", "select"], ["optimizer", "Optimizer", "select"],
-  ["lr", "Learning rate", "number"], ["batch_size", "Batch size", "number"],
-  ["epochs", "Epochs", "number"], ["seed", "Seed", "number"],
-  ["init", "Weights", "select"], ["max_steps", "Max steps (0 = whole epochs)", "number"],
-  ["eval_images", "Test images", "number"], ["momentum", "Momentum (SGD)", "number"],
-  ["weight_decay", "Weight decay", "number"],
-];
-const CHOICES = { optimizer: ["adam", "adamw", "adagrad", "sgd", "rmsprop", "adadelta"],
-  init: ["scratch", "finetune"] };
+// The settings a teacher sets (and may lock) for a session: names of run-configuration fields;
+// their labels, kinds, choices and limits come from the schema (GET /api/config/schema), the
+// same one the page, the CLI and the server's validation use.
+const FIELD_NAMES = ["optimizer", "lr", "batch_size", "epochs", "seed", "init", "max_steps",
+  "eval_images", "momentum", "weight_decay"];
+
+/** [name, label, kind] of the dialog's rows: the model first, then FIELD_NAMES. */
+function dialogFields() {
+  const byName = Object.fromEntries(state.schema.fields.map((f) => [f.name, f]));
+  return [["model", "Model", "select"], ...FIELD_NAMES.filter((k) => byName[k]).map((k) => {
+    const f = byName[k];
+    return [k, f.label + (f.zero ? ` (0 = ${f.zero})` : ""),
+      f.type === "choice" ? "select" : "number", f];
+  })];
+}
 
 function openDialog() {
   const d = state.info.defaults;
   const cur = state.session?.config ?? d;
   const box = $("s-fields");
-  box.replaceChildren(...FIELDS.map(([k, label, kind]) => {
+  box.replaceChildren(...dialogFields().map(([k, label, kind, f]) => {
     const id = `s-${k}`;
     let input;
     if (kind === "select") {
-      const opts = k === "model" ? state.info.models : CHOICES[k];
+      const opts = k === "model" ? state.info.models : f.choices;
       input = el("select", { id, name: k }, ...opts.map((o) => new Option(o, o)));
     } else {
-      input = el("input", { id, name: k, type: "number", step: "any", min: "0" });
+      input = el("input", { id, name: k, type: "number", step: f.type === "int" ? "1" : "any",
+        min: String(f.min ?? 0), title: f.help ?? "" });
     }
-    input.value = String(cur[k] ?? d[k]);
+    input.value = String(cur[k] ?? d[k] ?? f?.default ?? "");
     const lock = el("input", { type: "checkbox", name: `pin-${k}`,
       checked: state.session ? state.session.pinned.includes(k) : true });
     return el("div", { className: "field" },
@@ -358,7 +364,7 @@ async function createSession(ev) {
   const f = $("session-form");
   const config = {};
   const pinned = [];
-  for (const [k, , kind] of FIELDS) {
+  for (const [k, , kind] of dialogFields()) {
     const v = f.elements[k].value;
     config[k] = kind === "number" ? Number(v) : v;
     if (f.elements[`pin-${k}`].checked) pinned.push(k);
@@ -388,6 +394,7 @@ async function start() {
   $("login").hidden = true;
   try {
     state.info = await getJSON("/api/classroom/info");
+    state.schema = await getJSON("/api/config/schema");
   } catch (e) {
     if (state.token) showError(`Could not load the dashboard: ${e.message}`);
     return;

@@ -73,7 +73,7 @@ function build() {
 }
 
 function statusText() {
-  return appState.phase === "training" || appState.phase === "done" ? ""
+  return ["training", "paused", "done"].includes(appState.phase) ? ""
     : "Train a model first: press Start. The model being trained answers here, live.";
 }
 

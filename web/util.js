@@ -7,10 +7,16 @@ export const frac = (a) => (a == null || Number.isNaN(+a) ? null : +a > 1.0001 ?
 export const pct = (a, digits = 2) => (a == null ? "–" : `${(frac(a) * 100).toFixed(digits)}%`);
 export const num = (x, digits = 4) => (x == null || !Number.isFinite(+x) ? "–" : (+x).toFixed(digits));
 
-export function mmss(seconds) {
+/** A duration for people: "42 s", "3:07" (m:ss), "1:02:03" (h:mm:ss), "3 d 4 h" (a day or
+ * more); "–" for no value. Seconds are rounded to whole ones. */
+export function duration(seconds) {
   if (seconds == null || !Number.isFinite(+seconds) || seconds < 0) return "–";
   const s = Math.round(+seconds);
-  return `${String(Math.floor(s / 60)).padStart(2, "0")}:${String(s % 60).padStart(2, "0")}`;
+  const two = (n) => String(n).padStart(2, "0");
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)}:${two(s % 60)}`;
+  if (s < 86400) return `${Math.floor(s / 3600)}:${two(Math.floor(s / 60) % 60)}:${two(s % 60)}`;
+  return `${Math.floor(s / 86400)} d ${Math.floor(s / 3600) % 24} h`;
 }
 
 export function humanBytes(n) {

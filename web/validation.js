@@ -25,24 +25,32 @@ export async function validateNow(config = null) {
   const mine = ++seq;
   config = config ?? hooks.currentConfig();
   formState.pending = true;
-  let body;
-  try {
-    const res = await fetch("/api/config/validate", {
-      method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ config, model: $("model")?.value || null }),
-    });
-    body = await res.json();
-    if (!res.ok) throw new Error(body.error ?? `HTTP ${res.status}`);
-  } catch (e) {
-    body = { ok: false, errors: [["settings", `could not be checked: ${e.message ?? e}`]] };
-  }
+  const body = await checkConfig(config, $("model")?.value || null);
   if (mine === seq) {  // the latest check decides the marks
-    Object.assign(formState, { valid: !!body.ok, pending: false, errors: body.errors ?? [],
-      steps: body.steps ?? null });
+    const link = hooks.linkErrors();  // values of a share link the form could not take
+    Object.assign(formState, { valid: !!body.ok && !link.length, pending: false,
+      errors: [...(body.errors ?? []), ...link], steps: body.steps ?? null });
     markErrors(formState.errors);
     hooks.sync();
   }
   return body;
+}
+
+/** The server's verdict on ``config`` for ``model`` (POST /api/config/validate), marking
+ * nothing: ``{ok, errors: [[field, message]], config, steps}``; a failed request is an error of
+ * the field "settings". */
+export async function checkConfig(config, model) {
+  try {
+    const res = await fetch("/api/config/validate", {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ config, model }),
+    });
+    const body = await res.json();
+    if (!res.ok) throw new Error(body.error ?? `HTTP ${res.status}`);
+    return body;
+  } catch (e) {
+    return { ok: false, errors: [["settings", `could not be checked: ${e.message ?? e}`]] };
+  }
 }
 
 function clearMarks() {

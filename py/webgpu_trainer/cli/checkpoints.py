@@ -1,8 +1,8 @@
 """Checkpoints of a native run (``checkpoints/epoch-NNN.ckpt`` of ``webgpu-trainer train``): the
 file format (``write_checkpoint`` / ``read_checkpoint``, written atomically), the latest one of a
-run, and its "weights" (the plan-layout weight buffer) and "optimizer"
-(``optim.Optimizer.state_bytes``) sections, read from and written to the trainer's engine (GPU
-or numpy alike: a checkpoint of one continues on the other)."""
+run. Its "weights" and "optimizer" sections and the header fields that place the run come from
+``engine/checkpoint.py`` (one implementation, shared with the browser's checkpoints; its
+functions stay importable from here)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import json
 import struct
 from pathlib import Path
 
+from ..engine.checkpoint import (load_optimizer_state, optimizer_state,  # noqa: F401 (re-exported)
+                                 read_weights, write_weights)
 from ..host.data import atomic_write
 
 CKPT_MAGIC = b"WGTCKPT1"
@@ -52,27 +54,3 @@ def read_checkpoint(path: Path) -> tuple[dict, dict[str, bytes]]:
 def last_checkpoint(run_dir: Path) -> Path | None:
     ckpts = sorted((Path(run_dir) / "checkpoints").glob("epoch-*.ckpt"))
     return ckpts[-1] if ckpts else None
-
-
-async def optimizer_state(dev, opt) -> bytes:
-    """The optimizer state section (``optim.Optimizer.state_bytes``; the numpy optimizers of
-    ``cpu.optim`` write the same format, ``dev`` unused)."""
-    return bytes(await opt.state_bytes(dev))
-
-
-def load_optimizer_state(dev, opt, data: bytes) -> None:
-    opt.load_state_bytes(dev, data)
-
-
-async def read_weights(trainer) -> bytes:
-    """The checkpoint's "weights" section: the whole flat weight buffer of the trainer's engine
-    (the GPU plan's layout on both engines)."""
-    return await trainer.engine.read_weights()
-
-
-def write_weights(trainer, blob: bytes, where="checkpoint") -> None:
-    """Restore a "weights" section (written by either engine) into the trainer's engine."""
-    try:
-        trainer.engine.write_weights(blob)
-    except ValueError:
-        raise ValueError(f"{where}: weights do not fit this model's layout") from None

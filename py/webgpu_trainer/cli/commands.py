@@ -62,7 +62,8 @@ from pathlib import Path
 from . import doctor
 from ..engine import config as run_config
 from ..engine import train as train_mod
-from .checkpoints import (CKPT_FORMAT as CKPT_FORMAT, CKPT_MAGIC as CKPT_MAGIC,
+from ..engine import checkpoint as engine_ckpt
+from .checkpoints import (CKPT_FORMAT as CKPT_FORMAT, CKPT_MAGIC as CKPT_MAGIC,  # noqa: F401
                           last_checkpoint, load_optimizer_state, optimizer_state,
                           read_checkpoint, read_weights, write_checkpoint, write_weights)
 from ..host.data import atomic_write
@@ -168,9 +169,8 @@ async def _train(args) -> int:
     # Every check (the trainer's set-up included) passes before anything is written to --out.
     trainer = make_trainer(dev, graph, weights, cfg, train_set, test_set)
     await trainer.setup()
-    if header:
-        write_weights(trainer, sections["weights"], str(ckpt_path))
-        load_optimizer_state(dev, trainer.opt, sections["optimizer"])
+    if header:  # weights, optimizer state, epoch and step (engine/checkpoint.py)
+        engine_ckpt.restore(trainer, header, sections, str(ckpt_path))
     config_doc = {
         "config": cfg.to_json(),
         "model": {"path": str(model_path.resolve()), "name": graph["name"],
@@ -185,9 +185,6 @@ async def _train(args) -> int:
               "device": cfg["device"]}] if ckpt_path else []),
     }
     if header:
-        # Epochs fully done (a --max-steps stop can checkpoint in the middle of an epoch).
-        trainer.epoch = int(header.get("epochs_completed", header["epoch"]))
-        trainer.step = int(header["step"])
         print(f"resuming {out} from {ckpt_path.name} (epoch {trainer.epoch}, step "
               f"{trainer.step})", file=sys.stderr)
     if cfg["trainable"] is not None:
@@ -224,26 +221,18 @@ async def _train(args) -> int:
             bar.set_postfix_str(f"epoch {kw['epoch']}/{kw['epochs']} loss {loss:.4f} "
                                 f"acc {acc:.3f} {kw['images_per_s']:.0f} img/s", refresh=True)
 
-    dropout = "philox4x32-10(key (seed, 0), counter (i / 4, node + 1, step, 1))"
-
     async def on_epoch(epoch, step, m):
         row = {"epoch": epoch, "step": step, "train_loss": m["train_loss"],
                "train_acc": m["train_acc"], "valid_loss": m["val_loss"],
                "valid_acc": m["val_acc"], "elapsed_s": round(time.perf_counter() - t0, 3)}
-        wblob = await read_weights(trainer)
-        head = {"epoch": epoch, "step": step, "epochs_completed": step // per_epoch,
-                "rng": {"seed": int(cfg["seed"]), "next_epoch": epoch,
-                        "shuffle": "random.Random(seed * 1000003 + epoch)",
-                        "dropout": dropout},
-                "device": cfg["device"],
+        head = {**engine_ckpt.header(trainer, epoch, step), "device": cfg["device"],
                 "optimizer": cfg["optimizer"], "config": cfg.to_json(),
                 "model_sha256": config_doc["model"]["sha256"], "metrics": row}
         # A --max-steps stop inside an epoch: epoch-NNN-step-SSSSSSS.ckpt (sorts before the
         # epoch's own checkpoint, so the last file by name is the latest).
         name = f"epoch-{epoch:03d}" + (f"-step-{step:07d}" if step % per_epoch else "")
         write_checkpoint(out / "checkpoints" / f"{name}.ckpt", head,
-                         {"weights": wblob,
-                          "optimizer": await optimizer_state(dev, trainer.opt)})
+                         await engine_ckpt.capture(trainer))
         with open(out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
             f.flush()

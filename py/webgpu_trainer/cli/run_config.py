@@ -100,7 +100,7 @@ def with_trainable(cfg: config.RunConfig, graph: dict, args) -> config.RunConfig
     names = resolve_trainable(graph, getattr(args, "trainable", None),
                               getattr(args, "freeze", None),
                               bool(getattr(args, "head_only", False)))
-    return cfg.replace(trainable=names, freeze=None, head_only=None)
+    return config.replace(cfg, trainable=names, freeze=None, head_only=None)
 
 
 def resolve_config(args) -> tuple[config.RunConfig, Path, Path, dict | None]:
@@ -119,7 +119,7 @@ def resolve_config(args) -> tuple[config.RunConfig, Path, Path, dict | None]:
         except ValueError as exc:
             raise ValueError(f"--resume {run_dir}: config.json is not valid JSON ({exc})") \
                 from None
-        cfg = config.parse(stored["config"]).updated(given)
+        cfg = config.resume_with(config.parse(stored["config"]), given)
         model = Path(args.model) if args.model else Path(stored["model"]["path"])
         if args.out and Path(args.out).resolve() != run_dir.resolve():
             raise ValueError("--out and --resume name different folders; a resumed run "

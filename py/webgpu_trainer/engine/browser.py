@@ -1,5 +1,6 @@
-"""The Web Worker's Python side: messages in (start, stop, profile, parity, selfcheck), messages
-out (see docs/ARCHITECTURE.md, "Worker protocol"). Runs only in Pyodide."""
+"""The Web Worker's Python side: messages in (start, stop, pause, resume, profile, parity,
+selfcheck, convolve, and browser_storage.py's snapshot, debug_lose_device), messages out (see
+docs/ARCHITECTURE.md, "Worker protocol"). Runs only in Pyodide."""
 
 import asyncio
 import json
@@ -8,7 +9,7 @@ import traceback
 import js
 from pyodide.ffi import to_js
 
-from . import browser_inspect, config as run_config
+from . import browser_inspect, browser_kernels, browser_storage, config as run_config
 from .backends import get_device
 from .backends.webgpu_js import NoWebGPU
 from .gpu_engine import GpuEngine
@@ -16,7 +17,8 @@ from .train import Split, Trainer, TrainingDiverged
 
 # "last": {"trainer", "model"} of the latest run once set up, kept after `done` for the live
 # views (browser_inspect.py)
-STATE = {"device": None, "trainer": None, "stop": False, "selfcheck": None, "last": None}
+STATE = {"device": None, "trainer": None, "stop": False, "pause": False, "selfcheck": None,
+         "model": None, "last": None}
 
 
 def post(kind: str, **fields):
@@ -41,6 +43,7 @@ async def boot():
         post("no_webgpu", message=f"WebGPU device creation failed: {exc}")
         return
     STATE["device"] = dev
+    browser_storage.watch_device(dev)
     post("adapter", info=dev.info)
     post("ready")
 
@@ -61,15 +64,29 @@ def _stop(data):
         STATE["trainer"].stop_requested = True
 
 
+def _pause(paused: bool):
+    """Pause / Resume between two steps: also before the trainer exists (applied when it
+    does); the trainer answers with ``paused``."""
+    STATE["pause"] = paused
+    trainer = STATE["trainer"]
+    if trainer is not None:
+        trainer.pause() if paused else trainer.resume()
+
+
 # message type -> handler(data: dict); a feature's messages live in its own module and are
 # registered here with one line each (see docs/ARCHITECTURE.md, "Worker protocol")
 HANDLERS = {
     "stop": _stop,
-    "start": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"))),
+    "pause": lambda d: _pause(True),
+    "resume": lambda d: _pause(False),
+    "start": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"),
+                                                  resume=d.get("resume"))),
     "profile": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"),
                                                     profile=True)),
     "parity": lambda d: asyncio.ensure_future(_parity(d.get("cases") or "[]")),
     "selfcheck": lambda d: asyncio.ensure_future(_selfcheck()),
+    "convolve": lambda d: asyncio.ensure_future(browser_kernels.convolve(d, STATE, post)),
+    **browser_storage.HANDLERS,  # snapshot, debug_lose_device (keep your work)
     "inspect": lambda d: asyncio.ensure_future(browser_inspect.inspect(d, STATE, post)),
     "predict": lambda d: asyncio.ensure_future(browser_inspect.predict(d, STATE, post)),
 }
@@ -143,14 +160,18 @@ async def _split(manifest: dict, name: str, keep: int = 0) -> Split:
     return Split(images, labels, count, js.Uint8Array.new(labels).to_bytes(), pixels)
 
 
-async def _run(cfg: dict, model=None, profile: bool = False):
+async def _run(cfg: dict, model=None, profile: bool = False, resume: dict | None = None):
+    """Train (or ``profile``) ``model`` with ``cfg``; ``resume``: continue from the page's
+    stored checkpoint (``browser_storage.restore``). Posts progress, epoch, checkpoint, done or
+    error (none after ``device_lost``)."""
     dev = STATE["device"]
     if dev is None:
         post("no_webgpu", message="no WebGPU device")
         return
     cfg = dict(cfg)
     model = cfg.pop("model", None) or model or "seednet"  # config.model: classroom's pin
-    STATE["stop"] = False
+    STATE["model"] = model
+    STATE["stop"] = STATE["pause"] = False
     if STATE["selfcheck"] is None:
         await _selfcheck()
     try:
@@ -170,12 +191,18 @@ async def _run(cfg: dict, model=None, profile: bool = False):
                           emit=lambda kind, **kw: post(kind, **kw))
         STATE["trainer"] = trainer
         trainer.stop_requested = STATE["stop"]
+        if STATE["pause"]:
+            trainer.pause()
         await trainer.setup()
         if not profile:
             STATE["last"] = {"trainer": trainer, "model": model}
         if profile:
             post("profile", rows=await trainer.profile())
             return
+        if resume:
+            browser_storage.restore(trainer, resume)
+            post("status", text=f"Resuming from epoch {trainer.epoch}, step {trainer.step}…")
+        trainer.on_epoch = browser_storage.checkpoint_hook(trainer, model, cfg.to_json())
         post("status", text="Training…")
         result = await trainer.run()
         trained = await trainer.trained_weights()
@@ -189,6 +216,7 @@ async def _run(cfg: dict, model=None, profile: bool = False):
         post("error", message=str(exc))
     except Exception as exc:
         traceback.print_exc()
-        post("error", message=f"{type(exc).__name__}: {exc}")
+        if not await browser_storage.lost_during(dev, exc):  # else device_lost said it
+            post("error", message=f"{type(exc).__name__}: {exc}")
     finally:
         STATE["trainer"] = None

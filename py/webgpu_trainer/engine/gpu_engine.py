@@ -46,11 +46,18 @@ class GpuEngine:
         ``seed`` the run's (dropout masks)."""
         self.seed = int(seed) & 0xFFFFFFFF
         self.graph, self.loss_request = graph, loss
+        self._allocated0 = self.dev.allocated
         self.plan = plan = await Plan.build(self.dev, graph, batch, loss=loss,
                                             trainable=trainable)
         self.batch, self.wbytes, self.loss_spec = batch, plan.wbytes, plan.loss_spec
         self.classes = plan.acts[plan.logp].shape[1]
         self.guard = await Guard.build(plan)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of the GPU buffers this run made (weights, gradients, activations, optimizer
+        state, the uploaded data, eval outputs): the device's ``allocated`` since ``build``."""
+        return self.dev.allocated - self._allocated0
 
     def write_weights(self, blob: bytes) -> None:
         """Replace the flat weight buffer (``wbytes``: the bundle's blob padded); ValueError

@@ -32,6 +32,7 @@ The engine interface (methods are coroutines except ``write_weights`` and ``set_
   an eval-mode forward over the first n_eval test images.
 """
 
+import asyncio
 import math
 import random
 import time
@@ -122,8 +123,13 @@ class Trainer:
     log(output) after a final Softmax, else CrossEntropyLoss), trainable (None: every
     parameter; else the initializer names to train, the rest frozen: see
     ``trainable_names``).
-    ``emit(kind, **fields)`` receives "status", "progress" and "epoch" events ("epoch" carries
-    the epoch's mean train_loss / train_acc too). To continue a run, set ``epoch`` (epochs done)
+    ``emit(kind, **fields)`` receives "status", "setup" (once, after ``setup``: ``memory_bytes``
+    of the engine's GPU buffers, None on the CPU engine), "progress" (``losses``: [step, loss,
+    accuracy] rows, ``lrs``: the learning rate of each of those steps), "paused" (``paused``,
+    ``step``) and "epoch" events ("epoch" carries the epoch's mean train_loss / train_acc and its
+    last step too). ``pause()`` / ``resume()``: the loop waits between two steps while paused
+    (Stop ends the wait); paused time does not count in images/s and the ETA.
+    To continue a run, set ``epoch`` (epochs done)
     and ``step`` (steps done) and restore the weights (``engine.write_weights``) and optimizer
     state after ``setup()``; ``on_epoch`` (async, optional) is awaited after each epoch's
     validation with ``(epoch, step, metrics dict)``.
@@ -136,11 +142,49 @@ class Trainer:
         self.cfg = config  # checked in setup (config.parse)
         self.train_set, self.test_set = train, test
         self.emit = emit or (lambda kind, **kw: None)
-        self.stop_requested = False
+        self._stop = False
+        self._running = asyncio.Event()  # clear while paused
+        self._running.set()
+        self._paused_s = 0.0  # seconds paused during this run()
         self.step = 0
         self.epoch = 0
         self.on_epoch = None
         self._sums = [0.0, 0.0, 0]  # loss, accuracy, steps of the current epoch
+
+    @property
+    def stop_requested(self) -> bool:
+        """Set True to stop after the current step (also while paused)."""
+        return self._stop
+
+    @stop_requested.setter
+    def stop_requested(self, value: bool):
+        self._stop = bool(value)
+        if self._stop:
+            self._running.set()  # a paused loop wakes up to stop
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    def pause(self) -> None:
+        """Pause between two steps (from the loop's thread: a message handler, a task)."""
+        if not self._stop:
+            self._running.clear()
+
+    def resume(self) -> None:
+        """Continue a paused run."""
+        self._running.set()
+
+    async def _wait_while_paused(self, epoch: int):
+        """Report the steps done, emit "paused", wait for ``resume`` or Stop; the time
+        waited is left out of images/s and the ETA."""
+        if self._read < self.step:
+            await self._report(epoch)
+        t0 = time.perf_counter()
+        self.emit("paused", paused=True, step=self.step)
+        await self._running.wait()
+        self._paused_s += time.perf_counter() - t0
+        self.emit("paused", paused=False, step=self.step)
 
     async def setup(self):
         """Check the config and the model against the data, build the engine, set the initial
@@ -179,6 +223,7 @@ class Trainer:
         self.n_eval = min(int(cfg["eval_images"]), self.test_set.count)
         await eng.load_data(self.train_set, self.test_set, self.n_eval, pixel_table())
         self.classes = eng.classes
+        self.emit("setup", memory_bytes=getattr(eng, "memory_bytes", None))
 
     def _check_fits_data(self):
         """Refuse a model whose input or output does not fit the data, and data with a label
@@ -210,6 +255,7 @@ class Trainer:
         batch, per_epoch, total = int(cfg["batch_size"]), self.per_epoch, self.total
         report = max(1, min(int(cfg["report_every"]), METRICS_RING // 2))
         self._start, self._first, self._read = time.perf_counter(), self.step, self.step
+        self._paused_s = 0.0
         epoch, last_eval = self.epoch, None
         while self.step < total and not self.stop_requested:
             perm = list(range(self.train_set.count))
@@ -217,6 +263,8 @@ class Trainer:
             eng.set_order(perm)
             self._sums = [0.0, 0.0, 0]
             for s in range(max(0, self.step - epoch * per_epoch), per_epoch):
+                if self.paused and self.step < total:
+                    await self._wait_while_paused(epoch)
                 if self.step >= total or self.stop_requested:
                     break
                 self.step = t = self.step + 1
@@ -251,11 +299,12 @@ class Trainer:
             self._sums[1] += acc
             self._sums[2] += 1
         self._read = self.step
-        elapsed = time.perf_counter() - self._start
+        elapsed = time.perf_counter() - self._start - self._paused_s
         rate = (self.step - self._first) / elapsed if elapsed > 0 else 0.0
         self.emit("progress", step=self.step, total_steps=self.total, epoch=epoch + 1,
                   epochs=int(self.cfg["epochs"]), images_per_s=rate * int(self.cfg["batch_size"]),
-                  eta_s=(self.total - self.step) / rate if rate else 0.0, losses=out)
+                  eta_s=(self.total - self.step) / rate if rate else 0.0, losses=out,
+                  lrs=[self.lr_at(t) for t, _, _ in out])
 
     def _diverged(self, t, loss, bad_grad):
         lr = float(self.cfg["lr"])

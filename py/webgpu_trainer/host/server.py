@@ -12,18 +12,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import secrets
-import threading
 from pathlib import Path
-from types import SimpleNamespace
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.staticfiles import StaticFiles
 from starlette.routing import Route
+
+from .errors import NAME_RE, ApiError
+from .model_routes import MAX_UPLOAD_BYTES, Models
 
 MIME = {
     ".html": "text/html; charset=utf-8", ".js": "application/javascript; charset=utf-8",
@@ -37,17 +36,6 @@ MIME = {
 }
 WEB_SUFFIXES = {".html", ".js", ".mjs", ".css", ".svg", ".png", ".ico"}
 IMMUTABLE = "public, max-age=31536000, immutable"
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-
-
-class ApiError(Exception):
-    """An error answered as JSON ``{"error": message, "problems": [line, ...]}`` with
-    ``status``; ``problems`` (optional) lists every problem found, one per line."""
-
-    def __init__(self, status: int, message: str, problems: list | None = None,
-                 hints: list | None = None):
-        super().__init__(message)
-        self.status, self.message, self.problems, self.hints = status, message, problems, hints
 
 
 def safe_join(base: Path, rel: str) -> Path:
@@ -81,9 +69,6 @@ def file_response(request: Request, path: Path, *, etag: str | None = None,
     return resp
 
 
-MAX_UPLOAD_BYTES = 64 << 20  # an uploaded .onnx (models people train on MNIST are far smaller)
-
-
 def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None = None,
                wheels_dir: Path | None = None, *, cross_origin_isolated: bool = True,
                uploads_dir: Path | None = None,
@@ -94,7 +79,8 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     uploaded models are kept (default root/.cache/uploads); max_upload_bytes: upload size limit.
     cross_origin_isolated: add COOP/COEP/CORP headers (harmless: everything is same-origin).
     extra_routes: routes matched before the page files (classroom mode: host/classroom/);
-    ``app.state.models`` gives them the model lookup (``path(name)``, ``bundle(path)``).
+    ``app.state.models`` gives them the model lookup (``model_routes.Models``: ``path(name)``,
+    ``bundle(path)``, ``dir``, ``uploads``).
     """
     root = Path(root).resolve()
     web = root / "web"
@@ -102,24 +88,8 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     data_dir = Path(data_dir or root / ".cache" / "mnist")
     wheels_dir = Path(wheels_dir or root / ".cache" / "wheels")
     uploads_dir = Path(uploads_dir or root / ".cache" / "uploads")
-    bundles: dict = {}
     verified: dict = {}
     versions: dict = {}
-    lock = threading.Lock()
-
-    def onnx_io():
-        from .. import onnx_io as mod  # lazy: keeps onnx out of start-up and of the page routes
-        return mod
-
-    def model_path(name: str) -> Path:
-        if not NAME_RE.match(name) or ".." in name:
-            raise ApiError(400, f"bad model name: {name!r}")
-        for folder in (models_dir, uploads_dir):
-            path = folder / f"{name}.onnx"
-            if path.is_file():
-                return path
-        raise ApiError(404, f"unknown model: {name!r} (no {name}.onnx in the models folder or "
-                            "the uploads)")
 
     # Absolute server paths never reach the page: each known folder is cut to what it holds,
     # any other absolute path to its file name (see ``_scrub``).
@@ -129,16 +99,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     def public(text: str) -> str:
         return _scrub(str(text), folders)
 
-    def bundle(path: Path) -> tuple[dict, bytes]:
-        st = path.stat()
-        key = (str(path), st.st_mtime_ns, st.st_size)
-        with lock:
-            if key not in bundles:
-                try:
-                    bundles[key] = onnx_io().load_bundle(path)
-                except ValueError as exc:  # OnnxImportError is a ValueError
-                    raise _import_error(path.name, exc, str(path)) from exc
-            return bundles[key]
+    models = Models(models_dir, uploads_dir, public, max_upload_bytes)
 
     # ------------------------------------------------------------ page and vendor files
     def page(request: Request) -> Response:
@@ -189,116 +150,11 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
             raise ApiError(404, f"not found: {name}")
         return file_response(request, safe_join(wheels_dir, name))
 
-    # ------------------------------------------------------------ models
-    def api_models(request: Request) -> Response:
-        out = []
-        from ..engine.graph import Graph, GraphError
-        paths = sorted(models_dir.glob("*.onnx"))
-        if uploads_dir.is_dir():
-            taken = {p.stem for p in paths}
-            paths += [p for p in sorted(uploads_dir.glob("*.onnx")) if p.stem not in taken]
-        for path in paths:
-            item = {"name": path.stem, "file": path.name, "bytes": None, "params": None,
-                    "uploaded": path.parent == uploads_dir}
-            try:
-                item["bytes"] = path.stat().st_size
-                if not NAME_RE.match(path.stem) or ".." in path.stem:
-                    raise ApiError(400, f"file name {path.name!r}: use letters, digits, '_', "
-                                        "'-' and '.' only")
-                graph = bundle(path)[0]
-                item["params"] = onnx_io().model_summary(graph)["params"]
-                Graph(graph)  # refuses ops the trainer does not support yet, naming the nodes
-            except ApiError as exc:
-                item["error"] = public(exc.message)
-            except GraphError as exc:
-                item["error"] = public(f"{path.name}: {exc}")
-            except OSError as exc:
-                item["error"] = f"{path.name}: cannot be read ({exc.strerror or 'OS error'})"
-            out.append(item)
-        return JSONResponse(out)
-
-    def model_graph(request: Request) -> Response:
-        graph, _ = bundle(model_path(request.path_params["name"]))
-        return JSONResponse(graph, headers={"Cache-Control": "no-cache"})
-
-    def model_summary(request: Request) -> Response:
-        from ..engine.summary import summarize
-        graph, _ = bundle(model_path(request.path_params["name"]))
-        return JSONResponse(summarize(graph), headers={"Cache-Control": "no-cache"})
-
-    async def model_upload(request: Request) -> Response:
-        """Body: the .onnx bytes; query ``filename`` (the user's file name). Kept in
-        uploads_dir only when it imports AND the engine can train it; else 400 listing every
-        problem. Answers ``{"name", "summary"}``."""
-        from ..engine.graph import Graph, GraphError
-        from ..engine.summary import summarize
-        name = _upload_name(request.query_params.get("filename") or "model.onnx")
-        if (models_dir / f"{name}.onnx").is_file():
-            name = f"{name}-upload"
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > max_upload_bytes:
-            raise ApiError(413, f"{name}.onnx is {int(declared):,} bytes; the upload limit is "
-                                f"{max_upload_bytes:,} bytes")
-        uploads_dir.mkdir(parents=True, exist_ok=True)
-        tmp = uploads_dir / f".upload-{secrets.token_hex(8)}.onnx"
-        try:
-            size = 0
-            with open(tmp, "wb") as f:
-                async for chunk in request.stream():
-                    size += len(chunk)
-                    if size > max_upload_bytes:
-                        raise ApiError(413, f"{name}.onnx is larger than the upload limit of "
-                                            f"{max_upload_bytes:,} bytes")
-                    f.write(chunk)
-            if size == 0:
-                raise ApiError(400, f"{name}.onnx: the upload is empty")
-            try:
-                graph, _ = await run_in_threadpool(onnx_io().load_bundle, tmp)
-            except ValueError as exc:  # name the user's file, not the temporary one
-                raise _import_error(f"{name}.onnx", exc, str(tmp)) from exc
-            try:
-                Graph(graph).shapes(2)
-            except (GraphError, NotImplementedError) as exc:
-                raise ApiError(400, f"{name}.onnx cannot be trained: {exc}",
-                               _problems(exc)) from exc
-            tmp.replace(uploads_dir / f"{name}.onnx")
-        finally:
-            tmp.unlink(missing_ok=True)
-        graph["name"] = graph.get("name") or name
-        return JSONResponse({"name": name, "summary": summarize(graph)})
-
-    def model_weights(request: Request) -> Response:
-        _, weights = bundle(model_path(request.path_params["name"]))
-        return Response(weights, media_type="application/octet-stream",
-                        headers={"Cache-Control": "no-cache"})
-
-    async def model_export(request: Request) -> Response:
-        name = request.path_params["name"]
-        path = model_path(name)
-        graph, blob = bundle(path)
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) != len(blob):
-            raise ApiError(400, f"weights for model {name!r}: expected {len(blob)} bytes "
-                                f"(bundle layout), got {declared}")
-        body = await request.body()
-        if len(body) != len(blob):
-            raise ApiError(400, f"weights for model {name!r}: expected {len(blob)} bytes "
-                                f"(bundle layout), got {len(body)}")
-        try:
-            prov = json.loads(request.headers.get("x-provenance") or "{}")
-        except ValueError as exc:
-            raise ApiError(400, f"X-Provenance is not JSON: {exc}") from exc
-        if not isinstance(prov, dict):
-            raise ApiError(400, "X-Provenance must be a JSON object")
-        try:
-            onnx_bytes = onnx_io().export_onnx(path, body, prov)
-        except ValueError as exc:
-            raise ApiError(400, f"export of model {name!r} failed: {exc}") from exc
-        fname = f"{name}-trained.onnx"
-        return Response(onnx_bytes, media_type="application/octet-stream",
-                        headers={"Content-Disposition": f'attachment; filename="{fname}"'})
-
     # ------------------------------------------------------------ run configuration
+    def kernels(request: Request) -> Response:
+        from ..engine import playground
+        return JSONResponse(playground.presets())
+
     def config_schema(request: Request) -> Response:
         from ..engine import config
         return JSONResponse(config.schema())
@@ -325,7 +181,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         if body.get("model"):
             from ..engine.graph import Graph, GraphError
             try:
-                g = Graph(bundle(model_path(str(body["model"])))[0])
+                g = Graph(models.bundle(models.path(str(body["model"])))[0])
                 classes = g.shapes(2)[g.output][1]
             except (ApiError, GraphError, NotImplementedError, KeyError, IndexError):
                 classes = None  # the model's own problems are the model list's to show
@@ -404,12 +260,8 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     routes = [
         Route("/", page, methods=["GET", "HEAD"]),
         Route("/api/wheel", api_wheel),
-        Route("/api/models", api_models),
-        Route("/api/models/upload", model_upload, methods=["POST"]),
-        Route("/api/models/{name}/graph.json", model_graph),
-        Route("/api/models/{name}/summary", model_summary),
-        Route("/api/models/{name}/weights.bin", model_weights),
-        Route("/api/models/{name}/export", model_export, methods=["POST"]),
+        *models.routes(),
+        Route("/api/kernels", kernels),
         Route("/api/config/schema", config_schema),
         Route("/api/config/validate", config_validate, methods=["POST"]),
         Route("/data/mnist/manifest.json", mnist_manifest, methods=["GET", "HEAD"]),
@@ -419,30 +271,19 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         Route("/vendor/pyodide@{tag}/{file:path}", pyodide_pinned, methods=["GET", "HEAD"]),
         Route("/vendor/uplot/{file:path}", vendor("web/node_modules/uplot/dist"),
               methods=["GET", "HEAD"]),
+        Route("/vendor/idb-keyval/{file:path}", vendor("web/node_modules/idb-keyval/dist"),
+              methods=["GET", "HEAD"]),
         Route("/wheels/{file:path}", wheels, methods=["GET", "HEAD"]),
         *extra_routes,
         Route("/{file:path}", page, methods=["GET", "HEAD"]),  # app.js, worker.js, style.css
     ]
     app = Starlette(routes=routes, exception_handlers={
         ApiError: api_error, HTTPException: http_error, Exception: server_error})
-    app.state.models = SimpleNamespace(path=model_path, bundle=bundle, dir=models_dir,
-                                       uploads=uploads_dir)
+    app.state.models = models
 
     if cross_origin_isolated:
         app.add_middleware(_HeaderMiddleware)
     return app
-
-
-def _import_error(shown: str, exc, path: str) -> ApiError:
-    """The 400 of a model that cannot be imported, naming it ``shown`` (never the server path
-    ``path``): one problem in the message, or their count with the list in ``problems``."""
-    found = [str(p).replace(path, shown) for p in _problems(exc)]
-    found = [p[len(shown) + 2:] if p.startswith(f"{shown}: ") else p for p in found]
-    if len(found) == 1:
-        message = f"{shown} cannot be imported: {found[0]}"
-    else:
-        message = f"{shown} cannot be imported ({len(found)} problems): " + "; ".join(found)
-    return ApiError(400, message, found, getattr(exc, "hints", None))
 
 
 _ABS_PATH = re.compile(r"(?<![\w.:/-])(/[^\s/'\"(),;:]+)((?:/[^\s/'\"(),;:]+)+)")
@@ -461,24 +302,6 @@ def _scrub(text: str, folders: list) -> str:
     def cut(m):
         return m.group(2).rsplit("/", 1)[-1] if Path(m.group(1)).is_dir() else m.group(0)
     return _ABS_PATH.sub(cut, text)
-
-
-def _problems(exc) -> list:
-    """The problems of an import or planning error: ``OnnxImportError.problems`` when present,
-    else the lines of its text."""
-    found = getattr(exc, "problems", None)
-    if found:
-        return [str(p) for p in found]
-    lines = [ln.strip(" -*\u2022") for ln in str(exc).splitlines()]
-    return [ln for ln in lines if ln]
-
-
-def _upload_name(filename: str) -> str:
-    """A model name (NAME_RE) from a user's file name: the stem, other characters as '-'."""
-    stem = Path(filename.replace("\\", "/")).name
-    stem = stem[:-5] if stem.lower().endswith(".onnx") else stem
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "-", stem).strip(".-")[:100]
-    return stem if stem and NAME_RE.match(stem) else "model"
 
 
 class _HeaderMiddleware:

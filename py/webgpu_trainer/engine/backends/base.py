@@ -2,7 +2,8 @@
 
 A backend (``wgpu_native.Device``, ``webgpu_js.Device``) offers this small interface:
 
-- ``buffer(nbytes, label, uniform=False) -> Buffer``: storage (or uniform) buffer, zero-filled.
+- ``buffer(nbytes, label, uniform=False) -> Buffer``: storage (or uniform) buffer, zero-filled;
+  ``allocated`` counts the bytes of every buffer made so far (what a run holds: the difference).
 - ``write(buf, data, offset=0)``: upload bytes (a Python buffer, or a JS ArrayBuffer in Pyodide).
 - ``await pipeline(shader, entry, constants) -> Pipeline``: compiled once, cached by
   ``shaders.pipeline_key``; a WGSL error raises ``ShaderError`` naming the shader and entry point.

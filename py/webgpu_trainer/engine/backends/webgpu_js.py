@@ -77,6 +77,7 @@ class Device:
                                         ).lower()
         self._pipelines, self._layouts, self._modules = {}, {}, {}
         self._errors = []
+        self.allocated = 0  # bytes of every buffer() made so far (GpuEngine.memory_bytes)
         device.onuncapturederror = self._on_error
         return self
 
@@ -87,8 +88,9 @@ class Device:
         """A zero-filled buffer of ``nbytes`` (rounded up to 4) for storage or uniform use."""
         u = js.GPUBufferUsage
         usage = (u.UNIFORM | u.COPY_DST) if uniform else (u.STORAGE | u.COPY_SRC | u.COPY_DST)
-        return self.device.createBuffer(_js({"size": max(16, round_up(nbytes)), "usage": usage,
-                                             "label": label}))
+        size = max(16, round_up(nbytes))
+        self.allocated += size
+        return self.device.createBuffer(_js({"size": size, "usage": usage, "label": label}))
 
     def write(self, buf, data, offset: int = 0):
         """Upload ``data``: a Python bytes-like, or a JS ArrayBuffer/TypedArray passed through."""

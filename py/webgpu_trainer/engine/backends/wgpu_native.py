@@ -83,10 +83,13 @@ class Device:
         self.is_cpu = info.get("adapter_type") == "CPU"
         self._pipelines: dict = {}
         self._layouts: dict = {}
+        self.allocated = 0  # bytes of every buffer() made so far (GpuEngine.memory_bytes)
 
     def buffer(self, nbytes: int, label: str = "", uniform: bool = False):
         """A zero-filled buffer of ``nbytes`` (rounded up to 4) for storage or uniform use."""
-        return self.device.create_buffer(size=max(16, round_up(nbytes)), label=label,
+        size = max(16, round_up(nbytes))
+        self.allocated += size
+        return self.device.create_buffer(size=size, label=label,
                                          usage=_UNIFORM if uniform else _STORAGE)
 
     def write(self, buf, data, offset: int = 0):

@@ -24,8 +24,8 @@ from . import schema as schema_mod
 from .run import RunConfig, steps
 from .schema import (BY_NAME, FIELDS, GROUPS, LOSSES, OPTIMIZERS, PRESETS, SCHEDULERS, Field,
                      applies, default_for, describe, schema)
-from .validate import ConfigError, parse, upgrade
+from .validate import ConfigError, parse, replace, resume_with, upgrade
 
 __all__ = ["BY_NAME", "FIELDS", "GROUPS", "LOSSES", "OPTIMIZERS", "PRESETS", "SCHEDULERS",
            "ConfigError", "Field", "RunConfig", "applies", "default_for", "describe", "parse",
-           "schema", "schema_mod", "steps", "upgrade"]
+           "replace", "resume_with", "schema", "schema_mod", "steps", "upgrade"]

@@ -56,33 +56,8 @@ class RunConfig(Mapping):
         return {f.name: self.to_dict()[f.name] for f in FIELDS
                 if f.stored and f.name in self._v}
 
-    def replace(self, **changes) -> "RunConfig":
-        """A new, re-checked RunConfig with ``changes`` (None removes a key)."""
-        from .validate import parse
-        return parse({**self.to_dict(), **changes})
-
     def steps(self, train_images: int) -> tuple[int, int]:
         return steps(self, train_images)
-
-    def updated(self, given: dict) -> "RunConfig":
-        """This stored run's config with the options ``given`` again on ``--resume``: a new
-        optimizer / scheduler / loss choice starts that group afresh (its stored options go),
-        the other options update the stored ones. Raises ConfigError for an option that may
-        not change on resume (its field's ``resume`` is false), naming the stored value."""
-        from .validate import ConfigError, parse
-        errors = [(k, f"may not change on --resume (the run has {self._v.get(k)!r}, "
-                      f"{v!r} given): it would not continue exactly")
-                  for k, v in given.items() if k in BY_NAME and not BY_NAME[k].resume
-                  and v != self._v.get(k, BY_NAME[k].default)]
-        if errors:
-            raise ConfigError(errors)
-        base = self.to_json()
-        for chooser, group in (("scheduler", "schedule"), ("loss", "loss")):
-            if chooser in given:
-                base = {k: v for k, v in base.items() if BY_NAME[k].group != group}
-        if any(k in given for k in ("trainable", "freeze", "head_only")):
-            base.pop("trainable", None)
-        return parse({**base, **given})
 
     def trainer_config(self) -> dict:
         """The dict ``train.Trainer`` reads (on either engine): optimizer, lr,

@@ -216,3 +216,29 @@ def resolve(v: dict, train_images: int) -> list:
                                   "first phase of the cycle would have no steps (torch divides "
                                   "by zero)")]
     return []
+
+
+def replace(cfg: RunConfig, **changes) -> RunConfig:
+    """A new, re-checked RunConfig: ``cfg`` with ``changes`` (None removes a key)."""
+    return parse({**cfg.to_dict(), **changes})
+
+
+def resume_with(cfg: RunConfig, given: dict) -> RunConfig:
+    """A stored run's config ``cfg`` with the options ``given`` again on ``--resume``: a new
+    optimizer / scheduler / loss choice starts that group afresh (its stored options go),
+    the other options update the stored ones. Raises ConfigError for an option that may
+    not change on resume (its field's ``resume`` is false), naming the stored value."""
+    stored = cfg.to_dict()
+    errors = [(k, f"may not change on --resume (the run has {stored.get(k)!r}, "
+                  f"{v!r} given): it would not continue exactly")
+              for k, v in given.items() if k in BY_NAME and not BY_NAME[k].resume
+              and v != stored.get(k, BY_NAME[k].default)]
+    if errors:
+        raise ConfigError(errors)
+    base = cfg.to_json()
+    for chooser, group in (("scheduler", "schedule"), ("loss", "loss")):
+        if chooser in given:
+            base = {k: v for k, v in base.items() if BY_NAME[k].group != group}
+    if any(k in given for k in ("trainable", "freeze", "head_only")):
+        base.pop("trainable", None)
+    return parse({**base, **given})

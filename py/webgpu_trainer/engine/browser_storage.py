@@ -1,0 +1,125 @@
+"""Keep your work, the worker's side (Pyodide only; the page's side is web/storage.js): the
+checkpoint posted after every epoch, resuming a run from one, the current weights on request
+(``snapshot``), the GPU device's loss (``device_lost``) and its test hook.
+
+The checkpoint's sections and header are ``engine/checkpoint.py``'s, the same as the CLI's
+``.ckpt`` files: ``weights`` (the engine's flat weight buffer) and ``optimizer``
+(``Optimizer.state_bytes``), sent as ArrayBuffers transferred to the page."""
+
+import asyncio
+import traceback
+
+import js
+from pyodide.ffi import create_proxy, to_js
+
+from . import checkpoint
+
+LOST_WAIT_S = 2.0  # after a GPU error: how long to wait for the device's `lost` to settle
+
+
+def _post_transfer(kind: str, buffers: dict, **fields):
+    """postMessage({type: kind, ...fields, ...buffers}) transferring the ArrayBuffers of
+    ``buffers`` (name -> bytes) instead of copying them."""
+    from .browser import _bytes_to_js
+    bufs = {k: _bytes_to_js(v) for k, v in buffers.items()}
+    msg = to_js({"type": kind, **fields}, dict_converter=js.Object.fromEntries)
+    for k, b in bufs.items():
+        setattr(msg, k, b)
+    js.postMessage(msg, to_js(list(bufs.values())))
+
+
+def _as_bytes(value) -> bytes:
+    """An ArrayBuffer / TypedArray from the page (a JsProxy or, after ``to_py``, a memoryview)
+    as bytes."""
+    if hasattr(value, "byteLength") and hasattr(value, "to_py"):
+        return js.Uint8Array.new(value).to_bytes()
+    return bytes(value)
+
+
+def checkpoint_hook(trainer, model: str, config: dict):
+    """The trainer's ``on_epoch``: posts ``checkpoint {model, config, epoch, step,
+    epochs_completed, rng, metrics, total_steps, weights, optimizer}`` (the two sections as
+    transferred ArrayBuffers) after each epoch's validation."""
+    async def on_epoch(epoch, step, metrics):
+        sections = await checkpoint.capture(trainer)
+        _post_transfer("checkpoint", sections, model=model, config=config,
+                       total_steps=trainer.total, metrics=metrics,
+                       **checkpoint.header(trainer, epoch, step))
+    return on_epoch
+
+
+def restore(trainer, resume: dict) -> None:
+    """Continue from the page's stored checkpoint ``resume`` ({epoch, step, epochs_completed,
+    weights, optimizer}) after ``trainer.setup()``. ValueError naming what does not fit."""
+    sections = {"weights": _as_bytes(resume["weights"]),
+                "optimizer": _as_bytes(resume["optimizer"])}
+    checkpoint.restore(trainer, resume, sections, "the saved checkpoint")
+    if trainer.step >= trainer.total:
+        raise ValueError(f"the saved checkpoint is at step {trainer.step}, the end of this run "
+                         f"({trainer.total} steps): nothing left to train")
+
+
+def watch_device(dev) -> None:
+    """Post ``device_lost {reason, message}`` when the WebGPU device is lost (driver reset, the
+    machine sleeping, ``destroy()``); ``dev.lost`` then holds ``(reason, message)``."""
+    dev.lost, dev.lost_event = None, asyncio.Event()
+
+    def on_lost(info):
+        from .browser import post
+        dev.lost = (str(info.reason), str(info.message))
+        dev.lost_event.set()
+        post("device_lost", reason=dev.lost[0], message=dev.lost[1])
+
+    dev.device.lost.then(create_proxy(on_lost))
+
+
+async def lost_during(dev, exc) -> bool:
+    """After ``exc`` ended a run: True when the device was lost (``device_lost`` is posted then,
+    so the run's error is not worth a second message). A JavaScript error (a failed
+    ``mapAsync``, ...) waits up to ``LOST_WAIT_S`` for the device's ``lost`` to settle."""
+    if getattr(dev, "lost_event", None) is None:
+        return False
+    if dev.lost is not None:
+        return True
+    if type(exc).__name__ != "JsException":
+        return False
+    try:
+        await asyncio.wait_for(dev.lost_event.wait(), LOST_WAIT_S)
+    except asyncio.TimeoutError:
+        return False
+    return True
+
+
+async def _snapshot():
+    """``snapshot``: the running trainer's current weights (bundle layout, what the export
+    route takes) as ``snapshot {weights, model, step, epoch}``, or ``snapshot {error}``."""
+    from .browser import STATE, post
+    trainer = STATE["trainer"]
+    if trainer is None or getattr(trainer, "opt", None) is None:
+        post("snapshot", error="no training run is in progress (the weights of a finished "
+                               "run are downloaded from its results)")
+        return
+    try:
+        weights = await trainer.trained_weights()
+    except Exception as exc:
+        traceback.print_exc()
+        post("snapshot", error=f"{type(exc).__name__}: {exc}")
+        return
+    _post_transfer("snapshot", {"weights": weights}, model=STATE.get("model"),
+                   step=trainer.step, epoch=trainer.step // max(trainer.per_epoch, 1))
+
+
+def _lose_device(data):
+    """``debug_lose_device``: destroy the GPU device, as a driver reset would lose it. Accepted
+    only from a worker started with ``?test=1`` (the page does that when its own URL has it)."""
+    from .browser import STATE, post
+    if "test=1" not in str(js.location.search):
+        post("error", message="debug_lose_device is a test hook (open the page with ?test=1)")
+        return
+    STATE["device"].device.destroy()
+
+
+HANDLERS = {
+    "snapshot": lambda d: asyncio.ensure_future(_snapshot()),
+    "debug_lose_device": _lose_device,
+}

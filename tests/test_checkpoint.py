@@ -1,0 +1,124 @@
+"""The checkpoint payload of a run (engine/checkpoint.py: what the CLI's ``.ckpt`` files and the
+browser's IndexedDB checkpoints hold) round-trips: a run stopped after its first epoch's
+checkpoint and continued from it in a new trainer (new engine, new optimizer, restored weights,
+optimizer state, epoch and step) repeats the uninterrupted run's next steps bit for bit, on each
+native GPU backend and on the numpy engine. SeedNet has BatchNorm (running statistics in the
+weights) and Dropout (masks drawn from the step), Adam two state buffers, StepLR a schedule of
+the step: each would break the comparison if it were not restored."""
+
+import numpy as np
+import pytest
+from conftest import run
+
+from webgpu_trainer import onnx_io
+from webgpu_trainer.cli import commands as native
+from webgpu_trainer.engine import checkpoint
+from webgpu_trainer.engine.train import Trainer
+
+from e2e_fixtures import REPO
+
+CFG = {"optimizer": "adam", "lr": 0.002, "batch_size": 16, "epochs": 3, "seed": 7,
+       "init": "scratch", "eval_images": 32, "report_every": 1,
+       "scheduler": "steplr", "step_size": 1, "gamma": 0.5}
+TRAIN_IMAGES = 64  # 4 steps per epoch, 12 in all
+
+
+@pytest.fixture(scope="module")
+def seednet():
+    return onnx_io.load_bundle(REPO / "models" / "seednet.onnx")
+
+
+@pytest.fixture(scope="module")
+def splits():
+    return native.load_splits(None, TRAIN_IMAGES, CFG["eval_images"])[:2]
+
+
+def _trainer(dev, seednet, splits, cfg=CFG):
+    graph, blob = seednet
+    tr = native.make_trainer(dev, graph, blob, dict(cfg), *splits)
+    tr.losses = []
+
+    def emit(kind, **kw):
+        if kind == "progress":
+            tr.losses += [(t, loss, acc, lr) for (t, loss, acc), lr in zip(kw["losses"],
+                                                                          kw["lrs"])]
+    tr.emit = emit
+    return tr
+
+
+def _round_trip(dev, seednet, splits):
+    """(uninterrupted trainer, interrupted-and-resumed trainer, the checkpoint's header)."""
+    full = _trainer(dev, seednet, splits)
+
+    async def go_full():
+        await full.setup()
+        await full.run()
+        full.final = await checkpoint.capture(full)
+    run(go_full())
+
+    first, saved = _trainer(dev, seednet, splits), {}
+
+    async def on_epoch(epoch, step, metrics):
+        saved["head"] = checkpoint.header(first, epoch, step)
+        saved["sections"] = await checkpoint.capture(first)
+        first.stop_requested = True  # the tab closes after the first checkpoint
+
+    async def go_first():
+        await first.setup()
+        first.on_epoch = on_epoch
+        await first.run()
+    run(go_first())
+
+    resumed = _trainer(dev, seednet, splits)
+
+    async def go_resumed():
+        await resumed.setup()
+        checkpoint.restore(resumed, saved["head"], saved["sections"])
+        await resumed.run()
+        resumed.final = await checkpoint.capture(resumed)
+    run(go_resumed())
+    return full, resumed, saved["head"]
+
+
+def _check(full, resumed, head):
+    assert (head["epoch"], head["step"], head["epochs_completed"]) == (1, 4, 1)
+    assert head["rng"] == {"seed": 7, "next_epoch": 1, "shuffle": checkpoint.SHUFFLE,
+                           "dropout": checkpoint.DROPOUT}
+    assert [r[0] for r in full.losses] == list(range(1, 13))
+    assert [r[0] for r in resumed.losses] == list(range(5, 13))
+    assert resumed.losses == full.losses[4:]  # loss, accuracy and lr: bit for bit
+    assert (full.losses[3][3], full.losses[4][3]) == (0.002, 0.001)  # StepLR: epoch 2 halves
+    for name in ("weights", "optimizer"):
+        assert resumed.final[name] == full.final[name], name
+    w = np.frombuffer(full.final["weights"], np.float32)
+    assert np.isfinite(w).all() and np.abs(w).max() > 0
+
+
+@pytest.mark.every_backend
+def test_gpu_checkpoint_resumes_bit_for_bit(device, seednet, splits):
+    _check(*_round_trip(device, seednet, splits))
+
+
+def test_cpu_checkpoint_resumes_bit_for_bit(seednet, splits):
+    _check(*_round_trip(native.CpuDevice(), seednet, splits))
+
+
+def test_restore_refuses_another_optimizer(seednet, splits):
+    """An SGD-with-momentum state into an Adam run: ValueError naming where and what differs;
+    wrong-sized weights: ValueError naming the layout."""
+    dev = native.CpuDevice()
+    sgd = _trainer(dev, seednet, splits, {**CFG, "optimizer": "sgd", "momentum": 0.9})
+    adam = _trainer(dev, seednet, splits)
+
+    async def go():
+        await sgd.setup()
+        await adam.setup()
+        return await checkpoint.capture(sgd)
+    sections = run(go())
+    head = {"epoch": 1, "step": 4, "epochs_completed": 1}
+    with pytest.raises(ValueError, match=r"^the saved checkpoint: optimizer state mismatch: "
+                                         r"optimizer is 'SGD'"):
+        checkpoint.restore(adam, head, sections, "the saved checkpoint")
+    with pytest.raises(ValueError, match="weights do not fit this model's layout"):
+        checkpoint.restore(adam, head, {**sections, "weights": sections["weights"][:-4]})
+    assert (adam.epoch, adam.step) == (0, 0)  # nothing applied

@@ -1,0 +1,384 @@
+// Keep your work (#panel-work): the checkpoint of every epoch in this browser's IndexedDB, the
+// resume banner after a reload or a crashed tab, the run's settings as JSON (export / import,
+// checked by the server's validator), the .onnx of the current weights and the metrics as CSV
+// at any time, "Reset everything", and the GPU device lost (resume on a new device).
+//
+// Why IndexedDB (through idb-keyval, served from web/node_modules under /vendor/idb-keyval)
+// and not OPFS: a checkpoint is ONE record {header, metrics, weights, optimizer} written by
+// one put in one transaction, so the stored checkpoint is replaced only when the new one is
+// written completely (a failed or interrupted write leaves the last good one); OPFS would need
+// several files and a rename dance for the same guarantee. ArrayBuffers are stored as they
+// are (structured clone), with no encoding.
+//
+// The worker's side is py/webgpu_trainer/engine/browser_storage.py; the sections are
+// engine/checkpoint.py's (the CLI's .ckpt files hold the same bytes).
+
+import { createStore, get, set, del, update } from "/vendor/idb-keyval/index.js";
+import { $, humanBytes, pct } from "./util.js";
+import { appState, hooks, log, setStatus, showError } from "./state.js";
+import { applyConfig } from "./form.js";
+import { checkConfig } from "./validation.js";
+import { onModelChange } from "./models.js";
+import { requestRender } from "./progress.js";
+import { downloadOnnx } from "./results.js";
+import { setTrainable } from "./summary.js";
+
+const DB = "webgpu-trainer";
+const STORE = "checkpoints";
+const KEY = "latest";
+const FORMAT = "webgpu-trainer/browser-checkpoint@1";
+const CONFIG_FORMAT = "webgpu-trainer/run-config@1";
+
+let store = null;                 // idb-keyval's store, opened on first use (reset closes it)
+let saving = Promise.resolve();   // checkpoint writes, one after another
+let snapshotWaiter = null;        // resolves with the worker's `snapshot` answer
+
+const db = () => (store ??= createStore(DB, STORE));
+const time = (ms) => new Date(ms).toLocaleTimeString([], { hour12: false });
+const sizeOf = (rec) => (rec.weights?.byteLength ?? 0) + (rec.optimizer?.byteLength ?? 0);
+
+/** True when this page's database exists (reading it would otherwise create it). */
+async function dbExists() {
+  if (!indexedDB.databases) return true;
+  return (await indexedDB.databases()).some((d) => d.name === DB);
+}
+
+// ------------------------------------------------------------------------ checkpoints
+/** The worker's `checkpoint` message: store it with the page's config and the metrics so far
+ * (rows up to its step), replacing the last one only once it is written. */
+export function onCheckpoint(m) {
+  const rec = {
+    format: FORMAT, savedAt: Date.now(), model: m.model ?? appState.model,
+    config: appState.config, resolved: m.config, epoch: m.epoch, step: m.step,
+    epochs_completed: m.epochs_completed, total_steps: m.total_steps, rng: m.rng,
+    metrics: { steps: appState.steps.filter((s) => s.step <= m.step),
+      epochs: appState.epochs.filter((e) => e.epoch <= m.epoch) },
+    weights: m.weights, optimizer: m.optimizer, adapter: appState.adapter, finished: false,
+  };
+  saving = saving.then(async () => {
+    try {
+      await set(KEY, rec, db());
+      appState.checkpointError = null;
+      showStored(rec);
+      log(`Checkpoint saved in this browser: epoch ${rec.epoch}, step ${rec.step} ` +
+        `(${humanBytes(sizeOf(rec))}).`);
+    } catch (e) {
+      const last = appState.checkpoint;
+      appState.checkpointError = `Could not save the checkpoint of epoch ${rec.epoch}: ` +
+        `${e.name ?? "Error"}: ${e.message ?? e}. ` + (last
+          ? `The last good checkpoint (epoch ${last.epoch}, step ${last.step}) is kept.`
+          : "No earlier checkpoint is stored.");
+      $("ckpt-status").textContent = appState.checkpointError;
+      $("ckpt-status").dataset.state = "error";
+      log(appState.checkpointError, "error");
+    }
+  });
+}
+
+/** A run's `done`: a completed run's checkpoint stays but offers no resume; a stopped run's
+ * offers to resume from its last epoch (the banner). */
+export function onRunDone(m) {
+  if (!appState.checkpoint) return;
+  if (m.stopped) {
+    saving.then(stored).then((rec) => rec && !rec.finished && offerResume(rec))
+      .catch((e) => log(`Could not read the stored checkpoint: ${e.message ?? e}`, "error"));
+    return;
+  }
+  saving = saving.then(() => update(KEY, (r) => r && { ...r, finished: true }, db()))
+    .then(() => { appState.checkpoint.finished = true; })
+    .catch((e) => log(`Could not mark the checkpoint finished: ${e.message ?? e}`, "error"));
+}
+
+function showStored(rec) {
+  appState.checkpoint = { epoch: rec.epoch, step: rec.step, savedAt: rec.savedAt,
+    bytes: sizeOf(rec), model: rec.model, finished: !!rec.finished };
+  const last = rec.metrics?.epochs?.at(-1);
+  $("ckpt-status").dataset.state = "ok";
+  $("ckpt-status").textContent = `Saved at ${time(rec.savedAt)}: ${rec.model}, end of epoch ` +
+    `${rec.epoch} of ${rec.config?.epochs ?? "?"} (step ${rec.step} of ${rec.total_steps}), ` +
+    `${humanBytes(sizeOf(rec))}` + (last ? `, validation accuracy ${pct(last.val_acc)}` : "") +
+    (rec.finished ? ". The run finished." : ".");
+}
+
+async function stored() {
+  return (await dbExists()) ? get(KEY, db()) : undefined;
+}
+
+// ---------------------------------------------------------------------------- resume
+async function whenReady() {
+  while (!appState.workerReady) await new Promise((r) => setTimeout(r, 200));
+}
+
+/** Continue the stored run ``rec``: its settings into the form, its metrics into the charts,
+ * and `start` with its weights, optimizer state, epoch and step. */
+async function resume(rec) {
+  $("resume-banner").hidden = true;
+  await whenReady();
+  if (appState.phase === "training") return;
+  if ($("model").value !== rec.model &&
+      [...$("model").options].some((o) => o.value === rec.model)) {
+    $("model").value = rec.model;
+    onModelChange();
+  }
+  applyConfig(rec.config);
+  const { epoch, step, epochs_completed, total_steps, weights, optimizer } = rec;
+  hooks.beginRun(rec.config, rec.model,
+    { epoch, step, epochs_completed, total_steps, weights, optimizer }, rec.metrics);
+}
+
+/** Hide the resume banner (a new run replaces the stored one at its first epoch). */
+export function hideResumeOffer() {
+  $("resume-banner").hidden = true;
+}
+
+function offerResume(rec) {
+  const c = rec.config ?? {};
+  $("resume-text").textContent = `Your last run (${rec.model}, ${c.optimizer} lr ${c.lr}, ` +
+    `batch ${c.batch_size}) stopped after epoch ${rec.epoch} of ${c.epochs}, step ` +
+    `${rec.step} of ${rec.total_steps}; its checkpoint was saved at ${time(rec.savedAt)}. ` +
+    "Resume continues from there with the same settings; Discard deletes the checkpoint.";
+  $("resume-banner").hidden = false;
+  $("resume-run").onclick = () => resume(rec);
+  $("discard-run").onclick = async () => {
+    $("resume-banner").hidden = true;
+    await del(KEY, db());
+    appState.checkpoint = null;
+    $("ckpt-status").textContent = "Checkpoint discarded.";
+    log("Discarded the stored checkpoint.");
+  };
+}
+
+// ---------------------------------------------------------------------- device lost
+/** The worker's `device_lost {reason, message}`: say so, offer to resume from the last
+ * checkpoint on a new device (a new worker). */
+export function onDeviceLost(m) {
+  appState.deviceLost = { reason: m.reason, message: m.message };
+  const wasTraining = appState.phase === "training";
+  appState.workerReady = false;
+  hooks.setPhase("lost");
+  const ck = appState.checkpoint && !appState.checkpoint.finished ? appState.checkpoint : null;
+  const why = `reason “${m.reason}”` + (m.message ? `: ${m.message.replace(/\.$/, "")}` : "");
+  $("device-lost-text").textContent = "The GPU was reset or the laptop slept: the browser " +
+    `took the GPU away from this page (WebGPU device lost, ${why}). ` +
+    (wasTraining ? "Training stopped. " : "") +
+    (ck ? `Your work is saved up to the end of epoch ${ck.epoch} (step ${ck.step}).`
+      : "No checkpoint was saved yet: training starts again from the beginning.");
+  $("device-lost-go").textContent = ck ? "Resume on a new GPU device" : "Use a new GPU device";
+  $("device-lost").hidden = false;
+  $("device-lost-go").focus();
+  setStatus(`The GPU device was lost (${m.reason}).`);
+  requestRender({ progress: true });
+  log(`GPU device lost (${m.reason}${m.message ? `: ${m.message}` : ""}).`, "error");
+}
+
+async function recoverDevice() {
+  $("device-lost").hidden = true;
+  appState.deviceLost = null;
+  await hooks.restartWorker();
+  const rec = await stored();
+  if (rec && !rec.finished) await resume(rec);
+}
+
+// ---------------------------------------------------------------------------- downloads
+function saveFile(name, blob) {
+  const url = URL.createObjectURL(blob);
+  const a = Object.assign(document.createElement("a"), { href: url, download: name });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+/** The worker's `snapshot` answer ({weights, model, step, epoch} or {error}). */
+export function onSnapshot(m) {
+  snapshotWaiter?.(m);
+  snapshotWaiter = null;
+}
+
+/** The .onnx of the current weights: a `snapshot` of a run in progress, else the last run's. */
+async function downloadCurrentOnnx() {
+  const btn = $("work-onnx");
+  if (appState.phase === "training") {
+    btn.disabled = true;
+    const m = await new Promise((resolve) => {
+      snapshotWaiter = resolve;
+      hooks.post({ type: "snapshot" });
+    });
+    btn.disabled = false;
+    if (m.error) return showError(`Could not take the current weights: ${m.error}`);
+    return downloadOnnx({ weights: m.weights, model: m.model, steps: m.step,
+      epochs_done: m.epoch }, btn);
+  }
+  if (window.lastRun?.weights) return downloadOnnx(window.lastRun, btn);
+  note("Nothing to download yet: start training (the .onnx can be taken at any time during it).");
+}
+
+/** The metrics as CSV: one `train` row per step (loss, batch accuracy, learning rate) and
+ * one `val` row per epoch (validation loss and accuracy at the epoch's last step). */
+export function metricsCsv() {
+  const v = (x) => (x == null ? "" : String(x));
+  const lines = ["kind,epoch,step,loss,acc,lr"];
+  for (const s of appState.steps) {
+    lines.push(`train,,${s.step},${v(s.loss)},${v(s.acc)},${v(s.lr)}`);
+  }
+  for (const e of appState.epochs) {
+    lines.push(`val,${e.epoch},${v(e.step)},${v(e.val_loss)},${v(e.val_acc)},`);
+  }
+  return lines.join("\n") + "\n";
+}
+window.metricsCsvForTests = metricsCsv;
+
+function exportConfig() {
+  const doc = { format: CONFIG_FORMAT, model: $("model").value, config: hooks.currentConfig() };
+  saveFile("webgpu-trainer-settings.json",
+    new Blob([JSON.stringify(doc, null, 2) + "\n"], { type: "application/json" }));
+  note("Settings exported as webgpu-trainer-settings.json.");
+}
+
+function showImportErrors(title, errors) {
+  const ul = $("config-import-errors");
+  ul.replaceChildren(Object.assign(document.createElement("li"), { textContent: title }));
+  for (const [field, msg] of errors) {
+    ul.append(Object.assign(document.createElement("li"), { textContent: `${field}: ${msg}` }));
+  }
+  ul.hidden = false;
+}
+
+/** Import settings from a JSON file (this page's export, or a flat config): checked by the
+ * server's validator first; on any error nothing is applied and the errors are named. */
+export async function importConfig(text, name = "the file") {
+  $("config-import-errors").hidden = true;
+  let doc;
+  try {
+    doc = JSON.parse(text);
+  } catch (e) {
+    return showImportErrors(`${name} is not JSON, nothing was changed:`, [["file", e.message]]);
+  }
+  const config = doc && typeof doc.config === "object" ? doc.config : doc;
+  const model = doc?.config ? doc.model : $("model").value;
+  if (!config || typeof config !== "object" || Array.isArray(config)) {
+    return showImportErrors(`${name} holds no settings, nothing was changed:`,
+      [["file", "expected an object {\"model\", \"config\": {...}} or the settings' fields"]]);
+  }
+  if (model && !appState.models.some((m) => m.name === model)) {
+    return showImportErrors(`${name} does not fit here, nothing was changed:`, [["model",
+      `no model named “${model}” (models: ${appState.models.map((m) => m.name).join(", ")})`]]);
+  }
+  const verdict = await checkConfig(config, model || null);
+  if (!verdict.ok) {
+    return showImportErrors(`${name} has settings the trainer refuses, nothing was changed:`,
+      verdict.errors ?? []);
+  }
+  if (model && model !== $("model").value) {
+    $("model").value = model;
+    onModelChange();
+  }
+  applyConfig(config);
+  if ("trainable" in config) {
+    for (let i = 0; i < 50 && !appState.summary; i++) await new Promise((r) => setTimeout(r, 100));
+    if (appState.summary) {
+      setTrainable(config.trainable ?? appState.summary.tensors
+        .filter((t) => t.role === "param").map((t) => t.name));
+    }
+  }
+  note(`Imported the settings of ${name}.`);
+  log(`Imported settings from ${name}.`);
+}
+
+// ------------------------------------------------------------------------------ reset
+function deleteDatabase(name) {
+  return new Promise((resolve, reject) => {
+    const req = indexedDB.deleteDatabase(name);
+    req.onsuccess = () => resolve();
+    req.onerror = () => reject(req.error);
+    req.onblocked = () => note(`Waiting for other tabs of this page to let go of “${name}”…`);
+  });
+}
+
+/** Delete everything this page stored in this browser; returns what was cleared (lines). */
+async function resetEverything() {
+  await saving.catch(() => {});
+  const cleared = [];
+  const rec = await stored().catch(() => undefined);
+  if (store) {
+    await store("readonly", (s) => s.transaction.db.close()).catch(() => {});
+    store = null;
+  }
+  const dbs = indexedDB.databases ? await indexedDB.databases() : [{ name: DB }];
+  for (const d of dbs) {
+    await deleteDatabase(d.name);
+    cleared.push(`IndexedDB “${d.name}”` + (d.name === DB && rec
+      ? ` (the checkpoint of epoch ${rec.epoch}, ${humanBytes(sizeOf(rec))})` : ""));
+  }
+  const areas = [["localStorage", localStorage], ["sessionStorage", sessionStorage]];
+  for (const [label, area] of areas) {
+    cleared.push(`${label}: ${area.length} key(s)`);
+    area.clear();
+  }
+  const names = self.caches ? await caches.keys() : [];
+  for (const k of names) await caches.delete(k);
+  cleared.push(names.length ? `caches: ${names.join(", ")}` : "caches: none");
+  appState.checkpoint = null;
+  $("resume-banner").hidden = true;
+  $("ckpt-status").textContent = "No checkpoint stored.";
+  delete $("ckpt-status").dataset.state;
+  return cleared;
+}
+
+function note(text) {
+  $("work-note").textContent = text;
+}
+
+// ------------------------------------------------------------------------------ set-up
+/** Wire the panel's controls and look for a stored run to offer (the resume banner). */
+export async function setupStorage() {
+  if (new URLSearchParams(location.search).get("test") === "1") {  // the tests' device loss
+    window.loseDeviceForTests = () => hooks.post({ type: "debug_lose_device" });
+  }
+  $("work-onnx").addEventListener("click", downloadCurrentOnnx);
+  $("work-csv").addEventListener("click", () => {
+    saveFile("webgpu-trainer-metrics.csv", new Blob([metricsCsv()], { type: "text/csv" }));
+    note(`Metrics exported: ${appState.steps.length} steps, ${appState.epochs.length} epochs.`);
+  });
+  $("work-config-export").addEventListener("click", exportConfig);
+  $("work-config-import").addEventListener("click", () => $("work-config-file").click());
+  $("work-config-file").addEventListener("change", async (ev) => {
+    const file = ev.target.files?.[0];
+    ev.target.value = "";
+    if (file) await importConfig(await file.text(), file.name);
+  });
+  $("reset-all").addEventListener("click", () => {
+    if (appState.phase === "training") {
+      return note("Stop training first: it saves a checkpoint at every epoch.");
+    }
+    $("reset-confirm").hidden = false;
+    $("reset-no").focus();
+  });
+  $("reset-no").addEventListener("click", () => { $("reset-confirm").hidden = true; });
+  $("reset-yes").addEventListener("click", async () => {
+    $("reset-confirm").hidden = true;
+    try {
+      const cleared = await resetEverything();
+      const ul = $("reset-result");
+      ul.replaceChildren(...cleared.map((t) => Object.assign(document.createElement("li"),
+        { textContent: t })));
+      ul.hidden = false;
+      log(`Reset everything: ${cleared.join("; ")}.`);
+    } catch (e) {
+      showError(`Reset failed: ${e.name ?? "Error"}: ${e.message ?? e}`);
+    }
+  });
+  $("device-lost-go").addEventListener("click", recoverDevice);
+  try {
+    const rec = await stored();
+    if (!rec) return;
+    if (rec.format !== FORMAT) {
+      log(`Ignored a stored checkpoint of another format (${rec.format}).`, "error");
+      return;
+    }
+    showStored(rec);
+    if (!rec.finished) offerResume(rec);
+  } catch (e) {
+    log(`Could not read the stored checkpoint: ${e.message ?? e}`, "error");
+  }
+}
