@@ -17,7 +17,8 @@
 // card, redraws), results.js (results, download), tabs.js (the view tabs), dashboard.js (speed
 // and machine), help.js (the (i) toggletips), share.js (share link, leave-page warning),
 // kernels.js (the kernels playground), storage.js (checkpoints in IndexedDB, resume, export /
-// import, reset, GPU device lost).
+// import, reset, GPU device lost), views.js (live views inside the model), tryit.js (draw a
+// digit / pick a test image), testset.js.
 
 import { $, frac, num, pct } from "./util.js";
 import { appState, hideError, hooks, log, setStatus, showError } from "./state.js";
@@ -37,6 +38,8 @@ import { setupTabs } from "./tabs.js";
 import { kernelsReady, onConvolved, setupKernels } from "./kernels.js";
 import { hideResumeOffer, onCheckpoint, onDeviceLost, onRunDone, onSnapshot, setupStorage }
   from "./storage.js";
+import { onInspect, setupViews } from "./views.js";
+import { onPrediction, setupTryIt } from "./tryit.js";
 
 let worker = null;
 let trainStart = 0;
@@ -149,6 +152,8 @@ function showAdapter(info) {
 const handlers = {
   selfcheck: showSelfCheck,  // the GPU self-check's warning (web/selfcheck.js)
   convolved: onConvolved,  // the kernels playground (web/kernels.js)
+  inspect: onInspect,        // the live views of the model (web/views.js)
+  prediction: onPrediction,  // Try it (web/tryit.js)
   status(m) {
     setStatus(m.text);
     log(m.text);
@@ -338,6 +343,8 @@ async function boot() {
   });
   setupTabs();
   setupKernels((msg) => worker?.postMessage(msg));
+  setupViews((msg) => worker?.postMessage(msg));
+  setupTryIt((msg) => worker?.postMessage(msg));
   makeCharts();
   setPhase("booting");
   renderProgress();

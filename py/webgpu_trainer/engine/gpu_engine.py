@@ -12,15 +12,20 @@ takes effect within a step and the browser's event loop delivers messages meanwh
 The interface every engine implements is described in ``train.py``.
 """
 
+import asyncio
 import math
 import struct
 import time
 from array import array
+from types import SimpleNamespace
 
 from . import optim
 from .backends.base import groups_1d, pack_params, round_up
 from .guard import Guard
 from .plan import METRICS_RING, Plan, pack_step
+from .probe import LOGP, params_in_order
+
+PROBE_BATCH = 1  # images per forward of the probe's plan (the live views ask for one)
 
 EVAL_IMAGES = 256  # images per evaluation chunk (one readback, one "evaluating" report each)
 
@@ -33,12 +38,16 @@ class GpuEngine:
     def __init__(self, dev):
         self.dev = dev
         self._in_flight = None
+        self._probe = None  # (plan, program, images buffer), made by the first probe
+        self._norms = None  # (program, output buffer) of norms, made by the first call
+        self._probe_lock = asyncio.Lock()  # one probe / norms readback at a time
 
     async def build(self, graph, batch: int, loss, trainable, seed: int):
         """Compile the training step of ``graph`` (``Graph``) at ``batch`` (``Plan``) and the
         guard; ``loss`` a loss spec (``ops/losses.py``), ``trainable`` None or a set of names,
         ``seed`` the run's (dropout masks)."""
         self.seed = int(seed) & 0xFFFFFFFF
+        self.graph, self.loss_request = graph, loss
         self._allocated0 = self.dev.allocated
         self.plan = plan = await Plan.build(self.dev, graph, batch, loss=loss,
                                             trainable=trainable)
@@ -82,7 +91,7 @@ class GpuEngine:
         self._lut = dev.buffer(4 * 256, "normalize.lut")
         dev.write(self._lut, array("f", table).tobytes())
         self.order = dev.buffer(4 * train.count, "train.order")
-        self.gather_train = await self._gather(train, self.order)
+        self.gather_train, _ = await self._gather(train, self.order)
         # images per eval_outputs call: ~EVAL_IMAGES, whole batches
         self.eval_chunk = batch * max(1, EVAL_IMAGES // batch)
         self.eval_programs = {}
@@ -91,8 +100,8 @@ class GpuEngine:
             order = dev.buffer(4 * padded, f"{name}.order")
             dev.write(order, array("I", [i if i < split.count else 0
                                          for i in range(padded)]).tobytes())
-            self.eval_programs[name] = dev.program(await self._gather(split, order)
-                                                   + plan.fwd_eval + plan.head)
+            gather, _ = await self._gather(split, order)
+            self.eval_programs[name] = dev.program(gather + plan.fwd_eval + plan.head)
         rows = 4 * self.eval_chunk * self.classes
         self.logits = dev.buffer(rows, "eval.logits")
         # What the loss reads when that is not the log-probabilities (nll on a raw output, mse,
@@ -103,8 +112,11 @@ class GpuEngine:
                                          + plan.bwd + self.guard.dispatches
                                          + self.opt.dispatches)
 
-    async def _gather(self, split, order):
-        dev, plan = self.dev, self.plan
+    async def _gather(self, split, order, plan=None):
+        """The gather dispatch of ``split``'s images in ``order`` into ``plan``'s input
+        (default the training plan) through the pixel table; returns ``(dispatches, images
+        buffer)``."""
+        dev, plan = self.dev, plan or self.plan
         images = dev.buffer(round_up(split.count * split.pixels), "images")
         labels = dev.buffer(round_up(split.count), "labels")
         dev.write(images, _padded(split.images, split.count * split.pixels))
@@ -116,7 +128,7 @@ class GpuEngine:
         await b.kernel("data", "gather", params,
                        [plan.step, images, labels, order, plan.input, plan.labels, self._lut],
                        groups_1d(plan.batch * words))
-        return b.current
+        return b.current, images
 
     def set_order(self, perm) -> None:
         """This epoch's training order (a permutation of the training images)."""
@@ -166,6 +178,105 @@ class GpuEngine:
         if self.loss_rows is None:
             return logp, logp
         return logp, await dev.read(self.loss_rows, 0, nbytes)
+
+    async def probe(self, images, outputs) -> dict:
+        """Eval-mode forward of ``images`` (uint8, bytes-like [n, pixels], n >= 1) on the current
+        weights; returns ``{name: float32 bytes [n, *shape[1:]]}`` for each name of
+        ``outputs``: activations of the graph, or ``probe.LOGP`` (the log-probabilities, as
+        ``eval_outputs``). The images go through the training's gather and pixel table into a
+        plan of batch ``PROBE_BATCH`` that shares the weight buffer and has its own step
+        uniform and activations: running statistics, metrics, gradients and the training step
+        are untouched, so it may run between training steps (its own submits, ordered after
+        the steps already submitted). Needs ``load_data`` first (RuntimeError). ValueError: a
+        size that is not a whole number of images, an unknown name, or an activation a ReLU
+        overwrites in place (the message names what to ask for)."""
+        if not hasattr(self, "_lut"):
+            raise RuntimeError("probe needs the data loaded (load_data) first")
+        pixels = self.plan.input.numel // self.batch
+        data = bytes(images)
+        if not data or len(data) % pixels:
+            raise ValueError(f"probe: {len(data)} bytes is not a whole number of "
+                             f"{pixels}-pixel images")
+        n = len(data) // pixels
+        async with self._probe_lock:  # one probe's copies and reads at a time
+            if self._probe is None:
+                self._probe = await self._probe_plan(pixels)
+            plan, program, upload = self._probe
+            acts = [(name, self._probe_act(plan, name)) for name in outputs]
+            pb = plan.batch
+            sizes = [n * (t.numel // pb) * 4 for _, t in acts]  # bytes of each output
+            starts = [sum(sizes[:i]) for i in range(len(sizes))]
+            out = self.dev.buffer(max(sum(sizes), 4), "probe.out")  # one readback for all
+            for lo in range(0, n, pb):
+                k = min(pb, n - lo)
+                chunk = data[lo * pixels:(lo + k) * pixels]
+                self.dev.write(upload, chunk + bytes(round_up(pb * pixels) - len(chunk)))
+                self.dev.write(plan.step, pack_step(0, 0, self.seed, 0.0))
+                copies = []
+                for (name, t), start in zip(acts, starts):
+                    per = t.numel // pb * 4
+                    copies.append((t.buf, t.offset, out, start + lo * per, k * per))
+                self.dev.submit([program], copies=copies)
+            raw = await self.dev.read(out, 0, max(sum(sizes), 4))
+            return {name: raw[start:start + size]
+                    for (name, _), start, size in zip(acts, starts, sizes)}
+
+    async def _probe_plan(self, pixels: int):
+        """The probe's eval-only plan over the training plan's weights, its program (gather ->
+        eval forward -> head) and its image upload buffer."""
+        plan = await Plan.build(self.dev, self.graph, PROBE_BATCH, trainable=set(),
+                                loss=self.loss_request, weights=self.plan.P)
+        order = self.dev.buffer(4 * PROBE_BATCH, "probe.order")
+        self.dev.write(order, array("I", range(PROBE_BATCH)).tobytes())
+        split = SimpleNamespace(images=bytes(round_up(PROBE_BATCH * pixels)),
+                                labels=bytes(round_up(PROBE_BATCH)), count=PROBE_BATCH,
+                                pixels=pixels)
+        gather, upload = await self._gather(split, order, plan)
+        return plan, self.dev.program(gather + plan.fwd_eval + plan.head), upload
+
+    @staticmethod
+    def _probe_act(plan, name):
+        """``plan``'s activation ``name`` (``LOGP``: the log-probabilities); ValueError when
+        unknown or overwritten in place by a ReLU."""
+        if name == LOGP:
+            return plan.acts[plan.logp]
+        t = plan.acts.get(name)
+        if t is None:
+            raise ValueError(f"probe: no activation named {name!r} in the model")
+        for node in plan.graph.consumers.get(name, []):
+            if node["op_type"] == "Relu" and plan.acts[node["outputs"][0]].buf is t.buf:
+                raise ValueError(f"probe: {name} is overwritten in place by the ReLU "
+                                 f"{node['name']}; ask for its output {node['outputs'][0]}")
+        return t
+
+    async def norms(self) -> list:
+        """``[{"name", "layer", "numel", "weight", "grad"}]``: the L2 norm of every parameter's
+        weights and last gradient (None: frozen) in graph order, after the submitted steps:
+        one dispatch of shaders/norms.wgsl (sums of squares per tensor in f32) and an 8-byte
+        readback per tensor."""
+        params = params_in_order(self.graph)
+        async with self._probe_lock:
+            if self._norms is None:
+                table = [v for name, _ in params for v in
+                         (self.graph.tensors[name]["offset"] // 4,
+                          self.graph.tensors[name]["nbytes"] // 4)]
+                tbuf = self.dev.buffer(4 * max(len(table), 4), "norms.table")
+                if table:
+                    self.dev.write(tbuf, array("I", table).tobytes())
+                out = self.dev.buffer(8 * max(len(params), 1), "norms.out")
+                b = self.plan.builder
+                b.current = []
+                await b.kernel("norms", "sumsq", pack_params(len(params), 0, 0, 0),
+                               [self.plan.P, self.plan.G, tbuf, out], (max(len(params), 1), 1, 1))
+                self._norms = (self.dev.program(b.current), out)
+            program, out = self._norms
+            self.dev.submit([program])
+            raw = await self.dev.read(out, 0, 8 * max(len(params), 1))
+        sums = memoryview(raw).cast("f")
+        return [{"name": name, "layer": layer, "numel": self.graph.tensors[name]["nbytes"] // 4,
+                 "weight": math.sqrt(sums[2 * k]),
+                 "grad": math.sqrt(sums[2 * k + 1]) if name in self.plan.trainable else None}
+                for k, (name, layer) in enumerate(params)]
 
     async def profile(self, repeats: int = 2) -> list:
         """Time every dispatch of one training step on its own (submit, wait, repeat).
