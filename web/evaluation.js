@@ -1,10 +1,10 @@
 // The Results tab's views of the test evaluation, from the worker's `done` message: a confusion
 // matrix (a real <table>: rows true class, columns predicted), per-class accuracy, and the most
-// confidently wrong test images drawn from the test shard (fetched once, lazily, from
-// /data/mnist/ as the manifest names it). Clicking a wrong image dispatches
-// CustomEvent("pick-test-image", {detail: index}) on document (the "Try it" tab may listen).
+// confidently wrong test images drawn from the test shard (testset.js: fetched once, lazily).
+// Clicking a wrong image dispatches CustomEvent("pick-test-image", {detail: index}) on document (the "Try it" tab may listen).
 
 import { $ } from "./util.js";
+import { drawDigit, imageOf, testSet } from "./testset.js";
 
 const WRONG_SHOWN = 24;  // the most confidently wrong images in the grid
 
@@ -91,40 +91,11 @@ function perClassTable({ classes, confusion }) {
     body);
 }
 
-// ------------------------------------------------------------------------- the test images
-let testImages = null;  // Promise<{pixels: Uint8Array, size: [h, w]}>
-
-/** The test shard's pixels, fetched once (the manifest names the file). */
-export function loadTestImages() {
-  testImages ??= (async () => {
-    const man = await (await fetch("/data/mnist/manifest.json")).json();
-    const s = man.splits.test.images;
-    const res = await fetch(`/data/mnist/${s.file}`);
-    if (!res.ok) throw new Error(`HTTP ${res.status} from /data/mnist/${s.file}`);
-    return { pixels: new Uint8Array(await res.arrayBuffer()), size: s.shape.slice(1) };
-  })();
-  testImages.catch(() => { testImages = null; });  // a later render tries again
-  return testImages;
-}
-
-function drawDigit(canvas, { pixels, size: [h, w] }, index) {
-  canvas.width = w;
-  canvas.height = h;
-  const ctx = canvas.getContext("2d");
-  const img = ctx.createImageData(w, h);
-  const off = index * h * w;
-  for (let k = 0; k < h * w; k++) {
-    const v = pixels[off + k];
-    img.data.set([v, v, v, 255], 4 * k);
-  }
-  ctx.putImageData(img, 0, 0);
-}
-
 function wrongGrid(wrong, images) {
   const grid = el("ol", { id: "wrong-grid", className: "wrong-grid" });
   for (const w of wrong.slice(0, WRONG_SHOWN)) {
     const canvas = el("canvas", { className: "digit", width: 28, height: 28 });
-    if (images) drawDigit(canvas, images, w.index);
+    if (images) drawDigit(canvas, imageOf(images, w.index));
     const pct = `${Math.round(100 * w.p)}%`;
     const btn = el("button", {
       type: "button", className: "wrong",
@@ -156,7 +127,7 @@ export async function renderEvaluation(m) {
     : `none of ${a.n.toLocaleString()} wrong`;
   $("wrong-wrap").replaceChildren(wrongGrid(a.wrong, null));
   try {
-    const images = await loadTestImages();
+    const images = await testSet();
     if (window.lastRun !== m) return;  // a newer run replaced these results
     $("wrong-wrap").replaceChildren(wrongGrid(a.wrong, images));
     box.dataset.images = "drawn";

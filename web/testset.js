@@ -1,4 +1,4 @@
-// The MNIST test split on the page (the live views and Try it show its images): the shard
+// The MNIST test split on the page (the live views, Try it, Results and Kernels show its images): the shard
 // manifest and the test images / labels shards, fetched once, lazily, on first use.
 
 let pending = null;
