@@ -1,5 +1,5 @@
-// The MNIST test split on the page (the live views, Try it, Results and Kernels show its images): the shard
-// manifest and the test images / labels shards, fetched once, lazily, on first use.
+// The MNIST test split on the page (the live views, Try it, Results and Kernels show its
+// images): the shard manifest and the test images / labels shards, fetched once, lazily.
 
 let pending = null;
 
