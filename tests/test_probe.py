@@ -23,7 +23,8 @@ from webgpu_trainer.engine.train import Trainer, pixel_table
 pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 
 CONFIG = {"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "epochs": 1, "seed": 0,
-          "init": "scratch", "max_steps": 3, "eval_images": 64, "report_every": 1}
+          "init": "scratch", "max_steps": 3, "eval_images": 64, "report_every": 1,
+          "val_images": 0}
 N_PROBE = 3  # test images probed (the probe's plan takes them one at a time)
 
 
@@ -85,7 +86,7 @@ def test_gpu_probe_and_norms_match_float64(device, seednet, splits):
         tr = await _trained(eng, seednet, splits)
         got = await _check_probe(eng, tr, splits[1])
         # the same images as the eval program's (same gather, same table, same kernels)
-        logp_eval, _ = await eng.eval_outputs()
+        logp_eval, _ = await eng.eval_outputs("test", 0, eng.batch)
         want = np.frombuffer(logp_eval, np.float32)[:N_PROBE * 10]
         assert_close(np.frombuffer(got[probe.LOGP], np.float32), want, FWD_RTOL,
                      "probe vs eval program")
