@@ -35,6 +35,7 @@ import { clearResults, downloadOnnx, showResults, VERDICT_TITLE } from "./result
 import { showSelfCheck } from "/selfcheck.js";
 import { attachClassroom } from "/classroom.js";
 import { setupTabs } from "./tabs.js";
+import { setupChartTables } from "./chart-tables.js";
 import { kernelsReady, onConvolved, setupKernels } from "./kernels.js";
 import { hideResumeOffer, onCheckpoint, onDeviceLost, onRunDone, onSnapshot, setupStorage }
   from "./storage.js";
@@ -342,6 +343,7 @@ async function boot() {
     }
   });
   setupTabs();
+  setupChartTables();
   setupKernels((msg) => worker?.postMessage(msg));
   setupViews((msg) => worker?.postMessage(msg));
   setupTryIt((msg) => worker?.postMessage(msg));
