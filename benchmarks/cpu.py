@@ -25,7 +25,7 @@ async def _numpy_seednet(batch, steps, warmup):
     split, source = _data(max(4 * batch, 8192))
     graph, weights = onnx_io.load_bundle(REPO / "models" / "seednet.onnx")
     cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": batch, "seed": 0,
-           "init": "scratch", "eval_images": batch}
+           "init": "scratch", "eval_images": batch, "val_images": 0}
     tr = Trainer(CpuEngine(), graph, weights, cfg, split, split)
     await tr.setup()
     tr.engine.set_order(list(range(split.count)))

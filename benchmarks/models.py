@@ -62,7 +62,7 @@ async def bench(paths, batches, steps, warmup):
         totals = summary.summarize(graph)["totals"]
         for batch in batches:
             cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": batch, "seed": 0,
-                   "init": "scratch", "eval_images": batch}
+                   "init": "scratch", "eval_images": batch, "val_images": 0}
             tr = Trainer(dev, graph, weights, cfg, train, test)
             await tr.setup()
             per_epoch = train.count // batch
@@ -92,7 +92,8 @@ async def profile(path: Path, batch: int, top: int):
     from webgpu_trainer.engine.train import Trainer
     train, test, _ = _splits(4 * batch)
     graph, weights = onnx_io.load_bundle(path)
-    tr = Trainer(Device(), graph, weights, {"batch_size": batch, "eval_images": batch}, train,
+    tr = Trainer(Device(), graph, weights, {"batch_size": batch, "eval_images": batch,
+                                                 "val_images": 0}, train,
                  test)
     await tr.setup()
     rows = await tr.profile(repeats=5)

@@ -86,7 +86,7 @@ async def seednet(dev, batch: int, steps: int, warmup: int, profile: bool = True
     graph, weights = onnx_io.load_bundle(REPO / "models" / "seednet.onnx")
     start = len(dev.ledger)
     cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": batch, "seed": 0,
-           "init": "scratch", "eval_images": batch}
+           "init": "scratch", "eval_images": batch, "val_images": 0}
     tr = Trainer(dev, graph, weights, cfg, split, split)
     t0 = time.perf_counter()
     await tr.setup()

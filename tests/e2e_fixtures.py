@@ -147,9 +147,9 @@ class Page:
 
     def configure(self, *, optimizer="adam", lr="0.001", batch=64, epochs=1, seed=0,
                   max_steps=0, eval_images=EVAL_IMAGES, scratch=True, model="seednet",
-                  train_images=None):
-        """Fill the settings form (the advanced fields opened); ``train_images`` None: keep
-        the field as it is."""
+                  val_images=None, train_images=None):
+        """Fill the settings form (the Advanced section opened); ``val_images`` /
+        ``train_images`` None leave the form's value."""
         p = self.page
         p.evaluate("document.querySelector('#advanced').open = true")
         if model is not None:
@@ -162,6 +162,8 @@ class Page:
         p.check("#init-scratch" if scratch else "#init-finetune")
         p.fill("#max-steps", str(max_steps))
         p.fill("#eval-images", str(eval_images))
+        if val_images is not None:
+            p.fill("#val-images", str(val_images))
         if train_images is not None:
             p.fill("#train-images", str(train_images))
 

@@ -18,7 +18,7 @@ from webgpu_trainer.engine.train import Trainer
 from e2e_fixtures import REPO
 
 CFG = {"optimizer": "adam", "lr": 0.002, "batch_size": 16, "epochs": 3, "seed": 7,
-       "init": "scratch", "eval_images": 32, "report_every": 1,
+       "init": "scratch", "eval_images": 32, "report_every": 1, "val_images": 0,
        "scheduler": "steplr", "step_size": 1, "gamma": 0.5}
 TRAIN_IMAGES = 64  # 4 steps per epoch, 12 in all
 

@@ -83,7 +83,8 @@ class Server:
     def session(self, **config) -> str:
         r = self.api("POST", "/api/classroom/sessions", headers=self.teacher, json={
             "name": "Period 3", "pinned": ["model", "max_steps", "eval_images", "batch_size"],
-            "config": {"model": "mlp-ts17", "eval_images": 500, "batch_size": 64, **config}})
+            "config": {"model": "mlp-ts17", "eval_images": 500, "val_images": 256,
+                       "batch_size": 64, **config}})
         assert r.status_code == 201, r.text
         return r.json()["id"]
 
@@ -307,20 +308,25 @@ def test_session_dialog_follows_the_config_schema(class_browser, server):
     optimizer choices are the schema's, and a session made through it pins what was ticked."""
     from webgpu_trainer.engine.config import OPTIMIZERS
     teacher = open_page(class_browser, f"{server.url}/teacher#token={TOKEN}")
-    teacher.wait_for_selector("#new-session", state="visible", timeout=60000)
-    teacher.click("#new-session")
-    teacher.wait_for_selector("#s-optimizer", state="visible")
-    choices = teacher.evaluate("[...document.querySelector('#s-optimizer').options]"
-                               ".map(o => o.value)")
-    assert choices == list(OPTIMIZERS)
-    assert teacher.get_attribute("#s-batch_size", "step") == "1"
-    teacher.fill("#s-name", "Schema check")
-    teacher.select_option("#s-optimizer", "sgd")
-    teacher.fill("#s-lr", "0.05")
-    teacher.click("#session-form button[value=create]")
-    js_wait(teacher, "!document.querySelector('#session-dialog').open", 30, "dialog closed")
-    sessions = server.api("GET", "/api/classroom/sessions", headers=server.teacher).json()
-    made = [s for s in sessions if s["name"] == "Schema check"]
-    assert made and made[0]["config"]["optimizer"] == "sgd" and made[0]["config"]["lr"] == 0.05
-    assert "optimizer" in made[0]["pinned"]
-    teacher.context.close()
+    try:
+        teacher.wait_for_selector("#new-session", state="visible", timeout=60000)
+        teacher.click("#new-session")
+        teacher.wait_for_selector("#s-optimizer", state="visible")
+        choices = teacher.evaluate("[...document.querySelector('#s-optimizer').options]"
+                                   ".map(o => o.value)")
+        assert choices == list(OPTIMIZERS)
+        assert teacher.get_attribute("#s-batch_size", "step") == "1"
+        teacher.fill("#s-name", "Schema check")
+        teacher.select_option("#s-optimizer", "sgd")
+        teacher.fill("#s-lr", "0.05")
+        teacher.check("#session-form input[name=pin-optimizer]")
+        teacher.uncheck("#session-form input[name=pin-lr]")
+        teacher.click("#session-form button[value=create]")
+        js_wait(teacher, "!document.querySelector('#session-dialog').open", 30, "dialog closed")
+        sessions = server.api("GET", "/api/classroom/sessions", headers=server.teacher).json()
+        made = [s for s in sessions if s["name"] == "Schema check"]
+        assert made and made[0]["config"]["optimizer"] == "sgd"
+        assert made[0]["config"]["lr"] == 0.05
+        assert "optimizer" in made[0]["pinned"] and "lr" not in made[0]["pinned"]
+    finally:
+        teacher.context.close()

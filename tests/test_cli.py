@@ -36,9 +36,9 @@ from conftest import run
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "models" / "seednet.onnx"
 EXE = [sys.executable, "-m", "webgpu_trainer.cli.main"]
-SMALL = ["--train-images", "640", "--batch-size", "64", "--eval-images", "256",
-         "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--seed", "3",
-         "--nesterov", "--clip-grad-norm", "5", "--scheduler", "steplr", "--gamma", "0.5",
+SMALL = ["--train-images", "640", "--val-images", "256", "--batch-size", "64",
+         "--eval-images", "256", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
+         "--seed", "3", "--nesterov", "--clip-grad-norm", "5", "--scheduler", "steplr", "--gamma", "0.5",
          "--no-progress"]
 METRIC_KEYS = ("epoch", "step", "train_loss", "train_acc", "valid_loss", "valid_acc")
 ONECYCLE = ("scheduler", "max_lr", "total_steps", "pct_start", "anneal_strategy", "div_factor",
@@ -125,10 +125,13 @@ def test_artifacts(runs, device):
     engine = run(native.engine_log_probs(device, a / "model.onnx", images[:8], labels[:8]))
     ort = np.log(native.onnxruntime_probs(a / "model.onnx", images[:8]))
     assert np.abs(engine - ort).max() <= 1e-4
-    # ... and the run's last validation loss is onnxruntime's NLL on the 256 eval images.
-    ort = np.log(native.onnxruntime_probs(a / "model.onnx", images[:256]))
-    nll = -ort[np.arange(256), labels[:256]].mean()
+    # ... and the run's last validation loss is onnxruntime's NLL on the 256 validation images:
+    # the last 256 of the training split, held out of training
+    images, labels = data.load(None, "train")
+    ort = np.log(native.onnxruntime_probs(a / "model.onnx", images[-256:]))
+    nll = -ort[np.arange(256), labels[-256:]].mean()
     assert abs(nll - rows[1]["valid_loss"]) <= 1e-4 * max(1.0, nll)
+    assert cfg["data"]["val_images"] == 256
 
 
 def test_resume_continues_exactly(runs):
@@ -265,7 +268,8 @@ def test_scheduler_options_recorded(tmp_path):
               "max_momentum": 0.95}),
             ([], None)):
         args = cli_mod.build_parser().parse_args(["train", str(MODEL), "--epochs", "3",
-                                                  "--batch-size", "64", *argv])
+                                                  "--batch-size", "64", "--val-images", "0",
+                                                  *argv])
         cfg = config.parse(resolve_config(args)[0], train_images=640)
         assert cfg.trainer_config()["scheduler"] == want, argv
 
@@ -469,13 +473,15 @@ def test_resume_of_a_missing_folder_names_it(tmp_path):
 def test_resume_of_a_run_with_an_old_config_json(tmp_path):
     """A run folder whose config.json has the format of earlier versions (nested
     optimizer_args / scheduler / loss specs; tests/test_config.py's LEGACY, as commit fdeef2b
-    wrote it) resumes and repeats the uninterrupted run bit for bit (CPU)."""
+    wrote it) resumes and repeats the uninterrupted run bit for bit (CPU); those versions had no
+    validation images (``val_images`` 0: validation was on the test images)."""
     from test_config import LEGACY
     from webgpu_trainer.cli import commands as native
     opts = ["--device", "cpu", "--train-images", "96", "--batch-size", "32", "--eval-images",
             "32", "--optimizer", "adamw", "--amsgrad", "--lr", "0.01", "--seed", "4",
             "--scheduler", "steplr", "--gamma", "0.5", "--loss", "cross_entropy",
-            "--label-smoothing", "0.1", "--head-only", "--init", "finetune", "--no-progress"]
+            "--label-smoothing", "0.1", "--head-only", "--init", "finetune", "--no-progress",
+            "--val-images", "0"]
     whole, old = tmp_path / "whole", tmp_path / "old"
     cli("train", MODEL, *opts, "--epochs", "2", "--out", whole)
     cli("train", MODEL, *opts, "--epochs", "1", "--out", old)

@@ -67,7 +67,8 @@ def errors_of(data, **kw) -> list:
                                   "none"),
     ({"scheduler": "onecycle", "optimizer": "adagrad"}, {}, "cycle_momentum",
      "adagrad has no momentum or beta1"),
-    ({"scheduler": "onecycle", "total_steps": 50}, {"train_images": 6400}, "total_steps",
+    ({"scheduler": "onecycle", "total_steps": 50, "val_images": 0}, {"train_images": 6400},
+     "total_steps",
      "must be an integer >= 100 (this run takes 100 steps"),
     ({"loss": "nll", "label_smoothing": 0.1}, {}, "label_smoothing",
      "applies to loss auto, cross_entropy, nll_log only, not loss nll"),
@@ -134,12 +135,14 @@ def test_defaults_round_trip_through_config_json(optimizer, scheduler):
 def test_run_dependent_defaults_resolved_once():
     cfg = config.parse({"scheduler": "onecycle", "lr": 0.05, "epochs": 3, "batch_size": 100,
                         "max_steps": 250}, train_images=60000)
-    assert (cfg["max_lr"], cfg["total_steps"]) == (0.05, 1800)  # max_steps only stops early
-    assert cfg.steps(60000) == (600, 250)
+    # 55,000 training images (5,000 held out for validation) / 100 = 550 steps per epoch
+    assert (cfg["max_lr"], cfg["total_steps"]) == (0.05, 1650)  # max_steps only stops early
+    assert cfg.steps(60000) == (550, 250)
     cos = config.parse({"scheduler": "cosine", "epochs": 4, "interval": "step",
                         "batch_size": 64, "train_images": 640}, train_images=60000)
     assert cos["T_max"] == 40 and cos.steps(60000) == (10, 40)
-    assert config.parse({"scheduler": "cosine", "epochs": 4}, train_images=64)["T_max"] == 4
+    assert config.parse({"scheduler": "cosine", "epochs": 4, "val_images": 0},
+                        train_images=64)["T_max"] == 4
     unresolved = config.parse({"scheduler": "onecycle"})
     assert unresolved["total_steps"] is None and unresolved["max_lr"] is None
 
@@ -147,7 +150,7 @@ def test_run_dependent_defaults_resolved_once():
 def test_trainer_config_is_the_engines_shape():
     cfg = config.parse({"optimizer": "rmsprop", "momentum": 0.5, "centered": True,
                         "scheduler": "steplr", "loss": "cross_entropy",
-                        "class_weights": [1.0] * 10}, train_images=640)
+                        "class_weights": [1.0] * 10, "val_images": 0}, train_images=640)
     t = cfg.trainer_config()
     assert (t["optimizer"], t["lr"], t["momentum"], t["weight_decay"]) == \
         ("rmsprop", 1e-2, 0.5, 0.0)
@@ -165,7 +168,8 @@ def test_legacy_config_json_loads():
     cfg = config.parse(LEGACY)
     assert cfg.to_json() == {
         "optimizer": "adamw", "lr": 0.01, "batch_size": 32, "epochs": 1, "seed": 4,
-        "init": "finetune", "max_steps": 0, "train_images": 96, "eval_images": 32,
+        "init": "finetune", "max_steps": 0, "train_images": 96, "val_images": 0,
+        "eval_images": 32,
         "report_every": 10, "device": "cpu", "weight_decay": 0.01,  # 0 meant torch's 1e-2
         "betas": [0.9, 0.999], "eps": 1e-8, "amsgrad": True, "clip_grad_norm": 0.0,
         "scheduler": "steplr", "step_size": 1, "gamma": 0.5, "interval": "epoch",
@@ -269,21 +273,28 @@ def test_schema_route(client):
 
 def test_validate_route(client):
     r = client.post("/api/config/validate", json={"config": {"optimizer": "sgd", "lr": 0.1,
-                                                            "scheduler": "onecycle"}})
+                                                            "scheduler": "onecycle",
+                                                            "val_images": 64}})
     body = r.json()
     assert r.status_code == 200 and body["ok"] is True, body
-    assert body["config"]["total_steps"] == 10  # 640 images of the manifest / 64
-    assert body["steps"] == {"per_epoch": 10, "total": 10, "train_images": 640}
+    # the manifest's 640 training images less 64 held out for validation, / 64
+    assert body["config"]["total_steps"] == 9
+    assert body["steps"] == {"per_epoch": 9, "total": 9, "train_images": 576, "val_images": 64}
+    r = client.post("/api/config/validate", json={"config": {}})
+    assert r.json()["errors"] == [["val_images", "must be an integer in [0, 638] (the 640 "
+                                   "training images less a batch of 2 to train on; 0 = no "
+                                   "validation), got 5,000"]]
     r = client.post("/api/config/validate", json={"config": {"seed": 1.5, "batch_size": 1000,
                                                             "momentum": 0.9}})
     body = r.json()
     assert r.status_code == 200 and body["ok"] is False
     assert [e[0] for e in body["errors"]] == ["seed", "momentum"]
-    r = client.post("/api/config/validate", json={"config": {"batch_size": 1000}})
+    r = client.post("/api/config/validate", json={"config": {"batch_size": 1000,
+                                                            "val_images": 0}})
     assert r.json()["errors"] == [["batch_size", "must be an integer in [2, 640] (at most the "
                                                  "640 training images), got 1,000"]]
     # with the model: class weights must match its classes
     r = client.post("/api/config/validate", json={"model": "seednet", "config": {
-        "class_weights": [1.0, 2.0]}})
+        "class_weights": [1.0, 2.0], "val_images": 0}})
     assert r.json()["errors"][0][0] == "class_weights"
     assert client.post("/api/config/validate", content=b"[1]").status_code == 400

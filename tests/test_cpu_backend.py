@@ -217,9 +217,12 @@ def _collect(trainer):
     return events
 
 
+VAL = 16  # the last 16 of the 112 training images validate; 96 train
+
+
 @pytest.fixture(scope="module")
 def splits():
-    return native.load_splits(None, 96, 40)[:2]
+    return native.load_splits(None, 96 + VAL, 40)[:2]
 
 
 TRAINER_CASES = {
@@ -244,7 +247,7 @@ def test_cpu_trainer_matches_gpu_trainer(device, splits, case):
     training losses, the validation metrics and the final weights agree (1e-4 relative)."""
     graph, blob = _mlp()
     cfg = {"batch_size": 16, "epochs": 2, "seed": 11, "init": "finetune", "eval_images": 40,
-           "report_every": 4, **TRAINER_CASES[case]}
+           "val_images": VAL, "report_every": 4, **TRAINER_CASES[case]}
     train_set, test_set = splits
     cpu_dev, results = native.CpuDevice(), {}
     for name, dev in (("cpu", cpu_dev), ("gpu", device)):
@@ -292,7 +295,8 @@ def test_cpu_trainer_guard_init_and_dropout(splits):
     graph, blob = _mlp()
     tr = train_mod.Trainer(CpuEngine(), graph, blob, {"optimizer": "sgd", "lr": 1e30,
                                                       "batch_size": 16, "init": "finetune",
-                                                      "eval_images": 8}, train_set, test_set)
+                                                      "eval_images": 8, "val_images": VAL},
+                           train_set, test_set)
     run(tr.setup())
     with pytest.raises(train_mod.TrainingDiverged, match=r"training diverged at step 2: .*"
                        r"in layer /Gemm_h \(parameter fc1\.w\).*lower learning rate") as exc:
@@ -304,7 +308,8 @@ def test_cpu_trainer_guard_init_and_dropout(splits):
     def seednet(seed, steps=2):
         t = train_mod.Trainer(CpuEngine(), graph, blob,
                               {"optimizer": "adam", "batch_size": 16, "seed": seed,
-                               "eval_images": 8, "max_steps": steps, "report_every": 1},
+                               "eval_images": 8, "val_images": VAL, "max_steps": steps,
+                               "report_every": 1},
                               train_set, test_set)
         ev = _collect(t)
         run(t.setup())
@@ -400,9 +405,13 @@ def test_cli_cpu_artifacts(cpu_runs):
                                          labels[:8]))
     ort = np.log(native.onnxruntime_probs(a / "model.onnx", images[:8]))
     assert np.abs(engine - ort).max() <= 1e-4
-    ort = np.log(native.onnxruntime_probs(a / "model.onnx", images[:128]))
-    nll = -ort[np.arange(128), labels[:128]].mean()
+    # validation: the last val_images training images (held out), judged by onnxruntime
+    val = c["val_images"]
+    train_x, train_y = data.load(None, "train")
+    ort_val = np.log(native.onnxruntime_probs(a / "model.onnx", train_x[-val:]))
+    nll = -ort_val[np.arange(val), train_y[-val:]].mean()
     assert abs(nll - rows[1]["valid_loss"]) <= 1e-4 * max(1.0, nll)
+    ort = np.log(native.onnxruntime_probs(a / "model.onnx", images[:128]))
     out = cli("predict", a / "model.onnx", "--index", "12", "--device", "cpu").stdout
     digit = int(re.search(r"predicted digit (\d)", out).group(1))
     assert digit == int(np.exp(ort[12]).argmax())

@@ -33,6 +33,7 @@ pytestmark = pytest.mark.e2e
 
 # The main run (issue 2, item 8)
 STEPS = 150
+VAL_IMAGES = 500              # held out of the training split (validated once, at the end)
 # Start -> phase "done", hard wait limit (E2E_TRAIN_TIMEOUT_S overrides it, e.g. to see the
 # accuracy and ONNX checks of a slow run). Speed is measured by benchmarks/, not asserted here.
 TRAIN_TIMEOUT_S = float(os.environ.get("E2E_TRAIN_TIMEOUT_S", 8 * 60))
@@ -53,7 +54,8 @@ def trained(chromium, server, tmp_path_factory):
     try:
         boot_s = app.wait_ready()
         app.configure(optimizer="adam", lr="0.001", batch=64, epochs=1, seed=0,
-                      max_steps=STEPS, eval_images=EVAL_IMAGES, scratch=True)
+                      max_steps=STEPS, eval_images=EVAL_IMAGES, scratch=True,
+                      val_images=VAL_IMAGES)
         run = run_training(app, STEPS, TRAIN_TIMEOUT_S, "main")
         page = app.page
         steps = page.evaluate("window.appState.steps")
@@ -134,7 +136,7 @@ def test_browser_and_native_loss_curves_match(trained, mnist_cache):
     t0 = time.monotonic()
     losses = native_losses(mnist_cache, {"optimizer": "adam", "lr": 1e-3, "batch_size": 64,
                                          "epochs": 1, "seed": 0, "init": "scratch",
-                                         "max_steps": CURVE_STEPS})
+                                         "max_steps": CURVE_STEPS, "val_images": VAL_IMAGES})
     browser = {s["step"]: s["loss"] for s in trained["steps"][:CURVE_STEPS]}
     steps = list(range(1, CURVE_STEPS + 1))
     assert sorted(losses) == steps and sorted(browser) == steps, "missing steps"
@@ -274,7 +276,8 @@ def test_upload_finetune_head_and_download(app, mnist_cache, tmp_path):
     cfg_trainable = page.evaluate("readFormForTests()")["trainable"]
     assert cfg_trainable == head
     app.configure(optimizer="adam", lr="0.01", batch=32, epochs=1, seed=1,
-                  max_steps=UPLOAD_STEPS, eval_images=UPLOAD_EVAL, scratch=False, model=None)
+                  max_steps=UPLOAD_STEPS, eval_images=UPLOAD_EVAL, scratch=False, model=None,
+                  val_images=UPLOAD_EVAL)
     run_training(app, UPLOAD_STEPS, TRAIN_TIMEOUT_S, "upload")
     logits = np.asarray(page.evaluate("Array.from(window.lastRun.logits)"), np.float32)
     page.wait_for_function("!document.querySelector('#download').disabled", timeout=10_000)

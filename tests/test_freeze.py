@@ -29,7 +29,7 @@ def _splits(n=64):
 def _train(device, graph, weights, trainable, steps=1):
     train, test = _splits()
     cfg = {"optimizer": "sgd", "lr": 0.1, "batch_size": 8, "epochs": 1, "init": "finetune",
-           "max_steps": steps, "eval_images": 8, "trainable": trainable}
+           "max_steps": steps, "eval_images": 8, "val_images": 0, "trainable": trainable}
 
     async def go():
         tr = Trainer(device, graph, weights, cfg, train, test)

@@ -144,11 +144,11 @@ def test_trainer_refuses_label_11_before_gpu_work():
     labels = bytes([1, 2, 3, 11, 4, 5, 6, 7])
     bad = Split(bytes(784 * 8), labels, 8, labels)
     with pytest.raises(ValueError) as e:
-        run(Trainer(None, graph, blob, {"batch_size": 4}, bad, good).setup())
+        run(Trainer(None, graph, blob, {"batch_size": 4, "val_images": 0}, bad, good).setup())
     assert str(e.value).startswith("training label 11 at index 3 is outside 0..9 (the model "
                                    "has 10 classes)")
     with pytest.raises(ValueError, match="test label 11 at index 3 is outside 0..9"):
-        run(Trainer(None, graph, blob, {"batch_size": 4}, good, bad).setup())
+        run(Trainer(None, graph, blob, {"batch_size": 4, "val_images": 0}, good, bad).setup())
 
 
 def test_numpy_loss_refuses_label_11():

@@ -165,7 +165,7 @@ def test_gpu_dropout_mask_is_numpy_mask(device):
 
 @pytest.fixture(scope="module")
 def splits():
-    return native.load_splits(None, 96, 40)[:2]
+    return native.load_splits(None, 96 + 16, 40)[:2]  # 96 train, 16 validate
 
 
 def _mlp():
@@ -186,7 +186,7 @@ def test_stop_between_reports_is_reported(device, splits, engine):
     1..3 (no more, none missing), the result says stopped at step 3, no epoch is validated."""
     graph, blob = _mlp()
     cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": 16, "epochs": 2, "seed": 4,
-           "init": "scratch", "eval_images": 40, "report_every": 5}
+           "init": "scratch", "eval_images": 40, "val_images": 16, "report_every": 5}
     eng = GpuEngine(device) if engine == "gpu" else CpuEngine()
     events = []
     tr = Trainer(eng, graph, blob, cfg, *splits, emit=lambda kind, **kw: events.append((kind, kw)))
@@ -211,8 +211,8 @@ def test_stop_between_reports_is_reported(device, splits, engine):
 # ---------------------------------------------------------------- GPU checkpoint -> CPU
 
 EXE = [sys.executable, "-m", "webgpu_trainer.cli.main"]
-SMALL = ["--train-images", "128", "--batch-size", "32", "--eval-images", "64", "--optimizer",
-         "sgd", "--lr", "0.02", "--momentum", "0.9", "--seed", "21", "--no-progress"]
+SMALL = ["--train-images", "128", "--val-images", "64", "--batch-size", "32", "--eval-images",
+         "64", "--optimizer", "sgd", "--lr", "0.02", "--momentum", "0.9", "--seed", "21", "--no-progress"]
 RESUME_RTOL = 1e-4
 CPU_RUN_RTOL = 2e-3  # weights of a whole CPU-only run vs the resumed one (see the test)
 
@@ -250,10 +250,15 @@ def test_gpu_checkpoint_resumes_on_cpu(device, tmp_path):
     doc = json.loads((resumed / "config.json").read_text())
     assert doc["config"]["device"] == "cpu" and doc["resumes"][0]["device"] == "cpu"
     assert rr[0] == gr[0]  # epoch 1 is the GPU's
-    for other in (gr, cr):
+    # The CPU-only run's weights differ by up to CPU_RUN_RTOL (see below), and so may its
+    # validation loss (2e-4 on the 64 held-out training images); its training loss, averaged
+    # over the epoch's steps, stays within RESUME_RTOL.
+    for name, other, val_rtol in (("gpu", gr, RESUME_RTOL), ("cpu", cr, CPU_RUN_RTOL)):
         assert [r["step"] for r in rr] == [r["step"] for r in other] == [4, 8]
-        for key in ("train_loss", "valid_loss"):
-            assert rel_err(rr[1][key], other[1][key]) <= RESUME_RTOL, (key, rr[1], other[1])
+        for key, rtol in (("train_loss", RESUME_RTOL), ("valid_loss", val_rtol)):
+            err = rel_err(rr[1][key], other[1][key])
+            print(f"epoch 2 {key} vs {name}: {err:.1e}")
+            assert err <= rtol, (name, key, rr[1], other[1])
         assert abs(rr[1]["valid_acc"] - other[1]["valid_acc"]) <= 1 / 64
     errs = {"weights vs gpu": rel_err(rw, gw), "weights vs cpu": rel_err(rw, cw),
             "epoch 1 cpu vs gpu": rel_err(cr[0]["train_loss"], gr[0]["train_loss"]),

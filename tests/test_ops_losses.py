@@ -166,7 +166,7 @@ def test_trainer_validation_loss(device, loss):
                              [(nodes[-1]["outputs"][0], ["N", classes])])
     split = Split(images.tobytes(), labels.tobytes(), count, labels.tobytes(), pixels)
     cfg = {"optimizer": "sgd", "lr": 0.05, "batch_size": 4, "epochs": 1, "init": "finetune",
-           "eval_images": 7, "report_every": 1, "loss": loss}
+           "eval_images": 7, "val_images": 0, "report_every": 1, "loss": loss}
     trainer = Trainer(device, graph, blob, cfg, split, split)
 
     async def go():

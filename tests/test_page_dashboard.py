@@ -124,6 +124,12 @@ def run(chromium, server):
         out["memory"] = pg.evaluate("window.appState.memoryBytes")
         out["stats"] = {i: pg.text_content(f"#stat-{i}") for i in
                         ("ips", "ms", "gflops", "memory", "adapter", "browser")}
+        out["tables"] = {}
+        for chart in ("chart-steps", "chart-epochs", "chart-lr"):
+            pg.click(f"details.chart-table[data-chart={chart}] summary")
+            out["tables"][chart] = pg.evaluate(f"""() => [...document.querySelectorAll(
+                'details.chart-table[data-chart={chart}] tbody tr')].map(tr =>
+                [...tr.cells].map(td => td.textContent))""")
         out["errors"] = [c for c in app.console if c.startswith(("error", "pageerror"))]
         yield out
     finally:
@@ -149,6 +155,20 @@ def test_charts_receive_the_run(run):
     assert charts["epochs"][2][0] == pytest.approx(ep["val_loss"], rel=1e-6)
     assert charts["epochs"][4][0] == pytest.approx(100 * ep["val_acc"], rel=1e-6)
     assert not run["errors"], run["errors"]
+
+
+def test_chart_data_tables(run):
+    """Each chart has its data as a table (the charts' text alternative): the rows equal the
+    page's metrics (loss to 4 decimals, learning rate to 4 significant digits)."""
+    steps, tables = run["app_steps"], run["tables"]
+    assert [int(r[0]) for r in tables["chart-steps"]] == [s["step"] for s in steps][-200:]
+    assert [float(r[1]) for r in tables["chart-steps"]] == pytest.approx(
+        [s["loss"] for s in steps][-200:], abs=5e-5)
+    assert [float(r[1]) for r in tables["chart-lr"]] == pytest.approx(
+        [s["lr"] for s in steps][-200:], rel=1e-3)
+    epochs = tables["chart-epochs"]
+    assert len(epochs) == len(run["app_epochs"]) and int(epochs[0][0]) == 1
+    assert float(epochs[0][3]) == pytest.approx(run["app_epochs"][0]["val_loss"], abs=5e-5)
 
 
 def test_learning_rate_curve_is_the_schedule(run):

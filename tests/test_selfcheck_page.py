@@ -14,7 +14,7 @@ REPORT = []
 
 def test_selfcheck_runs_before_the_first_run_and_passes(app):
     app.wait_ready()
-    app.configure(max_steps=1, eval_images=64)
+    app.configure(max_steps=1, eval_images=64, val_images=64)
     page = app.page
     page.click("#start")
     t0 = time.monotonic()

@@ -45,7 +45,7 @@ def _mlp():
 def _trainer(engine, device, splits, events, **extra):
     graph, blob = _mlp()
     cfg = {"optimizer": "sgd", "lr": 0.1, "batch_size": BATCH, "epochs": 2, "seed": 3,
-           "init": "scratch", "eval_images": 40, "report_every": 4, **extra}
+           "init": "scratch", "eval_images": 40, "report_every": 4, "val_images": 0, **extra}
     eng = GpuEngine(device) if engine == "gpu" else CpuEngine()
     tr = Trainer(eng, graph, blob, cfg, *splits,
                  emit=lambda kind, **kw: events.append((time.perf_counter(), kind, kw)))

@@ -4,9 +4,9 @@
 //   main -> worker: {type: "start", model, config, resume?}, {type: "stop"}, {type: "pause"},
 //                   {type: "resume"}, snapshot, convolve
 //   worker -> main: selfcheck (the GPU self-check's warning, web/selfcheck.js)
-//   worker -> main: status, adapter, no_webgpu, error, ready, setup, progress, paused, epoch,
-//                   done; checkpoint, snapshot, device_lost (keep your work, web/storage.js);
-//                   convolved (web/kernels.js)
+//   worker -> main: status, adapter, no_webgpu, error, ready, setup, progress, paused,
+//                   evaluating, epoch, done; checkpoint, snapshot, device_lost (keep your work,
+//                   web/storage.js); convolved (web/kernels.js)
 // The settings form is drawn from the run configuration's schema (form.js). Test hooks:
 // window.appState (phase, adapter, steps, epochs, ...), window.lastRun (the last `done`
 // message) and window.readFormForTests() (the config Start would send).
@@ -17,7 +17,8 @@
 // card, redraws), results.js (results, download), tabs.js (the view tabs), dashboard.js (speed
 // and machine), help.js (the (i) toggletips), share.js (share link, leave-page warning),
 // kernels.js (the kernels playground), storage.js (checkpoints in IndexedDB, resume, export /
-// import, reset, GPU device lost).
+// import, reset, GPU device lost), views.js (live views inside the model), tryit.js (draw a
+// digit / pick a test image), testset.js.
 
 import { $, frac, num, pct } from "./util.js";
 import { appState, hideError, hooks, log, setStatus, showError } from "./state.js";
@@ -29,14 +30,17 @@ import { formState, markErrors, scheduleCheck, validateNow } from "./validation.
 import { loadModels, onModelChange, setupDropzone } from "./models.js";
 import { setTrainable, trainableConfig } from "./summary.js";
 import { addEpoch, addSteps, makeCharts, resetCharts } from "./charts.js";
-import { renderProgress, requestRender } from "./progress.js";
-import { clearResults, downloadOnnx, showResults } from "./results.js";
+import { renderProgress, requestRender, showEvaluating } from "./progress.js";
+import { clearResults, downloadOnnx, showResults, VERDICT_TITLE } from "./results.js";
 import { showSelfCheck } from "/selfcheck.js";
 import { attachClassroom } from "/classroom.js";
 import { setupTabs } from "./tabs.js";
+import { setupChartTables } from "./chart-tables.js";
 import { kernelsReady, onConvolved, setupKernels } from "./kernels.js";
 import { hideResumeOffer, onCheckpoint, onDeviceLost, onRunDone, onSnapshot, setupStorage }
   from "./storage.js";
+import { onInspect, setupViews } from "./views.js";
+import { onPrediction, setupTryIt } from "./tryit.js";
 
 let worker = null;
 let trainStart = 0;
@@ -56,13 +60,19 @@ const PHASE_LABEL = {
   error: "error", lost: "GPU lost",
 };
 const running = () => appState.phase === "training" || appState.phase === "paused";
+// the pill after a run: the verdict of engine/verdict.py
+const DONE_LABEL = { ok: "done", diverged: "diverged", chance: "chance level", stopped: "stopped" };
 
 function setPhase(phase) {
   appState.phase = phase;
   const pill = $("phase");
   pill.dataset.phase = phase;
+  const verdict = phase === "done" ? window.lastRun?.verdict ??
+    (window.lastRun?.stopped ? "stopped" : "ok") : null;
+  if (verdict) pill.dataset.verdict = verdict;
+  else delete pill.dataset.verdict;
   pill.textContent = appState.noWebGPU ? "no WebGPU"
-    : phase === "done" && window.lastRun?.stopped ? "stopped" : PHASE_LABEL[phase] ?? phase;
+    : verdict ? DONE_LABEL[verdict] ?? verdict : PHASE_LABEL[phase] ?? phase;
   syncControls();
 }
 
@@ -143,6 +153,8 @@ function showAdapter(info) {
 const handlers = {
   selfcheck: showSelfCheck,  // the GPU self-check's warning (web/selfcheck.js)
   convolved: onConvolved,  // the kernels playground (web/kernels.js)
+  inspect: onInspect,        // the live views of the model (web/views.js)
+  prediction: onPrediction,  // Try it (web/tryit.js)
   status(m) {
     setStatus(m.text);
     log(m.text);
@@ -184,6 +196,8 @@ const handlers = {
   progress(m) {
     const { losses, lrs, ...rest } = m;
     appState.progress = rest;
+    if (appState.evaluating) setStatus("Training…");  // a validation ended
+    appState.evaluating = null;
     const rows = (losses ?? []).map(([step, loss, acc]) => [step, loss, frac(acc)]);
     rows.forEach(([step, loss, acc], i) => appState.steps.push({ step, loss, acc, lr: lrs?.[i] }));
     addSteps(rows, lrs ?? []);
@@ -199,21 +213,27 @@ const handlers = {
     log(m.paused ? `Paused after step ${m.step}.` : "Resumed.");
     requestRender({ progress: true });
   },
+  evaluating: showEvaluating,  // {done, total, what}: the status line and the progress bar
   epoch(m) {
     const e = { epoch: m.epoch, step: m.step, val_loss: m.val_loss, val_acc: frac(m.val_acc),
       train_loss: m.train_loss, train_acc: frac(m.train_acc) };
     appState.epochs.push(e);
     addEpoch(e);
-    log(`Epoch ${e.epoch}: val loss ${num(e.val_loss)}, val accuracy ${pct(e.val_acc)}`);
+    log(`Epoch ${e.epoch}: train loss ${num(e.train_loss)}, train accuracy ` +
+      `${pct(e.train_acc)}` + (e.val_loss == null ? " (no validation images)"
+      : `; validation loss ${num(e.val_loss)}, validation accuracy ${pct(e.val_acc)}`));
     requestRender({ charts: true });
   },
   done(m) {
     window.lastRun = m;
     if (appState.progress && m.steps != null) appState.progress.step = m.steps;
     showResults(m, trainStart ? (performance.now() - trainStart) / 1000 : null);
+    appState.evaluating = null;
+    const verdict = m.verdict ?? (m.stopped ? "stopped" : "ok");
     log(`Done${m.stopped ? " (stopped)" : ""}: test accuracy ${pct(m.test_acc)}, ` +
-      `test loss ${num(m.test_loss)}`);
-    setStatus(m.stopped ? "Stopped. Evaluated the model as it was." : "Training finished.");
+      `test loss ${num(m.test_loss)}` + (m.reason ? `. ${m.reason}` : ""),
+    verdict === "ok" || verdict === "stopped" ? "info" : "error");
+    setStatus(`${VERDICT_TITLE[verdict] ?? verdict}: ${m.reason ?? ""}`);
     requestRender({ progress: true });
     appState.busy.stopping = false;
     setPhase("done");
@@ -323,7 +343,10 @@ async function boot() {
     }
   });
   setupTabs();
+  setupChartTables();
   setupKernels((msg) => worker?.postMessage(msg));
+  setupViews((msg) => worker?.postMessage(msg));
+  setupTryIt((msg) => worker?.postMessage(msg));
   makeCharts();
   setPhase("booting");
   renderProgress();

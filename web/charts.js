@@ -10,6 +10,7 @@
 import uPlot from "/vendor/uplot/uPlot.esm.js";
 import { $, cssVar, num } from "./util.js";
 import { appState } from "./state.js";
+import { refreshChartTables } from "./chart-tables.js";
 
 const SMOOTHING = 0.9;  // exponential moving average of the loss: ema = 0.9 ema + 0.1 loss
 const charts = {};       // steps, lr, epochs: uPlot instances
@@ -205,4 +206,5 @@ export function drawCharts() {
   $("chart-steps-empty").hidden = stepData[0].length > 0;
   $("chart-lr-empty").hidden = lrData[0].length > 0;
   $("chart-epochs-empty").hidden = epochData[0].length > 0;
+  refreshChartTables();
 }

@@ -1,6 +1,8 @@
 // The kernels playground's images (web/kernels.js): a synthetic pattern drawn on a canvas, an
-// MNIST test digit (two Range requests on the server's shards), or a user's image file; each
-// as greyscale float32 pixels in [0, 1], row-major: {width, height, pixels, note}.
+// MNIST test digit (testset.js's test split), or a user's image file; each as greyscale
+// float32 pixels in [0, 1], row-major: {width, height, pixels, note}.
+
+import { imageOf, testSet } from "./testset.js";
 
 /** Greyscale of RGBA bytes: Rec. 601 luma (0.299 R + 0.587 G + 0.114 B) / 255. */
 function greyscale(rgba, width, height) {
@@ -47,30 +49,17 @@ export function pattern() {
     note: `Pattern: ${width}×${height} (checkerboard, disc, ring, gradient)` };
 }
 
-async function range(url, start, length) {
-  const res = await fetch(url, { headers: { Range: `bytes=${start}-${start + length - 1}` } });
-  if (!res.ok) throw new Error(`${url}: HTTP ${res.status}`);
-  const bytes = new Uint8Array(await res.arrayBuffer());
-  // a server that ignores Range answers 200 with the whole file
-  return res.status === 206 ? bytes : bytes.slice(start, start + length);
-}
-
-/** MNIST test image ``index`` (28 x 28) and its label; throws a message naming the range. */
+/** MNIST test image ``index`` (28 x 28) and its label (the test split of testset.js, fetched
+ * once and shared with the other tabs); throws a RangeError naming the valid range. */
 export async function mnistDigit(index) {
-  const res = await fetch("/data/mnist/manifest.json");
-  if (!res.ok) throw new Error(`the MNIST manifest: HTTP ${res.status}`);
-  const test = (await res.json()).splits.test;
-  const [, h, w] = test.images.shape;
-  if (!Number.isInteger(index) || index < 0 || index >= test.count) {
-    throw new RangeError(`pick a test image from 0 to ${test.count - 1}`);
+  const set = await testSet();
+  if (!Number.isInteger(index) || index < 0 || index >= set.count) {
+    throw new RangeError(`pick a test image from 0 to ${set.count - 1}`);
   }
-  const [bytes, label] = await Promise.all([
-    range(`/data/mnist/${test.images.file}`, index * h * w, h * w),
-    range(`/data/mnist/${test.labels.file}`, index, 1),
-  ]);
-  const pixels = Float32Array.from(bytes, (b) => b / 255);
-  return { width: w, height: h, pixels,
-    note: `MNIST test image #${index} (a ${label[0]}): ${w}×${h}` };
+  const side = Math.round(Math.sqrt(set.pixels));
+  const pixels = Float32Array.from(imageOf(set, index), (b) => b / 255);
+  return { width: side, height: side, pixels,
+    note: `MNIST test image #${index} (a ${set.labels[index]}): ${side}×${side}` };
 }
 
 /** A user's image file, decoded by the browser, scaled down to fit ``maxSide`` x ``maxSide``

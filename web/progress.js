@@ -2,7 +2,7 @@
 // redraws the page during training: at most once per animation frame.
 
 import { $, duration, num } from "./util.js";
-import { appState } from "./state.js";
+import { appState, setStatus } from "./state.js";
 import { drawCharts } from "./charts.js";
 import { renderStats } from "./dashboard.js";
 
@@ -30,9 +30,27 @@ function render() {
   }
 }
 
+/** The worker's `evaluating {done, total, what}`: "Evaluating N test images… k/N" in the status
+ * line, and the progress bar counts the images until the next `progress` or `done`. */
+export function showEvaluating(m) {
+  appState.evaluating = m;
+  const n = Number(m.total).toLocaleString();
+  setStatus(`Evaluating ${n} ${m.what === "validation" ? "validation" : "test"} images… ` +
+    `${Number(m.done).toLocaleString()}/${n}`);
+  requestRender({ progress: true });
+}
+
 export function renderProgress() {
   renderStats();
   const p = appState.progress;
+  const ev = appState.evaluating;
+  if (ev && appState.phase === "training") {
+    $("progress").max = Math.max(1, ev.total);
+    $("progress").value = ev.done;
+    $("progress").textContent = `${Math.round((100 * ev.done) / Math.max(1, ev.total))}%`;
+    $("eta").textContent = "–";
+    return;
+  }
   if (!p) {
     $("progress").value = 0;
     $("progress").max = 1;

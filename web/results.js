@@ -1,27 +1,50 @@
-// The results card: test accuracy and loss of a finished run, and "Download trained .onnx"
-// (POST /api/models/{name}/export with the trained weights and the run's provenance).
+// The results card: the run's verdict (ok / diverged / no better than chance / stopped, and
+// why: engine/verdict.py), test accuracy and loss, the last validation accuracy, the test
+// set's views (web/evaluation.js) and "Download trained .onnx" (POST
+// /api/models/{name}/export with the trained weights and the run's provenance).
 
 import { $, humanBytes, duration, num, pct } from "./util.js";
 import { appState, hooks, log, showError } from "./state.js";
+import { clearEvaluation, renderEvaluation } from "./evaluation.js";
+
+/** The verdict's heading and the status line's words. */
+export const VERDICT_TITLE = {
+  ok: "Finished", diverged: "Diverged", chance: "No better than chance", stopped: "Stopped early",
+};
 
 export function clearResults() {
-  for (const id of ["test-acc", "test-loss", "eval-count", "result-steps"]) $(id).textContent = "–";
+  for (const id of ["test-acc", "test-loss", "val-acc", "eval-count", "result-steps"]) {
+    $(id).textContent = "–";
+  }
   $("result-note").textContent = "";
+  $("verdict").hidden = true;
+  $("results-empty").hidden = false;
   delete $("results").dataset.state;
+  clearEvaluation();
 }
 
 /** Show the worker's `done` message ``m``; ``secs``: wall time since Start (or null). */
 export function showResults(m, secs) {
   const steps = m.steps ?? appState.progress?.step ?? appState.steps.at(-1)?.step ?? null;
+  const verdict = m.verdict ?? (m.stopped ? "stopped" : "ok");
+  $("results-empty").hidden = true;
+  $("verdict-title").textContent = VERDICT_TITLE[verdict] ?? verdict;
+  $("verdict-reason").textContent = m.reason ? m.reason[0].toUpperCase() + m.reason.slice(1) : "";
+  $("verdict").dataset.verdict = verdict;
+  $("verdict").hidden = false;
   $("test-acc").textContent = pct(m.test_acc);
   $("test-loss").textContent = num(m.test_loss);
+  $("val-acc").textContent = m.val_acc == null ? "–" : pct(m.val_acc);
+  $("val-acc").title = m.val_acc == null ? "no validation images (val_images 0) or no whole epoch"
+    : "the last epoch's accuracy on the training images held out for validation";
   $("eval-count").textContent = m.eval_images != null ? Number(m.eval_images).toLocaleString() : "–";
   $("result-steps").textContent = steps != null ? Number(steps).toLocaleString() : "–";
   $("result-note").textContent = [
     m.model, appState.config?.optimizer, m.stopped ? "stopped early" : "completed",
     secs != null ? `${duration(secs)} wall time` : "",
   ].filter(Boolean).join(" · ");
-  $("results").dataset.state = m.stopped ? "stopped" : "done";
+  $("results").dataset.state = verdict;
+  renderEvaluation(m);
 }
 
 /** Export ``run``'s weights (bundle layout) as .onnx through the server and download it:

@@ -10,6 +10,7 @@ export const appState = {
   epochs: [],                // [{epoch, val_loss, val_acc}] from `epoch` messages
   progress: null,            // the last `progress` message (without its losses)
   memoryBytes: null,         // the `setup` message's GPU memory of the run
+  evaluating: null,          // the last `evaluating` message {done, total, what} of this phase
   config: null,              // the config sent with the last `start`
   status: "",                // the last `status` text
   error: null,               // the last `error` message text

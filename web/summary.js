@@ -76,8 +76,13 @@ export function renderSummary() {
   const nTrain = ticked.reduce((a, t) => a + t.numel, 0);
   const all = total.reduce((a, t) => a + t.numel, 0);
   $("summary-title").textContent = `Model: ${$("model").value}`;
-  $("summary-totals").textContent = `${Number(all).toLocaleString()} parameters · ` +
-    `${humanCount(s.totals.macs)} mult-adds per image · opset ${s.opset ?? "?"}`;
+  // trainable parameters as PyTorch counts them (requires_grad); buffers apart, as torch does
+  const buffers = s.totals.buffers ?? 0;
+  $("summary-totals").textContent = `${Number(nTrain).toLocaleString()} trainable parameters` +
+    (nTrain < all ? ` (${Number(all - nTrain).toLocaleString()} frozen)` : "") +
+    (buffers ? ` · ${Number(buffers).toLocaleString()} buffers (BatchNorm running statistics, not trained)` : "") +
+    ` · ${humanCount(s.totals.macs)} mult-adds per image · opset ${s.opset ?? "?"}`;
+  Object.assign($("summary-totals").dataset, { trainable: nTrain, buffers });
   // the loss the model trains with, the initializers that never train (why), the import's notes
   const about = [];
   if (s.loss) about.push(`Loss${s.loss.auto ? " (auto)" : ""}: ${s.loss.text}`);

@@ -38,3 +38,15 @@ export function cssVar(name, fallback) {
   const v = getComputedStyle(document.documentElement).getPropertyValue(name).trim();
   return v || fallback;
 }
+
+/** A new element `tag` with `props` (properties; names with a dash and `role` are attributes,
+ *  e.g. "aria-label") and children `kids` (nodes or strings). */
+export function el(tag, props = {}, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (k === "role" || k.includes("-")) e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  e.append(...kids);
+  return e;
+}

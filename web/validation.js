@@ -94,6 +94,8 @@ export function markErrors(errors) {
   const steps = formState.steps;
   $("run-steps").textContent = !errors.length && steps
     ? `${steps.per_epoch.toLocaleString()} steps per epoch · ${steps.total.toLocaleString()} ` +
-      `steps in all (${steps.train_images.toLocaleString()} training images)` : "";
+      `steps in all (${steps.train_images.toLocaleString()} training images` +
+      (steps.val_images ? `, ${steps.val_images.toLocaleString()} held out for validation)`
+        : ")") : "";
   return first;
 }

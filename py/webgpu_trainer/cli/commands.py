@@ -158,8 +158,8 @@ async def _train(args) -> int:
     if header and header["model_sha256"] != _sha256(model_path):
         raise ValueError(f"{model_path} is not the model the checkpoint {ckpt_path} was "
                          "trained from")
-    train_set, test_set, manifest = load_splits(args.data_dir, cfg["train_images"],
-                                                cfg["eval_images"])
+    # the whole training split: the trainer holds its last val_images out for validation
+    train_set, test_set, manifest = load_splits(args.data_dir, 0, cfg["eval_images"])
     source = manifest.get("source")
     dataset = "MNIST" if manifest.get("dataset", "MNIST") == "MNIST" else f"own ({source})"
     # checked against the data, the run-dependent defaults (e.g. OneCycleLR's total_steps)
@@ -175,7 +175,9 @@ async def _train(args) -> int:
         "config": cfg.to_json(),
         "model": {"path": str(model_path.resolve()), "name": graph["name"],
                   "sha256": _sha256(model_path)},
-        "data": {"dataset": dataset, "source": source, "train_images": train_set.count,
+        "data": {"dataset": dataset, "source": source,
+                 "train_images": trainer.train_set.count,
+                 "val_images": trainer.val_set.count if trainer.val_set else 0,
                  "eval_images": test_set.count, "data_dir": str(args.data_dir or "")},
         "versions": versions(), "adapter": dev.info, "selfcheck": check,
         "command": sys.argv[1:] if sys.argv else [],
@@ -237,8 +239,10 @@ async def _train(args) -> int:
             f.write(json.dumps(row) + "\n")
             f.flush()
             os.fsync(f.fileno())
-        msg = (f"epoch {epoch}: train loss {row['train_loss']:.4f} acc {row['train_acc']:.4f}"
-               f" | valid loss {row['valid_loss']:.4f} acc {row['valid_acc']:.4f}")
+        msg = f"epoch {epoch}: train loss {row['train_loss']:.4f} acc {row['train_acc']:.4f}"
+        if row["valid_loss"] is not None:
+            msg += (f" | valid loss {row['valid_loss']:.4f} acc {row['valid_acc']:.4f} "
+                    f"({trainer.val_set.count:,} held-out training images)")
         (bar.write(msg, file=sys.stderr) if bar is not None else print(msg, file=sys.stderr))
 
     trainer.emit, trainer.on_epoch = emit, on_epoch
@@ -252,7 +256,7 @@ async def _train(args) -> int:
                   "steps": result["steps"], "optimizer": cfg["optimizer"], "lr": cfg["lr"],
                   "batch_size": cfg["batch_size"], "seed": cfg["seed"], "init": cfg["init"],
                   "final_accuracy": result["test_acc"], "eval_images": trainer.n_eval,
-                  "train_images": train_set.count,
+                  "train_images": trainer.train_set.count,
                   "backend": "numpy" if is_cpu(dev) else "wgpu-native",
                   "adapter": dev.info.get("device") or dev.info.get("description", "")}
     engine_cfg = cfg.trainer_config()
@@ -263,8 +267,12 @@ async def _train(args) -> int:
     if cfg["trainable"] is not None:
         provenance["trainable"] = cfg["trainable"]
     atomic_write(out / "model.onnx", onnx_io.export_onnx(model_path, trained, provenance))
-    print(f"done: {result['steps']} steps, valid acc {result['test_acc']:.4f} loss "
+    val = (f"valid acc {result['val_acc']:.4f} loss {result['val_loss']:.4f}, "
+           if result["val_acc"] is not None else "")
+    print(f"done: {result['steps']} steps, {val}test acc {result['test_acc']:.4f} loss "
           f"{result['test_loss']:.4f} on {trainer.n_eval} test images; wrote {out}")
+    if result["verdict"] != "ok":
+        print(f"warning: {result['reason']}", file=sys.stderr)
     return 0
 
 
@@ -288,7 +296,8 @@ async def engine_log_probs(dev, model_path: Path, images, labels) -> list[list[f
     split = train_mod.Split(images.tobytes(), labels.tobytes(), len(labels), labels.tobytes(),
                             images.shape[1] * images.shape[2])
     trainer = make_trainer(dev, graph, weights,
-                           {"init": "finetune", "batch_size": 2, "eval_images": n}, split, split)
+                           {"init": "finetune", "batch_size": 2, "eval_images": n,
+                            "val_images": 0}, split, split)
     await trainer.setup()
     _, _, raw = await trainer.evaluate()
     vals = np.frombuffer(raw, np.float32).reshape(n, trainer.classes)

@@ -119,7 +119,8 @@ def resolve_config(args) -> tuple[config.RunConfig, Path, Path, dict | None]:
         except ValueError as exc:
             raise ValueError(f"--resume {run_dir}: config.json is not valid JSON ({exc})") \
                 from None
-        cfg = config.resume_with(config.parse(stored["config"]), given)
+        # runs of earlier versions trained on every training image (no validation images)
+        cfg = config.resume_with(config.parse({"val_images": 0, **stored["config"]}), given)
         model = Path(args.model) if args.model else Path(stored["model"]["path"])
         if args.out and Path(args.out).resolve() != run_dir.resolve():
             raise ValueError("--out and --resume name different folders; a resumed run "

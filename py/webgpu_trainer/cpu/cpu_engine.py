@@ -23,6 +23,7 @@ from ..engine import init
 from ..engine.backends.base import round_up
 from ..engine.guard import watched
 from ..engine.ops.losses import final_op, resolve
+from ..engine.probe import LOGP, params_in_order
 from . import optim, philox
 from .engine import Engine
 from .softmax import log_softmax
@@ -85,14 +86,15 @@ class CpuEngine:
         self.opt = opt
         opt.attach_flat(self.P.size, self.mask)
 
-    async def load_data(self, train, test, n_eval: int, table) -> None:
-        """Keep the splits as arrays and the pixel table in float32."""
+    async def load_data(self, train, evals: dict, table) -> None:
+        """Keep the training split and each split of ``evals`` (name -> ``train.Split``) as
+        arrays, and the pixel table in float32."""
         self.table = np.asarray(table, np.float32)
         self.train_images = np.frombuffer(bytes(train.images), np.uint8).reshape(train.count, -1)
         self.train_labels = np.frombuffer(bytes(train.labels), np.uint8)
-        self.n_eval = n_eval
-        self.test_images = np.frombuffer(bytes(test.images), np.uint8).reshape(test.count, -1)
-        self.test_labels = np.frombuffer(bytes(test.labels_host), np.uint8)
+        self.eval_chunk = EVAL_CHUNK
+        self.eval_images = {name: np.frombuffer(bytes(s.images), np.uint8).reshape(s.count, -1)
+                            for name, s in evals.items()}
 
     def _inputs(self, pixels):
         """uint8 [n, 784] -> the model's float32 input [n, *input dims], normalised."""
@@ -130,26 +132,60 @@ class CpuEngine:
         """As ``GpuEngine.metrics``: the rows of steps first..last and the guard."""
         return [self.rows.pop(t) for t in range(first, last + 1)], self.bad
 
-    async def eval_outputs(self):
+    async def eval_outputs(self, what: str, lo: int, hi: int):
         """As ``GpuEngine.eval_outputs``, in eval mode on numpy (nll_log: the log-probabilities
         are log_softmax of the final Softmax's input, as the GPU plan fuses them)."""
-        n, outs, ins = self.n_eval, [], []
-        scores = self.engine.scores(self.loss_spec)
-        for lo in range(0, n, EVAL_CHUNK):
-            x = self._inputs(self.test_images[lo:min(n, lo + EVAL_CHUNK)])
-            with np.errstate(all="ignore"):
-                vals = self.engine.forward(x, train=False)[0]
-            outs.append(vals[self.engine.output])
-            ins.append(vals[scores])
-            await asyncio.sleep(0)
-        empty = np.zeros((0, self.classes), np.float32)
-        out = np.concatenate(outs).astype(np.float32, copy=False) if outs else empty
-        src = np.concatenate(ins).astype(np.float32, copy=False) if ins else empty
-        if self.engine.head() == "nll":
-            logp = out
-        else:
-            logp = log_softmax(src if self.loss_spec["loss"] == "nll_log" else out, axis=1)
+        vals = self._forward(self.eval_images[what][lo:hi])
+        await asyncio.sleep(0)  # let the event loop deliver messages
+        out = np.asarray(vals[self.engine.output], np.float32).reshape(hi - lo, -1)
+        logp = self._logp(vals).reshape(hi - lo, -1)
         logp = np.ascontiguousarray(logp, "<f4").tobytes()
         if self.loss_spec["loss"] in ("cross_entropy", "nll_log"):
             return logp, logp
         return logp, np.ascontiguousarray(out, "<f4").tobytes()
+
+    def _forward(self, pixels) -> dict:
+        """Eval-mode forward of uint8 images [n, pixels]: every activation by name."""
+        with np.errstate(all="ignore"):
+            return self.engine.forward(self._inputs(pixels), train=False)[0]
+
+    def _logp(self, vals):
+        """The log-probabilities of a forward's activations ``vals`` (float32 [n, classes]):
+        the output when the model ends in LogSoftmax, else log_softmax of the output (nll_log:
+        of the final Softmax's input)."""
+        if self.engine.head() == "nll":
+            return np.asarray(vals[self.engine.output], np.float32)
+        src = vals[self.engine.scores(self.loss_spec)] if self.loss_spec["loss"] == "nll_log" \
+            else vals[self.engine.output]
+        return log_softmax(np.asarray(src, np.float32), axis=1)
+
+    async def probe(self, images, outputs) -> dict:
+        """As ``GpuEngine.probe``: eval-mode forward of uint8 ``images`` [n, pixels] on the
+        current weights, ``{name: float32 bytes [n, ...]}`` of the activations named (or
+        ``probe.LOGP``); ValueError for a size or a name that does not fit."""
+        pixels = int(np.prod(self.in_shape))
+        data = bytes(images)
+        if not data or len(data) % pixels:
+            raise ValueError(f"probe: {len(data)} bytes is not a whole number of "
+                             f"{pixels}-pixel images")
+        vals = self._forward(np.frombuffer(data, np.uint8).reshape(-1, pixels))
+        out = {}
+        for name in outputs:
+            if name != LOGP and name not in vals:
+                raise ValueError(f"probe: no activation named {name!r} in the model")
+            arr = self._logp(vals) if name == LOGP else vals[name]
+            out[name] = np.ascontiguousarray(arr, "<f4").tobytes()
+        return out
+
+    async def norms(self) -> list:
+        """As ``GpuEngine.norms``: the L2 norms (float64) of each parameter's weights in ``P``
+        and last gradient in ``G`` (None: frozen), in graph order."""
+        rows = []
+        for name, layer in params_in_order(self.graph):
+            t = self.graph.tensors[name]
+            lo, hi = t["offset"] // 4, (t["offset"] + t["nbytes"]) // 4
+            rows.append({"name": name, "layer": layer, "numel": hi - lo,
+                         "weight": float(np.linalg.norm(self.P[lo:hi].astype(np.float64))),
+                         "grad": float(np.linalg.norm(self.G[lo:hi].astype(np.float64)))
+                         if name in self.ranges else None})
+        return rows

@@ -9,14 +9,16 @@ import traceback
 import js
 from pyodide.ffi import to_js
 
-from . import browser_kernels, browser_storage, config as run_config
+from . import browser_inspect, browser_kernels, browser_storage, config as run_config
 from .backends import get_device
 from .backends.webgpu_js import NoWebGPU
 from .gpu_engine import GpuEngine
 from .train import Split, Trainer, TrainingDiverged
 
+# "last": {"trainer", "model"} of the latest run once set up, kept after `done` for the live
+# views (browser_inspect.py)
 STATE = {"device": None, "trainer": None, "stop": False, "pause": False, "selfcheck": None,
-         "model": None}
+         "model": None, "last": None}
 
 
 def post(kind: str, **fields):
@@ -87,6 +89,8 @@ HANDLERS = {
     "selfcheck": lambda d: asyncio.ensure_future(_selfcheck()),
     "convolve": lambda d: asyncio.ensure_future(browser_kernels.convolve(d, STATE, post)),
     **browser_storage.HANDLERS,  # snapshot, debug_lose_device (keep your work)
+    "inspect": lambda d: asyncio.ensure_future(browser_inspect.inspect(d, STATE, post)),
+    "predict": lambda d: asyncio.ensure_future(browser_inspect.predict(d, STATE, post)),
 }
 
 
@@ -196,7 +200,7 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
         weights = js.Uint8Array.new(await (await _fetch(f"/api/models/{model}/weights.bin",
                                                         "weights")).arrayBuffer()).to_bytes()
         post("status", text="Loading MNIST shards…")
-        train = await _split(manifest, "train", cfg["train_images"])
+        train = await _split(manifest, "train")  # the trainer holds out the validation images
         test = await _split(manifest, "test")
         trainer = Trainer(GpuEngine(dev), graph, weights, cfg, train, test,
                           emit=lambda kind, **kw: post(kind, **kw))
@@ -208,6 +212,7 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
         if then is not None:
             await then(trainer)
             return
+        STATE["last"] = {"trainer": trainer, "model": model}  # for inspect / predict
         if resume:
             browser_storage.restore(trainer, resume)
             post("status", text=f"Resuming from epoch {trainer.epoch}, step {trainer.step}…")

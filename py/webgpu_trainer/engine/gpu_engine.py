@@ -12,15 +12,22 @@ takes effect within a step and the browser's event loop delivers messages meanwh
 The interface every engine implements is described in ``train.py``.
 """
 
+import asyncio
 import math
 import struct
 import time
 from array import array
+from types import SimpleNamespace
 
 from . import optim
 from .backends.base import groups_1d, pack_params, round_up
 from .guard import Guard
 from .plan import METRICS_RING, Plan, pack_step
+from .probe import LOGP, params_in_order
+
+PROBE_BATCH = 1  # images per forward of the probe's plan (the live views ask for one)
+
+EVAL_IMAGES = 256  # images per evaluation chunk (one readback, one "evaluating" report each)
 
 
 class GpuEngine:
@@ -31,12 +38,16 @@ class GpuEngine:
     def __init__(self, dev):
         self.dev = dev
         self._in_flight = None
+        self._probe = None  # (plan, program, images buffer), made by the first probe
+        self._norms = None  # (program, output buffer) of norms, made by the first call
+        self._probe_lock = asyncio.Lock()  # one probe / norms readback at a time
 
     async def build(self, graph, batch: int, loss, trainable, seed: int):
         """Compile the training step of ``graph`` (``Graph``) at ``batch`` (``Plan``) and the
         guard; ``loss`` a loss spec (``ops/losses.py``), ``trainable`` None or a set of names,
         ``seed`` the run's (dropout masks)."""
         self.seed = int(seed) & 0xFFFFFFFF
+        self.graph, self.loss_request = graph, loss
         self._allocated0 = self.dev.allocated
         self.plan = plan = await Plan.build(self.dev, graph, batch, loss=loss,
                                             trainable=trainable)
@@ -71,22 +82,27 @@ class GpuEngine:
         self.opt = opt
         await opt.attach(self.plan)
 
-    async def load_data(self, train, test, n_eval: int, table) -> None:
-        """Upload the splits (``train.Split``) and ``table`` (256 floats: pixel value ->
-        model input, rounded to float32) and record the train and eval programs; the eval
-        program covers the first ``n_eval`` test images in batches of ``batch``."""
+    async def load_data(self, train, evals: dict, table) -> None:
+        """Upload the training split and each split of ``evals`` (name -> ``train.Split``,
+        e.g. "validation" and "test") and ``table`` (256 floats: pixel value -> model input,
+        rounded to float32); record the train program and one eval program per split (the
+        same gather, eval-mode forward and head over its images in batches of ``batch``)."""
         dev, plan, batch = self.dev, self.plan, self.batch
         self._lut = dev.buffer(4 * 256, "normalize.lut")
         dev.write(self._lut, array("f", table).tobytes())
         self.order = dev.buffer(4 * train.count, "train.order")
-        self.gather_train = await self._gather(train, self.order)
-        self.n_eval = n_eval
-        self.eval_batches = max(1, math.ceil(n_eval / batch))
-        eval_order = dev.buffer(4 * self.eval_batches * batch, "eval.order")
-        idx = array("I", [i if i < test.count else 0 for i in range(self.eval_batches * batch)])
-        dev.write(eval_order, idx.tobytes())
-        self.gather_eval = await self._gather(test, eval_order)
-        rows = 4 * self.eval_batches * batch * self.classes
+        self.gather_train, _ = await self._gather(train, self.order)
+        # images per eval_outputs call: ~EVAL_IMAGES, whole batches
+        self.eval_chunk = batch * max(1, EVAL_IMAGES // batch)
+        self.eval_programs = {}
+        for name, split in evals.items():
+            padded = max(1, math.ceil(split.count / batch)) * batch
+            order = dev.buffer(4 * padded, f"{name}.order")
+            dev.write(order, array("I", [i if i < split.count else 0
+                                         for i in range(padded)]).tobytes())
+            gather, _ = await self._gather(split, order)
+            self.eval_programs[name] = dev.program(gather + plan.fwd_eval + plan.head)
+        rows = 4 * self.eval_chunk * self.classes
         self.logits = dev.buffer(rows, "eval.logits")
         # What the loss reads when that is not the log-probabilities (nll on a raw output, mse,
         # bce_with_logits): copied too, for the validation loss.
@@ -95,10 +111,12 @@ class GpuEngine:
         self.train_program = dev.program(self.gather_train + plan.fwd_train + plan.loss
                                          + plan.bwd + self.guard.dispatches
                                          + self.opt.dispatches)
-        self.eval_program = dev.program(self.gather_eval + plan.fwd_eval + plan.head)
 
-    async def _gather(self, split, order):
-        dev, plan = self.dev, self.plan
+    async def _gather(self, split, order, plan=None):
+        """The gather dispatch of ``split``'s images in ``order`` into ``plan``'s input
+        (default the training plan) through the pixel table; returns ``(dispatches, images
+        buffer)``."""
+        dev, plan = self.dev, plan or self.plan
         images = dev.buffer(round_up(split.count * split.pixels), "images")
         labels = dev.buffer(round_up(split.count), "labels")
         dev.write(images, _padded(split.images, split.count * split.pixels))
@@ -110,7 +128,7 @@ class GpuEngine:
         await b.kernel("data", "gather", params,
                        [plan.step, images, labels, order, plan.input, plan.labels, self._lut],
                        groups_1d(plan.batch * words))
-        return b.current
+        return b.current, images
 
     def set_order(self, perm) -> None:
         """This epoch's training order (a permutation of the training images)."""
@@ -139,24 +157,126 @@ class GpuEngine:
         slots = [(t - 1) % METRICS_RING for t in range(first, last + 1)]
         return [(vals[2 * s], vals[2 * s + 1]) for s in slots], await self.guard.first_bad()
 
-    async def eval_outputs(self):
-        """Eval-mode forward over the first ``n_eval`` test images: ``(log-probabilities,
-        loss rows)``, float32 bytes [n_eval, classes] each (the loss rows are what the loss
-        reads: the log-probabilities for cross_entropy, else the raw output)."""
+    async def eval_outputs(self, what: str, lo: int, hi: int):
+        """Eval-mode forward over images lo..hi-1 of the split ``what`` (``load_data``'s
+        ``evals``; ``lo`` a multiple of ``batch``, at most ``eval_chunk`` images): ``(log-
+        probabilities, loss rows)``, float32 bytes [hi - lo, classes] each (the loss rows are
+        what the loss reads: the log-probabilities for cross_entropy, else the raw output).
+        One submit per batch, one readback per call."""
         dev, plan, batch, c = self.dev, self.plan, self.batch, self.classes
         out, src = plan.acts[plan.logp], plan.acts[plan.loss_input]
         size = batch * c * 4
-        for i in range(self.eval_batches):
-            self._write_step(0, i * batch, 0.0)
-            copies = [(out.buf, 0, self.logits, i * size, size)]
+        for k, start in enumerate(range(lo, hi, batch)):
+            self._write_step(0, start, 0.0)
+            copies = [(out.buf, 0, self.logits, k * size, size)]
             if self.loss_rows is not None:
-                copies.append((src.buf, src.offset, self.loss_rows, i * size, size))
-            dev.submit([self.eval_program], copies=copies)
+                copies.append((src.buf, src.offset, self.loss_rows, k * size, size))
+            dev.submit([self.eval_programs[what]], copies=copies)
         self._in_flight = None
-        logp = await dev.read(self.logits, 0, self.n_eval * c * 4)
+        nbytes = (hi - lo) * c * 4
+        logp = await dev.read(self.logits, 0, nbytes)
         if self.loss_rows is None:
             return logp, logp
-        return logp, await dev.read(self.loss_rows, 0, self.n_eval * c * 4)
+        return logp, await dev.read(self.loss_rows, 0, nbytes)
+
+    async def probe(self, images, outputs) -> dict:
+        """Eval-mode forward of ``images`` (uint8, bytes-like [n, pixels], n >= 1) on the current
+        weights; returns ``{name: float32 bytes [n, *shape[1:]]}`` for each name of
+        ``outputs``: activations of the graph, or ``probe.LOGP`` (the log-probabilities, as
+        ``eval_outputs``). The images go through the training's gather and pixel table into a
+        plan of batch ``PROBE_BATCH`` that shares the weight buffer and has its own step
+        uniform and activations: running statistics, metrics, gradients and the training step
+        are untouched, so it may run between training steps (its own submits, ordered after
+        the steps already submitted). Needs ``load_data`` first (RuntimeError). ValueError: a
+        size that is not a whole number of images, an unknown name, or an activation a ReLU
+        overwrites in place (the message names what to ask for)."""
+        if not hasattr(self, "_lut"):
+            raise RuntimeError("probe needs the data loaded (load_data) first")
+        pixels = self.plan.input.numel // self.batch
+        data = bytes(images)
+        if not data or len(data) % pixels:
+            raise ValueError(f"probe: {len(data)} bytes is not a whole number of "
+                             f"{pixels}-pixel images")
+        n = len(data) // pixels
+        async with self._probe_lock:  # one probe's copies and reads at a time
+            if self._probe is None:
+                self._probe = await self._probe_plan(pixels)
+            plan, program, upload = self._probe
+            acts = [(name, self._probe_act(plan, name)) for name in outputs]
+            pb = plan.batch
+            sizes = [n * (t.numel // pb) * 4 for _, t in acts]  # bytes of each output
+            starts = [sum(sizes[:i]) for i in range(len(sizes))]
+            out = self.dev.buffer(max(sum(sizes), 4), "probe.out")  # one readback for all
+            for lo in range(0, n, pb):
+                k = min(pb, n - lo)
+                chunk = data[lo * pixels:(lo + k) * pixels]
+                self.dev.write(upload, chunk + bytes(round_up(pb * pixels) - len(chunk)))
+                self.dev.write(plan.step, pack_step(0, 0, self.seed, 0.0))
+                copies = []
+                for (name, t), start in zip(acts, starts):
+                    per = t.numel // pb * 4
+                    copies.append((t.buf, t.offset, out, start + lo * per, k * per))
+                self.dev.submit([program], copies=copies)
+            raw = await self.dev.read(out, 0, max(sum(sizes), 4))
+            return {name: raw[start:start + size]
+                    for (name, _), start, size in zip(acts, starts, sizes)}
+
+    async def _probe_plan(self, pixels: int):
+        """The probe's eval-only plan over the training plan's weights, its program (gather ->
+        eval forward -> head) and its image upload buffer."""
+        plan = await Plan.build(self.dev, self.graph, PROBE_BATCH, trainable=set(),
+                                loss=self.loss_request, weights=self.plan.P)
+        order = self.dev.buffer(4 * PROBE_BATCH, "probe.order")
+        self.dev.write(order, array("I", range(PROBE_BATCH)).tobytes())
+        split = SimpleNamespace(images=bytes(round_up(PROBE_BATCH * pixels)),
+                                labels=bytes(round_up(PROBE_BATCH)), count=PROBE_BATCH,
+                                pixels=pixels)
+        gather, upload = await self._gather(split, order, plan)
+        return plan, self.dev.program(gather + plan.fwd_eval + plan.head), upload
+
+    @staticmethod
+    def _probe_act(plan, name):
+        """``plan``'s activation ``name`` (``LOGP``: the log-probabilities); ValueError when
+        unknown or overwritten in place by a ReLU."""
+        if name == LOGP:
+            return plan.acts[plan.logp]
+        t = plan.acts.get(name)
+        if t is None:
+            raise ValueError(f"probe: no activation named {name!r} in the model")
+        for node in plan.graph.consumers.get(name, []):
+            if node["op_type"] == "Relu" and plan.acts[node["outputs"][0]].buf is t.buf:
+                raise ValueError(f"probe: {name} is overwritten in place by the ReLU "
+                                 f"{node['name']}; ask for its output {node['outputs'][0]}")
+        return t
+
+    async def norms(self) -> list:
+        """``[{"name", "layer", "numel", "weight", "grad"}]``: the L2 norm of every parameter's
+        weights and last gradient (None: frozen) in graph order, after the submitted steps:
+        one dispatch of shaders/norms.wgsl (sums of squares per tensor in f32) and an 8-byte
+        readback per tensor."""
+        params = params_in_order(self.graph)
+        async with self._probe_lock:
+            if self._norms is None:
+                table = [v for name, _ in params for v in
+                         (self.graph.tensors[name]["offset"] // 4,
+                          self.graph.tensors[name]["nbytes"] // 4)]
+                tbuf = self.dev.buffer(4 * max(len(table), 4), "norms.table")
+                if table:
+                    self.dev.write(tbuf, array("I", table).tobytes())
+                out = self.dev.buffer(8 * max(len(params), 1), "norms.out")
+                b = self.plan.builder
+                b.current = []
+                await b.kernel("norms", "sumsq", pack_params(len(params), 0, 0, 0),
+                               [self.plan.P, self.plan.G, tbuf, out], (max(len(params), 1), 1, 1))
+                self._norms = (self.dev.program(b.current), out)
+            program, out = self._norms
+            self.dev.submit([program])
+            raw = await self.dev.read(out, 0, 8 * max(len(params), 1))
+        sums = memoryview(raw).cast("f")
+        return [{"name": name, "layer": layer, "numel": self.graph.tensors[name]["nbytes"] // 4,
+                 "weight": math.sqrt(sums[2 * k]),
+                 "grad": math.sqrt(sums[2 * k + 1]) if name in self.plan.trainable else None}
+                for k, (name, layer) in enumerate(params)]
 
     async def profile(self, repeats: int = 2) -> list:
         """Time every dispatch of one training step on its own (submit, wait, repeat).

@@ -38,16 +38,18 @@ class Plan:
     ``loss`` (the loss on the raw output with its gradient and the metrics), ``bwd`` are lists of
     ``(pipeline, bind_group, workgroups)``. ``acts[logp]`` holds the log-probabilities after
     ``head``; ``loss_input`` names the activation the loss reads (``logp`` for
-    cross_entropy, the raw output otherwise)."""
+    cross_entropy, the raw output otherwise). ``weights``: an existing flat weight buffer to use
+    as ``P`` (an eval-only plan reading another plan's weights, ``GpuEngine.probe``)."""
 
     @classmethod
-    async def build(cls, dev, graph: Graph, batch: int, trainable=None, loss=None):
+    async def build(cls, dev, graph: Graph, batch: int, trainable=None, loss=None,
+                    weights=None):
         self = cls()
         self.dev, self.graph, self.batch = dev, graph, batch
         self.shapes = graph.shapes(batch)
         self.loss_request = loss
         wbytes = round_up(max(graph.weight_nbytes(), 16), 4)
-        self.P = dev.buffer(wbytes, "weights")
+        self.P = weights if weights is not None else dev.buffer(wbytes, "weights")
         self.G = dev.buffer(wbytes, "grads")
         self.step = dev.buffer(STEP_BYTES, "step", uniform=True)
         self.metrics = dev.buffer(8 * METRICS_RING, "metrics")

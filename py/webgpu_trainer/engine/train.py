@@ -21,15 +21,22 @@ The engine interface (methods are coroutines except ``write_weights`` and ``set_
 - ``init_weights(seed)``: PyTorch's default init, the same bits on every engine (``init.py``);
 - ``optim`` (the module whose ``make`` builds the optimizer), ``dev`` (what the optimizer's
   ``state_bytes(dev)`` takes) and ``attach(opt)``;
-- ``load_data(train, test, n_eval, table)``: the splits and the pixel -> input table;
+- ``load_data(train, evals, table)``: the training split, ``evals`` (``{"validation": Split,
+  "test": Split}``, each evaluated whole; validation may be absent) and the pixel -> input
+  table; then ``eval_chunk`` is set (images per ``eval_outputs`` call, a multiple of the batch);
 - ``set_order(perm)``: this epoch's training order;
 - ``step(t, offset, lr) -> bool``: optimizer step t on the batch at ``offset`` of the order,
   returning with at most two steps in flight (no readback); True: read the metrics now (the
   host saw a non-finite value);
 - ``metrics(first, last)``: ``([(loss, acc)] of steps first..last, guard)``, guard None or
   ``(step, tensor, node)`` of the first non-finite gradient;
-- ``eval_outputs()``: ``(log-probabilities, loss rows)``, float32 bytes [n_eval, classes] of
-  an eval-mode forward over the first n_eval test images.
+- ``eval_outputs(what, lo, hi)``: ``(log-probabilities, loss rows)``, float32 bytes
+  [hi - lo, classes] of an eval-mode forward over images lo..hi-1 of the split ``what``
+  ("validation" or "test"; ``lo`` a multiple of ``eval_chunk``).
+
+Validation images are the last ``val_images`` of the training split (``holdout``): training
+uses the images before them, so the per-epoch validation numbers come from images the model
+never trained on, and the test split is kept for the final number.
 """
 
 import asyncio
@@ -43,6 +50,9 @@ from .gpu_engine import GpuEngine
 from .graph import Graph
 from .ops import losses
 from .plan import METRICS_RING
+from .verdict import LAST_STEPS, verdict
+
+REPORT_S = 2.0  # progress reports at least this often (wall seconds), besides every report_every
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # ((x / 255) - mean) / std, as the PyTorch MNIST example
 
@@ -77,6 +87,24 @@ class Split:
     def __init__(self, images, labels, count: int, labels_host: bytes, pixels: int = 784):
         self.images, self.labels, self.count = images, labels, count
         self.labels_host, self.pixels = labels_host, pixels
+
+    def part(self, lo: int, hi: int) -> "Split":
+        """Images lo..hi-1 as a Split (a copy; JS ArrayBuffers through ``slice``)."""
+        def cut(data, size):
+            return data.slice(lo * size, hi * size) if hasattr(data, "byteLength") \
+                else data[lo * size:hi * size]
+        return Split(cut(self.images, self.pixels), cut(self.labels, 1), hi - lo,
+                     self.labels_host[lo:hi], self.pixels)
+
+
+def holdout(train: Split, cfg) -> tuple:
+    """``(training images, validation images or None)`` of the training split ``train`` under
+    the config ``cfg``: validation = its last ``val_images`` images (deterministic: the same
+    for every seed; MNIST: training images 55,000..59,999), training = the first
+    ``config.train_used`` images before them (``train_images`` > 0: that many)."""
+    val = int(cfg.get("val_images") or 0)
+    used = run_config.train_used(cfg, train.count)
+    return train.part(0, used), (train.part(train.count - val, train.count) if val else None)
 
 
 def check_split_labels(split: Split, classes: int, what: str) -> None:
@@ -124,11 +152,15 @@ class Trainer:
     parameter; else the initializer names to train, the rest frozen: see
     ``trainable_names``).
     ``emit(kind, **fields)`` receives "status", "setup" (once, after ``setup``: ``memory_bytes``
-    of the engine's GPU buffers, None on the CPU engine), "progress" (``losses``: [step, loss,
-    accuracy] rows, ``lrs``: the learning rate of each of those steps), "paused" (``paused``,
-    ``step``) and "epoch" events ("epoch" carries the epoch's mean train_loss / train_acc and its
-    last step too). ``pause()`` / ``resume()``: the loop waits between two steps while paused
-    (Stop ends the wait); paused time does not count in images/s and the ETA.
+    of the engine's GPU buffers, None on the CPU engine), "progress" (after step 1, then every
+    ``report_every`` steps or ``REPORT_S`` seconds, whichever comes first; ``losses``: [step,
+    loss, accuracy] rows, ``lrs``: the learning rate of each of those steps), "paused"
+    (``paused``, ``step``), "evaluating" (``done``, ``total``, ``what``: after each chunk of an
+    evaluation) and "epoch" events ("epoch": the epoch's last step, mean train_loss / train_acc
+    and val_loss / val_acc of the held-out validation images, None without them).
+    ``pause()`` / ``resume()``: the loop waits between two steps while paused (Stop ends the
+    wait); paused time does not count in images/s and the ETA. ``train`` is the whole training
+    split: ``setup`` holds its last ``val_images`` out for validation (``holdout``).
     To continue a run, set ``epoch`` (epochs done)
     and ``step`` (steps done) and restore the weights (``engine.write_weights``) and optimizer
     state after ``setup()``; ``on_epoch`` (async, optional) is awaited after each epoch's
@@ -150,6 +182,8 @@ class Trainer:
         self.epoch = 0
         self.on_epoch = None
         self._sums = [0.0, 0.0, 0]  # loss, accuracy, steps of the current epoch
+        self._first_loss, self._last_losses = None, []  # the verdict's training losses
+        self.val_set = None
 
     @property
     def stop_requested(self) -> bool:
@@ -213,6 +247,7 @@ class Trainer:
                                   **(cfg.get("optimizer_args") or {}))
         # drop_last: BatchNorm needs full batches
         self.per_epoch, self.total = run_config.steps(cfg, self.train_set.count)
+        self.train_set, self.val_set = holdout(self.train_set, cfg)
         # Learning rate (and OneCycleLR's momentum / beta1) of optimizer step t (1-based); the
         # optimizer follows it before attach, which makes the momentum buffer a cycled
         # momentum needs.
@@ -221,7 +256,10 @@ class Trainer:
         await eng.attach(self.opt)
         self.emit("status", text="Loading MNIST…")
         self.n_eval = min(int(cfg["eval_images"]), self.test_set.count)
-        await eng.load_data(self.train_set, self.test_set, self.n_eval, pixel_table())
+        self.evals = {"test": self.test_set.part(0, self.n_eval)}
+        if self.val_set is not None:
+            self.evals["validation"] = self.val_set
+        await eng.load_data(self.train_set, self.evals, pixel_table())
         self.classes = eng.classes
         self.emit("setup", memory_bytes=getattr(eng, "memory_bytes", None))
 
@@ -248,15 +286,18 @@ class Trainer:
         check_split_labels(self.test_set, out[1], "test")
 
     async def run(self):
-        """Train, validate after each epoch, evaluate at the end. Returns ``{"test_acc",
-        "test_loss", "steps", "epochs_done", "stopped", "logits": bytes, "total_steps"}``.
-        Raises TrainingDiverged when the loss or a gradient is not finite."""
+        """Train, validate after each epoch on the held-out images, evaluate the test images at
+        the end. Returns ``{"test_acc", "test_loss", "val_acc", "val_loss" (the last
+        validation, None without one), "steps", "epochs_done", "stopped", "logits": bytes,
+        "total_steps", "verdict", "reason"}`` (``verdict.verdict``). Raises TrainingDiverged
+        when the loss or a gradient is not finite."""
         cfg, eng = self.cfg, self.engine
         batch, per_epoch, total = int(cfg["batch_size"]), self.per_epoch, self.total
         report = max(1, min(int(cfg["report_every"]), METRICS_RING // 2))
         self._start, self._first, self._read = time.perf_counter(), self.step, self.step
         self._paused_s = 0.0
-        epoch, last_eval = self.epoch, None
+        self._reported = self._start
+        epoch, last_val = self.epoch, (None, None)
         while self.step < total and not self.stop_requested:
             perm = list(range(self.train_set.count))
             random.Random(int(cfg["seed"]) * 1000003 + epoch).shuffle(perm)
@@ -269,17 +310,27 @@ class Trainer:
                     break
                 self.step = t = self.step + 1
                 halt = await eng.step(t, s * batch, self.lr_at(t))
-                if halt or t % report == 0 or t == total or s == per_epoch - 1:
+                # the first step at once, then every `report` steps or REPORT_S seconds; the
+                # metrics come from the GPU's ring, read between steps
+                if halt or t % report == 0 or t == total or s == per_epoch - 1 \
+                        or t == self._first + 1 \
+                        or time.perf_counter() - self._reported >= REPORT_S:
                     await self._report(epoch)
             if self._read < self.step:  # stopped between two reports: report the steps done
                 await self._report(epoch)
             epoch += 1
-            last_eval = await self._close_epoch(epoch) or last_eval
-        if last_eval is None or last_eval[0] != self.step:  # not validated on these weights
-            last_eval = (self.step, await self.evaluate())
-        loss, acc, logits = last_eval[1]
-        return {"test_acc": acc, "test_loss": loss, "steps": self.step, "epochs_done": epoch,
-                "stopped": self.stop_requested, "logits": logits, "total_steps": total}
+            last_val = await self._close_epoch(epoch) or last_val
+        loss, acc, logits = await self.evaluate("test")
+        first = self._first_loss
+        last = sum(self._last_losses) / len(self._last_losses) if self._last_losses else None
+        judged = verdict(test_acc=acc, classes=self.classes, eval_images=self.n_eval,
+                         first_loss=first, last_loss=last, steps=self.step, total_steps=total,
+                         stopped=self.stop_requested and self.step < total,
+                         lr=float(cfg["lr"]), optimizer=str(cfg["optimizer"]))
+        return {"test_acc": acc, "test_loss": loss, "val_loss": last_val[0],
+                "val_acc": last_val[1], "steps": self.step, "epochs_done": epoch,
+                "stopped": self.stop_requested, "logits": logits, "total_steps": total,
+                **judged}
 
     async def _report(self, epoch: int):
         """Read the metrics of the steps since the last report, stop on a non-finite one, add
@@ -298,8 +349,12 @@ class Trainer:
             self._sums[0] += loss
             self._sums[1] += acc
             self._sums[2] += 1
+        if out and self._first_loss is None:
+            self._first_loss = out[0][1]
+        self._last_losses = (self._last_losses + [r[1] for r in out])[-LAST_STEPS:]
         self._read = self.step
-        elapsed = time.perf_counter() - self._start - self._paused_s
+        self._reported = now = time.perf_counter()
+        elapsed = now - self._start - self._paused_s
         rate = (self.step - self._first) / elapsed if elapsed > 0 else 0.0
         self.emit("progress", step=self.step, total_steps=self.total, epoch=epoch + 1,
                   epochs=int(self.cfg["epochs"]), images_per_s=rate * int(self.cfg["batch_size"]),
@@ -322,48 +377,58 @@ class Trainer:
 
     async def _close_epoch(self, epoch: int):
         """After epoch ``epoch`` (1-based): unless training stopped or the epoch is partial,
-        validate, emit "epoch" (with the epoch's mean train_loss / train_acc) and await
-        ``on_epoch``. Returns ``(step, evaluate() result)``, or None when it did not
+        validate on the held-out images (when there are any), emit "epoch" (with the epoch's
+        mean train_loss / train_acc; val_loss / val_acc None without validation images) and
+        await ``on_epoch``. Returns ``(val_loss, val_acc)``, or None when it did not
         validate."""
         if self.stop_requested or not (self.step % self.per_epoch == 0
                                        or self.step == self.total):
             return None
-        last_eval = (self.step, await self.evaluate())
-        loss, acc, _ = last_eval[1]
+        loss = acc = None
+        if self.val_set is not None:
+            loss, acc, _ = await self.evaluate("validation")
         n = max(self._sums[2], 1)
         metrics = {"epoch": epoch, "step": self.step, "train_loss": self._sums[0] / n,
                    "train_acc": self._sums[1] / n, "val_loss": loss, "val_acc": acc}
         self.emit("epoch", **metrics)
         if self.on_epoch is not None:
             await self.on_epoch(epoch, self.step, metrics)
-        return last_eval
+        return None if loss is None else (loss, acc)
 
-    async def evaluate(self):
-        """Eval-mode forward over the first ``eval_images`` test images.
+    async def evaluate(self, what: str = "test"):
+        """Eval-mode forward over the split ``what``: "test" (the first ``eval_images`` test
+        images) or "validation" (the held-out training images), in chunks of the engine's
+        ``eval_chunk`` images, emitting "evaluating" ``{done, total, what}`` before the first
+        and after each chunk.
 
         Returns ``(loss, accuracy, log-probabilities bytes [n, classes] float32)``: the loss is
         the configured loss with reduction "mean" (weighted mean with class weights) over the n
         images; the log-probabilities are the model's output when it ends in LogSoftmax, else
         log_softmax of it."""
-        raw, rows = await self.engine.eval_outputs()
-        c = self.classes
-        vals = array("f")
-        vals.frombytes(raw)
-        lvals = vals
-        if rows is not raw:
-            lvals = array("f")
-            lvals.frombytes(rows)
-        labels = self.test_set.labels_host
-        spec = self.engine.loss_spec
-        num, den, hits = 0.0, 0.0, 0
-        for i in range(self.n_eval):
-            row = vals[i * c:(i + 1) * c]
-            label = labels[i]
-            a, d = losses.host_terms(spec, lvals[i * c:(i + 1) * c], label)
-            num += a
-            den += d
-            hits += max(range(c), key=row.__getitem__) == label
-        return (num / den if den else 0.0), hits / max(self.n_eval, 1), raw
+        split = self.evals[what]
+        n, c, chunk = split.count, self.classes, self.engine.eval_chunk
+        labels, spec = split.labels_host, self.engine.loss_spec
+        num, den, hits, raws = 0.0, 0.0, 0, []
+        self.emit("evaluating", done=0, total=n, what=what)
+        for lo in range(0, n, chunk):
+            hi = min(n, lo + chunk)
+            raw, rows = await self.engine.eval_outputs(what, lo, hi)
+            raws.append(raw)
+            vals = array("f")
+            vals.frombytes(raw)
+            lvals = vals
+            if rows is not raw:
+                lvals = array("f")
+                lvals.frombytes(rows)
+            for i in range(hi - lo):
+                row = vals[i * c:(i + 1) * c]
+                label = labels[lo + i]
+                a, d = losses.host_terms(spec, lvals[i * c:(i + 1) * c], label)
+                num += a
+                den += d
+                hits += max(range(c), key=row.__getitem__) == label
+            self.emit("evaluating", done=hi, total=n, what=what)
+        return (num / den if den else 0.0), hits / max(n, 1), b"".join(raws)
 
     async def profile(self, repeats: int = 2) -> list:
         """The GPU engine's per-dispatch timings of one training step (``GpuEngine.profile``)."""

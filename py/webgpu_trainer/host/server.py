@@ -163,7 +163,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         """Body ``{"config": {...}, "model": name?}``: the run configuration checked by the
         engine's validator (``config.parse``) against the training images of the MNIST
         manifest (and the model's classes when ``model`` is given). Answers ``{"ok": true,
-        "config": resolved config, "steps": {"per_epoch", "total", "train_images"}}`` or
+        "config": resolved config, "steps": {"per_epoch", "total", "train_images", "val_images"}}`` or
         ``{"ok": false, "errors": [[field, message], ...]}`` (200 both: a bad config is an
         answer, not a failed request); 400 when the body is not such an object."""
         from ..engine import config
@@ -190,10 +190,11 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         except config.ConfigError as exc:
             return JSONResponse({"ok": False, "errors": [list(e) for e in exc.errors]})
         per_epoch, total = cfg.steps(images)
-        used = min(cfg["train_images"] or images, images)
+        used = config.train_used(cfg, images)
         return JSONResponse({"ok": True, "config": cfg.to_json(),
                              "steps": {"per_epoch": per_epoch, "total": total,
-                                       "train_images": used}})
+                                       "train_images": used,
+                                       "val_images": cfg["val_images"]}})
 
     # ------------------------------------------------------------ MNIST
     def manifest() -> dict:

@@ -16,12 +16,19 @@ _SCHEDULE_ARGS = ("step_size", "gamma", "interval", "T_max", "eta_min", "max_lr"
                   "max_momentum")
 
 
+def train_used(cfg, train_images: int) -> int:
+    """The images a run trains on out of ``train_images`` in the training split: the split
+    minus its last ``val_images`` (the validation images), of which the first ``train_images``
+    of the config when that is > 0. The one place this is computed."""
+    rest = max(train_images - int(cfg.get("val_images") or 0), 0)
+    return min(cfg.get("train_images") or rest, rest)
+
+
 def steps(cfg, train_images: int) -> tuple[int, int]:
-    """``(steps per epoch, total steps)`` of a run with ``train_images`` available: the last
-    incomplete batch of an epoch is dropped (BatchNorm needs full batches), ``max_steps`` > 0
-    caps the total. The one place this is computed."""
-    used = min(cfg.get("train_images") or train_images, train_images)
-    per_epoch = used // max(int(cfg["batch_size"]), 1)
+    """``(steps per epoch, total steps)`` of a run with ``train_images`` in the training split
+    (``train_used`` of them train): the last incomplete batch of an epoch is dropped (BatchNorm
+    needs full batches), ``max_steps`` > 0 caps the total. The one place this is computed."""
+    per_epoch = train_used(cfg, train_images) // max(int(cfg["batch_size"]), 1)
     total = per_epoch * int(cfg["epochs"])
     if int(cfg.get("max_steps") or 0) > 0:
         total = min(total, int(cfg["max_steps"]))

@@ -25,6 +25,7 @@ LOSSES = {"auto": "auto (from the model's last op)", "cross_entropy": "CrossEntr
           "nll": "NLLLoss", "nll_log": "NLLLoss of log(Softmax output)",
           "mse": "MSELoss (one-hot)", "bce_with_logits": "BCEWithLogitsLoss (one-hot)"}
 MNIST_TRAIN, MNIST_TEST = 60000, 10000
+MNIST_VAL = 5000  # validation images held out of the training split by default
 REPORT_MAX = 32  # half of plan.METRICS_RING: the GPU keeps 64 steps of metrics between reads
 SEED_MAX = 2 ** 32 - 1
 
@@ -105,11 +106,16 @@ FIELDS = (
     F("max_steps", "int", 0, "stop after this many steps (0 = whole epochs)", "run",
       label="Max steps", min=0, max=10 ** 9, unit="steps", advanced=True,
       zero="whole epochs"),
-    F("train_images", "int", 0, "train on the first N training images (0 = all)", "run",
-      label="Training images", min=0, max=MNIST_TRAIN, unit="images", resume=False,
-      advanced=True, zero="all"),
-    F("eval_images", "int", MNIST_TEST, "validate on the first N test images", "run",
-      label="Test images", min=1, max=MNIST_TEST, unit="images", advanced=True),
+    F("train_images", "int", 0, "train on the first N training images (0 = all but the "
+      "validation images)", "run", label="Training images", min=0, max=MNIST_TRAIN,
+      unit="images", resume=False, advanced=True, zero="all but the validation images"),
+    F("val_images", "int", MNIST_VAL, "hold out the last N training images for validation "
+      "after each epoch (MNIST's usual 55,000 / 5,000 split; 0 = no validation)", "run",
+      label="Validation images", min=0, max=MNIST_TRAIN - 2, unit="images", resume=False,
+      advanced=True, zero="no validation"),
+    F("eval_images", "int", MNIST_TEST, "measure the final accuracy on the first N test "
+      "images", "run", label="Test images", min=1, max=MNIST_TEST, unit="images",
+      advanced=True),
     F("report_every", "int", 10, "steps between metric readbacks", "run", min=1,
       max=REPORT_MAX, unit="steps", where=("cli",)),
     F("device", "choice", "gpu", "gpu (wgpu-py) or cpu (the numpy engine, float32)", "run",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from .schema import (BY_NAME, FINETUNE, FIELDS, SCHEDULERS, applies, default_for, describe)
-from .run import RunConfig, steps
+from .run import RunConfig, steps, train_used
 
 CHOOSERS = ("optimizer", "scheduler", "loss")  # fields that pick which other fields apply
 
@@ -37,7 +37,8 @@ def upgrade(data: dict) -> dict:
     """The flat form of an earlier version's config (config.json of older runs, the trainers'
     dict): ``optimizer_args`` and the ``scheduler`` / ``loss`` specs become fields, options the
     old code ignored (``momentum`` of Adam, the loss spec's defaults) are dropped, and AdamW's
-    weight_decay 0 (which meant torch's 1e-2 there) becomes 0.01. A flat dict is returned as
+    weight_decay 0 (which meant torch's 1e-2 there) becomes 0.01; ``val_images`` is 0 (they
+    validated on the test images and trained on every training image). A flat dict is returned as
     it is."""
     sched, loss = data.get("scheduler"), data.get("loss")
     if not ("optimizer_args" in data or isinstance(sched, dict) or isinstance(loss, dict)):
@@ -58,6 +59,7 @@ def upgrade(data: dict) -> dict:
         out["loss"] = loss
     if out.get("optimizer") == "adamw" and out.get("weight_decay") == 0:
         out["weight_decay"] = 0.01
+    out.setdefault("val_images", 0)  # earlier versions trained on every training image
     choices = {k: out.get(k, BY_NAME[k].default) for k in CHOOSERS}
     return {k: v for k, v in out.items()
             if k not in BY_NAME or applies(BY_NAME[k], choices)}
@@ -191,10 +193,17 @@ def resolve(v: dict, train_images: int) -> list:
     T_max = the epochs, x steps per epoch with interval "step"; OneCycleLR max_lr = lr and
     total_steps = epochs x steps per epoch, which must cover the run's steps, and whose first
     phase must have steps). Returns the errors."""
-    if v["train_images"] > train_images:
-        return [("train_images", f"must be an integer in [0, {train_images:,}] (the training "
-                                 f"images; 0 = all), got {v['train_images']}")]
-    used = v["train_images"] or train_images
+    val = v.get("val_images") or 0
+    if val > train_images - 2:
+        return [("val_images", f"must be an integer in [0, {max(train_images - 2, 0):,}] (the "
+                               f"{train_images:,} training images less a batch of 2 to train "
+                               f"on; 0 = no validation), got {val:,}")]
+    if v["train_images"] > train_images - val:
+        return [("train_images", f"must be an integer in [0, {train_images - val:,}] (the "
+                                 f"{train_images:,} training images less the last {val:,} "
+                                 f"held out for validation; 0 = all of them), got "
+                                 f"{v['train_images']:,}")]
+    used = train_used(v, train_images)
     if v["batch_size"] > used:
         return [("batch_size", f"must be an integer in [2, {used:,}] (at most the {used:,} "
                                f"training images), got {v['batch_size']:,}")]

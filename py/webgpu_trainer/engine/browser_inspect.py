@@ -1,0 +1,109 @@
+"""The worker's live views of the model (issue 10): ``inspect`` (the first conv layer's filters,
+feature maps of one test image per conv layer, per-parameter weight and gradient norms) and
+``predict`` (class probabilities of a drawn digit or of a test image), answered from the
+current run's engine while it trains, or the last run's after it finished (``state["last"]``,
+set by browser.py). Each answer is its own GPU submits between two training steps
+(``GpuEngine.probe`` / ``norms``); nothing of the training changes. Runs only in Pyodide.
+
+Messages (docs/ARCHITECTURE.md, "Worker protocol"); ``values`` are Float32Arrays:
+
+- ``inspect {id, index}`` -> ``inspect {id, index, label, model, step, ms, filters: {name,
+  shape, values}, maps: [{layer, name, shape, values}], norms: [{name, layer, numel, weight,
+  grad}]}``, or ``inspect {id, error}``;
+- ``predict {id, pixels (784 uint8) | index}`` -> ``prediction {id, probs: [classes], index,
+  label, model, step, ms}``, or ``prediction {id, error}``.
+"""
+
+import math
+import time
+
+from .probe import LOGP, feature_maps, first_conv_weight
+
+NO_MODEL = "Train a model first: press Start (the views show the model being trained)."
+
+
+def _current(state):
+    """The run to look into: ``state["last"]`` ({trainer, model}, set once a run is set up)."""
+    return state.get("last")
+
+
+def _test_image(trainer, index) -> tuple:
+    """(784 uint8 bytes, label) of test image ``index``; ValueError when out of range."""
+    test = trainer.test_set
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < test.count:
+        raise ValueError(f"test image index {index!r} is outside 0..{test.count - 1}")
+    lo = index * test.pixels
+    data = test.images[lo:lo + test.pixels] if isinstance(test.images, (bytes, bytearray)) \
+        else _js_bytes(test.images.slice(lo, lo + test.pixels))
+    return data, test.labels_host[index]
+
+
+def _js_bytes(buf) -> bytes:
+    import js
+    return js.Uint8Array.new(buf).to_bytes()
+
+
+def _f32(raw: bytes):
+    """float32 bytes as a JS Float32Array."""
+    import js
+    from .browser import _bytes_to_js
+    return js.Float32Array.new(_bytes_to_js(raw))
+
+
+async def inspect(data: dict, state: dict, post) -> None:
+    """Answer ``inspect {id, index}`` (see the module docstring)."""
+    rid = data.get("id")
+    run = _current(state)
+    if run is None:
+        post("inspect", id=rid, error=NO_MODEL)
+        return
+    t0 = time.perf_counter()
+    try:
+        trainer = run["trainer"]
+        eng, graph = trainer.engine, trainer.graph
+        index = data.get("index", 0)
+        pixels, label = _test_image(trainer, index)
+        layers = feature_maps(graph)
+        shapes = graph.shapes(1)
+        got = await eng.probe(pixels, [name for _, name in layers])
+        maps = [{"layer": layer, "name": name, "shape": shapes[name][1:], "values": _f32(got[name])}
+                for layer, name in layers]
+        filters = None
+        wname = first_conv_weight(graph)
+        if wname is not None:
+            t = graph.tensors[wname]
+            raw = await eng.read_weights(t["offset"] + t["nbytes"])
+            filters = {"name": wname, "shape": t["shape"], "values": _f32(raw[t["offset"]:])}
+        norms = await eng.norms()
+        post("inspect", id=rid, index=index, label=label, model=run["model"], step=trainer.step,
+             filters=filters, maps=maps, norms=norms,
+             ms=(time.perf_counter() - t0) * 1000)
+    except Exception as exc:  # a bad index, a device error: shown in the panel
+        post("inspect", id=rid, error=f"{type(exc).__name__}: {exc}")
+
+
+async def predict(data: dict, state: dict, post) -> None:
+    """Answer ``predict {id, pixels | index}`` (see the module docstring)."""
+    rid = data.get("id")
+    run = _current(state)
+    if run is None:
+        post("prediction", id=rid, error=NO_MODEL)
+        return
+    t0 = time.perf_counter()
+    try:
+        trainer = run["trainer"]
+        index, label = data.get("index"), None
+        if index is not None:
+            pixels, label = _test_image(trainer, index)
+        else:
+            pixels = bytes(data.get("pixels") or b"")  # a list of 0..255 from the page
+            if len(pixels) != trainer.test_set.pixels:
+                raise ValueError(f"a drawn digit must be {trainer.test_set.pixels} pixels "
+                                 f"(28x28 uint8), got {len(pixels)}")
+        raw = (await trainer.engine.probe(pixels, [LOGP]))[LOGP]
+        logp = memoryview(raw).cast("f")
+        probs = [math.exp(v) for v in logp]
+        post("prediction", id=rid, probs=probs, index=index, label=label, model=run["model"],
+             step=trainer.step, ms=(time.perf_counter() - t0) * 1000)
+    except Exception as exc:
+        post("prediction", id=rid, error=f"{type(exc).__name__}: {exc}")
