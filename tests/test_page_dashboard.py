@@ -305,3 +305,25 @@ def test_share_link_round_trip(run, chromium, server):
                              timeout=10_000)
     finally:
         other.close()
+
+
+def test_kernel_profile_on_demand(run):
+    """Issue 12: "Profile the kernels" times every dispatch of one training step of the current
+    settings; the table lists the slowest, sorted, with shares that add up over all kernels."""
+    pg = run["app"].page
+    pg.click("#tab-dashboard")
+    pg.click("#profile-run")
+    pg.wait_for_function("window.appState.profile && !window.appState.busy.profiling",
+                         timeout=WAIT_MS)
+    prof = pg.evaluate("window.appState.profile")
+    rows = prof["rows"]
+    assert len(rows) > 20 and all(r["ms"] > 0 for r in rows)
+    assert [r["ms"] for r in rows] == sorted((r["ms"] for r in rows), reverse=True)
+    assert prof["total"] == pytest.approx(sum(r["ms"] for r in rows), rel=1e-9)
+    phases = {r["phase"] for r in rows}
+    assert {"forward", "backward", "optimizer"} <= phases
+    shown = pg.locator("#profile-out tbody tr").count()
+    assert shown == min(15, len(rows))
+    first = pg.locator("#profile-out tbody tr").first.locator("td").all_text_contents()
+    assert first[1] == rows[0]["kernel"]
+    assert not pg.is_visible("#error")

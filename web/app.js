@@ -36,6 +36,7 @@ import { showSelfCheck } from "/selfcheck.js";
 import { attachClassroom } from "/classroom.js";
 import { setupTabs } from "./tabs.js";
 import { setupChartTables } from "./chart-tables.js";
+import { onProfile, setupProfile } from "./profile.js";
 import { kernelsReady, onConvolved, setupKernels } from "./kernels.js";
 import { hideResumeOffer, onCheckpoint, onDeviceLost, onRunDone, onSnapshot, setupStorage }
   from "./storage.js";
@@ -95,6 +96,7 @@ function syncControls() {
   }
   $("dropzone").classList.toggle("busy", training);
   for (const b of document.querySelectorAll(".preset")) b.disabled = training;
+  $("profile-run").disabled = training || !appState.workerReady || appState.busy.profiling;
   $("download").disabled = training || !window.lastRun || !window.lastRun.weights ||
     appState.busy.downloading;
 }
@@ -151,6 +153,7 @@ function showAdapter(info) {
 }
 
 const handlers = {
+  profile: onProfile,  // the per-kernel profile (web/profile.js)
   selfcheck: showSelfCheck,  // the GPU self-check's warning (web/selfcheck.js)
   convolved: onConvolved,  // the kernels playground (web/kernels.js)
   inspect: onInspect,        // the live views of the model (web/views.js)
@@ -176,7 +179,7 @@ const handlers = {
     showError(m.message ?? "unknown error");
     if (m.fields) markErrors(m.fields);  // the worker's check of the settings
     setStatus("Stopped by an error.");
-    appState.busy.stopping = false;
+    appState.busy.stopping = appState.busy.profiling = false;
     setPhase("error");
   },
   ready() {
@@ -344,6 +347,7 @@ async function boot() {
   });
   setupTabs();
   setupChartTables();
+  setupProfile();
   setupKernels((msg) => worker?.postMessage(msg));
   setupViews((msg) => worker?.postMessage(msg));
   setupTryIt((msg) => worker?.postMessage(msg));

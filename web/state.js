@@ -19,7 +19,7 @@ export const appState = {
   models: [],                // GET /api/models
   summary: null,             // GET /api/models/{name}/summary of the chosen model
   trainable: new Set(),      // the parameters ticked to train
-  busy: { stopping: false, pausing: false, downloading: false },
+  busy: { stopping: false, pausing: false, downloading: false, profiling: false },
   checkpoint: null,          // the stored checkpoint {epoch, step, savedAt, bytes, model,
                              // finished} (web/storage.js)
   checkpointError: null,     // the last failed checkpoint write, in words
