@@ -130,4 +130,4 @@ def test_presets_come_from_the_schema(page):
     assert pg.get_attribute("#preset-fast", "aria-pressed") == "false"
     assert pg.is_visible("#lr-decay-field") and not pg.is_visible("#betas-field")
     pg.wait_for_function("document.querySelector('#run-steps').textContent.includes("
-                         "'60 steps per epoch')", timeout=10_000)
+                         "'55 steps per epoch')", timeout=10_000)  # 55,000 images: 5,000 held out
