@@ -127,6 +127,8 @@ def run(chromium, server):
         out["tables"] = {}
         for chart in ("chart-steps", "chart-epochs", "chart-lr"):
             pg.click(f"details.chart-table[data-chart={chart}] summary")
+            # the details' toggle event (which fills the table) is dispatched as a task
+            pg.wait_for_selector(f"details.chart-table[data-chart={chart}] tbody tr")
             out["tables"][chart] = pg.evaluate(f"""() => [...document.querySelectorAll(
                 'details.chart-table[data-chart={chart}] tbody tr')].map(tr =>
                 [...tr.cells].map(td => td.textContent))""")
