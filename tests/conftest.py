@@ -167,6 +167,20 @@ def f32(a):
     return np.asarray(a, np.float32)
 
 
+def tiny_mlp(seed: int) -> dict:
+    """A model description of a small MLP for trainer tests: Gemm [784 -> 24], Relu,
+    Gemm [24 -> 10] (fc1/fc2 weights drawn from ``seed``, zero biases); input [N, 784]."""
+    rng = np.random.default_rng(seed)
+    nodes = [node("Gemm", ["input", "fc1.w", "fc1.b"], ["h"], transB=1),
+             node("Relu", ["h"], ["r"]),
+             node("Gemm", ["r", "fc2.w", "fc2.b"], ["output"], transB=1)]
+    tensors = [("fc1.w", f32(rng.standard_normal((24, 784)) / 28), "param"),
+               ("fc1.b", np.zeros(24, np.float32), "param"),
+               ("fc2.w", f32(rng.standard_normal((10, 24)) / 5), "param"),
+               ("fc2.b", np.zeros(10, np.float32), "param")]
+    return make_graph(nodes, tensors, [("input", ["N", 784])], [("output", ["N", 10])])
+
+
 def head(feat_name, features, classes, rng, prefix="fc"):
     """Gemm(transB=1) -> LogSoftmax over a [N, features] activation."""
     w = f32(rng.standard_normal((classes, features)) / np.sqrt(features))

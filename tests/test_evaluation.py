@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import FWD_RTOL, f32, make_graph, node, rel_err, run
+from conftest import FWD_RTOL, rel_err, run, tiny_mlp
 
 from webgpu_trainer.cli import commands as native
 from webgpu_trainer.cpu.cpu_engine import CpuEngine
@@ -68,16 +68,6 @@ def test_mnist_split_is_55000_5000_and_bad_counts_name_the_field():
 
 # ---------------------------------------------------------------- the trainer
 
-def _mlp():
-    rng = np.random.default_rng(3)
-    nodes = [node("Gemm", ["input", "fc1.w", "fc1.b"], ["h"], transB=1),
-             node("Relu", ["h"], ["r"]),
-             node("Gemm", ["r", "fc2.w", "fc2.b"], ["output"], transB=1)]
-    tensors = [("fc1.w", f32(rng.standard_normal((24, 784)) / 28), "param"),
-               ("fc1.b", np.zeros(24, np.float32), "param"),
-               ("fc2.w", f32(rng.standard_normal((10, 24)) / 5), "param"),
-               ("fc2.b", np.zeros(10, np.float32), "param")]
-    return make_graph(nodes, tensors, [("input", ["N", 784])], [("output", ["N", 10])])
 
 
 def _reference(weights: bytes, graph: dict, images: np.ndarray, labels: np.ndarray):
@@ -108,7 +98,7 @@ def test_validation_is_held_out_and_evaluations_report_chunks(device, splits, en
     training images, the end on the 600 test images in chunks of the engine's eval_chunk; the
     numbers equal a float64 forward of the trained weights on those images; progress is
     reported after step 1, at each epoch's end and nowhere else (report_every 32)."""
-    graph, blob = _mlp()
+    graph, blob = tiny_mlp(3)
     cfg = {"optimizer": "sgd", "lr": 0.05, "batch_size": 16, "epochs": 2, "seed": 2,
            "init": "finetune", "val_images": VAL, "eval_images": TEST, "report_every": 32}
     eng = GpuEngine(device) if engine == "gpu" else CpuEngine()
@@ -147,7 +137,7 @@ def test_validation_is_held_out_and_evaluations_report_chunks(device, splits, en
 def test_progress_every_report_s(device, splits, monkeypatch):
     """With REPORT_S 0 every step is reported (report_every 32 notwithstanding); no step twice."""
     monkeypatch.setattr(train_mod, "REPORT_S", 0.0)
-    graph, blob = _mlp()
+    graph, blob = tiny_mlp(3)
     cfg = {"optimizer": "sgd", "lr": 0.05, "batch_size": 16, "epochs": 1, "seed": 2,
            "init": "finetune", "val_images": 0, "eval_images": 16, "report_every": 32}
     events = []
@@ -165,7 +155,7 @@ def test_progress_every_report_s(device, splits, monkeypatch):
 def test_exploding_loss_is_diverged_not_finished(splits):
     """SGD at lr 1e3: the loss explodes but stays finite (no TrainingDiverged): the verdict
     says diverged and names the losses."""
-    graph, blob = _mlp()
+    graph, blob = tiny_mlp(3)
     cfg = {"optimizer": "sgd", "lr": 1e3, "batch_size": 16, "epochs": 1, "seed": 2,
            "init": "finetune", "val_images": VAL, "eval_images": 64, "report_every": 1}
     tr = Trainer(CpuEngine(), graph, blob, cfg, *splits)

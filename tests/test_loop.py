@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import f32, head, make_graph, node, rel_err, rng_for, run
+from conftest import f32, head, make_graph, node, rel_err, rng_for, run, tiny_mlp
 from harness import one_step
 
 from webgpu_trainer import onnx_io
@@ -168,23 +168,13 @@ def splits():
     return native.load_splits(None, 96 + 16, 40)[:2]  # 96 train, 16 validate
 
 
-def _mlp():
-    rng = np.random.default_rng(0)
-    nodes = [node("Gemm", ["input", "fc1.w", "fc1.b"], ["h"], transB=1),
-             node("Relu", ["h"], ["r"]),
-             node("Gemm", ["r", "fc2.w", "fc2.b"], ["output"], transB=1)]
-    tensors = [("fc1.w", f32(rng.standard_normal((24, 784)) / 28), "param"),
-               ("fc1.b", np.zeros(24, np.float32), "param"),
-               ("fc2.w", f32(rng.standard_normal((10, 24)) / 5), "param"),
-               ("fc2.b", np.zeros(10, np.float32), "param")]
-    return make_graph(nodes, tensors, [("input", ["N", 784])], [("output", ["N", 10])])
 
 
 @pytest.mark.parametrize("engine", ["gpu", "cpu"])
 def test_stop_between_reports_is_reported(device, splits, engine):
     """Stop after step 3 of an epoch of 6 with reports every 5 steps: progress reports steps
     1..3 (no more, none missing), the result says stopped at step 3, no epoch is validated."""
-    graph, blob = _mlp()
+    graph, blob = tiny_mlp(0)
     cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": 16, "epochs": 2, "seed": 4,
            "init": "scratch", "eval_images": 40, "val_images": 16, "report_every": 5}
     eng = GpuEngine(device) if engine == "gpu" else CpuEngine()

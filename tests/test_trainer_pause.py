@@ -13,7 +13,7 @@ import asyncio
 import time
 
 import pytest
-from conftest import f32, make_graph, node
+from conftest import tiny_mlp
 
 from webgpu_trainer.cli import commands as native
 from webgpu_trainer.cpu.cpu_engine import CpuEngine
@@ -29,21 +29,10 @@ def splits():
     return native.load_splits(None, TRAIN, 40)[:2]
 
 
-def _mlp():
-    import numpy as np
-    rng = np.random.default_rng(1)
-    nodes = [node("Gemm", ["input", "fc1.w", "fc1.b"], ["h"], transB=1),
-             node("Relu", ["h"], ["r"]),
-             node("Gemm", ["r", "fc2.w", "fc2.b"], ["output"], transB=1)]
-    tensors = [("fc1.w", f32(rng.standard_normal((24, 784)) / 28), "param"),
-               ("fc1.b", np.zeros(24, np.float32), "param"),
-               ("fc2.w", f32(rng.standard_normal((10, 24)) / 5), "param"),
-               ("fc2.b", np.zeros(10, np.float32), "param")]
-    return make_graph(nodes, tensors, [("input", ["N", 784])], [("output", ["N", 10])])
 
 
 def _trainer(engine, device, splits, events, **extra):
-    graph, blob = _mlp()
+    graph, blob = tiny_mlp(1)
     cfg = {"optimizer": "sgd", "lr": 0.1, "batch_size": BATCH, "epochs": 2, "seed": 3,
            "init": "scratch", "eval_images": 40, "report_every": 4, "val_images": 0, **extra}
     eng = GpuEngine(device) if engine == "gpu" else CpuEngine()
