@@ -164,6 +164,7 @@ const handlers = {
   },
   adapter(m) {
     showAdapter(m.info ?? {});
+    requestRender({ progress: true });  // the Speed & machine card names it too
   },
   no_webgpu(m) {
     appState.noWebGPU = true;
