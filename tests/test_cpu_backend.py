@@ -302,6 +302,8 @@ def test_cpu_trainer_guard_init_and_dropout(splits):
                        r"in layer /Gemm_h \(parameter fc1\.w\).*lower learning rate") as exc:
         run(tr.run())
     assert (exc.value.step, exc.value.layer) == (2, "/Gemm_h")
+    assert str(exc.value).endswith("Try a lower learning rate (now 1e+30 with sgd, e.g. 0.001, "
+                                   "torch's default for SGD) or gradient clipping."), exc.value
 
     graph, blob = onnx_io.load_bundle(REPO / "models" / "seednet.onnx")
 

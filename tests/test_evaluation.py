@@ -17,7 +17,7 @@ from webgpu_trainer.cpu.cpu_engine import CpuEngine
 from webgpu_trainer.engine import config, train as train_mod
 from webgpu_trainer.engine.gpu_engine import GpuEngine
 from webgpu_trainer.engine.train import Split, Trainer, holdout
-from webgpu_trainer.engine.verdict import verdict
+from webgpu_trainer.engine.verdict import lower_lr, verdict
 
 
 # ---------------------------------------------------------------- the split
@@ -162,7 +162,8 @@ def test_exploding_loss_is_diverged_not_finished(splits):
     run(tr.setup())
     result = run(tr.run())
     assert result["verdict"] == "diverged", result["reason"]
-    assert "lower learning rate (now 1000 with sgd" in result["reason"]
+    assert "lower learning rate (now 1000 with sgd, e.g. 0.001, torch's default for SGD)" \
+        in result["reason"]
 
 
 # ---------------------------------------------------------------- the verdict
@@ -176,7 +177,7 @@ BASE = dict(test_acc=0.97, classes=10, eval_images=10000, first_loss=2.30, last_
     # SGD lr 1e6 as a user found it: loss 1.4 M, 2% accuracy
     ({"test_acc": 0.02, "last_loss": 1.4e6, "lr": 1e6, "optimizer": "sgd"}, "diverged",
      ["rose from 2.3 (step 1) to 1.4e+06", "test accuracy 2.0%", "now 1e+06 with sgd",
-      "e.g. 100000"]),
+      "e.g. 0.001, torch's default for SGD) or gradient clipping"]),
     ({"test_acc": 0.112, "last_loss": 2.29, "steps": 20}, "chance",
      ["test accuracy 11.2% on 10,000 test images is no better than guessing (10% for 10 "
       "classes)", "barely fell (2.3 at step 1, 2.29 at the end): train longer or raise the "
@@ -206,3 +207,27 @@ def test_verdict_rules(changes, want, needles):
     assert out["verdict"] == want, out
     for needle in needles:
         assert needle in out["reason"], (needle, out["reason"])
+
+
+@pytest.mark.parametrize("lr, optimizer, want", [
+    # far above torch's default: the default, never a tenth that would diverge too (issue 16)
+    (1e6, "adam", "e.g. 0.001, torch's default for Adam"),
+    (1e6, "sgd", "e.g. 0.001, torch's default for SGD"),
+    (1e6, "adagrad", "e.g. 0.01, torch's default for AdaGrad"),
+    (1e6, "rmsprop", "e.g. 0.01, torch's default for RMSprop"),
+    (1e6, "adadelta", "e.g. 1, torch's default for Adadelta"),
+    (1.0, "adamw", "e.g. 0.001, torch's default for AdamW"),
+    (0.01, "adam", "e.g. 0.001, torch's default for Adam"),  # a tenth is the default
+    # within 10x of the default (or below it): a tenth
+    (0.005, "adam", "e.g. 0.0005"),
+    (0.05, "adagrad", "e.g. 0.005"),
+    (5.0, "adadelta", "e.g. 0.5"),
+    (1e-4, "sgd", "e.g. 1e-05"),
+])
+def test_lower_lr_advice(lr, optimizer, want):
+    assert lower_lr(lr, optimizer) == want
+    out = verdict(**{**BASE, "test_acc": 0.02, "last_loss": 1e4, "lr": lr,
+                     "optimizer": optimizer})
+    assert out["verdict"] == "diverged"
+    assert out["reason"].endswith(f"Try a lower learning rate (now {lr:g} with {optimizer}, "
+                                  f"{want}) or gradient clipping."), out["reason"]

@@ -50,7 +50,7 @@ from .gpu_engine import GpuEngine
 from .graph import Graph
 from .ops import losses
 from .plan import METRICS_RING
-from .verdict import LAST_STEPS, verdict
+from .verdict import LAST_STEPS, lower_lr, verdict
 
 REPORT_S = 2.0  # progress reports at least this often (wall seconds), besides every report_every
 
@@ -362,7 +362,7 @@ class Trainer:
                   lrs=[self.lr_at(t) for t, _, _ in out])
 
     def _diverged(self, t, loss, bad_grad):
-        lr = float(self.cfg["lr"])
+        lr, opt = float(self.cfg["lr"]), str(self.cfg["optimizer"])
         if bad_grad:
             where = (f"first non-finite gradient at step {bad_grad[0]} in layer {bad_grad[2]} "
                      f"(parameter {bad_grad[1]})")
@@ -372,7 +372,7 @@ class Trainer:
         step = min(t, bad_grad[0]) if bad_grad else t
         raise TrainingDiverged(
             f"training diverged at step {step}: {what} at step {t}; {where}. Try a lower "
-            f"learning rate (now {lr:g}, e.g. {lr / 10:g}) or gradient clipping.",
+            f"learning rate (now {lr:g} with {opt}, {lower_lr(lr, opt)}) or gradient clipping.",
             step=step, layer=bad_grad[2] if bad_grad else None)
 
     async def _close_epoch(self, epoch: int):

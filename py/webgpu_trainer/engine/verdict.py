@@ -11,14 +11,28 @@
   (1 / classes): the model learned nothing useful;
 - ``"ok"``: none of these.
 
-The checks run in that order; each reason names the numbers it is based on.
+The checks run in that order; each reason names the numbers it is based on. ``lower_lr``
+is the advice's lower learning rate (also in ``train.TrainingDiverged``'s message).
 """
+
+from .config.schema import BY_NAME, OPTIMIZERS, default_for
 
 DIVERGED_FACTOR = 10.0  # final / first training loss above this: the loss exploded
 CHANCE_FACTOR = 1.5     # test accuracy <= this x (1 / classes): no better than guessing
 LAST_STEPS = 10         # the final training loss: the mean over this many last steps
 ROSE, FELL = 1.05, 0.9  # chance-level advice: final / first loss above ROSE rose, above FELL
                         # barely fell
+
+
+def lower_lr(lr: float, optimizer: str) -> str:
+    """The advice after ``lr`` diverged (or made the loss rise) with ``optimizer``: a tenth of
+    it, but never above torch's default learning rate of that optimizer, e.g. "e.g. 0.001,
+    torch's default for Adam" for Adam at lr 1e6 (a tenth, 1e5, would diverge too) and
+    "e.g. 0.0005" for Adam at lr 0.005."""
+    default = default_for(BY_NAME["lr"], optimizer)
+    if lr / 10 < default:
+        return f"e.g. {lr / 10:g}"
+    return f"e.g. {default:g}, torch's default for {OPTIMIZERS.get(optimizer, optimizer)}"
 
 
 def verdict(*, test_acc: float, classes: int, eval_images: int, first_loss: float | None,
@@ -38,8 +52,8 @@ def verdict(*, test_acc: float, classes: int, eval_images: int, first_loss: floa
         return {"verdict": "diverged",
                 "reason": f"training diverged: the training loss rose from {first_loss:.4g} "
                           f"(step 1) to {last_loss:.4g} (the last steps), {acc}. Try a lower "
-                          f"learning rate (now {lr:g} with {optimizer}, e.g. {lr / 10:g}) or "
-                          "gradient clipping."}
+                          f"learning rate (now {lr:g} with {optimizer}, "
+                          f"{lower_lr(lr, optimizer)}) or gradient clipping."}
     if stopped:
         return {"verdict": "stopped",
                 "reason": f"stopped at step {steps:,} of {total_steps:,}: {acc} measures the "
@@ -49,7 +63,7 @@ def verdict(*, test_acc: float, classes: int, eval_images: int, first_loss: floa
         if trend and last_loss > ROSE * first_loss:
             advice = (f"the training loss rose ({first_loss:.4g} at step 1, {last_loss:.4g} "
                       f"at the end): try a lower learning rate (now {lr:g} with {optimizer}, "
-                      f"e.g. {lr / 10:g})")
+                      f"{lower_lr(lr, optimizer)})")
         elif trend and last_loss > FELL * first_loss:
             advice = (f"the training loss barely fell ({first_loss:.4g} at step 1, "
                       f"{last_loss:.4g} at the end): train longer or raise the learning rate "
