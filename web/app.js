@@ -18,11 +18,11 @@
 // and machine), help.js (the (i) toggletips), share.js (share link, leave-page warning),
 // kernels.js (the kernels playground), storage.js (checkpoints in IndexedDB, resume, export /
 // import, reset, GPU device lost), views.js (live views inside the model), tryit.js (draw a
-// digit / pick a test image), testset.js.
+// digit / pick a test image), testset.js, values.js (the strict number parser, own keys).
 
 import { $, frac, num, pct } from "./util.js";
 import { appState, hideError, hooks, log, setStatus, showError } from "./state.js";
-import { buildForm, loadSchema, readConfig, setField } from "./form.js";
+import { buildForm, fieldProblems, loadSchema, readConfig, setField } from "./form.js";
 import { adapterName } from "./dashboard.js";
 import { enhanceHelp } from "./help.js";
 import { applyLink, checkLinkModel, setupShare } from "./share.js";
@@ -42,6 +42,7 @@ import { hideResumeOffer, onCheckpoint, onDeviceLost, onRunDone, onSnapshot, set
   from "./storage.js";
 import { onInspect, setupViews } from "./views.js";
 import { onPrediction, setupTryIt } from "./tryit.js";
+import { own } from "./values.js";
 
 let worker = null;
 let trainStart = 0;
@@ -53,6 +54,7 @@ function currentConfig() {
 }
 window.readFormForTests = currentConfig;
 hooks.currentConfig = currentConfig;
+hooks.fieldProblems = fieldProblems;
 hooks.formChanged = () => scheduleCheck(0);
 
 // ------------------------------------------------------------------------------------ phase
@@ -73,7 +75,7 @@ function setPhase(phase) {
   if (verdict) pill.dataset.verdict = verdict;
   else delete pill.dataset.verdict;
   pill.textContent = appState.noWebGPU ? "no WebGPU"
-    : verdict ? DONE_LABEL[verdict] ?? verdict : PHASE_LABEL[phase] ?? phase;
+    : verdict ? own(DONE_LABEL, verdict) ?? verdict : own(PHASE_LABEL, phase) ?? phase;
   syncControls();
 }
 
@@ -237,7 +239,7 @@ const handlers = {
     log(`Done${m.stopped ? " (stopped)" : ""}: test accuracy ${pct(m.test_acc)}, ` +
       `test loss ${num(m.test_loss)}` + (m.reason ? `. ${m.reason}` : ""),
     verdict === "ok" || verdict === "stopped" ? "info" : "error");
-    setStatus(`${VERDICT_TITLE[verdict] ?? verdict}: ${m.reason ?? ""}`);
+    setStatus(`${own(VERDICT_TITLE, verdict) ?? verdict}: ${m.reason ?? ""}`);
     requestRender({ progress: true });
     appState.busy.stopping = false;
     setPhase("done");
@@ -250,7 +252,7 @@ const handlers = {
 
 function onWorkerMessage(m) {
   if (!m || typeof m !== "object") return;
-  const h = handlers[m.type];
+  const h = own(handlers, m.type);
   if (h) h(m);
   else console.warn("unknown worker message", m);
 }

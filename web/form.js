@@ -1,15 +1,17 @@
 // The settings form, drawn from the run configuration's schema (GET /api/config/schema, made
 // by py/webgpu_trainer/engine/config): one control per field the page shows, its label, limits
-// (min / max / step), hint and help text; only the fields of the chosen optimizer, scheduler
-// and loss are shown; torch's defaults follow the optimizer; the presets. Every change is
-// checked by the server (validation.js).
+// and hint and help text; only the fields of the chosen optimizer, scheduler and loss are
+// shown; torch's defaults follow the optimizer; the presets. Number fields are text fields
+// read by values.js's strict parser (what was typed stays and is marked: fieldProblems); every
+// change is checked by the server (validation.js).
 
 import { $ } from "./util.js";
 import { scheduleCheck } from "./validation.js";
 import { toggletip } from "./help.js";
+import { own, parseList, parseNumber, quote } from "./values.js";
 
 let schema = null;
-const byName = {};
+const byName = new Map();  // the schema's fields by name (a Map: no inherited keys)
 const CHOOSERS = ["optimizer", "scheduler", "loss"];
 let chosen = {};      // the optimizer / scheduler / loss the current values were defaulted for
 
@@ -17,13 +19,13 @@ export async function loadSchema() {
   const res = await fetch("/api/config/schema");
   if (!res.ok) throw new Error(`GET /api/config/schema: HTTP ${res.status}`);
   schema = await res.json();
-  for (const f of schema.fields) byName[f.name] = f;
+  for (const f of schema.fields) byName.set(f.name, f);
   return schema;
 }
 
 export const presets = () => schema.presets;
 const onPage = (f) => f.where.includes("page") && f.group !== "finetune";
-const current = () => Object.fromEntries(CHOOSERS.map((k) => [k, read(byName[k])]));
+const current = () => Object.fromEntries(CHOOSERS.map((k) => [k, read(byName.get(k))]));
 
 function applies(f, c = current()) {
   return (!f.optimizers || f.optimizers.includes(c.optimizer)) &&
@@ -33,7 +35,7 @@ function applies(f, c = current()) {
 
 function defaultFor(f, c) {
   const d = f.defaults ?? {};
-  return d[c.optimizer] ?? d[c.scheduler] ?? f.default;
+  return own(d, c.optimizer) ?? own(d, c.scheduler) ?? f.default;
 }
 
 // ------------------------------------------------------------------------------- drawing
@@ -99,11 +101,10 @@ function control(f) {
   } else if (f.type === "list") {
     input = el("input", { type: "text", id: f.id, name: f.name, spellcheck: false,
       placeholder: f.default == null ? "off" : "" });
-  } else {
-    input = el("input", { type: "number", id: f.id, name: f.name, step: f.type === "int" ? "1" : "any",
-      inputMode: f.type === "int" ? "numeric" : "decimal", placeholder: f.auto ? "auto" : "" });
-    if (f.min != null) input.min = f.min;
-    if (f.max != null) input.max = f.max;
+  } else {  // text, not type=number: Chrome's number field gives "" for what it cannot read
+    input = el("input", { type: "text", id: f.id, name: f.name, spellcheck: false,
+      autocomplete: "off", inputMode: f.type === "int" ? "numeric" : "decimal",
+      placeholder: f.auto ? "auto" : "" });
   }
   input.title = title;
   input.setAttribute("aria-describedby", described);
@@ -114,7 +115,7 @@ function control(f) {
 }
 
 function grid(names) {
-  return el("div", { className: "grid2" }, ...names.map((n) => control(byName[n])));
+  return el("div", { className: "grid2" }, ...names.map((n) => control(byName.get(n))));
 }
 
 const pageFields = (test) => schema.fields.filter((f) => onPage(f) && test(f)).map((f) => f.name);
@@ -127,15 +128,15 @@ export function buildForm(container, presetBox) {
   const adv = (g) => pageFields((f) => f.group === g && (f.advanced || g === "schedule" ||
     g === "loss") && !CHOOSERS.includes(f.name));
   container.replaceChildren(
-    control(byName.optimizer), grid(main("optimizer")),
-    grid(main("run")), control(byName.init),
+    control(byName.get("optimizer")), grid(main("optimizer")),
+    grid(main("run")), control(byName.get("init")),
     el("p", { className: "hint steps", id: "run-steps" }),
     el("details", { className: "advanced", id: "advanced" },
       el("summary", { textContent: "Advanced" }),
       grid([...adv("run"), ...adv("optimizer")]),
-      el("h3", { textContent: "Learning-rate schedule" }), control(byName.scheduler),
+      el("h3", { textContent: "Learning-rate schedule" }), control(byName.get("scheduler")),
       grid(adv("schedule")),
-      el("h3", { textContent: "Loss" }), control(byName.loss), grid(adv("loss"))),
+      el("h3", { textContent: "Loss" }), control(byName.get("loss")), grid(adv("loss"))),
     el("ul", { className: "config-errors", id: "config-errors", hidden: true }));
   presetBox.replaceChildren(...schema.presets.map((p) => {
     const b = el("button", { type: "button", className: "preset", id: `preset-${p.name}` },
@@ -145,7 +146,7 @@ export function buildForm(container, presetBox) {
     b.addEventListener("click", () => applyPreset(p.name));
     return b;
   }));
-  chosen = Object.fromEntries(CHOOSERS.map((k) => [k, byName[k].default]));
+  chosen = Object.fromEntries(CHOOSERS.map((k) => [k, byName.get(k).default]));
   for (const f of schema.fields) if (onPage(f)) write(f, defaultFor(f, chosen));
   changed();
   container.addEventListener("input", onEdit);
@@ -168,12 +169,13 @@ function write(f, v) {
   const input = $(f.id);
   if (!input) return;
   if (f.type === "bool") input.checked = !!v;
-  else if (f.type === "list") input.value = v == null ? "" : v.join(", ");
+  else if (f.type === "list") input.value = v == null ? "" : [v].flat().join(", ");
   else input.value = v == null ? "" : String(v);
 }
 
-/** The value of a control as JSON for the validator: numbers as numbers, what is not a number
- * as the text typed (the validator names it), an empty optional field as undefined. */
+/** The value of a control as JSON for the validator: numbers as numbers, what the strict
+ * parser (values.js) does not read as the text typed (the validator refuses it; fieldProblems
+ * names it), an empty optional field as undefined. */
 function read(f) {
   if (f.name === "init") return document.querySelector(`input[name="init"]:checked`)?.value;
   const input = $(f.id);
@@ -182,12 +184,30 @@ function read(f) {
   if (f.type === "choice") return input.value;
   const text = input.value.trim();
   if (text === "") return f.default == null && !f.required_by ? undefined : text;
-  if (f.type === "list") {
-    const parts = text.split(/[\s,]+/).filter(Boolean).map(Number);
-    return parts.some(Number.isNaN) ? text : parts;
+  const n = f.type === "list" ? parseList(text) : parseNumber(text);
+  return n.problem ? text : n.value;
+}
+
+/** The number and list fields shown whose text is no number (or list of numbers), as
+ * [[field, message]], the message naming the field and quoting the text, e.g.
+ * "lr: “0.0.1” is not a number". */
+export function fieldProblems() {
+  const c = current();
+  const out = [];
+  for (const f of schema?.fields ?? []) {
+    if (!onPage(f) || !applies(f, c) || !["int", "float", "list"].includes(f.type)) continue;
+    const text = $(f.id)?.value.trim() ?? "";
+    if (text === "") continue;
+    if (f.type === "list") {
+      const n = parseList(text);
+      if (n.problem) out.push([f.name, `${f.name}: ${quote(text)} is not a list of numbers ` +
+        `(it ${n.problem})`]);
+    } else {
+      const n = parseNumber(text);
+      if (n.problem) out.push([f.name, `${f.name}: ${quote(text)} ${n.problem}`]);
+    }
   }
-  const n = Number(text);
-  return Number.isNaN(n) ? text : n;
+  return out;
 }
 
 // equal values, an empty field counting as no value
@@ -208,7 +228,7 @@ export function readConfig() {
 
 /** Set field ``name`` to ``value`` (a chooser: the other fields follow its defaults). */
 export function setField(name, value) {
-  write(byName[name], value);
+  write(byName.get(name), value);
   changed();
 }
 
@@ -245,31 +265,50 @@ export function applyPreset(name) {
 }
 
 /** Put ``config`` (run configuration fields, e.g. an imported or stored one) into the form:
- * the choosers first, then every field of the page it names; other keys are left out. */
+ * the choosers first, then every field of the page it names; other keys are left out. A
+ * number field may be given text (a share link's bad value: shown as it is, and marked). */
 export function applyConfig(config) {
-  for (const k of CHOOSERS) if (k in config) write(byName[k], config[k]);
+  for (const k of CHOOSERS) if (Object.hasOwn(config, k)) write(byName.get(k), config[k]);
   followChoosers();
   for (const [k, v] of Object.entries(config)) {
-    if (byName[k] && onPage(byName[k])) write(byName[k], v);
+    if (pageField(k)) write(byName.get(k), v);
   }
   changed();
 }
 
 /** The schema's field ``name`` as the page shows it (undefined: no such field on the page). */
-export const pageField = (name) =>
-  (byName[name] && onPage(byName[name]) ? byName[name] : undefined);
+export function pageField(name) {
+  const f = byName.get(name);
+  return f && onPage(f) ? f : undefined;
+}
+
+const OWNERS = { optimizer: "optimizers", scheduler: "schedulers", loss: "losses" };
+const label = (kind, value) => own(own(schema.labels, kind), value) ?? value;
+
+/** Why page field ``name`` does not apply under the choosers ``config`` names (the form's
+ * for the others), e.g. "does not apply to optimizer Adam (only to SGD, RMSprop)"; null
+ * when it applies. */
+export function notApplying(name, config = {}) {
+  const f = pageField(name);
+  const c = current();
+  for (const k of CHOOSERS) if (Object.hasOwn(config, k)) c[k] = config[k];
+  if (!f || applies(f, c)) return null;
+  const kind = CHOOSERS.find((k) => f[OWNERS[k]] && !f[OWNERS[k]].includes(c[k]));
+  return `does not apply to ${kind} ${label(kind, c[kind])} (only to ` +
+    `${f[OWNERS[kind]].map((v) => label(kind, v)).join(", ")})`;
+}
 
 /** The settings that differ from their defaults (for the current optimizer / scheduler /
  * loss): what a share link carries. */
 export function changedConfig() {
   const c = current();
   return Object.fromEntries(Object.entries(readConfig())
-    .filter(([k, v]) => !same(v, defaultFor(byName[k], c))));
+    .filter(([k, v]) => !same(v, defaultFor(byName.get(k), c))));
 }
 
 function markPresets() {
   for (const p of schema.presets) {
-    const match = Object.entries(p.config).every(([k, v]) => same(read(byName[k]), v));
+    const match = Object.entries(p.config).every(([k, v]) => same(read(byName.get(k)), v));
     $(`preset-${p.name}`)?.setAttribute("aria-pressed", String(match));
   }
 }

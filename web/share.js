@@ -1,20 +1,29 @@
 // Settings in the URL and the leave-page warning.
 //
 // "Copy share link": the page's address with ?model=...&seed=... and every setting that differs
-// from its default (lists comma-separated), copied to the clipboard and shown for copying by
-// hand. On load, the link's settings go into the form (readLink / applyLink) and are checked
-// like any input: a value the control cannot hold (text in a number field, an unknown
-// choice) or a name that is no setting is marked inline, Start stays disabled until that field
-// is edited; nothing is dropped silently. While a run trains (or is paused), leaving the page
-// asks first (beforeunload).
+// from its default (lists comma-separated; `trainable`, the fine-tuning selection, as the
+// parameters' names), copied to the clipboard and shown for copying by hand. On load, the
+// link's settings go into the form (readLink / applyLink) and are checked like any input, with
+// values.js's strict parser: a value the control cannot hold (text or 0x10 in a number field,
+// 1e999, an unknown choice; a number field shows the link's text), a name given twice, a
+// setting that does not apply to the link's optimizer (scheduler, loss) and names that are no
+// settings are marked, Start stays disabled until that field is edited (the ignored names: until
+// any edit); nothing is dropped silently. No key of a link is looked up through an inherited
+// property (?constructor=2 is a name that is no setting). While a run trains (or is paused),
+// leaving the page asks first (beforeunload).
 
 import { $ } from "./util.js";
 import { appState, hooks, log } from "./state.js";
-import { applyConfig, changedConfig, pageField, readConfig } from "./form.js";
+import { applyConfig, changedConfig, notApplying, pageField, readConfig } from "./form.js";
 import { scheduleCheck } from "./validation.js";
+import { loadedSummary, setTrainable, trainableConfig } from "./summary.js";
+import { parseList, parseNumber, quote } from "./values.js";
 
-const NOT_SETTINGS = new Set(["class"]);  // classroom mode's ?class=ID (web/classroom.js)
-let linkErrors = [];                       // [[field, message]] from the link, until edited
+const NOT_SETTINGS = new Set(["class", "test"]);  // classroom mode's ?class=ID, the tests' hooks
+const IGNORED_SHOWN = 5;                   // the ignored names a message lists
+// {field, message, ignored}: what the link gave that the form could not take, until edited
+let linkErrors = [];
+let linkTrainable = null;                  // the link's `trainable` names, once the model is known
 
 /** The share link of the current settings and model. */
 export function shareLink() {
@@ -25,83 +34,149 @@ export function shareLink() {
   for (const [k, v] of Object.entries(changed)) {
     if (v !== undefined) params.set(k, Array.isArray(v) ? v.join(",") : String(v));
   }
+  const trainable = trainableConfig();
+  if (trainable) params.set("trainable", trainable.join(","));
   return `${location.origin}${location.pathname}?${params}`;
 }
 
-/** The value of ``text`` for field ``f``, or {error} naming what is wrong. */
+/** The value of ``text`` for field ``f``: ``{value}``, or ``{error}`` naming the field and
+ * quoting the link's text (and ``{text}``: what a number field shows). */
 function parseValue(f, text) {
   const t = text.trim();
+  const bad = (what) => ({ error: `${f.name}: ${quote(text)} from the link ${what}` });
   if (f.type === "int" || f.type === "float") {
-    const n = Number(t);
-    return t === "" || Number.isNaN(n) ? { error: `“${text}” from the link is not a number` }
-      : { value: n };
+    const n = parseNumber(t);
+    return n.problem ? { ...bad(n.problem), text } : { value: n.value };
   }
   if (f.type === "bool") {
     if (["true", "1"].includes(t)) return { value: true };
     if (["false", "0"].includes(t)) return { value: false };
-    return { error: `“${text}” from the link is not true or false` };
+    return bad("is not true or false");
   }
   if (f.type === "choice") {
-    return f.choices.includes(t) ? { value: t }
-      : { error: `“${text}” from the link is not one of ${f.choices.join(", ")}` };
+    return f.choices.includes(t) ? { value: t } : bad(`is not one of ${f.choices.join(", ")}`);
   }
   if (f.type === "list") {
-    const parts = t.split(/[\s,]+/).filter(Boolean).map(Number);
-    return parts.some(Number.isNaN)
-      ? { error: `“${text}” from the link is not a list of numbers` } : { value: parts };
+    const n = parseList(t);
+    return n.problem ? { ...bad(`is not a list of numbers (it ${n.problem})`), text }
+      : { value: n.value };
   }
   return { value: t };
 }
 
-/** The link's model and settings: ``{model, config, errors}``. */
+function ignoredMessage(names) {
+  const shown = names.slice(0, IGNORED_SHOWN).map(quote).join(", ");
+  const more = names.length > IGNORED_SHOWN ? ` and ${names.length - IGNORED_SHOWN} more` : "";
+  return `link: ignored ${names.length === 1 ? "a name that is" : `${names.length} names ` +
+    "that are"} no setting of this page: ${shown}${more}`;
+}
+
+/** The link's model and settings: ``{model, config, texts, trainable, errors}``; ``config``
+ * holds the values the form can take, ``texts`` the text of number fields it cannot (shown
+ * as they are, marked), ``errors`` [{field, message, ignored}]. */
 export function readLink(search = location.search) {
-  const config = {};
-  const errors = [];
-  let model = null;
+  const given = new Map();  // name -> every text the link gives it
   for (const [k, text] of new URLSearchParams(search)) {
-    if (NOT_SETTINGS.has(k)) continue;
-    if (k === "model") { model = text; continue; }
+    if (!NOT_SETTINGS.has(k)) given.set(k, [...(given.get(k) ?? []), text]);
+  }
+  const config = {};
+  const texts = {};
+  const errors = [];
+  const ignored = [];
+  let model = null;
+  let trainable = null;
+  for (const [k, all] of given) {
     const f = pageField(k);
-    if (!f) {
-      errors.push([k, "is not a setting of this page (from the link; ignored)"]);
+    if (!f && k !== "model" && k !== "trainable") {
+      ignored.push(k);
       continue;
     }
-    const v = parseValue(f, text);
-    if ("error" in v) errors.push([k, v.error]);
-    else config[k] = v.value;
+    const text = all[0];
+    if (all.length > 1) {
+      errors.push({ field: k, message: `${k}: the link gives it ${all.length} times ` +
+        `(${all.slice(0, IGNORED_SHOWN).map(quote).join(", ")}${all.length > IGNORED_SHOWN
+          ? ", …" : ""}); using the first, ${quote(text)}` });
+    }
+    if (k === "model") model = text;
+    else if (k === "trainable") trainable = text.split(",").map((n) => n.trim()).filter(Boolean);
+    else {
+      const v = parseValue(f, text);
+      if (v.error) errors.unshift({ field: k, message: v.error });
+      else config[k] = v.value;
+      if (v.text !== undefined) texts[k] = v.text;
+    }
   }
-  return { model, config, errors };
+  for (const k of Object.keys(config)) {  // under the link's optimizer, scheduler and loss
+    const why = notApplying(k, config);
+    if (why) {
+      errors.push({ field: k, ignored: true,
+        message: `${k}: ${quote(given.get(k)[0])} from the link ${why}; ignored` });
+    }
+  }
+  for (const { field, ignored: skip } of errors) if (skip) delete config[field];
+  if (ignored.length) {
+    errors.push({ field: "link", message: ignoredMessage(ignored), ignored: true });
+  }
+  return { model, config, texts, trainable, errors };
 }
 
 /** Apply the link's settings to the form; returns the model it names (or null). */
 export function applyLink() {
-  const { model, config, errors } = readLink();
+  const { model, config, texts, trainable, errors } = readLink();
   linkErrors = errors;
-  if (Object.keys(config).length) applyConfig(config);
-  if (errors.length || Object.keys(config).length) {
-    log(`Settings from the link: ${Object.entries(config).map(([k, v]) => `${k}=${v}`)
-      .join(", ") || "none"}` + (errors.length ? `; ${errors.length} marked to fix` : ""));
+  linkTrainable = trainable;
+  if (Object.keys(config).length || Object.keys(texts).length) {
+    applyConfig({ ...config, ...texts });
   }
-  // a field edited by hand drops its link error; a name that is no setting goes with any edit
-  $("settings").addEventListener("input", (ev) => {
-    const name = ev.target.closest("[data-field]")?.dataset.field;
+  if (errors.length || Object.keys(config).length || trainable) {
+    log(`Settings from the link: ${Object.entries(config).map(([k, v]) => `${k}=${v}`)
+      .join(", ") || "none"}` + (trainable ? `; trainable: ${trainable.length} parameter(s)`
+      : "") + (errors.length ? `; ${errors.length} marked to fix` : ""));
+  }
+  // a field edited by hand drops its link error; the ignored names go with any edit
+  const edited = (name) => {
     const before = linkErrors.length;
-    linkErrors = linkErrors.filter(([k]) => k !== name && pageField(k));
+    linkErrors = linkErrors.filter((e) => e.field !== name && !e.ignored);
     if (linkErrors.length !== before) scheduleCheck(0);
+  };
+  $("settings").addEventListener("input", (ev) => {
+    edited(ev.target.id === "model" ? "model" : ev.target.closest("[data-field]")?.dataset.field);
+  });
+  // the fine-tuning selection is the model summary's (ticks, "Train all", "Head only")
+  $("summary-card").addEventListener("input", () => edited("trainable"));
+  $("summary-card").addEventListener("click", (ev) => {
+    if (ev.target.closest("button:not(.tip)")) edited("trainable");
   });
   scheduleCheck(0);
   return model;
 }
 
-/** A model named by the link that the list lacks: marked like a bad setting. */
-export function checkLinkModel(model) {
+/** A model named by the link that the list lacks: marked like a bad setting. Then the link's
+ * `trainable` once the model's summary is there: names the model lacks are marked (and every
+ * parameter trains). */
+export async function checkLinkModel(model) {
   if (model && $("model").value !== model) {
-    linkErrors.push(["model", `the link's model “${model}” is not on this server; using ` +
-      `${$("model").value || "none"}`]);
+    linkErrors.push({ field: "model", message: `the link's model ${quote(model)} is not on ` +
+      `this server; using ${$("model").value || "none"}` });
     scheduleCheck(0);
   }
+  if (!linkTrainable) return;
+  const summary = await loadedSummary();
+  if (!summary) return;
+  const params = new Set(summary.tensors.filter((t) => t.role === "param").map((t) => t.name));
+  const unknown = linkTrainable.filter((n) => !params.has(n));
+  if (unknown.length) {
+    linkErrors.push({ field: "trainable", message: `trainable: the link names ` +
+      `${unknown.length} tensor(s) that ${$("model").value} has no parameter of: ` +
+      `${unknown.slice(0, IGNORED_SHOWN).map(quote).join(", ")}` +
+      `${unknown.length > IGNORED_SHOWN ? ", …" : ""}; every parameter trains` });
+    scheduleCheck(0);
+  } else {
+    setTrainable(linkTrainable);
+  }
+  linkTrainable = null;
 }
-hooks.linkErrors = () => linkErrors;
+hooks.linkErrors = () => linkErrors.map((e) => [e.field, e.message]);
 
 async function copyShareLink() {
   const link = shareLink();

@@ -29,7 +29,8 @@ window.appState = appState;
 window.lastRun = null;
 
 /** Callbacks the modules call back into the page (set by app.js): controls to re-sync. */
-export const hooks = { sync: () => {}, formChanged: () => {}, linkErrors: () => [] };
+export const hooks = { sync: () => {}, formChanged: () => {}, linkErrors: () => [],
+  fieldProblems: () => [] };
 
 const MAX_LOG = 300;
 export function log(text, kind = "info") {

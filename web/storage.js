@@ -17,11 +17,10 @@ import { createStore, get, set, del, update } from "/vendor/idb-keyval/index.js"
 import { $, humanBytes, pct } from "./util.js";
 import { appState, hooks, log, setStatus, showError } from "./state.js";
 import { applyConfig } from "./form.js";
-import { checkConfig } from "./validation.js";
+import { importConfig } from "./settings-file.js";
 import { onModelChange } from "./models.js";
 import { requestRender } from "./progress.js";
 import { downloadOnnx } from "./results.js";
-import { setTrainable } from "./summary.js";
 
 const DB = "webgpu-trainer";
 const STORE = "checkpoints";
@@ -233,56 +232,6 @@ function exportConfig() {
   saveFile("webgpu-trainer-settings.json",
     new Blob([JSON.stringify(doc, null, 2) + "\n"], { type: "application/json" }));
   note("Settings exported as webgpu-trainer-settings.json.");
-}
-
-function showImportErrors(title, errors) {
-  const ul = $("config-import-errors");
-  ul.replaceChildren(Object.assign(document.createElement("li"), { textContent: title }));
-  for (const [field, msg] of errors) {
-    ul.append(Object.assign(document.createElement("li"), { textContent: `${field}: ${msg}` }));
-  }
-  ul.hidden = false;
-}
-
-/** Import settings from a JSON file (this page's export, or a flat config): checked by the
- * server's validator first; on any error nothing is applied and the errors are named. */
-export async function importConfig(text, name = "the file") {
-  $("config-import-errors").hidden = true;
-  let doc;
-  try {
-    doc = JSON.parse(text);
-  } catch (e) {
-    return showImportErrors(`${name} is not JSON, nothing was changed:`, [["file", e.message]]);
-  }
-  const config = doc && typeof doc.config === "object" ? doc.config : doc;
-  const model = doc?.config ? doc.model : $("model").value;
-  if (!config || typeof config !== "object" || Array.isArray(config)) {
-    return showImportErrors(`${name} holds no settings, nothing was changed:`,
-      [["file", "expected an object {\"model\", \"config\": {...}} or the settings' fields"]]);
-  }
-  if (model && !appState.models.some((m) => m.name === model)) {
-    return showImportErrors(`${name} does not fit here, nothing was changed:`, [["model",
-      `no model named “${model}” (models: ${appState.models.map((m) => m.name).join(", ")})`]]);
-  }
-  const verdict = await checkConfig(config, model || null);
-  if (!verdict.ok) {
-    return showImportErrors(`${name} has settings the trainer refuses, nothing was changed:`,
-      verdict.errors ?? []);
-  }
-  if (model && model !== $("model").value) {
-    $("model").value = model;
-    onModelChange();
-  }
-  applyConfig(config);
-  if ("trainable" in config) {
-    for (let i = 0; i < 50 && !appState.summary; i++) await new Promise((r) => setTimeout(r, 100));
-    if (appState.summary) {
-      setTrainable(config.trainable ?? appState.summary.tensors
-        .filter((t) => t.role === "param").map((t) => t.name));
-    }
-  }
-  note(`Imported the settings of ${name}.`);
-  log(`Imported settings from ${name}.`);
 }
 
 // ------------------------------------------------------------------------------ reset

@@ -4,11 +4,41 @@
 import { $, humanCount } from "./util.js";
 import { appState, hooks, log } from "./state.js";
 
-export async function loadSummary(name) {
+let loading = Promise.resolve();  // the latest loadSummary
+
+async function fetchSummary(name) {
+  const res = await fetch(`/api/models/${encodeURIComponent(name)}/summary`);
+  const body = await res.json();
+  if (!res.ok) throw new Error(body.error ?? `HTTP ${res.status}`);
+  return body;
+}
+
+/** Load the summary of model ``name`` (the chosen one) into the card. */
+export function loadSummary(name) {
+  loading = showSummary(name);
+  return loading;
+}
+
+/** The chosen model's summary once the latest load ended (null: it failed). */
+export async function loadedSummary() {
+  let p;
+  do {
+    p = loading;
+    await p;
+  } while (p !== loading);
+  return appState.summary;
+}
+
+/** The names of model ``name``'s parameters (what `trainable` may name), graph order. */
+export async function paramNames(name) {
+  const s = $("summary-card").dataset.model === name && appState.summary
+    ? appState.summary : await fetchSummary(name);
+  return s.tensors.filter((t) => t.role === "param").map((t) => t.name);
+}
+
+async function showSummary(name) {
   try {
-    const res = await fetch(`/api/models/${encodeURIComponent(name)}/summary`);
-    const body = await res.json();
-    if (!res.ok) throw new Error(body.error ?? `HTTP ${res.status}`);
+    const body = await fetchSummary(name);
     if ($("model").value !== name) return;  // the user moved on
     appState.summary = body;
     appState.trainable = new Set(body.tensors.filter((t) => t.trainable).map((t) => t.name));
@@ -43,7 +73,7 @@ function trainBoxes(layer, params, byName) {
     });
     const short = n.startsWith(layer.name.replace(/^\//, "").split("/")[0] + ".")
       ? n.split(".").pop() : n;
-    label.title = `${n} ${JSON.stringify(byName[n].shape)}`;
+    label.title = `${n} ${JSON.stringify(byName.get(n).shape)}`;
     box.setAttribute("aria-label", `Train ${n}`);  // the visible "weight" / "bias" is not unique
     label.append(box, document.createTextNode(` ${short}`));
     td.append(label);
@@ -54,11 +84,11 @@ function trainBoxes(layer, params, byName) {
 export function renderSummary() {
   const s = appState.summary;
   if (!s) return;
-  const byName = Object.fromEntries(s.tensors.map((t) => [t.name, t]));
+  const byName = new Map(s.tensors.map((t) => [t.name, t]));  // no inherited names
   const body = $("summary-table").querySelector("tbody");
   body.replaceChildren();
   for (const layer of s.layers) {
-    const params = layer.tensors.filter((n) => byName[n]?.role === "param");
+    const params = layer.tensors.filter((n) => byName.get(n)?.role === "param");
     const tr = document.createElement("tr");
     cellsOf(layer).forEach((text, i) => {
       const td = document.createElement("td");

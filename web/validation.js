@@ -1,6 +1,8 @@
 // The settings checked by the server with the engine's validator (POST /api/config/validate,
-// the same Python code the worker runs again before training): every bad field is marked
-// inline (aria-invalid and the validator's message next to it); Start waits for a clean check.
+// the same Python code the worker runs again before training), together with the page's own
+// findings (a share link's values it could not take, number fields holding no number): every
+// bad field is marked inline (aria-invalid and the message next to it); Start waits for a
+// clean check.
 
 import { $ } from "./util.js";
 import { hooks } from "./state.js";
@@ -19,21 +21,31 @@ export function scheduleCheck(delay = 150) {
 }
 
 /** Check ``config`` (default: ``hooks.currentConfig()``, what Start would send) with the
- * server's validator; marks the fields and returns the answer ``{ok, errors, config, steps}``. */
+ * server's validator; marks the fields and returns the answer ``{ok, errors, config, steps}``
+ * with the page's own findings first (one message a field: the page's, which quotes what
+ * the user gave, before the server's). */
 export async function validateNow(config = null) {
   clearTimeout(timer);
   const mine = ++seq;
   config = config ?? hooks.currentConfig();
   formState.pending = true;
   const body = await checkConfig(config, $("model")?.value || null);
+  // a share link's values the form could not take, then number fields holding no number
+  const errors = firstPerField([...hooks.linkErrors(), ...hooks.fieldProblems(),
+    ...(body.errors ?? [])]);
+  const answer = { ...body, ok: !!body.ok && !errors.length, errors };
   if (mine === seq) {  // the latest check decides the marks
-    const link = hooks.linkErrors();  // values of a share link the form could not take
-    Object.assign(formState, { valid: !!body.ok && !link.length, pending: false,
-      errors: [...(body.errors ?? []), ...link], steps: body.steps ?? null });
+    Object.assign(formState, { valid: answer.ok, pending: false, errors,
+      steps: body.steps ?? null });
     markErrors(formState.errors);
     hooks.sync();
   }
-  return body;
+  return answer;
+}
+
+function firstPerField(errors) {
+  const seen = new Set();
+  return errors.filter(([field]) => !seen.has(field) && seen.add(field));
 }
 
 /** The server's verdict on ``config`` for ``model`` (POST /api/config/validate), marking
@@ -72,8 +84,8 @@ export function markErrors(errors) {
   let first = null;
   for (const [name, message] of errors) {
     const box = document.querySelector(`#settings [data-field="${CSS.escape(name)}"]`);
-    if (!box || box.hidden) {
-      rest.push(`${name}: ${message}`);
+    if (!box || box.hidden) {  // the page's own messages start with the field's name
+      rest.push(message.startsWith(`${name}: `) ? message : `${name}: ${message}`);
       continue;
     }
     box.classList.add("invalid");
