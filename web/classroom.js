@@ -180,7 +180,8 @@ function save() {
 function pinnedValues() {
   const s = state.session;
   if (!s) return {};
-  return Object.fromEntries(s.pinned.filter((k) => k in s.config).map((k) => [k, s.config[k]]));
+  return Object.fromEntries(s.pinned.filter((k) => Object.hasOwn(s.config, k))
+    .map((k) => [k, s.config[k]]));
 }
 
 /** Put the session's config into the form (only the pinned keys with `onlyPinned`); lock the

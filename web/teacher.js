@@ -100,7 +100,8 @@ function renderJoin() {
     $("join-url").href = j.url;
     $("qr").src = `data:image/svg+xml;charset=utf-8,${encodeURIComponent(j.qr_svg)}`;
   }
-  const pinned = s.pinned.filter((k) => k in s.config).map((k) => `${k} ${s.config[k]}`);
+  const pinned = s.pinned.filter((k) => Object.hasOwn(s.config, k))
+    .map((k) => `${k} ${s.config[k]}`);
   $("pinned-text").textContent = pinned.length ? `Locked for students: ${pinned.join(" · ")}`
     : "Students may change every setting.";
   $("session-state").textContent = s.open ? "open" : "closed: nobody new can join";
