@@ -1,0 +1,221 @@
+"""Hostile settings input on the page (issue 16), in headless Chromium: share links whose keys
+are Object.prototype's names (?constructor=2 bricked the page), duplicates, 0x10, 1e999, a
+setting of another optimizer, many unknown names, the fine-tuning selection (`trainable`) in
+a link; number fields that keep what was typed (strict decimal numbers); settings imports with
+numbers that are not finite or `trainable` names the model lacks, which change nothing. Each
+case asserts the exact message. No training runs here (the Diverged advice is Python:
+tests/test_evaluation.py)."""
+
+import json
+import urllib.parse
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+BOOT_TIMEOUT_S = 180
+WAIT_MS = 60_000
+BLOCKED = "Fix the settings marked in red first"  # #start's title while a check failed
+
+# JS: the texts the page shows for the settings: inline per field and the list below the form
+MARKS = """() => ({
+  inline: Object.fromEntries([...document.querySelectorAll('#settings .field-error')]
+    .filter((e) => !e.hidden).map((e) => [e.closest('[data-field]').dataset.field,
+                                          e.textContent])),
+  rest: [...document.querySelectorAll('#config-errors li')].map((li) => li.textContent),
+  models: [...document.querySelectorAll('#model option')].map((o) => o.value),
+  start: document.querySelector('#start').title})"""
+
+
+@pytest.fixture()
+def page(chromium, server):
+    ctx = chromium.new_context(viewport={"width": 1280, "height": 800})
+    pg = ctx.new_page()
+    errors = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.errors = errors
+    yield pg
+    ctx.close()
+
+
+def open_link(pg, server, query, needle):
+    """Open ``server/?query``; wait for the model list and ``needle`` among the marks."""
+    pg.goto(f"{server}/?{query}")
+    pg.wait_for_function(
+        "(needle) => document.querySelector('#model option[value=seednet]') && "
+        "[...document.querySelectorAll('.field-error:not([hidden]), #config-errors li')]"
+        ".some((e) => e.textContent === needle)", arg=needle, timeout=WAIT_MS)
+    marks = pg.evaluate(MARKS)
+    assert marks["models"] == ["seednet"], marks
+    assert not pg.errors, pg.errors
+    return marks
+
+
+IGNORED = "link: ignored a name that is no setting of this page: "
+HOSTILE_LINKS = [
+    # Object.prototype's names: no lookup through an inherited key (before: TypeError at boot,
+    # the model list empty, "Loading..." for ever)
+    ("constructor=2", {}, [IGNORED + "“constructor”"]),
+    ("__proto__=1", {}, [IGNORED + "“__proto__”"]),
+    ("toString=1", {}, [IGNORED + "“toString”"]),
+    ("hasOwnProperty=x", {}, [IGNORED + "“hasOwnProperty”"]),
+    ("lr=0.01&valueOf=3", {}, [IGNORED + "“valueOf”"]),
+    # before: momentum dropped silently
+    ("optimizer=adam&momentum=0.9", {}, ["momentum: “0.9” from the link does not apply to "
+                                         "optimizer Adam (only to SGD, RMSprop); ignored"]),
+    # before: 16
+    ("lr=0x10", {"lr": "lr: “0x10” from the link is not a decimal number"}, []),
+    # before: 0.2, silently
+    ("lr=0.1&lr=0.2", {"lr": "lr: the link gives it 2 times (“0.1”, “0.2”); using the first, "
+                             "“0.1”"}, []),
+    # before: "must be a number > 0, got ''"
+    ("lr=1e999", {"lr": "lr: “1e999” from the link is not a finite number"}, []),
+    ("betas=0.9,x&optimizer=adam",
+     {"betas": "betas: “0.9,x” from the link is not a list of numbers (it has “x”, which is "
+               "not a number)"}, []),
+    ("a=1&b=2&c=3&d=4&e=5&f=6&g=7", {}, ["link: ignored 7 names that are no setting of this "
+                                         "page: “a”, “b”, “c”, “d”, “e” and 2 more"]),
+    ("model=seednet&model=x", {}, ["model: the link gives it 2 times (“seednet”, “x”); using "
+                                   "the first, “seednet”"]),
+    ("trainable=fc2.weight,nope", {}, ["trainable: the link names 1 tensor(s) that seednet has "
+                                       "no parameter of: “nope”; every parameter trains"]),
+]
+# what the form holds after each link (readFormForTests), where it matters
+FORM_AFTER = {"lr=0.01&valueOf=3": {"lr": 0.01}, "lr=0x10": {"lr": "0x10"},
+              "lr=0.1&lr=0.2": {"lr": 0.1}, "lr=1e999": {"lr": "1e999"},
+              "optimizer=adam&momentum=0.9": {"optimizer": "adam", "momentum": None},
+              "trainable=fc2.weight,nope": {"trainable": None}}
+
+
+def test_hostile_share_links(page, server):
+    """Every hostile link opens: the model list is filled, each problem is marked with the
+    link's value and Start waits; then a link of them all boots to a ready worker, and an edit
+    drops the ignored names."""
+    pg = page
+    for query, inline, rest in HOSTILE_LINKS:
+        marks = open_link(pg, server, query, next(iter(inline.values()), None) or rest[0])
+        assert (marks["inline"], marks["rest"], marks["start"]) == (inline, rest, BLOCKED), \
+            query
+        form = pg.evaluate("window.readFormForTests()")
+        for k, v in FORM_AFTER.get(query, {}).items():
+            assert form.get(k) == v, (query, k, form)
+    everything = "constructor=2&__proto__=1&toString=1&hasOwnProperty=x&valueOf=3&lr=0.02"
+    open_link(pg, server, everything, "link: ignored 5 names that are no setting of this page: "
+              "“constructor”, “__proto__”, “toString”, “hasOwnProperty”, “valueOf”")
+    pg.wait_for_function("window.appState.workerReady || window.appState.phase === 'error'",
+                         timeout=BOOT_TIMEOUT_S * 1000)
+    assert pg.evaluate("window.appState.phase") == "ready"
+    pg.fill("#epochs", "2")  # any edit: the ignored names were shown; Start may go
+    pg.wait_for_function("!document.querySelector('#start').disabled", timeout=WAIT_MS)
+    assert pg.evaluate(MARKS)["rest"] == []
+    assert pg.evaluate("window.readFormForTests()")["lr"] == 0.02
+    assert not pg.errors, pg.errors
+
+
+def test_share_link_keeps_the_fine_tuning_selection(page, server):
+    """"Head only" (SeedNet's last layers) goes into the share link as `trainable`; opening
+    the link ticks the same parameters."""
+    pg = page
+    pg.goto(server)
+    pg.wait_for_function("window.appState && window.appState.summary", timeout=WAIT_MS)
+    pg.click("#tab-model")
+    pg.click("#train-head")
+    pg.click("#share")
+    link = pg.input_value("#share-url")
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(link).query))
+    head = ["fc2.weight", "fc2.bias", "norm2.weight", "norm2.bias"]
+    assert query["trainable"] == ",".join(head) and query["init"] == "finetune", query
+    want = pg.evaluate("window.readFormForTests()")
+    assert want["trainable"] == head
+    pg.goto(link)
+    pg.wait_for_function("window.readFormForTests && window.appState.summary && "
+                         "window.readFormForTests().trainable !== null", timeout=WAIT_MS)
+    assert pg.evaluate("window.readFormForTests()") == want
+    pg.wait_for_function("document.querySelector('#start').title === ''", timeout=WAIT_MS)
+    assert not pg.errors, pg.errors
+
+
+NUMBERS = [  # typed into a field -> its inline message (before: lr '' or 0.01 or 10)
+    ("lr", "abc", "lr: “abc” is not a number"),
+    ("lr", "0.0.1", "lr: “0.0.1” is not a number"),
+    ("lr", "0x10", "lr: “0x10” is not a decimal number"),
+    ("lr", "1e999", "lr: “1e999” is not a finite number"),
+    ("lr", "Infinity", "lr: “Infinity” is not a finite number"),
+    ("seed", "12abc", "seed: “12abc” is not a number"),
+    ("betas", "0.9, x", "betas: “0.9, x” is not a list of numbers (it has “x”, which is not a "
+                        "number)"),
+]
+
+
+def import_file(pg, path, doc: str):
+    path.write_text(doc)
+    pg.evaluate("document.querySelector('#work-note').textContent = ''; "
+                "document.querySelector('#config-import-errors').hidden = true")
+    pg.set_input_files("#work-config-file", str(path))
+    pg.wait_for_function("!document.querySelector('#config-import-errors').hidden || "
+                         "document.querySelector('#work-note').textContent", timeout=WAIT_MS)
+    return pg.evaluate("""() => ({
+      errors: document.querySelector('#config-import-errors').hidden ? null
+        : [...document.querySelectorAll('#config-import-errors li')].map((li) => li.textContent),
+      note: document.querySelector('#work-note').textContent})""")
+
+
+REFUSED = "imp.json has settings the trainer refuses, nothing was changed:"
+IMPORTS = [
+    # before: "Imported the settings..." with lr and seed emptied
+    ('{"lr": 1e999, "seed": 1e999}',
+     [REFUSED, "lr: 1e999 is not a finite number", "seed: 1e999 is not a finite number"]),
+    ('{"model": "seednet", "config": {"optimizer": "adam", "betas": [0.9, -1E999]}}',
+     [REFUSED, "betas[1]: -1E999 is not a finite number"]),
+    ('{"lr": 1' + "0" * 400 + ', "epochs": 0}',
+     [REFUSED, "lr: 1" + "0" * 38 + "… is not a finite number",
+      "epochs: must be an integer in [1, 1000], got 0"]),
+    ('{"trainable": ["fc2.weight", "nope"]}',
+     [REFUSED, "trainable: seednet has no parameter named “nope”"]),
+    ('{"model": 5, "config": {}}',
+     ["imp.json does not fit here, nothing was changed:",
+      "model: must be a model's name (text), got “5”"]),
+    # the server's message, its list of the known options cut here
+    ('{"constructor": 1}', [REFUSED, "constructor: unknown option (known: optimizer, lr, "]),
+]
+
+
+def test_number_fields_and_imports(page, server, tmp_path):
+    """A number field keeps what was typed and names it; an import with a bad value changes
+    nothing (the form's values compared before / after) and names each bad field with the
+    file's value; a good one that holds a command-line setting says it was left out."""
+    pg = page
+    pg.goto(server)
+    pg.wait_for_function("window.appState && window.appState.summary && "
+                         "document.querySelector('#lr')",
+                         timeout=WAIT_MS)
+    pg.evaluate("document.querySelector('#advanced').open = true")
+    for field, typed, message in NUMBERS:
+        old = pg.input_value(f"#{field}")
+        pg.fill(f"#{field}", typed)
+        pg.wait_for_function(f"document.querySelector('#{field}-error').textContent === "
+                             f"{json.dumps(message)} && !document.querySelector("
+                             f"'#{field}-error').hidden", timeout=WAIT_MS)
+        assert pg.input_value(f"#{field}") == typed  # kept as typed
+        assert pg.get_attribute(f"#{field}", "aria-invalid") == "true"
+        assert pg.get_attribute("#start", "title") == BLOCKED
+        pg.fill(f"#{field}", old)
+        pg.wait_for_function(f"!document.querySelector('#{field}').hasAttribute('aria-invalid')",
+                             timeout=WAIT_MS)
+    pg.fill("#lr", "2.5e-3")
+    pg.wait_for_function("document.querySelector('#start').title === ''", timeout=WAIT_MS)
+    before = pg.evaluate("window.readFormForTests()")
+    assert before["lr"] == 0.0025
+    path = tmp_path / "imp.json"
+    for doc, want in IMPORTS:
+        got = import_file(pg, path, doc)
+        assert got["errors"][:-1] == want[:-1], doc
+        assert got["errors"][-1] == want[-1] or want[-1].endswith(", ") and \
+            got["errors"][-1].startswith(want[-1]), (doc, got)
+        assert pg.evaluate("window.readFormForTests()") == before, doc  # nothing changed
+        assert pg.input_value("#lr") == "2.5e-3"
+    got = import_file(pg, path, '{"lr": 0.004, "report_every": 5}')
+    assert got == {"errors": None, "note": "Imported the settings of imp.json. Left out what "
+                   "this page does not set (the command line's): report_every."}
+    assert pg.evaluate("window.readFormForTests()") == {**before, "lr": 0.004}
+    assert not pg.errors, pg.errors
