@@ -63,6 +63,8 @@ HOSTILE_LINKS = [
     # before: momentum dropped silently
     ("optimizer=adam&momentum=0.9", {}, ["momentum: “0.9” from the link does not apply to "
                                          "optimizer Adam (only to SGD, RMSprop); ignored"]),
+    ("optimizer=adam&momentum=abc", {}, ["momentum: “abc” from the link does not apply to "
+                                         "optimizer Adam (only to SGD, RMSprop); ignored"]),
     # before: 16
     ("lr=0x10", {"lr": "lr: “0x10” from the link is not a decimal number"}, []),
     # before: 0.2, silently

@@ -106,14 +106,16 @@ export function readLink(search = location.search) {
       if (v.text !== undefined) texts[k] = v.text;
     }
   }
-  for (const k of Object.keys(config)) {  // under the link's optimizer, scheduler and loss
+  // a setting of another optimizer (scheduler, loss) than the link's, good value or bad
+  for (const k of given.keys()) {
     const why = notApplying(k, config);
-    if (why) {
-      errors.push({ field: k, ignored: true,
-        message: `${k}: ${quote(given.get(k)[0])} from the link ${why}; ignored` });
-    }
+    if (!why) continue;
+    delete config[k];
+    delete texts[k];
+    errors.splice(0, errors.length, ...errors.filter((e) => e.field !== k));
+    errors.push({ field: k, ignored: true,
+      message: `${k}: ${quote(given.get(k)[0])} from the link ${why}; ignored` });
   }
-  for (const { field, ignored: skip } of errors) if (skip) delete config[field];
   if (ignored.length) {
     errors.push({ field: "link", message: ignoredMessage(ignored), ignored: true });
   }
@@ -140,6 +142,7 @@ export function applyLink() {
     if (linkErrors.length !== before) scheduleCheck(0);
   };
   $("settings").addEventListener("input", (ev) => {
+    if (ev.target.id === "model") edited("trainable");  // another model: its own selection
     edited(ev.target.id === "model" ? "model" : ev.target.closest("[data-field]")?.dataset.field);
   });
   // the fine-tuning selection is the model summary's (ticks, "Train all", "Head only")
