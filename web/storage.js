@@ -1,6 +1,6 @@
 // Keep your work (#panel-work): the checkpoint of every epoch in this browser's IndexedDB, the
-// resume banner after a reload or a crashed tab, the run's settings as JSON (export / import,
-// checked by the server's validator), the .onnx of the current weights and the metrics as CSV
+// resume banner after a reload or a crashed tab, the run's settings as JSON (export; the
+// import is settings-file.js's), the .onnx of the current weights and the metrics as CSV
 // at any time, "Reset everything", and the GPU device lost (resume on a new device).
 //
 // Why IndexedDB (through idb-keyval, served from web/node_modules under /vendor/idb-keyval)
