@@ -13,13 +13,12 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from ..bodies import JSON_LIMIT, read_json
 from ..server import ApiError
-from .limits import read_body
 from .store import Conflict, NotFound
 
 log = logging.getLogger("webgpu_trainer.classroom")
 
-JSON_LIMIT = 64 << 10      # a JSON body (a metrics batch of 2 s is a few KB)
 PRINTABLE = r"^[^\x00-\x1f\x7f<>]*$"  # names: no control characters, no markup
 
 
@@ -94,15 +93,12 @@ def _problems(exc: ValidationError) -> list[str]:
 
 async def json_body(request, model: type[Body]) -> Body:
     """The request's JSON body checked against ``model``: 415 for another content type, 413
-    over ``JSON_LIMIT``, 400 for malformed JSON, 422 naming every bad field."""
+    over ``JSON_LIMIT``, 400 for malformed or too deeply nested JSON (``bodies.read_json``),
+    422 naming every bad field."""
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype != "application/json":
         raise ApiError(415, "send the body as JSON (Content-Type: application/json)")
-    raw = await read_body(request, JSON_LIMIT, "JSON body")
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"the body is not valid JSON: {exc}") from None
+    data = await read_json(request, "the JSON body", JSON_LIMIT)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

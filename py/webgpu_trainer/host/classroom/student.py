@@ -17,10 +17,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..bodies import read_body
 from ..server import ApiError, file_response
 from .common import JoinBody, Report, call, client_ip, json_body, same_origin, student_of
 from .config import ConfigError, check_config
-from .limits import read_body
 
 
 def public_session(row: dict) -> dict:
