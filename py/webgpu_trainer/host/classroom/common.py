@@ -10,21 +10,22 @@ import logging
 import secrets
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StringConstraints,
+                      ValidationError)
 from starlette.concurrency import run_in_threadpool
 
 from ..bodies import JSON_LIMIT, read_json
 from ..server import ApiError
+from .names import display_name
 from .store import Conflict, NotFound
 
 log = logging.getLogger("webgpu_trainer.classroom")
 
-PRINTABLE = r"^[^\x00-\x1f\x7f<>]*$"  # names: no control characters, no markup
 
 
 def _text(most: int):
-    return Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
-                                            max_length=most, pattern=PRINTABLE)]
+    """A display name of at most ``most`` characters (``names.display_name``)."""
+    return Annotated[str, AfterValidator(lambda s: display_name(s, most))]
 
 
 Name = _text(40)
@@ -87,7 +88,7 @@ def _problems(exc: ValidationError) -> list[str]:
     out = []
     for e in exc.errors(include_url=False, include_input=False):
         where = ".".join(str(p) for p in e["loc"]) or "body"
-        out.append(f"{where}: {e['msg']}")
+        out.append(f"{where}: {e['msg'].removeprefix('Value error, ')}")
     return out
 
 
@@ -103,9 +104,14 @@ async def json_body(request, model: type[Body]) -> Body:
         return model.model_validate(data)
     except ValidationError as exc:
         found = _problems(exc)
-        raise ApiError(422, f"invalid {model.__name__}: {found[0]}"
-                            + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""),
-                       found) from None
+        first = exc.errors(include_url=False, include_input=False)[0]
+        if first["type"] == "value_error":  # ours (a name): a sentence for the person
+            message = first["msg"].removeprefix("Value error, ")
+            message = message[:1].upper() + message[1:] + "."
+        else:
+            message = f"invalid {model.__name__}: {found[0]}"
+        raise ApiError(422, message + (f" (and {len(found) - 1} more)" if len(found) > 1
+                                       else ""), found) from None
 
 
 async def call(fn, *args, **kwargs):

@@ -40,9 +40,14 @@ MAX_STREAMS = 32             # live streams per process
 POINTS_MARGIN_S = 10.0       # re-read points this far back (a late commit is not missed)
 
 
-def _checked(st, config: dict, pinned) -> tuple[dict, list]:
+def _checked(request, config: dict, pinned) -> tuple[dict, list]:
+    """The session's config checked against the server's models, the model's classes and the
+    training images (``check_config``) and its pinned keys; 422 naming each bad field."""
+    st = request.app.state.classroom
     try:
-        return (check_config(config, st.model_names()),
+        return (check_config(config, st.model_names(),
+                             train_images=request.app.state.train_images(),
+                             classes_of=st.models.classes),
                 check_pinned(list(PINNABLE) if pinned is None else pinned))
     except ConfigError as exc:
         raise ApiError(422, f"session config: {exc}", [f"{f}: {m}" for f, m in exc.errors]) \
@@ -72,7 +77,7 @@ async def sessions(request) -> Response:
         return JSONResponse(await call(st.store.sessions))
     same_origin(request)
     body = await json_body(request, SessionBody)
-    config, pinned = _checked(st, body.config, body.pinned)
+    config, pinned = _checked(request, body.config, body.pinned)
     sid = await call(st.store.create_session, body.name, config, pinned)
     return JSONResponse(_session_out(st, await call(st.store.session, sid)), 201)
 
@@ -88,7 +93,8 @@ async def session(request) -> Response:
         if "config" in change or "pinned" in change:
             old = await call(st.store.session, sid)
             change["config"], change["pinned"] = _checked(
-                st, change.get("config", old["config"]), change.get("pinned", old["pinned"]))
+                request, change.get("config", old["config"]),
+                change.get("pinned", old["pinned"]))
         row = await call(st.store.update_session, sid, **change)
     else:
         row = await call(st.store.session, sid)
