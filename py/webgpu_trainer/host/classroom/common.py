@@ -68,6 +68,8 @@ class Result(Body):
     eval_images: int | None = Field(None, ge=0, le=10 ** 6)
     steps: int | None = Field(None, ge=0, le=10 ** 9)
     stopped: bool = False
+    verdict: Literal["ok", "diverged", "chance", "stopped"] | None = None
+    reason: Annotated[str, StringConstraints(max_length=1000)] | None = None
 
 
 class Report(Body):
