@@ -37,7 +37,7 @@ def display_name(text: str, most: int) -> str:
     if not text:
         raise ValueError("type a name")
     if len(text) > most:
-        raise ValueError(f"the name is {len(text)} characters long; at most {most} please")
+        raise ValueError(f"the name is {len(text):,} characters long; at most {most} please")
     for i, ch in enumerate(text):
         cat = unicodedata.category(ch)
         if ch in "<>":
