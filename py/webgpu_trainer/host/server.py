@@ -165,7 +165,8 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         """Body ``{"config": {...}, "model": name?}``: the run configuration checked by the
         engine's validator (``config.parse``) against the training images of the MNIST
         manifest (and the model's classes when ``model`` is given). Answers ``{"ok": true,
-        "config": resolved config, "steps": {"per_epoch", "total", "train_images", "val_images"}}`` or
+        "config": resolved config, "steps": {"per_epoch", "total", "train_images",
+        "val_images"}}`` or
         ``{"ok": false, "errors": [[field, message], ...]}`` (200 both: a bad config is an
         answer, not a failed request); 400 when the body is not such an object (or not JSON,
         or nested too deeply), 413 over ``JSON_LIMIT`` bytes."""
