@@ -377,5 +377,20 @@ def test_teacher_sees_the_verdict(class_browser, server):
         assert pill.inner_text() == "No better than chance"
         colour = pill.evaluate("p => getComputedStyle(p).color")
         assert colour in ("rgb(180, 83, 9)", "rgb(251, 191, 36)"), colour
+        acc = teacher.query_selector("#roster td.strong[data-verdict='chance']")
+        assert acc.inner_text() == "9.20%"
+        assert acc.evaluate("p => getComputedStyle(p).color") == colour  # not green
+        # on a phone the roster keeps the columns that matter and fits (or shows a shadow)
+        teacher.set_viewport_size({"width": 390, "height": 844})
+        time.sleep(0.5)
+        heads = teacher.evaluate("[...document.querySelectorAll('#roster th')]"
+                                 ".filter(t => t.offsetParent).map(t => t.textContent)")
+        assert heads == ["Name", "State", "Progress", "Test acc (reported)", "Model"], heads
+        fits = teacher.evaluate("(w => w.scrollWidth <= w.clientWidth + 1)"
+                                "(document.querySelector('.roster-wrap'))")
+        shadow = teacher.evaluate("getComputedStyle(document.querySelector('.roster-wrap'))"
+                                  ".backgroundImage")
+        assert fits or "gradient" in shadow
+        shoot(teacher, "teacher-verdict", 390, 844)
     finally:
         teacher.context.close()

@@ -213,6 +213,9 @@ function renderRoster() {
         `${r.name.replace(/[^\w.-]+/g, "-")}-run${r.run}.onnx`));
       model.append(b);
     }
+    const acc = el("td", { className: "num strong", textContent: pct(r.test_acc),
+      title: "as the student's page reported it" });
+    if (verdict) acc.dataset.verdict = verdict;
     const cells = [
       el("td", { className: "name", textContent: r.name }),
       el("td", { className: "gpu-name", textContent: r.adapter ?? "–", title: r.adapter ?? "" }),
@@ -220,7 +223,7 @@ function renderRoster() {
       el("td", { className: "num", textContent: num(r.loss) }),
       el("td", { className: "num", textContent: pct(r.acc) }),
       el("td", { className: "num", textContent: pct(r.val_acc) }),
-      el("td", { className: "num strong", textContent: pct(r.test_acc) }),
+      acc,
       el("td", { className: "num", textContent: r.images_per_s == null ? "–"
         : Math.round(r.images_per_s).toLocaleString() }),
       model,
