@@ -234,3 +234,22 @@ def test_roster_shows_the_verdict(cls, result, verdict):
                                  "classes)")
     text = c.get(f"/api/classroom/sessions/{sid}/results.csv", headers=teacher(app)).text
     assert next(csv.DictReader(io.StringIO(text)))["verdict"] == verdict
+
+
+def test_database_of_an_earlier_version_gets_the_verdict_columns(tmp_path):
+    """A classroom.db made before runs had verdict / reason: opening it adds them (nothing
+    else changes) and the roster works."""
+    from webgpu_trainer.host.classroom.store import Store, sqlite_url
+    url = sqlite_url(tmp_path / "classroom.db")
+    store = Store(url, tmp_path)
+    sid = store.create_session("old", {"model": "mlp-ts17"}, ["model"])
+    with store.engine.connect() as c, c.begin():
+        for col in ("verdict", "reason"):
+            c.exec_driver_sql(f"ALTER TABLE runs DROP COLUMN {col}")
+    store.close()
+    store = Store(url, tmp_path)
+    from sqlalchemy import inspect
+    cols = {c["name"] for c in inspect(store.engine).get_columns("runs")}
+    assert {"verdict", "reason"} <= cols
+    assert store.session(sid)["name"] == "old" and store.roster(sid) == []
+    store.close()
