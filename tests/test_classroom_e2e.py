@@ -17,6 +17,8 @@ page at 1280x800 and 390 wide go to test-results/classroom/.
 
 from __future__ import annotations
 
+import csv
+import io
 import signal
 import socket
 import subprocess
@@ -228,6 +230,14 @@ def test_two_students_and_the_teacher(class_browser, server):
     for name, acc in results.items():
         assert by[name]["test_acc"] == pytest.approx(acc, abs=1e-6)
         assert by[name]["step"] == 8 and by[name]["adapter"]
+        # the page's verdict reached the roster (issue 16)
+        page = {"Ada": ada, "Grace": grace}[name]
+        assert by[name]["verdict"] == page.evaluate("window.lastRun.verdict"), by[name]
+    # the seed is not pinned: each student trained with their own (recorded in the CSV)
+    text = server.api("GET", f"/api/classroom/sessions/{sid}/results.csv",
+                      headers=server.teacher).text
+    seeds = {r["student"]: r["seed"] for r in csv.DictReader(io.StringIO(text))}
+    assert len(set(seeds.values())) == 2 and "0" not in seeds.values(), seeds
     want = sorted(results, key=lambda n: -results[n])
     js_wait(teacher, "window.teacherState.leaderboard.length === 2", 10, "the leaderboard")
     assert teacher.evaluate("window.teacherState.leaderboard") == want

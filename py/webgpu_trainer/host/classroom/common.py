@@ -20,6 +20,7 @@ from .names import display_name
 from .store import Conflict, NotFound
 
 log = logging.getLogger("webgpu_trainer.classroom")
+MAX_PROBLEMS = 5  # problems of a body listed one by one; the rest counted
 
 
 
@@ -112,8 +113,10 @@ async def json_body(request, model: type[Body]) -> Body:
             message = message[:1].upper() + message[1:] + "."
         else:
             message = f"invalid {model.__name__}: {found[0]}"
-        raise ApiError(422, message + (f" (and {len(found) - 1} more)" if len(found) > 1
-                                       else ""), found) from None
+        shown = found[:MAX_PROBLEMS] + ([f"and {len(found) - MAX_PROBLEMS:,} more problems"]
+                                        if len(found) > MAX_PROBLEMS else [])
+        raise ApiError(422, message + (f" (and {len(found) - 1:,} more)" if len(found) > 1
+                                       else ""), shown) from None
 
 
 async def call(fn, *args, **kwargs):
