@@ -167,6 +167,7 @@ async function join(name) {
     });
     Object.assign(state, { student: r.student, key: r.key, name: r.name, joined: true,
       session: r.session, lastError: null });
+    applyConfig();  // the session as this student gets it: their own seed unless pinned
     save();
     schedule(0);
   } catch (e) {
