@@ -74,7 +74,7 @@ def test_class_flow(tmp_path, db_url):
         assert hashlib.sha256(r.content).hexdigest() == digest
         text = c.get(f"/api/classroom/sessions/{sid}/results.csv", headers=teacher(app)).text
         rows = list(csv.DictReader(io.StringIO(text)))
-        assert [(r["student"], r["test_acc"], r["model"]) for r in rows] == [
+        assert [(r["student"], r["test_acc_reported"], r["model"]) for r in rows] == [
             ("Ada", "0.81", "mlp-ts17"), ("Bob", "0.93", "mlp-ts17")]
         assert rows[1]["model_sha256"] == digest
 
@@ -100,7 +100,7 @@ def test_restart_keeps_acknowledged(tmp_path, db_url):
         assert r.status_code == 200 and r.json()["points"] == 3
         res = c.get(f"/api/classroom/sessions/{sid}/results.csv", headers=teacher(app2)).text
         rows = list(csv.DictReader(io.StringIO(res)))
-        assert [(r["run"], r["state"], r["test_acc"]) for r in rows] == [
+        assert [(r["run"], r["state"], r["test_acc_reported"]) for r in rows] == [
             ("1", "finished", "0.5"), ("2", "training", "")]
 
 

@@ -17,6 +17,8 @@ page at 1280x800 and 390 wide go to test-results/classroom/.
 
 from __future__ import annotations
 
+import csv
+import io
 import signal
 import socket
 import subprocess
@@ -228,6 +230,14 @@ def test_two_students_and_the_teacher(class_browser, server):
     for name, acc in results.items():
         assert by[name]["test_acc"] == pytest.approx(acc, abs=1e-6)
         assert by[name]["step"] == 8 and by[name]["adapter"]
+        # the page's verdict reached the roster (issue 16)
+        page = {"Ada": ada, "Grace": grace}[name]
+        assert by[name]["verdict"] == page.evaluate("window.lastRun.verdict"), by[name]
+    # the seed is not pinned: each student trained with their own (recorded in the CSV)
+    text = server.api("GET", f"/api/classroom/sessions/{sid}/results.csv",
+                      headers=server.teacher).text
+    seeds = {r["student"]: r["seed"] for r in csv.DictReader(io.StringIO(text))}
+    assert len(set(seeds.values())) == 2 and "0" not in seeds.values(), seeds
     want = sorted(results, key=lambda n: -results[n])
     js_wait(teacher, "window.teacherState.leaderboard.length === 2", 10, "the leaderboard")
     assert teacher.evaluate("window.teacherState.leaderboard") == want
@@ -328,5 +338,69 @@ def test_session_dialog_follows_the_config_schema(class_browser, server):
         assert made and made[0]["config"]["optimizer"] == "sgd"
         assert made[0]["config"]["lr"] == 0.05
         assert "optimizer" in made[0]["pinned"] and "lr" not in made[0]["pinned"]
+    finally:
+        teacher.context.close()
+
+
+def test_refused_name_keeps_what_was_typed(class_browser, server):
+    """A name with a right-to-left override is refused in plain words, and what the student
+    typed stays in the field to correct (issue 16)."""
+    sid = server.session()
+    page = open_page(class_browser, f"{server.url}/?class={sid}")
+    try:
+        page.wait_for_selector("#classroom-name", timeout=60000)
+        page.fill("#classroom-name", "Eve\u202egnp.exe")
+        page.click("#classroom-join button")
+        page.wait_for_selector(".classroom-error", timeout=30000)
+        assert page.inner_text(".classroom-error") == (
+            "Could not join: The name has an invisible formatting character (U+202E "
+            "RIGHT-TO-LEFT OVERRIDE) that can make it show differently from what was typed: "
+            "type it again with visible characters only.")
+        assert page.input_value("#classroom-name") == "Eve\u202egnp.exe"
+        assert server.api("GET", f"/api/classroom/sessions/{sid}/roster",
+                          headers=server.teacher).json() == []
+    finally:
+        page.context.close()
+
+
+def test_teacher_sees_the_verdict(class_browser, server):
+    """A chance-level result reads "No better than chance" on the teacher's roster, in the
+    student's page's warning colour, not a green "finished" (issue 16)."""
+    sid = server.session()
+    r = server.api("POST", f"/api/classroom/join/{sid}", json={"name": "Chance"})
+    key = {"X-Student-Key": r.json()["key"]}
+    r = server.api("POST", "/api/classroom/report", headers=key, json={
+        "run": 1, "config": {"model": "mlp-ts17", "eval_images": 500, "val_images": 256,
+                             "batch_size": 64}, "points": [[1, 2.3, 0.1]],
+        "result": {"test_acc": 0.092, "test_loss": 2.3, "eval_images": 500, "steps": 8,
+                   "verdict": "ok"}})
+    assert r.status_code == 200, r.text
+    teacher = open_page(class_browser, f"{server.url}/teacher#token={TOKEN}")
+    try:
+        teacher.wait_for_selector("#session-select", state="attached", timeout=60000)
+        js_wait(teacher, f"[...document.querySelector('#session-select').options]"
+                         f".some(o => o.value === '{sid}')", 30, "the session listed")
+        teacher.select_option("#session-select", sid)
+        js_wait(teacher, "[...document.querySelectorAll('#roster .pill')]"
+                         ".some(p => p.dataset.verdict === 'chance')", 30, "the verdict")
+        pill = teacher.query_selector("#roster .pill[data-verdict='chance']")
+        assert pill.inner_text() == "No better than chance"
+        colour = pill.evaluate("p => getComputedStyle(p).color")
+        assert colour in ("rgb(180, 83, 9)", "rgb(251, 191, 36)"), colour
+        acc = teacher.query_selector("#roster td.strong[data-verdict='chance']")
+        assert acc.inner_text() == "9.20%"
+        assert acc.evaluate("p => getComputedStyle(p).color") == colour  # not green
+        # on a phone the roster keeps the columns that matter and fits (or shows a shadow)
+        teacher.set_viewport_size({"width": 390, "height": 844})
+        time.sleep(0.5)
+        heads = teacher.evaluate("[...document.querySelectorAll('#roster th')]"
+                                 ".filter(t => t.offsetParent).map(t => t.textContent)")
+        assert heads == ["Name", "State", "Progress", "Test acc (reported)", "Model"], heads
+        fits = teacher.evaluate("(w => w.scrollWidth <= w.clientWidth + 1)"
+                                "(document.querySelector('.roster-wrap'))")
+        shadow = teacher.evaluate("getComputedStyle(document.querySelector('.roster-wrap'))"
+                                  ".backgroundImage")
+        assert fits or "gradient" in shadow
+        shoot(teacher, "teacher-verdict", 390, 844)
     finally:
         teacher.context.close()

@@ -220,6 +220,13 @@ def test_checkpoint_round_trip_and_atomic(tmp_path):
     (["--batch-size", "512", "--train-images", "256"],
      r"--batch-size: must be an integer in \[2, 256\] \(at most the 256 training images\)"),
     (["--seed", "1.5"], "argument --seed: invalid int value: '1.5'"),
+    # issue 16: these reached the GPU's struct.pack ("float too large to pack with f format")
+    (["--lr", "1e308"], r"--lr: must be a number > 0 and at most 3\.403e\+38 \(the largest "
+                        r"float32, which the GPU computes in\), got 1e\+308"),
+    (["--weight-decay", "1e308"], r"--weight-decay: must be a number >= 0 and at most "
+                                  r"3\.403e\+38"),
+    (["--optimizer", "adamw", "--lr", "1e30", "--weight-decay", "1e10"],
+     r"--weight-decay: lr x weight_decay = 1e\+40 is above 3\.403e\+38"),
 ])
 def test_option_errors(tmp_path, args, message):
     """Bad options stop before anything is written (exit 2), every bad one named by its flag

@@ -5,7 +5,9 @@ Every error names its field and the allowed values; wrong types are errors, neve
 defaults round-trip through config.json; config.json of earlier versions still loads."""
 
 import json
+import math
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -298,3 +300,77 @@ def test_validate_route(client):
         "class_weights": [1.0, 2.0], "val_images": 0}})
     assert r.json()["errors"][0][0] == "class_weights"
     assert client.post("/api/config/validate", content=b"[1]").status_code == 400
+
+
+# ------------------------------------------------------------- issue 16: hostile values
+F32_ERR = "and at most 3.403e+38 (the largest float32, which the GPU computes in)"
+
+
+@pytest.mark.parametrize("data, field, message", [
+    ({"lr": 1e308}, "lr", f"must be a number > 0 {F32_ERR}, got 1e+308"),
+    ({"weight_decay": 1e308}, "weight_decay", f"must be a number >= 0 {F32_ERR}, got 1e+308"),
+    ({"lr": int("9" * 401)}, "lr", f"must be a number > 0 {F32_ERR}, got an integer of 401 "
+                                   "digits"),
+    ({"lr": 1e-50}, "lr", "must be a number > 0 and at least 1.175e-38 (smaller is 0 in "
+                          "float32, which the GPU computes in), got 1e-50"),
+    ({"lr": 1e38}, "lr", "lr / (1 - beta1) = 1e+39 (Adam's step size at step 1) is above "
+                         "3.403e+38, the largest float32: lower lr (now 1e+38)"),
+    ({"optimizer": "adamw", "lr": 1e30, "weight_decay": 1e10}, "weight_decay",
+     "lr x weight_decay = 1e+40 is above 3.403e+38, the largest float32: lower weight_decay "
+     "(now 1e+10)"),
+    ({"optimizer": "sgd", "scheduler": "exponential", "gamma": 10.0, "epochs": 100}, "gamma",
+     "lr x gamma^99 (the learning rate of the last step) is above 3.403e+38, the largest "
+     "float32: lower gamma (now 10) or lr (0.001)"),
+    ({"optimizer": "sgd", "scheduler": "steplr", "step_size": 10 ** 400}, "step_size",
+     "must be an integer in [1, 1,000,000,000], got an integer of 401 digits"),
+    ({"optimizer": "x" * 10 ** 7}, "optimizer", "must be one of sgd, adam, adamw, adagrad, "
+     "rmsprop, adadelta, got 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... (10,000,000 "
+     "characters)"),
+    ({"betas": [[[[0.9]]], 0.9]}, "betas", "must be 2 numbers, each in [0, 1), got a list of "
+                                           "1 item"),
+])
+def test_hostile_values_named_and_short(data, field, message):
+    with pytest.raises(config.ConfigError) as exc:
+        config.parse(data, train_images=60000)
+    assert exc.value.errors == [(field, message)]
+
+
+def test_every_accepted_float_packs_as_float32():
+    """The largest float32 passes and packs (as the GPU's uniforms do); 1e308, which made
+    struct.pack raise "float too large to pack with f format" on the GPU, and the next double
+    above float32's largest are refused by the validator, naming the field."""
+    import struct
+    cfg = config.parse({"optimizer": "sgd", "lr": 1.0, "weight_decay": F32_MAX_TEST},
+                       train_images=60000)
+    assert struct.unpack("<f", struct.pack("<f", cfg["weight_decay"]))[0] == F32_MAX_TEST
+    with pytest.raises(OverflowError, match="float too large to pack with f format"):
+        struct.pack("<f", 1e308)
+    for value in (1e308, math.nextafter(F32_MAX_TEST, math.inf)):
+        with pytest.raises(config.ConfigError, match="^weight_decay: must be a number >= 0 "
+                                                     "and at most 3.403e"):
+            config.parse({"optimizer": "sgd", "weight_decay": value})
+
+
+F32_MAX_TEST = 3.4028234663852886e38
+
+
+def test_700000_unknown_keys_named_three_times_once_listed():
+    data = {f"k{i}": 1 for i in range(700_000)}
+    t0 = time.perf_counter()
+    with pytest.raises(config.ConfigError) as exc:
+        config.parse(data)
+    assert time.perf_counter() - t0 < 5
+    errors = exc.value.errors
+    assert [f for f, _ in errors] == ["k0", "k1", "k2", "config"]
+    assert errors[0][1].startswith("unknown option (known: optimizer, lr, batch_size")
+    assert errors[1:] == [("k1", "unknown option"), ("k2", "unknown option"),
+                          ("config", "699,997 more unknown options (not listed)")]
+    assert len(str(exc.value)) < 1000
+
+
+def test_long_unknown_key_is_cut():
+    with pytest.raises(config.ConfigError) as exc:
+        config.parse({"k" * 100_000: 1})
+    field, message = exc.value.errors[0]
+    assert field == "'kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk'... (100,000 characters)"
+    assert len(str(exc.value)) < 800

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
+import time
 
 import numpy as np
 import onnx
@@ -163,3 +165,99 @@ def test_export_of_uploaded_softmax_head_loads_in_onnxruntime(env):
                                                                        np.float32)})[0]
     assert abs(float(out.sum()) - 1.0) < 1e-5
     assert onnx.load_from_string(r.content).graph.node[-1].op_type == "Softmax"
+
+
+# ------------------------------------------------ issue 16: POST /api/config/validate, export
+def _validate(c, raw: bytes):
+    t0 = time.perf_counter()
+    r = c.post("/api/config/validate", content=raw,
+               headers={"Content-Type": "application/json"})
+    return r, time.perf_counter() - t0
+
+
+def _still_answers(c):
+    r = c.post("/api/config/validate", json={"config": {"lr": 0.01}})
+    assert r.status_code == 200 and r.json()["ok"] is True, r.text
+
+
+def test_validate_10mb_of_unknown_keys_refused_by_size(env):
+    c, _ = env
+    big = "{" + ",".join(f'"k{i}":1' for i in range(700_000)) + "}"
+    r, secs = _validate(c, ('{"config":' + big + "}").encode())
+    assert r.status_code == 413 and secs < 2
+    assert r.json() == {"error": f"the body is {len(big) + 11:,} bytes; the limit is 65,536"}
+    _still_answers(c)
+
+
+def test_validate_unknown_keys_under_the_cap_named_three_times(env):
+    c, _ = env
+    keys = {f"k{i}": 1 for i in range(5000)}
+    r, secs = _validate(c, json.dumps({"config": keys}).encode())
+    assert r.status_code == 200 and len(r.content) < 1000 and secs < 2, len(r.content)
+    errors = r.json()["errors"]
+    assert [e[0] for e in errors] == ["k0", "k1", "k2", "config"]
+    assert errors[3] == ["config", "4,997 more unknown options (not listed)"]
+    _still_answers(c)
+
+
+def test_validate_long_string_not_echoed(env):
+    c, _ = env
+    r, _ = _validate(c, json.dumps({"config": {"optimizer": "x" * 60_000}}).encode())
+    assert r.status_code == 200 and len(r.content) < 400, len(r.content)
+    assert r.json()["errors"] == [["optimizer", "must be one of sgd, adam, adamw, adagrad, "
+                                   "rmsprop, adadelta, got '" + "x" * 40 + "'... (60,000 "
+                                   "characters)"]]
+    r, _ = _validate(c, json.dumps({"config": {"optimizer": "x" * 10_000_000}}).encode())
+    assert r.status_code == 413 and len(r.content) < 200
+    _still_answers(c)
+
+
+@pytest.mark.parametrize("raw, status, answer", [
+    (b'{"config":{"lr":' + b"9" * 401 + b"}}", 200, {"ok": False, "errors": [[
+        "lr", "must be a number > 0 and at most 3.403e+38 (the largest float32, which the GPU "
+              "computes in), got an integer of 401 digits"]]}),
+    (b'{"config":{"lr":1e308}}', 200, {"ok": False, "errors": [[
+        "lr", "must be a number > 0 and at most 3.403e+38 (the largest float32, which the GPU "
+              "computes in), got 1e+308"]]}),
+    (b'{"config":{"weight_decay":1e308}}', 200, {"ok": False, "errors": [[
+        "weight_decay", "must be a number >= 0 and at most 3.403e+38 (the largest float32, "
+                        "which the GPU computes in), got 1e+308"]]}),
+    (b'{"config":' + b"[" * 100_000 + b"]" * 100_000 + b"}", 413, {
+        "error": "the body is 200,011 bytes; the limit is 65,536"}),
+    (b'{"config":' + b"[" * 30_000 + b"]" * 30_000 + b"}", 400, {
+        "error": "the body nests arrays or objects more than 32 levels deep"}),
+    (b'{"config":' + b"[" * 33 + b"]" * 33 + b"}", 400, {
+        "error": "the body nests arrays or objects more than 32 levels deep"}),
+    (b'{"config":{"lr":' + b"9" * 5000 + b"}}", 400, {
+        "error": "the body holds a number of more than 4,300 digits"}),
+    (b'{"config": {"lr": 0.1', 400, {
+        "error": "the body is not valid JSON: Expecting ',' delimiter: line 1 column 22 "
+                 "(char 21)"}),
+])
+def test_validate_hostile_bodies(env, raw, status, answer):
+    """A bad config is an answer (200, ok false, naming the field: the page's form marks it);
+    a body that is no config at all is a 4xx naming the problem; never a 500."""
+    c, _ = env
+    r, secs = _validate(c, raw)
+    assert (r.status_code, r.json()) == (status, answer) and secs < 2
+    assert len(r.content) < 1000
+    _still_answers(c)
+
+
+def test_export_deep_provenance_and_streamed_body(env):
+    c, tmp = env
+    shutil.copy(ROOT / "tests" / "fixtures" / "models" / "mlp-ts17.onnx",
+                tmp / "models" / "mlp-ts17.onnx")
+    from webgpu_trainer import onnx_io
+    _, blob = onnx_io.load_bundle(tmp / "models" / "mlp-ts17.onnx")
+    r = c.post("/api/models/mlp-ts17/export", content=blob,
+               headers={"X-Provenance": "[" * 5000 + "]" * 5000})
+    assert r.status_code == 400 and r.json() == {
+        "error": "X-Provenance nests arrays or objects more than 32 levels deep"}
+    # no Content-Length (streamed): the body is still capped at the weights' size
+    r = c.post("/api/models/mlp-ts17/export", content=iter([blob, blob]))
+    assert r.status_code == 413 and r.json() == {
+        "error": f"weights for model 'mlp-ts17' is larger than the limit of {len(blob):,} bytes"}
+    r = c.post("/api/models/mlp-ts17/export", content=blob,
+               headers={"X-Provenance": '{"lr": ' + "9" * 401 + "}"})
+    assert r.status_code == 200 and onnx.load_from_string(r.content).metadata_props

@@ -85,7 +85,9 @@ function renderCard() {
   card.append(head);
   if (!state.joined) {
     const input = el("input", { id: "classroom-name", type: "text", maxLength: 40,
-      required: true, autocomplete: "nickname", placeholder: "e.g. Ada L." });
+      required: true, autocomplete: "nickname", placeholder: "e.g. Ada L.",
+      value: state.typedName ?? "" });  // a refused name stays as typed, to correct
+    input.addEventListener("input", () => { state.typedName = input.value; });
     const form = el("form", { id: "classroom-join", className: "classroom-join" },
       el("label", { htmlFor: "classroom-name", textContent: "Your name (the teacher sees it)" }),
       el("div", { className: "classroom-row" }, input,
@@ -134,6 +136,8 @@ async function api(path, options = {}) {
 }
 
 async function loadSession() {
+  const saved = JSON.parse(sessionStorage.getItem(storageKey) ?? "null");
+  if (saved?.key) state.key = saved.key;  // a joined student's session has their own seed
   try {
     state.session = await api(`/api/classroom/join/${encodeURIComponent(sessionId)}`);
     state.lastError = null;
@@ -142,7 +146,6 @@ async function loadSession() {
       ? "This class link is not valid (unknown session). Ask your teacher for the link again."
       : `Could not reach the class: ${e.message}`;
   }
-  const saved = JSON.parse(sessionStorage.getItem(storageKey) ?? "null");
   if (saved && state.session) {
     Object.assign(state, saved, { joined: true });
     // a run of this page before the reload is over: say so (ignored if it had finished)
@@ -154,6 +157,7 @@ async function loadSession() {
 }
 
 async function join(name) {
+  state.typedName = name;
   name = name.trim();
   if (!name) return;
   try {
@@ -163,6 +167,7 @@ async function join(name) {
     });
     Object.assign(state, { student: r.student, key: r.key, name: r.name, joined: true,
       session: r.session, lastError: null });
+    applyConfig();  // the session as this student gets it: their own seed unless pinned
     save();
     schedule(0);
   } catch (e) {
@@ -267,7 +272,8 @@ function onWorkerMessage(m) {
   } else if (m.type === "done") {
     state.result = { test_acc: frac(m.test_acc), test_loss: m.test_loss,
       eval_images: m.eval_images, steps: m.steps ?? state.progress?.step ?? null,
-      stopped: !!m.stopped };
+      stopped: !!m.stopped, verdict: m.verdict ?? null,
+      reason: m.reason ? String(m.reason).slice(0, 1000) : null };
     state.weights = m.weights ?? null;
     state.clientState = "done";
     schedule(0);

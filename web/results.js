@@ -6,11 +6,9 @@
 import { $, humanBytes, duration, num, pct } from "./util.js";
 import { appState, hooks, log, showError } from "./state.js";
 import { clearEvaluation, renderEvaluation } from "./evaluation.js";
+import { VERDICT_TITLE } from "./verdict.js";
 
-/** The verdict's heading and the status line's words. */
-export const VERDICT_TITLE = {
-  ok: "Finished", diverged: "Diverged", chance: "No better than chance", stopped: "Stopped early",
-};
+export { VERDICT_TITLE } from "./verdict.js";
 
 export function clearResults() {
   for (const id of ["test-acc", "test-loss", "val-acc", "eval-count", "result-steps"]) {

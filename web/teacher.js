@@ -7,6 +7,7 @@
 // reconnect simply replays. Test hook: window.teacherState.
 
 import uPlot from "/vendor/uplot/uPlot.esm.js";
+import { VERDICT_TITLE } from "./verdict.js";
 
 const $ = (id) => document.getElementById(id);
 const TOKEN_KEY = "webgpu-trainer.teacher-token";
@@ -198,9 +199,13 @@ function renderRoster() {
     prog.append(bar, el("span", { textContent: r.total_steps
       ? `${r.step} / ${r.total_steps}` + (r.epochs ? ` · ep ${r.epoch ?? 0}/${r.epochs}` : "")
       : "–" }));
-    const pill = el("span", { className: "pill", textContent: STATE_LABEL[r.state] ?? r.state });
-    pill.dataset.state = r.state;
-    if (r.error) pill.title = r.error;
+    // a finished or stopped run shows its verdict in the student's page's words and colours
+    const verdict = ["finished", "stopped"].includes(r.state) ? r.verdict : null;
+    const pill = el("span", { className: "pill", textContent: verdict
+      ? VERDICT_TITLE[verdict] ?? verdict : STATE_LABEL[r.state] ?? r.state });
+    pill.dataset.state = verdict && verdict !== "ok" ? `verdict-${verdict}` : r.state;
+    if (verdict) pill.dataset.verdict = verdict;
+    if (r.error || r.reason) pill.title = r.error ?? r.reason;
     const model = el("td");
     if (r.model_sha256) {
       const b = el("button", { type: "button", className: "btn small", textContent: ".onnx",
@@ -209,6 +214,9 @@ function renderRoster() {
         `${r.name.replace(/[^\w.-]+/g, "-")}-run${r.run}.onnx`));
       model.append(b);
     }
+    const acc = el("td", { className: "num strong", textContent: pct(r.test_acc),
+      title: "as the student's page reported it" });
+    if (verdict) acc.dataset.verdict = verdict;
     const cells = [
       el("td", { className: "name", textContent: r.name }),
       el("td", { className: "gpu-name", textContent: r.adapter ?? "–", title: r.adapter ?? "" }),
@@ -216,7 +224,7 @@ function renderRoster() {
       el("td", { className: "num", textContent: num(r.loss) }),
       el("td", { className: "num", textContent: pct(r.acc) }),
       el("td", { className: "num", textContent: pct(r.val_acc) }),
-      el("td", { className: "num strong", textContent: pct(r.test_acc) }),
+      acc,
       el("td", { className: "num", textContent: r.images_per_s == null ? "–"
         : Math.round(r.images_per_s).toLocaleString() }),
       model,
@@ -349,12 +357,16 @@ function openDialog() {
         min: String(f.min ?? 0), title: f.help ?? "" });
     }
     input.value = String(cur[k] ?? d[k] ?? f?.default ?? "");
+    // the seed is the students' own unless pinned: each gets one derived from this one
     const lock = el("input", { type: "checkbox", name: `pin-${k}`,
-      checked: state.session ? state.session.pinned.includes(k) : true });
+      checked: state.session ? state.session.pinned.includes(k) : k !== "seed" });
+    const seed = k === "seed";
     return el("div", { className: "field" },
       el("label", { htmlFor: id, textContent: label }),
       el("div", { className: "with-lock" }, input,
-        el("label", { className: "lock", title: "students cannot change it" }, lock, " lock")));
+        el("label", { className: "lock", title: seed ? "pinned: every student trains with " +
+          "this seed (the same curve); else each gets their own seed derived from it"
+          : "students cannot change it" }, lock, seed ? " pin seed" : " lock")));
   }));
   $("s-error").hidden = true;
   $("session-dialog").showModal();

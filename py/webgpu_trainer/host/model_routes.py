@@ -9,7 +9,6 @@ as bundles, uploaded, exported with trained weights, and (uploads only) deleted.
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import threading
@@ -20,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .bodies import parse_json, read_body
 from .errors import NAME_RE, ApiError, import_error, problems
 
 MAX_UPLOAD_BYTES = 64 << 20  # an uploaded .onnx (models people train on MNIST are far smaller)
@@ -45,7 +45,8 @@ class Models:
     def check_name(name: str) -> str:
         """``name`` when it is a model name (NAME_RE, no ``..``); ApiError 400 otherwise."""
         if not NAME_RE.match(name) or ".." in name:
-            raise ApiError(400, f"bad model name: {name!r}")
+            raise ApiError(400, f"bad model name: {name[:60]!r}"
+                                + (f"... ({len(name):,} characters)" if len(name) > 60 else ""))
         return name
 
     def path(self, name: str) -> Path:
@@ -70,6 +71,16 @@ class Models:
                 except ValueError as exc:  # OnnxImportError is a ValueError
                     raise import_error(path.name, exc, str(path)) from exc
             return self._bundles[key]
+
+    def classes(self, name: str) -> int | None:
+        """The classes of model ``name`` (its output's width at batch 2), or None when it is
+        unknown or cannot be planned (the model list names those problems)."""
+        from ..engine.graph import Graph, GraphError
+        try:
+            g = Graph(self.bundle(self.path(name))[0])
+            return int(g.shapes(2)[g.output][1])
+        except (ApiError, GraphError, NotImplementedError, KeyError, IndexError, TypeError):
+            return None
 
     def routes(self) -> list:
         return [
@@ -177,14 +188,11 @@ class Models:
         if declared and declared.isdigit() and int(declared) != len(blob):
             raise ApiError(400, f"weights for model {name!r}: expected {len(blob)} bytes "
                                 f"(bundle layout), got {declared}")
-        body = await request.body()
+        body = await read_body(request, len(blob), f"weights for model {name!r}")
         if len(body) != len(blob):
             raise ApiError(400, f"weights for model {name!r}: expected {len(blob)} bytes "
                                 f"(bundle layout), got {len(body)}")
-        try:
-            prov = json.loads(request.headers.get("x-provenance") or "{}")
-        except ValueError as exc:
-            raise ApiError(400, f"X-Provenance is not JSON: {exc}") from exc
+        prov = parse_json(request.headers.get("x-provenance") or "{}", "X-Provenance")
         if not isinstance(prov, dict):
             raise ApiError(400, "X-Provenance must be a JSON object")
         try:

@@ -21,6 +21,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.staticfiles import StaticFiles
 from starlette.routing import Route
 
+from .bodies import JSON_LIMIT, parse_json, read_body
 from .errors import NAME_RE, ApiError
 from .model_routes import MAX_UPLOAD_BYTES, Models
 
@@ -80,7 +81,8 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     cross_origin_isolated: add COOP/COEP/CORP headers (harmless: everything is same-origin).
     extra_routes: routes matched before the page files (classroom mode: host/classroom/);
     ``app.state.models`` gives them the model lookup (``model_routes.Models``: ``path(name)``,
-    ``bundle(path)``, ``dir``, ``uploads``).
+    ``bundle(path)``, ``classes(name)``, ``dir``, ``uploads``), ``app.state.train_images()``
+    the training split's size.
     """
     root = Path(root).resolve()
     web = root / "web"
@@ -163,28 +165,17 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         """Body ``{"config": {...}, "model": name?}``: the run configuration checked by the
         engine's validator (``config.parse``) against the training images of the MNIST
         manifest (and the model's classes when ``model`` is given). Answers ``{"ok": true,
-        "config": resolved config, "steps": {"per_epoch", "total", "train_images", "val_images"}}`` or
+        "config": resolved config, "steps": {"per_epoch", "total", "train_images",
+        "val_images"}}`` or
         ``{"ok": false, "errors": [[field, message], ...]}`` (200 both: a bad config is an
-        answer, not a failed request); 400 when the body is not such an object."""
+        answer, not a failed request); 400 when the body is not such an object (or not JSON,
+        or nested too deeply), 413 over ``JSON_LIMIT`` bytes."""
         from ..engine import config
-        try:
-            body = json.loads(await request.body() or b"{}")
-        except ValueError as exc:
-            raise ApiError(400, f"body is not JSON: {exc}") from exc
+        body = parse_json(await read_body(request, JSON_LIMIT, "the body") or b"{}")
         if not isinstance(body, dict) or not isinstance(body.get("config", {}), dict):
             raise ApiError(400, 'body must be {"config": {...}, "model": name}')
-        try:
-            images = int(manifest()["splits"]["train"]["count"])
-        except (ApiError, KeyError, TypeError, ValueError):
-            images = config.schema_mod.MNIST_TRAIN
-        classes = None
-        if body.get("model"):
-            from ..engine.graph import Graph, GraphError
-            try:
-                g = Graph(models.bundle(models.path(str(body["model"])))[0])
-                classes = g.shapes(2)[g.output][1]
-            except (ApiError, GraphError, NotImplementedError, KeyError, IndexError):
-                classes = None  # the model's own problems are the model list's to show
+        images = train_images()
+        classes = models.classes(body["model"]) if isinstance(body.get("model"), str) else None
         try:
             cfg = config.parse(body.get("config") or {}, train_images=images, classes=classes)
         except config.ConfigError as exc:
@@ -197,6 +188,14 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
                                        "val_images": cfg["val_images"]}})
 
     # ------------------------------------------------------------ MNIST
+    def train_images() -> int:
+        """The training split's images by the MNIST manifest (MNIST's 60,000 without one)."""
+        from ..engine import config
+        try:
+            return int(manifest()["splits"]["train"]["count"])
+        except (ApiError, KeyError, TypeError, ValueError):
+            return config.schema_mod.MNIST_TRAIN
+
     def manifest() -> dict:
         path = data_dir / "manifest.json"
         if not path.is_file():
@@ -281,6 +280,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     app = Starlette(routes=routes, exception_handlers={
         ApiError: api_error, HTTPException: http_error, Exception: server_error})
     app.state.models = models
+    app.state.train_images = train_images
 
     if cross_origin_isolated:
         app.add_middleware(_HeaderMiddleware)

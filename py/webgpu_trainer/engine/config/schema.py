@@ -6,10 +6,10 @@ change on ``--resume``. The CLI's flags (``cli/options.py``), the page's form (`
 through ``GET /api/config/schema``) and the validator (``validate.py``) are all built from
 ``FIELDS``; ``PRESETS`` are the page's preset buttons.
 
-Types: ``int``, ``float`` (finite; an int is accepted), ``bool``, ``choice`` (one of ``choices``)
-and ``list`` (of ``item`` "float" or "str", ``length`` items when fixed). ``default=None`` means
-off / every parameter (``nullable``), or, with ``auto``, a value derived from the run (resolved
-with the data size, see ``validate.resolve``).
+Types: ``int``, ``float`` (finite in float32, which the GPU packs; an int is accepted),
+``bool``, ``choice`` (one of ``choices``) and ``list`` (of ``item`` "float" or "str", ``length``
+items when fixed). ``default=None`` means off / every parameter (``nullable``), or, with
+``auto``, a value derived from the run (resolved with the data size, see ``validate.resolve``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ MNIST_TRAIN, MNIST_TEST = 60000, 10000
 MNIST_VAL = 5000  # validation images held out of the training split by default
 REPORT_MAX = 32  # half of plan.METRICS_RING: the GPU keeps 64 steps of metrics between reads
 SEED_MAX = 2 ** 32 - 1
+INT_MAX = 10 ** 9  # counts without a natural bound (steps, epochs between decays): fit an i32
+F32_MAX = 3.4028234663852886e38  # the largest float32: every float field, and what the GPU packs
+F32_TINY = 1.1754943508222875e-38  # the smallest normal float32 (a smaller lr would be 0 there)
 
 # Groups in the order the CLI's --help and the page show them.
 GROUPS = {"run": "run", "optimizer": "optimizer (torch.optim's names and defaults)",
@@ -155,13 +158,13 @@ FIELDS = (
       "CosineAnnealingLR (per epoch) or OneCycleLR (per batch)", "schedule",
       label="Scheduler", choices=tuple(SCHEDULERS)),
     F("step_size", "int", 1, "epochs between decays", "schedule", label="Step size", min=1,
-      unit="epochs", schedulers=("steplr",)),
+      max=INT_MAX, unit="epochs", schedulers=("steplr",)),
     F("gamma", "float", None, "decay factor", "schedule", label="Gamma", min=0, min_open=True,
       schedulers=("steplr", "exponential"), defaults={"steplr": 0.1},
       required_by=("exponential",)),
     F("T_max", "int", None, "epochs (steps with interval step) from lr to eta_min", "schedule",
-      label="T_max", min=1, schedulers=("cosine",), auto="the epochs (x steps per epoch "
-      "with interval step)"),
+      label="T_max", min=1, max=INT_MAX, schedulers=("cosine",),
+      auto="the epochs (x steps per epoch with interval step)"),
     F("eta_min", "float", 0.0, "minimum learning rate", "schedule", label="eta_min", min=0,
       schedulers=("cosine",)),
     F("interval", "choice", "epoch", "step the schedule once per epoch (torch's usual "
@@ -170,8 +173,8 @@ FIELDS = (
     F("max_lr", "float", None, "peak learning rate", "schedule", label="Max lr", min=0,
       min_open=True, schedulers=("onecycle",), auto="the learning rate"),
     F("total_steps", "int", None, "steps in the cycle (max_steps only stops early)",
-      "schedule", label="Total steps", min=1, unit="steps", schedulers=("onecycle",),
-      auto="epochs x steps per epoch"),
+      "schedule", label="Total steps", min=1, max=INT_MAX, unit="steps",
+      schedulers=("onecycle",), auto="epochs x steps per epoch"),
     F("pct_start", "float", 0.3, "fraction of the cycle raising the lr", "schedule",
       label="pct_start", min=0, max=1, schedulers=("onecycle",)),
     F("anneal_strategy", "choice", "cos", "annealing", "schedule", label="Anneal",

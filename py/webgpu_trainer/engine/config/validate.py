@@ -18,10 +18,41 @@ from __future__ import annotations
 
 import math
 
-from .schema import (BY_NAME, FINETUNE, FIELDS, SCHEDULERS, applies, default_for, describe)
+from .schema import (BY_NAME, F32_MAX, F32_TINY, FINETUNE, FIELDS, SCHEDULERS, applies,
+                     default_for, describe)
 from .run import RunConfig, steps, train_used
 
 CHOOSERS = ("optimizer", "scheduler", "loss")  # fields that pick which other fields apply
+MAX_UNKNOWN = 3  # unknown options named one by one; the rest are only counted
+SHOWN = 40       # characters of a bad value an error message shows at most
+
+
+def shown(value, most: int = SHOWN) -> str:
+    """``value`` as an error message shows it, at most about ``most`` characters: a long
+    string is cut (its length named), a huge integer named by its digits, a list or object
+    by its size (never a deep or huge repr).
+
+    >>> shown("x" * 100, 5), shown(10 ** 400), shown([[1]] * 9)
+    ("'xxxxx'... (100 characters)", 'an integer of 401 digits', 'a list of 9 items')
+    """
+    if isinstance(value, str):
+        return repr(value) if len(value) <= most else \
+            f"{value[:most]!r}... ({len(value):,} characters)"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        digits = int(value.bit_length() * math.log10(2)) + 1
+        try:
+            digits = len(str(abs(value)))
+        except ValueError:  # past Python's 4,300-digit conversion limit
+            return f"an integer of about {digits:,} digits"
+        return f"an integer of {digits:,} digits"
+    if isinstance(value, (list, tuple)):
+        if len(value) <= 4 and all(isinstance(v, (int, float, str)) for v in value):
+            return "[" + ", ".join(shown(v, most // 4) for v in value) + "]"
+        return f"a list of {len(value):,} item{'s' if len(value) != 1 else ''}"
+    if isinstance(value, dict):
+        return f"an object of {len(value):,} key{'s' if len(value) != 1 else ''}"
+    text = repr(value)
+    return text if len(text) <= most else f"{text[:most]}..."
 
 
 class ConfigError(ValueError):
@@ -71,15 +102,15 @@ def _check_value(f, value):
     want = describe(f)
     if f.type == "bool":
         if not isinstance(value, bool):
-            raise ValueError(f"must be {want}, got {value!r}")
+            raise ValueError(f"must be {want}, got {shown(value)}")
         return value
     if f.type == "choice":
-        if value not in f.choices:
-            raise ValueError(f"must be {want}, got {value!r}")
+        if not isinstance(value, str) or value not in f.choices:
+            raise ValueError(f"must be {want}, got {shown(value)}")
         return value
     if f.type == "list":
         if not isinstance(value, (list, tuple)):
-            raise ValueError(f"must be {want}, got {value!r}")
+            raise ValueError(f"must be {want}, got {shown(value)}")
         if f.length and len(value) != f.length:
             raise ValueError(f"must be {want}, got {len(value)} value(s)")
         if not f.length and not value:
@@ -88,7 +119,7 @@ def _check_value(f, value):
                               if f.name == "trainable" else ""))
         if f.item == "str":
             if not all(isinstance(v, str) and v for v in value):
-                raise ValueError(f"must be {want}, got {value!r}")
+                raise ValueError(f"must be {want}, got {shown(value)}")
             return list(dict.fromkeys(value))
         return [_number(f, v, want, float) for v in value]
     return _number(f, value, want, int if f.type == "int" else float)
@@ -98,11 +129,17 @@ def _number(f, value, want, kind):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or \
             (kind is int and not isinstance(value, int)) or \
             (isinstance(value, float) and not math.isfinite(value)):
-        raise ValueError(f"must be {want}, got {value!r}")
+        raise ValueError(f"must be {want}, got {shown(value)}")
     lo_bad = f.min is not None and (value <= f.min if f.min_open else value < f.min)
     hi_bad = f.max is not None and (value >= f.max if f.max_open else value > f.max)
     if lo_bad or hi_bad:
-        raise ValueError(f"must be {want}, got {value!r}")
+        raise ValueError(f"must be {want}, got {shown(value)}")
+    if kind is float and abs(value) > F32_MAX:
+        raise ValueError(f"must be {want} and at most {F32_MAX:.4g} (the largest float32, "
+                         f"which the GPU computes in), got {shown(value)}")
+    if kind is float and f.min_open and f.min == 0 and value < F32_TINY:
+        raise ValueError(f"must be {want} and at least {F32_TINY:.4g} (smaller is 0 in "
+                         f"float32, which the GPU computes in), got {shown(value)}")
     return kind(value)
 
 
@@ -128,9 +165,7 @@ def parse(data, *, train_images: int | None = None, classes: int | None = None) 
         raise ConfigError([("config", f"must be an object of options, got {data!r}")])
     data = {k: v for k, v in upgrade(data).items() if v is not None}
     errors, values = [], {}
-    for key in data:
-        if key not in BY_NAME:
-            errors.append((key, "unknown option (known: " + ", ".join(BY_NAME) + ")"))
+    errors += unknown_options(data, BY_NAME)
     for name in CHOOSERS:  # the choosers first: they decide which fields apply
         if name in data:
             try:
@@ -159,6 +194,8 @@ def parse(data, *, train_images: int | None = None, classes: int | None = None) 
             errors.append((f.name, f"required by scheduler {values['scheduler']} "
                                    f"({describe(f)})"))
     errors += _rules(values)
+    if not errors:
+        errors += packed(values, 1)
     if not errors and train_images is not None:
         errors += resolve(values, train_images)
     if not errors and classes is not None and values.get("class_weights") is not None \
@@ -168,6 +205,22 @@ def parse(data, *, train_images: int | None = None, classes: int | None = None) 
     if errors:
         raise ConfigError(errors)
     return RunConfig(values)
+
+
+def unknown_options(data: dict, known) -> list:
+    """The errors of the keys of ``data`` not in ``known``: the first ``MAX_UNKNOWN`` named
+    (cut to ``SHOWN`` characters), the list of known options once, the rest counted."""
+    bad = [k for k in data if k not in known]
+    if not bad:
+        return []
+    errors = [(shown(k)[1:-1] if isinstance(k, str) and len(k) <= SHOWN else shown(k),
+               "unknown option" + (f" (known: {', '.join(known)})" if i == 0 else ""))
+              for i, k in enumerate(bad[:MAX_UNKNOWN])]
+    if len(bad) > MAX_UNKNOWN:
+        rest = len(bad) - MAX_UNKNOWN
+        errors.append(("config", f"{rest:,} more unknown option{'s' if rest != 1 else ''} "
+                                 "(not listed)"))
+    return errors
 
 
 def _rules(v: dict) -> list:
@@ -184,6 +237,44 @@ def _rules(v: dict) -> list:
     if len(given) > 1:
         errors.append((given[1], f"give one of {', '.join(FINETUNE)}, not both {given[0]} "
                                  f"and {given[1]}"))
+    return errors
+
+
+def packed(v: dict, per_epoch: int) -> list:
+    """The errors of the products the GPU computes in float32 from the options (each option
+    alone is checked against float32 by ``_number``): the learning rate a StepLR /
+    ExponentialLR with gamma > 1 reaches by the last step (``per_epoch`` steps per epoch; 1
+    gives a lower bound), Adam's lr / (1 - beta1) of its first step, lr x weight_decay and the
+    sum of the class weights."""
+    errors, lr, name = [], v["lr"], "lr"
+    sched, gamma = v["scheduler"], v.get("gamma") or 0.0
+    if sched == "onecycle" and (v.get("max_lr") or 0) > lr:
+        lr, name = v["max_lr"], "max_lr"
+    if sched in ("steplr", "exponential") and gamma > 1:
+        count = v["epochs"] * (per_epoch if v.get("interval") == "step" else 1)
+        if v.get("interval") == "step" and v.get("max_steps"):
+            count = min(count, v["max_steps"])
+        decays = (count - 1) // (v.get("step_size") or 1) if sched == "steplr" else count - 1
+        if math.log(lr) + decays * math.log(gamma) > math.log(F32_MAX):
+            errors.append(("gamma", f"lr x gamma^{decays:,} (the learning rate of the last "
+                                    f"step) is above {F32_MAX:.4g}, the largest float32: "
+                                    f"lower gamma (now {gamma:g}) or lr ({v['lr']:g})"))
+            return errors
+        lr *= gamma ** decays
+    if v["optimizer"] in ("adam", "adamw"):
+        cycled = sched == "onecycle" and v.get("cycle_momentum")
+        beta1 = max(v["betas"][0], v.get("max_momentum", 0) if cycled else 0)
+        if lr / (1 - beta1) > F32_MAX:
+            errors.append((name, f"{name} / (1 - beta1) = {lr / (1 - beta1):.4g} (Adam's step "
+                                 f"size at step 1) is above {F32_MAX:.4g}, the largest "
+                                 f"float32: lower {name} (now {lr:g})"))
+    if lr * (v.get("weight_decay") or 0.0) > F32_MAX:
+        errors.append(("weight_decay", f"{name} x weight_decay = {lr * v['weight_decay']:.4g} "
+                                       f"is above {F32_MAX:.4g}, the largest float32: lower "
+                                       f"weight_decay (now {v['weight_decay']:g})"))
+    if sum(v.get("class_weights") or ()) > F32_MAX:
+        errors.append(("class_weights", f"the weights sum to more than {F32_MAX:.4g}, the "
+                                        "largest float32 (the mean divides by their sum)"))
     return errors
 
 
@@ -208,6 +299,8 @@ def resolve(v: dict, train_images: int) -> list:
         return [("batch_size", f"must be an integer in [2, {used:,}] (at most the {used:,} "
                                f"training images), got {v['batch_size']:,}")]
     per_epoch, total = steps(v, train_images)
+    if packed(v, per_epoch):
+        return packed(v, per_epoch)
     name = v["scheduler"]
     if name == "cosine" and v.get("T_max") is None:
         v["T_max"] = v["epochs"] * (per_epoch if v["interval"] == "step" else 1)

@@ -10,22 +10,23 @@ import logging
 import secrets
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StringConstraints,
+                      ValidationError)
 from starlette.concurrency import run_in_threadpool
 
+from ..bodies import JSON_LIMIT, read_json
 from ..server import ApiError
-from .limits import read_body
+from .names import display_name
 from .store import Conflict, NotFound
 
 log = logging.getLogger("webgpu_trainer.classroom")
+MAX_PROBLEMS = 5  # problems of a body listed one by one; the rest counted
 
-JSON_LIMIT = 64 << 10      # a JSON body (a metrics batch of 2 s is a few KB)
-PRINTABLE = r"^[^\x00-\x1f\x7f<>]*$"  # names: no control characters, no markup
 
 
 def _text(most: int):
-    return Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
-                                            max_length=most, pattern=PRINTABLE)]
+    """A display name of at most ``most`` characters (``names.display_name``)."""
+    return Annotated[str, AfterValidator(lambda s: display_name(s, most))]
 
 
 Name = _text(40)
@@ -68,6 +69,8 @@ class Result(Body):
     eval_images: int | None = Field(None, ge=0, le=10 ** 6)
     steps: int | None = Field(None, ge=0, le=10 ** 9)
     stopped: bool = False
+    verdict: Literal["ok", "diverged", "chance", "stopped"] | None = None
+    reason: Annotated[str, StringConstraints(max_length=1000)] | None = None
 
 
 class Report(Body):
@@ -88,28 +91,32 @@ def _problems(exc: ValidationError) -> list[str]:
     out = []
     for e in exc.errors(include_url=False, include_input=False):
         where = ".".join(str(p) for p in e["loc"]) or "body"
-        out.append(f"{where}: {e['msg']}")
+        out.append(f"{where}: {e['msg'].removeprefix('Value error, ')}")
     return out
 
 
 async def json_body(request, model: type[Body]) -> Body:
     """The request's JSON body checked against ``model``: 415 for another content type, 413
-    over ``JSON_LIMIT``, 400 for malformed JSON, 422 naming every bad field."""
+    over ``JSON_LIMIT``, 400 for malformed or too deeply nested JSON (``bodies.read_json``),
+    422 naming every bad field."""
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype != "application/json":
         raise ApiError(415, "send the body as JSON (Content-Type: application/json)")
-    raw = await read_body(request, JSON_LIMIT, "JSON body")
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"the body is not valid JSON: {exc}") from None
+    data = await read_json(request, "the JSON body", JSON_LIMIT)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         found = _problems(exc)
-        raise ApiError(422, f"invalid {model.__name__}: {found[0]}"
-                            + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""),
-                       found) from None
+        first = exc.errors(include_url=False, include_input=False)[0]
+        if first["type"] == "value_error":  # ours (a name): a sentence for the person
+            message = first["msg"].removeprefix("Value error, ")
+            message = message[:1].upper() + message[1:] + "."
+        else:
+            message = f"invalid {model.__name__}: {found[0]}"
+        shown = found[:MAX_PROBLEMS] + ([f"and {len(found) - MAX_PROBLEMS:,} more problems"]
+                                        if len(found) > MAX_PROBLEMS else [])
+        raise ApiError(422, message + (f" (and {len(found) - 1:,} more)" if len(found) > 1
+                                       else ""), shown) from None
 
 
 async def call(fn, *args, **kwargs):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ...engine import config as run_config
 from ...engine.config import ConfigError as ConfigError
+from ...engine.config.validate import shown, unknown_options
 
 # the page's options (the schema's fields the page shows; trainable is the model summary's)
 OPTIONS = tuple(f.name for f in run_config.FIELDS
@@ -22,31 +23,36 @@ DEFAULTS = {"model": "seednet", **{
 PINNABLE = ("model", *OPTIONS)
 
 
-def check_config(config, models: set | None = None) -> dict:
+def check_config(config, models: set | None = None, *, train_images: int | None = None,
+                 classes_of=None) -> dict:
     """The checked, complete config of a session: ``model`` and every option that applies to
     the chosen optimizer, scheduler and loss (defaults filled in; options of another choice are
     left out: the teacher's form sends them all; so are options that are off, None).
-    ``models``: the model names the server has (the ``model`` must be one). Raises
-    ConfigError naming each bad field.
+    ``models``: the model names the server has (the ``model`` must be one);
+    ``train_images``: the training split's images and ``classes_of(model)``: the model's
+    classes (None: unknown), to check the config against them as the trainer will (batch size
+    against the images left after the validation hold-out, one class weight per class, the
+    schedule's steps). Raises ConfigError naming each bad field.
 
     >>> check_config({"model": "seednet", "lr": 0.01})["batch_size"]
     64
     """
     if not isinstance(config, dict):
         raise ConfigError([("config", "must be an object of options")])
-    errors = [(k, f"unknown option (known: {', '.join(PINNABLE)})")
-              for k in config if k not in PINNABLE]
+    errors = unknown_options(config, PINNABLE)
     model = config.get("model", DEFAULTS["model"])
     if not isinstance(model, str) or not model or (models is not None and model not in models):
         known = ", ".join(sorted(models or ())) or "(none)"
-        errors.append(("model", f"unknown model {model!r} (this server has: {known})"))
+        errors.append(("model", f"unknown model {shown(model)} (this server has: {known})"))
     options = {k: v for k, v in config.items() if k in OPTIONS}
     chosen = {k: options.get(k, run_config.BY_NAME[k].default)
               for k in ("optimizer", "scheduler", "loss")}
     options = {k: v for k, v in options.items()
                if run_config.applies(run_config.BY_NAME[k], chosen)}
+    classes = classes_of(model) if classes_of and isinstance(model, str) and model else None
     try:
-        cfg = run_config.parse(options)
+        cfg = run_config.parse(options)  # stored as given: auto values resolve per student
+        run_config.parse(options, train_images=train_images, classes=classes)
     except ConfigError as exc:
         errors += exc.errors
     if errors:
@@ -61,8 +67,9 @@ def check_pinned(pinned) -> list:
         raise ConfigError([("pinned", "must be a list of option names")])
     bad = [p for p in pinned if p not in PINNABLE]
     if bad:
-        raise ConfigError([("pinned", f"unknown option {', '.join(map(repr, bad))} (known: "
-                                      f"{', '.join(PINNABLE)})")])
+        more = f" and {len(bad) - 3:,} more" if len(bad) > 3 else ""
+        raise ConfigError([("pinned", f"unknown option {', '.join(map(shown, bad[:3]))}{more} "
+                                      f"(known: {', '.join(PINNABLE)})")])
     return sorted(set(pinned))
 
 

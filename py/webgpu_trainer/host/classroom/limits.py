@@ -1,5 +1,5 @@
-"""Per-client limits for the classroom routes: token-bucket rate limits with bounded memory,
-and request bodies read with a size cap and an idle timeout.
+"""Per-client limits for the classroom routes: token-bucket rate limits with bounded memory
+(request bodies are read with a size cap and an idle timeout by ``host/bodies.py``).
 
 The buckets live in the process: with several server processes each one limits on its own (a
 client gets at most N times the rate), which is the point of a per-client limit anyway.
@@ -7,13 +7,10 @@ client gets at most N times the rate), which is the point of a per-client limit 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import OrderedDict
 
 from ..server import ApiError
-
-BODY_IDLE_TIMEOUT_S = 20.0  # a client that stops sending its body for this long gets 408
 
 
 class RateLimiter:
@@ -49,28 +46,3 @@ class RateLimiter:
         if not self.allow(key, cost):
             wait = self.retry_after(key, cost)
             raise ApiError(429, f"too many requests ({what}); retry in {wait} s")
-
-
-async def read_body(request, limit: int, what: str = "request body") -> bytes:
-    """The body, at most ``limit`` bytes (413 beyond, by Content-Length or while streaming),
-    each chunk within ``BODY_IDLE_TIMEOUT_S`` (408 for a stalled client)."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise ApiError(400, "bad Content-Length")
-        if int(declared) > limit:
-            raise ApiError(413, f"{what} is {int(declared):,} bytes; the limit is {limit:,}")
-    chunks, size = [], 0
-    stream = request.stream().__aiter__()
-    while True:
-        try:
-            chunk = await asyncio.wait_for(stream.__anext__(), BODY_IDLE_TIMEOUT_S)
-        except StopAsyncIteration:
-            break
-        except asyncio.TimeoutError:
-            raise ApiError(408, f"{what}: the client stopped sending") from None
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, f"{what} is larger than the limit of {limit:,} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)

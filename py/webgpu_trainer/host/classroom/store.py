@@ -25,7 +25,7 @@ import secrets
 import time
 from pathlib import Path
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, func, inspect, select, update
 
 from .schema import (DISCONNECTED_AFTER_S, LIVE, MAX_POINTS_PER_RUN, MAX_RUNS_PER_STUDENT,
                      MAX_STUDENTS_PER_SESSION, Conflict, NotFound, _finite, _hash_key,
@@ -45,6 +45,16 @@ class Store:
         self.models_dir = Path(state_dir) / "models"
         self.models_dir.mkdir(parents=True, exist_ok=True)
         metadata.create_all(self.engine)
+        self._add_columns()
+
+    def _add_columns(self):
+        """Columns added since a database was made (``runs.verdict``, ``runs.reason``)."""
+        have = {c["name"] for c in inspect(self.engine).get_columns("runs")}
+        with self._write() as c, c.begin():
+            for col in ("verdict", "reason"):
+                if col not in have:
+                    kind = runs.c[col].type.compile(dialect=self.engine.dialect)
+                    c.exec_driver_sql(f"ALTER TABLE runs ADD COLUMN {col} {kind}")
 
     def close(self):
         self.engine.dispose()
@@ -211,7 +221,8 @@ class Store:
                 upd.update(state="stopped" if res.get("stopped") else "finished",
                            finished_at=now, test_acc=_finite(res.get("test_acc")),
                            test_loss=_finite(res.get("test_loss")),
-                           eval_images=res.get("eval_images"))
+                           eval_images=res.get("eval_images"), verdict=res.get("verdict"),
+                           reason=res.get("reason"))
                 if res.get("steps") is not None:
                     upd["step"] = int(res["steps"])
             if batch.get("error") and run["state"] == "training":

@@ -13,25 +13,49 @@ batch every 2 s), send the final model. A student's own routes need ``X-Student-
 
 from __future__ import annotations
 
+import hashlib
+
+import numpy as np
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..bodies import read_body
 from ..server import ApiError, file_response
 from .common import JoinBody, Report, call, client_ip, json_body, same_origin, student_of
 from .config import ConfigError, check_config
-from .limits import read_body
 
 
-def public_session(row: dict) -> dict:
-    return {k: row[k] for k in ("id", "name", "open", "config", "pinned")}
+def student_seed(seed: int, student: str) -> int:
+    """A student's own seed: derived from the session's ``seed`` and the student's id (the
+    same student always gets the same one), in [0, 2**32 - 1]."""
+    digest = hashlib.sha256(f"{seed}/{student}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def public_session(row: dict, student: str | None = None) -> dict:
+    """What a student sees of a session; with ``student`` (their id) and the seed not pinned,
+    the config's ``seed`` is their own (``student_seed``), so each student's run differs."""
+    out = {k: row[k] for k in ("id", "name", "open", "config", "pinned")}
+    if student and "seed" not in row["pinned"] and "seed" in row["config"]:
+        out["config"] = {**row["config"],
+                         "seed": student_seed(int(row["config"]["seed"]), student)}
+    return out
 
 
 async def get_session(request) -> Response:
+    """The session; a joined student (``X-Student-Key``) gets their own seed in it."""
     st = request.app.state.classroom
     st.views.check(client_ip(request), "session look-ups")
     row = await call(st.store.session, request.path_params["sid"])
-    return JSONResponse(public_session(row), headers={"Cache-Control": "no-store"})
+    student = None
+    if request.headers.get("x-student-key"):
+        try:
+            found = await call(st.store.check_student, *student_of(request))
+            student = found["id"] if found["session_id"] == row["id"] else None
+        except ApiError:
+            student = None
+    return JSONResponse(public_session(row, student), headers={"Cache-Control": "no-store"})
 
 
 async def join(request) -> Response:
@@ -43,7 +67,7 @@ async def join(request) -> Response:
     student, key = await call(st.store.join, sid, body.name)
     session = await call(st.store.session, sid)
     return JSONResponse({"student": student, "key": f"{student}.{key}", "name": body.name,
-                         "session": public_session(session)},
+                         "session": public_session(session, student)},
                         headers={"Cache-Control": "no-store"})
 
 
@@ -63,7 +87,8 @@ async def report(request) -> Response:
     if body.config is not None:
         cfg = {k: v for k, v in body.config.items() if k in st.config_keys}
         try:
-            cfg = check_config(cfg)
+            cfg = check_config(cfg, train_images=request.app.state.train_images(),
+                               classes_of=st.models.classes)
         except ConfigError as exc:
             raise ApiError(422, f"config: {exc}", [f"{f}: {m}" for f, m in exc.errors]) \
                 from None
@@ -75,8 +100,48 @@ async def report(request) -> Response:
         batch["config"] = cfg
     if body.adapter is None:
         batch.pop("adapter")
+    if batch.get("result"):
+        batch["result"] = await _checked_verdict(request, student, body.run, batch)
     out = await call(st.store.report, student, batch)
     return JSONResponse({"ok": True, **out}, headers={"Cache-Control": "no-store"})
+
+
+async def _checked_verdict(request, student: dict, run_no: int | None, batch: dict) -> dict:
+    """The result with the verdict the student's page reported (engine/verdict.py's kind and
+    words), checked where the server can: Stop makes it "stopped" unless it diverged, and a
+    test accuracy at most ``CHANCE_FACTOR`` / classes is "chance" whatever was reported."""
+    from ...engine.verdict import CHANCE_FACTOR
+    st = request.app.state.classroom
+    res = dict(batch["result"])
+    model = (batch.get("config") or {}).get("model")
+    if not model and run_no:
+        try:
+            model = ((await call(st.store.run, student["id"], run_no))["config"] or {}) \
+                .get("model")
+        except ApiError:
+            model = None
+    classes = await run_in_threadpool(st.models.classes, model) if model else None
+    kind = res.get("verdict") or "ok"
+    if res.get("stopped") and kind != "diverged":
+        kind = "stopped"
+    acc = res.get("test_acc")
+    if kind == "ok" and classes and acc is not None and acc <= CHANCE_FACTOR / classes:
+        kind = "chance"
+        res["reason"] = (f"test accuracy {100 * acc:.1f}% is no better than guessing "
+                         f"({100 / classes:.0f}% for {classes} classes)")
+    res["verdict"] = kind
+    return res
+
+
+def first_nonfinite(graph: dict, weights: bytes) -> tuple[str, int] | None:
+    """``(tensor name, flat index)`` of the first NaN or infinite weight (bundle layout:
+    float32 at each tensor's offset), or None when every weight is finite."""
+    for spec in graph["tensors"]:
+        arr = np.frombuffer(weights, "<f4", count=spec["nbytes"] // 4, offset=spec["offset"])
+        bad = np.flatnonzero(~np.isfinite(arr))
+        if bad.size:
+            return spec["name"], int(bad[0])
+    return None
 
 
 async def model(request) -> Response:
@@ -103,9 +168,14 @@ async def model(request) -> Response:
     if len(body) != len(blob):
         raise ApiError(400, f"weights for model {name!r}: expected {len(blob)} bytes "
                             f"(bundle layout), got {len(body)}")
+    bad = await run_in_threadpool(first_nonfinite, graph, body)
+    if bad:
+        raise ApiError(400, f"weights for model {name!r}: {bad[0]}[{bad[1]}] (flat index) is "
+                            "not a finite number (NaN or infinite): the run diverged; such a "
+                            "model is not kept")
     prov = {"dataset": "MNIST", "classroom_session": student["session_id"],
             "student": student["name"], "run": run_no,
-            "test_accuracy": run["test_acc"],
+            "test_accuracy_reported_by_student": run["test_acc"],
             **{k: v for k, v in (run["config"] or {}).items() if k != "model"}}
     from ... import onnx_io
     async with st.exports:  # a few exports at a time: the CPU stays free for the rest

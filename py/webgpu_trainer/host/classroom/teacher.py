@@ -40,10 +40,16 @@ MAX_STREAMS = 32             # live streams per process
 POINTS_MARGIN_S = 10.0       # re-read points this far back (a late commit is not missed)
 
 
-def _checked(st, config: dict, pinned) -> tuple[dict, list]:
+def _checked(request, config: dict, pinned) -> tuple[dict, list]:
+    """The session's config checked against the server's models, the model's classes and the
+    training images (``check_config``) and its pinned keys; 422 naming each bad field."""
+    st = request.app.state.classroom
     try:
-        return (check_config(config, st.model_names()),
-                check_pinned(list(PINNABLE) if pinned is None else pinned))
+        return (check_config(config, st.model_names(),
+                             train_images=request.app.state.train_images(),
+                             classes_of=st.models.classes),
+                check_pinned([k for k in PINNABLE if k != "seed"] if pinned is None
+                             else pinned))
     except ConfigError as exc:
         raise ApiError(422, f"session config: {exc}", [f"{f}: {m}" for f, m in exc.errors]) \
             from None
@@ -72,7 +78,7 @@ async def sessions(request) -> Response:
         return JSONResponse(await call(st.store.sessions))
     same_origin(request)
     body = await json_body(request, SessionBody)
-    config, pinned = _checked(st, body.config, body.pinned)
+    config, pinned = _checked(request, body.config, body.pinned)
     sid = await call(st.store.create_session, body.name, config, pinned)
     return JSONResponse(_session_out(st, await call(st.store.session, sid)), 201)
 
@@ -88,7 +94,8 @@ async def session(request) -> Response:
         if "config" in change or "pinned" in change:
             old = await call(st.store.session, sid)
             change["config"], change["pinned"] = _checked(
-                st, change.get("config", old["config"]), change.get("pinned", old["pinned"]))
+                request, change.get("config", old["config"]),
+                change.get("pinned", old["pinned"]))
         row = await call(st.store.update_session, sid, **change)
     else:
         row = await call(st.store.session, sid)
@@ -171,9 +178,11 @@ async def events(request) -> Response:
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-CSV_COLUMNS = ["student", "student_id", "run", "state", "model", "optimizer", "lr",
+# test_acc / test_loss are what the student's page reported (the server does not re-measure)
+CSV_COLUMNS = ["student", "student_id", "run", "state", "verdict", "model", "optimizer", "lr",
                "batch_size", "epochs", "seed", "init", "step", "total_steps", "epoch", "loss",
-               "acc", "val_loss", "val_acc", "test_acc", "test_loss", "eval_images",
+               "acc", "val_loss", "val_acc", "test_acc_reported", "test_loss_reported",
+               "eval_images",
                "images_per_s", "adapter", "started_at", "finished_at", "model_sha256", "error"]
 
 
@@ -209,7 +218,8 @@ async def results_csv(request) -> Response:
         cfg = r["config"] or {}
         row = {**{k: cfg.get(k) for k in ("model", "optimizer", "lr", "batch_size", "epochs",
                                          "seed", "init")}, **r, "student": r["name"],
-               "started_at": _iso(r["started_at"]), "finished_at": _iso(r["finished_at"])}
+               "started_at": _iso(r["started_at"]), "finished_at": _iso(r["finished_at"]),
+               "test_acc_reported": r["test_acc"], "test_loss_reported": r["test_loss"]}
         w.writerow([_cell(row.get(c)) for c in CSV_COLUMNS])
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in sess["name"])[:40]
     return Response(buf.getvalue(), media_type="text/csv; charset=utf-8",
