@@ -38,6 +38,7 @@ from webgpu_trainer.host import data  # noqa: E402
 # The ReLUs of models/seednet.onnx: (pre-activation, output) as the exported graph names them.
 RELUS = [("/conv1/Conv_output_0", "/Relu_output_0"), ("/conv2/Conv_output_0", "/Relu_1_output_0"),
          ("/conv3/Conv_output_0", "/Relu_2_output_0"), ("/fc1/Gemm_output_0", "/Relu_3_output_0")]
+EPS = float(np.float32(1e-5))  # BatchNorm's eps as the ONNX attribute (float32) holds it
 FLIP_MARGIN = 1e-5  # |pre-ReLU| / max |pre-ReLU| above which float32 rounding cannot flip a sign
 
 
@@ -64,10 +65,11 @@ def seednet_case(batch: int, offset: int = 0, seed: int | None = None, cache=Non
 
 def torch_step(params: dict, x, labels, dtype=torch.float64, masks=None) -> dict:
     """One PyTorch step of SeedNet (``make_seednet.SeedNet``'s layers, Dropout off) in
-    ``dtype``. ``masks``: {pre-activation name: bool array} taken as the ReLUs' branches
-    (y = v * mask) instead of v > 0. Returns ``grads`` {parameter: float64}, ``pre``
-    {pre-activation name: float64 value} and ``loss``."""
+    ``dtype``, BatchNorm's eps the exported graph's (``EPS``). ``masks``: {pre-activation name:
+    bool array} taken as the ReLUs' branches (y = v * mask) instead of v > 0. Returns ``grads``
+    {parameter: float64}, ``pre`` {pre-activation name: float64 value} and ``loss``."""
     model = SeedNet().to(dtype).train()
+    model.norm1.eps = model.norm2.eps = EPS
     model.load_state_dict({k: torch.tensor(v, dtype=dtype) for k, v in params.items()})
     pre = {}
 
