@@ -1,20 +1,24 @@
 """SeedNet's gradients at full scale against PyTorch float64 (issue 16 §2b).
 
-Usage: ``python scripts/seednet_grads.py [--batch 64] [--offset 0] [--seed S]
-[--backends vulkan,opengl]``: one training step (forward, NLL loss, backward; Dropout ratio 0)
-of ``models/seednet.onnx`` on MNIST training images ``offset .. offset + batch`` (the shards of
-``webgpu-trainer data``), from the model's weights (``--seed S``: those of
-``torch.manual_seed(S); SeedNet()`` instead), on PyTorch float32, the numpy engine (float64 and
-float32) and the GPU engine on each wgpu backend. Prints per tensor max |g - g64| / max |g64|
-with g64 = PyTorch float64, twice: against PyTorch's own ReLU branches, and against PyTorch
-float64 taking the ReLU branches of the engine under test ("replayed"), then the pre-ReLU
-values whose sign differs from PyTorch float64's ("flips") and the smallest |pre-ReLU| value.
+Usage: ``python scripts/seednet_grads.py [--batch 64] [--offset 0]
+[--seed S | --init-seed S] [--backends vulkan,opengl]``
 
-A ReLU's gradient jumps at 0: a pre-activation within rounding of 0 (|v| ~ 1e-7 of the
-largest) may land on either side in float32, which moves every gradient below it by a
-non-rounding amount. The replayed comparison removes that, and the flip count shows where a
-mask differs beyond rounding. Needs torch (test/dev only); tests/test_seednet_grads.py
-imports the functions here.
+One training step (forward, NLL loss, backward; Dropout ratio 0) of ``models/seednet.onnx`` on
+MNIST training images ``offset .. offset + batch`` (the shards of ``webgpu-trainer data``), from
+the model's weights (``--seed S``: those of ``torch.manual_seed(S); SeedNet()``; ``--init-seed
+S``: those of a training run's init, ``Plan.init_weights(S)``), on PyTorch float32, the numpy
+engine (float64 and float32) and the GPU engine on each wgpu backend. Prints per tensor
+max |g - g64| / max |g64| with g64 = PyTorch float64, twice: against PyTorch's own ReLU
+branches, and against PyTorch float64 taking the ReLU branches of the engine under test; then
+the pre-ReLU values whose sign differs from PyTorch float64's ("flips") and the smallest
+|pre-ReLU| value.
+
+A ReLU's gradient jumps at 0: a pre-activation within rounding of 0 (|v| ~ 1e-8 of the
+largest) may land on either side in float32, which moves every gradient below it by far more
+than rounding (1e-3 .. 1e-2 at SeedNet's init: ReLU(conv3) channels with a variance below
+BatchNorm's eps get large input gradients). The second comparison removes that; the flip
+count shows whether a branch differs beyond rounding. Needs torch (test/dev only);
+tests/test_seednet_grads.py imports the functions here.
 """
 from __future__ import annotations
 
@@ -31,7 +35,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from make_seednet import SeedNet  # noqa: E402
 
 from webgpu_trainer import onnx_io  # noqa: E402
+from webgpu_trainer.cpu import philox  # noqa: E402
 from webgpu_trainer.cpu.engine import Engine, params_from_blob  # noqa: E402
+from webgpu_trainer.engine import init  # noqa: E402
+from webgpu_trainer.engine.graph import Graph  # noqa: E402
 from webgpu_trainer.engine.train import pixel_table  # noqa: E402
 from webgpu_trainer.host import data  # noqa: E402
 
@@ -42,10 +49,12 @@ EPS = float(np.float32(1e-5))  # BatchNorm's eps as the ONNX attribute (float32)
 FLIP_MARGIN = 1e-5  # |pre-ReLU| / max |pre-ReLU| above which float32 rounding cannot flip a sign
 
 
-def seednet_case(batch: int, offset: int = 0, seed: int | None = None, cache=None):
+def seednet_case(batch: int, offset: int = 0, seed: int | None = None, cache=None,
+                 init_seed: int | None = None):
     """(graph, params {name: float64}, x float32 [batch, 1, 28, 28], labels uint8) of SeedNet
     with Dropout ratio 0, the model's weights (``seed``: PyTorch's default init with
-    ``torch.manual_seed(seed)``) and MNIST training images ``offset .. offset + batch``
+    ``torch.manual_seed(seed)``; ``init_seed``: the engines' init of a training run,
+    ``Plan.init_weights``, bit for bit) and MNIST training images ``offset .. offset + batch``
     normalised through the engines' float32 pixel table."""
     graph, blob = onnx_io.load_bundle(ROOT / "models" / "seednet.onnx")
     graph = copy.deepcopy(graph)
@@ -58,6 +67,12 @@ def seednet_case(batch: int, offset: int = 0, seed: int | None = None, cache=Non
         torch.manual_seed(seed)
         state = SeedNet().state_dict()
         params.update({k: state[k].numpy().astype(np.float64) for k in params})
+    if init_seed is not None:
+        for rule in init.rules(Graph(graph)):
+            shape = params[rule.name].shape
+            params[rule.name] = np.full(shape, rule.value, np.float64) if rule.kind != "uniform" \
+                else np.float64(philox.init_values(init_seed, rule.stream, params[rule.name].size,
+                                                   np.float32(rule.scale)).reshape(shape))
     images, labels = data.load(cache, "train")
     x = np.float32(pixel_table())[images[offset:offset + batch]][:, None]
     return graph, params, x, labels[offset:offset + batch]
@@ -140,9 +155,11 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--offset", type=int, default=0)
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--init-seed", type=int, default=None)
     ap.add_argument("--backends", default="vulkan,opengl", help="'' for none")
     args = ap.parse_args(argv)
-    graph, params, x, labels = seednet_case(args.batch, args.offset, args.seed)
+    graph, params, x, labels = seednet_case(args.batch, args.offset, args.seed,
+                                             init_seed=args.init_seed)
     ref = torch_step(params, x, labels)
     runs = {"numpy f64": numpy_result(graph, params, x, labels, np.float64),
             "numpy f32": numpy_result(graph, params, x, labels, np.float32)}
@@ -153,7 +170,9 @@ def main(argv=None) -> int:
     replayed = {k: torch_step(params, x, labels, masks=r["masks"])["grads"]
                 for k, r in runs.items()}
     print(f"batch {args.batch}, images {args.offset}.., weights "
-          + ("models/seednet.onnx" if args.seed is None else f"torch.manual_seed({args.seed})"))
+          + ("models/seednet.onnx" if args.seed is None and args.init_seed is None else
+             f"torch.manual_seed({args.seed})" if args.seed is not None else
+             f"Plan.init_weights({args.init_seed})"))
     for title, refs in (("vs PyTorch float64", {k: ref["grads"] for k in runs}),
                         ("vs PyTorch float64 on the engine's ReLU branches", replayed)):
         print(f"\n{title}\n{'tensor':14s}" + "".join(f"{k:>12s}" for k in runs))
