@@ -7,7 +7,7 @@ import pytest
 
 from cases import batchnorm, by_id, ids
 from harness import check, check_case, one_step, oracle
-from conftest import run
+from conftest import rel_err, run
 from webgpu_trainer.cpu.batchnorm import batchnorm_backward, batchnorm_eval, batchnorm_train
 from webgpu_trainer.cpu.engine import Engine, params_from_blob
 
@@ -64,3 +64,30 @@ def test_numpy_batchnorm_matches_torch():
     assert np.allclose(batchnorm_eval(x, g, bb, rm, rv, 1e-3),
                        F.batch_norm(torch.tensor(x), torch.tensor(rm), torch.tensor(rv),
                                     torch.tensor(g), torch.tensor(bb), False, 0.1, 1e-3))
+
+
+def test_small_variance_case_matches_torch():
+    """The Conv -> ReLU -> BatchNorm case with variances around eps: its ReLU output's
+    per-channel variances span 1e-7 .. 1e-4 (eps 1e-5), and the float64 oracle's step (the
+    reference of ``test_case``) equals torch's: loss, the Conv output's gradient, every
+    parameter gradient."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    c = by_id(batchnorm.CASES, "conv_relu_bn_small_var")
+    want = oracle(c)
+    p = {k: torch.tensor(v, requires_grad=True)
+         for k, v in params_from_blob(c.graph, c.blob).items()}
+    c1 = F.conv2d(torch.tensor(np.float64(c.x)), p["cw"], p["cb"])
+    c1.retain_grad()
+    r1 = torch.relu(c1)
+    var = r1.detach().numpy().var(axis=(0, 2, 3))
+    assert var.min() < 1e-6 and var.max() > 1e-4 and np.any((var > 1e-6) & (var < 1e-4))
+    eps = c.graph["nodes"][2]["attrs"]["epsilon"]
+    b1 = F.batch_norm(r1, p["rm"].detach(), p["rv"].detach(), p["g"], p["bt"], True, 0.1, eps)
+    logits = F.linear(torch.flatten(b1, 1), p["fc.w"], p["fc.b"])
+    loss = F.nll_loss(torch.log_softmax(logits, 1), torch.tensor(c.labels))
+    loss.backward()
+    assert want["loss"] == pytest.approx(loss.item(), rel=1e-12)
+    assert rel_err(want["dacts"]["c1"], c1.grad.numpy()) <= 1e-10
+    for name in ("cw", "cb", "g", "bt", "fc.w", "fc.b"):
+        assert rel_err(want["grads"][name], p[name].grad.numpy()) <= 1e-10, name

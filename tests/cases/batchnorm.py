@@ -1,7 +1,8 @@
 """BatchNormalization (ops/batchnorm.py, shaders/batchnorm.wgsl): 2-D (after a Conv) and 1-D
 (after a Gemm), training (batch statistics, running statistics updated) and eval (running
-statistics, unchanged), eps / momentum, a batch larger than one reduction part, and SeedNet's
-Conv -> BatchNorm -> ReLU -> Dropout block after PyTorch's default init on the GPU."""
+statistics, unchanged), eps / momentum, a batch larger than one reduction part, SeedNet's
+Conv -> ReLU -> BatchNorm with per-channel variances around eps, and a Conv -> BatchNorm ->
+ReLU -> Dropout block after PyTorch's default init on the GPU."""
 
 import numpy as np
 
@@ -106,6 +107,34 @@ def _two_level_sums():
                 patch={"REDUCE_CHUNK": 4096}, browser=False)
 
 
+def _conv_relu_bn_small_var():
+    """SeedNet's conv3 -> ReLU -> norm1 (ReLU fused into the Conv, its mask into BatchNorm's
+    backward) at the scale of its default init: per-channel variances of the ReLU output from
+    ~1e-8 to ~1e-4 around eps = 1e-5 (where the input gradient depends most on eps), one channel
+    positive at a few positions only. ``SMALL_VAR`` (test_ops_batchnorm.py) checks the range and
+    the oracle against torch."""
+    rng = rng_for("conv_relu_bn_small_var")
+    batch, c, k, classes = 4, 2, 4, 3
+    scale = np.array([3e-4, 1e-3, 3e-3, 1e-2])[:, None, None, None]
+    x = f32(rng.standard_normal((batch, c, 6, 6)))
+    nodes = [node("Conv", ["input", "cw", "cb"], ["c1"], kernel_shape=[3, 3], pads=[0, 0, 0, 0],
+                  strides=[1, 1], dilations=[1, 1], group=1),
+             node("Relu", ["c1"], ["r1"]),
+             node("BatchNormalization", ["r1", "g", "bt", "rm", "rv"], ["b1"], epsilon=1e-5,
+                  momentum=0.9),
+             node("Flatten", ["b1"], ["flat"], axis=1)]
+    hn, ht = head("flat", k * 4 * 4, classes, rng)
+    tensors = [("cw", f32(rng.standard_normal((k, c, 3, 3)) * scale), "param"),
+               ("cb", f32(np.array([-2.0, 0.0, 0.2, 0.5]) * scale.ravel() * 4), "param"),
+               ("g", f32(1 + 0.1 * rng.standard_normal(k)), "param"),
+               ("bt", f32(0.1 * rng.standard_normal(k)), "param"),
+               ("rm", np.zeros(k, np.float32), "buffer"),
+               ("rv", np.ones(k, np.float32), "buffer")] + ht
+    return case("batchnorm/conv_relu_bn_small_var", nodes + hn, tensors, x,
+                np.arange(batch) % classes, tag="BatchNormalization", acts=("r1", "b1"),
+                dacts=("c1",))
+
+
 def _conv_bn_relu_dropout(train):
     """SeedNet's block: Conv(pads [1, 0, 1, 1], strides [2, 1]) -> BatchNorm -> ReLU ->
     Dropout(0.25) -> Flatten -> Gemm -> LogSoftmax, after Plan.init_weights(11)."""
@@ -133,5 +162,6 @@ def _conv_bn_relu_dropout(train):
 
 
 CASES = [_bn2d_train(False, 1e-5, 0.9), _bn2d_train(True, 1e-3, 0.8), _bn1d_train(),
-         _eval(2), _eval(1), _two_level_sums(), _conv_bn_relu_dropout(True),
+         _eval(2), _eval(1), _two_level_sums(), _conv_relu_bn_small_var(),
+         _conv_bn_relu_dropout(True),
          _conv_bn_relu_dropout(False)]
