@@ -43,6 +43,7 @@ import json
 import pathlib
 import sys
 import warnings
+import zlib
 
 import numpy as np
 import onnx
@@ -264,6 +265,42 @@ def data_files(out: pathlib.Path) -> None:
         b"\x1f\x8b\x08\x00" + rng.integers(0, 256, 400, dtype=np.uint8).tobytes())
 
 
+def edge_files(out: pathlib.Path) -> None:
+    """The CSV / IDX edge cases of issue 16 (4 digits each unless said otherwise)."""
+    im, lb = _digits(4, 5)
+    rows = _csv(im, lb, header=False)
+    (out / "bom_no_header.csv").write_bytes(b"\xef\xbb\xbf" + rows.encode())
+    (out / "space_first.csv").write_text(" " + rows)
+    (out / "crlf.csv").write_bytes(_csv(im, lb).replace("\n", "\r\n").encode())
+    (out / "trailing_blank.csv").write_text(rows + "\n\n \n")
+    (out / "header_only.csv").write_text(_csv(im[:0], lb[:0]))
+    lines = rows.splitlines()
+    lines[0], lines[1] = "+" + lines[0], " " + lines[1]  # labels "+d" and " d"
+    (out / "signed_labels.csv").write_text("\n".join(lines) + "\n")
+    plain = rows.splitlines()
+    fields = plain[2].split(",")
+    fields[9] = "\0"  # line 3, field 10
+    (out / "nul.csv").write_text("\n".join(plain[:2] + [",".join(fields)] + plain[3:]) + "\n")
+    fields = _csv(im, lb).splitlines()[0].split(",")
+    fields[300] = "0"  # a header with a number in field 301
+    (out / "mixed_first_line.csv").write_text(",".join(fields) + "\n" + rows)
+    fields = plain[3].split(",")
+    fields[200] = "-"  # line 4, field 201: numpy would read a lone "-" as 0
+    (out / "lone_minus.csv").write_text("\n".join(plain[:3] + [",".join(fields)]) + "\n")
+    # a gzip bomb: a valid IDX header for 400,000 images and 300 MiB of zeros (~300 KB packed)
+    head = np.array([0x803, 400_000, 28, 28], ">u4").tobytes()
+    pack = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = bytes(1 << 20)
+    bomb = [pack.compress(head)] + [pack.compress(zeros) for _ in range(300)] + [pack.flush()]
+    (out / "bomb-images-idx3-ubyte.gz").write_bytes(b"".join(bomb))
+    one = out / "own_one"  # 1 training image, 1 test image
+    one.mkdir(exist_ok=True)
+    for split, stem in (("train", "train"), ("test", "t10k")):
+        im1, lb1 = _digits(1, 6)
+        (one / f"{stem}-images-idx3-ubyte").write_bytes(_idx("images", im1))
+        (one / f"{stem}-labels-idx1-ubyte").write_bytes(_idx("labels", lb1))
+
+
 def main(argv: list[str]) -> int:
     out = pathlib.Path(argv[1]) if len(argv) > 1 else ROOT / "tests" / "fixtures" / "hostile"
     models = out / "onnx"
@@ -274,6 +311,7 @@ def main(argv: list[str]) -> int:
     onnx.save(scalar_param_model(), str(models / "scalar_param.onnx"))
     softmax_head(models)
     data_files(out / "data")
+    edge_files(out / "data")
     files = sorted(p for p in out.rglob("*") if p.is_file())
     for p in files:
         print(f"{p.relative_to(out)}: {p.stat().st_size:,} bytes")
