@@ -64,8 +64,9 @@ from ..engine import config as run_config
 from ..engine import train as train_mod
 from ..engine import checkpoint as engine_ckpt
 from .checkpoints import (CKPT_FORMAT as CKPT_FORMAT, CKPT_MAGIC as CKPT_MAGIC,  # noqa: F401
-                          last_checkpoint, load_optimizer_state, optimizer_state,
-                          read_checkpoint, read_weights, write_checkpoint, write_weights)
+                          fixed_on_resume, last_checkpoint, load_optimizer_state,
+                          optimizer_state, read_checkpoint, read_last, read_weights, undo_for,
+                          write_checkpoint, write_weights)
 from ..host.data import atomic_write
 from .devices import CpuDevice as CpuDevice, is_cpu, make_trainer, open_device
 from ..engine.ops import losses
@@ -153,8 +154,9 @@ async def _train(args) -> int:
         print(f"loss: {losses.describe(spec, 'Softmax')}", file=sys.stderr)
     dev = open_device(cfg["device"])
     check = None if is_cpu(dev) else await doctor.gate(dev, getattr(args, "force", False))
-    ckpt_path = last_checkpoint(out) if stored else None
-    header, sections = read_checkpoint(ckpt_path) if ckpt_path else (None, None)
+    ckpt_path, header, sections = read_last(out) if stored else (None, None, None)
+    if header:
+        fixed_on_resume(header, cfg, out / "config.json", ckpt_path)
     if header and header["model_sha256"] != _sha256(model_path):
         raise ValueError(f"{model_path} is not the model the checkpoint {ckpt_path} was "
                          "trained from")
@@ -207,6 +209,7 @@ async def _train(args) -> int:
               f"step {total} ({why}); resume with a larger --epochs or --max-steps",
               file=sys.stderr)
         return 2
+    undo, stepped = undo_for(out), []  # a run that fails before its first step leaves no trace
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     atomic_write(out / "config.json", (json.dumps(config_doc, indent=2) + "\n").encode())
     bar = None
@@ -217,6 +220,7 @@ async def _train(args) -> int:
     t0 = time.perf_counter()
 
     def emit(kind, **kw):
+        stepped.append(kind == "progress")
         if kind == "progress" and bar is not None:
             bar.update(kw["step"] - bar.n)
             loss, acc = (kw["losses"][-1][1:] if kw["losses"] else (float("nan"),) * 2)
@@ -248,6 +252,12 @@ async def _train(args) -> int:
     trainer.emit, trainer.on_epoch = emit, on_epoch
     try:
         result = await trainer.run()
+    except train_mod.TrainingDiverged:
+        raise  # a step ran: config.json says with what
+    except BaseException:
+        if not any(stepped):
+            undo()
+        raise
     finally:
         if bar is not None:
             bar.close()
