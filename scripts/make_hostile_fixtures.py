@@ -19,6 +19,7 @@ ONNX models (``onnx/``), each ``[N, 1, 28, 28] -> [N, 10]``:
 - ``dequantize.onnx``: ``fc1.weight_quantized`` int8 [16, 784] (12,544 weights) with one scale and
   zero point -> DequantizeLinear (output ``fc1.weight``) -> Gemm(transB) -> Relu -> Gemm (fc2);
   ``dequantize_per_axis.onnx``: the same with one scale and zero point per row (axis 0).
+- ``many_problems.onnx``: input [N, 3, 32, 32], an int64 Gemm bias and a Hardmax node.
 - ``opset99.onnx``: a Flatten -> Gemm -> Relu -> Gemm MLP that declares opset 99.
 - ``scalar_param.onnx``: Gemm -> Mul by ``scale`` (a scalar nn.Parameter, shape []) -> the erf
   GELU written out with scalar initializers ``sqrt2`` (Div), ``one`` (Add), ``half`` (Mul) ->
@@ -141,6 +142,24 @@ def scalar_param_model() -> onnx.ModelProto:
                          transB=1),
     ]
     return _model(nodes, inits, "scalar_param")
+
+
+def many_problems_model() -> onnx.ModelProto:
+    """An input [N, 3, 32, 32] (not MNIST), an int64 Gemm bias, a Hardmax (no kernel): the
+    import must report all three at once."""
+    rng = np.random.default_rng(16)
+    inits = [numpy_helper.from_array(rng.uniform(-0.02, 0.02, (10, 3072)).astype(np.float32),
+                                     "fc.weight"),
+             numpy_helper.from_array(np.arange(10, dtype=np.int64), "fc.bias")]
+    nodes = [helper.make_node("Flatten", ["input"], ["f"], name="/Flatten", axis=1),
+             helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["g"], name="/fc/Gemm",
+                              transB=1),
+             helper.make_node("Hardmax", ["g"], ["output"], name="/Hardmax")]
+    m = _model(nodes, inits, "many_problems")
+    m.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 3
+    for k in (2, 3):
+        m.graph.input[0].type.tensor_type.shape.dim[k].dim_value = 32
+    return m
 
 
 # ----------------------------------------------------------------------------- softmax head
@@ -309,6 +328,7 @@ def main(argv: list[str]) -> int:
     onnx.save(dequantize_model(per_axis=True), str(models / "dequantize_per_axis.onnx"))
     onnx.save(opset99_model(), str(models / "opset99.onnx"))
     onnx.save(scalar_param_model(), str(models / "scalar_param.onnx"))
+    onnx.save(many_problems_model(), str(models / "many_problems.onnx"))
     softmax_head(models)
     data_files(out / "data")
     edge_files(out / "data")

@@ -184,3 +184,15 @@ def test_one_image_dataset(capsys, tmp_path):
                               "training images (a batch of 2, --val-images 0); give the "
                               "dataset more training images")
     assert not out.exists()
+
+
+def test_export_metadata_states_the_real_progress(tmp_path):
+    """A run stopped by --max-steps 3 inside its 4-step epoch: the exported model says 0.75
+    epochs and 3 steps (main: "epochs": 1)."""
+    import onnx
+    out = tmp_path / "out"
+    assert main(["train", str(MODEL), *SMALL, "--epochs", "1", "--max-steps", "3", "--out",
+                 str(out)]) == 0
+    props = {p.key: p.value for p in onnx.load(str(out / "model.onnx")).metadata_props}
+    assert (json.loads(props["epochs"]), json.loads(props["steps"]),
+            json.loads(props["total_steps"])) == (0.75, 3, 3)

@@ -263,7 +263,8 @@ async def _train(args) -> int:
             bar.close()
     trained = await trainer.trained_weights()
     provenance = {"dataset": dataset, "epochs": result["epochs_done"],
-                  "steps": result["steps"], "optimizer": cfg["optimizer"], "lr": cfg["lr"],
+                  "steps": result["steps"], "total_steps": total,
+                  "optimizer": cfg["optimizer"], "lr": cfg["lr"],
                   "batch_size": cfg["batch_size"], "seed": cfg["seed"], "init": cfg["init"],
                   "final_accuracy": result["test_acc"], "eval_images": trainer.n_eval,
                   "train_images": trainer.train_set.count,
