@@ -196,3 +196,13 @@ def test_export_metadata_states_the_real_progress(tmp_path):
     props = {p.key: p.value for p in onnx.load(str(out / "model.onnx")).metadata_props}
     assert (json.loads(props["epochs"]), json.loads(props["steps"]),
             json.loads(props["total_steps"])) == (0.75, 3, 3)
+
+
+def test_new_run_into_a_run_folder_refused(capsys, run_copy):
+    """A new run whose --out holds a run would overwrite its config.json and checkpoints."""
+    before = state(run_copy)
+    code, err = cli(capsys, "train", MODEL, *SMALL, "--out", run_copy)
+    assert (code, err) == (2, f"error: --out {run_copy} already holds a run (config.json or "
+                              "checkpoints) that a new run would overwrite: give another "
+                              f"folder, or --resume {run_copy} to continue it")
+    assert state(run_copy) == before

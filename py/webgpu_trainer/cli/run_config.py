@@ -149,5 +149,9 @@ def resolve_config(args) -> tuple[config.RunConfig, Path, Path, dict | None]:
         raise ValueError("MODEL.onnx is required (unless --resume DIR)")
     cfg = config.parse(given)
     model = Path(args.model)
-    out = args.out or Path("runs") / f"{model.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return cfg, model, Path(out), None
+    out = Path(args.out or Path("runs") / f"{model.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if (out / "config.json").exists() or any((out / "checkpoints").glob("*.ckpt")):
+        raise ValueError(f"--out {out} already holds a run (config.json or checkpoints) that a "
+                         f"new run would overwrite: give another folder, or --resume {out} to "
+                         "continue it")
+    return cfg, model, out, None
