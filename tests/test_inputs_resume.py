@@ -206,3 +206,10 @@ def test_new_run_into_a_run_folder_refused(capsys, run_copy):
                               "checkpoints) that a new run would overwrite: give another "
                               f"folder, or --resume {run_copy} to continue it")
     assert state(run_copy) == before
+
+
+def test_config_json_not_json(capsys, run_copy):
+    (run_copy / "config.json").write_bytes(b"{")
+    assert _resume_refused(capsys, run_copy) == (
+        f"error: --resume: {run_copy / 'config.json'} is not valid JSON (Expecting property "
+        "name enclosed in double quotes: line 1 column 2 (char 1))")

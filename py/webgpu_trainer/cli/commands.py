@@ -21,7 +21,11 @@ on (seed, epoch) (``random.Random(seed * 1000003 + epoch)``), dropout on (seed, 
 and momentum schedules on the step, so a resumed run repeats the uninterrupted run's losses
 exactly. Checkpoints of both devices share one format (weights in the plan's layout, the
 optimizer state of ``optim.Optimizer.state_bytes``), so a run may also resume on the other
-device (the same dropout masks; not bit for bit: float32 rounding in another order).
+device (the same dropout masks; not bit for bit: float32 rounding in another order). A damaged
+run folder is refused naming the file and the problem (``checkpoints.read_last``,
+``run_config.read_stored``), as is a config.json edited away from its checkpoint
+(``checkpoints.fixed_on_resume``); a run that fails before its first step leaves ``--out`` as
+it was (``checkpoints.undo_for``).
 
 The options (``options.add_train``) are the fields of the run configuration's schema
 (``engine/config``): the optimizer and its torch.optim keywords, clipping, the schedule, the
@@ -209,7 +213,7 @@ async def _train(args) -> int:
               f"step {total} ({why}); resume with a larger --epochs or --max-steps",
               file=sys.stderr)
         return 2
-    undo, stepped = undo_for(out), []  # a run that fails before its first step leaves no trace
+    undo, stepped = undo_for(out), [False]  # a run failing before its first step: no trace
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     atomic_write(out / "config.json", (json.dumps(config_doc, indent=2) + "\n").encode())
     bar = None
@@ -220,7 +224,8 @@ async def _train(args) -> int:
     t0 = time.perf_counter()
 
     def emit(kind, **kw):
-        stepped.append(kind == "progress")
+        if kind == "progress":
+            stepped[0] = True
         if kind == "progress" and bar is not None:
             bar.update(kw["step"] - bar.n)
             loss, acc = (kw["losses"][-1][1:] if kw["losses"] else (float("nan"),) * 2)
@@ -255,7 +260,7 @@ async def _train(args) -> int:
     except train_mod.TrainingDiverged:
         raise  # a step ran: config.json says with what
     except BaseException:
-        if not any(stepped):
+        if not stepped[0]:
             undo()
         raise
     finally:

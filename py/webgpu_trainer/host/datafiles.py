@@ -192,7 +192,9 @@ def parse_csv(raw: bytes, name: str = "CSV") -> tuple[np.ndarray, np.ndarray]:
         field = raw.count(b",", raw.rfind(b"\n", 0, nul) + 1, nul) + 1
         raise DataError(f"{name} line {line}, field {field}: a NUL byte (byte offset {nul:,}; "
                         "not a text CSV file)")
-    raw = raw.removeprefix(_BOM).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    raw = raw.removeprefix(_BOM)
+    if b"\r" in raw:
+        raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     first = 1
     nl = raw.find(b"\n")
     if raw.strip() and _is_header(raw[:nl] if nl >= 0 else raw, name):
@@ -205,8 +207,7 @@ def parse_csv(raw: bytes, name: str = "CSV") -> tuple[np.ndarray, np.ndarray]:
         raise DataError(f"{name}: no rows")
     rows = raw.count(b"\n") + 1
     vals = None
-    if not raw.translate(None, b"0123456789,\n\t +-") and not (
-            (b"-" in raw or b"+" in raw) and _CSV_SIGN.search(raw)):
+    if not ((b"-" in raw or b"+" in raw) and _CSV_SIGN.search(raw)):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")  # numpy warns when it stops at unparsable text
