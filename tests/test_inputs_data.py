@@ -100,6 +100,15 @@ def test_csv_edge_cases_refused(name, message):
     assert str(e.value) == message.format(p=path)
 
 
+@pytest.mark.parametrize("header", [
+    "\ufefflabel," + ",".join(f"pixel{k}" for k in range(784)),  # a BOM, then Kaggle's names
+    "label," + ",".join(map(str, range(784))), "y," + ",".join(map(str, range(1, 785)))])
+def test_csv_headers_recognised(header):
+    row = ",".join(["7"] + ["3"] * 784)
+    images, labels = data.parse_csv((header + "\r\n" + row + "\r\n").encode(), "x")
+    assert labels.tolist() == [7] and images.tolist() == [[3] * 784]
+
+
 def test_csv_refusals_in_memory():
     row = ",".join(["5"] + ["0"] * 784)
     cases = {b"": "x: no rows", b"\n\n": "x: no rows",

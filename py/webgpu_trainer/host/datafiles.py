@@ -156,7 +156,8 @@ def _number(body: bytes, row: int, field: int) -> str:
 
 
 def _is_header(line: bytes, name: str) -> bool:
-    """True when the first line is a header: 785 column names, none of them a number. False
+    """True when the first line is a header: 785 column names, none of them a number (or a
+    label name and the pixel columns numbered 0..783 or 1..784). False
     when it is a row of integers (data; checked with the others). Anything else is a
     DataError naming line 1 and the field: a header is recognised positively, never a row
     dropped because it does not look like data."""
@@ -170,6 +171,9 @@ def _is_header(line: bytes, name: str) -> bool:
         raise DataError(f"{what}: it has {len(fields)} fields")
     if not any(ints) and all(f.strip() for f in fields):
         return True
+    if not ints[0] and fields[0].strip() and all(ints[1:]) and \
+            [int(f) for f in fields[1:]] in (list(range(PIXELS)), list(range(1, PIXELS + 1))):
+        return True  # a label name, then the pixel columns numbered 0..783 or 1..784
     k = ints.index(True) if ints.count(True) < len(fields) / 2 else ints.index(False)
     raise DataError(f"{what}: field {k + 1} is {_shown(fields[k])}"
                     + (" (an empty field)" if not fields[k].strip() else ""))
