@@ -36,6 +36,14 @@ Data files (``data/``), 28x28 grey digits with labels 0..9 unless said otherwise
   index 5), ``wrong_magic-images-idx3-ubyte`` (magic 0x00000804), ``truncated-images-idx3-ubyte``
   (the header says 10 images, the file holds 9.5), ``garbage-images-idx3-ubyte.gz`` (gzip magic,
   then random bytes).
+- issue 16's edge cases (``edge_files``), 4 digits each (labels 1, 3, 2, 0):
+  ``bom_no_header.csv`` (a UTF-8 BOM, no header), ``space_first.csv`` (the first row starts
+  with a space), ``crlf.csv`` (a header, CRLF), ``trailing_blank.csv`` (blank lines at the
+  end), ``signed_labels.csv`` (labels ``+1`` and `` 3``), ``header_only.csv``, ``nul.csv`` (a
+  NUL byte in line 3, field 10), ``mixed_first_line.csv`` (a header with ``0`` in field 301),
+  ``lone_minus.csv`` (``-`` in line 4, field 201), ``bomb-images-idx3-ubyte.gz`` (an IDX
+  header for 400,000 images and 300 MiB of zeros in ~300 KB of gzip) and ``own_one/`` (IDX,
+  1 training and 1 test image).
 """
 from __future__ import annotations
 
