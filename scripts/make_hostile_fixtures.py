@@ -19,6 +19,7 @@ ONNX models (``onnx/``), each ``[N, 1, 28, 28] -> [N, 10]``:
 - ``dequantize.onnx``: ``fc1.weight_quantized`` int8 [16, 784] (12,544 weights) with one scale and
   zero point -> DequantizeLinear (output ``fc1.weight``) -> Gemm(transB) -> Relu -> Gemm (fc2);
   ``dequantize_per_axis.onnx``: the same with one scale and zero point per row (axis 0).
+- ``many_problems.onnx``: input [N, 3, 32, 32], an int64 Gemm bias and a Hardmax node.
 - ``opset99.onnx``: a Flatten -> Gemm -> Relu -> Gemm MLP that declares opset 99.
 - ``scalar_param.onnx``: Gemm -> Mul by ``scale`` (a scalar nn.Parameter, shape []) -> the erf
   GELU written out with scalar initializers ``sqrt2`` (Div), ``one`` (Add), ``half`` (Mul) ->
@@ -35,6 +36,14 @@ Data files (``data/``), 28x28 grey digits with labels 0..9 unless said otherwise
   index 5), ``wrong_magic-images-idx3-ubyte`` (magic 0x00000804), ``truncated-images-idx3-ubyte``
   (the header says 10 images, the file holds 9.5), ``garbage-images-idx3-ubyte.gz`` (gzip magic,
   then random bytes).
+- issue 16's edge cases (``edge_files``), 4 digits each (labels 1, 3, 2, 0):
+  ``bom_no_header.csv`` (a UTF-8 BOM, no header), ``space_first.csv`` (the first row starts
+  with a space), ``crlf.csv`` (a header, CRLF), ``trailing_blank.csv`` (blank lines at the
+  end), ``signed_labels.csv`` (labels ``+1`` and `` 3``), ``header_only.csv``, ``nul.csv`` (a
+  NUL byte in line 3, field 10), ``mixed_first_line.csv`` (a header with ``0`` in field 301),
+  ``lone_minus.csv`` (``-`` in line 4, field 201), ``bomb-images-idx3-ubyte.gz`` (an IDX
+  header for 400,000 images and 300 MiB of zeros in ~300 KB of gzip) and ``own_one/`` (IDX,
+  1 training and 1 test image).
 """
 from __future__ import annotations
 
@@ -43,6 +52,7 @@ import json
 import pathlib
 import sys
 import warnings
+import zlib
 
 import numpy as np
 import onnx
@@ -140,6 +150,24 @@ def scalar_param_model() -> onnx.ModelProto:
                          transB=1),
     ]
     return _model(nodes, inits, "scalar_param")
+
+
+def many_problems_model() -> onnx.ModelProto:
+    """An input [N, 3, 32, 32] (not MNIST), an int64 Gemm bias, a Hardmax (no kernel): the
+    import must report all three at once."""
+    rng = np.random.default_rng(16)
+    inits = [numpy_helper.from_array(rng.uniform(-0.02, 0.02, (10, 3072)).astype(np.float32),
+                                     "fc.weight"),
+             numpy_helper.from_array(np.arange(10, dtype=np.int64), "fc.bias")]
+    nodes = [helper.make_node("Flatten", ["input"], ["f"], name="/Flatten", axis=1),
+             helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["g"], name="/fc/Gemm",
+                              transB=1),
+             helper.make_node("Hardmax", ["g"], ["output"], name="/Hardmax")]
+    m = _model(nodes, inits, "many_problems")
+    m.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 3
+    for k in (2, 3):
+        m.graph.input[0].type.tensor_type.shape.dim[k].dim_value = 32
+    return m
 
 
 # ----------------------------------------------------------------------------- softmax head
@@ -264,6 +292,42 @@ def data_files(out: pathlib.Path) -> None:
         b"\x1f\x8b\x08\x00" + rng.integers(0, 256, 400, dtype=np.uint8).tobytes())
 
 
+def edge_files(out: pathlib.Path) -> None:
+    """The CSV / IDX edge cases of issue 16 (4 digits each unless said otherwise)."""
+    im, lb = _digits(4, 5)
+    rows = _csv(im, lb, header=False)
+    (out / "bom_no_header.csv").write_bytes(b"\xef\xbb\xbf" + rows.encode())
+    (out / "space_first.csv").write_text(" " + rows)
+    (out / "crlf.csv").write_bytes(_csv(im, lb).replace("\n", "\r\n").encode())
+    (out / "trailing_blank.csv").write_text(rows + "\n\n \n")
+    (out / "header_only.csv").write_text(_csv(im[:0], lb[:0]))
+    lines = rows.splitlines()
+    lines[0], lines[1] = "+" + lines[0], " " + lines[1]  # labels "+d" and " d"
+    (out / "signed_labels.csv").write_text("\n".join(lines) + "\n")
+    plain = rows.splitlines()
+    fields = plain[2].split(",")
+    fields[9] = "\0"  # line 3, field 10
+    (out / "nul.csv").write_text("\n".join(plain[:2] + [",".join(fields)] + plain[3:]) + "\n")
+    fields = _csv(im, lb).splitlines()[0].split(",")
+    fields[300] = "0"  # a header with a number in field 301
+    (out / "mixed_first_line.csv").write_text(",".join(fields) + "\n" + rows)
+    fields = plain[3].split(",")
+    fields[200] = "-"  # line 4, field 201: numpy would read a lone "-" as 0
+    (out / "lone_minus.csv").write_text("\n".join(plain[:3] + [",".join(fields)]) + "\n")
+    # a gzip bomb: a valid IDX header for 400,000 images and 300 MiB of zeros (~300 KB packed)
+    head = np.array([0x803, 400_000, 28, 28], ">u4").tobytes()
+    pack = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = bytes(1 << 20)
+    bomb = [pack.compress(head)] + [pack.compress(zeros) for _ in range(300)] + [pack.flush()]
+    (out / "bomb-images-idx3-ubyte.gz").write_bytes(b"".join(bomb))
+    one = out / "own_one"  # 1 training image, 1 test image
+    one.mkdir(exist_ok=True)
+    for split, stem in (("train", "train"), ("test", "t10k")):
+        im1, lb1 = _digits(1, 6)
+        (one / f"{stem}-images-idx3-ubyte").write_bytes(_idx("images", im1))
+        (one / f"{stem}-labels-idx1-ubyte").write_bytes(_idx("labels", lb1))
+
+
 def main(argv: list[str]) -> int:
     out = pathlib.Path(argv[1]) if len(argv) > 1 else ROOT / "tests" / "fixtures" / "hostile"
     models = out / "onnx"
@@ -272,8 +336,10 @@ def main(argv: list[str]) -> int:
     onnx.save(dequantize_model(per_axis=True), str(models / "dequantize_per_axis.onnx"))
     onnx.save(opset99_model(), str(models / "opset99.onnx"))
     onnx.save(scalar_param_model(), str(models / "scalar_param.onnx"))
+    onnx.save(many_problems_model(), str(models / "many_problems.onnx"))
     softmax_head(models)
     data_files(out / "data")
+    edge_files(out / "data")
     files = sorted(p for p in out.rglob("*") if p.is_file())
     for p in files:
         print(f"{p.relative_to(out)}: {p.stat().st_size:,} bytes")

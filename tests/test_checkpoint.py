@@ -122,3 +122,84 @@ def test_restore_refuses_another_optimizer(seednet, splits):
     with pytest.raises(ValueError, match="weights do not fit this model's layout"):
         checkpoint.restore(adam, head, {**sections, "weights": sections["weights"][:-4]})
     assert (adam.epoch, adam.step) == (0, 0)  # nothing applied
+
+
+# ----------------------------------------------------------------------------- hostile files
+# issue 16: a corrupt or truncated .ckpt names the file, what is wrong and the byte offset.
+
+SECTIONS = {"weights": bytes(range(256)) * 4, "optimizer": b"\x01" * 100}
+
+
+def _ckpt(tmp_path):
+    from webgpu_trainer.cli.checkpoints import write_checkpoint
+    path = tmp_path / "epoch-001.ckpt"
+    write_checkpoint(path, {"epoch": 1, "step": 4, "model_sha256": "ab"}, SECTIONS)
+    raw = path.read_bytes()
+    return path, raw, 12 + int.from_bytes(raw[8:12], "little")  # the binary part's offset
+
+
+def _refused(path) -> str:
+    from webgpu_trainer.cli.checkpoints import read_checkpoint
+    before = path.read_bytes()
+    with pytest.raises(ValueError) as e:
+        read_checkpoint(path)
+    assert path.read_bytes() == before
+    return str(e.value)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    from webgpu_trainer.cli.checkpoints import read_checkpoint
+    path, _, _ = _ckpt(tmp_path)
+    head, sections = read_checkpoint(path)
+    assert sections == SECTIONS and (head["epoch"], head["step"]) == (1, 4)
+
+
+def test_checkpoint_cut_to_10_bytes(tmp_path):
+    path, raw, _ = _ckpt(tmp_path)
+    path.write_bytes(raw[:10])
+    assert _refused(path) == (f"checkpoint {path}: truncated: 10 bytes, shorter than the 12 "
+                              "bytes of its magic and header length (bytes 0..11); it cannot "
+                              "be resumed from")
+
+
+def test_checkpoint_cut_inside_its_header(tmp_path):
+    path, raw, body = _ckpt(tmp_path)
+    path.write_bytes(raw[:100])
+    assert _refused(path) == (f"checkpoint {path}: truncated inside its header: the header "
+                              f"takes bytes 12..{body - 1} but the file ends at byte offset "
+                              "100; it cannot be resumed from")
+
+
+def test_checkpoint_header_not_json(tmp_path):
+    path, raw, body = _ckpt(tmp_path)
+    path.write_bytes(raw[:13] + b"}" + raw[14:])  # '{"epoch"...' becomes '{}epoch"...'
+    assert _refused(path) == (f"checkpoint {path}: its header (bytes 12..{body - 1}) is not "
+                              "valid JSON: Extra data at byte offset 14; it cannot be resumed "
+                              "from")
+
+
+def test_checkpoint_other_magic_and_no_sections(tmp_path):
+    path, raw, _ = _ckpt(tmp_path)
+    path.write_bytes(b"PK\x03\x04" + raw[4:])
+    assert _refused(path) == (f"checkpoint {path}: not a webgpu-trainer checkpoint (bytes 0..7 "
+                              "are b'PK\\x03\\x04KPT1', expected b'WGTCKPT1'); it cannot be "
+                              "resumed from")
+    head = b'{"epoch": 1}'
+    path.write_bytes(raw[:8] + len(head).to_bytes(4, "little") + head)
+    assert _refused(path) == (f"checkpoint {path}: its header (bytes 12..23) lists no sections "
+                              "(no 'sections' object); it cannot be resumed from")
+
+
+def test_checkpoint_truncated_and_corrupt_sections(tmp_path):
+    path, raw, body = _ckpt(tmp_path)
+    path.write_bytes(raw[:-50])
+    end = body + 1024 + 100
+    assert _refused(path) == (f"checkpoint {path}: truncated: section 'optimizer' takes bytes "
+                              f"{body + 1024:,}..{end - 1:,} but the file ends at byte offset "
+                              f"{end - 50:,}; it cannot be resumed from")
+    flipped = bytearray(raw)
+    flipped[body + 5] ^= 1
+    path.write_bytes(bytes(flipped))
+    assert _refused(path) == (f"checkpoint {path}: section 'weights' (bytes {body:,}.."
+                              f"{body + 1023:,}) does not match its sha256 (corrupt); it cannot "
+                              "be resumed from")

@@ -71,6 +71,98 @@ def test_hostile_file_named_error(name, kind, message):
     assert str(e.value) == want if not want.endswith("(") else str(e.value).startswith(want)
 
 
+# issue 16: CSV / IDX edge cases; 4 digits each (labels 1, 3, 2, 0), never a row lost
+EDGE_LABELS = [1, 3, 2, 0]
+
+
+@pytest.mark.parametrize("name", ["bom_no_header.csv", "space_first.csv", "crlf.csv",
+                                  "trailing_blank.csv", "signed_labels.csv"])
+def test_csv_edge_cases_keep_every_row(name):
+    """A BOM, a first row starting with a space, CRLF, blank lines at the end, labels "+1" and
+    " 3": every row is data (main kept 3 of 4 rows of the BOM, space and signed files)."""
+    images, labels = data.parse_csv((HOSTILE / name).read_bytes(), name)
+    assert labels.tolist() == EDGE_LABELS
+    ref, _ = data.parse_csv((HOSTILE / "crlf.csv").read_bytes().replace(b"\r", b""))
+    assert images.shape == (4, 784) and (images == ref).all() and images.any()
+
+
+@pytest.mark.parametrize("name,message", [
+    ("header_only.csv", "{p}: a header line and no rows"),
+    ("nul.csv", "{p} line 3, field 10: a NUL byte (byte offset 3,254; not a text CSV file)"),
+    ("mixed_first_line.csv", "{p} line 1 is neither a header (785 column names, none a "
+     "number) nor a row (a label and 784 integers): field 301 is '0'"),
+    ("lone_minus.csv", "{p} line 4, field 201: '-' is not an integer"),
+])
+def test_csv_edge_cases_refused(name, message):
+    path = HOSTILE / name
+    with pytest.raises(data.DataError) as e:
+        data.parse_csv(path.read_bytes(), str(path))
+    assert str(e.value) == message.format(p=path)
+
+
+@pytest.mark.parametrize("header", [
+    "\ufefflabel," + ",".join(f"pixel{k}" for k in range(784)),  # a BOM, then Kaggle's names
+    "label," + ",".join(map(str, range(784))), "y," + ",".join(map(str, range(1, 785)))])
+def test_csv_headers_recognised(header):
+    row = ",".join(["7"] + ["3"] * 784)
+    images, labels = data.parse_csv((header + "\r\n" + row + "\r\n").encode(), "x")
+    assert labels.tolist() == [7] and images.tolist() == [[3] * 784]
+
+
+def test_csv_refusals_in_memory():
+    row = ",".join(["5"] + ["0"] * 784)
+    cases = {b"": "x: no rows", b"\n\n": "x: no rows",
+             b"label,p1\n" + row.encode(): "x line 1 is neither a header (785 column names, "
+             "none a number) nor a row (a label and 784 integers): it has 2 fields",
+             (row + "\n" + row.replace("5,", "12345678901,", 1)).encode():
+             "x line 2: label 12345678901 is outside 0..9",
+             (row.replace(",0", ",1234567890123456789012345", 1)).encode():
+             "x line 1, field 2: pixel value 12345678901234567890... is outside 0..255",
+             (row + "\n\n" + row).encode(): "x line 2: empty line"}
+    for raw, message in cases.items():
+        with pytest.raises(data.DataError) as e:
+            data.parse_csv(raw, "x")
+        assert str(e.value) == message
+
+
+def test_gzip_bomb_refused_at_the_bound(tmp_path):
+    """A valid IDX header for 400,000 images and 300 MiB of zeros in 305,791 gzip bytes:
+    unpacking stops at 256 MiB; read_folder refuses a raw file past the bound unread."""
+    path = HOSTILE / "bomb-images-idx3-ubyte.gz"
+    with pytest.raises(data.DataError) as e:
+        data.parse_idx(path.read_bytes(), "images", str(path))
+    assert str(e.value) == (f"{path}: the gzip data (305,791 bytes) unpacks to more than "
+                            "268,435,456 bytes (256 MiB, the bound for one data file): refused")
+    src = tmp_path / "src"
+    shutil.copytree(OWN_IDX, src)
+    big = src / "train-images-idx3-ubyte.gz"
+    with open(big, "r+b") as f:
+        f.truncate((256 << 20) + 1)  # sparse: nothing written
+    before = {p.name: p.stat().st_size for p in src.iterdir()}
+    with pytest.raises(data.DataError) as e:
+        data.prepare(tmp_path / "c", src, log=lambda m: None)
+    assert str(e.value) == (f"{big}: 268,435,457 bytes, more than 268,435,456 bytes (256 MiB, "
+                            "the bound for one data file)")
+    assert {p.name: p.stat().st_size for p in src.iterdir()} == before
+    assert not (tmp_path / "c").exists()
+
+
+def test_gzip_members_and_trailing_bytes():
+    import gzip
+    one = data.idx_header("labels", 2) + bytes([4, 7])
+    two = gzip.compress(one[:5]) + gzip.compress(one[5:])  # two members: one file
+    assert data.parse_idx(two, "labels", "x").tolist() == [4, 7]
+    with pytest.raises(data.DataError) as e:
+        data.parse_idx(gzip.compress(one) + b"junk", "labels", "x")
+    assert str(e.value) == ("x: 4 bytes that are not gzip data after the compressed data, at "
+                            f"byte offset {len(gzip.compress(one)):,}")
+    cut = gzip.compress(one)[:-9]
+    with pytest.raises(data.DataError) as e:
+        data.parse_idx(cut, "labels", "x")
+    assert str(e.value) == ("x: not a valid gzip file (the compressed data ends early: "
+                            f"truncated at byte offset {len(cut)})")
+
+
 def _folder_with(tmp_path, base, replace: dict) -> pathlib.Path:
     """A copy of the own dataset ``base`` with some files replaced by hostile ones."""
     src = tmp_path / "src"

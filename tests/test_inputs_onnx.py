@@ -285,3 +285,38 @@ def test_predict_probabilities_of_softmax_head():
     dev = native.CpuDevice()
     got = np.exp(run(native.engine_log_probs(dev, SOFTMAX, images, [1, 2, 3])))
     assert rel_err(got, ref) <= 1e-5
+
+
+def test_every_import_problem_at_once():
+    """Issue 16: a wrong input shape no longer hides the other problems (main reported the
+    shape and the op, not the int64 bias)."""
+    path = HOSTILE / "many_problems.onnx"
+    with pytest.raises(onnx_io.OnnxImportError) as e:
+        onnx_io.load_bundle(path)
+    assert e.value.problems == [
+        "input 'input' has shape ['N', 3, 32, 32] (3x32x32 per sample, rank 4) but MNIST "
+        "images are 1x28x28: the model must take [N, 1, 28, 28] or [N, 784]",
+        "unsupported op: node /Hardmax (Hardmax, ai.onnx opset 17)",
+        "initializer 'fc.bias' is INT64 [10] used as data by /fc/Gemm (Gemm): only float "
+        "tensors can be data"]
+    assert str(e.value).startswith(f"{path}: cannot be imported (3 problems):\n- input ")
+
+
+STATIC = sorted((ROOT / "tests" / "fixtures" / "models").glob("*-ts13.onnx"))
+
+
+@pytest.mark.parametrize("path", STATIC, ids=[p.stem for p in STATIC])
+def test_static_batch_export_runs_any_batch(path):
+    """Issue 16: a TorchScript export with a fixed batch of 4 (Reshape shapes [4, -1]) is
+    exported with a symbolic batch: onnxruntime runs batches of 1 and 7 (main: "Got: 1
+    Expected: 4") and gives torch's eval outputs row by row."""
+    ref = np.load(path.with_suffix(".npz"))
+    _, blob = onnx_io.load_bundle(path, check_trainable=False)
+    model = onnx.load_from_string(onnx_io.export_onnx(path, blob, {}))
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    assert dims[0].dim_param and [d.dim_value for d in dims[1:]] == [1, 28, 28]
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for rows in ([2], [0, 1, 2, 3, 2, 1, 0]):
+        out = sess.run(None, {sess.get_inputs()[0].name: ref["x"][rows]})[0]
+        assert out.shape == (len(rows), 10)
+        assert rel_err(out, ref["out"][rows]) <= 1e-4

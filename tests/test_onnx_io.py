@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -415,9 +416,15 @@ def test_static_batch_generalised(tmp_path, allowzero, const_node):
     x = np.random.default_rng(0).standard_normal((7, 1, 28, 28))
     want = x.reshape(7, 784) @ _w((10, 784)).T.astype(np.float64)
     np.testing.assert_allclose(_engine_out(graph, blob, x), want, rtol=1e-6, atol=1e-9)
-    # the export keeps the original graph (batch 4)
+    # the export keeps the original graph but for any batch (issue 16): the Reshape takes the
+    # import's [-1, 784] (the Constant [4, -1] goes), onnxruntime runs batches of 1 and 7
     out = onnx.load_from_string(onnx_io.export_onnx(tmp_path / "static.onnx", blob, {}))
-    assert [n.op_type for n in out.graph.node] == [n.op_type for n in model.graph.node]
+    assert [n.op_type for n in out.graph.node] == ["Reshape", "Gemm"]
+    assert out.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"
+    sess = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])
+    for rows in ([3], range(7)):
+        got = sess.run(None, {"x": x[list(rows)].astype(np.float32)})[0]
+        np.testing.assert_allclose(got, want[list(rows)], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("opset", [11, 13, 18])

@@ -21,7 +21,11 @@ on (seed, epoch) (``random.Random(seed * 1000003 + epoch)``), dropout on (seed, 
 and momentum schedules on the step, so a resumed run repeats the uninterrupted run's losses
 exactly. Checkpoints of both devices share one format (weights in the plan's layout, the
 optimizer state of ``optim.Optimizer.state_bytes``), so a run may also resume on the other
-device (the same dropout masks; not bit for bit: float32 rounding in another order).
+device (the same dropout masks; not bit for bit: float32 rounding in another order). A damaged
+run folder is refused naming the file and the problem (``checkpoints.read_last``,
+``run_config.read_stored``), as is a config.json edited away from its checkpoint
+(``checkpoints.fixed_on_resume``); a run that fails before its first step leaves ``--out`` as
+it was (``checkpoints.undo_for``).
 
 The options (``options.add_train``) are the fields of the run configuration's schema
 (``engine/config``): the optimizer and its torch.optim keywords, clipping, the schedule, the
@@ -64,8 +68,9 @@ from ..engine import config as run_config
 from ..engine import train as train_mod
 from ..engine import checkpoint as engine_ckpt
 from .checkpoints import (CKPT_FORMAT as CKPT_FORMAT, CKPT_MAGIC as CKPT_MAGIC,  # noqa: F401
-                          last_checkpoint, load_optimizer_state, optimizer_state,
-                          read_checkpoint, read_weights, write_checkpoint, write_weights)
+                          fixed_on_resume, last_checkpoint, load_optimizer_state,
+                          optimizer_state, read_checkpoint, read_last, read_weights, undo_for,
+                          write_checkpoint, write_weights)
 from ..host.data import atomic_write
 from .devices import CpuDevice as CpuDevice, is_cpu, make_trainer, open_device
 from ..engine.ops import losses
@@ -153,8 +158,9 @@ async def _train(args) -> int:
         print(f"loss: {losses.describe(spec, 'Softmax')}", file=sys.stderr)
     dev = open_device(cfg["device"])
     check = None if is_cpu(dev) else await doctor.gate(dev, getattr(args, "force", False))
-    ckpt_path = last_checkpoint(out) if stored else None
-    header, sections = read_checkpoint(ckpt_path) if ckpt_path else (None, None)
+    ckpt_path, header, sections = read_last(out) if stored else (None, None, None)
+    if header:
+        fixed_on_resume(header, cfg, out / "config.json", ckpt_path)
     if header and header["model_sha256"] != _sha256(model_path):
         raise ValueError(f"{model_path} is not the model the checkpoint {ckpt_path} was "
                          "trained from")
@@ -207,6 +213,7 @@ async def _train(args) -> int:
               f"step {total} ({why}); resume with a larger --epochs or --max-steps",
               file=sys.stderr)
         return 2
+    undo, stepped = undo_for(out), [False]  # a run failing before its first step: no trace
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     atomic_write(out / "config.json", (json.dumps(config_doc, indent=2) + "\n").encode())
     bar = None
@@ -217,6 +224,8 @@ async def _train(args) -> int:
     t0 = time.perf_counter()
 
     def emit(kind, **kw):
+        if kind == "progress":
+            stepped[0] = True
         if kind == "progress" and bar is not None:
             bar.update(kw["step"] - bar.n)
             loss, acc = (kw["losses"][-1][1:] if kw["losses"] else (float("nan"),) * 2)
@@ -248,12 +257,19 @@ async def _train(args) -> int:
     trainer.emit, trainer.on_epoch = emit, on_epoch
     try:
         result = await trainer.run()
+    except train_mod.TrainingDiverged:
+        raise  # a step ran: config.json says with what
+    except BaseException:
+        if not stepped[0]:
+            undo()
+        raise
     finally:
         if bar is not None:
             bar.close()
     trained = await trainer.trained_weights()
     provenance = {"dataset": dataset, "epochs": result["epochs_done"],
-                  "steps": result["steps"], "optimizer": cfg["optimizer"], "lr": cfg["lr"],
+                  "steps": result["steps"], "total_steps": total,
+                  "optimizer": cfg["optimizer"], "lr": cfg["lr"],
                   "batch_size": cfg["batch_size"], "seed": cfg["seed"], "init": cfg["init"],
                   "final_accuracy": result["test_acc"], "eval_images": trainer.n_eval,
                   "train_images": trainer.train_set.count,

@@ -103,6 +103,24 @@ def with_trainable(cfg: config.RunConfig, graph: dict, args) -> config.RunConfig
     return config.replace(cfg, trainable=names, freeze=None, head_only=None)
 
 
+def read_stored(path: Path) -> dict:
+    """A run folder's config.json, checked for what ``--resume`` reads: ValueError naming the
+    file and the problem (not JSON, with its position; a missing or mistyped key)."""
+    try:
+        stored = json.loads(path.read_bytes())
+    except ValueError as exc:
+        raise ValueError(f"--resume: {path} is not valid JSON ({exc})") from None
+    if not isinstance(stored, dict):
+        raise ValueError(f"--resume: {path} holds {type(stored).__name__}, not a JSON object")
+    for key, what in (("config", "the run's settings"), ("model", "the model's path")):
+        if not isinstance(stored.get(key), dict):
+            state = "has no" if key not in stored else "has a malformed"
+            raise ValueError(f"--resume: {path} {state} {key!r} object ({what})")
+    if not isinstance(stored["model"].get("path"), str):
+        raise ValueError(f"--resume: {path} has no 'model' 'path' (the model's file)")
+    return stored
+
+
 def resolve_config(args) -> tuple[config.RunConfig, Path, Path, dict | None]:
     """``(config, model path, out dir, stored config.json or None)`` from the ``train``
     options: a new run's config, or the resumed run's stored config updated with the options
@@ -114,13 +132,14 @@ def resolve_config(args) -> tuple[config.RunConfig, Path, Path, dict | None]:
         if not (run_dir / "config.json").is_file():
             raise ValueError(f"--resume {run_dir}: not a run folder (no config.json; give the "
                              "--out folder of an earlier train)")
-        try:
-            stored = json.loads((run_dir / "config.json").read_text())
-        except ValueError as exc:
-            raise ValueError(f"--resume {run_dir}: config.json is not valid JSON ({exc})") \
-                from None
-        # runs of earlier versions trained on every training image (no validation images)
-        cfg = config.resume_with(config.parse({"val_images": 0, **stored["config"]}), given)
+        stored = read_stored(run_dir / "config.json")
+        try:  # runs of earlier versions trained on every training image (no validation)
+            cfg = config.parse({"val_images": 0, **stored["config"]})
+        except ConfigError as exc:
+            lines = "; ".join(f"{k}: {m}" for k, m in exc.errors)
+            raise ValueError(f"--resume: {run_dir / 'config.json'}: its 'config' is not a "
+                             f"valid run configuration: {lines}") from None
+        cfg = config.resume_with(cfg, given)
         model = Path(args.model) if args.model else Path(stored["model"]["path"])
         if args.out and Path(args.out).resolve() != run_dir.resolve():
             raise ValueError("--out and --resume name different folders; a resumed run "
@@ -130,5 +149,9 @@ def resolve_config(args) -> tuple[config.RunConfig, Path, Path, dict | None]:
         raise ValueError("MODEL.onnx is required (unless --resume DIR)")
     cfg = config.parse(given)
     model = Path(args.model)
-    out = args.out or Path("runs") / f"{model.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return cfg, model, Path(out), None
+    out = Path(args.out or Path("runs") / f"{model.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if (out / "config.json").exists() or any((out / "checkpoints").glob("*.ckpt")):
+        raise ValueError(f"--out {out} already holds a run (config.json or checkpoints) that a "
+                         f"new run would overwrite: give another folder, or --resume {out} to "
+                         "continue it")
+    return cfg, model, out, None

@@ -17,7 +17,6 @@ checksums (``data.prepare``).
 
 from __future__ import annotations
 
-import gzip
 import re
 import warnings
 import zlib
@@ -36,7 +35,12 @@ MNIST_IDX = {
     ("test", "labels"): "t10k-labels-idx1-ubyte",
 }
 MNIST_CSV = {"train": "mnist_train.csv", "test": "mnist_test.csv"}
-_INT = re.compile(rb"\s*[-+]?\d+\s*")
+_INT = re.compile(rb"[ \t]*[-+]?[0-9]+[ \t]*")
+#: The most bytes one data file may hold, unpacked (MNIST's largest, its training CSV, has
+#: about 110 MB): a gzip bomb stops there.
+MAX_BYTES = 256 << 20
+_BOM = b"\xef\xbb\xbf"
+_CSV_SIGN = re.compile(rb"[-+](?![0-9])")  # numpy reads a lone "-" as 0
 
 
 class DataError(RuntimeError):
@@ -44,12 +48,37 @@ class DataError(RuntimeError):
 
 
 def _gunzip(raw: bytes, name: str) -> bytes:
+    """``raw`` unpacked when it is gzip data (each member; stopping past ``MAX_BYTES``), else
+    ``raw``; DataError naming ``name`` for a file past the bound or bad gzip data."""
+    bound = f"{MAX_BYTES:,} bytes (256 MiB, the bound for one data file)"
     if raw[:2] != b"\x1f\x8b":
+        if len(raw) > MAX_BYTES:
+            raise DataError(f"{name}: {len(raw):,} bytes, more than {bound}")
         return raw
+    out, size, data = [], 0, raw
     try:
-        return gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as exc:
+        while data:
+            if data[:2] != b"\x1f\x8b":
+                raise DataError(f"{name}: {len(data):,} bytes that are not gzip data after the "
+                                f"compressed data, at byte offset {len(raw) - len(data):,}")
+            unpack = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            while not unpack.eof:
+                chunk = unpack.decompress(data, 1 << 20)
+                data = unpack.unconsumed_tail
+                if not chunk and not data:
+                    break
+                size += len(chunk)
+                if size > MAX_BYTES:
+                    raise DataError(f"{name}: the gzip data ({len(raw):,} bytes) unpacks to "
+                                    f"more than {bound}: refused")
+                out.append(chunk)
+            if not unpack.eof:
+                raise DataError(f"{name}: not a valid gzip file (the compressed data ends "
+                                f"early: truncated at byte offset {len(raw):,})")
+            data = unpack.unused_data
+    except zlib.error as exc:
         raise DataError(f"{name}: not a valid gzip file ({exc})") from None
+    return b"".join(out)
 
 
 def check_labels(labels: np.ndarray, name: str, where=lambda i: f"at index {i}") -> None:
@@ -110,34 +139,85 @@ def _csv_problem(lines: list[bytes], first: int, name: str) -> str:
                     "and 784 pixels)")
         for k, f in enumerate(fields):
             if not _INT.fullmatch(f):
-                text = f.strip().decode("utf-8", "replace")
-                return f"{name} line {ln}, field {k + 1}: {text!r} is not an integer"
+                return f"{name} line {ln}, field {k + 1}: {_shown(f)} is not an integer"
     return f"{name}: cannot be parsed as rows of integers"
 
 
-def parse_csv(raw: bytes, name: str = "CSV") -> tuple[np.ndarray, np.ndarray]:
-    """Decode MNIST CSV bytes (raw or gzip; optional header; rows ``label,p0..p783``).
+def _shown(field: bytes) -> str:
+    """A field as an error shows it: stripped, at most 20 characters, quoted."""
+    text = field.strip().decode("utf-8", "replace")
+    return repr(text if len(text) <= 20 else text[:20] + "...")
 
-    Returns (images uint8 [N, 784], labels uint8 [N]); ~2 s for 60,000 rows. Raises DataError
-    naming ``name`` and the line (1-based, the header included) of the first problem: a row
-    with another number of fields, a field that is not an integer (with the field and value),
-    a pixel outside 0..255 or a label outside 0..9 (with the value)."""
-    raw = _gunzip(raw, name).replace(b"\r", b"")
+
+def _number(body: bytes, row: int, field: int) -> str:
+    """The text of an integer field of the CSV body (row and field 0-based), as written."""
+    text = body.split(b"\n")[row].split(b",")[field].strip().decode()
+    return text if len(text) <= 20 else text[:20] + "..."
+
+
+def _is_header(line: bytes, name: str) -> bool:
+    """True when the first line is a header: 785 column names, none of them a number (or a
+    label name and the pixel columns numbered 0..783 or 1..784). False
+    when it is a row of integers (data; checked with the others). Anything else is a
+    DataError naming line 1 and the field: a header is recognised positively, never a row
+    dropped because it does not look like data."""
+    fields = line.split(b",")
+    ints = [bool(_INT.fullmatch(f)) for f in fields]
+    if all(ints):
+        return False
+    what = (f"{name} line 1 is neither a header ({PIXELS + 1} column names, none a number) "
+            f"nor a row (a label and {PIXELS} integers)")
+    if len(fields) != PIXELS + 1:
+        raise DataError(f"{what}: it has {len(fields)} fields")
+    if not any(ints) and all(f.strip() for f in fields):
+        return True
+    if not ints[0] and fields[0].strip() and all(ints[1:]) and \
+            [int(f) for f in fields[1:]] in (list(range(PIXELS)), list(range(1, PIXELS + 1))):
+        return True  # a label name, then the pixel columns numbered 0..783 or 1..784
+    k = ints.index(True) if ints.count(True) < len(fields) / 2 else ints.index(False)
+    raise DataError(f"{what}: field {k + 1} is {_shown(fields[k])}"
+                    + (" (an empty field)" if not fields[k].strip() else ""))
+
+
+def parse_csv(raw: bytes, name: str = "CSV") -> tuple[np.ndarray, np.ndarray]:
+    """Decode MNIST CSV bytes (raw or gzip; UTF-8, a BOM allowed; LF, CRLF or CR line ends;
+    an optional header line; rows ``label,p0..p783``; blank lines at the end ignored).
+
+    Returns (images uint8 [N, 784], labels uint8 [N]); ~2 s for 60,000 rows. The first line
+    is a header only when it is 785 names, none a number (``_is_header``). Raises DataError
+    naming ``name`` and the line (1-based, the header included) of the first problem: a first
+    line that is neither header nor row, a header and no rows, a NUL byte (with its byte
+    offset), a row with another number of fields, a field that is not an integer (with the
+    field and value), a pixel outside 0..255 or a label outside 0..9 (with the value)."""
+    raw = _gunzip(raw, name)
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        line = raw.count(b"\n", 0, nul) + 1
+        field = raw.count(b",", raw.rfind(b"\n", 0, nul) + 1, nul) + 1
+        raise DataError(f"{name} line {line}, field {field}: a NUL byte (byte offset {nul:,}; "
+                        "not a text CSV file)")
+    raw = raw.removeprefix(_BOM)
+    if b"\r" in raw:
+        raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     first = 1
-    if raw[:1] and not raw[:1].isdigit():  # header line
-        nl = raw.find(b"\n")
+    nl = raw.find(b"\n")
+    if raw.strip() and _is_header(raw[:nl] if nl >= 0 else raw, name):
         raw = raw[nl + 1:] if nl >= 0 else b""
         first = 2
-    raw = raw.rstrip(b"\n")
+        if not raw.strip():
+            raise DataError(f"{name}: a header line and no rows")
+    raw = raw.rstrip(b"\n\t ")
     if not raw:
         raise DataError(f"{name}: no rows")
     rows = raw.count(b"\n") + 1
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # numpy warns when it stops at unparsable text
-            vals = np.fromstring(raw.replace(b"\n", b","), dtype=np.int64, sep=",")
-    except (ValueError, DeprecationWarning):
-        vals = None
+    vals = None
+    if not ((b"-" in raw or b"+" in raw) and _CSV_SIGN.search(raw)):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # numpy warns when it stops at unparsable text
+                vals = np.fromstring(raw.replace(b"\n", b","), dtype=np.int64, sep=",")
+        except (ValueError, DeprecationWarning):
+            pass
     if vals is None or vals.size != rows * (PIXELS + 1) or raw.endswith(b","):
         raise DataError(_csv_problem(raw.split(b"\n"), first, name))
     table = vals.reshape(rows, PIXELS + 1)
@@ -145,13 +225,15 @@ def parse_csv(raw: bytes, name: str = "CSV") -> tuple[np.ndarray, np.ndarray]:
     bad = np.argwhere((pixels < 0) | (pixels > 255))
     if bad.size:
         r, c = (int(v) for v in bad[0])
-        raise DataError(f"{name} line {first + r}, field {c + 2}: pixel value "
-                        f"{int(pixels[r, c])} is outside 0..255")
+        text = _number(raw, r, c + 1)
+        raise DataError(f"{name} line {first + r}, field {c + 2}: pixel value {text} is "
+                        "outside 0..255")
     labels = table[:, 0]
     bad = np.flatnonzero((labels < 0) | (labels >= CLASSES))
     if bad.size:
         r = int(bad[0])
-        raise DataError(f"{name} line {first + r}: label {int(labels[r])} is outside 0..9")
+        text = _number(raw, r, 0)
+        raise DataError(f"{name} line {first + r}: label {text} is outside 0..9")
     table = table.astype(np.uint8)
     return np.ascontiguousarray(table[:, 1:]), table[:, 0].copy()
 
@@ -209,6 +291,15 @@ def find_files(folder: Path) -> tuple[str, dict]:
         + (f"; CSV found only for {', '.join(csv)}" if csv else ""))
 
 
+def _read(path: Path) -> bytes:
+    """The bytes of ``path``; DataError for a file past ``MAX_BYTES`` (never read whole)."""
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise DataError(f"{path}: {size:,} bytes, more than {MAX_BYTES:,} bytes (256 MiB, the "
+                        "bound for one data file)")
+    return path.read_bytes()
+
+
 def read_folder(folder: Path, log=print) -> tuple[dict, str, bool]:
     """Read the dataset of ``folder`` (see the module docstring).
 
@@ -224,7 +315,7 @@ def read_folder(folder: Path, log=print) -> tuple[dict, str, bool]:
             for kind in ("images", "labels"):
                 path = found[(split, kind)]
                 log(f"reading {path}")
-                parts.append(parse_idx(path.read_bytes(), kind, str(path)))
+                parts.append(parse_idx(_read(path), kind, str(path)))
             if len(parts[0]) != len(parts[1]):
                 raise DataError(f"{found[(split, 'images')]}: {len(parts[0]):,} images but "
                                 f"{found[(split, 'labels')]} holds {len(parts[1]):,} labels")
@@ -236,7 +327,7 @@ def read_folder(folder: Path, log=print) -> tuple[dict, str, bool]:
         for split in ("train", "test"):
             path = found[split]
             log(f"parsing {path}")
-            out[split] = parse_csv(path.read_bytes(), str(path))
+            out[split] = parse_csv(_read(path), str(path))
         standard = all(found[s].name.lower().removesuffix(".gz") == MNIST_CSV[s]
                        for s in found)
     claims = standard and all(len(out[s][1]) == n for s, n in MNIST_COUNTS.items())

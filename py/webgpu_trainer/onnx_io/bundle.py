@@ -29,10 +29,26 @@ class _Bundler:
     def _inputs_of(self, n, name) -> list[str]:
         return [self.const_overrides.get((name, k), x) for k, x in enumerate(n.input)]
 
+    def _check_data_dtypes(self) -> None:
+        """Every initializer a node uses as data (not a shape / axes / index slot) whose dtype
+        the trainer cannot use, as a problem (``_check_dtype``), for an import that stops
+        before the bundle (an input that is not MNIST-shaped): every problem at once."""
+        uses: dict[str, list] = {}
+        for n, name in zip(self.g.node, self.names):
+            for k, x in enumerate(n.input):
+                if x in self.init and k not in _CONST_SLOTS.get(n.op_type, ()):
+                    uses.setdefault(x, []).append((n, name, k))
+        for x, u in uses.items():
+            t = self.init[x]
+            if t.data_type not in _FLOAT_TYPES and (len(t.dims) > 0
+                                                   or "FLOAT" in _type_name(t.data_type)):
+                self._check_dtype(t, x, u)
+
     def _build(self, tensors_ok: bool) -> tuple[dict, bytes]:
         g = self.g
         nodes = []
-        if self.input is None:
+        if self.input is None:  # no bundle; still report the initializers' dtypes
+            self._check_data_dtypes()
             return {}, b""
         graph_outputs = {o.name for o in g.output}
         # Remaining nodes, with their (possibly re-pointed) inputs.

@@ -64,6 +64,37 @@ def _to_inference(g: onnx.GraphProto, opset: int) -> None:
         g.value_info.remove(vi)
 
 
+def _any_batch(g: onnx.GraphProto, graph: dict, names: list[str]) -> None:
+    """In place: a model exported with a fixed batch size (its input ``[b, ...]``) takes any
+    batch, as the import made it: the input's and outputs' first dimension becomes the
+    bundle's symbol, each Reshape uses the bundle's batch-free shape (``-1`` or ``0`` where the
+    export baked ``b``: the import's ``_generalise_batch`` / ``_resolve_reshape``), and the
+    intermediate shapes (``value_info``, inferred for batch ``b``) go."""
+    inits = {t.name for t in g.initializer}
+    real = [i for i in g.input if i.name not in inits]
+    dims = real[0].type.tensor_type.shape.dim if real else []
+    if not dims or not dims[0].HasField("dim_value") or dims[0].dim_value <= 0:
+        return
+    fixed, symbol = dims[0].dim_value, graph["inputs"][0]["shape"][0]
+    bundle = {n["name"]: n for n in graph["nodes"]}
+    for n, name in zip(g.node, names):
+        new = bundle.get(name, {}).get("inputs", [])
+        if n.op_type != "Reshape" or len(new) < 2 or new[1] == n.input[1] \
+                or new[1] not in graph["constants"]:
+            continue
+        if new[1] not in inits:
+            const = graph["constants"][new[1]]
+            g.initializer.append(numpy_helper.from_array(
+                np.array(const["values"], np.int64).reshape(const["shape"]), new[1]))
+            inits.add(new[1])
+        n.input[1] = new[1]
+    for vi in [real[0], *g.output]:
+        d = vi.type.tensor_type.shape.dim
+        if d and d[0].HasField("dim_value") and d[0].dim_value == fixed:
+            d[0].dim_param = symbol
+    del g.value_info[:]
+
+
 def _as_initializer(arr: np.ndarray, like: TensorProto, name: str) -> TensorProto:
     """``arr`` (float32) as an initializer named ``name`` of ``like``'s dtype."""
     if like.data_type == TensorProto.BFLOAT16:
@@ -86,7 +117,8 @@ def export_onnx(src_path: str | os.PathLike, weights: bytes, provenance: dict) -
     non-str values JSON-encoded) goes into ``metadata_props`` plus
     ``trained_with="webgpu-trainer"``. Quantized weights the import dequantized
     (DequantizeLinear of an initializer) are written as float32 initializers in place of that
-    node. The result passes ``onnx.checker.check_model(full_check=True)``.
+    node. A model exported with a fixed batch size is exported for any batch (``_any_batch``).
+    The result passes ``onnx.checker.check_model(full_check=True)``.
 
     Raises ``ValueError`` if the blob size is wrong (expected vs got bytes) or the graph
     cannot be converted; ``OnnxImportError`` for an unreadable source model.
@@ -138,6 +170,7 @@ def export_onnx(src_path: str | os.PathLike, weights: bytes, provenance: dict) -
         keep = [n for n in g.node if id(n) not in drop_nodes]
         del g.node[:]
         g.node.extend(keep)
+    _any_batch(g, graph, names)
     _to_inference(g, _opset(model))
 
     props = {"trained_with": "webgpu-trainer"}

@@ -285,6 +285,14 @@ def resolve(v: dict, train_images: int) -> list:
     total_steps = epochs x steps per epoch, which must cover the run's steps, and whose first
     phase must have steps). Returns the errors."""
     val = v.get("val_images") or 0
+    if train_images < 2:  # no option fits: say so (not "in [0, 0]... got 0")
+        images = f"{train_images:,} training image{'s' if train_images != 1 else ''}"
+        held = f" and {val:,} validation images (--val-images)" if val else ""
+        return [("val_images" if val else "batch_size",
+                 f"the dataset has {images}, but a batch of {int(v['batch_size']):,} "
+                 f"(--batch-size){held} need{'' if val else 's'} {int(v['batch_size']) + val:,}"
+                 ": a run needs at least 2 training images (a batch of 2, --val-images 0); "
+                 "give the dataset more training images")]
     if val > train_images - 2:
         return [("val_images", f"must be an integer in [0, {max(train_images - 2, 0):,}] (the "
                                f"{train_images:,} training images less a batch of 2 to train "
