@@ -262,3 +262,44 @@ def test_plain_token_of_an_older_database_is_migrated(tmp_path):
     assert [k for k, _ in rows] == ["teacher_token"]
     assert rows[0][1].startswith("scrypt$") and old not in rows[0][1]
     assert old.encode() not in _db_bytes(tmp_path / "state")
+
+
+def test_plain_http_on_the_https_port_is_redirected(tmp_path):
+    """``http://`` to the classroom's HTTPS port (a student typed the address without
+    https://): a 301 to the same address over https and a sentence, not a dropped connection;
+    the same port still serves HTTPS."""
+    import socket
+    import ssl
+    import threading
+    import time
+
+    import httpx
+    import uvicorn
+    from classroom_helpers import _free_port, make_app, teacher
+    from webgpu_trainer.host.classroom import https_only, tls
+    made = tls.ensure_certificate(tmp_path / "tls", ["127.0.0.1"])
+    app, port = make_app(tmp_path), _free_port()
+    srv = https_only.server(uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
+        ssl_certfile=str(made["cert"]), ssl_keyfile=str(made["key"])))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: srv.started, 30, "the server")
+        r = httpx.get(f"http://127.0.0.1:{port}/?class=abc", timeout=20)
+        assert r.status_code == 301
+        assert r.headers["location"] == f"https://127.0.0.1:{port}/?class=abc"
+        assert r.text == f"This classroom server speaks HTTPS only: open " \
+                         f"https://127.0.0.1:{port}/?class=abc\n"
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as s:  # no Host
+            s.sendall(b"GET /teacher HTTP/1.0\r\n\r\n")
+            time.sleep(0.5)
+            head = s.recv(4096)
+        assert head.startswith(b"HTTP/1.1 301 ") and \
+            f"Location: https://127.0.0.1:{port}/teacher\r\n".encode() in head
+        r = httpx.get(f"https://127.0.0.1:{port}/api/classroom/info", headers=teacher(app),
+                      verify=ssl.create_default_context(cafile=str(made["ca"])), timeout=20)
+        assert r.status_code == 200 and r.url.scheme == "https"
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)

@@ -133,6 +133,9 @@ def classroom(args) -> int:
         os.environ[app_mod.ENV] = app_mod.env_args(root=root, **kwargs)
         uvicorn.run("webgpu_trainer.host.classroom.app:from_env", factory=True,
                     workers=args.workers, **common)
+    elif cert:  # plain http on this port gets a redirect to https (host/classroom/https_only)
+        from ..host.classroom.https_only import server
+        server(uvicorn.Config(app_mod.create_classroom_app(root, **kwargs), **common)).run()
     else:
         uvicorn.run(app_mod.create_classroom_app(root, **kwargs), **common)
     return 0
