@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from starlette.concurrency import run_in_threadpool
+
 from ..server import NAME_RE, create_app
 from . import student, teacher
 from .changes import Changes
@@ -53,17 +55,18 @@ class ClassroomState:
     streams: int = 0
     known_token: bytes = b""           # sha256 of the token last checked against the hash
 
-    def is_teacher(self, token: str, client: str) -> bool:
+    async def is_teacher(self, token: str, client: str) -> bool:
         """Whether ``token`` is the teacher's: a token that matched before (its sha256,
-        constant-time compare), else scrypt against the stored hash, run only while
-        ``client`` is under its failed-login limit (429 when over); a miss counts against it."""
+        constant-time compare), else scrypt against the stored hash (in the thread pool: the
+        event loop goes on), run only while ``client`` is under its failed-login limit (429
+        when over); a miss counts against it."""
         digest = hashlib.sha256(token.encode()).digest()
         if self.known_token and hmac.compare_digest(digest, self.known_token):
             return True
         what = "failed teacher logins"
         if not self.auth_failures.would_allow(client):
             self.auth_failures.check(client, what)  # the 429
-        if token_matches(token, self.teacher_hash):
+        if await run_in_threadpool(token_matches, token, self.teacher_hash):
             self.known_token = digest
             return True
         self.auth_failures.check(client, what)

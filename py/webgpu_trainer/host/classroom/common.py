@@ -140,14 +140,14 @@ def same_origin(request) -> None:
         raise ApiError(403, "cross-site requests are not allowed")
 
 
-def teacher_only(request) -> None:
+async def teacher_only(request) -> None:
     """403 unless ``Authorization: Bearer <teacher token>`` (``ClassroomState.is_teacher``:
     the stored hash, constant-time compare); checks of unknown tokens are rate-limited per
     client address."""
     state = request.app.state.classroom
     given = request.headers.get("authorization", "")
     token = given[7:].strip() if given[:7].lower() == "bearer " else ""
-    if token and len(token) <= 200 and state.is_teacher(token, client_ip(request)):
+    if token and len(token) <= 200 and await state.is_teacher(token, client_ip(request)):
         return
     if not token or len(token) > 200:
         state.auth_failures.check(client_ip(request), "failed teacher logins")

@@ -65,7 +65,7 @@ def _session_out(st, row: dict) -> dict:
 
 
 async def info(request) -> Response:
-    teacher_only(request)
+    await teacher_only(request)
     st = request.app.state.classroom
     return JSONResponse({"base_urls": st.base_urls, "tls": bool(st.ca_path),
                          "ca_sha256": st.ca_sha256, "ca_url": "/classroom/ca.pem"
@@ -74,7 +74,7 @@ async def info(request) -> Response:
 
 
 async def sessions(request) -> Response:
-    teacher_only(request)
+    await teacher_only(request)
     st = request.app.state.classroom
     if request.method == "GET":
         return JSONResponse(await call(st.store.sessions))
@@ -86,7 +86,7 @@ async def sessions(request) -> Response:
 
 
 async def session(request) -> Response:
-    teacher_only(request)
+    await teacher_only(request)
     st = request.app.state.classroom
     sid = request.path_params["sid"]
     if request.method == "PATCH":
@@ -105,14 +105,14 @@ async def session(request) -> Response:
 
 
 async def roster(request) -> Response:
-    teacher_only(request)
+    await teacher_only(request)
     st = request.app.state.classroom
     await call(st.store.session, request.path_params["sid"])
     return JSONResponse(await call(st.store.roster, request.path_params["sid"]))
 
 
 async def curves(request) -> Response:
-    teacher_only(request)
+    await teacher_only(request)
     st = request.app.state.classroom
     await call(st.store.session, request.path_params["sid"])
     return JSONResponse(await call(st.store.curves, request.path_params["sid"]))
@@ -127,7 +127,7 @@ async def events(request) -> Response:
     write of this process woke the stream (or ``SLOW_POLL_S`` passed), the rows that changed
     and the points that are new. Bounded per connection: the last row sent per student and
     the last step sent per run."""
-    teacher_only(request)
+    await teacher_only(request)
     st = request.app.state.classroom
     sid = request.path_params["sid"]
     await call(st.store.session, sid)
@@ -211,7 +211,7 @@ def _iso(t) -> str:
 
 
 async def results_csv(request) -> Response:
-    teacher_only(request)
+    await teacher_only(request)
     st = request.app.state.classroom
     sid = request.path_params["sid"]
     sess = await call(st.store.session, sid)
@@ -233,7 +233,7 @@ async def results_csv(request) -> Response:
 
 
 async def model_file(request) -> Response:
-    teacher_only(request)
+    await teacher_only(request)
     st = request.app.state.classroom
     digest = request.path_params["sha"]
     path = await call(st.store.model_path, digest)
