@@ -303,3 +303,18 @@ def test_plain_http_on_the_https_port_is_redirected(tmp_path):
     finally:
         srv.should_exit = True
         thread.join(timeout=10)
+
+
+def test_restart_without_the_token_says_how_to_get_a_link(capsys):
+    """A start that does not know the token (only its hash is stored) prints no link but
+    that the first one still works and how to make a new one."""
+    from webgpu_trainer.cli.classroom import _print_start
+    sess = {"name": "Class", "id": "abc123"}
+    tls = {"on": True, "ca": None, "ca_sha256": None}
+    _print_start(["https://192.0.2.7:8443"], None, tls, sess, False)
+    out = capsys.readouterr().out
+    assert "#token=" not in out and "the link printed at the first start still works" in out
+    assert "Restart with --new-teacher-token for a new link" in out
+    _print_start(["https://192.0.2.7:8443"], "https://127.0.0.1:8443/teacher#token=t0k", tls,
+                 sess, False)
+    assert "    https://127.0.0.1:8443/teacher#token=t0k\n" in capsys.readouterr().out
