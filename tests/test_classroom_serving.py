@@ -297,6 +297,12 @@ def test_plain_http_on_the_https_port_is_redirected(tmp_path):
             head = s.recv(4096)
         assert head.startswith(b"HTTP/1.1 301 ") and \
             f"Location: https://127.0.0.1:{port}/teacher\r\n".encode() in head
+        https_only.SILENT_S = 0.5  # a connection that says nothing is closed, not kept
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+                assert s.recv(10) == b""
+        finally:
+            https_only.SILENT_S = 20.0
         r = httpx.get(f"https://127.0.0.1:{port}/api/classroom/info", headers=teacher(app),
                       verify=ssl.create_default_context(cafile=str(made["ca"])), timeout=20)
         assert r.status_code == 200 and r.url.scheme == "https"

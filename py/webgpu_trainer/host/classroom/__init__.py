@@ -6,5 +6,6 @@ Modules: ``app`` (assembly), ``student`` and ``teacher`` (routes), ``store`` (SQ
 SQLite or PostgreSQL), ``config`` (the session's run config check), ``common`` (bodies,
 credentials, security headers), ``limits`` (rate and size limits), ``tls`` (certificates,
 LAN addresses, QR codes), ``changes`` (wakes the dashboard stream on writes), ``tokens`` (the
-teacher token's scrypt hash), ``https_only`` (plain http on the HTTPS port redirected). The command is ``webgpu-trainer classroom`` (``cli/classroom.py``).
+teacher token's scrypt hash), ``https_only`` (plain http on the HTTPS port redirected). The
+command is ``webgpu-trainer classroom`` (``cli/classroom.py``).
 """

@@ -1,8 +1,8 @@
 """Plain http on the classroom's HTTPS port: a student who types ``192.168.1.5:8443`` gets
 ``http://`` from the browser, which a TLS server can only drop ("empty response"). Here each
 connection's first byte decides: a TLS handshake (0x16) goes on to uvicorn's protocol over
-TLS (asyncio's own SSLProtocol, as ``loop.start_tls`` makes it); anything else is answered with a redirect to the same address over https and a
-sentence saying so, then closed.
+TLS (asyncio's own SSLProtocol, as ``loop.start_tls`` makes it); anything else is answered
+with a redirect to the same address over https and a sentence saying so, then closed.
 
 ``server(config)`` makes a ``uvicorn.Server`` that serves that way (one process;
 ``--workers`` keeps uvicorn's own TLS, without the redirect).
@@ -15,6 +15,7 @@ import asyncio.sslproto
 import re
 
 TLS_HANDSHAKE = 0x16
+SILENT_S = 20.0  # a connection that sends no first bytes (or no request head) is closed
 _HOST = re.compile(r"^[A-Za-z0-9.\-:\[\]]{1,300}$")
 
 
@@ -41,13 +42,18 @@ def sniffing_protocol(inner, ssl_context, port: int):
 
     class Sniff(asyncio.Protocol):
         def __init__(self, **kwargs):
-            self.kwargs, self.transport = kwargs, None
+            self.kwargs, self.transport, self.timer = kwargs, None, None
 
         def connection_made(self, transport):
             self.transport = transport
+            self.timer = asyncio.get_running_loop().call_later(SILENT_S, transport.close)
+
+        def connection_lost(self, exc):
+            self.timer.cancel()
 
         def data_received(self, data):
             """The connection's first bytes: hand the connection over, these bytes first."""
+            self.timer.cancel()
             if data[0] == TLS_HANDSHAKE:
                 # what loop.start_tls builds, fed the ClientHello this protocol already read
                 proto = asyncio.sslproto.SSLProtocol(
@@ -72,9 +78,14 @@ class _Plain(asyncio.Protocol):
 
     def __init__(self, transport, port):
         self.transport, self.port, self.head = transport, port, b""
+        self.timer = None
 
     def connection_made(self, transport):
         self.transport = transport
+        self.timer = asyncio.get_running_loop().call_later(SILENT_S, transport.close)
+
+    def connection_lost(self, exc):
+        self.timer.cancel()
 
     def data_received(self, data):
         self.head += data
