@@ -79,11 +79,30 @@ def test_class_flow(tmp_path, db_url):
         assert rows[1]["model_sha256"] == digest
 
 
+def test_leaderboard_verdict_is_the_best_runs(tmp_path, db_url):
+    """The roster's ``best_verdict`` is the verdict of the run that gave ``best_acc`` (issue
+    16: a chance-level best was shown in green): not the latest run's."""
+    app = make_app(tmp_path, db_url)
+    with TestClient(app) as c:
+        sid = new_session(c, app)
+        ada, bob, cy = join(c, sid, "Ada"), join(c, sid, "Bob"), join(c, sid, "Cy")
+        train(c, ada, acc=0.95)
+        train(c, bob, acc=0.08)              # 10 classes: <= 15% is "chance" (server side)
+        train(c, cy, acc=0.6)
+        train(c, cy, acc=0.09, run=2)        # the latest run is at chance, the best is not
+        roster = c.get(f"/api/classroom/sessions/{sid}/roster", headers=teacher(app)).json()
+    assert [(r["name"], r["best_acc"], r["best_verdict"], r["verdict"]) for r in roster] == [
+        ("Ada", 0.95, "ok", "ok"), ("Bob", 0.08, "chance", "chance"),
+        ("Cy", 0.6, "ok", "chance")]
+
+
 def test_restart_keeps_acknowledged(tmp_path, db_url):
     """Everything a 200 acknowledged is there after the server (its engine, its process
-    state) is gone; the teacher token survives too; a student keeps reporting after it."""
+    state) is gone; the teacher token survives too (its hash: the new process does not know
+    the token, yet accepts it); a student keeps reporting after it."""
     app = make_app(tmp_path, db_url)
     token = app.state.classroom.teacher_token
+    assert len(token) == 43  # 32 random bytes, URL-safe base64
     with TestClient(app) as c:
         sid = new_session(c, app)
         ada = join(c, sid, "Ada")
@@ -93,12 +112,16 @@ def test_restart_keeps_acknowledged(tmp_path, db_url):
         assert r.status_code == 200
     app.state.classroom.store.close()
     app2 = make_app(tmp_path, db_url)
-    assert app2.state.classroom.teacher_token == token
+    assert app2.state.classroom.teacher_token is None
+    assert token not in app2.state.classroom.teacher_hash
     with TestClient(app2) as c:
+        wrong = {"Authorization": f"Bearer {token[:-1]}x"}
+        assert c.get("/api/classroom/sessions", headers=wrong).status_code == 403
         r = c.post("/api/classroom/report", headers=ada, json={"run": 2, "points": [[3, 1.8,
                                                                                       0.4]]})
         assert r.status_code == 200 and r.json()["points"] == 3
-        res = c.get(f"/api/classroom/sessions/{sid}/results.csv", headers=teacher(app2)).text
+        res = c.get(f"/api/classroom/sessions/{sid}/results.csv",
+                    headers={"Authorization": f"Bearer {token}"}).text
         rows = list(csv.DictReader(io.StringIO(res)))
         assert [(r["run"], r["state"], r["test_acc_reported"]) for r in rows] == [
             ("1", "finished", "0.5"), ("2", "training", "")]
@@ -110,11 +133,12 @@ def test_two_processes_share_one_database(tmp_path, db_url):
     a = make_app(tmp_path / "a", db_url, token="shared-token-for-this-test-0123456789")
     url = db_url or a.state.classroom.store.url
     b = make_app(tmp_path / "b", url)
-    assert b.state.classroom.teacher_token == a.state.classroom.teacher_token
+    assert b.state.classroom.teacher_token is None  # b keeps a's: it knows only its hash
     with TestClient(a) as ca, TestClient(b) as cb:
         sid = new_session(ca, a)
         ada = join(ca, sid, "Ada")
         train(cb, ada, acc=0.7)  # reports go to the other process
+        assert cb.get(f"/api/classroom/sessions/{sid}", headers=teacher(a)).status_code == 200
         roster = ca.get(f"/api/classroom/sessions/{sid}/roster", headers=teacher(a)).json()
         assert roster[0]["state"] == "finished" and roster[0]["points"] == 5
 

@@ -390,6 +390,13 @@ def test_teacher_sees_the_verdict(class_browser, server):
         acc = teacher.query_selector("#roster td.strong[data-verdict='chance']")
         assert acc.inner_text() == "9.20%"
         assert acc.evaluate("p => getComputedStyle(p).color") == colour  # not green
+        # the leaderboard too: the best accuracy in the verdict's colour and words
+        js_wait(teacher, "!!document.querySelector('#leaderboard li[data-verdict=chance]')", 10,
+                "the leaderboard's verdict")
+        li = teacher.query_selector("#leaderboard li[data-verdict='chance']")
+        assert li.query_selector(".acc").inner_text() == "9.20%"
+        assert li.query_selector(".acc").evaluate("p => getComputedStyle(p).color") == colour
+        assert li.query_selector(".verdict-word").inner_text() == "No better than chance"
         # on a phone the roster keeps the columns that matter and fits (or shows a shadow)
         teacher.set_viewport_size({"width": 390, "height": 844})
         time.sleep(0.5)

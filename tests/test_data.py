@@ -157,9 +157,14 @@ def test_cache_reused_and_corruption_rebuilt(tmp_path, capsys):
     assert "manifest unreadable" in capsys.readouterr().out
     check_cache_matches(cache, m1, arrays)
     assert len(calls) == 5
+    # each shard and its gzip copy (served to browsers that accept gzip), nothing else
     assert sorted(p.name for p in cache.iterdir()) == sorted(
-        [m1["splits"][s][k]["file"] for s in ("train", "test") for k in ("images", "labels")]
-        + ["manifest.json"])
+        [m1["splits"][s][k]["file"] + ext for s in ("train", "test")
+         for k in ("images", "labels") for ext in ("", ".gz")] + ["manifest.json"])
+    import gzip
+    for shard in cache.glob("*.u8"):
+        assert gzip.decompress(shard.with_name(shard.name + ".gz").read_bytes()) == \
+            shard.read_bytes()
 
 
 def test_failing_sources_fall_through(tmp_path, capsys):

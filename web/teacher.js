@@ -246,10 +246,17 @@ function renderBoard() {
     .sort((a, b) => b.best_acc - a.best_acc || (a.finished_at ?? 0) - (b.finished_at ?? 0));
   state.leaderboard = ranked.map((r) => r.name);
   $("leaderboard").replaceChildren(...ranked.map((r, i) => {
+    // the best run's verdict, as on the roster: a chance-level best is not shown as a success
+    const verdict = r.best_verdict ?? "ok";
     const li = el("li", {}, el("span", { className: "rank", textContent: `${i + 1}` }),
       el("span", { className: "who", textContent: r.name }),
       el("span", { className: "acc", textContent: pct(r.best_acc) }));
+    if (verdict !== "ok") {
+      li.append(el("span", { className: "verdict-word",
+        textContent: VERDICT_TITLE[verdict] ?? verdict }));
+    }
     li.dataset.student = r.id;
+    li.dataset.verdict = verdict;
     return li;
   }));
   $("board-empty").hidden = ranked.length > 0;

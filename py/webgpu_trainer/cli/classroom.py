@@ -2,8 +2,8 @@
 dashboard and durable results (``host/classroom/``).
 
 Bound to 127.0.0.1 unless ``--host 0.0.0.0`` (every interface) is given. Prints the teacher's
-URL (with the teacher token) and, for each LAN address, the join URL of the open session with
-a QR code of the first.
+URL (with the teacher token, when it is new or given: only its hash is stored) and, for each
+LAN address, the join URL of the open session with a QR code of the first.
 """
 
 from __future__ import annotations
@@ -39,7 +39,10 @@ def add_classroom(sub) -> argparse.ArgumentParser:
     p.add_argument("--key", type=Path, default=None, help="its private key (PEM)")
     p.add_argument("--teacher-token", default=os.environ.get(TOKEN_ENV),
                    help=f"the teacher token (default ${TOKEN_ENV}, else the stored one, "
-                        "else a new one)")
+                        "else a new one); only its salted hash is stored")
+    p.add_argument("--new-teacher-token", action="store_true",
+                   help="make a new teacher token and print its dashboard link (the old "
+                        "link stops working)")
     p.add_argument("--model", default="seednet",
                    help="model of the session made at start when none is open")
     p.add_argument("--workers", type=int, default=1,
@@ -51,7 +54,13 @@ def add_classroom(sub) -> argparse.ArgumentParser:
 def _print_start(urls, teacher_url, tls, sess, loopback) -> None:
     from ..host.classroom.tls import qr_terminal
     print(f"webgpu-trainer classroom: {'https' if tls else 'http'} (Ctrl+C to stop)")
-    print(f"\n  Teacher dashboard (keep this link to yourself):\n    {teacher_url}\n")
+    if teacher_url:
+        print(f"\n  Teacher dashboard (keep this link to yourself):\n    {teacher_url}\n")
+    else:
+        print("\n  Teacher dashboard: the link printed at the first start still works (this "
+              "server keeps only a hash of its token, so it cannot print it again).\n  Lost "
+              "it? Restart with --new-teacher-token for a new link (the old one then stops "
+              "working).\n")
     print(f"  Session {sess['name']!r}: students open")
     for u in urls:
         print(f"    {u}/?class={sess['id']}")
@@ -97,7 +106,7 @@ def classroom(args) -> int:
     db_url = args.db or app_mod.default_db(state_dir)
 
     store = Store(db_url, state_dir)
-    token = store.teacher_token(args.teacher_token)
+    token = store.teacher_token(args.teacher_token, renew=args.new_teacher_token)
     sess = next((s for s in store.sessions() if s["open"]), None)
     if sess is None:
         names = {p.stem for p in models_dir.glob("*.onnx")}
@@ -115,8 +124,8 @@ def classroom(args) -> int:
     loopback = args.host in ("127.0.0.1", "localhost", "::1")
     here = "127.0.0.1" if args.host in ("0.0.0.0", "::", "", "localhost") else args.host
     here = f"[{here}]" if ":" in here else here
-    _print_start(urls, f"{scheme}://{here}:{args.port}/teacher#token={token}", tls, sess,
-                 loopback)
+    _print_start(urls, token and f"{scheme}://{here}:{args.port}/teacher#token={token}", tls,
+                 sess, loopback)
     ssl = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)} if cert else {}
     common = dict(host=args.host, port=args.port, log_level="warning", timeout_keep_alive=30,
                   limit_concurrency=2000, **ssl)
@@ -124,6 +133,9 @@ def classroom(args) -> int:
         os.environ[app_mod.ENV] = app_mod.env_args(root=root, **kwargs)
         uvicorn.run("webgpu_trainer.host.classroom.app:from_env", factory=True,
                     workers=args.workers, **common)
+    elif cert:  # plain http on this port gets a redirect to https (host/classroom/https_only)
+        from ..host.classroom.https_only import server
+        server(uvicorn.Config(app_mod.create_classroom_app(root, **kwargs), **common)).run()
     else:
         uvicorn.run(app_mod.create_classroom_app(root, **kwargs), **common)
     return 0

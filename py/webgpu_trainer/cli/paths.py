@@ -14,9 +14,11 @@ def repo_root() -> Path:
 
 def prepare_serving(data_dir, source):
     """Before a server starts: the MNIST (or own) shards in ``data_dir`` (default cache) from
-    ``source``, and the engine wheel in ``<repo>/.cache/wheels``. Returns ``(root, data_dir,
+    ``source`` and their gzip copies (checked by this process, so it serves them from the first
+    request), and the engine wheel in ``<repo>/.cache/wheels``. Returns ``(root, data_dir,
     wheels_dir)``, or None after printing the data error (the caller exits 1)."""
     from ..host import data as data_mod
+    from ..host.shard_gzip import prepare_copies
     from ..host.wheel import ensure_wheel
     root = repo_root()
     data_dir = data_dir or data_mod.default_cache_dir()
@@ -25,6 +27,7 @@ def prepare_serving(data_dir, source):
     except data_mod.DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return None
+    prepare_copies(data_dir)
     wheels_dir = root / ".cache" / "wheels"
     ensure_wheel(wheels_dir, root)
     return root, data_dir, wheels_dir

@@ -35,6 +35,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import shard_gzip
 from .datafiles import (COLS, MNIST_COUNTS, MNIST_IDX, PIXELS, ROWS, DataError, check_labels,
                         parse_csv, parse_idx)
 from .datafiles import read_folder as _read_folder
@@ -255,8 +256,11 @@ def write_cache(cache_dir: Path, arrays: Arrays, md5s: dict, source: str,
     manifest = {"format": FORMAT, "source": source, "dataset": dataset, "splits": splits}
     atomic_write(cache_dir / "manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
     keep = {e[k]["file"] for e in splits.values() for k in ("images", "labels")}
-    for old in cache_dir.glob("*.u8"):
-        if old.name not in keep:
+    for split in splits.values():  # the copies served to browsers that accept gzip
+        for kind in ("images", "labels"):
+            shard_gzip.gzip_copy(cache_dir / split[kind]["file"], split[kind]["sha256"])
+    for old in [*cache_dir.glob("*.u8"), *cache_dir.glob("*.u8.gz")]:
+        if old.name.removesuffix(".gz") not in keep:
             old.unlink(missing_ok=True)
             log(f"removed stale shard {old.name}")
     return manifest

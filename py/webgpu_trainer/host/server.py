@@ -24,6 +24,7 @@ from starlette.routing import Route
 from .bodies import JSON_LIMIT, parse_json, read_body
 from .errors import NAME_RE, ApiError
 from .model_routes import MAX_UPLOAD_BYTES, Models
+from .shard_gzip import accepts_gzip, gzip_copy
 
 MIME = {
     ".html": "text/html; charset=utf-8", ".js": "application/javascript; charset=utf-8",
@@ -56,17 +57,20 @@ def safe_join(base: Path, rel: str) -> Path:
 
 
 def file_response(request: Request, path: Path, *, etag: str | None = None,
-                  cache: str = "no-cache", media_type: str | None = None) -> Response:
+                  cache: str = "no-cache", media_type: str | None = None,
+                  headers: dict | None = None) -> Response:
     """Serve ``path`` through Starlette's FileResponse (single and multiple Range: 206, 416;
     HEAD; Last-Modified; ETag, ``etag`` when given, else Starlette's from size and mtime) with
-    ``Cache-Control: cache``; a matching If-None-Match / If-Modified-Since gives 304, by the
-    rule of Starlette's StaticFiles (``is_not_modified``)."""
-    headers = {"Cache-Control": cache, **({"ETag": etag} if etag else {})}
+    ``Cache-Control: cache`` and ``headers``; a matching If-None-Match / If-Modified-Since gives
+    304 (with the ETag, caching and Vary headers), by the rule of Starlette's StaticFiles
+    (``is_not_modified``)."""
+    headers = {"Cache-Control": cache, **({"ETag": etag} if etag else {}), **(headers or {})}
     media_type = media_type or MIME.get(path.suffix.lower(), "application/octet-stream")
     resp = FileResponse(path, headers=headers, media_type=media_type, stat_result=path.stat())
     if StaticFiles.is_not_modified(None, resp.headers, request.headers):
-        keep = ("etag", "cache-control", "last-modified")
-        return Response(status_code=304, headers={k: resp.headers[k] for k in keep})
+        keep = ("etag", "cache-control", "last-modified", "vary")
+        return Response(status_code=304, headers={k: resp.headers[k] for k in keep
+                                                  if k in resp.headers})
     return resp
 
 
@@ -237,8 +241,19 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
                                     "`webgpu-trainer data` to rebuild the cache")
             verified[name] = key
         addressed = ent["sha256"][:12] in name
-        return file_response(request, path, etag=f'"{ent["sha256"][:32]}"',
-                             cache=IMMUTABLE if addressed else "no-cache")
+        cache = IMMUTABLE if addressed else "no-cache"
+        # gzip when the client takes it and asks for the whole file (a Range is of the raw
+        # bytes); each encoding has its own ETag, and caches keep them apart (Vary)
+        vary = {"Vary": "Accept-Encoding"}
+        if "range" not in request.headers and accepts_gzip(
+                request.headers.get("accept-encoding", "")):
+            gz = gzip_copy(path, ent["sha256"], wait=False)  # the raw file while it is made
+            if gz is not None:
+                return file_response(request, gz, etag=f'"{ent["sha256"][:32]}-gzip"',
+                                     cache=cache, media_type="application/octet-stream",
+                                     headers={**vary, "Content-Encoding": "gzip"})
+        return file_response(request, path, etag=f'"{ent["sha256"][:32]}"', cache=cache,
+                             headers=vary)
 
     # ------------------------------------------------------------ errors and headers
     async def api_error(request: Request, exc: ApiError) -> Response:

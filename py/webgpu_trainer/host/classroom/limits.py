@@ -37,6 +37,12 @@ class RateLimiter:
             self.buckets.popitem(last=False)
         return ok
 
+    def would_allow(self, key: str, cost: float = 1.0, now: float | None = None) -> bool:
+        """Whether ``allow`` would say yes now (nothing is taken)."""
+        now = time.monotonic() if now is None else now
+        tokens, last = self.buckets.get(key, (self.burst, now))
+        return min(self.burst, tokens + (now - last) * self.rate) >= cost
+
     def retry_after(self, key: str, cost: float = 1.0) -> int:
         tokens, _ = self.buckets.get(key, (0.0, 0.0))
         return max(1, int((cost - tokens) / self.rate + 0.999))

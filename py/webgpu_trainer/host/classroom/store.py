@@ -31,6 +31,7 @@ from .schema import (DISCONNECTED_AFTER_S, LIVE, MAX_POINTS_PER_RUN, MAX_RUNS_PE
                      MAX_STUDENTS_PER_SESSION, Conflict, NotFound, _finite, _hash_key,
                      evals, make_engine, metadata, new_id, points, runs, sessions, settings,
                      sqlite_url, students)
+from .tokens import hash_token, is_hash, new_token
 
 __all__ = ["Store", "NotFound", "Conflict", "sqlite_url", "DISCONNECTED_AFTER_S"]
 
@@ -74,18 +75,32 @@ class Store:
         return insert(table)
 
     # -------------------------------------------------------------- settings
-    def teacher_token(self, given: str | None = None) -> str:
-        """The teacher's token: ``given`` (then stored), else the stored one, else a new one
-        (32 bytes from ``secrets``). Shared by every server process on this database."""
+    def teacher_token(self, given: str | None = None, renew: bool = False) -> str | None:
+        """Set up the teacher's token; only its salted hash is stored (``tokens``), shared by
+        every server process on this database. Returns the token when this call knows it:
+        ``given`` (stored), a new one (``renew``, or the first start) or the plain token of
+        an older database (then replaced by its hash); None when the stored hash is kept."""
         with self._write() as c, c.begin():
-            if given:
-                stmt = self._insert(settings).values(key="teacher_token", value=given)
-                c.execute(stmt.on_conflict_do_update(index_elements=["key"],
-                                                     set_={"value": given}))
-                return given
-            c.execute(self._insert(settings).values(key="teacher_token",
-                                                    value=secrets.token_urlsafe(32))
-                      .on_conflict_do_nothing(index_elements=["key"]))
+            if self.dialect == "sqlite":  # the replaced plain token is overwritten, not freed
+                c.exec_driver_sql("PRAGMA secure_delete = ON")
+            old = c.execute(select(settings.c.value)
+                            .where(settings.c.key == "teacher_token")).scalar_one_or_none()
+            token = given or (new_token() if renew or old is None else None)
+            if token is None and not is_hash(old):
+                token = old  # migrate: the plain token of an older database
+            if token is not None:
+                hashed = hash_token(token)
+                c.execute(self._insert(settings).values(key="teacher_token", value=hashed)
+                          .on_conflict_do_update(index_elements=["key"],
+                                                 set_={"value": hashed}))
+        if self.dialect == "sqlite" and token is not None:  # no old page left in the WAL
+            with self.engine.connect() as c:
+                c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        return token
+
+    def teacher_hash(self) -> str:
+        """The stored hash of the teacher's token (``teacher_token`` made it)."""
+        with self.engine.connect() as c:
             return c.execute(select(settings.c.value)
                              .where(settings.c.key == "teacher_token")).scalar_one()
 
@@ -274,18 +289,26 @@ class Store:
     # -------------------------------------------------------------- the teacher's views
     def roster(self, sid: str, now: float | None = None) -> list[dict]:
         """One row per student of ``sid`` with their latest run, the derived ``state``
-        (joined, training, finished, stopped, error, disconnected) and their best finished
-        run's test accuracy (``best_acc``)."""
+        (joined, training, finished, stopped, error, disconnected), their best finished
+        run's test accuracy (``best_acc``) and that run's verdict (``best_verdict``: ok,
+        chance, diverged; a warning when runs tie)."""
         now = time.time() if now is None else now
+        done = and_(runs.c.session_id == sid, runs.c.state == "finished")
         best = (select(runs.c.student_id, func.max(runs.c.test_acc).label("best_acc"))
-                .where(and_(runs.c.session_id == sid, runs.c.state == "finished"))
-                .group_by(runs.c.student_id).subquery())
+                .where(done).group_by(runs.c.student_id).subquery())
+        # min(): a warning wins a tie ("chance" < "diverged" < "ok"), never a false "ok"
+        verdict = (select(runs.c.student_id,
+                          func.min(func.coalesce(runs.c.verdict, "ok")).label("best_verdict"))
+                   .join(best, and_(best.c.student_id == runs.c.student_id,
+                                    best.c.best_acc == runs.c.test_acc))
+                   .where(done).group_by(runs.c.student_id).subquery())
         stmt = (select(students.c.id, students.c.name, students.c.adapter,
                        students.c.client_state, students.c.joined_at, students.c.last_seen,
-                       students.c.last_run, runs, best.c.best_acc)
+                       students.c.last_run, runs, best.c.best_acc, verdict.c.best_verdict)
                 .outerjoin(runs, and_(runs.c.student_id == students.c.id,
                                       runs.c.run == students.c.last_run))
                 .outerjoin(best, best.c.student_id == students.c.id)
+                .outerjoin(verdict, verdict.c.student_id == students.c.id)
                 .where(students.c.session_id == sid)
                 .order_by(students.c.joined_at))
         out = []

@@ -65,6 +65,7 @@ async def join(request) -> Response:
     body = await json_body(request, JoinBody)
     sid = request.path_params["sid"]
     student, key = await call(st.store.join, sid, body.name)
+    st.changes.bump(sid)
     session = await call(st.store.session, sid)
     return JSONResponse({"student": student, "key": f"{student}.{key}", "name": body.name,
                          "session": public_session(session, student)},
@@ -103,6 +104,7 @@ async def report(request) -> Response:
     if batch.get("result"):
         batch["result"] = await _checked_verdict(request, student, body.run, batch)
     out = await call(st.store.report, student, batch)
+    st.changes.bump(student["session_id"])
     return JSONResponse({"ok": True, **out}, headers={"Cache-Control": "no-store"})
 
 
@@ -184,6 +186,7 @@ async def model(request) -> Response:
         except ValueError as exc:
             raise ApiError(400, f"the weights do not make a valid model: {exc}") from None
     digest = await call(st.store.attach_model, student, run_no, onnx_bytes)
+    st.changes.bump(student["session_id"])
     return JSONResponse({"sha256": digest, "bytes": len(onnx_bytes)})
 
 

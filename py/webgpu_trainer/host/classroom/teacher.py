@@ -13,8 +13,9 @@ sessions, the live roster as Server-Sent Events, the results as CSV, the student
 | ``GET .../{sid}/results.csv`` | every run of every student |
 | ``GET /api/classroom/models/{sha256}.onnx`` | a submitted model |
 
-The live stream reads the database once a second (no in-process fan-out), so every server
-process behind one address sees every student.
+The live stream reads the database when a student route of this process wrote to the session
+(``changes.Changes``; at most once per ``TICK_S``) and otherwise every ``SLOW_POLL_S``, which is
+how it sees what another server process wrote to a shared database.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from .common import SessionBody, SessionPatch, call, json_body, same_origin, tea
 from .config import DEFAULTS, PINNABLE, ConfigError, check_config, check_pinned
 from .tls import qr_svg
 
-TICK_S = 1.0                 # the live stream's poll of the database
+TICK_S = 1.0                 # the live stream reads the database at most this often
+SLOW_POLL_S = 5.0            # ... and at least this often (writes of other server processes)
 PING_S = 15.0                # a comment line when nothing changed (keeps proxies from closing)
 STREAM_MAX_S = 3600.0        # a stream ends after an hour; the page reconnects
 MAX_STREAMS = 32             # live streams per process
@@ -63,7 +65,7 @@ def _session_out(st, row: dict) -> dict:
 
 
 async def info(request) -> Response:
-    teacher_only(request)
+    await teacher_only(request)
     st = request.app.state.classroom
     return JSONResponse({"base_urls": st.base_urls, "tls": bool(st.ca_path),
                          "ca_sha256": st.ca_sha256, "ca_url": "/classroom/ca.pem"
@@ -72,7 +74,7 @@ async def info(request) -> Response:
 
 
 async def sessions(request) -> Response:
-    teacher_only(request)
+    await teacher_only(request)
     st = request.app.state.classroom
     if request.method == "GET":
         return JSONResponse(await call(st.store.sessions))
@@ -84,7 +86,7 @@ async def sessions(request) -> Response:
 
 
 async def session(request) -> Response:
-    teacher_only(request)
+    await teacher_only(request)
     st = request.app.state.classroom
     sid = request.path_params["sid"]
     if request.method == "PATCH":
@@ -103,14 +105,14 @@ async def session(request) -> Response:
 
 
 async def roster(request) -> Response:
-    teacher_only(request)
+    await teacher_only(request)
     st = request.app.state.classroom
     await call(st.store.session, request.path_params["sid"])
     return JSONResponse(await call(st.store.roster, request.path_params["sid"]))
 
 
 async def curves(request) -> Response:
-    teacher_only(request)
+    await teacher_only(request)
     st = request.app.state.classroom
     await call(st.store.session, request.path_params["sid"])
     return JSONResponse(await call(st.store.curves, request.path_params["sid"]))
@@ -121,10 +123,11 @@ def _sse(event: str, data) -> str:
 
 
 async def events(request) -> Response:
-    """Server-Sent Events: first the whole roster and every latest-run curve, then once a
-    second the rows that changed and the points that are new. Bounded per connection: the
-    last row sent per student and the last step sent per run."""
-    teacher_only(request)
+    """Server-Sent Events: first the whole roster and every latest-run curve, then, when a
+    write of this process woke the stream (or ``SLOW_POLL_S`` passed), the rows that changed
+    and the points that are new. Bounded per connection: the last row sent per student and
+    the last step sent per run."""
+    await teacher_only(request)
     st = request.app.state.classroom
     sid = request.path_params["sid"]
     await call(st.store.session, sid)
@@ -140,7 +143,7 @@ async def events(request) -> Response:
         try:
             yield "retry: 2000\n\n"
             while time.monotonic() < t_end:
-                now = time.time()
+                now, read_at, seen = time.time(), time.monotonic(), st.changes.version(sid)
                 rows = await call(st.store.roster, sid)
                 changed = []
                 for r in rows:
@@ -170,7 +173,8 @@ async def events(request) -> Response:
                 elif time.monotonic() - quiet > PING_S:
                     quiet = time.monotonic()
                     yield ": ping\n\n"
-                await asyncio.sleep(TICK_S)
+                await st.changes.wait(sid, seen, min(SLOW_POLL_S, t_end - time.monotonic()))
+                await asyncio.sleep(max(0.0, read_at + TICK_S - time.monotonic()))
         finally:
             st.streams -= 1
 
@@ -207,7 +211,7 @@ def _iso(t) -> str:
 
 
 async def results_csv(request) -> Response:
-    teacher_only(request)
+    await teacher_only(request)
     st = request.app.state.classroom
     sid = request.path_params["sid"]
     sess = await call(st.store.session, sid)
@@ -229,7 +233,7 @@ async def results_csv(request) -> Response:
 
 
 async def model_file(request) -> Response:
-    teacher_only(request)
+    await teacher_only(request)
     st = request.app.state.classroom
     digest = request.path_params["sha"]
     path = await call(st.store.model_path, digest)
