@@ -18,9 +18,10 @@ from .train import VAL_POINTS, Split, Trainer, TrainingDiverged
 
 # "last": {"trainer", "model", "untrained"} of the latest run once set up (or of `prepare`:
 # untrained), kept after `done` for the live views (browser_inspect.py); "runs": how many
-# `start`s this worker had (a `prepare` set up after a `start` does not replace its model)
+# `start`s this worker had (a `prepare` set up after a `start` does not replace its model);
+# "prepare_id": the latest `prepare`'s id
 STATE = {"device": None, "trainer": None, "stop": False, "pause": False, "selfcheck": None,
-         "model": None, "last": None, "runs": 0}
+         "model": None, "last": None, "runs": 0, "prepare_id": None}
 
 
 def post(kind: str, **fields):

@@ -15,7 +15,7 @@ Messages (docs/ARCHITECTURE.md, "Worker protocol"); ``values`` are Float32Arrays
   label, model, step, ms}``, or ``prediction {id, error}``;
 - both answers carry ``untrained`` (true: the model ``prepare`` set up, never trained); while
   a run's model is being set up they are ``{id, error, pending: true}`` (ask again soon);
-- ``prepare {model, config}`` -> ``prepared {model}`` or ``prepared {model, error}``: set up
+- ``prepare {id, model, config}`` -> ``prepared {id, model, error?}``: set up
   ``model`` with the initial weights of ``config`` (its init and seed) without training
   (``state["last"]`` unless a run started meanwhile).
 """
@@ -43,15 +43,16 @@ def _current(state, post, kind: str, rid) -> dict | None:
 
 
 async def prepare(data: dict, state: dict, post) -> None:
-    """Answer ``prepare {model, config}`` (see the module docstring): only the first batch of
+    """Answer ``prepare {id, model, config}`` (see the module docstring): only the first batch of
     training images is loaded, no validation images, one test image for the evaluation."""
     from .browser import load
     from .gpu_engine import GpuEngine
     from .train import Trainer
-    runs, cfg = state["runs"], dict(data.get("config") or {})
+    rid, runs, cfg = data.get("id"), state["runs"], dict(data.get("config") or {})
     model = cfg.pop("model", None) or data.get("model") or "seednet"
+    state["prepare_id"] = rid  # the latest wins
     if state["device"] is None:
-        post("prepared", model=model, error="no WebGPU device")
+        post("prepared", id=rid, model=model, error="no WebGPU device")
         return
     batch = cfg.get("batch_size")
     if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
@@ -62,11 +63,11 @@ async def prepare(data: dict, state: dict, post) -> None:
         trainer = Trainer(GpuEngine(state["device"]), graph, weights, cfg, train, test)
         await trainer.setup()
     except Exception as exc:  # bad settings, a model that does not fit: said in the views
-        post("prepared", model=model, error=f"{type(exc).__name__}: {exc}")
+        post("prepared", id=rid, model=model, error=f"{type(exc).__name__}: {exc}")
         return
-    if state["runs"] == runs:  # no run started meanwhile: its model wins
+    if state["runs"] == runs and state["prepare_id"] == rid:  # no run nor newer prepare since
         state["last"] = {"trainer": trainer, "model": model, "untrained": True}
-    post("prepared", model=model)
+    post("prepared", id=rid, model=model)
 
 
 def _test_image(trainer, index) -> tuple:
