@@ -34,6 +34,7 @@ export function modelReady() {
 export function prepareNote() {
   if (RUN_PHASES.includes(appState.phase)) return "";
   const p = appState.prepared;
+  if (appState.noWebGPU) return "No WebGPU in this browser: no model to show.";
   if (!appState.workerReady) return "Waiting for the engine to start…";
   if (!p || p.busy) return "Setting up the model with its initial weights…";
   return p.error ? `Could not set up the model: ${p.error}` : "";
