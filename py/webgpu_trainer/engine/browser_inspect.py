@@ -44,7 +44,7 @@ def _current(state, post, kind: str, rid) -> dict | None:
 
 async def prepare(data: dict, state: dict, post) -> None:
     """Answer ``prepare {id, model, config}`` (see the module docstring): only the first batch of
-    training images is loaded, no validation images, one test image for the evaluation."""
+    training images is loaded, no validation images, four test images for the evaluation."""
     from .browser import load
     from .gpu_engine import GpuEngine
     from .train import Trainer
@@ -56,8 +56,8 @@ async def prepare(data: dict, state: dict, post) -> None:
         return
     batch = cfg.get("batch_size")
     if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
-        cfg["train_images"] = batch
-    cfg.update(val_images=0, eval_images=1, max_steps=0)
+        cfg["train_images"] = -(-batch // 4) * 4  # whole 4-byte words of labels to upload
+    cfg.update(val_images=0, eval_images=4, max_steps=0)
     try:
         cfg, graph, weights, train, test = await load(cfg, model, lambda kind, **kw: None)
         trainer = Trainer(GpuEngine(state["device"]), graph, weights, cfg, train, test)
