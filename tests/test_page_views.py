@@ -60,10 +60,11 @@ def trained(app):
     page = app.page
     app.configure(max_steps=MAX_STEPS, eval_images=EVAL_IMAGES)
     page.click("#tab-dashboard")
+    before = page.evaluate("window.viewsState.requests")  # the initial weights' views, if shown
     page.click("#start")
     page.wait_for_function("window.appState.status.startsWith('Training') || "
                            "window.appState.phase !== 'training'", timeout=TRAIN_TIMEOUT_S * 1000)
-    hidden_requests = page.evaluate("window.viewsState.requests")
+    hidden_requests = page.evaluate("window.viewsState.requests") - before
     page.click("#tab-model")
     page.wait_for_function("window.viewsState.last && !window.viewsState.last.error",
                            timeout=WAIT_MS)

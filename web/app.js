@@ -6,8 +6,9 @@
 //                   snapshot, convolve
 //   worker -> main: selfcheck (the GPU self-check's warning, web/selfcheck.js)
 //   worker -> main: status, adapter, no_webgpu, error, ready, setup, progress, paused,
-//                   evaluating, validation, epoch, done; prepared (web/prepare.js); checkpoint, snapshot, device_lost (keep your work,
-//                   web/storage.js); convolved (web/kernels.js)
+//                   evaluating, validation, epoch, done; prepared (web/prepare.js);
+//                   checkpoint, snapshot, device_lost (keep your work, web/storage.js);
+//                   convolved (web/kernels.js)
 // The settings form is drawn from the run configuration's schema (form.js). Test hooks:
 // window.appState (phase, adapter, steps, epochs, ...), window.lastRun (the last `done`
 // message) and window.readFormForTests() (the config Start would send).
@@ -65,7 +66,8 @@ const PHASE_LABEL = {
 };
 const running = () => appState.phase === "training" || appState.phase === "paused";
 // the final test evaluation: after Stop, or at the end of the run (Stop then skips its rest)
-const testing = () => running() && (appState.busy.stopping || appState.evaluating?.what === "test");
+const testing = () => running() &&
+  (appState.busy.stopping || appState.evaluating?.what === "test");
 // the pill after a run: the verdict of engine/verdict.py
 const DONE_LABEL = { ok: "done", diverged: "diverged", chance: "chance level", stopped: "stopped" };
 
@@ -243,7 +245,11 @@ const handlers = {
   validation(m) {  // a point inside an epoch on part of the held-out images
     appState.validations.push({ step: m.step, epoch: m.epoch, images: m.images,
       val_loss: m.val_loss, val_acc: frac(m.val_acc) });
-    requestRender({ charts: true });
+    if (!appState.busy.stopping) {  // training goes on: the bar counts steps again
+      appState.evaluating = null;
+      setStatus("Training…");
+    }
+    requestRender({ charts: true, progress: true });
   },
   prepared: onPrepared,  // the model's initial weights, before any run (web/prepare.js)
   epoch(m) {

@@ -8,7 +8,8 @@
 // loss from the first step instead of lagging behind the first loss. Each validation point's
 // train side is the mean loss and batch accuracy of the steps since the previous point.
 //
-// Zoom: drag across a chart to zoom its steps; the three charts zoom together; double-click a chart or press "Reset zoom" to see the whole run again.
+// Zoom: drag across a chart to zoom its steps; the three charts zoom together; double-click a
+// chart or press "Reset zoom" to see the whole run again.
 // Test hook: window.charts = {steps, lr, val} (the uPlot instances; `.data` is what they
 // draw).
 

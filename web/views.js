@@ -41,7 +41,8 @@ function build() {
       el("h2", { id: "views-title", textContent: "Live views" }),
       el("span", { id: "views-when", className: "sub" })),
     el("p", { id: "views-status", className: "hint", role: "status",
-      textContent: "These views show the model’s initial weights, then follow the run every few seconds while this tab is open." }),
+      textContent: "These views show the model’s initial weights, then follow the run " +
+        "every few seconds while this tab is open." }),
     el("div", { className: "views-grid" },
       el("figure", { className: "views-fig" },
         el("figcaption", { id: "views-filters-caption", textContent: "First conv layer's filters" }),
