@@ -253,8 +253,13 @@ def test_picked_test_image_gets_the_runs_answer(app, trained):
             page.dispatch_event("#try-index", "change")
         else:
             page.click("#try-next")
-        page.wait_for_function(f"window.tryState.index === {i} && window.tryState.probs",
-                               timeout=WAIT_MS)
+        try:
+            page.wait_for_function(f"window.tryState.index === {i} && window.tryState.probs",
+                                   timeout=WAIT_MS)
+        except Exception:
+            pytest.fail(f"no answer for test image {i}: tryState "
+                        f"{page.evaluate('JSON.stringify({...window.tryState, input: null})')}, "
+                        f"status {page.text_content('#try-status')!r}\n{app.diagnostics()}")
         probs = np.asarray(page.evaluate("window.tryState.probs"))
         logp = np.asarray(page.evaluate(
             f"Array.from(window.lastRun.logits.slice({i * 10}, {i * 10 + 10}))"))

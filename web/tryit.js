@@ -10,7 +10,7 @@
 // The Results panel's `pick-test-image` event (detail: index) shows that test image here,
 // scrolled into view.
 // Test hook: window.tryState {probs, input (784 values), source, index, step, untrained,
-// requests, answers}.
+// requests, answers, inFlight (the id on its way, 0: none)}.
 
 import { $, el } from "./util.js";
 import { appState } from "./state.js";
@@ -35,7 +35,7 @@ let again = false;          // the input changed while one was on its way: ask o
 let current = null;         // what is shown: {pixels} (drawn) or {index} (test image)
 let debounce = null;
 const state = { probs: null, input: null, source: null, index: null, step: null,
-  untrained: false, requests: 0, answers: 0 };
+  untrained: false, requests: 0, answers: 0, inFlight: 0 };
 window.tryState = state;
 
 function build() {
@@ -245,7 +245,7 @@ function classify() {
   }
   again = false;
   const msg = current.index != null ? { index: current.index } : { pixels: Array.from(current.pixels) };
-  inFlight = ++seq;
+  inFlight = state.inFlight = ++seq;
   sentAt = performance.now();
   state.requests++;
   $("try-updating").hidden = false;
@@ -255,7 +255,7 @@ function classify() {
 /** The worker's `prediction`: shown whatever it answered (the latest answer received). */
 export function onPrediction(m) {
   if (m.id !== inFlight) return;  // not ours (a worker restarted meanwhile)
-  inFlight = 0;
+  inFlight = state.inFlight = 0;
   $("try-updating").hidden = true;
   if (m.pending) {  // the run's model is being set up: ask again soon
     $("try-status").textContent = m.error;
