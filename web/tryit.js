@@ -31,6 +31,7 @@ let send = () => {};
 let seq = 0;
 let inFlight = 0;           // id of the request on its way (0: none)
 let sentAt = 0;
+let opening = false;        // the Results panel opens this tab on an image: no other pick
 let again = false;          // the input changed while one was on its way: ask once it is back
 let current = null;         // what is shown: {pixels} (drawn) or {index} (test image)
 let debounce = null;
@@ -294,13 +295,15 @@ export function setupTryIt(post) {
   send = post;
   build();
   document.addEventListener("pick-test-image", async (ev) => {
+    opening = true;
     showTab("try");
+    opening = false;
     await pick(ev.detail);
     // the chosen image where the eye is: the drawing canvas and the probabilities in view
     $("try-canvas").scrollIntoView({ block: "center" });
   });
   document.addEventListener("tabchange", (ev) => {
-    if (ev.detail !== "try") return;
+    if (ev.detail !== "try" || opening) return;
     $("try-status").textContent = statusText();
     if (!current) pick(Number($("try-index").value));  // a test image from the start
     else classify();
