@@ -371,7 +371,6 @@ function stopTraining() {
     "(press Stop evaluating to cut it short)…");
   log("Stop requested.");
   syncControls();
-  requestRender({ progress: true });
 }
 
 // ------------------------------------------------------------------------------------ boot

@@ -44,11 +44,6 @@ export function renderProgress() {
   renderStats();
   const p = appState.progress;
   const ev = appState.evaluating;
-  if (!ev && appState.busy.stopping && appState.phase === "training") {
-    $("progress").removeAttribute("value");  // the last step, then the test evaluation
-    $("eta").textContent = "–";
-    return;
-  }
   if (ev && appState.phase === "training") {
     $("progress").max = Math.max(1, ev.total);
     $("progress").value = ev.done;
