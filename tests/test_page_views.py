@@ -293,8 +293,8 @@ def test_try_it_keeps_one_request_in_flight_and_shows_every_answer(app, trained)
             set: (v) => { index = v; window.shownIndices.push(v); }});
         window.updatingShown = 0;
         const u = document.getElementById('try-updating');
-        new MutationObserver(() => { if (!u.hidden) window.updatingShown++; })
-            .observe(u, {attributes: true, attributeFilter: ['hidden']});
+        new MutationObserver(() => { if (u.classList.contains('on')) window.updatingShown++; })
+            .observe(u, {attributes: true, attributeFilter: ['class']});
         const input = document.getElementById('try-index');
         for (const i of [21, 22, 23, 24]) {
             input.value = String(i);
@@ -307,11 +307,11 @@ def test_try_it_keeps_one_request_in_flight_and_shows_every_answer(app, trained)
                            timeout=WAIT_MS)
     after = page.evaluate("({requests: window.tryState.requests, answers: window.tryState.answers,"
                           " shown: window.shownIndices, updating: window.updatingShown,"
-                          " hidden: document.getElementById('try-updating').hidden})")
+                          " on: document.getElementById('try-updating').classList.contains('on')})")
     assert after["requests"] - before["requests"] == 2, (before, after)
     assert after["answers"] - before["answers"] == 2, (before, after)
     assert after["shown"] == [21, 24], after
-    assert after["updating"] >= 1 and after["hidden"] is True, after
+    assert after["updating"] >= 1 and after["on"] is False, after
 
 
 def test_phone_width(app, trained):

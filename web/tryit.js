@@ -54,10 +54,10 @@ function build() {
   }
   panel.append(el("section", { className: "card try-card", "aria-labelledby": "try-title" },
     el("div", { className: "card-head" }, el("h2", { id: "try-title", textContent: "Try it" }),
+      // shown by visibility: the layout never moves under a click
+      el("span", { id: "try-updating", className: "sub try-updating", textContent: "updating…" }),
       el("span", { id: "try-model", className: "sub" })),
     el("p", { id: "try-status", className: "hint", role: "status" }),
-    el("p", { id: "try-updating", className: "hint try-updating", hidden: true,
-      textContent: "updating…" }),
     el("div", { className: "try-grid" },
       el("div", { className: "try-draw" },
         el("p", { className: "hint", textContent: "Draw a digit (0–9) in the box:" }), canvas,
@@ -249,7 +249,7 @@ function classify() {
   inFlight = state.inFlight = ++seq;
   sentAt = performance.now();
   state.requests++;
-  $("try-updating").hidden = false;
+  $("try-updating").classList.add("on");
   send({ type: "predict", id: inFlight, ...msg });
 }
 
@@ -257,7 +257,7 @@ function classify() {
 export function onPrediction(m) {
   if (m.id !== inFlight) return;  // not ours (a worker restarted meanwhile)
   inFlight = state.inFlight = 0;
-  $("try-updating").hidden = true;
+  $("try-updating").classList.remove("on");
   if (m.pending) {  // the run's model is being set up: ask again soon
     $("try-status").textContent = m.error;
     setTimeout(classify, RETRY_MS);
