@@ -148,9 +148,11 @@ class Page:
     def configure(self, *, optimizer="adam", lr="0.001", batch=64, epochs=1, seed=0,
                   max_steps=0, eval_images=EVAL_IMAGES, scratch=True, model="seednet",
                   val_images=None, train_images=None):
-        """Fill the settings form (the Advanced section opened); ``val_images`` /
+        """Fill the settings form (unfolded, the Advanced section opened); ``val_images`` /
         ``train_images`` None leave the form's value."""
         p = self.page
+        if p.get_attribute("#settings-toggle", "aria-expanded") == "false":
+            p.click("#settings-toggle")  # folded on a narrow screen (web/layout.js)
         p.evaluate("document.querySelector('#advanced').open = true")
         if model is not None:
             p.select_option("#model", model)

@@ -166,6 +166,80 @@ def test_exploding_loss_is_diverged_not_finished(splits):
         in result["reason"]
 
 
+VAL_BIG = 100  # held-out images: more than a validation point's VAL_MIN (64)
+
+
+def _trained_at(splits, cfg, steps: int) -> bytes:
+    """The weights after ``steps`` steps of ``cfg`` (the same run, cut by max_steps)."""
+    tr = Trainer(CpuEngine(), *tiny_mlp(3), {**cfg, "max_steps": steps}, *splits)
+    run(tr.setup())
+    run(tr.run())
+    return run(tr.trained_weights())
+
+
+def test_validation_points_inside_each_epoch():
+    """val_points 4 (the page's): 2 epochs of 6 steps validate after steps 1, 3, 4 and 7, 9,
+    10 on the first 64 held-out images (a tenth of 96 training images is below VAL_MIN), each
+    equal to a float64 forward of the weights after that step; every epoch's end still
+    validates on all 100; the default (1, the CLI's) emits no such point."""
+    splits = native.load_splits(None, TRAIN + VAL_BIG, 64)[:2]
+    cfg = {"optimizer": "sgd", "lr": 0.05, "batch_size": 16, "epochs": 2, "seed": 2,
+           "init": "finetune", "val_images": VAL_BIG, "eval_images": 64, "report_every": 32}
+    events = []
+    tr = Trainer(CpuEngine(), *tiny_mlp(3), cfg, *splits,
+                 emit=lambda kind, **kw: events.append((kind, kw)))
+    tr.val_points = train_mod.VAL_POINTS
+    run(tr.setup())
+    run(tr.run())
+    points = [kw for kind, kw in events if kind == "validation"]
+    assert [(p["step"], p["epoch"], p["images"]) for p in points] == \
+        [(1, 1, 64), (3, 1, 64), (4, 1, 64), (7, 2, 64), (9, 2, 64), (10, 2, 64)]
+    evals = [(kw["what"], kw["done"], kw["total"]) for kind, kw in events
+             if kind == "evaluating" and kw["what"] == "validation"]
+    assert evals == ([("validation", 0, 64), ("validation", 64, 64)] * 3
+                     + [("validation", 0, VAL_BIG), ("validation", VAL_BIG, VAL_BIG)]) * 2
+    # each point's steps were reported before it (the chart's train side is complete)
+    reported = [kw["step"] for kind, kw in events if kind == "progress"]
+    assert all(p["step"] in reported for p in points), reported
+    im = np.frombuffer(splits[0].images, np.uint8).reshape(-1, 784)[TRAIN:TRAIN + 64]
+    lab = np.frombuffer(splits[0].labels_host, np.uint8)[TRAIN:TRAIN + 64].astype(np.int64)
+    graph = tiny_mlp(3)[0]
+    for p in (points[1], points[5]):
+        want_loss, want_acc, _ = _reference(_trained_at(splits, cfg, p["step"]), graph, im, lab)
+        assert rel_err(p["val_loss"], want_loss) <= FWD_RTOL, p
+        assert p["val_acc"] == want_acc, p
+    quiet = []
+    tr = Trainer(CpuEngine(), *tiny_mlp(3), cfg, *splits,
+                 emit=lambda kind, **kw: quiet.append(kind))
+    run(tr.setup())
+    run(tr.run())
+    assert "validation" not in quiet and quiet.count("epoch") == 2
+
+
+def test_skip_test_ends_the_test_evaluation_after_its_chunk(splits):
+    """skip_test set during the test evaluation: it ends after the chunk in progress; the
+    result (accuracy, loss, log-probabilities, n_eval) covers exactly those images."""
+    cfg = {"optimizer": "sgd", "lr": 0.05, "batch_size": 16, "epochs": 1, "seed": 2,
+           "init": "finetune", "val_images": 0, "eval_images": TEST, "report_every": 32}
+    eng = CpuEngine()
+
+    def emit(kind, **kw):
+        if kind == "evaluating" and kw["what"] == "test" and kw["done"] == 0:
+            tr.skip_test = True  # as the worker's skip_test message, before the first chunk
+    tr = Trainer(eng, *tiny_mlp(3), cfg, *splits, emit=emit)
+    run(tr.setup())
+    result = run(tr.run())
+    n = eng.eval_chunk
+    assert n < TEST and tr.n_eval == n
+    weights = run(tr.trained_weights())
+    test_im = np.frombuffer(splits[1].images, np.uint8).reshape(-1, 784)[:n]
+    test_lab = np.frombuffer(splits[1].labels_host, np.uint8)[:n].astype(np.int64)
+    t_loss, t_acc, t_logp = _reference(weights, tiny_mlp(3)[0], test_im, test_lab)
+    assert result["test_acc"] == t_acc and rel_err(result["test_loss"], t_loss) <= FWD_RTOL
+    assert rel_err(np.frombuffer(result["logits"], np.float32).reshape(n, 10), t_logp) \
+        <= FWD_RTOL
+
+
 # ---------------------------------------------------------------- the verdict
 
 BASE = dict(test_acc=0.97, classes=10, eval_images=10000, first_loss=2.30, last_loss=0.12,

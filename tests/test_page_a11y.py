@@ -1,7 +1,9 @@
 """The page's quality checks in headless Chromium (issue 10, item 7): axe-core (vendored from npm
 as a dev dependency of web/, injected by the test; the server never serves it) finds no serious
-or critical violation on any tab, at 1280x800 and at phone width (390x844); every request stays
-on the page's own origin; no console error; every control is reachable and named.
+or critical violation on any tab, at 1280x800 and at phone width (390x844), and none on Results
+after a real (tiny) run, whose wrong digits are buttons named by their visible text; every
+request stays on the page's own origin; no console error; every control is reachable and
+named.
 
 axe-core's rules: https://github.com/dequelabs/axe-core/blob/develop/doc/rule-descriptions.md
 (WCAG 2.1 A/AA tags, plus best practices).
@@ -10,7 +12,7 @@ axe-core's rules: https://github.com/dequelabs/axe-core/blob/develop/doc/rule-de
 from urllib.parse import urlparse
 
 import pytest
-from e2e_fixtures import REPO, Page, screenshot
+from e2e_fixtures import REPO, Page, run_training, screenshot
 
 pytestmark = pytest.mark.e2e
 
@@ -108,3 +110,32 @@ def test_every_control_has_a_name_and_is_keyboard_reachable(booted):
             break
     else:
         pytest.fail("Tab never reached the Start button")
+
+
+# a run that makes mistakes to show: 3 Adam steps on 96 images, 256 test images
+TINY_RUN = dict(optimizer="adam", lr="0.001", batch=32, epochs=1, seed=0, max_steps=3,
+                train_images=96, val_images=64, eval_images=256)
+
+
+def test_results_after_a_run_have_no_serious_violation(booted):
+    """Results after a real run (confusion matrix, per-digit table, the wrong digits' grid):
+    no serious or critical axe violation; each wrong digit's button is named by its visible
+    text (no aria-label that differs from it: label-content-name-mismatch)."""
+    app, size, _ = booted
+    page = app.page
+    app.configure(**TINY_RUN)
+    run_training(app, TINY_RUN["max_steps"], 300, f"a11y-{size}")
+    page.wait_for_selector("#evaluation[data-images='drawn']", state="attached", timeout=60_000)
+    page.click("#tab-results")
+    buttons = page.eval_on_selector_all("#wrong-grid button.wrong", """bs => bs.map(b =>
+        ({label: b.getAttribute('aria-label'), text: b.textContent}))""")
+    assert len(buttons) > 0, "3 steps leave wrong digits to show"
+    assert all(b["label"] is None and b["text"].startswith("test image ") for b in buttons)
+    violations = axe_violations(page)
+    bad = [v for v in violations if v["impact"] in SERIOUS]
+    page.evaluate("document.getElementById('wrong-grid').scrollIntoView()")
+    screenshot(page, f"results-after-run-{size}")
+    page.click("#tab-dashboard")
+    assert not bad, "axe-core on Results after a run:\n" + "\n".join(
+        f"{v['id']} ({v['impact']}): {v['help']} at {v['nodes']}" for v in bad)
+    assert not [v for v in violations if v["id"] == "label-content-name-mismatch"]

@@ -2,21 +2,26 @@
 (SwiftShader here), on one module-scoped page that trains SeedNet briefly:
 
 - Start -> the charts receive points (read through window.charts, the uPlot instances): the
-  loss chart's steps and losses are the worker's, the learning-rate chart has StepLR's values
-  of engine/schedulers.py for every step, the train-vs-validation chart gets the epoch's point;
+  loss chart's steps and losses are the worker's, its smoothed loss the debiased moving
+  average computed by numpy, the learning-rate chart has StepLR's values of
+  engine/schedulers.py for every step, the train-vs-validation chart gets three points inside
+  the epoch (64 held-out images each) and the epoch's end, against steps;
 - Pause: the phase reads "paused" and the step count stays put for PAUSED_S seconds; Resume:
-  it continues; Stop ends the run (``lastRun.stopped``); leaving the page asks first while a
-  run trains (beforeunload), not after;
+  it continues; Stop: the pill says "evaluating" at once and the button becomes "Stop
+  evaluating"; the run ends (``lastRun.stopped``); leaving the page asks first while a run
+  trains (beforeunload), not after;
 - the speed card: GFLOP/s = 3 x 2 x the summary's mult-adds x images/s / 1e9, ms/step =
   1000 x batch / images/s, the GPU memory covers the weights, gradients and uploaded data;
-- the layout: at 1280x800 Start and the loss chart are on the first screen; at 390x844 Start
-  and the progress bar are;
+- the layout: at 1280x800 Start and the loss chart are on the first screen; at 390x844 the
+  run bar is at most RUNBAR_PHONE_PX high, the settings are folded and the tabs and the loss
+  chart come right after it;
 - zoom: a drag on the loss chart zooms it and the learning-rate chart, double-click resets;
 - the share link round trip, and a bad link's values marked inline (Start disabled);
 - the (i) help of learning rate, batch, epochs, seed, head and mult-adds;
 - the ETA's format (util.js duration).
-Screenshots: dashboard-training-1280, dashboard-phone, dashboard-paused-1280,
-dashboard-stopped-1280 (the epoch, learning-rate and speed cards).
+Screenshots: dashboard-training-1280, dashboard-phone, dashboard-phone-settings,
+dashboard-paused-1280, dashboard-stopping-1280, dashboard-stopped-1280 (the validation,
+learning-rate and speed cards).
 """
 
 import json
@@ -24,6 +29,7 @@ import time
 import urllib.parse
 import urllib.request
 
+import numpy as np
 import pytest
 from e2e_fixtures import Page, screenshot
 
@@ -36,6 +42,11 @@ BATCH, TRAIN_IMAGES, EPOCHS, EVAL_IMAGES, SEED = 32, 512, 2, 64, 3
 PER_EPOCH = TRAIN_IMAGES // BATCH
 PAUSED_S = 3.0
 WAIT_MS = 240_000
+SMOOTHING = 0.9           # web/charts.js
+VAL_POINTS = [4, 8, 12]   # 16 steps: validation after each quarter (train.VAL_POINTS 4)
+VAL_PART = 64             # held-out images of such a point: max(VAL_MIN, 16 x 32 / 10)
+RUNBAR_PHONE_PX = 72      # the run bar's height on a phone
+TABS_PHONE_Y = 420        # the tabs start above this on a phone
 
 
 def _state(pg):
@@ -92,7 +103,17 @@ def run(chromium, server):
         pg.set_viewport_size({"width": 390, "height": 844})
         pg.evaluate("window.scrollTo(0, 0)")
         out["layout_phone"] = {s: _in_viewport(pg, s) for s in ("#start", "#progress", "#eta")}
+        out["boxes_phone"] = {s: pg.locator(s).bounding_box() for s in
+                              ("#progress-card", ".tabs", "#chart-steps", "#settings")}
+        out["folded_phone"] = (pg.get_attribute("#settings-toggle", "aria-expanded"),
+                               pg.is_visible("#lr"))
         screenshot(pg, "dashboard-phone")
+        pg.click("#settings-toggle")
+        out["unfolded_phone"] = (pg.get_attribute("#settings-toggle", "aria-expanded"),
+                                 pg.is_visible("#lr"))
+        pg.evaluate("window.scrollTo(0, 0)")
+        screenshot(pg, "dashboard-phone-settings")
+        pg.click("#settings-toggle")
         pg.set_viewport_size({"width": 1280, "height": 800})
 
         pg.click("#pause")
@@ -109,23 +130,28 @@ def run(chromium, server):
         out["resumed_step"] = st["step"]
         _wait(app, "window.appState.epochs.length >= 1", "first epoch")
         pg.click("#stop")
+        out["after_stop"] = pg.evaluate("""() => ({pill: document.getElementById('phase')
+            .textContent, stop: document.getElementById('stop').textContent,
+            stopDisabled: document.getElementById('stop').disabled, phase: appState.phase})""")
+        screenshot(pg, "dashboard-stopping-1280")
         _wait(app, "window.appState.phase === 'done'", "done after Stop")
         out["unload_done"] = pg.evaluate(
             "!window.dispatchEvent(new Event('beforeunload', {cancelable: true}))")
         out["last"] = pg.evaluate("({stopped: lastRun.stopped, steps: lastRun.steps})")
-        pg.locator("#chart-epochs").scroll_into_view_if_needed()
+        pg.locator("#chart-val").scroll_into_view_if_needed()
         screenshot(pg, "dashboard-stopped-1280")
         pg.evaluate("window.scrollTo(0, 0)")
         out["charts"] = pg.evaluate("""() => Object.fromEntries(Object.entries(window.charts)
             .map(([k, u]) => [k, u.data.map((a) => Array.from(a))]))""")
         out["app_steps"] = pg.evaluate("window.appState.steps")
         out["app_epochs"] = pg.evaluate("window.appState.epochs")
+        out["app_validations"] = pg.evaluate("window.appState.validations")
         out["progress"] = pg.evaluate("window.appState.progress")
         out["memory"] = pg.evaluate("window.appState.memoryBytes")
         out["stats"] = {i: pg.text_content(f"#stat-{i}") for i in
                         ("ips", "ms", "gflops", "memory", "adapter", "browser")}
         out["tables"] = {}
-        for chart in ("chart-steps", "chart-epochs", "chart-lr"):
+        for chart in ("chart-steps", "chart-val", "chart-lr"):
             pg.click(f"details.chart-table[data-chart={chart}] summary")
             # the details' toggle event (which fills the table) is dispatched as a task
             pg.wait_for_selector(f"details.chart-table[data-chart={chart}] tbody tr")
@@ -145,18 +171,45 @@ def test_charts_receive_the_run(run):
     assert charts["steps"][0] == list(range(1, n + 1))
     assert charts["steps"][1] == pytest.approx([s["loss"] for s in steps], rel=1e-6)
     assert charts["steps"][3] == pytest.approx([100 * s["acc"] for s in steps], rel=1e-6)
-    # the smoothed loss: the exponential moving average of charts.js (0.9)
-    ema = []
-    for s in steps:
-        ema.append(s["loss"] if not ema else 0.9 * ema[-1] + 0.1 * s["loss"])
-    assert charts["steps"][2] == pytest.approx(ema, rel=1e-6)
-    # the first epoch's train and validation point
-    ep = run["app_epochs"][0]
-    assert charts["epochs"][0][0] == 1
-    assert charts["epochs"][1][0] == pytest.approx(ep["train_loss"], rel=1e-6)
-    assert charts["epochs"][2][0] == pytest.approx(ep["val_loss"], rel=1e-6)
-    assert charts["epochs"][4][0] == pytest.approx(100 * ep["val_acc"], rel=1e-6)
     assert not run["errors"], run["errors"]
+
+
+def test_smoothed_loss_is_the_debiased_moving_average(run):
+    """ema_t = 0.9 ema_(t-1) + 0.1 loss_t from 0, shown as ema_t / (1 - 0.9^t) (numpy): the
+    first point is the first loss itself, not a tenth of it."""
+    losses = np.asarray([s["loss"] for s in run["app_steps"]], np.float64)
+    ema, want = 0.0, []
+    for t, loss in enumerate(losses, 1):
+        ema = SMOOTHING * ema + (1 - SMOOTHING) * loss
+        want.append(ema / (1 - SMOOTHING ** t))
+    got = np.asarray(run["charts"]["steps"][2], np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-9)
+    assert got[0] == pytest.approx(losses[0], rel=1e-12)
+    # without the correction the third point would be 0.271 x the losses: far below them
+    assert got[2] >= 0.9 * losses[:3].min()
+
+
+def test_validation_points_inside_the_epoch(run):
+    """Three points inside the first epoch (steps 4, 8, 12; the first 64 held-out images) and
+    the epoch's end (step 16, all of them), charted against steps; each point's train side is
+    the mean of the steps since the previous point."""
+    vals, ep = run["app_validations"], run["app_epochs"][0]
+    first = [v for v in vals if v["epoch"] == 1]
+    assert [(v["step"], v["images"]) for v in first] == [(s, VAL_PART) for s in VAL_POINTS]
+    assert ep["step"] == PER_EPOCH
+    xs = run["charts"]["val"][0]
+    want_x = sorted([v["step"] for v in vals] + [e["step"] for e in run["app_epochs"]])
+    assert xs == want_x and xs[:4] == VAL_POINTS + [PER_EPOCH]
+    assert run["charts"]["val"][2][3] == pytest.approx(ep["val_loss"], rel=1e-9)
+    assert run["charts"]["val"][4][3] == pytest.approx(100 * ep["val_acc"], rel=1e-9)
+    for k, v in enumerate(first):
+        assert run["charts"]["val"][2][k] == pytest.approx(v["val_loss"], rel=1e-9)
+        assert 0 < v["val_loss"] < 10 and 0 <= v["val_acc"] <= 1
+    losses = {s["step"]: s["loss"] for s in run["app_steps"]}
+    bounds = [0] + VAL_POINTS + [PER_EPOCH]
+    for k in range(4):
+        window = [losses[t] for t in range(bounds[k] + 1, bounds[k + 1] + 1)]
+        assert run["charts"]["val"][1][k] == pytest.approx(np.mean(window), rel=1e-9)
 
 
 def test_chart_data_tables(run):
@@ -168,9 +221,11 @@ def test_chart_data_tables(run):
         [s["loss"] for s in steps][-200:], abs=5e-5)
     assert [float(r[1]) for r in tables["chart-lr"]] == pytest.approx(
         [s["lr"] for s in steps][-200:], rel=1e-3)
-    epochs = tables["chart-epochs"]
-    assert len(epochs) == len(run["app_epochs"]) and int(epochs[0][0]) == 1
-    assert float(epochs[0][3]) == pytest.approx(run["app_epochs"][0]["val_loss"], abs=5e-5)
+    rows = tables["chart-val"]
+    assert len(rows) == len(run["app_epochs"]) + len(run["app_validations"])
+    assert [int(r[0]) for r in rows[:4]] == VAL_POINTS + [PER_EPOCH]
+    assert [r[2] for r in rows[:4]] == [str(VAL_PART)] * 3 + ["all"]
+    assert float(rows[3][5]) == pytest.approx(run["app_epochs"][0]["val_loss"], abs=5e-5)
 
 
 def test_learning_rate_curve_is_the_schedule(run):
@@ -190,6 +245,9 @@ def test_pause_resume_stop(run):
     assert run["paused_label"] == "paused" and run["pause_button"] == "Resume"
     assert run["resumed_step"] > before["step"]
     assert run["last"]["stopped"] is True
+    # Stop: the pill says "evaluating" at once; a second press would cut the evaluation short
+    assert run["after_stop"] == {"pill": "evaluating", "stop": "Stop evaluating",
+                                 "stopDisabled": False, "phase": "training"}
     assert PER_EPOCH <= run["last"]["steps"] < EPOCHS * PER_EPOCH
     assert run["unload_training"] is True, "no leave-page warning while training"
     assert run["unload_done"] is False, "leave-page warning after the run"
@@ -213,6 +271,12 @@ def test_speed_and_machine(run, server):
 def test_layout_first_screen(run):
     assert run["layout_1280"] == {"#start": True, "#chart-steps": True}, run["layout_1280"]
     assert all(run["layout_phone"].values()), run["layout_phone"]
+    boxes = run["boxes_phone"]
+    assert boxes["#progress-card"]["height"] <= RUNBAR_PHONE_PX, boxes
+    assert boxes[".tabs"]["y"] < TABS_PHONE_Y, boxes
+    assert boxes["#settings"]["y"] < boxes[".tabs"]["y"] and boxes["#settings"]["height"] < 100
+    assert boxes["#chart-steps"]["y"] + 100 < 844, boxes  # the loss chart on the first screen
+    assert run["folded_phone"] == ("false", False) and run["unfolded_phone"] == ("true", True)
 
 
 def test_zoom_and_reset(run):

@@ -1,8 +1,10 @@
 """The Results tab in headless Chromium with real WebGPU (issue 10, item 3): after a short
 SeedNet run the confusion matrix, the accuracy per digit and the most confidently wrong test
 images equal what numpy computes from the run's own log-probabilities and the MNIST test
-labels read independently; the wrong images are the test shard's pixels; Stop shows
-"Evaluating N test images… k/N"; a run at chance level says so instead of "finished".
+labels read independently; the wrong images are the test shard's pixels, and clicking one
+opens Try it with that image in view; Stop says "evaluating" at once and shows "Evaluating N
+test images… k/N", a second Stop cuts it short (the results cover the images evaluated); a
+run at chance level says so instead of "finished".
 
 One page serves the module's runs (boot and the GPU self-check once); each run is a fixture,
 in the order of the tests."""
@@ -19,7 +21,8 @@ RUN = dict(optimizer="adam", lr="0.002", batch=32, epochs=1, seed=0, max_steps=0
            train_images=768, val_images=64, eval_images=200)  # 24 steps, one whole epoch
 RUN_STEPS = 24
 RUN_TIMEOUT_S = 300
-STOP_EVAL = 512       # test images evaluated after Stop (two chunks of 256)
+STOP_EVAL = 2048      # test images to evaluate after Stop (eight chunks of 256)
+CHUNK = 256           # engine/gpu_engine.py EVAL_IMAGES (batch 32 divides it)
 WRONG_SHOWN = 24      # web/evaluation.js
 
 # The page's status lines, kept as they change (a MutationObserver on #status).
@@ -148,12 +151,23 @@ def test_wrong_grid_shows_the_most_confident_mistakes(app_page, finished, mnist_
             .filter((_, k) => k % 4 === 0);
     }""")
     np.testing.assert_array_equal(np.asarray(drawn).reshape(28, 28), images[shown[0]["index"]])
-    # clicking one offers it to the "Try it" tab
+    # clicking one offers it to the "Try it" tab, scrolled so that the image is in view
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.click("#tab-results")
+    page.evaluate("document.getElementById('wrong-grid').scrollIntoView()")
     picked = page.evaluate("""() => new Promise(resolve => {
         document.addEventListener('pick-test-image', e => resolve(e.detail), {once: true});
         document.querySelector('#wrong-grid button.wrong').click();
     })""")
     assert picked == shown[0]["index"]
+    page.wait_for_function(f"window.tryState.index === {picked} && window.tryState.probs",
+                           timeout=60_000)
+    page.wait_for_timeout(300)  # the scroll
+    for sel in ("#try-canvas", "#try-input"):
+        box = page.locator(sel).bounding_box()
+        assert box and 0 <= box["y"] and box["y"] + box["height"] <= 800, (sel, box)
+    screenshot(page, "results-wrong-picked-1280")
+    page.set_viewport_size({"width": 1280, "height": 1000})
 
 
 def test_evaluation_progress_and_verdict_shown(app_page, finished):
@@ -201,7 +215,10 @@ def test_chance_level_run_says_so(app_page, chance):
     page.set_viewport_size({"width": 1280, "height": 1000})
 
 
-def test_stop_shows_evaluating_progress(app_page, chance):
+def test_stop_shows_evaluating_and_a_second_stop_cuts_it_short(app_page, chance):
+    """Stop: the pill says "evaluating" at once, the button "Stop evaluating"; the status and
+    the bar count the test images; a second Stop ends the evaluation after its current chunk:
+    the results cover a whole number of chunks, fewer than asked, and say how many."""
     page = app_page.page
     app_page.configure(optimizer="adam", lr="0.001", batch=32, epochs=1, seed=0, max_steps=0,
                        eval_images=STOP_EVAL, val_images=64, train_images=0)
@@ -211,21 +228,32 @@ def test_stop_shows_evaluating_progress(app_page, chance):
     assert app_page.state()["phase"] == "training", app_page.diagnostics()
     t_stop = time.monotonic()
     page.click("#stop")
+    at_once = page.evaluate("""() => [document.getElementById('phase').textContent,
+        document.getElementById('stop').textContent, document.getElementById('stop').disabled,
+        document.getElementById('status').textContent]""")
+    assert at_once[:3] == ["evaluating", "Stop evaluating", False], at_once
+    assert f"then evaluating {STOP_EVAL:,} test images" in at_once[3], at_once
     page.wait_for_function("document.getElementById('status').textContent.startsWith("
-                           f"'Evaluating {STOP_EVAL} test images… ')", timeout=60_000)
+                           f"'Evaluating {STOP_EVAL:,} test images… ')", timeout=60_000)
     t_eval = time.monotonic() - t_stop
     assert page.evaluate("document.getElementById('progress').max") == STOP_EVAL
+    assert page.text_content("#phase") == "evaluating"
     page.set_viewport_size({"width": 1280, "height": 800})
     page.evaluate("window.scrollTo(0, 0)")
     screenshot(page, "evaluating-after-stop-1280")
     page.set_viewport_size({"width": 1280, "height": 1000})
+    page.click("#stop")  # Stop evaluating
+    assert page.is_disabled("#stop")
     page.wait_for_function("['done', 'error'].includes(window.appState.phase)", timeout=120_000)
     last = _last_run(app_page)
     print(f"[results] Stop -> 'Evaluating…' {t_eval:.1f} s, -> done "
-          f"{time.monotonic() - t_stop:.1f} s")
+          f"{time.monotonic() - t_stop:.1f} s, {last['eval_images']} test images")
     assert last["stopped"] and last["verdict"] == "stopped", last["reason"]
-    assert last["eval_images"] == STOP_EVAL
+    n = last["eval_images"]
+    assert 0 < n < STOP_EVAL and n % CHUNK == 0, n
+    assert len(last["labels"]) == n and len(last["logits"]) == 10 * n
+    cm, _ = _confusion(last["logits"], last["labels"])
+    assert np.trace(cm) / n == pytest.approx(last["test_acc"], abs=1e-9)
     assert page.text_content("#phase") == "stopped"
-    statuses = page.evaluate("window.statusLog")
-    assert f"Evaluating {STOP_EVAL} test images… 256/{STOP_EVAL}" in statuses
+    assert page.text_content("#eval-count").replace(",", "").startswith(str(n))
     assert page.text_content("#verdict-title") == "Stopped early"

@@ -60,10 +60,11 @@ def trained(app):
     page = app.page
     app.configure(max_steps=MAX_STEPS, eval_images=EVAL_IMAGES)
     page.click("#tab-dashboard")
+    before = page.evaluate("window.viewsState.requests")  # the initial weights' views, if shown
     page.click("#start")
     page.wait_for_function("window.appState.status.startsWith('Training') || "
                            "window.appState.phase !== 'training'", timeout=TRAIN_TIMEOUT_S * 1000)
-    hidden_requests = page.evaluate("window.viewsState.requests")
+    hidden_requests = page.evaluate("window.viewsState.requests") - before
     page.click("#tab-model")
     page.wait_for_function("window.viewsState.last && !window.viewsState.last.error",
                            timeout=WAIT_MS)
@@ -93,13 +94,47 @@ def test_summary_counts_trainable_parameters_like_pytorch(app):
     assert sum(int(r[3].replace(",", "") or 0) for r in rows) == SEEDNET_TRAINABLE
 
 
-def test_before_training_the_views_say_train_first(app):
+def _weights_bin(server) -> bytes:
+    with urllib.request.urlopen(f"{server}/api/models/seednet/weights.bin") as r:
+        return r.read()
+
+
+def test_before_training_the_initial_weights_answer(app, server, mnist_cache):
+    """Before any run (fine-tune: the model's own weights) Try it classifies a test image and
+    the views show the filters, both said untrained; the probabilities equal a float64 numpy
+    forward of seednet.onnx's weights; the norms have no gradient yet."""
     page = app.page
+    page.check("#init-finetune")
     page.click("#tab-try")
-    assert "Train a model first" in page.text_content("#try-status")
+    page.fill("#try-index", "5")
+    page.dispatch_event("#try-index", "change")
+    page.wait_for_function("window.tryState.probs && window.tryState.index === 5",
+                           timeout=WAIT_MS)
+    st = page.evaluate("window.tryState")
+    assert st["untrained"] is True and st["step"] == 0, st
+    assert "Untrained" in page.text_content("#try-status")
+    assert "initial weights (untrained)" in page.text_content("#try-model")
+    graph = _graph(server)
+    blob = _weights_bin(server)
+    images, _ = data.load(mnist_cache, "test")
+    eng = Engine(graph, params_from_blob(graph, blob), np.float64)
+    x = np.asarray(pixel_table(), np.float32)[images[5]].astype(np.float64).reshape(1, 1, 28, 28)
+    logits = eng.forward(x, train=False)[0][eng.output][0]
+    want = np.exp(logits - logits.max())
+    want /= want.sum()  # SeedNet ends in LogSoftmax: softmax of its input is the same
+    assert np.abs(np.asarray(st["probs"]) - want).max() <= PROB_TOL, (st["probs"], want)
     page.click("#tab-model")
-    assert "Train a model first" in page.text_content("#views-status")
-    assert page.evaluate("window.viewsState.requests") == 0
+    page.wait_for_function("window.viewsState.last && !window.viewsState.last.error",
+                           timeout=WAIT_MS)
+    last = page.evaluate("({untrained: window.viewsState.last.untrained, "
+                         "step: window.viewsState.last.step})")
+    assert last == {"untrained": True, "step": 0}
+    assert "Untrained" in page.text_content("#views-status")
+    cells = page.eval_on_selector_all("#views-norms tbody tr td:nth-child(4)",
+                                      "ts => ts.map(t => t.textContent)")
+    assert cells and set(cells) == {"no step yet"}, cells
+    page.check("#init-scratch")
+    page.click("#tab-dashboard")
 
 
 def test_views_follow_training_only_while_visible(trained):
@@ -218,8 +253,13 @@ def test_picked_test_image_gets_the_runs_answer(app, trained):
             page.dispatch_event("#try-index", "change")
         else:
             page.click("#try-next")
-        page.wait_for_function(f"window.tryState.index === {i} && window.tryState.probs",
-                               timeout=WAIT_MS)
+        try:
+            page.wait_for_function(f"window.tryState.index === {i} && window.tryState.probs",
+                                   timeout=WAIT_MS)
+        except Exception:
+            pytest.fail(f"no answer for test image {i}: tryState "
+                        f"{page.evaluate('JSON.stringify({...window.tryState, input: null})')}, "
+                        f"status {page.text_content('#try-status')!r}\n{app.diagnostics()}")
         probs = np.asarray(page.evaluate("window.tryState.probs"))
         logp = np.asarray(page.evaluate(
             f"Array.from(window.lastRun.logits.slice({i * 10}, {i * 10 + 10}))"))
@@ -232,6 +272,46 @@ def test_picked_test_image_gets_the_runs_answer(app, trained):
                            timeout=WAIT_MS)
     assert page.is_visible("#panel-try") and page.input_value("#try-index") == "9"
     screenshot(page, "try-it-test-image-1280")
+
+
+def test_try_it_keeps_one_request_in_flight_and_shows_every_answer(app, trained):
+    """Four test images picked at once: the first is asked, the other three wait for its
+    answer, then only the latest is asked; both answers are shown (none dropped), the last one
+    being the latest pick's; "updating…" shows while one is on its way."""
+    page = app.page
+    page.click("#tab-try")
+    page.fill("#try-index", "20")
+    page.dispatch_event("#try-index", "change")
+    page.wait_for_function("window.tryState.index === 20 && window.tryState.probs && "
+                           "window.tryState.answers === window.tryState.requests",
+                           timeout=WAIT_MS)
+    before = page.evaluate("""() => {
+        const st = window.tryState;
+        let index = st.index;
+        window.shownIndices = [];
+        Object.defineProperty(st, 'index', {configurable: true, get: () => index,
+            set: (v) => { index = v; window.shownIndices.push(v); }});
+        window.updatingShown = 0;
+        const u = document.getElementById('try-updating');
+        new MutationObserver(() => { if (u.classList.contains('on')) window.updatingShown++; })
+            .observe(u, {attributes: true, attributeFilter: ['class']});
+        const input = document.getElementById('try-index');
+        for (const i of [21, 22, 23, 24]) {
+            input.value = String(i);
+            input.dispatchEvent(new Event('change'));
+        }
+        return {requests: st.requests, answers: st.answers};
+    }""")
+    page.wait_for_function("window.tryState.index === 24 && "
+                           "window.tryState.answers === window.tryState.requests",
+                           timeout=WAIT_MS)
+    after = page.evaluate("({requests: window.tryState.requests, answers: window.tryState.answers,"
+                          " shown: window.shownIndices, updating: window.updatingShown,"
+                          " on: document.getElementById('try-updating').classList.contains('on')})")
+    assert after["requests"] - before["requests"] == 2, (before, after)
+    assert after["answers"] - before["answers"] == 2, (before, after)
+    assert after["shown"] == [21, 24], after
+    assert after["updating"] >= 1 and after["on"] is False, after
 
 
 def test_phone_width(app, trained):

@@ -2,11 +2,13 @@
 //
 // Talks to the module worker (/worker.js) with the protocol in docs/ARCHITECTURE.md:
 //   main -> worker: {type: "start", model, config, resume?}, {type: "stop"}, {type: "pause"},
-//                   {type: "resume"}, snapshot, convolve
+//                   {type: "resume"}, {type: "skip_test"} (the second Stop), prepare,
+//                   snapshot, convolve
 //   worker -> main: selfcheck (the GPU self-check's warning, web/selfcheck.js)
 //   worker -> main: status, adapter, no_webgpu, error, ready, setup, progress, paused,
-//                   evaluating, epoch, done; checkpoint, snapshot, device_lost (keep your work,
-//                   web/storage.js); convolved (web/kernels.js)
+//                   evaluating, validation, epoch, done; prepared (web/prepare.js);
+//                   checkpoint, snapshot, device_lost (keep your work, web/storage.js);
+//                   convolved (web/kernels.js)
 // The settings form is drawn from the run configuration's schema (form.js). Test hooks:
 // window.appState (phase, adapter, steps, epochs, ...), window.lastRun (the last `done`
 // message) and window.readFormForTests() (the config Start would send).
@@ -29,7 +31,7 @@ import { applyLink, checkLinkModel, setupShare } from "./share.js";
 import { formState, markErrors, scheduleCheck, validateNow } from "./validation.js";
 import { loadModels, onModelChange, setupDropzone } from "./models.js";
 import { setTrainable, trainableConfig } from "./summary.js";
-import { addEpoch, addSteps, makeCharts, resetCharts } from "./charts.js";
+import { addSteps, makeCharts, resetCharts } from "./charts.js";
 import { renderProgress, requestRender, showEvaluating } from "./progress.js";
 import { clearResults, downloadOnnx, showResults, VERDICT_TITLE } from "./results.js";
 import { showSelfCheck } from "/selfcheck.js";
@@ -43,6 +45,8 @@ import { hideResumeOffer, onCheckpoint, onDeviceLost, onRunDone, onSnapshot, set
 import { onInspect, setupViews } from "./views.js";
 import { onPrediction, setupTryIt } from "./tryit.js";
 import { own } from "./values.js";
+import { forgetPrepared, onPrepared } from "./prepare.js";
+import { setupLayout } from "./layout.js";
 
 let worker = null;
 let trainStart = 0;
@@ -63,6 +67,9 @@ const PHASE_LABEL = {
   error: "error", lost: "GPU lost",
 };
 const running = () => appState.phase === "training" || appState.phase === "paused";
+// the final test evaluation: after Stop, or at the end of the run (Stop then skips its rest)
+const testing = () => running() &&
+  (appState.busy.stopping || appState.evaluating?.what === "test");
 // the pill after a run: the verdict of engine/verdict.py
 const DONE_LABEL = { ok: "done", diverged: "diverged", chance: "chance level", stopped: "stopped" };
 
@@ -74,9 +81,18 @@ function setPhase(phase) {
     (window.lastRun?.stopped ? "stopped" : "ok") : null;
   if (verdict) pill.dataset.verdict = verdict;
   else delete pill.dataset.verdict;
-  pill.textContent = appState.noWebGPU ? "no WebGPU"
-    : verdict ? own(DONE_LABEL, verdict) ?? verdict : own(PHASE_LABEL, phase) ?? phase;
   syncControls();
+}
+
+/** The phase pill: the phase, "evaluating" during the final test evaluation, the verdict. */
+function syncPill() {
+  const pill = $("phase");
+  const verdict = pill.dataset.verdict;
+  const phase = appState.phase;
+  pill.textContent = appState.noWebGPU ? "no WebGPU"
+    : verdict ? own(DONE_LABEL, verdict) ?? verdict
+      : testing() ? "evaluating" : own(PHASE_LABEL, phase) ?? phase;
+  pill.dataset.evaluating = String(testing());
 }
 
 function syncControls() {
@@ -87,8 +103,11 @@ function syncControls() {
   $("start").disabled = training || !appState.workerReady || appState.noWebGPU ||
     !$("model").value || !formState.valid;
   $("start").title = formState.valid ? "" : "Fix the settings marked in red first";
-  $("stop").disabled = !training || appState.busy.stopping;
-  $("pause").disabled = !training || appState.busy.stopping || appState.busy.pausing;
+  // Stop, then Stop evaluating: the test evaluation ends after its current chunk
+  $("stop").disabled = !training || appState.busy.skipping;
+  $("stop").textContent = testing() ? "Stop evaluating" : "Stop";
+  $("pause").disabled = !training || testing() || appState.busy.pausing;
+  syncPill();
   $("pause").textContent = appState.phase === "paused" ? "Resume" : "Pause";
   $("settings-fields").disabled = training;
   // the model summary's trainable toggles and the upload belong to the settings too
@@ -134,7 +153,8 @@ function startWorker() {
 function restartWorker() {
   worker?.terminate();
   appState.workerReady = false;
-  appState.busy.stopping = false;
+  appState.busy.stopping = appState.busy.skipping = false;
+  forgetPrepared();
   setPhase("booting");
   const ready = new Promise((resolve) => readyWaiters.push(resolve));
   startWorker();
@@ -182,7 +202,7 @@ const handlers = {
     showError(m.message ?? "unknown error");
     if (m.fields) markErrors(m.fields);  // the worker's check of the settings
     setStatus("Stopped by an error.");
-    appState.busy.stopping = appState.busy.profiling = false;
+    appState.busy.stopping = appState.busy.profiling = appState.busy.skipping = false;
     setPhase("error");
   },
   ready() {
@@ -196,6 +216,7 @@ const handlers = {
     kernelsReady();
   },
   setup(m) {
+    if (!running()) return;
     appState.memoryBytes = m.memory_bytes ?? null;
     requestRender({ progress: true });
   },
@@ -219,12 +240,24 @@ const handlers = {
     log(m.paused ? `Paused after step ${m.step}.` : "Resumed.");
     requestRender({ progress: true });
   },
-  evaluating: showEvaluating,  // {done, total, what}: the status line and the progress bar
+  evaluating(m) {  // {done, total, what}: the status line, the progress bar, the pill
+    showEvaluating(m);
+    syncControls();
+  },
+  validation(m) {  // a point inside an epoch on part of the held-out images
+    appState.validations.push({ step: m.step, epoch: m.epoch, images: m.images,
+      val_loss: m.val_loss, val_acc: frac(m.val_acc) });
+    if (!appState.busy.stopping) {  // training goes on: the bar counts steps again
+      appState.evaluating = null;
+      setStatus("Training…");
+    }
+    requestRender({ charts: true, progress: true });
+  },
+  prepared: onPrepared,  // the model's initial weights, before any run (web/prepare.js)
   epoch(m) {
     const e = { epoch: m.epoch, step: m.step, val_loss: m.val_loss, val_acc: frac(m.val_acc),
       train_loss: m.train_loss, train_acc: frac(m.train_acc) };
     appState.epochs.push(e);
-    addEpoch(e);
     log(`Epoch ${e.epoch}: train loss ${num(e.train_loss)}, train accuracy ` +
       `${pct(e.train_acc)}` + (e.val_loss == null ? " (no validation images)"
       : `; validation loss ${num(e.val_loss)}, validation accuracy ${pct(e.val_acc)}`));
@@ -241,7 +274,7 @@ const handlers = {
     verdict === "ok" || verdict === "stopped" ? "info" : "error");
     setStatus(`${own(VERDICT_TITLE, verdict) ?? verdict}: ${m.reason ?? ""}`);
     requestRender({ progress: true });
-    appState.busy.stopping = false;
+    appState.busy.stopping = appState.busy.skipping = false;
     setPhase("done");
     onRunDone(m);  // the stored checkpoint: finished, or (stopped) offered to resume
   },
@@ -265,6 +298,7 @@ async function startTraining() {
   const verdict = await validateNow(cfg);  // the server's validator, on exactly this config
   if (!verdict.ok) {
     const first = markErrors(verdict.errors ?? []);
+    hooks.showSettings?.();  // folded on a phone: the marked field must show
     first?.focus();
     setStatus("Fix the settings marked in red, then press Start.");
     return;
@@ -281,16 +315,16 @@ function beginRun(cfg, model, resume = null, history = null) {
   hideResumeOffer();
   const steps = history?.steps?.slice() ?? [];
   const epochs = history?.epochs?.slice() ?? [];
-  Object.assign(appState, { config: cfg, model, steps, epochs, error: null, memoryBytes: null,
+  Object.assign(appState, { config: cfg, model, steps, epochs, validations: [], error: null,
+    memoryBytes: null, evaluating: null,
     progress: { step: resume?.step ?? 0, total_steps: resume?.total_steps ?? 0,
       epoch: resume?.epoch ?? 0, epochs: cfg.epochs } });
   window.lastRun = null;
   clearResults();
   resetCharts();
   addSteps(steps.map((s) => [s.step, s.loss, s.acc]), steps.map((s) => s.lr));
-  for (const e of epochs) addEpoch(e);
   requestRender({ charts: true, progress: true });
-  appState.busy.stopping = appState.busy.pausing = false;
+  appState.busy.stopping = appState.busy.pausing = appState.busy.skipping = false;
   trainStart = performance.now();
   setPhase("training");
   setStatus("Starting…");
@@ -318,11 +352,25 @@ function togglePause() {
   syncControls();
 }
 
+/** Stop: training ends after the current step, then the test images are evaluated (the pill
+ * says "evaluating" at once); a second press (Stop evaluating) ends that evaluation after its
+ * current chunk of images: the results cover the images evaluated so far. */
 function stopTraining() {
-  if (!running() || appState.busy.stopping) return;
+  if (!running() || appState.busy.skipping) return;
+  if (testing()) {
+    appState.busy.skipping = true;
+    worker.postMessage({ type: "skip_test" });
+    setStatus("Ending the evaluation after the current images: the results will cover " +
+      "the test images evaluated so far.");
+    log("Evaluation cut short: the results cover the test images evaluated so far.");
+    syncControls();
+    return;
+  }
   appState.busy.stopping = true;
   worker.postMessage({ type: "stop" });
-  setStatus("Stopping after the current step…");
+  const n = Number(appState.config?.eval_images ?? 0).toLocaleString();
+  setStatus(`Stopping after the current step, then evaluating ${n} test images ` +
+    "(press Stop evaluating to cut it short)…");
   log("Stop requested.");
   syncControls();
 }
@@ -349,6 +397,7 @@ async function boot() {
     }
   });
   setupTabs();
+  setupLayout();
   setupChartTables();
   setupProfile();
   setupKernels((msg) => worker?.postMessage(msg));

@@ -1,9 +1,10 @@
 // The charts' data as tables (the text alternative of the Dashboard's charts): a "Data table"
 // disclosure under each chart, filled from appState when it is opened and kept current while
-// open (the last TABLE_ROWS rows of the per-step data; every epoch).
+// open (the last TABLE_ROWS rows of the per-step data; every validation point).
 
 import { appState } from "./state.js";
 import { num, pct } from "./util.js";
+import { validationPoints } from "./charts.js";
 
 const TABLE_ROWS = 200;
 
@@ -13,11 +14,13 @@ const TABLES = {
     head: ["Step", "Loss", "Batch accuracy"],
     rows: () => appState.steps.slice(-TABLE_ROWS).map((s) => [s.step, num(s.loss), pct(s.acc)]),
   },
-  "chart-epochs": {
-    caption: "Train and validation per epoch",
-    head: ["Epoch", "Train loss", "Train accuracy", "Validation loss", "Validation accuracy"],
-    rows: () => appState.epochs.map((e) => [e.epoch, num(e.train_loss), pct(e.train_acc),
-      e.val_loss == null ? "–" : num(e.val_loss), e.val_acc == null ? "–" : pct(e.val_acc)]),
+  "chart-val": {
+    caption: "Train and validation against steps",
+    head: ["Step", "Epoch", "Validation images", "Train loss", "Train accuracy",
+      "Validation loss", "Validation accuracy"],
+    rows: () => validationPoints().map((p) => [p.step, p.epoch,
+      p.full ? "all" : Number(p.images).toLocaleString(), num(p.train_loss), pct(p.train_acc),
+      p.val_loss == null ? "–" : num(p.val_loss), p.val_acc == null ? "–" : pct(p.val_acc)]),
   },
   "chart-lr": {
     caption: "Learning rate per step",

@@ -1,10 +1,16 @@
 // The dashboard's live charts (uPlot): training loss (raw and smoothed) and batch accuracy per
-// step; the learning rate per step; train vs validation loss and accuracy per epoch. Data
-// arrive with the worker's `progress` (losses, lrs) and `epoch` messages.
+// step; the learning rate per step; train vs validation loss and accuracy against steps. Data
+// arrive with the worker's `progress` (losses, lrs), `validation` (points inside an epoch on
+// part of the held-out images) and `epoch` messages (all of them, at the epoch's end).
 //
-// Zoom: drag across a chart to zoom its steps (or epochs); the loss and learning-rate charts
-// zoom together; double-click a chart or press "Reset zoom" to see the whole run again.
-// Test hook: window.charts = {steps, lr, epochs} (the uPlot instances; `.data` is what they
+// The smoothed loss is an exponential moving average with Adam's bias correction: ema_t =
+// 0.9 ema_(t-1) + 0.1 loss_t from ema_0 = 0, shown as ema_t / (1 - 0.9^t), so it follows the
+// loss from the first step instead of lagging behind the first loss. Each validation point's
+// train side is the mean loss and batch accuracy of the steps since the previous point.
+//
+// Zoom: drag across a chart to zoom its steps; the three charts zoom together; double-click a
+// chart or press "Reset zoom" to see the whole run again.
+// Test hook: window.charts = {steps, lr, val} (the uPlot instances; `.data` is what they
 // draw).
 
 import uPlot from "/vendor/uplot/uPlot.esm.js";
@@ -12,15 +18,16 @@ import { $, cssVar, num } from "./util.js";
 import { appState } from "./state.js";
 import { refreshChartTables } from "./chart-tables.js";
 
-const SMOOTHING = 0.9;  // exponential moving average of the loss: ema = 0.9 ema + 0.1 loss
-const charts = {};       // steps, lr, epochs: uPlot instances
+const SMOOTHING = 0.9;  // the loss's moving average (debiased): ema = 0.9 ema + 0.1 loss
+const charts = {};       // steps, lr, val: uPlot instances
 window.charts = charts;
-let emaLoss = null;
+const ema = { value: 0, n: 0 };          // the raw average and its number of steps
 const stepData = [[], [], [], []];       // step, loss, smoothed loss, batch acc (%)
 const lrData = [[], []];                 // step, learning rate
-const epochData = [[], [], [], [], []];  // epoch, train loss, val loss, train acc, val acc (%)
-const zoom = { steps: null, epochs: null };  // [min, max] of the x axis, or null: the whole run
-const GROUP = { steps: "steps", lr: "steps", epochs: "epochs" };
+let valData = [[], [], [], [], []];      // step, train loss, val loss, train acc, val acc (%)
+let valCount = -1;                       // the validation points valData was made of
+const zoom = { steps: null };            // [min, max] of the x axis, or null: the whole run
+const GROUP = { steps: "steps", lr: "steps", val: "steps" };
 
 function chartSize(el, lo, hi) {
   const w = Math.max(240, Math.floor(el.clientWidth));
@@ -41,12 +48,11 @@ function setZoom(group, range) {
   for (const [name, u] of Object.entries(charts)) {
     if (GROUP[name] === group) u.setData(u.data);  // the x range function reads `zoom`
   }
-  $("reset-zoom").hidden = !zoom.steps && !zoom.epochs;
+  $("reset-zoom").hidden = !zoom.steps;
 }
 
 export function resetZoom() {
   setZoom("steps", null);
-  setZoom("epochs", null);
 }
 
 /** uPlot options shared by the charts: drag-select zooms (``group``), double-click resets. */
@@ -94,7 +100,7 @@ export function makeCharts() {
   const stepAxis = axis({ label: "step", incrs: INT_INCRS,
     values: (u, v) => v.map((x) => x.toLocaleString()) });
   const pctValue = (d) => (u, v) => (v == null ? "–" : `${v.toFixed(d)}%`);
-  // an epoch series: dashed for training, solid for validation, a dot per epoch
+  // a validation series: dashed for training, solid for validation, a dot per point
   const line = (label, scale, stroke, dashed, value) => ({ label, scale, stroke, width: 2,
     dash: dashed ? [6, 4] : undefined, points: { show: true, size: 7, fill: stroke }, value });
   const totalSteps = () => appState.progress?.total_steps ?? 1;
@@ -132,29 +138,28 @@ export function makeCharts() {
     ],
   }, lrData, elL);
 
-  const elE = $("chart-epochs");
-  const ze = zoomable("epochs", () => appState.config?.epochs ?? 1);
-  charts.epochs = new uPlot({
-    ...chartSize(elE, 150, 190), cursor: ze.cursor, hooks: ze.hooks,
+  const elV = $("chart-val");
+  const zv = zoomable("val", totalSteps);
+  charts.val = new uPlot({
+    ...chartSize(elV, 150, 190), cursor: zv.cursor, hooks: zv.hooks,
     scales: {
-      x: { time: false, range: ze.xRange },
+      x: { time: false, range: zv.xRange },
       loss: { auto: true, range: (u, mn, mx) => [0, mx > 0 ? mx * 1.1 : 1] },
       // accuracy lives near the top: [min rounded down to 10%, 100%]
       acc: { range: (u, mn) => [mn == null ? 0 : Math.max(0, Math.floor((mn - 2) / 10) * 10), 100] },
     },
-    axes: [axis({ label: "epoch", incrs: INT_INCRS, values: (u, v) => v.map((x) => String(x)) }),
-      lossAxis, pctAxis],
+    axes: [stepAxis, lossAxis, pctAxis],
     series: [
-      { label: "epoch", value: (u, v) => (v == null ? "–" : String(v)) },
+      { label: "step", value: (u, v) => (v == null ? "–" : v.toLocaleString()) },
       line("train loss", "loss", cLoss, true, (u, v) => num(v)),
       line("val loss", "loss", cLoss, false, (u, v) => num(v)),
       line("train acc", "acc", cAcc, true, pctValue(2)),
       line("val acc", "acc", cAcc, false, pctValue(2)),
     ],
-  }, epochData, elE);
+  }, valData, elV);
 
   const sizes = [[charts.steps, elS, 180, 250], [charts.lr, elL, 150, 190],
-    [charts.epochs, elE, 150, 190]];
+    [charts.val, elV, 150, 190]];
   const ro = new ResizeObserver(() => {
     for (const [u, el, lo, hi] of sizes) u.setSize(chartSize(el, lo, hi));
   });
@@ -163,20 +168,29 @@ export function makeCharts() {
 }
 
 export function resetCharts() {
-  for (const a of [...stepData, ...lrData, ...epochData]) a.length = 0;
-  emaLoss = null;
-  zoom.steps = zoom.epochs = null;
+  for (const a of [...stepData, ...lrData]) a.length = 0;
+  valData = [[], [], [], [], []];
+  valCount = -1;
+  ema.value = ema.n = 0;
+  zoom.steps = null;
   $("reset-zoom").hidden = true;
+}
+
+/** The smoothed loss after adding ``loss``: the moving average, debiased (Adam's correction
+ * ema_t / (1 - SMOOTHING^t)). */
+function smooth(loss) {
+  ema.value = SMOOTHING * ema.value + (1 - SMOOTHING) * loss;
+  ema.n += 1;
+  return ema.value / (1 - SMOOTHING ** ema.n);
 }
 
 /** Append a `progress` message's [step, loss, acc (fraction)] rows and their learning rates
  * (``lrs``, one per row, or none). */
 export function addSteps(rows, lrs = []) {
   rows.forEach(([step, loss, acc], i) => {
-    emaLoss = emaLoss == null ? loss : SMOOTHING * emaLoss + (1 - SMOOTHING) * loss;
     stepData[0].push(step);
     stepData[1].push(loss);
-    stepData[2].push(emaLoss);
+    stepData[2].push(smooth(loss));
     stepData[3].push(acc == null ? null : acc * 100);
     if (lrs[i] != null) {
       lrData[0].push(step);
@@ -185,26 +199,57 @@ export function addSteps(rows, lrs = []) {
   });
 }
 
-/** Append an epoch's {epoch, train_loss, train_acc, val_loss, val_acc} (accuracies as
- * fractions). */
-export function addEpoch(e) {
+/** The validation points, in step order: ``appState.validations`` (inside an epoch, on part
+ * of the held-out images) and the epochs' ends (all of them; ``full``), each with the mean
+ * train loss / batch accuracy (fractions) of the steps since the previous point (the epoch's
+ * mean when those steps are not known, e.g. after a resume). */
+export function validationPoints() {
+  const points = [
+    ...appState.validations.map((v) => ({ ...v, full: false })),
+    ...appState.epochs.filter((e) => e.step != null)
+      .map((e) => ({ ...e, full: true, images: null })),
+  ].sort((a, b) => a.step - b.step || a.full - b.full);
+  const steps = appState.steps;
+  let k = 0;
+  let prev = 0;
+  for (const p of points) {
+    let loss = 0, acc = 0, n = 0;
+    while (k < steps.length && steps[k].step <= p.step) {
+      if (steps[k].step > prev) {
+        loss += steps[k].loss;
+        acc += steps[k].acc ?? 0;
+        n += 1;
+      }
+      k += 1;
+    }
+    p.train_loss = n ? loss / n : p.train_loss ?? null;
+    p.train_acc = n ? acc / n : p.train_acc ?? null;
+    prev = p.step;
+  }
+  return points;
+}
+
+function rebuildValidation() {
+  const count = appState.validations.length + appState.epochs.length;
+  if (count === valCount) return;
+  valCount = count;
   const pct = (a) => (a == null ? null : a * 100);
-  epochData[0].push(e.epoch);
-  epochData[1].push(e.train_loss ?? null);
-  epochData[2].push(e.val_loss);
-  epochData[3].push(pct(e.train_acc));
-  epochData[4].push(pct(e.val_acc));
+  const points = validationPoints();
+  valData = [points.map((p) => p.step), points.map((p) => p.train_loss),
+    points.map((p) => p.val_loss ?? null), points.map((p) => pct(p.train_acc)),
+    points.map((p) => pct(p.val_acc))];
 }
 
 /** Redraw the charts with their data (call from requestAnimationFrame). */
 export function drawCharts() {
-  const data = { steps: stepData, lr: lrData, epochs: epochData };
+  rebuildValidation();
+  const data = { steps: stepData, lr: lrData, val: valData };
   for (const [name, u] of Object.entries(charts)) {
     u.setData(data[name]);
     legendToLatest(u);
   }
   $("chart-steps-empty").hidden = stepData[0].length > 0;
   $("chart-lr-empty").hidden = lrData[0].length > 0;
-  $("chart-epochs-empty").hidden = epochData[0].length > 0;
+  $("chart-val-empty").hidden = valData[0].length > 0;
   refreshChartTables();
 }

@@ -97,11 +97,11 @@ function wrongGrid(wrong, images) {
     const canvas = el("canvas", { className: "digit", width: 28, height: 28 });
     if (images) drawDigit(canvas, imageOf(images, w.index));
     const pct = `${Math.round(100 * w.p)}%`;
-    const btn = el("button", {
-      type: "button", className: "wrong",
-      ariaLabel: `test image ${w.index}: predicted ${w.pred} with ${pct}, true ${w.label}`,
-    }, canvas, el("span", { className: "cap" }, el("strong", {}, `predicted ${w.pred}`), ` (${pct})`,
-      el("br"), `true ${w.label}`));
+    // the name is the visible text (WCAG 2.5.3, label in name), after "test image N:"
+    const btn = el("button", { type: "button", className: "wrong" }, canvas,
+      el("span", { className: "sr-only" }, `test image ${w.index}: `),
+      el("span", { className: "cap" }, el("strong", {}, `predicted ${w.pred}`), ` (${pct})`,
+        el("br"), `true ${w.label}`));
     Object.assign(btn.dataset, { index: w.index, pred: w.pred, label: w.label });
     btn.addEventListener("click", () =>
       document.dispatchEvent(new CustomEvent("pick-test-image", { detail: w.index })));

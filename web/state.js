@@ -7,7 +7,10 @@ export const appState = {
                              // "lost"
   adapter: null,             // the `adapter` message's info
   steps: [],                 // [{step, loss, acc}] from `progress` messages, acc as a fraction
-  epochs: [],                // [{epoch, val_loss, val_acc}] from `epoch` messages
+  epochs: [],                // [{epoch, step, val_loss, val_acc, train_loss, train_acc}] from
+                             // `epoch` messages
+  validations: [],           // [{step, epoch, images, val_loss, val_acc}] from `validation`
+                             // messages: points inside an epoch on part of the held-out images
   progress: null,            // the last `progress` message (without its losses)
   memoryBytes: null,         // the `setup` message's GPU memory of the run
   evaluating: null,          // the last `evaluating` message {done, total, what} of this phase
@@ -19,7 +22,10 @@ export const appState = {
   models: [],                // GET /api/models
   summary: null,             // GET /api/models/{name}/summary of the chosen model
   trainable: new Set(),      // the parameters ticked to train
-  busy: { stopping: false, pausing: false, downloading: false, profiling: false },
+  busy: { stopping: false, pausing: false, downloading: false, profiling: false,
+    skipping: false },         // skipping: the second Stop sent (skip_test)
+  prepared: null,            // the model set up before any run {id, key, model, busy, error}
+                             // (web/prepare.js)
   checkpoint: null,          // the stored checkpoint {epoch, step, savedAt, bytes, model,
                              // finished} (web/storage.js)
   checkpointError: null,     // the last failed checkpoint write, in words

@@ -3,14 +3,20 @@
 // probabilities shown as bars. A drawing is preprocessed like MNIST (LeCun et al.): the ink's
 // bounding box scaled to fit 20x20 keeping its aspect ratio (anti-aliased grey levels 0..255),
 // placed in 28x28 with its centre of mass at the centre. Worker message: `predict {id, pixels |
-// index}` -> `prediction {id, probs, index, label, model, step}` (engine/browser_inspect.py).
-// The Results panel's `pick-test-image` event (detail: index) shows that test image here.
-// Test hook: window.tryState {probs, input (784 values), source, index, step}.
+// index}` -> `prediction {id, probs, index, label, model, step, untrained}`
+// (engine/browser_inspect.py). One request in flight: every answer that arrives is shown (the
+// latest one), "updating…" while one is on its way, and the input changed meanwhile is asked
+// next. Before any run the model's initial weights answer (web/prepare.js), said untrained.
+// The Results panel's `pick-test-image` event (detail: index) shows that test image here,
+// scrolled into view.
+// Test hook: window.tryState {probs, input (784 values), source, index, step, untrained,
+// requests, answers, inFlight (the id on its way, 0: none)}.
 
 import { $, el } from "./util.js";
 import { appState } from "./state.js";
 import { activeTab, showTab } from "./tabs.js";
 import { drawDigit, imageOf, testSet } from "./testset.js";
+import { modelReady, prepareNote } from "./prepare.js";
 
 const SIDE = 28;            // MNIST's image
 const BOX = 20;             // the ink's box inside it
@@ -18,12 +24,19 @@ const CANVAS = 280;         // the drawing canvas' backing store (10 px per MNIS
 const PEN = 22;             // stroke width on it (about 2 MNIST pixels after fitting)
 const DEBOUNCE_MS = 120;    // while drawing
 const REFRESH_MS = 3000;    // re-classify while the model trains and the panel is open
+const RETRY_MS = 1000;      // ask again while the run's model is being set up
+const LOST_MS = 60_000;     // a request unanswered this long is lost (a worker restarted)
 
 let send = () => {};
 let seq = 0;
+let inFlight = 0;           // id of the request on its way (0: none)
+let sentAt = 0;
+let opening = false;        // the Results panel opens this tab on an image: no other pick
+let again = false;          // the input changed while one was on its way: ask once it is back
 let current = null;         // what is shown: {pixels} (drawn) or {index} (test image)
 let debounce = null;
-const state = { probs: null, input: null, source: null, index: null, step: null };
+const state = { probs: null, input: null, source: null, index: null, step: null,
+  untrained: false, requests: 0, answers: 0, inFlight: 0 };
 window.tryState = state;
 
 function build() {
@@ -41,6 +54,8 @@ function build() {
   }
   panel.append(el("section", { className: "card try-card", "aria-labelledby": "try-title" },
     el("div", { className: "card-head" }, el("h2", { id: "try-title", textContent: "Try it" }),
+      // shown by visibility: the layout never moves under a click
+      el("span", { id: "try-updating", className: "sub try-updating", textContent: "updating…" }),
       el("span", { id: "try-model", className: "sub" })),
     el("p", { id: "try-status", className: "hint", role: "status" }),
     el("div", { className: "try-grid" },
@@ -73,8 +88,7 @@ function build() {
 }
 
 function statusText() {
-  return ["training", "paused", "done"].includes(appState.phase) ? ""
-    : "Train a model first: press Start. The model being trained answers here, live.";
+  return prepareNote();
 }
 
 function clearCanvas() {
@@ -218,25 +232,51 @@ function show(pixels) {
   }
 }
 
+/** Ask the model about the current input: at once when nothing is on its way, else once the
+ * answer on its way is back (one request in flight). */
 function classify() {
   if (!current) return;
+  if (!modelReady()) {  // before any run: the initial weights are being set up
+    $("try-status").textContent = statusText();
+    return;
+  }
+  if (inFlight && performance.now() - sentAt < LOST_MS) {
+    again = true;
+    return;
+  }
+  again = false;
   const msg = current.index != null ? { index: current.index } : { pixels: Array.from(current.pixels) };
-  send({ type: "predict", id: ++seq, ...msg });
+  inFlight = state.inFlight = ++seq;
+  sentAt = performance.now();
+  state.requests++;
+  $("try-updating").classList.add("on");
+  send({ type: "predict", id: inFlight, ...msg });
 }
 
+/** The worker's `prediction`: shown whatever it answered (the latest answer received). */
 export function onPrediction(m) {
-  if (m.id !== seq) return;  // an older answer
+  if (m.id !== inFlight) return;  // not ours (a worker restarted meanwhile)
+  inFlight = state.inFlight = 0;
+  $("try-updating").classList.remove("on");
+  if (m.pending) {  // the run's model is being set up: ask again soon
+    $("try-status").textContent = m.error;
+    setTimeout(classify, RETRY_MS);
+    return;
+  }
+  state.answers++;
   if (m.error) {
     $("try-status").textContent = m.error;
     render(null);
-    return;
+  } else {
+    $("try-status").textContent = m.untrained ? "Untrained: these are the initial weights’ " +
+      "guesses (about 1 in 10 right). Press Start to train the model; it answers here, live." : "";
+    $("try-model").textContent = m.untrained ? `${m.model}, initial weights (untrained)`
+      : `${m.model} after step ${m.step}` + (appState.phase === "training" ? " (training)" : "");
+    Object.assign(state, { probs: m.probs, source: m.index != null ? "test" : "drawn",
+      index: m.index, step: m.step, untrained: !!m.untrained });
+    render(m.probs);
   }
-  $("try-status").textContent = "";
-  $("try-model").textContent = `${m.model} after step ${m.step}` +
-    (appState.phase === "training" ? " (training)" : "");
-  Object.assign(state, { probs: m.probs, source: m.index != null ? "test" : "drawn",
-    index: m.index, step: m.step });
-  render(m.probs);
+  if (again) classify();
 }
 
 function render(probs) {
@@ -254,16 +294,26 @@ function render(probs) {
 export function setupTryIt(post) {
   send = post;
   build();
-  document.addEventListener("pick-test-image", (ev) => {
+  document.addEventListener("pick-test-image", async (ev) => {
+    opening = true;
     showTab("try");
-    pick(ev.detail);
+    opening = false;
+    await pick(ev.detail);
+    // the chosen image where the eye is: the drawing canvas and the probabilities in view
+    $("try-canvas").scrollIntoView({ block: "center" });
   });
   document.addEventListener("tabchange", (ev) => {
-    if (ev.detail !== "try") return;
+    if (ev.detail !== "try" || opening) return;
+    $("try-status").textContent = statusText();
+    if (!current) pick(Number($("try-index").value));  // a test image from the start
+    else classify();
+  });
+  document.addEventListener("model-prepared", () => {
+    if (activeTab() !== "try") return;
     $("try-status").textContent = statusText();
     classify();
   });
   setInterval(() => {
-    if (activeTab() === "try" && appState.phase === "training") classify();
+    if (activeTab() === "try" && appState.phase === "training" && !inFlight) classify();
   }, REFRESH_MS);
 }

@@ -2,15 +2,19 @@
 // every few seconds ONLY while the "Inside the model" panel is visible: the first conv layer's
 // filters (diverging colours), the feature maps of a chosen test image per conv layer, and the
 // L2 norms of every parameter's weights and last gradient (log scale). Worker message:
-// `inspect {id, index}` -> `inspect {...}` (engine/browser_inspect.py).
+// `inspect {id, index}` -> `inspect {...}` (engine/browser_inspect.py). Before any run they show
+// the model's initial weights (web/prepare.js); while a run sets up, they ask again each second
+// and show its initial weights as soon as they exist.
 // Test hook: window.viewsState.last (the last `inspect` answer shown).
 
 import { $, el } from "./util.js";
 import { appState } from "./state.js";
 import { activeTab } from "./tabs.js";
 import { drawDigit, imageOf, testSet } from "./testset.js";
+import { modelReady, prepareNote } from "./prepare.js";
 
 const INTERVAL_MS = 3000;   // from one answer to the next request while training
+const RETRY_MS = 1000;      // while the run's model is being set up
 const POS = [178, 24, 43];  // diverging scale: positive -> red, 0 -> white, negative -> blue
 const NEG = [33, 102, 172];
 
@@ -18,7 +22,7 @@ let send = () => {};
 let seq = 0;
 let waiting = 0;            // id of the request in flight (0: none)
 let timer = null;
-const state = { last: null, requests: 0 };
+const state = { last: null, requests: 0, key: null };  // key: the prepared model's shown
 window.viewsState = state;
 
 /** The colour [r, g, b] of `t` in [-1, 1] on the diverging scale (white at 0). */
@@ -37,7 +41,8 @@ function build() {
       el("h2", { id: "views-title", textContent: "Live views" }),
       el("span", { id: "views-when", className: "sub" })),
     el("p", { id: "views-status", className: "hint", role: "status",
-      textContent: "Train a model first: press Start. These views then follow it every few seconds while this tab is open." }),
+      textContent: "These views show the model’s initial weights, then follow the run " +
+        "every few seconds while this tab is open." }),
     el("div", { className: "views-grid" },
       el("figure", { className: "views-fig" },
         el("figcaption", { id: "views-filters-caption", textContent: "First conv layer's filters" }),
@@ -73,6 +78,12 @@ function build() {
 function wanted() {
   if (activeTab() !== "model") return false;
   if (appState.phase === "training") return true;
+  const index = Number($("views-index").value);
+  if (!["paused", "done"].includes(appState.phase)) {  // before any run: the initial weights
+    const p = appState.prepared;
+    return !(state.last && !state.last.error && state.last.untrained && state.key === p?.key &&
+      state.last.index === index);
+  }
   // after a run: until the views show its final weights
   const run = window.lastRun;
   return appState.phase === "done" && !!run && !(state.last && state.last.step === run.steps &&
@@ -91,7 +102,11 @@ function schedule(ms) {
 function request(force) {
   if (waiting || activeTab() !== "model") return;
   if (!force && !wanted()) return;
-  if (!["training", "paused", "done"].includes(appState.phase)) return;  // no model yet
+  if (!modelReady()) {  // no run yet: the initial weights are being set up
+    $("views-status").textContent = prepareNote();
+    return;
+  }
+  state.key = appState.prepared?.key ?? null;
   waiting = ++seq;
   state.requests++;
   send({ type: "inspect", id: waiting, index: Number($("views-index").value) || 0 });
@@ -103,13 +118,16 @@ export function onInspect(m) {
   state.last = m;
   if (m.error) {
     $("views-status").textContent = m.error;
+    if (m.pending) schedule(RETRY_MS);  // the run's model is being set up
   } else {
-    $("views-status").textContent = "";
-    $("views-when").textContent = `${m.model} after step ${m.step}` +
-      (appState.phase === "training" ? " (training; refreshed every few seconds)" : "");
+    $("views-status").textContent = m.untrained ? "Untrained: the model’s initial weights. " +
+      "Press Start: these views then follow the run every few seconds." : "";
+    $("views-when").textContent = m.untrained ? `${m.model}, initial weights`
+      : `${m.model} after step ${m.step}` +
+        (appState.phase === "training" ? " (training; refreshed every few seconds)" : "");
     if (m.filters) drawFilters(m.filters);
     drawMaps(m);
-    drawNorms(m.norms);
+    drawNorms(m.norms, m.step === 0);
   }
   if (!m.error && activeTab() === "model" && wanted()) {
     const moved = m.index !== Number($("views-index").value);  // picked while it was on its way
@@ -186,14 +204,16 @@ async function drawMaps(m) {
   }
 }
 
-function drawNorms(norms) {
+/** The norms table; ``noStep``: no training step yet (no gradients to show). */
+function drawNorms(norms, noStep) {
+  if (noStep) norms = norms.map((r) => ({ ...r, grad: r.grad == null ? null : undefined }));
   const vals = norms.flatMap((r) => [r.weight, r.grad]).filter((v) => v > 0 && Number.isFinite(v));
   const lo = Math.floor(Math.log10(Math.min(...vals)));
   const hi = Math.ceil(Math.log10(Math.max(...vals))) || lo + 1;
   const bar = (v, kind) => {
     const td = el("td", { className: "num" });
     if (v == null) {
-      td.textContent = "frozen";
+      td.textContent = v === undefined ? "no step yet" : "frozen";
       return td;
     }
     const w = v > 0 && Number.isFinite(v) ? (Math.log10(v) - lo) / Math.max(hi - lo, 1) : 0;
@@ -219,11 +239,17 @@ export function setupViews(post) {
   send = post;
   build();
   document.addEventListener("tabchange", (ev) => {
-    if (ev.detail === "model") request(false);
-    else {
+    if (ev.detail === "model") {
+      if (!waiting && !modelReady()) $("views-status").textContent = prepareNote();
+      request(false);
+    } else {
       clearTimeout(timer);
       timer = null;
     }
+  });
+  document.addEventListener("model-prepared", () => {
+    $("views-status").textContent = prepareNote();
+    request(false);
   });
   // a run that starts or ends while the panel is open: follow it
   setInterval(() => { if (!waiting && timer === null && wanted()) request(false); }, INTERVAL_MS);

@@ -1,6 +1,7 @@
-"""The Web Worker's Python side: messages in (start, stop, pause, resume, profile, bench,
-parity, selfcheck, convolve, and browser_storage.py's snapshot, debug_lose_device), messages out
-(see docs/ARCHITECTURE.md, "Worker protocol"). Runs only in Pyodide."""
+"""The Web Worker's Python side: messages in (start, stop, pause, resume, skip_test, profile,
+bench, parity, selfcheck, convolve, browser_storage.py's snapshot, debug_lose_device and
+browser_inspect.py's inspect, predict, prepare), messages out (see docs/ARCHITECTURE.md,
+"Worker protocol"). Runs only in Pyodide."""
 
 import asyncio
 import json
@@ -13,12 +14,14 @@ from . import browser_inspect, browser_kernels, browser_storage, config as run_c
 from .backends import get_device
 from .backends.webgpu_js import NoWebGPU
 from .gpu_engine import GpuEngine
-from .train import Split, Trainer, TrainingDiverged
+from .train import VAL_POINTS, Split, Trainer, TrainingDiverged
 
-# "last": {"trainer", "model"} of the latest run once set up, kept after `done` for the live
-# views (browser_inspect.py)
+# "last": {"trainer", "model", "untrained"} of the latest run once set up (or of `prepare`:
+# untrained), kept after `done` for the live views (browser_inspect.py); "runs": how many
+# `start`s this worker had (a `prepare` set up after a `start` does not replace its model);
+# "prepare_id": the latest `prepare`'s id
 STATE = {"device": None, "trainer": None, "stop": False, "pause": False, "selfcheck": None,
-         "model": None, "last": None}
+         "model": None, "last": None, "runs": 0, "prepare_id": None}
 
 
 def post(kind: str, **fields):
@@ -64,6 +67,18 @@ def _stop(data):
         STATE["trainer"].stop_requested = True
 
 
+def _skip_test(data):
+    """Stop evaluating: the final test evaluation ends after its current chunk."""
+    if STATE["trainer"] is not None:
+        STATE["trainer"].skip_test = True
+
+
+def _start(data):
+    STATE["runs"] += 1
+    return asyncio.ensure_future(_run(data.get("config") or {}, data.get("model"),
+                                      resume=data.get("resume")))
+
+
 def _pause(paused: bool):
     """Pause / Resume between two steps: also before the trainer exists (applied when it
     does); the trainer answers with ``paused``."""
@@ -79,8 +94,9 @@ HANDLERS = {
     "stop": _stop,
     "pause": lambda d: _pause(True),
     "resume": lambda d: _pause(False),
-    "start": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"),
-                                                  resume=d.get("resume"))),
+    "skip_test": _skip_test,
+    "start": _start,
+    "prepare": lambda d: asyncio.ensure_future(browser_inspect.prepare(d, STATE, post)),
     "profile": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"),
                                                     then=_profile)),
     "bench": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"),
@@ -174,6 +190,23 @@ def _bench(data: dict):
     return then
 
 
+async def load(cfg: dict, model: str, say) -> tuple:
+    """``(config, graph, weights, train split, test split)`` of a run of ``model``: the config
+    checked (``run_config.parse``: ConfigError), the model and MNIST fetched; ``say(kind,
+    **fields)`` gets the status lines."""
+    manifest = json.loads(await (await _fetch("/data/mnist/manifest.json", "manifest")).text())
+    # the page checked it with the server; checked again here, with the same code
+    cfg = run_config.parse(cfg, train_images=manifest["splits"]["train"]["count"])
+    say("status", text=f"Loading model {model}…")
+    graph = json.loads(await (await _fetch(f"/api/models/{model}/graph.json", "model")).text())
+    weights = js.Uint8Array.new(await (await _fetch(f"/api/models/{model}/weights.bin",
+                                                    "weights")).arrayBuffer()).to_bytes()
+    say("status", text="Loading MNIST shards…")
+    train = await _split(manifest, "train")  # the trainer holds out the validation images
+    test = await _split(manifest, "test")
+    return cfg, graph, weights, train, test
+
+
 async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
     """Load the model and data, set up a Trainer and train, or, with ``then``, only
     ``await then(trainer)`` (profile, bench); ``resume``: continue from the page's stored
@@ -190,21 +223,11 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
     if STATE["selfcheck"] is None:
         await _selfcheck()
     try:
-        manifest = json.loads(await (await _fetch("/data/mnist/manifest.json", "manifest"))
-                              .text())
-        # the page checked it with the server; checked again here, with the same code
-        cfg = run_config.parse(cfg, train_images=manifest["splits"]["train"]["count"])
-        post("status", text=f"Loading model {model}…")
-        graph = json.loads(await (await _fetch(f"/api/models/{model}/graph.json", "model"))
-                           .text())
-        weights = js.Uint8Array.new(await (await _fetch(f"/api/models/{model}/weights.bin",
-                                                        "weights")).arrayBuffer()).to_bytes()
-        post("status", text="Loading MNIST shards…")
-        train = await _split(manifest, "train")  # the trainer holds out the validation images
-        test = await _split(manifest, "test")
+        cfg, graph, weights, train, test = await load(cfg, model, post)
         trainer = Trainer(GpuEngine(dev), graph, weights, cfg, train, test,
                           emit=lambda kind, **kw: post(kind, **kw))
         STATE["trainer"] = trainer
+        trainer.val_points = VAL_POINTS  # validation points inside each epoch (the chart)
         trainer.stop_requested = STATE["stop"]
         if STATE["pause"]:
             trainer.pause()
@@ -212,7 +235,8 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
         if then is not None:
             await then(trainer)
             return
-        STATE["last"] = {"trainer": trainer, "model": model}  # for inspect / predict
+        STATE["last"] = {"trainer": trainer, "model": model,  # for inspect / predict
+                         "untrained": False}
         if resume:
             browser_storage.restore(trainer, resume)
             post("status", text=f"Resuming from epoch {trainer.epoch}, step {trainer.step}…")

@@ -2,8 +2,9 @@
 feature maps of one test image per conv layer, per-parameter weight and gradient norms) and
 ``predict`` (class probabilities of a drawn digit or of a test image), answered from the
 current run's engine while it trains, or the last run's after it finished (``state["last"]``,
-set by browser.py). Each answer is its own GPU submits between two training steps
-(``GpuEngine.probe`` / ``norms``); nothing of the training changes. Runs only in Pyodide.
+set by browser.py), or before any run the model ``prepare`` set up with its initial weights.
+Each answer is its own GPU submits between two training steps (``GpuEngine.probe`` /
+``norms``); nothing of the training changes. Runs only in Pyodide.
 
 Messages (docs/ARCHITECTURE.md, "Worker protocol"); ``values`` are Float32Arrays:
 
@@ -11,7 +12,12 @@ Messages (docs/ARCHITECTURE.md, "Worker protocol"); ``values`` are Float32Arrays
   shape, values}, maps: [{layer, name, shape, values}], norms: [{name, layer, numel, weight,
   grad}]}``, or ``inspect {id, error}``;
 - ``predict {id, pixels (784 uint8) | index}`` -> ``prediction {id, probs: [classes], index,
-  label, model, step, ms}``, or ``prediction {id, error}``.
+  label, model, step, ms}``, or ``prediction {id, error}``;
+- both answers carry ``untrained`` (true: the model ``prepare`` set up, never trained); while
+  a run's model is being set up they are ``{id, error, pending: true}`` (ask again soon);
+- ``prepare {id, model, config}`` -> ``prepared {id, model, error?}``: set up
+  ``model`` with the initial weights of ``config`` (its init and seed) without training
+  (``state["last"]`` unless a run started meanwhile).
 """
 
 import math
@@ -19,12 +25,49 @@ import time
 
 from .probe import LOGP, feature_maps, first_conv_weight
 
-NO_MODEL = "Train a model first: press Start (the views show the model being trained)."
+NO_MODEL = "No model yet: open this tab again, or press Start (the views show the model " \
+    "being trained)."
+SETTING_UP = "Setting up the run's model (compiling the training step, loading MNIST)…"
 
 
-def _current(state):
-    """The run to look into: ``state["last"]`` ({trainer, model}, set once a run is set up)."""
-    return state.get("last")
+def _current(state, post, kind: str, rid) -> dict | None:
+    """The run to look into: ``state["last"]`` ({trainer, model, untrained}, set once a run
+    is set up); None after posting ``kind {id, error}`` (pending while a run sets up)."""
+    run, setting_up = state.get("last"), state.get("trainer")
+    if setting_up is not None and (run is None or run["trainer"] is not setting_up):
+        post(kind, id=rid, error=SETTING_UP, pending=True)
+        return None
+    if run is None:
+        post(kind, id=rid, error=NO_MODEL)
+    return run
+
+
+async def prepare(data: dict, state: dict, post) -> None:
+    """Answer ``prepare {id, model, config}`` (see the module docstring): only the first batch of
+    training images is loaded, no validation images, four test images for the evaluation."""
+    from .browser import load
+    from .gpu_engine import GpuEngine
+    from .train import Trainer
+    rid, runs, cfg = data.get("id"), state["runs"], dict(data.get("config") or {})
+    model = cfg.pop("model", None) or data.get("model") or "seednet"
+    state["prepare_id"] = rid  # the latest wins
+    if state["device"] is None:
+        post("prepared", id=rid, model=model, error="no WebGPU device")
+        return
+    batch = cfg.get("batch_size")
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
+        cfg["train_images"] = -(-batch // 4) * 4  # whole 4-byte words of labels to upload
+    cfg.update(val_images=0, eval_images=4, max_steps=0)
+    try:
+        cfg, graph, weights, train, test = await load(cfg, model, lambda kind, **kw: None)
+        trainer = Trainer(GpuEngine(state["device"]), graph, weights, cfg, train, test)
+        await trainer.setup()
+    except Exception as exc:  # bad settings, a model that does not fit: said in the views
+        post("prepared", id=rid, model=model, error=f"{type(exc).__name__}: {exc}")
+        return
+    if state["runs"] == runs and state["prepare_id"] == rid:  # no run nor newer prepare since
+        state["last"] = {"trainer": trainer, "model": model, "untrained": True}
+    post("prepared", id=rid, model=model)
 
 
 def _test_image(trainer, index) -> tuple:
@@ -53,9 +96,8 @@ def _f32(raw: bytes):
 async def inspect(data: dict, state: dict, post) -> None:
     """Answer ``inspect {id, index}`` (see the module docstring)."""
     rid = data.get("id")
-    run = _current(state)
+    run = _current(state, post, "inspect", rid)
     if run is None:
-        post("inspect", id=rid, error=NO_MODEL)
         return
     t0 = time.perf_counter()
     try:
@@ -76,7 +118,7 @@ async def inspect(data: dict, state: dict, post) -> None:
             filters = {"name": wname, "shape": t["shape"], "values": _f32(raw[t["offset"]:])}
         norms = await eng.norms()
         post("inspect", id=rid, index=index, label=label, model=run["model"], step=trainer.step,
-             filters=filters, maps=maps, norms=norms,
+             filters=filters, maps=maps, norms=norms, untrained=run["untrained"],
              ms=(time.perf_counter() - t0) * 1000)
     except Exception as exc:  # a bad index, a device error: shown in the panel
         post("inspect", id=rid, error=f"{type(exc).__name__}: {exc}")
@@ -85,9 +127,8 @@ async def inspect(data: dict, state: dict, post) -> None:
 async def predict(data: dict, state: dict, post) -> None:
     """Answer ``predict {id, pixels | index}`` (see the module docstring)."""
     rid = data.get("id")
-    run = _current(state)
+    run = _current(state, post, "prediction", rid)
     if run is None:
-        post("prediction", id=rid, error=NO_MODEL)
         return
     t0 = time.perf_counter()
     try:
@@ -104,6 +145,6 @@ async def predict(data: dict, state: dict, post) -> None:
         logp = memoryview(raw).cast("f")
         probs = [math.exp(v) for v in logp]
         post("prediction", id=rid, probs=probs, index=index, label=label, model=run["model"],
-             step=trainer.step, ms=(time.perf_counter() - t0) * 1000)
+             step=trainer.step, untrained=run["untrained"], ms=(time.perf_counter() - t0) * 1000)
     except Exception as exc:
         post("prediction", id=rid, error=f"{type(exc).__name__}: {exc}")

@@ -4,8 +4,9 @@ library only: it runs in Pyodide too).
 ``Trainer`` owns what a run means: epochs, the per-epoch shuffle (``random.Random(seed * 1000003
 + epoch)``), batches without replacement dropping the last incomplete one (BatchNorm needs full
 batches), the learning-rate schedule per step, metrics, progress and ETA, validation at the end
-of each epoch, Stop, the divergence guard's verdict, the checkpoint hook (``on_epoch``) and the
-result. It drives an *engine*, which owns the weights and computes steps:
+of each epoch (and a few points inside it on part of the held-out images), Stop, the
+divergence guard's verdict, the checkpoint hook (``on_epoch``) and the result. It drives an
+*engine*, which owns the weights and computes steps:
 
 - ``gpu_engine.GpuEngine(dev)``: WebGPU (browser, wgpu-py): each step one queue submit of a
   prebuilt program, metrics read back asynchronously from a ring on the GPU;
@@ -53,6 +54,12 @@ from .plan import METRICS_RING
 from .verdict import LAST_STEPS, lower_lr, verdict
 
 REPORT_S = 2.0  # progress reports at least this often (wall seconds), besides every report_every
+# Validation during an epoch (the page's "Train vs validation" chart; ``Trainer.val_points``):
+# VAL_POINTS - 1 points evenly inside each epoch on the first images of the held-out set, then
+# the whole set at the epoch's end. A point's images: a tenth of the epoch's training images
+# (an eval forward costs about a third of a training step per image: three points add ~10%),
+# at least VAL_MIN, at most VAL_SUBSET.
+VAL_POINTS, VAL_SUBSET, VAL_MIN = 4, 512, 64
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # ((x / 255) - mean) / std, as the PyTorch MNIST example
 
@@ -162,8 +169,12 @@ class Trainer:
     ``report_every`` steps or ``REPORT_S`` seconds, whichever comes first; ``losses``: [step,
     loss, accuracy] rows, ``lrs``: the learning rate of each of those steps), "paused"
     (``paused``, ``step``), "evaluating" (``done``, ``total``, ``what``: after each chunk of an
-    evaluation) and "epoch" events ("epoch": the epoch's last step, mean train_loss / train_acc
-    and val_loss / val_acc of the held-out validation images, None without them).
+    evaluation), "validation" (``step``, ``epoch``, ``images``, ``val_loss``, ``val_acc``: a
+    point inside an epoch on the first held-out images when ``val_points`` > 1,
+    ``_validation_marks``) and "epoch" events ("epoch": the epoch's last step, mean train_loss
+    / train_acc and val_loss / val_acc of the held-out validation images, None without them).
+    ``skip_test``: set True to end the final test evaluation after its current chunk (the
+    result covers those images).
     ``pause()`` / ``resume()``: the loop waits between two steps while paused (Stop ends the
     wait); paused time does not count in images/s and the ETA. ``train`` is the whole training
     split: ``setup`` holds its last ``val_images`` out for validation (``holdout``).
@@ -190,6 +201,8 @@ class Trainer:
         self._sums = [0.0, 0.0, 0]  # loss, accuracy, steps of the current epoch
         self._first_loss, self._last_losses = None, []  # the verdict's training losses
         self.val_set = None
+        self.skip_test = False  # True: the test evaluation ends after its current chunk
+        self.val_points = 1  # validations per epoch (VAL_POINTS: the page's); 1: at its end
 
     @property
     def stop_requested(self) -> bool:
@@ -310,6 +323,7 @@ class Trainer:
             random.Random(int(cfg["seed"]) * 1000003 + epoch).shuffle(perm)
             eng.set_order(perm)
             self._sums = [0.0, 0.0, 0]
+            marks = self._validation_marks(epoch)
             for s in range(max(0, self.step - epoch * per_epoch), per_epoch):
                 if self.paused and self.step < total:
                     await self._wait_while_paused(epoch)
@@ -323,11 +337,14 @@ class Trainer:
                         or t == self._first + 1 \
                         or time.perf_counter() - self._reported >= REPORT_S:
                     await self._report(epoch)
+                if t in marks and not self.stop_requested:
+                    await self._validate_part(epoch, marks[t])
             if self._read < self.step:  # stopped between two reports: report the steps done
                 await self._report(epoch)
             epoch += 1
             last_val = await self._close_epoch(epoch) or last_val
         loss, acc, logits = await self.evaluate("test")
+        self.n_eval = len(logits) // (4 * self.classes)  # fewer after ``skip_test``
         first = self._first_loss
         last = sum(self._last_losses) / len(self._last_losses) if self._last_losses else None
         judged = verdict(test_acc=acc, classes=self.classes, eval_images=self.n_eval,
@@ -403,7 +420,29 @@ class Trainer:
             await self.on_epoch(epoch, self.step, metrics)
         return None if loss is None else (loss, acc)
 
-    async def evaluate(self, what: str = "test"):
+    def _validation_marks(self, epoch: int) -> dict:
+        """``{step: images}``: the steps of epoch ``epoch`` (0-based) after which to validate on
+        the first ``images`` held-out images (``val_points`` - 1 of them); empty without
+        validation images."""
+        if self.val_set is None or self.val_points <= 1:
+            return {}
+        start = epoch * self.per_epoch
+        n = min(self.total, start + self.per_epoch) - start
+        images = min(VAL_SUBSET, self.val_set.count,
+                     max(VAL_MIN, n * int(self.cfg["batch_size"]) // 10))
+        return {start + k * n // self.val_points: images for k in range(1, self.val_points)
+                if 0 < k * n // self.val_points < n}
+
+    async def _validate_part(self, epoch: int, images: int):
+        """Validate on the first ``images`` held-out images inside an epoch; emit "validation"
+        (``step``, ``epoch`` 1-based, ``images``, ``val_loss``, ``val_acc``)."""
+        if self._read < self.step:
+            await self._report(epoch)
+        loss, acc, _ = await self.evaluate("validation", limit=images)
+        self.emit("validation", step=self.step, epoch=epoch + 1, images=images, val_loss=loss,
+                  val_acc=acc)
+
+    async def evaluate(self, what: str = "test", limit: int | None = None):
         """Eval-mode forward over the split ``what``: "test" (the first ``eval_images`` test
         images) or "validation" (the held-out training images), in chunks of the engine's
         ``eval_chunk`` images, emitting "evaluating" ``{done, total, what}`` before the first
@@ -415,10 +454,14 @@ class Trainer:
         log_softmax of it."""
         split = self.evals[what]
         n, c, chunk = split.count, self.classes, self.engine.eval_chunk
+        n = n if limit is None else min(n, limit)
         labels, spec = split.labels_host, self.engine.loss_spec
         num, den, hits, raws = 0.0, 0.0, 0, []
         self.emit("evaluating", done=0, total=n, what=what)
         for lo in range(0, n, chunk):
+            if lo and what == "test" and self.skip_test:
+                n = lo
+                break
             hi = min(n, lo + chunk)
             raw, rows = await self.engine.eval_outputs(what, lo, hi)
             raws.append(raw)
