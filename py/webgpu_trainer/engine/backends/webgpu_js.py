@@ -93,8 +93,18 @@ class Device:
         return self.device.createBuffer(_js({"size": size, "usage": usage, "label": label}))
 
     def write(self, buf, data, offset: int = 0):
-        """Upload ``data``: a Python bytes-like, or a JS ArrayBuffer/TypedArray passed through."""
+        """Upload ``data``: a Python bytes-like, or a JS ArrayBuffer/TypedArray passed through.
+
+        writeBuffer takes whole 4-byte words: a JS array of another length (a split of 999
+        labels) goes through a zero-padded copy."""
         if hasattr(data, "byteLength"):
+            n = int(data.byteLength)
+            if n % 4:
+                src = (js.Uint8Array.new(data.buffer, data.byteOffset, n)
+                       if hasattr(data, "buffer") else js.Uint8Array.new(data))
+                padded = js.Uint8Array.new(n + (-n) % 4)
+                padded.set(src)
+                data = padded
             self.device.queue.writeBuffer(buf, offset, data)
             return
         mv = memoryview(data).cast("B")
