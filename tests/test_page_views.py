@@ -4,7 +4,8 @@ filters, feature maps of a chosen test image, weight / gradient norms) are asked
 their panel is visible, also during training, and show the model's values (the float64 numpy
 engine on the run's weights is the reference); a digit drawn with the mouse gets 10
 probabilities and is centred as MNIST; a test image picked by index gets the probabilities the
-run's evaluation gave it. One short run (MAX_STEPS of Adam) is shared by the module."""
+run's evaluation gave it. One short run (MAX_STEPS of Adam) is shared by the module's tests,
+which only read its page; the page before any training is a page of its own."""
 
 import json
 import math
@@ -93,8 +94,17 @@ def test_summary_counts_trainable_parameters_like_pytorch(app):
     assert sum(int(r[3].replace(",", "") or 0) for r in rows) == SEEDNET_TRAINABLE
 
 
-def test_before_training_the_views_say_train_first(app):
-    page = app.page
+@pytest.fixture()
+def untrained(chromium, server):
+    """A ready page of its own that has not trained (the module's ``app`` may have)."""
+    app = Page(chromium, server)
+    app.wait_ready()
+    yield app
+    app.close()
+
+
+def test_before_training_the_views_say_train_first(untrained):
+    page = untrained.page
     page.click("#tab-try")
     assert "Train a model first" in page.text_content("#try-status")
     page.click("#tab-model")
