@@ -130,10 +130,10 @@ def test_restore_refuses_another_optimizer(seednet, splits):
 MID = 6  # a step inside epoch 2 (steps 5..8)
 
 
-def _mid_epoch_round_trip(dev, seednet, splits, how):
-    """(uninterrupted, resumed from a checkpoint at step MID, its header): ``how`` "timed"
-    (``checkpoint_every_s`` tiny: a checkpoint after every step; the tab closes after MID's)
-    or "stop" (Stop after step MID: the Stop's checkpoint)."""
+def _mid_epoch_round_trip(dev, seednet, splits, how, at=MID):
+    """(uninterrupted, resumed from a checkpoint at step ``at``, its header, every checkpoint):
+    ``how`` "timed" (``checkpoint_every_s`` tiny: a checkpoint after every step; the tab closes
+    after the one of ``at``) or "stop" (Stop after step ``at``: the Stop's checkpoint)."""
     cfg = {**CFG, "checkpoint_every_s": 1e-9 if how == "timed" else 0}
     full = _trainer(dev, seednet, splits, cfg)
 
@@ -147,12 +147,12 @@ def _mid_epoch_round_trip(dev, seednet, splits, how):
 
     async def on_checkpoint(epoch, step):
         saved.append((checkpoint.header(first, epoch, step), await checkpoint.capture(first)))
-        if how == "timed" and step == MID:
+        if how == "timed" and step == at:
             first.stop_requested = True
 
     def stop_at_mid(kind, **kw):
         emit(kind, **kw)
-        if how == "stop" and kind == "progress" and kw["step"] == MID:
+        if how == "stop" and kind == "progress" and kw["step"] == at:
             first.stop_requested = True
     emit, first.emit = first.emit, stop_at_mid
 
@@ -173,16 +173,18 @@ def _mid_epoch_round_trip(dev, seednet, splits, how):
     return full, resumed, head, saved
 
 
-def _check_mid(full, resumed, head, saved, how):
+def _check_mid(full, resumed, head, saved, how, at=MID):
     steps = [h["step"] for h, _ in saved]
     # timed: every step but the epochs' last ones (their epoch checkpoint follows)
-    assert steps == ([1, 2, 3, 5, 6] if how == "timed" else [MID]), steps
-    assert (head["epoch"], head["step"], head["epochs_completed"]) == (2, MID, 1)
+    assert steps == ([1, 2, 3, 5, 6] if how == "timed" else [at]), steps
+    # a Stop after epoch 2's last step: epoch 2 is not validated yet (epochs_completed 1):
+    # the resumed run validates it first
+    assert (head["epoch"], head["step"], head["epochs_completed"]) == (2, at, 1)
     assert head["rng"]["next_epoch"] == 1
     sums = head["run_state"]["epoch_sums"]
-    assert sums[2] == 2 and sums[0] == sum(r[1] for r in full.losses[4:6])
-    assert [r[0] for r in resumed.losses] == list(range(MID + 1, 13))
-    assert resumed.losses == full.losses[MID:]  # loss, accuracy and lr: bit for bit
+    assert sums[2] == at - 4 and sums[0] == sum(r[1] for r in full.losses[4:at])
+    assert [r[0] for r in resumed.losses] == list(range(at + 1, 13))
+    assert resumed.losses == full.losses[at:]  # loss, accuracy and lr: bit for bit
     # epoch 2's means span the steps before and after the checkpoint: equal to the full run's
     assert [e["epoch"] for e in resumed.epochs] == [2, 3]
     assert resumed.epochs == full.epochs[1:]
@@ -195,6 +197,6 @@ def test_gpu_mid_epoch_checkpoint_resumes_bit_for_bit(device, seednet, splits):
     _check_mid(*_mid_epoch_round_trip(device, seednet, splits, "timed"), "timed")
 
 
-@pytest.mark.parametrize("how", ["timed", "stop"])
-def test_cpu_mid_epoch_checkpoint_resumes_bit_for_bit(seednet, splits, how):
-    _check_mid(*_mid_epoch_round_trip(native.CpuDevice(), seednet, splits, how), how)
+@pytest.mark.parametrize("how,at", [("timed", MID), ("stop", MID), ("stop", 8)])
+def test_cpu_mid_epoch_checkpoint_resumes_bit_for_bit(seednet, splits, how, at):
+    _check_mid(*_mid_epoch_round_trip(native.CpuDevice(), seednet, splits, how, at), how, at)

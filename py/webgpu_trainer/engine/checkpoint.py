@@ -45,6 +45,8 @@ def header(trainer, epoch: int, step: int) -> dict:
     epoch whose shuffle comes next, how the shuffle and dropout derive from them) and
     ``run_state`` (``Trainer.run_state``: the epoch's running sums, the verdict's losses)."""
     seed, done = int(trainer.cfg["seed"]), step // trainer.per_epoch
+    if done and step % trainer.per_epoch == 0 and getattr(trainer, "closed_step", step) < step:
+        done -= 1  # Stop after an epoch's last step: resuming validates that epoch first
     return {"epoch": epoch, "step": step, "epochs_completed": done,
             "rng": {"seed": seed, "next_epoch": done, "shuffle": SHUFFLE, "dropout": DROPOUT},
             "run_state": trainer.run_state()}

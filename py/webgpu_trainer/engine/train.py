@@ -302,6 +302,7 @@ class Trainer:
         self._reported = self._start
         every = float(cfg.get("checkpoint_every_s") or 0)
         self._ckpt_at, self._ckpt_step = time.perf_counter(), self.step
+        self.closed_step = self.step  # the step of the last epoch closed (validated)
         epoch, last_val = self.epoch, (None, None)
         while self.step < total and not self.stop_requested:
             perm = list(range(self.train_set.count))
@@ -401,6 +402,7 @@ class Trainer:
         metrics = {"epoch": epoch, "step": self.step, "train_loss": self._sums[0] / n,
                    "train_acc": self._sums[1] / n, "val_loss": loss, "val_acc": acc}
         self.emit("epoch", **metrics)
+        self.closed_step = self.step
         if self.on_epoch is not None:
             await self.on_epoch(epoch, self.step, metrics)
             self._ckpt_at, self._ckpt_step = time.perf_counter(), self.step
