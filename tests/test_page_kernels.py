@@ -205,7 +205,7 @@ def test_a_convolution_during_training(app, mnist_cache):
     wait_result(page, before)
     app.configure(optimizer=RUN["optimizer"], lr=RUN["lr"], batch=RUN["batch_size"],
                   epochs=RUN["epochs"], seed=RUN["seed"], max_steps=RUN["max_steps"],
-                  eval_images=64, scratch=True)
+                  eval_images=64, scratch=True, val_images=64)  # a short validation
     page.click("#start")
     page.wait_for_function("window.appState.status === 'Training…' || window.appState.error",
                            timeout=120_000)
