@@ -192,7 +192,7 @@ def test_an_uploaded_image(app):
 
 
 RUN = {"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "epochs": 1, "seed": 0,
-       "init": "scratch", "max_steps": 6}
+       "init": "scratch", "max_steps": 6, "val_images": 64}  # a short validation
 
 
 def test_a_convolution_during_training(app, mnist_cache):
@@ -205,7 +205,7 @@ def test_a_convolution_during_training(app, mnist_cache):
     wait_result(page, before)
     app.configure(optimizer=RUN["optimizer"], lr=RUN["lr"], batch=RUN["batch_size"],
                   epochs=RUN["epochs"], seed=RUN["seed"], max_steps=RUN["max_steps"],
-                  eval_images=64, scratch=True, val_images=64)  # a short validation
+                  eval_images=64, scratch=True, val_images=RUN["val_images"])
     page.click("#start")
     page.wait_for_function("window.appState.status === 'Training…' || window.appState.error",
                            timeout=120_000)
