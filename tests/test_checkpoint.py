@@ -1,10 +1,11 @@
 """The checkpoint payload of a run (engine/checkpoint.py: what the CLI's ``.ckpt`` files and the
-browser's IndexedDB checkpoints hold) round-trips: a run stopped after its first epoch's
-checkpoint and continued from it in a new trainer (new engine, new optimizer, restored weights,
-optimizer state, epoch and step) repeats the uninterrupted run's next steps bit for bit, on each
-native GPU backend and on the numpy engine. SeedNet has BatchNorm (running statistics in the
-weights) and Dropout (masks drawn from the step), Adam two state buffers, StepLR a schedule of
-the step: each would break the comparison if it were not restored."""
+browser's IndexedDB checkpoints hold) round-trips: a run stopped after its first epoch's checkpoint
+and continued from it in a new trainer (new engine, new optimizer, restored weights, optimizer
+state, epoch and step) repeats the uninterrupted run's next steps bit for bit, on each native GPU
+backend and on the numpy engine; so does a run continued from a checkpoint inside an epoch
+(``checkpoint_every_s``, or Stop), its epoch means included. SeedNet has BatchNorm (running
+statistics in the weights) and Dropout (masks drawn from the step), Adam two state buffers, StepLR
+a schedule of the step: each would break the comparison if it were not restored."""
 
 import numpy as np
 import pytest
@@ -36,12 +37,14 @@ def splits():
 def _trainer(dev, seednet, splits, cfg=CFG):
     graph, blob = seednet
     tr = native.make_trainer(dev, graph, blob, dict(cfg), *splits)
-    tr.losses = []
+    tr.losses, tr.epochs = [], []
 
     def emit(kind, **kw):
         if kind == "progress":
             tr.losses += [(t, loss, acc, lr) for (t, loss, acc), lr in zip(kw["losses"],
                                                                           kw["lrs"])]
+        elif kind == "epoch":
+            tr.epochs.append(kw)
     tr.emit = emit
     return tr
 
@@ -203,3 +206,78 @@ def test_checkpoint_truncated_and_corrupt_sections(tmp_path):
     assert _refused(path) == (f"checkpoint {path}: section 'weights' (bytes {body:,}.."
                               f"{body + 1023:,}) does not match its sha256 (corrupt); it cannot "
                               "be resumed from")
+
+
+MID = 6  # a step inside epoch 2 (steps 5..8)
+
+
+def _mid_epoch_round_trip(dev, seednet, splits, how, at=MID):
+    """(uninterrupted, resumed from a checkpoint at step ``at``, its header, every checkpoint):
+    ``how`` "timed" (``checkpoint_every_s`` tiny: a checkpoint after every step; the tab closes
+    after the one of ``at``) or "stop" (Stop after step ``at``: the Stop's checkpoint)."""
+    cfg = {**CFG, "checkpoint_every_s": 1e-9 if how == "timed" else 0}
+    full = _trainer(dev, seednet, splits, cfg)
+
+    async def go_full():
+        await full.setup()
+        await full.run()
+        full.final = await checkpoint.capture(full)
+    run(go_full())
+
+    first, saved = _trainer(dev, seednet, splits, cfg), []
+
+    async def on_checkpoint(epoch, step):
+        saved.append((checkpoint.header(first, epoch, step), await checkpoint.capture(first)))
+        if how == "timed" and step == at:
+            first.stop_requested = True
+
+    def stop_at_mid(kind, **kw):
+        emit(kind, **kw)
+        if how == "stop" and kind == "progress" and kw["step"] == at:
+            first.stop_requested = True
+    emit, first.emit = first.emit, stop_at_mid
+
+    async def go_first():
+        await first.setup()
+        first.on_checkpoint = on_checkpoint
+        await first.run()
+    run(go_first())
+    head, sections = saved[-1]
+    resumed = _trainer(dev, seednet, splits, cfg)
+
+    async def go_resumed():
+        await resumed.setup()
+        checkpoint.restore(resumed, head, sections)
+        await resumed.run()
+        resumed.final = await checkpoint.capture(resumed)
+    run(go_resumed())
+    return full, resumed, head, saved
+
+
+def _check_mid(full, resumed, head, saved, how, at=MID):
+    steps = [h["step"] for h, _ in saved]
+    # timed: every step but the epochs' last ones (their epoch checkpoint follows)
+    assert steps == ([1, 2, 3, 5, 6] if how == "timed" else [at]), steps
+    # a Stop after epoch 2's last step: epoch 2 is not validated yet (epochs_completed 1):
+    # the resumed run validates it first
+    assert (head["epoch"], head["step"], head["epochs_completed"]) == (2, at, 1)
+    assert head["rng"]["next_epoch"] == 1
+    sums = head["run_state"]["epoch_sums"]
+    assert sums[2] == at - 4 and sums[0] == sum(r[1] for r in full.losses[4:at])
+    assert [r[0] for r in resumed.losses] == list(range(at + 1, 13))
+    assert resumed.losses == full.losses[at:]  # loss, accuracy and lr: bit for bit
+    # epoch 2's means span the steps before and after the checkpoint: equal to the full run's
+    assert [e["epoch"] for e in resumed.epochs] == [2, 3]
+    assert resumed.epochs == full.epochs[1:]
+    for name in ("weights", "optimizer"):
+        assert resumed.final[name] == full.final[name], name
+
+
+@pytest.mark.every_backend
+def test_gpu_mid_epoch_checkpoint_resumes_bit_for_bit(device, seednet, splits):
+    _check_mid(*_mid_epoch_round_trip(device, seednet, splits, "timed"), "timed")
+
+
+@pytest.mark.parametrize("how,at", [("timed", MID), ("stop", MID), ("stop", 8)])
+def test_cpu_mid_epoch_checkpoint_resumes_bit_for_bit(seednet, splits, how, at):
+    _check_mid(*_mid_epoch_round_trip(native.CpuDevice(), seednet, splits, how, at), how, at)

@@ -171,7 +171,7 @@ def test_legacy_config_json_loads():
     assert cfg.to_json() == {
         "optimizer": "adamw", "lr": 0.01, "batch_size": 32, "epochs": 1, "seed": 4,
         "init": "finetune", "max_steps": 0, "train_images": 96, "val_images": 0,
-        "eval_images": 32,
+        "eval_images": 32, "checkpoint_every_s": 60.0,  # newer than LEGACY: the default
         "report_every": 10, "device": "cpu", "weight_decay": 0.01,  # 0 meant torch's 1e-2
         "betas": [0.9, 0.999], "eps": 1e-8, "amsgrad": True, "clip_grad_norm": 0.0,
         "scheduler": "steplr", "step_size": 1, "gamma": 0.5, "interval": "epoch",

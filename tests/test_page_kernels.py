@@ -30,6 +30,9 @@ def app(chromium, server):
     page.page.set_viewport_size({"width": 1280, "height": 800})
     page.wait_ready()
     page.page.click("#tab-kernels")
+    # what the panel showed when it opened (the tests change the panel, in any order)
+    page.opened = wait_result(page.page)
+    page.opened_note = page.page.text_content("#kernel-image-note")
     yield page
     page.close()
 
@@ -90,9 +93,14 @@ def png(grey: np.ndarray) -> bytes:
 def test_presets_and_a_typed_kernel_equal_numpy(app):
     page = app.page
     presets = page.evaluate("window.kernelsState.presets")
-    r = wait_result(page)  # the panel opens with Sobel x on the pattern
+    r = app.opened  # the panel opens with Sobel x on the pattern
     assert (r["width"], r["height"]) == (192, 128)
-    assert page.text_content("#kernel-image-note").startswith("Pattern: 192×128")
+    assert r["kernel"] == next(p["weights"] for p in presets if p["id"] == "sobel_x")
+    assert app.opened_note.startswith("Pattern: 192×128")
+    before = last_id(page)
+    page.click("#kernel-pattern")  # back to the pattern, whatever an earlier test showed
+    wait_result(page, before)
+    page.fill("#kernel-w0", "0.125")  # a custom kernel: each preset below is a change
     errors = {}
     for p in presets:
         before = last_id(page)
@@ -189,7 +197,7 @@ def test_an_uploaded_image(app):
 
 
 RUN = {"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "epochs": 1, "seed": 0,
-       "init": "scratch", "max_steps": 6}
+       "init": "scratch", "max_steps": 6, "val_images": 64}  # a short validation
 
 
 def test_a_convolution_during_training(app, mnist_cache):
@@ -202,7 +210,7 @@ def test_a_convolution_during_training(app, mnist_cache):
     wait_result(page, before)
     app.configure(optimizer=RUN["optimizer"], lr=RUN["lr"], batch=RUN["batch_size"],
                   epochs=RUN["epochs"], seed=RUN["seed"], max_steps=RUN["max_steps"],
-                  eval_images=64, scratch=True)
+                  eval_images=64, scratch=True, val_images=RUN["val_images"])
     page.click("#start")
     page.wait_for_function("window.appState.status === 'Training…' || window.appState.error",
                            timeout=120_000)

@@ -6,8 +6,8 @@ opens Try it with that image in view; Stop says "evaluating" at once and shows "
 test images… k/N", a second Stop cuts it short (the results cover the images evaluated); a
 run at chance level says so instead of "finished".
 
-One page serves the module's runs (boot and the GPU self-check once); each run is a fixture,
-in the order of the tests."""
+Each run has a page of its own, so the tests pass alone and in any order: the main run and the
+chance-level run are module fixtures whose tests only read their page; Stop has its own."""
 
 import time
 
@@ -35,11 +35,18 @@ WATCH_STATUS = """() => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def app_page(chromium, server):
+def watched_page(chromium, server) -> Page:
+    """A ready page of the app whose status lines are kept (``window.statusLog``)."""
     page = Page(chromium, server)
     page.wait_ready()
     page.page.evaluate(WATCH_STATUS)
+    return page
+
+
+@pytest.fixture(scope="module")
+def app_page(chromium, server):
+    """The main run's page (``finished``); its tests only read it."""
+    page = watched_page(chromium, server)
     yield page
     page.close()
 
@@ -187,15 +194,19 @@ def test_evaluation_progress_and_verdict_shown(app_page, finished):
 
 
 @pytest.fixture(scope="module")
-def chance(app_page):
-    """One SGD step at lr 1e-6 from PyTorch's init: a model that guesses."""
-    app_page.configure(optimizer="sgd", lr="0.000001", batch=32, epochs=1, seed=0,
-                       max_steps=1, eval_images=200, val_images=64, train_images=384)
-    run_training(app_page, 1, RUN_TIMEOUT_S, "chance")
-    return _last_run(app_page)
+def chance(chromium, server):
+    """One SGD step at lr 1e-6 from PyTorch's init: a model that guesses; its page (read-only
+    for its tests) and ``_last_run``."""
+    app = watched_page(chromium, server)
+    app.configure(optimizer="sgd", lr="0.000001", batch=32, epochs=1, seed=0,
+                  max_steps=1, eval_images=200, val_images=64, train_images=384)
+    run_training(app, 1, RUN_TIMEOUT_S, "chance")
+    yield app, _last_run(app)
+    app.close()
 
 
-def test_chance_level_run_says_so(app_page, chance):
+def test_chance_level_run_says_so(chance):
+    app_page, chance = chance
     page = app_page.page
     assert chance["test_acc"] <= 0.15 and chance["verdict"] == "chance", chance["reason"]
     page.click("#tab-results")
@@ -216,15 +227,24 @@ def test_chance_level_run_says_so(app_page, chance):
     page.set_viewport_size({"width": 1280, "height": 1000})
 
 
-def test_stop_shows_evaluating_and_a_second_stop_cuts_it_short(app_page, chance):
+@pytest.fixture()
+def stop_page(chromium, server):
+    page = watched_page(chromium, server)
+    yield page
+    page.close()
+
+
+def test_stop_shows_evaluating_and_a_second_stop_cuts_it_short(stop_page):
     """Stop: the pill says "evaluating" at once, the button "Stop evaluating"; the status and
     the bar count the test images; a second Stop ends the evaluation after its current chunk:
     the results cover a whole number of chunks, fewer than asked, and say how many."""
+    app_page = stop_page
     page = app_page.page
     app_page.configure(optimizer="adam", lr="0.001", batch=32, epochs=1, seed=0, max_steps=0,
                        eval_images=STOP_EVAL, val_images=64, train_images=0)
     page.click("#start")
-    page.wait_for_function("window.appState.steps.length > 0 || window.appState.phase === "
+    page.wait_for_function("(window.appState.phase === 'training' && "
+                           "window.appState.steps.length > 0) || window.appState.phase === "
                            "'error'", timeout=RUN_TIMEOUT_S * 1000)
     assert app_page.state()["phase"] == "training", app_page.diagnostics()
     t_stop = time.monotonic()

@@ -4,7 +4,8 @@ filters, feature maps of a chosen test image, weight / gradient norms) are asked
 their panel is visible, also during training, and show the model's values (the float64 numpy
 engine on the run's weights is the reference); a digit drawn with the mouse gets 10
 probabilities and is centred as MNIST; a test image picked by index gets the probabilities the
-run's evaluation gave it. One short run (MAX_STEPS of Adam) is shared by the module."""
+run's evaluation gave it. One short run (MAX_STEPS of Adam) is shared by the module's tests,
+which only read its page; the page before any training is a page of its own."""
 
 import json
 import math
@@ -94,16 +95,25 @@ def test_summary_counts_trainable_parameters_like_pytorch(app):
     assert sum(int(r[3].replace(",", "") or 0) for r in rows) == SEEDNET_TRAINABLE
 
 
+@pytest.fixture()
+def untrained(chromium, server):
+    """A ready page of its own that has not trained (the module's ``app`` may have)."""
+    app = Page(chromium, server)
+    app.wait_ready()
+    yield app
+    app.close()
+
+
 def _weights_bin(server) -> bytes:
     with urllib.request.urlopen(f"{server}/api/models/seednet/weights.bin") as r:
         return r.read()
 
 
-def test_before_training_the_initial_weights_answer(app, server, mnist_cache):
+def test_before_training_the_initial_weights_answer(untrained, server, mnist_cache):
     """Before any run (fine-tune: the model's own weights) Try it classifies a test image and
     the views show the filters, both said untrained; the probabilities equal a float64 numpy
     forward of seednet.onnx's weights; the norms have no gradient yet."""
-    page = app.page
+    page = untrained.page
     page.check("#init-finetune")
     page.click("#tab-try")
     page.fill("#try-index", "5")

@@ -46,11 +46,12 @@ export function showResults(m, secs) {
 }
 
 /** Export ``run``'s weights (bundle layout) as .onnx through the server and download it:
- * ``run`` is a `done` message (default: the last one) or a `snapshot` of a run in progress
- * ({weights, model, steps, epochs_done}); ``btn`` shows "Exporting…" meanwhile. */
+ * ``run`` is a `done` message (default: the last one), a `snapshot` of a run in progress
+ * ({weights, model, steps, epochs_done}) or a stored checkpoint's (also ``config``: its
+ * settings); ``btn`` shows "Exporting…" meanwhile. */
 export async function downloadOnnx(run = window.lastRun, btn = $("download")) {
   if (!run?.weights) return;
-  const cfg = appState.config ?? {};
+  const cfg = run.config ?? appState.config ?? {};
   const model = run.model || appState.model;
   const provenance = {
     dataset: "MNIST",

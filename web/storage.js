@@ -1,6 +1,7 @@
-// Keep your work (#panel-work): the checkpoint of every epoch in this browser's IndexedDB, the
-// resume banner after a reload or a crashed tab, the run's settings as JSON (export; the
-// import is settings-file.js's), the .onnx of the current weights and the metrics as CSV
+// Keep your work (#panel-work): the checkpoint of every epoch in this browser's IndexedDB (and
+// inside an epoch: every `checkpoint_every_s` seconds of training and on Stop), the resume
+// banner after a reload or a crashed tab, the run's settings as JSON (export; the import is
+// settings-file.js's), the .onnx of the current weights and the metrics as CSV
 // at any time, "Reset everything", and the GPU device lost (resume on a new device).
 //
 // Why IndexedDB (through idb-keyval, served from web/node_modules under /vendor/idb-keyval)
@@ -21,6 +22,7 @@ import { importConfig } from "./settings-file.js";
 import { onModelChange } from "./models.js";
 import { requestRender } from "./progress.js";
 import { downloadOnnx } from "./results.js";
+import { setTrainable } from "./summary.js";
 
 const DB = "webgpu-trainer";
 const STORE = "checkpoints";
@@ -50,6 +52,7 @@ export function onCheckpoint(m) {
     format: FORMAT, savedAt: Date.now(), model: m.model ?? appState.model,
     config: appState.config, resolved: m.config, epoch: m.epoch, step: m.step,
     epochs_completed: m.epochs_completed, total_steps: m.total_steps, rng: m.rng,
+    run_state: m.run_state,
     metrics: { steps: appState.steps.filter((s) => s.step <= m.step),
       epochs: appState.epochs.filter((e) => e.epoch <= m.epoch) },
     weights: m.weights, optimizer: m.optimizer, adapter: appState.adapter, finished: false,
@@ -59,11 +62,11 @@ export function onCheckpoint(m) {
       await set(KEY, rec, db());
       appState.checkpointError = null;
       showStored(rec);
-      log(`Checkpoint saved in this browser: epoch ${rec.epoch}, step ${rec.step} ` +
+      log(`Checkpoint saved in this browser: ${where(rec)} ` +
         `(${humanBytes(sizeOf(rec))}).`);
     } catch (e) {
       const last = appState.checkpoint;
-      appState.checkpointError = `Could not save the checkpoint of epoch ${rec.epoch}: ` +
+      appState.checkpointError = `Could not save the checkpoint of ${where(rec)}: ` +
         `${e.name ?? "Error"}: ${e.message ?? e}. ` + (last
           ? `The last good checkpoint (epoch ${last.epoch}, step ${last.step}) is kept.`
           : "No earlier checkpoint is stored.");
@@ -74,8 +77,16 @@ export function onCheckpoint(m) {
   });
 }
 
+/** Where a stored checkpoint ``rec`` is: "epoch E (step S)" at an epoch's end, else "step S,
+ * inside epoch E" (a timed checkpoint, Stop, or a max_steps end). */
+function where(rec) {
+  return inside(rec) ? `step ${rec.step}, inside epoch ${rec.epoch}`
+    : `epoch ${rec.epoch} (step ${rec.step})`;
+}
+const inside = (rec) => rec.epochs_completed != null && rec.epochs_completed < rec.epoch;
+
 /** A run's `done`: a completed run's checkpoint stays but offers no resume; a stopped run's
- * offers to resume from its last epoch (the banner). */
+ * offers to resume from its last checkpoint (the banner). */
 export function onRunDone(m) {
   if (!appState.checkpoint) return;
   if (m.stopped) {
@@ -90,11 +101,13 @@ export function onRunDone(m) {
 
 function showStored(rec) {
   appState.checkpoint = { epoch: rec.epoch, step: rec.step, savedAt: rec.savedAt,
+    epochs_completed: rec.epochs_completed, inside: inside(rec),
     bytes: sizeOf(rec), model: rec.model, finished: !!rec.finished };
   const last = rec.metrics?.epochs?.at(-1);
   $("ckpt-status").dataset.state = "ok";
-  $("ckpt-status").textContent = `Saved at ${time(rec.savedAt)}: ${rec.model}, end of epoch ` +
-    `${rec.epoch} of ${rec.config?.epochs ?? "?"} (step ${rec.step} of ${rec.total_steps}), ` +
+  $("ckpt-status").textContent = `Saved at ${time(rec.savedAt)}: ${rec.model}, ` +
+    (inside(rec) ? "inside" : "end of") + ` epoch ${rec.epoch} of ${rec.config?.epochs ?? "?"} ` +
+    `(step ${rec.step} of ${rec.total_steps}), ` +
     `${humanBytes(sizeOf(rec))}` + (last ? `, validation accuracy ${pct(last.val_acc)}` : "") +
     (rec.finished ? ". The run finished." : ".");
 }
@@ -120,9 +133,10 @@ async function resume(rec) {
     onModelChange();
   }
   applyConfig(rec.config);
-  const { epoch, step, epochs_completed, total_steps, weights, optimizer } = rec;
+  await applyTrainable(rec.config);
+  const { epoch, step, epochs_completed, total_steps, run_state, weights, optimizer } = rec;
   hooks.beginRun(rec.config, rec.model,
-    { epoch, step, epochs_completed, total_steps, weights, optimizer }, rec.metrics);
+    { epoch, step, epochs_completed, total_steps, run_state, weights, optimizer }, rec.metrics);
 }
 
 /** Hide the resume banner (a new run replaces the stored one at its first epoch). */
@@ -133,8 +147,9 @@ export function hideResumeOffer() {
 function offerResume(rec) {
   const c = rec.config ?? {};
   $("resume-text").textContent = `Your last run (${rec.model}, ${c.optimizer} lr ${c.lr}, ` +
-    `batch ${c.batch_size}) stopped after epoch ${rec.epoch} of ${c.epochs}, step ` +
-    `${rec.step} of ${rec.total_steps}; its checkpoint was saved at ${time(rec.savedAt)}. ` +
+    `batch ${c.batch_size}) stopped ${inside(rec) ? "inside" : "after"} epoch ${rec.epoch} ` +
+    `of ${c.epochs}, step ${rec.step} of ${rec.total_steps}; its checkpoint was saved at ` +
+    `${time(rec.savedAt)}. ` +
     "Resume continues from there with the same settings; Discard deletes the checkpoint.";
   $("resume-banner").hidden = false;
   $("resume-run").onclick = () => resume(rec);
@@ -160,7 +175,7 @@ export function onDeviceLost(m) {
   $("device-lost-text").textContent = "The GPU was reset or the laptop slept: the browser " +
     `took the GPU away from this page (WebGPU device lost, ${why}). ` +
     (wasTraining ? "Training stopped. " : "") +
-    (ck ? `Your work is saved up to the end of epoch ${ck.epoch} (step ${ck.step}).`
+    (ck ? `Your work is saved up to ${ck.inside ? "" : "the end of "}${where(ck)}.`
       : "No checkpoint was saved yet: training starts again from the beginning.");
   $("device-lost-go").textContent = ck ? "Resume on a new GPU device" : "Use a new GPU device";
   $("device-lost").hidden = false;
@@ -194,22 +209,54 @@ export function onSnapshot(m) {
   snapshotWaiter = null;
 }
 
-/** The .onnx of the current weights: a `snapshot` of a run in progress, else the last run's. */
+/** The .onnx of the current weights: a `snapshot` of a run in progress, else the last run's.
+ * A run still in its set-up (model, data, compiling: no progress report yet) has no weights to
+ * take: the note says so. */
 async function downloadCurrentOnnx() {
   const btn = $("work-onnx");
-  if (appState.phase === "training") {
+  if (appState.phase === "training" || appState.phase === "paused") {
+    if (appState.progress?.images_per_s === undefined) {
+      return note("The run is still starting (model, data, compiling the training step): " +
+        "its weights can be downloaded once its first step is shown.");
+    }
     btn.disabled = true;
     const m = await new Promise((resolve) => {
       snapshotWaiter = resolve;
       hooks.post({ type: "snapshot" });
     });
     btn.disabled = false;
+    if (m.error && appState.phase === "done" && window.lastRun?.weights) {
+      return downloadOnnx(window.lastRun, btn);  // the run ended meanwhile: its final weights
+    }
     if (m.error) return showError(`Could not take the current weights: ${m.error}`);
     return downloadOnnx({ weights: m.weights, model: m.model, steps: m.step,
       epochs_done: m.epoch }, btn);
   }
   if (window.lastRun?.weights) return downloadOnnx(window.lastRun, btn);
+  const rec = await stored().catch(() => undefined);  // after a reload: the stored checkpoint
+  if (rec?.weights && rec.format === FORMAT) {
+    try {
+      return downloadOnnx({ weights: await modelWeights(rec), model: rec.model, steps: rec.step,
+        epochs_done: rec.epochs_completed, config: rec.config }, btn);
+    } catch (e) {
+      return showError(`Could not export the stored checkpoint: ${e.message ?? e}`);
+    }
+  }
   note("Nothing to download yet: start training (the .onnx can be taken at any time during it).");
+}
+
+/** The stored checkpoint's weights cut to its model's blob (the engine's weight buffer, what
+ * a checkpoint keeps, is padded; the export route takes the exact size). */
+async function modelWeights(rec) {
+  const url = `/api/models/${encodeURIComponent(rec.model)}/graph.json`;
+  const res = await fetch(url);
+  if (!res.ok) throw new Error(`model ${rec.model}: HTTP ${res.status}`);
+  const size = Math.max(0, ...(await res.json()).tensors.map((t) => t.offset + t.nbytes));
+  if (size > rec.weights.byteLength) {
+    throw new Error(`its weights (${rec.weights.byteLength} bytes) do not fit ${rec.model} ` +
+      `(${size} bytes)`);
+  }
+  return rec.weights.slice(0, size);
 }
 
 /** The metrics as CSV: one `train` row per step (loss, batch accuracy, learning rate) and
@@ -232,6 +279,17 @@ function exportConfig() {
   saveFile("webgpu-trainer-settings.json",
     new Blob([JSON.stringify(doc, null, 2) + "\n"], { type: "application/json" }));
   note("Settings exported as webgpu-trainer-settings.json.");
+}
+
+/** The model summary's Train checkboxes from ``config.trainable`` (null: every parameter),
+ * once the summary of the model is drawn; a config without the key leaves them. */
+async function applyTrainable(config) {
+  if (!config || !("trainable" in config)) return;
+  for (let i = 0; i < 50 && !appState.summary; i++) await new Promise((r) => setTimeout(r, 100));
+  if (appState.summary) {
+    setTrainable(config.trainable ?? appState.summary.tensors
+      .filter((t) => t.role === "param").map((t) => t.name));
+  }
 }
 
 // ------------------------------------------------------------------------------ reset
@@ -298,7 +356,7 @@ export async function setupStorage() {
   });
   $("reset-all").addEventListener("click", () => {
     if (appState.phase === "training") {
-      return note("Stop training first: it saves a checkpoint at every epoch.");
+      return note("Stop training first (Stop saves a checkpoint of the steps done).");
     }
     $("reset-confirm").hidden = false;
     $("reset-no").focus();

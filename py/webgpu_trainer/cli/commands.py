@@ -10,9 +10,10 @@ and writes into ``--out`` (default ``runs/<model>-<timestamp>``):
   the adapter;
 - ``metrics.jsonl``: one JSON line per epoch (epoch, step, train_loss, train_acc = means over the
   epoch's steps, valid_loss, valid_acc, elapsed_s);
-- ``checkpoints/epoch-NNN.ckpt`` (``epoch-NNN-step-SSSSSSS.ckpt`` when ``--max-steps`` stops
-  inside an epoch): see ``write_checkpoint`` (weights + optimizer state + epoch +
-  step + RNG state), written atomically (temp file, fsync, rename);
+- ``checkpoints/epoch-NNN.ckpt`` (``epoch-NNN-step-SSSSSSS.ckpt`` inside an epoch: when
+  ``--max-steps`` stops there, and every ``--checkpoint-every-s`` seconds, the newest replacing
+  the older ones): see ``write_checkpoint`` (weights + optimizer state + epoch + step + RNG
+  state + the epoch's running sums), written atomically (temp file, fsync, rename);
 - ``model.onnx``: ``onnx_io.export_onnx`` of the trained weights with provenance.
 
 ``--resume DIR`` loads DIR's config and last checkpoint and continues in DIR; options given on the
@@ -254,7 +255,17 @@ async def _train(args) -> int:
                     f"({trainer.val_set.count:,} held-out training images)")
         (bar.write(msg, file=sys.stderr) if bar is not None else print(msg, file=sys.stderr))
 
-    trainer.emit, trainer.on_epoch = emit, on_epoch
+    async def on_checkpoint(epoch, step):  # every --checkpoint-every-s, inside an epoch
+        head = {**engine_ckpt.header(trainer, epoch, step), "device": cfg["device"],
+                "optimizer": cfg["optimizer"], "config": cfg.to_json(),
+                "model_sha256": config_doc["model"]["sha256"], "metrics": None}
+        older = list((out / "checkpoints").glob("epoch-*-step-*.ckpt"))
+        write_checkpoint(out / "checkpoints" / f"epoch-{epoch:03d}-step-{step:07d}.ckpt", head,
+                         await engine_ckpt.capture(trainer))
+        for path in older:  # superseded: the newest one is what --resume takes
+            path.unlink(missing_ok=True)
+
+    trainer.emit, trainer.on_epoch, trainer.on_checkpoint = emit, on_epoch, on_checkpoint
     try:
         result = await trainer.run()
     except train_mod.TrainingDiverged:

@@ -240,7 +240,8 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
         if resume:
             browser_storage.restore(trainer, resume)
             post("status", text=f"Resuming from epoch {trainer.epoch}, step {trainer.step}…")
-        trainer.on_epoch = browser_storage.checkpoint_hook(trainer, model, cfg.to_json())
+        trainer.on_epoch = trainer.on_checkpoint = browser_storage.checkpoint_hook(
+            trainer, model, cfg.to_json())
         post("status", text="Training…")
         result = await trainer.run()
         trained = await trainer.trained_weights()

@@ -1,6 +1,7 @@
 """Keep your work, the worker's side (Pyodide only; the page's side is web/storage.js): the
-checkpoint posted after every epoch, resuming a run from one, the current weights on request
-(``snapshot``), the GPU device's loss (``device_lost``) and its test hook.
+checkpoint posted after every epoch (and inside one: by time and on Stop), resuming a run from
+one, the current weights on request (``snapshot``), the GPU device's loss (``device_lost``) and
+its test hook.
 
 The checkpoint's sections and header are ``engine/checkpoint.py``'s, the same as the CLI's
 ``.ckpt`` files: ``weights`` (the engine's flat weight buffer) and ``optimizer``
@@ -37,10 +38,11 @@ def _as_bytes(value) -> bytes:
 
 
 def checkpoint_hook(trainer, model: str, config: dict):
-    """The trainer's ``on_epoch``: posts ``checkpoint {model, config, epoch, step,
-    epochs_completed, rng, metrics, total_steps, weights, optimizer}`` (the two sections as
-    transferred ArrayBuffers) after each epoch's validation."""
-    async def on_epoch(epoch, step, metrics):
+    """The trainer's ``on_epoch`` and ``on_checkpoint`` (inside an epoch: every
+    ``checkpoint_every_s`` and on Stop): posts ``checkpoint {model, config, epoch, step,
+    epochs_completed, rng, run_state, metrics (None inside an epoch), total_steps, weights,
+    optimizer}`` (the two sections as transferred ArrayBuffers)."""
+    async def on_epoch(epoch, step, metrics=None):
         sections = await checkpoint.capture(trainer)
         _post_transfer("checkpoint", sections, model=model, config=config,
                        total_steps=trainer.total, metrics=metrics,
@@ -50,7 +52,8 @@ def checkpoint_hook(trainer, model: str, config: dict):
 
 def restore(trainer, resume: dict) -> None:
     """Continue from the page's stored checkpoint ``resume`` ({epoch, step, epochs_completed,
-    weights, optimizer}) after ``trainer.setup()``. ValueError naming what does not fit."""
+    run_state, weights, optimizer}) after ``trainer.setup()``. ValueError naming what does not
+    fit."""
     sections = {"weights": _as_bytes(resume["weights"]),
                 "optimizer": _as_bytes(resume["optimizer"])}
     checkpoint.restore(trainer, resume, sections, "the saved checkpoint")

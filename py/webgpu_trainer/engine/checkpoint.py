@@ -38,25 +38,31 @@ def write_weights(trainer, blob: bytes, where="checkpoint") -> None:
 
 
 def header(trainer, epoch: int, step: int) -> dict:
-    """The fields that place a checkpoint taken by ``on_epoch(epoch, step, ...)``: ``epoch``
-    (1-based, the epoch just closed), ``step`` (optimizer steps done), ``epochs_completed``
-    (whole epochs done: a ``max_steps`` stop can close an epoch early) and ``rng`` (seed, the
-    next epoch, how the shuffle and dropout derive from them)."""
-    seed = int(trainer.cfg["seed"])
-    return {"epoch": epoch, "step": step, "epochs_completed": step // trainer.per_epoch,
-            "rng": {"seed": seed, "next_epoch": epoch, "shuffle": SHUFFLE, "dropout": DROPOUT}}
+    """The fields that place a checkpoint taken by ``on_epoch(epoch, step, ...)`` or
+    ``on_checkpoint(epoch, step)``: ``epoch`` (1-based: the epoch just closed, or the one in
+    progress), ``step`` (optimizer steps done), ``epochs_completed`` (whole epochs done: a
+    ``max_steps`` stop, a timed checkpoint or Stop can be inside an epoch), ``rng`` (seed, the
+    epoch whose shuffle comes next, how the shuffle and dropout derive from them) and
+    ``run_state`` (``Trainer.run_state``: the epoch's running sums, the verdict's losses)."""
+    seed, done = int(trainer.cfg["seed"]), step // trainer.per_epoch
+    if done and step % trainer.per_epoch == 0 and getattr(trainer, "closed_step", step) < step:
+        done -= 1  # Stop after an epoch's last step: resuming validates that epoch first
+    return {"epoch": epoch, "step": step, "epochs_completed": done,
+            "rng": {"seed": seed, "next_epoch": done, "shuffle": SHUFFLE, "dropout": DROPOUT},
+            "run_state": trainer.run_state()}
 
 
 async def capture(trainer) -> dict:
     """The sections ``{"weights": bytes, "optimizer": bytes}`` of the trainer's current state
-    (call between steps: from ``on_epoch`` or after ``run``)."""
+    (call between steps: from ``on_epoch``, ``on_checkpoint`` or after ``run``)."""
     return {"weights": await read_weights(trainer),
             "optimizer": await optimizer_state(trainer.engine.dev, trainer.opt)}
 
 
 def restore(trainer, head: dict, sections: dict, where: str = "checkpoint") -> None:
     """Continue from a checkpoint after ``trainer.setup()``: write the "weights" and
-    "optimizer" sections and set ``trainer.epoch`` (epochs completed) and ``trainer.step``.
+    "optimizer" sections, set ``trainer.epoch`` (epochs completed) and ``trainer.step`` and the
+    header's ``run_state`` (a checkpoint inside an epoch continues it exactly).
     Raises ValueError naming ``where`` and what does not fit."""
     write_weights(trainer, sections["weights"], where)
     try:
@@ -65,3 +71,4 @@ def restore(trainer, head: dict, sections: dict, where: str = "checkpoint") -> N
         raise ValueError(f"{where}: {exc}") from None
     trainer.epoch = int(head.get("epochs_completed", head["epoch"]))
     trainer.step = int(head["step"])
+    trainer.restore_run_state(head.get("run_state"))

@@ -121,6 +121,10 @@ FIELDS = (
       advanced=True),
     F("report_every", "int", 10, "steps between metric readbacks", "run", min=1,
       max=REPORT_MAX, unit="steps", where=("cli",)),
+    F("checkpoint_every_s", "float", 60.0, "also save a checkpoint every N seconds of "
+      "training inside an epoch, resumed exactly (0 = at the end of each epoch only; the page "
+      "also saves one on Stop)", "run", label="Checkpoint every", min=0, max=86400, unit="s",
+      advanced=True, zero="at the end of each epoch only"),
     F("device", "choice", "gpu", "gpu (wgpu-py) or cpu (the numpy engine, float32)", "run",
       choices=("gpu", "cpu"), where=("cli",)),
     # ---------------------------------------------------------------- optimizer
