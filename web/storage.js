@@ -230,7 +230,7 @@ async function downloadCurrentOnnx() {
     }
     if (m.error) return showError(`Could not take the current weights: ${m.error}`);
     return downloadOnnx({ weights: m.weights, model: m.model, steps: m.step,
-      epochs_done: m.epoch }, btn);
+      epochs_done: m.epochs_done ?? m.epoch }, btn);
   }
   if (window.lastRun?.weights) return downloadOnnx(window.lastRun, btn);
   const rec = await stored().catch(() => undefined);  // after a reload: the stored checkpoint

@@ -14,6 +14,7 @@ import js
 from pyodide.ffi import create_proxy, to_js
 
 from . import checkpoint
+from .train import epochs_fraction
 
 LOST_WAIT_S = 2.0  # after a GPU error: how long to wait for the device's `lost` to settle
 
@@ -95,7 +96,9 @@ async def lost_during(dev, exc) -> bool:
 
 async def _snapshot():
     """``snapshot``: the running trainer's current weights (bundle layout, what the export
-    route takes) as ``snapshot {weights, model, step, epoch}``, or ``snapshot {error}``."""
+    route takes) as ``snapshot {weights, model, step, epoch, epochs_done}`` (``epoch``: whole
+    epochs done; ``epochs_done``: steps / steps per epoch, the export's metadata), or
+    ``snapshot {error}``."""
     from .browser import STATE, post
     trainer = STATE["trainer"]
     if trainer is None or getattr(trainer, "opt", None) is None:
@@ -109,7 +112,8 @@ async def _snapshot():
         post("snapshot", error=f"{type(exc).__name__}: {exc}")
         return
     _post_transfer("snapshot", {"weights": weights}, model=STATE.get("model"),
-                   step=trainer.step, epoch=trainer.step // max(trainer.per_epoch, 1))
+                   step=trainer.step, epoch=trainer.step // max(trainer.per_epoch, 1),
+                   epochs_done=epochs_fraction(trainer.step, trainer.per_epoch))
 
 
 def _lose_device(data):

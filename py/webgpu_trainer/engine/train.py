@@ -144,7 +144,7 @@ def pixel_table() -> list:
 
 
 
-def _fraction(steps: int, per_epoch: int):
+def epochs_fraction(steps: int, per_epoch: int):
     """The epochs ``steps`` make: an int when whole, else rounded to 4 decimals."""
     q = steps / per_epoch if per_epoch else 0
     return int(q) if q == int(q) else round(q, 4)
@@ -364,7 +364,7 @@ class Trainer:
                          lr=float(cfg["lr"]), optimizer=str(cfg["optimizer"]))
         return {"test_acc": acc, "test_loss": loss, "val_loss": last_val[0],
                 "val_acc": last_val[1], "steps": self.step,
-                "epochs_done": _fraction(self.step, per_epoch),
+                "epochs_done": epochs_fraction(self.step, per_epoch),
                 "stopped": self.stop_requested, "logits": logits, "total_steps": total,
                 **judged}
 
