@@ -149,6 +149,7 @@ def epochs_fraction(steps: int, per_epoch: int):
     q = steps / per_epoch if per_epoch else 0
     return int(q) if q == int(q) else round(q, 4)
 
+
 class Trainer:
     """Trains ``graph`` (a model description) on ``train`` and evaluates on ``test``.
 
