@@ -7,7 +7,8 @@
 // values.js's strict parser: a value the control cannot hold (text or 0x10 in a number field,
 // 1e999, an unknown choice; a number field shows the link's text), a name given twice, a
 // setting that does not apply to the link's optimizer (scheduler, loss) and names that are no
-// settings are marked, Start stays disabled until that field is edited (the ignored names: until
+// settings are marked, Start stays disabled until that field is edited; the names ignored (no
+// setting, or another optimizer's) are listed as notices that do not hold Start (they go with
 // any edit); nothing is dropped silently. No key of a link is looked up through an inherited
 // property (?constructor=2 is a name that is no setting). While a run trains (or is paused),
 // leaving the page asks first (beforeunload).
@@ -179,7 +180,11 @@ export async function checkLinkModel(model) {
   }
   linkTrainable = null;
 }
-hooks.linkErrors = () => linkErrors.map((e) => [e.field, e.message]);
+// a bad value or a name given twice waits for an edit; what the page ignored (names that are
+// no settings, another optimizer's setting) is a notice that lets Start go: a link with
+// ?utm_source=... must not block a run
+hooks.linkErrors = () => linkErrors.filter((e) => !e.ignored).map((e) => [e.field, e.message]);
+hooks.linkNotices = () => linkErrors.filter((e) => e.ignored).map((e) => [e.field, e.message]);
 
 async function copyShareLink() {
   const link = shareLink();

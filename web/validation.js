@@ -37,7 +37,7 @@ export async function validateNow(config = null) {
   if (mine === seq) {  // the latest check decides the marks
     Object.assign(formState, { valid: answer.ok, pending: false, errors,
       steps: body.steps ?? null });
-    markErrors(formState.errors);
+    markErrors(formState.errors, hooks.linkNotices?.() ?? []);
     hooks.sync();
   }
   return answer;
@@ -78,9 +78,11 @@ function clearMarks() {
 /** Mark ``errors`` ([[field, message]]) inline, on the controls of those fields (elements with
  * ``data-field``); errors of fields not shown are listed below the form. Returns the first
  * control marked. */
-export function markErrors(errors) {
+export function markErrors(errors, notices = []) {
   clearMarks();
-  const rest = [];
+  // notices (what a share link gave that the page ignored) are listed, never marked in red
+  const rest = notices.map(([name, message]) =>
+    message.startsWith(`${name}: `) ? message : `${name}: ${message}`);
   let first = null;
   for (const [name, message] of errors) {
     const box = document.querySelector(`#settings [data-field="${CSS.escape(name)}"]`);
