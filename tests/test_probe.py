@@ -163,4 +163,10 @@ def test_cpu_engine_probe_and_norms(seednet, splits):
                          FWD_RTOL, r["name"])
             assert_close(r["grad"], np.linalg.norm(eng.G[lo:hi].astype(np.float64)),
                          FWD_RTOL, r["name"])
+        # fc2 feeds norm2 (BatchNorm) directly: its bias's gradient is 0 up to rounding, so the
+        # norms view does not call it vanishing; conv3's bias passes a ReLU first and learns
+        assert probe.biases_before_norm(tr.graph) == {"fc2.bias"}
+        by = {r["name"]: r for r in norms}
+        assert by["fc2.bias"]["grad"] < 1e-4 * by["fc2.weight"]["grad"], by["fc2.bias"]
+        assert by["conv3.bias"]["grad"] > 1e-2 * by["conv3.weight"]["grad"], by["conv3.bias"]
     asyncio.run(go())

@@ -223,12 +223,17 @@ function drawNorms(norms, noStep) {
   };
   $("views-norms").querySelector("tbody").replaceChildren(...norms.map((r) => {
     const ratio = r.grad != null && r.weight > 0 ? r.grad / r.weight : null;
-    const flag = ratio == null ? "" : ratio < 1e-6 ? " vanishing?" : ratio > 1 ? " exploding?" : "";
+    // a bias right before BatchNorm: its gradient is 0 by construction, not vanishing
+    const flag = ratio == null || r.before_norm ? "" : ratio < 1e-6 ? " vanishing?"
+      : ratio > 1 ? " exploding?" : "";
+    const note = r.before_norm ? " (before BatchNorm: no effect)" : flag;
     const tr = el("tr", { className: flag ? "norm-flag" : "" },
       el("th", { scope: "row", textContent: r.name, title: `layer ${r.layer}` }),
       el("td", { className: "num", textContent: Number(r.numel).toLocaleString() }),
       bar(r.weight, "w"), bar(r.grad, "g"),
-      el("td", { className: "num", textContent: ratio == null ? "–" : ratio.toExponential(1) + flag }));
+      el("td", { className: "num", textContent: ratio == null ? "–" : ratio.toExponential(1) + note,
+        title: r.before_norm ? "BatchNorm subtracts each channel's batch mean, so a bias added " +
+          "just before it changes nothing and its gradient is 0 (up to rounding)" : "" }));
     return tr;
   }));
   $("views-norms").dataset.scale = `1e${lo}..1e${hi}`;

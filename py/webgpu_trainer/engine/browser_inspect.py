@@ -23,7 +23,7 @@ Messages (docs/ARCHITECTURE.md, "Worker protocol"); ``values`` are Float32Arrays
 import math
 import time
 
-from .probe import LOGP, feature_maps, first_conv_weight
+from .probe import LOGP, biases_before_norm, feature_maps, first_conv_weight
 
 NO_MODEL = "No model yet: open this tab again, or press Start (the views show the model " \
     "being trained)."
@@ -117,6 +117,9 @@ async def inspect(data: dict, state: dict, post) -> None:
             raw = await eng.read_weights(t["offset"] + t["nbytes"])
             filters = {"name": wname, "shape": t["shape"], "values": _f32(raw[t["offset"]:])}
         norms = await eng.norms()
+        before_norm = biases_before_norm(graph)
+        for row in norms:
+            row["before_norm"] = row["name"] in before_norm
         post("inspect", id=rid, index=index, label=label, model=run["model"], step=trainer.step,
              filters=filters, maps=maps, norms=norms, untrained=run["untrained"],
              ms=(time.perf_counter() - t0) * 1000)

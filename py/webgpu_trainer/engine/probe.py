@@ -46,3 +46,23 @@ def params_in_order(graph) -> list:
                 seen.add(name)
                 out.append((name, node["name"]))
     return out
+
+
+def biases_before_norm(graph) -> set:
+    """Names of the biases whose gradient is zero by construction: the bias (input 2) of a Conv
+    or Gemm whose output feeds only BatchNormalization nodes (as their input 0). In training
+    mode BatchNorm subtracts the batch mean of each channel, so a per-channel constant added
+    before it changes nothing (Ioffe & Szegedy 2015, section 3.2: "the bias b can be
+    ignored"). The norms view says so instead of flagging a vanishing gradient."""
+    out = set()
+    for node in graph.nodes:
+        ins = node["inputs"]
+        if node["op_type"] not in ("Conv", "Gemm") or len(ins) < 3 or not ins[2]:
+            continue
+        t = graph.tensors.get(ins[2])
+        users = graph.consumers.get(node["outputs"][0], [])
+        if t is not None and t["role"] == "param" and users and all(
+                u["op_type"] == "BatchNormalization" and u["inputs"][0] == node["outputs"][0]
+                for u in users):
+            out.add(ins[2])
+    return out
