@@ -267,6 +267,11 @@ const handlers = {
     window.lastRun = m;
     if (appState.progress && m.steps != null) appState.progress.step = m.steps;
     showResults(m, trainStart ? (performance.now() - trainStart) / 1000 : null);
+    const asked = appState.evaluating?.what === "test" ? appState.evaluating.total : null;
+    if (appState.busy.skipping && asked && m.eval_images < asked) {
+      log(`Evaluation cut short: the results cover ${m.eval_images.toLocaleString()} of ` +
+        `${asked.toLocaleString()} test images.`);
+    }
     appState.evaluating = null;
     const verdict = m.verdict ?? (m.stopped ? "stopped" : "ok");
     log(`Done${m.stopped ? " (stopped)" : ""}: test accuracy ${pct(m.test_acc)}, ` +
@@ -362,7 +367,6 @@ function stopTraining() {
     worker.postMessage({ type: "skip_test" });
     setStatus("Ending the evaluation after the current images: the results will cover " +
       "the test images evaluated so far.");
-    log("Evaluation cut short: the results cover the test images evaluated so far.");
     syncControls();
     return;
   }
