@@ -302,6 +302,21 @@ def test_validate_route(client):
     assert client.post("/api/config/validate", content=b"[1]").status_code == 400
 
 
+@pytest.mark.parametrize("model, message", [
+    ("../../etc/passwd", "bad model name: '../../etc/passwd'"),
+    ("nope", "unknown model: 'nope' (no nope.onnx in the models folder or the uploads)"),
+    ({"a": 1}, "must be a model's name"),
+    (7, "must be a model's name"),
+])
+def test_validate_route_names_an_unknown_model(client, model, message):
+    """A config is not "ok" for a model the server does not have (before: ok true for any)."""
+    r = client.post("/api/config/validate", json={"model": model, "config": {"val_images": 0}})
+    assert r.status_code == 200 and r.json() == {"ok": False, "errors": [["model", message]]}
+    r = client.post("/api/config/validate", json={"model": "seednet",
+                                                  "config": {"val_images": 0}})
+    assert r.json()["ok"] is True
+
+
 # ------------------------------------------------------------- issue 16: hostile values
 F32_ERR = "and at most 3.403e+38 (the largest float32, which the GPU computes in)"
 

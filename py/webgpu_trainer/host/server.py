@@ -172,14 +172,22 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         "config": resolved config, "steps": {"per_epoch", "total", "train_images",
         "val_images"}}`` or
         ``{"ok": false, "errors": [[field, message], ...]}`` (200 both: a bad config is an
-        answer, not a failed request); 400 when the body is not such an object (or not JSON,
+        answer, not a failed request; so is a ``model`` the server does not have); 400 when
+        the body is not such an object (or not JSON,
         or nested too deeply), 413 over ``JSON_LIMIT`` bytes."""
         from ..engine import config
         body = parse_json(await read_body(request, JSON_LIMIT, "the body") or b"{}")
         if not isinstance(body, dict) or not isinstance(body.get("config", {}), dict):
             raise ApiError(400, 'body must be {"config": {...}, "model": name}')
+        model = body.get("model")
+        if model is not None:  # a name the server has (a path or an object is no model)
+            try:
+                models.path(model if isinstance(model, str) else "")
+            except ApiError as exc:
+                why = exc.message if isinstance(model, str) else "must be a model's name"
+                return JSONResponse({"ok": False, "errors": [["model", why]]})
         images = train_images()
-        classes = models.classes(body["model"]) if isinstance(body.get("model"), str) else None
+        classes = models.classes(model) if isinstance(model, str) else None
         try:
             cfg = config.parse(body.get("config") or {}, train_images=images, classes=classes)
         except config.ConfigError as exc:
