@@ -29,7 +29,7 @@ def make_app(tmp: Path, db_url: str | None = None, token: str | None = None):
     return create_classroom_app(REPO, models_dir=models_dir(tmp), data_dir=REPO / ".cache" /
                                 "mnist", wheels_dir=tmp / "wheels", state_dir=tmp / "state",
                                 db_url=db_url, base_urls=["https://192.0.2.7:8443"],
-                                teacher_token=token)
+                                teacher_token=token, uploads_dir=tmp / "uploads")
 
 
 def teacher(app) -> dict:

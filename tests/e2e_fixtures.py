@@ -46,7 +46,10 @@ def server(mnist_cache, tmp_path_factory):
     log = open(log_path, "wb")
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "server.py"), "--host", "127.0.0.1", "--port", str(port),
-         "--data-dir", str(mnist_cache), "--models-dir", str(REPO / "models")],
+         "--data-dir", str(mnist_cache), "--models-dir", str(REPO / "models"),
+         # uploads of the tests stay out of the checkout's .cache/uploads (the user's own
+         # uploads, and what every later server of any test would list)
+         "--uploads-dir", str(tmp_path_factory.mktemp("uploads"))],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
 

@@ -32,7 +32,8 @@ def test_split(tmp_path):
 
 def _app(tmp_path, data):
     from webgpu_trainer.host.server import create_app
-    return create_app(REPO, data_dir=data, wheels_dir=tmp_path / "wheels")
+    return create_app(REPO, data_dir=data, wheels_dir=tmp_path / "wheels",
+                      uploads_dir=tmp_path / "uploads")
 
 
 def test_shards_gzipped_when_accepted(tmp_path, test_split):

@@ -116,8 +116,8 @@ def classroom(args) -> int:
         sess = store.session(sid)
     store.close()
 
-    kwargs = dict(models_dir=models_dir, data_dir=data_dir, wheels_dir=wheels_dir,
-                  state_dir=state_dir, db_url=db_url, base_urls=urls,
+    kwargs = dict(models_dir=models_dir, uploads_dir=args.uploads_dir, data_dir=data_dir,
+                  wheels_dir=wheels_dir, state_dir=state_dir, db_url=db_url, base_urls=urls,
                   ca_path=tls["ca"] and str(tls["ca"]), ca_sha256=tls["ca_sha256"],
                   teacher_token=token)
     scheme = "https" if tls["on"] else "http"

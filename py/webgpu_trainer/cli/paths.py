@@ -40,5 +40,8 @@ def add_serving_args(p) -> None:
                    help="MNIST cache (default <repo>/.cache/mnist)")
     p.add_argument("--models-dir", type=Path, default=None,
                    help="folder of .onnx models (default <repo>/models)")
+    p.add_argument("--uploads-dir", type=Path, default=None,
+                   help="folder of the models uploaded from the page (default "
+                        "<repo>/.cache/uploads)")
     p.add_argument("--source", type=Path, default=None,
                    help="MNIST IDX/CSV folder to build the cache from (see `data`)")
