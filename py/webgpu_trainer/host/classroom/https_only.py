@@ -36,20 +36,25 @@ def redirect(request_head: bytes, port: int) -> bytes:
             "Connection: close\r\n\r\n").encode() + body
 
 
+class _ClosesWhenSilent(asyncio.Protocol):
+    """A connection closed ``SILENT_S`` seconds after it connects unless the timer is cancelled
+    (Sniff cancels it on the first bytes; a plain http request is answered sooner)."""
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.timer = asyncio.get_running_loop().call_later(SILENT_S, transport.close)
+
+    def connection_lost(self, exc):
+        self.timer.cancel()
+
+
 def sniffing_protocol(inner, ssl_context, port: int):
     """A protocol class that peeks at each connection's first byte: TLS goes to ``inner``
     (uvicorn's HTTP protocol class) over ``ssl_context``, plain http gets ``redirect``."""
 
-    class Sniff(asyncio.Protocol):
+    class Sniff(_ClosesWhenSilent):
         def __init__(self, **kwargs):
             self.kwargs, self.transport, self.timer = kwargs, None, None
-
-        def connection_made(self, transport):
-            self.transport = transport
-            self.timer = asyncio.get_running_loop().call_later(SILENT_S, transport.close)
-
-        def connection_lost(self, exc):
-            self.timer.cancel()
 
         def data_received(self, data):
             """The connection's first bytes: hand the connection over, these bytes first."""
@@ -73,19 +78,12 @@ def sniffing_protocol(inner, ssl_context, port: int):
     return Sniff
 
 
-class _Plain(asyncio.Protocol):
+class _Plain(_ClosesWhenSilent):
     """Reads a plain http request's head (at most 8 KB) and answers with the redirect."""
 
     def __init__(self, transport, port):
         self.transport, self.port, self.head = transport, port, b""
         self.timer = None
-
-    def connection_made(self, transport):
-        self.transport = transport
-        self.timer = asyncio.get_running_loop().call_later(SILENT_S, transport.close)
-
-    def connection_lost(self, exc):
-        self.timer.cancel()
 
     def data_received(self, data):
         self.head += data
