@@ -39,7 +39,14 @@ def mnist_cache() -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(mnist_cache, tmp_path_factory):
+def server_uploads(tmp_path_factory) -> Path:
+    """The uploads folder of the module's ``server`` (a temp folder: the tests' uploads stay out
+    of the checkout's .cache/uploads, the user's own, which every later server would list)."""
+    return tmp_path_factory.mktemp("uploads")
+
+
+@pytest.fixture(scope="module")
+def server(mnist_cache, server_uploads, tmp_path_factory):
     """The real server as a subprocess on a free 127.0.0.1 port; yields its base URL."""
     port = _free_port()
     log_path = tmp_path_factory.mktemp("server") / "server.log"
@@ -47,9 +54,7 @@ def server(mnist_cache, tmp_path_factory):
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "server.py"), "--host", "127.0.0.1", "--port", str(port),
          "--data-dir", str(mnist_cache), "--models-dir", str(REPO / "models"),
-         # uploads of the tests stay out of the checkout's .cache/uploads (the user's own
-         # uploads, and what every later server of any test would list)
-         "--uploads-dir", str(tmp_path_factory.mktemp("uploads"))],
+         "--uploads-dir", str(server_uploads)],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
 

@@ -240,10 +240,9 @@ def test_a_convolution_during_training(app, mnist_cache):
     page.set_viewport_size({"width": 1280, "height": 800})
 
 
-def test_delete_an_uploaded_model(app):
+def test_delete_an_uploaded_model(app, server_uploads):
     page = app.page
-    uploads = REPO / ".cache" / "uploads"
-    (uploads / "lenet5-ts17.onnx").unlink(missing_ok=True)  # left by an earlier, failed run
+    uploads = server_uploads
     page.wait_for_function("window.appState.phase !== 'training'")
     assert page.is_hidden("#model-delete"), "a built-in model offers delete"
     page.set_input_files("#model-file", str(LENET))
