@@ -34,6 +34,7 @@ let sentAt = 0;
 let opening = false;        // the Results panel opens this tab on an image: no other pick
 let again = false;          // the input changed while one was on its way: ask once it is back
 let current = null;         // what is shown: {pixels} (drawn) or {index} (test image)
+let picks = 0;              // bumped by every pick and every keystroke in the index field
 let debounce = null;
 const state = { probs: null, input: null, source: null, index: null, step: null,
   untrained: false, requests: 0, answers: 0, inFlight: 0 };
@@ -81,6 +82,8 @@ function build() {
     current = null;
     show(null);
   });
+  // typing supersedes a pick still waiting for the test set (it would overwrite the field)
+  index.addEventListener("input", () => { picks++; });
   index.addEventListener("change", () => pick(Number(index.value)));
   $("try-prev").addEventListener("click", () => pick(Number(index.value) - 1));
   $("try-next").addEventListener("click", () => pick(Number(index.value) + 1));
@@ -196,8 +199,10 @@ function classifyDrawing() {
   }
 }
 
-/** Show test image `index` (clamped to the test set) and classify it. */
+/** Show test image `index` (clamped to the test set) and classify it; a newer pick, or typing
+ * in the index field, while the test set loads supersedes this one. */
 export async function pick(index) {
+  const mine = ++picks;
   let set;
   try {
     set = await testSet();
@@ -205,6 +210,7 @@ export async function pick(index) {
     $("try-status").textContent = `Could not load the test images: ${e.message ?? e}`;
     return;
   }
+  if (mine !== picks) return;
   index = Math.max(0, Math.min(set.count - 1, Math.floor(Number(index) || 0)));
   $("try-index").max = set.count - 1;
   $("try-index").value = index;
