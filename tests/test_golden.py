@@ -67,19 +67,29 @@ def _shape(value):
     return type(value).__name__
 
 
+def _diffs(got, want, path: str) -> list:
+    """``path.key: got G, want W`` for each differing leaf (a dict's key, else the value)."""
+    if isinstance(got, dict) and isinstance(want, dict):
+        return [d for k in sorted(got.keys() | want.keys(), key=str)
+                for d in _diffs(got.get(k), want.get(k), f"{path}.{k}")]
+    if _canon(got) == _canon(want):
+        return []
+    return [f"{path}: got {_canon(got)[:200]}, want {_canon(want)[:200]}"]
+
+
 def _assert_same(what, got: dict, want: dict, exact: bool, rtol: float):
     """``got`` == ``want`` key by key (bit for bit when ``exact``, else ``_close``); the failure
-    names the first differing keys and both values."""
+    names the first differing keys and fields with both values."""
     assert got.keys() == want.keys(), (
         f"{what}: missing {sorted(want.keys() - got.keys())[:SHOWN]}, "
         f"new {sorted(got.keys() - want.keys())[:SHOWN]}")
     same = (lambda g, w: _canon(g) == _canon(w)) if exact else (
         lambda g, w: _close(g, w, rtol))
     bad = [k for k in want if not same(got[k], want[k])]
-    shown = "\n".join(f"  {k}:\n    got  {_canon(got[k])[:300]}\n    want {_canon(want[k])[:300]}"
-                      for k in bad[:SHOWN])
+    shown = [d for k in bad[:SHOWN] for d in _diffs(got[k], want[k], str(k))][:SHOWN]
     assert not bad, (f"{what}: {len(bad)} of {len(want)} differ from {golden.FIXTURE.name} "
-                     f"({'bit for bit' if exact else f'rtol {rtol:g}'}):\n{shown}")
+                     f"({'bit for bit' if exact else f'rtol {rtol:g}'}), e.g.\n  "
+                     + "\n  ".join(shown))
 
 
 @pytest.mark.parametrize("name", golden.FAMILIES)
@@ -122,3 +132,15 @@ def test_seednet_50_steps(device, fixture):
         _assert_same("SeedNet losses", {s[0]: s[1] for s in steps},
                      {s[0]: s[1] for s in fixture["seednet_steps"]}, False,
                      OTHER_ADAPTER_RTOL["seednet"])
+
+
+def test_other_adapter_comparison():
+    """The tolerance comparison used on another adapter: within ``rtol`` of the largest value
+    passes, a value off by more or a changed structure fails; hashes are not compared."""
+    want = {"output": {"n": 3, "sha256": "aa", "head": [2.0, -1.0, 0.5]}, "loss": 0.25}
+    near = {"output": {"n": 3, "sha256": "bb", "head": [2.0 + 1e-4, -1.0, 0.5]}, "loss": 0.25}
+    assert _close(near, want, 1e-4) and not _close(near, want, 1e-5)
+    assert not _close({**near, "loss": 0.26}, want, 1e-4)
+    assert not _close({"output": {**near["output"], "head": [2.0, -1.0]}, "loss": 0.25}, want,
+                      1e-4)
+    assert not _close({"output": near["output"]}, want, 1e-4)
