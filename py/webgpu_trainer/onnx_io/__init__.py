@@ -50,12 +50,15 @@ The package, by what each module holds:
 - ``constants.py``: the bundle format, size limits, tested opsets and the op tables;
 - ``protos.py``: reading protobuf fields (dtypes, dims, attributes, opset, node names);
 - ``shapes.py``: element counts and ONNX Reshape's output dims;
-- ``read.py``: parsing the file, checking stored tensor data and external data files;
-- ``eval_op.py``: one node evaluated on numpy constants (the constant folder's kernel);
-- ``checks.py``, ``fold.py``, ``batch.py``, ``attrs.py``, ``bundle.py``: the steps of one
-  import (file, graph and op checks; constant folding; shapes that hold for any batch;
-  attribute defaults and opset forms; the bundle and its weight blob), the parts of
-  ``load._Importer``;
+- ``state.py``: :class:`ImportState`, the one state an import's stages pass along;
+- the stages, in the order ``load.STAGES`` runs them: ``read.py`` (parse the file, check
+  stored tensor data and external data files, dequantize weights), ``checks.py``
+  (``check_graph``: opset, structure, the MNIST input, ``onnx.checker``, dead nodes),
+  ``fold.py`` (constant folding; ``eval_op.py`` evaluates one node), ``batch.py`` (shapes
+  that hold for any batch), ``checks.py`` again (``check_ops``: the ops left), ``bundle.py``
+  (``weights``: tensors and the weight blob), ``attrs.py`` (the nodes' attribute defaults
+  and opset forms), ``bundle.py`` (``bundle``: the graph dict); ``initializers.py`` holds the
+  rules for quantized and one-value initializers and ``frozen``;
 - ``load.py``: :func:`load_bundle`; ``export.py``: :func:`export_onnx`; ``counts.py``:
   :func:`model_summary`.
 """

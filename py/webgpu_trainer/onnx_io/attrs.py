@@ -1,16 +1,36 @@
-"""One bundle node: its attributes with ONNX's defaults filled by opset, constant inputs
-mirrored into the attributes older opsets had, ``auto_pad`` made explicit, the input / output
-count checked against the op's schema. A part of ``load._Importer``."""
+"""The import's seventh stage, attributes (:func:`attributes`): each bundle node with ONNX's
+attribute defaults filled by opset, constant inputs mirrored into the attributes older opsets
+had, ``auto_pad`` made explicit, the input / output count checked against the op's schema."""
 from __future__ import annotations
 
 import onnx
 
 from .constants import _MIRROR, _MUST_BE_CONST, _REDUCE
 from .protos import _json_attr
+from .state import ImportState
+
+
+def attributes(s: ImportState) -> None:
+    """Stage 7: ``s.nodes``, one bundle node per node the weights stage kept (``s.keep``),
+    its inputs re-pointed at running-statistic copies (``s.rewire``); a node that does not
+    fit its op's schema is a problem and left out."""
+    view = _Attrs(s)
+    for n, name, ins in s.keep:
+        ins = [s.rewire.get((name, k), x) for k, x in enumerate(ins)]
+        nd = view._node(n, name, ins, s.bundle_constants, s.tensor_names)
+        if nd is not None:
+            s.nodes.append(nd)
 
 
 class _Attrs:
-    """Nodes, attribute defaults and opset forms of ``_Importer``."""
+    """The attribute stage's view of one import's state: ``self.X`` is the state's ``X``
+    (``_node`` and ``_fill_defaults`` read ``self.opset``, ``self.problems``, ...)."""
+
+    def __init__(self, s: ImportState):
+        self.s = s
+
+    def __getattr__(self, name: str):
+        return getattr(self.s, name)
 
     def _node(self, n, name, ins, constants, tensor_names) -> dict | None:
         """One bundle node: attributes with defaults, constant inputs mirrored to attrs;

@@ -68,7 +68,7 @@ def _any_batch(g: onnx.GraphProto, graph: dict, names: list[str]) -> None:
     """In place: a model exported with a fixed batch size (its input ``[b, ...]``) takes any
     batch, as the import made it: the input's and outputs' first dimension becomes the
     bundle's symbol, each Reshape uses the bundle's batch-free shape (``-1`` or ``0`` where the
-    export baked ``b``: the import's ``_generalise_batch`` / ``_resolve_reshape``), and the
+    export baked ``b``: the import's ``batch.static_batch`` / ``_resolve_reshape``), and the
     intermediate shapes (``value_info``, inferred for batch ``b``) go."""
     inits = {t.name for t in g.initializer}
     real = [i for i in g.input if i.name not in inits]

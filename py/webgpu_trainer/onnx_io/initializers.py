@@ -1,7 +1,7 @@
 """Which initializers train: quantized weights dequantized into float32 parameters
 (:func:`_dequantize_weights`, shared with the export), the rule for one-element float
-initializers (``_Initializers._classify_scalars``) and the list of every initializer that does
-not train, with the reason (``_Initializers._frozen_list``, the bundle's ``frozen``).
+initializers (:func:`classify_scalars`, a part of the checks stage) and the list of every
+initializer that does not train, with the reason (:func:`frozen_list`, the bundle's ``frozen``).
 
 The rule for a float initializer holding one value (shape ``[]``, ``[1]``, ...) used by the
 graph: it stays a frozen constant when
@@ -29,6 +29,7 @@ from onnx import TensorProto, numpy_helper
 from .constants import _CONST_SLOTS, _DEFAULT_DOMAINS, _FLOAT_TYPES, _FOLD_ONLY, _MIRROR
 from .protos import _attr, _constant_value, _dtype_name, _node_names, _type_name
 from .shapes import _numel
+from .state import ImportState
 
 GENERATED_NAME = re.compile(r"^(_?val_\d+|onnx::.*|/.*|.*Constant(_\d+)?_output_\d+|"
                             r"scalar_tensor.*|const_fold_opt__\d+|ortshared_.*)$")
@@ -117,159 +118,162 @@ def _dequantize_weights(model: onnx.ModelProto) -> tuple[list[dict], list[str]]:
     return done, problems
 
 
-class _Initializers:
-    """The initializer rules of ``_Importer`` (see the module docstring)."""
+def note_dequantized(s: ImportState, done: list[dict]) -> None:
+    """``s.dequantized`` and a note for each weight :func:`_dequantize_weights` rewrote."""
+    s.dequantized = {d["output"]: d for d in done}
+    for d in done:
+        s.notes.append(
+            f"node {d['node']} (DequantizeLinear): the {d['dtype']} weights "
+            f"{d['weights']!r} {d['shape']} are dequantized into the float32 parameter "
+            f"{d['output']!r}, which trains; the trained model is exported with float32 "
+            "weights there")
 
-    def _note_dequantized(self, done: list[dict]) -> None:
-        self.dequantized = {d["output"]: d for d in done}
-        for d in done:
-            self.notes.append(
-                f"node {d['node']} (DequantizeLinear): the {d['dtype']} weights "
-                f"{d['weights']!r} {d['shape']} are dequantized into the float32 parameter "
-                f"{d['output']!r}, which trains; the trained model is exported with float32 "
-                "weights there")
 
-    def _classify_scalars(self) -> None:
-        """``self.scalar_reason``: {name: why it stays a constant} and ``self.scalar_params``
-        (the one-element float initializers that train), by the module docstring's rule."""
-        g = self.g
-        uses: dict[str, list] = {}
-        for n, name in zip(g.node, self.names):
-            for k, x in enumerate(n.input):
-                if x:
-                    uses.setdefault(x, []).append((n, name, k))
-        scalars = {t.name: float(numpy_helper.to_array(t).reshape(-1)[0])
-                   for t in g.initializer
-                   if t.data_type in _FLOAT_TYPES and _numel(t.dims) == 1 and t.name in uses}
-        gelu = self._gelu_constants(scalars, uses)
-        self.scalar_reason, self.scalar_params = {}, []
-        for x, v in scalars.items():
-            why = None
-            for n, name, k in uses[x]:
-                slot = _SLOT_NAMES.get(n.op_type, {}).get(k) or _MIRROR.get(n.op_type, {}).get(k)
-                if k in _CONST_SLOTS.get(n.op_type, ()) or n.op_type in _FOLD_ONLY:
-                    why = (f"the {slot or f'input {k}'} of node {name} ({n.op_type}), a "
-                           "setting rather than data")
-                elif n.op_type == "Pow" and k == 1:
-                    why = f"the exponent of node {name} (Pow)"
-                if why:
-                    break
-            if why is None and x in gelu:
-                why = f"a constant ({v:g}) of the GELU written out around node {gelu[x]}"
-            if why is None and GENERATED_NAME.match(x):
-                why = f"a constant ({v:g}) with an exporter-generated name"
+def classify_scalars(s: ImportState) -> None:
+    """``s.scalar_reason``: {name: why it stays a constant} and ``s.scalar_params``
+    (the one-element float initializers that train), by the module docstring's rule."""
+    g = s.g
+    uses: dict[str, list] = {}
+    for n, name in zip(g.node, s.names):
+        for k, x in enumerate(n.input):
+            if x:
+                uses.setdefault(x, []).append((n, name, k))
+    scalars = {t.name: float(numpy_helper.to_array(t).reshape(-1)[0])
+               for t in g.initializer
+               if t.data_type in _FLOAT_TYPES and _numel(t.dims) == 1 and t.name in uses}
+    gelu = _gelu_constants(s, scalars, uses)
+    s.scalar_reason, s.scalar_params = {}, []
+    for x, v in scalars.items():
+        why = None
+        for n, name, k in uses[x]:
+            slot = _SLOT_NAMES.get(n.op_type, {}).get(k) or _MIRROR.get(n.op_type, {}).get(k)
+            if k in _CONST_SLOTS.get(n.op_type, ()) or n.op_type in _FOLD_ONLY:
+                why = (f"the {slot or f'input {k}'} of node {name} ({n.op_type}), a "
+                       "setting rather than data")
+            elif n.op_type == "Pow" and k == 1:
+                why = f"the exponent of node {name} (Pow)"
             if why:
-                self.scalar_reason[x] = why
-            else:
-                self.scalar_params.append(x)
-        if self.scalar_params:
-            self.notes.append("one-element float initializers that train as parameters "
-                              "(like a scalar nn.Parameter; --freeze NAME keeps one fixed): "
-                              + ", ".join(map(repr, self.scalar_params)))
+                break
+        if why is None and x in gelu:
+            why = f"a constant ({v:g}) of the GELU written out around node {gelu[x]}"
+        if why is None and GENERATED_NAME.match(x):
+            why = f"a constant ({v:g}) with an exporter-generated name"
+        if why:
+            s.scalar_reason[x] = why
+        else:
+            s.scalar_params.append(x)
+    if s.scalar_params:
+        s.notes.append("one-element float initializers that train as parameters "
+                       "(like a scalar nn.Parameter; --freeze NAME keeps one fixed): "
+                       + ", ".join(map(repr, s.scalar_params)))
 
-    def _gelu_constants(self, scalars: dict, uses: dict) -> dict:
-        """{scalar initializer: Erf / Tanh node name} for the numbers of a written-out GELU."""
-        g = self.g
-        producer = {o: (n, name) for n, name in zip(g.node, self.names) for o in n.output}
-        found: dict[str, str] = {}
 
-        def const(n, key):  # the input of n that is a scalar initializer near _GELU[key]
-            return next((x for x in n.input if _near(scalars.get(x), key)), None)
+def _gelu_constants(s: ImportState, scalars: dict, uses: dict) -> dict:
+    """{scalar initializer: Erf / Tanh node name} for the numbers of a written-out GELU."""
+    g = s.g
+    producer = {o: (n, name) for n, name in zip(g.node, s.names) for o in n.output}
+    found: dict[str, str] = {}
 
-        def other(n, c):
-            return next((x for x in n.input if x != c), None)
+    def const(n, key):  # the input of n that is a scalar initializer near _GELU[key]
+        return next((x for x in n.input if _near(scalars.get(x), key)), None)
 
-        for e, ename in zip(g.node, self.names):
-            if e.op_type not in ("Erf", "Tanh") or not e.input:
-                continue
-            p = producer.get(e.input[0], (None, None))[0]
-            if p is None:
-                continue
-            if e.op_type == "Erf":
-                c = const(p, "sqrt2") if p.op_type == "Div" else \
-                    const(p, "inv_sqrt2") if p.op_type == "Mul" else None
-                marks = [c]
-            else:  # tanh form: Mul(sqrt(2/pi), Add(x, Mul(0.044715, Pow(x, 3))))
-                c = const(p, "sqrt_2_over_pi") if p.op_type == "Mul" else None
-                marks = [c]
-                a = producer.get(other(p, c), (None, None))[0] if c else None
-                for q in ([a] + [producer.get(x, (None, None))[0] for x in a.input]
-                          if a is not None and a.op_type == "Add" else []):
-                    if q is not None and q.op_type == "Mul":
-                        marks.append(const(q, "cube"))
-                        r = producer.get(other(q, const(q, "cube")), (None, None))[0]
-                        if r is not None and r.op_type == "Pow":
-                            marks.append(const(r, "three"))
-            if c is None:
-                continue
-            # After Erf / Tanh: + 1, then x * ... and * 0.5 (or / 2), in either order.
-            frontier, seen = [e.output[0]], set()
-            for _ in range(3):
-                nxt = []
-                for v in frontier:
-                    for n, _, _ in uses.get(v, []):
-                        if id(n) in seen or n.op_type not in ("Add", "Mul", "Div"):
-                            continue
-                        seen.add(id(n))
-                        marks += [const(n, "one") if n.op_type == "Add" else
-                                  const(n, "half") if n.op_type == "Mul" else const(n, "two")]
-                        nxt += list(n.output)
-                frontier = nxt
-            x_in = other(p, c)  # 0.5 * x computed first
-            for n, _, _ in uses.get(x_in, []):
-                if n.op_type == "Mul" and const(n, "half"):
-                    marks.append(const(n, "half"))
-            for m in marks:
-                if m:
-                    found.setdefault(m, ename)
-        return found
+    def other(n, c):
+        return next((x for x in n.input if x != c), None)
 
-    def _frozen_list(self, tensor_names: set, constants: dict) -> list[dict]:
-        """Every initializer that is not a trained tensor, and every float constant of more
-        than one value the remaining nodes read, each with the reason (the bundle's
-        ``frozen``)."""
-        out = []
-        deq_inputs = {x: d for d in getattr(self, "dequantized", {}).values()
-                      for x in d["inputs"]}
-        for t in self.g.initializer:
-            if t.name in tensor_names:
-                continue
-            if t.name in deq_inputs:
-                d = deq_inputs[t.name]
-                why = (f"dequantized by node {d['node']} into the float32 parameter "
-                       f"{d['output']!r}")
-            elif t.name in self.scalar_reason:
-                why = self.scalar_reason[t.name]
-            elif t.name in constants:
-                why = self._constant_reason(t.name)
-            elif t.name in self.scalar_params:
-                continue
-            elif any(t.name in n.input for n in self.g.node):
-                why = "folded with the constant shape arithmetic (no node reads it at run time)"
-            else:
-                why = "not used by the graph"
-            out.append({"name": t.name, "shape": list(t.dims),
-                        "dtype": _dtype_name(t.data_type), "reason": why})
-        inits = {t.name for t in self.g.initializer}
-        for x, c in constants.items():
-            if x not in inits and c["dtype"].startswith("float") and len(c["values"]) > 1:
-                out.append({"name": x, "shape": c["shape"], "dtype": c["dtype"],
-                            "reason": "computed from Constant nodes (not an initializer), "
-                                      f"read by {', '.join(self._users_of(x)[:3])}"})
-        return out
+    for e, ename in zip(g.node, s.names):
+        if e.op_type not in ("Erf", "Tanh") or not e.input:
+            continue
+        p = producer.get(e.input[0], (None, None))[0]
+        if p is None:
+            continue
+        if e.op_type == "Erf":
+            c = const(p, "sqrt2") if p.op_type == "Div" else \
+                const(p, "inv_sqrt2") if p.op_type == "Mul" else None
+            marks = [c]
+        else:  # tanh form: Mul(sqrt(2/pi), Add(x, Mul(0.044715, Pow(x, 3))))
+            c = const(p, "sqrt_2_over_pi") if p.op_type == "Mul" else None
+            marks = [c]
+            a = producer.get(other(p, c), (None, None))[0] if c else None
+            for q in ([a] + [producer.get(x, (None, None))[0] for x in a.input]
+                      if a is not None and a.op_type == "Add" else []):
+                if q is not None and q.op_type == "Mul":
+                    marks.append(const(q, "cube"))
+                    r = producer.get(other(q, const(q, "cube")), (None, None))[0]
+                    if r is not None and r.op_type == "Pow":
+                        marks.append(const(r, "three"))
+        if c is None:
+            continue
+        # After Erf / Tanh: + 1, then x * ... and * 0.5 (or / 2), in either order.
+        frontier, seen = [e.output[0]], set()
+        for _ in range(3):
+            nxt = []
+            for v in frontier:
+                for n, _, _ in uses.get(v, []):
+                    if id(n) in seen or n.op_type not in ("Add", "Mul", "Div"):
+                        continue
+                    seen.add(id(n))
+                    marks += [const(n, "one") if n.op_type == "Add" else
+                              const(n, "half") if n.op_type == "Mul" else const(n, "two")]
+                    nxt += list(n.output)
+            frontier = nxt
+        x_in = other(p, c)  # 0.5 * x computed first
+        for n, _, _ in uses.get(x_in, []):
+            if n.op_type == "Mul" and const(n, "half"):
+                marks.append(const(n, "half"))
+        for m in marks:
+            if m:
+                found.setdefault(m, ename)
+    return found
 
-    def _constant_reason(self, x: str) -> str:
-        """Why the constant ``x`` is not data: the setting it is of its first reader."""
-        for n, name in zip(self.g.node, self.names):
-            if name in self.folded:
-                continue
-            for k, i in enumerate(n.input):
-                if i == x and k in _CONST_SLOTS.get(n.op_type, ()):
-                    slot = _SLOT_NAMES.get(n.op_type, {}).get(k) or \
-                        _MIRROR.get(n.op_type, {}).get(k) or f"input {k}"
-                    return f"the {slot} of node {name} ({n.op_type}), a setting rather than data"
-        return f"a constant read by {', '.join(self._users_of(x)[:3]) or 'the graph'}"
 
-    def _users_of(self, x: str) -> list[str]:
-        return [f"{name} ({n.op_type})" for n, name in zip(self.g.node, self.names)
-                if x in n.input and name not in self.folded]
+def frozen_list(s: ImportState, tensor_names: set, constants: dict) -> list[dict]:
+    """Every initializer that is not a trained tensor, and every float constant of more
+    than one value the remaining nodes read, each with the reason (the bundle's
+    ``frozen``)."""
+    out = []
+    deq_inputs = {x: d for d in s.dequantized.values()
+                  for x in d["inputs"]}
+    for t in s.g.initializer:
+        if t.name in tensor_names:
+            continue
+        if t.name in deq_inputs:
+            d = deq_inputs[t.name]
+            why = (f"dequantized by node {d['node']} into the float32 parameter "
+                   f"{d['output']!r}")
+        elif t.name in s.scalar_reason:
+            why = s.scalar_reason[t.name]
+        elif t.name in constants:
+            why = _constant_reason(s, t.name)
+        elif t.name in s.scalar_params:
+            continue
+        elif any(t.name in n.input for n in s.g.node):
+            why = "folded with the constant shape arithmetic (no node reads it at run time)"
+        else:
+            why = "not used by the graph"
+        out.append({"name": t.name, "shape": list(t.dims),
+                    "dtype": _dtype_name(t.data_type), "reason": why})
+    inits = {t.name for t in s.g.initializer}
+    for x, c in constants.items():
+        if x not in inits and c["dtype"].startswith("float") and len(c["values"]) > 1:
+            out.append({"name": x, "shape": c["shape"], "dtype": c["dtype"],
+                        "reason": "computed from Constant nodes (not an initializer), "
+                                  f"read by {', '.join(_users_of(s, x)[:3])}"})
+    return out
+
+
+def _constant_reason(s: ImportState, x: str) -> str:
+    """Why the constant ``x`` is not data: the setting it is of its first reader."""
+    for n, name in zip(s.g.node, s.names):
+        if name in s.folded:
+            continue
+        for k, i in enumerate(n.input):
+            if i == x and k in _CONST_SLOTS.get(n.op_type, ()):
+                slot = _SLOT_NAMES.get(n.op_type, {}).get(k) or \
+                    _MIRROR.get(n.op_type, {}).get(k) or f"input {k}"
+                return f"the {slot} of node {name} ({n.op_type}), a setting rather than data"
+    return f"a constant read by {', '.join(_users_of(s, x)[:3]) or 'the graph'}"
+
+
+def _users_of(s: ImportState, x: str) -> list[str]:
+    return [f"{name} ({n.op_type})" for n, name in zip(s.g.node, s.names)
+            if x in n.input and name not in s.folded]

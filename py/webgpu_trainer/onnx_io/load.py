@@ -1,79 +1,31 @@
-"""The import: :func:`load_bundle` runs one ``_Importer`` (checks, folding, the bundle; its steps
-live in ``checks.py``, ``fold.py``, ``batch.py``, ``attrs.py`` and ``bundle.py``)."""
+"""The import as stages over one state: :func:`load_bundle` runs :data:`STAGES` in order on an
+``ImportState`` (``state.py``), each stage a function of it that reads what the earlier ones
+wrote and adds its part (and its problems); the one error at the end lists them all."""
 from __future__ import annotations
 
 import os
 
-import numpy as np
-import onnx
-
-from .attrs import _Attrs
-from .batch import _BatchShapes
-from .bundle import _Bundler
-from .checks import _Checks
+from .attrs import attributes
+from .batch import batch_shapes
+from .bundle import bundle, weights
+from .checks import check_graph, check_ops
 from .errors import OnnxImportError, _error
-from .fold import _Folder
-from .initializers import _dequantize_weights, _Initializers
-from .protos import _node_names, _opset
-from .read import _read_model
+from .fold import fold
+from .read import read_stage
+from .state import ImportState
+
+STAGES = (read_stage, check_graph, fold, batch_shapes, check_ops, weights, attributes, bundle)
+"""read the file -> check the graph -> fold constants -> shapes for any batch -> check the
+ops -> the weights (tensors, blob) -> the nodes' attributes -> the bundle."""
 
 
-class _Importer(_Checks, _Folder, _BatchShapes, _Attrs, _Bundler, _Initializers):
-    """One import: the model, the problems found so far and the pieces of the bundle."""
-
-    def __init__(self, path: str, check_trainable: bool):
-        self.path = path
-        self.check_trainable = check_trainable
-        self.problems: list[str] = []
-        self.notes: list[str] = []
-        self.hints: list[str] = []  # shown after the problems, not counted
-
-    def run(self) -> tuple[dict, bytes]:
-        path = self.path
-        self.model = model = _read_model(path)
-        self.base = os.path.dirname(os.path.abspath(path))
-        self.file_size = os.path.getsize(path)
-        tensors_ok = self._check_tensor_data()
-        if tensors_ok:
-            self._load_external()
-        if model.functions:
-            try:
-                self.model = model = onnx.inliner.inline_local_functions(model)
-            except Exception as e:  # noqa: BLE001
-                self.problems.append(f"local functions could not be inlined: {e}")
-        done, found = _dequantize_weights(model) if tensors_ok else ([], [])
-        self.problems += found
-        self._note_dequantized(done)
-        self.g = g = model.graph
-        self.opset = _opset(model)
-        self.opsets = {o.domain or "ai.onnx": int(o.version) for o in model.opset_import}
-        self._check_opset()
-        self.names = _node_names(g)
-        self.init = {t.name: t for t in g.initializer}
-        structure_ok = self._check_structure()
-        self.scalar_reason, self.scalar_params = {}, []
-        if tensors_ok:
-            self._classify_scalars()
-        self.input = self._check_inputs()
-        self.constants: dict[str, np.ndarray] = {}  # value name -> folded / constant value
-        self.const_overrides: dict[tuple, str] = {}  # (node name, input index) -> new name
-        self.attr_overrides: dict[str, dict] = {}
-        self.folded: set[str] = set()  # node names removed by folding
-        self.fold_failures: dict[str, str] = {}
-        self.reported: set[str] = set()  # nodes with a problem already
-        self.shapes: dict[str, list | None] = {}
-        if tensors_ok and structure_ok and not self.problems:
-            self._check_onnx()
-        self.dead = self._dead_nodes()
-        self.fold_ran = tensors_ok and structure_ok and self.input is not None
-        if self.fold_ran:
-            self._fold()
-        self.folded |= self.dead
-        self._check_ops()
-        graph, blob = self._build(tensors_ok)
-        if self.problems:
-            raise _error(path, self.problems, self.hints)
-        return graph, blob
+def _run(path: str, check_trainable: bool) -> tuple[dict, bytes]:
+    s = ImportState(path, check_trainable)
+    for stage in STAGES:
+        stage(s)
+    if s.problems:
+        raise _error(path, s.problems, s.hints)
+    return s.graph, s.blob
 
 
 def load_bundle(path: str | os.PathLike, *, check_trainable: bool = True) -> tuple[dict, bytes]:
@@ -97,7 +49,7 @@ def load_bundle(path: str | os.PathLike, *, check_trainable: bool = True) -> tup
     """
     path = os.fspath(path)
     try:
-        return _Importer(path, check_trainable).run()
+        return _run(path, check_trainable)
     except OnnxImportError:
         raise
     except (Exception, RecursionError, MemoryError) as e:  # noqa: BLE001 - never a crash

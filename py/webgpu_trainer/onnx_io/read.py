@@ -1,5 +1,7 @@
-"""Reading an ``.onnx`` file: the protobuf parse, and every stored tensor's declared size checked
-against its data (inline fields, raw data, external data files) before anything is decoded."""
+"""The import's first stage, reading (:func:`read_stage`): the protobuf parse, every stored
+tensor's declared size checked against its data (inline fields, raw data, external data files)
+before anything is decoded, external data loaded, local functions inlined, quantized weights
+dequantized, the opset and a unique name per node."""
 from __future__ import annotations
 
 import os
@@ -10,7 +12,61 @@ from onnx import TensorProto, helper
 
 from .constants import _INT_FIELD_TYPES, MAX_FILE_BYTES
 from .errors import _error
+from .initializers import _dequantize_weights, note_dequantized
+from .protos import _node_names, _opset
 from .shapes import _numel
+from .state import ImportState
+
+
+def read_stage(s: ImportState) -> None:
+    """Stage 1: ``s.model`` and what is read off it (``s.g``, ``s.opset``, ``s.names``,
+    ``s.init``, ``s.tensors_ok``); an unreadable file raises OnnxImportError at once."""
+    s.model = model = _read_model(s.path)
+    s.base = os.path.dirname(os.path.abspath(s.path))
+    s.file_size = os.path.getsize(s.path)
+    s.tensors_ok = _check_tensor_data(s)
+    if s.tensors_ok:
+        _load_external(s)
+    if model.functions:
+        try:
+            s.model = model = onnx.inliner.inline_local_functions(model)
+        except Exception as e:  # noqa: BLE001
+            s.problems.append(f"local functions could not be inlined: {e}")
+    done, found = _dequantize_weights(model) if s.tensors_ok else ([], [])
+    s.problems += found
+    note_dequantized(s, done)
+    s.g = model.graph
+    s.opset = _opset(model)
+    s.opsets = {o.domain or "ai.onnx": int(o.version) for o in model.opset_import}
+    s.names = _node_names(s.g)
+    s.init = {t.name: t for t in s.g.initializer}
+
+
+def _check_tensor_data(s: ImportState) -> bool:
+    """Every stored tensor (initializers, tensor attributes) against its declared size."""
+    found = []
+    g = s.model.graph
+    for t in g.initializer:
+        found += _tensor_problems(t, f"initializer {t.name!r}", s.base, s.file_size)
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR:
+                found += _tensor_problems(a.t, f"node {n.name or n.op_type} attribute "
+                                          f"{a.name!r}", s.base, s.file_size)
+    if g.sparse_initializer:
+        found.append(f"sparse initializers are not supported: "
+                     f"{[x.values.name for x in g.sparse_initializer]}")
+    s.problems += found
+    return not found
+
+
+def _load_external(s: ImportState) -> None:
+    if not any(t.data_location == TensorProto.EXTERNAL for t in s.model.graph.initializer):
+        return
+    try:
+        onnx.external_data_helper.load_external_data_for_model(s.model, s.base)
+    except Exception as e:  # noqa: BLE001
+        s.problems.append(f"external data could not be read: {e}")
 
 
 def _read_model(path: str) -> onnx.ModelProto:
