@@ -1,38 +1,30 @@
-"""The Web Worker's Python side: messages in (start, stop, pause, resume, skip_test, profile,
-bench, parity, selfcheck, convolve, browser_storage.py's snapshot, debug_lose_device and
-browser_inspect.py's inspect, predict, prepare), messages out (see docs/ARCHITECTURE.md,
-"Worker protocol"). Runs only in Pyodide."""
+"""The Web Worker's Python entry (web/worker.js imports this module and calls ``boot`` once,
+then ``handle`` for every message from the page). Messages in: start, stop, pause, resume,
+skip_test, profile, bench, parity, selfcheck (here), snapshot and debug_lose_device
+(storage.py), inspect, predict and prepare (views.py), convolve (kernels.py); messages out: see
+docs/ARCHITECTURE.md, "Worker protocol". Runs only in Pyodide.
+
+One handler convention: each module has ``HANDLERS``, message type -> ``handler(data: dict)``;
+it acts at once (stop, pause), and an awaitable it returns (a coroutine function's) runs as a
+task of its own.
+Handlers share the worker's state through ``bridge.STATE`` and answer through ``bridge.post``.
+"""
 
 import asyncio
+import inspect
 import json
 import traceback
 
-import js
-from pyodide.ffi import to_js
-
-from . import browser_inspect, browser_kernels, browser_storage, config as run_config
-from .backends import get_device
-from .backends.webgpu_js import NoWebGPU
-from .gpu_engine import GpuEngine
-from .train import VAL_POINTS, Split, Trainer, TrainingDiverged
-
-# "last": {"trainer", "model", "untrained"} of the latest run once set up (or of `prepare`:
-# untrained), kept after `done` for the live views (browser_inspect.py); "runs": how many
-# `start`s this worker had (a `prepare` set up after a `start` does not replace its model);
-# "prepare_id": the latest `prepare`'s id
-STATE = {"device": None, "trainer": None, "stop": False, "pause": False, "selfcheck": None,
-         "model": None, "last": None, "runs": 0, "prepare_id": None}
-
-
-def post(kind: str, **fields):
-    """postMessage({type: kind, ...fields}) to the page."""
-    js.postMessage(to_js({"type": kind, **fields}, dict_converter=js.Object.fromEntries))
-
-
-def _bytes_to_js(data: bytes):
-    arr = js.Uint8Array.new(len(data))
-    arr.assign(data)
-    return arr.buffer
+from ..engine import config as run_config
+from ..engine.backends import get_device
+from ..engine.backends.webgpu_js import NoWebGPU
+from ..engine.tools import parity, selfcheck
+from ..engine.train.evaluate import VAL_POINTS
+from ..engine.train.gpu_engine import GpuEngine
+from ..engine.train.loop import Trainer, TrainingDiverged
+from . import bench, kernels, storage, views
+from .bridge import STATE, array_buffer, float32_array, nulls_to_none, post, uint8_array
+from .load import load
 
 
 async def boot():
@@ -46,18 +38,9 @@ async def boot():
         post("no_webgpu", message=f"WebGPU device creation failed: {exc}")
         return
     STATE["device"] = dev
-    browser_storage.watch_device(dev)
+    storage.watch_device(dev)
     post("adapter", info=dev.info)
     post("ready")
-
-
-def _nulls_to_none(value):
-    """JS null arrives as pyodide's JsNull (not None) in recent Pyodide: map it to None."""
-    if isinstance(value, dict):
-        return {k: _nulls_to_none(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_nulls_to_none(v) for v in value]
-    return None if type(value).__name__ == "JsNull" else value
 
 
 def _stop(data):
@@ -74,9 +57,10 @@ def _skip_test(data):
 
 
 def _start(data):
+    """Count the run at once (a ``prepare`` answered later must not replace its model), then
+    train as a task."""
     STATE["runs"] += 1
-    return asyncio.ensure_future(_run(data.get("config") or {}, data.get("model"),
-                                      resume=data.get("resume")))
+    return _run(data.get("config") or {}, data.get("model"), resume=data.get("resume"))
 
 
 def _pause(paused: bool):
@@ -88,60 +72,26 @@ def _pause(paused: bool):
         trainer.pause() if paused else trainer.resume()
 
 
-# message type -> handler(data: dict); a feature's messages live in its own module and are
-# registered here with one line each (see docs/ARCHITECTURE.md, "Worker protocol")
-HANDLERS = {
-    "stop": _stop,
-    "pause": lambda d: _pause(True),
-    "resume": lambda d: _pause(False),
-    "skip_test": _skip_test,
-    "start": _start,
-    "prepare": lambda d: asyncio.ensure_future(browser_inspect.prepare(d, STATE, post)),
-    "profile": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"),
-                                                    then=_profile)),
-    "bench": lambda d: asyncio.ensure_future(_run(d.get("config") or {}, d.get("model"),
-                                                  then=_bench(d))),
-    "parity": lambda d: asyncio.ensure_future(_parity(d.get("cases") or "[]")),
-    "selfcheck": lambda d: asyncio.ensure_future(_selfcheck()),
-    "convolve": lambda d: asyncio.ensure_future(browser_kernels.convolve(d, STATE, post)),
-    **browser_storage.HANDLERS,  # snapshot, debug_lose_device (keep your work)
-    "inspect": lambda d: asyncio.ensure_future(browser_inspect.inspect(d, STATE, post)),
-    "predict": lambda d: asyncio.ensure_future(browser_inspect.predict(d, STATE, post)),
-}
-
-
-def handle(msg):
-    """Entry for every message from the page (a JS object): dispatched through HANDLERS."""
-    data = _nulls_to_none(msg.to_py())
-    handler = HANDLERS.get(data.get("type"))
-    if handler is None:
-        post("error", message=f"unknown message type {data.get('type')!r} sent to the worker")
-        return
-    handler(data)
-
-
-async def _parity(cases_json: str):
-    """Run the op/optimizer cases of ``parity.py`` (a JSON list) and post ``parity {results}``
-    (a JSON list), for web/parity.html."""
-    from . import parity
+async def _parity(data):
+    """Run the op/optimizer cases ``cases`` (``parity.py``'s, a JSON list) and post ``parity
+    {results}`` (a JSON list), for web/parity.html."""
     dev = STATE["device"]
     if dev is None:
         post("no_webgpu", message="no WebGPU device")
         return
     try:
-        results = await parity.run_cases(dev, json.loads(cases_json))
+        results = await parity.run_cases(dev, json.loads(data.get("cases") or "[]"))
         post("parity", results=json.dumps(results))
     except Exception as exc:
         traceback.print_exc()
         post("error", message=f"{type(exc).__name__}: {exc}")
 
 
-async def _selfcheck():
+async def _selfcheck(data=None):
     """The GPU self-check (selfcheck.py) on this adapter, once per worker: posts
     ``selfcheck {ok, wrong, rows, seconds, adapter}``; the page warns when ``ok`` is false
     (training stays allowed)."""
     if STATE["selfcheck"] is None:
-        from . import selfcheck
         if STATE["device"] is None:
             return
         post("status", text="Checking this GPU's results (self-check)…")
@@ -154,63 +104,57 @@ async def _selfcheck():
     post("selfcheck", **STATE["selfcheck"])
 
 
-async def _fetch(url: str, what: str):
-    resp = await js.fetch(url)
-    if not resp.ok:
-        text = await resp.text()
-        raise RuntimeError(f"{what}: HTTP {resp.status} from {url}: {text[:200]}")
-    return resp
-
-
-async def _split(manifest: dict, name: str, keep: int = 0) -> Split:
-    """The split ``name`` of the manifest; ``keep`` > 0: its first ``keep`` images only."""
-    s = manifest["splits"][name]
-    images = await (await _fetch(f"/data/mnist/{s['images']['file']}", f"{name} images")
-                    ).arrayBuffer()
-    labels = await (await _fetch(f"/data/mnist/{s['labels']['file']}", f"{name} labels")
-                    ).arrayBuffer()
-    pixels = 1
-    for d in s["images"]["shape"][1:]:
-        pixels *= d
-    count = s["count"]
-    if 0 < keep < count:
-        images, labels, count = images.slice(0, keep * pixels), labels.slice(0, keep), keep
-    return Split(images, labels, count, js.Uint8Array.new(labels).to_bytes(), pixels)
-
-
-async def _profile(trainer):
-    post("profile", rows=await trainer.profile())
-
-
-def _bench(data: dict):
-    """``bench {steps, warmup, profile}``: time training steps (engine/browser_bench.py)."""
+async def _profile(data):
+    """``profile {model, config}``: set the run up, post ``profile {rows}`` (the per-dispatch
+    timings of one step) instead of training."""
     async def then(trainer):
-        from . import browser_bench
-        post("bench", **await browser_bench.bench(trainer, STATE["device"], data))
-    return then
+        post("profile", rows=await trainer.profile())
+    await _run(data.get("config") or {}, data.get("model"), then=then)
 
 
-async def load(cfg: dict, model: str, say) -> tuple:
-    """``(config, graph, weights, train split, test split)`` of a run of ``model``: the config
-    checked (``run_config.parse``: ConfigError), the model and MNIST fetched; ``say(kind,
-    **fields)`` gets the status lines."""
-    manifest = json.loads(await (await _fetch("/data/mnist/manifest.json", "manifest")).text())
-    # the page checked it with the server; checked again here, with the same code
-    cfg = run_config.parse(cfg, train_images=manifest["splits"]["train"]["count"])
-    say("status", text=f"Loading model {model}…")
-    graph = json.loads(await (await _fetch(f"/api/models/{model}/graph.json", "model")).text())
-    weights = js.Uint8Array.new(await (await _fetch(f"/api/models/{model}/weights.bin",
-                                                    "weights")).arrayBuffer()).to_bytes()
-    say("status", text="Loading MNIST shards…")
-    train = await _split(manifest, "train")  # the trainer holds out the validation images
-    test = await _split(manifest, "test")
-    return cfg, graph, weights, train, test
+async def _bench(data):
+    """``bench {model, config, steps, warmup, host, profile, gemm}``: set the run up, post
+    ``bench {...}`` (bench.py: training steps timed) instead of training."""
+    async def then(trainer):
+        post("bench", **await bench.bench(trainer, STATE["device"], data))
+    await _run(data.get("config") or {}, data.get("model"), then=then)
+
+
+# message type -> handler(data: dict) -> None or an awaitable (run as a task of its own); a
+# feature's messages live in its own module's HANDLERS (see docs/ARCHITECTURE.md, "Worker
+# protocol")
+HANDLERS = {
+    "stop": _stop,
+    "pause": lambda d: _pause(True),
+    "resume": lambda d: _pause(False),
+    "skip_test": _skip_test,
+    "start": _start,
+    "profile": _profile,
+    "bench": _bench,
+    "parity": _parity,
+    "selfcheck": _selfcheck,
+    **kernels.HANDLERS,  # convolve (the kernels playground)
+    **storage.HANDLERS,  # snapshot, debug_lose_device (keep your work)
+    **views.HANDLERS,  # inspect, predict, prepare (the live views)
+}
+
+
+def handle(msg):
+    """Entry for every message from the page (a JS object): dispatched through HANDLERS."""
+    data = nulls_to_none(msg.to_py())
+    handler = HANDLERS.get(data.get("type"))
+    if handler is None:
+        post("error", message=f"unknown message type {data.get('type')!r} sent to the worker")
+        return
+    result = handler(data)
+    if inspect.isawaitable(result):
+        asyncio.ensure_future(result)
 
 
 async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
     """Load the model and data, set up a Trainer and train, or, with ``then``, only
     ``await then(trainer)`` (profile, bench); ``resume``: continue from the page's stored
-    checkpoint (``browser_storage.restore``). Posts progress, epoch, checkpoint, done or error
+    checkpoint (``storage.restore``). Posts progress, epoch, checkpoint, done or error
     (none after ``device_lost``)."""
     dev = STATE["device"]
     if dev is None:
@@ -238,16 +182,16 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
         STATE["last"] = {"trainer": trainer, "model": model,  # for inspect / predict
                          "untrained": False}
         if resume:
-            browser_storage.restore(trainer, resume)
+            storage.restore(trainer, resume)
             post("status", text=f"Resuming from epoch {trainer.epoch}, step {trainer.step}…")
-        trainer.on_epoch = trainer.on_checkpoint = browser_storage.checkpoint_hook(
+        trainer.on_epoch = trainer.on_checkpoint = storage.checkpoint_hook(
             trainer, model, cfg.to_json())
         post("status", text="Training…")
         result = await trainer.run()
         trained = await trainer.trained_weights()
-        logits = js.Float32Array.new(_bytes_to_js(result.pop("logits")))
-        post("done", model=model, weights=_bytes_to_js(trained), logits=logits,
-             labels=js.Uint8Array.new(_bytes_to_js(test.labels_host[:trainer.n_eval])),
+        logits = float32_array(result.pop("logits"))
+        post("done", model=model, weights=array_buffer(trained), logits=logits,
+             labels=uint8_array(test.labels_host[:trainer.n_eval]),
              eval_images=trainer.n_eval, **result)
     except run_config.ConfigError as exc:
         post("error", message=f"Bad settings: {exc}", fields=[list(e) for e in exc.errors])
@@ -255,7 +199,7 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
         post("error", message=str(exc))
     except Exception as exc:
         traceback.print_exc()
-        if not await browser_storage.lost_during(dev, exc):  # else device_lost said it
+        if not await storage.lost_during(dev, exc):  # else device_lost said it
             post("error", message=f"{type(exc).__name__}: {exc}")
     finally:
         STATE["trainer"] = None
