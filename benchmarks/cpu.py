@@ -21,7 +21,7 @@ async def _numpy_seednet(batch, steps, warmup):
     import numpy as np
     from webgpu_trainer import onnx_io
     from webgpu_trainer.cpu.cpu_engine import CpuEngine
-    from webgpu_trainer.engine.train import Trainer
+    from webgpu_trainer.engine.train.loop import Trainer
     split, source = _data(max(4 * batch, 8192))
     graph, weights = onnx_io.load_bundle(REPO / "models" / "seednet.onnx")
     cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": batch, "seed": 0,

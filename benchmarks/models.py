@@ -28,7 +28,7 @@ if str(REPO / "py") not in sys.path:
 
 
 def _splits(count: int):
-    from webgpu_trainer.engine.train import Split
+    from webgpu_trainer.engine.train.data import Split
     cache = REPO / ".cache" / "mnist"
     if (cache / "manifest.json").is_file():
         from webgpu_trainer.host import data
@@ -46,9 +46,10 @@ def _splits(count: int):
 
 async def bench(paths, batches, steps, warmup):
     from webgpu_trainer import onnx_io
-    from webgpu_trainer.engine import summary
+    from webgpu_trainer.engine.tools import summary
     from webgpu_trainer.engine.backends.wgpu_native import Device
-    from webgpu_trainer.engine.train import Trainer
+    from webgpu_trainer.engine.train.gpu_engine import GpuEngine
+    from webgpu_trainer.engine.train.loop import Trainer
     dev = Device()
     info = dev.info
     print(f"adapter: {info.get('device') or info.get('description')} "
@@ -63,7 +64,7 @@ async def bench(paths, batches, steps, warmup):
         for batch in batches:
             cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": batch, "seed": 0,
                    "init": "scratch", "eval_images": batch, "val_images": 0}
-            tr = Trainer(dev, graph, weights, cfg, train, test)
+            tr = Trainer(GpuEngine(dev), graph, weights, cfg, train, test)
             await tr.setup()
             per_epoch = train.count // batch
             perm = list(range(train.count))
@@ -89,12 +90,12 @@ async def profile(path: Path, batch: int, top: int):
     """Print the ``top`` slowest dispatches of one training step of ``path`` at ``batch``."""
     from webgpu_trainer import onnx_io
     from webgpu_trainer.engine.backends.wgpu_native import Device
-    from webgpu_trainer.engine.train import Trainer
+    from webgpu_trainer.engine.train.gpu_engine import GpuEngine
+    from webgpu_trainer.engine.train.loop import Trainer
     train, test, _ = _splits(4 * batch)
     graph, weights = onnx_io.load_bundle(path)
-    tr = Trainer(Device(), graph, weights, {"batch_size": batch, "eval_images": batch,
-                                                 "val_images": 0}, train,
-                 test)
+    tr = Trainer(GpuEngine(Device()), graph, weights,
+                 {"batch_size": batch, "eval_images": batch, "val_images": 0}, train, test)
     await tr.setup()
     rows = await tr.profile(repeats=5)
     total = sum(r[3] for r in rows)

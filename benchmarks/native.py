@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _data(count: int):
-    from webgpu_trainer.engine.train import Split
+    from webgpu_trainer.engine.train.data import Split
     cache = REPO / ".cache" / "mnist"
     if (cache / "manifest.json").is_file():
         from webgpu_trainer.host import data
@@ -81,13 +81,14 @@ async def seednet(dev, batch: int, steps: int, warmup: int, profile: bool = True
     """One SeedNet configuration: GPU ms/step (timestamps of whole steps, median), wall ms/step
     of back-to-back steps, host ms/step (write + submit with the GPU idle, median), memory."""
     from webgpu_trainer import onnx_io
-    from webgpu_trainer.engine.train import Trainer
+    from webgpu_trainer.engine.train.gpu_engine import GpuEngine
+    from webgpu_trainer.engine.train.loop import Trainer
     split, source = _data(max(4 * batch, 8192))
     graph, weights = onnx_io.load_bundle(REPO / "models" / "seednet.onnx")
     start = len(dev.ledger)
     cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": batch, "seed": 0,
            "init": "scratch", "eval_images": batch, "val_images": 0}
-    tr = Trainer(dev, graph, weights, cfg, split, split)
+    tr = Trainer(GpuEngine(dev), graph, weights, cfg, split, split)
     t0 = time.perf_counter()
     await tr.setup()
     setup_s = time.perf_counter() - t0

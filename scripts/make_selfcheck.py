@@ -1,4 +1,5 @@
-"""Write py/webgpu_trainer/engine/selfcheck.json: the GPU self-check's cases with float64 references.
+"""Write py/webgpu_trainer/engine/tools/selfcheck.json: the GPU self-check's cases with float64
+references.
 
 The cases are those of the op case lists marked ``selfcheck`` (``cases.selfcheck_cases`` of
 tests/cases: every op family forward and backward, BatchNorm running statistics, Dropout, the
@@ -29,14 +30,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import cases  # noqa: E402  (tests/ on sys.path)
-from webgpu_trainer.engine import selfcheck  # noqa: E402
+from webgpu_trainer.engine.tools import selfcheck  # noqa: E402
 from webgpu_trainer.cpu import optim as cpu_optim, philox  # noqa: E402
 from webgpu_trainer.engine import init  # noqa: E402
 from webgpu_trainer.engine.graph import Graph  # noqa: E402
 from webgpu_trainer.cpu.engine import Engine, params_from_blob  # noqa: E402
-from webgpu_trainer.engine.parity import b64, unb64  # noqa: E402
+from webgpu_trainer.engine.tools.parity import b64, unb64  # noqa: E402
 
-OUT = ROOT / "py" / "webgpu_trainer" / "engine" / "selfcheck.json"
+OUT = ROOT / "py" / "webgpu_trainer" / "engine" / "tools" / "selfcheck.json"
 
 
 def init_weights(graph, params, seed):

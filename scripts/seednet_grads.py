@@ -39,7 +39,7 @@ from webgpu_trainer.cpu import philox  # noqa: E402
 from webgpu_trainer.cpu.engine import Engine, params_from_blob  # noqa: E402
 from webgpu_trainer.engine import init  # noqa: E402
 from webgpu_trainer.engine.graph import Graph  # noqa: E402
-from webgpu_trainer.engine.train import pixel_table  # noqa: E402
+from webgpu_trainer.engine.train.data import pixel_table  # noqa: E402
 from webgpu_trainer.host import data  # noqa: E402
 
 # The ReLUs of models/seednet.onnx: (pre-activation, output) as the exported graph names them.

@@ -286,7 +286,8 @@ def native_losses(mnist_cache: Path, config: dict) -> dict:
     from webgpu_trainer import onnx_io
     from webgpu_trainer.cli import commands as native
     from webgpu_trainer.engine.backends.wgpu_native import Device
-    from webgpu_trainer.engine.train import Trainer
+    from webgpu_trainer.engine.train.gpu_engine import GpuEngine
+    from webgpu_trainer.engine.train.loop import Trainer
 
     train, test, _ = native.load_splits(mnist_cache, eval_images=64)
     graph, weights = onnx_io.load_bundle(REPO / "models" / "seednet.onnx")
@@ -297,8 +298,8 @@ def native_losses(mnist_cache: Path, config: dict) -> dict:
             losses.update({int(s): float(v) for s, v, *_ in kw["losses"]})
 
     async def go():
-        tr = Trainer(Device(), graph, weights, {**config, "eval_images": 64}, train, test,
-                     emit=emit)
+        tr = Trainer(GpuEngine(Device()), graph, weights, {**config, "eval_images": 64}, train,
+                     test, emit=emit)
         await tr.setup()
         await tr.run()
 

@@ -1,6 +1,6 @@
 """How the tests run the engine: ONE way to run a plan step, ONE way to check a case.
 
-- ``one_step``: a plan step on a device through ``engine/parity.py``'s ``load`` and
+- ``one_step``: a plan step on a device through ``engine/tools/parity.py``'s ``load`` and
   ``run_step`` (the code the browser runs too), with every activation, gradient, weight and the
   metrics read back. Tests that need other steps (optimizers, metric slots) call
   ``parity.load`` / ``parity.run_step`` themselves.
@@ -16,7 +16,7 @@ import pytest
 
 from conftest import FWD_RTOL, GRAD_RTOL, _record, assert_close, f32, rel_err, run
 from webgpu_trainer.cpu.engine import Engine, params_from_blob
-from webgpu_trainer.engine import parity
+from webgpu_trainer.engine.tools import parity
 
 
 async def read_f32(dev, t):

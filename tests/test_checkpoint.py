@@ -1,4 +1,4 @@
-"""The checkpoint payload of a run (engine/checkpoint.py: what the CLI's ``.ckpt`` files and the
+"""The checkpoint payload of a run (engine/train/checkpoint.py: what the CLI's ``.ckpt`` files and the
 browser's IndexedDB checkpoints hold) round-trips: a run stopped after its first epoch's checkpoint
 and continued from it in a new trainer (new engine, new optimizer, restored weights, optimizer
 state, epoch and step) repeats the uninterrupted run's next steps bit for bit, on each native GPU
@@ -13,8 +13,8 @@ from conftest import run
 
 from webgpu_trainer import onnx_io
 from webgpu_trainer.cli import commands as native
-from webgpu_trainer.engine import checkpoint
-from webgpu_trainer.engine.train import Trainer
+from webgpu_trainer.engine.train import checkpoint
+from webgpu_trainer.engine.train.loop import Trainer
 
 from e2e_fixtures import REPO
 

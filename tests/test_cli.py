@@ -302,7 +302,7 @@ def test_head_only_finetune(tmp_path, device):
     update (train mode, as PyTorch). config.json records the resolved list and --resume keeps
     it (3 more steps, still frozen)."""
     from webgpu_trainer import onnx_io
-    from webgpu_trainer.engine import summary
+    from webgpu_trainer.engine.tools import summary
     out = tmp_path / "r"
     proc = cli("train", MODEL, "--head-only", "--init", "finetune", "--lr", "0.05", *TINY,
                "--out", out)

@@ -31,9 +31,10 @@ import test_optim
 from conftest import FWD_RTOL, OPTIM_RTOL, make_graph, node, rel_err, run
 from harness import read_flat
 from webgpu_trainer.cli import commands as native
-from webgpu_trainer.engine import parity, schedulers
-from webgpu_trainer.engine import optim as gpu_optim
-from webgpu_trainer.engine import train as train_mod
+from webgpu_trainer.engine.tools import parity
+from webgpu_trainer.engine.train import schedulers
+from webgpu_trainer.engine.train import optim as gpu_optim
+from webgpu_trainer.engine.train import loop as train_mod
 from webgpu_trainer.cpu import optim
 from webgpu_trainer.cpu.engine import Engine
 

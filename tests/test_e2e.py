@@ -252,7 +252,7 @@ def test_upload_finetune_head_and_download(app, mnist_cache, tmp_path):
     from onnx import numpy_helper
 
     from webgpu_trainer.host import data
-    from webgpu_trainer.engine import summary
+    from webgpu_trainer.engine.tools import summary
     from webgpu_trainer import onnx_io
     app.wait_ready()
     page = app.page

@@ -1,6 +1,6 @@
 """Honest evaluation (issue 10): validation held out of the training split, evaluation in chunks
 with progress events, progress reports after step 1 and every REPORT_S seconds, and the
-verdict of a run (engine/verdict.py).
+verdict of a run (engine/train/verdict.py).
 
 The trainer runs on both engines (wgpu-py and numpy) with real MNIST; its validation and test
 numbers are checked against a float64 numpy forward of the trained weights on exactly the
@@ -14,10 +14,13 @@ from conftest import FWD_RTOL, rel_err, run, tiny_mlp
 
 from webgpu_trainer.cli import commands as native
 from webgpu_trainer.cpu.cpu_engine import CpuEngine
-from webgpu_trainer.engine import config, train as train_mod
-from webgpu_trainer.engine.gpu_engine import GpuEngine
-from webgpu_trainer.engine.train import Split, Trainer, holdout
-from webgpu_trainer.engine.verdict import lower_lr, verdict
+from webgpu_trainer.engine import config
+from webgpu_trainer.engine.train import loop as train_mod
+from webgpu_trainer.engine.train.gpu_engine import GpuEngine
+from webgpu_trainer.engine.train.data import MNIST_MEAN, MNIST_STD, Split, holdout
+from webgpu_trainer.engine.train.evaluate import VAL_POINTS
+from webgpu_trainer.engine.train.loop import Trainer
+from webgpu_trainer.engine.train.verdict import lower_lr, verdict
 
 
 # ---------------------------------------------------------------- the split
@@ -75,7 +78,7 @@ def _reference(weights: bytes, graph: dict, images: np.ndarray, labels: np.ndarr
     flat = np.frombuffer(weights, np.float32)
     w = {t["name"]: flat[t["offset"] // 4:(t["offset"] + t["nbytes"]) // 4]
          .reshape(t["shape"]).astype(np.float64) for t in graph["tensors"]}
-    x = (images.astype(np.float64) / 255 - train_mod.MNIST_MEAN) / train_mod.MNIST_STD
+    x = (images.astype(np.float64) / 255 - MNIST_MEAN) / MNIST_STD
     h = np.maximum(x @ w["fc1.w"].T + w["fc1.b"], 0)
     z = h @ w["fc2.w"].T + w["fc2.b"]
     logp = z - z.max(1, keepdims=True)
@@ -188,7 +191,7 @@ def test_validation_points_inside_each_epoch():
     events = []
     tr = Trainer(CpuEngine(), *tiny_mlp(3), cfg, *splits,
                  emit=lambda kind, **kw: events.append((kind, kw)))
-    tr.val_points = train_mod.VAL_POINTS
+    tr.val_points = VAL_POINTS
     run(tr.setup())
     run(tr.run())
     points = [kw for kind, kw in events if kind == "validation"]

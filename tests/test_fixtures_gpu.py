@@ -39,8 +39,8 @@ from conftest import _record, rel_err, run
 from harness import read_f32, read_flat
 
 from webgpu_trainer import onnx_io
-from webgpu_trainer.engine import optim
-from webgpu_trainer.engine import parity
+from webgpu_trainer.engine.train import optim
+from webgpu_trainer.engine.tools import parity
 
 pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 

@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from webgpu_trainer import onnx_io
-from webgpu_trainer.engine import summary
-from webgpu_trainer.engine.train import Split, Trainer
+from webgpu_trainer.engine.tools import summary
+from webgpu_trainer.engine.train.data import Split
+from webgpu_trainer.engine.train.gpu_engine import GpuEngine
+from webgpu_trainer.engine.train.loop import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,7 +34,7 @@ def _train(device, graph, weights, trainable, steps=1):
            "max_steps": steps, "eval_images": 8, "val_images": 0, "trainable": trainable}
 
     async def go():
-        tr = Trainer(device, graph, weights, cfg, train, test)
+        tr = Trainer(GpuEngine(device), graph, weights, cfg, train, test)
         await tr.setup()
         await tr.run()
         return await tr.trained_weights()

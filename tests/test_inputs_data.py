@@ -18,7 +18,9 @@ from harness import one_step
 
 from webgpu_trainer.host import data
 from webgpu_trainer.cpu.losses import criterion
-from webgpu_trainer.engine.train import Split, Trainer
+from webgpu_trainer.engine.train.data import Split
+from webgpu_trainer.engine.train.gpu_engine import GpuEngine
+from webgpu_trainer.engine.train.loop import Trainer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HOSTILE = ROOT / "tests" / "fixtures" / "hostile" / "data"
@@ -236,11 +238,13 @@ def test_trainer_refuses_label_11_before_gpu_work():
     labels = bytes([1, 2, 3, 11, 4, 5, 6, 7])
     bad = Split(bytes(784 * 8), labels, 8, labels)
     with pytest.raises(ValueError) as e:
-        run(Trainer(None, graph, blob, {"batch_size": 4, "val_images": 0}, bad, good).setup())
+        run(Trainer(GpuEngine(None), graph, blob, {"batch_size": 4, "val_images": 0}, bad,
+                    good).setup())
     assert str(e.value).startswith("training label 11 at index 3 is outside 0..9 (the model "
                                    "has 10 classes)")
     with pytest.raises(ValueError, match="test label 11 at index 3 is outside 0..9"):
-        run(Trainer(None, graph, blob, {"batch_size": 4, "val_images": 0}, good, bad).setup())
+        run(Trainer(GpuEngine(None), graph, blob, {"batch_size": 4, "val_images": 0}, good,
+                    bad).setup())
 
 
 def test_numpy_loss_refuses_label_11():

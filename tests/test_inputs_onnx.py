@@ -28,7 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 from webgpu_trainer import onnx_io
 from webgpu_trainer.cpu.engine import Engine, params_from_blob
 from webgpu_trainer.engine.ops import losses
-from webgpu_trainer.engine.summary import summarize
+from webgpu_trainer.engine.tools.summary import summarize
 from webgpu_trainer.cli.summary_table import format_summary
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -146,7 +146,7 @@ def test_dequantized_weights_train(name):
 def test_dequantized_model_inits_trains_and_exports(device):
     """Scratch init on the GPU (was KeyError 'fc1.weight'), a step, export: float32 weights,
     onnxruntime == the engine."""
-    from webgpu_trainer.engine import parity
+    from webgpu_trainer.engine.tools import parity
     path = HOSTILE / "dequantize.onnx"
     graph, blob = onnx_io.load_bundle(path)
 

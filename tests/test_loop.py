@@ -32,9 +32,9 @@ from webgpu_trainer.cli import commands as native
 from webgpu_trainer.cpu import philox
 from webgpu_trainer.cpu.cpu_engine import CpuEngine
 from webgpu_trainer.engine import init
-from webgpu_trainer.engine.gpu_engine import GpuEngine
+from webgpu_trainer.engine.train.gpu_engine import GpuEngine
 from webgpu_trainer.engine.graph import Graph
-from webgpu_trainer.engine.train import Trainer
+from webgpu_trainer.engine.train.loop import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 TORCH_INIT = json.loads((REPO / "tests" / "fixtures" / "init.json").read_text())["models"]

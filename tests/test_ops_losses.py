@@ -24,7 +24,7 @@ from harness import check_case
 from webgpu_trainer.cpu import losses as cpu_losses
 from webgpu_trainer.cpu.engine import Engine, params_from_blob
 from webgpu_trainer.cpu.softmax import log_softmax
-from webgpu_trainer.engine import parity
+from webgpu_trainer.engine.tools import parity
 from webgpu_trainer.engine.ops import losses
 
 pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
@@ -151,7 +151,9 @@ def test_trainer_validation_loss(device, loss):
     log_softmax_end = loss == "auto+LogSoftmax"
     if log_softmax_end:
         loss = "auto"
-    from webgpu_trainer.engine.train import MNIST_MEAN, MNIST_STD, Split, Trainer
+    from webgpu_trainer.engine.train.data import MNIST_MEAN, MNIST_STD, Split
+    from webgpu_trainer.engine.train.gpu_engine import GpuEngine
+    from webgpu_trainer.engine.train.loop import Trainer
     rng = rng_for("trainer", repr(loss))
     count, pixels, classes = 12, 784, 10
     images = rng.integers(0, 256, (count, pixels)).astype(np.uint8)
@@ -167,7 +169,7 @@ def test_trainer_validation_loss(device, loss):
     split = Split(images.tobytes(), labels.tobytes(), count, labels.tobytes(), pixels)
     cfg = {"optimizer": "sgd", "lr": 0.05, "batch_size": 4, "epochs": 1, "init": "finetune",
            "eval_images": 7, "val_images": 0, "report_every": 1, "loss": loss}
-    trainer = Trainer(device, graph, blob, cfg, split, split)
+    trainer = Trainer(GpuEngine(device), graph, blob, cfg, split, split)
 
     async def go():
         await trainer.setup()
@@ -207,11 +209,14 @@ def test_bad_spec(spec, match):
 
 
 def test_trainer_rejects_bad_loss_before_gpu_work():
-    from webgpu_trainer.engine.train import Split, Trainer
+    from webgpu_trainer.engine.train.data import Split
+    from webgpu_trainer.engine.train.gpu_engine import GpuEngine
+    from webgpu_trainer.engine.train.loop import Trainer
     graph, blob = make_graph([node("Gemm", ["input", "fc.w"], ["logits"], transB=1)],
                              [("fc.w", np.zeros((10, 784), np.float32), "param")],
                              [("input", ["N", 784])], [("logits", ["N", 10])])
     split = Split(bytes(784 * 8), bytes(8), 8, bytes(8))
-    trainer = Trainer(None, graph, blob, {"batch_size": 4, "loss": {"loss": "l1"}}, split, split)
+    trainer = Trainer(GpuEngine(None), graph, blob, {"batch_size": 4, "loss": {"loss": "l1"}},
+                      split, split)
     with pytest.raises(ValueError, match=r"loss: must be one of auto, .*, got 'l1'"):
         run(trainer.setup())

@@ -75,7 +75,7 @@ def test_infer_errors(a, b, msg):
 
 def test_too_many_batch_dims(device):
     """Six batch dims whose broadcast pattern alternates cannot be merged: refused at build."""
-    from webgpu_trainer.engine import parity
+    from webgpu_trainer.engine.tools import parity
     a = [2, 1, 2, 1, 2, 1, 3, 4]
     bshape = [1, 2, 1, 2, 1, 2, 4, 5]
     consts = {"a.shape": _shape_const(a)}

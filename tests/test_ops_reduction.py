@@ -10,7 +10,7 @@ from cases.blocks import flat_head_case, gemm_to
 from conftest import make_graph, node, rng_for, run
 from harness import check_case
 from webgpu_trainer.cpu import KERNELS
-from webgpu_trainer.engine import parity
+from webgpu_trainer.engine.tools import parity
 
 pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 

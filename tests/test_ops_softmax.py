@@ -13,7 +13,7 @@ from webgpu_trainer.cpu import engine as cpu_engine
 from webgpu_trainer.cpu.engine import Engine, params_from_blob
 from webgpu_trainer.cpu.softmax import (log_softmax, log_softmax_backward, nll, softmax as
                                         np_softmax, softmax_backward)
-from webgpu_trainer.engine import parity
+from webgpu_trainer.engine.tools import parity
 
 pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 

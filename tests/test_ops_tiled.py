@@ -224,7 +224,7 @@ PIPELINES_JS = """async (items) => {
 @pytest.mark.e2e
 def test_gpu_pipelines_build_in_chromium(chromium, server):
     """Tint (Chromium) accepts the GPU paths' pipelines with their override constants."""
-    from webgpu_trainer.engine import shaders
+    from webgpu_trainer.engine.backends import shaders
     ctx = chromium.new_context()
     try:
         page = ctx.new_page()

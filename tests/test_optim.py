@@ -13,9 +13,9 @@ import pytest
 
 from conftest import FWD_RTOL, OPTIM_RTOL, make_graph, node, rel_err, run, tag_of
 from harness import read_flat
-from webgpu_trainer.engine import parity
-from webgpu_trainer.engine import optim
-from webgpu_trainer.engine import schedulers
+from webgpu_trainer.engine.tools import parity
+from webgpu_trainer.engine.train import optim
+from webgpu_trainer.engine.train import schedulers
 
 pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 

@@ -4,7 +4,7 @@
 - Start -> the charts receive points (read through window.charts, the uPlot instances): the
   loss chart's steps and losses are the worker's, its smoothed loss the debiased moving
   average computed by numpy, the learning-rate chart has StepLR's values of
-  engine/schedulers.py for every step, the train-vs-validation chart gets three points inside
+  engine/train/schedulers.py for every step, the train-vs-validation chart gets three points inside
   the epoch (64 held-out images each) and the epoch's end, against steps;
 - Pause: the phase reads "paused" and the step count stays put for PAUSED_S seconds; Resume:
   it continues; Stop: the pill says "evaluating" at once and the button becomes "Stop
@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 from e2e_fixtures import Page, screenshot
 
-from webgpu_trainer.engine import schedulers
+from webgpu_trainer.engine.train import schedulers
 
 pytestmark = pytest.mark.e2e
 

@@ -23,7 +23,7 @@ RUN = dict(optimizer="adam", lr="0.002", batch=32, epochs=1, seed=0, max_steps=0
 RUN_STEPS = 24
 RUN_TIMEOUT_S = 300
 STOP_EVAL = 2048      # test images to evaluate after Stop (eight chunks of 256)
-CHUNK = 256           # engine/gpu_engine.py EVAL_IMAGES (batch 32 divides it)
+CHUNK = 256           # engine/train/gpu_engine.py EVAL_IMAGES (batch 32 divides it)
 WRONG_SHOWN = 24      # web/evaluation.js
 
 # The page's status lines, kept as they change (a MutationObserver on #status).

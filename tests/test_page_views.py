@@ -18,7 +18,7 @@ from conftest import FWD_RTOL, assert_close
 from e2e_fixtures import Page, screenshot
 
 from webgpu_trainer.cpu.engine import Engine, params_from_blob
-from webgpu_trainer.engine.train import pixel_table
+from webgpu_trainer.engine.train.data import pixel_table
 from webgpu_trainer.host import data
 
 pytestmark = pytest.mark.e2e

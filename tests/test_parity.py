@@ -47,7 +47,7 @@ def parity_page(chromium, server):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_browser_matches_native(parity_page, device, family):
-    from webgpu_trainer.engine import parity
+    from webgpu_trainer.engine.tools import parity
     cases = [c.parity() for c in browser_cases(family)]
     assert cases, f"{family}: no browser cases"
     # Playwright's sync API runs an event loop in this thread: run the native engine in another.
@@ -86,8 +86,8 @@ def test_init_is_bit_identical(parity_page, device):
     BatchNorm) and a MatMul + Add + LayerNormalization model (engine/init.py, Philox)."""
     import test_loop
     from webgpu_trainer.cpu.cpu_engine import CpuEngine
-    from webgpu_trainer.engine import parity
-    from webgpu_trainer.engine.parity import b64
+    from webgpu_trainer.engine.tools import parity
+    from webgpu_trainer.engine.tools.parity import b64
     cases, blobs = [], {}
     for model in ("seednet", "linear_layernorm"):
         graph, blob = test_loop.MODELS[model]()
@@ -114,7 +114,7 @@ def test_init_is_bit_identical(parity_page, device):
 def test_every_shader_compiles_in_chromium(parity_page):
     """Every shaders/*.wgsl compiles in Chromium's WebGPU (Tint), which is stricter than the
     native wgpu (naga) in places, e.g. reserved words and uniformity rules."""
-    from webgpu_trainer.engine import shaders
+    from webgpu_trainer.engine.backends import shaders
     sources = {p.name: shaders.source(p.stem)  # with its //!include lines expanded
                for p in sorted(shaders.shader_dir().glob("*.wgsl"))}
     errors = parity_page.evaluate("s => window.compileWGSL(s)", sources)

@@ -1,4 +1,4 @@
-"""The kernels playground's filter (engine/playground.py: the engine's Conv through a Plan) on
+"""The kernels playground's filter (engine/tools/playground.py: the engine's Conv through a Plan) on
 the native GPU, every wgpu backend, against a float64 numpy cross-correlation with zero
 padding written here (ONNX Conv; no scipy): each preset kernel and a random one on a
 non-square image, within PLAYGROUND_ATOL. Also the request checks and GET /api/kernels."""
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import PLAYGROUND_ATOL, rng_for, run
-from webgpu_trainer.engine import playground
+from webgpu_trainer.engine.tools import playground
 
 pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 

@@ -16,9 +16,10 @@ from webgpu_trainer.cli import commands as native
 from webgpu_trainer.cpu.cpu_engine import CpuEngine
 from webgpu_trainer.cpu.engine import Engine, params_from_blob
 from webgpu_trainer.cpu.softmax import log_softmax
-from webgpu_trainer.engine import probe
-from webgpu_trainer.engine.gpu_engine import GpuEngine
-from webgpu_trainer.engine.train import Trainer, pixel_table
+from webgpu_trainer.engine.train import probe
+from webgpu_trainer.engine.train.gpu_engine import GpuEngine
+from webgpu_trainer.engine.train.data import pixel_table
+from webgpu_trainer.engine.train.loop import Trainer
 
 pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 

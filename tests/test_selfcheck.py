@@ -10,8 +10,9 @@ import pytest
 
 from conftest import backends, run
 from webgpu_trainer.cli import main as cli
-from webgpu_trainer.engine import selfcheck, shaders
-from webgpu_trainer.engine.parity import b64, unb64
+from webgpu_trainer.engine.tools import selfcheck
+from webgpu_trainer.engine.backends import shaders
+from webgpu_trainer.engine.tools.parity import b64, unb64
 
 pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 

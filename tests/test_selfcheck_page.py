@@ -1,4 +1,4 @@
-"""The page's GPU self-check (web/selfcheck.js, browser.py's ``_selfcheck``): before its first
+"""The page's GPU self-check (web/selfcheck.js, worker/main.py's ``_selfcheck``): before its first
 training run the worker checks every op family and optimizer on the browser's adapter
 (SwiftShader here) against the committed float64 references, and the page warns, naming the
 wrong ops, when some check fails (training stays allowed)."""

@@ -17,8 +17,8 @@ from conftest import tiny_mlp
 
 from webgpu_trainer.cli import commands as native
 from webgpu_trainer.cpu.cpu_engine import CpuEngine
-from webgpu_trainer.engine.gpu_engine import GpuEngine
-from webgpu_trainer.engine.train import Trainer
+from webgpu_trainer.engine.train.gpu_engine import GpuEngine
+from webgpu_trainer.engine.train.loop import Trainer
 
 PAUSE_S = 1.0
 BATCH, TRAIN = 16, 96  # 6 steps per epoch

@@ -1,5 +1,5 @@
 // The module worker: boots Pyodide, loads the engine wheel, and hands messages to
-// webgpu_trainer.engine.browser (Python), which drives navigator.gpu from this worker.
+// webgpu_trainer.worker.main (Python), which drives navigator.gpu from this worker.
 import { loadPyodide } from "/vendor/pyodide/pyodide.mjs";
 
 const pending = [];
@@ -23,7 +23,7 @@ async function boot() {
   const wheel = await fetch(meta.url);
   if (!wheel.ok) throw new Error(`engine wheel ${meta.url}: HTTP ${wheel.status}`);
   pyodide.unpackArchive(await wheel.arrayBuffer(), "wheel");
-  const browser = pyodide.pyimport("webgpu_trainer.engine.browser");
+  const browser = pyodide.pyimport("webgpu_trainer.worker.main");
   await browser.boot();
   handle = (msg) => browser.handle(msg);
   for (const msg of pending.splice(0)) handle(msg);

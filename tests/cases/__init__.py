@@ -9,7 +9,7 @@ run and compare it. The same case runs
   the native GPU and on the float64 numpy engine and compares the loss, the output, the
   activations ``acts``, the activation gradients ``dacts``, every parameter gradient and the
   running statistics, with the tolerances of tests/conftest.py;
-- in the browser: ``case.parity()`` is a case of ``engine/parity.py``; tests/test_parity.py
+- in the browser: ``case.parity()`` is a case of ``engine/tools/parity.py``; tests/test_parity.py
   runs it in Pyodide on the browser's WebGPU and natively, and compares the two;
 - in the GPU self-check (``webgpu-trainer doctor``, the page before training): the cases marked
   ``selfcheck`` against float64 references (``selfcheck_cases``, scripts/make_selfcheck.py).
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from conftest import f32, make_graph
-from webgpu_trainer.engine.parity import b64
+from webgpu_trainer.engine.tools.parity import b64
 
 # Every family with a case list, in the order the browser runs them.
 FAMILIES = ("activation", "batchnorm", "binary", "conv", "dropout", "gemm", "layernorm",
@@ -126,9 +126,9 @@ def browser_cases(name) -> list:
 
 
 def selfcheck_cases() -> list:
-    """The GPU self-check's cases (engine/selfcheck.py, ``webgpu-trainer doctor``): the cases
+    """The GPU self-check's cases (engine/tools/selfcheck.py, ``webgpu-trainer doctor``): the cases
     marked ``selfcheck`` (at least one per op family, BatchNorm's running statistics, Dropout,
-    the GPU weight init, every optimizer), as ``engine/parity.py`` cases. Their float64
-    references are committed in engine/selfcheck.json: after changing one, run
+    the GPU weight init, every optimizer), as ``engine/tools/parity.py`` cases. Their float64
+    references are committed in engine/tools/selfcheck.json: after changing one, run
     scripts/make_selfcheck.py (tests/test_selfcheck.py fails until then)."""
     return [c.parity() for name in FAMILIES for c in family(name).CASES if c.selfcheck]

@@ -1,7 +1,7 @@
 """Checkpoints of a native run (``checkpoints/epoch-NNN.ckpt`` of ``webgpu-trainer train``): the
 file format (``write_checkpoint`` / ``read_checkpoint``, written atomically), the latest one of a
 run. Its "weights" and "optimizer" sections and the header fields that place the run come from
-``engine/checkpoint.py`` (one implementation, shared with the browser's checkpoints; its
+``engine/train/checkpoint.py`` (one implementation, shared with the browser's checkpoints; its
 functions stay importable from here)."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import json
 import struct
 from pathlib import Path
 
-from ..engine.checkpoint import (load_optimizer_state, optimizer_state,  # noqa: F401 (re-exported)
-                                 read_weights, write_weights)
+# re-exported
+from ..engine.train.checkpoint import (load_optimizer_state, optimizer_state,  # noqa: F401
+                                       read_weights, write_weights)
 from ..host.data import atomic_write
 
 CKPT_MAGIC = b"WGTCKPT1"

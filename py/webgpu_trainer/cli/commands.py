@@ -66,14 +66,14 @@ from pathlib import Path
 
 from . import doctor
 from ..engine import config as run_config
-from ..engine import train as train_mod
-from ..engine import checkpoint as engine_ckpt
+from ..engine.train import data as train_data, loop as train_mod
+from ..engine.train import checkpoint as engine_ckpt
 from .checkpoints import (CKPT_FORMAT as CKPT_FORMAT, CKPT_MAGIC as CKPT_MAGIC,  # noqa: F401
                           fixed_on_resume, last_checkpoint, load_optimizer_state,
                           optimizer_state, read_checkpoint, read_last, read_weights, undo_for,
                           write_checkpoint, write_weights)
 from ..host.data import atomic_write
-from .devices import CpuDevice as CpuDevice, is_cpu, make_trainer, open_device
+from .devices import CpuDevice as CpuDevice, is_numpy, make_trainer, open_device
 from ..engine.ops import losses
 from .summary_table import format_summary
 from .run_config import flag_errors, resolve_config, resolve_trainable, with_trainable
@@ -111,7 +111,7 @@ def load_splits(data_dir, train_images: int = 0, eval_images: int = 10000):
         if keep and keep > 0:
             images, labels = images[:keep], labels[:keep]
         lab = labels.tobytes()
-        out.append(train_mod.Split(images.tobytes(), lab, len(labels), lab,
+        out.append(train_data.Split(images.tobytes(), lab, len(labels), lab,
                                    images.shape[1] * images.shape[2]))
     return out[0], out[1], manifest
 
@@ -148,7 +148,7 @@ async def _train(args) -> int:
         raise FileNotFoundError(f"model {model_path} not found")
     graph, weights = onnx_io.load_bundle(model_path)
     cfg = with_trainable(cfg, graph, args)
-    train_mod.trainable_names(graph, cfg["trainable"])  # a stored list still fits
+    train_data.trainable_names(graph, cfg["trainable"])  # a stored list still fits
     from ..engine.graph import Graph
     g = Graph(graph)
     classes = g.shapes(2)[g.output][1]
@@ -158,7 +158,7 @@ async def _train(args) -> int:
     if losses.final_op(graph) == "Softmax":
         print(f"loss: {losses.describe(spec, 'Softmax')}", file=sys.stderr)
     dev = open_device(cfg["device"])
-    check = None if is_cpu(dev) else await doctor.gate(dev, getattr(args, "force", False))
+    check = None if is_numpy(dev) else await doctor.gate(dev, getattr(args, "force", False))
     ckpt_path, header, sections = read_last(out) if stored else (None, None, None)
     if header:
         fixed_on_resume(header, cfg, out / "config.json", ckpt_path)
@@ -176,7 +176,7 @@ async def _train(args) -> int:
     # Every check (the trainer's set-up included) passes before anything is written to --out.
     trainer = make_trainer(dev, graph, weights, cfg, train_set, test_set)
     await trainer.setup()
-    if header:  # weights, optimizer state, epoch and step (engine/checkpoint.py)
+    if header:  # weights, optimizer state, epoch and step (engine/train/checkpoint.py)
         engine_ckpt.restore(trainer, header, sections, str(ckpt_path))
     config_doc = {
         "config": cfg.to_json(),
@@ -284,7 +284,7 @@ async def _train(args) -> int:
                   "batch_size": cfg["batch_size"], "seed": cfg["seed"], "init": cfg["init"],
                   "final_accuracy": result["test_acc"], "eval_images": trainer.n_eval,
                   "train_images": trainer.train_set.count,
-                  "backend": "numpy" if is_cpu(dev) else "wgpu-native",
+                  "backend": "numpy" if is_numpy(dev) else "wgpu-native",
                   "adapter": dev.info.get("device") or dev.info.get("description", "")}
     engine_cfg = cfg.trainer_config()
     if engine_cfg["scheduler"]:
@@ -320,7 +320,7 @@ async def engine_log_probs(dev, model_path: Path, images, labels) -> list[list[f
     if n < 2:  # the plan's batch (BatchNorm training needs >= 2) is never run in train mode
         images = np.concatenate([images, images])
         labels = np.concatenate([labels, labels])
-    split = train_mod.Split(images.tobytes(), labels.tobytes(), len(labels), labels.tobytes(),
+    split = train_data.Split(images.tobytes(), labels.tobytes(), len(labels), labels.tobytes(),
                             images.shape[1] * images.shape[2])
     trainer = make_trainer(dev, graph, weights,
                            {"init": "finetune", "batch_size": 2, "eval_images": n,
@@ -341,7 +341,7 @@ def onnxruntime_probs(model_path: Path, images):
     graph, weights = onnx_io.load_bundle(model_path)
     model = onnx_io.export_onnx(model_path, weights, {})
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-    x = (np.asarray(images, np.float32) / 255.0 - train_mod.MNIST_MEAN) / train_mod.MNIST_STD
+    x = (np.asarray(images, np.float32) / 255.0 - train_data.MNIST_MEAN) / train_data.MNIST_STD
     x = x.reshape(len(x), 1, *x.shape[1:]).astype(np.float32)
     out = sess.run(None, {sess.get_inputs()[0].name: x})[0].astype(np.float64)
     final = losses.final_op(graph)
@@ -406,7 +406,7 @@ def add_summary(sub) -> argparse.ArgumentParser:
 def summary(args) -> int:
     from .. import onnx_io
     from ..engine.graph import Graph, GraphError
-    from ..engine.summary import summarize
+    from ..engine.tools.summary import summarize
     try:
         graph, _ = onnx_io.load_bundle(args.model)
     except ValueError as exc:  # OnnxImportError: every problem at once

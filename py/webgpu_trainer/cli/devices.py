@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 
-from ..engine import train as train_mod
-from ..engine.gpu_engine import GpuEngine
+from ..engine.train import loop as train_mod
+from ..engine.train.gpu_engine import GpuEngine
 
 
 class CpuDevice:
     """``--device cpu``: no device object is needed by the numpy engine; this one names it in
-    config.json (``info``) and tells the code paths apart (``is_cpu``)."""
+    config.json (``info``) and tells the code paths apart (``is_numpy``; a device's own
+    ``is_cpu`` means a software WebGPU adapter, ``backends.device.Device``)."""
 
     is_numpy = True
 
@@ -21,7 +22,8 @@ class CpuDevice:
                      "description": f"numpy {np.__version__}, {os.cpu_count()} CPU cores"}
 
 
-def is_cpu(dev) -> bool:
+def is_numpy(dev) -> bool:
+    """True for ``CpuDevice`` (the numpy engine), False for a WebGPU device."""
     return getattr(dev, "is_numpy", False)
 
 
@@ -37,7 +39,7 @@ def open_device(kind: str):
 
 def make_engine(dev):
     """The training engine on ``dev``: ``CpuEngine`` for a ``CpuDevice``, else ``GpuEngine``."""
-    if is_cpu(dev):
+    if is_numpy(dev):
         from ..cpu.cpu_engine import CpuEngine
         return CpuEngine()
     return GpuEngine(dev)

@@ -1,6 +1,6 @@
 """``webgpu-trainer doctor``: does this machine's GPU compute what the engine means?
 
-Runs the self-check (``engine/selfcheck.py``: every op family forward and backward and every
+Runs the self-check (``engine/tools/selfcheck.py``: every op family forward and backward and every
 optimizer, against committed float64 references) on a native adapter and prints the table
 (op case, check, max relative error, tolerance, ok / WRONG) and the adapter. Exit status 0
 when every check is ok, 1 naming the wrong ops otherwise, 2 when no adapter can be opened.
@@ -23,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..engine import selfcheck
+from ..engine.tools import selfcheck
 
 
 def cache_dir() -> Path:
@@ -39,7 +39,7 @@ def cache_key(info: dict) -> str:
     WGSL, the references): any change re-runs the check."""
     from importlib import metadata
 
-    from ..engine import shaders
+    from ..engine.backends import shaders
     h = hashlib.sha256(json.dumps(info, sort_keys=True).encode())
     try:
         h.update(metadata.version("wgpu").encode())

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..engine import config
 from ..engine.config import BY_NAME, ConfigError
-from ..engine.summary import head_params
+from ..engine.tools.summary import head_params
 from .options import given as given_options
 
 

@@ -1,7 +1,7 @@
 """The training engine on the numpy engine in float32 (``webgpu-trainer train --device cpu``):
 ``train.Trainer``'s steps without a GPU. CPython only (numpy).
 
-The interface is ``gpu_engine.GpuEngine``'s (described in ``engine/train.py``), computed with
+The interface is ``engine/train/engine.py``'s ``Engine`` (as ``GpuEngine``), computed with
 ``cpu.engine.Engine`` and the optimizers of ``cpu.optim`` (torch.optim semantics, the GPU's
 state format) over a flat float32 weight vector ``P`` laid out as the GPU plan's weight buffer
 (the bundle's blob, padded as ``Plan`` pads it), so checkpoints move between the engines. What
@@ -21,9 +21,9 @@ import numpy as np
 
 from ..engine import init
 from ..engine.backends.base import round_up
-from ..engine.guard import watched
+from ..engine.train.guard import watched
 from ..engine.ops.losses import final_op, resolve
-from ..engine.probe import LOGP, params_in_order
+from ..engine.train.probe import LOGP, params_in_order
 from . import optim, philox
 from .engine import Engine
 from .softmax import log_softmax
@@ -36,6 +36,7 @@ class CpuEngine:
 
     optim = optim  # the numpy twins of the GPU optimizers
     dev = None     # what ``opt.state_bytes(dev)`` is given (the numpy optimizers ignore it)
+    memory_bytes = None  # no GPU buffers
 
     async def build(self, graph, batch: int, loss, trainable, seed: int):
         """The flat weight vector ``P`` (and gradients ``G``) over ``graph`` (``Graph``), the

@@ -23,7 +23,7 @@ backend restores into the other. CPython only (numpy).
 
 import numpy as np
 
-from ..engine import optim as gpu
+from ..engine.train import optim as gpu
 
 f32 = np.float32
 

@@ -1,7 +1,9 @@
-"""The training engine: standard library only, so it runs in Pyodide (browser) and CPython.
+"""The engine: standard library only, so it runs in Pyodide (browser) and CPython.
 
-backends/ (WebGPU in the browser, wgpu-py natively), ops/ (forward + backward per op family),
-graph.py + plan.py (the compiled training step), optim.py, schedulers.py, guard.py, train.py
-(the training loop), summary.py, parity.py, selfcheck.py (the GPU self-check against
-selfcheck.json), browser.py (the Web Worker's entry).
+Its root is the compiler: graph.py (model description -> shapes), plan.py + builder.py (the
+compiled training step), init.py (PyTorch's default init), errors.py, config/ (the run
+configuration), ops/ (forward + backward per op family) and backends/ (the device: WebGPU in the
+browser, wgpu-py natively; shaders.py). On top of it: train/ (the training loop, its engines,
+optimizers, schedules, guard, checkpoints) and tools/ (parity, the self-check, the summary, the
+kernels playground). The Web Worker's entry is the package ``webgpu_trainer.worker``.
 """

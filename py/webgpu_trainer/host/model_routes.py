@@ -129,7 +129,7 @@ class Models:
         return JSONResponse(graph, headers={"Cache-Control": "no-cache"})
 
     def summary(self, request: Request) -> Response:
-        from ..engine.summary import summarize
+        from ..engine.tools.summary import summarize
         graph, _ = self.bundle(self.path(request.path_params["name"]))
         return JSONResponse(summarize(graph), headers={"Cache-Control": "no-cache"})
 
@@ -143,7 +143,7 @@ class Models:
         uploads only when it imports AND the engine can train it; else 400 listing every
         problem. Answers ``{"name", "summary"}``."""
         from ..engine.graph import Graph, GraphError
-        from ..engine.summary import summarize
+        from ..engine.tools.summary import summarize
         limit = self.max_upload_bytes
         name = upload_name(request.query_params.get("filename") or "model.onnx")
         if (self.dir / f"{name}.onnx").is_file():

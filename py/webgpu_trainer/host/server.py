@@ -158,7 +158,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
 
     # ------------------------------------------------------------ run configuration
     def kernels(request: Request) -> Response:
-        from ..engine import playground
+        from ..engine.tools import playground
         return JSONResponse(playground.presets())
 
     def config_schema(request: Request) -> Response:

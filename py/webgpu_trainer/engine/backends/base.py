@@ -1,19 +1,6 @@
 """What every backend shares: WebGPU's byte rules and uniform packing, in one place.
 
-A backend (``wgpu_native.Device``, ``webgpu_js.Device``) offers this small interface:
-
-- ``buffer(nbytes, label, uniform=False) -> Buffer``: storage (or uniform) buffer, zero-filled;
-  ``allocated`` counts the bytes of every buffer made so far (what a run holds: the difference).
-- ``write(buf, data, offset=0)``: upload bytes (a Python buffer, or a JS ArrayBuffer in Pyodide).
-- ``await pipeline(shader, entry, constants) -> Pipeline``: compiled once, cached by
-  ``shaders.pipeline_key``; a WGSL error raises ``ShaderError`` naming the shader and entry point.
-- ``bind(pipeline, buffers) -> BindGroup``: binding i of the shader file gets ``buffers[i]``,
-  each a ``Buffer`` or a ``View`` (buffer, byte offset, byte size).
-- ``program(dispatches) -> Program``: ``[(pipeline, bind_group, (x, y, z)), ...]`` recorded once.
-- ``submit(programs, copies=())``: one command encoder, one compute pass per program, then
-  ``copies`` (``(src, src_offset, dst, dst_offset, nbytes)``), one queue submit.
-- ``await read(buf, offset, nbytes) -> bytes``; ``await sync()`` waits for submitted work;
-  ``fence()`` returns an awaitable for the work submitted so far (await it later).
+A backend (``wgpu_native.Device``, ``webgpu_js.Device``) implements ``device.Device``.
 """
 
 import struct

@@ -8,7 +8,7 @@ import js
 from pyodide.code import run_js
 from pyodide.ffi import to_js
 
-from .. import shaders
+from . import shaders
 from .base import ShaderError, View, round_up
 
 _REPLAY = run_js("""
@@ -43,7 +43,7 @@ def _js(obj):
 
 
 class Device:
-    """A WebGPU ``GPUDevice`` with the backend interface of ``backends.base``.
+    """A WebGPU ``GPUDevice`` as a ``device.Device``.
 
     Create with ``await Device.create()``; raises ``NoWebGPU`` where WebGPU is unavailable.
     """

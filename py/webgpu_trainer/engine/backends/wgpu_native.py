@@ -2,7 +2,7 @@
 
 import wgpu
 
-from .. import shaders
+from . import shaders
 from .base import ShaderError, View, round_up
 
 _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -56,7 +56,7 @@ def _adapter_of(backend: str):
 
 
 class Device:
-    """A wgpu-py device with the backend interface described in ``backends.base``."""
+    """A wgpu-py device (``device.Device``)."""
 
     def __init__(self, power_preference: str = "high-performance", backend: str | None = None):
         """``backend``: a wgpu backend name (``BACKENDS``, any case) to use only that API's

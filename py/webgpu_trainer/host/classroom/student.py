@@ -109,10 +109,10 @@ async def report(request) -> Response:
 
 
 async def _checked_verdict(request, student: dict, run_no: int | None, batch: dict) -> dict:
-    """The result with the verdict the student's page reported (engine/verdict.py's kind and
+    """The result with the verdict the student's page reported (engine/train/verdict.py's kind and
     words), checked where the server can: Stop makes it "stopped" unless it diverged, and a
     test accuracy at most ``CHANCE_FACTOR`` / classes is "chance" whatever was reported."""
-    from ...engine.verdict import CHANCE_FACTOR
+    from ...engine.train.verdict import CHANCE_FACTOR
     st = request.app.state.classroom
     res = dict(batch["result"])
     model = (batch.get("config") or {}).get("model")

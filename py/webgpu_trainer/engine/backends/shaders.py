@@ -13,7 +13,7 @@ from pathlib import Path
 PRINT_WGSL = bool(os.environ.get("WEBGPU_TRAINER_PRINT_WGSL"))
 
 _HERE = Path(__file__).resolve().parent
-_CANDIDATES = (_HERE.parent / "shaders", _HERE.parents[2] / "shaders")
+_CANDIDATES = (_HERE.parents[1] / "shaders", _HERE.parents[3] / "shaders")
 _SOURCES: dict = {}
 
 # "@group(0) @binding(3) var<storage, read_write> name" -> (3, "storage", "read_write")

@@ -3,8 +3,8 @@ parameters are trainable (like torchinfo's table). Standard library only: the se
 page's worker can both compute it.
 """
 
-from .graph import Graph, GraphError
-from .ops import losses
+from ..graph import Graph, GraphError
+from ..ops import losses
 
 MAC_OPS = ("Conv", "Gemm", "MatMul")
 

@@ -20,9 +20,9 @@ from array import array
 from types import SimpleNamespace
 
 from . import optim
-from .backends.base import groups_1d, pack_params, round_up
+from ..backends.base import groups_1d, pack_params, round_up
 from .guard import Guard
-from .plan import METRICS_RING, Plan, pack_step
+from ..plan import METRICS_RING, Plan, pack_step
 from .probe import LOGP, params_in_order
 
 PROBE_BATCH = 1  # images per forward of the probe's plan (the live views ask for one)

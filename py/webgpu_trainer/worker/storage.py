@@ -3,39 +3,18 @@ checkpoint posted after every epoch (and inside one: by time and on Stop), resum
 one, the current weights on request (``snapshot``), the GPU device's loss (``device_lost``) and
 its test hook.
 
-The checkpoint's sections and header are ``engine/checkpoint.py``'s, the same as the CLI's
+The checkpoint's sections and header are ``engine/train/checkpoint.py``'s, the same as the CLI's
 ``.ckpt`` files: ``weights`` (the engine's flat weight buffer) and ``optimizer``
 (``Optimizer.state_bytes``), sent as ArrayBuffers transferred to the page."""
 
 import asyncio
 import traceback
 
-import js
-from pyodide.ffi import create_proxy, to_js
-
-from . import checkpoint
-from .train import epochs_fraction
+from ..engine.train import checkpoint
+from ..engine.train.loop import epochs_fraction
+from .bridge import STATE, on_settled, page_query, post, post_transfer, to_bytes
 
 LOST_WAIT_S = 2.0  # after a GPU error: how long to wait for the device's `lost` to settle
-
-
-def _post_transfer(kind: str, buffers: dict, **fields):
-    """postMessage({type: kind, ...fields, ...buffers}) transferring the ArrayBuffers of
-    ``buffers`` (name -> bytes) instead of copying them."""
-    from .browser import _bytes_to_js
-    bufs = {k: _bytes_to_js(v) for k, v in buffers.items()}
-    msg = to_js({"type": kind, **fields}, dict_converter=js.Object.fromEntries)
-    for k, b in bufs.items():
-        setattr(msg, k, b)
-    js.postMessage(msg, to_js(list(bufs.values())))
-
-
-def _as_bytes(value) -> bytes:
-    """An ArrayBuffer / TypedArray from the page (a JsProxy or, after ``to_py``, a memoryview)
-    as bytes."""
-    if hasattr(value, "byteLength") and hasattr(value, "to_py"):
-        return js.Uint8Array.new(value).to_bytes()
-    return bytes(value)
 
 
 def checkpoint_hook(trainer, model: str, config: dict):
@@ -45,9 +24,9 @@ def checkpoint_hook(trainer, model: str, config: dict):
     optimizer}`` (the two sections as transferred ArrayBuffers)."""
     async def on_epoch(epoch, step, metrics=None):
         sections = await checkpoint.capture(trainer)
-        _post_transfer("checkpoint", sections, model=model, config=config,
-                       total_steps=trainer.total, metrics=metrics,
-                       **checkpoint.header(trainer, epoch, step))
+        post_transfer("checkpoint", sections, model=model, config=config,
+                      total_steps=trainer.total, metrics=metrics,
+                      **checkpoint.header(trainer, epoch, step))
     return on_epoch
 
 
@@ -55,8 +34,8 @@ def restore(trainer, resume: dict) -> None:
     """Continue from the page's stored checkpoint ``resume`` ({epoch, step, epochs_completed,
     run_state, weights, optimizer}) after ``trainer.setup()``. ValueError naming what does not
     fit."""
-    sections = {"weights": _as_bytes(resume["weights"]),
-                "optimizer": _as_bytes(resume["optimizer"])}
+    sections = {"weights": to_bytes(resume["weights"]),
+                "optimizer": to_bytes(resume["optimizer"])}
     checkpoint.restore(trainer, resume, sections, "the saved checkpoint")
     if trainer.step >= trainer.total:
         raise ValueError(f"the saved checkpoint is at step {trainer.step}, the end of this run "
@@ -69,12 +48,11 @@ def watch_device(dev) -> None:
     dev.lost, dev.lost_event = None, asyncio.Event()
 
     def on_lost(info):
-        from .browser import post
         dev.lost = (str(info.reason), str(info.message))
         dev.lost_event.set()
         post("device_lost", reason=dev.lost[0], message=dev.lost[1])
 
-    dev.device.lost.then(create_proxy(on_lost))
+    on_settled(dev.device.lost, on_lost)
 
 
 async def lost_during(dev, exc) -> bool:
@@ -94,12 +72,11 @@ async def lost_during(dev, exc) -> bool:
     return True
 
 
-async def _snapshot():
+async def _snapshot(data):
     """``snapshot``: the running trainer's current weights (bundle layout, what the export
     route takes) as ``snapshot {weights, model, step, epoch, epochs_done}`` (``epoch``: whole
     epochs done; ``epochs_done``: steps / steps per epoch, the export's metadata), or
     ``snapshot {error}``."""
-    from .browser import STATE, post
     trainer = STATE["trainer"]
     if trainer is None or getattr(trainer, "opt", None) is None:
         post("snapshot", error="no training run is in progress (the weights of a finished "
@@ -111,22 +88,21 @@ async def _snapshot():
         traceback.print_exc()
         post("snapshot", error=f"{type(exc).__name__}: {exc}")
         return
-    _post_transfer("snapshot", {"weights": weights}, model=STATE.get("model"),
-                   step=trainer.step, epoch=trainer.step // max(trainer.per_epoch, 1),
-                   epochs_done=epochs_fraction(trainer.step, trainer.per_epoch))
+    post_transfer("snapshot", {"weights": weights}, model=STATE.get("model"),
+                  step=trainer.step, epoch=trainer.step // max(trainer.per_epoch, 1),
+                  epochs_done=epochs_fraction(trainer.step, trainer.per_epoch))
 
 
 def _lose_device(data):
     """``debug_lose_device``: destroy the GPU device, as a driver reset would lose it. Accepted
     only from a worker started with ``?test=1`` (the page does that when its own URL has it)."""
-    from .browser import STATE, post
-    if "test=1" not in str(js.location.search):
+    if "test=1" not in page_query():
         post("error", message="debug_lose_device is a test hook (open the page with ?test=1)")
         return
     STATE["device"].device.destroy()
 
 
 HANDLERS = {
-    "snapshot": lambda d: asyncio.ensure_future(_snapshot()),
+    "snapshot": _snapshot,
     "debug_lose_device": _lose_device,
 }

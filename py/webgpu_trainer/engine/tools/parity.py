@@ -21,9 +21,9 @@ Standard library only.
 import base64
 import struct
 
-from . import optim
-from .graph import Graph
-from .plan import METRICS_RING, Plan, pack_step
+from ..train import optim
+from ..graph import Graph
+from ..plan import METRICS_RING, Plan, pack_step
 
 
 def b64(data: bytes) -> str:

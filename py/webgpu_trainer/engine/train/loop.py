@@ -4,126 +4,28 @@ library only: it runs in Pyodide too).
 ``Trainer`` owns what a run means: epochs, the per-epoch shuffle (``random.Random(seed * 1000003
 + epoch)``), batches without replacement dropping the last incomplete one (BatchNorm needs full
 batches), the learning-rate schedule per step, metrics, progress and ETA, validation at the end
-of each epoch (and a few points inside it on part of the held-out images), Stop, the
-divergence guard's verdict, the checkpoint hook (``on_epoch``) and the result. It drives an
-*engine*, which owns the weights and computes steps:
-
-- ``gpu_engine.GpuEngine(dev)``: WebGPU (browser, wgpu-py): each step one queue submit of a
-  prebuilt program, metrics read back asynchronously from a ring on the GPU;
-- ``cpu.cpu_engine.CpuEngine()``: numpy float32 (``--device cpu``).
-
-The engine interface (methods are coroutines except ``write_weights`` and ``set_order``):
-
-- ``build(graph, batch, loss, trainable, seed)``: compile for the ``Graph`` at ``batch``; then
-  ``wbytes`` (bytes of the flat weights), ``classes`` and ``loss_spec`` (resolved) are set;
-- ``write_weights(blob)`` / ``read_weights(nbytes=None)``: the flat weights, ``wbytes`` bytes
-  (the bundle's blob padded: the checkpoint format of both engines); ValueError on a size
-  mismatch;
-- ``init_weights(seed)``: PyTorch's default init, the same bits on every engine (``init.py``);
-- ``optim`` (the module whose ``make`` builds the optimizer), ``dev`` (what the optimizer's
-  ``state_bytes(dev)`` takes) and ``attach(opt)``;
-- ``load_data(train, evals, table)``: the training split, ``evals`` (``{"validation": Split,
-  "test": Split}``, each evaluated whole; validation may be absent) and the pixel -> input
-  table; then ``eval_chunk`` is set (images per ``eval_outputs`` call, a multiple of the batch);
-- ``set_order(perm)``: this epoch's training order;
-- ``step(t, offset, lr) -> bool``: optimizer step t on the batch at ``offset`` of the order,
-  returning with at most two steps in flight (no readback); True: read the metrics now (the
-  host saw a non-finite value);
-- ``metrics(first, last)``: ``([(loss, acc)] of steps first..last, guard)``, guard None or
-  ``(step, tensor, node)`` of the first non-finite gradient;
-- ``eval_outputs(what, lo, hi)``: ``(log-probabilities, loss rows)``, float32 bytes
-  [hi - lo, classes] of an eval-mode forward over images lo..hi-1 of the split ``what``
-  ("validation" or "test"; ``lo`` a multiple of ``eval_chunk``).
-
-Validation images are the last ``val_images`` of the training split (``holdout``): training
-uses the images before them, so the per-epoch validation numbers come from images the model
-never trained on, and the test split is kept for the final number.
+of each epoch (and a few points inside it on part of the held-out images: ``evaluate.py``),
+Stop, the divergence guard's verdict, the checkpoint hook (``on_epoch``) and the result. It
+drives an *engine* (``engine.Engine``: ``GpuEngine`` or ``CpuEngine``), which owns the weights
+and computes steps; the data side (splits, held-out images, checks) is ``data.py``.
 """
 
 import asyncio
 import math
 import random
 import time
-from array import array
 
-from . import config as run_config, schedulers
-from .gpu_engine import GpuEngine
-from .graph import Graph
-from .ops import losses
-from .plan import METRICS_RING
+from .. import config as run_config
+from ..graph import Graph
+from ..ops import losses
+from ..plan import METRICS_RING
+from . import schedulers
+from .data import Split, check_fits, holdout, pixel_table, trainable_names
+from .engine import Engine
+from .evaluate import evaluate, validation_marks
 from .verdict import LAST_STEPS, lower_lr, verdict
 
 REPORT_S = 2.0  # progress reports at least this often (wall seconds), besides every report_every
-# Validation during an epoch (the page's "Train vs validation" chart; ``Trainer.val_points``):
-# VAL_POINTS - 1 points evenly inside each epoch on the first images of the held-out set, then
-# the whole set at the epoch's end. A point's images: a tenth of the epoch's training images
-# (an eval forward costs about a third of a training step per image: three points add ~10%),
-# at least VAL_MIN, at most VAL_SUBSET.
-VAL_POINTS, VAL_SUBSET, VAL_MIN = 4, 512, 64
-
-MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # ((x / 255) - mean) / std, as the PyTorch MNIST example
-
-
-def trainable_names(graph: dict, names) -> set | None:
-    """Validate a ``trainable`` config value: None (every parameter trains) or a list of
-    initializer names of role "param" (the rest is frozen: no gradient, no update). Raises
-    ValueError naming unknown names, buffers, or an empty list."""
-    if names is None:
-        return None
-    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"trainable must be a list of parameter names, got {names!r}")
-    roles = {t["name"]: t["role"] for t in graph["tensors"]}
-    unknown = sorted(n for n in names if n not in roles)
-    if unknown:
-        raise ValueError(f"trainable: no parameter named {', '.join(map(repr, unknown))} in the "
-                         f"model (parameters: {', '.join(n for n, r in roles.items() if r == 'param')})")
-    buffers = sorted(n for n in names if roles[n] != "param")
-    if buffers:
-        raise ValueError(f"trainable: {', '.join(buffers)} are buffers (BatchNorm running "
-                         "statistics), not parameters")
-    if not names:
-        raise ValueError("trainable is empty: nothing would train (freeze fewer parameters)")
-    return set(names)
-
-
-class Split:
-    """One MNIST split on its way to the GPU: ``images`` [count, 784] uint8 and ``labels``
-    [count] uint8, each bytes-like or (in the browser) a JS ArrayBuffer; ``labels_host`` the
-    labels as Python bytes (for evaluation on the host)."""
-
-    def __init__(self, images, labels, count: int, labels_host: bytes, pixels: int = 784):
-        self.images, self.labels, self.count = images, labels, count
-        self.labels_host, self.pixels = labels_host, pixels
-
-    def part(self, lo: int, hi: int) -> "Split":
-        """Images lo..hi-1 as a Split (a copy; JS ArrayBuffers through ``slice``)."""
-        def cut(data, size):
-            return data.slice(lo * size, hi * size) if hasattr(data, "byteLength") \
-                else data[lo * size:hi * size]
-        return Split(cut(self.images, self.pixels), cut(self.labels, 1), hi - lo,
-                     self.labels_host[lo:hi], self.pixels)
-
-
-def holdout(train: Split, cfg) -> tuple:
-    """``(training images, validation images or None)`` of the training split ``train`` under
-    the config ``cfg``: validation = its last ``val_images`` images (deterministic: the same
-    for every seed; MNIST: training images 55,000..59,999), training = the first
-    ``config.train_used`` images before them (``train_images`` > 0: that many)."""
-    val = int(cfg.get("val_images") or 0)
-    used = run_config.train_used(cfg, train.count)
-    return train.part(0, used), (train.part(train.count - val, train.count) if val else None)
-
-
-def check_split_labels(split: Split, classes: int, what: str) -> None:
-    """Refuse a split holding a label outside 0..classes-1 (ValueError naming the split, the
-    index and the value), before any GPU work: such a label must never reach a loss kernel."""
-    labels = split.labels_host
-    if not labels or max(labels) < classes:
-        return
-    i = next(i for i, v in enumerate(labels) if v >= classes)
-    raise ValueError(f"{what} label {labels[i]} at index {i} is outside 0..{classes - 1} "
-                     f"(the model has {classes} classes): prepare the data again with "
-                     "`webgpu-trainer data --source DIR`, which refuses such labels")
 
 
 class TrainingDiverged(RuntimeError):
@@ -135,15 +37,6 @@ class TrainingDiverged(RuntimeError):
         self.step, self.layer = step, layer
 
 
-
-
-def pixel_table() -> list:
-    """The model input of each pixel value 0..255: ((v / 255) - mean) / std in float64, which
-    every engine rounds once to float32 (so they see the same inputs)."""
-    return [(v / 255 - MNIST_MEAN) / MNIST_STD for v in range(256)]
-
-
-
 def epochs_fraction(steps: int, per_epoch: int):
     """The epochs ``steps`` make: an int when whole, else rounded to 4 decimals."""
     q = steps / per_epoch if per_epoch else 0
@@ -153,9 +46,9 @@ def epochs_fraction(steps: int, per_epoch: int):
 class Trainer:
     """Trains ``graph`` (a model description) on ``train`` and evaluates on ``test``.
 
-    ``engine``: a ``GpuEngine`` or ``cpu.cpu_engine.CpuEngine`` (a WebGPU device is wrapped in
-    a ``GpuEngine``). ``config``: a run configuration (``config.RunConfig`` or a dict of its
-    fields, see ``engine/config``), checked by ``config.parse`` against the training images in
+    ``engine``: an ``Engine`` (``GpuEngine(dev)`` or ``cpu.cpu_engine.CpuEngine()``).
+    ``config``: a run configuration (``config.RunConfig`` or a dict of its fields, see
+    ``engine/config``), checked by ``config.parse`` against the training images in
     ``setup`` (before any GPU work); ``self.cfg`` is then its ``trainer_config()``: optimizer,
     lr, batch_size, epochs, seed, init ("scratch" re-initialises with PyTorch's default init,
     "finetune" keeps the model's weights), momentum, weight_decay, optimizer_args (torch.optim
@@ -164,7 +57,7 @@ class Trainer:
     (spec, see ``ops/losses.py``; "auto": NLLLoss after a final LogSoftmax, NLLLoss of
     log(output) after a final Softmax, else CrossEntropyLoss), trainable (None: every
     parameter; else the initializer names to train, the rest frozen: see
-    ``trainable_names``).
+    ``data.trainable_names``).
     ``emit(kind, **fields)`` receives "status", "setup" (once, after ``setup``: ``memory_bytes``
     of the engine's GPU buffers, None on the CPU engine), "progress" (after step 1, then every
     ``report_every`` steps or ``REPORT_S`` seconds, whichever comes first; ``losses``: [step,
@@ -172,13 +65,14 @@ class Trainer:
     (``paused``, ``step``), "evaluating" (``done``, ``total``, ``what``: after each chunk of an
     evaluation), "validation" (``step``, ``epoch``, ``images``, ``val_loss``, ``val_acc``: a
     point inside an epoch on the first held-out images when ``val_points`` > 1,
-    ``_validation_marks``) and "epoch" events ("epoch": the epoch's last step, mean train_loss
-    / train_acc and val_loss / val_acc of the held-out validation images, None without them).
+    ``evaluate.validation_marks``) and "epoch" events ("epoch": the epoch's last step, mean
+    train_loss / train_acc and val_loss / val_acc of the held-out validation images, None
+    without them).
     ``skip_test``: set True to end the final test evaluation after its current chunk (the
     result covers those images).
     ``pause()`` / ``resume()``: the loop waits between two steps while paused (Stop ends the
     wait); paused time does not count in images/s and the ETA. ``train`` is the whole training
-    split: ``setup`` holds its last ``val_images`` out for validation (``holdout``).
+    split: ``setup`` holds its last ``val_images`` out for validation (``data.holdout``).
     To continue a run, set ``epoch`` (epochs done)
     and ``step`` (steps done) and restore the weights (``engine.write_weights``) and optimizer
     state after ``setup()``; ``on_epoch`` (async, optional) is awaited after each epoch's
@@ -187,9 +81,9 @@ class Trainer:
     seconds (0: never) and on Stop; ``run_state()`` then holds what continues the epoch.
     """
 
-    def __init__(self, engine, graph: dict, weights: bytes, config: dict, train: Split,
+    def __init__(self, engine: Engine, graph: dict, weights: bytes, config: dict, train: Split,
                  test: Split, emit=None):
-        self.engine = engine if hasattr(engine, "step") else GpuEngine(engine)
+        self.engine = engine
         self.desc, self.weights = graph, weights
         self.cfg = config  # checked in setup (config.parse)
         self.train_set, self.test_set = train, test
@@ -252,7 +146,7 @@ class Trainer:
             .trainer_config()  # raises ConfigError naming every bad field
         eng, batch = self.engine, cfg["batch_size"]
         self.graph = Graph(self.desc)
-        self._check_fits_data()
+        check_fits(self.graph, self.train_set, self.test_set)
         # Raises ValueError naming the bad key / value, before any GPU work.
         losses.normalize(cfg["loss"], self.graph.shapes(2)[self.graph.output][1])
         self.emit("status", text="Compiling the training step…")
@@ -284,29 +178,7 @@ class Trainer:
             self.evals["validation"] = self.val_set
         await eng.load_data(self.train_set, self.evals, pixel_table())
         self.classes = eng.classes
-        self.emit("setup", memory_bytes=getattr(eng, "memory_bytes", None))
-
-    def _check_fits_data(self):
-        """Refuse a model whose input or output does not fit the data, and data with a label
-        outside the model's classes (before any GPU work).
-
-        Raises ValueError naming the input/output, its shape and what MNIST provides, or the
-        split, index and value of the first bad label."""
-        inp = self.graph.input
-        per_sample = 1
-        for d in inp["shape"][1:]:
-            per_sample *= d if isinstance(d, int) else 0
-        if per_sample != self.train_set.pixels:
-            raise ValueError(
-                f"model input {inp['name']!r} has shape {inp['shape']} ({per_sample or '?'} "
-                f"values per sample) but MNIST images are 1x28x28 = {self.train_set.pixels}: "
-                "use a model with input [N, 1, 28, 28] or [N, 784]")
-        out = self.graph.shapes(2)[self.graph.output]
-        if len(out) != 2 or out[1] < 10:
-            raise ValueError(f"model output {self.graph.output!r} has shape {out}: training on "
-                             "MNIST needs [N, C] scores with C >= 10 classes")
-        check_split_labels(self.train_set, out[1], "training")
-        check_split_labels(self.test_set, out[1], "test")
+        self.emit("setup", memory_bytes=eng.memory_bytes)
 
     async def run(self):
         """Train, validate after each epoch on the held-out images, evaluate the test images at
@@ -330,7 +202,8 @@ class Trainer:
             random.Random(int(cfg["seed"]) * 1000003 + epoch).shuffle(perm)
             eng.set_order(perm)
             self._sums, self._resumed_sums = self._resumed_sums or [0.0, 0.0, 0], None
-            marks = self._validation_marks(epoch)
+            marks = {} if self.val_set is None else validation_marks(
+                epoch, per_epoch, total, self.val_set.count, batch, self.val_points)
             for s in range(max(0, self.step - epoch * per_epoch), per_epoch):
                 if self.paused and self.step < total:
                     await self._wait_while_paused(epoch)
@@ -462,19 +335,6 @@ class Trainer:
         if sums and self.step > self.epoch * self.per_epoch:
             self._resumed_sums = [float(sums[0]), float(sums[1]), int(sums[2])]
 
-    def _validation_marks(self, epoch: int) -> dict:
-        """``{step: images}``: the steps of epoch ``epoch`` (0-based) after which to validate on
-        the first ``images`` held-out images (``val_points`` - 1 of them); empty without
-        validation images."""
-        if self.val_set is None or self.val_points <= 1:
-            return {}
-        start = epoch * self.per_epoch
-        n = min(self.total, start + self.per_epoch) - start
-        images = min(VAL_SUBSET, self.val_set.count,
-                     max(VAL_MIN, n * int(self.cfg["batch_size"]) // 10))
-        return {start + k * n // self.val_points: images for k in range(1, self.val_points)
-                if 0 < k * n // self.val_points < n}
-
     async def _validate_part(self, epoch: int, images: int):
         """Validate on the first ``images`` held-out images inside an epoch; emit "validation"
         (``step``, ``epoch`` 1-based, ``images``, ``val_loss``, ``val_acc``)."""
@@ -485,43 +345,12 @@ class Trainer:
                   val_acc=acc)
 
     async def evaluate(self, what: str = "test", limit: int | None = None):
-        """Eval-mode forward over the split ``what``: "test" (the first ``eval_images`` test
-        images) or "validation" (the held-out training images), in chunks of the engine's
-        ``eval_chunk`` images, emitting "evaluating" ``{done, total, what}`` before the first
-        and after each chunk.
-
-        Returns ``(loss, accuracy, log-probabilities bytes [n, classes] float32)``: the loss is
-        the configured loss with reduction "mean" (weighted mean with class weights) over the n
-        images; the log-probabilities are the model's output when it ends in LogSoftmax, else
-        log_softmax of it."""
-        split = self.evals[what]
-        n, c, chunk = split.count, self.classes, self.engine.eval_chunk
-        n = n if limit is None else min(n, limit)
-        labels, spec = split.labels_host, self.engine.loss_spec
-        num, den, hits, raws = 0.0, 0.0, 0, []
-        self.emit("evaluating", done=0, total=n, what=what)
-        for lo in range(0, n, chunk):
-            if lo and what == "test" and self.skip_test:
-                n = lo
-                break
-            hi = min(n, lo + chunk)
-            raw, rows = await self.engine.eval_outputs(what, lo, hi)
-            raws.append(raw)
-            vals = array("f")
-            vals.frombytes(raw)
-            lvals = vals
-            if rows is not raw:
-                lvals = array("f")
-                lvals.frombytes(rows)
-            for i in range(hi - lo):
-                row = vals[i * c:(i + 1) * c]
-                label = labels[lo + i]
-                a, d = losses.host_terms(spec, lvals[i * c:(i + 1) * c], label)
-                num += a
-                den += d
-                hits += max(range(c), key=row.__getitem__) == label
-            self.emit("evaluating", done=hi, total=n, what=what)
-        return (num / den if den else 0.0), hits / max(n, 1), b"".join(raws)
+        """``evaluate.evaluate`` of the split ``what``: "test" (the first ``eval_images`` test
+        images; ``skip_test`` ends it after the current chunk) or "validation" (the held-out
+        training images); ``limit``: the first images only. Returns ``(loss, accuracy,
+        log-probabilities bytes [n, classes] float32)``."""
+        return await evaluate(self.engine, self.evals[what], what, self.classes, self.emit,
+                              limit, lambda: self.skip_test)
 
     async def profile(self, repeats: int = 2) -> list:
         """The GPU engine's per-dispatch timings of one training step (``GpuEngine.profile``)."""

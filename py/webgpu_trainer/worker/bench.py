@@ -1,7 +1,13 @@
 """The worker's ``bench`` message: time SeedNet-style training steps inside the browser
-(benchmarks/browser.py sends it; no page control uses it). Standard library only."""
+(benchmarks/browser.py sends it; no page control uses it; main.py sets the run up). Standard
+library only."""
 
+import struct
 import time
+from types import SimpleNamespace
+
+from ..engine.ops import gemm as gemm_op
+from ..engine.plan import Builder
 
 
 async def bench(trainer, dev, data: dict) -> dict:
@@ -52,10 +58,6 @@ async def gemm(dev, n: int, reps: int = 3) -> dict:
     """The engine's Gemm kernel (``ops.gemm.matmul``) on [n, n] x [n, n] float32 filled with
     ones: ``{n, ms, gflops}`` (mean wall time of ``reps`` runs after one warm-up, each ended by
     a queue wait), and ``ok`` (every output element equals n)."""
-    import struct
-    from types import SimpleNamespace
-    from .ops import gemm as gemm_op
-    from .plan import Builder
     ones = struct.pack("<f", 1.0) * (n * n)
     a, bm, out = dev.buffer(4 * n * n, "A"), dev.buffer(4 * n * n, "B"), dev.buffer(4 * n * n, "C")
     dev.write(a, ones)

@@ -1,8 +1,8 @@
 """The worker's live views of the model (issue 10): ``inspect`` (the first conv layer's filters,
 feature maps of one test image per conv layer, per-parameter weight and gradient norms) and
 ``predict`` (class probabilities of a drawn digit or of a test image), answered from the
-current run's engine while it trains, or the last run's after it finished (``state["last"]``,
-set by browser.py), or before any run the model ``prepare`` set up with its initial weights.
+current run's engine while it trains, or the last run's after it finished (``STATE["last"]``,
+set by main.py), or before any run the model ``prepare`` set up with its initial weights.
 Each answer is its own GPU submits between two training steps (``GpuEngine.probe`` /
 ``norms``); nothing of the training changes. Runs only in Pyodide.
 
@@ -17,23 +17,27 @@ Messages (docs/ARCHITECTURE.md, "Worker protocol"); ``values`` are Float32Arrays
   a run's model is being set up they are ``{id, error, pending: true}`` (ask again soon);
 - ``prepare {id, model, config}`` -> ``prepared {id, model, error?}``: set up
   ``model`` with the initial weights of ``config`` (its init and seed) without training
-  (``state["last"]`` unless a run started meanwhile).
+  (``STATE["last"]`` unless a run started meanwhile).
 """
 
 import math
 import time
 
-from .probe import LOGP, biases_before_norm, feature_maps, first_conv_weight
+from ..engine.train.gpu_engine import GpuEngine
+from ..engine.train.loop import Trainer
+from ..engine.train.probe import LOGP, biases_before_norm, feature_maps, first_conv_weight
+from .bridge import STATE, float32_array, post, to_bytes
+from .load import load
 
 NO_MODEL = "No model yet: open this tab again, or press Start (the views show the model " \
     "being trained)."
 SETTING_UP = "Setting up the run's model (compiling the training step, loading MNIST)…"
 
 
-def _current(state, post, kind: str, rid) -> dict | None:
-    """The run to look into: ``state["last"]`` ({trainer, model, untrained}, set once a run
+def _current(kind: str, rid) -> dict | None:
+    """The run to look into: ``STATE["last"]`` ({trainer, model, untrained}, set once a run
     is set up); None after posting ``kind {id, error}`` (pending while a run sets up)."""
-    run, setting_up = state.get("last"), state.get("trainer")
+    run, setting_up = STATE.get("last"), STATE.get("trainer")
     if setting_up is not None and (run is None or run["trainer"] is not setting_up):
         post(kind, id=rid, error=SETTING_UP, pending=True)
         return None
@@ -42,16 +46,13 @@ def _current(state, post, kind: str, rid) -> dict | None:
     return run
 
 
-async def prepare(data: dict, state: dict, post) -> None:
+async def prepare(data: dict) -> None:
     """Answer ``prepare {id, model, config}`` (see the module docstring): only the first batch of
     training images is loaded, no validation images, four test images for the evaluation."""
-    from .browser import load
-    from .gpu_engine import GpuEngine
-    from .train import Trainer
-    rid, runs, cfg = data.get("id"), state["runs"], dict(data.get("config") or {})
+    rid, runs, cfg = data.get("id"), STATE["runs"], dict(data.get("config") or {})
     model = cfg.pop("model", None) or data.get("model") or "seednet"
-    state["prepare_id"] = rid  # the latest wins
-    if state["device"] is None:
+    STATE["prepare_id"] = rid  # the latest wins
+    if STATE["device"] is None:
         post("prepared", id=rid, model=model, error="no WebGPU device")
         return
     batch = cfg.get("batch_size")
@@ -60,13 +61,13 @@ async def prepare(data: dict, state: dict, post) -> None:
     cfg.update(val_images=0, eval_images=4, max_steps=0)
     try:
         cfg, graph, weights, train, test = await load(cfg, model, lambda kind, **kw: None)
-        trainer = Trainer(GpuEngine(state["device"]), graph, weights, cfg, train, test)
+        trainer = Trainer(GpuEngine(STATE["device"]), graph, weights, cfg, train, test)
         await trainer.setup()
     except Exception as exc:  # bad settings, a model that does not fit: said in the views
         post("prepared", id=rid, model=model, error=f"{type(exc).__name__}: {exc}")
         return
-    if state["runs"] == runs and state["prepare_id"] == rid:  # no run nor newer prepare since
-        state["last"] = {"trainer": trainer, "model": model, "untrained": True}
+    if STATE["runs"] == runs and STATE["prepare_id"] == rid:  # no run nor newer prepare since
+        STATE["last"] = {"trainer": trainer, "model": model, "untrained": True}
     post("prepared", id=rid, model=model)
 
 
@@ -77,26 +78,14 @@ def _test_image(trainer, index) -> tuple:
         raise ValueError(f"test image index {index!r} is outside 0..{test.count - 1}")
     lo = index * test.pixels
     data = test.images[lo:lo + test.pixels] if isinstance(test.images, (bytes, bytearray)) \
-        else _js_bytes(test.images.slice(lo, lo + test.pixels))
+        else to_bytes(test.images.slice(lo, lo + test.pixels))
     return data, test.labels_host[index]
 
 
-def _js_bytes(buf) -> bytes:
-    import js
-    return js.Uint8Array.new(buf).to_bytes()
-
-
-def _f32(raw: bytes):
-    """float32 bytes as a JS Float32Array."""
-    import js
-    from .browser import _bytes_to_js
-    return js.Float32Array.new(_bytes_to_js(raw))
-
-
-async def inspect(data: dict, state: dict, post) -> None:
+async def inspect(data: dict) -> None:
     """Answer ``inspect {id, index}`` (see the module docstring)."""
     rid = data.get("id")
-    run = _current(state, post, "inspect", rid)
+    run = _current("inspect", rid)
     if run is None:
         return
     t0 = time.perf_counter()
@@ -108,14 +97,15 @@ async def inspect(data: dict, state: dict, post) -> None:
         layers = feature_maps(graph)
         shapes = graph.shapes(1)
         got = await eng.probe(pixels, [name for _, name in layers])
-        maps = [{"layer": layer, "name": name, "shape": shapes[name][1:], "values": _f32(got[name])}
-                for layer, name in layers]
+        maps = [{"layer": layer, "name": name, "shape": shapes[name][1:],
+                 "values": float32_array(got[name])} for layer, name in layers]
         filters = None
         wname = first_conv_weight(graph)
         if wname is not None:
             t = graph.tensors[wname]
             raw = await eng.read_weights(t["offset"] + t["nbytes"])
-            filters = {"name": wname, "shape": t["shape"], "values": _f32(raw[t["offset"]:])}
+            filters = {"name": wname, "shape": t["shape"],
+                       "values": float32_array(raw[t["offset"]:])}
         norms = await eng.norms()
         before_norm = biases_before_norm(graph)
         for row in norms:
@@ -127,10 +117,10 @@ async def inspect(data: dict, state: dict, post) -> None:
         post("inspect", id=rid, error=f"{type(exc).__name__}: {exc}")
 
 
-async def predict(data: dict, state: dict, post) -> None:
+async def predict(data: dict) -> None:
     """Answer ``predict {id, pixels | index}`` (see the module docstring)."""
     rid = data.get("id")
-    run = _current(state, post, "prediction", rid)
+    run = _current("prediction", rid)
     if run is None:
         return
     t0 = time.perf_counter()
@@ -151,3 +141,10 @@ async def predict(data: dict, state: dict, post) -> None:
              step=trainer.step, untrained=run["untrained"], ms=(time.perf_counter() - t0) * 1000)
     except Exception as exc:
         post("prediction", id=rid, error=f"{type(exc).__name__}: {exc}")
+
+
+HANDLERS = {
+    "prepare": prepare,
+    "inspect": inspect,
+    "predict": predict,
+}

@@ -5,7 +5,7 @@ The image is run through a ``Plan`` (the code every training step uses) of a two
 ``Flatten`` (a view, no dispatch: a plan's output is [batch, values]). ONNX's Conv is a
 cross-correlation with zero padding:
 ``out[i, j] = sum over a, b in 0..2 of kernel[a][b] * image[i + a - 1, j + b - 1]``.
-Host-independent (the browser worker through ``browser_kernels.py``, the tests natively);
+Host-independent (the browser worker through ``worker/kernels.py``, the tests natively);
 standard library only.
 """
 
@@ -14,8 +14,8 @@ import math
 import struct
 
 from . import parity
-from .graph import Graph
-from .plan import Plan
+from ..graph import Graph
+from ..plan import Plan
 
 MAX_SIDE = 256  # the largest width and height; the page scales images down to fit
 PLANS_KEPT = 4  # plans kept per device (one per image size), the oldest dropped first

@@ -21,7 +21,7 @@ by ``engine/config`` (``config.parse``); the constructors trust them, as the tra
 import json
 import struct
 
-from .backends.base import groups_1d, pack_params
+from ..backends.base import groups_1d, pack_params
 
 AMSGRAD, CENTERED = 1, 2  # Params.flags bits of shaders/optim.wgsl
 _MAGIC = b"WGTOPT1\n"

@@ -10,9 +10,8 @@ wait for at most one convolution.
 import array
 import time
 
-import js
-
-from .playground import Filter
+from ..engine.tools.playground import Filter
+from .bridge import STATE, float32_array, post
 
 FILTERS: dict = {}  # id(device) -> the device's Filter (its plans)
 
@@ -24,13 +23,13 @@ def _bytes_of(value) -> bytes:
     return bytes(memoryview(value).cast("B")) if value is not None else b""
 
 
-async def convolve(data: dict, state: dict, post):
+async def convolve(data: dict):
     """``convolve {id, width, height, pixels: Float32Array (row-major, width * height),
     kernel: [9 numbers, row-major]}`` -> ``convolved {id, output: Float32Array, min, max, ms}``
     (``ms``: wall time of the request in the worker, a new image size's plan included), or
-    ``convolved {id, error}`` naming the problem (a bad request or no GPU). ``state``: the
-    worker's (``browser.STATE``: its ``device``); ``post(type, **fields)`` sends a message."""
-    rid, dev = data.get("id"), state.get("device")
+    ``convolved {id, error}`` naming the problem (a bad request or no GPU), on the worker's
+    device (``STATE["device"]``)."""
+    rid, dev = data.get("id"), STATE.get("device")
     if dev is None:
         post("convolved", id=rid, error="no WebGPU device: the playground needs the GPU")
         return
@@ -46,7 +45,8 @@ async def convolve(data: dict, state: dict, post):
         post("convolved", id=rid, error=f"{type(exc).__name__}: {exc}")
         return
     values = array.array("f", out)
-    buf = js.Uint8Array.new(len(out))
-    buf.assign(out)
-    post("convolved", id=rid, output=js.Float32Array.new(buf.buffer), min=min(values),
+    post("convolved", id=rid, output=float32_array(out), min=min(values),
          max=max(values), ms=(time.perf_counter() - t0) * 1000)
+
+
+HANDLERS = {"convolve": convolve}

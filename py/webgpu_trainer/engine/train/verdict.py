@@ -15,7 +15,7 @@ The checks run in that order; each reason names the numbers it is based on. ``lo
 is the advice's lower learning rate (also in ``train.TrainingDiverged``'s message).
 """
 
-from .config.schema import BY_NAME, OPTIMIZERS, default_for
+from ..config.schema import BY_NAME, OPTIMIZERS, default_for
 
 DIVERGED_FACTOR = 10.0  # final / first training loss above this: the loss exploded
 CHANCE_FACTOR = 1.5     # test accuracy <= this x (1 / classes): no better than guessing

@@ -8,7 +8,7 @@ trainable tensors in graph order (of the first node that uses each), with that n
 
 import struct
 
-from .backends.base import WORKGROUP, pack_params
+from ..backends.base import WORKGROUP, pack_params
 
 NONE = 0xFFFFFFFF  # flag value of a tensor whose gradients have always been finite
 MAX_GROUPS_X = 128  # workgroups striding over one tensor
