@@ -36,7 +36,7 @@ from cases import FAMILIES, family  # noqa: E402  the op case lists
 from harness import builder_patch  # noqa: E402  a case's Builder class attributes
 from webgpu_trainer import onnx_io  # noqa: E402
 from webgpu_trainer.cli import commands as native  # noqa: E402  load_splits, make_trainer
-from webgpu_trainer.engine import parity, selfcheck  # noqa: E402
+from webgpu_trainer.engine.tools import parity, selfcheck  # noqa: E402
 # -------------------------------------------------------------------------------------------
 
 FORMAT = "webgpu-trainer/golden@1"
