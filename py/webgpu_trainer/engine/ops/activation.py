@@ -4,6 +4,7 @@ output to the input (the input has no other consumer), out of place otherwise.""
 from ..backends.base import pack_params
 
 TYPES = ("Relu",)
+ATTRS = {"Relu": {}}
 
 
 def infer(node, ins, consts):

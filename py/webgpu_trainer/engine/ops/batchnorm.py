@@ -9,6 +9,19 @@ into the flat parameter buffer P (their gradients into G).
 from ..backends.base import groups_1d, pack_params
 
 TYPES = ("BatchNormalization",)
+ATTRS = {"BatchNormalization": {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0}}
+TAKES_RELU_GRAD = True  # a preceding in-place Relu's backward is masked into the dx kernel
+
+
+def normalize(node, opset, shapes) -> list:
+    """Drops the pre-opset-7 ``spatial`` / ``is_test``; before opset 14 ``training_mode`` is
+    whether the node has the running-statistics outputs. Never a problem."""
+    attrs = node["attrs"]
+    attrs.pop("spatial", None)
+    attrs.pop("is_test", None)
+    if opset < 14:
+        attrs["training_mode"] = int(bool([o for o in node["outputs"][1:] if o]))
+    return []
 
 
 def infer(node, ins, consts):

@@ -4,11 +4,30 @@ Threads own 8 channels x 4 columns (see the shader); the weight gradient splits 
 (split-K) when there are too few threads to fill the GPU, and reduce.wgsl adds the parts.
 """
 
+import math
+
 from ..backends.base import groups_1d, pack_params
-from . import gemm
+from . import card, gemm
 from ..errors import GraphError
 
 TYPES = ("Conv",)
+
+
+def _kernel_from_weight(node, opset, shapes):
+    """kernel_shape = the weight's spatial dims when the model leaves it out."""
+    w = shapes(node["inputs"][1]) if len(node["inputs"]) > 1 else None
+    return list(w[2:]) if w else None
+
+
+ATTRS = {"Conv": {"kernel_shape": _kernel_from_weight, **card.window_attrs(), "group": 1}}
+normalize = card.resolve_auto_pad
+FUSES_RELU_FORWARD = True  # a following in-place Relu is applied by the Conv's forward
+TAKES_RELU_GRAD = True  # a preceding in-place Relu's backward is masked into the dx kernel
+
+
+def macs(node, shapes) -> int:
+    """Multiply-adds of one sample: output elements x weight elements per output channel."""
+    return math.prod(shapes[node["outputs"][0]][1:]) * math.prod(shapes[node["inputs"][1]][1:])
 
 
 def out_size(size: int, k: int, stride: int, pad0: int, pad1: int, dil: int) -> int:

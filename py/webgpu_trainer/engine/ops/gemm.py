@@ -5,10 +5,22 @@ A' is A or A^T (transA), B' likewise; each is expressed as strides of one stride
 gradients dA = alpha * dY * B'^T and dB = alpha * A'^T * dY reuse the same kernel.
 """
 
+import math
+
 from ..backends.base import groups_1d, pack_params
 from ..errors import GraphError
+from . import card
 
 TYPES = ("Gemm",)
+
+ATTRS = {"Gemm": {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}}
+
+
+def macs(node, shapes) -> int:
+    """Multiply-adds of one sample: output elements x K."""
+    a = shapes[node["inputs"][0]]
+    k = a[0] if card.read(node, ATTRS)["transA"] else a[1]
+    return math.prod(shapes[node["outputs"][0]][1:]) * k
 
 
 def infer(node, ins, consts):

@@ -19,6 +19,10 @@ from ..errors import GraphError
 
 TYPES = ("LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
          "Reciprocal", "Softplus", "Elu", "HardSigmoid", "HardSwish", "Clip")
+ATTRS = {**{op: {} for op in TYPES + ("Mish", "Softsign")},
+         "LeakyRelu": {"alpha": 0.01}, "Elu": {"alpha": 1.0}, "Celu": {"alpha": 1.0},
+         "Selu": {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
+         "HardSigmoid": {"alpha": 0.2, "beta": 0.5}, "Gelu": {"approximate": "none"}}
 
 # op codes of shaders/unary.wgsl; Gelu is 3 (erf form) or 4 (tanh form)
 _CODES = {"LeakyRelu": 0, "Sigmoid": 1, "Tanh": 2, "Gelu": 3, "Erf": 5, "Exp": 6, "Log": 7,
