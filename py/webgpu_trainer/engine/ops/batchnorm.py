@@ -73,7 +73,7 @@ async def forward(b, node, ins, outs, train):
 
 async def backward(b, node, ins, outs, gins, gouts):
     x = ins[0]
-    c, parts, params = _params(b, node, x, ins, int(node["name"] in b.plan.relu_grad_fused),
+    c, parts, params = _params(b, node, x, ins, int("backward" in b.fused(node)),
                                int(gins[0] is not None))
     save = b.save(node, 2 * c)
     part = b.save(node, 2 * c * parts, "parts")

@@ -94,7 +94,7 @@ async def forward(b, node, ins, outs, train):
     x, w, bias = ins[0], ins[1], ins[2] if len(ins) > 2 else None
     g, win = _geometry(node, x, w, outs[0])
     n, c, h, wd, k, oh, ow, grp = g
-    relu = int(node["name"] in b.plan.fused_relu)  # a following in-place ReLU, fused
+    relu = int("forward" in b.fused(node))  # a following in-place ReLU, fused
     params = pack_params(*g, int(bias is not None), 1, 0, relu)
     kg = k // grp
     packed = b.save(node, (c // grp) * win["KH"] * win["KW"] * grp * _cdiv(kg, 8) * 8, "wfwd")
@@ -124,7 +124,7 @@ async def backward(b, node, ins, outs, gins, gouts):
     kh, kw = win["KH"], win["KW"]
     full_pad_ok = win["ph"] <= win["dh"] * (kh - 1) and win["pw"] <= win["dw"] * (kw - 1)
     # a ReLU before this layer: its backward fused here (dx = 0 where x <= 0)
-    mask = int(node["name"] in b.plan.relu_grad_fused)
+    mask = int("backward" in b.fused(node))
     mask_src = x if mask else b.dummy
     if gins[0] is not None and win["sh"] == win["sw"] == 1 and full_pad_ok:
         await _input_grad_as_forward(b, node, g, win, w, dy, gins[0], mask, mask_src)
