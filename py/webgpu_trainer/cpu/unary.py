@@ -1,5 +1,5 @@
 """Unary elementwise ops with numpy: LeakyRelu, Sigmoid, Tanh, Gelu, Erf, Exp, Log, Sqrt, Neg,
-Abs, Reciprocal, Softplus, Elu, HardSigmoid, HardSwish, Clip.
+Abs, Reciprocal, Softplus, Softsign, Elu, HardSigmoid, HardSwish, Clip.
 
 Forward from the ONNX operator definitions (attribute defaults of the ONNX spec), backward from
 PyTorch's autograd formulas (tools/autograd/derivatives.yaml and the activation kernels):
@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 TYPES = ("LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
-         "Reciprocal", "Softplus", "Elu", "HardSigmoid", "HardSwish", "Clip")
+         "Reciprocal", "Softplus", "Softsign", "Elu", "HardSigmoid", "HardSwish", "Clip")
 
 _ERF = np.frompyfunc(math.erf, 1, 1)
 _ERFC = np.frompyfunc(math.erfc, 1, 1)
@@ -102,6 +102,8 @@ def unary_forward(node, x):
         return 1.0 / x
     if op == "Softplus":
         return softplus(x)
+    if op == "Softsign":
+        return x / (1.0 + np.abs(x))
     if op == "Elu":
         return np.where(x >= 0, x, a.get("alpha", 1.0) * np.expm1(np.minimum(x, 0)))
     if op == "HardSigmoid":
@@ -142,6 +144,8 @@ def unary_backward(node, x, y, dy):
         return -dy * y * y
     if op == "Softplus":
         return dy * sigmoid(x)
+    if op == "Softsign":
+        return dy / np.square(1.0 + np.abs(x))
     if op == "Elu":
         return np.where(x > 0, dy, dy * a.get("alpha", 1.0) * np.exp(np.minimum(x, 0)))
     if op == "HardSigmoid":

@@ -1,5 +1,6 @@
 """Unary elementwise ops, forward and backward (shaders/unary.wgsl): LeakyRelu, Sigmoid, Tanh,
-Gelu, Erf, Exp, Log, Sqrt, Neg, Abs, Reciprocal, Softplus, Elu, HardSigmoid, HardSwish, Clip.
+Gelu, Erf, Exp, Log, Sqrt, Neg, Abs, Reciprocal, Softplus, Softsign, Elu, HardSigmoid,
+HardSwish, Clip.
 
 Forward: y = f(x) elementwise, float32, any shape (ONNX operator definitions, attribute
 defaults of the ONNX spec: LeakyRelu alpha 0.01, Elu alpha 1.0, HardSigmoid alpha 0.2 beta 0.5,
@@ -18,8 +19,8 @@ from .gemm import channel_sum
 from ..errors import GraphError
 
 TYPES = ("LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
-         "Reciprocal", "Softplus", "Elu", "HardSigmoid", "HardSwish", "Clip")
-ATTRS = {**{op: {} for op in TYPES + ("Mish", "Softsign")},
+         "Reciprocal", "Softplus", "Softsign", "Elu", "HardSigmoid", "HardSwish", "Clip")
+ATTRS = {**{op: {} for op in TYPES + ("Mish",)},
          "LeakyRelu": {"alpha": 0.01}, "Elu": {"alpha": 1.0}, "Celu": {"alpha": 1.0},
          "Selu": {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
          "HardSigmoid": {"alpha": 0.2, "beta": 0.5}, "Gelu": {"approximate": "none"}}
@@ -27,7 +28,7 @@ ATTRS = {**{op: {} for op in TYPES + ("Mish", "Softsign")},
 # op codes of shaders/unary.wgsl; Gelu is 3 (erf form) or 4 (tanh form)
 _CODES = {"LeakyRelu": 0, "Sigmoid": 1, "Tanh": 2, "Gelu": 3, "Erf": 5, "Exp": 6, "Log": 7,
           "Sqrt": 8, "Neg": 9, "Abs": 10, "Reciprocal": 11, "Softplus": 12, "Elu": 13,
-          "HardSigmoid": 14, "HardSwish": 15, "Clip": 16}
+          "HardSigmoid": 14, "HardSwish": 15, "Clip": 16, "Softsign": 17}
 
 # backward reads the saved output instead of recomputing f(x)
 _FROM_OUTPUT = ("Sigmoid", "Tanh", "Exp", "Sqrt", "Reciprocal")
