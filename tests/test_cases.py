@@ -1,8 +1,10 @@
 """The case lists follow the ops: one list per op family of engine/ops (tests/cases/<family>.py)
 with a test file running every case natively, every registered op type in its family's cases
-and in the browser's, unique case ids."""
+and in the browser's, unique case ids; every op's card declares its ONNX attribute defaults
+(ATTRS) and every op has a row in README.md's op table."""
 
 import pathlib
+import re
 
 import pytest
 
@@ -49,3 +51,25 @@ def test_case_ids_unique_and_prefixed():
         for c in cases:
             assert c.id.startswith(name + "/") and c.id not in seen, c.id
             seen.add(c.id)
+
+
+def test_every_op_has_a_card():
+    """Each op type the engine runs has ATTRS on its own module (the importer's defaults), and
+    the importer maps exactly the ops of the cards (IMPORT_OPS = OPS | IMPORT_ONLY)."""
+    from webgpu_trainer.onnx_io.constants import IMPORT_ONLY, IMPORT_OPS
+    for t, m in ops.OPS.items():
+        assert t in getattr(m, "ATTRS", {}), f"{t}: no ATTRS in {m.__name__}"
+        assert ops.CARDS[t] is m, t
+    assert IMPORT_OPS == set(ops.OPS) | IMPORT_ONLY == set(ops.CARDS)
+    assert not IMPORT_ONLY & set(ops.OPS)
+
+
+def test_every_op_has_a_readme_row():
+    """README.md's op table (the rows between "| family | ops |" and the blank line after it)
+    names every op type the engine runs, and the "cannot train yet" list none of them."""
+    text = (TESTS.parent / "README.md").read_text()
+    table = text.split("| family | ops |", 1)[1].split("\n\n", 1)[0]
+    named = set(re.findall(r"[A-Z][A-Za-z]+", table))
+    assert set(ops.OPS) <= named, sorted(set(ops.OPS) - named)
+    refused = text.split("engine cannot train yet (", 1)[1].split(")", 1)[0]
+    assert not set(re.findall(r"[A-Z][A-Za-z]+", refused)) & set(ops.OPS)

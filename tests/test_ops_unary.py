@@ -68,7 +68,8 @@ def test_numpy_matches_torch(case):
         "Sigmoid": torch.sigmoid, "Tanh": torch.tanh,
         "Gelu": lambda t: F.gelu(t, approximate=attrs.get("approximate", "none")),
         "Erf": torch.erf, "Exp": torch.exp, "Neg": torch.neg, "Abs": torch.abs,
-        "Softplus": F.softplus, "Softsign": F.softsign, "Elu": lambda t: F.elu(t, attrs.get("alpha", 1.0)),
+        "Softplus": F.softplus, "Softsign": F.softsign,
+        "Elu": lambda t: F.elu(t, attrs.get("alpha", 1.0)),
         "HardSigmoid": lambda t: torch.clamp(attrs.get("alpha", 0.2) * t
                                              + attrs.get("beta", 0.5), 0, 1),
         "HardSwish": F.hardswish,
