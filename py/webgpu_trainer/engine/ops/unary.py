@@ -17,6 +17,7 @@ activation) is read by the kernel from its buffer and gets torch.clamp's gradien
 from ..backends.base import groups_1d, pack_params
 from .gemm import channel_sum
 from ..errors import GraphError
+from . import card
 
 TYPES = ("LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
          "Reciprocal", "Softplus", "Softsign", "Elu", "HardSigmoid", "HardSwish", "Clip")
@@ -47,7 +48,7 @@ def _code(node) -> int:
     """The shader op code; raises GraphError for an unknown Gelu ``approximate``."""
     op = node["op_type"]
     if op == "Gelu":
-        approx = node.get("attrs", {}).get("approximate", "none")
+        approx = card.read(node, ATTRS)["approximate"]
         if isinstance(approx, bytes):
             approx = approx.decode()
         if approx not in ("none", "tanh"):
@@ -58,15 +59,9 @@ def _code(node) -> int:
 
 
 def _alpha_beta(node):
-    """(alpha, beta) attributes with the ONNX defaults of the op (0, 0 when it has none)."""
-    a, op = node.get("attrs", {}), node["op_type"]
-    if op == "LeakyRelu":
-        return float(a.get("alpha", 0.01)), 0.0
-    if op == "Elu":
-        return float(a.get("alpha", 1.0)), 0.0
-    if op == "HardSigmoid":
-        return float(a.get("alpha", 0.2)), float(a.get("beta", 0.5))
-    return 0.0, 0.0
+    """(alpha, beta) attributes with the card's ONNX defaults (0 where the op has none)."""
+    a, spec = card.read(node, ATTRS), ATTRS[node["op_type"]]
+    return tuple(float(a[k]) if k in spec else 0.0 for k in ("alpha", "beta"))
 
 
 def infer(node, ins, consts):
