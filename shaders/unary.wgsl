@@ -10,6 +10,7 @@
 // op codes (ops/unary.py _CODES):
 //   0 LeakyRelu  1 Sigmoid  2 Tanh  3 Gelu (erf)  4 Gelu (tanh)  5 Erf  6 Exp  7 Log  8 Sqrt
 //   9 Neg  10 Abs  11 Reciprocal  12 Softplus  13 Elu  14 HardSigmoid  15 HardSwish  16 Clip
+//   17 Softsign
 //
 // erf: WGSL has none. |x| < 1: the Maclaurin series erf(x) = 2/sqrt(pi) * sum_n (-1)^n
 // x^(2n+1) / (n! (2n+1)) (Abramowitz & Stegun 7.1.5), 11 terms (truncation < 2e-8 relative);
@@ -148,6 +149,7 @@ fn forward_value(v: f32) -> f32 {
     case 13u: { return select(p.alpha * expm1_(v), v, v >= 0.0); }
     case 14u: { return clamp(p.alpha * v + p.beta, 0.0, 1.0); }
     case 15u: { return v * clamp(v * (1.0 / 6.0) + 0.5, 0.0, 1.0); }
+    case 17u: { return v / (1.0 + abs(v)); }
     default: { return min(max(v, clip_lo()), clip_hi()); }
   }
 }
@@ -192,6 +194,10 @@ fn backward_value(v: f32, w: f32, g: f32, use_y: bool) -> f32 {
       if (v < -3.0) { return 0.0; }
       if (v <= 3.0) { return g * (v * (1.0 / 3.0) + 0.5); }
       return g;
+    }
+    case 17u: {
+      let d = 1.0 + abs(v);
+      return g / (d * d);
     }
     default: { return select(0.0, g, clip_lo() <= v && v <= clip_hi()); }
   }

@@ -68,7 +68,8 @@ def test_numpy_matches_torch(case):
         "Sigmoid": torch.sigmoid, "Tanh": torch.tanh,
         "Gelu": lambda t: F.gelu(t, approximate=attrs.get("approximate", "none")),
         "Erf": torch.erf, "Exp": torch.exp, "Neg": torch.neg, "Abs": torch.abs,
-        "Softplus": F.softplus, "Elu": lambda t: F.elu(t, attrs.get("alpha", 1.0)),
+        "Softplus": F.softplus, "Softsign": F.softsign,
+        "Elu": lambda t: F.elu(t, attrs.get("alpha", 1.0)),
         "HardSigmoid": lambda t: torch.clamp(attrs.get("alpha", 0.2) * t
                                              + attrs.get("beta", 0.5), 0, 1),
         "HardSwish": F.hardswish,
@@ -104,3 +105,58 @@ def test_numpy_clip_matches_torch():
         np.testing.assert_allclose(dx, t.grad.numpy())
         np.testing.assert_allclose(dl, tl.grad.numpy())
         np.testing.assert_allclose(dh, th.grad.numpy())
+
+
+def test_softsign_exported_by_torch_imports_and_trains(device, tmp_path):
+    """A torch.onnx.export'ed model with an ONNX Softsign node imports, and one training step
+    on the device matches torch (float64) within the forward / gradient tolerances (1e-5 /
+    1e-4 relative to the largest value). torch's F.softsign is x / (1 + |x|) in Python, which
+    the TorchScript exporter writes as Abs, Add, Div; a Function with a ``symbolic`` gives the
+    one ONNX Softsign node that other producers (tf2onnx, the dynamo exporter) write."""
+    torch = pytest.importorskip("torch")
+    from conftest import FWD_RTOL, GRAD_RTOL, assert_close, run
+    from harness import one_step
+    from webgpu_trainer.onnx_io import load_bundle
+
+    class Softsign(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x / (1 + x.abs())
+
+        @staticmethod
+        def backward(ctx, dy):
+            (x,) = ctx.saved_tensors
+            return dy / (1 + x.abs()) ** 2
+
+        @staticmethod
+        def symbolic(g, x):
+            return g.op("Softsign", x)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(784, 16), torch.nn.Linear(16, 10)
+
+        def forward(self, x):
+            return self.fc2(Softsign.apply(self.fc1(x.flatten(1)) * 4.0))
+
+    torch.manual_seed(0)
+    net = Net()
+    path = tmp_path / "softsign.onnx"
+    torch.onnx.export(net, torch.zeros(2, 1, 28, 28), str(path), dynamo=False, opset_version=13,
+                      input_names=["input"], output_names=["output"],
+                      dynamic_axes={"input": {0: "N"}, "output": {0: "N"}})
+    graph, blob = load_bundle(path)
+    assert "Softsign" in [n["op_type"] for n in graph["nodes"]]
+    rng = rng_for("softsign_export")
+    x = rng.standard_normal((5, 1, 28, 28)).astype(np.float32)
+    labels = np.array([3, 1, 4, 1, 5])
+    res = run(one_step(device, graph, blob, x, labels))
+    net64 = net.double()
+    loss = torch.nn.functional.cross_entropy(net64(torch.tensor(x, dtype=torch.float64)),
+                                             torch.tensor(labels))
+    loss.backward()
+    assert_close(res["loss"], loss.item(), FWD_RTOL, "loss")
+    for name, p in net64.named_parameters():
+        assert_close(res["grads"][name], p.grad.numpy(), GRAD_RTOL, f"gradient of {name}")

@@ -54,6 +54,7 @@ OPS = {
     "Abs": ("Abs", {}, _mix(-3, 3)),
     "Reciprocal": ("Reciprocal", {}, _away(0.5, 3)),
     "Softplus": ("Softplus", {}, _mix(-6, 6, big=40)),
+    "Softsign": ("Softsign", {}, _mix(-5, 5, big=1e4)),
     "Elu": ("Elu", {}, _mix(-5, 3)),
     "Elu_a0.5": ("Elu", {"alpha": 0.5}, _mix(-5, 3)),
     "HardSigmoid": ("HardSigmoid", {}, _mix(-5, 5)),

@@ -4,6 +4,9 @@ the unbiased batch variance), eval mode with the running statistics."""
 
 import numpy as np
 
+from ..engine.ops.batchnorm import ATTRS
+from ..engine.ops.card import read
+
 TYPES = ("BatchNormalization",)
 
 
@@ -50,8 +53,8 @@ def batchnorm_eval(x, gamma, beta, running_mean, running_var, eps=1e-5):
 
 
 def forward(node, ins, ctx):
-    a = node.get("attrs", {})
-    eps, mom = a.get("epsilon", 1e-5), a.get("momentum", 0.9)
+    a = read(node, ATTRS)
+    eps, mom = a["epsilon"], a["momentum"]
     x, g, b, rm, rv = ins[:5]
     if ctx.train:
         y, nm, nv, cache = batchnorm_train(x, g, b, rm, rv, eps, mom)

@@ -7,13 +7,15 @@ bit: cpu/philox.py), else from ``ctx.rng``.
 
 import numpy as np
 
+from ..engine.ops.card import read
+from ..engine.ops.dropout import ATTRS
 from . import philox
 
 TYPES = ("Dropout",)
 
 
 def ratio_of(node, ins) -> float:
-    ratio = node.get("attrs", {}).get("ratio", 0.5)
+    ratio = read(node, ATTRS)["ratio"]
     if len(ins) > 1 and ins[1] is not None:
         ratio = float(np.ravel(ins[1])[0])
     return ratio

@@ -1,5 +1,7 @@
 """Gemm: Y = alpha * op(A) @ op(B) + beta * C (ONNX Gemm; C broadcasts unidirectionally)."""
 
+from ..engine.ops.card import read
+from ..engine.ops.gemm import ATTRS
 
 TYPES = ("Gemm",)
 
@@ -34,9 +36,8 @@ def gemm_backward(a, b, dy, c=None, alpha=1.0, beta=1.0, trans_a=0, trans_b=0):
 
 
 def attrs(node) -> dict:
-    a = node.get("attrs", {})
-    return dict(alpha=a.get("alpha", 1.0), beta=a.get("beta", 1.0), trans_a=a.get("transA", 0),
-                trans_b=a.get("transB", 0))
+    a = read(node, ATTRS)
+    return dict(alpha=a["alpha"], beta=a["beta"], trans_a=a["transA"], trans_b=a["transB"])
 
 
 def forward(node, ins, ctx):

@@ -5,6 +5,8 @@ native_layer_norm_backward (dX, dScale, dB; Scale / B reduced over their broadca
 
 import numpy as np
 
+from ..engine.ops.card import read
+from ..engine.ops.layernorm import ATTRS
 from .gemm import unbroadcast
 
 TYPES = ("LayerNormalization",)
@@ -38,8 +40,8 @@ def layernorm_backward(x, scale, dy, mean, inv, axis=-1, has_bias=True):
 
 
 def _attrs(node):
-    a = node.get("attrs", {})
-    return a.get("axis", -1), a.get("epsilon", 1e-5)
+    a = read(node, ATTRS)
+    return a["axis"], a["epsilon"]
 
 
 def forward(node, ins, ctx):

@@ -1,5 +1,5 @@
 """Unary elementwise ops with numpy: LeakyRelu, Sigmoid, Tanh, Gelu, Erf, Exp, Log, Sqrt, Neg,
-Abs, Reciprocal, Softplus, Elu, HardSigmoid, HardSwish, Clip.
+Abs, Reciprocal, Softplus, Softsign, Elu, HardSigmoid, HardSwish, Clip.
 
 Forward from the ONNX operator definitions (attribute defaults of the ONNX spec), backward from
 PyTorch's autograd formulas (tools/autograd/derivatives.yaml and the activation kernels):
@@ -13,8 +13,11 @@ import math
 
 import numpy as np
 
+from ..engine.ops.card import read
+from ..engine.ops.unary import ATTRS
+
 TYPES = ("LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
-         "Reciprocal", "Softplus", "Elu", "HardSigmoid", "HardSwish", "Clip")
+         "Reciprocal", "Softplus", "Softsign", "Elu", "HardSigmoid", "HardSwish", "Clip")
 
 _ERF = np.frompyfunc(math.erf, 1, 1)
 _ERFC = np.frompyfunc(math.erfc, 1, 1)
@@ -51,11 +54,12 @@ def softplus(x):
 
 
 def _attrs(node):
-    return node.get("attrs", {})
+    """The node's attributes with its card's ONNX defaults (``engine/ops/unary.py`` ATTRS)."""
+    return read(node, ATTRS)
 
 
 def _gelu_approx(node):
-    approx = _attrs(node).get("approximate", "none")
+    approx = _attrs(node)["approximate"]
     approx = approx.decode() if isinstance(approx, bytes) else approx
     if approx not in ("none", "tanh"):
         raise ValueError(f"node {node['name']} (Gelu): approximate={approx!r}")
@@ -77,7 +81,7 @@ def unary_forward(node, x):
     """y = f(x) of the op of ``node`` (ONNX definitions)."""
     op, a = node["op_type"], _attrs(node)
     if op == "LeakyRelu":
-        return np.where(x >= 0, x, a.get("alpha", 0.01) * x)
+        return np.where(x >= 0, x, a["alpha"] * x)
     if op == "Sigmoid":
         return sigmoid(x)
     if op == "Tanh":
@@ -102,10 +106,12 @@ def unary_forward(node, x):
         return 1.0 / x
     if op == "Softplus":
         return softplus(x)
+    if op == "Softsign":
+        return x / (1.0 + np.abs(x))
     if op == "Elu":
-        return np.where(x >= 0, x, a.get("alpha", 1.0) * np.expm1(np.minimum(x, 0)))
+        return np.where(x >= 0, x, a["alpha"] * np.expm1(np.minimum(x, 0)))
     if op == "HardSigmoid":
-        return np.clip(a.get("alpha", 0.2) * x + a.get("beta", 0.5), 0.0, 1.0)
+        return np.clip(a["alpha"] * x + a["beta"], 0.0, 1.0)
     if op == "HardSwish":
         return x * np.clip(x / 6.0 + 0.5, 0.0, 1.0)
     raise ValueError(f"{op} is not a unary op")
@@ -115,7 +121,7 @@ def unary_backward(node, x, y, dy):
     """dx = dy * f'(x) (PyTorch's formulas); ``y`` = f(x)."""
     op, a = node["op_type"], _attrs(node)
     if op == "LeakyRelu":
-        return np.where(x > 0, dy, a.get("alpha", 0.01) * dy)
+        return np.where(x > 0, dy, a["alpha"] * dy)
     if op == "Sigmoid":
         return dy * y * (1.0 - y)
     if op == "Tanh":
@@ -142,11 +148,13 @@ def unary_backward(node, x, y, dy):
         return -dy * y * y
     if op == "Softplus":
         return dy * sigmoid(x)
+    if op == "Softsign":
+        return dy / np.square(1.0 + np.abs(x))
     if op == "Elu":
-        return np.where(x > 0, dy, dy * a.get("alpha", 1.0) * np.exp(np.minimum(x, 0)))
+        return np.where(x > 0, dy, dy * a["alpha"] * np.exp(np.minimum(x, 0)))
     if op == "HardSigmoid":
-        alpha = a.get("alpha", 0.2)
-        u = alpha * x + a.get("beta", 0.5)
+        alpha = a["alpha"]
+        u = alpha * x + a["beta"]
         return np.where((u > 0) & (u < 1), alpha * dy, 0.0)
     if op == "HardSwish":
         return np.where(x < -3, 0.0, np.where(x <= 3, dy * (x / 3.0 + 0.5), dy))

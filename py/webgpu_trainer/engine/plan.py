@@ -59,10 +59,11 @@ class Plan:
                           and (trainable is None or n in trainable)}
         self.const_tensors = {}
         self._allocate()
-        # A Conv whose only consumer is an in-place ReLU applies max(y, 0) itself.
+        # An op whose card says FUSES_RELU_FORWARD (Conv), producing the input of an in-place
+        # ReLU, applies max(y, 0) itself.
         self.fused_relu = {graph.producer[n["inputs"][0]]["name"] for n in graph.nodes
                            if n["op_type"] == "Relu" and n["inputs"][0] in graph.producer
-                           and graph.producer[n["inputs"][0]]["op_type"] == "Conv"
+                           and _card_says(graph.producer[n["inputs"][0]], "FUSES_RELU_FORWARD")
                            and self.acts[n["outputs"][0]].buf is self.acts[n["inputs"][0]].buf}
         self.relu_grad_fused = self._fusable_relu_grads()
         b = self.builder = Builder(self)
@@ -112,7 +113,8 @@ class Plan:
 
     def _fusable_relu_grads(self) -> dict:
         """{consumer node name: ReLU node name} for in-place ReLUs (output and gradient aliased
-        to the input's) read by one Conv or BatchNormalization as its first input: that
+        to the input's) read by one op whose card says TAKES_RELU_GRAD (Conv,
+        BatchNormalization) as its first input: that
         consumer's backward writes its input gradient already masked by input > 0, and the
         ReLU's backward dispatch is dropped."""
         g, out = self.graph, {}
@@ -126,7 +128,7 @@ class Plan:
             if self.acts[u].buf is not self.acts[t].buf or u in self.contrib_of:
                 continue
             users = g.consumers.get(u, [])
-            if len(users) == 1 and users[0]["op_type"] in ("Conv", "BatchNormalization") \
+            if len(users) == 1 and _card_says(users[0], "TAKES_RELU_GRAD") \
                     and users[0]["inputs"][0] == u and u not in users[0]["inputs"][1:]:
                 out[users[0]["name"]] = node["name"]
         return out
@@ -318,6 +320,11 @@ class Plan:
                 await b.kernel("init", "fill", pack_params(t.numel, 0, 0, 0, rule.value, 0, 0, 0),
                                [t], groups_1d(t.numel))
         self.dev.submit([self.dev.program(b.current)])
+
+
+def _card_says(node, flag: str) -> bool:
+    """Whether the card of ``node``'s op sets the fusion ``flag`` (``engine/ops``)."""
+    return bool(getattr(OPS.get(node["op_type"]), flag, False))
 
 
 def _numel(shape) -> int:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import onnx
 
-from .constants import _MIRROR, _MUST_BE_CONST, _REDUCE
+from ..engine.ops import fill_defaults
+from .constants import _MIRROR, _MUST_BE_CONST
 from .protos import _json_attr
 from .state import ImportState
 
@@ -76,109 +77,12 @@ class _Attrs:
         return self.shapes.get(x)
 
     def _fill_defaults(self, op: str, attrs: dict, n, name: str, ins: list) -> None:
-        """ONNX defaults for the op's attributes (by the model's opset), in place."""
-        opset = self.opset
-        if op in ("Conv", "MaxPool", "AveragePool"):
-            if "kernel_shape" not in attrs and op == "Conv" and len(ins) > 1:
-                w = self._shape(ins[1]) or (list(self.init[ins[1]].dims)
-                                           if ins[1] in self.init else None)
-                if w:
-                    attrs["kernel_shape"] = list(w[2:])
-            k = len(attrs.get("kernel_shape", [0, 0]))
-            attrs.setdefault("pads", [0] * (2 * k))
-            attrs.setdefault("strides", [1] * k)
-            if op != "AveragePool" or opset >= 19:
-                attrs.setdefault("dilations", [1] * k)
-            auto = attrs.get("auto_pad", "NOTSET")
-            if auto in ("SAME_UPPER", "SAME_LOWER", "VALID"):
-                x = self._shape(ins[0])
-                if auto == "VALID":
-                    attrs["pads"] = [0] * (2 * k)
-                elif x and len(x) == k + 2 and all(isinstance(d, int) for d in x[2:]):
-                    lo, hi = [], []
-                    for i in range(k):
-                        s, d = attrs["strides"][i], attrs.get("dilations", [1] * k)[i]
-                        size = x[2 + i]
-                        total = max((-(-size // s) - 1) * s + (attrs["kernel_shape"][i] - 1)
-                                    * d + 1 - size, 0)
-                        small, big = total // 2, total - total // 2
-                        lo.append(small if auto == "SAME_UPPER" else big)
-                        hi.append(big if auto == "SAME_UPPER" else small)
-                    attrs["pads"] = lo + hi
-                else:
-                    self.problems.append(f"node {name} ({op}): auto_pad {auto} needs the "
-                                         "input's spatial size, which is unknown")
-            attrs["auto_pad"] = "NOTSET"
-            if op == "Conv":
-                attrs.setdefault("group", 1)
-            else:
-                attrs.setdefault("ceil_mode", 0)
-                if op == "MaxPool":
-                    attrs.setdefault("storage_order", 0)
-                else:
-                    attrs.setdefault("count_include_pad", 0)
-        elif op == "Gemm":
-            for key, val in (("alpha", 1.0), ("beta", 1.0), ("transA", 0), ("transB", 0)):
-                attrs.setdefault(key, val)
-        elif op == "BatchNormalization":
-            attrs.setdefault("epsilon", 1e-5)
-            attrs.setdefault("momentum", 0.9)
-            attrs.pop("spatial", None)
-            attrs.pop("is_test", None)
-            if opset < 14:
-                outs = [o for o in n.output[1:] if o]
-                attrs["training_mode"] = int(bool(outs))
-            attrs.setdefault("training_mode", 0)
-        elif op == "Flatten":
-            attrs.setdefault("axis", 1)
-        elif op in ("LogSoftmax", "Softmax"):
-            if opset < 13:
-                x = self._shape(ins[0])
-                if x is not None and len(x) > 2 and attrs.get("axis", 1) % len(x) != len(x) - 1:
-                    self.problems.append(f"node {name} ({op}): opset {opset} {op} flattens "
-                                         f"its {len(x)}-D input; re-export with opset >= 13")
-                attrs.setdefault("axis", 1)
-            attrs.setdefault("axis", -1)
-        elif op == "Dropout":
-            attrs.setdefault("ratio", 0.5)
-            attrs.setdefault("training_mode", 0)
-        elif op == "Reshape":
-            if opset >= 14:
-                attrs.setdefault("allowzero", 0)
-        elif op == "LeakyRelu":
-            attrs.setdefault("alpha", 0.01)
-        elif op in ("Elu", "Celu"):
-            attrs.setdefault("alpha", 1.0)
-        elif op == "Selu":
-            attrs.setdefault("alpha", 1.67326319217681884765625)
-            attrs.setdefault("gamma", 1.05070102214813232421875)
-        elif op == "HardSigmoid":
-            attrs.setdefault("alpha", 0.2)
-            attrs.setdefault("beta", 0.5)
-        elif op == "Gelu":
-            attrs.setdefault("approximate", "none")
-        elif op in _REDUCE:
-            attrs.setdefault("keepdims", 1)
-            attrs.setdefault("noop_with_empty_axes", 0)
-        elif op == "LayerNormalization":
-            attrs.setdefault("axis", -1)
-            attrs.setdefault("epsilon", 1e-5)
-            attrs.setdefault("stash_type", 1)
-        elif op == "Transpose":
-            x = self._shape(ins[0])
-            if "perm" not in attrs and x is not None:
-                attrs["perm"] = list(range(len(x)))[::-1]
-        elif op == "Split":
-            attrs.setdefault("axis", 0)
-            x = self._shape(ins[0])
-            if "split" not in attrs and x is not None:
-                ax = attrs["axis"] % len(x)
-                parts = int(attrs.get("num_outputs", len(n.output)))
-                if isinstance(x[ax], int) and parts:
-                    size = -(-x[ax] // parts)
-                    attrs["split"] = [min(size, x[ax] - i * size) for i in range(parts)]
-        elif op == "Pad":
-            attrs.setdefault("mode", "constant")
-            attrs.setdefault("value", 0.0)
-        elif op == "Concat" and "axis" not in attrs:
-            self.problems.append(f"node {name} (Concat) has no axis attribute")
+        """ONNX defaults for the op's attributes (by the model's opset), in place: the op's
+        card (``engine/ops``: ATTRS, then ``normalize``); its problems are reported."""
+        node = {"name": name, "op_type": op, "inputs": ins, "outputs": list(n.output),
+                "attrs": attrs}
+        self.problems += fill_defaults(node, self.opset, self._input_shape)
+
+    def _input_shape(self, x) -> list | None:
+        """An input's shape: inferred, else an initializer's dims (a Conv weight), else None."""
+        return self._shape(x) or (list(self.init[x].dims) if x in self.init else None)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from onnx import TensorProto
 
+from ..engine.ops import CARDS, OPS
+from ..engine.ops.reduction import REDUCE
+
 FORMAT = "webgpu-trainer/graph@1"
 ALIGN = 256  # byte alignment of every tensor in the weight blob (GPU-friendly offsets)
 TESTED_OPSETS = (13, 18)  # opsets the fixtures cover; others in MIN_OPSET..MAX_OPSET get a note
@@ -20,18 +23,10 @@ MNIST_DIMS = ([1, 28, 28], [784])  # per-sample input shapes the trainer feeds
 _BATCHES = (3, 5)  # the two batch sizes the folder evaluates the graph at
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
-_UNARY = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Erf", "Exp", "Log", "Sqrt", "Neg",
-          "Abs", "Reciprocal", "Softplus", "Softsign", "Elu", "Selu", "Celu", "HardSigmoid",
-          "HardSwish", "Mish", "Clip")
-_REDUCE = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
-           "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp")
-IMPORT_OPS = frozenset(_UNARY + _REDUCE + (
-    "Conv", "Gemm", "MatMul", "BatchNormalization", "LayerNormalization",
-    "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-    "PRelu", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean",
-    "Softmax", "LogSoftmax", "Transpose", "Concat", "Slice", "Pad", "Expand", "Split",
-    "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Dropout",
-))
+IMPORT_ONLY = frozenset(CARDS) - frozenset(OPS)
+"""ONNX op_types whose card (``engine/ops/<family>.py`` ATTRS) the importer reads but the engine
+does not run (e.g. Selu, Split, ReduceProd): imported, then refused by ``graph.supported()``."""
+IMPORT_OPS = frozenset(OPS) | IMPORT_ONLY
 """ONNX op_types the importer maps onto the bundle (defaults filled, forms normalised). Which of
 them the engine can TRAIN is ``webgpu_trainer.graph.supported()``."""
 SUPPORTED_OPS = IMPORT_OPS  # the historical name
@@ -43,13 +38,13 @@ _MIRROR: dict[str, dict[int, str]] = {
     "Clip": {1: "min", 2: "max"}, "Dropout": {1: "ratio", 2: "training_mode"},
     "Pad": {1: "pads", 2: "value", 3: "axes"},
     "Slice": {1: "starts", 2: "ends", 3: "axes", 4: "steps"},
-    **{op: {1: "axes"} for op in _REDUCE},
+    **{op: {1: "axes"} for op in REDUCE},
 }
 # Inputs that must be constants of the model description for the engine to plan the node.
 _MUST_BE_CONST: dict[str, tuple] = {
     "Reshape": (1,), "Expand": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,),
     "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Dropout": (1, 2),
-    **{op: (1,) for op in _REDUCE},
+    **{op: (1,) for op in REDUCE},
 }
 # Inputs that hold shapes / indices / scalars rather than data: initializers used only there
 # are constants, never trainable tensors.

@@ -1,6 +1,19 @@
 """Op families, forward and backward side by side, each dispatching WGSL from ``shaders/``.
 
-Each module declares ``TYPES`` (the ONNX op_types it implements) and exposes:
+Each module is the CARD of its family: everything about its ops in one place. It declares
+
+- ``TYPES``: the ONNX op_types the engine runs;
+- ``ATTRS``: per op_type (those of TYPES and those the importer only maps), the ONNX attribute
+  defaults the importer fills, in order (values, or callables for rank- / opset-dependent
+  ones: ``card.py``); ``card.read(node, ATTRS)`` reads a node's attributes with them;
+- optionally ``normalize(node, opset, shapes) -> [problem, ...]``: opset-dependent forms made
+  explicit after the defaults (auto_pad, BatchNormalization's training_mode before 14);
+- optionally ``macs(node, shapes)``: multiply-adds of one sample (``summary.py``);
+- optionally ``FUSES_RELU_FORWARD`` / ``TAKES_RELU_GRAD``: the op applies a following
+  in-place Relu in its forward / masks a preceding one's gradient in its backward
+  (``plan.py`` decides, ``Builder.fused(node)`` answers);
+
+and exposes:
 
 - ``infer(node, ins, consts) -> [shape, ...]``: output shapes (lists of int) from the input
   shapes ``ins`` (None for an absent optional input) and ``consts`` (per input: the list of
@@ -16,12 +29,27 @@ Each module declares ``TYPES`` (the ONNX op_types it implements) and exposes:
   value)]``: PyTorch's default init of the node's parameters (``engine/init.py``; both engines
   draw it with the same generator).
 
-OPS maps ONNX op_type -> module; VIEWS are the op_types whose output aliases the input.
+OPS maps ONNX op_type -> module; VIEWS are the op_types whose output aliases the input;
+CARDS maps every op_type with ATTRS (OPS' and the import-only ones) -> module.
 """
 
-from . import activation, batchnorm, binary, conv, dropout, gemm, layernorm, layout, pool, reduction, softmax, views, unary, matmul
+from . import (activation, batchnorm, binary, card, conv, dropout, gemm, layernorm, layout,
+               pool, reduction, softmax, views, unary, matmul)
 
-_MODULES = (activation, batchnorm, binary, conv, dropout, gemm, layernorm, layout, pool, reduction, softmax, views, unary, matmul)
+_MODULES = (activation, batchnorm, binary, conv, dropout, gemm, layernorm, layout, pool,
+            reduction, softmax, views, unary, matmul)
 
 OPS = {t: m for m in _MODULES for t in m.TYPES}
 VIEWS = views.TYPES
+CARDS = {t: m for m in _MODULES for t in m.ATTRS}
+
+
+def fill_defaults(node: dict, opset: int, shapes) -> list:
+    """The ONNX defaults of ``node``'s attributes filled in place by its card (``ATTRS``, then
+    ``normalize``); ``shapes(name)``: an input's shape or None. Returns the problems found
+    (strings naming the node). Op types without a card are left as they are."""
+    m = CARDS.get(node["op_type"])
+    if m is None:
+        return []
+    card.fill(m.ATTRS[node["op_type"]], node, opset, shapes)
+    return m.normalize(node, opset, shapes) if hasattr(m, "normalize") else []

@@ -4,6 +4,7 @@ output to the input (the input has no other consumer), out of place otherwise.""
 from ..backends.base import pack_params
 
 TYPES = ("Relu",)
+ATTRS = {"Relu": {}}
 
 
 def infer(node, ins, consts):
@@ -12,9 +13,8 @@ def infer(node, ins, consts):
 
 
 async def forward(b, node, ins, outs, train):
-    """y = max(x, 0); nothing to do when the producing Conv applied it (``plan.fused_relu``)."""
-    if ins[0].buf is outs[0].buf and b.plan.graph.producer.get(node["inputs"][0], {}).get(
-            "name") in b.plan.fused_relu:
+    """y = max(x, 0); nothing to do when the producing Conv applied it (``b.fused``)."""
+    if ins[0].buf is outs[0].buf and "forward" in b.fused(node):
         return
     n = outs[0].numel
     if outs[0].buf is ins[0].buf:
@@ -27,7 +27,7 @@ async def forward(b, node, ins, outs, train):
 
 async def backward(b, node, ins, outs, gins, gouts):
     """dx = dy * (y > 0); in place when ``gins[0]`` aliases ``gouts[0]``."""
-    if gins[0] is None or node["name"] in b.plan.relu_grad_fused.values():
+    if gins[0] is None or "backward" in b.fused(node):
         return  # (or the consumer's backward masked the gradient: plan._fusable_relu_grads)
     n = outs[0].numel
     if gins[0].buf is gouts[0].buf:

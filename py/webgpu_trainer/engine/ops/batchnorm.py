@@ -9,6 +9,19 @@ into the flat parameter buffer P (their gradients into G).
 from ..backends.base import groups_1d, pack_params
 
 TYPES = ("BatchNormalization",)
+ATTRS = {"BatchNormalization": {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0}}
+TAKES_RELU_GRAD = True  # a preceding in-place Relu's backward is masked into the dx kernel
+
+
+def normalize(node, opset, shapes) -> list:
+    """Drops the pre-opset-7 ``spatial`` / ``is_test``; before opset 14 ``training_mode`` is
+    whether the node has the running-statistics outputs. Never a problem."""
+    attrs = node["attrs"]
+    attrs.pop("spatial", None)
+    attrs.pop("is_test", None)
+    if opset < 14:
+        attrs["training_mode"] = int(bool([o for o in node["outputs"][1:] if o]))
+    return []
 
 
 def infer(node, ins, consts):
@@ -60,7 +73,7 @@ async def forward(b, node, ins, outs, train):
 
 async def backward(b, node, ins, outs, gins, gouts):
     x = ins[0]
-    c, parts, params = _params(b, node, x, ins, int(node["name"] in b.plan.relu_grad_fused),
+    c, parts, params = _params(b, node, x, ins, int("backward" in b.fused(node)),
                                int(gins[0] is not None))
     save = b.save(node, 2 * c)
     part = b.save(node, 2 * c * parts, "parts")

@@ -16,6 +16,7 @@ from .gemm import reduce_splits
 from ..errors import GraphError
 
 TYPES = ("Add", "Sub", "Mul", "Div", "Pow")
+ATTRS = {op: {} for op in TYPES + ("Max", "Min", "Sum", "Mean", "PRelu")}
 
 CODES = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Pow": 4}  # the shader's OP override
 MAX_DIMS = 6       # collapsed dims the uniform holds

@@ -4,11 +4,30 @@ Threads own 8 channels x 4 columns (see the shader); the weight gradient splits 
 (split-K) when there are too few threads to fill the GPU, and reduce.wgsl adds the parts.
 """
 
+import math
+
 from ..backends.base import groups_1d, pack_params
-from . import gemm
+from . import card, gemm
 from ..errors import GraphError
 
 TYPES = ("Conv",)
+
+
+def _kernel_from_weight(node, opset, shapes):
+    """kernel_shape = the weight's spatial dims when the model leaves it out."""
+    w = shapes(node["inputs"][1]) if len(node["inputs"]) > 1 else None
+    return list(w[2:]) if w else None
+
+
+ATTRS = {"Conv": {"kernel_shape": _kernel_from_weight, **card.window_attrs(), "group": 1}}
+normalize = card.resolve_auto_pad
+FUSES_RELU_FORWARD = True  # a following in-place Relu is applied by the Conv's forward
+TAKES_RELU_GRAD = True  # a preceding in-place Relu's backward is masked into the dx kernel
+
+
+def macs(node, shapes) -> int:
+    """Multiply-adds of one sample: output elements x weight elements per output channel."""
+    return math.prod(shapes[node["outputs"][0]][1:]) * math.prod(shapes[node["inputs"][1]][1:])
 
 
 def out_size(size: int, k: int, stride: int, pad0: int, pad1: int, dil: int) -> int:
@@ -75,7 +94,7 @@ async def forward(b, node, ins, outs, train):
     x, w, bias = ins[0], ins[1], ins[2] if len(ins) > 2 else None
     g, win = _geometry(node, x, w, outs[0])
     n, c, h, wd, k, oh, ow, grp = g
-    relu = int(node["name"] in b.plan.fused_relu)  # a following in-place ReLU, fused
+    relu = int("forward" in b.fused(node))  # a following in-place ReLU, fused
     params = pack_params(*g, int(bias is not None), 1, 0, relu)
     kg = k // grp
     packed = b.save(node, (c // grp) * win["KH"] * win["KW"] * grp * _cdiv(kg, 8) * 8, "wfwd")
@@ -105,7 +124,7 @@ async def backward(b, node, ins, outs, gins, gouts):
     kh, kw = win["KH"], win["KW"]
     full_pad_ok = win["ph"] <= win["dh"] * (kh - 1) and win["pw"] <= win["dw"] * (kw - 1)
     # a ReLU before this layer: its backward fused here (dx = 0 where x <= 0)
-    mask = int(node["name"] in b.plan.relu_grad_fused)
+    mask = int("backward" in b.fused(node))
     mask_src = x if mask else b.dummy
     if gins[0] is not None and win["sh"] == win["sw"] == 1 and full_pad_ok:
         await _input_grad_as_forward(b, node, g, win, w, dy, gins[0], mask, mask_src)

@@ -4,6 +4,7 @@ only, identity (a copy) in eval mode. One thread per four elements."""
 from ..backends.base import groups_1d, pack_params
 
 TYPES = ("Dropout",)
+ATTRS = {"Dropout": {"ratio": 0.5, "training_mode": 0}}
 
 
 def infer(node, ins, consts):

@@ -5,17 +5,29 @@ A' is A or A^T (transA), B' likewise; each is expressed as strides of one stride
 gradients dA = alpha * dY * B'^T and dB = alpha * A'^T * dY reuse the same kernel.
 """
 
+import math
+
 from ..backends.base import groups_1d, pack_params
 from ..errors import GraphError
+from . import card
 
 TYPES = ("Gemm",)
+
+ATTRS = {"Gemm": {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}}
+
+
+def macs(node, shapes) -> int:
+    """Multiply-adds of one sample: output elements x K."""
+    a = shapes[node["inputs"][0]]
+    k = a[0] if card.read(node, ATTRS)["transA"] else a[1]
+    return math.prod(shapes[node["outputs"][0]][1:]) * k
 
 
 def infer(node, ins, consts):
     """[M, N] of op(A) [M, K] times op(B) [K, N]; raises GraphError when the K differ."""
-    a, x, b = node.get("attrs", {}), ins[0], ins[1]
-    m, k = (x[1], x[0]) if a.get("transA", 0) else (x[0], x[1])
-    kb, n = (b[1], b[0]) if a.get("transB", 0) else (b[0], b[1])
+    a, x, b = card.read(node, ATTRS), ins[0], ins[1]
+    m, k = (x[1], x[0]) if a["transA"] else (x[0], x[1])
+    kb, n = (b[1], b[0]) if a["transB"] else (b[0], b[1])
     if k != kb:
         raise GraphError(f"node {node['name']} (Gemm): inner sizes differ, A {x} vs B {b}")
     return [[m, n]]
@@ -28,7 +40,7 @@ def init(node, graph):
     w = graph.tensors.get(ins[1])
     if w is None:
         return []
-    fan_in = w["shape"][1] if node.get("attrs", {}).get("transB", 0) else w["shape"][0]
+    fan_in = w["shape"][1] if card.read(node, ATTRS)["transB"] else w["shape"][0]
     return [(name, "uniform", fan_in) for name in ins[1:3] if name in graph.tensors]
 
 

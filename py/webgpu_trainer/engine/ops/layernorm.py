@@ -18,6 +18,7 @@ from .reduction import per_row_workgroup
 from ..errors import GraphError
 
 TYPES = ("LayerNormalization",)
+ATTRS = {"LayerNormalization": {"axis": -1, "epsilon": 1e-5, "stash_type": 1}}
 
 
 def _numel(shape) -> int:

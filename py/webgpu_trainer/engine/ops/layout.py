@@ -29,6 +29,37 @@ from .layout_rules import infer  # noqa: F401  (the ops contract: every family h
 TYPES = ("Concat", "Expand", "Pad", "Slice", "Transpose")
 
 
+def _perm(node, opset, shapes):
+    """Transpose's default perm: the axes reversed (needs the input's rank)."""
+    x = shapes(node["inputs"][0])
+    return list(range(len(x)))[::-1] if x is not None else None
+
+
+def _split(node, opset, shapes):
+    """Split's default sizes: ``num_outputs`` (else one per output) equal parts, the last
+    smaller (needs the input's size along ``axis``)."""
+    a, x = node["attrs"], shapes(node["inputs"][0])
+    if x is None:
+        return None
+    ax = a["axis"] % len(x)
+    parts = int(a.get("num_outputs", len(node["outputs"])))
+    if isinstance(x[ax], int) and parts:
+        size = -(-x[ax] // parts)
+        return [min(size, x[ax] - i * size) for i in range(parts)]
+    return None
+
+
+ATTRS = {"Concat": {}, "Expand": {}, "Slice": {}, "Pad": {"mode": "constant", "value": 0.0},
+         "Transpose": {"perm": _perm}, "Split": {"axis": 0, "split": _split}}
+
+
+def normalize(node, opset, shapes) -> list:
+    """Concat has no default axis: its absence is a problem."""
+    if node["op_type"] == "Concat" and "axis" not in node["attrs"]:
+        return [f"node {node['name']} (Concat) has no axis attribute"]
+    return []
+
+
 def _values(b, node):
     """Per input: the constant's values (model description) or None."""
     consts = b.plan.graph.constants

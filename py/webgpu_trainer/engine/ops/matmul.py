@@ -14,11 +14,20 @@ walks contiguously folded into the rows, reduced dims contiguous with the k rang
 (the weight gradient of a batched Linear becomes one long, splittable sum).
 """
 
+import math
+
 from ..backends.base import groups_1d, pack_params
 from .gemm import reduce_splits
 from ..errors import GraphError
 
 TYPES = ("MatMul",)
+ATTRS = {"MatMul": {}}
+
+
+def macs(node, shapes) -> int:
+    """Multiply-adds of one sample: output elements x K (the last dim of A)."""
+    return math.prod(shapes[node["outputs"][0]][1:]) * shapes[node["inputs"][0]][-1]
+
 
 MAX_DIMS = 4  # kept / reduced batch dims of one dispatch (after merging)
 

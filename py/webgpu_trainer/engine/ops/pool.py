@@ -25,8 +25,21 @@ Indices and is ignored.
 
 from ..backends.base import groups_1d, pack_params
 from ..errors import GraphError
+from . import card
 
 TYPES = ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")
+
+ATTRS = {"MaxPool": {**card.window_attrs(), "ceil_mode": 0, "storage_order": 0},
+         "AveragePool": {**card.window_attrs(dilations=False), "ceil_mode": 0,
+                         "count_include_pad": 0},
+         "GlobalMaxPool": {}, "GlobalAveragePool": {}}
+
+
+def normalize(node, opset, shapes) -> list:
+    """MaxPool / AveragePool: ``auto_pad`` made explicit pads (``card.resolve_auto_pad``)."""
+    if node["op_type"].startswith("Global"):
+        return []
+    return card.resolve_auto_pad(node, opset, shapes)
 
 
 def out_len(size: int, k: int, s: int, p0: int, p1: int, d: int, ceil_mode: int) -> int:

@@ -18,6 +18,9 @@ from ..backends.base import groups_1d, pack_params
 from ..errors import GraphError
 
 TYPES = ("ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum")
+REDUCE = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+          "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp")  # the importer maps all of them
+ATTRS = {op: {"keepdims": 1, "noop_with_empty_axes": 0} for op in REDUCE}
 _MODE = {"ReduceSum": 0, "ReduceMean": 0, "ReduceMax": 2, "ReduceMin": 3}
 _RUNS = 3  # runs of kept / reduced dims the kernel takes
 

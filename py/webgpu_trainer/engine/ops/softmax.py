@@ -14,6 +14,23 @@ from ..errors import GraphError
 TYPES = ("LogSoftmax", "Softmax")
 
 
+def _axis(node, opset, shapes):
+    return 1 if opset < 13 else -1
+
+
+ATTRS = {op: {"axis": _axis} for op in TYPES}  # ONNX: -1 from opset 13, 1 before
+
+
+def normalize(node, opset, shapes) -> list:
+    """Before opset 13 a Softmax over a >2-D input flattens it: a problem unless the axis is
+    the last one."""
+    x, attrs, op = shapes(node["inputs"][0]), node["attrs"], node["op_type"]
+    if opset < 13 and x is not None and len(x) > 2 and attrs["axis"] % len(x) != len(x) - 1:
+        return [f"node {node['name']} ({op}): opset {opset} {op} flattens its {len(x)}-D "
+                "input; re-export with opset >= 13"]
+    return []
+
+
 def _numel(shape) -> int:
     n = 1
     for d in shape:

@@ -1,5 +1,6 @@
 """Unary elementwise ops, forward and backward (shaders/unary.wgsl): LeakyRelu, Sigmoid, Tanh,
-Gelu, Erf, Exp, Log, Sqrt, Neg, Abs, Reciprocal, Softplus, Elu, HardSigmoid, HardSwish, Clip.
+Gelu, Erf, Exp, Log, Sqrt, Neg, Abs, Reciprocal, Softplus, Softsign, Elu, HardSigmoid,
+HardSwish, Clip.
 
 Forward: y = f(x) elementwise, float32, any shape (ONNX operator definitions, attribute
 defaults of the ONNX spec: LeakyRelu alpha 0.01, Elu alpha 1.0, HardSigmoid alpha 0.2 beta 0.5,
@@ -16,14 +17,19 @@ activation) is read by the kernel from its buffer and gets torch.clamp's gradien
 from ..backends.base import groups_1d, pack_params
 from .gemm import channel_sum
 from ..errors import GraphError
+from . import card
 
 TYPES = ("LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
-         "Reciprocal", "Softplus", "Elu", "HardSigmoid", "HardSwish", "Clip")
+         "Reciprocal", "Softplus", "Softsign", "Elu", "HardSigmoid", "HardSwish", "Clip")
+ATTRS = {**{op: {} for op in TYPES + ("Mish",)},
+         "LeakyRelu": {"alpha": 0.01}, "Elu": {"alpha": 1.0}, "Celu": {"alpha": 1.0},
+         "Selu": {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
+         "HardSigmoid": {"alpha": 0.2, "beta": 0.5}, "Gelu": {"approximate": "none"}}
 
 # op codes of shaders/unary.wgsl; Gelu is 3 (erf form) or 4 (tanh form)
 _CODES = {"LeakyRelu": 0, "Sigmoid": 1, "Tanh": 2, "Gelu": 3, "Erf": 5, "Exp": 6, "Log": 7,
           "Sqrt": 8, "Neg": 9, "Abs": 10, "Reciprocal": 11, "Softplus": 12, "Elu": 13,
-          "HardSigmoid": 14, "HardSwish": 15, "Clip": 16}
+          "HardSigmoid": 14, "HardSwish": 15, "Clip": 16, "Softsign": 17}
 
 # backward reads the saved output instead of recomputing f(x)
 _FROM_OUTPUT = ("Sigmoid", "Tanh", "Exp", "Sqrt", "Reciprocal")
@@ -42,7 +48,7 @@ def _code(node) -> int:
     """The shader op code; raises GraphError for an unknown Gelu ``approximate``."""
     op = node["op_type"]
     if op == "Gelu":
-        approx = node.get("attrs", {}).get("approximate", "none")
+        approx = card.read(node, ATTRS)["approximate"]
         if isinstance(approx, bytes):
             approx = approx.decode()
         if approx not in ("none", "tanh"):
@@ -53,15 +59,9 @@ def _code(node) -> int:
 
 
 def _alpha_beta(node):
-    """(alpha, beta) attributes with the ONNX defaults of the op (0, 0 when it has none)."""
-    a, op = node.get("attrs", {}), node["op_type"]
-    if op == "LeakyRelu":
-        return float(a.get("alpha", 0.01)), 0.0
-    if op == "Elu":
-        return float(a.get("alpha", 1.0)), 0.0
-    if op == "HardSigmoid":
-        return float(a.get("alpha", 0.2)), float(a.get("beta", 0.5))
-    return 0.0, 0.0
+    """(alpha, beta) attributes with the card's ONNX defaults (0 where the op has none)."""
+    a, spec = card.read(node, ATTRS), ATTRS[node["op_type"]]
+    return tuple(float(a[k]) if k in spec else 0.0 for k in ("alpha", "beta"))
 
 
 def infer(node, ins, consts):

@@ -7,6 +7,14 @@ from ..errors import GraphError
 TYPES = ("Flatten", "Identity", "Reshape", "Squeeze", "Unsqueeze")
 
 
+def _allowzero(node, opset, shapes):
+    return 0 if opset >= 14 else None  # Reshape's allowzero exists from opset 14
+
+
+ATTRS = {"Flatten": {"axis": 1}, "Identity": {}, "Reshape": {"allowzero": _allowzero},
+         "Squeeze": {}, "Unsqueeze": {}}
+
+
 def _numel(shape) -> int:
     n = 1
     for d in shape:

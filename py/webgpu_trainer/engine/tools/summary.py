@@ -4,9 +4,9 @@ page's worker can both compute it.
 """
 
 from ..graph import Graph, GraphError
-from ..ops import losses
+from ..ops import OPS, losses
 
-MAC_OPS = ("Conv", "Gemm", "MatMul")
+MAC_OPS = tuple(t for t, m in OPS.items() if hasattr(m, "macs"))  # Conv, Gemm, MatMul
 
 
 def _numel(shape) -> int:
@@ -17,22 +17,10 @@ def _numel(shape) -> int:
 
 
 def _macs(node, shapes) -> int:
-    """Multiply-adds of one sample through ``node`` (Conv, Gemm, MatMul; 0 for other ops)."""
-    op, ins = node["op_type"], node["inputs"]
-    out = shapes.get(node["outputs"][0])
-    if out is None:
+    """Multiply-adds of one sample through ``node``: its card's ``macs`` (0 for other ops)."""
+    if node["op_type"] not in MAC_OPS or shapes.get(node["outputs"][0]) is None:
         return 0
-    if op == "Conv":
-        w = shapes[ins[1]]
-        return _numel(out[1:]) * _numel(w[1:])
-    if op == "Gemm":
-        a = shapes[ins[0]]
-        k = a[0] if node.get("attrs", {}).get("transA", 0) else a[1]
-        return _numel(out[1:]) * k
-    if op == "MatMul":
-        a = shapes[ins[0]]
-        return _numel(out[1:]) * a[-1]
-    return 0
+    return OPS[node["op_type"]].macs(node, shapes)
 
 
 def head_params(graph: dict) -> list:
