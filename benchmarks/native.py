@@ -13,7 +13,6 @@ import random
 import struct
 import time
 import types
-from array import array
 from pathlib import Path
 
 from gpu_timer import Timer, median

@@ -283,7 +283,7 @@ def browser_profile(r: dict, top: int) -> str:
     prof = r.get("profile") or []
     total = sum(x[3] for x in prof)
     by = {}
-    for phase, key, grid, ms in prof:
+    for phase, key, _grid, ms in prof:
         k = f"{phase} {key.split(':KH')[0].rstrip(':')}"
         by[k] = by.get(k, 0.0) + ms
     out = [f"browser, batch {r['batch']}: {len(prof)} dispatches, each timed alone "

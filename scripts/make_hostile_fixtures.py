@@ -322,7 +322,7 @@ def edge_files(out: pathlib.Path) -> None:
     (out / "bomb-images-idx3-ubyte.gz").write_bytes(b"".join(bomb))
     one = out / "own_one"  # 1 training image, 1 test image
     one.mkdir(exist_ok=True)
-    for split, stem in (("train", "train"), ("test", "t10k")):
+    for stem in ("train", "t10k"):
         im1, lb1 = _digits(1, 6)
         (one / f"{stem}-images-idx3-ubyte").write_bytes(_idx("images", im1))
         (one / f"{stem}-labels-idx1-ubyte").write_bytes(_idx("labels", lb1))

@@ -38,7 +38,8 @@ MODEL = REPO / "models" / "seednet.onnx"
 EXE = [sys.executable, "-m", "webgpu_trainer.cli.main"]
 SMALL = ["--train-images", "640", "--val-images", "256", "--batch-size", "64",
          "--eval-images", "256", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
-         "--seed", "3", "--nesterov", "--clip-grad-norm", "5", "--scheduler", "steplr", "--gamma", "0.5",
+         "--seed", "3", "--nesterov", "--clip-grad-norm", "5", "--scheduler", "steplr",
+         "--gamma", "0.5",
          "--no-progress", "--checkpoint-every-s", "0"]  # epochs' ends only, at any speed
 METRIC_KEYS = ("epoch", "step", "train_loss", "train_acc", "valid_loss", "valid_acc")
 ONECYCLE = ("scheduler", "max_lr", "total_steps", "pct_start", "anneal_strategy", "div_factor",

@@ -14,7 +14,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from webgpu_trainer.engine import config
-from webgpu_trainer.engine.config import BY_NAME, FIELDS, ConfigError
+from webgpu_trainer.engine.config import FIELDS, ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -261,7 +261,8 @@ def test_upload_finetune_head_and_download(app, mnist_cache, tmp_path):
     try:
         page.wait_for_function(f"document.querySelector('#model').value === '{name}' && "
                                "!document.querySelector('#summary-card').hidden && "
-                               f"document.querySelector('#summary-card').dataset.model === '{name}'",
+                               "document.querySelector('#summary-card').dataset.model === "
+                               f"'{name}'",
                                timeout=60_000)
     except Exception:
         pytest.fail(f"upload not shown: {page.text_content('#import-errors')}\n"

@@ -202,7 +202,8 @@ def test_stop_between_reports_is_reported(device, splits, engine):
 
 EXE = [sys.executable, "-m", "webgpu_trainer.cli.main"]
 SMALL = ["--train-images", "128", "--val-images", "64", "--batch-size", "32", "--eval-images",
-         "64", "--optimizer", "sgd", "--lr", "0.02", "--momentum", "0.9", "--seed", "21", "--no-progress"]
+         "64", "--optimizer", "sgd", "--lr", "0.02", "--momentum", "0.9", "--seed", "21",
+         "--no-progress"]
 RESUME_RTOL = 1e-4
 CPU_RUN_RTOL = 2e-3  # weights of a whole CPU-only run vs the resumed one (see the test)
 

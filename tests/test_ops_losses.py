@@ -191,7 +191,8 @@ def test_trainer_validation_loss(device, loss):
 
 @pytest.mark.parametrize("spec,match", [
     ({"loss": "hinge"}, r"loss\.loss: must be one of auto, .*, got 'hinge'"),
-    ({"loss": "mse", "reduction": "none"}, r"loss\.reduction: must be one of mean, sum, got 'none'"),
+    ({"loss": "mse", "reduction": "none"},
+     r"loss\.reduction: must be one of mean, sum, got 'none'"),
     ({"loss": "cross_entropy", "smoothing": 0.1}, r"loss: unknown key 'smoothing'"),
     ({"loss": "cross_entropy", "label_smoothing": 1.5},
      r"loss\.label_smoothing: must be a number in \[0, 1\], got 1\.5"),

@@ -42,7 +42,8 @@ def test_warning_names_the_wrong_ops(app):
     app.page.evaluate("""async () => {
         const m = await import("/selfcheck.js");
         m.showSelfCheck({ok: false, rows: [], seconds: 1.0, adapter: {},
-                         wrong: ["layout/chain_slice_steps backward (Conv, Slice, Reshape, Gemm)"]});
+                         wrong: [
+                           "layout/chain_slice_steps backward (Conv, Slice, Reshape, Gemm)"]});
     }""")
     banner = app.page.locator("#selfcheck-warning")
     assert banner.is_visible()

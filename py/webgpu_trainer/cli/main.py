@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="webgpu-trainer",
                                      description="Train neural networks in the browser on WebGPU.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (add, _) in COMMANDS.items():
+    for add, _ in COMMANDS.values():
         add(sub)
     return parser
 

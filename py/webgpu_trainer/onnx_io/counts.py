@@ -1,6 +1,8 @@
 """Parameter counts of a bundle graph for the model list (:func:`model_summary`)."""
 from __future__ import annotations
 
+import math
+
 
 def model_summary(graph: dict) -> dict:
     """Counts for the model list from a bundle graph (element counts, ints).
@@ -11,10 +13,7 @@ def model_summary(graph: dict) -> dict:
     trains every param), ``buffers`` = role "buffer" (BN running stats), ``total`` = both.
     """
     def numel(t: dict) -> int:
-        n = 1
-        for d in t["shape"]:
-            n *= int(d)
-        return n
+        return math.prod(int(d) for d in t["shape"])
 
     params = sum(numel(t) for t in graph["tensors"] if t["role"] == "param")
     buffers = sum(numel(t) for t in graph["tensors"] if t["role"] == "buffer")
