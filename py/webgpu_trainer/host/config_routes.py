@@ -1,0 +1,69 @@
+"""The run configuration's routes (docs/ARCHITECTURE.md, "Server routes"): the kernel
+playground's presets, the configuration's schema, and a configuration checked by the engine's
+validator against the data and the model."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .bodies import JSON_LIMIT, parse_json, read_body
+from .errors import ApiError
+
+
+class RunConfigRoutes:
+    """``models``: the model lookup (``model_routes.Models``); ``train_images()``: the
+    training split's size (``mnist_routes.Mnist.train_images``)."""
+
+    def __init__(self, models, train_images):
+        self.models, self.train_images = models, train_images
+
+    def routes(self) -> list:
+        return [
+            Route("/api/kernels", self.kernels),
+            Route("/api/config/schema", self.config_schema),
+            Route("/api/config/validate", self.config_validate, methods=["POST"]),
+        ]
+
+    def kernels(self, request: Request) -> Response:
+        from ..engine.tools import playground
+        return JSONResponse(playground.presets())
+
+    def config_schema(self, request: Request) -> Response:
+        from ..engine import config
+        return JSONResponse(config.schema())
+
+    async def config_validate(self, request: Request) -> Response:
+        """Body ``{"config": {...}, "model": name?}``: the run configuration checked by the
+        engine's validator (``config.parse``) against the training images of the MNIST
+        manifest (and the model's classes when ``model`` is given). Answers ``{"ok": true,
+        "config": resolved config, "steps": {"per_epoch", "total", "train_images",
+        "val_images"}}`` or
+        ``{"ok": false, "errors": [[field, message], ...]}`` (200 both: a bad config is an
+        answer, not a failed request; so is a ``model`` the server does not have); 400 when
+        the body is not such an object (or not JSON,
+        or nested too deeply), 413 over ``JSON_LIMIT`` bytes."""
+        from ..engine import config
+        body = parse_json(await read_body(request, JSON_LIMIT, "the body") or b"{}")
+        if not isinstance(body, dict) or not isinstance(body.get("config", {}), dict):
+            raise ApiError(400, 'body must be {"config": {...}, "model": name}')
+        model = body.get("model")
+        if model is not None:  # a name the server has (a path or an object is no model)
+            try:
+                self.models.path(model if isinstance(model, str) else "")
+            except ApiError as exc:
+                why = exc.message if isinstance(model, str) else "must be a model's name"
+                return JSONResponse({"ok": False, "errors": [["model", why]]})
+        images = self.train_images()
+        classes = self.models.classes(model) if isinstance(model, str) else None
+        try:
+            cfg = config.parse(body.get("config") or {}, train_images=images, classes=classes)
+        except config.ConfigError as exc:
+            return JSONResponse({"ok": False, "errors": [list(e) for e in exc.errors]})
+        per_epoch, total = cfg.steps(images)
+        used = config.train_used(cfg, images)
+        return JSONResponse({"ok": True, "config": cfg.to_json(),
+                             "steps": {"per_epoch": per_epoch, "total": total,
+                                       "train_images": used,
+                                       "val_images": cfg["val_images"]}})

@@ -1,0 +1,59 @@
+"""Serving files safely: the content types, ``safe_join`` (a request's path inside one folder,
+or 400 / 404 before the disk is touched) and ``file_response`` (Range, HEAD, ETag, 304)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
+from starlette.staticfiles import StaticFiles
+
+from .errors import ApiError
+
+MIME = {
+    ".html": "text/html; charset=utf-8", ".js": "application/javascript; charset=utf-8",
+    ".mjs": "application/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
+    ".wasm": "application/wasm", ".json": "application/json", ".map": "application/json",
+    ".zip": "application/zip", ".whl": "application/zip", ".onnx": "application/octet-stream",
+    ".u8": "application/octet-stream", ".bin": "application/octet-stream",
+    ".svg": "image/svg+xml", ".png": "image/png", ".ico": "image/x-icon",
+    ".ts": "text/plain; charset=utf-8", ".txt": "text/plain; charset=utf-8",
+    ".md": "text/plain; charset=utf-8",
+}
+WEB_SUFFIXES = {".html", ".js", ".mjs", ".css", ".svg", ".png", ".ico"}
+IMMUTABLE = "public, max-age=31536000, immutable"
+
+
+def safe_join(base: Path, rel: str) -> Path:
+    """``base / rel`` if it is an existing file inside ``base``; ApiError 400/404 otherwise."""
+    if not rel:
+        raise ApiError(404, "not found: (empty path)")
+    if ("\\" in rel or "\0" in rel or rel.startswith("/") or ":" in rel
+            or any(part in ("", ".", "..") for part in rel.split("/"))):
+        raise ApiError(400, f"bad path: {rel!r}")
+    base = base.resolve()
+    path = (base / rel).resolve()
+    if not path.is_relative_to(base):
+        raise ApiError(400, f"bad path: {rel!r}")
+    if not path.is_file():
+        raise ApiError(404, f"not found: {rel}")
+    return path
+
+
+def file_response(request: Request, path: Path, *, etag: str | None = None,
+                  cache: str = "no-cache", media_type: str | None = None,
+                  headers: dict | None = None) -> Response:
+    """Serve ``path`` through Starlette's FileResponse (single and multiple Range: 206, 416;
+    HEAD; Last-Modified; ETag, ``etag`` when given, else Starlette's from size and mtime) with
+    ``Cache-Control: cache`` and ``headers``; a matching If-None-Match / If-Modified-Since gives
+    304 (with the ETag, caching and Vary headers), by the rule of Starlette's StaticFiles
+    (``is_not_modified``)."""
+    headers = {"Cache-Control": cache, **({"ETag": etag} if etag else {}), **(headers or {})}
+    media_type = media_type or MIME.get(path.suffix.lower(), "application/octet-stream")
+    resp = FileResponse(path, headers=headers, media_type=media_type, stat_result=path.stat())
+    if StaticFiles.is_not_modified(None, resp.headers, request.headers):
+        keep = ("etag", "cache-control", "last-modified", "vary")
+        return Response(status_code=304, headers={k: resp.headers[k] for k in keep
+                                                  if k in resp.headers})
+    return resp
