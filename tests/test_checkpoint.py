@@ -1,11 +1,11 @@
-"""The checkpoint payload of a run (engine/train/checkpoint.py: what the CLI's ``.ckpt`` files and the
-browser's IndexedDB checkpoints hold) round-trips: a run stopped after its first epoch's checkpoint
-and continued from it in a new trainer (new engine, new optimizer, restored weights, optimizer
-state, epoch and step) repeats the uninterrupted run's next steps bit for bit, on each native GPU
-backend and on the numpy engine; so does a run continued from a checkpoint inside an epoch
-(``checkpoint_every_s``, or Stop), its epoch means included. SeedNet has BatchNorm (running
-statistics in the weights) and Dropout (masks drawn from the step), Adam two state buffers, StepLR
-a schedule of the step: each would break the comparison if it were not restored."""
+"""The checkpoint payload of a run (engine/train/checkpoint.py: what the CLI's ``.ckpt`` files and
+the browser's IndexedDB checkpoints hold) round-trips: a run stopped after its first epoch's
+checkpoint and continued from it in a new trainer (new engine, new optimizer, restored weights,
+optimizer state, epoch and step) repeats the uninterrupted run's next steps bit for bit, on each
+native GPU backend and on the numpy engine; so does a run continued from a checkpoint inside an
+epoch (``checkpoint_every_s``, or Stop), its epoch means included. SeedNet has BatchNorm (running
+statistics in the weights) and Dropout (masks drawn from the step), Adam two state buffers,
+StepLR a schedule of the step: each would break the comparison if it were not restored."""
 
 import numpy as np
 import pytest

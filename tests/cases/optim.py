@@ -1,5 +1,6 @@
-"""Optimizer steps (engine/train/optim.py, shaders/optim.wgsl) for the browser: an MLP trained 5 steps
-by each optimizer; the browser's numbers must match the native engine's (tests/test_parity.py).
+"""Optimizer steps (engine/train/optim.py, shaders/optim.wgsl) for the browser: an MLP trained
+5 steps by each optimizer; the browser's numbers must match the native engine's
+(tests/test_parity.py).
 The native optimizers are checked against torch.optim trajectories in tests/test_optim.py, so
 these cases have no float64 reference (harness.check_case refuses them)."""
 

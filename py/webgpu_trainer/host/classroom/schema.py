@@ -70,7 +70,7 @@ runs = Table(
     Column("test_loss", Float),
     Column("eval_images", Integer),
     Column("error", Text),
-    Column("verdict", String(16)),   # engine/train/verdict.py's kind: ok | diverged | chance | stopped
+    Column("verdict", String(16)),  # train/verdict.py: ok, diverged, chance, stopped
     Column("reason", Text),          # the student's page's words for it
     Column("points", Integer, nullable=False, default=0),
     Column("model_sha256", String(64)),
