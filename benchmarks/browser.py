@@ -1,6 +1,6 @@
 """Browser measurements: the engine in headless Chromium (``--enable-unsafe-webgpu``; here
 SwiftShader), driven through its own Web Worker with the ``bench`` message
-(engine/browser_bench.py), and the peers (jax-js, TensorFlow.js; benchmarks/peers.html) in the
+(worker/bench.py), and the peers (jax-js, TensorFlow.js; benchmarks/peers.html) in the
 same Chromium on the same adapter.
 
 Our engine: the real server (``server.py``) on a free 127.0.0.1 port; the page loads, then a

@@ -15,9 +15,9 @@ opset 17 dynamic batch, dynamo opset 18):
    conv3.bias of strided_bn) is float32 rounding noise on the GPU (up to 1e-5 where torch has
    1e-14; the numpy engine in float32 gives the same order), so it is measured against the
    model's largest parameter gradient instead of its own ~0 maximum (``_grad_err``);
-3. three optimizer steps (``webgpu_trainer.engine.optim``: SGD with momentum for the ts13 exports,
-   Adam for ts17, AdamW for dynamo18) on the fixture batch with the graph as imported (Dropout
-   active), then ``onnx_io.export_onnx`` with a provenance: ``onnx.checker`` (full check)
+3. three optimizer steps (``webgpu_trainer.engine.train.optim``: SGD with momentum for the ts13
+   exports, Adam for ts17, AdamW for dynamo18) on the fixture batch with the graph as imported
+   (Dropout active), then ``onnx_io.export_onnx`` with a provenance: ``onnx.checker`` (full check)
    passes, onnxruntime's output equals the engine's eval-mode output for the same input
    within 1e-4, re-importing the export gives the trained weight blob byte for byte (same
    tensor names and offsets), and ``metadata_props`` carries the provenance.

@@ -77,7 +77,7 @@ class Case:
         return self.graph["outputs"][0]["name"]
 
     def parity(self) -> dict:
-        """This case as a case of ``webgpu_trainer.engine.parity`` (JSON-able)."""
+        """This case as a case of ``webgpu_trainer.engine.tools.parity`` (JSON-able)."""
         return {"name": self.id, "graph": self.graph, "weights": b64(self.blob),
                 "x": b64(f32(self.x).tobytes()),
                 "labels": b64(np.asarray(self.labels, "<u4").tobytes()),
