@@ -1,6 +1,7 @@
 // Binary elementwise ops with NumPy (multidirectional) broadcasting, ONNX Add, Sub, Mul, Div,
-// Pow; gradients by PyTorch's autograd formulas. OP (override): 0 Add, 1 Sub, 2 Mul, 3 Div,
-// 4 Pow. SIDE (override, backward): 0 the gradient of A, 1 of B.
+// Pow; gradients by PyTorch's autograd formulas. OP (override): BINARY_ADD, _SUB, _MUL, _DIV,
+// _POW of the generated include binary_ops (ops/binary.py CODES). SIDE (override, backward):
+// 0 the gradient of A, 1 of B.
 //
 //   forward_same:  out[i] = f(x0[i], x1[i])                   (A, B and Y of one size)
 //   forward:       out[i] = f(x0[ia(i)], x1[ib(i)])           (x0 = A, x1 = B)
@@ -22,6 +23,8 @@
 // for x < 0, 1/x^|n| for n < 0); x^0.5 = sqrt(x); else pow(|x|, y) (WGSL pow is undefined for
 // x < 0), NaN for x < 0 with a non-integral exponent.
 //   d/da = b * a^(b-1) (0 where b == 0);  d/db = a^b * ln(a) (0 where a == 0 and b >= 0).
+
+//!include binary_ops
 
 override OP: u32 = 0u;
 override SIDE: u32 = 0u;
@@ -68,10 +71,10 @@ fn powf(a: f32, b: f32) -> f32 {
 
 fn f(a: f32, b: f32) -> f32 {
   switch OP {
-    case 0u: { return a + b; }
-    case 1u: { return a - b; }
-    case 2u: { return a * b; }
-    case 3u: { return a / b; }
+    case BINARY_ADD: { return a + b; }
+    case BINARY_SUB: { return a - b; }
+    case BINARY_MUL: { return a * b; }
+    case BINARY_DIV: { return a / b; }
     default: { return powf(a, b); }
   }
 }
@@ -82,17 +85,17 @@ fn grad(dy: f32, t: f32, o: f32) -> f32 {
   let b = select(o, t, SIDE == 1u);
   if (SIDE == 0u) {
     switch OP {
-      case 0u, 1u: { return dy; }
-      case 2u: { return dy * b; }
-      case 3u: { return dy / b; }
+      case BINARY_ADD, BINARY_SUB: { return dy; }
+      case BINARY_MUL: { return dy * b; }
+      case BINARY_DIV: { return dy / b; }
       default: { return select(dy * (b * powf(a, b - 1.0)), 0.0, b == 0.0); }
     }
   }
   switch OP {
-    case 0u: { return dy; }
-    case 1u: { return -dy; }
-    case 2u: { return dy * a; }
-    case 3u: { return -dy * ((a / b) / b); }
+    case BINARY_ADD: { return dy; }
+    case BINARY_SUB: { return -dy; }
+    case BINARY_MUL: { return dy * a; }
+    case BINARY_DIV: { return -dy * ((a / b) / b); }
     default: { return select(dy * (powf(a, b) * log(a)), 0.0, a == 0.0 && b >= 0.0); }
   }
 }

@@ -12,7 +12,7 @@
 //   mse:             loss = sum (x - t)^2 / N, dx = 2 (x - t) / N        (t = onehot(label))
 //   bce_with_logits: loss = sum max(x, 0) - x t + log(1 + exp(-|x|)) / N, dx = (sigmoid(x) - t) / N
 //          N = B * C (mean) or 1 (sum).
-// The loss entry points read Params as {B, C, flags (1: mean, 2: weighted), bitcast<f32> eps}.
+// The loss entry points read Params as {B, C, flags (1: mean, 2: weighted), eps}.
 // Each loss is one workgroup of 256 threads (the batch's loss needs all of it before dx).
 // A label >= C (never expected: the data is checked before training) is not read through: its
 // sample adds nothing to the loss, its gradient row is 0, and the step's accuracy slot holds
@@ -20,7 +20,7 @@
 
 //!include detmath
 
-struct Params { outer: u32, C: u32, inner: u32, _p0: u32 }
+struct Params { outer: u32, C: u32, inner: u32, eps: f32 }  // losses: inner = flags
 //!include step
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -108,7 +108,7 @@ fn class_weight(c: u32) -> f32 {
 fn nll(@builtin(local_invocation_index) lid: u32) {
   let B = p.outer;
   let C = p.C;
-  let eps = bitcast<f32>(p._p0);
+  let eps = p.eps;
   var loss = 0.0;
   var spread_sum = 0.0;
   var hit = 0.0;
