@@ -19,6 +19,8 @@ struct Params {
 // mask (backward_input): dx = 0 where x <= 0 (x is the output of an in-place ReLU whose backward
 // the plan fused here).
 
+//!include index
+
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> dy: array<f32>;
@@ -120,8 +122,8 @@ fn stats_eval(@builtin(global_invocation_id) gid: vec3<u32>) {
 fn normalize(@builtin(global_invocation_id) gid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>) {
   let n = p.outer * p.C * p.inner;
-  let S = nwg.x * nwg.y * 64u;
-  let i0 = gid.x + gid.y * nwg.x * 64u;
+  let S = grid_stride(nwg);
+  let i0 = flat_index(gid, nwg);
   if (S >= n) {  // a thread per element (CPU adapters)
     if (i0 < n) { out[i0] = normalized(i0, x[i0]); }
     return;
@@ -170,8 +172,8 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
                   @builtin(num_workgroups) nwg: vec3<u32>) {
   let n = p.outer * p.C * p.inner;
   let M = f32(p.outer * p.inner);
-  let S = nwg.x * nwg.y * 64u;
-  let i0 = gid.x + gid.y * nwg.x * 64u;
+  let S = grid_stride(nwg);
+  let i0 = flat_index(gid, nwg);
   if (S >= n) {  // a thread per element (CPU adapters)
     if (i0 < n) { out[i0] = input_grad(i0, x[i0], dy[i0], M); }
     return;

@@ -36,13 +36,14 @@ struct Params {
   red: array<vec4<u32>, 6>,
 }
 
+//!include index
+
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
 @group(0) @binding(2) var<storage, read> x0: array<f32>;
 @group(0) @binding(3) var<storage, read> x1: array<f32>;
 @group(0) @binding(4) var<storage, read> x2: array<f32>;
 
-fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 { return gid.x + gid.y * nwg.x * 64u; }
 
 fn qnan() -> f32 { return bitcast<f32>(p.nan_bits); }  // a run-time NaN (no NaN constants)
 
@@ -103,14 +104,14 @@ fn grad(dy: f32, t: f32, o: f32) -> f32 {
 @compute @workgroup_size(64)
 fn forward_same(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i < p.n) { out[i] = f(x0[i], x1[i]); }
 }
 
 @compute @workgroup_size(64)
 fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i >= p.n) { return; }
   var rest = i;
   var ia = 0u;
@@ -128,14 +129,14 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn backward_same(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i < p.n) { out[i] = grad(x2[i], x0[i], x1[i]); }
 }
 
 @compute @workgroup_size(64)
 fn backward(@builtin(global_invocation_id) gid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>) {
-  let j = index(gid, nwg);
+  let j = flat_index(gid, nwg);
   if (j >= p.n) { return; }
   // Offsets of dY and o at the first broadcast position of t[j].
   var rest = j;

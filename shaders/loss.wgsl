@@ -22,6 +22,7 @@
 
 struct Params { outer: u32, C: u32, inner: u32, eps: f32 }  // losses: inner = flags
 //!include step
+//!include index
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<uniform> st: Step;
@@ -40,7 +41,7 @@ var<workgroup> red_bad: array<f32, 256>;
 @compute @workgroup_size(64)
 fn log_softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
                        @builtin(num_workgroups) nwg: vec3<u32>) {
-  let r = gid.x + gid.y * nwg.x * 64u;
+  let r = flat_index(gid, nwg);
   if (r >= p.outer * p.inner) { return; }
   let base = (r / p.inner) * p.C * p.inner + r % p.inner;
   var m = x[base];
@@ -54,7 +55,7 @@ fn log_softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn log_softmax_backward(@builtin(global_invocation_id) gid: vec3<u32>,
                         @builtin(num_workgroups) nwg: vec3<u32>) {
-  let r = gid.x + gid.y * nwg.x * 64u;
+  let r = flat_index(gid, nwg);
   if (r >= p.outer * p.inner) { return; }
   let base = (r / p.inner) * p.C * p.inner + r % p.inner;
   var s = 0.0;

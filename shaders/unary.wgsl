@@ -26,6 +26,8 @@ struct Params {
   alpha: f32, beta: f32, lo: f32, hi: f32,
 }
 
+//!include index
+
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> y: array<f32>;
@@ -40,7 +42,6 @@ const INV_SQRT_2PI: f32 = 0.3989422804014327;
 const SQRT_2_OVER_PI: f32 = 0.7978845608028654;
 const GELU_C: f32 = 0.044715;
 
-fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 { return gid.x + gid.y * nwg.x * 64u; }
 
 // erf(x) / (2/sqrt(pi) * x) for |x| < 1: Maclaurin coefficients (-1)^n / (n! (2n+1)) in s = x^2.
 fn erf_series(x: f32) -> f32 {
@@ -202,14 +203,14 @@ fn backward_value(v: f32, w: f32, g: f32, use_y: bool) -> f32 {
 @compute @workgroup_size(64)
 fn unary_forward(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i < p.n) { out[i] = forward_value(x[i]); }
 }
 
 @compute @workgroup_size(64)
 fn unary_backward(@builtin(global_invocation_id) gid: vec3<u32>,
                   @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i >= p.n) { return; }
   let use_y = (p.flags & 1u) != 0u;
   var w = 0.0;
@@ -222,7 +223,7 @@ fn unary_backward(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn clip_bound_grad(@builtin(global_invocation_id) gid: vec3<u32>,
                    @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i >= p.n) { return; }
   let lo = clip_lo();
   let hi = clip_hi();
