@@ -65,11 +65,15 @@ def test_unknown_field_names_shader_and_field():
         shaders.pack("elementwise", {"n": 4, "_p0": 1})
 
 
-@pytest.mark.parametrize("value, what", [(-1, "-1"), (1.5, "1.5"), (2 ** 32, "4294967296")])
+@pytest.mark.parametrize("value, what", [(-1, "-1"), (1.5, "1.5"), (2 ** 32, "4294967296"),
+                                         ("7", "7")])
 def test_value_the_field_cannot_hold(value, what):
     with pytest.raises(ParamsError, match=rf"^shader 'elementwise': field 'n' \(u32\) cannot "
                                           rf"hold '{re.escape(what)}'$"):
         shaders.pack("elementwise", {"n": value})
+    with pytest.raises(ParamsError, match=r"field 'alpha' \(f32\) cannot hold 'x'"):
+        shaders.pack("unary", dict(n=1, op=0, flags=0, aux=0, alpha="x", beta=0.0, lo=0.0,
+                                   hi=0.0))
 
 
 def test_array_field_needs_its_length():

@@ -181,6 +181,8 @@ def _put(shader: str, field: str, wgsl: str, value, out: bytearray, at: int):
     if stride is None:
         fmt = _SCALARS[wgsl]
         try:
+            if isinstance(value, (str, bytes)):
+                raise TypeError
             if fmt == "<f":
                 v = float(value)
             elif isinstance(value, float) or not hasattr(value, "__index__"):
