@@ -12,7 +12,7 @@ GPU weight init, every optimizer for a few steps). Each case gets the result
      parameter buffer after the last step; null: the case's weights, unchanged)}
 
 The GPU's random numbers are reproduced exactly: Dropout masks and ``init_seed``'s weight init
-come from Philox-4x32-10 keyed by the seed (cpu/philox.py draws the bits shaders/philox.wgsl
+come from Philox-4x32-10 keyed by the seed (cpu/philox.py draws the bits lib/philox.wgsl
 draws; engine/init.py holds the init rules of both engines).
 
 Run from the repository root (needs numpy and pytest, the test extras), then commit the file:

@@ -19,6 +19,8 @@ struct Params {
 // mask (backward_input): dx = 0 where x <= 0 (x is the output of an in-place ReLU whose backward
 // the plan fused here).
 
+//!include index
+
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> dy: array<f32>;
@@ -28,22 +30,13 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> G: array<f32>;
 @group(0) @binding(7) var<storage, read_write> part: array<f32>;  // [C, parts] (x2 for dy)
 
-var<workgroup> red: array<f32, 256>;
-var<workgroup> red2: array<f32, 256>;
+const WG: u32 = 256u;  // the summing kernels' workgroup
+alias RedT = vec2<f32>;  // two sums at once (x: the first, y: the second)
+var<workgroup> red: array<RedT, 256>;
+//!include wg_reduce
 
 fn at(c: u32, e: u32) -> u32 {
   return ((e / p.inner) * p.C + c) * p.inner + e % p.inner;
-}
-
-fn reduce2(lid: u32) {
-  workgroupBarrier();
-  for (var half = 128u; half > 0u; half = half >> 1u) {
-    if (lid < half) {
-      red[lid] += red[lid + half];
-      red2[lid] += red2[lid + half];
-    }
-    workgroupBarrier();
-  }
 }
 
 // sum_{k < parts} part[base + k*step]: four independent running sums, so that a GPU has four
@@ -70,10 +63,9 @@ fn part_range(k: u32) -> vec2<u32> {
 @compute @workgroup_size(256)
 fn sum_x(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let c = wid.x;
-  red[lid] = thread_sum_x(c, part_range(wid.y), lid);
-  red2[lid] = 0.0;
-  reduce2(lid);
-  if (lid == 0u) { part[c * p.parts + wid.y] = red[0]; }
+  red[lid] = vec2<f32>(thread_sum_x(c, part_range(wid.y), lid), 0.0);
+  wg_tree_sum(lid);
+  if (lid == 0u) { part[c * p.parts + wid.y] = red[0].x; }
 }
 
 @compute @workgroup_size(64)
@@ -86,10 +78,9 @@ fn mean_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
 @compute @workgroup_size(256)
 fn sum_sq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let c = wid.x;
-  red[lid] = thread_sum_sq(c, part_range(wid.y), lid, save[c]);
-  red2[lid] = 0.0;
-  reduce2(lid);
-  if (lid == 0u) { part[c * p.parts + wid.y] = red[0]; }
+  red[lid] = vec2<f32>(thread_sum_sq(c, part_range(wid.y), lid, save[c]), 0.0);
+  wg_tree_sum(lid);
+  if (lid == 0u) { part[c * p.parts + wid.y] = red[0].x; }
 }
 
 @compute @workgroup_size(64)
@@ -120,8 +111,8 @@ fn stats_eval(@builtin(global_invocation_id) gid: vec3<u32>) {
 fn normalize(@builtin(global_invocation_id) gid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>) {
   let n = p.outer * p.C * p.inner;
-  let S = nwg.x * nwg.y * 64u;
-  let i0 = gid.x + gid.y * nwg.x * 64u;
+  let S = grid_stride(nwg);
+  let i0 = flat_index(gid, nwg);
   if (S >= n) {  // a thread per element (CPU adapters)
     if (i0 < n) { out[i0] = normalized(i0, x[i0]); }
     return;
@@ -148,12 +139,11 @@ fn sum_dy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   let c = wid.x;
   let r = part_range(wid.y);
   let t = thread_sum_dy(c, r, lid);
-  red[lid] = t.x;
-  red2[lid] = t.y;
-  reduce2(lid);
+  red[lid] = t;
+  wg_tree_sum(lid);
   if (lid == 0u) {
-    part[2u * (c * p.parts + wid.y)] = red[0];
-    part[2u * (c * p.parts + wid.y) + 1u] = red2[0];
+    part[2u * (c * p.parts + wid.y)] = red[0].x;
+    part[2u * (c * p.parts + wid.y) + 1u] = red[0].y;
   }
 }
 
@@ -170,8 +160,8 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
                   @builtin(num_workgroups) nwg: vec3<u32>) {
   let n = p.outer * p.C * p.inner;
   let M = f32(p.outer * p.inner);
-  let S = nwg.x * nwg.y * 64u;
-  let i0 = gid.x + gid.y * nwg.x * 64u;
+  let S = grid_stride(nwg);
+  let i0 = flat_index(gid, nwg);
   if (S >= n) {  // a thread per element (CPU adapters)
     if (i0 < n) { out[i0] = input_grad(i0, x[i0], dy[i0], M); }
     return;
@@ -258,16 +248,15 @@ fn forward_fused(@builtin(workgroup_id) wid: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
   let c = wid.x;
   let r = part_range(0u);
-  red[lid] = thread_sum_x(c, r, lid);
-  red2[lid] = 0.0;
-  reduce2(lid);
-  let mean = red[0] / f32(p.outer * p.inner);
+  red[lid] = vec2<f32>(thread_sum_x(c, r, lid), 0.0);
+  wg_tree_sum(lid);
+  let mean = red[0].x / f32(p.outer * p.inner);
   if (lid == 0u) { save[c] = mean; }
   workgroupBarrier();  // everyone read red[0]
-  red[lid] = thread_sum_sq(c, r, lid, mean);
-  reduce2(lid);
-  if (lid == 0u) { finish_var(c, red[0]); }
-  let invstd = inverseSqrt(red[0] / f32(p.outer * p.inner) + p.eps);  // = finish_var's
+  red[lid] = vec2<f32>(thread_sum_sq(c, r, lid, mean), 0.0);
+  wg_tree_sum(lid);
+  if (lid == 0u) { finish_var(c, red[0].x); }
+  let invstd = inverseSqrt(red[0].x / f32(p.outer * p.inner) + p.eps);  // = finish_var's
   for (var e = r.x + lid; e < r.y; e += 256u) {
     let i = at(c, e);
     out[i] = normalized_c(c, x[i], mean, invstd);
@@ -280,11 +269,10 @@ fn backward_fused(@builtin(workgroup_id) wid: vec3<u32>,
   let c = wid.x;
   let r = part_range(0u);
   let t = thread_sum_dy(c, r, lid);
-  red[lid] = t.x;
-  red2[lid] = t.y;
-  reduce2(lid);
-  let dbeta = red[0];
-  let dgamma = red2[0];
+  red[lid] = t;
+  wg_tree_sum(lid);
+  let dbeta = red[0].x;
+  let dgamma = red[0].y;
   if (lid == 0u) {
     G[p.beta + c] = dbeta;
     G[p.gamma + c] = dgamma;

@@ -1,6 +1,7 @@
 // Binary elementwise ops with NumPy (multidirectional) broadcasting, ONNX Add, Sub, Mul, Div,
-// Pow; gradients by PyTorch's autograd formulas. OP (override): 0 Add, 1 Sub, 2 Mul, 3 Div,
-// 4 Pow. SIDE (override, backward): 0 the gradient of A, 1 of B.
+// Pow; gradients by PyTorch's autograd formulas. OP (override): BINARY_ADD, _SUB, _MUL, _DIV,
+// _POW of the generated include binary_ops (ops/binary.py CODES). SIDE (override, backward):
+// 0 the gradient of A, 1 of B.
 //
 //   forward_same:  out[i] = f(x0[i], x1[i])                   (A, B and Y of one size)
 //   forward:       out[i] = f(x0[ia(i)], x1[ib(i)])           (x0 = A, x1 = B)
@@ -23,6 +24,8 @@
 // x < 0), NaN for x < 0 with a non-integral exponent.
 //   d/da = b * a^(b-1) (0 where b == 0);  d/db = a^b * ln(a) (0 where a == 0 and b >= 0).
 
+//!include binary_ops
+
 override OP: u32 = 0u;
 override SIDE: u32 = 0u;
 
@@ -33,13 +36,14 @@ struct Params {
   red: array<vec4<u32>, 6>,
 }
 
+//!include index
+
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
 @group(0) @binding(2) var<storage, read> x0: array<f32>;
 @group(0) @binding(3) var<storage, read> x1: array<f32>;
 @group(0) @binding(4) var<storage, read> x2: array<f32>;
 
-fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 { return gid.x + gid.y * nwg.x * 64u; }
 
 fn qnan() -> f32 { return bitcast<f32>(p.nan_bits); }  // a run-time NaN (no NaN constants)
 
@@ -68,10 +72,10 @@ fn powf(a: f32, b: f32) -> f32 {
 
 fn f(a: f32, b: f32) -> f32 {
   switch OP {
-    case 0u: { return a + b; }
-    case 1u: { return a - b; }
-    case 2u: { return a * b; }
-    case 3u: { return a / b; }
+    case BINARY_ADD: { return a + b; }
+    case BINARY_SUB: { return a - b; }
+    case BINARY_MUL: { return a * b; }
+    case BINARY_DIV: { return a / b; }
     default: { return powf(a, b); }
   }
 }
@@ -82,17 +86,17 @@ fn grad(dy: f32, t: f32, o: f32) -> f32 {
   let b = select(o, t, SIDE == 1u);
   if (SIDE == 0u) {
     switch OP {
-      case 0u, 1u: { return dy; }
-      case 2u: { return dy * b; }
-      case 3u: { return dy / b; }
+      case BINARY_ADD, BINARY_SUB: { return dy; }
+      case BINARY_MUL: { return dy * b; }
+      case BINARY_DIV: { return dy / b; }
       default: { return select(dy * (b * powf(a, b - 1.0)), 0.0, b == 0.0); }
     }
   }
   switch OP {
-    case 0u: { return dy; }
-    case 1u: { return -dy; }
-    case 2u: { return dy * a; }
-    case 3u: { return -dy * ((a / b) / b); }
+    case BINARY_ADD: { return dy; }
+    case BINARY_SUB: { return -dy; }
+    case BINARY_MUL: { return dy * a; }
+    case BINARY_DIV: { return -dy * ((a / b) / b); }
     default: { return select(dy * (powf(a, b) * log(a)), 0.0, a == 0.0 && b >= 0.0); }
   }
 }
@@ -100,14 +104,14 @@ fn grad(dy: f32, t: f32, o: f32) -> f32 {
 @compute @workgroup_size(64)
 fn forward_same(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i < p.n) { out[i] = f(x0[i], x1[i]); }
 }
 
 @compute @workgroup_size(64)
 fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i >= p.n) { return; }
   var rest = i;
   var ia = 0u;
@@ -125,14 +129,14 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn backward_same(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i < p.n) { out[i] = grad(x2[i], x0[i], x1[i]); }
 }
 
 @compute @workgroup_size(64)
 fn backward(@builtin(global_invocation_id) gid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>) {
-  let j = index(gid, nwg);
+  let j = flat_index(gid, nwg);
   if (j >= p.n) { return; }
   // Offsets of dY and o at the first broadcast position of t[j].
   var rest = j;

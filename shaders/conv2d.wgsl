@@ -11,25 +11,8 @@
 // [split, K, Cg*KH*KW]; reduce.wgsl adds them. GPU adapters compute the weight gradient with
 // conv2d_wgrad.wgsl instead, and `forward` with 4 channels a thread for small batches (FCT).
 
-struct Params {
-  N: u32, C: u32, H: u32, W: u32,
-  K: u32, OH: u32, OW: u32, G: u32,
-  has_bias: u32, splits: u32, mask: u32, relu: u32,  // relu: forward applies max(y, 0)
-}
-// mask (input gradients: `forward` on dy, `backward_input`): y = 0 where m <= 0, m bound as `b`:
-// the layer's input when it is the output of an in-place ReLU whose backward is fused here.
-
-
-// The window is specialised per layer (pipeline-overridable constants): loops over the kernel
-// taps then have constant trip counts, which CPU adapters unroll.
-override KH: u32 = 3u;
-override KW: u32 = 3u;
-override sh: u32 = 1u;
-override sw: u32 = 1u;
-override ph: u32 = 0u;
-override pw: u32 = 0u;
-override dh: u32 = 1u;
-override dw: u32 = 1u;
+//!include conv_window
+//!include index
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;       // [N,C,H,W] or dy
@@ -98,7 +81,7 @@ fn masked(v: vec4<f32>, base: u32, valid: u32) -> vec4<f32> {
 }
 
 fn flat(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-  return gid.x + gid.y * nwg.x * 64u;
+  return flat_index(gid, nwg);
 }
 
 @compute @workgroup_size(64)

@@ -1,22 +1,10 @@
 // The weight gradient of a 2-D convolution on GPU adapters (ops/conv.py picks it; CPU adapters
 // run conv2d.wgsl backward_weight): dw[k,c,i,j] = sum_{n,oh,ow} dy[n,k,oh,ow] * x[n,c,ih,iw]
 // with ih = oh*sh + i*dh - ph, iw = ow*sw + j*dw - pw, as partial sums per chunk of output
-// pixels, y[chunk, k, (c,i,j)], that reduce.wgsl reduce_splits adds. Params as conv2d.wgsl.
+// pixels, y[chunk, k, (c,i,j)], that reduce.wgsl reduce_splits adds. Params and window:
+// lib/conv_window.wgsl.
 
-struct Params {
-  N: u32, C: u32, H: u32, W: u32,
-  K: u32, OH: u32, OW: u32, G: u32,
-  has_bias: u32, splits: u32, mask: u32, relu: u32,
-}
-
-override KH: u32 = 3u;
-override KW: u32 = 3u;
-override sh: u32 = 1u;
-override sw: u32 = 1u;
-override ph: u32 = 0u;
-override pw: u32 = 0u;
-override dh: u32 = 1u;
-override dw: u32 = 1u;
+//!include conv_window
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;        // dy [N,K,OH,OW]

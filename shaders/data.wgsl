@@ -6,6 +6,7 @@
 
 struct Params { batch: u32, words: u32, count: u32, _p0: u32 }
 //!include step
+//!include index
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<uniform> st: Step;
@@ -19,7 +20,7 @@ struct Params { batch: u32, words: u32, count: u32, _p0: u32 }
 @compute @workgroup_size(64)
 fn gather(@builtin(global_invocation_id) gid: vec3<u32>,
           @builtin(num_workgroups) nwg: vec3<u32>) {
-  let t = gid.x + gid.y * nwg.x * 64u;
+  let t = flat_index(gid, nwg);
   if (t >= p.batch * p.words) { return; }
   let b = t / p.words;
   let w = t % p.words;

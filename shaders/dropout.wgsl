@@ -5,6 +5,7 @@
 
 struct Params { n: u32, salt: u32, ratio: f32, scale: f32 }
 //!include step
+//!include index
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<uniform> st: Step;
@@ -22,7 +23,7 @@ fn put(i: u32, bits: u32) {
 @compute @workgroup_size(64)
 fn apply(@builtin(global_invocation_id) gid: vec3<u32>,
          @builtin(num_workgroups) nwg: vec3<u32>) {
-  let j = gid.x + gid.y * nwg.x * 64u;
+  let j = flat_index(gid, nwg);
   if (4u * j >= p.n) { return; }
   let r = philox4x32(vec4<u32>(j, p.salt, st.step, 1u), vec2<u32>(st.seed, 0u));
   put(4u * j, r.x);

@@ -8,32 +8,32 @@
 
 struct Params { n: u32, _p0: u32, _p1: u32, _p2: u32 }
 
+//!include index
+
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read> c: array<f32>;
 
 // Each thread strides over the elements (grid-stride loop): the dispatch may cover n with one
-// thread per element (CPU adapters) or fewer threads (GPUs: fewer, fuller workgroups).
-fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 { return gid.x + gid.y * nwg.x * 64u; }
-fn stride(nwg: vec3<u32>) -> u32 { return nwg.x * nwg.y * 64u; }
-
+// thread per element (CPU adapters) or fewer threads (GPUs: fewer, fuller workgroups):
+// flat_index and grid_stride of lib/index.wgsl.
 @compute @workgroup_size(64)
 fn relu_forward(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
-  for (var i = index(gid, nwg); i < p.n; i += stride(nwg)) { a[i] = max(a[i], 0.0); }
+  for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) { a[i] = max(a[i], 0.0); }
 }
 
 @compute @workgroup_size(64)
 fn relu_forward_to(@builtin(global_invocation_id) gid: vec3<u32>,
                    @builtin(num_workgroups) nwg: vec3<u32>) {
-  for (var i = index(gid, nwg); i < p.n; i += stride(nwg)) { a[i] = max(b[i], 0.0); }
+  for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) { a[i] = max(b[i], 0.0); }
 }
 
 @compute @workgroup_size(64)
 fn relu_backward(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
-  for (var i = index(gid, nwg); i < p.n; i += stride(nwg)) {
+  for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) {
     a[i] = select(0.0, a[i], b[i] > 0.0);
   }
 }
@@ -41,7 +41,7 @@ fn relu_backward(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn relu_backward_to(@builtin(global_invocation_id) gid: vec3<u32>,
                     @builtin(num_workgroups) nwg: vec3<u32>) {
-  for (var i = index(gid, nwg); i < p.n; i += stride(nwg)) {
+  for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) {
     a[i] = select(0.0, b[i], c[i] > 0.0);
   }
 }
@@ -52,11 +52,11 @@ fn relu_backward_to(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn add_to(@builtin(global_invocation_id) gid: vec3<u32>,
           @builtin(num_workgroups) nwg: vec3<u32>) {
-  for (var i = index(gid, nwg); i < p.n; i += stride(nwg)) { a[i] = b[i] + c[i]; }
+  for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) { a[i] = b[i] + c[i]; }
 }
 
 @compute @workgroup_size(64)
 fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>) {
-  for (var i = index(gid, nwg); i < p.n; i += stride(nwg)) { a[i] += b[i]; }
+  for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) { a[i] += b[i]; }
 }

@@ -12,6 +12,8 @@ struct Params {
   bias_mode: u32, alpha: f32, beta: f32, _p0: u32,
 }
 
+//!include index
+
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> bm: array<f32>;
@@ -42,7 +44,7 @@ override WX: u32 = 8u;
 @compute @workgroup_size(64)
 fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
           @builtin(num_workgroups) nwg: vec3<u32>) {
-  let t = gid.x + gid.y * nwg.x * 64u;
+  let t = flat_index(gid, nwg);
   let wy = 64u / WX;
   let blk = t / 64u;
   let nbh = (p.N + 4u * WX - 1u) / (4u * WX);  // workgroup blocks along n

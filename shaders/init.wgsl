@@ -7,6 +7,8 @@
 
 struct Params { n: u32, seed: u32, stream: u32, _p0: u32, value: f32, _p1: u32, _p2: u32, _p3: u32 }
 
+//!include index
+
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
 
@@ -20,7 +22,7 @@ fn put(i: u32, x: u32) {
 @compute @workgroup_size(64)
 fn uniform_fill(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
-  let j = gid.x + gid.y * nwg.x * 64u;
+  let j = flat_index(gid, nwg);
   if (4u * j >= p.n) { return; }
   let r = philox4x32(vec4<u32>(j, p.stream, 0u, 0u), vec2<u32>(p.seed, 0u));
   put(4u * j, r.x);
@@ -32,6 +34,6 @@ fn uniform_fill(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn fill(@builtin(global_invocation_id) gid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = gid.x + gid.y * nwg.x * 64u;
+  let i = flat_index(gid, nwg);
   if (i < p.n) { out[i] = p.value; }
 }

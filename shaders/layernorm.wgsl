@@ -17,6 +17,8 @@ struct Params {
   eps: f32, parts: u32, flags: u32, _p0: u32,
 }
 
+//!include index
+
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> scale: array<f32>;
@@ -27,7 +29,9 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> out2: array<f32>;
 
 const WG: u32 = 64u;
-var<workgroup> red: array<vec2<f32>, 64>;
+alias RedT = vec2<f32>;
+var<workgroup> red: array<RedT, 64>;
+//!include wg_reduce
 
 fn affine(xh: f32, d: u32) -> f32 {
   let s = d % p.S;
@@ -39,7 +43,7 @@ fn affine(xh: f32, d: u32) -> f32 {
 @compute @workgroup_size(64)
 fn forward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
-  let r = gid.x + gid.y * nwg.x * 64u;
+  let r = flat_index(gid, nwg);
   if (r >= p.rows) { return; }
   let base = r * p.D;
   var s = 0.0;
@@ -59,7 +63,7 @@ fn forward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn backward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
-  let r = gid.x + gid.y * nwg.x * 64u;
+  let r = flat_index(gid, nwg);
   if (r >= p.rows) { return; }
   let base = r * p.D;
   let mean = stats[r];
@@ -79,19 +83,6 @@ fn backward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
   }
 }
 
-// Sum over the workgroup; called in uniform control flow by all 64 invocations.
-fn wg_sum2(lid: u32, v: vec2<f32>) -> vec2<f32> {
-  red[lid] = v;
-  workgroupBarrier();
-  for (var h = WG / 2u; h > 0u; h = h >> 1u) {
-    if (lid < h) { red[lid] += red[lid + h]; }
-    workgroupBarrier();
-  }
-  let total = red[0];
-  workgroupBarrier();  // every invocation has read red[0] before it is written again
-  return total;
-}
-
 @compute @workgroup_size(64)
 fn forward_wg(@builtin(workgroup_id) wid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>,
@@ -101,13 +92,13 @@ fn forward_wg(@builtin(workgroup_id) wid: vec3<u32>,
   let base = r * p.D;
   var s = 0.0;
   for (var d = lid; d < p.D; d += WG) { s += x[base + d]; }
-  let mean = wg_sum2(lid, vec2<f32>(s, 0.0)).x / f32(p.D);
+  let mean = wg_sum(lid, vec2<f32>(s, 0.0)).x / f32(p.D);
   var v = 0.0;
   for (var d = lid; d < p.D; d += WG) {
     let t = x[base + d] - mean;
     v += t * t;
   }
-  let rstd = 1.0 / sqrt(wg_sum2(lid, vec2<f32>(v, 0.0)).x / f32(p.D) + p.eps);
+  let rstd = 1.0 / sqrt(wg_sum(lid, vec2<f32>(v, 0.0)).x / f32(p.D) + p.eps);
   if (lid == 0u) {
     stats[r] = mean;
     stats[p.rows + r] = rstd;
@@ -129,7 +120,7 @@ fn backward_wg(@builtin(workgroup_id) wid: vec3<u32>,
     let gg = dy[base + d] * scale[d % p.S];
     acc += vec2<f32>(gg, gg * (x[base + d] - mean) * rstd);
   }
-  let sums = wg_sum2(lid, acc) / f32(p.D);
+  let sums = wg_sum(lid, acc) / f32(p.D);
   for (var d = lid; d < p.D; d += WG) {
     let xh = (x[base + d] - mean) * rstd;
     out[base + d] = rstd * (dy[base + d] * scale[d % p.S] - sums.x - xh * sums.y);
@@ -139,7 +130,7 @@ fn backward_wg(@builtin(workgroup_id) wid: vec3<u32>,
 @compute @workgroup_size(64)
 fn param_grad(@builtin(global_invocation_id) gid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>) {
-  let t = gid.x + gid.y * nwg.x * 64u;
+  let t = flat_index(gid, nwg);
   let d = t % p.D;
   let part = t / p.D;
   if (part >= p.parts) { return; }
@@ -159,7 +150,7 @@ fn param_grad(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn fold(@builtin(global_invocation_id) gid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
-  let s = gid.x + gid.y * nwg.x * 64u;
+  let s = flat_index(gid, nwg);
   if (s >= p.S) { return; }
   var acc = 0.0;
   for (var part = 0u; part < p.parts; part++) {
@@ -171,7 +162,7 @@ fn fold(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn stats_out(@builtin(global_invocation_id) gid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>) {
-  let r = gid.x + gid.y * nwg.x * 64u;
+  let r = flat_index(gid, nwg);
   if (r >= p.rows) { return; }
   if ((p.flags & 1u) != 0u) { out[r] = stats[r]; }
   if ((p.flags & 2u) != 0u) { out2[r] = stats[p.rows + r]; }

@@ -28,6 +28,8 @@ struct Params {
   ext: array<vec4<i32>, 6>,
 }
 
+//!include index
+
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> fill: array<f32>;
@@ -70,7 +72,7 @@ fn locate(i: u32) -> Loc {
 @compute @workgroup_size(64)
 fn strided(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = gid.x + gid.y * nwg.x * 64u;
+  let i = flat_index(gid, nwg);
   if (i >= p.n) { return; }
   let l = locate(i);
   var v = p.value;
@@ -102,7 +104,7 @@ fn masked_sum(@builtin(workgroup_id) wid: vec3<u32>,
 @compute @workgroup_size(64)
 fn sum_expanded(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = gid.x + gid.y * nwg.x * 64u;
+  let i = flat_index(gid, nwg);
   if (i >= p.n) { return; }
   var rem = i;
   var base = 0u;

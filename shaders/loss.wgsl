@@ -12,7 +12,7 @@
 //   mse:             loss = sum (x - t)^2 / N, dx = 2 (x - t) / N        (t = onehot(label))
 //   bce_with_logits: loss = sum max(x, 0) - x t + log(1 + exp(-|x|)) / N, dx = (sigmoid(x) - t) / N
 //          N = B * C (mean) or 1 (sum).
-// The loss entry points read Params as {B, C, flags (1: mean, 2: weighted), bitcast<f32> eps}.
+// The loss entry points read Params as {B, C, flags (1: mean, 2: weighted), eps}.
 // Each loss is one workgroup of 256 threads (the batch's loss needs all of it before dx).
 // A label >= C (never expected: the data is checked before training) is not read through: its
 // sample adds nothing to the loss, its gradient row is 0, and the step's accuracy slot holds
@@ -20,8 +20,9 @@
 
 //!include detmath
 
-struct Params { outer: u32, C: u32, inner: u32, _p0: u32 }
+struct Params { outer: u32, C: u32, inner: u32, eps: f32 }  // losses: inner = flags
 //!include step
+//!include index
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<uniform> st: Step;
@@ -40,7 +41,7 @@ var<workgroup> red_bad: array<f32, 256>;
 @compute @workgroup_size(64)
 fn log_softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
                        @builtin(num_workgroups) nwg: vec3<u32>) {
-  let r = gid.x + gid.y * nwg.x * 64u;
+  let r = flat_index(gid, nwg);
   if (r >= p.outer * p.inner) { return; }
   let base = (r / p.inner) * p.C * p.inner + r % p.inner;
   var m = x[base];
@@ -54,7 +55,7 @@ fn log_softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn log_softmax_backward(@builtin(global_invocation_id) gid: vec3<u32>,
                         @builtin(num_workgroups) nwg: vec3<u32>) {
-  let r = gid.x + gid.y * nwg.x * 64u;
+  let r = flat_index(gid, nwg);
   if (r >= p.outer * p.inner) { return; }
   let base = (r / p.inner) * p.C * p.inner + r % p.inner;
   var s = 0.0;
@@ -108,7 +109,7 @@ fn class_weight(c: u32) -> f32 {
 fn nll(@builtin(local_invocation_index) lid: u32) {
   let B = p.outer;
   let C = p.C;
-  let eps = bitcast<f32>(p._p0);
+  let eps = p.eps;
   var loss = 0.0;
   var spread_sum = 0.0;
   var hit = 0.0;

@@ -18,6 +18,8 @@ struct Params {
   rs: vec4<u32>, rsa: vec4<u32>, rsb: vec4<u32>,
 }
 
+//!include index
+
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> bm: array<f32>;
@@ -44,7 +46,7 @@ fn offset(idx: vec4<u32>, strides: vec4<u32>) -> u32 {
 @compute @workgroup_size(64)
 fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
           @builtin(num_workgroups) nwg: vec3<u32>) {
-  let t = gid.x + gid.y * nwg.x * 64u;
+  let t = flat_index(gid, nwg);
   let nb = (p.N + T - 1u) / T;
   let mb = (p.M + T - 1u) / T;
   let tiles = mb * nb;

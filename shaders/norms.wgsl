@@ -13,8 +13,9 @@ struct Params { tensors: u32, _p0: u32, _p1: u32, _p2: u32 }
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;  // [tensors, 2]
 
 const WG = 256u;
-var<workgroup> sw: array<f32, 256>;
-var<workgroup> sg: array<f32, 256>;
+alias RedT = vec2<f32>;  // (sum of w^2, sum of g^2)
+var<workgroup> red: array<RedT, 256>;
+//!include wg_reduce
 
 @compute @workgroup_size(256)
 fn sumsq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -30,18 +31,10 @@ fn sumsq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) li
     aw = aw + w * w;
     ag = ag + g * g;
   }
-  sw[lid.x] = aw;
-  sg[lid.x] = ag;
-  workgroupBarrier();
-  for (var s = WG / 2u; s > 0u; s = s / 2u) {
-    if (lid.x < s) {
-      sw[lid.x] = sw[lid.x] + sw[lid.x + s];
-      sg[lid.x] = sg[lid.x] + sg[lid.x + s];
-    }
-    workgroupBarrier();
-  }
+  red[lid.x] = vec2<f32>(aw, ag);
+  wg_tree_sum(lid.x);
   if (lid.x == 0u) {
-    out[2u * k] = sw[0];
-    out[2u * k + 1u] = sg[0];
+    out[2u * k] = red[0].x;
+    out[2u * k + 1u] = red[0].y;
   }
 }

@@ -16,6 +16,7 @@ struct Params {
   beta1: f32, beta2: f32, max_norm: f32, parts: u32,  // beta2 is alpha (RMSprop), rho (Adadelta)
 }
 //!include step
+//!include index
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<uniform> st: Step;
@@ -30,7 +31,6 @@ struct Params {
 const AMSGRAD: u32 = 1u;
 const CENTERED: u32 = 2u;
 
-fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 { return gid.x + gid.y * nwg.x * 64u; }
 
 // The gradient of element i after clipping by the global norm (when enabled).
 fn grad(i: u32) -> f32 {
@@ -38,15 +38,11 @@ fn grad(i: u32) -> f32 {
   return G[i];
 }
 
-var<workgroup> partial: array<f32, 256>;
+const WG: u32 = 256u;  // the norm kernels' workgroup
+alias RedT = f32;
+var<workgroup> red: array<RedT, 256>;
+//!include wg_reduce
 
-fn tree_sum(lid: u32) {
-  workgroupBarrier();
-  for (var half = 128u; half > 0u; half = half >> 1u) {
-    if (lid < half) { partial[lid] += partial[lid + half]; }
-    workgroupBarrier();
-  }
-}
 
 // Level 1 of the norm: workgroup k (of p.parts) sums g^2 over trainable elements k*256 + lid,
 // stepping by p.parts * 256, into clip[2 + k].
@@ -58,9 +54,9 @@ fn grad_sumsq(@builtin(workgroup_id) wid: vec3<u32>,
     let g = G[e] * mask[e];
     s += g * g;
   }
-  partial[lid] = s;
-  tree_sum(lid);
-  if (lid == 0u) { clip[2u + wid.x] = partial[0]; }
+  red[lid] = s;
+  wg_tree_sum(lid);
+  if (lid == 0u) { clip[2u + wid.x] = red[0]; }
 }
 
 // Level 2: one workgroup sums the p.parts partials; clip_coef as torch.nn.utils.clip_grad_norm_
@@ -69,10 +65,10 @@ fn grad_sumsq(@builtin(workgroup_id) wid: vec3<u32>,
 fn grad_norm(@builtin(local_invocation_index) lid: u32) {
   var s = 0.0;
   for (var k = lid; k < p.parts; k += 256u) { s += clip[2u + k]; }
-  partial[lid] = s;
-  tree_sum(lid);
+  red[lid] = s;
+  wg_tree_sum(lid);
   if (lid == 0u) {
-    let norm = sqrt(partial[0]);
+    let norm = sqrt(red[0]);
     clip[0] = norm;
     clip[1] = min(1.0, p.max_norm / (norm + 1e-6));
   }
@@ -81,7 +77,7 @@ fn grad_norm(@builtin(local_invocation_index) lid: u32) {
 // SGD (momentum = a2, dampening, nesterov, weight_decay); the first step sets buf = g.
 @compute @workgroup_size(64)
 fn sgd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i >= p.n || mask[i] == 0.0) { return; }
   var g = grad(i) + p.weight_decay * P[i];
   let momentum = st.a2;
@@ -99,7 +95,7 @@ fn sgd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
 // S3 = max(S3, v) and the denominator uses S3.
 @compute @workgroup_size(64)
 fn adam(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i >= p.n || mask[i] == 0.0) { return; }
   var w = P[i];
   var g = grad(i);
@@ -123,7 +119,7 @@ fn adam(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 @compute @workgroup_size(64)
 fn adagrad(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i >= p.n || mask[i] == 0.0) { return; }
   let g = grad(i) + p.weight_decay * P[i];
   let s = S1[i] + g * g;
@@ -138,7 +134,7 @@ fn adagrad(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn rmsprop(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i >= p.n || mask[i] == 0.0) { return; }
   let g = grad(i) + p.weight_decay * P[i];
   let alpha = p.beta2;
@@ -168,7 +164,7 @@ fn rmsprop(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn adadelta(@builtin(global_invocation_id) gid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i >= p.n || mask[i] == 0.0) { return; }
   let g = grad(i) + p.weight_decay * P[i];
   let rho = p.beta2;

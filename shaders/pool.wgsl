@@ -22,12 +22,13 @@ struct Params {
   dw: i32, end_h: i32, end_w: i32, flags: u32,
 }
 
+//!include index
+
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> src: array<f32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<f32>;
 @group(0) @binding(3) var<storage, read_write> arg: array<u32>;
 
-fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 { return gid.x + gid.y * nwg.x * 64u; }
 
 // Taps [lo, hi) of a window starting at `start` (step d, k taps) that fall inside [0, size).
 fn taps(start: i32, size: i32, k: i32, d: i32) -> vec2<i32> {
@@ -58,7 +59,7 @@ fn divisor(oh: i32, ow: i32) -> f32 {
 @compute @workgroup_size(64)
 fn max_forward(@builtin(global_invocation_id) gid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>) {
-  let t = index(gid, nwg);
+  let t = flat_index(gid, nwg);
   if (t >= p.total) { return; }
   let ow = i32(t % u32(p.OW));
   let r = t / u32(p.OW);
@@ -85,7 +86,7 @@ fn max_forward(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn avg_forward(@builtin(global_invocation_id) gid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>) {
-  let t = index(gid, nwg);
+  let t = flat_index(gid, nwg);
   if (t >= p.total) { return; }
   let ow = i32(t % u32(p.OW));
   let r = t / u32(p.OW);
@@ -108,7 +109,7 @@ fn avg_forward(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn max_backward(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
-  let t = index(gid, nwg);
+  let t = flat_index(gid, nwg);
   if (t >= p.total) { return; }
   let w = i32(t % u32(p.W));
   let r = t / u32(p.W);
@@ -132,7 +133,7 @@ fn max_backward(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn avg_backward(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
-  let t = index(gid, nwg);
+  let t = flat_index(gid, nwg);
   if (t >= p.total) { return; }
   let w = i32(t % u32(p.W));
   let r = t / u32(p.W);

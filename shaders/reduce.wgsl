@@ -8,12 +8,17 @@ struct Params {
   splits: u32, N: u32, bias_mode: u32, beta: f32,
 }
 
+//!include index
+
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-var<workgroup> partial: array<f32, 256>;
+const WG: u32 = 256u;  // channel_sum's workgroup
+alias RedT = f32;
+var<workgroup> red: array<RedT, 256>;
+//!include wg_reduce
 
 // Element e of channel c of x viewed as [outer, C, inner] (e over outer and inner).
 fn at(c: u32, e: u32) -> u32 { return ((e / p.inner) * p.C + c) * p.inner + e % p.inner; }
@@ -33,19 +38,15 @@ fn channel_sum(@builtin(workgroup_id) wid: vec3<u32>,
     s4 += vec4<f32>(x[at(c, e)], x[at(c, e + 256u)], x[at(c, e + 512u)], x[at(c, e + 768u)]);
   }
   for (; e < end; e += 256u) { s4.x += x[at(c, e)]; }
-  partial[lid] = (s4.x + s4.y) + (s4.z + s4.w);
-  workgroupBarrier();
-  for (var half = 128u; half > 0u; half = half >> 1u) {
-    if (lid < half) { partial[lid] += partial[lid + half]; }
-    workgroupBarrier();
-  }
-  if (lid == 0u) { out[wid.y * p.C + c] = partial[0]; }
+  red[lid] = (s4.x + s4.y) + (s4.z + s4.w);
+  wg_tree_sum(lid);
+  if (lid == 0u) { out[wid.y * p.C + c] = red[0]; }
 }
 
 @compute @workgroup_size(64)
 fn reduce_splits(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
-  let e = gid.x + gid.y * nwg.x * 64u;
+  let e = flat_index(gid, nwg);
   if (e >= p.count) { return; }
   // four independent running sums: four loads in flight (latency-bound with many splits)
   var s4 = vec4<f32>(0.0);

@@ -18,6 +18,8 @@ struct Params {
   r2: u32, rs0: u32, rs1: u32, rs2: u32,
 }
 
+//!include index
+
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> dy: array<f32>;
@@ -72,7 +74,7 @@ fn reduce_row(base: u32) -> vec2<f32> {
 @compute @workgroup_size(64)
 fn forward_out(@builtin(global_invocation_id) gid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>) {
-  let o = gid.x + gid.y * nwg.x * 64u;
+  let o = flat_index(gid, nwg);
   if (o >= p.n_out) { return; }
   let acc = reduce_row(base_of(o));
   out[o] = select(acc.x, acc.x * p.scale, p.mode == 0u);
@@ -81,7 +83,7 @@ fn forward_out(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn backward_out(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
-  let o = gid.x + gid.y * nwg.x * 64u;
+  let o = flat_index(gid, nwg);
   if (o >= p.n_out) { return; }
   let base = base_of(o);
   var g = dy[o] * p.scale;

@@ -12,20 +12,24 @@
 
 struct Params { outer: u32, C: u32, inner: u32, use_log: u32 }
 
+//!include index
+
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> g: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
 const WG: u32 = 64u;
-var<workgroup> red: array<f32, 64>;
+alias RedT = f32;
+var<workgroup> red: array<RedT, 64>;
+//!include wg_reduce
 
 fn row_base(r: u32) -> u32 { return (r / p.inner) * p.C * p.inner + r % p.inner; }
 
 @compute @workgroup_size(64)
 fn forward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
-  let r = gid.x + gid.y * nwg.x * 64u;
+  let r = flat_index(gid, nwg);
   if (r >= p.outer * p.inner) { return; }
   let base = row_base(r);
   var m = x[base];
@@ -45,7 +49,7 @@ fn forward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn backward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
-  let r = gid.x + gid.y * nwg.x * 64u;
+  let r = flat_index(gid, nwg);
   if (r >= p.outer * p.inner) { return; }
   let base = row_base(r);
   var s = 0.0;
@@ -62,31 +66,6 @@ fn backward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
       out[i] = x[i] * (g[i] - s);
     }
   }
-}
-
-// Workgroup reductions; called in uniform control flow by all 64 invocations.
-fn wg_sum(lid: u32, v: f32) -> f32 {
-  red[lid] = v;
-  workgroupBarrier();
-  for (var h = WG / 2u; h > 0u; h = h >> 1u) {
-    if (lid < h) { red[lid] += red[lid + h]; }
-    workgroupBarrier();
-  }
-  let total = red[0];
-  workgroupBarrier();  // every invocation has read red[0] before it is written again
-  return total;
-}
-
-fn wg_max(lid: u32, v: f32) -> f32 {
-  red[lid] = v;
-  workgroupBarrier();
-  for (var h = WG / 2u; h > 0u; h = h >> 1u) {
-    if (lid < h) { red[lid] = max(red[lid], red[lid + h]); }
-    workgroupBarrier();
-  }
-  let total = red[0];
-  workgroupBarrier();
-  return total;
 }
 
 @compute @workgroup_size(64)

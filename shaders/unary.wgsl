@@ -7,10 +7,8 @@
 //                    summed by reduce.wgsl into the gradient of a tensor bound (torch.clamp)
 // Clip's bounds are p.lo / p.hi, or lo_t[0] / hi_t[0] when flags bit 1 / bit 2 is set.
 //
-// op codes (ops/unary.py _CODES):
-//   0 LeakyRelu  1 Sigmoid  2 Tanh  3 Gelu (erf)  4 Gelu (tanh)  5 Erf  6 Exp  7 Log  8 Sqrt
-//   9 Neg  10 Abs  11 Reciprocal  12 Softplus  13 Elu  14 HardSigmoid  15 HardSwish  16 Clip
-//   17 Softsign
+// op codes: the constants UNARY_<OP> of the generated include unary_ops (ops/unary.py CODES;
+// UNARY_GELU is the erf form, UNARY_GELUTANH the tanh form); Clip is the default case.
 //
 // erf: WGSL has none. |x| < 1: the Maclaurin series erf(x) = 2/sqrt(pi) * sum_n (-1)^n
 // x^(2n+1) / (n! (2n+1)) (Abramowitz & Stegun 7.1.5), 11 terms (truncation < 2e-8 relative);
@@ -21,11 +19,14 @@
 // test_erf_kernel_accuracy): max relative error 1.7e-7 over [-6, 6] and tiny |x|.
 
 //!include detmath
+//!include unary_ops
 
 struct Params {
   n: u32, op: u32, flags: u32, aux: u32,
   alpha: f32, beta: f32, lo: f32, hi: f32,
 }
+
+//!include index
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -41,7 +42,6 @@ const INV_SQRT_2PI: f32 = 0.3989422804014327;
 const SQRT_2_OVER_PI: f32 = 0.7978845608028654;
 const GELU_C: f32 = 0.044715;
 
-fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 { return gid.x + gid.y * nwg.x * 64u; }
 
 // erf(x) / (2/sqrt(pi) * x) for |x| < 1: Maclaurin coefficients (-1)^n / (n! (2n+1)) in s = x^2.
 fn erf_series(x: f32) -> f32 {
@@ -133,23 +133,25 @@ fn clip_hi() -> f32 { return select(p.hi, hi_t[0], (p.flags & 4u) != 0u); }
 
 fn forward_value(v: f32) -> f32 {
   switch p.op {
-    case 0u: { return select(p.alpha * v, v, v >= 0.0); }
-    case 1u: { return sigmoid(v); }
-    case 2u: { return tanh_(v); }
-    case 3u: { return v * normal_cdf(v); }
-    case 4u: { return 0.5 * v * (1.0 + tanh_(SQRT_2_OVER_PI * (v + GELU_C * v * v * v))); }
-    case 5u: { return erf_(v); }
-    case 6u: { return det_exp(v); }
-    case 7u: { return det_log(v); }
-    case 8u: { return sqrt(v); }
-    case 9u: { return -v; }
-    case 10u: { return abs(v); }
-    case 11u: { return 1.0 / v; }
-    case 12u: { return softplus(v); }
-    case 13u: { return select(p.alpha * expm1_(v), v, v >= 0.0); }
-    case 14u: { return clamp(p.alpha * v + p.beta, 0.0, 1.0); }
-    case 15u: { return v * clamp(v * (1.0 / 6.0) + 0.5, 0.0, 1.0); }
-    case 17u: { return v / (1.0 + abs(v)); }
+    case UNARY_LEAKYRELU: { return select(p.alpha * v, v, v >= 0.0); }
+    case UNARY_SIGMOID: { return sigmoid(v); }
+    case UNARY_TANH: { return tanh_(v); }
+    case UNARY_GELU: { return v * normal_cdf(v); }
+    case UNARY_GELUTANH: {
+      return 0.5 * v * (1.0 + tanh_(SQRT_2_OVER_PI * (v + GELU_C * v * v * v)));
+    }
+    case UNARY_ERF: { return erf_(v); }
+    case UNARY_EXP: { return det_exp(v); }
+    case UNARY_LOG: { return det_log(v); }
+    case UNARY_SQRT: { return sqrt(v); }
+    case UNARY_NEG: { return -v; }
+    case UNARY_ABS: { return abs(v); }
+    case UNARY_RECIPROCAL: { return 1.0 / v; }
+    case UNARY_SOFTPLUS: { return softplus(v); }
+    case UNARY_ELU: { return select(p.alpha * expm1_(v), v, v >= 0.0); }
+    case UNARY_HARDSIGMOID: { return clamp(p.alpha * v + p.beta, 0.0, 1.0); }
+    case UNARY_HARDSWISH: { return v * clamp(v * (1.0 / 6.0) + 0.5, 0.0, 1.0); }
+    case UNARY_SOFTSIGN: { return v / (1.0 + abs(v)); }
     default: { return min(max(v, clip_lo()), clip_hi()); }
   }
 }
@@ -159,43 +161,43 @@ fn forward_value(v: f32) -> f32 {
 // HardSwish is 0 below -3, x/3 + 1/2 on [-3, 3]; Clip passes dy where min <= x <= max.
 fn backward_value(v: f32, w: f32, g: f32, use_y: bool) -> f32 {
   switch p.op {
-    case 0u: { return select(p.alpha * g, g, v > 0.0); }
-    case 1u: {
+    case UNARY_LEAKYRELU: { return select(p.alpha * g, g, v > 0.0); }
+    case UNARY_SIGMOID: {
       let s = select(sigmoid(v), w, use_y);
       return g * s * (1.0 - s);
     }
-    case 2u: {
+    case UNARY_TANH: {
       let t = select(tanh_(v), w, use_y);
       return g * (1.0 - t * t);
     }
-    case 3u: { return g * (normal_cdf(v) + v * INV_SQRT_2PI * det_exp(-0.5 * v * v)); }
-    case 4u: {
+    case UNARY_GELU: { return g * (normal_cdf(v) + v * INV_SQRT_2PI * det_exp(-0.5 * v * v)); }
+    case UNARY_GELUTANH: {
       let t = tanh_(SQRT_2_OVER_PI * (v + GELU_C * v * v * v));
       let inner = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * v * v);
       return g * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * inner);
     }
-    case 5u: { return g * TWO_OVER_SQRT_PI * det_exp(-v * v); }
-    case 6u: { return g * select(det_exp(v), w, use_y); }
-    case 7u: { return g / v; }
-    case 8u: { return g / (2.0 * select(sqrt(v), w, use_y)); }
-    case 9u: { return -g; }
-    case 10u: { return g * sign(v); }
-    case 11u: {
+    case UNARY_ERF: { return g * TWO_OVER_SQRT_PI * det_exp(-v * v); }
+    case UNARY_EXP: { return g * select(det_exp(v), w, use_y); }
+    case UNARY_LOG: { return g / v; }
+    case UNARY_SQRT: { return g / (2.0 * select(sqrt(v), w, use_y)); }
+    case UNARY_NEG: { return -g; }
+    case UNARY_ABS: { return g * sign(v); }
+    case UNARY_RECIPROCAL: {
       let r = select(1.0 / v, w, use_y);
       return -g * r * r;
     }
-    case 12u: { return g * sigmoid(v); }
-    case 13u: { return select(g * p.alpha * det_exp(v), g, v > 0.0); }
-    case 14u: {
+    case UNARY_SOFTPLUS: { return g * sigmoid(v); }
+    case UNARY_ELU: { return select(g * p.alpha * det_exp(v), g, v > 0.0); }
+    case UNARY_HARDSIGMOID: {
       let u = p.alpha * v + p.beta;
       return select(0.0, g * p.alpha, u > 0.0 && u < 1.0);
     }
-    case 15u: {
+    case UNARY_HARDSWISH: {
       if (v < -3.0) { return 0.0; }
       if (v <= 3.0) { return g * (v * (1.0 / 3.0) + 0.5); }
       return g;
     }
-    case 17u: {
+    case UNARY_SOFTSIGN: {
       let d = 1.0 + abs(v);
       return g / (d * d);
     }
@@ -206,14 +208,14 @@ fn backward_value(v: f32, w: f32, g: f32, use_y: bool) -> f32 {
 @compute @workgroup_size(64)
 fn unary_forward(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i < p.n) { out[i] = forward_value(x[i]); }
 }
 
 @compute @workgroup_size(64)
 fn unary_backward(@builtin(global_invocation_id) gid: vec3<u32>,
                   @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i >= p.n) { return; }
   let use_y = (p.flags & 1u) != 0u;
   var w = 0.0;
@@ -226,7 +228,7 @@ fn unary_backward(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn clip_bound_grad(@builtin(global_invocation_id) gid: vec3<u32>,
                    @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = index(gid, nwg);
+  let i = flat_index(gid, nwg);
   if (i >= p.n) { return; }
   let lo = clip_lo();
   let hi = clip_hi();

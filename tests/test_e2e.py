@@ -131,7 +131,7 @@ def test_browser_and_native_loss_curves_match(trained, mnist_cache):
 
     Training is chaotic: perturbing the input normalisation by 3e-7 on one host moves the loss
     by 5e-3 relative by step 47 (Adam lr 1e-3). The hosts agree because the kernels give the
-    same bits on both: exp/log on the training path are shaders/detmath.wgsl, not the drivers'
+    same bits on both: exp/log on the training path are shaders/lib/detmath.wgsl, not the drivers'
     approximations (with those, the curves differed by 8.8e-4 at step 33)."""
     t0 = time.monotonic()
     losses = native_losses(mnist_cache, {"optimizer": "adam", "lr": 1e-3, "batch_size": 64,

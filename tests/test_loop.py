@@ -1,7 +1,7 @@
 """One training loop over two engines (issue 8): ``train.Trainer`` on the GPU engine (native
 wgpu-py here) and on the numpy engine.
 
-- The generator: cpu/philox.py against Random123's known-answer vectors (shaders/philox.wgsl is
+- The generator: cpu/philox.py against Random123's known-answer vectors (shaders/lib/philox.wgsl is
   checked against it through the engines' bits below).
 - Init: ``engine/init.py``'s rules give torch's default bounds and fill values
   (tests/fixtures/init.json, made with torch by scripts/make_init_fixture.py); the same seed

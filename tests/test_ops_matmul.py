@@ -26,16 +26,15 @@ def test_case(device, case):
 def test_matmul_folds_and_splits(device, monkeypatch, case, rows, cols, inner):
     """The dispatches the split cases above really make: one matmul with split-K (gid.z > 1)
     over the folded sizes, then one reduce_splits."""
-    import struct
-
     from webgpu_trainer.engine.plan import Builder
     seen = []
     orig = Builder.kernel
 
-    async def spy(self, shader, entry, params, buffers, counts, constants=None):
+    async def spy(self, shader, entry, groups, **kw):
         if shader in ("matmul", "reduce"):
-            seen.append((entry, struct.unpack("<4I", params[:16]), counts))
-        return await orig(self, shader, entry, params, buffers, counts, constants)
+            p = kw["params"]
+            seen.append((entry, tuple(p.get(f) for f in ("M", "N", "K", "splits")), groups))
+        return await orig(self, shader, entry, groups, **kw)
 
     monkeypatch.setattr(Builder, "kernel", spy)
     check_case(device, by_id(matmul.CASES, case))

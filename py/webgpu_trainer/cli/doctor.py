@@ -46,7 +46,7 @@ def cache_key(info: dict) -> str:
     except metadata.PackageNotFoundError:
         pass
     package = Path(__file__).resolve().parents[1]
-    files = sorted(package.rglob("*.py")) + sorted(shaders.shader_dir().glob("*.wgsl"))
+    files = sorted(package.rglob("*.py")) + sorted(shaders.shader_dir().rglob("*.wgsl"))
     for f in files + [selfcheck.REFERENCE]:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
     return h.hexdigest()

@@ -1,10 +1,10 @@
-"""Philox-4x32-10 in numpy: the generator of shaders/philox.wgsl, bit for bit.
+"""Philox-4x32-10 in numpy: the generator of shaders/lib/philox.wgsl, bit for bit.
 
 The engine's one source of randomness (Salmon et al., SC 2011; Random123's
 ``philox4x32_R(10, ctr, key)``): the parameter init (``init_values``) and the dropout masks
 (``dropout_keep``) of the numpy engine draw exactly the values the WGSL kernels draw, so a CPU
 and a GPU run of the same seed start from the same weights and drop the same units. The counter
-layout and the float mappings are those of shaders/philox.wgsl:
+layout and the float mappings are those of shaders/lib/philox.wgsl:
 
     key = (seed, 0); element i is word i % 4 of block i / 4
     init:    ctr = (i / 4, tensor index + 1, 0, 0); value = ((x >> 8) - 2^23) * (bound * 2^-23)

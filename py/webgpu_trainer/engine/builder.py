@@ -2,6 +2,7 @@
 plan's ``Builder`` (``await b.kernel(...)`` appends one dispatch; scratch, saved tensors, the
 adapter-dependent kernel choices such as ``TILED``). ``plan.py`` owns both."""
 
+from .backends import shaders
 from .backends.base import View, groups_1d
 
 
@@ -37,7 +38,7 @@ class Builder:
         self.P, self.G, self.step = plan.P, plan.G, plan.step
         self.dummy = plan.dev.buffer(16, "dummy")
         self.dummy_u32 = plan.dev.buffer(16, "dummy_u32")
-        self.sink = plan.dev.buffer(16, "sink")  # for unused read_write bindings
+        self.sink = plan.dev.buffer(16, "sink")  # placeholders of unbound slots (kernel)
         self._saves: dict = {}
         self.save_sizes: dict = {}
         self._temp = None
@@ -61,15 +62,46 @@ class Builder:
                 out.add("backward")
         return frozenset(out)
 
-    async def kernel(self, shader, entry, params: bytes, buffers: list, counts,
-                     constants: dict | None = None):
-        """Build (once) and record one dispatch of ``entry`` in ``shaders/<shader>.wgsl``,
-        specialised by the WGSL ``override`` ``constants``."""
+    async def kernel(self, shader, entry, groups, *, params: dict, constants: dict | None = None,
+                     **slots):
+        """Build (once) and record one dispatch of ``entry`` in ``shaders/<shader>.wgsl`` over
+        ``groups`` workgroups, specialised by the WGSL ``override`` ``constants``.
+
+        ``params`` sets the fields of the shader's ``struct Params`` by name (packed by
+        ``shaders.pack``); ``slots`` bind the other group-0 variables by their WGSL names, each
+        a ``Tensor``, a buffer or a ``View``. A storage slot left out (or given None) gets a
+        placeholder: ``dummy_u32`` for ``u32`` elements, else ``dummy`` (read-only) or
+        ``sink`` (read_write). Example::
+
+            await b.kernel("unary", "unary_forward", groups_1d(n), params=dict(n=n, op=1, ...),
+                           x=ins[0], out=outs[0])
+
+        Raises ParamsError naming the shader and the field or slot that does not fit.
+        """
         pipe = await self.dev.pipeline(shader, entry, constants)
-        ubuf = self.dev.buffer(len(params), f"{shader}.{entry}.params", uniform=True)
-        self.dev.write(ubuf, params)
-        binds = [ubuf] + [b.binding() if isinstance(b, Tensor) else b for b in buffers]
-        self.current.append((pipe, self.dev.bind(pipe, binds), counts))
+        data = shaders.pack(shader, params)
+        ubuf = self.dev.buffer(len(data), f"{shader}.{entry}.params", uniform=True)
+        self.dev.write(ubuf, data)
+        binds, layout = [], shaders.slots(shader)
+        for binding, kind, name, wgsl in layout:
+            buf = slots.pop(name, None)
+            if binding == 0:
+                if buf is not None or kind != "uniform":
+                    raise shaders.ParamsError(f"shader {shader!r}: binding 0 must be the "
+                                              f"uniform Params, set through params=")
+                buf = ubuf
+            elif buf is None:
+                if kind == "uniform":
+                    raise shaders.ParamsError(f"shader {shader!r}: uniform slot {name!r} "
+                                              "is not bound")
+                buf = self.dummy_u32 if "u32>" in wgsl else \
+                    self.sink if kind == "storage" else self.dummy
+            binds.append(buf.binding() if isinstance(buf, Tensor) else buf)
+        if slots:
+            names = ", ".join(name for _, _, name, _ in layout[1:])
+            raise shaders.ParamsError(f"shader {shader!r}: no binding named "
+                                      f"{sorted(slots)[0]!r} (slots: {names})")
+        self.current.append((pipe, self.dev.bind(pipe, binds), groups))
 
     # Workgroup-memory tiled kernels (GEMM, convolution) instead of the register-blocked ones
     # with no workgroup memory. None: on GPUs, not on CPU adapters (SwiftShader, lavapipe),

@@ -10,7 +10,7 @@ the first rule naming a tensor wins (a weight shared by two nodes).
 ``rules(graph)`` turns those into ``Rule``s; the GPU (``Plan.init_weights``, shaders/init.wgsl)
 and the numpy engine (``cpu.cpu_engine``, cpu/philox.py) apply them with the same generator,
 Philox-4x32-10 keyed by the seed, one stream per tensor (its index in the bundle + 1), and the
-same exact float32 mapping (``scale`` = float32(bound * 2^-23), see shaders/philox.wgsl), so a
+same exact float32 mapping (``scale`` = float32(bound * 2^-23), see shaders/lib/philox.wgsl), so a
 seed gives bit-identical initial weights in the browser, natively and on the CPU.
 
 Example: SeedNet's first rules are ``Rule('conv1.weight', uniform, bound=0.333...)`` and

@@ -9,18 +9,18 @@ exactly like the bundle's weight blob (``P`` and ``G``); ``mask`` marks trainabl
 
 import struct
 
-from .backends.base import groups_1d, pack_params, round_up
+from .backends.base import groups_1d, round_up
 from .builder import Builder, Tensor
 from .graph import Graph
 from . import init
 from .ops import OPS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
-STEP_BYTES = 32  # the Step uniform (shaders/step.wgsl)
+STEP_BYTES = 32  # the Step uniform (shaders/lib/step.wgsl)
 
 
 def pack_step(step: int, offset: int, seed: int, lr: float, a=(0.0, 0.0, 0.0)) -> bytes:
-    """The 32-byte ``Step`` uniform of shaders/step.wgsl for optimizer step ``step`` (1-based):
+    """The 32-byte ``Step`` uniform of shaders/lib/step.wgsl for optimizer step ``step`` (1-based):
     batch ``offset`` into the epoch order, ``seed`` (taken mod 2**32), the metrics slot
     ``(step - 1) % METRICS_RING``, learning rate ``lr`` and the optimizer scalars ``a`` (a0..a2,
     ``optim.Optimizer.scalars``)."""
@@ -137,11 +137,11 @@ class Plan:
         """total = sum of the gradient contributions of every use of ``name``."""
         parts = self.contrib_of[name]
         n = total.numel
-        await b.kernel("elementwise", "add_to", pack_params(n), [total, parts[0], parts[1]],
-                       b.elementwise_groups(n))
+        await b.kernel("elementwise", "add_to", b.elementwise_groups(n), params={"n": n},
+                       a=total, b=parts[0], c=parts[1])
         for part in parts[2:]:
-            await b.kernel("elementwise", "accumulate", pack_params(n), [total, part, b.dummy],
-                           b.elementwise_groups(n))
+            await b.kernel("elementwise", "accumulate", b.elementwise_groups(n), params={"n": n},
+                           a=total, b=part)
 
     def _ins(self, node):
         return [self.acts.get(i) or self.weights.get(i) or self._constant(i) if i else None
@@ -313,12 +313,12 @@ class Plan:
         for rule in init.rules(self.graph):
             t = self.weights[rule.name]
             if rule.kind == "uniform":
-                await b.kernel("init", "uniform_fill",
-                               pack_params(t.numel, seed, rule.stream, 0, rule.scale, 0, 0, 0),
-                               [t], groups_1d((t.numel + 3) // 4))
+                await b.kernel("init", "uniform_fill", groups_1d((t.numel + 3) // 4),
+                               params=dict(n=t.numel, seed=seed, stream=rule.stream,
+                                           value=rule.scale), out=t)
             else:
-                await b.kernel("init", "fill", pack_params(t.numel, 0, 0, 0, rule.value, 0, 0, 0),
-                               [t], groups_1d(t.numel))
+                await b.kernel("init", "fill", groups_1d(t.numel),
+                               params=dict(n=t.numel, seed=0, stream=0, value=rule.value), out=t)
         self.dev.submit([self.dev.program(b.current)])
 
 

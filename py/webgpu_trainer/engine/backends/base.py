@@ -1,9 +1,8 @@
-"""What every backend shares: WebGPU's byte rules and uniform packing, in one place.
+"""What every backend shares: WebGPU's byte rules, in one place (uniforms: shaders.pack).
 
 A backend (``wgpu_native.Device``, ``webgpu_js.Device``) implements ``device.Device``.
 """
 
-import struct
 
 ALIGN = 256  # bytes; WebGPU's minStorageBufferOffsetAlignment is at most 256 on every adapter
 WORKGROUP = 64  # threads per workgroup of the 1-D kernels (a multiple of every SIMD width)
@@ -28,22 +27,6 @@ class View:
 def round_up(n: int, multiple: int = 4) -> int:
     """``n`` rounded up to a multiple of ``multiple`` (WebGPU sizes are multiples of 4 bytes)."""
     return (n + multiple - 1) // multiple * multiple
-
-
-def pack_params(*values) -> bytes:
-    """Pack a uniform struct of 4-byte scalars: ``int`` -> i32/u32, ``float`` -> f32.
-
-    The WGSL struct must declare the same fields in the same order. The result is padded to a
-    multiple of 16 bytes (WGSL's uniform struct size rule, WGSL spec §13.4 "Memory Layout").
-    """
-    out = bytearray()
-    for v in values:
-        if isinstance(v, bool) or isinstance(v, int):
-            out += struct.pack("<i" if v < 0 else "<I", int(v))
-        else:
-            out += struct.pack("<f", float(v))
-    out += bytes(round_up(len(out) or 4, 16) - len(out))
-    return bytes(out)
 
 
 def groups_1d(n_threads: int, per_group: int = WORKGROUP) -> tuple:

@@ -1,8 +1,6 @@
 """ReLU forward and backward (shaders/elementwise.wgsl): in place when the plan aliased the
 output to the input (the input has no other consumer), out of place otherwise."""
 
-from ..backends.base import pack_params
-
 TYPES = ("Relu",)
 ATTRS = {"Relu": {}}
 
@@ -18,11 +16,11 @@ async def forward(b, node, ins, outs, train):
         return
     n = outs[0].numel
     if outs[0].buf is ins[0].buf:
-        await b.kernel("elementwise", "relu_forward", pack_params(n),
-                       [outs[0], b.dummy, b.dummy], b.elementwise_groups(n))
+        await b.kernel("elementwise", "relu_forward", b.elementwise_groups(n), params={"n": n},
+                       a=outs[0])
     else:
-        await b.kernel("elementwise", "relu_forward_to", pack_params(n),
-                       [outs[0], ins[0], b.dummy], b.elementwise_groups(n))
+        await b.kernel("elementwise", "relu_forward_to", b.elementwise_groups(n),
+                       params={"n": n}, a=outs[0], b=ins[0])
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -31,8 +29,8 @@ async def backward(b, node, ins, outs, gins, gouts):
         return  # (or the consumer's backward masked the gradient: plan._fusable_relu_grads)
     n = outs[0].numel
     if gins[0].buf is gouts[0].buf:
-        await b.kernel("elementwise", "relu_backward", pack_params(n),
-                       [gouts[0], outs[0], b.dummy], b.elementwise_groups(n))
+        await b.kernel("elementwise", "relu_backward", b.elementwise_groups(n),
+                       params={"n": n}, a=gouts[0], b=outs[0])
     else:
-        await b.kernel("elementwise", "relu_backward_to", pack_params(n),
-                       [gins[0], gouts[0], outs[0]], b.elementwise_groups(n))
+        await b.kernel("elementwise", "relu_backward_to", b.elementwise_groups(n),
+                       params={"n": n}, a=gins[0], b=gouts[0], c=outs[0])

@@ -6,7 +6,7 @@ the running statistics. gamma, beta and the running statistics are addressed as 
 into the flat parameter buffer P (their gradients into G).
 """
 
-from ..backends.base import groups_1d, pack_params
+from ..backends.base import groups_1d
 
 TYPES = ("BatchNormalization",)
 ATTRS = {"BatchNormalization": {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0}}
@@ -37,7 +37,7 @@ def init(node, graph):
 
 
 def _params(b, node, x, ins, mask=0, want_dx=0):
-    """(channels, parts, uniform bytes) for this layer; ``mask``: backward_input zeroes dx
+    """(channels, parts, uniform fields) for this layer; ``mask``: backward_input zeroes dx
     where x <= 0 (a ReLU's backward fused, plan._fusable_relu_grads)."""
     shape = x.shape
     c = shape[1]
@@ -47,9 +47,10 @@ def _params(b, node, x, ins, mask=0, want_dx=0):
     parts = b.reduce_parts(shape[0] * inner)
     a = node["attrs"]
     offs = [b.offset_of(t) for t in ins[1:5]]
-    return c, parts, pack_params(shape[0], c, inner, *offs, parts,
-                                 float(a.get("epsilon", 1e-5)), float(a.get("momentum", 0.9)),
-                                 mask, want_dx)
+    return c, parts, dict(outer=shape[0], C=c, inner=inner, gamma=offs[0], beta=offs[1],
+                          rmean=offs[2], rvar=offs[3], parts=parts,
+                          eps=float(a.get("epsilon", 1e-5)),
+                          momentum=float(a.get("momentum", 0.9)), mask=mask, want_dx=want_dx)
 
 
 async def forward(b, node, ins, outs, train):
@@ -57,18 +58,18 @@ async def forward(b, node, ins, outs, train):
     c, parts, params = _params(b, node, x, ins)
     save = b.save(node, 2 * c)
     part = b.save(node, 2 * c * parts, "parts")
-    binds = [x, b.dummy, b.P, save, outs[0], b.sink, part]
+    binds = dict(params=params, x=x, P=b.P, save=save, out=outs[0], part=part)
     if train and parts == 1 and b.tiled:  # GPUs, small channels: one dispatch
-        await b.kernel("batchnorm", "forward_fused", params, binds, (c, 1, 1))
+        await b.kernel("batchnorm", "forward_fused", (c, 1, 1), **binds)
         return
     if train:
-        await b.kernel("batchnorm", "sum_x", params, binds, (c, parts, 1))
-        await b.kernel("batchnorm", "mean_finish", params, binds, groups_1d(c))
-        await b.kernel("batchnorm", "sum_sq", params, binds, (c, parts, 1))
-        await b.kernel("batchnorm", "var_finish", params, binds, groups_1d(c))
+        await b.kernel("batchnorm", "sum_x", (c, parts, 1), **binds)
+        await b.kernel("batchnorm", "mean_finish", groups_1d(c), **binds)
+        await b.kernel("batchnorm", "sum_sq", (c, parts, 1), **binds)
+        await b.kernel("batchnorm", "var_finish", groups_1d(c), **binds)
     else:
-        await b.kernel("batchnorm", "stats_eval", params, binds, groups_1d(c))
-    await b.kernel("batchnorm", "normalize", params, binds, b.elementwise_groups(x.numel))
+        await b.kernel("batchnorm", "stats_eval", groups_1d(c), **binds)
+    await b.kernel("batchnorm", "normalize", b.elementwise_groups(x.numel), **binds)
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -77,12 +78,12 @@ async def backward(b, node, ins, outs, gins, gouts):
                                int(gins[0] is not None))
     save = b.save(node, 2 * c)
     part = b.save(node, 2 * c * parts, "parts")
-    binds = [x, gouts[0], b.P, save, gins[0] or b.sink, b.G, part]
+    binds = dict(params=params, x=x, dy=gouts[0], P=b.P, save=save, G=b.G, part=part,
+                 out=gins[0])
     if parts == 1 and b.tiled:  # GPUs, small channels: one dispatch
-        await b.kernel("batchnorm", "backward_fused", params, binds, (c, 1, 1))
+        await b.kernel("batchnorm", "backward_fused", (c, 1, 1), **binds)
         return
-    await b.kernel("batchnorm", "sum_dy", params, binds, (c, parts, 1))
-    await b.kernel("batchnorm", "dy_finish", params, binds, groups_1d(c))
+    await b.kernel("batchnorm", "sum_dy", (c, parts, 1), **binds)
+    await b.kernel("batchnorm", "dy_finish", groups_1d(c), **binds)
     if gins[0] is not None:
-        await b.kernel("batchnorm", "backward_input", params, binds,
-                       b.elementwise_groups(x.numel))
+        await b.kernel("batchnorm", "backward_input", b.elementwise_groups(x.numel), **binds)

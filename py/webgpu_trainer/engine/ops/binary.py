@@ -11,7 +11,8 @@ neighbouring dims with the same broadcast pattern merged, so ``[2, 3, 4, 5] + [3
 At most 6 collapsed dims (any input rank whose collapsed form fits).
 """
 
-from ..backends.base import groups_1d, pack_params
+from ..backends import shaders
+from ..backends.base import groups_1d
 from .gemm import reduce_splits
 from ..errors import GraphError
 
@@ -19,6 +20,8 @@ TYPES = ("Add", "Sub", "Mul", "Div", "Pow")
 ATTRS = {op: {} for op in TYPES + ("Max", "Min", "Sum", "Mean", "PRelu")}
 
 CODES = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Pow": 4}  # the shader's OP override
+shaders.define("binary_ops", {f"BINARY_{op.upper()}": code for op, code in CODES.items()},
+               "ops/binary.py CODES: the values of binary.wgsl's OP override")
 MAX_DIMS = 6       # collapsed dims the uniform holds
 NAN_BITS = 0x7FC00000
 
@@ -83,13 +86,13 @@ def infer(node, ins, consts):
     return [out]
 
 
-def _params(n, dims=(), red=(), total=1, chunk=1) -> bytes:
+def _params(n, dims=(), red=(), total=1, chunk=1) -> dict:
     """The shader's Params: header, then 6 rows of dims and 6 of red (padded with size 1)."""
     rows = list(dims) + [(1, 0, 0, 0)] * (MAX_DIMS - len(dims))
     reds = list(red) or [(1, 0, 0, 0)]
     reds += [(1, 0, 0, 0)] * (MAX_DIMS - len(reds))
-    return pack_params(n, len(dims), len(red), total, chunk, NAN_BITS, 0, 0,
-                       *(v for row in rows + reds for v in row))
+    return dict(n=n, rank=len(dims), nred=len(red), total=total, chunk=chunk,
+                nan_bits=NAN_BITS, dims=rows, red=reds)
 
 
 async def forward(b, node, ins, outs, train):
@@ -101,12 +104,12 @@ async def forward(b, node, ins, outs, train):
         return
     consts = {"OP": CODES[node["op_type"]]}
     if A.numel == n and B.numel == n:
-        await b.kernel("binary", "forward_same", _params(n), [Y, A, B, b.dummy], groups_1d(n),
-                       consts)
+        await b.kernel("binary", "forward_same", groups_1d(n), params=_params(n),
+                       constants=consts, out=Y, x0=A, x1=B)
         return
     dims = [(size, st[0], st[1], 0) for size, st, _, _ in collapse(Y.shape, [A.shape, B.shape])]
-    await b.kernel("binary", "forward", _params(n, dims), [Y, A, B, b.dummy], groups_1d(n),
-                   consts)
+    await b.kernel("binary", "forward", groups_1d(n), params=_params(n, dims), constants=consts,
+                   out=Y, x0=A, x1=B)
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -132,8 +135,8 @@ async def _gradient(b, op, side, t, o, dy, g, out_shape):
     if count == 0:
         return
     if count == n_out and o.numel == n_out:
-        await b.kernel("binary", "backward_same", _params(count), [g, t, o, dy],
-                       groups_1d(count), consts)
+        await b.kernel("binary", "backward_same", groups_1d(count), params=_params(count),
+                       constants=consts, out=g, x0=t, x1=o, x2=dy)
         return
     dims = collapse(out_shape, [t.shape, o.shape])
     kept = [(size, so, st[1], 0) for size, st, so, bc in dims if not bc[0]]
@@ -146,7 +149,8 @@ async def _gradient(b, op, side, t, o, dy, g, out_shape):
     splits = max(1, (total + chunk - 1) // chunk)
     target = b.scratch(splits * count) if splits > 1 else g
     gx, gy, _ = groups_1d(count)
-    await b.kernel("binary", "backward", _params(count, kept, red, total, chunk),
-                   [target, t, o, dy], (gx, gy, splits), consts)
+    await b.kernel("binary", "backward", (gx, gy, splits),
+                   params=_params(count, kept, red, total, chunk), constants=consts,
+                   out=target, x0=t, x1=o, x2=dy)
     if splits > 1:
         await reduce_splits(b, target, g, splits, count)

@@ -6,7 +6,7 @@ Threads own 8 channels x 4 columns (see the shader); the weight gradient splits 
 
 import math
 
-from ..backends.base import groups_1d, pack_params
+from ..backends.base import groups_1d
 from . import card, gemm
 from ..errors import GraphError
 
@@ -82,6 +82,12 @@ def _geometry(node, x, w, y):
     return geometry, window
 
 
+def _params(g, has_bias=0, splits=1, mask=0, relu=0) -> dict:
+    """conv2d.wgsl's Params: the geometry ``g`` (N, C, H, W, K, OH, OW, G), then the flags."""
+    names = ("N", "C", "H", "W", "K", "OH", "OW", "G")
+    return dict(zip(names, g), has_bias=has_bias, splits=splits, mask=mask, relu=relu)
+
+
 def packed_numel(b, buf) -> int:
     return b.save_sizes[id(buf)]
 
@@ -95,14 +101,14 @@ async def forward(b, node, ins, outs, train):
     g, win = _geometry(node, x, w, outs[0])
     n, c, h, wd, k, oh, ow, grp = g
     relu = int("forward" in b.fused(node))  # a following in-place ReLU, fused
-    params = pack_params(*g, int(bias is not None), 1, 0, relu)
+    params = _params(g, has_bias=int(bias is not None), relu=relu)
     kg = k // grp
     packed = b.save(node, (c // grp) * win["KH"] * win["KW"] * grp * _cdiv(kg, 8) * 8, "wfwd")
-    await b.kernel("conv2d", "pack_forward", params, [b.dummy, w, b.dummy, b.dummy, packed],
-                   groups_1d(packed_numel(b, packed)), win)
+    await b.kernel("conv2d", "pack_forward", groups_1d(packed_numel(b, packed)), params=params,
+                   constants=win, w=w, y=packed)
     threads, consts = _forward_threads(b, n, grp, kg, oh, ow, win)
-    await b.kernel("conv2d", "forward", params, [x, b.dummy, packed, bias or b.dummy, outs[0]],
-                   groups_1d(threads), consts)
+    await b.kernel("conv2d", "forward", groups_1d(threads), params=params, constants=consts,
+                   x=x, wt=packed, b=bias, y=outs[0])
 
 
 def _forward_threads(b, n, grp, kg, oh, ow, win):
@@ -125,18 +131,17 @@ async def backward(b, node, ins, outs, gins, gouts):
     full_pad_ok = win["ph"] <= win["dh"] * (kh - 1) and win["pw"] <= win["dw"] * (kw - 1)
     # a ReLU before this layer: its backward fused here (dx = 0 where x <= 0)
     mask = int("backward" in b.fused(node))
-    mask_src = x if mask else b.dummy
+    mask_src = x if mask else None
     if gins[0] is not None and win["sh"] == win["sw"] == 1 and full_pad_ok:
         await _input_grad_as_forward(b, node, g, win, w, dy, gins[0], mask, mask_src)
     elif gins[0] is not None:
-        params = pack_params(*g, 0, 1, mask, 0)
+        params = _params(g, mask=mask)
         threads = n * grp * _cdiv(c // grp, 8) * h * _cdiv(wd, 4)
         packed = b.save(node, k * kh * kw * _cdiv(c // grp, 8) * 8, "wbwd")
-        await b.kernel("conv2d", "pack_backward", params,
-                       [b.dummy, w, b.dummy, b.dummy, packed],
-                       groups_1d(packed_numel(b, packed)), win)
-        await b.kernel("conv2d", "backward_input", params,
-                       [dy, b.dummy, packed, mask_src, gins[0]], groups_1d(threads), win)
+        await b.kernel("conv2d", "pack_backward", groups_1d(packed_numel(b, packed)),
+                       params=params, constants=win, w=w, y=packed)
+        await b.kernel("conv2d", "backward_input", groups_1d(threads), params=params,
+                       constants=win, x=dy, wt=packed, b=mask_src, y=gins[0])
     if gins[1] is not None:
         await _weight_grad(b, g, win, x, dy, gins[1])
     if len(ins) > 2 and ins[2] is not None and gins[2] is not None:
@@ -158,17 +163,15 @@ async def _weight_grad(b, g, win, x, dy, dw):
         # ~2048 x 64 threads, each thread at least 16 pixels
         splits = max(1, min(_cdiv(2048, groups * wrb), pixels // (64 * 16), 65535))
         counts, shader, entry = (groups, splits, 1), "conv2d_wgrad", "weight_grad"
-        binds = [dy, x]
         win = {**win, "WRB": wrb}
     else:
         threads = grp * _cdiv(k // grp, 8) * _cdiv(taps, 4)
         splits = b.splits(threads, n, min_per_split=1)
         gx, gy, _ = groups_1d(threads)
         counts, shader, entry = (gx, gy, splits), "conv2d", "backward_weight"
-        binds = [dy, x, b.dummy, b.dummy]
-    params = pack_params(*g, 0, splits, 0, 0)
     out = b.temp(splits * k * taps) if splits > 1 else dw
-    await b.kernel(shader, entry, params, binds + [out], counts, win)
+    await b.kernel(shader, entry, counts, params=_params(g, splits=splits), constants=win,
+                   x=dy, w=x, y=out)
     if splits > 1:
         await gemm.reduce_splits(b, out, dw, splits, k * taps)
 
@@ -180,11 +183,11 @@ async def _input_grad_as_forward(b, node, g, win, w, dy, dx, mask=0, mask_src=No
     n, c, h, wd, k, oh, ow, grp = g
     kh, kw, dh, dw = win["KH"], win["KW"], win["dh"], win["dw"]
     tw = {**win, "ph": dh * (kh - 1) - win["ph"], "pw": dw * (kw - 1) - win["pw"]}
-    params = pack_params(n, k, oh, ow, c, h, wd, grp, 0, 1, mask, 0)
+    params = _params((n, k, oh, ow, c, h, wd, grp), mask=mask)
     cg = c // grp
     packed = b.save(node, (k // grp) * kh * kw * grp * _cdiv(cg, 8) * 8, "wtrans")
-    await b.kernel("conv2d", "pack_transposed", params, [b.dummy, w, b.dummy, b.dummy, packed],
-                   groups_1d(packed_numel(b, packed)), tw)
+    await b.kernel("conv2d", "pack_transposed", groups_1d(packed_numel(b, packed)),
+                   params=params, constants=tw, w=w, y=packed)
     threads, consts = _forward_threads(b, n, grp, cg, h, wd, tw)
-    await b.kernel("conv2d", "forward", params, [dy, b.dummy, packed, mask_src or b.dummy, dx],
-                   groups_1d(threads), consts)
+    await b.kernel("conv2d", "forward", groups_1d(threads), params=params, constants=consts,
+                   x=dy, wt=packed, b=mask_src, y=dx)

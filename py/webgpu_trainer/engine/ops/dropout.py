@@ -1,7 +1,7 @@
-"""Inverted Dropout (shaders/dropout.wgsl, masks from Philox: shaders/philox.wgsl); training
+"""Inverted Dropout (shaders/dropout.wgsl, masks from Philox: shaders/lib/philox.wgsl); training
 only, identity (a copy) in eval mode. One thread per four elements."""
 
-from ..backends.base import groups_1d, pack_params
+from ..backends.base import groups_1d
 
 TYPES = ("Dropout",)
 ATTRS = {"Dropout": {"ratio": 0.5, "training_mode": 0}}
@@ -23,9 +23,9 @@ async def forward(b, node, ins, outs, train):
     n = ins[0].numel
     ratio = _ratio(b, node) if train else 0.0
     scale = 1.0 / (1.0 - ratio) if ratio < 1.0 else 0.0
-    params = pack_params(n, b.salt(node), ratio, scale)
-    await b.kernel("dropout", "apply", params, [b.step, ins[0], outs[0]],
-                   groups_1d((n + 3) // 4))
+    params = dict(n=n, salt=b.salt(node), ratio=ratio, scale=scale)
+    await b.kernel("dropout", "apply", groups_1d((n + 3) // 4), params=params, st=b.step,
+                   x=ins[0], y=outs[0])
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -34,6 +34,6 @@ async def backward(b, node, ins, outs, gins, gouts):
     n = ins[0].numel
     ratio = _ratio(b, node)
     scale = 1.0 / (1.0 - ratio) if ratio < 1.0 else 0.0
-    params = pack_params(n, b.salt(node), ratio, scale)
-    await b.kernel("dropout", "apply", params, [b.step, gouts[0], gins[0]],
-                   groups_1d((n + 3) // 4))
+    params = dict(n=n, salt=b.salt(node), ratio=ratio, scale=scale)
+    await b.kernel("dropout", "apply", groups_1d((n + 3) // 4), params=params, st=b.step,
+                   x=gouts[0], y=gins[0])

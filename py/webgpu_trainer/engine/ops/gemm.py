@@ -7,7 +7,7 @@ gradients dA = alpha * dY * B'^T and dB = alpha * A'^T * dY reuse the same kerne
 
 import math
 
-from ..backends.base import groups_1d, pack_params
+from ..backends.base import groups_1d
 from ..errors import GraphError
 from . import card
 
@@ -53,7 +53,6 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
     thin outputs). Splits the sum over k (split-K) when the output alone leaves the GPU idle.
     """
     tw = tile_width(b, m, n)
-    params_tail = (*a_strides, *b_strides, bias_mode if bias else 0, float(alpha), float(beta), 0)
     if tw:
         side = 8 * tw
         tiles = ((m + side - 1) // side) * ((n + side - 1) // side)
@@ -71,8 +70,11 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         gx, gy, _ = groups_1d(threads)
         counts, entry, consts = (gx, gy, splits), "matmul", {"WX": wx}
     target = b.temp(splits * m * n) if splits > 1 else out
-    params = pack_params(m, n, k, splits, *params_tail)
-    await b.kernel("gemm", entry, params, [a, bm, bias or b.dummy, target], counts, consts)
+    params = dict(M=m, N=n, K=k, splits=splits, sam=a_strides[0], sak=a_strides[1],
+                  sbk=b_strides[0], sbn=b_strides[1], bias_mode=bias_mode if bias else 0,
+                  alpha=alpha, beta=beta)
+    await b.kernel("gemm", entry, counts, params=params, constants=consts, a=a, bm=bm, bias=bias,
+                   out=target)
     if splits > 1:
         await reduce_splits(b, target, out, splits, m * n, n=n, bias=bias,
                             bias_mode=bias_mode if bias else 0, beta=beta)
@@ -100,18 +102,21 @@ def tile_width(b, m: int, n: int) -> int:
 
 async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=0, beta=1.0):
     """out[e] = sum_s parts[s*count + e] (+ beta * bias by bias_mode)."""
-    params = pack_params(0, 0, 0, count, splits, n, bias_mode, float(beta))
-    await b.kernel("reduce", "reduce_splits", params, [parts, bias or b.dummy, out],
-                   groups_1d(count))
+    params = dict(outer=0, C=0, inner=0, count=count, splits=splits, N=n, bias_mode=bias_mode,
+                  beta=beta)
+    await b.kernel("reduce", "reduce_splits", groups_1d(count), params=params, x=parts,
+                   bias=bias, out=out)
 
 
 async def channel_sum(b, x, out, outer, channels, inner):
     """out[c] = sum over outer and inner of x viewed as [outer, channels, inner]; in
     ``b.reduce_parts`` parts per channel, added by ``reduce_splits`` when there are several."""
     parts = b.reduce_parts(outer * inner)
-    params = pack_params(outer, channels, inner, 0, parts, 0, 0, 0.0)
+    params = dict(outer=outer, C=channels, inner=inner, count=0, splits=parts, N=0, bias_mode=0,
+                  beta=0.0)
     target = b.temp(parts * channels) if parts > 1 else out
-    await b.kernel("reduce", "channel_sum", params, [x, b.dummy, target], (channels, parts, 1))
+    await b.kernel("reduce", "channel_sum", (channels, parts, 1), params=params, x=x,
+                   out=target)
     if parts > 1:
         await reduce_splits(b, target, out, parts, channels)
 

@@ -13,7 +13,7 @@ Gradients (PyTorch native_layer_norm_backward), with xhat = (x - mean) * rstd, g
 Short rows run one thread per row, long ones (or few rows) one workgroup per row.
 """
 
-from ..backends.base import groups_1d, pack_params
+from ..backends.base import groups_1d
 from .reduction import per_row_workgroup
 from ..errors import GraphError
 
@@ -80,22 +80,27 @@ def _setup(b, node, ins):
     return x, scale, bias, rows, d, s, eps, b.save(node, 2 * rows, "stats")
 
 
+def _params(rows, d, s, eps, has_bias=0, parts=1, flags=0) -> dict:
+    """layernorm.wgsl's Params."""
+    return dict(rows=rows, D=d, S=s, has_bias=has_bias, eps=eps, parts=parts, flags=flags)
+
+
 async def forward(b, node, ins, outs, train):
     """Y = (X - mean) * rstd * Scale + B; the statistics stay in the node's save buffer for the
     backward and are copied to Mean / InvStdDev when those outputs exist."""
     x, scale, bias, rows, d, s, eps, stats = _setup(b, node, ins)
-    params = pack_params(rows, d, s, int(bias is not None), eps, 1, 0, 0)
+    params = _params(rows, d, s, eps, has_bias=int(bias is not None))
     wg = per_row_workgroup(rows, d)
-    await b.kernel("layernorm", "forward_wg" if wg else "forward_rows", params,
-                   [x, scale, bias or b.dummy, b.dummy, outs[0], stats, b.sink],
-                   groups_1d(rows, 1) if wg else groups_1d(rows))
+    await b.kernel("layernorm", "forward_wg" if wg else "forward_rows",
+                   groups_1d(rows, 1) if wg else groups_1d(rows), params=params, x=x,
+                   scale=scale, bias=bias, out=outs[0], stats=stats)
     mean = outs[1] if len(outs) > 1 else None
     inv = outs[2] if len(outs) > 2 else None
     flags = (1 if mean is not None else 0) | (2 if inv is not None else 0)
     if flags:
-        await b.kernel("layernorm", "stats_out", pack_params(rows, d, s, 0, eps, 1, flags, 0),
-                       [b.dummy, b.dummy, b.dummy, b.dummy, mean or b.sink, stats,
-                        inv or b.sink], groups_1d(rows))
+        await b.kernel("layernorm", "stats_out", groups_1d(rows),
+                       params=_params(rows, d, s, eps, flags=flags), out=mean, stats=stats,
+                       out2=inv)
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -105,26 +110,26 @@ async def backward(b, node, ins, outs, gins, gouts):
         return
     x, scale, _, rows, d, s, eps, stats = _setup(b, node, ins)
     if gins[0] is not None:
-        params = pack_params(rows, d, s, 0, eps, 1, 0, 0)
         wg = per_row_workgroup(rows, d)
-        await b.kernel("layernorm", "backward_wg" if wg else "backward_rows", params,
-                       [x, scale, b.dummy, dy, gins[0], stats, b.sink],
-                       groups_1d(rows, 1) if wg else groups_1d(rows))
+        await b.kernel("layernorm", "backward_wg" if wg else "backward_rows",
+                       groups_1d(rows, 1) if wg else groups_1d(rows),
+                       params=_params(rows, d, s, eps), x=x, scale=scale, dy=dy, out=gins[0],
+                       stats=stats)
     gs = gins[1] if len(gins) > 1 else None
     gb = gins[2] if len(gins) > 2 else None
     if gs is None and gb is None:
         return
     parts = b.splits(d, rows, min_per_split=64)
     direct = parts == 1 and s == d
-    ps = (gs if direct else b.scratch(parts * d)) if gs is not None else b.sink
-    pb = (gb if direct else b.scratch(parts * d)) if gb is not None else b.sink
+    ps = (gs if direct else b.scratch(parts * d)) if gs is not None else None
+    pb = (gb if direct else b.scratch(parts * d)) if gb is not None else None
     flags = (1 if gs is not None else 0) | (2 if gb is not None else 0)
-    await b.kernel("layernorm", "param_grad", pack_params(rows, d, s, 0, eps, parts, flags, 0),
-                   [x, b.dummy, b.dummy, dy, ps, stats, pb], groups_1d(d * parts))
+    await b.kernel("layernorm", "param_grad", groups_1d(d * parts),
+                   params=_params(rows, d, s, eps, parts=parts, flags=flags), x=x, dy=dy,
+                   out=ps, stats=stats, out2=pb)
     if not direct:
-        fold = pack_params(rows, d, s, 0, eps, parts, 0, 0)
+        fold = _params(rows, d, s, eps, parts=parts)
         for g, part in ((gs, ps), (gb, pb)):
             if g is not None:
-                await b.kernel("layernorm", "fold", fold,
-                               [part, b.dummy, b.dummy, b.dummy, g, stats, b.sink],
-                               groups_1d(s))
+                await b.kernel("layernorm", "fold", groups_1d(s), params=fold, x=part, out=g,
+                               stats=stats)

@@ -20,7 +20,7 @@ constants of the model description; ``infer`` (layout_rules.py, with the per-op 
 (Slice opset >= 10, Pad opset >= 11), else the attributes of the older opsets.
 """
 
-from ..backends.base import groups_1d, pack_params
+from ..backends.base import groups_1d
 from .gemm import reduce_splits
 from .layout_rules import (MAX_RANK, _numel, _strides, concat_axis, pad_spec, slice_spec,
                            transpose_perm)
@@ -88,7 +88,7 @@ def _coalesce(dims):
 
 
 def _pack(n, dims, src_off=0, dst_off=0, value=0.0, use_fill=0, red=0, splits=1, red_dims=()):
-    """The Params uniform of layout.wgsl: ``dims`` as (size, mul, add, div, lim, src_stride,
+    """The Params fields of layout.wgsl: ``dims`` as (size, mul, add, div, lim, src_stride,
     dst_stride) fill geo (size, mul, add, div) and ext (lim, src_stride, dst_stride); for
     ``sum_expanded`` ext holds the reduced ``red_dims`` (size, dy_stride) instead."""
     if len(dims) > MAX_RANK or len(red_dims) > MAX_RANK:
@@ -102,9 +102,14 @@ def _pack(n, dims, src_off=0, dst_off=0, value=0.0, use_fill=0, red=0, splits=1,
             ext += [*red_dims[k], 0, 0] if k < len(red_dims) else [1, 0, 0, 0]
         else:
             ext += [*dims[k][4:], 0] if k < len(dims) else [1, 0, 0, 0]
-    return pack_params(int(n), len(dims), int(src_off), int(dst_off), float(value),
-                       int(use_fill), int(red), int(splits), len(red_dims), 0, 0, 0,
-                       *[int(v) for v in geo + ext])
+    return dict(n=int(n), rank=len(dims), src_off=int(src_off), dst_off=int(dst_off),
+                value=float(value), use_fill=int(use_fill), red=int(red), splits=int(splits),
+                red_rank=len(red_dims), geo=_rows(geo), ext=_rows(ext))
+
+
+def _rows(flat) -> list:
+    """``flat`` (a multiple of 4 values) as rows of 4 ints (the uniform's vec4<i32>)."""
+    return [[int(v) for v in flat[k:k + 4]] for k in range(0, len(flat), 4)]
 
 
 async def gather(b, x, out, dims, src_off=0, dst_off=0, value=0.0, fill=None):
@@ -116,7 +121,7 @@ async def gather(b, x, out, dims, src_off=0, dst_off=0, value=0.0, fill=None):
     if n == 0:
         return
     params = _pack(n, dims, src_off, dst_off, value, 1 if fill is not None else 0)
-    await b.kernel("layout", "strided", params, [x, fill or b.dummy, out], groups_1d(n))
+    await b.kernel("layout", "strided", groups_1d(n), params=params, x=x, fill=fill, out=out)
 
 
 def _plain(size, src_stride, dst_stride):
@@ -209,7 +214,8 @@ async def _pad_value_grad(b, dy, out, spec, xshape):
     n = dy.numel
     parts = b.reduce_parts(n)
     target = b.scratch(parts) if parts > 1 else out
-    await b.kernel("layout", "masked_sum", _pack(n, dims), [dy, b.dummy, target], (parts, 1, 1))
+    await b.kernel("layout", "masked_sum", (parts, 1, 1), params=_pack(n, dims), x=dy,
+                   out=target)
     if parts > 1:
         await reduce_splits(b, target, out, parts, 1)
 
@@ -244,6 +250,6 @@ async def _sum_expanded(b, dy, dx, xshape):
     params = _pack(n, [(s, st, 0, 1, s, 0, 0) for s, st in kept], red=r, splits=splits,
                    red_dims=red)
     gx, gy, _ = groups_1d(n)
-    await b.kernel("layout", "sum_expanded", params, [dy, b.dummy, target], (gx, gy, splits))
+    await b.kernel("layout", "sum_expanded", (gx, gy, splits), params=params, x=dy, out=target)
     if splits > 1:
         await reduce_splits(b, target, dx, splits, n)

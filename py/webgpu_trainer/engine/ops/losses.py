@@ -35,9 +35,7 @@ Standard library only (runs in Pyodide).
 """
 
 import math
-import struct
 
-from ..backends.base import pack_params
 from ..config import BY_NAME, ConfigError, parse
 
 LOSSES = BY_NAME["loss"].choices
@@ -142,20 +140,16 @@ def _flags(spec) -> int:
         (_WEIGHTED if spec.get("weight") is not None else 0)
 
 
-def _eps_bits(eps: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", eps))[0]
-
-
 async def nll_loss(b, spec, logp, labels, dlogp, metrics, weight=None):
     """NLLLoss of ``logp`` [B, C] (float32) against ``labels`` [B] (uint32), with label
     smoothing ``spec["label_smoothing"]`` (CrossEntropyLoss after a LogSoftmax; 0 for NLLLoss)
     and class weights ``weight`` (a [C] Tensor, or None): writes ``dlogp`` [B, C] = d loss /
     d logp and ``metrics[slot] = (loss, accuracy)``. One workgroup."""
     batch, classes = logp.shape
-    await b.kernel("loss", "nll", pack_params(batch, classes, _flags(spec),
-                                              _eps_bits(spec.get("label_smoothing", 0.0))),
-                   [b.step, logp, weight if weight is not None else b.dummy, dlogp, labels,
-                    metrics], (1, 1, 1))
+    params = dict(outer=batch, C=classes, inner=_flags(spec),
+                  eps=spec.get("label_smoothing", 0.0))
+    await b.kernel("loss", "nll", (1, 1, 1), params=params, st=b.step, x=logp, y=weight,
+                   out=dlogp, labels=labels, metrics=metrics)
 
 
 async def elementwise_loss(b, spec, x, labels, dx, metrics):
@@ -164,8 +158,9 @@ async def elementwise_loss(b, spec, x, labels, dx, metrics):
     accuracy)``. One workgroup."""
     batch, classes = x.shape
     entry = {"mse": "mse", "bce_with_logits": "bce_with_logits"}[spec["loss"]]
-    await b.kernel("loss", entry, pack_params(batch, classes, _flags(spec), 0),
-                   [b.step, x, b.dummy, dx, labels, metrics], (1, 1, 1))
+    await b.kernel("loss", entry, (1, 1, 1),
+                   params=dict(outer=batch, C=classes, inner=_flags(spec), eps=0.0), st=b.step,
+                   x=x, out=dx, labels=labels, metrics=metrics)
 
 
 def host_terms(spec, row, label: int):

@@ -16,7 +16,7 @@ walks contiguously folded into the rows, reduced dims contiguous with the k rang
 
 import math
 
-from ..backends.base import groups_1d, pack_params
+from ..backends.base import groups_1d
 from .gemm import reduce_splits
 from ..errors import GraphError
 
@@ -166,11 +166,11 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
     threads = nkept * ((rows + 3) // 4) * ((cols + 3) // 4)
     splits = b.splits(threads, inner, min_per_split=64) if inner else 1
     target = b.temp(splits * total) if splits > 1 else out
-    params = pack_params(rows, cols, inner, splits, sam, sak, sbk, sbn, nkept, nred, 0, 0,
-                         *_vec(kept, 0), *_vec(kept, 1), *_vec(kept, 2),
-                         *_vec(red, 0), *_vec(red, 1), *_vec(red, 2))
+    params = dict(M=rows, N=cols, K=inner, splits=splits, sam=sam, sak=sak, sbk=sbk, sbn=sbn,
+                  kept=nkept, reduced=nred, ks=_vec(kept, 0), ksa=_vec(kept, 1),
+                  ksb=_vec(kept, 2), rs=_vec(red, 0), rsa=_vec(red, 1), rsb=_vec(red, 2))
     gx, gy, _ = groups_1d(threads)
-    await b.kernel("matmul", "matmul", params, [a, bm, target], (gx, gy, splits))
+    await b.kernel("matmul", "matmul", (gx, gy, splits), params=params, a=a, bm=bm, out=target)
     if splits > 1:
         await reduce_splits(b, target, out, splits, total)
 

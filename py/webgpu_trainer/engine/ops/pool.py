@@ -23,7 +23,7 @@ input element (padding at least as large as the window). ``storage_order`` only 
 Indices and is ignored.
 """
 
-from ..backends.base import groups_1d, pack_params
+from ..backends.base import groups_1d
 from ..errors import GraphError
 from . import card
 
@@ -134,13 +134,13 @@ def infer(node, ins, consts):
     return [[x[0], x[1], g["out"][0], g["out"][1]]]
 
 
-def _params(x_shape, g, flags, total):
+def _params(x_shape, g, flags, total) -> dict:
     _n, _c, h, w = x_shape
     (kh, kw), (sh, sw), (dh, dw) = g["k"], g["s"], g["d"]
     pt, pl, pb, pr = g["pads"]
     oh, ow = g["out"]
-    return pack_params(total, h, w, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw, h + pb, w + pr,
-                       flags)
+    return dict(total=total, H=h, W=w, OH=oh, OW=ow, KH=kh, KW=kw, sh=sh, sw=sw, pt=pt, pl=pl,
+                dh=dh, dw=dw, end_h=h + pb, end_w=w + pr, flags=flags)
 
 
 def _is_max(node):
@@ -153,12 +153,13 @@ async def forward(b, node, ins, outs, train):
     x, y = ins[0], outs[0]
     g = geometry(node, x.shape)
     if _is_max(node):
-        arg = b.save(node, y.numel, "argmax") if train else b.dummy_u32
+        arg = b.save(node, y.numel, "argmax") if train else None
         params = _params(x.shape, g, 2 if train else 0, y.numel)
-        await b.kernel("pool", "max_forward", params, [x, y, arg], groups_1d(y.numel))
+        await b.kernel("pool", "max_forward", groups_1d(y.numel), params=params, src=x, dst=y,
+                       arg=arg)
     else:
         params = _params(x.shape, g, g["include_pad"], y.numel)
-        await b.kernel("pool", "avg_forward", params, [x, y, b.dummy_u32], groups_1d(y.numel))
+        await b.kernel("pool", "avg_forward", groups_1d(y.numel), params=params, src=x, dst=y)
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -172,8 +173,9 @@ async def backward(b, node, ins, outs, gins, gouts):
     n = x.numel
     if _is_max(node):
         arg = b.save(node, y.numel, "argmax")
-        await b.kernel("pool", "max_backward", _params(x.shape, g, 0, n),
-                       [gouts[0], gins[0], arg], groups_1d(n))
+        await b.kernel("pool", "max_backward", groups_1d(n), params=_params(x.shape, g, 0, n),
+                       src=gouts[0], dst=gins[0], arg=arg)
     else:
-        await b.kernel("pool", "avg_backward", _params(x.shape, g, g["include_pad"], n),
-                       [gouts[0], gins[0], b.dummy_u32], groups_1d(n))
+        await b.kernel("pool", "avg_backward", groups_1d(n),
+                       params=_params(x.shape, g, g["include_pad"], n), src=gouts[0],
+                       dst=gins[0])

@@ -14,7 +14,7 @@ evenly among all the positions equal to the extreme (ties), dx = dy / count wher
 (not ``torch.max(dim)``, which gives it all to one index).
 """
 
-from ..backends.base import groups_1d, pack_params
+from ..backends.base import groups_1d
 from ..errors import GraphError
 
 TYPES = ("ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum")
@@ -110,9 +110,10 @@ def _params(b, node, shape):
     n_out, r = _numel(s for s, _ in kept), _numel(s for s, _ in reduced)
     mode = _MODE[node["op_type"]]
     scale = 1.0 / r if node["op_type"] == "ReduceMean" and r else 1.0
-    params = pack_params(n_out, mode, r, float(scale), *[s for s, _ in kept], kept[0][1],
-                         kept[1][1], kept[2][1], *[s for s, _ in reduced],
-                         *[st for _, st in reduced])
+    params = dict(n_out=n_out, mode=mode, R=r, scale=scale)
+    for k in range(_RUNS):
+        params.update({f"k{k}": kept[k][0], f"ks{k}": kept[k][1], f"r{k}": reduced[k][0],
+                       f"rs{k}": reduced[k][1]})
     return params, n_out, r, mode, contiguous
 
 
@@ -120,11 +121,11 @@ async def forward(b, node, ins, outs, train):
     """y[o] = sum / mean / max / min of x over the reduced axes."""
     params, n_out, r, _, contiguous = _params(b, node, ins[0].shape)
     if per_row_workgroup(n_out, r, contiguous):
-        await b.kernel("reduction", "forward_wg", params, [ins[0], b.dummy, outs[0]],
-                       groups_1d(n_out, 1))
+        await b.kernel("reduction", "forward_wg", groups_1d(n_out, 1), params=params, x=ins[0],
+                       out=outs[0])
     else:
-        await b.kernel("reduction", "forward_out", params, [ins[0], b.dummy, outs[0]],
-                       groups_1d(n_out))
+        await b.kernel("reduction", "forward_out", groups_1d(n_out), params=params, x=ins[0],
+                       out=outs[0])
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -133,8 +134,8 @@ async def backward(b, node, ins, outs, gins, gouts):
     if gins[0] is None:
         return
     params, n_out, r, mode, contiguous = _params(b, node, ins[0].shape)
-    binds = [ins[0] if mode else b.dummy, gouts[0], gins[0]]
+    binds = dict(params=params, x=ins[0] if mode else None, dy=gouts[0], out=gins[0])
     if per_row_workgroup(n_out, r, contiguous):
-        await b.kernel("reduction", "backward_wg", params, binds, groups_1d(n_out, 1))
+        await b.kernel("reduction", "backward_wg", groups_1d(n_out, 1), **binds)
     else:
-        await b.kernel("reduction", "backward_out", params, binds, groups_1d(n_out))
+        await b.kernel("reduction", "backward_out", groups_1d(n_out), **binds)

@@ -7,7 +7,7 @@ op normalises along ``axis`` (default -1); before 13 the input is coerced to 2-D
 float32, output shape = input shape. Numerically stable (the row maximum is subtracted first).
 """
 
-from ..backends.base import groups_1d, pack_params
+from ..backends.base import groups_1d
 from .reduction import per_row_workgroup
 from ..errors import GraphError
 
@@ -71,16 +71,16 @@ async def forward(b, node, ins, outs, train):
     along the row of ``view``."""
     outer, c, inner = view(ins[0].shape, node, _opset(b))
     rows, log = outer * inner, int(node["op_type"] == "LogSoftmax")
-    params = pack_params(outer, c, inner, log)
+    params = dict(outer=outer, C=c, inner=inner)
     if per_row_workgroup(rows, c, inner == 1):
-        await b.kernel("softmax", "forward_wg", params, [ins[0], b.dummy, outs[0]],
-                       groups_1d(rows, 1))
+        await b.kernel("softmax", "forward_wg", groups_1d(rows, 1),
+                       params={**params, "use_log": log}, x=ins[0], out=outs[0])
     elif log:
-        await b.kernel("loss", "log_softmax_forward", params,
-                       [b.step, ins[0], b.dummy, outs[0], b.dummy_u32, b.sink], groups_1d(rows))
+        await b.kernel("loss", "log_softmax_forward", groups_1d(rows),
+                       params={**params, "eps": 0.0}, st=b.step, x=ins[0], out=outs[0])
     else:
-        await b.kernel("softmax", "forward_rows", params, [ins[0], b.dummy, outs[0]],
-                       groups_1d(rows))
+        await b.kernel("softmax", "forward_rows", groups_1d(rows),
+                       params={**params, "use_log": log}, x=ins[0], out=outs[0])
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -90,14 +90,14 @@ async def backward(b, node, ins, outs, gins, gouts):
         return
     outer, c, inner = view(ins[0].shape, node, _opset(b))
     rows, log = outer * inner, int(node["op_type"] == "LogSoftmax")
-    params = pack_params(outer, c, inner, log)
+    params = dict(outer=outer, C=c, inner=inner)
     if per_row_workgroup(rows, c, inner == 1):
-        await b.kernel("softmax", "backward_wg", params, [outs[0], gouts[0], gins[0]],
-                       groups_1d(rows, 1))
+        await b.kernel("softmax", "backward_wg", groups_1d(rows, 1),
+                       params={**params, "use_log": log}, x=outs[0], g=gouts[0], out=gins[0])
     elif log:
-        await b.kernel("loss", "log_softmax_backward", params,
-                       [b.step, outs[0], gouts[0], gins[0], b.dummy_u32, b.sink],
-                       groups_1d(rows))
+        await b.kernel("loss", "log_softmax_backward", groups_1d(rows),
+                       params={**params, "eps": 0.0}, st=b.step, x=outs[0], y=gouts[0],
+                       out=gins[0])
     else:
-        await b.kernel("softmax", "backward_rows", params, [outs[0], gouts[0], gins[0]],
-                       groups_1d(rows))
+        await b.kernel("softmax", "backward_rows", groups_1d(rows),
+                       params={**params, "use_log": log}, x=outs[0], g=gouts[0], out=gins[0])

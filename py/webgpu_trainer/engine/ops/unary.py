@@ -14,7 +14,8 @@ activation) is read by the kernel from its buffer and gets torch.clamp's gradien
 (``clamp_backward_min_max``: dy summed where x was clipped to it). dx = dy where min <= x <= max.
 """
 
-from ..backends.base import groups_1d, pack_params
+from ..backends import shaders
+from ..backends.base import groups_1d
 from .gemm import channel_sum
 from ..errors import GraphError
 from . import card
@@ -26,10 +27,12 @@ ATTRS = {**{op: {} for op in TYPES + ("Mish",)},
          "Selu": {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
          "HardSigmoid": {"alpha": 0.2, "beta": 0.5}, "Gelu": {"approximate": "none"}}
 
-# op codes of shaders/unary.wgsl; Gelu is 3 (erf form) or 4 (tanh form)
-_CODES = {"LeakyRelu": 0, "Sigmoid": 1, "Tanh": 2, "Gelu": 3, "Erf": 5, "Exp": 6, "Log": 7,
-          "Sqrt": 8, "Neg": 9, "Abs": 10, "Reciprocal": 11, "Softplus": 12, "Elu": 13,
-          "HardSigmoid": 14, "HardSwish": 15, "Clip": 16, "Softsign": 17}
+# op codes of shaders/unary.wgsl (Params.op); Gelu is Gelu (erf form) or GeluTanh (tanh form)
+CODES = {"LeakyRelu": 0, "Sigmoid": 1, "Tanh": 2, "Gelu": 3, "GeluTanh": 4, "Erf": 5, "Exp": 6,
+         "Log": 7, "Sqrt": 8, "Neg": 9, "Abs": 10, "Reciprocal": 11, "Softplus": 12, "Elu": 13,
+         "HardSigmoid": 14, "HardSwish": 15, "Clip": 16, "Softsign": 17}
+shaders.define("unary_ops", {f"UNARY_{op.upper()}": code for op, code in CODES.items()},
+               "ops/unary.py CODES: the values of unary.wgsl's Params.op")
 
 # backward reads the saved output instead of recomputing f(x)
 _FROM_OUTPUT = ("Sigmoid", "Tanh", "Exp", "Sqrt", "Reciprocal")
@@ -54,8 +57,8 @@ def _code(node) -> int:
         if approx not in ("none", "tanh"):
             raise GraphError(f"node {node['name']} (Gelu): approximate={approx!r} is not "
                              "'none' or 'tanh'")
-        return 3 if approx == "none" else 4
-    return _CODES[op]
+        return CODES["Gelu" if approx == "none" else "GeluTanh"]
+    return CODES[op]
 
 
 def _alpha_beta(node):
@@ -80,7 +83,7 @@ def _clip_bounds(b, node, ins):
     as its tensor (flags bit 1 min, bit 2 max); bits 3 / 4 say min / max is given at all."""
     a = node.get("attrs", {})
     lo, hi = float(a.get("min", -FLT_MAX)), float(a.get("max", FLT_MAX))
-    flags, tensors = 0, [b.dummy, b.dummy]
+    flags, tensors = 0, [None, None]
     if "min" in a:
         flags |= 8
     if "max" in a:
@@ -101,9 +104,9 @@ def _clip_bounds(b, node, ins):
     return lo, hi, flags, tensors[0], tensors[1]
 
 
-def _params(node, n, flags=0, aux=0, lo=-FLT_MAX, hi=FLT_MAX):
+def _params(node, n, flags=0, aux=0, lo=-FLT_MAX, hi=FLT_MAX) -> dict:
     alpha, beta = _alpha_beta(node)
-    return pack_params(n, _code(node), flags, aux, float(alpha), float(beta), float(lo), float(hi))
+    return dict(n=n, op=_code(node), flags=flags, aux=aux, alpha=alpha, beta=beta, lo=lo, hi=hi)
 
 
 def _output_intact(b, node, out) -> bool:
@@ -119,33 +122,35 @@ def _output_intact(b, node, out) -> bool:
 async def forward(b, node, ins, outs, train):
     """y = f(x): one dispatch over the ``numel`` elements (any shape, float32)."""
     n = outs[0].numel
-    lo_t = hi_t = b.dummy
+    lo_t = hi_t = None
     if node["op_type"] == "Clip":
         lo, hi, flags, lo_t, hi_t = _clip_bounds(b, node, ins)
         params = _params(node, n, flags, 0, lo, hi)
     else:
         params = _params(node, n)
-    await b.kernel("unary", "unary_forward", params,
-                   [ins[0], b.dummy, b.dummy, lo_t, hi_t, outs[0]], groups_1d(n))
+    await b.kernel("unary", "unary_forward", groups_1d(n), params=params, x=ins[0], lo_t=lo_t,
+                   hi_t=hi_t, out=outs[0])
 
 
 async def backward(b, node, ins, outs, gins, gouts):
     """gins[0] = dy * f'(x); for Clip also the gradients of tensor bounds (torch.clamp)."""
     n = outs[0].numel
     op = node["op_type"]
-    lo, hi, flags, lo_t, hi_t = (-FLT_MAX, FLT_MAX, 0, b.dummy, b.dummy)
+    lo, hi, flags, lo_t, hi_t = (-FLT_MAX, FLT_MAX, 0, None, None)
     if op == "Clip":
         lo, hi, flags, lo_t, hi_t = _clip_bounds(b, node, ins)
     if gins[0] is not None:
         use_y = op in _FROM_OUTPUT and _output_intact(b, node, outs[0])
-        await b.kernel("unary", "unary_backward", _params(node, n, flags | int(use_y), 0, lo, hi),
-                       [ins[0], outs[0] if use_y else b.dummy, gouts[0], lo_t, hi_t, gins[0]],
-                       groups_1d(n))
+        await b.kernel("unary", "unary_backward", groups_1d(n),
+                       params=_params(node, n, flags | int(use_y), 0, lo, hi), x=ins[0],
+                       y=outs[0] if use_y else None, dy=gouts[0], lo_t=lo_t, hi_t=hi_t,
+                       out=gins[0])
     if op != "Clip":
         return
     for k in (1, 2):
         if len(gins) > k and gins[k] is not None:
             part = b.scratch(max(n, 1))
-            await b.kernel("unary", "clip_bound_grad", _params(node, n, flags, k - 1, lo, hi),
-                           [ins[0], b.dummy, gouts[0], lo_t, hi_t, part], groups_1d(n))
+            await b.kernel("unary", "clip_bound_grad", groups_1d(n),
+                           params=_params(node, n, flags, k - 1, lo, hi), x=ins[0],
+                           dy=gouts[0], lo_t=lo_t, hi_t=hi_t, out=part)
             await channel_sum(b, part, gins[k], outer=1, channels=1, inner=n)

@@ -20,7 +20,7 @@ from array import array
 from types import SimpleNamespace
 
 from . import optim
-from ..backends.base import groups_1d, pack_params, round_up
+from ..backends.base import groups_1d, round_up
 from .guard import Guard
 from ..plan import METRICS_RING, Plan, pack_step
 from .probe import LOGP, params_in_order
@@ -124,10 +124,10 @@ class GpuEngine:
         words = split.pixels // 4
         b = plan.builder
         b.current = []
-        params = pack_params(plan.batch, words, split.count, 0)
-        await b.kernel("data", "gather", params,
-                       [plan.step, images, labels, order, plan.input, plan.labels, self._lut],
-                       groups_1d(plan.batch * words))
+        await b.kernel("data", "gather", groups_1d(plan.batch * words),
+                       params=dict(batch=plan.batch, words=words, count=split.count),
+                       st=plan.step, images=images, labels=labels, order=order, x=plan.input,
+                       y=plan.labels, lut=self._lut)
         return b.current, images
 
     def set_order(self, perm) -> None:
@@ -266,8 +266,9 @@ class GpuEngine:
                 out = self.dev.buffer(8 * max(len(params), 1), "norms.out")
                 b = self.plan.builder
                 b.current = []
-                await b.kernel("norms", "sumsq", pack_params(len(params), 0, 0, 0),
-                               [self.plan.P, self.plan.G, tbuf, out], (max(len(params), 1), 1, 1))
+                await b.kernel("norms", "sumsq", (max(len(params), 1), 1, 1),
+                               params={"tensors": len(params)}, P=self.plan.P, G=self.plan.G,
+                               table=tbuf, out=out)
                 self._norms = (self.dev.program(b.current), out)
             program, out = self._norms
             self.dev.submit([program])

@@ -8,7 +8,7 @@ trainable tensors in graph order (of the first node that uses each), with that n
 
 import struct
 
-from ..backends.base import WORKGROUP, pack_params
+from ..backends.base import WORKGROUP
 
 NONE = 0xFFFFFFFF  # flag value of a tensor whose gradients have always been finite
 MAX_GROUPS_X = 128  # workgroups striding over one tensor
@@ -52,9 +52,9 @@ class Guard:
         b = plan.builder
         b.current = []
         if self.tensors:
-            await b.kernel("guard", "check", pack_params(len(self.tensors), 0, 0, 0),
-                           [plan.step, plan.G, self.table, self.flags],
-                           (groups_x, len(self.tensors), 1))
+            await b.kernel("guard", "check", (groups_x, len(self.tensors), 1),
+                           params={"tensors": len(self.tensors)}, st=plan.step, G=plan.G,
+                           table=self.table, flags=self.flags)
         self.dispatches = b.current
         return self
 

@@ -21,12 +21,19 @@ by ``engine/config`` (``config.parse``); the constructors trust them, as the tra
 import json
 import struct
 
-from ..backends.base import groups_1d, pack_params
+from ..backends.base import groups_1d
 
 AMSGRAD, CENTERED = 1, 2  # Params.flags bits of shaders/optim.wgsl
 _MAGIC = b"WGTOPT1\n"
 _PARTS = 256  # most level-1 workgroups of the gradient-norm reduction
 
+
+
+def _fields(nesterov=0, decoupled=0, flags=0, momentum=0.0, dampening=0.0, weight_decay=0.0,
+            eps=0.0, beta1=0.0, beta2=0.0) -> dict:
+    """optim.wgsl's Params from ``nesterov`` to ``beta2`` (0 where an optimizer has none)."""
+    return dict(nesterov=nesterov, decoupled=decoupled, flags=flags, momentum=momentum,
+                dampening=dampening, weight_decay=weight_decay, eps=eps, beta1=beta1, beta2=beta2)
 
 class Optimizer:
     """Base: ``await opt.attach(plan)`` builds state buffers and the update dispatch.
@@ -49,12 +56,13 @@ class Optimizer:
     def name(self) -> str:
         return type(self).__name__
 
-    def params(self) -> tuple:
+    def params(self) -> dict:
         """The uniform's fields from ``nesterov`` to ``beta2`` (see Params in optim.wgsl)."""
-        return (0, 0, 0, 0.0, 0.0, self.weight_decay, 1e-8, 0.9, 0.999)
+        return _fields(eps=1e-8, beta1=0.9, beta2=0.999, weight_decay=self.weight_decay)
 
-    def uniform(self, n: int) -> bytes:
-        return pack_params(n, *self.params(), self.clip_grad_norm, self._parts(n))
+    def uniform(self, n: int) -> dict:
+        """Every field of optim.wgsl's Params for ``n`` weights."""
+        return dict(self.params(), n=n, max_norm=self.clip_grad_norm, parts=self._parts(n))
 
     @staticmethod
     def _parts(n: int) -> int:
@@ -113,11 +121,12 @@ class Optimizer:
         b = plan.builder
         b.current = []
         params = self.uniform(n)
-        binds = [plan.step, plan.P, plan.G, self.s1, self.s2, self.mask, self.s3, self.clip]
+        binds = dict(params=params, st=plan.step, P=plan.P, G=plan.G, S1=self.s1, S2=self.s2,
+                     mask=self.mask, S3=self.s3, clip=self.clip)
         if self.clip_grad_norm > 0:
-            await b.kernel("optim", "grad_sumsq", params, binds, (self._parts(n), 1, 1))
-            await b.kernel("optim", "grad_norm", params, binds, (1, 1, 1))
-        await b.kernel("optim", self.entry, params, binds, groups_1d(n))
+            await b.kernel("optim", "grad_sumsq", (self._parts(n), 1, 1), **binds)
+            await b.kernel("optim", "grad_norm", (1, 1, 1), **binds)
+        await b.kernel("optim", self.entry, groups_1d(n), **binds)
         self.dispatches = b.current
         self.attached = True
 
@@ -186,8 +195,8 @@ class SGD(Optimizer):
         return float(self.momentum)
 
     def params(self):
-        return (int(self.nesterov), 0, 0, float(self.momentum), float(self.dampening),
-                self.weight_decay, 0.0, 0.0, 0.0)
+        return _fields(nesterov=int(self.nesterov), momentum=self.momentum,
+                       dampening=self.dampening, weight_decay=self.weight_decay)
 
 
 class Adam(Optimizer):
@@ -209,8 +218,9 @@ class Adam(Optimizer):
         return "AdamW" if self.decoupled else "Adam"
 
     def params(self):
-        return (0, int(self.decoupled), AMSGRAD if self.amsgrad else 0, 0.0, 0.0,
-                self.weight_decay, float(self.eps), float(self.betas[0]), float(self.betas[1]))
+        return _fields(decoupled=int(self.decoupled), flags=AMSGRAD if self.amsgrad else 0,
+                       weight_decay=self.weight_decay, eps=self.eps, beta1=self.betas[0],
+                       beta2=self.betas[1])
 
     cycles = "beta1"
 
@@ -238,7 +248,7 @@ class Adagrad(Optimizer):
         self.state_init = (float(initial_accumulator_value), 0.0, 0.0)
 
     def params(self):
-        return (0, 0, 0, 0.0, 0.0, self.weight_decay, float(self.eps), 0.0, 0.0)
+        return _fields(weight_decay=self.weight_decay, eps=self.eps)
 
     def scalars(self, t, lr):
         return (lr / (1.0 + (t - 1) * self.lr_decay), 1.0, 0.0)
@@ -273,8 +283,8 @@ class RMSprop(Optimizer):
         return self.momentum
 
     def params(self):
-        return (0, 0, CENTERED if self.centered else 0, self.momentum, 0.0, self.weight_decay,
-                self.eps, 0.0, self.alpha)
+        return _fields(flags=CENTERED if self.centered else 0, momentum=self.momentum,
+                       weight_decay=self.weight_decay, eps=self.eps, beta2=self.alpha)
 
 
 class Adadelta(Optimizer):
@@ -290,7 +300,7 @@ class Adadelta(Optimizer):
         self.rho, self.eps = float(rho), float(eps)
 
     def params(self):
-        return (0, 0, 0, 0.0, 0.0, self.weight_decay, self.eps, 0.0, self.rho)
+        return _fields(weight_decay=self.weight_decay, eps=self.eps, beta2=self.rho)
 
     def momentum_of(self, t):
         return 0.0
