@@ -62,7 +62,7 @@ def _digest(data) -> str:
 def _cases(dev, tiled: bool) -> dict:
     from cases import FAMILIES, family
     from harness import builder_patch
-    from webgpu_trainer.engine import parity
+    from webgpu_trainer.engine.tools import parity
     out = {}
     for name in FAMILIES:
         for case in family(name).CASES:

@@ -8,7 +8,8 @@ import struct
 import pytest
 
 from conftest import run
-from webgpu_trainer.engine import ops, shaders
+from webgpu_trainer.engine import ops
+from webgpu_trainer.engine.backends import shaders
 from webgpu_trainer.engine.backends.shaders import ParamsError
 
 KERNELS = sorted(p.stem for p in shaders.shader_dir().glob("*.wgsl"))
