@@ -38,6 +38,13 @@ MIME = {
 }
 WEB_SUFFIXES = {".html", ".js", ".mjs", ".css", ".svg", ".png", ".ico"}
 IMMUTABLE = "public, max-age=31536000, immutable"
+# web/ holds one folder per app: page/ (the trainer), teacher/ (the classroom dashboard), dev/
+# (parity.html) and lib/ (what they share). A file's URL is its path under web/ (/page/app.js,
+# /lib/util.js); the addresses people type keep their place: / (and share links, /?model=...)
+# the trainer page, /teacher (classroom mode's route) the dashboard.
+WEB_APPS = ("page", "teacher", "dev", "lib")
+WEB_ENTRIES = {"": "page/index.html", "index.html": "page/index.html"}
+TEACHER_PAGE = "teacher/teacher.html"
 
 
 def safe_join(base: Path, rel: str) -> Path:
@@ -54,6 +61,16 @@ def safe_join(base: Path, rel: str) -> Path:
     if not path.is_file():
         raise ApiError(404, f"not found: {rel}")
     return path
+
+
+def web_file(web: Path, url_path: str) -> Path:
+    """The file under ``web`` that the URL ``/url_path`` names (``WEB_ENTRIES``, else a page
+    file inside one of ``WEB_APPS``); ApiError 404 for anything else (web/node_modules,
+    package.json), 400 for a bad path."""
+    rel = WEB_ENTRIES.get(url_path, url_path)
+    if rel.split("/", 1)[0] not in WEB_APPS or Path(rel).suffix.lower() not in WEB_SUFFIXES:
+        raise ApiError(404, f"not found: /{url_path}")
+    return safe_join(web, rel)
 
 
 def file_response(request: Request, path: Path, *, etag: str | None = None,
@@ -109,10 +126,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
 
     # ------------------------------------------------------------ page and vendor files
     def page(request: Request) -> Response:
-        name = request.path_params.get("file", "index.html")
-        if Path(name).suffix.lower() not in WEB_SUFFIXES:
-            raise ApiError(404, f"not found: /{name}")
-        return file_response(request, safe_join(web, name))
+        return file_response(request, web_file(web, request.path_params.get("file", "")))
 
     def vendor(sub: str):
         def handler(request: Request) -> Response:
@@ -298,7 +312,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
               methods=["GET", "HEAD"]),
         Route("/wheels/{file:path}", wheels, methods=["GET", "HEAD"]),
         *extra_routes,
-        Route("/{file:path}", page, methods=["GET", "HEAD"]),  # app.js, worker.js, style.css
+        Route("/{file:path}", page, methods=["GET", "HEAD"]),  # /page/app.js, /lib/worker.js
     ]
     app = Starlette(routes=routes, exception_handlers={
         ApiError: api_error, HTTPException: http_error, Exception: server_error})

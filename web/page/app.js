@@ -1,6 +1,6 @@
 // webgpu-trainer — the page (main thread), the entry module. No framework: plain ES modules.
 //
-// Talks to the module worker (/worker.js) with the protocol in docs/ARCHITECTURE.md:
+// Talks to the module worker (/lib/worker.js) with the protocol in docs/ARCHITECTURE.md:
 //   main -> worker: {type: "start", model, config, resume?}, {type: "stop"}, {type: "pause"},
 //                   {type: "resume"}, {type: "skip_test"} (the second Stop), prepare,
 //                   snapshot, convolve
@@ -22,7 +22,7 @@
 // import, reset, GPU device lost), views.js (live views inside the model), tryit.js (draw a
 // digit / pick a test image), testset.js, values.js (the strict number parser, own keys).
 
-import { $, frac, num, pct } from "./util.js";
+import { $, frac, num, pct } from "../lib/util.js";
 import { appState, hideError, hooks, log, setStatus, showError } from "./state.js";
 import { buildForm, fieldProblems, loadSchema, readConfig, setField } from "./form.js";
 import { adapterName } from "./dashboard.js";
@@ -34,8 +34,8 @@ import { setTrainable, trainableConfig } from "./summary.js";
 import { addSteps, makeCharts, resetCharts } from "./charts.js";
 import { renderProgress, requestRender, showEvaluating } from "./progress.js";
 import { clearResults, downloadOnnx, showResults, VERDICT_TITLE } from "./results.js";
-import { showSelfCheck } from "/selfcheck.js";
-import { attachClassroom } from "/classroom.js";
+import { showSelfCheck } from "./selfcheck.js";
+import { attachClassroom } from "./classroom.js";
 import { setupTabs } from "./tabs.js";
 import { setupChartTables } from "./chart-tables.js";
 import { onProfile, setupProfile } from "./profile.js";
@@ -130,7 +130,7 @@ function startWorker() {
   try {
     // ?test=1: the worker accepts the test hooks (debug_lose_device)
     const test = new URLSearchParams(location.search).get("test") === "1";
-    worker = new Worker(test ? "/worker.js?test=1" : "/worker.js", { type: "module" });
+    worker = new Worker(test ? "/lib/worker.js?test=1" : "/lib/worker.js", { type: "module" });
     attachClassroom(worker);  // classroom mode (?class=ID): web/classroom.js
   } catch (e) {
     showError(`Could not start the worker: ${e.message ?? e}`);
@@ -140,7 +140,7 @@ function startWorker() {
   worker.onmessage = (ev) => onWorkerMessage(ev.data);
   worker.onerror = (ev) => {
     ev.preventDefault?.();
-    showError(`Worker failed: ${ev.message || "could not load /worker.js"}` +
+    showError(`Worker failed: ${ev.message || "could not load /lib/worker.js"}` +
       (ev.filename ? ` (${ev.filename}:${ev.lineno})` : ""));
     appState.busy.stopping = false;
     setPhase("error");

@@ -8,7 +8,7 @@
 // Test hook: window.kernelsState (presets, image, kernel, result: the request sent with the
 // worker's raw float32 output, min, max, ms; busy, error).
 
-import { $ } from "./util.js";
+import { $ } from "../lib/util.js";
 import { appState } from "./state.js";
 import { draw, fromFile, mnistDigit, pattern } from "./kernel-images.js";
 

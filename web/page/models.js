@@ -2,7 +2,7 @@
 // (POST /api/models/upload), with every import problem listed; deleting an upload (DELETE
 // /api/models/{name}, after a confirm step; not during a run: the settings are disabled then).
 
-import { $, humanBytes, humanCount } from "./util.js";
+import { $, humanBytes, humanCount } from "../lib/util.js";
 import { appState, hooks, log, setStatus, showError } from "./state.js";
 import { loadSummary } from "./summary.js";
 

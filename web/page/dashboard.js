@@ -6,7 +6,7 @@
 // plus the backward's gradients of the inputs and of the weights, each about one forward).
 // Layers without multiply-adds (ReLU, pooling, BatchNorm, the optimizer) are not counted.
 
-import { $, humanBytes } from "./util.js";
+import { $, humanBytes } from "../lib/util.js";
 import { appState } from "./state.js";
 
 export const FLOPS_PER_MAC_TRAINING = 3 * 2;

@@ -1,7 +1,7 @@
 // The progress card (bar, step, epoch, images/s, ETA, last loss) and the one place that
 // redraws the page during training: at most once per animation frame.
 
-import { $, duration, num } from "./util.js";
+import { $, duration, num } from "../lib/util.js";
 import { appState, setStatus } from "./state.js";
 import { drawCharts } from "./charts.js";
 import { renderStats } from "./dashboard.js";

@@ -12,7 +12,7 @@
 // Test hook: window.tryState {probs, input (784 values), source, index, step, untrained,
 // requests, answers, inFlight (the id on its way, 0: none)}.
 
-import { $, el } from "./util.js";
+import { $, el } from "../lib/util.js";
 import { appState } from "./state.js";
 import { activeTab, showTab } from "./tabs.js";
 import { drawDigit, imageOf, testSet } from "./testset.js";

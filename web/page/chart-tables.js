@@ -3,7 +3,7 @@
 // open (the last TABLE_ROWS rows of the per-step data; every validation point).
 
 import { appState } from "./state.js";
-import { num, pct } from "./util.js";
+import { num, pct } from "../lib/util.js";
 import { validationPoints } from "./charts.js";
 
 const TABLE_ROWS = 200;

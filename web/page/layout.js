@@ -3,7 +3,7 @@
 // to, when a field is marked invalid, and when the screen gets wide. The run bar's compact
 // form is CSS (dashboard.css).
 
-import { $ } from "./util.js";
+import { $ } from "../lib/util.js";
 import { hooks } from "./state.js";
 
 export const NARROW = "(max-width: 820px)";

@@ -3,12 +3,12 @@
 // set's views (web/evaluation.js) and "Download trained .onnx" (POST
 // /api/models/{name}/export with the trained weights and the run's provenance).
 
-import { $, humanBytes, duration, num, pct } from "./util.js";
+import { $, humanBytes, duration, num, pct } from "../lib/util.js";
 import { appState, hooks, log, showError } from "./state.js";
 import { clearEvaluation, renderEvaluation } from "./evaluation.js";
-import { VERDICT_TITLE } from "./verdict.js";
+import { VERDICT_TITLE } from "../lib/verdict.js";
 
-export { VERDICT_TITLE } from "./verdict.js";
+export { VERDICT_TITLE } from "../lib/verdict.js";
 
 export function clearResults() {
   for (const id of ["test-acc", "test-loss", "val-acc", "eval-count", "result-steps"]) {

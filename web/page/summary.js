@@ -1,7 +1,7 @@
 // The chosen model's summary card (GET /api/models/{name}/summary): layers, output shapes,
 // parameters, multiply-adds, and a Train checkbox per parameter (the config's `trainable`).
 
-import { $, humanCount } from "./util.js";
+import { $, humanCount } from "../lib/util.js";
 import { appState, hooks, log } from "./state.js";
 
 let loading = Promise.resolve();  // the latest loadSummary

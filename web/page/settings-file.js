@@ -5,7 +5,7 @@
 // `trainable` names against the model, then the server's validator; on any error nothing is
 // applied and every bad field is named with the file's value.
 
-import { $ } from "./util.js";
+import { $ } from "../lib/util.js";
 import { appState, log } from "./state.js";
 import { applyConfig, pageField } from "./form.js";
 import { checkConfig } from "./validation.js";

@@ -5,7 +5,7 @@
 // read by values.js's strict parser (what was typed stays and is marked: fieldProblems); every
 // change is checked by the server (validation.js).
 
-import { $ } from "./util.js";
+import { $ } from "../lib/util.js";
 import { scheduleCheck } from "./validation.js";
 import { toggletip } from "./help.js";
 import { own, parseList, parseNumber, quote } from "./values.js";

@@ -3,7 +3,7 @@
 // trains), so the views and Try it answer before Start (saying the weights are untrained).
 // A `model-prepared` event on document tells the views to ask again.
 
-import { $ } from "./util.js";
+import { $ } from "../lib/util.js";
 import { appState, hooks } from "./state.js";
 
 const RUN_PHASES = ["training", "paused", "done"];

@@ -14,7 +14,7 @@
 // draw).
 
 import uPlot from "/vendor/uplot/uPlot.esm.js";
-import { $, cssVar, num } from "./util.js";
+import { $, cssVar, num } from "../lib/util.js";
 import { appState } from "./state.js";
 import { refreshChartTables } from "./chart-tables.js";
 

@@ -378,7 +378,7 @@ function onReportError(e) {
 function boot() {
   insecureHelp();
   if (!sessionId) return;
-  const link = el("link", { rel: "stylesheet", href: "/classroom.css" });
+  const link = el("link", { rel: "stylesheet", href: "/page/classroom.css" });
   document.head.append(link);
   renderCard();
   loadSession().then(() => schedule(0));

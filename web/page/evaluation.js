@@ -3,7 +3,7 @@
 // confidently wrong test images drawn from the test shard (testset.js: fetched once, lazily).
 // Clicking a wrong image dispatches CustomEvent("pick-test-image", {detail: index}) on document (the "Try it" tab may listen).
 
-import { $ } from "./util.js";
+import { $ } from "../lib/util.js";
 import { drawDigit, imageOf, testSet } from "./testset.js";
 
 const WRONG_SHOWN = 24;  // the most confidently wrong images in the grid

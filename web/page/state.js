@@ -1,6 +1,6 @@
 // The page's state (window.appState, a test hook), the log, the status line and the error box.
 
-import { $ } from "./util.js";
+import { $ } from "../lib/util.js";
 
 export const appState = {
   phase: "booting",          // "booting" | "ready" | "training" | "paused" | "done" | "error" |

@@ -7,7 +7,7 @@
 // reconnect simply replays. Test hook: window.teacherState.
 
 import uPlot from "/vendor/uplot/uPlot.esm.js";
-import { VERDICT_TITLE } from "./verdict.js";
+import { VERDICT_TITLE } from "../lib/verdict.js";
 
 const $ = (id) => document.getElementById(id);
 const TOKEN_KEY = "webgpu-trainer.teacher-token";

@@ -4,7 +4,7 @@
 // bad field is marked inline (aria-invalid and the message next to it); Start waits for a
 // clean check.
 
-import { $ } from "./util.js";
+import { $ } from "../lib/util.js";
 import { hooks } from "./state.js";
 
 /** The last check: valid, pending (a check on its way), errors [[field, message]], steps. */

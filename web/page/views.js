@@ -7,7 +7,7 @@
 // and show its initial weights as soon as they exist.
 // Test hook: window.viewsState.last (the last `inspect` answer shown).
 
-import { $, el } from "./util.js";
+import { $, el } from "../lib/util.js";
 import { appState } from "./state.js";
 import { activeTab } from "./tabs.js";
 import { drawDigit, imageOf, testSet } from "./testset.js";

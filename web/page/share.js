@@ -13,7 +13,7 @@
 // property (?constructor=2 is a name that is no setting). While a run trains (or is paused),
 // leaving the page asks first (beforeunload).
 
-import { $ } from "./util.js";
+import { $ } from "../lib/util.js";
 import { appState, hooks, log } from "./state.js";
 import { applyConfig, changedConfig, notApplying, pageField, readConfig } from "./form.js";
 import { scheduleCheck } from "./validation.js";

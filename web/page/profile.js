@@ -3,7 +3,7 @@
 // (GpuEngine.profile: submit, wait, repeat), answering `profile {rows: [[phase, kernel, grid,
 // ms]]}`; the page shows the slowest kernels with their share of the step.
 
-import { $ } from "./util.js";
+import { $ } from "../lib/util.js";
 import { appState, hooks, log, setStatus } from "./state.js";
 
 const TOP = 15;

@@ -15,7 +15,7 @@
 // engine/checkpoint.py's (the CLI's .ckpt files hold the same bytes).
 
 import { createStore, get, set, del, update } from "/vendor/idb-keyval/index.js";
-import { $, humanBytes, pct } from "./util.js";
+import { $, humanBytes, pct } from "../lib/util.js";
 import { appState, hooks, log, setStatus, showError } from "./state.js";
 import { applyConfig } from "./form.js";
 import { importConfig } from "./settings-file.js";
