@@ -1,4 +1,5 @@
-// Small helpers shared by the page's modules: element lookup and number formatting.
+// The one module of small helpers every app of web/ shares: element lookup and creation (`$`,
+// `el`) and number formatting.
 
 export const $ = (id) => document.getElementById(id);
 

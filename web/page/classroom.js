@@ -10,6 +10,8 @@
 // worker; it watches the worker's messages and adjusts `start` messages. Test hook:
 // window.classroomState.
 
+import { el, frac } from "../lib/util.js";
+
 const REPORT_MS = 2000;
 const HEARTBEAT_MS = 10000;
 const MAX_BACKOFF_MS = 30000;
@@ -28,12 +30,6 @@ const state = {
   lastError: null,
 };
 window.classroomState = state;
-
-const el = (tag, props = {}, ...kids) => {
-  const e = Object.assign(document.createElement(tag), props);
-  e.append(...kids);
-  return e;
-};
 
 // ------------------------------------------------------------------ secure context banner
 function insecureHelp() {
@@ -250,7 +246,6 @@ function onWorkerMessage(m) {
   if (!m || typeof m !== "object") return;
   // a hidden tab's timers are throttled, its messages are not: report from here when late
   if (state.joined && Date.now() - lastTick > 2 * REPORT_MS) schedule(0);
-  const frac = (a) => (a == null ? null : +a > 1.0001 ? +a / 100 : +a);
   if (m.type === "adapter") {
     const i = m.info ?? {};
     state.adapter = (i.description || [i.vendor, i.architecture, i.device]

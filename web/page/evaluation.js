@@ -3,7 +3,7 @@
 // confidently wrong test images drawn from the test shard (testset.js: fetched once, lazily).
 // Clicking a wrong image dispatches CustomEvent("pick-test-image", {detail: index}) on document (the "Try it" tab may listen).
 
-import { $ } from "../lib/util.js";
+import { $, el } from "../lib/util.js";
 import { drawDigit, imageOf, testSet } from "./testset.js";
 
 const WRONG_SHOWN = 24;  // the most confidently wrong images in the grid
@@ -38,12 +38,6 @@ function shade(frac) {
   if (frac <= 0) return null;
   const t = Math.sqrt(frac);
   return t < 0.5 ? { bg: mix(LIGHT, t / 0.5), fg: "#161a23" } : { bg: mix(DARK, (t - 0.5) / 0.5), fg: "#ffffff" };
-}
-
-function el(tag, props = {}, ...children) {
-  const e = Object.assign(document.createElement(tag), props);
-  e.append(...children);
-  return e;
 }
 
 function confusionTable({ classes, confusion }) {

@@ -5,7 +5,7 @@
 // read by values.js's strict parser (what was typed stays and is marked: fieldProblems); every
 // change is checked by the server (validation.js).
 
-import { $ } from "../lib/util.js";
+import { $, el } from "../lib/util.js";
 import { scheduleCheck } from "./validation.js";
 import { toggletip } from "./help.js";
 import { own, parseList, parseNumber, quote } from "./values.js";
@@ -56,12 +56,6 @@ function hintOf(f) {
       : `${fmt(lo)} – ${fmt(hi)}`;
   } else if (lo != null) text = `${f.min_open ? ">" : "≥"} ${fmt(lo)}`;
   return text + (f.unit ? ` ${f.unit}` : "");
-}
-
-function el(tag, props = {}, ...children) {
-  const node = Object.assign(document.createElement(tag), props);
-  node.append(...children);
-  return node;
 }
 
 function control(f) {

@@ -7,9 +7,9 @@
 // reconnect simply replays. Test hook: window.teacherState.
 
 import uPlot from "/vendor/uplot/uPlot.esm.js";
+import { $, el, num, pct } from "../lib/util.js";
 import { VERDICT_TITLE } from "../lib/verdict.js";
 
-const $ = (id) => document.getElementById(id);
 const TOKEN_KEY = "webgpu-trainer.teacher-token";
 const RENDER_MS = 500;
 
@@ -22,13 +22,6 @@ const state = {
 };
 window.teacherState = state;
 
-const el = (tag, props = {}, ...kids) => {
-  const e = Object.assign(document.createElement(tag), props);
-  e.append(...kids);
-  return e;
-};
-const pct = (a) => (a == null ? "–" : `${(a * 100).toFixed(2)}%`);
-const num = (x, d = 4) => (x == null || !Number.isFinite(+x) ? "–" : (+x).toFixed(d));
 
 function showError(text) {
   $("error-text").textContent = text;
