@@ -6,7 +6,8 @@
 // change is checked by the server (validation.js).
 
 import { $, el } from "../lib/util.js";
-import { scheduleCheck } from "./validation.js";
+import { settingsChanged } from "./state.js";
+import { trainableConfig } from "./summary.js";
 import { toggletip } from "./help.js";
 import { own, parseList, parseNumber, quote } from "./values.js";
 
@@ -83,7 +84,8 @@ function control(f) {
       const radio = el("input", { type: "radio", id: `${f.id}-${c}`, name: f.name, value: c });
       const note = schema.notes?.init?.[c];
       set.append(el("label", { className: "radio", title },
-        radio, el("span", {}, schema.labels.init[c], " ", note ? el("small", {}, `(${note})`) : "")));
+        radio, el("span", {}, schema.labels.init[c], " ",
+          note ? el("small", {}, `(${note})`) : "")));
     }
     set.append(error);
     return set;
@@ -148,7 +150,7 @@ export function buildForm(container, presetBox) {
   container.addEventListener("keydown", (e) => {  // Enter checks the settings, never starts
     if (e.key === "Enter" && e.target.matches("input, select")) {
       e.preventDefault();
-      scheduleCheck(0);
+      settingsChanged(0);
     }
   });
 }
@@ -220,6 +222,11 @@ export function readConfig() {
   return out;
 }
 
+/** The config Start sends: the form's fields and the ticked parameters (`trainable`). */
+export function currentConfig() {
+  return { ...readConfig(), trainable: trainableConfig() };
+}
+
 /** Set field ``name`` to ``value`` (a chooser: the other fields follow its defaults). */
 export function setField(name, value) {
   write(byName.get(name), value);
@@ -250,7 +257,7 @@ function onEdit() {
 function changed() {
   followChoosers();
   markPresets();
-  scheduleCheck();
+  settingsChanged();
 }
 
 // ------------------------------------------------------------------------- presets

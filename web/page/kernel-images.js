@@ -1,4 +1,4 @@
-// The kernels playground's images (web/kernels.js): a synthetic pattern drawn on a canvas, an
+// The kernels playground's images (web/page/kernels.js): a synthetic pattern drawn on a canvas, an
 // MNIST test digit (testset.js's test split), or a user's image file; each as greyscale
 // float32 pixels in [0, 1], row-major: {width, height, pixels, note}.
 

@@ -1,4 +1,4 @@
-// The kernels playground (#panel-kernels): an image (web/kernel-images.js) filtered by a 3x3
+// The kernels playground (#panel-kernels): an image (web/page/kernel-images.js) filtered by a 3x3
 // kernel (a preset of GET /api/kernels or the user's own) on the GPU by the engine's own Conv
 // kernel (worker message `convolve` -> `convolved`, engine/browser_kernels.py), input and output
 // side by side, the output scaled from its min (black) to its max (white).

@@ -4,7 +4,6 @@
 // form is CSS (dashboard.css).
 
 import { $ } from "../lib/util.js";
-import { hooks } from "./state.js";
 
 export const NARROW = "(max-width: 820px)";
 
@@ -16,6 +15,11 @@ function fold(folded) {
   btn.textContent = folded ? "Show settings" : "Hide settings";
 }
 
+/** Unfold the settings (folded on a phone: a field marked there must show). */
+export function showSettings() {
+  fold(false);
+}
+
 /** Fold the settings on a narrow screen (once, at boot) and keep them foldable. */
 export function setupLayout() {
   const narrow = matchMedia(NARROW);
@@ -23,7 +27,6 @@ export function setupLayout() {
   narrow.addEventListener("change", (ev) => fold(ev.matches));
   $("settings-toggle").addEventListener("click", () =>
     fold(!$("settings").classList.contains("folded")));
-  hooks.showSettings = () => fold(false);
   // a field marked invalid (the server's check, a share link) must be seen
   new MutationObserver(() => {
     if ($("settings").querySelector('[aria-invalid="true"]')) fold(false);

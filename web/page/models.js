@@ -2,8 +2,8 @@
 // (POST /api/models/upload), with every import problem listed; deleting an upload (DELETE
 // /api/models/{name}, after a confirm step; not during a run: the settings are disabled then).
 
-import { $, humanBytes, humanCount } from "../lib/util.js";
-import { appState, hooks, log, setStatus, showError } from "./state.js";
+import { $, el, humanBytes, humanCount } from "../lib/util.js";
+import { appState, log, setStatus, settingsChanged, showError, stateChanged } from "./state.js";
 import { loadSummary } from "./summary.js";
 
 export async function loadModels(select = null) {
@@ -35,7 +35,7 @@ export async function loadModels(select = null) {
     sel.append(new Option("could not load models", "", true, true));
     showError(`Could not load the model list: ${e.message ?? e}`);
   }
-  hooks.sync();
+  stateChanged();
 }
 
 export function onModelChange() {
@@ -49,8 +49,8 @@ export function onModelChange() {
   $("model-delete").hidden = !m?.uploaded;
   $("model-delete-confirm").hidden = true;
   $("model-delete-error").hidden = true;
-  hooks.sync();
-  hooks.formChanged();  // class weights are checked against the model's classes
+  stateChanged();
+  settingsChanged(0);  // class weights are checked against the model's classes
   if (m && !m.error) loadSummary(m.name);
   else $("summary-card").hidden = true;
 }
@@ -61,7 +61,7 @@ function showImportErrors(title, problems, hints = []) {
   const head = document.createElement("li");
   head.append(Object.assign(document.createElement("strong"), { textContent: title }));
   ul.append(head);
-  for (const p of problems) ul.append(Object.assign(document.createElement("li"), { textContent: p }));
+  for (const p of problems) ul.append(el("li", { textContent: p }));
   for (const h of hints) {  // e.g. the ops the engine trains: long, so folded
     const det = document.createElement("details");
     det.append(Object.assign(document.createElement("summary"), { textContent: h.split(":")[0] }),

@@ -4,7 +4,9 @@
 // A `model-prepared` event on document tells the views to ask again.
 
 import { $ } from "../lib/util.js";
-import { appState, hooks } from "./state.js";
+import { appState } from "./state.js";
+import { currentConfig } from "./form.js";
+import { post } from "./worker-link.js";
 
 const RUN_PHASES = ["training", "paused", "done"];
 let seq = 0;
@@ -21,12 +23,12 @@ export function modelReady() {
   if (RUN_PHASES.includes(appState.phase)) return true;
   const model = $("model").value;
   if (!appState.workerReady || appState.noWebGPU || !model) return false;
-  const cfg = hooks.currentConfig?.() ?? {};
+  const cfg = currentConfig();
   const key = keyOf(cfg, model);
   const p = appState.prepared;
   if (p?.key === key) return !p.busy && !p.error;
   appState.prepared = { id: ++seq, key, model, busy: true, error: null };
-  hooks.post?.({ type: "prepare", id: seq, model, config: { ...cfg, model } });
+  post({ type: "prepare", id: seq, model, config: { ...cfg, model } });
   return false;
 }
 
@@ -47,9 +49,4 @@ export function onPrepared(m) {
   p.busy = false;
   p.error = m.error ?? null;
   document.dispatchEvent(new CustomEvent("model-prepared", { detail: p }));
-}
-
-/** Forget the prepared model (a new worker has none). */
-export function forgetPrepared() {
-  appState.prepared = null;
 }

@@ -4,7 +4,9 @@
 // ms]]}`; the page shows the slowest kernels with their share of the step.
 
 import { $ } from "../lib/util.js";
-import { appState, hooks, log, setStatus } from "./state.js";
+import { appState, log, setStatus, stateChanged } from "./state.js";
+import { currentConfig } from "./form.js";
+import { post } from "./worker-link.js";
 
 const TOP = 15;
 
@@ -14,21 +16,21 @@ export function setupProfile() {
 
 function requestProfile() {
   if ($("profile-run").disabled) return;
-  const cfg = hooks.currentConfig();
+  const cfg = currentConfig();
   const model = $("model").value;
   appState.busy.profiling = true;
-  hooks.sync();
+  stateChanged();
   $("profile-out").replaceChildren();
   $("profile-note").textContent = "Profiling: building the training step of the current " +
     "settings and timing each of its kernels alone…";
   setStatus("Profiling the kernels…");
-  hooks.post({ type: "profile", model, config: { ...cfg, model } });
+  post({ type: "profile", model, config: { ...cfg, model } });
 }
 
 /** The worker's `profile` message: a table of the slowest kernels. */
 export function onProfile(m) {
   appState.busy.profiling = false;
-  hooks.sync();
+  stateChanged();
   const rows = (m.rows ?? []).map(([phase, kernel, grid, ms]) => ({ phase, kernel, grid, ms }));
   const total = rows.reduce((a, r) => a + r.ms, 0);
   rows.sort((a, b) => b.ms - a.ms);

@@ -1,10 +1,10 @@
 // The results card: the run's verdict (ok / diverged / no better than chance / stopped, and
 // why: engine/verdict.py), test accuracy and loss, the last validation accuracy, the test
-// set's views (web/evaluation.js) and "Download trained .onnx" (POST
+// set's views (web/page/evaluation.js) and "Download trained .onnx" (POST
 // /api/models/{name}/export with the trained weights and the run's provenance).
 
 import { $, humanBytes, duration, num, pct } from "../lib/util.js";
-import { appState, hooks, log, showError } from "./state.js";
+import { appState, log, showError, stateChanged } from "./state.js";
 import { clearEvaluation, renderEvaluation } from "./evaluation.js";
 import { VERDICT_TITLE } from "../lib/verdict.js";
 
@@ -35,7 +35,8 @@ export function showResults(m, secs) {
   $("val-acc").textContent = m.val_acc == null ? "–" : pct(m.val_acc);
   $("val-acc").title = m.val_acc == null ? "no validation images (val_images 0) or no whole epoch"
     : "the last epoch's accuracy on the training images held out for validation";
-  $("eval-count").textContent = m.eval_images != null ? Number(m.eval_images).toLocaleString() : "–";
+  $("eval-count").textContent =
+    m.eval_images != null ? Number(m.eval_images).toLocaleString() : "–";
   $("result-steps").textContent = steps != null ? Number(steps).toLocaleString() : "–";
   $("result-note").textContent = [
     m.model, appState.config?.optimizer, m.stopped ? "stopped early" : "completed",
@@ -66,13 +67,14 @@ export async function downloadOnnx(run = window.lastRun, btn = $("download")) {
     steps: run.steps ?? appState.progress?.step ?? 0,
   };
   appState.busy.downloading = true;
-  hooks.sync();
+  stateChanged();
   const label = btn.textContent;
   btn.textContent = "Exporting…";
   try {
     const res = await fetch(`/api/models/${encodeURIComponent(model)}/export`, {
       method: "POST",
-      headers: { "Content-Type": "application/octet-stream", "X-Provenance": JSON.stringify(provenance) },
+      headers: { "Content-Type": "application/octet-stream",
+        "X-Provenance": JSON.stringify(provenance) },
       body: run.weights,
     });
     if (!res.ok) {
@@ -95,6 +97,6 @@ export async function downloadOnnx(run = window.lastRun, btn = $("download")) {
   } finally {
     appState.busy.downloading = false;
     btn.textContent = label;
-    hooks.sync();
+    stateChanged();
   }
 }

@@ -14,9 +14,8 @@
 // leaving the page asks first (beforeunload).
 
 import { $ } from "../lib/util.js";
-import { appState, hooks, log } from "./state.js";
+import { appState, log, settingsChanged } from "./state.js";
 import { applyConfig, changedConfig, notApplying, pageField, readConfig } from "./form.js";
-import { scheduleCheck } from "./validation.js";
 import { loadedSummary, setTrainable, trainableConfig } from "./summary.js";
 import { parseList, parseNumber, quote } from "./values.js";
 
@@ -140,7 +139,7 @@ export function applyLink() {
   const edited = (name) => {
     const before = linkErrors.length;
     linkErrors = linkErrors.filter((e) => e.field !== name && !e.ignored);
-    if (linkErrors.length !== before) scheduleCheck(0);
+    if (linkErrors.length !== before) settingsChanged(0);
   };
   $("settings").addEventListener("input", (ev) => {
     if (ev.target.id === "model") edited("trainable");  // another model: its own selection
@@ -151,7 +150,7 @@ export function applyLink() {
   $("summary-card").addEventListener("click", (ev) => {
     if (ev.target.closest("button:not(.tip)")) edited("trainable");
   });
-  scheduleCheck(0);
+  settingsChanged(0);
   return model;
 }
 
@@ -162,7 +161,7 @@ export async function checkLinkModel(model) {
   if (model && $("model").value !== model) {
     linkErrors.push({ field: "model", message: `the link's model ${quote(model)} is not on ` +
       `this server; using ${$("model").value || "none"}` });
-    scheduleCheck(0);
+    settingsChanged(0);
   }
   if (!linkTrainable) return;
   const summary = await loadedSummary();
@@ -174,7 +173,7 @@ export async function checkLinkModel(model) {
       `${unknown.length} tensor(s) that ${$("model").value} has no parameter of: ` +
       `${unknown.slice(0, IGNORED_SHOWN).map(quote).join(", ")}` +
       `${unknown.length > IGNORED_SHOWN ? ", …" : ""}; every parameter trains` });
-    scheduleCheck(0);
+    settingsChanged(0);
   } else {
     setTrainable(linkTrainable);
   }
@@ -183,8 +182,12 @@ export async function checkLinkModel(model) {
 // a bad value or a name given twice waits for an edit; what the page ignored (names that are
 // no settings, another optimizer's setting) is a notice that lets Start go: a link with
 // ?utm_source=... must not block a run
-hooks.linkErrors = () => linkErrors.filter((e) => !e.ignored).map((e) => [e.field, e.message]);
-hooks.linkNotices = () => linkErrors.filter((e) => e.ignored).map((e) => [e.field, e.message]);
+/** The link's values the form could not take, as [[field, message]]: they block Start. */
+export const linkErrorList = () => linkErrors.filter((e) => !e.ignored)
+  .map((e) => [e.field, e.message]);
+/** What the link gave that the page ignored, as [[field, message]]: listed, never blocking. */
+export const linkNotices = () => linkErrors.filter((e) => e.ignored)
+  .map((e) => [e.field, e.message]);
 
 async function copyShareLink() {
   const link = shareLink();

@@ -1,4 +1,8 @@
-// The page's state (window.appState, a test hook), the log, the status line and the error box.
+// The page's state (window.appState, a test hook), the log, the status line and the error box,
+// and the page's two events on `document` (modules that cannot import the one that reacts
+// without an import circle say what changed; the listener lives where the reaction does):
+//   state-changed     appState changed in a way the run controls show (controls.js re-syncs)
+//   settings-changed  a setting changed, {detail: {delay}} (validation.js checks them again)
 
 import { $ } from "../lib/util.js";
 
@@ -25,18 +29,24 @@ export const appState = {
   busy: { stopping: false, pausing: false, downloading: false, profiling: false,
     skipping: false },         // skipping: the second Stop sent (skip_test)
   prepared: null,            // the model set up before any run {id, key, model, busy, error}
-                             // (web/prepare.js)
+                             // (web/page/prepare.js)
   checkpoint: null,          // the stored checkpoint {epoch, step, savedAt, bytes, model,
-                             // finished} (web/storage.js)
+                             // finished} (web/page/checkpoints.js)
   checkpointError: null,     // the last failed checkpoint write, in words
   deviceLost: null,          // the `device_lost` message's {reason, message} until recovered
 };
 window.appState = appState;
 window.lastRun = null;
 
-/** Callbacks the modules call back into the page (set by app.js): controls to re-sync. */
-export const hooks = { sync: () => {}, formChanged: () => {}, linkErrors: () => [],
-  fieldProblems: () => [] };
+/** Say that appState changed in a way the run controls show (Start, Stop, the pill). */
+export function stateChanged() {
+  document.dispatchEvent(new Event("state-changed"));
+}
+
+/** Say that a setting changed: the settings are checked again ``delay`` ms from now. */
+export function settingsChanged(delay = 150) {
+  document.dispatchEvent(new CustomEvent("settings-changed", { detail: { delay } }));
+}
 
 const MAX_LOG = 300;
 export function log(text, kind = "info") {

@@ -2,7 +2,7 @@
 // parameters, multiply-adds, and a Train checkbox per parameter (the config's `trainable`).
 
 import { $, humanCount } from "../lib/util.js";
-import { appState, hooks, log } from "./state.js";
+import { appState, log, settingsChanged } from "./state.js";
 
 let loading = Promise.resolve();  // the latest loadSummary
 
@@ -69,7 +69,7 @@ function trainBoxes(layer, params, byName) {
     box.addEventListener("change", () => {
       if (box.checked) appState.trainable.add(n); else appState.trainable.delete(n);
       renderSummary();
-      hooks.formChanged();
+      settingsChanged(0);
     });
     const short = n.startsWith(layer.name.replace(/^\//, "").split("/")[0] + ".")
       ? n.split(".").pop() : n;
@@ -110,7 +110,8 @@ export function renderSummary() {
   const buffers = s.totals.buffers ?? 0;
   $("summary-totals").textContent = `${Number(nTrain).toLocaleString()} trainable parameters` +
     (nTrain < all ? ` (${Number(all - nTrain).toLocaleString()} frozen)` : "") +
-    (buffers ? ` · ${Number(buffers).toLocaleString()} buffers (BatchNorm running statistics, not trained)` : "") +
+    (buffers ? ` · ${Number(buffers).toLocaleString()} buffers (BatchNorm running statistics, ` +
+      "not trained)" : "") +
     ` · ${humanCount(s.totals.macs)} mult-adds per image · opset ${s.opset ?? "?"}`;
   Object.assign($("summary-totals").dataset, { trainable: nTrain, buffers });
   // the loss the model trains with, the initializers that never train (why), the import's notes
@@ -132,7 +133,7 @@ export function renderSummary() {
 export function setTrainable(names) {
   appState.trainable = new Set(names);
   renderSummary();
-  hooks.formChanged();
+  settingsChanged(0);
   // bring the first layer that trains into view inside the table's scroll box
   const first = $("summary-table").querySelector("input:checked");
   const wrap = document.querySelector("#summary-card .table-wrap");

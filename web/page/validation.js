@@ -5,7 +5,9 @@
 // clean check.
 
 import { $ } from "../lib/util.js";
-import { hooks } from "./state.js";
+import { stateChanged } from "./state.js";
+import { currentConfig, fieldProblems } from "./form.js";
+import { linkErrorList, linkNotices } from "./share.js";
 
 /** The last check: valid, pending (a check on its way), errors [[field, message]], steps. */
 export const formState = { valid: false, pending: true, errors: [], steps: null };
@@ -15,30 +17,33 @@ let timer = null;
 /** Check the settings ``delay`` ms from now (again and again while the user types). */
 export function scheduleCheck(delay = 150) {
   formState.pending = true;
-  hooks.sync();
+  stateChanged();
   clearTimeout(timer);
   timer = setTimeout(() => validateNow(), delay);
 }
 
-/** Check ``config`` (default: ``hooks.currentConfig()``, what Start would send) with the
+// form.js, summary.js, share.js and models.js say when a setting changed (state.js)
+document.addEventListener("settings-changed", (ev) => scheduleCheck(ev.detail.delay));
+
+/** Check ``config`` (default: ``currentConfig()``, what Start would send) with the
  * server's validator; marks the fields and returns the answer ``{ok, errors, config, steps}``
  * with the page's own findings first (one message a field: the page's, which quotes what
  * the user gave, before the server's). */
 export async function validateNow(config = null) {
   clearTimeout(timer);
   const mine = ++seq;
-  config = config ?? hooks.currentConfig();
+  config = config ?? currentConfig();
   formState.pending = true;
   const body = await checkConfig(config, $("model")?.value || null);
   // a share link's values the form could not take, then number fields holding no number
-  const errors = firstPerField([...hooks.linkErrors(), ...hooks.fieldProblems(),
+  const errors = firstPerField([...linkErrorList(), ...fieldProblems(),
     ...(body.errors ?? [])]);
   const answer = { ...body, ok: !!body.ok && !errors.length, errors };
   if (mine === seq) {  // the latest check decides the marks
     Object.assign(formState, { valid: answer.ok, pending: false, errors,
       steps: body.steps ?? null });
-    markErrors(formState.errors, hooks.linkNotices?.() ?? []);
-    hooks.sync();
+    markErrors(formState.errors, linkNotices());
+    stateChanged();
   }
   return answer;
 }

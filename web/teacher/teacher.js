@@ -1,4 +1,4 @@
-// The teacher dashboard (web/teacher.html; routes in host/classroom/teacher.py).
+// The teacher dashboard (web/teacher/teacher.html; routes in host/classroom/teacher.py).
 //
 // The teacher token arrives in the URL fragment (#token=..., never sent to the server in a
 // URL), is kept in sessionStorage and sent as `Authorization: Bearer`. The live view reads the
