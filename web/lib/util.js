@@ -6,7 +6,8 @@ export const $ = (id) => document.getElementById(id);
 /** Accuracy values are fractions in [0, 1]; tolerate percentages too. */
 export const frac = (a) => (a == null || Number.isNaN(+a) ? null : +a > 1.0001 ? +a / 100 : +a);
 export const pct = (a, digits = 2) => (a == null ? "–" : `${(frac(a) * 100).toFixed(digits)}%`);
-export const num = (x, digits = 4) => (x == null || !Number.isFinite(+x) ? "–" : (+x).toFixed(digits));
+export const num = (x, digits = 4) =>
+  (x == null || !Number.isFinite(+x) ? "–" : (+x).toFixed(digits));
 
 /** A duration for people: "42 s", "3:07" (m:ss), "1:02:03" (h:mm:ss), "3 d 4 h" (a day or
  * more); "–" for no value. Seconds are rounded to whole ones. */

@@ -60,7 +60,8 @@ export function setupChartTables() {
     const details = document.createElement("details");
     details.className = "chart-table";
     details.dataset.chart = id;
-    details.innerHTML = '<summary>Data table</summary><div class="table-wrap" tabindex="0" role="region"></div>';
+    details.innerHTML = "<summary>Data table</summary>" +
+      '<div class="table-wrap" tabindex="0" role="region"></div>';
     details.querySelector(".table-wrap").setAttribute("aria-label", spec.caption);
     details.addEventListener("toggle", () => details.open && fill(details, spec));
     chart.closest(".chart-wrap").after(details);

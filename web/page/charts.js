@@ -146,7 +146,9 @@ export function makeCharts() {
       x: { time: false, range: zv.xRange },
       loss: { auto: true, range: (u, mn, mx) => [0, mx > 0 ? mx * 1.1 : 1] },
       // accuracy lives near the top: [min rounded down to 10%, 100%]
-      acc: { range: (u, mn) => [mn == null ? 0 : Math.max(0, Math.floor((mn - 2) / 10) * 10), 100] },
+      acc: {
+        range: (u, mn) => [mn == null ? 0 : Math.max(0, Math.floor((mn - 2) / 10) * 10), 100],
+      },
     },
     axes: [stepAxis, lossAxis, pctAxis],
     series: [

@@ -1,7 +1,8 @@
 // The Results tab's views of the test evaluation, from the worker's `done` message: a confusion
 // matrix (a real <table>: rows true class, columns predicted), per-class accuracy, and the most
 // confidently wrong test images drawn from the test shard (testset.js: fetched once, lazily).
-// Clicking a wrong image dispatches CustomEvent("pick-test-image", {detail: index}) on document (the "Try it" tab may listen).
+// Clicking a wrong image dispatches CustomEvent("pick-test-image", {detail: index}) on document
+// (the "Try it" tab may listen).
 
 import { $, el } from "../lib/util.js";
 import { drawDigit, imageOf, testSet } from "./testset.js";
@@ -18,10 +19,14 @@ export function analyse(logits, labels) {
   const wrong = [];
   for (let i = 0; i < n; i++) {
     let best = 0;
-    for (let c = 1; c < classes; c++) if (logits[i * classes + c] > logits[i * classes + best]) best = c;
+    for (let c = 1; c < classes; c++) {
+      if (logits[i * classes + c] > logits[i * classes + best]) best = c;
+    }
     const label = labels[i];
     if (label < classes) confusion[label][best] += 1;
-    if (best !== label) wrong.push({ index: i, pred: best, label, p: Math.exp(logits[i * classes + best]) });
+    if (best !== label) {
+      wrong.push({ index: i, pred: best, label, p: Math.exp(logits[i * classes + best]) });
+    }
   }
   wrong.sort((a, b) => b.p - a.p || a.index - b.index);
   return { classes, n, confusion, wrong };
@@ -37,7 +42,8 @@ const mix = ([a, b], t) => `rgb(${a.map((v, k) => Math.round(v + (b[k] - v) * t)
 function shade(frac) {
   if (frac <= 0) return null;
   const t = Math.sqrt(frac);
-  return t < 0.5 ? { bg: mix(LIGHT, t / 0.5), fg: "#161a23" } : { bg: mix(DARK, (t - 0.5) / 0.5), fg: "#ffffff" };
+  return t < 0.5 ? { bg: mix(LIGHT, t / 0.5), fg: "#161a23" }
+    : { bg: mix(DARK, (t - 0.5) / 0.5), fg: "#ffffff" };
 }
 
 function confusionTable({ classes, confusion }) {
@@ -61,7 +67,8 @@ function confusionTable({ classes, confusion }) {
   }
   return el("table", { id: "confusion", className: "confusion" },
     el("caption", {}, "Rows: true digit · columns: predicted digit · colour: share of the row"),
-    el("thead", {}, el("tr", {}, el("td"), el("th", { scope: "colgroup", colSpan: classes, className: "axis" }, "predicted")), head),
+    el("thead", {}, el("tr", {}, el("td"),
+      el("th", { scope: "colgroup", colSpan: classes, className: "axis" }, "predicted")), head),
     body);
 }
 
@@ -117,7 +124,8 @@ export async function renderEvaluation(m) {
   $("confusion-wrap").replaceChildren(confusionTable(a));
   $("per-class-wrap").replaceChildren(perClassTable(a));
   $("wrong-count").textContent = a.wrong.length
-    ? `${a.wrong.length.toLocaleString()} of ${a.n.toLocaleString()} wrong; the ${Math.min(WRONG_SHOWN, a.wrong.length)} most confident`
+    ? `${a.wrong.length.toLocaleString()} of ${a.n.toLocaleString()} wrong; ` +
+      `the ${Math.min(WRONG_SHOWN, a.wrong.length)} most confident`
     : `none of ${a.n.toLocaleString()} wrong`;
   $("wrong-wrap").replaceChildren(wrongGrid(a.wrong, null));
   try {

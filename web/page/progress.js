@@ -54,7 +54,9 @@ export function renderProgress() {
   if (!p) {
     $("progress").value = 0;
     $("progress").max = 1;
-    for (const id of ["step-text", "epoch-text", "ips", "eta", "last-loss"]) $(id).textContent = "–";
+    for (const id of ["step-text", "epoch-text", "ips", "eta", "last-loss"]) {
+      $(id).textContent = "–";
+    }
     return;
   }
   if (!p.total_steps) {  // started, no report yet
@@ -66,7 +68,8 @@ export function renderProgress() {
   $("progress").max = total;
   $("progress").value = Math.min(p.step, total);
   $("progress").textContent = `${Math.round((100 * p.step) / total)}%`;
-  $("step-text").textContent = `${Number(p.step).toLocaleString()} / ${Number(total).toLocaleString()}`;
+  $("step-text").textContent =
+    `${Number(p.step).toLocaleString()} / ${Number(total).toLocaleString()}`;
   $("epoch-text").textContent = `${p.epoch} / ${p.epochs}`;
   $("ips").textContent = p.images_per_s != null ? Math.round(p.images_per_s).toLocaleString() : "–";
   const running = appState.phase === "training" || appState.phase === "paused";

@@ -6,7 +6,8 @@ const NAMES = ["dashboard", "model", "results", "try", "kernels", "work"];
 
 /** The name of the visible panel. */
 export function activeTab() {
-  return NAMES.find((n) => document.getElementById(`tab-${n}`)?.getAttribute("aria-selected") === "true");
+  return NAMES.find((n) =>
+    document.getElementById(`tab-${n}`)?.getAttribute("aria-selected") === "true");
 }
 
 /** Show panel `name` (one of NAMES); `focus`: move keyboard focus to its tab. */

@@ -6,7 +6,7 @@
 // index}` -> `prediction {id, probs, index, label, model, step, untrained}`
 // (engine/browser_inspect.py). One request in flight: every answer that arrives is shown (the
 // latest one), "updating…" while one is on its way, and the input changed meanwhile is asked
-// next. Before any run the model's initial weights answer (web/prepare.js), said untrained.
+// next. Before any run the model's initial weights answer (web/page/prepare.js), said untrained.
 // The Results panel's `pick-test-image` event (detail: index) shows that test image here,
 // scrolled into view.
 // Test hook: window.tryState {probs, input (784 values), source, index, step, untrained,
@@ -49,7 +49,8 @@ function build() {
   const probs = el("ol", { id: "try-probs", className: "probs", start: 0,
     "aria-label": "class probabilities" });
   for (let d = 0; d < 10; d++) {
-    probs.append(el("li", { className: "prob" }, el("span", { className: "prob-digit", textContent: d }),
+    probs.append(el("li", { className: "prob" },
+      el("span", { className: "prob-digit", textContent: d }),
       el("span", { className: "prob-track" }, el("span", { className: "prob-bar" })),
       el("span", { className: "prob-val", textContent: "–" })));
   }
@@ -63,14 +64,16 @@ function build() {
       el("div", { className: "try-draw" },
         el("p", { className: "hint", textContent: "Draw a digit (0–9) in the box:" }), canvas,
         el("div", { className: "try-tools" },
-          el("button", { type: "button", id: "try-clear", className: "btn small", textContent: "Clear" }),
+          el("button", { type: "button", id: "try-clear", className: "btn small",
+            textContent: "Clear" }),
           el("label", { htmlFor: "try-index", textContent: "or test image #" }), index,
-          el("button", { type: "button", id: "try-prev", className: "btn small", textContent: "◀ Prev",
-            title: "previous test image" }),
-          el("button", { type: "button", id: "try-next", className: "btn small", textContent: "Next ▶",
-            title: "next test image" }))),
+          el("button", { type: "button", id: "try-prev", className: "btn small",
+            textContent: "◀ Prev", title: "previous test image" }),
+          el("button", { type: "button", id: "try-next", className: "btn small",
+            textContent: "Next ▶", title: "next test image" }))),
       el("div", { className: "try-out" },
-        el("p", { className: "hint", textContent: "What the model sees (28 × 28, ink 255 on 0, as MNIST):" }),
+        el("p", { className: "hint",
+          textContent: "What the model sees (28 × 28, ink 255 on 0, as MNIST):" }),
         el("canvas", { id: "try-input", className: "pixelated digit-big", width: SIDE, height: SIDE,
           role: "img", "aria-label": "the preprocessed 28 by 28 input" }),
         el("p", { id: "try-source", className: "hint" }),
@@ -108,7 +111,8 @@ function setupDrawing(canvas) {
     return [(ev.clientX - r.left) * CANVAS / r.width, (ev.clientY - r.top) * CANVAS / r.height];
   };
   const line = (from, to) => {
-    Object.assign(ctx, { strokeStyle: "#000", lineWidth: PEN, lineCap: "round", lineJoin: "round" });
+    Object.assign(ctx,
+      { strokeStyle: "#000", lineWidth: PEN, lineCap: "round", lineJoin: "round" });
     ctx.beginPath();
     ctx.moveTo(...from);
     ctx.lineTo(...to);
@@ -251,7 +255,8 @@ function classify() {
     return;
   }
   again = false;
-  const msg = current.index != null ? { index: current.index } : { pixels: Array.from(current.pixels) };
+  const msg = current.index != null ? { index: current.index }
+    : { pixels: Array.from(current.pixels) };
   inFlight = state.inFlight = ++seq;
   sentAt = performance.now();
   state.requests++;

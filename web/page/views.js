@@ -3,7 +3,7 @@
 // filters (diverging colours), the feature maps of a chosen test image per conv layer, and the
 // L2 norms of every parameter's weights and last gradient (log scale). Worker message:
 // `inspect {id, index}` -> `inspect {...}` (engine/browser_inspect.py). Before any run they show
-// the model's initial weights (web/prepare.js); while a run sets up, they ask again each second
+// the model's initial weights (prepare.js); while a run sets up, they ask again each second
 // and show its initial weights as soon as they exist.
 // Test hook: window.viewsState.last (the last `inspect` answer shown).
 
@@ -45,7 +45,8 @@ function build() {
         "every few seconds while this tab is open." }),
     el("div", { className: "views-grid" },
       el("figure", { className: "views-fig" },
-        el("figcaption", { id: "views-filters-caption", textContent: "First conv layer's filters" }),
+        el("figcaption", { id: "views-filters-caption",
+          textContent: "First conv layer's filters" }),
         el("canvas", { id: "views-filters", className: "pixelated", width: 1, height: 1,
           role: "img", "aria-label": "the first conv layer's filters" }),
         el("p", { className: "hint views-legend" }, el("span", { className: "swatch neg" }),
@@ -60,11 +61,16 @@ function build() {
           el("span", { id: "views-label", className: "hint" })),
         el("div", { id: "views-maps", className: "views-maps" }))),
     el("section", { className: "views-norms", "aria-labelledby": "views-norms-title" },
-      el("h3", { id: "views-norms-title", textContent: "Weight and gradient L2 norms per parameter (log scale)" }),
-      el("p", { className: "hint", textContent: "Gradients are those of the last step. A gradient far below its weights (ratio under 1e-6) may be vanishing; one above its weights may be exploding." }),
-      el("div", { className: "table-wrap", tabIndex: 0, role: "region", "aria-label": "norms table (scrolls)" },
+      el("h3", { id: "views-norms-title",
+        textContent: "Weight and gradient L2 norms per parameter (log scale)" }),
+      el("p", { className: "hint", textContent: "Gradients are those of the last step. A " +
+        "gradient far below its weights (ratio under 1e-6) may be vanishing; one above its " +
+        "weights may be exploding." }),
+      el("div", { className: "table-wrap", tabIndex: 0, role: "region",
+        "aria-label": "norms table (scrolls)" },
         el("table", { id: "views-norms", className: "norms-table" },
-        el("thead", {}, el("tr", {}, ...["Parameter", "Elements", "‖weight‖", "‖gradient‖", "grad / weight"]
+        el("thead", {}, el("tr", {},
+          ...["Parameter", "Elements", "‖weight‖", "‖gradient‖", "grad / weight"]
           .map((t, i) => el("th", { className: i ? "num" : "", textContent: t, scope: "col" })))),
         el("tbody")))));
   panel.prepend(card);  // the live views first; the summary below can fold
@@ -192,7 +198,8 @@ async function drawMaps(m) {
     ctx.putImageData(img, 0, 0);
     cv.style.width = `${Math.min(cv.width * 2.5, 560)}px`;
     return el("figure", { className: "views-map" },
-      el("figcaption", { textContent: `${map.layer} → ${c} × ${h} × ${w} (max ${max.toPrecision(3)})` }), cv);
+      el("figcaption",
+        { textContent: `${map.layer} → ${c} × ${h} × ${w} (max ${max.toPrecision(3)})` }), cv);
   }));
   $("views-label").textContent = `label ${m.label}`;
   try {
@@ -217,8 +224,10 @@ function drawNorms(norms, noStep) {
       return td;
     }
     const w = v > 0 && Number.isFinite(v) ? (Math.log10(v) - lo) / Math.max(hi - lo, 1) : 0;
-    td.append(el("span", { className: `norm-bar ${kind}`, style: `width:${(100 * w).toFixed(1)}%` }),
-      el("span", { className: "norm-val", textContent: Number.isFinite(v) ? v.toExponential(2) : String(v) }));
+    td.append(
+      el("span", { className: `norm-bar ${kind}`, style: `width:${(100 * w).toFixed(1)}%` }),
+      el("span", { className: "norm-val",
+        textContent: Number.isFinite(v) ? v.toExponential(2) : String(v) }));
     return td;
   };
   $("views-norms").querySelector("tbody").replaceChildren(...norms.map((r) => {
