@@ -1,7 +1,7 @@
-// ESLint for web/ (run by tests/test_lint.py, so by `./run test`): a small set of rules that
+// ESLint for web/ (run by tests/test_lint_web.py, so by `./run test`): a small set of rules that
 // catch real bugs (a name nothing defines, an import or variable nothing uses, a key given
 // twice, code after a return) and the project's 100-column rule. Run it alone with
-// `npx --prefix web eslint web` (from the repository root) or `npx eslint .` (from web/).
+// `npx --prefix web eslint web` (from the repository root).
 import globals from "globals";
 
 export default [
