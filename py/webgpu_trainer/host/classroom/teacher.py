@@ -3,7 +3,7 @@ sessions, the live roster as Server-Sent Events, the results as CSV, the student
 
 | route | what |
 |---|---|
-| ``GET /teacher`` | the dashboard page (web/teacher/teacher.html; the token comes in the URL fragment) |
+| ``GET /teacher`` | the dashboard page (web/teacher/teacher.html; the token in the URL fragment) |
 | ``GET /api/classroom/info`` | join URLs, HTTPS details (CA fingerprint), models |
 | ``GET/POST /api/classroom/sessions`` | list / create (``{name, config, pinned}``) |
 | ``GET/PATCH /api/classroom/sessions/{sid}`` | a session, its join URLs and QR codes / change it |
