@@ -44,3 +44,18 @@ def test_the_rules_catch_real_bugs():
         (2, "no-undef", "'statusText' is not defined."),
         (3, "max-len", "This line has a length of 123. Maximum allowed is 100."),
     ]
+
+
+def test_one_module_defines_the_dom_and_number_helpers():
+    """`$`, `el`, `pct`, `num` and `frac` are web/lib/util.js's alone (`el` was defined 5
+    times); no other module defines one at its top level: they import them."""
+    import re
+    helper = re.compile(r"^(?:export\s+)?(?:const|let|function)\s+(\$|el|pct|num|frac)(?![\w$])",
+                        re.M)
+    found = {}
+    for path in sorted(WEB.glob("*/*.js")):
+        if path.parts[-2] == "node_modules":
+            continue
+        for name in helper.findall(path.read_text()):
+            found.setdefault(name, []).append(str(path.relative_to(WEB)))
+    assert found == {name: ["lib/util.js"] for name in ("$", "frac", "pct", "num", "el")}
