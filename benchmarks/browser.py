@@ -4,7 +4,7 @@ SwiftShader), driven through its own Web Worker with the ``bench`` message
 same Chromium on the same adapter.
 
 Our engine: the real server (``server.py``) on a free 127.0.0.1 port; the page loads, then a
-second worker (``/worker.js``, the page's own code) gets ``{type: "bench", config, steps,
+second worker (``/lib/worker.js``, the page's own code) gets ``{type: "bench", config, steps,
 warmup, profile}`` and answers ``bench {wall_ms, host_ms, profile?}``. Peers: benchmarks/ is
 served by a static file server on another free port (its node_modules hold the peers, installed
 by ``npm ci --prefix benchmarks``).
@@ -99,7 +99,7 @@ def launch(p, chromium: str = CHROMIUM):
 
 
 BENCH_JS = """async ([msg, timeoutMs]) => {
-  const w = new Worker("/worker.js", { type: "module" });
+  const w = new Worker("/lib/worker.js", { type: "module" });
   try {
     return await new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error("bench timed out")), timeoutMs);

@@ -38,8 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"  # loopback only, always
 PYODIDE = ["pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip",
            "pyodide-lock.json"]
-PAGE = ["/", "/app.js", "/worker.js", "/classroom.js", "/classroom.css", "/style.css",
-        "/vendor/uplot/uPlot.esm.js", "/vendor/uplot/uPlot.min.css"]
+PAGE = ["/", "/page/app.js", "/lib/worker.js", "/page/classroom.js", "/page/classroom.css",
+        "/lib/style.css", "/vendor/uplot/uPlot.esm.js", "/vendor/uplot/uPlot.min.css"]
 
 
 class Stats:

@@ -311,7 +311,7 @@ def test_static_caching(tmp_path):
         r = c.get(f"/data/mnist/{shard}", headers={"Range": "bytes=0-99"})
         assert r.status_code == 206 and len(r.content) == 100
         assert "immutable" in r.headers["cache-control"]
-        r = c.get("/classroom.js")
+        r = c.get("/page/classroom.js")
         assert r.headers["cache-control"] == "no-cache" and r.headers["etag"]
 
 

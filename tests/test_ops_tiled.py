@@ -228,7 +228,7 @@ def test_gpu_pipelines_build_in_chromium(chromium, server):
     ctx = chromium.new_context()
     try:
         page = ctx.new_page()
-        page.goto(server + "/parity.html")
+        page.goto(server + "/dev/parity.html")
         items = [[name, shaders.source(name), entry, consts]
                  for name, entry, consts in GPU_PIPELINES]
         assert page.evaluate(PIPELINES_JS, items) == []

@@ -35,7 +35,7 @@ def parity_page(chromium, server):
     page = ctx.new_page()
     console = []
     page.on("console", lambda m: console.append(f"{m.type}: {m.text[:300]}"))
-    page.goto(server + "/parity.html")
+    page.goto(server + "/dev/parity.html")
     page.wait_for_function("window.parityState && (window.parityState.ready || "
                            "window.parityState.error)", timeout=180_000)
     err = page.evaluate("window.parityState.error")

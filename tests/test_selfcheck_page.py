@@ -40,7 +40,7 @@ def test_selfcheck_runs_before_the_first_run_and_passes(app):
 def test_warning_names_the_wrong_ops(app):
     app.wait_ready()
     app.page.evaluate("""async () => {
-        const m = await import("/selfcheck.js");
+        const m = await import("/page/selfcheck.js");
         m.showSelfCheck({ok: false, rows: [], seconds: 1.0, adapter: {},
                          wrong: [
                            "layout/chain_slice_steps backward (Conv, Slice, Reshape, Gemm)"]});

@@ -48,8 +48,9 @@ def tiny_model(path: Path) -> None:
 def env(tmp_path):
     root = tmp_path / "root"
     web = root / "web"
-    for rel, text in {"index.html": "<!doctype html><title>t</title>", "app.js": "//app",
-                      "worker.js": "//worker", "style.css": "body{}", "package.json": "{}",
+    for rel, text in {"page/index.html": "<!doctype html><title>t</title>",
+                      "page/app.js": "//app", "lib/worker.js": "//worker",
+                      "lib/style.css": "body{}", "package.json": "{}",
                       "node_modules/pyodide/pyodide.mjs": "export {}",
                       "node_modules/pyodide/pyodide-lock.json": "{}",
                       "node_modules/uplot/dist/uPlot.min.css": ".u{}",
@@ -102,9 +103,10 @@ def test_page_and_vendor(env):
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     assert r.headers["cross-origin-opener-policy"] == "same-origin"
     assert r.headers["cross-origin-embedder-policy"] == "require-corp"
-    for path, mime in [("/app.js", "application/javascript"),
-                       ("/worker.js", "application/javascript"),
-                       ("/style.css", "text/css"),
+    assert c.get("/index.html").text == r.text == "<!doctype html><title>t</title>"
+    for path, mime in [("/page/app.js", "application/javascript"),
+                       ("/lib/worker.js", "application/javascript"),
+                       ("/lib/style.css", "text/css"),
                        ("/vendor/pyodide/pyodide.mjs", "application/javascript"),
                        ("/vendor/pyodide/pyodide.asm.wasm", "application/wasm"),
                        ("/vendor/pyodide/pyodide-lock.json", "application/json"),
@@ -113,10 +115,12 @@ def test_page_and_vendor(env):
         r = c.get(path)
         assert r.status_code == 200, path
         assert r.headers["content-type"].split(";")[0] == mime, path
-    assert c.head("/app.js").headers["content-length"] == "5"
+    assert c.head("/page/app.js").headers["content-length"] == "5"
 
 
 @pytest.mark.parametrize("path", ["/missing.js", "/vendor/pyodide/nope.mjs", "/package.json",
+                                  "/app.js", "/page/missing.js",  # web/'s files are by app
+                                  "/node_modules/uplot/dist/uPlot.min.css",  # no app's folder
                                   "/vendor/uplot/", "/api/nothing", "/wheels/x.whl",
                                   "/api/models/nope/graph.json", "/data/mnist/other.u8"])
 def test_missing_is_404_json(env, path):

@@ -23,6 +23,13 @@ MIME = {
 }
 WEB_SUFFIXES = {".html", ".js", ".mjs", ".css", ".svg", ".png", ".ico"}
 IMMUTABLE = "public, max-age=31536000, immutable"
+# web/ holds one folder per app: page/ (the trainer), teacher/ (the classroom dashboard), dev/
+# (parity.html) and lib/ (what they share). A file's URL is its path under web/ (/page/app.js,
+# /lib/util.js); the addresses people type keep their place: / (and share links, /?model=...)
+# the trainer page, /teacher (classroom mode's route) the dashboard.
+WEB_APPS = ("page", "teacher", "dev", "lib")
+WEB_ENTRIES = {"": "page/index.html", "index.html": "page/index.html"}
+TEACHER_PAGE = "teacher/teacher.html"
 
 
 def safe_join(base: Path, rel: str) -> Path:
@@ -39,6 +46,16 @@ def safe_join(base: Path, rel: str) -> Path:
     if not path.is_file():
         raise ApiError(404, f"not found: {rel}")
     return path
+
+
+def web_file(web: Path, url_path: str) -> Path:
+    """The file under ``web`` that the URL ``/url_path`` names (``WEB_ENTRIES``, else a page
+    file inside one of ``WEB_APPS``); ApiError 404 for anything else (web/node_modules,
+    package.json), 400 for a bad path."""
+    rel = WEB_ENTRIES.get(url_path, url_path)
+    if rel.split("/", 1)[0] not in WEB_APPS or Path(rel).suffix.lower() not in WEB_SUFFIXES:
+        raise ApiError(404, f"not found: /{url_path}")
+    return safe_join(web, rel)
 
 
 def file_response(request: Request, path: Path, *, etag: str | None = None,

@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .errors import ApiError
-from .files import IMMUTABLE, WEB_SUFFIXES, file_response, safe_join
+from .files import IMMUTABLE, file_response, safe_join, web_file
 
 GET = ["GET", "HEAD"]
 
@@ -42,16 +42,13 @@ class PageFiles:
         ]
 
     def page_route(self) -> Route:
-        """The page files (app.js, worker.js, style.css): the last route, matched when no
-        other one is."""
+        """The page files (/page/app.js, /lib/util.js; / the trainer page): the last route,
+        matched when no other one is."""
         return Route("/{file:path}", self.page, methods=GET)
 
     def page(self, request: Request) -> Response:
-        """A file of ``web/`` by its URL (``/``: index.html); 404 for other kinds of file."""
-        name = request.path_params.get("file", "index.html")
-        if Path(name).suffix.lower() not in WEB_SUFFIXES:
-            raise ApiError(404, f"not found: /{name}")
-        return file_response(request, safe_join(self.web, name))
+        """A file of ``web/`` by its URL (``files.web_file``); 404 for other kinds of file."""
+        return file_response(request, web_file(self.web, request.path_params.get("file", "")))
 
     def vendor(self, sub: str):
         """The handler serving the files of the folder ``root/sub``."""

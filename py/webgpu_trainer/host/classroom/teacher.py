@@ -3,7 +3,7 @@ sessions, the live roster as Server-Sent Events, the results as CSV, the student
 
 | route | what |
 |---|---|
-| ``GET /teacher`` | the dashboard page (web/teacher.html; the token comes in the URL fragment) |
+| ``GET /teacher`` | the dashboard page (web/teacher/teacher.html; the token in the URL fragment) |
 | ``GET /api/classroom/info`` | join URLs, HTTPS details (CA fingerprint), models |
 | ``GET/POST /api/classroom/sessions`` | list / create (``{name, config, pinned}``) |
 | ``GET/PATCH /api/classroom/sessions/{sid}`` | a session, its join URLs and QR codes / change it |
@@ -29,6 +29,7 @@ import time
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..files import TEACHER_PAGE
 from ..server import ApiError, file_response
 from .common import SessionBody, SessionPatch, call, json_body, same_origin, teacher_only
 from .config import DEFAULTS, PINNABLE, ConfigError, check_config, check_pinned
@@ -244,7 +245,7 @@ async def model_file(request) -> Response:
 
 
 async def page(request) -> Response:
-    return file_response(request, request.app.state.classroom.web / "teacher.html")
+    return file_response(request, request.app.state.classroom.web / TEACHER_PAGE)
 
 
 ROUTES = [

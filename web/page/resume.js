@@ -1,0 +1,135 @@
+// Continuing a stored run (checkpoints.js): the resume banner after a reload, a crashed tab
+// or Stop, and the GPU device lost (the browser took the GPU away: resume on a new device,
+// that is a new worker).
+
+import { $ } from "../lib/util.js";
+import { appState, log, setStatus } from "./state.js";
+import { afterSaving, discard, FORMAT, inside, markFinished, showStored, stored, time, where }
+  from "./checkpoints.js";
+import { applyConfig } from "./form.js";
+import { onModelChange } from "./models.js";
+import { requestRender } from "./progress.js";
+import { setTrainable } from "./summary.js";
+import { setPhase } from "./controls.js";
+import { post, restartWorker } from "./worker-link.js";
+import { beginRun } from "./run.js";
+
+async function whenReady() {
+  while (!appState.workerReady) await new Promise((r) => setTimeout(r, 200));
+}
+
+/** Continue the stored run ``rec``: its settings into the form, its metrics into the charts,
+ * and `start` with its weights, optimizer state, epoch and step. */
+async function resume(rec) {
+  $("resume-banner").hidden = true;
+  await whenReady();
+  if (appState.phase === "training") return;
+  if ($("model").value !== rec.model &&
+      [...$("model").options].some((o) => o.value === rec.model)) {
+    $("model").value = rec.model;
+    onModelChange();
+  }
+  applyConfig(rec.config);
+  await applyTrainable(rec.config);
+  const { epoch, step, epochs_completed, total_steps, run_state, weights, optimizer } = rec;
+  hideResumeOffer();
+  beginRun(rec.config, rec.model,
+    { epoch, step, epochs_completed, total_steps, run_state, weights, optimizer }, rec.metrics);
+}
+
+/** The model summary's Train checkboxes from ``config.trainable`` (null: every parameter),
+ * once the summary of the model is drawn; a config without the key leaves them. */
+async function applyTrainable(config) {
+  if (!config || !("trainable" in config)) return;
+  for (let i = 0; i < 50 && !appState.summary; i++) await new Promise((r) => setTimeout(r, 100));
+  if (appState.summary) {
+    setTrainable(config.trainable ?? appState.summary.tensors
+      .filter((t) => t.role === "param").map((t) => t.name));
+  }
+}
+
+/** Hide the resume banner (a new run replaces the stored one at its first epoch). */
+export function hideResumeOffer() {
+  $("resume-banner").hidden = true;
+}
+
+function offerResume(rec) {
+  const c = rec.config ?? {};
+  $("resume-text").textContent = `Your last run (${rec.model}, ${c.optimizer} lr ${c.lr}, ` +
+    `batch ${c.batch_size}) stopped ${inside(rec) ? "inside" : "after"} epoch ${rec.epoch} ` +
+    `of ${c.epochs}, step ${rec.step} of ${rec.total_steps}; its checkpoint was saved at ` +
+    `${time(rec.savedAt)}. ` +
+    "Resume continues from there with the same settings; Discard deletes the checkpoint.";
+  $("resume-banner").hidden = false;
+  $("resume-run").onclick = () => resume(rec);
+  $("discard-run").onclick = async () => {
+    $("resume-banner").hidden = true;
+    await discard();
+    $("ckpt-status").textContent = "Checkpoint discarded.";
+    log("Discarded the stored checkpoint.");
+  };
+}
+
+/** A run's `done`: a completed run's checkpoint stays but offers no resume; a stopped run's
+ * offers to resume from its last checkpoint (the banner). */
+export function onRunDone(m) {
+  if (!appState.checkpoint) return;
+  if (m.stopped) {
+    afterSaving().then(stored).then((rec) => rec && !rec.finished && offerResume(rec))
+      .catch((e) => log(`Could not read the stored checkpoint: ${e.message ?? e}`, "error"));
+    return;
+  }
+  markFinished();
+}
+
+// ---------------------------------------------------------------------- device lost
+/** The worker's `device_lost {reason, message}`: say so, offer to resume from the last
+ * checkpoint on a new device (a new worker). */
+export function onDeviceLost(m) {
+  appState.deviceLost = { reason: m.reason, message: m.message };
+  const wasTraining = appState.phase === "training";
+  appState.workerReady = false;
+  setPhase("lost");
+  const ck = appState.checkpoint && !appState.checkpoint.finished ? appState.checkpoint : null;
+  const why = `reason “${m.reason}”` + (m.message ? `: ${m.message.replace(/\.$/, "")}` : "");
+  $("device-lost-text").textContent = "The GPU was reset or the laptop slept: the browser " +
+    `took the GPU away from this page (WebGPU device lost, ${why}). ` +
+    (wasTraining ? "Training stopped. " : "") +
+    (ck ? `Your work is saved up to ${ck.inside ? "" : "the end of "}${where(ck)}.`
+      : "No checkpoint was saved yet: training starts again from the beginning.");
+  $("device-lost-go").textContent = ck ? "Resume on a new GPU device" : "Use a new GPU device";
+  $("device-lost").hidden = false;
+  $("device-lost-go").focus();
+  setStatus(`The GPU device was lost (${m.reason}).`);
+  requestRender({ progress: true });
+  log(`GPU device lost (${m.reason}${m.message ? `: ${m.message}` : ""}).`, "error");
+}
+
+async function recoverDevice() {
+  $("device-lost").hidden = true;
+  appState.deviceLost = null;
+  await restartWorker();
+  const rec = await stored();
+  if (rec && !rec.finished) await resume(rec);
+}
+
+// ------------------------------------------------------------------------------ set-up
+/** Wire the device-lost banner and look for a stored run to offer (the resume banner). */
+export async function setupResume() {
+  if (new URLSearchParams(location.search).get("test") === "1") {  // the tests' device loss
+    window.loseDeviceForTests = () => post({ type: "debug_lose_device" });
+  }
+  $("device-lost-go").addEventListener("click", recoverDevice);
+  try {
+    const rec = await stored();
+    if (!rec) return;
+    if (rec.format !== FORMAT) {
+      log(`Ignored a stored checkpoint of another format (${rec.format}).`, "error");
+      return;
+    }
+    showStored(rec);
+    if (!rec.finished) offerResume(rec);
+  } catch (e) {
+    log(`Could not read the stored checkpoint: ${e.message ?? e}`, "error");
+  }
+}

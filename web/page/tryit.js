@@ -1,0 +1,330 @@
+// Try it: draw a digit (mouse, touch, pen: Pointer Events) or pick a test image by index; the
+// current model (the one training, or the last one trained) classifies it, the 10 class
+// probabilities shown as bars. A drawing is preprocessed like MNIST (LeCun et al.): the ink's
+// bounding box scaled to fit 20x20 keeping its aspect ratio (anti-aliased grey levels 0..255),
+// placed in 28x28 with its centre of mass at the centre. Worker message: `predict {id, pixels |
+// index}` -> `prediction {id, probs, index, label, model, step, untrained}`
+// (engine/browser_inspect.py). One request in flight: every answer that arrives is shown (the
+// latest one), "updating…" while one is on its way, and the input changed meanwhile is asked
+// next. Before any run the model's initial weights answer (web/page/prepare.js), said untrained.
+// The Results panel's `pick-test-image` event (detail: index) shows that test image here,
+// scrolled into view.
+// Test hook: window.tryState {probs, input (784 values), source, index, step, untrained,
+// requests, answers, inFlight (the id on its way, 0: none)}.
+
+import { $, el } from "../lib/util.js";
+import { appState } from "./state.js";
+import { activeTab, showTab } from "./tabs.js";
+import { drawDigit, imageOf, testSet } from "./testset.js";
+import { modelReady, prepareNote } from "./prepare.js";
+
+const SIDE = 28;            // MNIST's image
+const BOX = 20;             // the ink's box inside it
+const CANVAS = 280;         // the drawing canvas' backing store (10 px per MNIST pixel)
+const PEN = 22;             // stroke width on it (about 2 MNIST pixels after fitting)
+const DEBOUNCE_MS = 120;    // while drawing
+const REFRESH_MS = 3000;    // re-classify while the model trains and the panel is open
+const RETRY_MS = 1000;      // ask again while the run's model is being set up
+const LOST_MS = 60_000;     // a request unanswered this long is lost (a worker restarted)
+
+let send = () => {};
+let seq = 0;
+let inFlight = 0;           // id of the request on its way (0: none)
+let sentAt = 0;
+let opening = false;        // the Results panel opens this tab on an image: no other pick
+let again = false;          // the input changed while one was on its way: ask once it is back
+let current = null;         // what is shown: {pixels} (drawn) or {index} (test image)
+let picks = 0;              // bumped by every pick and every keystroke in the index field
+let debounce = null;
+const state = { probs: null, input: null, source: null, index: null, step: null,
+  untrained: false, requests: 0, answers: 0, inFlight: 0 };
+window.tryState = state;
+
+function build() {
+  const panel = $("panel-try");
+  const canvas = el("canvas", { id: "try-canvas", width: CANVAS, height: CANVAS,
+    role: "img", "aria-label": "drawing area: draw a digit with the mouse, a finger or a pen" });
+  const index = el("input", { type: "number", id: "try-index", min: 0, value: 0, step: 1,
+    inputMode: "numeric" });
+  const probs = el("ol", { id: "try-probs", className: "probs", start: 0,
+    "aria-label": "class probabilities" });
+  for (let d = 0; d < 10; d++) {
+    probs.append(el("li", { className: "prob" },
+      el("span", { className: "prob-digit", textContent: d }),
+      el("span", { className: "prob-track" }, el("span", { className: "prob-bar" })),
+      el("span", { className: "prob-val", textContent: "–" })));
+  }
+  panel.append(el("section", { className: "card try-card", "aria-labelledby": "try-title" },
+    el("div", { className: "card-head" }, el("h2", { id: "try-title", textContent: "Try it" }),
+      // shown by visibility: the layout never moves under a click
+      el("span", { id: "try-updating", className: "sub try-updating", textContent: "updating…" }),
+      el("span", { id: "try-model", className: "sub" })),
+    el("p", { id: "try-status", className: "hint", role: "status" }),
+    el("div", { className: "try-grid" },
+      el("div", { className: "try-draw" },
+        el("p", { className: "hint", textContent: "Draw a digit (0–9) in the box:" }), canvas,
+        el("div", { className: "try-tools" },
+          el("button", { type: "button", id: "try-clear", className: "btn small",
+            textContent: "Clear" }),
+          el("label", { htmlFor: "try-index", textContent: "or test image #" }), index,
+          el("button", { type: "button", id: "try-prev", className: "btn small",
+            textContent: "◀ Prev", title: "previous test image" }),
+          el("button", { type: "button", id: "try-next", className: "btn small",
+            textContent: "Next ▶", title: "next test image" }))),
+      el("div", { className: "try-out" },
+        el("p", { className: "hint",
+          textContent: "What the model sees (28 × 28, ink 255 on 0, as MNIST):" }),
+        el("canvas", { id: "try-input", className: "pixelated digit-big", width: SIDE, height: SIDE,
+          role: "img", "aria-label": "the preprocessed 28 by 28 input" }),
+        el("p", { id: "try-source", className: "hint" }),
+        el("h3", { textContent: "Probabilities" }), probs))));
+  clearCanvas();
+  setupDrawing(canvas);
+  $("try-clear").addEventListener("click", () => {
+    clearCanvas();
+    current = null;
+    show(null);
+  });
+  // typing supersedes a pick still waiting for the test set (it would overwrite the field)
+  index.addEventListener("input", () => { picks++; });
+  index.addEventListener("change", () => pick(Number(index.value)));
+  $("try-prev").addEventListener("click", () => pick(Number(index.value) - 1));
+  $("try-next").addEventListener("click", () => pick(Number(index.value) + 1));
+  $("try-status").textContent = statusText();
+}
+
+function statusText() {
+  return prepareNote();
+}
+
+function clearCanvas() {
+  const ctx = $("try-canvas").getContext("2d");
+  ctx.fillStyle = "#fff";
+  ctx.fillRect(0, 0, CANVAS, CANVAS);
+}
+
+function setupDrawing(canvas) {
+  const ctx = canvas.getContext("2d");
+  let last = null;
+  const at = (ev) => {
+    const r = canvas.getBoundingClientRect();
+    return [(ev.clientX - r.left) * CANVAS / r.width, (ev.clientY - r.top) * CANVAS / r.height];
+  };
+  const line = (from, to) => {
+    Object.assign(ctx,
+      { strokeStyle: "#000", lineWidth: PEN, lineCap: "round", lineJoin: "round" });
+    ctx.beginPath();
+    ctx.moveTo(...from);
+    ctx.lineTo(...to);
+    ctx.stroke();
+  };
+  canvas.addEventListener("pointerdown", (ev) => {
+    ev.preventDefault();
+    canvas.setPointerCapture(ev.pointerId);
+    if (current && current.index != null) clearCanvas();  // a test image was shown: start over
+    last = at(ev);
+    line(last, last);
+    changed();
+  });
+  canvas.addEventListener("pointermove", (ev) => {
+    if (!last) return;
+    for (const e of ev.getCoalescedEvents?.() ?? [ev]) {
+      const p = at(e);
+      line(last, p);
+      last = p;
+    }
+    changed();
+  });
+  const end = () => {
+    if (!last) return;
+    last = null;
+    clearTimeout(debounce);
+    classifyDrawing();
+  };
+  canvas.addEventListener("pointerup", end);
+  canvas.addEventListener("pointercancel", end);
+}
+
+function changed() {
+  clearTimeout(debounce);
+  debounce = setTimeout(classifyDrawing, DEBOUNCE_MS);
+}
+
+/** The drawing as MNIST's 28x28 uint8 (0 background, 255 ink), or null when empty. */
+export function preprocess(canvas) {
+  const w = canvas.width, h = canvas.height;
+  const src = canvas.getContext("2d").getImageData(0, 0, w, h).data;
+  let x0 = w, y0 = h, x1 = -1, y1 = -1;
+  for (let y = 0; y < h; y++) {
+    for (let x = 0; x < w; x++) {
+      if (src[4 * (y * w + x)] < 255) {
+        x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y);
+      }
+    }
+  }
+  if (x1 < 0) return null;
+  const bw = x1 - x0 + 1, bh = y1 - y0 + 1;
+  const scale = BOX / Math.max(bw, bh);
+  const dw = Math.max(1, Math.round(bw * scale)), dh = Math.max(1, Math.round(bh * scale));
+  const tmp = new OffscreenCanvas(dw, dh);
+  const tctx = tmp.getContext("2d", { willReadFrequently: true });
+  tctx.imageSmoothingEnabled = true;
+  tctx.imageSmoothingQuality = "high";
+  tctx.drawImage(canvas, x0, y0, bw, bh, 0, 0, dw, dh);
+  const small = tctx.getImageData(0, 0, dw, dh).data;
+  const ink = new Float64Array(dw * dh);
+  let mass = 0, mx = 0, my = 0;
+  for (let y = 0; y < dh; y++) {
+    for (let x = 0; x < dw; x++) {
+      const v = 255 - small[4 * (y * dw + x)];
+      ink[y * dw + x] = v;
+      mass += v; mx += (x + 0.5) * v; my += (y + 0.5) * v;
+    }
+  }
+  // shift the centre of mass to the centre of the 28x28 field (whole pixels, as MNIST)
+  const ox = Math.round(SIDE / 2 - mx / mass), oy = Math.round(SIDE / 2 - my / mass);
+  const out = new Uint8Array(SIDE * SIDE);
+  for (let y = 0; y < dh; y++) {
+    for (let x = 0; x < dw; x++) {
+      const tx = x + ox, ty = y + oy;
+      if (tx >= 0 && tx < SIDE && ty >= 0 && ty < SIDE) out[ty * SIDE + tx] = ink[y * dw + x];
+    }
+  }
+  return out;
+}
+
+function classifyDrawing() {
+  const pixels = preprocess($("try-canvas"));
+  current = pixels ? { pixels } : null;
+  show(pixels);
+  if (pixels) {
+    $("try-source").textContent = "your drawing";
+    classify();
+  }
+}
+
+/** Show test image `index` (clamped to the test set) and classify it; a newer pick, or typing
+ * in the index field, while the test set loads supersedes this one. */
+export async function pick(index) {
+  const mine = ++picks;
+  let set;
+  try {
+    set = await testSet();
+  } catch (e) {
+    $("try-status").textContent = `Could not load the test images: ${e.message ?? e}`;
+    return;
+  }
+  if (mine !== picks) return;
+  index = Math.max(0, Math.min(set.count - 1, Math.floor(Number(index) || 0)));
+  $("try-index").max = set.count - 1;
+  $("try-index").value = index;
+  const pixels = imageOf(set, index);
+  current = { index };
+  show(pixels);
+  // the test image on the drawing canvas too, as drawn there (dark ink on white)
+  const ink = document.createElement("canvas");
+  drawDigit(ink, pixels, { dark: true });
+  const ctx = $("try-canvas").getContext("2d");
+  ctx.imageSmoothingEnabled = false;
+  ctx.drawImage(ink, 0, 0, CANVAS, CANVAS);
+  $("try-source").textContent = `test image #${index}, labelled ${set.labels[index]}`;
+  classify();
+}
+
+function show(pixels) {
+  state.input = pixels ? Array.from(pixels) : null;
+  if (pixels) drawDigit($("try-input"), pixels);
+  else {
+    const c = $("try-input");
+    c.getContext("2d").clearRect(0, 0, c.width, c.height);
+    $("try-source").textContent = "";
+    render(null);
+  }
+}
+
+/** Ask the model about the current input: at once when nothing is on its way, else once the
+ * answer on its way is back (one request in flight). */
+function classify() {
+  if (!current) return;
+  if (!modelReady()) {  // before any run: the initial weights are being set up
+    $("try-status").textContent = statusText();
+    return;
+  }
+  if (inFlight && performance.now() - sentAt < LOST_MS) {
+    again = true;
+    return;
+  }
+  again = false;
+  const msg = current.index != null ? { index: current.index }
+    : { pixels: Array.from(current.pixels) };
+  inFlight = state.inFlight = ++seq;
+  sentAt = performance.now();
+  state.requests++;
+  $("try-updating").classList.add("on");
+  send({ type: "predict", id: inFlight, ...msg });
+}
+
+/** The worker's `prediction`: shown whatever it answered (the latest answer received). */
+export function onPrediction(m) {
+  if (m.id !== inFlight) return;  // not ours (a worker restarted meanwhile)
+  inFlight = state.inFlight = 0;
+  $("try-updating").classList.remove("on");
+  if (m.pending) {  // the run's model is being set up: ask again soon
+    $("try-status").textContent = m.error;
+    setTimeout(classify, RETRY_MS);
+    return;
+  }
+  state.answers++;
+  if (m.error) {
+    $("try-status").textContent = m.error;
+    render(null);
+  } else {
+    $("try-status").textContent = m.untrained ? "Untrained: these are the initial weights’ " +
+      "guesses (about 1 in 10 right). Press Start to train the model; it answers here, live." : "";
+    $("try-model").textContent = m.untrained ? `${m.model}, initial weights (untrained)`
+      : `${m.model} after step ${m.step}` + (appState.phase === "training" ? " (training)" : "");
+    Object.assign(state, { probs: m.probs, source: m.index != null ? "test" : "drawn",
+      index: m.index, step: m.step, untrained: !!m.untrained });
+    render(m.probs);
+  }
+  if (again) classify();
+}
+
+function render(probs) {
+  const best = probs ? probs.indexOf(Math.max(...probs)) : -1;
+  $("try-probs").querySelectorAll("li").forEach((li, d) => {
+    const p = probs ? probs[d] : 0;
+    li.classList.toggle("best", d === best);
+    li.querySelector(".prob-bar").style.width = `${(100 * p).toFixed(1)}%`;
+    li.querySelector(".prob-val").textContent = probs ? `${(100 * p).toFixed(1)}%` : "–";
+  });
+  if (!probs) state.probs = null;
+}
+
+/** Build Try it into #panel-try; `post(msg)` sends a message to the worker. */
+export function setupTryIt(post) {
+  send = post;
+  build();
+  document.addEventListener("pick-test-image", async (ev) => {
+    opening = true;
+    showTab("try");
+    opening = false;
+    await pick(ev.detail);
+    // the chosen image where the eye is: the drawing canvas and the probabilities in view
+    $("try-canvas").scrollIntoView({ block: "center" });
+  });
+  document.addEventListener("tabchange", (ev) => {
+    if (ev.detail !== "try" || opening) return;
+    $("try-status").textContent = statusText();
+    if (!current) pick(Number($("try-index").value));  // a test image from the start
+    else classify();
+  });
+  document.addEventListener("model-prepared", () => {
+    if (activeTab() !== "try") return;
+    $("try-status").textContent = statusText();
+    classify();
+  });
+  setInterval(() => {
+    if (activeTab() === "try" && appState.phase === "training" && !inFlight) classify();
+  }, REFRESH_MS);
+}

@@ -1,0 +1,458 @@
+// The teacher dashboard (web/teacher/teacher.html; routes in host/classroom/teacher.py).
+//
+// The teacher token arrives in the URL fragment (#token=..., never sent to the server in a
+// URL), is kept in sessionStorage and sent as `Authorization: Bearer`. The live view reads the
+// server's event stream with fetch (EventSource cannot send that header): `roster` events
+// carry changed student rows, `points` events new loss points; both merge idempotently, so a
+// reconnect simply replays. Test hook: window.teacherState.
+
+import uPlot from "/vendor/uplot/uPlot.esm.js";
+import { $, el, num, pct } from "../lib/util.js";
+import { VERDICT_TITLE } from "../lib/verdict.js";
+
+const TOKEN_KEY = "webgpu-trainer.teacher-token";
+const RENDER_MS = 500;
+
+const state = {
+  token: null, info: null, schema: null, sessions: [], session: null, addr: 0,
+  roster: new Map(),          // student id -> row
+  curves: new Map(),          // student id -> {run, steps: Map(step -> loss)}
+  leaderboard: [],            // names, best first
+  connected: false, events: 0,
+};
+window.teacherState = state;
+
+
+function showError(text) {
+  $("error-text").textContent = text;
+  $("error").hidden = false;
+}
+
+// ------------------------------------------------------------------------------- the API
+async function api(path, options = {}) {
+  const res = await fetch(path, { ...options, cache: "no-store",
+    headers: { Authorization: `Bearer ${state.token}`, ...(options.headers ?? {}) } });
+  if (res.status === 403) {
+    signOut("That teacher token was not accepted.");
+    throw new Error("teacher token refused");
+  }
+  if (!res.ok) {
+    const body = await res.json().catch(() => ({}));
+    const err = new Error(body.error ?? `HTTP ${res.status}`);
+    err.problems = body.problems;
+    throw err;
+  }
+  return res;
+}
+const getJSON = async (path) => (await api(path)).json();
+
+function signOut(message) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  state.token = null;
+  $("dash").hidden = true;
+  $("login").hidden = false;
+  if (message) showError(message);
+}
+
+// ---------------------------------------------------------------------------- sessions
+async function loadSessions(select) {
+  state.sessions = await getJSON("/api/classroom/sessions");
+  const sel = $("session-select");
+  sel.replaceChildren(...state.sessions.map((s) => new Option(
+    `${s.name} · ${s.students} student${s.students === 1 ? "" : "s"}${s.open ? "" : " · closed"}`,
+    s.id)));
+  const pick = select ?? state.session?.id ?? state.sessions.find((s) => s.open)?.id ??
+    state.sessions[0]?.id;
+  if (pick) {
+    sel.value = pick;
+    await openSession(pick);
+  }
+}
+
+async function openSession(sid) {
+  if (state.session?.id !== sid) {
+    state.roster.clear();
+    state.curves.clear();
+    rebuildChart();
+  }
+  state.session = await getJSON(`/api/classroom/sessions/${encodeURIComponent(sid)}`);
+  history.replaceState(null, "", `/teacher?session=${encodeURIComponent(sid)}`);
+  renderJoin();
+  connect(sid);
+}
+
+function renderJoin() {
+  const s = state.session;
+  const addrs = s.join;
+  const sel = $("addr-select");
+  sel.hidden = addrs.length < 2;
+  sel.replaceChildren(...addrs.map((j, i) => new Option(new URL(j.url).host, i)));
+  sel.value = String(Math.min(state.addr, addrs.length - 1));
+  const j = addrs[Number(sel.value)] ?? addrs[0];
+  if (j) {
+    $("join-url").textContent = j.url;
+    $("join-url").href = j.url;
+    $("qr").src = `data:image/svg+xml;charset=utf-8,${encodeURIComponent(j.qr_svg)}`;
+  }
+  const pinned = s.pinned.filter((k) => Object.hasOwn(s.config, k))
+    .map((k) => `${k} ${s.config[k]}`);
+  $("pinned-text").textContent = pinned.length ? `Locked for students: ${pinned.join(" · ")}`
+    : "Students may change every setting.";
+  $("session-state").textContent = s.open ? "open" : "closed: nobody new can join";
+  $("toggle-open").textContent = s.open ? "Close session" : "Reopen session";
+}
+
+// ------------------------------------------------------------------------- live stream
+let streamAbort = null;
+
+async function connect(sid) {
+  streamAbort?.abort();
+  const ctl = new AbortController();
+  streamAbort = ctl;
+  let backoff = 1000;
+  while (!ctl.signal.aborted && state.token) {
+    try {
+      const res = await api(`/api/classroom/sessions/${encodeURIComponent(sid)}/events`,
+        { signal: ctl.signal });
+      setLive(true);
+      backoff = 1000;
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let cut;
+        while ((cut = buf.indexOf("\n\n")) >= 0) {
+          onEvent(buf.slice(0, cut));
+          buf = buf.slice(cut + 2);
+        }
+      }
+    } catch (e) {
+      if (ctl.signal.aborted) return;
+    }
+    setLive(false);
+    await new Promise((r) => setTimeout(r, backoff));
+    backoff = Math.min(backoff * 2, 15000);
+  }
+}
+
+function setLive(on) {
+  state.connected = on;
+  $("live").dataset.state = on ? "on" : "off";
+  $("live").textContent = on ? "live" : "reconnecting…";
+}
+
+function onEvent(text) {
+  let event = "message";
+  const data = [];
+  for (const line of text.split("\n")) {
+    if (line.startsWith("event:")) event = line.slice(6).trim();
+    else if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
+  }
+  if (!data.length) return;
+  const payload = JSON.parse(data.join("\n"));
+  state.events++;
+  if (event === "roster") {
+    for (const row of payload) state.roster.set(row.id, row);
+  } else if (event === "points") {
+    for (const [id, { run, points }] of Object.entries(payload)) {
+      let c = state.curves.get(id);
+      if (!c || c.run !== run) state.curves.set(id, c = { run, steps: new Map() });
+      for (const [step, loss] of points) c.steps.set(step, loss);
+    }
+  }
+  scheduleRender();
+}
+
+// ------------------------------------------------------------------------------ render
+let renderTimer = null;
+function scheduleRender() {
+  if (renderTimer) return;
+  renderTimer = setTimeout(() => { renderTimer = null; render(); }, RENDER_MS);
+}
+
+function render() {
+  renderRoster();
+  renderBoard();
+  renderChart();
+}
+
+const STATE_LABEL = { joined: "joined", training: "training", finished: "finished",
+  stopped: "stopped", error: "error", disconnected: "disconnected", "no WebGPU": "no WebGPU" };
+
+function renderRoster() {
+  const rows = [...state.roster.values()].sort((a, b) => a.joined_at - b.joined_at);
+  const body = $("roster").querySelector("tbody");
+  body.replaceChildren(...rows.map((r) => {
+    const tr = el("tr", { className: `state-${r.state.replace(/\s/g, "-")}` });
+    tr.dataset.student = r.id;
+    const prog = el("div", { className: "prog" });
+    const bar = el("progress", { max: Math.max(1, r.total_steps ?? 1), value: r.step ?? 0 });
+    prog.append(bar, el("span", { textContent: r.total_steps
+      ? `${r.step} / ${r.total_steps}` + (r.epochs ? ` · ep ${r.epoch ?? 0}/${r.epochs}` : "")
+      : "–" }));
+    // a finished or stopped run shows its verdict in the student's page's words and colours
+    const verdict = ["finished", "stopped"].includes(r.state) ? r.verdict : null;
+    const pill = el("span", { className: "pill", textContent: verdict
+      ? VERDICT_TITLE[verdict] ?? verdict : STATE_LABEL[r.state] ?? r.state });
+    pill.dataset.state = verdict && verdict !== "ok" ? `verdict-${verdict}` : r.state;
+    if (verdict) pill.dataset.verdict = verdict;
+    if (r.error || r.reason) pill.title = r.error ?? r.reason;
+    const model = el("td");
+    if (r.model_sha256) {
+      const b = el("button", { type: "button", className: "btn small", textContent: ".onnx",
+        title: `sha256 ${r.model_sha256}` });
+      b.addEventListener("click", () => download(`/api/classroom/models/${r.model_sha256}.onnx`,
+        `${r.name.replace(/[^\w.-]+/g, "-")}-run${r.run}.onnx`));
+      model.append(b);
+    }
+    const acc = el("td", { className: "num strong", textContent: pct(r.test_acc),
+      title: "as the student's page reported it" });
+    if (verdict) acc.dataset.verdict = verdict;
+    const cells = [
+      el("td", { className: "name", textContent: r.name }),
+      el("td", { className: "gpu-name", textContent: r.adapter ?? "–", title: r.adapter ?? "" }),
+      el("td", {}, pill), el("td", {}, prog),
+      el("td", { className: "num", textContent: num(r.loss) }),
+      el("td", { className: "num", textContent: pct(r.acc) }),
+      el("td", { className: "num", textContent: pct(r.val_acc) }),
+      acc,
+      el("td", { className: "num", textContent: r.images_per_s == null ? "–"
+        : Math.round(r.images_per_s).toLocaleString() }),
+      model,
+    ];
+    tr.append(...cells);
+    return tr;
+  }));
+  $("roster-empty").hidden = rows.length > 0;
+  const opt = [...$("session-select").options].find((o) => o.value === state.session?.id);
+  if (opt) opt.textContent = `${state.session.name} · ${rows.length} student` +
+    `${rows.length === 1 ? "" : "s"}${state.session.open ? "" : " · closed"}`;
+  $("roster-count").textContent = rows.length ? `${rows.length} joined · ` +
+    `${rows.filter((r) => r.state === "training").length} training · ` +
+    `${rows.filter((r) => r.state === "finished").length} finished` : "";
+}
+
+function renderBoard() {
+  const ranked = [...state.roster.values()].filter((r) => r.best_acc != null)
+    .sort((a, b) => b.best_acc - a.best_acc || (a.finished_at ?? 0) - (b.finished_at ?? 0));
+  state.leaderboard = ranked.map((r) => r.name);
+  $("leaderboard").replaceChildren(...ranked.map((r, i) => {
+    // the best run's verdict, as on the roster: a chance-level best is not shown as a success
+    const verdict = r.best_verdict ?? "ok";
+    const li = el("li", {}, el("span", { className: "rank", textContent: `${i + 1}` }),
+      el("span", { className: "who", textContent: r.name }),
+      el("span", { className: "acc", textContent: pct(r.best_acc) }));
+    if (verdict !== "ok") {
+      li.append(el("span", { className: "verdict-word",
+        textContent: VERDICT_TITLE[verdict] ?? verdict }));
+    }
+    li.dataset.student = r.id;
+    li.dataset.verdict = verdict;
+    return li;
+  }));
+  $("board-empty").hidden = ranked.length > 0;
+}
+
+// ---------------------------------------------------------------------------- the chart
+let chart = null;
+let chartIds = [];
+
+function color(i) {
+  return `hsl(${(i * 137.508) % 360} 68% 52%)`;
+}
+
+function rebuildChart() {
+  chart?.destroy();
+  chart = null;
+  chartIds = [];
+}
+
+function renderChart() {
+  const ids = [...state.roster.values()].sort((a, b) => a.joined_at - b.joined_at)
+    .map((r) => r.id).filter((id) => state.curves.has(id));
+  const box = $("curves");
+  $("curves-empty").hidden = ids.length > 0;
+  if (!ids.length) return;
+  const steps = [...new Set(ids.flatMap((id) => [...state.curves.get(id).steps.keys()]))]
+    .sort((a, b) => a - b);
+  const data = [steps, ...ids.map((id) => {
+    const m = state.curves.get(id).steps;
+    return steps.map((s) => (m.has(s) ? m.get(s) : null));
+  })];
+  if (!chart || ids.join() !== chartIds.join()) {
+    rebuildChart();
+    chartIds = ids;
+    const muted = getComputedStyle(document.documentElement).getPropertyValue("--muted");
+    const grid = getComputedStyle(document.documentElement).getPropertyValue("--grid");
+    const axis = { stroke: muted, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid } };
+    chart = new uPlot({
+      width: Math.max(280, box.clientWidth), height: 300,
+      scales: { x: { time: false } },
+      axes: [{ ...axis, label: "step" }, { ...axis, label: "loss", size: 56 }],
+      series: [{ label: "step" }, ...ids.map((id, i) => ({
+        label: state.roster.get(id)?.name ?? id, stroke: color(i), width: 1.6, spanGaps: true,
+        value: (u, v) => num(v) }))],
+      hooks: { setCursor: [legendToLatest] },
+    }, data, box);
+    legendToLatest(chart);
+  } else {
+    chart.setData(data);
+    legendToLatest(chart);
+  }
+}
+
+/** Away from the chart, its legend shows each student's latest loss instead of dashes. */
+function legendToLatest(u) {
+  const n = u.data[0].length;
+  if (n && (u.cursor.idx == null || u.cursor.left < 0)) u.setLegend({ idx: n - 1 });
+}
+
+new ResizeObserver(() => chart?.setSize({ width: Math.max(280, $("curves").clientWidth),
+  height: 300 })).observe($("curves"));
+
+// ------------------------------------------------------------------------------ actions
+async function download(path, name) {
+  try {
+    const blob = await (await api(path)).blob();
+    const a = el("a", { href: URL.createObjectURL(blob), download: name });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+  } catch (e) {
+    showError(`Download failed: ${e.message}`);
+  }
+}
+
+// The settings a teacher sets (and may lock) for a session: names of run-configuration fields;
+// their labels, kinds, choices and limits come from the schema (GET /api/config/schema), the
+// same one the page, the CLI and the server's validation use.
+const FIELD_NAMES = ["optimizer", "lr", "batch_size", "epochs", "seed", "init", "max_steps",
+  "eval_images", "momentum", "weight_decay"];
+
+/** [name, label, kind] of the dialog's rows: the model first, then FIELD_NAMES. */
+function dialogFields() {
+  const byName = Object.fromEntries(state.schema.fields.map((f) => [f.name, f]));
+  return [["model", "Model", "select"], ...FIELD_NAMES.filter((k) => byName[k]).map((k) => {
+    const f = byName[k];
+    return [k, f.label + (f.zero ? ` (0 = ${f.zero})` : ""),
+      f.type === "choice" ? "select" : "number", f];
+  })];
+}
+
+function openDialog() {
+  const d = state.info.defaults;
+  const cur = state.session?.config ?? d;
+  const box = $("s-fields");
+  box.replaceChildren(...dialogFields().map(([k, label, kind, f]) => {
+    const id = `s-${k}`;
+    let input;
+    if (kind === "select") {
+      const opts = k === "model" ? state.info.models : f.choices;
+      input = el("select", { id, name: k }, ...opts.map((o) => new Option(o, o)));
+    } else {
+      input = el("input", { id, name: k, type: "number", step: f.type === "int" ? "1" : "any",
+        min: String(f.min ?? 0), title: f.help ?? "" });
+    }
+    input.value = String(cur[k] ?? d[k] ?? f?.default ?? "");
+    // the seed is the students' own unless pinned: each gets one derived from this one
+    const lock = el("input", { type: "checkbox", name: `pin-${k}`,
+      checked: state.session ? state.session.pinned.includes(k) : k !== "seed" });
+    const seed = k === "seed";
+    return el("div", { className: "field" },
+      el("label", { htmlFor: id, textContent: label }),
+      el("div", { className: "with-lock" }, input,
+        el("label", { className: "lock", title: seed ? "pinned: every student trains with " +
+          "this seed (the same curve); else each gets their own seed derived from it"
+          : "students cannot change it" }, lock, seed ? " pin seed" : " lock")));
+  }));
+  $("s-error").hidden = true;
+  $("session-dialog").showModal();
+}
+
+async function createSession(ev) {
+  ev.preventDefault();
+  const f = $("session-form");
+  const config = {};
+  const pinned = [];
+  for (const [k, , kind] of dialogFields()) {
+    const v = f.elements[k].value;
+    config[k] = kind === "number" ? Number(v) : v;
+    if (f.elements[`pin-${k}`].checked) pinned.push(k);
+  }
+  try {
+    const res = await api("/api/classroom/sessions", { method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ name: f.elements.name.value, config, pinned }) });
+    const s = await res.json();
+    $("session-dialog").close();
+    await loadSessions(s.id);
+  } catch (e) {
+    $("s-error").textContent = (e.problems ?? [e.message]).join("\n");
+    $("s-error").hidden = false;
+  }
+}
+
+async function toggleOpen() {
+  const s = state.session;
+  await api(`/api/classroom/sessions/${encodeURIComponent(s.id)}`, { method: "PATCH",
+    headers: { "Content-Type": "application/json" }, body: JSON.stringify({ open: !s.open }) });
+  await loadSessions(s.id);
+}
+
+// ------------------------------------------------------------------------------- boot
+async function start() {
+  $("login").hidden = true;
+  try {
+    state.info = await getJSON("/api/classroom/info");
+    state.schema = await getJSON("/api/config/schema");
+  } catch (e) {
+    if (state.token) showError(`Could not load the dashboard: ${e.message}`);
+    return;
+  }
+  $("dash").hidden = false;
+  if (state.info.ca_sha256) {
+    $("trust").hidden = false;
+    $("ca-fp").textContent = state.info.ca_sha256;
+  }
+  const wanted = new URLSearchParams(location.search).get("session");
+  await loadSessions(wanted ?? undefined);
+}
+
+function boot() {
+  const hash = new URLSearchParams(location.hash.slice(1));
+  if (hash.get("token")) {
+    sessionStorage.setItem(TOKEN_KEY, hash.get("token"));
+    history.replaceState(null, "", location.pathname + location.search);  // off the screen
+  }
+  state.token = sessionStorage.getItem(TOKEN_KEY);
+  $("error-close").addEventListener("click", () => { $("error").hidden = true; });
+  $("login-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    state.token = $("token").value.trim();
+    sessionStorage.setItem(TOKEN_KEY, state.token);
+    $("error").hidden = true;
+    start();
+  });
+  $("session-select").addEventListener("change", (ev) => openSession(ev.target.value));
+  $("addr-select").addEventListener("change", (ev) => {
+    state.addr = Number(ev.target.value);
+    renderJoin();
+  });
+  $("copy-url").addEventListener("click", () => navigator.clipboard?.writeText(
+    $("join-url").textContent));
+  $("new-session").addEventListener("click", openDialog);
+  $("s-cancel").addEventListener("click", () => $("session-dialog").close());
+  $("session-form").addEventListener("submit", createSession);
+  $("toggle-open").addEventListener("click", () => toggleOpen().catch((e) =>
+    showError(e.message)));
+  $("download-csv").addEventListener("click", () => download(
+    `/api/classroom/sessions/${encodeURIComponent(state.session.id)}/results.csv`,
+    `class-${state.session.name}-results.csv`));
+  if (state.token) start();
+  else $("login").hidden = false;
+}
+
+boot();

@@ -1,7 +1,0 @@
-// The words of a run's verdict (engine/verdict.py's kinds), shared by the student's page
-// (web/results.js) and the teacher's roster (web/teacher.js): the same words on both.
-
-/** The verdict's heading and the status line's words. */
-export const VERDICT_TITLE = {
-  ok: "Finished", diverged: "Diverged", chance: "No better than chance", stopped: "Stopped early",
-};
