@@ -10,8 +10,8 @@ here by one function so the recorder and the test compute them the same way:
 - ``selfcheck``: the GPU self-check (``webgpu-trainer doctor``): each row's case, check and
   error against the committed float64 references.
 - ``cases``: every op case of tests/cases (the lists of tests/test_ops_*.py, test_plan.py and
-  test_parity.py): one step (or the optimizer case's steps) through ``engine/parity.py``; the
-  loss and accuracy, and a ``digest`` of each float32 array read back: the model output, the
+  test_parity.py): one step (or the optimizer case's steps) through ``engine/tools/parity.py``;
+  the loss and accuracy, and a ``digest`` of each float32 array read back: the model output, the
   activations ``acts`` and activation gradients ``dacts`` the case names, the flat gradient
   buffer (training cases) and the flat weight buffer.
 

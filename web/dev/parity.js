@@ -1,5 +1,6 @@
 // The parity page: the same worker as the trainer; window.runParity(casesJson) resolves with
-// the worker's results (a JSON string, see py/webgpu_trainer/engine/parity.py) and lists them.
+// the worker's results (a JSON string, see py/webgpu_trainer/engine/tools/parity.py) and
+// lists them.
 const worker = new Worker("/lib/worker.js", { type: "module" });
 const statusEl = document.getElementById("status");
 const body = document.querySelector("#cases tbody");

@@ -10,8 +10,8 @@
 // several files and a rename dance for the same guarantee. ArrayBuffers are stored as they
 // are (structured clone), with no encoding.
 //
-// The worker's side is py/webgpu_trainer/engine/browser_storage.py; the sections are
-// engine/checkpoint.py's (the CLI's .ckpt files hold the same bytes).
+// The worker's side is py/webgpu_trainer/worker/storage.py; the sections are
+// engine/train/checkpoint.py's (the CLI's .ckpt files hold the same bytes).
 
 import { createStore, get, set, del, update } from "/vendor/idb-keyval/index.js";
 import { $, humanBytes, pct } from "../lib/util.js";

@@ -11,7 +11,7 @@ const PHASE_LABEL = {
   booting: "starting up", ready: "ready", training: "training", paused: "paused", done: "done",
   error: "error", lost: "GPU lost",
 };
-// the pill after a run: the verdict of engine/verdict.py
+// the pill after a run: the verdict of engine/train/verdict.py
 const DONE_LABEL = { ok: "done", diverged: "diverged", chance: "chance level", stopped: "stopped" };
 
 /** True while a run goes on (training or paused). */

@@ -1,6 +1,6 @@
 // The kernels playground (#panel-kernels): an image (web/page/kernel-images.js) filtered by a 3x3
 // kernel (a preset of GET /api/kernels or the user's own) on the GPU by the engine's own Conv
-// kernel (worker message `convolve` -> `convolved`, engine/browser_kernels.py), input and output
+// kernel (worker message `convolve` -> `convolved`, worker/kernels.py), input and output
 // side by side, the output scaled from its min (black) to its max (white).
 //
 // One request at a time: a change while one is on its way is sent when it comes back (the

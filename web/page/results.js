@@ -1,5 +1,5 @@
 // The results card: the run's verdict (ok / diverged / no better than chance / stopped, and
-// why: engine/verdict.py), test accuracy and loss, the last validation accuracy, the test
+// why: engine/train/verdict.py), test accuracy and loss, the last validation accuracy, the test
 // set's views (web/page/evaluation.js) and "Download trained .onnx" (POST
 // /api/models/{name}/export with the trained weights and the run's provenance).
 

@@ -4,7 +4,7 @@
 // bounding box scaled to fit 20x20 keeping its aspect ratio (anti-aliased grey levels 0..255),
 // placed in 28x28 with its centre of mass at the centre. Worker message: `predict {id, pixels |
 // index}` -> `prediction {id, probs, index, label, model, step, untrained}`
-// (engine/browser_inspect.py). One request in flight: every answer that arrives is shown (the
+// (worker/views.py). One request in flight: every answer that arrives is shown (the
 // latest one), "updating…" while one is on its way, and the input changed meanwhile is asked
 // next. Before any run the model's initial weights answer (web/page/prepare.js), said untrained.
 // The Results panel's `pick-test-image` event (detail: index) shows that test image here,
