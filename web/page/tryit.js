@@ -34,7 +34,7 @@ let sentAt = 0;
 let opening = false;        // the Results panel opens this tab on an image: no other pick
 let again = false;          // the input changed while one was on its way: ask once it is back
 let current = null;         // what is shown: {pixels} (drawn) or {index} (test image)
-let picks = 0;              // bumped by every pick and every keystroke in the index field
+let typed = 0;              // keystrokes in the index field (a pending pick yields to them)
 let debounce = null;
 const state = { probs: null, input: null, source: null, index: null, step: null,
   untrained: false, requests: 0, answers: 0, inFlight: 0 };
@@ -86,7 +86,7 @@ function build() {
     show(null);
   });
   // typing supersedes a pick still waiting for the test set (it would overwrite the field)
-  index.addEventListener("input", () => { picks++; });
+  index.addEventListener("input", () => { typed++; });
   index.addEventListener("change", () => pick(Number(index.value)));
   $("try-prev").addEventListener("click", () => pick(Number(index.value) - 1));
   $("try-next").addEventListener("click", () => pick(Number(index.value) + 1));
@@ -203,10 +203,10 @@ function classifyDrawing() {
   }
 }
 
-/** Show test image `index` (clamped to the test set) and classify it; a newer pick, or typing
- * in the index field, while the test set loads supersedes this one. */
+/** Show test image `index` (clamped to the test set) and classify it; typing in the index field
+ * while the test set loads supersedes this pick (it would overwrite what was typed). */
 export async function pick(index) {
-  const mine = ++picks;
+  const keys = typed;
   let set;
   try {
     set = await testSet();
@@ -214,7 +214,7 @@ export async function pick(index) {
     $("try-status").textContent = `Could not load the test images: ${e.message ?? e}`;
     return;
   }
-  if (mine !== picks) return;
+  if (keys !== typed) return;
   index = Math.max(0, Math.min(set.count - 1, Math.floor(Number(index) || 0)));
   $("try-index").max = set.count - 1;
   $("try-index").value = index;
