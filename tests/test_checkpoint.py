@@ -14,7 +14,6 @@ from conftest import run
 from webgpu_trainer import onnx_io
 from webgpu_trainer.cli import commands as native
 from webgpu_trainer.engine.train import checkpoint
-from webgpu_trainer.engine.train.loop import Trainer
 
 from e2e_fixtures import REPO
 

@@ -38,10 +38,10 @@ class Case:
     uniform (Dropout masks); ``loss``: a loss spec of ops/losses.py (None: auto);
     ``init_seed``: re-initialise the weights on the GPU first (Plan.init_weights);
     ``optimizer`` / ``steps``: optimizer steps (browser parity and the self-check; the native
-    optimizers are checked against torch in tests/test_optim.py); ``patch``: Builder class attributes set
-    while the native plan is built (e.g. a smaller REDUCE_CHUNK; such cases do not run in the
-    browser); ``zero_grads``: parameters whose gradient is zero in exact arithmetic (a bias
-    before a BatchNorm: only rounding noise is compared, see ``harness.compare``);
+    optimizers are checked against torch in tests/test_optim.py); ``patch``: Builder class
+    attributes set while the native plan is built (e.g. a smaller REDUCE_CHUNK; such cases do not
+    run in the browser); ``zero_grads``: parameters whose gradient is zero in exact arithmetic (a
+    bias before a BatchNorm: only rounding noise is compared, see ``harness.compare``);
     ``checks``: extra assertions ``f(res, want)`` after the comparison;
     ``browser``: False keeps a case out of the browser (say why where it is set);
     ``selfcheck``: one of the GPU self-check's cases (``selfcheck_cases``).

@@ -2,7 +2,6 @@
 over the last 1 or 2 dims -> Flatten -> Gemm -> LogSoftmax; rows of 1 to 4096 values, the Mean /
 InvStdDev outputs, Scale / B broadcast over 2 normalised dims, many rows, a frozen Scale."""
 
-from cases import case
 from cases.blocks import chain, flat_head_case, gemm_to
 from conftest import f32, node, rng_for
 

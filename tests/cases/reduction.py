@@ -5,7 +5,6 @@ everything to a scalar, empty axes with noop_with_empty_axes."""
 
 import numpy as np
 
-from cases import case
 from cases.blocks import flat_head_case, gemm_to, shape_const
 from conftest import f32, node, rng_for
 

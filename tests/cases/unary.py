@@ -10,7 +10,7 @@ import numpy as np
 
 from cases import case
 from cases.blocks import chain, floats, head2
-from conftest import _record, f32, make_graph, node, rng_for
+from conftest import _record, f32, node, rng_for
 
 # op id -> (op_type, attrs, input sampler(rng, n))
 

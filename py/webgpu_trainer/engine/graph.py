@@ -59,7 +59,7 @@ class Graph:
                 raise
             except (IndexError, KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
                 raise GraphError(f"node {n['name']} ({n['op_type']}): cannot infer shape from "
-                                 f"inputs {ins}: {exc!r}")
+                                 f"inputs {ins}: {exc!r}") from exc
             for name, shape in zip(n["outputs"], outs):
                 if name:
                     shapes[name] = shape

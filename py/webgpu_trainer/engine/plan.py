@@ -54,7 +54,8 @@ class Plan:
         self.step = dev.buffer(STEP_BYTES, "step", uniform=True)
         self.metrics = dev.buffer(8 * METRICS_RING, "metrics")
         self.wbytes = wbytes
-        self.weights = {n: Tensor(t["shape"], self.P, t["offset"]) for n, t in graph.tensors.items()}
+        self.weights = {n: Tensor(t["shape"], self.P, t["offset"])
+                        for n, t in graph.tensors.items()}
         self.trainable = {n for n, t in graph.tensors.items() if t["role"] == "param"
                           and (trainable is None or n in trainable)}
         self.const_tensors = {}

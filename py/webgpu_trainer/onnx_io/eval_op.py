@@ -41,7 +41,7 @@ def _cast(node, ins) -> list:
     try:
         dt = helper.tensor_dtype_to_np_dtype(to)
     except Exception:  # noqa: BLE001
-        raise _NotFoldable(f"cast to {_type_name(to)}")
+        raise _NotFoldable(f"cast to {_type_name(to)}") from None
     if np.dtype(dt).kind not in "biuf":
         raise _NotFoldable(f"cast to {_type_name(to)}")
     return [np.asarray(ins[0]).astype(dt)]
@@ -208,7 +208,7 @@ def _reference(node, ins, opset: int) -> list:
         feeds = {n: v for n, v in zip(names, ins) if n}
         outs = ev.run(None, feeds)
     except Exception as e:  # noqa: BLE001
-        raise _NotFoldable(f"not evaluable ({type(e).__name__}: {e})")
+        raise _NotFoldable(f"not evaluable ({type(e).__name__}: {e})") from e
     for o in outs:
         _guard(np.asarray(o).size, node)
     return [np.asarray(o) for o in outs]

@@ -90,7 +90,7 @@ def _dequantize_weights(model: onnx.ModelProto) -> tuple[list[dict], list[str]]:
         if t.data_type not in _QUANTIZED | {TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E5M2}:
             continue
 
-        def value(k):
+        def value(k, n=n):
             if len(n.input) <= k or not n.input[k]:
                 return None
             x = n.input[k]

@@ -47,7 +47,8 @@ def _dims(vi: onnx.ValueInfoProto) -> list | None:
 
 def _value_info(vi: onnx.ValueInfoProto) -> dict:
     """ValueInfo -> {"name", "shape" (ints, dim_param strings, or None), "dtype"}."""
-    return {"name": vi.name, "shape": _dims(vi), "dtype": _dtype_name(vi.type.tensor_type.elem_type)}
+    return {"name": vi.name, "shape": _dims(vi),
+            "dtype": _dtype_name(vi.type.tensor_type.elem_type)}
 
 
 def _json_attr(a: onnx.AttributeProto) -> Any:

@@ -84,7 +84,7 @@ def _read_model(path: str) -> onnx.ModelProto:
         model.ParseFromString(data)
     except Exception as e:  # noqa: BLE001 - DecodeError and friends
         raise _error(path, [f"not a valid ONNX file (truncated or not ONNX): the protobuf "
-                            f"decoder failed after reading {size:,} bytes: {e}"])
+                            f"decoder failed after reading {size:,} bytes: {e}"]) from e
     missing = [what for what, ok in (("ir_version", model.ir_version > 0),
                                      ("graph", model.HasField("graph")),
                                      ("opset_import", bool(model.opset_import))) if not ok]

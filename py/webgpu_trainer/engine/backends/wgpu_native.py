@@ -68,7 +68,8 @@ class Device:
         else:
             adapter = wgpu.gpu.request_adapter_sync(power_preference=power_preference)
         if adapter is None:
-            raise RuntimeError("wgpu found no GPU adapter (install mesa-vulkan-drivers for a CPU one)")
+            raise RuntimeError("wgpu found no GPU adapter "
+                               "(install mesa-vulkan-drivers for a CPU one)")
         limits = adapter.limits
         self.device = adapter.request_device_sync(required_limits={
             "max-storage-buffer-binding-size": limits["max-storage-buffer-binding-size"],

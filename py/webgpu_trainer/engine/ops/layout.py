@@ -16,8 +16,9 @@ and bounds; out-of-bounds cells get a fill value. The gradients follow PyTorch's
 
 Attribute-like inputs (Slice starts/ends/axes/steps, Pad pads/axes, Expand shape) must be
 constants of the model description; ``infer`` (layout_rules.py, with the per-op specs) raises
-``GraphError`` naming the node and the input otherwise. The form (inputs or attributes) follows the node: inputs when present
-(Slice opset >= 10, Pad opset >= 11), else the attributes of the older opsets.
+``GraphError`` naming the node and the input otherwise. The form (inputs or attributes) follows
+the node: inputs when present (Slice opset >= 10, Pad opset >= 11), else the attributes of the
+older opsets.
 """
 
 from ..backends.base import groups_1d

@@ -71,7 +71,7 @@ def infer(node, ins, consts):
     try:
         return [out_shape(ins[0], ins[1])]
     except ValueError as exc:
-        raise GraphError(f"node {node['name']} (MatMul): {exc}")
+        raise GraphError(f"node {node['name']} (MatMul): {exc}") from exc
 
 
 def init(node, graph):

@@ -213,7 +213,7 @@ class GpuEngine:
                 self.dev.write(upload, chunk + bytes(round_up(pb * pixels) - len(chunk)))
                 self.dev.write(plan.step, pack_step(0, 0, self.seed, 0.0))
                 copies = []
-                for (name, t), start in zip(acts, starts):
+                for (_name, t), start in zip(acts, starts):
                     per = t.numel // pb * 4
                     copies.append((t.buf, t.offset, out, start + lo * per, k * per))
                 self.dev.submit([program], copies=copies)
