@@ -7,6 +7,7 @@ is O(1) bridge calls. Weights, running statistics and gradients live in two flat
 exactly like the bundle's weight blob (``P`` and ``G``); ``mask`` marks trainable elements.
 """
 
+import math
 import struct
 
 from .backends.base import groups_1d, round_up
@@ -180,7 +181,7 @@ class Plan:
         """Activation buffers (ReLU in place, Flatten/Identity as views) and their gradients."""
         g, dev, shapes = self.graph, self.dev, self.shapes
         inp = g.input["name"]
-        self.input = Tensor(shapes[inp], dev.buffer(4 * _numel(shapes[inp]), inp))
+        self.input = Tensor(shapes[inp], dev.buffer(4 * math.prod(shapes[inp]), inp))
         self.labels = Tensor([self.batch], dev.buffer(4 * self.batch, "labels"))
         self.acts = {inp: self.input}
         needs = set()
@@ -203,7 +204,8 @@ class Plan:
                 elif node["op_type"] == "Dropout" and k > 0:
                     continue  # mask output: not materialised
                 else:
-                    self.acts[out] = Tensor(shapes[out], dev.buffer(4 * _numel(shapes[out]), out))
+                    self.acts[out] = Tensor(shapes[out],
+                                            dev.buffer(4 * math.prod(shapes[out]), out))
         # The loss (ops/losses.py) on the raw output [batch, classes]: "auto" = NLLLoss(mean)
         # when the model ends in LogSoftmax, NLL of log(output) when it ends in Softmax, else
         # CrossEntropyLoss(mean). CrossEntropy is the NLL (with label smoothing) of a
@@ -235,7 +237,7 @@ class Plan:
                               "inputs": [self.scores], "outputs": [self.logp],
                               "attrs": {"axis": 1}}
             self.acts[self.logp] = Tensor(shapes[g.output],
-                                          dev.buffer(4 * _numel(shapes[g.output]), self.logp))
+                                          dev.buffer(4 * math.prod(shapes[g.output]), self.logp))
         # Uses of each tensor that needs a gradient; a tensor used more than once gets one
         # gradient buffer per use (contrib), summed before its producer's backward runs.
         uses: dict = {}
@@ -248,7 +250,7 @@ class Plan:
         self.grads = {}
         if self.loss_input == self.logp and self.head_node:
             self.grads[self.logp] = Tensor(shapes[g.output],
-                                           dev.buffer(4 * _numel(shapes[g.output]), "dlogp"))
+                                           dev.buffer(4 * math.prod(shapes[g.output]), "dlogp"))
         for node in g.nodes:
             for k, out in enumerate(node["outputs"]):
                 if k or out not in needs or out not in self.acts or node is self.final_softmax:
@@ -259,7 +261,7 @@ class Plan:
                     self.grads[out] = Tensor(self.shapes[out], self.grads[src].buf)
                 else:
                     self.grads[out] = Tensor(self.shapes[out],
-                                             dev.buffer(4 * _numel(self.shapes[out]), "d" + out))
+                                             dev.buffer(4 * math.prod(self.shapes[out]), "d" + out))
         for name in multi:
             shape = self.shapes[name]
             self.contrib_of[name] = []
@@ -268,7 +270,8 @@ class Plan:
                 if node["op_type"] in VIEWS and k == 0 and out in self.grads:
                     part = self.grads[out]  # a view's contribution is its output gradient
                 else:
-                    part = Tensor(shape, dev.buffer(4 * _numel(shape), f"d{name}@{node['name']}"))
+                    part = Tensor(shape, dev.buffer(4 * math.prod(shape),
+                                                    f"d{name}@{node['name']}"))
                 self.contrib[(node["name"], k)] = part
                 self.contrib_of[name].append(part)
 
@@ -326,10 +329,3 @@ class Plan:
 def _card_says(node, flag: str) -> bool:
     """Whether the card of ``node``'s op sets the fusion ``flag`` (``engine/ops``)."""
     return bool(getattr(OPS.get(node["op_type"]), flag, False))
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

@@ -1,14 +1,14 @@
 """Element counts, constants as integer lists, and ONNX Reshape's output dims."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
 def _numel(dims) -> int:
-    n = 1
-    for d in dims:
-        n *= int(d)
-    return n
+    """The element count of a shape whose dims may be numpy integers."""
+    return math.prod(int(d) for d in dims)
 
 
 def _int_list(arr) -> list[int]:

@@ -13,19 +13,14 @@ Gradients (PyTorch native_layer_norm_backward), with xhat = (x - mean) * rstd, g
 Short rows run one thread per row, long ones (or few rows) one workgroup per row.
 """
 
+import math
+
 from ..backends.base import groups_1d
 from .reduction import per_row_workgroup
 from ..errors import GraphError
 
 TYPES = ("LayerNormalization",)
 ATTRS = {"LayerNormalization": {"axis": -1, "epsilon": 1e-5, "stash_type": 1}}
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _axis(node, rank):
@@ -45,7 +40,7 @@ def _param_size(node, shape, norm, what):
         raise GraphError(f"node {node['name']} (LayerNormalization): {what} of shape "
                          f"{list(shape)} is not the normalised shape {list(norm)} or a trailing "
                          "part of it")
-    return _numel(dims)
+    return math.prod(dims)
 
 
 def dims(node, x, scale, bias=None):
@@ -55,7 +50,7 @@ def dims(node, x, scale, bias=None):
     if bias is not None and _param_size(node, bias, x[axis:], "B") != s:
         raise GraphError(f"node {node['name']} (LayerNormalization): B of shape {list(bias)} "
                          f"does not match Scale {list(scale)}")
-    return _numel(x[:axis]), _numel(x[axis:]), s, axis
+    return math.prod(x[:axis]), math.prod(x[axis:]), s, axis
 
 
 def infer(node, ins, consts):

@@ -21,9 +21,11 @@ the node: inputs when present (Slice opset >= 10, Pad opset >= 11), else the att
 older opsets.
 """
 
+import math
+
 from ..backends.base import groups_1d
 from .gemm import reduce_splits
-from .layout_rules import (MAX_RANK, _numel, _strides, concat_axis, pad_spec, slice_spec,
+from .layout_rules import (MAX_RANK, _strides, concat_axis, pad_spec, slice_spec,
                            transpose_perm)
 from .layout_rules import infer  # noqa: F401  (the ops contract: every family has infer)
 
@@ -118,7 +120,7 @@ async def gather(b, x, out, dims, src_off=0, dst_off=0, value=0.0, fill=None):
     every destination cell it indexes, ``value`` (or ``fill[0]``) where the source is out of
     bounds."""
     dims = _coalesce(dims)
-    n = _numel([d[0] for d in dims])
+    n = math.prod([d[0] for d in dims])
     if n == 0:
         return
     params = _pack(n, dims, src_off, dst_off, value, 1 if fill is not None else 0)
@@ -241,7 +243,7 @@ async def _sum_expanded(b, dy, dx, xshape):
     ds = _strides(dy.shape)
     kept = _merge([(yd, st) for xd, yd, st in zip(xp, dy.shape, ds) if xd == yd])
     red = _merge([(yd, st) for xd, yd, st in zip(xp, dy.shape, ds) if xd != yd])
-    n, r = dx.numel, _numel([s for s, _ in red])
+    n, r = dx.numel, math.prod([s for s, _ in red])
     if not red:  # nothing broadcast: a copy, dx contiguous in the order of the kept dims
         dst = _strides([s for s, _ in kept])
         await gather(b, dy, dx, [_plain(s, st, o) for (s, st), o in zip(kept, dst)])

@@ -8,13 +8,6 @@ from ..errors import GraphError
 MAX_RANK = 6
 
 
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def _strides(shape) -> list:
     """Row-major element strides of a contiguous tensor of ``shape``."""
     out, s = [], 1

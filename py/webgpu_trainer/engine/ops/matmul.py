@@ -32,13 +32,6 @@ def macs(node, shapes) -> int:
 MAX_DIMS = 4  # kept / reduced batch dims of one dispatch (after merging)
 
 
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def _split(a, b):
     """(batch shape, A's and B's batch shapes left-padded with 1, rows N, inner K, cols M) of
     numpy.matmul(A, B) with 1-D operands promoted; raises ValueError when they do not fit."""
@@ -130,7 +123,7 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
     sam, sak = a_mat
     sbk, sbn = b_mat
     dims = [d for d in dims if d[0] != 1]
-    total = _numel(out.shape)
+    total = math.prod(out.shape)
     if total == 0:
         return  # nothing to write (an empty output)
     red = [d[:3] for d in dims if not d[3]]
@@ -161,8 +154,8 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
         raise NotImplementedError(
             f"{node['name'] if node else 'MatMul'}: more than {MAX_DIMS} kept or reduced batch "
             f"dims after merging ({kept}, {red})")
-    nkept = _numel([d[0] for d in kept])
-    nred = _numel([d[0] for d in red])
+    nkept = math.prod([d[0] for d in kept])
+    nred = math.prod([d[0] for d in red])
     threads = nkept * ((rows + 3) // 4) * ((cols + 3) // 4)
     splits = b.splits(threads, inner, min_per_split=64) if inner else 1
     target = b.temp(splits * total) if splits > 1 else out

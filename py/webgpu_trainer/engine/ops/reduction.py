@@ -14,6 +14,8 @@ evenly among all the positions equal to the extreme (ties), dx = dy / count wher
 (not ``torch.max(dim)``, which gives it all to one index).
 """
 
+import math
+
 from ..backends.base import groups_1d
 from ..errors import GraphError
 
@@ -34,13 +36,6 @@ def per_row_workgroup(rows: int, length: int, contiguous: bool = True) -> bool:
     if not contiguous and rows >= 1024:
         return False
     return length >= 256 or (length >= 32 and rows < 1024)
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def reduce_axes(node, rank, axes_values=None):
@@ -107,7 +102,7 @@ def _params(b, node, shape):
     contiguous = not reduced or reduced[-1][1] == 1  # the innermost dims are reduced
     kept = [(1, 0)] * (_RUNS - len(kept)) + kept
     reduced = [(1, 0)] * (_RUNS - len(reduced)) + reduced
-    n_out, r = _numel(s for s, _ in kept), _numel(s for s, _ in reduced)
+    n_out, r = math.prod(s for s, _ in kept), math.prod(s for s, _ in reduced)
     mode = _MODE[node["op_type"]]
     scale = 1.0 / r if node["op_type"] == "ReduceMean" and r else 1.0
     params = dict(n_out=n_out, mode=mode, R=r, scale=scale)

@@ -7,6 +7,8 @@ op normalises along ``axis`` (default -1); before 13 the input is coerced to 2-D
 float32, output shape = input shape. Numerically stable (the row maximum is subtracted first).
 """
 
+import math
+
 from ..backends.base import groups_1d
 from .reduction import per_row_workgroup
 from ..errors import GraphError
@@ -31,13 +33,6 @@ def normalize(node, opset, shapes) -> list:
     return []
 
 
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def axis_of(node, rank, opset):
     """The normalised axis (>= 0); ONNX's default is -1 from opset 13, 1 before."""
     axis = node.get("attrs", {}).get("axis", -1 if opset >= 13 else 1)
@@ -52,8 +47,8 @@ def view(shape, node, opset=17):
     softmax axis (opset >= 13), or as [outer, C, 1] with C = prod(shape[axis:]) (opset < 13)."""
     axis = axis_of(node, len(shape), opset)
     if opset < 13:
-        return _numel(shape[:axis]), _numel(shape[axis:]), 1
-    return _numel(shape[:axis]), shape[axis], _numel(shape[axis + 1:])
+        return math.prod(shape[:axis]), math.prod(shape[axis:]), 1
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
 
 
 def _opset(b) -> int:

@@ -14,6 +14,8 @@ activation) is read by the kernel from its buffer and gets torch.clamp's gradien
 (``clamp_backward_min_max``: dy summed where x was clipped to it). dx = dy where min <= x <= max.
 """
 
+import math
+
 from ..backends import shaders
 from ..backends.base import groups_1d
 from .gemm import channel_sum
@@ -38,13 +40,6 @@ shaders.define("unary_ops", {f"UNARY_{op.upper()}": code for op, code in CODES.i
 _FROM_OUTPUT = ("Sigmoid", "Tanh", "Exp", "Sqrt", "Reciprocal")
 
 FLT_MAX = 3.4028234663852886e38
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _code(node) -> int:
@@ -72,7 +67,7 @@ def infer(node, ins, consts):
     _code(node)
     if node["op_type"] == "Clip":
         for k in (1, 2):
-            if len(ins) > k and ins[k] is not None and _numel(ins[k]) != 1:
+            if len(ins) > k and ins[k] is not None and math.prod(ins[k]) != 1:
                 raise GraphError(f"node {node['name']} (Clip): {('min', 'max')[k - 1]} has shape "
                                  f"{ins[k]}, not a scalar")
     return [list(ins[0])]

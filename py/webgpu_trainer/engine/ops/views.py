@@ -2,6 +2,8 @@
 Unsqueeze. The plan aliases the output (and its gradient) to the input, so they dispatch nothing.
 """
 
+import math
+
 from ..errors import GraphError
 
 TYPES = ("Flatten", "Identity", "Reshape", "Squeeze", "Unsqueeze")
@@ -13,13 +15,6 @@ def _allowzero(node, opset, shapes):
 
 ATTRS = {"Flatten": {"axis": 1}, "Identity": {}, "Reshape": {"allowzero": _allowzero},
          "Squeeze": {}, "Unsqueeze": {}}
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _axes(node, consts, rank):
@@ -37,7 +32,7 @@ def infer(node, ins, consts):
         return [list(x)]
     if op == "Flatten":
         axis = a.get("axis", 1) % (len(x) + 1) if x else 0
-        return [[_numel(x[:axis]), _numel(x[axis:])]]
+        return [[math.prod(x[:axis]), math.prod(x[axis:])]]
     if op == "Reshape":
         if consts[1] is None:
             raise GraphError(f"node {node['name']} (Reshape): the shape input "
@@ -47,13 +42,13 @@ def infer(node, ins, consts):
         if out.count(-1) > 1:
             raise GraphError(f"node {node['name']} (Reshape): more than one -1 in {want}")
         if -1 in out:
-            rest = _numel([d for d in out if d != -1])
-            if rest == 0 or _numel(x) % rest:
+            rest = math.prod([d for d in out if d != -1])
+            if rest == 0 or math.prod(x) % rest:
                 raise GraphError(f"node {node['name']} (Reshape): cannot reshape {x} to {want}")
-            out[out.index(-1)] = _numel(x) // rest
-        if _numel(out) != _numel(x):
+            out[out.index(-1)] = math.prod(x) // rest
+        if math.prod(out) != math.prod(x):
             raise GraphError(f"node {node['name']} (Reshape): cannot reshape {x} "
-                             f"({_numel(x)} values) to {want}")
+                             f"({math.prod(x)} values) to {want}")
         return [out]
     if op == "Squeeze":
         axes = _axes(node, consts, len(x))

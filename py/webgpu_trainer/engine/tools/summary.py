@@ -3,6 +3,8 @@ parameters are trainable (like torchinfo's table). Standard library only: the se
 page's worker can both compute it.
 """
 
+import math
+
 from ..graph import Graph, GraphError
 from ..ops import OPS, losses
 
@@ -10,10 +12,8 @@ MAC_OPS = tuple(t for t, m in OPS.items() if hasattr(m, "macs"))  # Conv, Gemm, 
 
 
 def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
+    """The element count of a shape whose dims may be numpy integers."""
+    return math.prod(int(d) for d in shape)
 
 
 def _macs(node, shapes) -> int:
