@@ -7,6 +7,7 @@ into the flat parameter buffer P (their gradients into G).
 """
 
 from ..backends.base import groups_1d
+from . import card
 
 TYPES = ("BatchNormalization",)
 ATTRS = {"BatchNormalization": {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0}}
@@ -45,12 +46,12 @@ def _params(b, node, x, ins, mask=0, want_dx=0):
     for d in shape[2:]:
         inner *= d
     parts = b.reduce_parts(shape[0] * inner)
-    a = node["attrs"]
+    a = card.read(node, ATTRS)
     offs = [b.offset_of(t) for t in ins[1:5]]
     return c, parts, dict(outer=shape[0], C=c, inner=inner, gamma=offs[0], beta=offs[1],
                           rmean=offs[2], rvar=offs[3], parts=parts,
-                          eps=float(a.get("epsilon", 1e-5)),
-                          momentum=float(a.get("momentum", 0.9)), mask=mask, want_dx=want_dx)
+                          eps=float(a["epsilon"]), momentum=float(a["momentum"]), mask=mask,
+                          want_dx=want_dx)
 
 
 async def forward(b, node, ins, outs, train):
