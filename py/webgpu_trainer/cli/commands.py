@@ -47,8 +47,9 @@ trained exits 2 after listing every problem, one per line.
 The pieces live in ``checkpoints.py`` (the checkpoint file and its sections), ``devices.py``
 (``--device`` and the trainer for it), ``predict.py`` (the ``predict`` command), ``options.py``
 (the options of ``train`` and the fine-tuning options, from the schema), ``run_config.py`` (the
-config from the options, ``--resume``) and ``summary_table.py`` (``summary``'s table); their
-names stay importable from here.
+config from the options, ``--resume``), ``train_outputs.py`` (config.json, the call-backs that
+write metrics.jsonl and the checkpoints, the provenance) and ``summary_table.py``
+(``summary``'s table); their names stay importable from here.
 """
 
 from __future__ import annotations
@@ -57,11 +58,8 @@ import argparse
 import asyncio
 import hashlib
 import json
-import math
-import os
 import platform
 import sys
-import time
 from pathlib import Path
 
 from . import doctor
@@ -78,6 +76,7 @@ from ..engine.ops import losses
 from .summary_table import format_summary
 from .run_config import flag_errors, resolve_config, resolve_trainable, with_trainable
 from .options import add_freeze_options, add_train
+from .train_outputs import callbacks, config_document, print_trainable, provenance
 from .predict import (add_predict, engine_log_probs as engine_log_probs, predict,
                       onnxruntime_probs as onnxruntime_probs)
 
@@ -142,7 +141,9 @@ def train(args) -> int:
         return 1
 
 
-async def _train(args) -> int:
+def _resolve(args):
+    """``args``' config checked against its model: ``(cfg, model_path, out, stored, graph,
+    weights, classes)``; the loss is printed where a final Softmax decides it."""
     from .. import onnx_io
     cfg, model_path, out, stored = resolve_config(args)
     if not model_path.is_file():
@@ -158,6 +159,50 @@ async def _train(args) -> int:
     spec = losses.resolve(cfg.trainer_config()["loss"], losses.final_op(graph), classes)
     if losses.final_op(graph) == "Softmax":
         print(f"loss: {losses.describe(spec, 'Softmax')}", file=sys.stderr)
+    return cfg, model_path, out, stored, graph, weights, classes
+
+
+def _nothing_to_train(cfg, out, step, total) -> bool:
+    """True (and says so) when a resumed run is already at or past its last step."""
+    if step < total:
+        return False
+    why = (f"--max-steps {cfg['max_steps']}" if cfg["max_steps"] > 0
+           and total == cfg["max_steps"] else f"--epochs {cfg['epochs']}")
+    print(f"error: nothing to train: {out} is at step {step} and the run ends at "
+          f"step {total} ({why}); resume with a larger --epochs or --max-steps",
+          file=sys.stderr)
+    return True
+
+
+async def _run(trainer, args, cfg, out, config_doc, per_epoch, total) -> dict:
+    """Writes config.json, then runs ``trainer`` with the progress bar and the per-epoch
+    call-backs; a run failing before its first step leaves ``out`` as it was."""
+    undo, stepped = undo_for(out), [False]  # a run failing before its first step: no trace
+    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "config.json", (json.dumps(config_doc, indent=2) + "\n").encode())
+    bar = None
+    if not getattr(args, "no_progress", False):
+        from tqdm import tqdm
+        bar = tqdm(total=total, initial=trainer.step, unit="step", dynamic_ncols=True,
+                   desc="train", file=sys.stderr)
+    trainer.emit, trainer.on_epoch, trainer.on_checkpoint = callbacks(
+        trainer, cfg, out, bar, per_epoch, config_doc["model"]["sha256"], stepped)
+    try:
+        return await trainer.run()
+    except train_mod.TrainingDiverged:
+        raise  # a step ran: config.json says with what
+    except BaseException:
+        if not stepped[0]:
+            undo()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+async def _train(args) -> int:
+    from .. import onnx_io
+    cfg, model_path, out, stored, graph, weights, classes = _resolve(args)
     dev = open_device(cfg["device"])
     check = None if is_numpy(dev) else await doctor.gate(dev, getattr(args, "force", False))
     ckpt_path, header, sections = read_last(out) if stored else (None, None, None)
@@ -179,122 +224,20 @@ async def _train(args) -> int:
     await trainer.setup()
     if header:  # weights, optimizer state, epoch and step (engine/train/checkpoint.py)
         engine_ckpt.restore(trainer, header, sections, str(ckpt_path))
-    config_doc = {
-        "config": cfg.to_json(),
-        "model": {"path": str(model_path.resolve()), "name": graph["name"],
-                  "sha256": _sha256(model_path)},
-        "data": {"dataset": dataset, "source": source,
-                 "train_images": trainer.train_set.count,
-                 "val_images": trainer.val_set.count if trainer.val_set else 0,
-                 "eval_images": test_set.count, "data_dir": str(args.data_dir or "")},
-        "versions": versions(), "adapter": dev.info, "selfcheck": check,
-        "command": sys.argv[1:] if sys.argv else [],
-        "created": (stored or {}).get("created") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "resumes": (stored or {}).get("resumes", []) + (
-            [{"from": str(ckpt_path), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "device": cfg["device"]}] if ckpt_path else []),
-    }
+    config_doc = config_document(
+        cfg, model_path=model_path, model_sha256=_sha256(model_path), graph=graph,
+        dataset=dataset, source=source, trainer=trainer, test_set=test_set, data_dir=args.data_dir,
+        versions=versions(), dev=dev, check=check, stored=stored, ckpt_path=ckpt_path)
     if header:
         print(f"resuming {out} from {ckpt_path.name} (epoch {trainer.epoch}, step "
               f"{trainer.step})", file=sys.stderr)
-    if cfg["trainable"] is not None:
-        sizes = {t["name"]: math.prod(t["shape"]) for t in graph["tensors"]
-                 if t["role"] == "param"}
-        n_all = sum(sizes.values())
-        n_train = sum(sizes[n] for n in cfg["trainable"])
-        print(f"training {len(cfg['trainable'])} of {len(sizes)} parameters ({n_train:,} of "
-              f"{n_all:,} values): {', '.join(cfg['trainable'])}", file=sys.stderr)
-        if cfg["init"] == "scratch" and not header:
-            print("note: --init scratch re-initialises the frozen parameters too (fine-tuning "
-                  "usually wants --init finetune)", file=sys.stderr)
-
-    if header and trainer.step >= total:
-        why = (f"--max-steps {cfg['max_steps']}" if cfg["max_steps"] > 0
-               and total == cfg["max_steps"] else f"--epochs {cfg['epochs']}")
-        print(f"error: nothing to train: {out} is at step {trainer.step} and the run ends at "
-              f"step {total} ({why}); resume with a larger --epochs or --max-steps",
-              file=sys.stderr)
+    print_trainable(cfg, graph, bool(header))
+    if header and _nothing_to_train(cfg, out, trainer.step, total):
         return 2
-    undo, stepped = undo_for(out), [False]  # a run failing before its first step: no trace
-    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "config.json", (json.dumps(config_doc, indent=2) + "\n").encode())
-    bar = None
-    if not getattr(args, "no_progress", False):
-        from tqdm import tqdm
-        bar = tqdm(total=total, initial=trainer.step, unit="step", dynamic_ncols=True,
-                   desc="train", file=sys.stderr)
-    t0 = time.perf_counter()
-
-    def emit(kind, **kw):
-        if kind == "progress":
-            stepped[0] = True
-        if kind == "progress" and bar is not None:
-            bar.update(kw["step"] - bar.n)
-            loss, acc = (kw["losses"][-1][1:] if kw["losses"] else (float("nan"),) * 2)
-            bar.set_postfix_str(f"epoch {kw['epoch']}/{kw['epochs']} loss {loss:.4f} "
-                                f"acc {acc:.3f} {kw['images_per_s']:.0f} img/s", refresh=True)
-
-    async def on_epoch(epoch, step, m):
-        row = {"epoch": epoch, "step": step, "train_loss": m["train_loss"],
-               "train_acc": m["train_acc"], "valid_loss": m["val_loss"],
-               "valid_acc": m["val_acc"], "elapsed_s": round(time.perf_counter() - t0, 3)}
-        head = {**engine_ckpt.header(trainer, epoch, step), "device": cfg["device"],
-                "optimizer": cfg["optimizer"], "config": cfg.to_json(),
-                "model_sha256": config_doc["model"]["sha256"], "metrics": row}
-        # A --max-steps stop inside an epoch: epoch-NNN-step-SSSSSSS.ckpt (sorts before the
-        # epoch's own checkpoint, so the last file by name is the latest).
-        name = f"epoch-{epoch:03d}" + (f"-step-{step:07d}" if step % per_epoch else "")
-        write_checkpoint(out / "checkpoints" / f"{name}.ckpt", head,
-                         await engine_ckpt.capture(trainer))
-        with open(out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        msg = f"epoch {epoch}: train loss {row['train_loss']:.4f} acc {row['train_acc']:.4f}"
-        if row["valid_loss"] is not None:
-            msg += (f" | valid loss {row['valid_loss']:.4f} acc {row['valid_acc']:.4f} "
-                    f"({trainer.val_set.count:,} held-out training images)")
-        (bar.write(msg, file=sys.stderr) if bar is not None else print(msg, file=sys.stderr))
-
-    async def on_checkpoint(epoch, step):  # every --checkpoint-every-s, inside an epoch
-        head = {**engine_ckpt.header(trainer, epoch, step), "device": cfg["device"],
-                "optimizer": cfg["optimizer"], "config": cfg.to_json(),
-                "model_sha256": config_doc["model"]["sha256"], "metrics": None}
-        older = list((out / "checkpoints").glob("epoch-*-step-*.ckpt"))
-        write_checkpoint(out / "checkpoints" / f"epoch-{epoch:03d}-step-{step:07d}.ckpt", head,
-                         await engine_ckpt.capture(trainer))
-        for path in older:  # superseded: the newest one is what --resume takes
-            path.unlink(missing_ok=True)
-
-    trainer.emit, trainer.on_epoch, trainer.on_checkpoint = emit, on_epoch, on_checkpoint
-    try:
-        result = await trainer.run()
-    except train_mod.TrainingDiverged:
-        raise  # a step ran: config.json says with what
-    except BaseException:
-        if not stepped[0]:
-            undo()
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
+    result = await _run(trainer, args, cfg, out, config_doc, per_epoch, total)
     trained = await trainer.trained_weights()
-    provenance = {"dataset": dataset, "epochs": result["epochs_done"],
-                  "steps": result["steps"], "total_steps": total,
-                  "optimizer": cfg["optimizer"], "lr": cfg["lr"],
-                  "batch_size": cfg["batch_size"], "seed": cfg["seed"], "init": cfg["init"],
-                  "final_accuracy": result["test_acc"], "eval_images": trainer.n_eval,
-                  "train_images": trainer.train_set.count,
-                  "backend": "numpy" if is_numpy(dev) else "wgpu-native",
-                  "adapter": dev.info.get("device") or dev.info.get("description", "")}
-    engine_cfg = cfg.trainer_config()
-    if engine_cfg["scheduler"]:
-        provenance["scheduler"] = engine_cfg["scheduler"]
-    if engine_cfg["loss"] != losses.DEFAULT:
-        provenance["loss"] = engine_cfg["loss"]
-    if cfg["trainable"] is not None:
-        provenance["trainable"] = cfg["trainable"]
-    atomic_write(out / "model.onnx", onnx_io.export_onnx(model_path, trained, provenance))
+    atomic_write(out / "model.onnx", onnx_io.export_onnx(
+        model_path, trained, provenance(cfg, result, trainer, dev, dataset, total)))
     val = (f"valid acc {result['val_acc']:.4f} loss {result['val_loss']:.4f}, "
            if result["val_acc"] is not None else "")
     print(f"done: {result['steps']} steps, {val}test acc {result['test_acc']:.4f} loss "

@@ -178,7 +178,15 @@ class Plan:
         return self.grads.get(name)
 
     def _allocate(self):
-        """Activation buffers (ReLU in place, Flatten/Identity as views) and their gradients."""
+        """Activation buffers (ReLU in place, Flatten/Identity as views), the loss head's and
+        their gradients, allocated in that order."""
+        needs = self._allocate_acts()
+        self._allocate_loss()
+        self._allocate_grads(needs)
+
+    def _allocate_acts(self) -> set:
+        """The input, label and activation buffers (ReLU in place, Flatten/Identity as views);
+        returns the names of the tensors that need a gradient."""
         g, dev, shapes = self.graph, self.dev, self.shapes
         inp = g.input["name"]
         self.input = Tensor(shapes[inp], dev.buffer(4 * math.prod(shapes[inp]), inp))
@@ -206,6 +214,11 @@ class Plan:
                 else:
                     self.acts[out] = Tensor(shapes[out],
                                             dev.buffer(4 * math.prod(shapes[out]), out))
+        return needs
+
+    def _allocate_loss(self):
+        """The loss spec, its class weights and the LogSoftmax head the plan adds."""
+        g, dev, shapes = self.graph, self.dev, self.shapes
         # The loss (ops/losses.py) on the raw output [batch, classes]: "auto" = NLLLoss(mean)
         # when the model ends in LogSoftmax, NLL of log(output) when it ends in Softmax, else
         # CrossEntropyLoss(mean). CrossEntropy is the NLL (with label smoothing) of a
@@ -238,6 +251,10 @@ class Plan:
                               "attrs": {"axis": 1}}
             self.acts[self.logp] = Tensor(shapes[g.output],
                                           dev.buffer(4 * math.prod(shapes[g.output]), self.logp))
+
+    def _allocate_grads(self, needs):
+        """Gradient buffers of the tensors in ``needs`` and of the trainable parameters' uses."""
+        g, dev, shapes = self.graph, self.dev, self.shapes
         # Uses of each tensor that needs a gradient; a tensor used more than once gets one
         # gradient buffer per use (contrib), summed before its producer's backward runs.
         uses: dict = {}
