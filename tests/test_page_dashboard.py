@@ -305,7 +305,7 @@ def test_zoom_and_reset(run):
 
 def test_eta_format(run):
     got = run["app"].page.evaluate("""async () => {
-        const { duration } = await import('/util.js');
+        const { duration } = await import('/lib/util.js');
         return [0, 42.4, 59.6, 187, 3599, 3600, 86399, 3 * 86400 + 4 * 3600 + 100,
                 16781334 * 60, null, -1, NaN].map(duration);
     }""")
