@@ -114,7 +114,7 @@ def read_legacy(log: Log = _log) -> tuple[Arrays, str]:
     """The MNIST cache of earlier versions (``<repo>/.cache/mnist``), when it is valid: no
     download after the move to ``.cache/datasets/mnist``. Raises DataError."""
     old = store.default_root().parent / "mnist"
-    manifest, reason = check_cache(old)
+    manifest, reason = check_cache(old, None)  # prepare() then checks the md5s
     if manifest is None:
         raise DataError(f"no earlier cache: {reason}")
     log(f"reading the earlier cache {old}")

@@ -71,7 +71,7 @@ def parse(raw: bytes, part: str, name: str) -> tuple[np.ndarray, str]:
     if body < n * per:
         raise DataError(f"{name}: truncated: the header says {n:,} {part} ({n * per:,} bytes "
                         f"after the header) but the file holds {body:,}: record {body // per:,} "
-                        f"stops at byte offset {len(raw):,}")
+                        f"is cut off at byte offset {len(raw):,} (the end of the file)")
     if body > n * per:
         raise DataError(f"{name}: {body - n * per:,} bytes more than the {n:,} {part} the "
                         f"header says (from byte offset {head + n * per:,})")
