@@ -25,6 +25,36 @@ CIFAR10 = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "hors
 CIFAR100 = [f"fine{i:02d}" for i in range(100)]
 
 
+class _Py2Pickler(pickle._Pickler):
+    """Protocol 2 as Python 2's cPickle wrote the original CIFAR files: ``bytes`` (Python 2's
+    ``str``: dict keys, the pixel data inside numpy's array state) as BINSTRING opcodes."""
+
+    dispatch = dict(pickle._Pickler.dispatch)
+
+    def save_bytes(self, obj):
+        n = len(obj)
+        head = pickle.SHORT_BINSTRING + bytes([n]) if n < 256 else \
+            pickle.BINSTRING + n.to_bytes(4, "little")
+        self.write(head + obj)
+        self.memoize(obj)
+
+    def save_global(self, obj, name=None):
+        if getattr(obj, "__name__", "") == "_reconstruct":  # numpy 2's numpy._core: the
+            self.write(pickle.GLOBAL + b"numpy.core.multiarray\n_reconstruct\n")  # old name
+            self.memoize(obj)
+        else:
+            super().save_global(obj, name)
+
+    dispatch[bytes] = save_bytes
+
+
+def py2_pickle(obj) -> bytes:
+    """``obj`` pickled as the CIFAR python version's files are (``_Py2Pickler``)."""
+    out = io.BytesIO()
+    _Py2Pickler(out, protocol=2).dump(obj)
+    return out.getvalue()
+
+
 def _images(rng, n, shape=(3, 32, 32)):
     return rng.integers(0, 256, (n, *shape), dtype=np.uint8)
 
@@ -62,8 +92,9 @@ def cifar_binary(folder: Path, k: int = 10, per_batch: int = 10, seed: int = 0) 
 
 def cifar_python(folder: Path, k: int = 10, per_batch: int = 10, seed: int = 1) -> dict:
     """The python version: pickled dicts with byte-string keys (as the originals, written by
-    Python 2), ``data_batch_1..5`` + ``test_batch`` + ``batches.meta`` (CIFAR-10) or ``train``
-    + ``test`` + ``meta`` (CIFAR-100) in ``folder``. Returns the arrays as ``cifar_binary``."""
+    Python 2: ``py2_pickle``), ``data_batch_1..5`` + ``test_batch`` + ``batches.meta``
+    (CIFAR-10) or ``train`` + ``test`` + ``meta`` (CIFAR-100) in ``folder``. Returns the arrays
+    as ``cifar_binary``."""
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
     batches = ({f"data_batch_{i}": "train" for i in range(1, 6)} | {"test_batch": "test"}
@@ -78,13 +109,13 @@ def cifar_python(folder: Path, k: int = 10, per_batch: int = 10, seed: int = 1) 
             d[b"labels"] = y.tolist()
         else:
             d[b"fine_labels"], d[b"coarse_labels"] = y.tolist(), (y // 5).tolist()
-        (folder / name).write_bytes(pickle.dumps(d, protocol=2))
+        (folder / name).write_bytes(py2_pickle(d))
         out[split][0].append(x)
         out[split][1].append(y)
     meta = ({b"label_names": [c.encode() for c in CIFAR10], b"num_cases_per_batch": n}
             if k == 10 else {b"fine_label_names": [c.encode() for c in CIFAR100],
                              b"coarse_label_names": [f"coarse{i}".encode() for i in range(20)]})
-    (folder / ("batches.meta" if k == 10 else "meta")).write_bytes(pickle.dumps(meta, protocol=2))
+    (folder / ("batches.meta" if k == 10 else "meta")).write_bytes(py2_pickle(meta))
     return {s: (np.concatenate(xs), np.concatenate(ys)) for s, (xs, ys) in out.items()}
 
 

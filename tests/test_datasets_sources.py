@@ -190,6 +190,60 @@ def test_hostile_source_changes_nothing(tmp_path, kind):
     assert not (tmp_path / "PWNED").exists()  # the pickle's os.system never ran
 
 
+def test_restricted_unpickler():
+    """Python 3's own pickles of a batch load too; arrays of objects, calling numpy.ndarray
+    and BUILD on anything but an array or a dtype are refused."""
+    from webgpu_trainer.host.datasets.unpickle import load_plain
+    batch = {b"data": np.arange(6, dtype=np.uint8).reshape(2, 3), "labels": [1, 2],
+             "f": np.arange(3, dtype=">i4")}
+    assert b"numpy.core.multiarray\n_reconstruct" in fx.py2_pickle(batch)  # as the originals
+    for raw in [fx.py2_pickle(batch), *(pickle.dumps(batch, protocol=p) for p in (2, 3, 4))]:
+        got = load_plain(raw, "b")
+        assert got[b"data"].tolist() == [[0, 1, 2], [3, 4, 5]] and got["labels"] == [1, 2]
+        assert got["f"].tolist() == [0, 1, 2]  # big-endian: the byte order was applied
+    bad = {"object array": (pickle.dumps(np.array([None]), protocol=2),
+                            "not a CIFAR python batch: dtype object refused (numbers only)"),
+           "ndarray called": (b"\x80\x02cnumpy\nndarray\nK\x03\x85R.",
+                              "not a readable pickle (TypeError: 'ndarray-marker' object is "
+                              "not callable)"),
+           "BUILD on a dict": (b"\x80\x02}}b.", "not a CIFAR python batch: BUILD on a dict "
+                               "refused")}
+    for raw, message in bad.values():
+        with pytest.raises(DataError) as err:
+            load_plain(raw, "f")
+        assert str(err.value).startswith(f"f: {message}")
+
+
+def test_tar_links_and_bounds(tmp_path, monkeypatch):
+    """Link members are refused; a member or a whole archive past its bound is refused before
+    it is read (bounds lowered here: the real ones are 256 MiB and 1 GiB)."""
+    import tarfile
+    from webgpu_trainer.host.datasets import archive
+    link = tmp_path / "link.tar.gz"
+    with tarfile.open(link, "w:gz") as tar:
+        info = tarfile.TarInfo("cifar/data_batch_1.bin")
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(info)
+    with pytest.raises(DataError) as err:
+        prepare_source(link, tmp_path / "root", **QUIET)
+    assert str(err.value) == (f"{link}: member 'cifar/data_batch_1.bin' is a link or device: "
+                              "refused")
+    fx.cifar_binary(tmp_path / "src")
+    tar = fx.tar_gz(tmp_path / "src", tmp_path / "c.tar.gz", "c")
+    monkeypatch.setattr(archive, "MAX_BYTES", 30_000)
+    with pytest.raises(DataError) as err:
+        prepare_source(tar, tmp_path / "root", **QUIET)
+    assert str(err.value) == (f"{tar}: member 'c/data_batch_1.bin' is 30,730 bytes, more than "
+                              "30,000 (256 MiB, the bound for one data file)")
+    monkeypatch.setattr(archive, "MAX_BYTES", 1 << 28)
+    monkeypatch.setattr(archive, "MAX_TOTAL", 100_000)
+    with pytest.raises(DataError) as err:
+        prepare_source(tar, tmp_path / "root", **QUIET)
+    assert str(err.value) == (f"{tar}: unpacks to more than 100,000 bytes (1 GiB) or 10,000 "
+                              "files: refused")
+    assert not (tmp_path / "root").exists()
+
+
 def test_cli_error_exit_and_message(tmp_path, capsys):
     path, message = hostile("truncated cifar batch", tmp_path)
     assert main(["data", "--source", str(path), "--data-root", str(tmp_path / "r")]) == 1

@@ -14,6 +14,7 @@ are neither are refused (a corrupt download); any other set is the user's own da
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from pathlib import Path, PurePosixPath
 
@@ -66,7 +67,7 @@ def parse(raw: bytes, part: str, name: str) -> tuple[np.ndarray, str]:
     if part == "images" and (dims[1] not in (1, 3) or 0 in dims[2:]):
         raise DataError(f"{name}: images of {dims[1]} channel(s), {dims[2]}x{dims[3]}: expected "
                         "1 or 3 channels of at least 1x1 pixels")
-    n, per = dims[0], int(np.prod(dims[1:]))
+    n, per = dims[0], math.prod(dims[1:])
     body = len(raw) - head
     if body < n * per:
         raise DataError(f"{name}: truncated: the header says {n:,} {part} ({n * per:,} bytes "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -232,6 +233,8 @@ def write_folder(dest: Path, name: str, arrays: Arrays, log: Log = _log, *,
     Refuses to replace a folder that holds files but no manifest.json. Returns the manifest."""
     check_arrays(arrays, all_classes)
     dest = Path(dest)
+    if dest.is_symlink():
+        raise DataError(f"{dest} is a symbolic link: not replacing it")
     if dest.exists() and not (dest / "manifest.json").is_file() and (
             not dest.is_dir() or any(dest.iterdir())):
         raise DataError(f"{dest} exists and is not a dataset folder (no manifest.json): not "
@@ -300,7 +303,7 @@ def _check_entry(where: str, ent, count: int, sample: list, dtype: str) -> None:
     shape = ent.get("shape")
     ok = [count, *sample] if len(shape or []) == 1 + len(sample) else [count, *sample[1:]]
     _need(shape == ok, where, f"shape {str(shape)[:60]}, expected {ok}")
-    size = count * int(np.prod(sample)) * np.dtype(dtype).itemsize
+    size = count * math.prod(sample) * np.dtype(dtype).itemsize
     _need(ent.get("bytes") == size, where, f"bytes {str(ent.get('bytes'))[:20]}, expected {size}")
     sha = ent.get("sha256")
     _need(isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha) is not None, where,
