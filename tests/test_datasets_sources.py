@@ -307,3 +307,38 @@ def test_fashion_mnist_from_the_debian_package(tmp_path, capsys):
     capsys.readouterr()
     assert main(["data", "--fashion-mnist", "--data-root", str(root)]) == 0  # kept, not redone
     assert capsys.readouterr().out.startswith(f"[data] cache ok: {root / 'fashion-mnist'}")
+
+
+def test_digit_csv_folder_is_a_source(tmp_path):
+    """The older MNIST-format CSV pair (tests/fixtures/hostile/data/own_csv) through SOURCES."""
+    own = Path(__file__).resolve().parent / "fixtures" / "hostile" / "data" / "own_csv"
+    m, folder = prepare_source(own, tmp_path, **QUIET)
+    assert (folder.name, m["sample_shape"], m["classes"], m["splits"]["train"]["count"]) == (
+        "own_csv", [1, 28, 28], [str(d) for d in range(10)], 12)
+
+
+def test_mnist_idx_source_is_recognised_and_checked(tmp_path):
+    """MNIST's own IDX files (from the real cache) -> 'mnist' with the idx md5s data.py's cache
+    check wants; one changed pixel under the standard names -> refused, naming both md5s."""
+    from webgpu_trainer.host import data
+    data.prepare()
+    src = tmp_path / "src"
+    src.mkdir()
+    for split, stem in (("train", "train"), ("test", "t10k")):
+        images, labels = data.load(None, split)
+        (src / f"{stem}-images-idx3-ubyte").write_bytes(fx.idx_bytes(images))
+        (src / f"{stem}-labels-idx1-ubyte").write_bytes(fx.idx_bytes(labels))
+    m, folder = prepare_source(src, tmp_path / "root", **QUIET)
+    assert (folder.name, m["dataset"], m["mean"], m["std"]) == ("mnist", "MNIST", [0.1307],
+                                                                [0.3081])
+    assert data.check_cache(folder) == (m, "")
+    _set_byte(src / "t10k-images-idx3-ubyte", 16 + 200, 7)
+    with pytest.raises(DataError) as err:
+        prepare_source(src, tmp_path / "root", **QUIET)
+    assert str(err.value).startswith(
+        f"checksum mismatch for test images from {src / 't10k-images-idx3-ubyte'}: md5 of the "
+        "uncompressed IDX file is ")
+    assert str(err.value).endswith(
+        ", expected 2646ac647ad5339dbf082846283269ea (MNIST) or 8181f5470baa50b63fa0f6fddb340f0a"
+        " (Fashion-MNIST); the files carry their standard names and counts but are corrupt or "
+        "neither")
