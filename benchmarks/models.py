@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark (not a test): training speed of the imported fixture models natively (wgpu-py):
 ms per training step (data gather, forward, loss, backward, Adam update) and images/s, per model
-and batch size, with the adapter used. Data: real MNIST from .cache/mnist when present, else
-random MNIST-shaped bytes (speed does not depend on the pixels).
+and batch size, with the adapter used. Data: real MNIST from .cache/datasets/mnist when present,
+else random MNIST-shaped bytes (speed does not depend on the pixels).
 
     python benchmarks/models.py                           # the opset-17 fixtures, batch 64
     python benchmarks/models.py --batch 64 1000 --steps 50 --pattern '*-dynamo18.onnx'
@@ -29,7 +29,7 @@ if str(REPO / "py") not in sys.path:
 
 def _splits(count: int):
     from webgpu_trainer.engine.train.data import Split
-    cache = REPO / ".cache" / "mnist"
+    cache = REPO / ".cache" / "datasets" / "mnist"
     if (cache / "manifest.json").is_file():
         from webgpu_trainer.host import data
         out = []

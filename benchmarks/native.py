@@ -2,8 +2,8 @@
 per step, peak GPU memory by kind), the engine's f32 GEMM, and a per-dispatch profile.
 
 Steps are the trainer's own (gather batch -> forward -> loss -> backward -> guard -> Adam), on
-MNIST from .cache/mnist when present, else random MNIST-shaped bytes (speed does not depend on
-the pixels).
+MNIST from .cache/datasets/mnist when present, else random MNIST-shaped bytes (speed does not
+depend on the pixels).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _data(count: int):
     from webgpu_trainer.engine.train.data import Split
-    cache = REPO / ".cache" / "mnist"
+    cache = REPO / ".cache" / "datasets" / "mnist"
     if (cache / "manifest.json").is_file():
         from webgpu_trainer.host import data
         images, labels = data.load(cache, "train")

@@ -13,7 +13,7 @@ import pytest
 from classroom_helpers import REPO, wait_until
 from starlette.testclient import TestClient
 
-MNIST = REPO / ".cache" / "mnist"
+MNIST = REPO / ".cache" / "datasets" / "mnist"
 
 
 @pytest.fixture

@@ -30,9 +30,10 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
                uploads_dir: Path | None = None,
                max_upload_bytes: int = MAX_UPLOAD_BYTES, extra_routes: list = ()) -> Starlette:
     """Build the app. root: the repo (``web/`` lives there); models_dir: ``*.onnx`` folder
-    (default root/models); data_dir: MNIST cache with manifest.json (default root/.cache/mnist);
-    wheels_dir: where the engine wheel is built (default root/.cache/wheels); uploads_dir: where
-    uploaded models are kept (default root/.cache/uploads); max_upload_bytes: upload size limit.
+    (default root/models); data_dir: MNIST cache with manifest.json (default
+    root/.cache/datasets/mnist); wheels_dir: where the engine wheel is built (default
+    root/.cache/wheels); uploads_dir: where uploaded models are kept (default
+    root/.cache/uploads); max_upload_bytes: upload size limit.
     cross_origin_isolated: add COOP/COEP/CORP headers (harmless: everything is same-origin).
     extra_routes: routes matched before the page files (classroom mode: host/classroom/);
     ``app.state.models`` gives them the model lookup (``model_routes.Models``: ``path(name)``,
@@ -45,7 +46,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     """
     root = Path(root).resolve()
     models_dir = Path(models_dir or root / "models")
-    data_dir = Path(data_dir or root / ".cache" / "mnist")
+    data_dir = Path(data_dir or root / ".cache" / "datasets" / "mnist")
     wheels_dir = Path(wheels_dir or root / ".cache" / "wheels")
     uploads_dir = Path(uploads_dir or root / ".cache" / "uploads")
 
