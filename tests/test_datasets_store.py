@@ -151,6 +151,28 @@ def test_replace_and_list(tmp_path):
                     "dataset)"]
 
 
+def test_replace_without_renameat2(tmp_path, monkeypatch):
+    """Where RENAME_EXCHANGE is missing: two renames; a failing second one puts the old folder
+    back."""
+    monkeypatch.setattr(store, "_exchange", lambda a, b: False)
+    store.write_dataset(tmp_path, "d", images(1), log=lambda s: None)
+    m2 = store.write_dataset(tmp_path, "d", images(2), log=lambda s: None)
+    assert store.read_manifest(tmp_path / "d") == m2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+    before = snapshot(tmp_path)
+    real = store.os.rename
+
+    def rename(a, b):
+        if ".tmp-" in str(a):
+            raise OSError(5, "Input/output error")
+        real(a, b)
+
+    monkeypatch.setattr(store.os, "rename", rename)
+    with pytest.raises(OSError, match="Input/output error"):
+        store.write_dataset(tmp_path, "d", images(3), log=lambda s: None)
+    assert snapshot(tmp_path) == before
+
+
 @pytest.mark.parametrize("name", ["Bad", "a/b", "../x", "", "x" * 41, "-x", ".x"])
 def test_bad_names(tmp_path, name):
     with pytest.raises(DataError) as err:

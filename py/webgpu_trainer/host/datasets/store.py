@@ -188,7 +188,7 @@ def _replace_dir(new: Path, dest: Path) -> None:
     if not dest.exists() and not dest.is_symlink():
         os.rename(new, dest)
     elif _exchange(new, dest):
-        shutil.rmtree(new)  # new now holds the old folder
+        shutil.rmtree(new, ignore_errors=True)  # new now holds the old folder
     else:
         old = dest.with_name(f".old-{dest.name}-{os.getpid()}")
         os.rename(dest, old)
