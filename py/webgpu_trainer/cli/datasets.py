@@ -13,6 +13,7 @@ from ..host.datafiles import DataError
 
 
 def add_data(sub) -> argparse.ArgumentParser:
+    """Register ``data`` and its options."""
     p = sub.add_parser(
         "data", help="prepare a dataset: MNIST (no arguments; idempotent), Fashion-MNIST "
                      "(--fashion-mnist) or your own / CIFAR (--source PATH)")
@@ -67,6 +68,7 @@ def _prepare(args) -> dict:
 
 
 def data(args) -> int:
+    """Prepare the dataset the options name; 1 with ``error: ...`` (never a traceback)."""
     try:
         m = _prepare(args)
     except DataError as exc:
@@ -85,6 +87,7 @@ def data(args) -> int:
 
 
 def add_datasets(sub) -> argparse.ArgumentParser:
+    """Register ``datasets`` and its option."""
     p = sub.add_parser("datasets", help="list the prepared datasets (name, shape, classes, "
                                         "counts, size)")
     p.add_argument("--data-root", type=Path, default=None,
@@ -106,6 +109,7 @@ def table(rows: list[dict]) -> str:
 
 
 def datasets(args) -> int:
+    """Print the table of the prepared datasets (folders that fail their checks: a note)."""
     root = args.data_root or store.default_root()
     skipped: list[str] = []
     rows = store.list_datasets(root, skipped.append)
