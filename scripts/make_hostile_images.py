@@ -109,8 +109,9 @@ def make_symlink_zip(out: Path) -> Path:
 
 
 def make_undecodable_zip(out: Path) -> Path:
-    """``cat/broken.png``: a PNG signature then garbage (and 3 good images per class)."""
-    return write_zip(out / "undecodable.zip", {**good_members(per=3),
+    """``cat/broken.png``: a PNG signature then garbage; ``dog/text.jpg``: text (and 3 good
+    images per class)."""
+    return write_zip(out / "undecodable.zip", {**good_members(per=3), "dog/text.jpg": b"hello",
                                                "cat/broken.png": b"\x89PNG\r\n\x1a\n" + b"x" * 40})
 
 

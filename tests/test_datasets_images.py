@@ -66,16 +66,17 @@ def test_known_2x2_pattern_upscaled_and_grey(tmp_path):
     data = {f"{c}/{i}.png": fx.image_bytes(np.roll(px, i, axis=1)) for c in "ab" for i in
             range(2)}
     path = fx.write_zip(tmp_path / "p.zip", data)
-    a = read_images(path, size=4, color="rgb", test=0.5)
-    ref = _pillow(data["a/0.png"], "RGB", 4)
+    a = read_images(path, size=8, color="rgb", test=0.5)
+    ref = _pillow(data["a/0.png"], "RGB", 8)
     # Pillow's bicubic of the 2x2 pattern: corners keep their colours, the middle blends
-    assert ref[:, 0, 0].tolist() == [255, 0, 0] and ref[:, 3, 3].tolist() == [255, 255, 255]
+    assert ref[:, 0, 0].tolist() == [255, 0, 0] and ref[:, 7, 7].tolist() == [255, 255, 255]
+    assert ref[0, 0].tolist() == [255, 255, 255, 175, 80, 0, 0, 0]  # red along the top row
     allx = np.concatenate([a.train_x, a.test_x])
     assert sum(np.array_equal(x, ref) for x in allx) == 2  # a/0.png and b/0.png
-    g = read_images(path, size=4, color="grey", test=0.5)
+    g = read_images(path, size=8, color="grey", test=0.5)
     grey_ref = np.asarray(Image.fromarray(ref.transpose(1, 2, 0), "RGB").convert("L"))
     # luma of pure red (299/1000 * 255 = 76.2) in the corner
-    assert grey_ref[0, 0] == 76
+    assert grey_ref[0].tolist() == [76, 76, 89, 105, 121, 137, 150, 150]
     assert sum(np.array_equal(x[0], grey_ref) for x in np.concatenate([g.train_x, g.test_x])) == 2
     assert "4 RGB images converted to grey" in g.notes
 
@@ -84,8 +85,7 @@ def test_mixed_grey_rgb_sizes_converted_and_reported(tmp_path):
     a = read_images(fx.make_mixed_zip(tmp_path), size=16)
     assert a.classes == ["a", "b"] and a.train_x.shape[1:] == (3, 16, 16)
     assert "3 grey images converted to RGB" in a.notes
-    assert any(n.startswith("4 images of 3 sizes center-cropped to a square and resized to "
-                            "16x16") for n in a.notes), a.notes
+    assert "6 images of 3 sizes center-cropped to a square and resized to 16x16" in a.notes
     assert ("3 files not used: a/readme.txt (not an image (PNG, JPEG, WebP or BMP by its "
             "name)); notes.txt (at the top level, not in a class folder); top.png (at the top "
             "level, not in a class folder)") in a.notes
@@ -143,8 +143,8 @@ HOSTILE = [
                             "Pillow's limit of 89,478,485: refused as a decompression bomb"),
     ("make_case_zip", "class folders 'Cat' and 'cat' differ only by case or Unicode "
                       "normalisation: rename one"),
-    ("make_nfd_zip", "class folders 'caf\u00e9' and 'cafe\u0301' differ only by case or "
-                     "Unicode normalisation: rename one"),
+    ("make_nfd_zip", "class folders 'cafe\u0301' and 'caf\u00e9' ('cafe\\u0301' and "
+                     "'caf\\xe9') differ only by case or Unicode normalisation: rename one"),
 ]
 
 
@@ -154,14 +154,12 @@ def test_hostile_zip_refused_with_exact_error(tmp_path, maker, message):
     before = sorted(p.name for p in tmp_path.iterdir())
     with pytest.raises(DataError) as e:
         read_images(path)
-    if maker == "make_bomb_zip":  # the deflated size depends on zlib's build: check the rest
-        assert str(e.value).startswith("zip member 'cat/bomb.png': ")
-        assert str(e.value).endswith(" (ratio 1,024:1, the limit is 100:1 for members over "
-                                     "1 MiB): refused as a zip bomb".replace("1,024", "")
-                                     ) or "refused as a zip bomb" in str(e.value)
-        assert "unpack to 8,388,608" in str(e.value)
-    else:
-        assert str(e.value) == message
+    if maker == "make_bomb_zip":  # the packed size depends on zlib's build: read it
+        with zipfile.ZipFile(path) as z:
+            packed = z.getinfo("cat/bomb.png").compress_size
+        message = message.replace("8,190", f"{packed:,}").replace(
+            "1,024:1", f"{(8 << 20) / packed:,.0f}:1")
+    assert str(e.value) == message
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing extracted
 
 
@@ -174,27 +172,24 @@ def test_zip_directory_lying_about_size_stops_while_reading(tmp_path):
 def test_total_size_limit_from_the_directory(tmp_path, monkeypatch):
     path = fx.make_good_zip(tmp_path)
     with zipfile.ZipFile(path) as z:
-        sizes = [i.file_size for i in z.infolist()]
-    monkeypatch.setattr(members, "MAX_TOTAL_BYTES", sum(sizes[:3]) + 1)
+        infos = z.infolist()
+    limit = sum(i.file_size for i in infos[:3])  # the 4th member goes past it
+    monkeypatch.setattr(members, "MAX_TOTAL_BYTES", limit)
     with pytest.raises(DataError) as e:
         scan(path)
-    assert str(e.value) == (f"the zip unpacks to more than {sum(sizes[:3]) + 1:,} bytes (1 GiB; "
-                            f"reached at member {sorted(z.namelist())[3]!r}): refused"
-                            if False else str(e.value))
-    assert str(e.value).startswith("the zip unpacks to more than ")
-    assert "reached at member 'photos/" in str(e.value)
+    assert str(e.value) == (f"the zip unpacks to more than {limit:,} bytes (reached at member "
+                            f"{infos[3].filename!r}): refused")
 
 
 def test_undecodable_image_skipped_and_named_or_refused_when_strict(tmp_path):
     path = fx.make_undecodable_zip(tmp_path)
     a = read_images(path, size=8)
     assert len(a.train_y) + len(a.test_y) == 9
-    assert a.notes[0] == ("1 file skipped: cat/broken.png not a PNG, JPEG, WebP or BMP image "
-                          "(UnidentifiedImageError)")
+    assert a.notes[0] == ("2 files skipped: cat/broken.png does not decode (OSError: Truncated "
+                          "File Read); dog/text.jpg is not a PNG, JPEG, WebP or BMP image")
     with pytest.raises(DataError) as e:
         read_images(path, strict=True)
-    assert str(e.value) == ("'cat/broken.png': not a PNG, JPEG, WebP or BMP image "
-                            "(UnidentifiedImageError)")
+    assert str(e.value) == "'cat/broken.png' does not decode (OSError: Truncated File Read)"
 
 
 @pytest.mark.parametrize("kw,message", [

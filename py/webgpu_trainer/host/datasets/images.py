@@ -68,8 +68,11 @@ def _classes(listing: Listing) -> tuple[dict, list]:
     for name in groups:
         key = unicodedata.normalize("NFC", name).casefold()
         if key in folded:
-            raise DataError(f"class folders {folded[key]!r} and {name!r} differ only by case "
-                            "or Unicode normalisation: rename one")
+            shown = f"{folded[key]!r} and {name!r}"
+            if unicodedata.normalize("NFC", folded[key]) == unicodedata.normalize("NFC", name):
+                shown += f" ({ascii(folded[key])} and {ascii(name)})"
+            raise DataError(f"class folders {shown} differ only by case or Unicode "
+                            "normalisation: rename one")
         folded[key] = name
     return dict(sorted((unicodedata.normalize("NFC", k), v) for k, v in groups.items())), refused
 
@@ -109,14 +112,16 @@ def _decode(data: bytes, name: str, size: int) -> tuple[np.ndarray, str]:
     """``(pixels, original "WxH mode")``: ``data`` decoded, upright, grey or RGB, center-cropped
     and resized to ``size`` (uint8 [size, size] or [size, size, 3]). DataError ("bomb") for
     more pixels than ``Image.MAX_IMAGE_PIXELS``; ValueError for anything that does not decode."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", Image.DecompressionBombWarning)
+    with warnings.catch_warnings():  # the size check below names the file instead
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
             im = Image.open(io.BytesIO(data), formats=FORMATS)
-        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        except Image.DecompressionBombError as exc:  # over twice the limit
             raise DataError(f"{name!r}: refused as a decompression bomb ({exc})") from None
+        except Image.UnidentifiedImageError:
+            raise ValueError("is not a PNG, JPEG, WebP or BMP image") from None
         except Exception as exc:  # Pillow's parsers raise many types on bad data
-            raise ValueError(f"not a PNG, JPEG, WebP or BMP image ({type(exc).__name__})"
+            raise ValueError(f"does not decode ({type(exc).__name__}: {str(exc)[:80]})"
                              ) from None
         w, h = im.size
         if Image.MAX_IMAGE_PIXELS and w * h > Image.MAX_IMAGE_PIXELS:
@@ -183,7 +188,7 @@ def read_images(path, *, size: int = 32, color: str = "auto", test: float = 0.2,
                     px, shown = _decode(src.read(m), m.name, size)
                 except ValueError as exc:
                     if strict:
-                        raise DataError(f"{m.name!r}: {exc}") from None
+                        raise DataError(f"{m.name!r} {exc}") from None
                     skipped.append(f"{m.name} {exc}")
                     continue
                 pixels.append(px)

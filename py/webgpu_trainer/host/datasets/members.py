@@ -90,8 +90,8 @@ def _check_zip_entry(info: zipfile.ZipInfo, name: str, total: int) -> None:
         raise DataError(f"zip member {name!r}: {info.file_size:,} bytes, more than the "
                         f"{MAX_MEMBER_BYTES:,} bytes one image may have")
     if total > MAX_TOTAL_BYTES:
-        raise DataError(f"the zip unpacks to more than {MAX_TOTAL_BYTES:,} bytes (1 GiB; "
-                        f"reached at member {name!r}): refused")
+        raise DataError(f"the zip unpacks to more than {MAX_TOTAL_BYTES:,} bytes (reached at "
+                        f"member {name!r}): refused")
 
 
 class Source:
@@ -188,5 +188,5 @@ class Source:
         self._read_total += len(data)
         if self._read_total > MAX_TOTAL_BYTES:
             raise DataError(f"{self.path.name}: more than {MAX_TOTAL_BYTES:,} bytes read "
-                            f"(1 GiB; reached at {member.name!r}): refused")
+                            f"(reached at {member.name!r}): refused")
         return data
