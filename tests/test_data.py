@@ -51,7 +51,7 @@ def check_cache_matches(cache, manifest, arrays):
     for split, (im, lb) in arrays.items():
         ent = manifest["splits"][split]
         assert ent["count"] == len(lb)
-        assert ent["images"]["shape"] == [len(lb), 28, 28]
+        assert ent["images"]["shape"] == [len(lb), 1, 28, 28]
         assert ent["images"]["dtype"] == ent["labels"]["dtype"] == "uint8"
         for kind, arr in (("images", im), ("labels", lb)):
             e = ent[kind]
@@ -202,6 +202,12 @@ def test_real_mnist_cache():
     manifest = data.prepare()
     assert {s: manifest["splits"][s]["count"] for s in ("train", "test")} == {
         "train": 60000, "test": 10000}
+    assert data.default_cache_dir().parts[-3:] == (".cache", "datasets", "mnist")
+    # computed over the training split (exact sums), rounded: the well-known numbers
+    assert (manifest["format"], manifest["name"], manifest["dataset"], manifest["mean"],
+            manifest["std"], manifest["classes"]) == (
+        "webgpu-trainer/dataset@1", "mnist", "MNIST", [0.1307], [0.3081],
+        [str(d) for d in range(10)])
     for split in ("train", "test"):
         images, labels = data.load(None, split)
         assert images.shape == (data.SPLITS[split], 28, 28)
