@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 
 from webgpu_trainer.host.datafiles import DataError
 from webgpu_trainer.host.datasets import members
@@ -210,3 +210,38 @@ def test_not_a_zip(tmp_path):
     with pytest.raises(DataError) as e:
         read_images(bad)
     assert str(e.value) == "x.zip: not a zip file or a folder (File is not a zip file)"
+
+
+def test_exif_orientation_transparency_and_16_bit_grey(tmp_path):
+    rng = np.random.default_rng(2)
+    tall = rng.integers(0, 256, (16, 8, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation: rotate 90 degrees clockwise to display
+    Image.fromarray(tall).save(buf, "PNG", exif=exif)
+    clear = np.zeros((8, 8, 4), np.uint8)  # fully transparent black -> white
+    deep = np.array([[0, 65535], [257, 514]], np.uint16)  # 16-bit grey -> 0, 255, 1, 2
+    dbuf = io.BytesIO()
+    Image.fromarray(deep).save(dbuf, "PNG")
+    path = fx.write_zip(tmp_path / "modes.zip", {
+        "a/rot.png": buf.getvalue(), "a/rot2.png": buf.getvalue(),
+        "b/clear.png": fx.image_bytes(clear, mode="RGBA"), "b/deep.png": dbuf.getvalue()})
+    a = read_images(path, size=8, color="rgb", test=0.5)
+    allx = np.concatenate([a.train_x, a.test_x])
+    ref = ImageOps.exif_transpose(Image.open(io.BytesIO(buf.getvalue())).convert("RGB"))
+    assert ref.size == (16, 8)  # turned: now wide
+    ref = np.asarray(ref.crop((4, 0, 12, 8))).transpose(2, 0, 1)  # center square, 8x8 already
+    assert sum(np.array_equal(x, ref) for x in allx) == 2
+    assert sum(bool((x == 255).all()) for x in allx) == 1  # the transparent image: white
+    deep_ref = np.repeat(np.asarray(Image.fromarray(np.array([[0, 255], [1, 2]], np.uint8))
+                                    .resize((8, 8), Image.Resampling.BICUBIC))[None], 3, 0)
+    assert sum(np.array_equal(x, deep_ref) for x in allx) == 1
+
+
+def test_skipped_images_leave_a_class_too_small(tmp_path):
+    members_ = {**fx.good_members(("cat", "dog"), 2), "dog/1.jpg": b"\xff\xd8\xff junk"}
+    with pytest.raises(DataError) as e:
+        read_images(fx.write_zip(tmp_path / "small.zip", members_), size=8)
+    assert str(e.value) == ("small.zip: after skipping 1 image(s) that do not decode: class "
+                            "folder 'dog' holds 1 image: each class needs at least 2 (one for "
+                            "the test split)")

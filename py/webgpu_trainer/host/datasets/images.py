@@ -10,7 +10,8 @@ ignored silently (``members.py`` lists and reads with the zip-bomb and symlink c
 Each image (PNG, JPEG, WebP, BMP; Pillow, told only those formats) is turned upright by its
 EXIF orientation, made grey (``L``) or RGB (transparency composited onto white), center-cropped
 to a square and resized to ``size`` x ``size`` (Pillow's bicubic, antialiased when shrinking),
-all in its own mode; then converted to the dataset's colour: ``rgb``, ``grey``, or ``auto``
+all in its own mode (a large JPEG is decoded at a reduced scale, still at least twice ``size``:
+Pillow's ``draft``); then converted to the dataset's colour: ``rgb``, ``grey``, or ``auto``
 (RGB when any image has colour, i.e. R, G and B differ somewhere). Grey -> RGB repeats the
 channel; RGB -> grey is Pillow's ``convert("L")`` (ITU-R 601-2 luma). An image whose header
 claims more than Pillow's ``Image.MAX_IMAGE_PIXELS`` pixels is refused naming the file (a
@@ -128,8 +129,9 @@ def _decode(data: bytes, name: str, size: int) -> tuple[np.ndarray, str]:
             raise DataError(f"{name!r}: {w}x{h} = {w * h:,} pixels, more than Pillow's limit "
                             f"of {Image.MAX_IMAGE_PIXELS:,}: refused as a decompression bomb")
         try:
-            im.load()
             shown = f"{w}x{h} {im.mode}"
+            im.draft(None, (2 * size, 2 * size))  # JPEG: decode at 1/2..1/8 scale, >= 2x size
+            im.load()
             im = ImageOps.exif_transpose(im)
             im = _grey_or_rgb(im)
             side = min(im.size)
@@ -182,7 +184,7 @@ def read_images(path, *, size: int = 32, color: str = "auto", test: float = 0.2,
         if problems:
             raise DataError(f"{path.name}: " + "; ".join(problems[:3]))
         pixels, labels, skipped, shapes = [], [], [], {}
-        for k, (cname, members) in enumerate(groups.items()):
+        for k, members in enumerate(groups.values()):
             for m in members:
                 try:
                     px, shown = _decode(src.read(m), m.name, size)
@@ -194,7 +196,7 @@ def read_images(path, *, size: int = 32, color: str = "auto", test: float = 0.2,
                 pixels.append(px)
                 labels.append(k)
                 shapes[shown] = shapes.get(shown, 0) + 1
-    notes = _notes(pixels, shapes, skipped, refused, listing.ignored, size)
+    notes = _notes(shapes, skipped, refused, listing.ignored, size)
     labels = np.asarray(labels, dtype=np.int64)
     classes = list(groups)
     after = _problems({c: [0] * int((labels == k).sum()) for k, c in enumerate(classes)})
@@ -237,8 +239,7 @@ def _stack(pixels: list, rgb: bool) -> tuple[np.ndarray, int]:
     return np.ascontiguousarray(np.stack(out)), converted
 
 
-def _notes(pixels: list, shapes: dict, skipped: list, refused: list, ignored: int,
-           size: int) -> list:
+def _notes(shapes: dict, skipped: list, refused: list, ignored: int, size: int) -> list:
     """The notes a user sees: skipped, refused and ignored files, resized images."""
     notes = []
     if skipped:
