@@ -41,10 +41,12 @@ def _alive(c) -> None:
 def test_zip_upload_prepared_then_replaced_atomically(client, tmp_path):
     c, root, _ = client
     body = fx.make_good_zip(tmp_path).read_bytes()
-    r = c.post("/api/datasets?name=pets&size=16&color=auto&test=0.2", content=body)
+    r = c.post("/api/datasets?name=pets&size=16&color=auto&test=0.2&title=My%20pets",
+               content=body)
     assert r.status_code == 201, r.text
     out = r.json()
     assert out["dataset"]["name"] == "pets" and out["dataset"]["kind"] == "image"
+    assert out["dataset"]["title"] == "My pets"
     assert out["dataset"]["classes"] == ["cat", "dog", "fox"]
     assert out["dataset"]["sample_shape"] == [3, 16, 16]
     assert (out["dataset"]["train"], out["dataset"]["test"]) == (12, 3)
