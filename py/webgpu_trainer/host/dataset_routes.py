@@ -2,9 +2,9 @@
 
 - ``POST /api/datasets?name=NAME&size=32&color=auto&test=0.2[&title=T][&label=COLUMN]`` body:
   a .zip of class folders (``datasets/images.py``) or a CSV table (``datasets/table.py``; told
-  apart by the zip's signature) -> prepared in a worker thread -> ``store.write_dataset`` (atomic: an existing
-  own dataset NAME is replaced in one rename, kept unchanged on any error) -> 201 with the
-  manifest's summary and notes.
+  apart by the zip's signature) -> prepared in a worker thread -> ``store.write_dataset``
+  (atomic: an existing own dataset NAME is replaced in one rename, kept unchanged on any
+  error) -> 201 with the manifest's summary and notes.
 - ``POST /api/datasets/scan`` (same body) -> the zip's preview (``images.scan``), or a CSV's
   columns and classes; nothing written.
 
