@@ -89,7 +89,8 @@ def test_mixed_grey_rgb_sizes_converted_and_reported(tmp_path):
     assert ("3 files not used: a/readme.txt (not an image (PNG, JPEG, WebP or BMP by its "
             "name)); notes.txt (at the top level, not in a class folder); top.png (at the top "
             "level, not in a class folder)") in a.notes
-    assert "3 hidden or system files ignored" in a.notes
+    assert not any("DS_Store" in n or "MACOSX" in n for n in a.notes)  # ignored silently
+    assert len(a.notes) == 3
     # the RGBA image (random alpha) is composited onto white: never darker than its RGB
     g = read_images(fx.make_mixed_zip(tmp_path), size=16, color="grey")
     assert g.train_x.shape[1] == 1 and "3 RGB images converted to grey" in g.notes
@@ -236,6 +237,19 @@ def test_exif_orientation_transparency_and_16_bit_grey(tmp_path):
     deep_ref = np.repeat(np.asarray(Image.fromarray(np.array([[0, 255], [1, 2]], np.uint8))
                                     .resize((8, 8), Image.Resampling.BICUBIC))[None], 3, 0)
     assert sum(np.array_equal(x, deep_ref) for x in allx) == 1
+
+
+def test_pixel_bomb_over_twice_the_limit_and_encrypted_member(tmp_path):
+    zf = fx.write_zip(tmp_path / "b.zip", {**fx.good_members(("cat", "dog"), 2),
+                                           "dog/huge.png": fx.png_header_only(20000, 20000)})
+    with pytest.raises(DataError) as e:
+        read_images(zf)
+    assert str(e.value) == ("'dog/huge.png': refused as a decompression bomb (Image size "
+                            "(400000000 pixels) exceeds limit of 178956970 pixels, could be "
+                            "decompression bomb DOS attack.)")
+    with pytest.raises(DataError) as e:
+        scan(fx.make_encrypted_zip(tmp_path))
+    assert str(e.value) == "zip member 'cat/secret.png' is encrypted: refused"
 
 
 def test_skipped_images_leave_a_class_too_small(tmp_path):

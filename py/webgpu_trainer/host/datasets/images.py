@@ -196,7 +196,7 @@ def read_images(path, *, size: int = 32, color: str = "auto", test: float = 0.2,
                 pixels.append(px)
                 labels.append(k)
                 shapes[shown] = shapes.get(shown, 0) + 1
-    notes = _notes(shapes, skipped, refused, listing.ignored, size)
+    notes = _notes(shapes, skipped, refused, size)
     labels = np.asarray(labels, dtype=np.int64)
     classes = list(groups)
     after = _problems({c: [0] * int((labels == k).sum()) for k, c in enumerate(classes)})
@@ -239,8 +239,9 @@ def _stack(pixels: list, rgb: bool) -> tuple[np.ndarray, int]:
     return np.ascontiguousarray(np.stack(out)), converted
 
 
-def _notes(shapes: dict, skipped: list, refused: list, ignored: int, size: int) -> list:
-    """The notes a user sees: skipped, refused and ignored files, resized images."""
+def _notes(shapes: dict, skipped: list, refused: list, size: int) -> list:
+    """The notes a user sees: skipped and refused files, resized images (hidden and system
+    files are ignored silently)."""
     notes = []
     if skipped:
         shown = "; ".join(skipped[:3]) + ("; ..." if len(skipped) > 3 else "")
@@ -249,8 +250,6 @@ def _notes(shapes: dict, skipped: list, refused: list, ignored: int, size: int) 
         shown = "; ".join(f"{r['member']} ({r['reason']})" for r in refused[:3])
         notes.append(f"{len(refused)} file{'s' * (len(refused) != 1)} not used: {shown}"
                      + ("; ..." if len(refused) > 3 else ""))
-    if ignored:
-        notes.append(f"{ignored} hidden or system file{'s' * (ignored != 1)} ignored")
     sizes = {s.split()[0] for s in shapes}
     resized = sum(n for s, n in shapes.items() if s.split()[0] != f"{size}x{size}")
     if resized:
