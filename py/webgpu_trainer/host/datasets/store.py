@@ -33,7 +33,7 @@ NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 MIN_CLASSES, MAX_CLASSES = 2, 256
 SPLITS = ("train", "test")
 MNIST_MEAN, MNIST_STD = [0.1307], [0.3081]
-_CHUNK = 1 << 20  # samples' values per bincount pass (8 MB of intp)
+_CHUNK = 1 << 22  # values per pass of channel_stats (8 MB of uint16)
 
 Log = Callable[[str], None]
 
@@ -131,15 +131,18 @@ def check_arrays(arrays: Arrays, all_classes: bool = True) -> None:
 
 def channel_stats(x: np.ndarray) -> tuple[list[float], list[float]]:
     """Per-channel mean and (population) std of ``x/255`` for uint8 ``[N, C, H, W]``, rounded
-    to 4 decimals; exact integer sums over value histograms (chunked: bounded memory)."""
+    to 4 decimals; from exact integer sums of the values and their squares (255**2 fits
+    uint16), in chunks of about ``_CHUNK`` values (bounded memory)."""
     means, stds = [], []
     step = max(1, _CHUNK // max(1, x.shape[2] * x.shape[3]))
     for c in range(x.shape[1]):
-        hist = np.zeros(256, np.int64)
+        n = s1 = s2 = 0
         for i in range(0, len(x), step):
-            hist += np.bincount(x[i:i + step, c].ravel(), minlength=256)
-        v = np.arange(256, dtype=np.int64)
-        n, s1, s2 = int(hist.sum()), int(hist @ v), int(hist @ (v * v))
+            v = x[i:i + step, c].astype(np.uint16)
+            n += v.size
+            s1 += int(v.sum(dtype=np.uint64))
+            v *= v
+            s2 += int(v.sum(dtype=np.uint64))
         mean = s1 / n / 255
         var = (s2 * n - s1 * s1) / (n * n) / (255 * 255)  # exact numerator: no cancellation
         means.append(round(mean, 4))
@@ -197,7 +200,7 @@ def _replace_dir(new: Path, dest: Path) -> None:
     _fsync_dir(dest.parent)
 
 
-def _shards(folder: Path, arrays: Arrays, extra: dict, log: Log) -> dict:
+def _shards(folder: Path, arrays: Arrays, log: Log) -> dict:
     splits = {}
     ext = "f32" if arrays.kind == "table" else "u8"
     for split in SPLITS:
@@ -212,18 +215,18 @@ def _shards(folder: Path, arrays: Arrays, extra: dict, log: Log) -> dict:
             _write_file(folder / name, data)
             log(f"wrote {name} ({len(data):,} bytes)")
             entry[part] = {"file": name, "shape": list(arr.shape), "dtype": np.dtype(dtype).name,
-                           "bytes": len(data), "sha256": sha, **extra.get((split, part), {})}
+                           "bytes": len(data), "sha256": sha}
+            if (split, part) in arrays.idx_md5:
+                entry[part]["idx_md5"] = arrays.idx_md5[(split, part)]
         splits[split] = entry
     return splits
 
 
 def write_folder(dest: Path, name: str, arrays: Arrays, log: Log = _log, *,
-                 dataset: str | None = None, extra: dict | None = None,
-                 gzip: bool = False, all_classes: bool = True) -> dict:
+                 dataset: str | None = None, gzip: bool = False, all_classes: bool = True) -> dict:
     """``write_dataset`` into the folder ``dest`` (any name; the manifest says ``name``).
 
-    dataset: the manifest's ``"dataset"`` (default ``arrays.title``). extra: {(split, "images" |
-    "labels"): fields} added to a shard's entry (MNIST's ``idx_md5``). gzip: also write the
+    dataset: the manifest's ``"dataset"`` (default ``arrays.title``). gzip: also write the
     ``.gz`` copies the server sends to browsers (else it makes them on first request).
     all_classes: as ``check_arrays``.
     Refuses to replace a folder that holds files but no manifest.json. Returns the manifest."""
@@ -240,7 +243,7 @@ def write_folder(dest: Path, name: str, arrays: Arrays, log: Log = _log, *,
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name}-", dir=dest.parent))
     try:
-        splits = _shards(tmp, arrays, extra or {}, log)
+        splits = _shards(tmp, arrays, log)
         manifest = {"format": FORMAT, "name": name, "title": arrays.title,
                     "dataset": dataset or arrays.title, "kind": arrays.kind,
                     "sample_shape": list(arrays.train_x.shape[1:]),
