@@ -259,3 +259,23 @@ def test_skipped_images_leave_a_class_too_small(tmp_path):
     assert str(e.value) == ("small.zip: after skipping 1 image(s) that do not decode: class "
                             "folder 'dog' holds 1 image: each class needs at least 2 (one for "
                             "the test split)")
+
+
+def test_cli_source_kinds_zip_folder_and_csv(tmp_path):
+    from webgpu_trainer.host.datasets import images, prepare_source, table
+    root, quiet = tmp_path / "root", (lambda *_: None)
+    m, folder = prepare_source(fx.make_good_zip(tmp_path), root, log=quiet)
+    assert (m["name"], m["kind"], m["sample_shape"]) == ("good", "image", [3, 32, 32])
+    assert m["classes"] == ["cat", "dog", "fox"] and folder == root / "good"
+    assert (m["splits"]["train"]["count"], m["splits"]["test"]["count"]) == (12, 3)
+    src = tmp_path / "My Photos"
+    for name, data in fx.good_members(("a", "b"), 2).items():
+        (src / "set" / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / "set" / name).write_bytes(data)
+    assert images.detect(src) and not images.detect(tmp_path / "root" / "good")
+    assert prepare_source(src, root, log=quiet)[0]["name"] == "my-photos"
+    csv = tmp_path / "Iris.csv"
+    csv.write_text("a,b,label\n" + "".join(f"{i},{i % 3},{'xy'[i % 2]}\n" for i in range(8)))
+    assert table.detect(csv) and not images.detect(csv)
+    m, _ = prepare_source(csv, root, log=quiet)
+    assert (m["name"], m["kind"], m["sample_shape"], m["mean"]) == ("iris", "table", [2], [])

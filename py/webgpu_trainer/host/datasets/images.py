@@ -92,6 +92,35 @@ def scan(path) -> dict:
             "images": sum(c["count"] for c in classes), "problems": _problems(groups)}
 
 
+def detect(path) -> bool:
+    """Whether ``path`` is a source of this kind (``datasets.SOURCES``; names only): a .zip
+    file, or a folder with an image file (by its extension) in a subfolder, at most 3 levels
+    down (symbolic links not followed)."""
+    path = Path(path)
+    if path.is_file():
+        return path.suffix.lower() == ".zip"
+    todo = [(path, 0)] if path.is_dir() else []
+    while todo:
+        folder, depth = todo.pop()
+        for entry in folder.iterdir():
+            if entry.is_symlink() or entry.name.startswith("."):
+                continue
+            if entry.is_dir() and depth < 3:
+                todo.append((entry, depth + 1))
+            elif depth > 0 and entry.suffix.lower() in EXTENSIONS:
+                return True
+    return False
+
+
+def read(path, log=print) -> Arrays:
+    """``read_images(path)`` with the defaults (32x32, colour auto, 20% test, seed 0), its
+    notes through ``log`` (``datasets.SOURCES``)."""
+    arrays = read_images(path)
+    for note in arrays.notes:
+        log(f"note: {note}")
+    return arrays
+
+
 def _problems(groups: dict) -> list:
     """Why ``groups`` cannot become a dataset: too few or too many classes, a class with
     fewer than 2 images."""

@@ -63,6 +63,19 @@ def _rows(path: Path) -> list:
     return rows
 
 
+def detect(path) -> bool:
+    """Whether ``path`` is a source of this kind (``datasets.SOURCES``): a ``.csv`` file."""
+    return Path(path).is_file() and Path(path).suffix.lower() == ".csv"
+
+
+def read(path, log=print) -> Arrays:
+    """``read_table(path)`` with the defaults, its notes through ``log``."""
+    arrays = read_table(path)
+    for note in arrays.notes:
+        log(f"note: {note}")
+    return arrays
+
+
 def _label_column(label, header: list | None, width: int, name: str) -> int:
     """The label column's index from ``label`` (a header name or an index), or the default."""
     if label is None:
