@@ -14,7 +14,7 @@ import pytest
 from PIL import Image, ImageOps
 
 from webgpu_trainer.host.datafiles import DataError
-from webgpu_trainer.host.datasets import members
+from webgpu_trainer.host.datasets import images, members
 from webgpu_trainer.host.datasets.images import read_images, scan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -262,7 +262,7 @@ def test_skipped_images_leave_a_class_too_small(tmp_path):
 
 
 def test_cli_source_kinds_zip_folder_and_csv(tmp_path):
-    from webgpu_trainer.host.datasets import images, prepare_source, table
+    from webgpu_trainer.host.datasets import prepare_source, table
     root, quiet = tmp_path / "root", (lambda *_: None)
     m, folder = prepare_source(fx.make_good_zip(tmp_path), root, log=quiet)
     assert (m["name"], m["kind"], m["sample_shape"]) == ("good", "image", [3, 32, 32])
@@ -279,3 +279,12 @@ def test_cli_source_kinds_zip_folder_and_csv(tmp_path):
     assert table.detect(csv) and not images.detect(csv)
     m, _ = prepare_source(csv, root, log=quiet)
     assert (m["name"], m["kind"], m["sample_shape"], m["mean"]) == ("iris", "table", [2], [])
+
+
+def test_pixel_memory_bound_before_decoding(tmp_path, monkeypatch):
+    monkeypatch.setattr(images, "MAX_PIXEL_BYTES", 15 * 64 * 64 * 3 - 1)
+    with pytest.raises(DataError) as e:
+        read_images(fx.make_good_zip(tmp_path), size=64)
+    assert str(e.value) == ("good.zip: 15 images at 64x64 would take 184,320 bytes, more than "
+                            "184,319: choose a smaller size")
+    assert read_images(fx.make_good_zip(tmp_path), size=32).train_x.shape == (12, 3, 32, 32)

@@ -40,6 +40,7 @@ MAX_CLASSES = 256  # labels are uint8
 SIZES = range(8, 257)
 COLORS = ("auto", "rgb", "grey")
 EXAMPLES = 8
+MAX_PIXEL_BYTES = 1 << 30  # all images at the chosen size, as RGB (CIFAR-10 at 32x32: 154 MB)
 
 
 def _classes(listing: Listing) -> tuple[dict, list]:
@@ -212,6 +213,11 @@ def read_images(path, *, size: int = 32, color: str = "auto", test: float = 0.2,
         problems = _problems(groups)
         if problems:
             raise DataError(f"{path.name}: " + "; ".join(problems[:3]))
+        count = sum(len(ms) for ms in groups.values())
+        if count * size * size * 3 > MAX_PIXEL_BYTES:
+            raise DataError(f"{path.name}: {count:,} images at {size}x{size} would take "
+                            f"{count * size * size * 3:,} bytes, more than {MAX_PIXEL_BYTES:,}: "
+                            "choose a smaller size")
         pixels, labels, skipped, shapes = [], [], [], {}
         for k, members in enumerate(groups.values()):
             for m in members:
