@@ -288,3 +288,13 @@ def test_pixel_memory_bound_before_decoding(tmp_path, monkeypatch):
     assert str(e.value) == ("good.zip: 15 images at 64x64 would take 184,320 bytes, more than "
                             "184,319: choose a smaller size")
     assert read_images(fx.make_good_zip(tmp_path), size=32).train_x.shape == (12, 3, 32, 32)
+
+
+def test_entry_count_checked_before_the_directory_is_parsed(tmp_path, monkeypatch):
+    monkeypatch.setattr(members, "MAX_MEMBERS", 14)
+    parsed = []
+    monkeypatch.setattr(zipfile.ZipFile, "_RealGetContents", lambda self: parsed.append(1))
+    with pytest.raises(DataError) as e:
+        scan(fx.make_good_zip(tmp_path))  # 15 members
+    assert str(e.value) == "good.zip: 15 zip entries, more than 14: refused"
+    assert parsed == []
