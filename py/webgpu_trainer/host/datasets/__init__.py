@@ -8,6 +8,8 @@ plugs in by adding its pair (before ``digits_csv``, the most general). Built in:
 
 - ``cifar``: CIFAR-10 / CIFAR-100, binary or python version, folder or .tar.gz;
 - ``idx``: four IDX files of any image size (MNIST and Fashion-MNIST recognised by md5);
+- ``images``: a folder or .zip of class folders of photos (``images.py``);
+- ``table``: one .csv table, a label column and numeric features (``table.py``);
 - ``digits_csv``: two CSV files of 28x28 digits (``label, 784 pixels``; ``datafiles``).
 """
 
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from .. import datafiles
 from ..datafiles import DataError
-from . import archive, cifar, idx, store
+from . import archive, cifar, idx, images, store, table
 from .arrays import Arrays
 
 
@@ -48,6 +50,7 @@ def _read_digits_csv(path: Path, log=print) -> Arrays:
 
 
 SOURCES: list = [(cifar.detect, cifar.read), (idx.detect, idx.read),
+                 (images.detect, images.read), (table.detect, table.read),
                  (_detect_digits_csv, _read_digits_csv)]
 
 
@@ -65,7 +68,8 @@ def read_source(path: Path, log=print) -> Arrays:
         archive.forget()
     raise DataError(f"{path}: no dataset found: expected a folder or .tar.gz of CIFAR-10/100 "
                     "(binary or python version) or of four IDX files (train/t10k images and "
-                    "labels), or another source kind (`webgpu-trainer data --help`)")
+                    "labels), a folder or .zip of class folders of images, a .csv table, or "
+                    "another source kind (`webgpu-trainer data --help`)")
 
 
 def prepare_source(path: Path, root: Path | None = None, name: str | None = None,
