@@ -153,15 +153,25 @@ fn b_at(k: u32, n: u32, k_end: u32) -> f32 {
 }
 
 // This thread's 4 values of the A tile at k0: (row, k) pairs fixed by the thread's index.
-fn load_a(m0: u32, k0: u32, k_end: u32, lid: u32) -> vec4<f32> {
+// `inside`: the whole tile and k step lie inside A (most steps of a large product): plain
+// loads, no bounds tests.
+fn load_a(m0: u32, k0: u32, k_end: u32, lid: u32, inside: bool) -> vec4<f32> {
   if (p.sak == 1u) {  // 4 consecutive k of one row
     let m = m0 + lid / (BK / 4u);
     let k = k0 + (lid % (BK / 4u)) * 4u;
+    if (inside) {
+      let i = m * p.sam + k;
+      return vec4<f32>(a[i], a[i + 1u], a[i + 2u], a[i + 3u]);
+    }
     return vec4<f32>(a_at(m, k, k_end), a_at(m, k + 1u, k_end), a_at(m, k + 2u, k_end),
                      a_at(m, k + 3u, k_end));
   }
   let m = m0 + (lid % (2u * TW)) * 4u;  // 4 consecutive rows at one k
   let k = k0 + lid / (2u * TW);
+  if (inside) {
+    let i = m * p.sam + k * p.sak;
+    return vec4<f32>(a[i], a[i + p.sam], a[i + 2u * p.sam], a[i + 3u * p.sam]);
+  }
   return vec4<f32>(a_at(m, k, k_end), a_at(m + 1u, k, k_end), a_at(m + 2u, k, k_end),
                    a_at(m + 3u, k, k_end));
 }
@@ -178,15 +188,23 @@ fn store_a(v: vec4<f32>, buf: u32, lid: u32) {
   }
 }
 
-fn load_b(n0: u32, k0: u32, k_end: u32, lid: u32) -> vec4<f32> {
+fn load_b(n0: u32, k0: u32, k_end: u32, lid: u32, inside: bool) -> vec4<f32> {
   if (p.sbn == 1u || p.sbk != 1u) {  // 4 consecutive columns at one k
     let n = n0 + (lid % (2u * TW)) * 4u;
     let k = k0 + lid / (2u * TW);
+    if (inside) {
+      let i = k * p.sbk + n * p.sbn;
+      return vec4<f32>(bm[i], bm[i + p.sbn], bm[i + 2u * p.sbn], bm[i + 3u * p.sbn]);
+    }
     return vec4<f32>(b_at(k, n, k_end), b_at(k, n + 1u, k_end), b_at(k, n + 2u, k_end),
                      b_at(k, n + 3u, k_end));
   }
   let n = n0 + lid / (BK / 4u);  // 4 consecutive k of one column
   let k = k0 + (lid % (BK / 4u)) * 4u;
+  if (inside) {
+    let i = k + n * p.sbn;
+    return vec4<f32>(bm[i], bm[i + 1u], bm[i + 2u], bm[i + 3u]);
+  }
   return vec4<f32>(b_at(k, n, k_end), b_at(k + 1u, n, k_end), b_at(k + 2u, n, k_end),
                    b_at(k + 3u, n, k_end));
 }
@@ -226,8 +244,10 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
   let k_end = min(p.K, k_start + per);
   let tx = lid % TW;
   let ty = lid / TW;
-  var va = load_a(m0, k_start, k_end, lid);
-  var vb = load_b(n0, k_start, k_end, lid);
+  let tile_in = m0 + 8u * TW <= p.M && n0 + 8u * TW <= p.N;
+  let first_in = tile_in && k_start + BK <= k_end;
+  var va = load_a(m0, k_start, k_end, lid, first_in);
+  var vb = load_b(n0, k_start, k_end, lid, first_in);
   store_a(va, 0u, lid);
   store_b(vb, 0u, lid);
   workgroupBarrier();
@@ -235,8 +255,9 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
   for (var k0 = k_start; k0 < k_end; k0 += BK) {
     let more = k0 + BK < k_end;
     if (more) {  // the next step's values are in flight while this step multiplies
-      va = load_a(m0, k0 + BK, k_end, lid);
-      vb = load_b(n0, k0 + BK, k_end, lid);
+      let inside = tile_in && k0 + 2u * BK <= k_end;
+      va = load_a(m0, k0 + BK, k_end, lid, inside);
+      vb = load_b(n0, k0 + BK, k_end, lid, inside);
     }
     let row0 = cur * BK * 2u * TW;
     for (var k = 0u; k < BK; k++) {  // explicit fma: one instruction a multiply-add
