@@ -44,8 +44,8 @@ LABELS = {"seednet": "SeedNet", "mlp": "MLP 784-1024-1024-10",
 
 def build(name: str, shape):
     """The torch module ``name`` of the zoo for inputs [N, *shape], ending in log_softmax."""
-    import torch
     from torch import nn
+    residual, encoder = _modules()
     c, h, w = shape
     if name == "seednet":
         import torch_ref
@@ -60,7 +60,7 @@ def build(name: str, shape):
                              nn.LogSoftmax(dim=1))
     if name == "resnet8":
         def block(cin, cout, stride):
-            return _Residual(nn.Sequential(
+            return residual(nn.Sequential(
                 nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
                 nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)),
                 None if stride == 1 and cin == cout else nn.Sequential(
@@ -70,11 +70,12 @@ def build(name: str, shape):
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10),
                              nn.LogSoftmax(dim=1))
     if name == "encoder":
-        return _Encoder(c * h, w)
+        return encoder(c * h, w)
     raise ValueError(f"unknown zoo model {name!r} (known: {', '.join(ZOO)})")
 
 
 def _modules():
+    """(Residual, Encoder): torch module classes (defined here: torch is imported lazily)."""
     from torch import nn
 
     class Residual(nn.Module):
@@ -114,14 +115,6 @@ def _modules():
             x = x + self.mlp(self.ln2(x))
             return self.head(x.mean(1)).log_softmax(-1)
     return Residual, Encoder
-
-
-def _Residual(body, shortcut):
-    return _modules()[0](body, shortcut)
-
-
-def _Encoder(tokens, width):
-    return _modules()[1](tokens, width)
 
 
 def export(name: str, shape, folder: Path) -> Path:
