@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import types
@@ -28,6 +29,26 @@ sys.path.insert(0, str(HERE))
 
 SHAPES = ("4096x4096x4096:nn", "1000x1024x784:nt", "1000x1024x1024:nt", "1000x1024x1024:nn",
           "1024x1024x1000:tn", "1024x784x1000:tn")
+
+
+@contextlib.contextmanager
+def constants(spec: str):
+    """WGSL override constants ``NAME=VALUE,...`` added to every ``matmul_tiled`` dispatch
+    built meanwhile (an A/B of a kernel variant; "" changes nothing)."""
+    from webgpu_trainer.engine.plan import Builder
+    extra = {k: float(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)}
+    plain = Builder.kernel
+
+    async def kernel(self, shader, entry, groups, *, params, constants=None, **slots):
+        if entry == "matmul_tiled" and extra:
+            constants = {**(constants or {}), **extra}
+        return await plain(self, shader, entry, groups, params=params, constants=constants,
+                           **slots)
+    Builder.kernel = kernel
+    try:
+        yield
+    finally:
+        Builder.kernel = plain
 
 
 def parse(shape: str):
@@ -104,6 +125,8 @@ def main(argv=None) -> int:
     p.add_argument("--force", type=int, nargs="*", default=[],
                    help="also time each shape with this tile width (0: untiled, 16: tiled)")
     p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--const", nargs="+", default=[""], metavar="NAME=VALUE,...",
+                   help="time each shape with each of these override sets of matmul_tiled")
     p.add_argument("--cublas", action="store_true", help="also torch.matmul on CUDA")
     p.add_argument("--engine", type=Path, default=REPO / "py",
                    help="folder holding the webgpu_trainer package (default: this checkout's)")
@@ -117,11 +140,13 @@ def main(argv=None) -> int:
     print(f"| shape | kernel ({args.label or 'engine'}) | ms | TFLOP/s | rel. error |")
     print("|---|---|---:|---:|---:|")
     for shape in args.shapes:
-        for force in [None, *args.force]:
-            r = asyncio.run(engine(dev, shape, force, args.reps))
-            r["label"] = args.label
+        for force, const in [(None, c) for c in args.const] + [(f, "") for f in args.force]:
+            with constants(const):
+                r = asyncio.run(engine(dev, shape, force, args.reps))
+            r["label"], r["const"] = args.label, const
             rows.append(r)
-            what = "auto" if force is None else f"forced {force}"
+            what = ("auto" if force is None else f"forced {force}") + (f" {const}" if const
+                                                                       else "")
             print(f"| {shape} | {what}: {' + '.join(r['kernels'])} | {r['ms']:.4f} | "
                   f"{r['tflops']:.2f} | {r['rel_err']:.1e} |", flush=True)
         if args.cublas:

@@ -279,6 +279,7 @@ def run(args) -> dict:
         if tuple(args.shape) != (1, 28, 28):
             raise SystemExit(f"engine: input shape {args.shape}: the engine reads MNIST-shaped "
                              "data (1 28 28) only until the dataset work (issue 18) lands")
+        import gemm
         import gpu_timer
         dev = gpu_timer.open_device()
     res["versions"] = _versions(dev)
@@ -288,8 +289,9 @@ def run(args) -> dict:
             row = {"model": name, "batch": batch}
             if dev is not None:
                 try:
-                    row["engine"] = asyncio.run(engine(dev, path, batch, args.steps,
-                                                       args.repeats, args.warmup))
+                    with gemm.constants(args.const):
+                        row["engine"] = asyncio.run(engine(dev, path, batch, args.steps,
+                                                           args.repeats, args.warmup))
                 except Exception as exc:  # keep going: the other cells are still worth it
                     row["engine"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
             for mode in TORCH_MODES:
@@ -348,6 +350,8 @@ def main(argv=None) -> int:
     p.add_argument("--engine", type=Path, default=REPO / "py",
                    help="folder holding the webgpu_trainer package (default: this checkout's)")
     p.add_argument("--label", default="", help="names the engine column and the JSON")
+    p.add_argument("--const", default="", metavar="NAME=VALUE,...",
+                   help="engine: override constants of the tiled GEMM (benchmarks/gemm.py)")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.add_argument("--table", type=Path, nargs="+", default=None,
                    help="instead: print one table of these result files")
