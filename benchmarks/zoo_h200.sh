@@ -6,6 +6,7 @@
 #   run(command="bash .perf20/new/benchmarks/zoo_h200.sh", carry=[".perf20", ".whl", ".gl"])
 # There: the GEMM shapes (benchmarks/gemm.py) and the zoo's engine rows for base and new, and
 # PyTorch's rows (eager, CUDA graph, torch.compile + whole-step graph) once; JSON into $OUT.
+# ENGINES="base new", GEMM=0 (no GEMM part), TORCH=0 (no PyTorch rows) choose the parts.
 set -u
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
@@ -19,6 +20,7 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv
 cd .perf20/new || exit 1
 for e in ${ENGINES:-base new}; do
+  [ "${GEMM:-1}" = 1 ] || break
   [ -d "../$e/py" ] || [ "$e" = new ] || continue
   py=$( [ "$e" = new ] && echo py || echo "../$e/py" )
   echo "=== gemm $e"
