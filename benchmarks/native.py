@@ -163,7 +163,7 @@ async def gemm(dev, n: int = 4096, tiled=None, tw=None, reps: int = 10) -> dict:
         builder.TILED = tiled
     rule = getattr(gemm_op, "tile_width", None)
     if tw is not None and rule is not None:  # force a tile width (TW=8: 64 x 64 tiles)
-        gemm_op.tile_width = lambda b, m, n_: tw
+        gemm_op.tile_width = lambda *_: tw
     try:
         await gemm_op.matmul(builder, ba, (n, 1), bb, (n, 1), bc, n, n, n)
     finally:
@@ -194,7 +194,7 @@ def variant(name: str):
     saved = []
     if name == "gemm_untiled":
         saved.append((gemm_op, "tile_width", gemm_op.tile_width))
-        gemm_op.tile_width = lambda b, m, n: 0
+        gemm_op.tile_width = lambda *_: 0
     elif name == "conv_fct8":
         saved.append((conv, "_forward_threads", conv._forward_threads))
         conv._forward_threads = lambda b, n, grp, kg, oh, ow, win: (

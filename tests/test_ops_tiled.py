@@ -154,10 +154,12 @@ def test_seednet_step_gpu_paths(device):
         check_case(device, _seednet())
 
 
-# (m, n, k): 128 x 128 tiles where m, n >= 128 and m*n >= 2^20 (edges, split-K), else the
-# untiled kernel (thin outputs)
+# (m, n, k): 128 x 128 tiles where m, n >= 128 and m*n >= 2^20, or >= 2^18 with k >= 256
+# (edges, split-K; tiles and k steps wholly inside, the unchecked loads: (1024, 1152, 24)),
+# else the untiled kernel (thin outputs, short k: (600, 520, 70))
 GEMM_CASES = [(1030, 1025, 37), (1024, 1100, 300), (200, 5300, 50), (1000, 32, 600),
-              (32, 300, 1000), (130, 129, 77)]
+              (32, 300, 1000), (130, 129, 77), (600, 520, 70), (600, 520, 300),
+              (1024, 1152, 24)]
 
 
 @pytest.mark.parametrize("m,n,k", GEMM_CASES)
@@ -186,7 +188,7 @@ def test_gemm_kernel_tiled(device, m, n, k, ta, tb):
         device.submit([device.program(b.current)])
         return np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
     got = run(go())
-    assert any("matmul_tiled" in d[0][2] for d in b.current) == (gemm.tile_width(b, m, n) > 0)
+    assert any("matmul_tiled" in d[0][2] for d in b.current) == (gemm.tile_width(b, m, n, k) > 0)
     want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (bm.T if tb else bm)) + bias
     assert rel_err(got, want) <= FWD_RTOL
 

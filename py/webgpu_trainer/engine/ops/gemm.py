@@ -52,7 +52,7 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
     tiles, 8 x 8 per thread), else 4 x 4 per thread with no workgroup memory (CPU adapters,
     thin outputs). Splits the sum over k (split-K) when the output alone leaves the GPU idle.
     """
-    tw = tile_width(b, m, n)
+    tw = tile_width(b, m, n, k)
     if tw:
         side = 8 * tw
         tiles = ((m + side - 1) // side) * ((n + side - 1) // side)
@@ -89,13 +89,16 @@ def _threads_along_n(n: int) -> int:
     return wx
 
 
-def tile_width(b, m: int, n: int) -> int:
-    """Threads per side of a ``matmul_tiled`` workgroup for an [m, n] output: 16 (128 x 128
-    tiles) on GPU adapters for outputs of at least 128 x 128 and 2^20 values, else 0 (the
-    untiled kernel). Measured on an H200 (benchmarks/): at 4096^3 the 128 x 128 tiles reach
-    20 TFLOP/s, the untiled kernel 12, 64 x 64 tiles (TW = 8) 7.9; on SeedNet's thin products
-    ([1000, 11616] x [11616, 32] and its gradients) the untiled kernel with split-K is faster."""
-    if b.tiled and min(m, n) >= 128 and m * n >= (1 << 20):
+def tile_width(b, m: int, n: int, k: int) -> int:
+    """Threads per side of a ``matmul_tiled`` workgroup for an [m, n] output summed over k: 16
+    (128 x 128 tiles) on GPU adapters for outputs of at least 128 x 128 and 2^20 values, or
+    2^18 values with k >= 256, else 0 (the untiled kernel). Measured on an H200
+    (benchmarks/): at 4096^3 the 128 x 128 tiles reach 26 TFLOP/s, the untiled kernel 12,
+    64 x 64 tiles (TW = 8) 7.9; on SeedNet's thin products ([1000, 11616] x [11616, 32] and
+    its gradients) the untiled kernel with split-K is faster; on the wide MLP's products at
+    batch 1000 ([1000, 1024] and [1024, 784] outputs, k 784-1024) the tiles with split-K are
+    (1.1-2.9x, benchmarks/gemm.py), at batch 64 ([1024, 784], k 64) they are not."""
+    if b.tiled and min(m, n) >= 128 and m * n >= (1 << 18) and (m * n >= (1 << 20) or k >= 256):
         return 16
     return 0
 
