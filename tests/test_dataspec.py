@@ -90,9 +90,25 @@ def test_check_fits_names_both_shapes():
     with pytest.raises(ValueError) as e:
         check_fits(Graph(_conv_graph([1, 28, 28], 4)[0]), spec, split, split)
     assert str(e.value) == (
-        "model input 'x' [N, 1, 28, 28] does not fit dataset tiny-rgb (3x5x7 images): the "
-        "model takes 784 values per sample, the dataset has 105; use a model with input "
-        "[N, 3, 5, 7] or [N, 105]")
+        "model input 'x' [N, 1, 28, 28] does not fit dataset tiny-rgb (3x5x7 images): it "
+        "takes [1, 28, 28] per sample (784 values), the dataset gives [3, 5, 7] (105 values); "
+        "use a model with input [N, 3, 5, 7] or [N, 105]")
+    with pytest.raises(ValueError) as e:  # as many values, channels last: not this layout
+        check_fits(Graph(_conv_graph([5, 7, 3], 4)[0]), spec, split, split)
+    assert str(e.value).startswith("model input 'x' [N, 5, 7, 3] does not fit dataset "
+                                   "tiny-rgb (3x5x7 images): it takes [5, 7, 3] per sample "
+                                   "(105 values), the dataset gives [3, 5, 7] (105 values)")
+    grey = Split(bytes(784 * 2), bytes(2), 2, bytes(2))  # MNIST: three input forms fit
+    for dims in ([1, 28, 28], [784], [28, 28]):
+        check_fits(Graph(_conv_graph(dims, 10)[0]), MNIST, grey, grey)
+    table = DataSpec.from_manifest(TABLE)
+    rows = Split(bytes(48), bytes(2), 2, bytes(2), table)
+    with pytest.raises(ValueError) as e:
+        check_fits(Graph(_conv_graph([2, 3], 3)[0]), table, rows, rows)
+    assert str(e.value) == (
+        "model input 'x' [N, 2, 3] does not fit dataset iris (6 features): it takes [2, 3] "
+        "per sample (6 values), the dataset gives [6] (6 values); use a model with input "
+        "[N, 6]")
     with pytest.raises(ValueError) as e:
         check_fits(Graph(_conv_graph([3, 5, 7], 3)[0]), spec, split, split)
     assert str(e.value) == ("model output 'logits' [N, 3] does not fit dataset tiny-rgb "

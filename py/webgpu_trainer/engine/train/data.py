@@ -173,22 +173,24 @@ def _dims(shape) -> str:
 def check_fits(graph: Graph, spec: DataSpec, train: Split, test: Split) -> None:
     """Refuse a model whose input or output does not fit the dataset ``spec``, and data with
     a label outside the model's classes (before any GPU work). The input fits when its
-    per-sample values are the dataset's (a [N, 1, 28, 28] or a [N, 784] model on MNIST);
-    the output must be [N, K] scores with K >= 2 and K >= the dataset's classes.
+    per-sample dims are the dataset's sample shape, the same values flat, or a grey image
+    without its channel dim (MNIST: [N, 1, 28, 28], [N, 784] or [N, 28, 28]); the output
+    must be [N, K] scores with K >= 2 and K >= the dataset's classes.
 
     Raises ValueError naming both shapes, or the split, index and value of the first bad
     label."""
     inp = graph.input
-    dims = inp["shape"][1:]
-    per_sample = math.prod(d if isinstance(d, int) else 0 for d in dims)
-    if per_sample != spec.values:
-        want = " or ".join(_dims(["N", *s]) for s in
-                           ([spec.sample_shape, [spec.values]] if len(spec.sample_shape) > 1
-                            else [spec.sample_shape]))
+    dims = list(inp["shape"][1:])
+    shape = spec.sample_shape
+    fits = [shape, [spec.values]] + ([shape[1:]] if len(shape) == 3 and shape[0] == 1 else [])
+    if dims not in fits:
+        per_sample = math.prod(d if isinstance(d, int) else 0 for d in dims)
+        want = " or ".join(dict.fromkeys(_dims(["N", *s]) for s in fits[:2]))
         raise ValueError(
             f"model input {inp['name']!r} {_dims(inp['shape'])} does not fit dataset "
-            f"{spec.name} ({spec.describe()}): the model takes {per_sample or '?'} values per "
-            f"sample, the dataset has {spec.values}; use a model with input {want}")
+            f"{spec.name} ({spec.describe()}): it takes {_dims(dims)} per sample "
+            f"({per_sample or '?'} values), the dataset gives {_dims(shape)} "
+            f"({spec.values} values); use a model with input {want}")
     out = graph.shapes(2)[graph.output]
     k = len(spec.classes)
     if len(out) != 2 or out[1] < max(2, k):
