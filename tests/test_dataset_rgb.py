@@ -197,3 +197,52 @@ def test_resume_on_another_dataset_is_refused(trained):
     assert "--data: may not change on --resume (the run has 'colours', 'other' given)" in \
         proc.stderr
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+# ---- hostile dataset folders: refused naming the file, nothing read past the problem -----
+
+def _copy(tmp_path):
+    data = tmp_path / "datasets"
+    write_dataset(data, "colours", 5)
+    write_dataset(data, "other", 6)
+    return data
+
+
+def test_missing_dataset_names_the_prepared_ones(tmp_path):
+    from webgpu_trainer.cli.datasets import dataset_folder, load_dataset
+    data = _copy(tmp_path)
+    folder = dataset_folder("cifar10", None, data)
+    with pytest.raises(ValueError) as e:
+        load_dataset(folder, "cifar10")
+    assert str(e.value) == (
+        f"no dataset cifar10 in {data} (no {folder / 'manifest.json'}; prepared there: "
+        "colours, other): prepare it with `webgpu-trainer data --source ...`")
+    proc = cli("train", REPO / "models" / "seednet.onnx", "--data", "cifar10", "--data-root",
+               data, "--device", "cpu", "--out", tmp_path / "run", check=False)
+    assert proc.returncode == 2 and f"no dataset cifar10 in {data}" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("damage,message", [
+    ("flip", "test-images-{sha12}.u8 (test images) has sha256 "),
+    ("truncate", "test-images-{sha12}.u8 (test images) holds 17279 bytes; the manifest says "
+                 "17280 (90 x 192)"),
+    ("escape", "manifest.json: test images has no valid 'file' entry"),
+])
+def test_damaged_shards_are_refused(tmp_path, damage, message):
+    from webgpu_trainer.cli.datasets import load_dataset
+    folder = _copy(tmp_path) / "colours"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    ent = manifest["splits"]["test"]["images"]
+    shard = folder / ent["file"]
+    raw = shard.read_bytes()
+    if damage == "flip":
+        shard.write_bytes(raw[:100] + bytes([raw[100] ^ 1]) + raw[101:])
+    elif damage == "truncate":
+        shard.write_bytes(raw[:-1])
+    else:
+        ent["file"] = "../other/" + ent["file"]
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError) as e:
+        load_dataset(folder, "colours")
+    assert message.format(sha12=ent["sha256"][:12]) in str(e.value)
