@@ -33,7 +33,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def mnist_cache() -> Path:
     from webgpu_trainer.host import data
-    cache = data.default_cache_dir()
+    cache = REPO / ".cache" / "mnist"
     data.prepare(cache)
     return cache
 

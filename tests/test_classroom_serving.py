@@ -12,9 +12,8 @@ import shutil
 import pytest
 from classroom_helpers import REPO, wait_until
 from starlette.testclient import TestClient
-from webgpu_trainer.host.data import default_cache_dir
 
-MNIST = default_cache_dir()
+MNIST = REPO / ".cache" / "mnist"
 
 
 @pytest.fixture

@@ -209,7 +209,7 @@ def _copy(tmp_path):
 
 
 def test_missing_dataset_names_the_prepared_ones(tmp_path):
-    from webgpu_trainer.cli.datasets import dataset_folder, load_dataset
+    from webgpu_trainer.cli.run_data import dataset_folder, load_dataset
     data = _copy(tmp_path)
     folder = dataset_folder("cifar10", None, data)
     with pytest.raises(ValueError) as e:
@@ -230,7 +230,7 @@ def test_missing_dataset_names_the_prepared_ones(tmp_path):
     ("escape", "manifest.json: test images has no valid 'file' entry"),
 ])
 def test_damaged_shards_are_refused(tmp_path, damage, message):
-    from webgpu_trainer.cli.datasets import load_dataset
+    from webgpu_trainer.cli.run_data import load_dataset
     folder = _copy(tmp_path) / "colours"
     manifest = json.loads((folder / "manifest.json").read_text())
     ent = manifest["splits"]["test"]["images"]

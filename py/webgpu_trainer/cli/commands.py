@@ -62,7 +62,7 @@ import platform
 import sys
 from pathlib import Path
 
-from . import datasets, doctor
+from . import doctor, run_data
 from ..engine import config as run_config
 from ..engine.train import data as train_data, loop as train_mod
 from ..engine.train import checkpoint as engine_ckpt
@@ -104,8 +104,8 @@ def load_splits(data_dir, train_images: int = 0, eval_images: int = 10000):
     """``(train Split, test Split, manifest)`` of the dataset in ``data_dir`` (default MNIST's
     folder, prepared if needed); ``train_images`` > 0 keeps the first N training samples, the
     test split keeps the first ``eval_images``."""
-    train, test, manifest, _, _ = datasets.load_dataset(
-        datasets.dataset_folder("mnist", data_dir), "mnist", train_images, eval_images)
+    train, test, manifest, _, _ = run_data.load_dataset(
+        run_data.dataset_folder("mnist", data_dir), "mnist", train_images, eval_images)
     return train, test, manifest
 
 
@@ -156,7 +156,7 @@ def _resolve(args):
 
 def folder_of(args, cfg) -> Path:
     """The folder of the run's dataset: ``--data-dir``, else ``<--data-root>/<dataset>``."""
-    return datasets.dataset_folder(cfg["dataset"], args.data_dir,
+    return run_data.dataset_folder(cfg["dataset"], args.data_dir,
                                    getattr(args, "data_root", None))
 
 
@@ -165,7 +165,7 @@ def _dataset(args, cfg, stored):
     with ``--data-dir`` the config's ``dataset`` becomes the folder's. ValueError when
     ``--data`` and ``--data-dir`` name different datasets, or a resumed run's dataset is
     not the one given (both named)."""
-    loaded = datasets.load_dataset(folder_of(args, cfg), cfg["dataset"], 0,
+    loaded = run_data.load_dataset(folder_of(args, cfg), cfg["dataset"], 0,
                                    cfg["eval_images"])
     name = loaded[3].name
     if name != cfg["dataset"]:

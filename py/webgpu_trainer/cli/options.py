@@ -113,11 +113,12 @@ def add_train(sub) -> argparse.ArgumentParser:
     p.add_argument("model", type=Path, nargs="?", default=None,
                    help="the .onnx model (optional with --resume)")
     p.add_argument("--data-dir", dest="data_dir", type=Path, default=None,
-                   help="the dataset's folder (default <data root>/<--data NAME>)")
-    p.add_argument("--data-root", dest="data_root", type=Path, default=None,
-                   help="the folder of prepared datasets (default <repo>/.cache/datasets)")
+                   help="MNIST cache (default <repo>/.cache/mnist)")
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default runs/<model>-<timestamp>)")
+    p.add_argument("--data-root", dest="data_root", type=Path, default=None,
+                   help="the folder of prepared datasets (default <repo>/.cache/datasets); "
+                        "--data-dir names the dataset's folder directly")
     p.add_argument("--resume", type=Path, default=None,
                    help="continue the run in DIR from its last checkpoint, with its "
                         "config.json; options given again override the stored ones")

@@ -76,14 +76,15 @@ def add_predict(sub) -> argparse.ArgumentParser:
                                        "with the engine (eval mode) and with onnxruntime")
     p.add_argument("model", type=Path, help="the .onnx model")
     p.add_argument("--index", type=int, default=12, help="test image (default 12)")
+    p.add_argument("--data-dir", dest="data_dir", type=Path, default=None,
+                   help="MNIST cache (default <repo>/.cache/mnist)")
+    p.add_argument("--device", choices=["gpu", "cpu"], default="gpu",
+                   help="gpu (wgpu-py, default) or cpu (the numpy engine, float32)")
     p.add_argument("--data", dest="dataset", default="mnist", metavar="NAME",
                    help="the dataset (default mnist)")
     p.add_argument("--data-root", dest="data_root", type=Path, default=None,
-                   help="the folder of prepared datasets (default <repo>/.cache/datasets)")
-    p.add_argument("--data-dir", dest="data_dir", type=Path, default=None,
-                   help="the dataset's folder (default <data root>/<--data NAME>)")
-    p.add_argument("--device", choices=["gpu", "cpu"], default="gpu",
-                   help="gpu (wgpu-py, default) or cpu (the numpy engine, float32)")
+                   help="the folder of prepared datasets (default <repo>/.cache/datasets); "
+                        "--data-dir names the dataset's folder directly")
     return p
 
 
@@ -91,7 +92,7 @@ def predict(args) -> int:
     import numpy as np
 
     from ..host import data
-    from .datasets import dataset_folder, load_dataset
+    from .run_data import dataset_folder, load_dataset
     try:
         dev = open_device(args.device)
         folder = dataset_folder(args.dataset, args.data_dir, args.data_root)
