@@ -1,8 +1,9 @@
 """The dataset a run (``train``, ``predict``) reads: where a dataset NAME lives (``<data
 root>/NAME``, the root ``--data-root``, default ``<repo>/.cache/datasets``; ``--data-dir``
-names one folder directly) and its splits read from the folder's ``manifest.json`` and shards, each shard checked
-against the manifest's size and sha256 (``load_dataset``). MNIST is prepared on first use
-(``host.data.prepare``); another dataset must have been prepared (``webgpu-trainer data``)."""
+names one folder directly) and its splits read from the folder's ``manifest.json`` and
+shards, each shard checked against the manifest's size and sha256 (``load_dataset``). MNIST
+is prepared on first use (``host.data.prepare``); another dataset must have been prepared
+(``webgpu-trainer data``)."""
 
 from __future__ import annotations
 
