@@ -27,8 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def tiny_model(path: Path) -> None:
-    """input [N,784] -> Gemm(10x784, transB) -> Relu -> LogSoftmax, opset 16 (MNIST-shaped:
-    the importer refuses models whose input does not fit MNIST)."""
+    """input [N,784] -> Gemm(10x784, transB) -> Relu -> LogSoftmax, opset 16 (MNIST-shaped)."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((10, 784)).astype(np.float32), "fc.weight")
     b = numpy_helper.from_array(rng.standard_normal(10).astype(np.float32), "fc.bias")
