@@ -33,10 +33,10 @@ OPS maps ONNX op_type -> module; VIEWS are the op_types whose output aliases the
 CARDS maps every op_type with ATTRS (OPS' and the import-only ones) -> module.
 """
 
-from . import (activation, batchnorm, binary, card, conv, dropout, gemm, layernorm, layout,
-               pool, reduction, softmax, views, unary, matmul)
+from . import (activation, batchnorm, binary, card, conv, dropout, gather, gemm, layernorm,
+               layout, pool, reduction, softmax, views, unary, matmul)
 
-_MODULES = (activation, batchnorm, binary, conv, dropout, gemm, layernorm, layout, pool,
+_MODULES = (activation, batchnorm, binary, conv, dropout, gather, gemm, layernorm, layout, pool,
             reduction, softmax, views, unary, matmul)
 
 OPS = {t: m for m in _MODULES for t in m.TYPES}
