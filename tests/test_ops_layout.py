@@ -94,3 +94,59 @@ def test_numpy_engine_matches_onnxruntime(k):
                                Context(False, np.float64))[0][0]
         got = inner
     assert abs((dy * got).sum() - (dx * x).sum()) < 1e-9
+
+
+@pytest.mark.parametrize("sizes,used", [([1, 3, 2], [0, 2]), ([2, 2, 2], [1]),
+                                        ([6], [0])])
+def test_numpy_split_matches_torch(sizes, used):
+    """cpu/layout.py's Split (input form, axis -2) in float64 against torch.split: forward,
+    and the backward with only the ``used`` outputs in the loss (the others get no gradient)."""
+    torch = pytest.importorskip("torch")
+    from webgpu_trainer.cpu import layout
+    rng = np.random.default_rng(len(sizes))
+    x = rng.standard_normal((2, 6, 3))
+    outs = [f"y{k}" for k in range(len(sizes))]
+    n = {"name": "/split", "op_type": "Split", "inputs": ["x", "s"], "outputs": outs,
+         "attrs": {"axis": -2}}
+    ins = [x, np.asarray(sizes, np.int64)]
+    ys, _ = layout.forward(n, ins, None)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch.split(xt, sizes, dim=-2)
+    for a, b in zip(ys, yt):
+        np.testing.assert_array_equal(a, b.detach().numpy())
+    dys = [rng.standard_normal(y.shape) if k in used else None for k, y in enumerate(ys)]
+    sum((t * torch.tensor(d)).sum() for t, d in zip(yt, dys) if d is not None).backward()
+    dx, ds = layout.backward(n, ins, ys, None, dys, None)
+    assert ds is None
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_split_sizes_refused():
+    from webgpu_trainer.engine.graph import GraphError
+    g = _graph_of([node("Split", ["input", "sp"], ["a", "b"], name="/split", axis=2)],
+                  {"sp": _const([1, 2])})
+    with pytest.raises(GraphError, match=r"/split \(Split\): split \[1, 2\] does not cut axis 2 "
+                                         r"of size 4 into 2 outputs"):
+        g.shapes(2)
+
+
+@pytest.mark.parametrize("dynamo,opset", [(False, 11), (False, 13), (True, 18)])
+def test_torch_split_model(device, tmp_path, dynamo, opset):
+    """``Tensor.split`` from both exporters (Split's attribute form at opset 11, input form
+    from 13) imports and trains one step like torch."""
+    torch = pytest.importorskip("torch")
+    from torch_models import export_and_step
+
+    class SplitNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.head = torch.nn.Linear(784, 24), torch.nn.Linear(16, 10)
+
+        def forward(self, x):
+            a, b, c = self.fc(x.flatten(1)).split([8, 8, 8], dim=1)
+            return self.head(torch.cat([torch.tanh(a) * c, b], 1))
+
+    torch.manual_seed(0)
+    graph = export_and_step(device, SplitNet(), tmp_path / "split.onnx", dynamo, opset,
+                            f"torch Split opset {opset}")
+    assert "Split" in {n["op_type"] for n in graph["nodes"]}

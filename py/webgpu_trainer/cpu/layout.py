@@ -1,9 +1,10 @@
-"""Transpose, Concat, Slice, Pad (constant mode), Expand: numpy forward and backward.
+"""Transpose, Concat, Slice, Pad (constant mode), Expand, Split: numpy forward and backward.
 
 Written from the ONNX operator definitions (Slice's clamping follows the spec's pseudo-code,
 not Python's slice rules, which differ for negative steps); gradients as PyTorch's autograd:
 transpose by the inverse permutation, split, scatter into zeros, crop, sum over the broadcast
-dims. The form of Slice and Pad follows the node: constant inputs when present (Slice opset
+dims, concatenate (zeros for an output without a gradient). The form of Slice, Pad and Split
+follows the node: constant inputs when present (Slice opset
 >= 10, Pad opset >= 11, axes of Pad opset >= 18), else the attributes of the older opsets.
 """
 
@@ -11,7 +12,7 @@ import numpy as np
 
 from ..engine.errors import GraphError
 
-TYPES = ("Concat", "Expand", "Pad", "Slice", "Transpose")
+TYPES = ("Concat", "Expand", "Pad", "Slice", "Split", "Transpose")
 
 
 def _error(node, msg):
@@ -87,8 +88,24 @@ def _unbroadcast(d, shape):
     return d.sum(axis=axes, keepdims=True).reshape(shape) if axes else d.reshape(shape)
 
 
+def _split_sizes(node, ins):
+    """Split's sizes: the split input (opset 13+) or attribute, else equal parts of
+    ``num_outputs`` (or one per output), the last smaller (opset 18)."""
+    a, x = node.get("attrs", {}), ins[0]
+    dim = x.shape[int(a.get("axis", 0)) % x.ndim]
+    sizes = _ints(ins, 1) if len(ins) > 1 and ins[1] is not None else a.get("split")
+    if sizes is None:
+        parts = int(a.get("num_outputs", len(node["outputs"])))
+        size = -(-dim // parts)
+        sizes = [max(0, min(size, dim - k * size)) for k in range(parts)]
+    return int(a.get("axis", 0)) % x.ndim, [int(v) for v in sizes]
+
+
 def forward(node, ins, ctx):
     op, x, a = node["op_type"], ins[0], node.get("attrs", {})
+    if op == "Split":
+        axis, sizes = _split_sizes(node, ins)
+        return [p.copy() for p in np.split(x, np.cumsum(sizes)[:-1], axis=axis)], None
     if op == "Transpose":
         y = np.transpose(x, _perm(node, x.ndim)).copy()
     elif op == "Concat":
@@ -108,6 +125,12 @@ def forward(node, ins, ctx):
 def backward(node, ins, outs, cache, douts, ctx):
     op, x, dy = node["op_type"], ins[0], douts[0]
     rest = [None] * (len(ins) - 1)
+    if op == "Split":
+        axis, sizes = _split_sizes(node, ins)
+        parts = [d if d is not None else
+                 np.zeros(x.shape[:axis] + (s,) + x.shape[axis + 1:], x.dtype)
+                 for d, s in zip(douts, sizes)]
+        return [np.concatenate(parts, axis=axis)] + rest
     if op == "Transpose":
         return [np.transpose(dy, np.argsort(_perm(node, x.ndim)))]
     if op == "Concat":

@@ -1,5 +1,5 @@
-"""Data movement: ONNX Transpose, Concat, Slice, Pad (constant mode) and Expand, forward and
-backward (shaders/layout.wgsl), float32 tensors of rank <= 6.
+"""Data movement: ONNX Transpose, Concat, Slice, Pad (constant mode), Expand and Split, forward
+and backward (shaders/layout.wgsl), float32 tensors of rank <= 6.
 
 Every op and gradient is one strided gather (``strided``): per output dimension a size, an
 affine map of the index into the source (``t = idx * mul + add``, then ``/ div`` when exact)
@@ -12,24 +12,27 @@ and bounds; out-of-bounds cells get a fill value. The gradients follow PyTorch's
 - Pad: dx = the crop of dy (zeros where negative pads cropped x); d constant_value = the sum of
   dy over the padded cells (``masked_sum``) when the value is a tensor that needs a gradient;
 - Expand: dx = dy summed over the broadcast dimensions (``sum_expanded``, split over
-  workgroups when few outputs sum many values, the parts added by reduce.wgsl).
+  workgroups when few outputs sum many values, the parts added by reduce.wgsl);
+- Split: one copy per output; dx = the outputs' gradients concatenated, zeros for an output
+  that has none (torch's ``split`` backward).
 
-Attribute-like inputs (Slice starts/ends/axes/steps, Pad pads/axes, Expand shape) must be
-constants of the model description; ``infer`` (layout_rules.py, with the per-op specs) raises
-``GraphError`` naming the node and the input otherwise. The form (inputs or attributes) follows
-the node: inputs when present (Slice opset >= 10, Pad opset >= 11), else the attributes of the
-older opsets.
+Attribute-like inputs (Slice starts/ends/axes/steps, Pad pads/axes, Expand shape, Split split)
+must be constants of the model description; ``infer`` (layout_rules.py, with the per-op
+specs) raises ``GraphError`` naming the node and the input otherwise. The form (inputs or
+attributes) follows the node: inputs when present (Slice opset >= 10, Pad opset >= 11, Split
+opset >= 13), else the attributes of the older opsets.
 """
 
 import math
 
 from ..backends.base import groups_1d
 from .gemm import reduce_splits
-from .layout_rules import (MAX_RANK, _strides, concat_axis, pad_spec, slice_spec,
+from .layout_rules import (MAX_RANK, _strides, concat_axis, pad_spec, slice_spec, split_spec,
                            transpose_perm)
 from .layout_rules import infer  # noqa: F401  (the ops contract: every family has infer)
 
-TYPES = ("Concat", "Expand", "Pad", "Slice", "Transpose")
+TYPES = ("Concat", "Expand", "Pad", "Slice", "Split", "Transpose")
+GRAD_EVERY_OUTPUT = True  # the plan gives every output a gradient (Split), not only the first
 
 
 def _perm(node, opset, shapes):
@@ -134,6 +137,9 @@ def _plain(size, src_stride, dst_stride):
 async def forward(b, node, ins, outs, train):
     """y = op(x): one gather per output (Concat: one per input)."""
     op, y = node["op_type"], outs[0]
+    if op == "Split":
+        await _split(b, node, ins[0], outs)
+        return
     ys = _strides(y.shape)
     if op == "Concat":
         axis = concat_axis(node, [t.shape for t in ins])
@@ -172,6 +178,10 @@ async def forward(b, node, ins, outs, train):
 async def backward(b, node, ins, outs, gins, gouts):
     """Writes every non-None ``gins`` (see the module docstring for the formulas)."""
     op, dy = node["op_type"], gouts[0]
+    if op == "Split":
+        if gins[0] is not None:
+            await _split_grad(b, node, ins[0], gins[0], gouts)
+        return
     ds = _strides(dy.shape)
     if op == "Concat":
         axis = concat_axis(node, [t.shape for t in ins])
@@ -208,6 +218,32 @@ async def backward(b, node, ins, outs, gins, gouts):
             await _pad_value_grad(b, dy, gins[2], spec, x.shape)
     elif op == "Expand" and dx is not None:
         await _sum_expanded(b, dy, dx, x.shape)
+
+
+async def _split(b, node, x, outs):
+    """Each output: its part of x along the axis (a copy)."""
+    axis, sizes = split_spec(node, x.shape, _values(b, node))
+    xs, off = _strides(x.shape), 0
+    for t, size in zip(outs, sizes):
+        if t is not None:
+            dims = [_plain(d, s, o) for d, s, o in zip(t.shape, xs, _strides(t.shape))]
+            await gather(b, x, t, dims, src_off=off * xs[axis])
+        off += size
+
+
+async def _split_grad(b, node, x, dx, gouts):
+    """dx = the outputs' gradients concatenated along the axis, zeros where an output has
+    none (every cell out of bounds: the fill value 0)."""
+    axis, sizes = split_spec(node, x.shape, _values(b, node))
+    xs, off = _strides(x.shape), 0
+    for g, size in zip(gouts, sizes):
+        shape = [size if d == axis else n for d, n in enumerate(x.shape)]
+        if g is not None:
+            dims = [_plain(n, s, o) for n, s, o in zip(shape, _strides(shape), xs)]
+        else:
+            dims = [(n, 1, 0, 1, 0, 0, o) for n, o in zip(shape, xs)]
+        await gather(b, g, dx, dims, dst_off=off * xs[axis], value=0.0)
+        off += size
 
 
 async def _pad_value_grad(b, dy, out, spec, xshape):

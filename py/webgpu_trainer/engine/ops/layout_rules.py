@@ -1,7 +1,8 @@
-"""The shape and attribute rules of the layout ops (ONNX Transpose, Concat, Slice, Pad, Expand):
-``infer`` and the per-op specs that ``layout.py`` lowers to strided gathers. Attribute-like
-inputs (Slice starts/ends/axes/steps, Pad pads/axes, Expand shape) must be constants of the
-model description; the errors are ``GraphError`` naming the node and the input."""
+"""The shape and attribute rules of the layout ops (ONNX Transpose, Concat, Slice, Pad, Expand,
+Split): ``infer`` and the per-op specs that ``layout.py`` lowers to strided gathers.
+Attribute-like inputs (Slice starts/ends/axes/steps, Pad pads/axes, Expand shape, Split split)
+must be constants of the model description; the errors are ``GraphError`` naming the node and
+the input."""
 
 from ..errors import GraphError
 
@@ -159,6 +160,30 @@ def pad_spec(node, shape, values):
     return spec, value, from_input
 
 
+def split_spec(node, shape, values):
+    """``(axis, sizes)`` of Split: the sizes from the ``split`` input (opset 13+) or attribute,
+    else ``num_outputs`` (opset 18) or one per output, equal parts (the last one smaller when
+    the axis does not divide: opset 18); GraphError when they do not add up to the axis."""
+    a = node.get("attrs", {})
+    rank, outs = len(shape), len(node["outputs"])
+    axis = int(a.get("axis", 0))
+    if not -rank <= axis < rank:
+        raise _error(node, f"axis {axis} out of range for rank {rank}")
+    axis %= rank
+    dim = shape[axis]
+    sizes = _input_values(node, 1, values, "split")
+    if sizes is None and a.get("split") is not None:
+        sizes = [int(v) for v in a["split"]]
+    if sizes is None:
+        parts = int(a.get("num_outputs", outs))
+        size = -(-dim // parts)
+        sizes = [max(0, min(size, dim - k * size)) for k in range(parts)]
+    if len(sizes) != outs or sum(sizes) != dim or min(sizes) < 0:
+        raise _error(node, f"split {sizes} does not cut axis {axis} of size {dim} into "
+                           f"{outs} outputs")
+    return axis, sizes
+
+
 def expand_shape(node, shape, values):
     """The output shape: NumPy (bidirectional) broadcasting of x's shape and the shape input."""
     want = _input_values(node, 1, values, "shape")
@@ -197,6 +222,9 @@ def infer(node, ins, consts):
     if op == "Pad":
         spec, _, _ = pad_spec(node, x, consts)
         return [[d + lo + hi for d, (lo, hi) in zip(x, spec)]]
+    if op == "Split":
+        axis, sizes = split_spec(node, x, consts)
+        return [[s if d == axis else x[d] for d in range(len(x))] for s in sizes]
     if op == "Expand":
         out = expand_shape(node, x, consts)
         _check_rank(node, out)
