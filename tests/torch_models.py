@@ -50,10 +50,30 @@ def export_and_step(device, model, path, dynamo, opset, tag, batch=4, seed=0):
     parity.run_step(device, plan, 1, seed)
     got = float(np.frombuffer(run(device.read(plan.metrics, 0, 4)), np.float32)[0])
     assert abs(got - loss.item()) <= RTOL * abs(loss.item())
-    grads = {n: p.grad.numpy() for n, p in ref.named_parameters()}
-    assert set(grads) == set(plan.trainable)
-    for name, g in grads.items():
-        err = rel_err(run(read_flat(device, plan, plan.G, name)), g)
+    names = _onnx_names(graph, blob, model)
+    assert sorted(names.values()) == sorted(plan.trainable)
+    for tname, p in ref.named_parameters():
+        name = names[tname]
+        got = run(read_flat(device, plan, plan.G, name)).reshape(p.shape)
+        err = rel_err(got, p.grad.numpy())
         _record(tag, "grad", err)
         assert err <= RTOL, f"gradient of {name}: {err:.3g}"
     return graph
+
+
+def _onnx_names(graph, blob, model) -> dict:
+    """torch parameter name -> the bundle tensor holding it: the same name, else the one tensor
+    with the same values (the TorchScript exporter writes nn.PReLU's weight [C] as an
+    initializer ``onnx::PRelu_..`` of shape [C, 1, 1])."""
+    from webgpu_trainer.cpu.engine import params_from_blob
+    arrays = params_from_blob(graph, blob, np.float32)
+    out = {}
+    for name, p in model.named_parameters():
+        if name in arrays:
+            out[name] = name
+            continue
+        v = p.detach().float().numpy().ravel()
+        same = [k for k, a in arrays.items() if a.size == v.size and np.array_equal(a.ravel(), v)]
+        assert len(same) == 1, f"{name}: {same}"
+        out[name] = same[0]
+    return out
