@@ -201,6 +201,36 @@ def _pad(name):
                        opset=18 if axes else 17, checks=checks)
 
 
+PAD_MODES = {
+    # id: (mode, pads, axes or None, opset) on h [2, 3, 5, 7]
+    "reflect_every_dim": ("reflect", [0, 2, 4, 1, 0, 1, 0, 6], None, 13),
+    "edge_beyond_the_dims": ("edge", [0, 0, 3, 0, 0, 4, 0, 9], None, 13),
+    "reflect_axes_opset18": ("reflect", [3, 2], [-1], 18),
+}
+
+
+def _pad_mode(name):
+    """Pad reflect / edge: the gradient of a cell sums every padded cell that copies it."""
+    mode, pads, axes, opset = PAD_MODES[name]
+    rng = rng_for("pad_mode", name)
+    pre, tensors = conv_pre(3, rng)
+    consts = {"pads": _const(pads)}
+    inputs = ["h", "pads"] + (["", "axes"] if axes else [])
+    if axes:
+        consts["axes"] = _const(axes)
+    nodes = pre + [node("Pad", inputs, ["y"], mode=mode)]
+    x = f32(rng.standard_normal((BATCH, 3, 5, 7)))
+    return layout_case(f"pad_{name}", "Pad", nodes, tensors, x, constants=consts, opset=opset)
+
+
+def _pad_edge_opset2_attributes():
+    rng = rng_for("pad_edge2")
+    pre, tensors = gemm_pre(7, 5, rng)
+    nodes = pre + [node("Pad", ["h"], ["y"], mode="edge", pads=[0, 3, 0, 2])]
+    return layout_case("pad_edge_opset2_attributes", "Pad", nodes, tensors,
+                       f32(rng.standard_normal((BATCH, 7))), opset=2)
+
+
 def _pad_opset2_attributes():
     rng = rng_for("pad2")
     pre, tensors = gemm_pre(7, 33, rng)
@@ -355,4 +385,5 @@ CASES = TRANSPOSE + [_transpose_2d_after_gemm()] + [_concat(a) for a in (1, -1, 
     [_pad_opset2_attributes(), _pad_value_tensor(None), _pad_value_tensor(64),
      _expand_3x1_to_2x3x4(), _expand_middle_dim_bidirectional(), _expand_param_then_concat(),
      _expand_long_sum_split(), _transpose_slice_pad_concat(), _slice_steps(),
-     _expand_after_reduce()] + [_split(*spec) for spec in SPLITS]
+     _expand_after_reduce()] + [_split(*spec) for spec in SPLITS] + \
+    [_pad_mode(name) for name in PAD_MODES] + [_pad_edge_opset2_attributes()]

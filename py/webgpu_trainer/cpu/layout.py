@@ -1,4 +1,5 @@
-"""Transpose, Concat, Slice, Pad (constant mode), Expand, Split: numpy forward and backward.
+"""Transpose, Concat, Slice, Pad (constant, reflect, edge), Expand, Split: numpy forward and
+backward.
 
 Written from the ONNX operator definitions (Slice's clamping follows the spec's pseudo-code,
 not Python's slice rules, which differ for negative steps); gradients as PyTorch's autograd:
@@ -54,13 +55,18 @@ def _slice_index(node, ins):
     return np.ix_(*index)
 
 
+def _mode(node) -> str:
+    mode = node.get("attrs", {}).get("mode", "constant")
+    return mode.decode() if isinstance(mode, bytes) else mode
+
+
 def _pads(node, ins):
-    """(per-dim (begin, end) pads, value) of Pad; GraphError for modes other than constant."""
+    """(per-dim (begin, end) pads, value) of Pad; GraphError for modes other than constant,
+    reflect and edge."""
     a = node.get("attrs", {})
-    mode = a.get("mode", "constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode != "constant":
-        raise _error(node, f"mode {mode!r} is not supported (only 'constant')")
+    mode = _mode(node)
+    if mode not in ("constant", "reflect", "edge"):
+        raise _error(node, f"mode {mode!r} is not supported")
     x = ins[0]
     if len(ins) > 1:
         pads = _ints(ins, 1)
@@ -73,6 +79,19 @@ def _pads(node, ins):
     for i, ax in enumerate(axes):
         per[ax] = (int(pads[i]), int(pads[i + len(axes)]))
     return per, np.ravel(np.asarray(value, x.dtype))[0] if np.size(value) else x.dtype.type(0)
+
+
+def _source_index(per, shape, mode):
+    """np.ix_ of the cell of x each cell of the reflect / edge padded output copies."""
+    index = []
+    for (lo, hi), d in zip(per, shape):
+        t = np.arange(-lo, d + hi)
+        if mode == "reflect":
+            t = np.where(t < 0, -t, np.where(t >= d, 2 * (d - 1) - t, t))
+        else:
+            t = np.clip(t, 0, d - 1)
+        index.append(t)
+    return np.ix_(*index)
 
 
 def _crop(x, per):
@@ -112,6 +131,9 @@ def forward(node, ins, ctx):
         y = np.concatenate([np.asarray(t, ctx.dtype) for t in ins], axis=int(a["axis"]))
     elif op == "Slice":
         y = x[_slice_index(node, ins)].copy()
+    elif op == "Pad" and _mode(node) != "constant":
+        per, _ = _pads(node, ins)
+        y = x[_source_index(per, x.shape, _mode(node))].copy()
     elif op == "Pad":
         per, value = _pads(node, ins)
         inner, pos = _crop(x, per)
@@ -140,6 +162,11 @@ def backward(node, ins, outs, cache, douts, ctx):
     if op == "Slice":
         dx = np.zeros_like(x, dtype=dy.dtype)
         dx[_slice_index(node, ins)] = dy
+        return [dx] + rest
+    if op == "Pad" and _mode(node) != "constant":  # scatter-add onto the copied cells
+        per, _ = _pads(node, ins)
+        dx = np.zeros(x.shape, dy.dtype)
+        np.add.at(dx, _source_index(per, x.shape, _mode(node)), dy)
         return [dx] + rest
     if op == "Pad":
         per, _ = _pads(node, ins)

@@ -1,5 +1,6 @@
-"""Data movement: ONNX Transpose, Concat, Slice, Pad (constant mode), Expand and Split, forward
-and backward (shaders/layout.wgsl), float32 tensors of rank <= 6.
+"""Data movement: ONNX Transpose, Concat, Slice, Pad, Expand and Split, forward and backward
+(shaders/layout.wgsl; Pad's modes reflect and edge: shaders/pad.wgsl), float32 tensors of rank
+<= 6.
 
 Every op and gradient is one strided gather (``strided``): per output dimension a size, an
 affine map of the index into the source (``t = idx * mul + add``, then ``/ div`` when exact)
@@ -11,6 +12,8 @@ and bounds; out-of-bounds cells get a fill value. The gradients follow PyTorch's
   dx: dx[j] = dy[(j - start) / step] when exact and in range, else 0;
 - Pad: dx = the crop of dy (zeros where negative pads cropped x); d constant_value = the sum of
   dy over the padded cells (``masked_sum``) when the value is a tensor that needs a gradient;
+  reflect / edge: dy scatter-added back onto the cells each padded cell copies, one padded dim
+  after the other (torch's reflection_pad / replication_pad backward);
 - Expand: dx = dy summed over the broadcast dimensions (``sum_expanded``, split over
   workgroups when few outputs sum many values, the parts added by reduce.wgsl);
 - Split: one copy per output; dx = the outputs' gradients concatenated, zeros for an output
@@ -27,8 +30,8 @@ import math
 
 from ..backends.base import groups_1d
 from .gemm import reduce_splits
-from .layout_rules import (MAX_RANK, _strides, concat_axis, pad_spec, slice_spec, split_spec,
-                           transpose_perm)
+from .layout_rules import (MAX_RANK, _strides, concat_axis, pad_mode, pad_spec, slice_spec,
+                           split_spec, transpose_perm)
 from .layout_rules import infer  # noqa: F401  (the ops contract: every family has infer)
 
 TYPES = ("Concat", "Expand", "Pad", "Slice", "Split", "Transpose")
@@ -161,6 +164,8 @@ async def forward(b, node, ins, outs, train):
         dims = [(c, st, s, 1, dim, xst, yst)
                 for (s, st, c), dim, xst, yst in zip(spec, x.shape, xs, ys)]
         await gather(b, x, y, dims)
+    elif op == "Pad" and pad_mode(node) != "constant":
+        await _pad_mode_forward(b, node, x, y)
     elif op == "Pad":
         spec, value, from_input = pad_spec(node, x.shape, _values(b, node))
         dims = [(yd, 1, -lo, 1, xd, xst, yst)
@@ -208,6 +213,9 @@ async def backward(b, node, ins, outs, gins, gouts):
             dims = [(xd, 1, -s, st, c, dst, xst) if st > 0 else (xd, -1, s, -st, c, dst, xst)
                     for (s, st, c), xd, dst, xst in zip(spec, x.shape, ds, xs)]
             await gather(b, dy, dx, dims, value=0.0)
+    elif op == "Pad" and pad_mode(node) != "constant":
+        if dx is not None:
+            await _pad_mode_backward(b, node, x, dx, dy)
     elif op == "Pad":
         spec, _, from_input = pad_spec(node, x.shape, _values(b, node))
         if dx is not None:
@@ -244,6 +252,41 @@ async def _split_grad(b, node, x, dx, gouts):
             dims = [(n, 1, 0, 1, 0, 0, o) for n, o in zip(shape, xs)]
         await gather(b, g, dx, dims, dst_off=off * xs[axis], value=0.0)
         off += size
+
+
+_PAD_MODES = {"reflect": 0, "edge": 1}  # pad.wgsl's mode
+
+
+async def _pad_mode_forward(b, node, x, y):
+    """Pad reflect / edge: one dispatch of pad.wgsl ``pad_forward``."""
+    spec, _, _ = pad_spec(node, x.shape, _values(b, node))
+    geo = [[yd, xd, lo, 0] for (lo, _), xd, yd in zip(spec, x.shape, y.shape)]
+    geo += [[1, 1, 0, 0]] * (MAX_RANK - len(geo))
+    if y.numel:
+        await b.kernel("pad", "pad_forward", groups_1d(y.numel),
+                       params=dict(n=y.numel, rank=len(x.shape), mode=_PAD_MODES[pad_mode(node)],
+                                   inner=1, big=1, small=1, lo=0, geo=geo), x=x, out=y)
+
+
+async def _pad_mode_backward(b, node, x, dx, dy):
+    """dx = dy folded back along each padded dim in turn (pad.wgsl ``pad_fold``; scratch
+    between folds); a plain copy when nothing is padded."""
+    spec, _, _ = pad_spec(node, x.shape, _values(b, node))
+    padded = [k for k, (lo, hi) in enumerate(spec) if lo or hi]
+    if not padded:
+        await gather(b, dy, dx, [_plain(d, s, s) for d, s in zip(x.shape, _strides(x.shape))])
+        return
+    shape, src = list(dy.shape), dy
+    for k in padded:
+        shape[k] = x.shape[k]
+        n = math.prod(shape)
+        dst = dx if k == padded[-1] else b.scratch(n)
+        params = dict(n=n, rank=0, mode=_PAD_MODES[pad_mode(node)],
+                      inner=math.prod(shape[k + 1:]), big=dy.shape[k], small=x.shape[k],
+                      lo=spec[k][0], geo=[[1, 1, 0, 0]] * MAX_RANK)
+        if n:
+            await b.kernel("pad", "pad_fold", groups_1d(n), params=params, x=src, out=dst)
+        src = dst
 
 
 async def _pad_value_grad(b, dy, out, spec, xshape):

@@ -126,13 +126,11 @@ def slice_spec(node, shape, values):
 def pad_spec(node, shape, values):
     """Per dim of x: (begin, end) pads (negative crops) and the constant: ``(pads, value,
     value_is_input)``. Opset >= 11: pads, constant_value, axes (18) are inputs 1..3, older
-    opsets the attributes pads and value. Only mode "constant"."""
+    opsets the attributes pads and value. Modes "constant", "reflect" (pads in [0, dim - 1])
+    and "edge" (pads >= 0)."""
     rank = len(shape)
     a = node.get("attrs", {})
-    mode = a.get("mode", "constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode != "constant":
-        raise _error(node, f"mode {mode!r} is not supported (only 'constant')")
+    mode = pad_mode(node)
     value, from_input = 0.0, False
     if len(node["inputs"]) > 1:
         pads = _input_values(node, 1, values, "pads")
@@ -157,7 +155,21 @@ def pad_spec(node, shape, values):
     for d, (lo, hi) in zip(shape, spec):
         if d + lo + hi < 0:
             raise _error(node, f"pads {pads} crop more than the dims {shape}")
+        if mode != "constant" and (min(lo, hi) < 0 or (lo or hi) and d == 0
+                                   or mode == "reflect" and max(lo, hi) > d - 1):
+            raise _error(node, f"pads {pads} do not fit mode {mode!r} on the dims {shape} "
+                               "(reflect: 0 <= pad <= dim - 1; edge: pad >= 0)")
     return spec, value, from_input
+
+
+def pad_mode(node) -> str:
+    """Pad's mode: "constant", "reflect" or "edge"; GraphError for another ("wrap")."""
+    mode = node.get("attrs", {}).get("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("constant", "reflect", "edge"):
+        raise _error(node, f"mode {mode!r} is not supported (only 'constant', 'reflect', "
+                           "'edge')")
+    return mode
 
 
 def split_spec(node, shape, values):
