@@ -264,6 +264,26 @@ class GeluSoftmax(nn.Module):
         return torch.softmax(self.fc3(x), dim=1)
 
 
+class TransformerEnc(nn.Module):
+    """The image as 28 tokens of 28 pixels -> Linear to 64 -> ``nn.TransformerEncoderLayer(64,
+    4, 128, activation="gelu", norm_first=True, batch_first=True)`` (``nn.MultiheadAttention``'s
+    packed q/k/v: Gather on activations) -> mean over tokens -> Linear. Not at opset 13: the
+    TorchScript exporter writes scaled_dot_product_attention from opset 14."""
+
+    EXPORTS = ("ts17", "dynamo18")
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(28, 64)
+        self.enc = nn.TransformerEncoderLayer(64, 4, 128, activation="gelu", norm_first=True,
+                                              batch_first=True)
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = x.reshape(x.shape[0], 28, 28)
+        return self.head(self.enc(self.inp(x)).mean(1))
+
+
 MODELS = {
     "mlp": MLP,
     "seednet_small": SeedNetSmall,
@@ -275,6 +295,7 @@ MODELS = {
     "residual_cat": ResidualCat,
     "sigmoid_head": SigmoidHead,
     "gelu_softmax": GeluSoftmax,
+    "transformer_enc": TransformerEnc,
 }
 EXPORTS = {  # fixture suffix -> (dynamo, opset, dynamic batch)
     "ts13": (False, 13, False),
@@ -318,8 +339,8 @@ def input_batch() -> np.ndarray:
 
 
 def _has_train_layers(model: nn.Module) -> bool:
-    return any(isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.Dropout))
-               for m in model.modules())
+    return any(isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.Dropout,
+                              nn.MultiheadAttention)) for m in model.modules())
 
 
 def _final_op(onnx_model: onnx.ModelProto) -> str | None:
@@ -410,6 +431,8 @@ def references(model: nn.Module, onnx_model: onnx.ModelProto) -> dict:
     for mod in m.modules():
         if isinstance(mod, nn.Dropout):
             mod.p = 0.0  # dropout disabled for the gradients (BatchNorm stays in train mode)
+        if isinstance(mod, nn.MultiheadAttention):
+            mod.dropout = 0.0  # its attention dropout is a float, not an nn.Dropout
     y = m(x)
     kind = {"LogSoftmax": "nll", "Softmax": "nll_log"}.get(final, "cross_entropy")
     loss = F.nll_loss(y, labels) if kind == "nll" else F.nll_loss(torch.log(y), labels) \
@@ -436,7 +459,7 @@ def build(out_dir: pathlib.Path, only=()) -> list[pathlib.Path]:
             continue
         torch.manual_seed(0)
         model = randomize_norms(cls())
-        for suffix in EXPORTS:
+        for suffix in getattr(cls, "EXPORTS", EXPORTS):
             path = out_dir / f"{name}-{suffix}.onnx"
             opts = export(model, suffix, path)
             refs = references(model, onnx.load(str(path)))

@@ -1,6 +1,7 @@
 // Binary elementwise ops with NumPy (multidirectional) broadcasting, ONNX Add, Sub, Mul, Div,
-// Pow; gradients by PyTorch's autograd formulas. OP (override): BINARY_ADD, _SUB, _MUL, _DIV,
-// _POW of the generated include binary_ops (ops/binary.py CODES). SIDE (override, backward):
+// Pow, PRelu (A = x, B = slope), and Max, Min, Sum, Mean of two inputs; gradients by PyTorch's
+// autograd formulas. OP (override): BINARY_ADD, _SUB, _MUL, _DIV, _POW, _PRELU, _MAX, _MIN,
+// _SUM, _MEAN of the generated include binary_ops (ops/binary.py CODES). SIDE (override, backward):
 // 0 the gradient of A, 1 of B.
 //
 //   forward_same:  out[i] = f(x0[i], x1[i])                   (A, B and Y of one size)
@@ -23,6 +24,10 @@
 // for x < 0, 1/x^|n| for n < 0); x^0.5 = sqrt(x); else pow(|x|, y) (WGSL pow is undefined for
 // x < 0), NaN for x < 0 with a non-integral exponent.
 //   d/da = b * a^(b-1) (0 where b == 0);  d/db = a^b * ln(a) (0 where a == 0 and b >= 0).
+//
+// PRelu: y = a < 0 ? b * a : a; torch's prelu backward: d/da = a > 0 ? 1 : b, d/db = a > 0 ?
+// 0 : a. Max / Min: a tie gives A the whole gradient (A wins ties; torch.maximum would split
+// it in halves): d/da = a >= b (a <= b), d/db = b > a (b < a). Mean: (a + b) / 2, 1/2 each.
 
 //!include binary_ops
 
@@ -76,6 +81,11 @@ fn f(a: f32, b: f32) -> f32 {
     case BINARY_SUB: { return a - b; }
     case BINARY_MUL: { return a * b; }
     case BINARY_DIV: { return a / b; }
+    case BINARY_PRELU: { return select(a, b * a, a < 0.0); }
+    case BINARY_MAX: { return select(b, a, a >= b); }
+    case BINARY_MIN: { return select(b, a, a <= b); }
+    case BINARY_SUM: { return a + b; }
+    case BINARY_MEAN: { return (a + b) * 0.5; }
     default: { return powf(a, b); }
   }
 }
@@ -86,17 +96,25 @@ fn grad(dy: f32, t: f32, o: f32) -> f32 {
   let b = select(o, t, SIDE == 1u);
   if (SIDE == 0u) {
     switch OP {
-      case BINARY_ADD, BINARY_SUB: { return dy; }
+      case BINARY_ADD, BINARY_SUB, BINARY_SUM: { return dy; }
       case BINARY_MUL: { return dy * b; }
       case BINARY_DIV: { return dy / b; }
+      case BINARY_PRELU: { return select(dy * b, dy, a > 0.0); }
+      case BINARY_MAX: { return select(0.0, dy, a >= b); }
+      case BINARY_MIN: { return select(0.0, dy, a <= b); }
+      case BINARY_MEAN: { return dy * 0.5; }
       default: { return select(dy * (b * powf(a, b - 1.0)), 0.0, b == 0.0); }
     }
   }
   switch OP {
-    case BINARY_ADD: { return dy; }
+    case BINARY_ADD, BINARY_SUM: { return dy; }
     case BINARY_SUB: { return -dy; }
     case BINARY_MUL: { return dy * a; }
     case BINARY_DIV: { return -dy * ((a / b) / b); }
+    case BINARY_PRELU: { return select(dy * a, 0.0, a > 0.0); }
+    case BINARY_MAX: { return select(0.0, dy, b > a); }
+    case BINARY_MIN: { return select(0.0, dy, b < a); }
+    case BINARY_MEAN: { return dy * 0.5; }
     default: { return select(dy * (powf(a, b) * log(a)), 0.0, a == 0.0 && b >= 0.0); }
   }
 }

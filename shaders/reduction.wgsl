@@ -1,5 +1,6 @@
-// ReduceSum / ReduceMean / ReduceMax / ReduceMin (ONNX) over any set of axes, and gradients
-// (PyTorch autograd: sum / mean spread dy evenly; amax / amin split dy evenly among the ties).
+// ReduceSum / ReduceMean / ReduceMax / ReduceMin / ReduceSumSquare / ReduceL2 /
+// ReduceLogSumExp (ONNX) over any set of axes, and gradients (PyTorch autograd: sum / mean
+// spread dy evenly; amax / amin split dy evenly among the ties; the others below).
 // The input is seen as up to 3 runs of kept dims (sizes k0..k2, element strides ks0..ks2; the
 // output index o = (i0 * k1 + i1) * k2 + i2) and up to 3 runs of reduced dims (r0..r2, rs0..rs2;
 // R = r0 * r1 * r2 values per output). Unused runs have size 1.
@@ -7,6 +8,10 @@
 //             y[o] = max_j / min_j x[base(o) + off(j)]   (mode 2 / 3)
 //   backward: dx[base(o) + off(j)] = scale * dy[o]                               (mode 0)
 //             dx[...] = dy[o] / ties(o) where x == max (min) of the output, else 0 (mode 2 / 3)
+//             y[o] = sum_j x^2 (mode 1), sqrt(sum_j x^2) (mode 4), m + log(sum_j exp(x - m)),
+//             m the row's max (mode 5); one thread per output (*_out) for these three:
+//   backward: dx = 2 x dy (mode 1), x dy / y (0 where y == 0, torch's norm backward; mode 4),
+//             dy exp(x - y) (mode 5)
 // The backward recomputes the max from x (y may have been overwritten by an in-place ReLU).
 // *_out: one thread per output; *_wg: one 64-thread workgroup per output (long reductions),
 // o = wid.x + wid.y * num_workgroups.x.
@@ -19,6 +24,7 @@ struct Params {
 }
 
 //!include index
+//!include detmath
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -71,11 +77,33 @@ fn reduce_row(base: u32) -> vec2<f32> {
   return acc;
 }
 
+// Modes 1, 4, 5: the row's sum of squares, its square root, or its log-sum-exp; one thread.
+fn row_value(base: u32) -> f32 {
+  var m = x[base];
+  if (p.mode == 5u) {
+    for (var j = 0u; j < p.R; j++) { m = max(m, x[base + offset_of(j)]); }
+  }
+  var s = 0.0;
+  for (var j = 0u; j < p.R; j++) {
+    let v = x[base + offset_of(j)];
+    if (p.mode == 5u) { s += det_exp(v - m); } else { s += v * v; }
+  }
+  if (p.mode == 4u) { return sqrt(s); }
+  if (p.mode == 5u) { return m + det_log(s); }
+  return s;
+}
+
+fn is_row_value_mode() -> bool { return p.mode == 1u || p.mode >= 4u; }
+
 @compute @workgroup_size(64)
 fn forward_out(@builtin(global_invocation_id) gid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>) {
   let o = flat_index(gid, nwg);
   if (o >= p.n_out) { return; }
+  if (is_row_value_mode()) {
+    out[o] = row_value(base_of(o));
+    return;
+  }
   let acc = reduce_row(base_of(o));
   out[o] = select(acc.x, acc.x * p.scale, p.mode == 0u);
 }
@@ -86,6 +114,20 @@ fn backward_out(@builtin(global_invocation_id) gid: vec3<u32>,
   let o = flat_index(gid, nwg);
   if (o >= p.n_out) { return; }
   let base = base_of(o);
+  if (is_row_value_mode()) {
+    let y = row_value(base);
+    for (var j = 0u; j < p.R; j++) {
+      let i = base + offset_of(j);
+      if (p.mode == 1u) {
+        out[i] = 2.0 * x[i] * dy[o];
+      } else if (p.mode == 4u) {
+        out[i] = select(x[i] * dy[o] / y, 0.0, y == 0.0);
+      } else {
+        out[i] = dy[o] * det_exp(x[i] - y);
+      }
+    }
+    return;
+  }
   var g = dy[o] * p.scale;
   var peak = 0.0;
   if (p.mode != 0u) {

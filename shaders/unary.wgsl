@@ -152,12 +152,15 @@ fn forward_value(v: f32) -> f32 {
     case UNARY_HARDSIGMOID: { return clamp(p.alpha * v + p.beta, 0.0, 1.0); }
     case UNARY_HARDSWISH: { return v * clamp(v * (1.0 / 6.0) + 0.5, 0.0, 1.0); }
     case UNARY_SOFTSIGN: { return v / (1.0 + abs(v)); }
+    case UNARY_SELU: { return p.beta * select(p.alpha * expm1_(v), v, v > 0.0); }
+    case UNARY_CELU: { return select(p.alpha * expm1_(v / p.alpha), v, v > 0.0); }
+    case UNARY_MISH: { return v * tanh_(softplus(v)); }
     default: { return min(max(v, clip_lo()), clip_hi()); }
   }
 }
 
-// dx from dy = g, x = v and (when use_y) the saved output w. Masks follow torch: LeakyRelu and
-// Elu take the negative branch at x = 0; HardSigmoid passes only strictly inside (0, 1);
+// dx from dy = g, x = v and (when use_y) the saved output w. Masks follow torch: LeakyRelu,
+// Elu, Selu (alpha, gamma = p.beta) and Celu take the negative branch at x = 0; HardSigmoid passes only strictly inside (0, 1);
 // HardSwish is 0 below -3, x/3 + 1/2 on [-3, 3]; Clip passes dy where min <= x <= max.
 fn backward_value(v: f32, w: f32, g: f32, use_y: bool) -> f32 {
   switch p.op {
@@ -200,6 +203,12 @@ fn backward_value(v: f32, w: f32, g: f32, use_y: bool) -> f32 {
     case UNARY_SOFTSIGN: {
       let d = 1.0 + abs(v);
       return g / (d * d);
+    }
+    case UNARY_SELU: { return p.beta * select(g * p.alpha * det_exp(v), g, v > 0.0); }
+    case UNARY_CELU: { return select(g * det_exp(v / p.alpha), g, v > 0.0); }
+    case UNARY_MISH: {
+      let t = tanh_(softplus(v));
+      return g * (t + v * sigmoid(v) * (1.0 - t * t));
     }
     default: { return select(0.0, g, clip_lo() <= v && v <= clip_hi()); }
   }

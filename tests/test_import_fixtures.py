@@ -31,17 +31,23 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURES = sorted((ROOT / "tests" / "fixtures" / "models").glob("*.onnx"))
 OUT_RTOL = 1e-4
 GRAD_RTOL = 1e-3
-SHAPE_OPS = {"Shape", "Size", "Gather", "Constant", "ConstantOfShape", "Range", "Cast",
+SHAPE_OPS = {"Shape", "Size", "Constant", "ConstantOfShape", "Range", "Cast",
              "CastLike", "Equal", "Where"}
 IDS = [p.stem for p in FIXTURES]
 
 
+# Models the TorchScript exporter cannot write at opset 13 (scaled_dot_product_attention needs
+# opset 14): only ts17 and dynamo18 (scripts/make_fixtures.py, the model's EXPORTS).
+NO_TS13 = {"transformer_enc"}
+
+
 def test_fixture_set():
-    """>= 10 models x 3 exports, every .onnx with its .npz, small enough to commit."""
+    """>= 10 models x 3 exports (2 for NO_TS13), every .onnx with its .npz, small enough to
+    commit."""
     models = {p.stem.rsplit("-", 1)[0] for p in FIXTURES}
     exports = {p.stem.rsplit("-", 1)[1] for p in FIXTURES}
     assert len(models) >= 10 and exports == {"ts13", "ts17", "dynamo18"}
-    assert len(FIXTURES) == len(models) * len(exports)
+    assert len(FIXTURES) == len(models) * len(exports) - len(NO_TS13 & models)
     total = 0
     for p in FIXTURES:
         assert p.with_suffix(".npz").is_file(), p
@@ -102,17 +108,18 @@ def test_imports(path, loaded):
 
 @pytest.mark.parametrize("path", FIXTURES, ids=IDS)
 def test_folded(path, loaded):
-    """No shape arithmetic is left: every node reads at least one activation."""
+    """No shape arithmetic is left: every node reads at least one activation or parameter
+    (the unoptimised dynamo export transposes nn.Linear weights in the graph)."""
     graph, _, _ = loaded(path)
-    weights = {t["name"] for t in graph["tensors"]} | set(graph["constants"])
     for n in graph["nodes"]:
         assert n["op_type"] not in SHAPE_OPS, n
-        assert any(x and x not in weights for x in n["inputs"]), n
+        assert any(x and x not in graph["constants"] for x in n["inputs"]), n
     for n in graph["nodes"]:
-        if n["op_type"] == "Reshape":  # a flatten that keeps the batch: 0 (copy) or -1 first
+        # the batch dim as 0 (copy; first, or where it is: attention's [L, N, ...]) or -1
+        if n["op_type"] == "Reshape":
             shape = graph["constants"][n["inputs"][1]]["values"]
-            assert shape[0] in (0, -1) and shape.count(-1) <= 1, shape
-            if shape[0] == 0:
+            assert (0 in shape or -1 in shape) and shape.count(-1) <= 1, shape
+            if 0 in shape:
                 assert n["attrs"].get("allowzero", 0) == 0
 
 

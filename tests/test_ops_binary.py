@@ -61,3 +61,94 @@ def test_reference_matches_torch():
         da, db = binary_backward(op, a, b, dy)
         assert np.allclose(da, at.grad.numpy(), equal_nan=True), f"{op} dA"
         assert np.allclose(db, bt.grad.numpy(), equal_nan=True), f"{op} dB"
+
+
+def test_prelu_max_min_sum_mean_match_torch():
+    """PRelu (slope [C, 1, 1], [1], [W]) against F.prelu's formula with a broadcast weight,
+    Max / Min / Sum / Mean of two broadcast operands without ties against torch.maximum /
+    minimum / add / (a + b) / 2, forward and both gradients (float64, 1e-12)."""
+    torch = pytest.importorskip("torch")
+    from webgpu_trainer.cpu.binary import binary, binary_backward
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 4, 5))
+    fns = {"PRelu": lambda a, b: torch.where(a >= 0, a, b * a), "Max": torch.maximum,
+           "Min": torch.minimum, "Sum": torch.add, "Mean": lambda a, b: (a + b) / 2}
+    cases = [("PRelu", x, rng.uniform(-0.5, 0.5, s)) for s in ((3, 1, 1), (1,), (5,))]
+    cases += [(op, x, rng.standard_normal((3, 1, 5))) for op in ("Max", "Min", "Sum", "Mean")]
+    for op, a, b in cases:
+        at, bt = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+        yt = fns[op](at, bt)
+        dy = rng.standard_normal(tuple(yt.shape))
+        yt.backward(torch.tensor(dy))
+        np.testing.assert_allclose(binary(op, a, b), yt.detach().numpy(), rtol=1e-12)
+        da, db = binary_backward(op, a, b, dy)
+        np.testing.assert_allclose(da, at.grad.numpy(), rtol=1e-12, atol=1e-12, err_msg=op)
+        np.testing.assert_allclose(db, bt.grad.numpy(), rtol=1e-12, atol=1e-12, err_msg=op)
+
+
+def test_max_min_ties_go_to_the_first_input():
+    """The documented rule at ties: the first input takes the whole gradient (torch.maximum
+    and torch.minimum give each input half, asserted here so a change of torch shows)."""
+    torch = pytest.importorskip("torch")
+    from webgpu_trainer.cpu.binary import binary_backward
+    a, b, dy = np.array([1.0, 2.0, 3.0]), np.array([1.0, 0.0, 5.0]), np.array([4.0, 5.0, 6.0])
+    for op, fn in (("Max", torch.maximum), ("Min", torch.minimum)):
+        da, db = binary_backward(op, a, b, dy)
+        first = [4.0, 5.0, 0.0] if op == "Max" else [4.0, 0.0, 6.0]
+        np.testing.assert_array_equal(da, first)
+        np.testing.assert_array_equal(db, dy - np.array(first))
+        at, bt = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+        fn(at, bt).backward(torch.tensor(dy))
+        assert at.grad[0].item() == bt.grad[0].item() == 2.0  # torch: halves at the tie
+
+
+@pytest.mark.parametrize("op,count", [("Max", 3), ("Sum", 1), ("Mean", 4)])
+def test_variadic_other_than_two_inputs_refused(op, count):
+    from webgpu_trainer.engine.graph import Graph, GraphError
+    tensors = [(f"t{k}", np.zeros(2, np.float32), "param") for k in range(count)]
+    graph, _ = make_graph([node(op, [f"t{k}" for k in range(count)], ["y"], name="/v")],
+                          tensors, [("input", ["N", 2])], [("y", ["N", 2])])
+    with pytest.raises(GraphError, match=rf"/v \({op}\): {count} inputs; only {op} of two "
+                                         "inputs is supported"):
+        Graph(graph).shapes(2)
+
+
+def test_prelu_slope_that_grows_the_input_refused():
+    from webgpu_trainer.engine.graph import Graph, GraphError
+    tensors = [("x", np.zeros((3, 1), np.float32), "param"),
+               ("s", np.zeros((3, 4), np.float32), "param")]
+    graph, _ = make_graph([node("PRelu", ["x", "s"], ["y"], name="/act")], tensors,
+                          [("input", ["N", 2])], [("y", ["N", 2])])
+    with pytest.raises(GraphError, match=r"/act \(PRelu\): shapes \[3, 1\] and \[3, 4\] do "
+                                         "not broadcast to the input's"):
+        Graph(graph).shapes(2)
+
+
+@pytest.mark.parametrize("dynamo,opset", [(False, 13), (False, 17), (True, 18)])
+def test_torch_activations_model(device, tmp_path, dynamo, opset):
+    """nn.PReLU per channel after a Conv and with one slope, F.selu, F.celu, F.mish,
+    torch.maximum / minimum from both exporters (PRelu, Selu, Celu, Max, Min, Mish at opset 18;
+    Softplus + Tanh + Mul before) import and train one step like torch."""
+    torch = pytest.importorskip("torch")
+    from torch_models import export_and_step
+    F = torch.nn.functional
+
+    class Acts(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.prelu = torch.nn.Conv2d(1, 4, 3, stride=2), torch.nn.PReLU(4)
+            self.fc1, self.prelu1 = torch.nn.Linear(4 * 13 * 13, 32), torch.nn.PReLU()
+            self.fc2 = torch.nn.Linear(32, 10)
+
+        def forward(self, x):
+            h = self.fc1(self.prelu(self.conv(x)).flatten(1))
+            h = torch.maximum(F.selu(h), F.celu(h, 0.7)) + torch.minimum(F.mish(h),
+                                                                         self.prelu1(h))
+            return self.fc2(h)
+
+    torch.manual_seed(0)
+    graph = export_and_step(device, Acts(), tmp_path / "acts.onnx", dynamo, opset,
+                            f"torch activations opset {opset}")
+    ops = {n["op_type"] for n in graph["nodes"]}
+    assert {"PRelu", "Selu", "Celu", "Max", "Min"} <= ops
+    assert ("Mish" in ops) == (opset >= 18)

@@ -67,3 +67,50 @@ def test_numpy_reduce_ties_match_torch():
         dx = KERNELS[op].backward(n, [x], [y], cache, [dy], None)[0]
         assert np.allclose(y, yt.detach().numpy())
         assert np.allclose(dx, xt.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["ReduceSumSquare", "ReduceL2", "ReduceLogSumExp"])
+def test_numpy_sumsquare_l2_logsumexp_match_torch(op):
+    """x.pow(2).sum, torch.linalg.vector_norm and torch.logsumexp over axes (1, 2), forward and
+    backward (float64, 1e-12); ReduceL2 of an all-zero row: 0 and a zero gradient (torch)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 4, 5)) * 3
+    if op == "ReduceL2":
+        x[1] = 0.0
+    fns = {"ReduceSumSquare": lambda t: t.pow(2).sum(dim=(1, 2)),
+           "ReduceL2": lambda t: torch.linalg.vector_norm(t, dim=(1, 2)),
+           "ReduceLogSumExp": lambda t: torch.logsumexp(t, dim=(1, 2))}
+    n = node(op, ["x"], ["y"], axes=[1, 2], keepdims=0)
+    (y,), cache = KERNELS[op].forward(n, [x], None)
+    dy = rng.standard_normal(y.shape)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = fns[op](xt)
+    yt.backward(torch.tensor(dy))
+    dx = KERNELS[op].backward(n, [x], [y], cache, [dy], None)[0]
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dynamo,opset", [(False, 13), (False, 17), (True, 18)])
+def test_torch_logsumexp_norm_model(device, tmp_path, dynamo, opset):
+    """torch.logsumexp and torch.linalg.vector_norm (ReduceLogSumExp, ReduceL2 from both
+    exporters) import and train one step like torch."""
+    torch = pytest.importorskip("torch")
+    from torch_models import export_and_step
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.head = torch.nn.Linear(784, 40), torch.nn.Linear(12, 10)
+
+        def forward(self, x):
+            h = self.fc(x.flatten(1)).reshape(-1, 4, 10)
+            return self.head(torch.cat([torch.logsumexp(h, 2),
+                                        torch.linalg.vector_norm(h, dim=2),
+                                        h.pow(2).sum(2)], 1))
+
+    torch.manual_seed(0)
+    graph = export_and_step(device, Net(), tmp_path / "red.onnx", dynamo, opset,
+                            f"torch reductions opset {opset}")
+    assert {"ReduceLogSumExp", "ReduceL2"} <= {n["op_type"] for n in graph["nodes"]}

@@ -70,6 +70,10 @@ def test_numpy_matches_torch(case):
         "Erf": torch.erf, "Exp": torch.exp, "Neg": torch.neg, "Abs": torch.abs,
         "Softplus": F.softplus, "Softsign": F.softsign,
         "Elu": lambda t: F.elu(t, attrs.get("alpha", 1.0)),
+        # Selu with the ONNX (float32) defaults: torch's F.selu has the float64 constants
+        "Selu": lambda t: attrs.get("gamma", 1.05070102214813232421875) * F.elu(
+            t, attrs.get("alpha", 1.67326319217681884765625)),
+        "Celu": lambda t: F.celu(t, attrs.get("alpha", 1.0)), "Mish": F.mish,
         "HardSigmoid": lambda t: torch.clamp(attrs.get("alpha", 0.2) * t
                                              + attrs.get("beta", 0.5), 0, 1),
         "HardSwish": F.hardswish,

@@ -24,9 +24,9 @@ from conftest import f32, make_graph
 from webgpu_trainer.engine.tools.parity import b64
 
 # Every family with a case list, in the order the browser runs them.
-FAMILIES = ("activation", "batchnorm", "binary", "conv", "dropout", "gemm", "layernorm",
-            "layout", "losses", "matmul", "pool", "reduction", "softmax", "unary", "views",
-            "plan", "optim")
+FAMILIES = ("activation", "batchnorm", "binary", "conv", "dropout", "gather", "gemm",
+            "layernorm", "layout", "losses", "matmul", "pool", "reduction", "softmax", "unary",
+            "views", "plan", "optim")
 
 
 @dataclass(eq=False)

@@ -1,5 +1,6 @@
-"""Add, Sub, Mul, Div, Pow with NumPy broadcasting (ops/binary.py, shaders/binary.wgsl), with
-operands that are activations, parameters or constants.
+"""Add, Sub, Mul, Div, Pow, PRelu, and Max, Min, Sum, Mean of two inputs, with NumPy
+broadcasting (ops/binary.py, shaders/binary.wgsl), with operands that are activations,
+parameters or constants.
 
 Activations of any shape come from the graph input through Gemm(input, W, c) and Reshape, so
 their gradients (and W's, c's) check the op's input gradients; the op's output goes through
@@ -219,10 +220,69 @@ def _broadcast_residual():
         dacts=("pre", "s", "d"))
 
 
+# ---- PRelu (the slope broadcast to x), Max / Min / Sum / Mean of two inputs ----------------
+
+PRELU = {  # id: (shape of x, shape of the slope, batch)
+    "per_channel_c11": ([2, 3, 4, 5], [3, 1, 1], 2),
+    "one_slope": ([2, 3, 4, 5], [1], 2),
+    "last_dim": ([33, 7], [7], 33),
+}
+
+
+def _prelu(name):
+    sx, sa, batch = PRELU[name]
+    m = Model(batch, rng_for("prelu", name))
+    x = m.operand("act", "x", sx, SYM)
+    m.tensors.append(("slope", f32(m.rng.uniform(-0.5, 0.5, sa)), "param"))
+    m.nodes.append(node("PRelu", [x, "slope"], ["y"]))
+    return m.case(f"binary/PRelu_{name}", "y", sx, tag="PRelu", acts=("x", "y"),
+                  dacts=("x", "y"))
+
+
+VARIADIC_SHAPES = ["act4d_param3d", "act_act_both_ways", "const3d_act4d", "act33_vec7_param",
+                   "scalar_param_split"]
+
+
+def _variadic(op, name):
+    ka, sa, kb, sb, batch = SHAPES[name]
+    m = Model(batch, rng_for("variadic", op, name))
+    a, b = m.operand(ka, "a", sa, SYM), m.operand(kb, "b", sb, SYM)
+    m.nodes.append(node(op, [a, b], ["y"]))
+    acts = tuple(n for n, k in ((a, ka), (b, kb)) if k == "act")
+    return m.case(f"binary/{op}_{name}", "y", list(np.broadcast_shapes(tuple(sa), tuple(sb))),
+                  tag=op, acts=("y",) + acts, dacts=("y",) + acts)
+
+
+def _ties_to_first(op):
+    """Max / Min of an integer-valued activation [4, 7] (integer input and weights) and an
+    integer parameter [7]: many exact ties, whose whole gradient goes to the first input
+    (the documented rule; torch.maximum would give each half): the parameter's gradient is
+    the sum of dy where it strictly wins."""
+    m = Model(4, rng_for("ties", op))
+    m.tensors += [("a.w", f32(m.rng.integers(-1, 2, (F0, 7))), "param"),
+                  ("a.c", f32(m.rng.integers(-1, 2, 7)), "param"),
+                  ("b", f32(m.rng.integers(-1, 2, 7)), "param")]
+    m.nodes.append(node("Gemm", ["input", "a.w", "a.c"], ["a.g"]))
+    a = m.reshape("a.g", "a", [4, 7])
+    m.nodes.append(node(op, [a, "b"], ["y"]))
+    x = f32(m.rng.integers(-1, 2, (4, F0)))
+
+    def check(res, want):
+        av, bv, dy = want["acts"]["a"], res["P"]["b"], want["dacts"]["y"]
+        wins = bv > av if op == "Max" else bv < av
+        assert (av == bv).sum() >= 4  # ties are there
+        np.testing.assert_allclose(want["grads"]["b"], np.where(wins, dy, 0).sum(0))
+    return m.case(f"binary/{op}_ties_to_first", "y", [4, 7], x=x, tag=op, acts=("a", "y"),
+                  dacts=("a", "y"), checks=(check,))
+
+
 BROADCAST = [_broadcast(op, name) for name in SHAPES for op in OPS]
 CASES = BROADCAST + \
     [_pow_constant_exponent(e, b) for e, b in [(2.0, "sym"), (3.0, "sym"), (-1.0, "away"),
                                                (-2.0, "away"), (0.0, "sym"), (1.0, "sym"),
                                                (0.5, "pos"), (1.5, "pos"), (-0.5, "pos")]] + \
     [_pow_int64_exponent_per_column(), _pow_constant_base(), _pow_zero_base(),
-     _same_tensor_twice(), _input_over_255(), _broadcast_residual()]
+     _same_tensor_twice(), _input_over_255(), _broadcast_residual()] + \
+    [_prelu(name) for name in PRELU] + \
+    [_variadic(op, name) for op in ("Max", "Min", "Sum", "Mean") for name in VARIADIC_SHAPES] + \
+    [_ties_to_first(op) for op in ("Max", "Min")]

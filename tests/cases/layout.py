@@ -1,4 +1,4 @@
-"""Transpose, Concat, Slice, Pad, Expand (ops/layout.py, shaders/layout.wgsl).
+"""Transpose, Concat, Slice, Pad, Expand, Split (ops/layout.py, shaders/layout.wgsl).
 
 Each op sits in a small graph: input -> 1x1 Conv (or Gemm) -> op -> Flatten (a Reshape to
 [N, -1] where the op moved the batch dim) -> Gemm -> LogSoftmax, so one training step exercises
@@ -201,6 +201,36 @@ def _pad(name):
                        opset=18 if axes else 17, checks=checks)
 
 
+PAD_MODES = {
+    # id: (mode, pads, axes or None, opset) on h [2, 3, 5, 7]
+    "reflect_every_dim": ("reflect", [0, 2, 4, 1, 0, 1, 0, 6], None, 13),
+    "edge_beyond_the_dims": ("edge", [0, 0, 3, 0, 0, 4, 0, 9], None, 13),
+    "reflect_axes_opset18": ("reflect", [3, 2], [-1], 18),
+}
+
+
+def _pad_mode(name):
+    """Pad reflect / edge: the gradient of a cell sums every padded cell that copies it."""
+    mode, pads, axes, opset = PAD_MODES[name]
+    rng = rng_for("pad_mode", name)
+    pre, tensors = conv_pre(3, rng)
+    consts = {"pads": _const(pads)}
+    inputs = ["h", "pads"] + (["", "axes"] if axes else [])
+    if axes:
+        consts["axes"] = _const(axes)
+    nodes = pre + [node("Pad", inputs, ["y"], mode=mode)]
+    x = f32(rng.standard_normal((BATCH, 3, 5, 7)))
+    return layout_case(f"pad_{name}", "Pad", nodes, tensors, x, constants=consts, opset=opset)
+
+
+def _pad_edge_opset2_attributes():
+    rng = rng_for("pad_edge2")
+    pre, tensors = gemm_pre(7, 5, rng)
+    nodes = pre + [node("Pad", ["h"], ["y"], mode="edge", pads=[0, 3, 0, 2])]
+    return layout_case("pad_edge_opset2_attributes", "Pad", nodes, tensors,
+                       f32(rng.standard_normal((BATCH, 7))), opset=2)
+
+
 def _pad_opset2_attributes():
     rng = rng_for("pad2")
     pre, tensors = gemm_pre(7, 33, rng)
@@ -311,6 +341,41 @@ def _expand_after_reduce():
         acts=("rm", "e", "mx", "body_out"), dacts=("pre", "rm", "e", "mx"))
 
 
+# ---- Split ------------------------------------------------------------------------------------
+
+def _split(id, inputs, outs, attrs, uses, shape, opset, constants=None):
+    """h ``shape`` -> Split -> Concat of the outputs ``uses`` (in that order) -> y; an output
+    left out of ``uses`` has no consumer (its part of dh is zero)."""
+    rng = rng_for("split", id)
+    if len(shape) == 4:
+        pre, tensors = conv_pre(shape[1], rng)
+        x = f32(rng.standard_normal((BATCH,) + tuple(shape[1:])))
+    else:
+        pre, tensors = gemm_pre(5, shape[1], rng)
+        x = f32(rng.standard_normal((BATCH, 5)))
+    nodes = pre + [node("Split", ["h"] + inputs, outs, **attrs),
+                   node("Concat", uses, ["y"], axis=attrs.get("axis", 0))]
+    checks = ()
+    if id == "input_unused_middle":  # b (channels 1-3) has no consumer: its gradient is 0
+        checks = (lambda res, want: np.testing.assert_array_equal(res["dacts"]["h"][:, 1:4],
+                                                                  0),)
+    return layout_case(f"split_{id}", "Split", nodes, tensors, x, constants=constants,
+                       opset=opset, acts=("h",) + tuple(uses), dacts=("h",) + tuple(uses),
+                       checks=checks)
+
+
+SPLITS = [  # the input form (opset 13), an unused output; the attribute form (opset 11);
+    # num_outputs with a smaller last part (opset 18); equal parts of the outputs' count
+    ("input_unused_middle", ["sp"], ["a", "b", "c"], {"axis": 1}, ["c", "a"], (BATCH, 6, 3, 4),
+     13, {"sp": _const([1, 3, 2])}),
+    ("attribute_last_axis", [], ["a", "b"], {"axis": -1, "split": [2, 5]}, ["b", "a", "b"],
+     (BATCH, 7), 11, None),
+    ("num_outputs_uneven", [], ["a", "b", "c"], {"axis": 3, "num_outputs": 3}, ["c", "b", "a"],
+     (BATCH, 3, 2, 7), 18, None),
+    ("equal_parts_axis2", [], ["a", "b"], {"axis": 2}, ["b"], (BATCH, 2, 6, 3), 13, None),
+]
+
+
 TRANSPOSE = [_transpose(perm, chw) for chw in [(3, 7, 33), (7, 1, 5)]
              for perm in [[0, 2, 3, 1], [0, 3, 1, 2], [3, 1, 0, 2], [1, 0, 2, 3], [2, 3, 0, 1],
                           [0, 1, 2, 3], None]]
@@ -320,4 +385,5 @@ CASES = TRANSPOSE + [_transpose_2d_after_gemm()] + [_concat(a) for a in (1, -1, 
     [_pad_opset2_attributes(), _pad_value_tensor(None), _pad_value_tensor(64),
      _expand_3x1_to_2x3x4(), _expand_middle_dim_bidirectional(), _expand_param_then_concat(),
      _expand_long_sum_split(), _transpose_slice_pad_concat(), _slice_steps(),
-     _expand_after_reduce()]
+     _expand_after_reduce()] + [_split(*spec) for spec in SPLITS] + \
+    [_pad_mode(name) for name in PAD_MODES] + [_pad_edge_opset2_attributes()]

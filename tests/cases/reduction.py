@@ -1,4 +1,5 @@
-"""ReduceMean, ReduceSum, ReduceMax, ReduceMin (ops/reduction.py, shaders/reduce.wgsl): Gemm ->
+"""ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceSumSquare, ReduceL2, ReduceLogSumExp
+(ops/reduction.py, shaders/reduce.wgsl): Gemm ->
 Reshape [N, 3, 4, 5] -> Reduce(axes, keepdims) -> Flatten -> Gemm -> LogSoftmax; axes as an
 attribute or an input, ties (the gradient split evenly, as torch.amax / amin), the batch axis,
 everything to a scalar, empty axes with noop_with_empty_axes."""
@@ -19,6 +20,7 @@ AXES = {
     "a2_drop_input": ([2], 0, True),
 }
 OPS = ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"]
+NEW_OPS = ["ReduceSumSquare", "ReduceL2", "ReduceLogSumExp"]
 
 
 def reduce_shape(shape, axes, keep):
@@ -39,8 +41,8 @@ def _reduce(op, name):
     shape = [3, 4, 5]
     # sums of many values: smaller inputs keep the logits (and the loss) moderate
     count = np.prod([shape[a % 4 - 1] for a in axes])
-    nodes, tensors, consts = gemm_to(rng, shape,
-                                     gain=0.3 / np.sqrt(count) if op == "ReduceSum" else 1.0)
+    small = op in ("ReduceSum", "ReduceSumSquare")
+    nodes, tensors, consts = gemm_to(rng, shape, gain=0.3 / np.sqrt(count) if small else 1.0)
     if as_input:
         consts["axes"] = {"dtype": "int64", "shape": [len(axes)], "values": list(axes)}
         nodes.append(node(op, ["h", "axes"], ["r"], keepdims=keep))
@@ -115,6 +117,23 @@ def _special(name):
                           checks=checks)
 
 
-CASES = [_reduce(op, name) for op in OPS for name in AXES] + \
+def _l2_zero_row():
+    """ReduceL2 of rows that are all zero (h = Relu of a negative Gemm): y = 0 and the
+    gradient 0 there (torch's norm backward), not NaN."""
+    rng = rng_for("reduce_l2_zero")
+    nodes, tensors, consts = gemm_to(rng, [3, 4, 5])
+    tensors[1] = ("pre.b", f32(np.where(np.arange(60) < 20, -50.0, 0.5)), "param")
+    nodes += [node("Relu", ["h"], ["hr"]), node("ReduceL2", ["hr"], ["r"], axes=[2, 3],
+                                                keepdims=0)]
+
+    def zero_row(res, want):
+        assert (res["acts"]["r"][:, 0] == 0).all() and (res["acts"]["r"][:, 1:] > 0).all()
+        assert np.isfinite(res["dacts"]["hr"]).all()
+    return flat_head_case("reduction/ReduceL2_zero_row", rng, nodes, tensors, consts, "r", [3],
+                          tag="ReduceL2", acts=("hr", "r"), dacts=("hr", "r"),
+                          checks=(zero_row,))
+
+
+CASES = [_reduce(op, name) for op in OPS + NEW_OPS for name in AXES] + [_l2_zero_row()] + \
     [_ties(op, axes) for op in ("ReduceMax", "ReduceMin") for axes in ([3], [1, 2, 3])] + \
     [_special(name) for name in ("batch_axis", "all_scalar", "noop_empty")]

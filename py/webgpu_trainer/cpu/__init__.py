@@ -14,10 +14,10 @@ an output has no gradient), ``dins`` one entry per input (None where no gradient
 CPython only (numpy).
 """
 
-from . import (activation, batchnorm, binary, conv, dropout, gemm, layernorm, layout, matmul, pool,
-               reduction, softmax, unary, views)
+from . import (activation, batchnorm, binary, conv, dropout, gather, gemm, layernorm, layout,
+               matmul, pool, reduction, softmax, unary, views)
 
-_MODULES = (activation, batchnorm, binary, conv, dropout, gemm, layernorm, layout, pool, reduction,
-            softmax, views, unary, matmul)
+_MODULES = (activation, batchnorm, binary, conv, dropout, gather, gemm, layernorm, layout, pool,
+            reduction, softmax, views, unary, matmul)
 
 KERNELS = {t: m for m in _MODULES for t in m.TYPES}

@@ -1,5 +1,7 @@
-"""Add, Sub, Mul, Div, Pow with NumPy broadcasting (ONNX opset 7+); gradients by PyTorch's
-autograd (tools/autograd/derivatives.yaml, FunctionsManual.cpp), summed over the broadcast dims.
+"""Add, Sub, Mul, Div, Pow, PRelu, and Max, Min, Sum, Mean of two inputs, with NumPy
+broadcasting (ONNX opset 7+); gradients by PyTorch's autograd (tools/autograd/derivatives.yaml,
+FunctionsManual.cpp), summed over the broadcast dims. PRelu: d/dx = x > 0 ? 1 : slope, d/dslope
+= x > 0 ? 0 : x. Max / Min: a tie's gradient goes to the first input (torch.maximum splits it).
 
 Pow: a^b by ``np.power`` (NaN for a < 0 with a non-integral b, exact sign for integral b);
 d/da = b * a^(b-1), 0 where b == 0 (pow_backward_self); d/db = a^b * ln(a), 0 where a == 0 and
@@ -10,7 +12,7 @@ import numpy as np
 
 from .gemm import unbroadcast
 
-TYPES = ("Add", "Sub", "Mul", "Div", "Pow")
+TYPES = ("Add", "Sub", "Mul", "Div", "Pow", "PRelu", "Max", "Min", "Sum", "Mean")
 
 
 def binary(op, a, b):
@@ -24,6 +26,14 @@ def binary(op, a, b):
             return a * b
         if op == "Div":
             return a / b
+        if op == "PRelu":
+            return np.where(a < 0, b * a, a)
+        if op in ("Max", "Min"):
+            return np.where(a >= b if op == "Max" else a <= b, a, b)
+        if op == "Sum":
+            return a + b
+        if op == "Mean":
+            return (a + b) / 2
         return np.power(a, b)
 
 
@@ -38,6 +48,15 @@ def binary_backward(op, a, b, dy):
             da, db = dy * b, dy * a
         elif op == "Div":
             da, db = dy / b, -dy * ((a / b) / b)
+        elif op == "PRelu":
+            da, db = np.where(a > 0, dy, dy * b), np.where(a > 0, 0.0, dy * a)
+        elif op in ("Max", "Min"):
+            first = a >= b if op == "Max" else a <= b
+            da, db = np.where(first, dy, 0.0), np.where(first, 0.0, dy)
+        elif op == "Sum":
+            da, db = dy, dy
+        elif op == "Mean":
+            da, db = dy / 2, dy / 2
         else:
             da = np.where(b == 0, 0.0, dy * (b * np.power(a, b - 1)))
             db = np.where((a == 0) & (b >= 0), 0.0, dy * (np.power(a, b) * np.log(a)))

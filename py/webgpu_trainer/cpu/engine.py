@@ -132,7 +132,7 @@ class Engine:
         grads = {scores: d}  # nll_log: the final Softmax gets no gradient, its input does
         for node in reversed(self.graph["nodes"]):
             douts = [grads.get(o) if o else None for o in node["outputs"]]
-            if douts[0] is None:
+            if all(d is None for d in douts):
                 continue
             ins = [vals[i] if i else None for i in node["inputs"]]
             outs = [vals.get(o) if o else None for o in node["outputs"]]

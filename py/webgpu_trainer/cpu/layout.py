@@ -1,9 +1,11 @@
-"""Transpose, Concat, Slice, Pad (constant mode), Expand: numpy forward and backward.
+"""Transpose, Concat, Slice, Pad (constant, reflect, edge), Expand, Split: numpy forward and
+backward.
 
 Written from the ONNX operator definitions (Slice's clamping follows the spec's pseudo-code,
 not Python's slice rules, which differ for negative steps); gradients as PyTorch's autograd:
 transpose by the inverse permutation, split, scatter into zeros, crop, sum over the broadcast
-dims. The form of Slice and Pad follows the node: constant inputs when present (Slice opset
+dims, concatenate (zeros for an output without a gradient). The form of Slice, Pad and Split
+follows the node: constant inputs when present (Slice opset
 >= 10, Pad opset >= 11, axes of Pad opset >= 18), else the attributes of the older opsets.
 """
 
@@ -11,7 +13,7 @@ import numpy as np
 
 from ..engine.errors import GraphError
 
-TYPES = ("Concat", "Expand", "Pad", "Slice", "Transpose")
+TYPES = ("Concat", "Expand", "Pad", "Slice", "Split", "Transpose")
 
 
 def _error(node, msg):
@@ -53,13 +55,18 @@ def _slice_index(node, ins):
     return np.ix_(*index)
 
 
+def _mode(node) -> str:
+    mode = node.get("attrs", {}).get("mode", "constant")
+    return mode.decode() if isinstance(mode, bytes) else mode
+
+
 def _pads(node, ins):
-    """(per-dim (begin, end) pads, value) of Pad; GraphError for modes other than constant."""
+    """(per-dim (begin, end) pads, value) of Pad; GraphError for modes other than constant,
+    reflect and edge."""
     a = node.get("attrs", {})
-    mode = a.get("mode", "constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode != "constant":
-        raise _error(node, f"mode {mode!r} is not supported (only 'constant')")
+    mode = _mode(node)
+    if mode not in ("constant", "reflect", "edge"):
+        raise _error(node, f"mode {mode!r} is not supported")
     x = ins[0]
     if len(ins) > 1:
         pads = _ints(ins, 1)
@@ -72,6 +79,19 @@ def _pads(node, ins):
     for i, ax in enumerate(axes):
         per[ax] = (int(pads[i]), int(pads[i + len(axes)]))
     return per, np.ravel(np.asarray(value, x.dtype))[0] if np.size(value) else x.dtype.type(0)
+
+
+def _source_index(per, shape, mode):
+    """np.ix_ of the cell of x each cell of the reflect / edge padded output copies."""
+    index = []
+    for (lo, hi), d in zip(per, shape):
+        t = np.arange(-lo, d + hi)
+        if mode == "reflect":
+            t = np.where(t < 0, -t, np.where(t >= d, 2 * (d - 1) - t, t))
+        else:
+            t = np.clip(t, 0, d - 1)
+        index.append(t)
+    return np.ix_(*index)
 
 
 def _crop(x, per):
@@ -87,14 +107,33 @@ def _unbroadcast(d, shape):
     return d.sum(axis=axes, keepdims=True).reshape(shape) if axes else d.reshape(shape)
 
 
+def _split_sizes(node, ins):
+    """Split's sizes: the split input (opset 13+) or attribute, else equal parts of
+    ``num_outputs`` (or one per output), the last smaller (opset 18)."""
+    a, x = node.get("attrs", {}), ins[0]
+    dim = x.shape[int(a.get("axis", 0)) % x.ndim]
+    sizes = _ints(ins, 1) if len(ins) > 1 and ins[1] is not None else a.get("split")
+    if sizes is None:
+        parts = int(a.get("num_outputs", len(node["outputs"])))
+        size = -(-dim // parts)
+        sizes = [max(0, min(size, dim - k * size)) for k in range(parts)]
+    return int(a.get("axis", 0)) % x.ndim, [int(v) for v in sizes]
+
+
 def forward(node, ins, ctx):
     op, x, a = node["op_type"], ins[0], node.get("attrs", {})
+    if op == "Split":
+        axis, sizes = _split_sizes(node, ins)
+        return [p.copy() for p in np.split(x, np.cumsum(sizes)[:-1], axis=axis)], None
     if op == "Transpose":
         y = np.transpose(x, _perm(node, x.ndim)).copy()
     elif op == "Concat":
         y = np.concatenate([np.asarray(t, ctx.dtype) for t in ins], axis=int(a["axis"]))
     elif op == "Slice":
         y = x[_slice_index(node, ins)].copy()
+    elif op == "Pad" and _mode(node) != "constant":
+        per, _ = _pads(node, ins)
+        y = x[_source_index(per, x.shape, _mode(node))].copy()
     elif op == "Pad":
         per, value = _pads(node, ins)
         inner, pos = _crop(x, per)
@@ -108,6 +147,12 @@ def forward(node, ins, ctx):
 def backward(node, ins, outs, cache, douts, ctx):
     op, x, dy = node["op_type"], ins[0], douts[0]
     rest = [None] * (len(ins) - 1)
+    if op == "Split":
+        axis, sizes = _split_sizes(node, ins)
+        parts = [d if d is not None else
+                 np.zeros(x.shape[:axis] + (s,) + x.shape[axis + 1:], x.dtype)
+                 for d, s in zip(douts, sizes)]
+        return [np.concatenate(parts, axis=axis)] + rest
     if op == "Transpose":
         return [np.transpose(dy, np.argsort(_perm(node, x.ndim)))]
     if op == "Concat":
@@ -117,6 +162,11 @@ def backward(node, ins, outs, cache, douts, ctx):
     if op == "Slice":
         dx = np.zeros_like(x, dtype=dy.dtype)
         dx[_slice_index(node, ins)] = dy
+        return [dx] + rest
+    if op == "Pad" and _mode(node) != "constant":  # scatter-add onto the copied cells
+        per, _ = _pads(node, ins)
+        dx = np.zeros(x.shape, dy.dtype)
+        np.add.at(dx, _source_index(per, x.shape, _mode(node)), dy)
         return [dx] + rest
     if op == "Pad":
         per, _ = _pads(node, ins)

@@ -1,12 +1,20 @@
-"""ReduceSum, ReduceMean, ReduceMax, ReduceMin (ONNX): axes from the attribute or the optional
-second input, keepdims (default 1), noop_with_empty_axes (no axes: all, or the identity).
+"""ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceSumSquare, ReduceL2, ReduceLogSumExp
+(ONNX): axes from the attribute or the optional second input, keepdims (default 1),
+noop_with_empty_axes (no axes: all, or the identity).
 
 Backward (PyTorch autograd): Sum dx = dy, Mean dx = dy / R; Max / Min as torch.amax / amin,
-the gradient split evenly among the positions equal to the extreme (ties)."""
+the gradient split evenly among the positions equal to the extreme (ties); SumSquare 2 x dy;
+L2 x dy / y (0 where y == 0); LogSumExp dy exp(x - y)."""
 
 import numpy as np
 
-TYPES = ("ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum")
+TYPES = ("ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum", "ReduceSumSquare", "ReduceL2",
+         "ReduceLogSumExp")
+
+
+def _logsumexp(x, axis, keepdims):
+    m = np.max(x, axis=axis, keepdims=True)
+    return m + np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
 
 
 def reduce_axes(node, ins, rank):
@@ -24,7 +32,10 @@ def forward(node, ins, ctx):
     x = ins[0]
     axes = tuple(reduce_axes(node, ins, x.ndim))
     f = {"ReduceSum": np.sum, "ReduceMean": np.mean, "ReduceMax": np.max,
-         "ReduceMin": np.min}[node["op_type"]]
+         "ReduceMin": np.min, "ReduceLogSumExp": _logsumexp,
+         "ReduceSumSquare": lambda v, axis, keepdims: np.sum(v * v, axis=axis, keepdims=True),
+         "ReduceL2": lambda v, axis, keepdims: np.sqrt(np.sum(v * v, axis=axis,
+                                                              keepdims=True))}[node["op_type"]]
     y = f(x, axis=axes, keepdims=True) if axes else x.copy()
     keep = y
     if not node.get("attrs", {}).get("keepdims", 1):
@@ -39,6 +50,13 @@ def backward(node, ins, outs, cache, douts, ctx):
     op = node["op_type"]
     if op == "ReduceSum" or not axes:
         dx = np.broadcast_to(dy, x.shape).copy()
+    elif op == "ReduceSumSquare":
+        dx = 2 * x * dy
+    elif op == "ReduceL2":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dx = np.where(cache == 0, 0.0, x * dy / cache)
+    elif op == "ReduceLogSumExp":
+        dx = dy * np.exp(x - cache)
     elif op == "ReduceMean":
         dx = np.broadcast_to(dy / (x.size // cache.size), x.shape).copy()
     else:

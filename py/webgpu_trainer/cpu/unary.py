@@ -1,10 +1,11 @@
 """Unary elementwise ops with numpy: LeakyRelu, Sigmoid, Tanh, Gelu, Erf, Exp, Log, Sqrt, Neg,
-Abs, Reciprocal, Softplus, Softsign, Elu, HardSigmoid, HardSwish, Clip.
+Abs, Reciprocal, Softplus, Softsign, Elu, Selu, Celu, Mish, HardSigmoid, HardSwish, Clip.
 
 Forward from the ONNX operator definitions (attribute defaults of the ONNX spec), backward from
 PyTorch's autograd formulas (tools/autograd/derivatives.yaml and the activation kernels):
-masks at the kinks as torch (LeakyRelu / Elu take the negative slope at x = 0, HardSigmoid
-passes strictly inside (0, 1), HardSwish x/3 + 1/2 on [-3, 3], Clip dy where min <= x <= max).
+masks at the kinks as torch (LeakyRelu / Elu / Selu / Celu take the negative slope at x = 0,
+HardSigmoid passes strictly inside (0, 1), HardSwish x/3 + 1/2 on [-3, 3], Clip dy where
+min <= x <= max).
 erf / erfc come from ``math`` (correctly rounded to a few ulp in float64); Gelu's normal CDF is
 erfc(-x/sqrt 2)/2, free of the cancellation of 1 + erf(x/sqrt 2) in the left tail.
 """
@@ -17,7 +18,8 @@ from ..engine.ops.card import read
 from ..engine.ops.unary import ATTRS
 
 TYPES = ("LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
-         "Reciprocal", "Softplus", "Softsign", "Elu", "HardSigmoid", "HardSwish", "Clip")
+         "Reciprocal", "Softplus", "Softsign", "Elu", "HardSigmoid", "HardSwish", "Clip", "Selu",
+         "Celu", "Mish")
 
 _ERF = np.frompyfunc(math.erf, 1, 1)
 _ERFC = np.frompyfunc(math.erfc, 1, 1)
@@ -110,6 +112,13 @@ def unary_forward(node, x):
         return x / (1.0 + np.abs(x))
     if op == "Elu":
         return np.where(x >= 0, x, a["alpha"] * np.expm1(np.minimum(x, 0)))
+    if op == "Selu":  # gamma * (x > 0 ? x : alpha * (exp(x) - 1))
+        return a["gamma"] * np.where(x > 0, x, a["alpha"] * np.expm1(np.minimum(x, 0)))
+    if op == "Celu":  # max(0, x) + min(0, alpha * (exp(x / alpha) - 1))
+        return np.maximum(x, 0) + np.minimum(0, a["alpha"] * np.expm1(np.minimum(x, 0)
+                                                                      / a["alpha"]))
+    if op == "Mish":
+        return x * np.tanh(softplus(x))
     if op == "HardSigmoid":
         return np.clip(a["alpha"] * x + a["beta"], 0.0, 1.0)
     if op == "HardSwish":
@@ -152,6 +161,13 @@ def unary_backward(node, x, y, dy):
         return dy / np.square(1.0 + np.abs(x))
     if op == "Elu":
         return np.where(x > 0, dy, dy * a["alpha"] * np.exp(np.minimum(x, 0)))
+    if op == "Selu":  # torch elu_backward with scale gamma
+        return a["gamma"] * np.where(x > 0, dy, dy * a["alpha"] * np.exp(np.minimum(x, 0)))
+    if op == "Celu":  # elu_backward with input_scale 1 / alpha: exp(x / alpha) below 0
+        return np.where(x > 0, dy, dy * np.exp(np.minimum(x, 0) / a["alpha"]))
+    if op == "Mish":  # torch mish_backward
+        t = np.tanh(softplus(x))
+        return dy * (t + x * sigmoid(x) * (1.0 - t * t))
     if op == "HardSigmoid":
         alpha = a["alpha"]
         u = alpha * x + a["beta"]

@@ -42,7 +42,7 @@ _MIRROR: dict[str, dict[int, str]] = {
 # Inputs that must be constants of the model description for the engine to plan the node.
 _MUST_BE_CONST: dict[str, tuple] = {
     "Reshape": (1,), "Expand": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,),
-    "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Dropout": (1, 2),
+    "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Dropout": (1, 2), "Gather": (1,),
     **{op: (1,) for op in REDUCE},
 }
 # Inputs that hold shapes / indices / scalars rather than data: initializers used only there
@@ -55,8 +55,8 @@ _NEVER_FOLD = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",
                          "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout", "If",
                          "Loop", "Scan", "SequenceConstruct", "Optional",
                          "BatchNormalization"})
-_FOLD_ONLY = frozenset({"Shape", "Size", "Constant", "ConstantOfShape", "Range", "Gather",
-                        "Cast", "CastLike", "Equal", "Where", "Less", "Greater", "Not"})
+_FOLD_ONLY = frozenset({"Shape", "Size", "Constant", "ConstantOfShape", "Range", "Cast",
+                        "CastLike", "Equal", "Where", "Less", "Greater", "Not"})
 _FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
 _INT_FIELD_TYPES = {TensorProto.INT32, TensorProto.INT16, TensorProto.INT8, TensorProto.UINT16,
                     TensorProto.UINT8, TensorProto.BOOL, TensorProto.FLOAT16,

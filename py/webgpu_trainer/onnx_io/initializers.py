@@ -11,7 +11,9 @@ graph: it stays a frozen constant when
 2. it is one of the numbers of a GELU written out with Erf or Tanh
    (``0.5 x (1 + erf(x / sqrt 2))``, ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``);
 3. its name is one an exporter generates for constants (``val_12``, ``onnx::Div_7``,
-   ``/Constant_output_0``, ``scalar_tensor_default``, ``const_fold_opt__3``, ``ortshared_*``);
+   ``/Constant_output_0``, ``scalar_tensor_default``, ``const_fold_opt__3``, ``ortshared_*``),
+   unless it is the slope of a PRelu (``nn.PReLU()``'s one weight, which the dynamo exporter's
+   optimizer renames ``val_7``);
 
 otherwise it is a parameter and trains, as a scalar ``nn.Parameter`` does in PyTorch (torch's
 exporters name parameters by their ``state_dict`` key, e.g. ``scale``). Larger float
@@ -156,7 +158,8 @@ def classify_scalars(s: ImportState) -> None:
                 break
         if why is None and x in gelu:
             why = f"a constant ({v:g}) of the GELU written out around node {gelu[x]}"
-        if why is None and GENERATED_NAME.match(x):
+        slope = any(n.op_type == "PRelu" and k == 1 for n, _, k in uses[x])
+        if why is None and GENERATED_NAME.match(x) and not slope:  # nn.PReLU(): one slope
             why = f"a constant ({v:g}) with an exporter-generated name"
         if why:
             s.scalar_reason[x] = why

@@ -1,9 +1,12 @@
-"""Add, Sub, Mul, Div, Pow with NumPy (multidirectional) broadcasting (shaders/binary.wgsl).
+"""Add, Sub, Mul, Div, Pow with NumPy (multidirectional) broadcasting (shaders/binary.wgsl);
+PRelu (the slope, trainable, broadcast to the input: per channel ``[C, 1, 1]``, one value, ...);
+Max, Min, Sum, Mean of exactly two inputs (variadic ONNX ops: other counts are refused).
 
 Semantics are ONNX's (opset 7+ broadcasting: shapes aligned on the right, a dim of 1 stretches);
 gradients are PyTorch's autograd formulas, summed over the broadcast dims of each operand
 ("unbroadcast"). Either operand may be an activation, a weight of ``P`` or a constant of the
 model description, and both may be the same tensor (``Mul(x, x)``). Everything is float32.
+Max / Min give a tie's whole gradient to the first input (torch.maximum splits it in halves).
 
 Shapes are collapsed before they reach the shader: output dims of size 1 are dropped and
 neighbouring dims with the same broadcast pattern merged, so ``[2, 3, 4, 5] + [3, 1, 5]`` runs as
@@ -16,10 +19,11 @@ from ..backends.base import groups_1d
 from .gemm import reduce_splits
 from ..errors import GraphError
 
-TYPES = ("Add", "Sub", "Mul", "Div", "Pow")
-ATTRS = {op: {} for op in TYPES + ("Max", "Min", "Sum", "Mean", "PRelu")}
+TYPES = ("Add", "Sub", "Mul", "Div", "Pow", "PRelu", "Max", "Min", "Sum", "Mean")
+ATTRS = {op: {} for op in TYPES}
 
-CODES = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Pow": 4}  # the shader's OP override
+CODES = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Pow": 4, "PRelu": 5, "Max": 6, "Min": 7,
+         "Sum": 8, "Mean": 9}  # the shader's OP override
 shaders.define("binary_ops", {f"BINARY_{op.upper()}": code for op, code in CODES.items()},
                "ops/binary.py CODES: the values of binary.wgsl's OP override")
 MAX_DIMS = 6       # collapsed dims the uniform holds
@@ -74,12 +78,17 @@ def collapse(out, shapes):
 
 def infer(node, ins, consts):
     """Output shape = broadcast of both input shapes; raises GraphError naming the node and
-    both shapes when they do not broadcast (or need more than 6 dims once collapsed)."""
+    both shapes when they do not broadcast (or need more than 6 dims once collapsed), a
+    variadic op has other than two inputs, or PRelu's slope would change the input's shape."""
+    op = node["op_type"]
+    if len(ins) != 2 or any(s is None for s in ins):
+        raise GraphError(f"node {node['name']} ({op}): {len(ins)} inputs; only {op} of two "
+                         "inputs is supported")
     a, b = list(ins[0]), list(ins[1])
     out = broadcast_shape(a, b)
-    if out is None:
-        raise GraphError(f"node {node['name']} ({node['op_type']}): shapes {a} and {b} do "
-                         "not broadcast")
+    if out is None or (op == "PRelu" and out != a):
+        raise GraphError(f"node {node['name']} ({op}): shapes {a} and {b} do "
+                         "not broadcast" + (" to the input's" if op == "PRelu" else ""))
     if len(collapse(out, [a, b])) > MAX_DIMS:
         raise GraphError(f"node {node['name']} ({node['op_type']}): shapes {a} and {b} "
                          f"broadcast over more than {MAX_DIMS} separate dims")
@@ -115,9 +124,10 @@ async def forward(b, node, ins, outs, train):
 async def backward(b, node, ins, outs, gins, gouts):
     """dA = unbroadcast(dY * dY/dA) to A's shape, dB likewise (each written, not added).
 
-    Add: 1, 1; Sub: 1, -1; Mul: b, a; Div: 1/b, -(a/b)/b; Pow: b*a^(b-1) (0 where b == 0),
-    a^b*ln(a) (0 where a == 0 and b >= 0) -- torch's pow_backward_self / pow_backward_exponent
-    (tools/autograd/FunctionsManual.cpp).
+    Add, Sum: 1, 1; Sub: 1, -1; Mul: b, a; Div: 1/b, -(a/b)/b; Pow: b*a^(b-1) (0 where b ==
+    0), a^b*ln(a) (0 where a == 0 and b >= 0) -- torch's pow_backward_self /
+    pow_backward_exponent (tools/autograd/FunctionsManual.cpp); PRelu: a > 0 ? 1 : b, a > 0 ?
+    0 : a (torch's prelu backward); Max: a >= b, b > a (Min: <=, <; ties to A); Mean: 1/2.
     """
     op = CODES[node["op_type"]]
     for side in (0, 1):

@@ -1,5 +1,6 @@
-"""Data movement: ONNX Transpose, Concat, Slice, Pad (constant mode) and Expand, forward and
-backward (shaders/layout.wgsl), float32 tensors of rank <= 6.
+"""Data movement: ONNX Transpose, Concat, Slice, Pad, Expand and Split, forward and backward
+(shaders/layout.wgsl; Pad's modes reflect and edge: shaders/pad.wgsl), float32 tensors of rank
+<= 6.
 
 Every op and gradient is one strided gather (``strided``): per output dimension a size, an
 affine map of the index into the source (``t = idx * mul + add``, then ``/ div`` when exact)
@@ -11,25 +12,30 @@ and bounds; out-of-bounds cells get a fill value. The gradients follow PyTorch's
   dx: dx[j] = dy[(j - start) / step] when exact and in range, else 0;
 - Pad: dx = the crop of dy (zeros where negative pads cropped x); d constant_value = the sum of
   dy over the padded cells (``masked_sum``) when the value is a tensor that needs a gradient;
+  reflect / edge: dy scatter-added back onto the cells each padded cell copies, one padded dim
+  after the other (torch's reflection_pad / replication_pad backward);
 - Expand: dx = dy summed over the broadcast dimensions (``sum_expanded``, split over
-  workgroups when few outputs sum many values, the parts added by reduce.wgsl).
+  workgroups when few outputs sum many values, the parts added by reduce.wgsl);
+- Split: one copy per output; dx = the outputs' gradients concatenated, zeros for an output
+  that has none (torch's ``split`` backward).
 
-Attribute-like inputs (Slice starts/ends/axes/steps, Pad pads/axes, Expand shape) must be
-constants of the model description; ``infer`` (layout_rules.py, with the per-op specs) raises
-``GraphError`` naming the node and the input otherwise. The form (inputs or attributes) follows
-the node: inputs when present (Slice opset >= 10, Pad opset >= 11), else the attributes of the
-older opsets.
+Attribute-like inputs (Slice starts/ends/axes/steps, Pad pads/axes, Expand shape, Split split)
+must be constants of the model description; ``infer`` (layout_rules.py, with the per-op
+specs) raises ``GraphError`` naming the node and the input otherwise. The form (inputs or
+attributes) follows the node: inputs when present (Slice opset >= 10, Pad opset >= 11, Split
+opset >= 13), else the attributes of the older opsets.
 """
 
 import math
 
 from ..backends.base import groups_1d
 from .gemm import reduce_splits
-from .layout_rules import (MAX_RANK, _strides, concat_axis, pad_spec, slice_spec,
-                           transpose_perm)
+from .layout_rules import (MAX_RANK, _strides, concat_axis, pad_mode, pad_spec, slice_spec,
+                           split_spec, transpose_perm)
 from .layout_rules import infer  # noqa: F401  (the ops contract: every family has infer)
 
-TYPES = ("Concat", "Expand", "Pad", "Slice", "Transpose")
+TYPES = ("Concat", "Expand", "Pad", "Slice", "Split", "Transpose")
+GRAD_EVERY_OUTPUT = True  # the plan gives every output a gradient (Split), not only the first
 
 
 def _perm(node, opset, shapes):
@@ -134,6 +140,9 @@ def _plain(size, src_stride, dst_stride):
 async def forward(b, node, ins, outs, train):
     """y = op(x): one gather per output (Concat: one per input)."""
     op, y = node["op_type"], outs[0]
+    if op == "Split":
+        await _split(b, node, ins[0], outs)
+        return
     ys = _strides(y.shape)
     if op == "Concat":
         axis = concat_axis(node, [t.shape for t in ins])
@@ -155,6 +164,8 @@ async def forward(b, node, ins, outs, train):
         dims = [(c, st, s, 1, dim, xst, yst)
                 for (s, st, c), dim, xst, yst in zip(spec, x.shape, xs, ys)]
         await gather(b, x, y, dims)
+    elif op == "Pad" and pad_mode(node) != "constant":
+        await _pad_mode_forward(b, node, x, y)
     elif op == "Pad":
         spec, value, from_input = pad_spec(node, x.shape, _values(b, node))
         dims = [(yd, 1, -lo, 1, xd, xst, yst)
@@ -172,6 +183,10 @@ async def forward(b, node, ins, outs, train):
 async def backward(b, node, ins, outs, gins, gouts):
     """Writes every non-None ``gins`` (see the module docstring for the formulas)."""
     op, dy = node["op_type"], gouts[0]
+    if op == "Split":
+        if gins[0] is not None:
+            await _split_grad(b, node, ins[0], gins[0], gouts)
+        return
     ds = _strides(dy.shape)
     if op == "Concat":
         axis = concat_axis(node, [t.shape for t in ins])
@@ -198,6 +213,9 @@ async def backward(b, node, ins, outs, gins, gouts):
             dims = [(xd, 1, -s, st, c, dst, xst) if st > 0 else (xd, -1, s, -st, c, dst, xst)
                     for (s, st, c), xd, dst, xst in zip(spec, x.shape, ds, xs)]
             await gather(b, dy, dx, dims, value=0.0)
+    elif op == "Pad" and pad_mode(node) != "constant":
+        if dx is not None:
+            await _pad_mode_backward(b, node, x, dx, dy)
     elif op == "Pad":
         spec, _, from_input = pad_spec(node, x.shape, _values(b, node))
         if dx is not None:
@@ -208,6 +226,67 @@ async def backward(b, node, ins, outs, gins, gouts):
             await _pad_value_grad(b, dy, gins[2], spec, x.shape)
     elif op == "Expand" and dx is not None:
         await _sum_expanded(b, dy, dx, x.shape)
+
+
+async def _split(b, node, x, outs):
+    """Each output: its part of x along the axis (a copy)."""
+    axis, sizes = split_spec(node, x.shape, _values(b, node))
+    xs, off = _strides(x.shape), 0
+    for t, size in zip(outs, sizes):
+        if t is not None:
+            dims = [_plain(d, s, o) for d, s, o in zip(t.shape, xs, _strides(t.shape))]
+            await gather(b, x, t, dims, src_off=off * xs[axis])
+        off += size
+
+
+async def _split_grad(b, node, x, dx, gouts):
+    """dx = the outputs' gradients concatenated along the axis, zeros where an output has
+    none (every cell out of bounds: the fill value 0)."""
+    axis, sizes = split_spec(node, x.shape, _values(b, node))
+    xs, off = _strides(x.shape), 0
+    for g, size in zip(gouts, sizes):
+        shape = [size if d == axis else n for d, n in enumerate(x.shape)]
+        if g is not None:
+            dims = [_plain(n, s, o) for n, s, o in zip(shape, _strides(shape), xs)]
+        else:
+            dims = [(n, 1, 0, 1, 0, 0, o) for n, o in zip(shape, xs)]
+        await gather(b, g, dx, dims, dst_off=off * xs[axis], value=0.0)
+        off += size
+
+
+_PAD_MODES = {"reflect": 0, "edge": 1}  # pad.wgsl's mode
+
+
+async def _pad_mode_forward(b, node, x, y):
+    """Pad reflect / edge: one dispatch of pad.wgsl ``pad_forward``."""
+    spec, _, _ = pad_spec(node, x.shape, _values(b, node))
+    geo = [[yd, xd, lo, 0] for (lo, _), xd, yd in zip(spec, x.shape, y.shape)]
+    geo += [[1, 1, 0, 0]] * (MAX_RANK - len(geo))
+    if y.numel:
+        await b.kernel("pad", "pad_forward", groups_1d(y.numel),
+                       params=dict(n=y.numel, rank=len(x.shape), mode=_PAD_MODES[pad_mode(node)],
+                                   inner=1, big=1, small=1, lo=0, geo=geo), x=x, out=y)
+
+
+async def _pad_mode_backward(b, node, x, dx, dy):
+    """dx = dy folded back along each padded dim in turn (pad.wgsl ``pad_fold``; scratch
+    between folds); a plain copy when nothing is padded."""
+    spec, _, _ = pad_spec(node, x.shape, _values(b, node))
+    padded = [k for k, (lo, hi) in enumerate(spec) if lo or hi]
+    if not padded:
+        await gather(b, dy, dx, [_plain(d, s, s) for d, s in zip(x.shape, _strides(x.shape))])
+        return
+    shape, src = list(dy.shape), dy
+    for k in padded:
+        shape[k] = x.shape[k]
+        n = math.prod(shape)
+        dst = dx if k == padded[-1] else b.scratch(n)
+        params = dict(n=n, rank=0, mode=_PAD_MODES[pad_mode(node)],
+                      inner=math.prod(shape[k + 1:]), big=dy.shape[k], small=x.shape[k],
+                      lo=spec[k][0], geo=[[1, 1, 0, 0]] * MAX_RANK)
+        if n:
+            await b.kernel("pad", "pad_fold", groups_1d(n), params=params, x=src, out=dst)
+        src = dst
 
 
 async def _pad_value_grad(b, dy, out, spec, xshape):

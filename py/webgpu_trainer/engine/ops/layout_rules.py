@@ -1,7 +1,8 @@
-"""The shape and attribute rules of the layout ops (ONNX Transpose, Concat, Slice, Pad, Expand):
-``infer`` and the per-op specs that ``layout.py`` lowers to strided gathers. Attribute-like
-inputs (Slice starts/ends/axes/steps, Pad pads/axes, Expand shape) must be constants of the
-model description; the errors are ``GraphError`` naming the node and the input."""
+"""The shape and attribute rules of the layout ops (ONNX Transpose, Concat, Slice, Pad, Expand,
+Split): ``infer`` and the per-op specs that ``layout.py`` lowers to strided gathers.
+Attribute-like inputs (Slice starts/ends/axes/steps, Pad pads/axes, Expand shape, Split split)
+must be constants of the model description; the errors are ``GraphError`` naming the node and
+the input."""
 
 from ..errors import GraphError
 
@@ -125,13 +126,11 @@ def slice_spec(node, shape, values):
 def pad_spec(node, shape, values):
     """Per dim of x: (begin, end) pads (negative crops) and the constant: ``(pads, value,
     value_is_input)``. Opset >= 11: pads, constant_value, axes (18) are inputs 1..3, older
-    opsets the attributes pads and value. Only mode "constant"."""
+    opsets the attributes pads and value. Modes "constant", "reflect" (pads in [0, dim - 1])
+    and "edge" (pads >= 0)."""
     rank = len(shape)
     a = node.get("attrs", {})
-    mode = a.get("mode", "constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode != "constant":
-        raise _error(node, f"mode {mode!r} is not supported (only 'constant')")
+    mode = pad_mode(node)
     value, from_input = 0.0, False
     if len(node["inputs"]) > 1:
         pads = _input_values(node, 1, values, "pads")
@@ -156,7 +155,45 @@ def pad_spec(node, shape, values):
     for d, (lo, hi) in zip(shape, spec):
         if d + lo + hi < 0:
             raise _error(node, f"pads {pads} crop more than the dims {shape}")
+        if mode != "constant" and (min(lo, hi) < 0 or (lo or hi) and d == 0
+                                   or mode == "reflect" and max(lo, hi) > d - 1):
+            raise _error(node, f"pads {pads} do not fit mode {mode!r} on the dims {shape} "
+                               "(reflect: 0 <= pad <= dim - 1; edge: pad >= 0)")
     return spec, value, from_input
+
+
+def pad_mode(node) -> str:
+    """Pad's mode: "constant", "reflect" or "edge"; GraphError for another ("wrap")."""
+    mode = node.get("attrs", {}).get("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("constant", "reflect", "edge"):
+        raise _error(node, f"mode {mode!r} is not supported (only 'constant', 'reflect', "
+                           "'edge')")
+    return mode
+
+
+def split_spec(node, shape, values):
+    """``(axis, sizes)`` of Split: the sizes from the ``split`` input (opset 13+) or attribute,
+    else ``num_outputs`` (opset 18) or one per output, equal parts (the last one smaller when
+    the axis does not divide: opset 18); GraphError when they do not add up to the axis."""
+    a = node.get("attrs", {})
+    rank, outs = len(shape), len(node["outputs"])
+    axis = int(a.get("axis", 0))
+    if not -rank <= axis < rank:
+        raise _error(node, f"axis {axis} out of range for rank {rank}")
+    axis %= rank
+    dim = shape[axis]
+    sizes = _input_values(node, 1, values, "split")
+    if sizes is None and a.get("split") is not None:
+        sizes = [int(v) for v in a["split"]]
+    if sizes is None:
+        parts = int(a.get("num_outputs", outs))
+        size = -(-dim // parts)
+        sizes = [max(0, min(size, dim - k * size)) for k in range(parts)]
+    if len(sizes) != outs or sum(sizes) != dim or min(sizes) < 0:
+        raise _error(node, f"split {sizes} does not cut axis {axis} of size {dim} into "
+                           f"{outs} outputs")
+    return axis, sizes
 
 
 def expand_shape(node, shape, values):
@@ -197,6 +234,9 @@ def infer(node, ins, consts):
     if op == "Pad":
         spec, _, _ = pad_spec(node, x, consts)
         return [[d + lo + hi for d, (lo, hi) in zip(x, spec)]]
+    if op == "Split":
+        axis, sizes = split_spec(node, x, consts)
+        return [[s if d == axis else x[d] for d in range(len(x))] for s in sizes]
     if op == "Expand":
         out = expand_shape(node, x, consts)
         _check_rank(node, out)

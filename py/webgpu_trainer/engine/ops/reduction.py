@@ -1,4 +1,5 @@
-"""ReduceSum, ReduceMean, ReduceMax, ReduceMin forward and backward (shaders/reduction.wgsl), and
+"""ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceSumSquare, ReduceL2, ReduceLogSumExp
+forward and backward (shaders/reduction.wgsl), and
 ``per_row_workgroup``, the choice between one thread and one workgroup per reduced row that
 Softmax and LayerNormalization share.
 
@@ -11,7 +12,9 @@ identity). float32 in, float32 out; the output has the input's shape with the re
 Gradients (PyTorch autograd): ReduceSum dx = dy broadcast; ReduceMean dx = dy / R (R values per
 output); ReduceMax / ReduceMin follow ``torch.amax`` / ``torch.amin``: the gradient is split
 evenly among all the positions equal to the extreme (ties), dx = dy / count where x == y, else 0
-(not ``torch.max(dim)``, which gives it all to one index).
+(not ``torch.max(dim)``, which gives it all to one index); ReduceSumSquare dx = 2 x dy;
+ReduceL2 dx = x dy / y (0 where y == 0, torch's norm backward); ReduceLogSumExp dx =
+dy exp(x - y) (torch.logsumexp). These three run one thread per output.
 """
 
 import math
@@ -19,11 +22,14 @@ import math
 from ..backends.base import groups_1d
 from ..errors import GraphError
 
-TYPES = ("ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum")
+TYPES = ("ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum", "ReduceSumSquare", "ReduceL2",
+         "ReduceLogSumExp")
 REDUCE = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
           "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp")  # the importer maps all of them
 ATTRS = {op: {"keepdims": 1, "noop_with_empty_axes": 0} for op in REDUCE}
-_MODE = {"ReduceSum": 0, "ReduceMean": 0, "ReduceMax": 2, "ReduceMin": 3}
+_MODE = {"ReduceSum": 0, "ReduceMean": 0, "ReduceMax": 2, "ReduceMin": 3, "ReduceSumSquare": 1,
+         "ReduceL2": 4, "ReduceLogSumExp": 5}
+_ROW_VALUE = (1, 4, 5)  # modes of one thread per output only
 _RUNS = 3  # runs of kept / reduced dims the kernel takes
 
 
@@ -114,8 +120,8 @@ def _params(b, node, shape):
 
 async def forward(b, node, ins, outs, train):
     """y[o] = sum / mean / max / min of x over the reduced axes."""
-    params, n_out, r, _, contiguous = _params(b, node, ins[0].shape)
-    if per_row_workgroup(n_out, r, contiguous):
+    params, n_out, r, mode, contiguous = _params(b, node, ins[0].shape)
+    if mode not in _ROW_VALUE and per_row_workgroup(n_out, r, contiguous):
         await b.kernel("reduction", "forward_wg", groups_1d(n_out, 1), params=params, x=ins[0],
                        out=outs[0])
     else:
@@ -125,12 +131,12 @@ async def forward(b, node, ins, outs, train):
 
 async def backward(b, node, ins, outs, gins, gouts):
     """dx = dy (Sum), dy / R (Mean), dy / ties where x == extreme else 0 (Max / Min, as
-    torch.amax / amin); no gradient for the axes input."""
+    torch.amax / amin), 2 x dy, x dy / y, dy exp(x - y); no gradient for the axes input."""
     if gins[0] is None:
         return
     params, n_out, r, mode, contiguous = _params(b, node, ins[0].shape)
     binds = dict(params=params, x=ins[0] if mode else None, dy=gouts[0], out=gins[0])
-    if per_row_workgroup(n_out, r, contiguous):
+    if mode not in _ROW_VALUE and per_row_workgroup(n_out, r, contiguous):
         await b.kernel("reduction", "backward_wg", groups_1d(n_out, 1), **binds)
     else:
         await b.kernel("reduction", "backward_out", groups_1d(n_out), **binds)

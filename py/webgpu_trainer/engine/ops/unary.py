@@ -1,9 +1,10 @@
 """Unary elementwise ops, forward and backward (shaders/unary.wgsl): LeakyRelu, Sigmoid, Tanh,
-Gelu, Erf, Exp, Log, Sqrt, Neg, Abs, Reciprocal, Softplus, Softsign, Elu, HardSigmoid,
-HardSwish, Clip.
+Gelu, Erf, Exp, Log, Sqrt, Neg, Abs, Reciprocal, Softplus, Softsign, Elu, Selu, Celu, Mish,
+HardSigmoid, HardSwish, Clip.
 
 Forward: y = f(x) elementwise, float32, any shape (ONNX operator definitions, attribute
-defaults of the ONNX spec: LeakyRelu alpha 0.01, Elu alpha 1.0, HardSigmoid alpha 0.2 beta 0.5,
+defaults of the ONNX spec: LeakyRelu alpha 0.01, Elu alpha 1.0, Celu alpha 1.0, Selu alpha
+1.6733 gamma 1.0507 (float32; gamma in the uniform's beta), HardSigmoid alpha 0.2 beta 0.5,
 Gelu approximate "none" (erf form) or "tanh" (opset 20)). Backward: dx = dy * f'(x), the
 formulas of PyTorch's autograd (tools/autograd/derivatives.yaml), from the saved input, or from
 the saved output for Sigmoid, Tanh, Exp, Sqrt and Reciprocal when no in-place ReLU overwrote it.
@@ -23,8 +24,9 @@ from ..errors import GraphError
 from . import card
 
 TYPES = ("LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
-         "Reciprocal", "Softplus", "Softsign", "Elu", "HardSigmoid", "HardSwish", "Clip")
-ATTRS = {**{op: {} for op in TYPES + ("Mish",)},
+         "Reciprocal", "Softplus", "Softsign", "Elu", "HardSigmoid", "HardSwish", "Clip", "Selu",
+         "Celu", "Mish")
+ATTRS = {**{op: {} for op in TYPES},
          "LeakyRelu": {"alpha": 0.01}, "Elu": {"alpha": 1.0}, "Celu": {"alpha": 1.0},
          "Selu": {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
          "HardSigmoid": {"alpha": 0.2, "beta": 0.5}, "Gelu": {"approximate": "none"}}
@@ -32,7 +34,8 @@ ATTRS = {**{op: {} for op in TYPES + ("Mish",)},
 # op codes of shaders/unary.wgsl (Params.op); Gelu is Gelu (erf form) or GeluTanh (tanh form)
 CODES = {"LeakyRelu": 0, "Sigmoid": 1, "Tanh": 2, "Gelu": 3, "GeluTanh": 4, "Erf": 5, "Exp": 6,
          "Log": 7, "Sqrt": 8, "Neg": 9, "Abs": 10, "Reciprocal": 11, "Softplus": 12, "Elu": 13,
-         "HardSigmoid": 14, "HardSwish": 15, "Clip": 16, "Softsign": 17}
+         "HardSigmoid": 14, "HardSwish": 15, "Clip": 16, "Softsign": 17, "Selu": 18, "Celu": 19,
+         "Mish": 20}
 shaders.define("unary_ops", {f"UNARY_{op.upper()}": code for op, code in CODES.items()},
                "ops/unary.py CODES: the values of unary.wgsl's Params.op")
 
@@ -57,14 +60,19 @@ def _code(node) -> int:
 
 
 def _alpha_beta(node):
-    """(alpha, beta) attributes with the card's ONNX defaults (0 where the op has none)."""
+    """(alpha, beta) attributes with the card's ONNX defaults (0 where the op has none); Selu's
+    gamma is the beta. GraphError for Celu's alpha 0 (x / alpha)."""
     a, spec = card.read(node, ATTRS), ATTRS[node["op_type"]]
-    return tuple(float(a[k]) if k in spec else 0.0 for k in ("alpha", "beta"))
+    keys = ("alpha", "gamma") if node["op_type"] == "Selu" else ("alpha", "beta")
+    if node["op_type"] == "Celu" and float(a["alpha"]) == 0.0:
+        raise GraphError(f"node {node['name']} (Celu): alpha 0 divides by zero")
+    return tuple(float(a[k]) if k in spec else 0.0 for k in keys)
 
 
 def infer(node, ins, consts):
     """Output shape = input shape. Clip's min / max must hold one value each (ONNX: scalars)."""
     _code(node)
+    _alpha_beta(node)
     if node["op_type"] == "Clip":
         for k in (1, 2):
             if len(ins) > k and ins[k] is not None and math.prod(ins[k]) != 1:
