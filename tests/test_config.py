@@ -304,7 +304,10 @@ def test_validate_route(client):
     # the manifest's 640 training images less 64 held out for validation, / 64
     assert body["config"]["total_steps"] == 9
     assert body["steps"] == {"per_epoch": 9, "total": 9, "train_images": 576, "val_images": 64}
-    r = client.post("/api/config/validate", json={"config": {}})
+    r = client.post("/api/config/validate", json={"config": {}})  # default: a tenth held out
+    assert r.json()["steps"] == {"per_epoch": 9, "total": 9, "train_images": 576,
+                                 "val_images": 64}
+    r = client.post("/api/config/validate", json={"config": {"val_images": 5000}})
     assert r.json()["errors"] == [["val_images", "must be an integer in [0, 638] (the 640 "
                                    "training images less a batch of 2 to train on; 0 = no "
                                    "validation), got 5,000"]]
@@ -411,3 +414,14 @@ def test_long_unknown_key_is_cut():
     field, message = exc.value.errors[0]
     assert field == "'kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk'... (100,000 characters)"
     assert len(str(exc.value)) < 800
+
+
+def test_default_validation_is_at_most_a_tenth_of_a_small_dataset():
+    """The default 5,000 validation images would leave a 300-image dataset nothing to train on:
+    by default at most a tenth is held out; a given value is kept (and checked) as it is."""
+    assert config.parse({}, train_images=300)["val_images"] == 30
+    assert config.parse({}, train_images=60000)["val_images"] == 5000
+    assert config.parse({"val_images": 100}, train_images=300)["val_images"] == 100
+    with pytest.raises(config.ConfigError) as e:
+        config.parse({"val_images": 299}, train_images=300)
+    assert e.value.errors[0][0] == "val_images"

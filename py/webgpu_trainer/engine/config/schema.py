@@ -119,7 +119,8 @@ FIELDS = (
       "validation images)", "run", label="Training images", min=0, max=MNIST_TRAIN,
       unit="images", resume=False, advanced=True, zero="all but the validation images"),
     F("val_images", "int", MNIST_VAL, "hold out the last N training images for validation "
-      "after each epoch (MNIST's usual 55,000 / 5,000 split; 0 = no validation)", "run",
+      "after each epoch (MNIST's usual 55,000 / 5,000 split; by default at most a tenth of "
+      "the training images; 0 = no validation)", "run",
       label="Validation images", min=0, max=MNIST_TRAIN - 2, unit="images", resume=False,
       advanced=True, zero="no validation"),
     F("eval_images", "int", MNIST_TEST, "measure the final accuracy on the first N test "

@@ -202,6 +202,8 @@ def parse(data, *, train_images: int | None = None, classes: int | None = None) 
     if not errors:
         errors += packed(values, 1)
     if not errors and train_images is not None:
+        if "val_images" not in data:  # the default: at most a tenth of a small dataset
+            values["val_images"] = min(values["val_images"], train_images // 10)
         errors += resolve(values, train_images)
     if not errors and classes is not None and values.get("class_weights") is not None \
             and len(values["class_weights"]) != classes:
