@@ -19,13 +19,23 @@ from webgpu_trainer.cpu import philox
 from webgpu_trainer.cpu.cpu_engine import CpuEngine
 from webgpu_trainer.engine.graph import Graph
 from webgpu_trainer.engine.train import augment
-from webgpu_trainer.engine.train.data import Split
+from webgpu_trainer.engine.train.data import DataSpec, Split
 from webgpu_trainer.engine.train.gpu_engine import GpuEngine
 from webgpu_trainer.engine.train.loop import Trainer
 
 SHAPE = (3, 8, 6)  # C, H, W: colour, not square
 BATCH, COUNT, SEED = 5, 12, 321
-TABLE = [(v / 255 - 0.45) / 0.25 for v in range(256)]  # pixel 0 -> -1.8, not 0
+# per channel: pixel 0 becomes -1.8, -1.2, 0 (the padding differs per channel)
+MEAN, STD = [0.45, 0.3, 0.0], [0.25, 0.25, 0.5]
+
+
+def spec_of(shape):
+    c = shape[0] if len(shape) == 3 else 0
+    return DataSpec("aug", "augmented", "image" if c else "table", shape,
+                    [str(k) for k in range(10)], MEAN[:c], STD[:c])
+
+
+TABLE = spec_of(SHAPE).table()
 
 
 def image_model(shape=SHAPE, classes=4):
@@ -39,10 +49,11 @@ def image_model(shape=SHAPE, classes=4):
 
 def data(shape=SHAPE, count=COUNT):
     rng = np.random.default_rng(7)
-    images = rng.integers(1, 256, (count, *shape), dtype=np.uint8)  # 0 only from padding
+    images = rng.integers(1, 256, (count, *shape), dtype=np.uint8) if len(shape) == 3 \
+        else rng.standard_normal((count, *shape)).astype("<f4")  # pixel 0 only from padding
     labels = rng.integers(0, 4, count, dtype=np.uint8)
     return images, Split(images.tobytes(), labels.tobytes(), count, labels.tobytes(),
-                         pixels=int(np.prod(shape)))
+                         spec_of(shape))
 
 
 def reference(raw, seed, step, pad, flip):
@@ -59,8 +70,14 @@ def reference(raw, seed, step, pad, flip):
         crop = padded[:, dy:dy + h, dx:dx + w]
         if flipped:
             crop = crop[:, :, ::-1]
-        out[b] = np.asarray(TABLE)[crop]
+        out[b] = np.asarray(TABLE).reshape(c, 256)[np.arange(c)[:, None, None], crop]
     return out
+
+
+def plain_batch(raw):
+    """The first batch of ``raw`` normalised, not augmented (float32)."""
+    table = np.asarray(TABLE, np.float32).reshape(-1, 256)
+    return table[np.arange(raw.shape[1])[:, None, None], raw[:BATCH]]
 
 
 async def gpu_batches(device, graph, blob, split, augmentation, steps):
@@ -116,10 +133,10 @@ def test_gpu_and_cpu_augment_the_same_as_the_reference(device, pad, flip):
         assert np.array_equal(g, c), t
         assert np.array_equal(g, ref.astype(np.float32)), t
     assert not np.array_equal(gpu[0], gpu[1])  # another step, other crops / flips
-    plain = np.asarray(TABLE, np.float32)[raw[:BATCH]]
-    assert not np.array_equal(gpu[0], plain)
-    if pad:
-        assert (gpu[0] == np.float32(TABLE[0])).any()  # padding is the table's pixel 0
+    assert not np.array_equal(gpu[0], plain_batch(raw))
+    if pad:  # padding is each channel's table entry of pixel 0
+        for c in range(SHAPE[0]):
+            assert (gpu[0][:, c] == np.float32(TABLE[256 * c])).any()
 
 
 def test_off_adds_no_dispatch_and_keeps_the_batch(device):
@@ -128,7 +145,7 @@ def test_off_adds_no_dispatch_and_keeps_the_batch(device):
     raw, split = data()
     eng, (got,) = run(gpu_batches(device, graph, blob, split, None, [3]))
     assert len(eng.gather_train) == 1
-    assert np.array_equal(got, np.asarray(TABLE, np.float32)[raw[:BATCH]])
+    assert np.array_equal(got, plain_batch(raw))
 
 
 def test_draws_are_uniform_and_seeded():
@@ -147,25 +164,37 @@ def test_draws_are_uniform_and_seeded():
 
 
 def test_refused_for_a_model_on_rows_and_ignored_for_tables(device):
-    """tiny_mlp takes [N, 784]: augmentation is refused naming the input, before any GPU
-    work; for a table dataset (kind "table") it is ignored; both off: None."""
+    """tiny_mlp takes MNIST's images as rows [N, 784]: augmentation is refused naming the
+    input, before any GPU work; a model that reshapes the images too; for a table dataset
+    (kind "table") it is ignored; both off: None."""
     graph, blob = tiny_mlp(0)
-    raw, split = data((784,), 16)
     cfg = {"batch_size": 4, "max_steps": 1, "val_images": 0, "eval_images": 4,
            "augment_crop": 4, "augment_flip": True}
-    tr = Trainer(GpuEngine(device), graph, blob, cfg, split, split)
+    tr = Trainer(GpuEngine(device), graph, blob, cfg, *[data((1, 28, 28), 16)[1]] * 2)
     with pytest.raises(ValueError) as e:
         run(tr.setup())
     assert str(e.value) == ("augment_crop and augment_flip need images: model input 'input' "
                             "has shape [N, 784], not [N, C, H, W]; turn augmentation off for "
                             "this model")
     assert not hasattr(tr.engine, "plan")  # refused before the engine was built
-    g = Graph(graph)
-    assert augment.resolve({"augment_flip": True}, g, "table") is None
-    assert augment.resolve({"augment_crop": 0, "augment_flip": False}, g) is None
+    g, images, table = Graph(graph), spec_of((1, 28, 28)), spec_of((784,))
+    assert augment.resolve({"augment_flip": True}, g, table) is None
+    assert augment.resolve({"augment_crop": 0, "augment_flip": False}, g, images) is None
     with pytest.raises(ValueError, match="^augment_flip need images"):
-        augment.resolve({"augment_flip": True}, g)
-    assert augment.resolve({"augment_crop": 2}, Graph(image_model()[0])) == (2, False)
+        augment.resolve({"augment_flip": True}, g, images)
+    with pytest.raises(ValueError) as e:
+        augment.resolve({"augment_crop": 2}, Graph(image_model((1, 12, 12))[0]),
+                        spec_of((1, 6, 24)))
+    assert str(e.value) == ("augment_crop need the dataset's images as they are: model input "
+                            "'input' [N, 1, 12, 12] reshapes aug's 1x6x24 images; use a model "
+                            "with input [N, 1, 6, 24]")
+    assert augment.resolve({"augment_crop": 2}, Graph(image_model()[0]), spec_of(SHAPE)) \
+        == (2, False)
+    # a table dataset trains with augmentation asked: ignored, no augment dispatch
+    eng = GpuEngine(device)
+    tr = Trainer(eng, graph, blob, cfg, *[data((784,), 16)[1]] * 2)
+    run(tr.setup())
+    assert eng.augment is None and len(eng.gather_train) == 1
 
 
 def test_trainer_augments_on_both_engines_alike(device):

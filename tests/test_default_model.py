@@ -130,15 +130,15 @@ def test_refuses_what_it_cannot_serve(shape, classes, message):
     assert str(e.value).startswith(message)
 
 
-@pytest.mark.parametrize("shape", [(1, 28, 28), (784,)])
-def test_imports_as_a_bundle(tmp_path, shape):
+@pytest.mark.parametrize("shape,classes", SHAPES, ids=lambda v: str(v))
+def test_imports_as_a_bundle(tmp_path, shape, classes):
     """The engine's importer takes it: every Conv / Gemm weight a trainable parameter, the
-    running statistics buffers."""
+    running statistics buffers, the weights byte for byte."""
     path = tmp_path / "m.onnx"
-    path.write_bytes(make_default_model(shape, 10, seed=0))
+    path.write_bytes(make_default_model(shape, classes, seed=0))
     graph, blob = onnx_io.load_bundle(path)
     assert graph["inputs"][0]["shape"] == ["N", *shape]
-    assert graph["outputs"][0]["shape"] == ["N", 10]
+    assert graph["outputs"][0]["shape"] == ["N", classes]
     roles = {t["name"]: t["role"] for t in graph["tensors"]}
     assert roles["fc1.weight"] == "param"
     if len(shape) == 3:
@@ -167,3 +167,5 @@ def test_shipped_models_are_the_default_architecture(name, shape, classes):
     assert nodes(shipped) == nodes(built)
     assert inits(shipped) == inits(built)
     assert shipped.opset_import[0].version == 18
+    graph, _ = onnx_io.load_bundle(ROOT / "models" / f"{name}.onnx")  # the engine takes it
+    assert graph["inputs"][0]["shape"] == ["N", *shape]

@@ -4,8 +4,8 @@ torchvision's ``RandomCrop(size, padding=pad)`` then ``RandomHorizontalFlip(p=0.
 drawn from the run's Philox stream (cpu/philox.py): image b of optimizer step t reads the block
 ``ctr = (b, 0, t, AUGMENT)``, key (seed, 0); word 0 gives the crop's row offset, word 1 its
 column offset (``mulhi(word, 2 pad + 1)`` = ``word * (2 pad + 1) >> 32``, in [0, 2 pad]), word 2
-the flip (its top bit). A padded pixel is ``fill``, the pixel table's entry of 0: torchvision
-pads the raw image with 0 before normalising.
+the flip (its top bit). A padded pixel of channel c is ``fill[c]``, the table's entry of pixel
+value 0 in that channel: torchvision pads the raw image with 0 before normalising.
 """
 
 import numpy as np
@@ -26,10 +26,13 @@ def draws(seed: int, step: int, batch: int, pad: int, flip: bool):
 
 
 def apply(x: np.ndarray, seed: int, step: int, pad: int, flip: bool, fill) -> np.ndarray:
-    """The augmented copy of the batch ``x`` [batch, C, H, W] (any float dtype, kept)."""
-    n, _, h, w = x.shape
+    """The augmented copy of the batch ``x`` [batch, C, H, W] (any float dtype, kept);
+    ``fill`` [C] the padding of each channel."""
+    n, c, h, w = x.shape
     dy, dx, flipped = draws(seed, step, n, pad, flip)
-    padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=fill)
+    padded = np.empty((n, c, h + 2 * pad, w + 2 * pad), x.dtype)
+    padded[...] = np.asarray(fill, x.dtype).reshape(1, c, 1, 1)
+    padded[:, :, pad:pad + h, pad:pad + w] = x
     out = np.empty_like(x)
     for b in range(n):
         crop = padded[b, :, dy[b]:dy[b] + h, dx[b]:dx[b] + w]
