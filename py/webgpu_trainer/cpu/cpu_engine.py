@@ -7,8 +7,9 @@ state format) over a flat float32 weight vector ``P`` laid out as the GPU plan's
 (the bundle's blob, padded as ``Plan`` pads it), so checkpoints move between the engines. What
 the GPU draws, this draws bit for bit: the init (``engine/init.py`` rules, Philox) and the
 dropout masks (Philox keyed by seed and step, cpu/philox.py); images are normalised through the
-same float32 table (per channel), float32 features copied. Float32 arithmetic in another order
-makes the losses of the two engines differ in the last digits.
+same float32 table (per channel), float32 features copied, and augmented with the same crops
+and flips (cpu/augment.py). Float32 arithmetic in another order makes the losses of the two
+engines differ in the last digits.
 
 A step runs to completion inside ``step``; a non-finite loss or gradient is caught there,
 before the update (the weights stay those of the last good step), and ``step`` returns True so
@@ -25,6 +26,7 @@ from ..engine.train.guard import watched
 from ..engine.ops.losses import final_op, resolve
 from ..engine.train.probe import LOGP, params_in_order
 from . import optim, philox
+from .augment import apply as augment_batch
 from .engine import Engine
 from .softmax import log_softmax
 
@@ -37,6 +39,7 @@ class CpuEngine:
     optim = optim  # the numpy twins of the GPU optimizers
     dev = None     # what ``opt.state_bytes(dev)`` is given (the numpy optimizers ignore it)
     memory_bytes = None  # no GPU buffers
+    augment = None  # (pad, flip) of set_augment, or None
 
     async def build(self, graph, batch: int, loss, trainable, seed: int):
         """The flat weight vector ``P`` (and gradients ``G``) over ``graph`` (``Graph``), the
@@ -112,6 +115,10 @@ class CpuEngine:
         x = samples if self.table is None else self.table[self.channel, samples]
         return np.asarray(x, np.float32).reshape([len(samples)] + self.in_shape)
 
+    def set_augment(self, augment) -> None:
+        """As ``GpuEngine.set_augment``: ``(pad, flip)`` or None (cpu/augment.py)."""
+        self.augment = augment
+
     def set_order(self, perm) -> None:
         self.order = np.asarray(perm, np.int64)
 
@@ -121,6 +128,8 @@ class CpuEngine:
         alone) when the loss or a gradient is not finite."""
         rows = self.order[offset:offset + self.batch]
         x = self._inputs(self.train_images[rows])
+        if self.augment is not None:
+            x = augment_batch(x, self.seed, t, *self.augment, fill=self.table[:, 0])
         y = self.train_labels[rows].astype(np.int64)
         with np.errstate(all="ignore"):  # non-finite values are the guard's to report
             res = self.engine.step(x, y, train=True, loss=self.loss_spec, key=(self.seed, t))

@@ -60,7 +60,8 @@ The package, by what each module holds:
   and opset forms), ``bundle.py`` (``bundle``: the graph dict); ``initializers.py`` holds the
   rules for quantized and one-value initializers and ``frozen``;
 - ``load.py``: :func:`load_bundle`; ``export.py``: :func:`export_onnx`; ``counts.py``:
-  :func:`model_summary`.
+  :func:`model_summary`; ``default_model.py``: :func:`make_default_model` (a model for any
+  dataset shape, built with onnx.helper).
 """
 from __future__ import annotations
 
@@ -71,9 +72,10 @@ from .constants import (ALIGN as ALIGN, FORMAT as FORMAT, IMPORT_OPS as IMPORT_O
                         MAX_OPSET as MAX_OPSET, MIN_OPSET as MIN_OPSET,
                         SUPPORTED_OPS as SUPPORTED_OPS, TESTED_OPSETS as TESTED_OPSETS)
 from .counts import model_summary
+from .default_model import make_default_model
 from .errors import OnnxImportError
 from .export import export_onnx
 from .load import load_bundle
 
 __all__ = ["ALIGN", "FORMAT", "IMPORT_OPS", "SUPPORTED_OPS", "OnnxImportError", "load_bundle",
-           "export_onnx", "model_summary"]
+           "export_onnx", "model_summary", "make_default_model"]

@@ -41,6 +41,7 @@ class GpuEngine:
         self._probe = None  # (plan, program, images buffer), made by the first probe
         self._norms = None  # (program, output buffer) of norms, made by the first call
         self._probe_lock = asyncio.Lock()  # one probe / norms readback at a time
+        self.augment = None  # (pad, flip) of set_augment, or None
 
     async def build(self, graph, batch: int, loss, trainable, seed: int):
         """Compile the training step of ``graph`` (``Graph``) at ``batch`` (``Plan``) and the
@@ -94,7 +95,11 @@ class GpuEngine:
         self._lut = dev.buffer(4 * len(lut), "normalize.lut")
         dev.write(self._lut, lut.tobytes())
         self.order = dev.buffer(4 * train.count, "train.order")
-        self.gather_train, _ = await self._gather(train, self.order)
+        scratch = None if self.augment is None else \
+            dev.buffer(4 * plan.input.numel, "augment.scratch")
+        self.gather_train, _ = await self._gather(train, self.order, out=scratch)
+        if scratch is not None:
+            self.gather_train += await self._augment(scratch)
         # images per eval_outputs call: ~EVAL_IMAGES, whole batches
         self.eval_chunk = batch * max(1, EVAL_IMAGES // batch)
         self.eval_programs = {}
@@ -115,10 +120,27 @@ class GpuEngine:
                                          + plan.bwd + self.guard.dispatches
                                          + self.opt.dispatches)
 
-    async def _gather(self, split, order, plan=None):
+    def set_augment(self, augment) -> None:
+        """Augment the training batches (``(pad, flip)`` or None); before ``load_data``."""
+        self.augment = augment
+
+    async def _augment(self, scratch):
+        """The augment dispatch (shaders/augment.wgsl) from the gathered batch ``scratch`` into
+        the model input; the padding of channel c is the table's entry of its pixel value 0."""
+        plan, b = self.plan, self.plan.builder
+        n, c, h, w = plan.input.shape
+        b.current = []
+        await b.kernel("augment", "crop_flip", groups_1d(plan.input.numel),
+                       params=dict(batch=n, channels=c, height=h, width=w,
+                                   pad=self.augment[0], flip=int(self.augment[1])),
+                       st=plan.step, x=scratch, y=plan.input, lut=self._lut)
+        return b.current
+
+    async def _gather(self, split, order, plan=None, out=None):
         """The gather dispatch of ``split``'s samples in ``order`` into ``plan``'s input
-        (default the training plan), uint8 images through the normalisation table, float32
-        features copied; returns ``(dispatches, images buffer)``."""
+        (default the training plan; ``out``: that buffer instead), uint8 images through the
+        normalisation table, float32 features copied; returns ``(dispatches, images
+        buffer)``."""
         dev, plan, spec = self.dev, plan or self.plan, split.spec
         nbytes = split.count * spec.sample_bytes
         images = dev.buffer(round_up(nbytes), "images")
@@ -132,7 +154,8 @@ class GpuEngine:
                        groups_1d(plan.batch * spec.values),
                        params=dict(batch=plan.batch, values=spec.values, count=split.count,
                                    hw=hw),
-                       st=plan.step, images=images, labels=labels, order=order, x=plan.input,
+                       st=plan.step, images=images, labels=labels, order=order,
+                       x=plan.input if out is None else out,
                        y=plan.labels, lut=self._lut)
         return b.current, images
 

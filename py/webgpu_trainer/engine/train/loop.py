@@ -19,7 +19,7 @@ from .. import config as run_config
 from ..graph import Graph
 from ..ops import losses
 from ..plan import METRICS_RING
-from . import schedulers
+from . import augment, schedulers
 from .data import Split, check_fits, holdout, trainable_names
 from .engine import Engine
 from .evaluate import evaluate, validation_marks
@@ -147,6 +147,7 @@ class Trainer:
         eng, batch = self.engine, cfg["batch_size"]
         self.graph = Graph(self.desc)
         check_fits(self.graph, self.train_set.spec, self.train_set, self.test_set)
+        augmentation = augment.resolve(cfg, self.graph, self.train_set.spec)
         # Raises ValueError naming the bad key / value, before any GPU work.
         losses.normalize(cfg["loss"], self.graph.shapes(2)[self.graph.output][1])
         self.emit("status", text="Compiling the training step…")
@@ -172,6 +173,7 @@ class Trainer:
         self.opt.follow(self.lr_at)
         await eng.attach(self.opt)
         self.emit("status", text=f"Loading {self.train_set.spec.title}…")
+        eng.set_augment(augmentation)
         self.n_eval = min(int(cfg["eval_images"]), self.test_set.count)
         self.evals = {"test": self.test_set.part(0, self.n_eval)}
         if self.val_set is not None:
