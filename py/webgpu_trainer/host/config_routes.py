@@ -14,7 +14,7 @@ from .errors import ApiError
 
 class RunConfigRoutes:
     """``models``: the model lookup (``model_routes.Models``); ``train_images()``: the
-    training split's size (``mnist_routes.Mnist.train_images``)."""
+    training split's size (``data_routes.Datasets.train_images``)."""
 
     def __init__(self, models, train_images):
         self.models, self.train_images = models, train_images

@@ -1,6 +1,6 @@
-"""The Starlette app: page, Pyodide, engine wheel, models, MNIST shards (routes: ARCHITECTURE.md).
+"""The Starlette app: page, Pyodide, engine wheel, models, datasets (routes: ARCHITECTURE.md).
 
-``create_app(root, models_dir, data_dir, wheels_dir)`` builds it. Every error is a JSON body
+``create_app(root, models_dir, data_dir, wheels_dir, data_root=...)`` builds it. Every error is a JSON body
 ``{"error": "..."}`` naming the problem (400 bad input, 404 missing, 416 bad range, 500 server
 side, e.g. a shard whose sha256 no longer matches the manifest). Files are only served from the
 allowed folders: paths with ``..``, ``.`` or empty segments, backslashes, NUL or absolute paths
@@ -21,13 +21,13 @@ from .config_routes import RunConfigRoutes
 from .errors import NAME_RE as NAME_RE, ApiError
 from .files import (IMMUTABLE as IMMUTABLE, MIME as MIME, WEB_SUFFIXES as WEB_SUFFIXES,
                     file_response as file_response, safe_join as safe_join)
-from .mnist_routes import Mnist
+from .data_routes import Datasets
 from .model_routes import MAX_UPLOAD_BYTES, Models
 from .static_routes import PageFiles
 
 def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None = None,
                wheels_dir: Path | None = None, *, cross_origin_isolated: bool = True,
-               uploads_dir: Path | None = None,
+               uploads_dir: Path | None = None, data_root: Path | None = None,
                max_upload_bytes: int = MAX_UPLOAD_BYTES, extra_routes: list = ()) -> Starlette:
     """Build the app. root: the repo (``web/`` lives there); models_dir: ``*.onnx`` folder
     (default root/models); data_dir: MNIST cache with manifest.json (default root/.cache/mnist);
@@ -41,24 +41,25 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
 
     The routes live with what they serve: ``static_routes.PageFiles`` (the page, vendored
     libraries, the engine wheel), ``model_routes.Models``, ``config_routes.RunConfigRoutes``,
-    ``mnist_routes.Mnist``; the errors are JSON (:func:`_error_handlers`).
+    ``data_routes.Datasets``; the errors are JSON (:func:`_error_handlers`).
     """
     root = Path(root).resolve()
     models_dir = Path(models_dir or root / "models")
     data_dir = Path(data_dir or root / ".cache" / "mnist")
     wheels_dir = Path(wheels_dir or root / ".cache" / "wheels")
     uploads_dir = Path(uploads_dir or root / ".cache" / "uploads")
+    data_root = Path(data_root or root / ".cache" / "datasets")
 
     # Absolute server paths never reach the page: each known folder is cut to what it holds,
     # any other absolute path to its file name (see ``_scrub``).
     folders = [(uploads_dir, ""), (models_dir, ""), (wheels_dir, ""),
-               (data_dir, "the MNIST cache/"), (root, "")]
+               (data_dir, "the MNIST cache/"), (data_root, "the datasets folder/"), (root, "")]
 
     def public(text: str) -> str:
         return _scrub(str(text), folders)
 
     models = Models(models_dir, uploads_dir, public, max_upload_bytes)
-    files, mnist = PageFiles(root, wheels_dir), Mnist(data_dir)
+    files, mnist = PageFiles(root, wheels_dir), Datasets(data_dir, data_root)
     routes = [
         *files.routes(),
         *models.routes(),
