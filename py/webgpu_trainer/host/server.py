@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .config_routes import RunConfigRoutes
+from .dataset_routes import DatasetUploads
 from .errors import NAME_RE as NAME_RE, ApiError
 from .files import (IMMUTABLE as IMMUTABLE, MIME as MIME, WEB_SUFFIXES as WEB_SUFFIXES,
                     file_response as file_response, safe_join as safe_join)
@@ -27,12 +28,14 @@ from .static_routes import PageFiles
 
 def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None = None,
                wheels_dir: Path | None = None, *, cross_origin_isolated: bool = True,
-               uploads_dir: Path | None = None, data_root: Path | None = None,
-               max_upload_bytes: int = MAX_UPLOAD_BYTES, extra_routes: list = ()) -> Starlette:
+               uploads_dir: Path | None = None,
+               max_upload_bytes: int = MAX_UPLOAD_BYTES, extra_routes: list = (),
+               data_root: Path | None = None) -> Starlette:
     """Build the app. root: the repo (``web/`` lives there); models_dir: ``*.onnx`` folder
     (default root/models); data_dir: MNIST cache with manifest.json (default root/.cache/mnist);
     wheels_dir: where the engine wheel is built (default root/.cache/wheels); uploads_dir: where
-    uploaded models are kept (default root/.cache/uploads); max_upload_bytes: upload size limit.
+    uploaded models are kept (default root/.cache/uploads); max_upload_bytes: upload size limit;
+    data_root: the prepared datasets, one folder each (default root/.cache/datasets).
     cross_origin_isolated: add COOP/COEP/CORP headers (harmless: everything is same-origin).
     extra_routes: routes matched before the page files (classroom mode: host/classroom/);
     ``app.state.models`` gives them the model lookup (``model_routes.Models``: ``path(name)``,
@@ -41,7 +44,8 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
 
     The routes live with what they serve: ``static_routes.PageFiles`` (the page, vendored
     libraries, the engine wheel), ``model_routes.Models``, ``config_routes.RunConfigRoutes``,
-    ``data_routes.Datasets``; the errors are JSON (:func:`_error_handlers`).
+    ``data_routes.Datasets`` (reading), ``dataset_routes.DatasetUploads`` (preparing uploads;
+    ``app.state.datasets``); the errors are JSON (:func:`_error_handlers`).
     """
     root = Path(root).resolve()
     models_dir = Path(models_dir or root / "models")
@@ -53,24 +57,27 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     # Absolute server paths never reach the page: each known folder is cut to what it holds,
     # any other absolute path to its file name (see ``_scrub``).
     folders = [(uploads_dir, ""), (models_dir, ""), (wheels_dir, ""),
-               (data_dir, "the MNIST cache/"), (data_root, "the datasets folder/"), (root, "")]
+               (data_dir, "the MNIST cache/"), (data_root, "datasets/"), (root, "")]
 
     def public(text: str) -> str:
         return _scrub(str(text), folders)
 
     models = Models(models_dir, uploads_dir, public, max_upload_bytes)
     files, mnist = PageFiles(root, wheels_dir), Datasets(data_dir, data_root)
+    datasets = DatasetUploads(data_root, public)
     routes = [
         *files.routes(),
         *models.routes(),
         *RunConfigRoutes(models, mnist.train_images).routes(),
         *mnist.routes(),
+        *datasets.routes(),
         *extra_routes,
         files.page_route(),  # last: any other path is a page file
     ]
     app = Starlette(routes=routes, exception_handlers=_error_handlers(public))
     app.state.models = models
     app.state.train_images = mnist.train_images
+    app.state.datasets = datasets
 
     if cross_origin_isolated:
         app.add_middleware(_HeaderMiddleware)

@@ -1,0 +1,168 @@
+"""Own datasets uploaded from the page (docs/ARCHITECTURE.md, "Server routes"):
+
+- ``POST /api/datasets?name=NAME&size=32&color=auto&test=0.2`` body: a .zip of class folders
+  (``datasets/images.py``) or a CSV table (``datasets/table.py``; told apart by the zip's
+  signature) -> prepared in a worker thread -> ``store.write_dataset`` (atomic: an existing
+  own dataset NAME is replaced in one rename, kept unchanged on any error) -> 201 with the
+  manifest's summary and notes.
+- ``POST /api/datasets/scan`` (same body) -> the zip's preview (``images.scan``), or a CSV's
+  columns and classes; nothing written.
+
+The body is streamed to a temp file inside the data root (413 past ``max_bytes``, by
+Content-Length before reading). Errors are ``ApiError`` 400 naming the problem (its text
+through ``public``: no server paths); the names of built-in datasets are refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+from pathlib import Path
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .bodies import BODY_IDLE_TIMEOUT_S
+from .datafiles import DataError
+from .errors import ApiError
+
+MAX_DATASET_UPLOAD_BYTES = 512 << 20
+BUILT_IN = ("mnist", "fashion-mnist", "cifar10", "cifar100")
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+
+
+class DatasetUploads:
+    """The upload and scan routes over the data root ``root``; ``public(text)``: ``text``
+    without server paths."""
+
+    def __init__(self, root: Path, public, max_bytes: int = MAX_DATASET_UPLOAD_BYTES):
+        self.root, self.public, self.max_bytes = Path(root), public, max_bytes
+        self._lock = threading.Lock()  # one dataset written at a time
+
+    def routes(self) -> list:
+        return [Route("/api/datasets", self.upload, methods=["POST"]),
+                Route("/api/datasets/scan", self.scan, methods=["POST"])]
+
+    async def _receive(self, request: Request, what: str) -> Path:
+        """The body in a temp file inside the root (the caller removes it): 413 over the
+        limit (by Content-Length before reading), 408 for a stalled client, 400 if empty."""
+        declared = request.headers.get("content-length")
+        if declared is not None and not declared.isdigit():
+            raise ApiError(400, "bad Content-Length")
+        if declared and int(declared) > self.max_bytes:
+            raise ApiError(413, f"{what} is {int(declared):,} bytes; the upload limit is "
+                                f"{self.max_bytes:,} bytes")
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".upload-{secrets.token_hex(8)}"
+        size = 0
+        try:
+            with open(tmp, "wb") as f:
+                stream = request.stream().__aiter__()
+                while True:
+                    try:
+                        chunk = await asyncio.wait_for(stream.__anext__(), BODY_IDLE_TIMEOUT_S)
+                    except StopAsyncIteration:
+                        break
+                    except asyncio.TimeoutError:
+                        raise ApiError(408, f"{what}: the client stopped sending") from None
+                    size += len(chunk)
+                    if size > self.max_bytes:
+                        raise ApiError(413, f"{what} is larger than the upload limit of "
+                                            f"{self.max_bytes:,} bytes")
+                    f.write(chunk)
+            if size == 0:
+                raise ApiError(400, f"{what}: the upload is empty (send a .zip of class "
+                                    "folders or a .csv table)")
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return tmp
+
+    @staticmethod
+    def _is_zip(path: Path) -> bool:
+        with open(path, "rb") as f:
+            return f.read(4) in _ZIP_MAGIC
+
+    def _params(self, request: Request) -> dict:
+        """The query's name, size, color, test (and label for tables), checked: 400 naming the
+        parameter and the rule."""
+        from .datasets import store
+        q = request.query_params
+        name = q.get("name", "")
+        try:
+            store.check_name(name)
+        except DataError as exc:
+            raise ApiError(400, str(exc)) from None
+        if name in BUILT_IN:
+            raise ApiError(400, f"dataset name {name!r} is a built-in dataset's: choose "
+                                "another name")
+        out = {"name": name, "color": q.get("color", "auto"), "test": q.get("test", "0.2"),
+               "label": q.get("label") or None}
+        size = q.get("size", "32")
+        if not size.isdigit() or len(size) > 4:
+            raise ApiError(400, f"size {size[:20]!r}: use a whole number of pixels (28, 32, 64)")
+        out["size"] = int(size)
+        return out
+
+    def _prepare(self, tmp: Path, p: dict) -> dict:
+        """Read the upload and write the dataset (in a worker thread); the manifest."""
+        from .datasets import store
+        from .datasets.images import read_images
+        from .datasets.table import read_table
+        if self._is_zip(tmp):
+            arrays = read_images(tmp, size=p["size"], color=p["color"], test=p["test"])
+            arrays.title, arrays.source = p["name"], arrays.source.replace(tmp.name, "upload.zip")
+        else:
+            arrays = read_table(tmp, label=p["label"], test=p["test"])
+            arrays.title, arrays.source = p["name"], arrays.source.replace(tmp.name, "upload.csv")
+        with self._lock:
+            return store.write_dataset(self.root, p["name"], arrays, lambda _msg: None)
+
+    def _error(self, exc: DataError, tmp: Path, shown: str) -> ApiError:
+        return ApiError(400, self.public(str(exc).replace(tmp.name, shown)))
+
+    async def upload(self, request: Request) -> Response:
+        """POST /api/datasets: see the module docstring. 201 ``{"dataset": summary, "notes",
+        "source"}``."""
+        from .datasets import store
+        params = self._params(request)
+        tmp = await self._receive(request, f"the upload for dataset {params['name']!r}")
+        try:
+            try:
+                manifest = await run_in_threadpool(self._prepare, tmp, params)
+            except DataError as exc:
+                raise self._error(exc, tmp, "the upload") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        return JSONResponse({"dataset": store.summary(manifest), "notes": manifest["notes"],
+                             "source": manifest["source"]}, 201)
+
+    async def scan(self, request: Request) -> Response:
+        """POST /api/datasets/scan: a zip's preview (``images.scan``) or a CSV's (``{"kind":
+        "table", "classes": [{"name", "count"}], "features", "rows", "notes"}``)."""
+        tmp = await self._receive(request, "the upload to preview")
+        try:
+            try:
+                out = await run_in_threadpool(self._scan, tmp, request.query_params)
+            except DataError as exc:
+                raise self._error(exc, tmp, "the upload") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        return JSONResponse(out)
+
+    def _scan(self, tmp: Path, q) -> dict:
+        import numpy as np
+
+        from .datasets.images import scan
+        from .datasets.table import read_table
+        if self._is_zip(tmp):
+            return {"kind": "image", **scan(tmp)}
+        a = read_table(tmp, label=q.get("label") or None, test=q.get("test", "0.2"))
+        counts = np.bincount(np.concatenate([a.train_y, a.test_y]), minlength=len(a.classes))
+        return {"kind": "table", "classes": [{"name": c, "count": int(n)}
+                                             for c, n in zip(a.classes, counts)],
+                "features": int(a.train_x.shape[1]), "rows": int(counts.sum()),
+                "notes": a.notes}

@@ -1,0 +1,157 @@
+"""A CSV table -> ``Arrays`` of float32 features ``[N, F]`` and uint8 labels, for MLPs.
+
+The file: UTF-8 (a BOM is skipped), comma-separated (``;`` or tab when the first line holds
+no comma), blank lines skipped. The first line is a header when some column has a non-number
+there and a number on the next line. The label column: ``label`` (a header name, or a column
+index counting from 0, negative from the end); by default the column named ``label``,
+``class`` or ``target`` (any case), else the last. Every other column is a numeric feature.
+Labels may be integers (classes in numeric order, named by their digits) or strings (classes
+= the sorted unique names). After a seeded stratified split, each feature is standardised
+with the TRAINING split's mean and population std (ddof 0, float64, stored as float32); a
+feature constant in the training split (std 0) is kept and divided by 1 (said in ``notes``).
+
+Errors are ``DataError`` naming the line (1-based, as an editor counts, the header included)
+and the column (1-based, with its header name): a non-number feature, a missing label, NaN or
+infinity, a row with another number of columns, an empty file, a single class.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ..datafiles import DataError
+from .arrays import Arrays
+from .split import check_fraction, stratified_split
+
+MAX_BYTES = 512 << 20
+MAX_CLASSES = 256
+LABEL_NAMES = ("label", "class", "target")
+_NUMBER = re.compile(r"[ \t]*[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?[ \t]*\Z")
+_NON_FINITE = re.compile(r"[ \t]*[-+]?(?:nan|inf|infinity)[ \t]*\Z", re.IGNORECASE)
+_INT = re.compile(r"[ \t]*[-+]?[0-9]+[ \t]*\Z")
+
+
+def _rows(path: Path) -> list:
+    """``[(line number, [cells])]`` of the non-blank lines; DataError for an empty file, bad
+    UTF-8 (its byte offset) or a line csv cannot split."""
+    raw = path.read_bytes()
+    if len(raw) > MAX_BYTES:
+        raise DataError(f"{path.name}: {len(raw):,} bytes, more than {MAX_BYTES:,}")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path.name}: not UTF-8 text (byte offset {exc.start:,})") from None
+    first = text.split("\n", 1)[0]
+    delim = "," if "," in first else ";" if ";" in first else "\t" if "\t" in first else ","
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
+    rows = []
+    try:
+        for cells in reader:
+            if any(c.strip() for c in cells):
+                rows.append((reader.line_num, cells))
+    except csv.Error as exc:
+        raise DataError(f"{path.name}, line {reader.line_num}: {exc}") from None
+    if not rows:
+        raise DataError(f"{path.name}: the file is empty (no rows)")
+    return rows
+
+
+def _label_column(label, header: list | None, width: int, name: str) -> int:
+    """The label column's index from ``label`` (a header name or an index), or the default."""
+    if label is None:
+        names = [h.strip().lower() for h in header] if header else []
+        found = [i for i, h in enumerate(names) if h in LABEL_NAMES]
+        return found[0] if found else width - 1
+    if isinstance(label, int) or (isinstance(label, str) and _INT.match(label)):
+        i = int(label)
+        if not -width <= i < width:
+            raise DataError(f"{name}: label column index {i} is outside the {width} columns "
+                            "(indexes count from 0)")
+        return i % width
+    if header is None or label not in [h.strip() for h in header]:
+        shown = ", ".join(repr(h.strip()) for h in header[:8]) if header else "no header line"
+        raise DataError(f"{name}: no column named {str(label)[:40]!r} (columns: {shown})")
+    return [h.strip() for h in header].index(label)
+
+
+def read_table(path, *, label=None, test: float = 0.2, seed: int = 0) -> Arrays:
+    """A CSV file as ``Arrays`` (see the module docstring): ``label`` names the label column
+    (header name or index from 0), ``test`` the test fraction, ``seed`` the split's seed."""
+    path = Path(path)
+    frac = check_fraction(test)
+    rows = _rows(path)
+    width = len(rows[0][1])
+    header = None
+    if len(rows) > 1 and any(not _NUMBER.match(a) and len(rows[1][1]) > i
+                             and _NUMBER.match(rows[1][1][i]) for i, a in enumerate(rows[0][1])):
+        header, rows = rows[0][1], rows[1:]
+    elif len(rows) == 1 and not all(_NUMBER.match(c) for c in rows[0][1]):
+        raise DataError(f"{path.name}: only a header line, no data rows")
+    if width < 2:
+        raise DataError(f"{path.name}: {width} column: a table needs a label column and at "
+                        "least one feature column")
+    col = _label_column(label, header, width, path.name)
+    names = [h.strip() for h in header] if header else [f"column {i + 1}" for i in range(width)]
+
+    def where(line: int, i: int) -> str:
+        shown = f" {names[i]!r}" if header else ""
+        return f"{path.name}, line {line}, column {i + 1}{shown}"
+
+    feats = [i for i in range(width) if i != col]
+    x = np.empty((len(rows), len(feats)), dtype=np.float64)
+    raw_labels = []
+    for r, (line, cells) in enumerate(rows):
+        if len(cells) != width:
+            raise DataError(f"{path.name}, line {line}: {len(cells)} columns, the "
+                            f"{'header' if header else 'first row'} has {width}")
+        if not cells[col].strip():
+            raise DataError(f"{where(line, col)}: missing label")
+        raw_labels.append(cells[col].strip())
+        for j, i in enumerate(feats):
+            cell = cells[i]
+            if _NON_FINITE.match(cell) or (_NUMBER.match(cell) and not np.isfinite(float(cell))):
+                raise DataError(f"{where(line, i)}: {cell.strip()[:40]!r} is not a finite number")
+            if not _NUMBER.match(cell):
+                raise DataError(f"{where(line, i)}: {cell.strip()[:40]!r} is not a number")
+            x[r, j] = float(cell)
+    classes, y = _classes(raw_labels, path.name)
+    tr, te = stratified_split(y, classes, frac, seed)
+    mean, std = x[tr].mean(axis=0), x[tr].std(axis=0)
+    constant = [names[feats[j]] for j in np.flatnonzero(std == 0)]
+    std = np.where(std == 0, 1.0, std)
+    x = ((x - mean) / std).astype(np.float32)
+    notes = [f"{len(feats)} feature{'s' * (len(feats) != 1)} standardised with the training "
+             f"split's mean and std; label column {col + 1} ({names[col]!r})"]
+    if constant:
+        notes.append(f"{len(constant)} feature{'s' * (len(constant) != 1)} constant in the "
+                     f"training split (std 0: kept, centred, divided by 1): "
+                     + ", ".join(repr(c) for c in constant[:5])
+                     + (", ..." if len(constant) > 5 else ""))
+    source = f"{path.name} ({len(rows)} rows, {len(feats)} features, {len(classes)} classes)"
+    return Arrays(np.ascontiguousarray(x[tr]), y[tr], np.ascontiguousarray(x[te]), y[te],
+                  classes, path.stem or path.name, source, notes)
+
+
+def _classes(raw: list, name: str) -> tuple[list, np.ndarray]:
+    """``(class names, labels int64)``: integer labels in numeric order, else sorted names."""
+    if all(_INT.match(v) for v in raw):
+        values = sorted({int(v) for v in raw})
+        classes = [str(v) for v in values]
+        index = {v: k for k, v in enumerate(values)}
+        y = np.array([index[int(v)] for v in raw], dtype=np.int64)
+    else:
+        classes = sorted(set(raw))
+        index = {v: k for k, v in enumerate(classes)}
+        y = np.array([index[v] for v in raw], dtype=np.int64)
+    if len(classes) < 2:
+        raise DataError(f"{name}: every row has the label {classes[0][:40]!r}: a classifier "
+                        "needs at least 2 classes")
+    if len(classes) > MAX_CLASSES:
+        raise DataError(f"{name}: {len(classes)} classes, at most {MAX_CLASSES} (labels are "
+                        "one byte)")
+    return classes, y

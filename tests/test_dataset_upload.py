@@ -1,0 +1,146 @@
+"""POST /api/datasets and /api/datasets/scan (issue 18): a .zip of class folders or a CSV is
+prepared by the server (201 + summary); every refusal is a 400/413 JSON error naming the
+problem, the previous dataset stays byte for byte, and the server keeps answering."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from webgpu_trainer.host import server
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("make_hostile_images",
+                                               REPO / "scripts" / "make_hostile_images.py")
+fx = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fx)
+
+
+@pytest.fixture()
+def client(tmp_path):
+    root = tmp_path / "root"
+    (root / "web").mkdir(parents=True)
+    app = server.create_app(root, tmp_path / "models", tmp_path / "mnist", tmp_path / "wheels",
+                            data_root=tmp_path / "datasets")
+    return TestClient(app), tmp_path / "datasets", app
+
+
+def _files(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _alive(c) -> None:
+    r = c.get("/api/models")
+    assert r.status_code == 200 and isinstance(r.json(), list)
+
+
+def test_zip_upload_prepared_then_replaced_atomically(client, tmp_path):
+    c, root, _ = client
+    body = fx.make_good_zip(tmp_path).read_bytes()
+    r = c.post("/api/datasets?name=pets&size=16&color=auto&test=0.2", content=body)
+    assert r.status_code == 201, r.text
+    out = r.json()
+    assert out["dataset"]["name"] == "pets" and out["dataset"]["kind"] == "image"
+    assert out["dataset"]["classes"] == ["cat", "dog", "fox"]
+    assert out["dataset"]["sample_shape"] == [3, 16, 16]
+    assert (out["dataset"]["train"], out["dataset"]["test"]) == (12, 3)
+    assert out["source"].startswith("upload.zip (15 images in 3 class folders")
+    first = _files(root / "pets")
+    assert "manifest.json" in first and len(first) == 5
+    # a second upload replaces it (grey now)
+    r = c.post("/api/datasets?name=pets&size=8&color=grey", content=body)
+    assert r.status_code == 201, r.text
+    assert r.json()["dataset"]["sample_shape"] == [1, 8, 8]
+    assert _files(root / "pets") != first
+    assert sorted(p.name for p in root.iterdir()) == ["pets"]  # no temp files left
+
+
+@pytest.mark.parametrize("maker,status,message", [
+    ("make_traversal_zip", 400, "zip member '../evil/x.png': names with '..' are refused"),
+    ("make_symlink_zip", 400, "zip member 'cat/link.png' is a symbolic link: refused (a zip "
+                              "of images holds files only)"),
+    ("make_one_class_zip", 400, "the upload: 1 class folder ('cat'): a classifier needs at "
+                                "least 2, one subfolder per class"),
+    ("make_pixel_bomb_zip", 400, "'dog/huge.png': 10000x10000 = 100,000,000 pixels, more than "
+                                 "Pillow's limit of 89,478,485: refused as a decompression "
+                                 "bomb"),
+])
+def test_hostile_upload_400_previous_dataset_intact(client, tmp_path, maker, status, message):
+    c, root, _ = client
+    good = fx.make_good_zip(tmp_path).read_bytes()
+    assert c.post("/api/datasets?name=pets&size=8", content=good).status_code == 201
+    before = _files(root)
+    r = c.post("/api/datasets?name=pets&size=8", content=getattr(fx, maker)(tmp_path)
+               .read_bytes())
+    assert r.status_code == status and r.json() == {"error": message}
+    assert _files(root) == before
+    _alive(c)
+
+
+def test_csv_upload_and_bad_csv(client, tmp_path):
+    c, root, _ = client
+    text = "a,b,label\n" + "".join(f"{i},{i % 3},{'xy'[i % 2]}\n" for i in range(20))
+    r = c.post("/api/datasets?name=tab&test=0.25", content=text.encode())
+    assert r.status_code == 201, r.text
+    assert r.json()["dataset"] | {"bytes": 0} == {
+        "name": "tab", "title": "tab", "kind": "table", "sample_shape": [2],
+        "classes": ["x", "y"], "train": 14, "test": 6, "bytes": 0}  # round(0.25*10)=2, 3 each?
+    before = _files(root)
+    r = c.post("/api/datasets?name=tab", content=b"a,b,label\n1,2,x\n3,oops,y\n")
+    assert r.status_code == 400
+    assert r.json() == {"error": "the upload, line 3, column 2 'b': 'oops' is not a number"}
+    assert _files(root) == before
+    _alive(c)
+
+
+@pytest.mark.parametrize("query,message", [
+    ("name=MNIST", "dataset name 'MNIST' is not valid: use 1-40 characters, lowercase "
+                   "letters, digits, '-' or '_', starting with a letter or digit"),
+    ("name=../x", "dataset name '../x' is not valid: use 1-40 characters, lowercase letters, "
+                  "digits, '-' or '_', starting with a letter or digit"),
+    ("name=cifar10", "dataset name 'cifar10' is a built-in dataset's: choose another name"),
+    ("name=ok&size=big", "size 'big': use a whole number of pixels (28, 32, 64)"),
+    ("name=ok&size=4", "size 4: use a whole number from 8 to 256"),
+    ("name=ok&color=pink", "color 'pink': use one of auto, rgb, grey"),
+    ("name=ok&test=2", "test fraction 2.0: use a number above 0 and at most 0.9"),
+])
+def test_bad_parameters_400(client, tmp_path, query, message):
+    c, root, _ = client
+    r = c.post(f"/api/datasets?{query}", content=fx.make_good_zip(tmp_path).read_bytes())
+    assert r.status_code == 400 and r.json() == {"error": message}
+    assert not root.exists() or not any(p.is_dir() for p in root.iterdir())
+
+
+def test_413_before_reading_and_empty_body(client, tmp_path):
+    c, root, app = client
+    app.state.datasets.max_bytes = 1000
+    body = fx.make_good_zip(tmp_path).read_bytes()
+    r = c.post("/api/datasets?name=pets", content=body)
+    assert r.status_code == 413
+    assert r.json() == {"error": f"the upload for dataset 'pets' is {len(body):,} bytes; the "
+                                 "upload limit is 1,000 bytes"}
+    r = c.post("/api/datasets?name=pets", content=b"")
+    assert r.status_code == 400 and r.json() == {
+        "error": "the upload for dataset 'pets': the upload is empty (send a .zip of class "
+                 "folders or a .csv table)"}
+    assert not (root / "pets").exists() and list(root.iterdir()) == []
+    _alive(c)
+
+
+def test_scan_preview_writes_nothing(client, tmp_path):
+    c, root, _ = client
+    r = c.post("/api/datasets/scan", content=fx.make_mixed_zip(tmp_path).read_bytes())
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["kind"] == "image" and [k["count"] for k in out["classes"]] == [3, 3]
+    assert out["ignored"] == 3 and len(out["refused"]) == 3
+    r = c.post("/api/datasets/scan", content=b"a,label\n1,x\n2,y\n3,x\n4,y\n")
+    assert r.status_code == 200 and r.json()["classes"] == [{"name": "x", "count": 2},
+                                                            {"name": "y", "count": 2}]
+    r = c.post("/api/datasets/scan", content=fx.make_bomb_zip(tmp_path).read_bytes())
+    assert r.status_code == 400 and "refused as a zip bomb" in r.json()["error"]
+    assert list(root.iterdir()) == []
