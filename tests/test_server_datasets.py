@@ -11,6 +11,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from dataset_fixtures import RGB_CLASSES, colour_blobs, write_image_dataset
+from test_server import raw_get
 from webgpu_trainer.host import data, server
 
 
@@ -28,7 +29,7 @@ def env(tmp_path):
                               title="Colour blobs")
     app = server.create_app(tmp_path, tmp_path / "models", ddir, tmp_path / "wheels",
                             data_root=droot)
-    return {"client": TestClient(app), "root": droot, "mnist": mnist, "rgb": rgb,
+    return {"client": TestClient(app), "app": app, "root": droot, "mnist": mnist, "rgb": rgb,
             "arrays": arrays, "ddir": ddir}
 
 
@@ -69,7 +70,7 @@ def test_manifest_and_shards(env):
 
 
 @pytest.mark.parametrize("path,status,error", [
-    ("/data/%2e%2e/manifest.json", 404, "not found: /data/../manifest.json"),
+    ("/data/%2e%2e/manifest.json", 400, "bad dataset name '..'"),
     ("/data/..%2fmnist-cache/manifest.json", 400, "bad dataset name '..'"),
     ("/data/__proto__/manifest.json", 400, "bad dataset name '__proto__'"),
     ("/data/constructor/manifest.json", 404, "dataset 'constructor' not found"),
@@ -79,7 +80,6 @@ def test_manifest_and_shards(env):
     ("/data/" + "a" * 41 + "/manifest.json", 400, "bad dataset name '" + "a" * 41 + "'"),
     ("/data/" + "a" * 5000 + "/manifest.json", 400, "bad dataset name '" + "a" * 45 + "...'"),
     ("/data/nothing/x.u8", 404, "dataset 'nothing' not found"),
-    ("/data/blobs/../mnist-cache/manifest.json", 404, "not found"),
     ("/data/blobs/a/b.u8", 400, "bad shard name: 'a/b.u8'"),
     ("/data/blobs/manifest.jsonx", 404, "shard manifest.jsonx is not in the blobs manifest"),
 ])
@@ -88,6 +88,17 @@ def test_hostile_names(env, path, status, error):
     assert r.status_code == status, r.text
     assert r.json()["error"].startswith(error), r.json()
     assert len(r.text) < 400
+    good_still_served(env)
+
+
+@pytest.mark.parametrize("path,status,error", [
+    ("/data/blobs/../mnist-cache/manifest.json", 400, "bad shard name: '../mnist-cache/"),
+    ("/data/../mnist-cache/manifest.json", 400, "bad dataset name '..'"),
+    ("/data/./manifest.json", 400, "bad dataset name '.'"),
+])
+def test_raw_dotdot_not_normalised(env, path, status, error):
+    code, body = raw_get(env["app"], path)
+    assert code == status and json.loads(body)["error"].startswith(error), body
     good_still_served(env)
 
 

@@ -18,11 +18,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .config_routes import RunConfigRoutes
+from .data_routes import Datasets
 from .dataset_routes import DatasetUploads
 from .errors import NAME_RE as NAME_RE, ApiError
 from .files import (IMMUTABLE as IMMUTABLE, MIME as MIME, WEB_SUFFIXES as WEB_SUFFIXES,
                     file_response as file_response, safe_join as safe_join)
-from .data_routes import Datasets
 from .model_routes import MAX_UPLOAD_BYTES, Models
 from .static_routes import PageFiles
 
