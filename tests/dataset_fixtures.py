@@ -51,3 +51,29 @@ def colour_blobs(n: int, side: int = 8, seed: int = 0) -> tuple:
 
 
 RGB_CLASSES = ["red", "green", "blue"]
+
+
+def tiny_rgb_model(path: Path, side: int = 8, classes: int = 3) -> None:
+    """input [N, 3, side, side] -> Conv(3->4, 3x3, pad 1) -> Relu -> Flatten -> Gemm(->classes)
+    -> LogSoftmax, opset 16: a model for ``colour_blobs``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in (
+        ("conv.weight", rng.standard_normal((4, 3, 3, 3)) * 0.3), ("conv.bias", np.zeros(4)),
+        ("fc.weight", rng.standard_normal((classes, 4 * side * side)) * 0.05),
+        ("fc.bias", np.zeros(classes)))]
+    nodes = [helper.make_node("Conv", ["x", "conv.weight", "conv.bias"], ["c"],
+                              kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Flatten", ["r"], ["f"], axis=1),
+             helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["h"], transB=1),
+             helper.make_node("LogSoftmax", ["h"], ["y"], axis=1)]
+    graph = helper.make_graph(
+        nodes, "blobnet",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, side, side])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", classes])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, path)

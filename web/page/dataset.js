@@ -183,8 +183,8 @@ export async function checkFit() {
   if (model && d) {
     try {
       problem = fitProblem(model, await graphOf(model), d);
-    } catch {
-      problem = null;  // the model list and summary say why the model does not load
+    } catch (e) {  // the model list and summary say why the model does not load
+      console.warn(`fit of ${model} and ${d.name} not checked: ${e.message ?? e}`);
     }
   }
   if (seq !== fitSeq) return;

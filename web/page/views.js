@@ -1,8 +1,9 @@
 // Inside the model: live views of the model being trained (or the last one trained), refreshed
 // every few seconds ONLY while the "Inside the model" panel is visible: the first conv layer's
-// filters (diverging colours; filters over RGB input as colour tiles), the feature maps of a chosen test image per conv layer, and the
-// L2 norms of every parameter's weights and last gradient (log scale). Worker message:
-// `inspect {id, index}` -> `inspect {...}` (worker/views.py). Before any run they show
+// filters (diverging colours; filters over RGB input as colour tiles), the feature maps of a
+// chosen test image (grey or RGB, the dataset's) per conv layer, and the L2 norms of every
+// parameter's weights and last gradient (log scale). Worker message: `inspect {id, index}`
+// -> `inspect {...}` (worker/views.py). Before any run they show
 // the model's initial weights (prepare.js); while a run sets up, they ask again each second
 // and show its initial weights as soon as they exist.
 // Test hook: window.viewsState.last (the last `inspect` answer shown).

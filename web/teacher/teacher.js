@@ -203,7 +203,8 @@ function dialogFields() {
   const byName = Object.fromEntries(state.schema.fields.map((f) => [f.name, f]));
   const dataset = byName.dataset && state.datasets.length ? [["dataset", "Dataset", "select"]]
     : [];
-  return [...dataset, ["model", "Model", "select"], ...FIELD_NAMES.filter((k) => byName[k]).map((k) => {
+  const fields = FIELD_NAMES.filter((k) => byName[k]);
+  return [...dataset, ["model", "Model", "select"], ...fields.map((k) => {
     const f = byName[k];
     return [k, f.label + (f.zero ? ` (0 = ${f.zero})` : ""),
       f.type === "choice" ? "select" : "number", f];
