@@ -60,6 +60,9 @@ function seesText() {
 
 /** The probability rows: one per class, named. */
 function probRows() {
+  const longest = Math.max(...classNames().map((n) => n.length));
+  // one name column for every row (the bars line up), at most 12em (longer names cut: …)
+  $("try-probs").style.setProperty("--name-w", `${Math.min(12, Math.max(1.4, 0.62 * longest))}em`);
   $("try-probs").replaceChildren(...classNames().map((name) => el("li", { className: "prob" },
     el("span", { className: "prob-digit", textContent: name, title: name }),
     el("span", { className: "prob-track" }, el("span", { className: "prob-bar" })),
