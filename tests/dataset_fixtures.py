@@ -77,3 +77,17 @@ def tiny_rgb_model(path: Path, side: int = 8, classes: int = 3) -> None:
     model.ir_version = 8
     onnx.checker.check_model(model, full_check=True)
     onnx.save(model, path)
+
+
+def rgb_png(image: np.ndarray) -> bytes:
+    """An 8-bit RGB PNG of ``image`` (uint8 [h, w, 3]): signature, IHDR, IDAT, IEND."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+    h, w, _ = image.shape
+    raw = b"".join(b"\0" + image[y].tobytes() for y in range(h))  # filter 0 per row
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))

@@ -9,7 +9,8 @@ names; every view is saved as a screenshot (test-artifacts/screenshots/datasets-
 
 import numpy as np
 import pytest
-from dataset_fixtures import RGB_CLASSES, colour_blobs, tiny_rgb_model, write_image_dataset
+from dataset_fixtures import (RGB_CLASSES, colour_blobs, rgb_png, tiny_rgb_model,
+                              write_image_dataset)
 from e2e_fixtures import Page, run_training, screenshot
 
 pytestmark = pytest.mark.e2e
@@ -60,15 +61,7 @@ def test_picker_and_mismatch(rgb, app, server):
     size = (TRAIN + TEST) * (3 * SIDE * SIDE + 1)  # 92,640 bytes
     assert hint == (f"3x8x8 images · classes: red, green, blue · {TRAIN} training + {TEST} test"
                     f" · {size / 1024:.1f} KB to download"), hint
-    try:
-        page.wait_for_selector("#dataset-fit:not([hidden])", timeout=10_000)
-    except Exception:
-        dbg = page.evaluate("""async () => {
-          const g = await (await fetch('/api/models/seednet/graph.json')).json();
-          return [window.appState.fit, window.appState.dataset,
-                  document.getElementById('dataset-fit').outerHTML, g.inputs, g.outputs];
-        }""")
-        pytest.fail(f"{dbg}\n{app.diagnostics()}")
+    page.wait_for_selector("#dataset-fit:not([hidden])", timeout=10_000)
     fit = page.text_content("#dataset-fit")
     assert fit == ("Model seednet: input 'input' [N, 1, 28, 28] does not fit dataset blobs "
                    "(3x8x8 images, [N, 3, 8, 8]): choose a model made for 3x8x8 or another "
@@ -90,6 +83,14 @@ def test_picker_and_mismatch(rgb, app, server):
     assert page.eval_on_selector_all("#try-probs .prob-digit", "s => s.map(e => e.textContent)") \
         == RGB_CLASSES
     screenshot(page, "datasets-tryit-untrained")
+    # a photo: its centre square resized to 8x8 RGB (a uniform colour stays exactly that)
+    photo = np.empty((30, 40, 3), np.uint8)
+    photo[:] = (200, 30, 60)
+    page.set_input_files("#try-photo-file", files=[{"name": "solid.png", "mimeType":
+                                                     "image/png", "buffer": rgb_png(photo)}])
+    page.wait_for_function("document.getElementById('try-source').textContent"
+                           " === 'your photo solid.png'")
+    assert page.evaluate("window.tryState.input") == [200] * 64 + [30] * 64 + [60] * 64
     # the kernels playground: the test image in colour, convolved as its grey levels
     page.click("#tab-kernels")
     page.fill("#kernel-digit", "7")
