@@ -156,3 +156,56 @@ def test_rgb_run_uses_class_names(rgb, app):
     assert page.text_content("#views-label").startswith("label ")
     assert page.text_content("#views-label")[6:] in RGB_CLASSES
     screenshot(page, "datasets-inside")
+
+
+def claimed(root, name: str, shape: list, train: int, test: int) -> None:
+    """A manifest claiming ``train`` + ``test`` images of ``shape`` (no shards: the picker
+    judges the size from the list, before anything is downloaded)."""
+    import json
+    per = int(np.prod(shape))
+    splits = {s: {"count": n, "images": {"file": f"{s}-images.u8", "shape": [n, *shape],
+                                         "dtype": "uint8", "bytes": n * per, "sha256": "0"},
+                  "labels": {"file": f"{s}-labels.u8", "shape": [n], "dtype": "uint8",
+                             "bytes": n, "sha256": "0"}}
+              for s, n in (("train", train), ("test", test))}
+    (root / name).mkdir()
+    (root / name / "manifest.json").write_text(json.dumps(
+        {"format": "webgpu-trainer/dataset@1", "name": name, "title": name.title(),
+         "kind": "image", "sample_shape": shape, "classes": ["a", "b"], "mean": [0.5] * 3,
+         "std": [0.25] * 3, "splits": splits}))
+
+
+def human(n: int) -> str:
+    """``n`` bytes as the page writes them (1024-based, one decimal past bytes)."""
+    unit = next(u for u, k in (("GB", 3), ("MB", 2), ("KB", 1), ("B", 0)) if n >= 1024 ** k)
+    k = ["B", "KB", "MB", "GB"].index(unit)
+    return f"{n / 1024 ** k:.{1 if k else 0}f} {unit}"
+
+
+def test_too_large_is_said_before_download(rgb, app, server_data_root):
+    app.wait_ready()
+    page = app.page
+    limits = page.evaluate("""async () => {
+        const l = (await navigator.gpu.requestAdapter()).limits;
+        return [l.maxBufferSize, l.maxStorageBufferBindingSize];
+    }""")
+    limit = min(limits)
+    big = limit // 3072 + 1  # training images one sample over the adapter's limit
+    claimed(server_data_root, "huge", [3, 32, 32], 1000, 400_000)  # 1.15 GiB, mostly test
+    claimed(server_data_root, "big", [3, 32, 32], big, 10)
+    page.reload()
+    app.wait_ready()
+    pick_dataset(page, "huge")
+    page.wait_for_selector("#dataset-warn:not([hidden])")
+    assert page.text_content("#dataset-warn") == (
+        "Huge is 1.1 GB: larger than this page can hold (1.0 GB); it will not fit the "
+        "browser's memory.")
+    pick_dataset(page, "big")
+    page.wait_for_function("document.getElementById('dataset-warn').textContent"
+                           ".startsWith('Big')")
+    text = page.text_content("#dataset-warn")
+    assert text.startswith("Big's training images are ") and \
+        text.endswith(f"GPU's buffer limit ({human(limit)}); it will not fit."), text
+    screenshot(page, "datasets-too-large")
+    pick_dataset(page, "blobs")
+    page.wait_for_selector("#dataset-warn", state="hidden")

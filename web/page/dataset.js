@@ -129,12 +129,12 @@ async function warnSize(d) {
   const limit = limits ? Math.min(limits.maxBufferSize, limits.maxStorageBufferBindingSize)
     : Infinity;
   let text = "";
-  if (d.bytes > MAX_BYTES) {
-    text = `${d.title} is ${humanBytes(d.bytes)}: larger than this page can hold ` +
-      `(${humanBytes(MAX_BYTES)}); it will not fit the browser's memory.`;
-  } else if (trainBytes > limit) {
+  if (trainBytes > limit) {
     text = `${d.title}'s training images are ${humanBytes(trainBytes)}: larger than this ` +
       `GPU's buffer limit (${humanBytes(limit)}); it will not fit.`;
+  } else if (d.bytes > MAX_BYTES) {
+    text = `${d.title} is ${humanBytes(d.bytes)}: larger than this page can hold ` +
+      `(${humanBytes(MAX_BYTES)}); it will not fit the browser's memory.`;
   }
   box.textContent = text;
   box.hidden = !text;
