@@ -23,7 +23,7 @@
 // and machine), help.js (the (i) toggletips), share.js (share link, leave-page warning),
 // kernels.js (the kernels playground), checkpoints.js (the checkpoint in IndexedDB),
 // resume.js (the resume banner, GPU device lost), work.js (Keep your work: downloads, export /
-// import, reset), views.js (live views inside the model), tryit.js (draw a digit / pick a test
+// import, reset), views.js (live views inside the model), tryit.js (draw, a photo / pick a test
 // image), testset.js, values.js (the strict number parser, own keys).
 
 import { $, frac, num, pct } from "../lib/util.js";
