@@ -35,7 +35,7 @@ import { applyLink, checkLinkModel, setupShare } from "./share.js";
 import { markErrors, validateNow } from "./validation.js";
 import { loadModels, onModelChange, setupDropzone } from "./models.js";
 import { setTrainable } from "./summary.js";
-import { defaultModelFor, loadDatasets, setupDatasets } from "./dataset.js";
+import { chooseDefaultModel, loadDatasets, setupDatasets } from "./dataset.js";
 import { addSteps, makeCharts } from "./charts.js";
 import { renderProgress, requestRender, showEvaluating } from "./progress.js";
 import { downloadOnnx, showResults, VERDICT_TITLE } from "./results.js";
@@ -250,7 +250,8 @@ async function boot() {
   const link = applyLink();  // ?model=...&dataset=...&lr=... of a share link (share.js)
   startWorker(onWorkerMessage);
   await loadDatasets(link.dataset);
-  await loadModels(link.model ?? defaultModelFor(appState.dataset));
+  await loadModels(link.model);
+  if (!link.model) chooseDefaultModel();  // the link's dataset's model
   checkLinkModel(link.model);
   setupWork();  // Keep your work (web/page/work.js)
   setupResume();  // the stored checkpoint: the resume banner (web/page/resume.js)

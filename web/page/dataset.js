@@ -10,8 +10,10 @@ import { $, humanBytes } from "../lib/util.js";
 import { appState, log, settingsChanged, stateChanged } from "./state.js";
 import { onModelChange } from "./models.js";
 
-// the committed default model of each sample shape (scripts/make_seednet*.py)
-const DEFAULT_MODELS = new Map([["1x28x28", "seednet"], ["3x32x32", "seednet-rgb32"]]);
+// the committed default models of each sample shape and class count (scripts/make_seednet.py,
+// scripts/make_default_models.py): the first the server has whose classes suffice is chosen
+const DEFAULT_MODELS = new Map([["1x28x28", [["seednet", 10]]],
+  ["3x32x32", [["seednet-rgb32", 10], ["seednet-rgb32-c100", 100]]]]);
 const MAX_BYTES = 2 ** 30;  // larger downloads do not fit a tab's memory comfortably
 
 let defaultName = "mnist";
@@ -42,9 +44,13 @@ export function runClassName(i) {
 export const samplesText = (d) => d.kind === "table" ? `${d.sample_shape[0]} features`
   : `${shapeText(d.sample_shape)} images`;
 
-/** The model made for dataset ``d``'s sample shape, or null. */
-export const defaultModelFor = (d) => (d && DEFAULT_MODELS.get(shapeText(d.sample_shape))) ??
-  null;
+/** The model made for dataset ``d``'s sample shape and classes that the server lists, or
+ * null. */
+export function defaultModelFor(d) {
+  const listed = (name) => appState.models.some((m) => m.name === name && !m.error);
+  const made = d ? DEFAULT_MODELS.get(shapeText(d.sample_shape)) ?? [] : [];
+  return made.find(([name, k]) => k >= d.classes.length && listed(name))?.[0] ?? null;
+}
 
 /** Fill the picker from GET /api/datasets and choose ``select`` (a share link's or stored
  * settings' name) when listed, else the server's default. */
@@ -98,10 +104,14 @@ function showDataset() {
 /** The user picked another dataset: its model when there is one, then the fit. */
 function onPick() {
   showDataset();
+  chooseDefaultModel();
+}
+
+/** Choose the model made for the chosen dataset when the server has one (not a class
+ * session's pinned model: its select is disabled, web/page/classroom.js). */
+export function chooseDefaultModel() {
   const want = defaultModelFor(appState.dataset);
-  // a class session's pinned model (disabled select: web/page/classroom.js) stays
-  if (want && want !== $("model").value && !$("model").disabled &&
-      appState.models.some((m) => m.name === want && !m.error)) {
+  if (want && want !== $("model").value && !$("model").disabled) {
     $("model").value = want;
     log(`Model ${want} is made for ${shapeText(appState.dataset.sample_shape)}: chosen.`);
     onModelChange();
