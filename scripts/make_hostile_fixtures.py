@@ -19,7 +19,8 @@ ONNX models (``onnx/``), each ``[N, 1, 28, 28] -> [N, 10]``:
 - ``dequantize.onnx``: ``fc1.weight_quantized`` int8 [16, 784] (12,544 weights) with one scale and
   zero point -> DequantizeLinear (output ``fc1.weight``) -> Gemm(transB) -> Relu -> Gemm (fc2);
   ``dequantize_per_axis.onnx``: the same with one scale and zero point per row (axis 0).
-- ``many_problems.onnx``: input [N, 3, 32, 32], an int64 Gemm bias and a Hardmax node.
+- ``many_problems.onnx``: input [N, 3, 32, 32] (fine since issue 18), an int64 Gemm bias and a
+  Hardmax node.
 - ``opset99.onnx``: a Flatten -> Gemm -> Relu -> Gemm MLP that declares opset 99.
 - ``scalar_param.onnx``: Gemm -> Mul by ``scale`` (a scalar nn.Parameter, shape []) -> the erf
   GELU written out with scalar initializers ``sqrt2`` (Div), ``one`` (Add), ``half`` (Mul) ->
@@ -153,8 +154,8 @@ def scalar_param_model() -> onnx.ModelProto:
 
 
 def many_problems_model() -> onnx.ModelProto:
-    """An input [N, 3, 32, 32] (not MNIST), an int64 Gemm bias, a Hardmax (no kernel): the
-    import must report all three at once."""
+    """An input [N, 3, 32, 32] (a problem before issue 18), an int64 Gemm bias, a Hardmax (no
+    kernel): the import must report both problems at once."""
     rng = np.random.default_rng(16)
     inits = [numpy_helper.from_array(rng.uniform(-0.02, 0.02, (10, 3072)).astype(np.float32),
                                      "fc.weight"),

@@ -39,7 +39,7 @@ from webgpu_trainer.cpu import philox  # noqa: E402
 from webgpu_trainer.cpu.engine import Engine, params_from_blob  # noqa: E402
 from webgpu_trainer.engine import init  # noqa: E402
 from webgpu_trainer.engine.graph import Graph  # noqa: E402
-from webgpu_trainer.engine.train.data import pixel_table  # noqa: E402
+from webgpu_trainer.engine.train.data import MNIST  # noqa: E402
 from webgpu_trainer.host import data  # noqa: E402
 
 # The ReLUs of models/seednet.onnx: (pre-activation, output) as the exported graph names them.
@@ -74,7 +74,7 @@ def seednet_case(batch: int, offset: int = 0, seed: int | None = None, cache=Non
                 else np.float64(philox.init_values(init_seed, rule.stream, params[rule.name].size,
                                                    np.float32(rule.scale)).reshape(shape))
     images, labels = data.load(cache, "train")
-    x = np.float32(pixel_table())[images[offset:offset + batch]][:, None]
+    x = np.float32(MNIST.table())[images[offset:offset + batch]][:, None]
     return graph, params, x, labels[offset:offset + batch]
 
 

@@ -1,33 +1,49 @@
-// Batch assembly from uint8 shards resident on the GPU: gathers the images order[offset + b]
-// (4 pixels per u32, little-endian), normalises them through a 256-entry table made on the host,
-// lut[v] = (v/255 - mean) / std in float64 rounded to float32 (no float arithmetic here, so every
-// host gets the same bits; a driver may fuse v * scale - shift into an FMA, another may not),
-// and widens their uint8 labels to u32. One thread per 4 pixels of one image.
+// Batch assembly from the dataset's shards resident on the GPU: gathers the samples
+// order[offset + b] and widens their uint8 labels to u32. One thread per value of one sample.
+// - gather: uint8 images [count, values] (C channels of H*W values each, any count: read byte
+//   by byte from the u32 words, little-endian), normalised through a table made on the host,
+//   lut[c * 256 + v] = (v/255 - mean[c]) / std[c] in float64 rounded to float32 (no float
+//   arithmetic here, so every host gets the same bits; a driver may fuse v * scale - shift into
+//   an FMA, another may not), c = (value index within the sample) / hw.
+// - gather_table: float32 features [count, values] (standardised when prepared), copied.
 
-struct Params { batch: u32, words: u32, count: u32, _p0: u32 }
+struct Params { batch: u32, values: u32, count: u32, hw: u32 }
 //!include step
 //!include index
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<uniform> st: Step;
-@group(0) @binding(2) var<storage, read> images: array<u32>;  // [count, 4*words] uint8
+@group(0) @binding(2) var<storage, read> images: array<u32>;  // [count, values] uint8 or f32
 @group(0) @binding(3) var<storage, read> labels: array<u32>;  // [count] uint8
 @group(0) @binding(4) var<storage, read> order: array<u32>;
-@group(0) @binding(5) var<storage, read_write> x: array<f32>;  // [batch, 4*words]
+@group(0) @binding(5) var<storage, read_write> x: array<f32>;  // [batch, values]
 @group(0) @binding(6) var<storage, read_write> y: array<u32>;  // [batch]
-@group(0) @binding(7) var<storage, read> lut: array<f32, 256>;
+@group(0) @binding(7) var<storage, read> lut: array<f32>;  // [C * 256]
+
+// Thread t's (batch row, value index within the sample, source sample); writes the label.
+fn locate(t: u32) -> vec3<u32> {
+  let b = t / p.values;
+  let src = min(order[st.offset + b], p.count - 1u);
+  if (t % p.values == 0u) { y[b] = (labels[src / 4u] >> (8u * (src % 4u))) & 255u; }
+  return vec3<u32>(b, t % p.values, src);
+}
 
 @compute @workgroup_size(64)
 fn gather(@builtin(global_invocation_id) gid: vec3<u32>,
           @builtin(num_workgroups) nwg: vec3<u32>) {
   let t = flat_index(gid, nwg);
-  if (t >= p.batch * p.words) { return; }
-  let b = t / p.words;
-  let w = t % p.words;
-  let src = min(order[st.offset + b], p.count - 1u);
-  let v = images[src * p.words + w];
-  for (var k = 0u; k < 4u; k++) {
-    x[(b * p.words + w) * 4u + k] = lut[(v >> (8u * k)) & 255u];
-  }
-  if (w == 0u) { y[b] = (labels[src / 4u] >> (8u * (src % 4u))) & 255u; }
+  if (t >= p.batch * p.values) { return; }
+  let s = locate(t);
+  let at = s.z * p.values + s.y;  // byte offset in the shard
+  let v = (images[at / 4u] >> (8u * (at % 4u))) & 255u;
+  x[t] = lut[(s.y / p.hw) * 256u + v];
+}
+
+@compute @workgroup_size(64)
+fn gather_table(@builtin(global_invocation_id) gid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>) {
+  let t = flat_index(gid, nwg);
+  if (t >= p.batch * p.values) { return; }
+  let s = locate(t);
+  x[t] = bitcast<f32>(images[s.z * p.values + s.y]);
 }

@@ -80,6 +80,9 @@ def errors_of(data, **kw) -> list:
     ({"trainable": "fc2.weight"}, {}, "trainable", "must be a list of names"),
     ({"trainable": ["fc2.weight"], "head_only": True}, {}, "head_only", "give one of"),
     ({"learning_rate": 0.1}, {}, "learning_rate", "unknown option (known: optimizer, lr, "),
+    ({"augment_crop": -1}, {}, "augment_crop", "must be an integer in [0, 32], got -1"),
+    ({"augment_crop": 33}, {}, "augment_crop", "must be an integer in [0, 32], got 33"),
+    ({"augment_crop": 2.5}, {}, "augment_crop", "must be an integer in [0, 32], got 2.5"),
 ])
 def test_errors_name_the_field_and_the_allowed_values(data, kw, field, needle):
     errors = errors_of(data, **kw)
@@ -149,6 +152,22 @@ def test_run_dependent_defaults_resolved_once():
     assert unresolved["total_steps"] is None and unresolved["max_lr"] is None
 
 
+def test_augmentation_fields_off_by_default_and_from_the_cli():
+    """augment_crop / augment_flip: off by default, reach the trainers, and come from
+    --augment-crop N / --augment-flip."""
+    t = config.parse({}).trainer_config()
+    assert (t["augment_crop"], t["augment_flip"]) == (0, False)
+    t = config.parse({"augment_crop": 4, "augment_flip": True}).trainer_config()
+    assert (t["augment_crop"], t["augment_flip"]) == (4, True)
+    assert errors_of({"augment_flip": "yes"}) == [
+        ("augment_flip", "must be true or false, got 'yes'")]
+    from webgpu_trainer.cli import main as cli_mod
+    from webgpu_trainer.cli.options import given
+    args = cli_mod.build_parser().parse_args(["train", "m.onnx", "--augment-crop", "4",
+                                              "--augment-flip"])
+    assert given(args) == {"augment_crop": 4, "augment_flip": True}
+
+
 def test_trainer_config_is_the_engines_shape():
     cfg = config.parse({"optimizer": "rmsprop", "momentum": 0.5, "centered": True,
                         "scheduler": "steplr", "loss": "cross_entropy",
@@ -172,6 +191,7 @@ def test_legacy_config_json_loads():
         "optimizer": "adamw", "lr": 0.01, "batch_size": 32, "epochs": 1, "seed": 4,
         "init": "finetune", "max_steps": 0, "train_images": 96, "val_images": 0,
         "eval_images": 32, "checkpoint_every_s": 60.0,  # newer than LEGACY: the default
+        "augment_crop": 0, "augment_flip": False,  # newer than LEGACY: off
         "report_every": 10, "device": "cpu", "weight_decay": 0.01,  # 0 meant torch's 1e-2
         "betas": [0.9, 0.999], "eps": 1e-8, "amsgrad": True, "clip_grad_norm": 0.0,
         "scheduler": "steplr", "step_size": 1, "gamma": 0.5, "interval": "epoch",

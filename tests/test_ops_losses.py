@@ -166,7 +166,7 @@ def test_trainer_validation_loss(device, loss):
     graph, blob = make_graph(nodes, [("fc.w", w, "param"), ("fc.b", b, "param")],
                              [("input", ["N", pixels])],
                              [(nodes[-1]["outputs"][0], ["N", classes])])
-    split = Split(images.tobytes(), labels.tobytes(), count, labels.tobytes(), pixels)
+    split = Split(images.tobytes(), labels.tobytes(), count, labels.tobytes())
     cfg = {"optimizer": "sgd", "lr": 0.05, "batch_size": 4, "epochs": 1, "init": "finetune",
            "eval_images": 7, "val_images": 0, "report_every": 1, "loss": loss}
     trainer = Trainer(GpuEngine(device), graph, blob, cfg, split, split)

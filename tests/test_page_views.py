@@ -18,7 +18,7 @@ from conftest import FWD_RTOL, assert_close
 from e2e_fixtures import Page, screenshot
 
 from webgpu_trainer.cpu.engine import Engine, params_from_blob
-from webgpu_trainer.engine.train.data import pixel_table
+from webgpu_trainer.engine.train.data import MNIST
 from webgpu_trainer.host import data
 
 pytestmark = pytest.mark.e2e
@@ -128,7 +128,7 @@ def test_before_training_the_initial_weights_answer(untrained, server, mnist_cac
     blob = _weights_bin(server)
     images, _ = data.load(mnist_cache, "test")
     eng = Engine(graph, params_from_blob(graph, blob), np.float64)
-    x = np.asarray(pixel_table(), np.float32)[images[5]].astype(np.float64).reshape(1, 1, 28, 28)
+    x = np.asarray(MNIST.table(), np.float32)[images[5]].astype(np.float64).reshape(1, 1, 28, 28)
     logits = eng.forward(x, train=False)[0][eng.output][0]
     want = np.exp(logits - logits.max())
     want /= want.sum()  # SeedNet ends in LogSoftmax: softmax of its input is the same
@@ -201,7 +201,7 @@ def test_feature_maps_of_a_chosen_test_image(app, trained, server, mnist_cache):
     blob = page.evaluate("Array.from(new Uint8Array(window.lastRun.weights))")
     images, labels = data.load(mnist_cache, "test")
     eng = Engine(graph, params_from_blob(graph, bytes(blob)), np.float64)
-    x = np.asarray(pixel_table(), np.float32)[images[7]].astype(np.float64).reshape(1, 1, 28, 28)
+    x = np.asarray(MNIST.table(), np.float32)[images[7]].astype(np.float64).reshape(1, 1, 28, 28)
     vals = eng.forward(x, train=False)[0]
     assert last["label"] == labels[7]
     assert len(last["maps"]) == 3

@@ -18,7 +18,7 @@ from webgpu_trainer.cpu.engine import Engine, params_from_blob
 from webgpu_trainer.cpu.softmax import log_softmax
 from webgpu_trainer.engine.train import probe
 from webgpu_trainer.engine.train.gpu_engine import GpuEngine
-from webgpu_trainer.engine.train.data import pixel_table
+from webgpu_trainer.engine.train.data import MNIST
 from webgpu_trainer.engine.train.loop import Trainer
 
 pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
@@ -61,7 +61,7 @@ def _reference(graph, blob, images):
     """The float64 numpy engine's eval-mode activations of uint8 ``images`` [n, 784] on the
     weights ``blob`` (plan layout), and the log-probabilities."""
     eng = Engine(graph, params_from_blob(graph, blob), np.float64)
-    x = np.asarray(pixel_table(), np.float32)[images].astype(np.float64).reshape(-1, 1, 28, 28)
+    x = np.asarray(MNIST.table(), np.float32)[images].astype(np.float64).reshape(-1, 1, 28, 28)
     vals = eng.forward(x, train=False)[0]
     return vals, log_softmax(vals[eng.output], axis=1)
 
@@ -146,7 +146,8 @@ def test_probe_refuses_what_it_cannot_read(device, seednet, splits):
             await eng.probe(bytes(784), [conv["outputs"][0]])
         with pytest.raises(ValueError, match="no activation named 'nope'"):
             await eng.probe(bytes(784), ["nope"])
-        with pytest.raises(ValueError, match="whole number of 784-pixel images"):
+        with pytest.raises(ValueError,
+                           match=r"whole number of 784-byte samples \(1x28x28 images\)"):
             await eng.probe(bytes(100), [probe.LOGP])
     run(go())
 

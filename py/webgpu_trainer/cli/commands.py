@@ -112,8 +112,7 @@ def load_splits(data_dir, train_images: int = 0, eval_images: int = 10000):
         if keep and keep > 0:
             images, labels = images[:keep], labels[:keep]
         lab = labels.tobytes()
-        out.append(train_data.Split(images.tobytes(), lab, len(labels), lab,
-                                   images.shape[1] * images.shape[2]))
+        out.append(train_data.Split(images.tobytes(), lab, len(labels), lab))
     return out[0], out[1], manifest
 
 

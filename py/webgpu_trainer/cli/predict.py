@@ -29,8 +29,7 @@ async def engine_log_probs(dev, model_path: Path, images, labels) -> list[list[f
     if n < 2:  # the plan's batch (BatchNorm training needs >= 2) is never run in train mode
         images = np.concatenate([images, images])
         labels = np.concatenate([labels, labels])
-    split = train_data.Split(images.tobytes(), labels.tobytes(), len(labels), labels.tobytes(),
-                            images.shape[1] * images.shape[2])
+    split = train_data.Split(images.tobytes(), labels.tobytes(), len(labels), labels.tobytes())
     trainer = make_trainer(dev, graph, weights,
                            {"init": "finetune", "batch_size": 2, "eval_images": n,
                             "val_images": 0}, split, split)

@@ -7,8 +7,9 @@ state format) over a flat float32 weight vector ``P`` laid out as the GPU plan's
 (the bundle's blob, padded as ``Plan`` pads it), so checkpoints move between the engines. What
 the GPU draws, this draws bit for bit: the init (``engine/init.py`` rules, Philox) and the
 dropout masks (Philox keyed by seed and step, cpu/philox.py); images are normalised through the
-same float32 table. Float32 arithmetic in another order makes the losses of the two engines
-differ in the last digits.
+same float32 table (per channel), float32 features copied, and augmented with the same crops
+and flips (cpu/augment.py). Float32 arithmetic in another order makes the losses of the two
+engines differ in the last digits.
 
 A step runs to completion inside ``step``; a non-finite loss or gradient is caught there,
 before the update (the weights stay those of the last good step), and ``step`` returns True so
@@ -25,6 +26,7 @@ from ..engine.train.guard import watched
 from ..engine.ops.losses import final_op, resolve
 from ..engine.train.probe import LOGP, params_in_order
 from . import optim, philox
+from .augment import apply as augment_batch
 from .engine import Engine
 from .softmax import log_softmax
 
@@ -37,6 +39,7 @@ class CpuEngine:
     optim = optim  # the numpy twins of the GPU optimizers
     dev = None     # what ``opt.state_bytes(dev)`` is given (the numpy optimizers ignore it)
     memory_bytes = None  # no GPU buffers
+    augment = None  # (pad, flip) of set_augment, or None
 
     async def build(self, graph, batch: int, loss, trainable, seed: int):
         """The flat weight vector ``P`` (and gradients ``G``) over ``graph`` (``Graph``), the
@@ -89,17 +92,32 @@ class CpuEngine:
 
     async def load_data(self, train, evals: dict, table) -> None:
         """Keep the training split and each split of ``evals`` (name -> ``train.Split``) as
-        arrays, and the pixel table in float32."""
-        self.table = np.asarray(table, np.float32)
-        self.train_images = np.frombuffer(bytes(train.images), np.uint8).reshape(train.count, -1)
-        self.train_labels = np.frombuffer(bytes(train.labels), np.uint8)
+        arrays [count, values] of the dataset's dtype, and the table (``DataSpec.table``;
+        None for features) in float32 as [C, 256]."""
+        self.spec = spec = train.spec
+        self.table = None if table is None else np.asarray(table, np.float32).reshape(-1, 256)
+        # the channel of each value of a sample (images: value index // (H * W))
+        hw = int(np.prod(spec.sample_shape[-2:]))
+        self.channel = np.arange(spec.values) // hw if table is not None else None
+        self.train_images = self._samples(train.images, train.count)
+        self.train_labels = np.frombuffer(bytes(train.labels), np.uint8)[:train.count]
         self.eval_chunk = EVAL_CHUNK
-        self.eval_images = {name: np.frombuffer(bytes(s.images), np.uint8).reshape(s.count, -1)
-                            for name, s in evals.items()}
+        self.eval_images = {name: self._samples(s.images, s.count) for name, s in evals.items()}
 
-    def _inputs(self, pixels):
-        """uint8 [n, 784] -> the model's float32 input [n, *input dims], normalised."""
-        return self.table[pixels].reshape([len(pixels)] + self.in_shape)
+    def _samples(self, data, count: int):
+        """Bytes of ``count`` samples -> array [count, values] of the dataset's dtype."""
+        dtype = np.uint8 if self.spec.dtype == "uint8" else np.dtype("<f4")
+        return np.frombuffer(bytes(data), dtype, count * self.spec.values).reshape(count, -1)
+
+    def _inputs(self, samples):
+        """Samples [n, values] -> the model's float32 input [n, *input dims]: uint8 values
+        through the table of their channel, float32 features as they are."""
+        x = samples if self.table is None else self.table[self.channel, samples]
+        return np.asarray(x, np.float32).reshape([len(samples)] + self.in_shape)
+
+    def set_augment(self, augment) -> None:
+        """As ``GpuEngine.set_augment``: ``(pad, flip)`` or None (cpu/augment.py)."""
+        self.augment = augment
 
     def set_order(self, perm) -> None:
         self.order = np.asarray(perm, np.int64)
@@ -110,6 +128,8 @@ class CpuEngine:
         alone) when the loss or a gradient is not finite."""
         rows = self.order[offset:offset + self.batch]
         x = self._inputs(self.train_images[rows])
+        if self.augment is not None:
+            x = augment_batch(x, self.seed, t, *self.augment, fill=self.table[:, 0])
         y = self.train_labels[rows].astype(np.int64)
         with np.errstate(all="ignore"):  # non-finite values are the guard's to report
             res = self.engine.step(x, y, train=True, loss=self.loss_spec, key=(self.seed, t))
@@ -145,10 +165,10 @@ class CpuEngine:
             return logp, logp
         return logp, np.ascontiguousarray(out, "<f4").tobytes()
 
-    def _forward(self, pixels) -> dict:
-        """Eval-mode forward of uint8 images [n, pixels]: every activation by name."""
+    def _forward(self, samples) -> dict:
+        """Eval-mode forward of samples [n, values]: every activation by name."""
         with np.errstate(all="ignore"):
-            return self.engine.forward(self._inputs(pixels), train=False)[0]
+            return self.engine.forward(self._inputs(samples), train=False)[0]
 
     def _logp(self, vals):
         """The log-probabilities of a forward's activations ``vals`` (float32 [n, classes]):
@@ -161,15 +181,15 @@ class CpuEngine:
         return log_softmax(np.asarray(src, np.float32), axis=1)
 
     async def probe(self, images, outputs) -> dict:
-        """As ``GpuEngine.probe``: eval-mode forward of uint8 ``images`` [n, pixels] on the
-        current weights, ``{name: float32 bytes [n, ...]}`` of the activations named (or
-        ``probe.LOGP``); ValueError for a size or a name that does not fit."""
-        pixels = int(np.prod(self.in_shape))
+        """As ``GpuEngine.probe``: eval-mode forward of ``images`` [n, values] (the dataset's
+        dtype) on the current weights, ``{name: float32 bytes [n, ...]}`` of the activations
+        named (or ``probe.LOGP``); ValueError for a size or a name that does not fit."""
+        size = self.spec.sample_bytes
         data = bytes(images)
-        if not data or len(data) % pixels:
+        if not data or len(data) % size:
             raise ValueError(f"probe: {len(data)} bytes is not a whole number of "
-                             f"{pixels}-pixel images")
-        vals = self._forward(np.frombuffer(data, np.uint8).reshape(-1, pixels))
+                             f"{size}-byte samples ({self.spec.describe()})")
+        vals = self._forward(self._samples(data, len(data) // size))
         out = {}
         for name in outputs:
             if name != LOGP and name not in vals:

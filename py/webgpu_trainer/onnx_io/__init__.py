@@ -41,7 +41,7 @@ Contracts: docs/ARCHITECTURE.md, "Model description (bundle)" and "Trained weigh
 Every problem is reported before any work by ONE :class:`OnnxImportError` whose message (and
 ``problems`` list) names every problem at once: unreadable / truncated / non-ONNX bytes, ops the
 importer does not map or the engine cannot train yet (``graph.supported()``), unknown op
-domains, inputs that do not fit MNIST ([N, 1, 28, 28] or [N, 784]), tensor data that does not
+domains, an input that is not one float [N, ...] of fixed sample dims, tensor data that does not
 match its declared size, missing external data files, unsupported initializer dtypes.
 
 The package, by what each module holds:
@@ -53,14 +53,15 @@ The package, by what each module holds:
 - ``state.py``: :class:`ImportState`, the one state an import's stages pass along;
 - the stages, in the order ``load.STAGES`` runs them: ``read.py`` (parse the file, check
   stored tensor data and external data files, dequantize weights), ``checks.py``
-  (``check_graph``: opset, structure, the MNIST input, ``onnx.checker``, dead nodes),
+  (``check_graph``: opset, structure, the one input, ``onnx.checker``, dead nodes),
   ``fold.py`` (constant folding; ``eval_op.py`` evaluates one node), ``batch.py`` (shapes
   that hold for any batch), ``checks.py`` again (``check_ops``: the ops left), ``bundle.py``
   (``weights``: tensors and the weight blob), ``attrs.py`` (the nodes' attribute defaults
   and opset forms), ``bundle.py`` (``bundle``: the graph dict); ``initializers.py`` holds the
   rules for quantized and one-value initializers and ``frozen``;
 - ``load.py``: :func:`load_bundle`; ``export.py``: :func:`export_onnx`; ``counts.py``:
-  :func:`model_summary`.
+  :func:`model_summary`; ``default_model.py``: :func:`make_default_model` (a model for any
+  dataset shape, built with onnx.helper).
 """
 from __future__ import annotations
 
@@ -68,12 +69,13 @@ from .constants import (ALIGN as ALIGN, FORMAT as FORMAT, IMPORT_OPS as IMPORT_O
                         MAX_FILE_BYTES as MAX_FILE_BYTES, MAX_FOLD_ELEMENTS as MAX_FOLD_ELEMENTS,
                         MAX_INLINE_ELEMENTS as MAX_INLINE_ELEMENTS,
                         MAX_REFERENCE_ELEMENTS as MAX_REFERENCE_ELEMENTS,
-                        MAX_OPSET as MAX_OPSET, MIN_OPSET as MIN_OPSET, MNIST_DIMS as MNIST_DIMS,
+                        MAX_OPSET as MAX_OPSET, MIN_OPSET as MIN_OPSET,
                         SUPPORTED_OPS as SUPPORTED_OPS, TESTED_OPSETS as TESTED_OPSETS)
 from .counts import model_summary
+from .default_model import make_default_model
 from .errors import OnnxImportError
 from .export import export_onnx
 from .load import load_bundle
 
 __all__ = ["ALIGN", "FORMAT", "IMPORT_OPS", "SUPPORTED_OPS", "OnnxImportError", "load_bundle",
-           "export_onnx", "model_summary"]
+           "export_onnx", "model_summary", "make_default_model"]

@@ -97,7 +97,8 @@ def batch_shapes(s: ImportState) -> None:
 
 
 def _check_output(s: ImportState) -> None:
-    """The output: [N, C] class scores (C >= 10) whose N follows the batch."""
+    """The output: [N, K] class scores (K >= 2; the dataset's classes are checked when
+    training starts) whose N follows the batch."""
     (b1, s1, _, _), (b2, s2, _, _) = s.runs
     out = s.g.output[0].name if s.g.output else None
     d1, d2 = s1.get(out), s2.get(out)
@@ -113,9 +114,9 @@ def _check_output(s: ImportState) -> None:
             s.problems.append(f"the shape of output {out!r} cannot be inferred for a "
                               f"batch of {b1}")
     elif d1 is not None:
-        if len(d1) != 2 or d1[1] < 10:
+        if len(d1) != 2 or d1[1] < 2:
             s.problems.append(f"output {out!r} has shape {['N'] + list(d1[1:])}: "
-                              "training on MNIST needs [N, C] class scores, C >= 10")
+                              "training needs [N, K] class scores, K >= 2")
         elif d1[0] != b1 or (d2 and d2[0] != b2):
             s.problems.append(
                 f"output {out!r} does not follow the batch size (shape {d1} for a batch of "

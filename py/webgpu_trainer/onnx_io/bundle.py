@@ -56,7 +56,7 @@ def _inputs_of(s: ImportState, n, name) -> list[str]:
 def _check_data_dtypes(s: ImportState) -> None:
     """Every initializer a node uses as data (not a shape / axes / index slot) whose dtype
     the trainer cannot use, as a problem (``check_dtype``), for an import that stops
-    before the bundle (an input that is not MNIST-shaped): every problem at once."""
+    before the bundle (an input of symbolic sample dims): every problem at once."""
     uses: dict[str, list] = {}
     for n, name in zip(s.g.node, s.names):
         for k, x in enumerate(n.input):

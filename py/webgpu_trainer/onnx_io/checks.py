@@ -1,5 +1,5 @@
 """The import's checks: before folding (stage 2, :func:`check_graph`: opset, graph structure,
-the one MNIST input, ``onnx.checker``, dead nodes), after it (stage 5, :func:`check_ops`: the
+the one float input, ``onnx.checker``, dead nodes), after it (stage 5, :func:`check_ops`: the
 ops mapped, trainable, of a known domain) and the dtype of an initializer used as data
 (:func:`check_dtype`, for the weights stage)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import onnx
 from onnx import TensorProto
 
 from .constants import (_DEFAULT_DOMAINS, _FLOAT_TYPES, _FOLD_ONLY, IMPORT_OPS, MAX_OPSET,
-                        MIN_OPSET, MNIST_DIMS, TESTED_OPSETS)
+                        MIN_OPSET, TESTED_OPSETS)
 from .initializers import classify_scalars
 from .protos import _attr, _dims, _dtype_name, _type_name
 from .state import ImportState
@@ -16,7 +16,7 @@ from .state import ImportState
 
 def check_graph(s: ImportState) -> None:
     """Stage 2, before folding: the opset, the graph's structure, the one-value initializers
-    (``initializers.classify_scalars``), the one MNIST input, ``onnx.checker`` (only on a
+    (``initializers.classify_scalars``), the one float input, ``onnx.checker`` (only on a
     graph that passed the rest), the dead nodes; ``s.fold_ran``: whether folding can run."""
     _check_opset(s)
     s.structure_ok = _check_structure(s)
@@ -102,16 +102,18 @@ def _dead_nodes(s: ImportState) -> set:
 
 
 def _check_inputs(s: ImportState) -> dict | None:
-    """The one data input, bound to MNIST dims: {"name", "batch", "dims", "dtype"}."""
+    """The one data input [N, ...] of fixed per-sample dims (which dataset it fits is
+    checked when training starts, ``train.data.check_fits``): {"name", "batch", "dims",
+    "dtype"}."""
     real = [i for i in s.g.input if i.name not in s.init]
     if not real:
-        s.problems.append("the model has no input (it needs one image input "
-                          "[N, 1, 28, 28] or [N, 784])")
+        s.problems.append("the model has no input (it needs one float input [N, ...]: "
+                          "images [N, C, H, W] or features [N, F])")
         return None
     if len(real) > 1:
         s.problems.append(f"the model has {len(real)} inputs "
                           f"{[i.name for i in real]}; the trainer feeds exactly one "
-                          "image input [N, 1, 28, 28] or [N, 784]")
+                          "float input [N, ...]")
     vi = real[0]
     ok = True
     elem = vi.type.tensor_type.elem_type
@@ -120,7 +122,7 @@ def _check_inputs(s: ImportState) -> dict | None:
         return None
     if elem not in _FLOAT_TYPES:
         s.problems.append(f"input {vi.name!r} has dtype {_dtype_name(elem)}; the trainer "
-                          "feeds normalised float32 images")
+                          "feeds normalised float32 samples")
         ok = False
     elif elem != TensorProto.FLOAT:
         s.notes.append(f"input {vi.name!r} is {_dtype_name(elem)}; the engine feeds and "
@@ -128,27 +130,22 @@ def _check_inputs(s: ImportState) -> dict | None:
     dims = _dims(vi)
     if dims is None:
         s.problems.append(f"input {vi.name!r} declares no shape; the trainer needs "
-                          "[N, 1, 28, 28] or [N, 784]")
+                          "[N, ...] (e.g. [N, 1, 28, 28] or [N, 784])")
         return None
     per = dims[1:]
-    bound = None
-    for want in MNIST_DIMS:
-        if len(per) == len(want) and all(not isinstance(d, int) or d == w
-                                         for d, w in zip(per, want)):
-            bound = want
-            break
-    if not dims or bound is None:
-        sample = "x".join(str(d) for d in per) if per else "a scalar"
-        s.problems.append(
-            f"input {vi.name!r} has shape {dims} ({sample} per sample, rank {len(dims)}) "
-            "but MNIST images are 1x28x28: the model must take [N, 1, 28, 28] or [N, 784]")
+    if not per:
+        s.problems.append(f"input {vi.name!r} has shape {dims} (a scalar per sample, rank "
+                          f"{len(dims)}): the trainer feeds samples [N, ...] of rank >= 2, "
+                          "e.g. [N, 1, 28, 28] or [N, 784]")
         return None
-    if any(not isinstance(d, int) for d in per):
-        s.notes.append(f"input {vi.name!r} dims {dims} bound to {['N'] + bound}")
+    if any(not isinstance(d, int) or d <= 0 for d in per):
+        s.problems.append(f"input {vi.name!r} has shape {dims}: every dim but the batch must "
+                          "be a fixed size (re-export with only the batch axis dynamic)")
+        return None
     batch = dims[0]
     if isinstance(batch, int) and batch <= 0:
         batch = None
-    return {"name": vi.name, "batch": batch, "dims": list(bound), "ok": ok,
+    return {"name": vi.name, "batch": batch, "dims": list(per), "ok": ok,
             "symbol": batch if isinstance(batch, str) else "N"}
 
 

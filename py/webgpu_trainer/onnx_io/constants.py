@@ -19,7 +19,6 @@ MAX_FILE_BYTES = (1 << 31) - 1  # protobuf cannot parse more; weights beyond go 
 MAX_FOLD_ELEMENTS = 1 << 22  # largest constant the folder will materialise
 MAX_INLINE_ELEMENTS = 1 << 16  # largest constant written inline (JSON) into the bundle
 MAX_REFERENCE_ELEMENTS = 1 << 16  # largest inputs folded by onnx.reference (other ops)
-MNIST_DIMS = ([1, 28, 28], [784])  # per-sample input shapes the trainer feeds
 _BATCHES = (3, 5)  # the two batch sizes the folder evaluates the graph at
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 

@@ -42,8 +42,8 @@ def load_bundle(path: str | os.PathLike, *, check_trainable: bool = True) -> tup
 
     Raises ``OnnxImportError`` (a ValueError) naming the file and listing EVERY problem
     (``e.problems``): a missing, truncated or non-ONNX file; unsupported or untrainable ops
-    with node name and opset; unknown op domains; inputs that are not MNIST-shaped; tensor data
-    that does not match the declared size; missing external data; int8/uint8/float8
+    with node name and opset; unknown op domains; an input that is not one float [N, ...];
+    tensor data that does not match the declared size; missing external data; int8/uint8/float8
     initializers used as data. Never anything else: an unexpected failure is reported as an
     OnnxImportError too.
     """

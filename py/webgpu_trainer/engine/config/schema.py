@@ -125,6 +125,13 @@ FIELDS = (
       "training inside an epoch, resumed exactly (0 = at the end of each epoch only; the page "
       "also saves one on Stop)", "run", label="Checkpoint every", min=0, max=86400, unit="s",
       advanced=True, zero="at the end of each epoch only"),
+    F("augment_crop", "int", 0, "pad each training image with N pixels of value 0 on every "
+      "side, then crop it back to its size at a random place, as torchvision's "
+      "RandomCrop(size, padding=N) (0 = off; images only, ignored for tables)", "run",
+      label="Random crop padding", min=0, max=32, unit="pixels", advanced=True, zero="off"),
+    F("augment_flip", "bool", False, "flip each training image left-right with probability "
+      "0.5, as torchvision's RandomHorizontalFlip() (off for digits; images only, ignored for "
+      "tables)", "run", label="Random horizontal flip", advanced=True),
     F("device", "choice", "gpu", "gpu (wgpu-py) or cpu (the numpy engine, float32)", "run",
       choices=("gpu", "cpu"), where=("cli",)),
     # ---------------------------------------------------------------- optimizer

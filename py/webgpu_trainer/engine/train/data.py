@@ -1,34 +1,141 @@
-"""The data side of a run (standard library only): the MNIST splits as the engines take them
-(``Split``), the held-out validation images (``holdout``), the pixel -> input table, and the
-checks of a model and a config against the data before any GPU work.
+"""The data side of a run (standard library only): what a dataset's samples are
+(``DataSpec``, from its manifest), the splits as the engines take them (``Split``), the
+held-out validation images (``holdout``), the value -> input table (``DataSpec.table``), and
+the checks of a model and a config against the data before any GPU work.
 
 Validation images are the last ``val_images`` of the training split (``holdout``): training
 uses the images before them, so the per-epoch validation numbers come from images the model
 never trained on, and the test split is kept for the final number.
 """
 
+import math
+
 from .. import config as run_config
 from ..graph import Graph
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # ((x / 255) - mean) / std, as the PyTorch MNIST example
 
+FORMAT, LEGACY_FORMAT = "webgpu-trainer/dataset@1", "webgpu-trainer/mnist@1"
+
+
+def _field(m: dict, key: str, kind, what: str):
+    """``m[key]`` checked to be a ``kind``; ValueError naming the field otherwise."""
+    value = m.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ValueError(f"dataset manifest: {key} must be {what}, got {_short(value)}")
+    return value
+
+
+def _short(value) -> str:
+    """``repr(value)`` cut to 60 characters (errors never echo a huge value)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class DataSpec:
+    """What a dataset's samples are (from its ``manifest.json``, docs in DATASETS.md):
+    ``name``, ``title`` (shown to users), ``kind`` ("image": uint8 [C, H, W] samples;
+    "table": float32 [F]), ``sample_shape``, ``classes`` (K names, label i = classes[i]),
+    ``mean`` / ``std`` (per channel, of x / 255; tables: empty), ``values`` (numbers per
+    sample), ``dtype`` ("uint8" or "float32") and ``sample_bytes``."""
+
+    def __init__(self, name: str, title: str, kind: str, sample_shape, classes, mean=(),
+                 std=()):
+        self.name, self.title, self.kind = name, title, kind
+        self.sample_shape = [int(d) for d in sample_shape]
+        self.classes, self.mean, self.std = list(classes), list(mean), list(std)
+        self.values = math.prod(self.sample_shape)
+        self.dtype = "uint8" if kind == "image" else "float32"
+        self.sample_bytes = self.values * (1 if kind == "image" else 4)
+
+    @property
+    def channels(self) -> int:
+        """C of an image [C, H, W] (1 for a [H, W] shape); 0 for a table."""
+        return (self.sample_shape[0] if len(self.sample_shape) == 3 else 1) \
+            if self.kind == "image" else 0
+
+    def describe(self) -> str:
+        """How errors name the samples: "3x32x32 images", "12 features"."""
+        if self.kind == "table":
+            return f"{self.values} features"
+        return "x".join(map(str, self.sample_shape)) + " images"
+
+    def table(self) -> list | None:
+        """The model input of each (channel, value) as C*256 floats, entry c*256 + v =
+        ((v / 255) - mean[c]) / std[c] in float64, which every engine rounds once to float32
+        (so they see the same inputs); None for a table dataset (features are copied)."""
+        if self.kind == "table":
+            return None
+        return [(v / 255 - m) / s for m, s in zip(self.mean, self.std) for v in range(256)]
+
+    @classmethod
+    def from_manifest(cls, m: dict) -> "DataSpec":
+        """The spec of a ``manifest.json`` dict: format ``webgpu-trainer/dataset@1``, or the
+        old ``webgpu-trainer/mnist@1`` (MNIST, or "own" for ``"dataset": "own"``: 1x28x28,
+        classes "0".."9", MNIST's mean and std). ValueError naming the field that is wrong."""
+        if not isinstance(m, dict):
+            raise ValueError(f"dataset manifest must be a JSON object, got {_short(m)}")
+        fmt = m.get("format")
+        if fmt == LEGACY_FORMAT:
+            own = m.get("dataset") == "own"
+            return cls("own" if own else "mnist", "your own digits" if own else "MNIST",
+                       "image", [1, 28, 28], [str(i) for i in range(10)], [MNIST_MEAN],
+                       [MNIST_STD])
+        if fmt != FORMAT:
+            raise ValueError(f"dataset manifest: format {_short(fmt)} is not {FORMAT!r} (or "
+                             f"the older {LEGACY_FORMAT!r})")
+        name = _field(m, "name", str, "a dataset name")
+        kind = m.get("kind")
+        if kind not in ("image", "table"):
+            raise ValueError(f"dataset manifest: kind must be 'image' or 'table', got "
+                             f"{_short(kind)}")
+        shape = _field(m, "sample_shape", list, "a list of sizes")
+        ranks = (2, 3) if kind == "image" else (1,)
+        if len(shape) not in ranks or not all(isinstance(d, int) and not isinstance(d, bool)
+                                              and d >= 1 for d in shape):
+            want = "[C, H, W] (or [H, W])" if kind == "image" else "[F]"
+            raise ValueError(f"dataset manifest: sample_shape {_short(shape)} is not {want} "
+                             "with sizes >= 1")
+        classes = _field(m, "classes", list, "a list of class names")
+        if not 2 <= len(classes) <= 256 or not all(isinstance(c, str) for c in classes):
+            raise ValueError(f"dataset manifest: classes must be 2 to 256 names, got "
+                             f"{_short(classes)}")
+        title = m.get("title") or m.get("dataset") or name
+        if kind == "table":
+            return cls(name, str(title), kind, shape, classes)
+        mean, std = _field(m, "mean", list, "a list"), _field(m, "std", list, "a list")
+        c = shape[0] if len(shape) == 3 else 1
+        for key, vals in (("mean", mean), ("std", std)):
+            if len(vals) != c or not all(isinstance(v, (int, float)) and math.isfinite(v)
+                                         for v in vals):
+                raise ValueError(f"dataset manifest: {key} must be {c} numbers (one per "
+                                 f"channel), got {_short(vals)}")
+        if not all(s > 0 for s in std):
+            raise ValueError(f"dataset manifest: std must be > 0, got {_short(std)}")
+        return cls(name, str(title), kind, shape, classes, mean, std)
+
+
+MNIST = DataSpec.from_manifest({"format": LEGACY_FORMAT})
+
 
 class Split:
-    """One MNIST split on its way to the GPU: ``images`` [count, 784] uint8 and ``labels``
-    [count] uint8, each bytes-like or (in the browser) a JS ArrayBuffer; ``labels_host`` the
-    labels as Python bytes (for evaluation on the host)."""
+    """One split on its way to the GPU: ``images`` [count, values] (``spec.dtype``: uint8
+    pixels or float32 features) and ``labels`` [count] uint8, each bytes-like or (in the
+    browser) a JS ArrayBuffer; ``labels_host`` the labels as Python bytes (for evaluation on
+    the host); ``spec`` the dataset's ``DataSpec`` (default MNIST)."""
 
-    def __init__(self, images, labels, count: int, labels_host: bytes, pixels: int = 784):
+    def __init__(self, images, labels, count: int, labels_host: bytes, spec: DataSpec = MNIST):
         self.images, self.labels, self.count = images, labels, count
-        self.labels_host, self.pixels = labels_host, pixels
+        self.labels_host, self.spec = labels_host, spec
+        self.values = spec.values
 
     def part(self, lo: int, hi: int) -> "Split":
         """Images lo..hi-1 as a Split (a copy; JS ArrayBuffers through ``slice``)."""
         def cut(data, size):
             return data.slice(lo * size, hi * size) if hasattr(data, "byteLength") \
                 else data[lo * size:hi * size]
-        return Split(cut(self.images, self.pixels), cut(self.labels, 1), hi - lo,
-                     self.labels_host[lo:hi], self.pixels)
+        return Split(cut(self.images, self.spec.sample_bytes), cut(self.labels, 1), hi - lo,
+                     self.labels_host[lo:hi], self.spec)
 
 
 def holdout(train: Split, cfg) -> tuple:
@@ -53,33 +160,38 @@ def check_split_labels(split: Split, classes: int, what: str) -> None:
                      "`webgpu-trainer data --source DIR`, which refuses such labels")
 
 
-def check_fits(graph: Graph, train: Split, test: Split) -> None:
-    """Refuse a model whose input or output does not fit the data, and data with a label
-    outside the model's classes (before any GPU work).
+def _dims(shape) -> str:
+    """A shape as users read it: [N, 3, 32, 32]."""
+    return "[" + ", ".join(str(d) for d in shape) + "]"
 
-    Raises ValueError naming the input/output, its shape and what MNIST provides, or the
-    split, index and value of the first bad label."""
+
+def check_fits(graph: Graph, spec: DataSpec, train: Split, test: Split) -> None:
+    """Refuse a model whose input or output does not fit the dataset ``spec``, and data with
+    a label outside the model's classes (before any GPU work). The input fits when its
+    per-sample values are the dataset's (a [N, 1, 28, 28] or a [N, 784] model on MNIST);
+    the output must be [N, K] scores with K >= 2 and K >= the dataset's classes.
+
+    Raises ValueError naming both shapes, or the split, index and value of the first bad
+    label."""
     inp = graph.input
-    per_sample = 1
-    for d in inp["shape"][1:]:
-        per_sample *= d if isinstance(d, int) else 0
-    if per_sample != train.pixels:
+    dims = inp["shape"][1:]
+    per_sample = math.prod(d if isinstance(d, int) else 0 for d in dims)
+    if per_sample != spec.values:
+        want = " or ".join(_dims(["N", *s]) for s in
+                           ([spec.sample_shape, [spec.values]] if len(spec.sample_shape) > 1
+                            else [spec.sample_shape]))
         raise ValueError(
-            f"model input {inp['name']!r} has shape {inp['shape']} ({per_sample or '?'} "
-            f"values per sample) but MNIST images are 1x28x28 = {train.pixels}: "
-            "use a model with input [N, 1, 28, 28] or [N, 784]")
+            f"model input {inp['name']!r} {_dims(inp['shape'])} does not fit dataset "
+            f"{spec.name} ({spec.describe()}): the model takes {per_sample or '?'} values per "
+            f"sample, the dataset has {spec.values}; use a model with input {want}")
     out = graph.shapes(2)[graph.output]
-    if len(out) != 2 or out[1] < 10:
-        raise ValueError(f"model output {graph.output!r} has shape {out}: training on "
-                         "MNIST needs [N, C] scores with C >= 10 classes")
+    k = len(spec.classes)
+    if len(out) != 2 or out[1] < max(2, k):
+        raise ValueError(f"model output {graph.output!r} {_dims(['N', *out[1:]])} does not "
+                         f"fit dataset {spec.name} ({k} classes): training needs [N, K] "
+                         f"scores with K >= {max(2, k)}")
     check_split_labels(train, out[1], "training")
     check_split_labels(test, out[1], "test")
-
-
-def pixel_table() -> list:
-    """The model input of each pixel value 0..255: ((v / 255) - mean) / std in float64, which
-    every engine rounds once to float32 (so they see the same inputs)."""
-    return [(v / 255 - MNIST_MEAN) / MNIST_STD for v in range(256)]
 
 
 def trainable_names(graph: dict, names) -> set | None:

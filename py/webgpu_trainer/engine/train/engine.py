@@ -6,7 +6,7 @@ checks both against ``Engine``.
 
 The Trainer owns what a run means (epochs, shuffles, schedules, metrics, validation, Stop);
 the engine owns the weights and computes steps. Methods are coroutines except
-``write_weights`` and ``set_order``.
+``write_weights``, ``set_augment`` and ``set_order``.
 """
 
 from typing import Protocol
@@ -45,6 +45,10 @@ class Engine(Protocol):
     async def load_data(self, train, evals: dict, table) -> None:
         """The training ``Split``, ``evals`` (``{"validation": Split, "test": Split}``, each
         evaluated whole; validation may be absent) and the pixel -> input ``table``."""
+
+    def set_augment(self, augment) -> None:
+        """Augment the training batches from now on: ``(pad, flip)`` (``augment.resolve``;
+        RandomCrop padding, RandomHorizontalFlip) or None (off). Before ``load_data``."""
 
     def set_order(self, perm) -> None:
         """This epoch's training order (image indices)."""

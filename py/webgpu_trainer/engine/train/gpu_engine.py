@@ -41,6 +41,7 @@ class GpuEngine:
         self._probe = None  # (plan, program, images buffer), made by the first probe
         self._norms = None  # (program, output buffer) of norms, made by the first call
         self._probe_lock = asyncio.Lock()  # one probe / norms readback at a time
+        self.augment = None  # (pad, flip) of set_augment, or None
 
     async def build(self, graph, batch: int, loss, trainable, seed: int):
         """Compile the training step of ``graph`` (``Graph``) at ``batch`` (``Plan``) and the
@@ -84,14 +85,21 @@ class GpuEngine:
 
     async def load_data(self, train, evals: dict, table) -> None:
         """Upload the training split and each split of ``evals`` (name -> ``train.Split``,
-        e.g. "validation" and "test") and ``table`` (256 floats: pixel value -> model input,
-        rounded to float32); record the train program and one eval program per split (the
-        same gather, eval-mode forward and head over its images in batches of ``batch``)."""
+        e.g. "validation" and "test") and ``table`` (``DataSpec.table``: C*256 floats, value
+        of channel c -> model input, rounded to float32; None for float32 features, copied);
+        record the train program and one eval program per split (the same gather, eval-mode
+        forward and head over its images in batches of ``batch``)."""
         dev, plan, batch = self.dev, self.plan, self.batch
-        self._lut = dev.buffer(4 * 256, "normalize.lut")
-        dev.write(self._lut, array("f", table).tobytes())
+        self._spec = train.spec
+        lut = array("f", table or [0.0])
+        self._lut = dev.buffer(4 * len(lut), "normalize.lut")
+        dev.write(self._lut, lut.tobytes())
         self.order = dev.buffer(4 * train.count, "train.order")
-        self.gather_train, _ = await self._gather(train, self.order)
+        scratch = None if self.augment is None else \
+            dev.buffer(4 * plan.input.numel, "augment.scratch")
+        self.gather_train, _ = await self._gather(train, self.order, out=scratch)
+        if scratch is not None:
+            self.gather_train += await self._augment(scratch)
         # images per eval_outputs call: ~EVAL_IMAGES, whole batches
         self.eval_chunk = batch * max(1, EVAL_IMAGES // batch)
         self.eval_programs = {}
@@ -112,21 +120,42 @@ class GpuEngine:
                                          + plan.bwd + self.guard.dispatches
                                          + self.opt.dispatches)
 
-    async def _gather(self, split, order, plan=None):
-        """The gather dispatch of ``split``'s images in ``order`` into ``plan``'s input
-        (default the training plan) through the pixel table; returns ``(dispatches, images
+    def set_augment(self, augment) -> None:
+        """Augment the training batches (``(pad, flip)`` or None); before ``load_data``."""
+        self.augment = augment
+
+    async def _augment(self, scratch):
+        """The augment dispatch (shaders/augment.wgsl) from the gathered batch ``scratch`` into
+        the model input; the padding of channel c is the table's entry of its pixel value 0."""
+        plan, b = self.plan, self.plan.builder
+        n, c, h, w = plan.input.shape
+        b.current = []
+        await b.kernel("augment", "crop_flip", groups_1d(plan.input.numel),
+                       params=dict(batch=n, channels=c, height=h, width=w,
+                                   pad=self.augment[0], flip=int(self.augment[1])),
+                       st=plan.step, x=scratch, y=plan.input, lut=self._lut)
+        return b.current
+
+    async def _gather(self, split, order, plan=None, out=None):
+        """The gather dispatch of ``split``'s samples in ``order`` into ``plan``'s input
+        (default the training plan; ``out``: that buffer instead), uint8 images through the
+        normalisation table, float32 features copied; returns ``(dispatches, images
         buffer)``."""
-        dev, plan = self.dev, plan or self.plan
-        images = dev.buffer(round_up(split.count * split.pixels), "images")
+        dev, plan, spec = self.dev, plan or self.plan, split.spec
+        nbytes = split.count * spec.sample_bytes
+        images = dev.buffer(round_up(nbytes), "images")
         labels = dev.buffer(round_up(split.count), "labels")
-        dev.write(images, _padded(split.images, split.count * split.pixels))
+        dev.write(images, _padded(split.images, nbytes))
         dev.write(labels, _padded(split.labels, split.count))
-        words = split.pixels // 4
+        hw = math.prod(spec.sample_shape[-2:]) if spec.kind == "image" else 1
         b = plan.builder
         b.current = []
-        await b.kernel("data", "gather", groups_1d(plan.batch * words),
-                       params=dict(batch=plan.batch, words=words, count=split.count),
-                       st=plan.step, images=images, labels=labels, order=order, x=plan.input,
+        await b.kernel("data", "gather" if spec.kind == "image" else "gather_table",
+                       groups_1d(plan.batch * spec.values),
+                       params=dict(batch=plan.batch, values=spec.values, count=split.count,
+                                   hw=hw),
+                       st=plan.step, images=images, labels=labels, order=order,
+                       x=plan.input if out is None else out,
                        y=plan.labels, lut=self._lut)
         return b.current, images
 
@@ -180,27 +209,29 @@ class GpuEngine:
         return logp, await dev.read(self.loss_rows, 0, nbytes)
 
     async def probe(self, images, outputs) -> dict:
-        """Eval-mode forward of ``images`` (uint8, bytes-like [n, pixels], n >= 1) on the current
-        weights; returns ``{name: float32 bytes [n, *shape[1:]]}`` for each name of
-        ``outputs``: activations of the graph, or ``probe.LOGP`` (the log-probabilities, as
-        ``eval_outputs``). The images go through the training's gather and pixel table into a
-        plan of batch ``PROBE_BATCH`` that shares the weight buffer and has its own step
-        uniform and activations: running statistics, metrics, gradients and the training step
-        are untouched, so it may run between training steps (its own submits, ordered after
-        the steps already submitted). Needs ``load_data`` first (RuntimeError). ValueError: a
-        size that is not a whole number of images, an unknown name, or an activation a ReLU
-        overwrites in place (the message names what to ask for)."""
+        """Eval-mode forward of ``images`` (bytes-like [n, values] of the dataset's dtype, n >=
+        1: uint8 pixels or float32 features) on the current weights; returns ``{name:
+        float32 bytes [n, *shape[1:]]}`` for each name of ``outputs``: activations of the
+        graph, or ``probe.LOGP`` (the log-probabilities, as ``eval_outputs``). The images go
+        through the training's gather and table into a plan of batch ``PROBE_BATCH`` that
+        shares the weight buffer and has its own step uniform and activations: running
+        statistics, metrics, gradients and the training step are untouched, so it may run
+        between training steps (its own submits, ordered after the steps already submitted).
+        Needs ``load_data`` first (RuntimeError). ValueError: a size that is not a whole
+        number of samples, an unknown name, or an activation a ReLU overwrites in place (the
+        message names what to ask for)."""
         if not hasattr(self, "_lut"):
             raise RuntimeError("probe needs the data loaded (load_data) first")
-        pixels = self.plan.input.numel // self.batch
+        spec = self._spec
+        size = spec.sample_bytes
         data = bytes(images)
-        if not data or len(data) % pixels:
+        if not data or len(data) % size:
             raise ValueError(f"probe: {len(data)} bytes is not a whole number of "
-                             f"{pixels}-pixel images")
-        n = len(data) // pixels
+                             f"{size}-byte samples ({spec.describe()})")
+        n = len(data) // size
         async with self._probe_lock:  # one probe's copies and reads at a time
             if self._probe is None:
-                self._probe = await self._probe_plan(pixels)
+                self._probe = await self._probe_plan(spec)
             plan, program, upload = self._probe
             acts = [(name, self._probe_act(plan, name)) for name in outputs]
             pb = plan.batch
@@ -209,8 +240,8 @@ class GpuEngine:
             out = self.dev.buffer(max(sum(sizes), 4), "probe.out")  # one readback for all
             for lo in range(0, n, pb):
                 k = min(pb, n - lo)
-                chunk = data[lo * pixels:(lo + k) * pixels]
-                self.dev.write(upload, chunk + bytes(round_up(pb * pixels) - len(chunk)))
+                chunk = data[lo * size:(lo + k) * size]
+                self.dev.write(upload, chunk + bytes(round_up(pb * size) - len(chunk)))
                 self.dev.write(plan.step, pack_step(0, 0, self.seed, 0.0))
                 copies = []
                 for (_name, t), start in zip(acts, starts):
@@ -221,16 +252,16 @@ class GpuEngine:
             return {name: raw[start:start + size]
                     for (name, _), start, size in zip(acts, starts, sizes)}
 
-    async def _probe_plan(self, pixels: int):
+    async def _probe_plan(self, spec):
         """The probe's eval-only plan over the training plan's weights, its program (gather ->
         eval forward -> head) and its image upload buffer."""
         plan = await Plan.build(self.dev, self.graph, PROBE_BATCH, trainable=set(),
                                 loss=self.loss_request, weights=self.plan.P)
         order = self.dev.buffer(4 * PROBE_BATCH, "probe.order")
         self.dev.write(order, array("I", range(PROBE_BATCH)).tobytes())
-        split = SimpleNamespace(images=bytes(round_up(PROBE_BATCH * pixels)),
+        split = SimpleNamespace(images=bytes(round_up(PROBE_BATCH * spec.sample_bytes)),
                                 labels=bytes(round_up(PROBE_BATCH)), count=PROBE_BATCH,
-                                pixels=pixels)
+                                spec=spec)
         gather, upload = await self._gather(split, order, plan)
         return plan, self.dev.program(gather + plan.fwd_eval + plan.head), upload
 

@@ -19,8 +19,8 @@ from .. import config as run_config
 from ..graph import Graph
 from ..ops import losses
 from ..plan import METRICS_RING
-from . import schedulers
-from .data import Split, check_fits, holdout, pixel_table, trainable_names
+from . import augment, schedulers
+from .data import Split, check_fits, holdout, trainable_names
 from .engine import Engine
 from .evaluate import evaluate, validation_marks
 from .verdict import LAST_STEPS, lower_lr, verdict
@@ -140,13 +140,14 @@ class Trainer:
     async def setup(self):
         """Check the config and the model against the data, build the engine, set the initial
         weights, make the optimizer and the schedule, load the data. Raises ValueError (bad
-        config, model that does not fit MNIST) or NotImplementedError (an op the engine
+        config, model that does not fit the dataset) or NotImplementedError (an op the engine
         lacks) before any training."""
         self.cfg = cfg = run_config.parse(self.cfg, train_images=self.train_set.count) \
             .trainer_config()  # raises ConfigError naming every bad field
         eng, batch = self.engine, cfg["batch_size"]
         self.graph = Graph(self.desc)
-        check_fits(self.graph, self.train_set, self.test_set)
+        check_fits(self.graph, self.train_set.spec, self.train_set, self.test_set)
+        augmentation = augment.resolve(cfg, self.graph, self.train_set.spec)
         # Raises ValueError naming the bad key / value, before any GPU work.
         losses.normalize(cfg["loss"], self.graph.shapes(2)[self.graph.output][1])
         self.emit("status", text="Compiling the training step…")
@@ -171,12 +172,13 @@ class Trainer:
         self.lr_at = schedulers.make(cfg, self.per_epoch)
         self.opt.follow(self.lr_at)
         await eng.attach(self.opt)
-        self.emit("status", text="Loading MNIST…")
+        self.emit("status", text=f"Loading {self.train_set.spec.title}…")
+        eng.set_augment(augmentation)
         self.n_eval = min(int(cfg["eval_images"]), self.test_set.count)
         self.evals = {"test": self.test_set.part(0, self.n_eval)}
         if self.val_set is not None:
             self.evals["validation"] = self.val_set
-        await eng.load_data(self.train_set, self.evals, pixel_table())
+        await eng.load_data(self.train_set, self.evals, self.train_set.spec.table())
         self.classes = eng.classes
         self.emit("setup", memory_bytes=eng.memory_bytes)
 
