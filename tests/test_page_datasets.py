@@ -209,3 +209,31 @@ def test_too_large_is_said_before_download(rgb, app, server_data_root):
     screenshot(page, "datasets-too-large")
     pick_dataset(page, "blobs")
     page.wait_for_selector("#dataset-warn", state="hidden")
+
+
+def random_images(n: int, classes: int, seed: int) -> tuple:
+    rng = np.random.default_rng(seed)
+    return (rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8),
+            (np.arange(n) % classes).astype(np.uint8))
+
+
+def test_default_model_follows_the_dataset(rgb, app, server_data_root):
+    for name, k in (("tiny10", 10), ("tiny100", 100)):
+        if not (server_data_root / name).exists():
+            write_image_dataset(server_data_root, name, {"train": random_images(k * 2, k, 0),
+                                                         "test": random_images(k, k, 1)},
+                                [f"class {i}" for i in range(k)])
+    page = app.page
+    page.reload()
+    app.wait_ready()
+    for name, model in (("tiny10", "seednet-rgb32"), ("tiny100", "seednet-rgb32-c100"),
+                        ("mnist", "seednet"), ("blobs", "seednet")):  # blobs: none made for it
+        pick_dataset(page, name)
+        page.wait_for_function(f"document.getElementById('model').value === '{model}'")
+        fits = name != "blobs"
+        page.wait_for_selector("#dataset-fit", state="hidden" if fits else "visible")
+    # a link naming the dataset gets its model
+    page.goto(page.url.split("?")[0] + "?dataset=tiny100")
+    app.wait_ready()
+    page.wait_for_function("document.getElementById('model').value === 'seednet-rgb32-c100'")
+    assert page.is_hidden("#dataset-fit")
