@@ -15,6 +15,11 @@ from test_server import raw_get
 from webgpu_trainer.host import data, server
 
 
+GOOD = {"format": "webgpu-trainer/dataset@1", "name": "broken", "kind": "image",
+        "sample_shape": [3, 8, 8], "classes": RGB_CLASSES, "mean": [0.5] * 3,
+        "std": [0.2] * 3}
+
+
 @pytest.fixture()
 def env(tmp_path):
     rng = np.random.default_rng(1)
@@ -104,8 +109,13 @@ def test_raw_dotdot_not_normalised(env, path, status, error):
 
 @pytest.mark.parametrize("text,problem", [
     ("{not json", "broken: Expecting property name enclosed in double quotes"),
-    ("[1, 2]", "broken: manifest.json is a JSON list, not an object"),
-    ('{"splits": {"train": {}}}', "broken: manifest.json has no 'splits' with 'train' and"),
+    ("[1, 2]", "broken: dataset manifest must be a JSON object, got [1, 2]"),
+    ('{"splits": {"train": {}}}', "broken: dataset manifest: format None is not "
+                                  "'webgpu-trainer/dataset@1'"),
+    (json.dumps({**GOOD, "classes": ["only one"]}), "broken: dataset manifest: classes must "
+                                                     "be 2 to 256 names, got ['only one']"),
+    (json.dumps({**GOOD, "splits": {"train": {}}}), "broken: manifest.json has no 'splits' "
+                                                     "with 'train' and 'test'"),
 ])
 def test_broken_manifest(env, text, problem):
     (env["root"] / "broken").mkdir()

@@ -21,7 +21,6 @@ from .files import IMMUTABLE, file_response, safe_join
 from .shard_gzip import accepts_gzip, gzip_copy
 
 DATASET_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")  # DATASETS.md; used with fullmatch
-OLD_FORMAT = "webgpu-trainer/mnist@1"
 
 
 def shown_name(name: str) -> str:
@@ -31,10 +30,11 @@ def shown_name(name: str) -> str:
 
 def summary(name: str, manifest) -> dict:
     """The ``GET /api/datasets`` entry of dataset ``name`` (DATASETS.md) from its parsed
-    manifest, the old ``mnist@1`` format read as MNIST; ValueError naming the field that is
-    missing or wrong."""
-    if not isinstance(manifest, dict):
-        raise ValueError(f"manifest.json is a JSON {type(manifest).__name__}, not an object")
+    manifest (read by ``DataSpec.from_manifest``: the old ``mnist@1`` format as MNIST);
+    ValueError naming the field that is missing or wrong, or a shard file that is no plain
+    name inside the dataset's folder."""
+    from ..engine.train.data import DataSpec
+    spec = DataSpec.from_manifest(manifest)
     splits = manifest.get("splits")
     if not isinstance(splits, dict) or not {"train", "test"} <= splits.keys():
         raise ValueError("manifest.json has no 'splits' with 'train' and 'test'")
@@ -49,21 +49,11 @@ def summary(name: str, manifest) -> dict:
                 raise ValueError(f"manifest.json: splits.{split}.{field}.file is not a file "
                                  f"name in the dataset's folder: {shown_name(str(file))}")
             size += int(ent.get("bytes") or 0)
-    old = manifest.get("format") == OLD_FORMAT
-    out = {"name": name,
-           "title": str(manifest.get("title") or manifest.get("dataset") or name)[:80],
-           "kind": "image" if old else manifest.get("kind"),
-           "sample_shape": [1, 28, 28] if old else manifest.get("sample_shape"),
-           "classes": [str(i) for i in range(10)] if old else manifest.get("classes"),
-           "train": splits["train"].get("count"), "test": splits["test"].get("count"),
-           "bytes": size}
-    if out["kind"] not in ("image", "table"):
-        raise ValueError(f"manifest.json: kind {shown_name(str(out['kind']))} is not 'image' "
-                         "or 'table'")
-    for field in ("sample_shape", "classes"):
-        if not isinstance(out[field], list) or not out[field]:
-            raise ValueError(f"manifest.json: {field} is not a non-empty list")
-    return out
+    shape = list(spec.sample_shape)
+    return {"name": name, "title": spec.title[:80], "kind": spec.kind,
+            "sample_shape": [1, *shape] if spec.kind == "image" and len(shape) == 2 else shape,
+            "classes": list(spec.classes), "train": splits["train"].get("count"),
+            "test": splits["test"].get("count"), "bytes": size}
 
 
 class Datasets:

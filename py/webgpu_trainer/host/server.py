@@ -2,9 +2,10 @@
 
 ``create_app(root, models_dir, data_dir, wheels_dir, data_root=...)`` builds it. Every error is
 a JSON body ``{"error": "..."}`` naming the problem (400 bad input, 404 missing, 416 bad range,
-500 server side, e.g. a shard whose sha256 no longer matches the manifest). Files are only served from the
-allowed folders: paths with ``..``, ``.`` or empty segments, backslashes, NUL or absolute paths
-are rejected with 400 before touching the disk, and the resolved path must stay inside its root.
+500 server side, e.g. a shard whose sha256 no longer matches the manifest). Files are only
+served from the allowed folders: paths with ``..``, ``.`` or empty segments, backslashes, NUL or
+absolute paths are rejected with 400 before touching the disk, and the resolved path must stay
+inside its root.
 """
 
 from __future__ import annotations
