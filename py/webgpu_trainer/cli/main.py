@@ -1,4 +1,5 @@
-"""``webgpu-trainer`` command line: ``serve``, ``data`` (and ``bench``, added by its owner).
+"""``webgpu-trainer`` command line: ``serve`` (and ``bench``, added by its owner; ``data`` and
+``datasets`` live in datasets.py).
 
 Each subcommand is an ``add_<name>(subparsers)`` that registers its arguments plus a handler
 ``<name>(args) -> int`` (exit status); ``COMMANDS`` maps names to both, so adding a command is
@@ -12,42 +13,9 @@ import os
 import sys
 import threading
 import webbrowser
-from pathlib import Path
 
-from . import classroom as classroom_cmd, commands, doctor
+from . import classroom as classroom_cmd, commands, datasets as datasets_cmd, doctor
 from .paths import add_serving_args, prepare_serving, repo_root
-
-
-
-# ---------------------------------------------------------------- data
-
-def add_data(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("data", help="prepare the MNIST shards + manifest (idempotent), or "
-                                    "those of your own digits with --source")
-    p.add_argument("--source", type=Path, default=None,
-                   help="folder with a dataset of 28x28 grey digits, labels 0..9: four IDX "
-                        "files (train/test images and labels, raw or .gz) or two CSV files "
-                        "(train, test: label and 784 pixels per row); checked against the MNIST "
-                        "checksums only when the files carry MNIST's names and sizes")
-    p.add_argument("--cache", type=Path, default=None,
-                   help="output folder (default <repo>/.cache/mnist)")
-    return p
-
-
-def data(args) -> int:
-    from ..host import data as data_mod
-    try:
-        manifest = data_mod.prepare(args.cache, args.source)
-    except data_mod.DataError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:  # an unreadable file or folder: never a traceback
-        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    counts = ", ".join(f"{k} {v['count']}" for k, v in manifest["splits"].items())
-    what = "MNIST" if manifest.get("dataset", "MNIST") == "MNIST" else "Your dataset"
-    print(f"{what} ready ({counts}) from {manifest['source']}")
-    return 0
 
 
 # ---------------------------------------------------------------- serve
@@ -132,7 +100,7 @@ def bench(args) -> int:
 
 COMMANDS = {
     "serve": (add_serve, serve),
-    "data": (add_data, data),
+    **datasets_cmd.COMMANDS,  # data datasets
     "bench": (add_bench, bench),
     **commands.COMMANDS,  # train predict summary
     **doctor.COMMANDS,  # doctor

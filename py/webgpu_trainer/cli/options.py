@@ -111,7 +111,7 @@ def add_train(sub) -> argparse.ArgumentParser:
     p.add_argument("model", type=Path, nargs="?", default=None,
                    help="the .onnx model (optional with --resume)")
     p.add_argument("--data-dir", dest="data_dir", type=Path, default=None,
-                   help="MNIST cache (default <repo>/.cache/mnist)")
+                   help="MNIST cache (default <repo>/.cache/datasets/mnist)")
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default runs/<model>-<timestamp>)")
     p.add_argument("--resume", type=Path, default=None,

@@ -37,7 +37,7 @@ def add_serving_args(p) -> None:
     """The options both servers (``serve``, ``classroom``) take: --data-dir, --data-root,
     --models-dir, --source (the arguments of ``prepare_serving`` and the models folder)."""
     p.add_argument("--data-dir", type=Path, default=None,
-                   help="MNIST cache (default <repo>/.cache/mnist)")
+                   help="MNIST cache (default <repo>/.cache/datasets/mnist)")
     p.add_argument("--data-root", type=Path, default=None,
                    help="prepared datasets, one folder each (default <repo>/.cache/datasets)")
     p.add_argument("--models-dir", type=Path, default=None,

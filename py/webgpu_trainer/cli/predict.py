@@ -67,7 +67,7 @@ def add_predict(sub) -> argparse.ArgumentParser:
     p.add_argument("model", type=Path, help="the .onnx model")
     p.add_argument("--index", type=int, default=12, help="MNIST test image (default 12)")
     p.add_argument("--data-dir", dest="data_dir", type=Path, default=None,
-                   help="MNIST cache (default <repo>/.cache/mnist)")
+                   help="MNIST cache (default <repo>/.cache/datasets/mnist)")
     p.add_argument("--device", choices=["gpu", "cpu"], default="gpu",
                    help="gpu (wgpu-py, default) or cpu (the numpy engine, float32)")
     return p

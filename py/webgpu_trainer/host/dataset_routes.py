@@ -1,10 +1,10 @@
 """Own datasets uploaded from the page (docs/ARCHITECTURE.md, "Server routes"):
 
-- ``POST /api/datasets?name=NAME&size=32&color=auto&test=0.2`` body: a .zip of class folders
-  (``datasets/images.py``) or a CSV table (``datasets/table.py``; told apart by the zip's
-  signature) -> prepared in a worker thread -> ``store.write_dataset`` (atomic: an existing
-  own dataset NAME is replaced in one rename, kept unchanged on any error) -> 201 with the
-  manifest's summary and notes.
+- ``POST /api/datasets?name=NAME&size=32&color=auto&test=0.2[&title=T][&label=COLUMN]`` body:
+  a .zip of class folders (``datasets/images.py``) or a CSV table (``datasets/table.py``; told
+  apart by the zip's signature) -> prepared in a worker thread -> ``store.write_dataset``
+  (atomic: an existing own dataset NAME is replaced in one rename, kept unchanged on any
+  error) -> 201 with the manifest's summary and notes.
 - ``POST /api/datasets/scan`` (same body) -> the zip's preview (``images.scan``), or a CSV's
   columns and classes; nothing written.
 
@@ -87,8 +87,8 @@ class DatasetUploads:
             return f.read(4) in _ZIP_MAGIC
 
     def _params(self, request: Request) -> dict:
-        """The query's name, size, color, test (and label for tables), checked: 400 naming the
-        parameter and the rule."""
+        """The query's name, size, color, test, title (default the name) and label (tables),
+        checked: 400 naming the parameter and the rule."""
         from .datasets import store
         q = request.query_params
         name = q.get("name", "")
@@ -99,8 +99,9 @@ class DatasetUploads:
         if name in BUILT_IN:
             raise ApiError(400, f"dataset name {name!r} is a built-in dataset's: choose "
                                 "another name")
-        out = {"name": name, "color": q.get("color", "auto"), "test": q.get("test", "0.2"),
-               "label": q.get("label") or None}
+        title = " ".join(q.get("title", "").split())[:60] or name  # shown in the page's picker
+        out = {"name": name, "title": title, "color": q.get("color", "auto"),
+               "test": q.get("test", "0.2"), "label": q.get("label") or None}
         size = q.get("size", "32")
         if not size.isdigit() or len(size) > 4:
             raise ApiError(400, f"size {size[:20]!r}: use a whole number of pixels (28, 32, 64)")
@@ -114,10 +115,11 @@ class DatasetUploads:
         from .datasets.table import read_table
         if self._is_zip(tmp):
             arrays = read_images(tmp, size=p["size"], color=p["color"], test=p["test"])
-            arrays.title, arrays.source = p["name"], arrays.source.replace(tmp.name, "upload.zip")
+            arrays.source = arrays.source.replace(tmp.name, "upload.zip")
         else:
             arrays = read_table(tmp, label=p["label"], test=p["test"])
-            arrays.title, arrays.source = p["name"], arrays.source.replace(tmp.name, "upload.csv")
+            arrays.source = arrays.source.replace(tmp.name, "upload.csv")
+        arrays.title = p["title"]
         with self._lock:
             return store.write_dataset(self.root, p["name"], arrays, lambda _msg: None)
 

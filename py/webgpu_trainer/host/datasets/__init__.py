@@ -1,2 +1,92 @@
-"""Dataset preparation (CPython: numpy, Pillow): readers return ``Arrays``; ``store`` writes a
-dataset folder (manifest + shards). See /work/wt/DATASETS.md's "Preparation side"."""
+"""Datasets: sources read into ``Arrays``, checked and written by ``store`` (CPython: numpy).
+
+``SOURCES`` lists the source kinds ``webgpu-trainer data --source PATH`` tries, in order: each
+is ``(detect, read)`` where ``detect(path) -> bool`` looks at names only (no parsing; a tar is
+listed once and kept for ``read``) and ``read(path, log) -> Arrays`` reads and checks everything,
+raising ``DataError`` naming the file, the record or line, and the value. Another source kind
+plugs in by adding its pair (before ``digits_csv``, the most general). Built in:
+
+- ``cifar``: CIFAR-10 / CIFAR-100, binary or python version, folder or .tar.gz;
+- ``idx``: four IDX files of any image size (MNIST and Fashion-MNIST recognised by md5);
+- ``images``: a folder or .zip of class folders of photos (``images.py``);
+- ``table``: one .csv table, a label column and numeric features (``table.py``);
+- ``digits_csv``: two CSV files of 28x28 digits (``label, 784 pixels``; ``datafiles``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+from .. import datafiles
+from ..datafiles import DataError
+from . import archive, cifar, idx, images, store, table
+from .arrays import Arrays
+
+
+def _detect_digits_csv(path: Path) -> bool:
+    try:
+        return Path(path).is_dir() and datafiles.find_files(path)[0] == "csv"
+    except DataError:
+        return False
+
+
+def _read_digits_csv(path: Path, log=print) -> Arrays:
+    """Two CSV files of 28x28 digits (the MNIST CSV format; MNIST's names and counts must also
+    match its checksums) as ``Arrays``."""
+    arrays, source, claims = datafiles.read_folder(path, log)
+    md5s = {(s, p): idx.idx_md5(a) for s, pair in arrays.items() for p, a in zip(idx.PARTS, pair)}
+    mnist = md5s == idx.MNIST_MD5
+    if claims and not mnist:
+        bad = next(k for k in sorted(md5s) if md5s[k] != idx.MNIST_MD5[k])
+        raise DataError(f"checksum mismatch for {bad[0]} {bad[1]} from {source}: md5 of the IDX "
+                        f"equivalent is {md5s[bad]}, expected {idx.MNIST_MD5[bad]}; the files "
+                        "carry MNIST's names and counts but are corrupt or not MNIST")
+    (tx, ty), (sx, sy) = arrays["train"], arrays["test"]
+    return Arrays(tx.reshape(-1, 1, 28, 28), ty, sx.reshape(-1, 1, 28, 28), sy,
+                  [str(d) for d in range(10)], "MNIST" if mnist else Path(path).name, source,
+                  name="mnist" if mnist else idx.slug(Path(path).name),
+                  idx_md5=md5s if mnist else {})
+
+
+SOURCES: list = [(cifar.detect, cifar.read), (idx.detect, idx.read),
+                 (images.detect, images.read), (table.detect, table.read),
+                 (_detect_digits_csv, _read_digits_csv)]
+
+
+def read_source(path: Path, log=print) -> Arrays:
+    """The first source kind in ``SOURCES`` that detects ``path``, read; DataError when none
+    does (saying what was looked for)."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"source {path} does not exist")
+    try:
+        for detect, read in SOURCES:
+            if detect(path):
+                return read(path, log)
+    finally:
+        archive.forget()
+    raise DataError(f"{path}: no dataset found: expected a folder or .tar.gz of CIFAR-10/100 "
+                    "(binary or python version) or of four IDX files (train/t10k images and "
+                    "labels), a folder or .zip of class folders of images, a .csv table, or "
+                    "another source kind (`webgpu-trainer data --help`)")
+
+
+def prepare_source(path: Path, root: Path | None = None, name: str | None = None,
+                   log=print) -> tuple[dict, Path]:
+    """Read ``path`` (``read_source``) and write it as dataset ``name`` (default: the source's
+    own: ``cifar10``, ``fashion-mnist`` ..., else made from the file name) into ``root``
+    (default ``store.default_root()``). Returns ``(manifest, folder)``; raises DataError with
+    nothing written. Image datasets up to 64 MiB also get their gzip copies now."""
+    root = Path(root) if root else store.default_root()
+    if name is not None:
+        store.check_name(name)  # before reading a large source
+    arrays = read_source(path, log)
+    name = name or arrays.name or idx.slug(Path(path).name)
+    size = arrays.train_x.nbytes + arrays.test_x.nbytes
+    manifest = store.write_dataset(root, name, arrays, log,
+                                   gzip=arrays.kind == "image" and size <= 64 << 20)
+    return manifest, root / name
+
+
+__all__ = ["Arrays", "DataError", "SOURCES", "prepare_source", "read_source"]

@@ -1,4 +1,11 @@
-"""Stand-in for ds-prep's ``Arrays`` (the contract's dataclass) until that branch is merged."""
+"""``Arrays``: a dataset as every source reader returns it (docs/ARCHITECTURE.md, "Datasets").
+
+Images are uint8 ``[N, C, H, W]`` (C 1 or 3, row-major); tables are float32 ``[N, F]``
+(already standardised with the training split's mean and std). Labels are integers ``[N]`` in
+``0..K-1`` where ``K = len(classes)``. The fields up to ``notes`` are the shared contract;
+``name`` and ``idx_md5`` are optional. ``store.write_dataset`` checks all of this before it
+writes anything.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +16,27 @@ import numpy as np
 
 @dataclass
 class Arrays:
-    """A dataset's splits: images uint8 [N, C, H, W] or features float32 [N, F], labels
-    [N] in 0..K-1, with class names, a title, a source line and notes."""
+    """The two splits of a dataset, its class names and where it came from."""
 
     train_x: np.ndarray
     train_y: np.ndarray
     test_x: np.ndarray
     test_y: np.ndarray
-    classes: list
+    classes: list[str]
     title: str
     source: str
-    notes: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: the name a known dataset gets by default ("mnist", "cifar10" ...); "" for the user's own
+    name: str = ""
+    #: {(split, "images" | "labels"): md5 of the original IDX file}, recorded in the manifest
+    #: (MNIST's cache check compares them with the originals')
+    idx_md5: dict = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        """"image" (uint8 samples) or "table" (float32 feature rows)."""
+        return "table" if self.train_x.dtype == np.float32 else "image"
+
+    def split(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(x, y)`` of the split ``name`` ("train" or "test")."""
+        return (self.train_x, self.train_y) if name == "train" else (self.test_x, self.test_y)

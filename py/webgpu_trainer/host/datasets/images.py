@@ -10,7 +10,8 @@ ignored silently (``members.py`` lists and reads with the zip-bomb and symlink c
 Each image (PNG, JPEG, WebP, BMP; Pillow, told only those formats) is turned upright by its
 EXIF orientation, made grey (``L``) or RGB (transparency composited onto white), center-cropped
 to a square and resized to ``size`` x ``size`` (Pillow's bicubic, antialiased when shrinking),
-all in its own mode; then converted to the dataset's colour: ``rgb``, ``grey``, or ``auto``
+all in its own mode (a large JPEG is decoded at a reduced scale, still at least twice ``size``:
+Pillow's ``draft``); then converted to the dataset's colour: ``rgb``, ``grey``, or ``auto``
 (RGB when any image has colour, i.e. R, G and B differ somewhere). Grey -> RGB repeats the
 channel; RGB -> grey is Pillow's ``convert("L")`` (ITU-R 601-2 luma). An image whose header
 claims more than Pillow's ``Image.MAX_IMAGE_PIXELS`` pixels is refused naming the file (a
@@ -39,6 +40,7 @@ MAX_CLASSES = 256  # labels are uint8
 SIZES = range(8, 257)
 COLORS = ("auto", "rgb", "grey")
 EXAMPLES = 8
+MAX_PIXEL_BYTES = 1 << 30  # all images at the chosen size, as RGB (CIFAR-10 at 32x32: 154 MB)
 
 
 def _classes(listing: Listing) -> tuple[dict, list]:
@@ -68,8 +70,11 @@ def _classes(listing: Listing) -> tuple[dict, list]:
     for name in groups:
         key = unicodedata.normalize("NFC", name).casefold()
         if key in folded:
-            raise DataError(f"class folders {folded[key]!r} and {name!r} differ only by case "
-                            "or Unicode normalisation: rename one")
+            shown = f"{folded[key]!r} and {name!r}"
+            if unicodedata.normalize("NFC", folded[key]) == unicodedata.normalize("NFC", name):
+                shown += f" ({ascii(folded[key])} and {ascii(name)})"
+            raise DataError(f"class folders {shown} differ only by case or Unicode "
+                            "normalisation: rename one")
         folded[key] = name
     return dict(sorted((unicodedata.normalize("NFC", k), v) for k, v in groups.items())), refused
 
@@ -86,6 +91,35 @@ def scan(path) -> dict:
                for n, ms in groups.items()]
     return {"classes": classes, "refused": refused, "ignored": listing.ignored,
             "images": sum(c["count"] for c in classes), "problems": _problems(groups)}
+
+
+def detect(path) -> bool:
+    """Whether ``path`` is a source of this kind (``datasets.SOURCES``; names only): a .zip
+    file, or a folder with an image file (by its extension) in a subfolder, at most 3 levels
+    down (symbolic links not followed)."""
+    path = Path(path)
+    if path.is_file():
+        return path.suffix.lower() == ".zip"
+    todo = [(path, 0)] if path.is_dir() else []
+    while todo:
+        folder, depth = todo.pop()
+        for entry in folder.iterdir():
+            if entry.is_symlink() or entry.name.startswith("."):
+                continue
+            if entry.is_dir() and depth < 3:
+                todo.append((entry, depth + 1))
+            elif depth > 0 and entry.suffix.lower() in EXTENSIONS:
+                return True
+    return False
+
+
+def read(path, log=print) -> Arrays:
+    """``read_images(path)`` with the defaults (32x32, colour auto, 20% test, seed 0), its
+    notes through ``log`` (``datasets.SOURCES``)."""
+    arrays = read_images(path)
+    for note in arrays.notes:
+        log(f"note: {note}")
+    return arrays
 
 
 def _problems(groups: dict) -> list:
@@ -109,22 +143,25 @@ def _decode(data: bytes, name: str, size: int) -> tuple[np.ndarray, str]:
     """``(pixels, original "WxH mode")``: ``data`` decoded, upright, grey or RGB, center-cropped
     and resized to ``size`` (uint8 [size, size] or [size, size, 3]). DataError ("bomb") for
     more pixels than ``Image.MAX_IMAGE_PIXELS``; ValueError for anything that does not decode."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", Image.DecompressionBombWarning)
+    with warnings.catch_warnings():  # the size check below names the file instead
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
             im = Image.open(io.BytesIO(data), formats=FORMATS)
-        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        except Image.DecompressionBombError as exc:  # over twice the limit
             raise DataError(f"{name!r}: refused as a decompression bomb ({exc})") from None
+        except Image.UnidentifiedImageError:
+            raise ValueError("is not a PNG, JPEG, WebP or BMP image") from None
         except Exception as exc:  # Pillow's parsers raise many types on bad data
-            raise ValueError(f"not a PNG, JPEG, WebP or BMP image ({type(exc).__name__})"
+            raise ValueError(f"does not decode ({type(exc).__name__}: {str(exc)[:80]})"
                              ) from None
         w, h = im.size
         if Image.MAX_IMAGE_PIXELS and w * h > Image.MAX_IMAGE_PIXELS:
             raise DataError(f"{name!r}: {w}x{h} = {w * h:,} pixels, more than Pillow's limit "
                             f"of {Image.MAX_IMAGE_PIXELS:,}: refused as a decompression bomb")
         try:
-            im.load()
             shown = f"{w}x{h} {im.mode}"
+            im.draft(None, (2 * size, 2 * size))  # JPEG: decode at 1/2..1/8 scale, >= 2x size
+            im.load()
             im = ImageOps.exif_transpose(im)
             im = _grey_or_rgb(im)
             side = min(im.size)
@@ -176,20 +213,25 @@ def read_images(path, *, size: int = 32, color: str = "auto", test: float = 0.2,
         problems = _problems(groups)
         if problems:
             raise DataError(f"{path.name}: " + "; ".join(problems[:3]))
+        count = sum(len(ms) for ms in groups.values())
+        if count * size * size * 3 > MAX_PIXEL_BYTES:
+            raise DataError(f"{path.name}: {count:,} images at {size}x{size} would take "
+                            f"{count * size * size * 3:,} bytes, more than {MAX_PIXEL_BYTES:,}: "
+                            "choose a smaller size")
         pixels, labels, skipped, shapes = [], [], [], {}
-        for k, (cname, members) in enumerate(groups.items()):
+        for k, members in enumerate(groups.values()):
             for m in members:
                 try:
                     px, shown = _decode(src.read(m), m.name, size)
                 except ValueError as exc:
                     if strict:
-                        raise DataError(f"{m.name!r}: {exc}") from None
+                        raise DataError(f"{m.name!r} {exc}") from None
                     skipped.append(f"{m.name} {exc}")
                     continue
                 pixels.append(px)
                 labels.append(k)
                 shapes[shown] = shapes.get(shown, 0) + 1
-    notes = _notes(pixels, shapes, skipped, refused, listing.ignored, size)
+    notes = _notes(shapes, skipped, refused, size)
     labels = np.asarray(labels, dtype=np.int64)
     classes = list(groups)
     after = _problems({c: [0] * int((labels == k).sum()) for k, c in enumerate(classes)})
@@ -232,9 +274,9 @@ def _stack(pixels: list, rgb: bool) -> tuple[np.ndarray, int]:
     return np.ascontiguousarray(np.stack(out)), converted
 
 
-def _notes(pixels: list, shapes: dict, skipped: list, refused: list, ignored: int,
-           size: int) -> list:
-    """The notes a user sees: skipped, refused and ignored files, resized images."""
+def _notes(shapes: dict, skipped: list, refused: list, size: int) -> list:
+    """The notes a user sees: skipped and refused files, resized images (hidden and system
+    files are ignored silently)."""
     notes = []
     if skipped:
         shown = "; ".join(skipped[:3]) + ("; ..." if len(skipped) > 3 else "")
@@ -243,8 +285,6 @@ def _notes(pixels: list, shapes: dict, skipped: list, refused: list, ignored: in
         shown = "; ".join(f"{r['member']} ({r['reason']})" for r in refused[:3])
         notes.append(f"{len(refused)} file{'s' * (len(refused) != 1)} not used: {shown}"
                      + ("; ..." if len(refused) > 3 else ""))
-    if ignored:
-        notes.append(f"{ignored} hidden or system file{'s' * (ignored != 1)} ignored")
     sizes = {s.split()[0] for s in shapes}
     resized = sum(n for s, n in shapes.items() if s.split()[0] != f"{size}x{size}")
     if resized:

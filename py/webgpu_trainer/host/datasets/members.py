@@ -90,8 +90,22 @@ def _check_zip_entry(info: zipfile.ZipInfo, name: str, total: int) -> None:
         raise DataError(f"zip member {name!r}: {info.file_size:,} bytes, more than the "
                         f"{MAX_MEMBER_BYTES:,} bytes one image may have")
     if total > MAX_TOTAL_BYTES:
-        raise DataError(f"the zip unpacks to more than {MAX_TOTAL_BYTES:,} bytes (1 GiB; "
-                        f"reached at member {name!r}): refused")
+        raise DataError(f"the zip unpacks to more than {MAX_TOTAL_BYTES:,} bytes (reached at "
+                        f"member {name!r}): refused")
+
+
+def _check_entry_count(path: Path) -> None:
+    """DataError when the zip's end record declares more than ``MAX_MEMBERS`` entries: checked
+    before ``zipfile`` parses the directory into one object per entry (zipfile's
+    ``_EndRecData``, private but unchanged since Python 2, reads the end record, zip64 too)."""
+    with open(path, "rb") as f:
+        end = zipfile._EndRecData(f)
+    if end is None:
+        raise zipfile.BadZipFile("File is not a zip file")
+    count = end[zipfile._ECD_ENTRIES_TOTAL]
+    if count > MAX_MEMBERS:
+        raise DataError(f"{path.name}: {count:,} zip entries, more than {MAX_MEMBERS:,}: "
+                        "refused")
 
 
 class Source:
@@ -106,6 +120,7 @@ class Source:
             raise DataError(f"{self.path.name}: no such file or folder")
         if not self.path.is_dir():
             try:
+                _check_entry_count(self.path)
                 self._zip = zipfile.ZipFile(self.path)
             except (zipfile.BadZipFile, OSError) as exc:
                 raise DataError(f"{self.path.name}: not a zip file or a folder ({exc})") from None
@@ -123,9 +138,6 @@ class Source:
 
     def _zip_listing(self) -> Listing:
         infos = self._zip.infolist()
-        if len(infos) > MAX_MEMBERS:
-            raise DataError(f"{self.path.name}: {len(infos):,} zip entries, more than "
-                            f"{MAX_MEMBERS:,}")
         out, seen, folders, total, ignored = [], set(), set(), 0, 0
         for info in infos:
             name = _clean_name(info.filename)
@@ -188,5 +200,5 @@ class Source:
         self._read_total += len(data)
         if self._read_total > MAX_TOTAL_BYTES:
             raise DataError(f"{self.path.name}: more than {MAX_TOTAL_BYTES:,} bytes read "
-                            f"(1 GiB; reached at {member.name!r}): refused")
+                            f"(reached at {member.name!r}): refused")
         return data

@@ -20,8 +20,8 @@ def check_fraction(test) -> float:
 
 def stratified_split(labels: np.ndarray, classes: list, test: float,
                      seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(train_idx, test_idx)`` into ``labels`` (ints 0..K-1): per class, ``round(test * n)``
-    samples (at least 1, at most n - 1) go to the test split, chosen by a permutation from
+    """``(train_idx, test_idx)`` into ``labels`` (ints 0..K-1): per class, ``test * n`` rounded
+    half up (at least 1, at most n - 1) go to the test split, chosen by a permutation from
     ``np.random.default_rng(seed)``; then each split is shuffled by the same generator, so the
     validation hold-out (the last training samples) mixes the classes. The same labels and seed
     give the same split. DataError naming the class when one has fewer than 2 samples."""
@@ -33,7 +33,7 @@ def stratified_split(labels: np.ndarray, classes: list, test: float,
         if len(idx) < 2:
             raise DataError(f"class {name!r} has {len(idx)} sample{'s' * (len(idx) != 1)}; "
                             "each class needs at least 2 (one for the test split)")
-        n_test = min(max(1, round(test * len(idx))), len(idx) - 1)
+        n_test = min(max(1, int(test * len(idx) + 0.5)), len(idx) - 1)
         idx = idx[rng.permutation(len(idx))]
         held.append(idx[:n_test])
         train.append(idx[n_test:])

@@ -32,6 +32,7 @@ MAX_BYTES = 512 << 20
 MAX_CLASSES = 256
 LABEL_NAMES = ("label", "class", "target")
 _NUMBER = re.compile(r"[ \t]*[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?[ \t]*\Z")
+_NUMBER_CHARS = str.maketrans("", "", "0123456789+-.eE \t\n")  # deletes them
 _NON_FINITE = re.compile(r"[ \t]*[-+]?(?:nan|inf|infinity)[ \t]*\Z", re.IGNORECASE)
 _INT = re.compile(r"[ \t]*[-+]?[0-9]+[ \t]*\Z")
 
@@ -49,16 +50,30 @@ def _rows(path: Path) -> list:
     first = text.split("\n", 1)[0]
     delim = "," if "," in first else ";" if ";" in first else "\t" if "\t" in first else ","
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
-    rows = []
+    rows, start = [], 1
     try:
         for cells in reader:
-            if any(c.strip() for c in cells):
-                rows.append((reader.line_num, cells))
+            if len(cells) > 1 or (cells and cells[0].strip()):
+                rows.append((start, cells))  # the line a record starts on
+            start = reader.line_num + 1
     except csv.Error as exc:
         raise DataError(f"{path.name}, line {reader.line_num}: {exc}") from None
     if not rows:
         raise DataError(f"{path.name}: the file is empty (no rows)")
     return rows
+
+
+def detect(path) -> bool:
+    """Whether ``path`` is a source of this kind (``datasets.SOURCES``): a ``.csv`` file."""
+    return Path(path).is_file() and Path(path).suffix.lower() == ".csv"
+
+
+def read(path, log=print) -> Arrays:
+    """``read_table(path)`` with the defaults, its notes through ``log``."""
+    arrays = read_table(path)
+    for note in arrays.notes:
+        log(f"note: {note}")
+    return arrays
 
 
 def _label_column(label, header: list | None, width: int, name: str) -> int:
@@ -103,22 +118,15 @@ def read_table(path, *, label=None, test: float = 0.2, seed: int = 0) -> Arrays:
         return f"{path.name}, line {line}, column {i + 1}{shown}"
 
     feats = [i for i in range(width) if i != col]
-    x = np.empty((len(rows), len(feats)), dtype=np.float64)
     raw_labels = []
-    for r, (line, cells) in enumerate(rows):
+    for line, cells in rows:
         if len(cells) != width:
             raise DataError(f"{path.name}, line {line}: {len(cells)} columns, the "
                             f"{'header' if header else 'first row'} has {width}")
         if not cells[col].strip():
             raise DataError(f"{where(line, col)}: missing label")
         raw_labels.append(cells[col].strip())
-        for j, i in enumerate(feats):
-            cell = cells[i]
-            if _NON_FINITE.match(cell) or (_NUMBER.match(cell) and not np.isfinite(float(cell))):
-                raise DataError(f"{where(line, i)}: {cell.strip()[:40]!r} is not a finite number")
-            if not _NUMBER.match(cell):
-                raise DataError(f"{where(line, i)}: {cell.strip()[:40]!r} is not a number")
-            x[r, j] = float(cell)
+    x = _features(rows, feats, where)
     classes, y = _classes(raw_labels, path.name)
     tr, te = stratified_split(y, classes, frac, seed)
     mean, std = x[tr].mean(axis=0), x[tr].std(axis=0)
@@ -135,6 +143,35 @@ def read_table(path, *, label=None, test: float = 0.2, seed: int = 0) -> Arrays:
     source = f"{path.name} ({len(rows)} rows, {len(feats)} features, {len(classes)} classes)"
     return Arrays(np.ascontiguousarray(x[tr]), y[tr], np.ascontiguousarray(x[te]), y[te],
                   classes, path.stem or path.name, source, notes)
+
+
+def _features(rows: list, feats: list, where) -> np.ndarray:
+    """The feature columns ``feats`` of ``rows`` as float64 ``[N, F]``. Fast path: a column
+    whose cells use only digits, signs, ``.``, ``e``/``E``, spaces and tabs is converted by
+    numpy; when any column fails that or numpy, every cell is checked in file order so the
+    error names the first bad one (``where(line, column)``): not a number, or NaN / infinity
+    (also after overflow)."""
+    x = np.empty((len(rows), len(feats)), dtype=np.float64)
+    cols = list(zip(*(cells for _, cells in rows)))
+    try:
+        for j, i in enumerate(feats):
+            joined = "\n".join(cols[i])
+            if joined.translate(_NUMBER_CHARS) or joined.count("\n") != len(rows) - 1:
+                raise ValueError(i)
+            x[:, j] = np.array(cols[i], dtype=np.float64)
+        if np.isfinite(x).all():
+            return x
+    except ValueError:
+        pass
+    for r, (line, cells) in enumerate(rows):
+        for j, i in enumerate(feats):
+            cell = cells[i]
+            if _NON_FINITE.match(cell) or (_NUMBER.match(cell) and not np.isfinite(float(cell))):
+                raise DataError(f"{where(line, i)}: {cell.strip()[:40]!r} is not a finite number")
+            if not _NUMBER.match(cell):
+                raise DataError(f"{where(line, i)}: {cell.strip()[:40]!r} is not a number")
+            x[r, j] = float(cell)
+    return x
 
 
 def _classes(raw: list, name: str) -> tuple[list, np.ndarray]:
