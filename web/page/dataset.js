@@ -118,13 +118,17 @@ export function chooseDefaultModel() {
   }
 }
 
-async function adapterLimits() {
-  try {
-    const adapter = await navigator.gpu?.requestAdapter();
-    return adapter?.limits ?? null;
-  } catch {
-    return null;
-  }
+let limits = null;  // the promise of this page's adapter limits (asked once)
+
+function adapterLimits() {
+  limits ??= (async () => {
+    try {
+      return (await navigator.gpu?.requestAdapter())?.limits ?? null;
+    } catch {
+      return null;
+    }
+  })();
+  return limits;
 }
 
 /** The warning before download: too large for the tab, or than the GPU's buffer limits. */
@@ -134,10 +138,9 @@ async function warnSize(d) {
   if (!d) return;
   const per = d.sample_shape.reduce((a, b) => a * b, 1) * (d.kind === "table" ? 4 : 1);
   const trainBytes = per * d.train;
-  const limits = await adapterLimits();
+  const gpu = await adapterLimits();
   if (appState.dataset !== d) return;
-  const limit = limits ? Math.min(limits.maxBufferSize, limits.maxStorageBufferBindingSize)
-    : Infinity;
+  const limit = gpu ? Math.min(gpu.maxBufferSize, gpu.maxStorageBufferBindingSize) : Infinity;
   let text = "";
   if (trainBytes > limit) {
     text = `${d.title}'s training images are ${humanBytes(trainBytes)}: larger than this ` +
