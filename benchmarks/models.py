@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark (not a test): training speed of the imported fixture models natively (wgpu-py):
 ms per training step (data gather, forward, loss, backward, Adam update) and images/s, per model
-and batch size, with the adapter used. Data: real MNIST from .cache/mnist when present, else
+and batch size, with the adapter used. Data: real MNIST from its cache when present, else
 random MNIST-shaped bytes (speed does not depend on the pixels).
 
     python benchmarks/models.py                           # the opset-17 fixtures, batch 64
@@ -29,9 +29,9 @@ if str(REPO / "py") not in sys.path:
 
 def _splits(count: int):
     from webgpu_trainer.engine.train.data import Split
-    cache = REPO / ".cache" / "mnist"
+    from webgpu_trainer.host import data
+    cache = data.default_cache_dir()
     if (cache / "manifest.json").is_file():
-        from webgpu_trainer.host import data
         out = []
         for name in ("train", "test"):
             images, labels = data.load(cache, name)

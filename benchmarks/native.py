@@ -2,7 +2,7 @@
 per step, peak GPU memory by kind), the engine's f32 GEMM, and a per-dispatch profile.
 
 Steps are the trainer's own (gather batch -> forward -> loss -> backward -> guard -> Adam), on
-MNIST from .cache/mnist when present, else random MNIST-shaped bytes (speed does not depend on
+MNIST from its cache when present, else random MNIST-shaped bytes (speed does not depend on
 the pixels).
 """
 
@@ -22,9 +22,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _data(count: int):
     from webgpu_trainer.engine.train.data import Split
-    cache = REPO / ".cache" / "mnist"
+    from webgpu_trainer.host import data
+    cache = data.default_cache_dir()
     if (cache / "manifest.json").is_file():
-        from webgpu_trainer.host import data
         images, labels = data.load(cache, "train")
         split = Split(images.tobytes(), labels.tobytes(), len(labels), labels.tobytes())
         return split, "MNIST"

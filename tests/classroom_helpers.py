@@ -12,6 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from webgpu_trainer.host.data import default_cache_dir
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "fixtures" / "models" / "mlp-ts17.onnx"
 
@@ -26,8 +28,9 @@ def models_dir(tmp: Path) -> Path:
 
 def make_app(tmp: Path, db_url: str | None = None, token: str | None = None):
     from webgpu_trainer.host.classroom.app import create_classroom_app
-    return create_classroom_app(REPO, models_dir=models_dir(tmp), data_dir=REPO / ".cache" /
-                                "mnist", wheels_dir=tmp / "wheels", state_dir=tmp / "state",
+    return create_classroom_app(REPO, models_dir=models_dir(tmp),
+                                data_dir=default_cache_dir(), wheels_dir=tmp / "wheels",
+                                state_dir=tmp / "state",
                                 db_url=db_url, base_urls=["https://192.0.2.7:8443"],
                                 teacher_token=token, uploads_dir=tmp / "uploads")
 

@@ -33,7 +33,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def mnist_cache() -> Path:
     from webgpu_trainer.host import data
-    cache = REPO / ".cache" / "mnist"
+    cache = data.default_cache_dir()
     data.prepare(cache)
     return cache
 

@@ -17,6 +17,7 @@ import pytest
 from classroom_helpers import (Postgres, join, make_app, new_session, run_config, teacher,
                                train)
 from starlette.testclient import TestClient
+from webgpu_trainer.host.data import default_cache_dir
 
 
 @pytest.fixture(scope="module")
@@ -433,7 +434,7 @@ def test_two_worker_processes_on_postgresql(tmp_path, postgres):
         [sys.executable, "-m", "webgpu_trainer.cli.main", "classroom", "--port", str(port),
          "--workers", "2", "--db", url, "--state-dir", str(tmp_path / "state"),
          "--models-dir", str(models_dir(tmp_path)), "--teacher-token", token,
-         "--data-dir", str(REPO / ".cache" / "mnist")],
+         "--data-dir", str(default_cache_dir())],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     base, T = f"https://127.0.0.1:{port}", {"Authorization": f"Bearer {token}"}
 

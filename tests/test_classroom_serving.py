@@ -12,8 +12,9 @@ import shutil
 import pytest
 from classroom_helpers import REPO, wait_until
 from starlette.testclient import TestClient
+from webgpu_trainer.host.data import default_cache_dir
 
-MNIST = REPO / ".cache" / "mnist"
+MNIST = default_cache_dir()
 
 
 @pytest.fixture

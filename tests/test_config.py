@@ -189,7 +189,7 @@ def test_legacy_config_json_loads():
     cfg = config.parse(LEGACY)
     assert cfg.to_json() == {
         "optimizer": "adamw", "lr": 0.01, "batch_size": 32, "epochs": 1, "seed": 4,
-        "init": "finetune", "max_steps": 0, "train_images": 96, "val_images": 0,
+        "dataset": "mnist", "init": "finetune", "max_steps": 0, "train_images": 96, "val_images": 0,
         "eval_images": 32, "checkpoint_every_s": 60.0,  # newer than LEGACY: the default
         "augment_crop": 0, "augment_flip": False,  # newer than LEGACY: off
         "report_every": 10, "device": "cpu", "weight_decay": 0.01,  # 0 meant torch's 1e-2
@@ -207,6 +207,28 @@ def test_legacy_config_json_loads():
     assert config.parse({**LEGACY, "optimizer": "adam", "momentum": 0.9,
                          "optimizer_args": {}}).get("momentum") is None
     assert config.parse({**LEGACY, "scheduler": None})["scheduler"] == "none"
+
+
+@pytest.mark.parametrize("value,shown", [
+    ("../etc", "'../etc'"), ("CIFAR10", "'CIFAR10'"), ("", "''"),
+    ("a" * 41, "'" + "a" * 40 + "'... (41 characters)"), ("-x", "'-x'"), (10, "10"), (None, None)])
+def test_dataset_field(value, shown):
+    """``dataset``: a dataset NAME (a folder under the data root; in URLs of the page's
+    worker), default mnist; anything else refused naming the value; fixed on --resume."""
+    if value is None:
+        assert config.parse({})["dataset"] == "mnist"
+        assert config.parse({"dataset": "cifar10"})["dataset"] == "cifar10"
+        assert config.parse({"dataset": "my_photos-2"})["dataset"] == "my_photos-2"
+        with pytest.raises(ConfigError) as info:
+            config.resume_with(config.parse({"dataset": "mnist"}), {"dataset": "cifar10"})
+        assert info.value.errors == [("dataset", "may not change on --resume (the run has "
+                                                 "'mnist', 'cifar10' given): it would not "
+                                                 "continue exactly")]
+        return
+    with pytest.raises(ConfigError) as info:
+        config.parse({"dataset": value})
+    assert info.value.errors == [
+        ("dataset", f"must be a name matching [a-z0-9][a-z0-9_-]{{0,39}}, got {shown}")]
 
 
 def test_resume_update():

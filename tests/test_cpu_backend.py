@@ -417,7 +417,7 @@ def test_cli_cpu_artifacts(cpu_runs):
     assert abs(nll - rows[1]["valid_loss"]) <= 1e-4 * max(1.0, nll)
     ort = np.log(native.onnxruntime_probs(a / "model.onnx", images[:128]))
     out = cli("predict", a / "model.onnx", "--index", "12", "--device", "cpu").stdout
-    digit = int(re.search(r"predicted digit (\d)", out).group(1))
+    digit = int(re.search(r"predicted (\d)\n", out).group(1))
     assert digit == int(np.exp(ort[12]).argmax())
 
 

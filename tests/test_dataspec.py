@@ -108,12 +108,15 @@ def _gathered(device, spec, samples, labels, order, offset, batch=4):
     graph, blob = _conv_graph(spec.sample_shape, len(spec.classes))
     split = Split(samples.tobytes(), labels.tobytes(), len(labels), labels.tobytes(), spec)
     cfg = {"batch_size": batch, "val_images": 0, "init": "finetune"}
-    gpu = Trainer(GpuEngine(device), graph, blob, dict(cfg), split, split)
+    said = []
+    gpu = Trainer(GpuEngine(device), graph, blob, dict(cfg), split, split,
+                  emit=lambda kind, **kw: said.append(kw.get("text")))
     cpu = Trainer(CpuEngine(), graph, blob, dict(cfg), split, split)
 
     async def go():
         await gpu.setup()
         await cpu.setup()
+        assert f"Loading {spec.title}…" in said  # the status names the dataset
         eng = gpu.engine
         eng.set_order(order)
         eng._write_step(1, offset, 0.0)

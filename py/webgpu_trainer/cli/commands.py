@@ -62,7 +62,7 @@ import platform
 import sys
 from pathlib import Path
 
-from . import doctor
+from . import dataset_files as datasets, doctor
 from ..engine import config as run_config
 from ..engine.train import data as train_data, loop as train_mod
 from ..engine.train import checkpoint as engine_ckpt
@@ -75,7 +75,7 @@ from .devices import CpuDevice as CpuDevice, is_numpy, make_trainer, open_device
 from ..engine.ops import losses
 from .summary_table import format_summary
 from .run_config import flag_errors, resolve_config, resolve_trainable, with_trainable
-from .options import add_freeze_options, add_train
+from .options import add_freeze_options, add_train, given as given_options
 from .train_outputs import callbacks, config_document, print_trainable, provenance
 from .predict import (add_predict, engine_log_probs as engine_log_probs, predict,
                       onnxruntime_probs as onnxruntime_probs)
@@ -101,19 +101,12 @@ def _sha256(path: Path) -> str:
 
 
 def load_splits(data_dir, train_images: int = 0, eval_images: int = 10000):
-    """``(train Split, test Split, manifest)`` from the MNIST cache (prepared if needed; the
-    user's own dataset when ``data --source`` made it); ``train_images`` > 0 keeps the first N
-    training images, the test split keeps the first ``eval_images``."""
-    from ..host import data
-    manifest = data.prepare(data_dir)
-    out = []
-    for name, keep in (("train", train_images), ("test", eval_images)):
-        images, labels = data.load(data_dir, name)
-        if keep and keep > 0:
-            images, labels = images[:keep], labels[:keep]
-        lab = labels.tobytes()
-        out.append(train_data.Split(images.tobytes(), lab, len(labels), lab))
-    return out[0], out[1], manifest
+    """``(train Split, test Split, manifest)`` of the dataset in ``data_dir`` (default MNIST's
+    folder, prepared if needed); ``train_images`` > 0 keeps the first N training samples, the
+    test split keeps the first ``eval_images``."""
+    train, test, manifest, _, _ = datasets.load_dataset(
+        datasets.dataset_folder("mnist", data_dir), "mnist", train_images, eval_images)
+    return train, test, manifest
 
 
 # ------------------------------------------------------------------------------ train
@@ -159,6 +152,32 @@ def _resolve(args):
     if losses.final_op(graph) == "Softmax":
         print(f"loss: {losses.describe(spec, 'Softmax')}", file=sys.stderr)
     return cfg, model_path, out, stored, graph, weights, classes
+
+
+def folder_of(args, cfg) -> Path:
+    """The folder of the run's dataset: ``--data-dir``, else ``<--data-root>/<dataset>``."""
+    return datasets.dataset_folder(cfg["dataset"], args.data_dir,
+                                   getattr(args, "data_root", None))
+
+
+def _dataset(args, cfg, stored):
+    """``(cfg, (train, test, manifest, spec, manifest sha256))``: the run's dataset loaded;
+    with ``--data-dir`` the config's ``dataset`` becomes the folder's. ValueError when
+    ``--data`` and ``--data-dir`` name different datasets, or a resumed run's dataset is
+    not the one given (both named)."""
+    loaded = datasets.load_dataset(folder_of(args, cfg), cfg["dataset"], 0,
+                                   cfg["eval_images"])
+    name = loaded[3].name
+    if name != cfg["dataset"]:
+        if stored is not None:
+            raise ValueError(f"--resume: the run trained on dataset {cfg['dataset']}, but "
+                             f"{folder_of(args, cfg)} holds dataset {name}: resume it on "
+                             f"{cfg['dataset']}")
+        if "dataset" in given_options(args):
+            raise ValueError(f"--data {cfg['dataset']} and --data-dir {args.data_dir} "
+                             f"(dataset {name}) name different datasets")
+        cfg = run_config.replace(cfg, dataset=name)
+    return cfg, loaded
 
 
 def _nothing_to_train(cfg, out, step, total) -> bool:
@@ -211,9 +230,9 @@ async def _train(args) -> int:
         raise ValueError(f"{model_path} is not the model the checkpoint {ckpt_path} was "
                          "trained from")
     # the whole training split: the trainer holds its last val_images out for validation
-    train_set, test_set, manifest = load_splits(args.data_dir, 0, cfg["eval_images"])
+    cfg, (train_set, test_set, manifest, spec, manifest_sha) = _dataset(args, cfg, stored)
     source = manifest.get("source")
-    dataset = "MNIST" if manifest.get("dataset", "MNIST") == "MNIST" else f"own ({source})"
+    dataset = spec.title if spec.name != "own" else f"own ({source})"
     # checked against the data, the run-dependent defaults (e.g. OneCycleLR's total_steps)
     # resolved
     cfg = run_config.parse(cfg, train_images=train_set.count, classes=classes)
@@ -225,7 +244,8 @@ async def _train(args) -> int:
         engine_ckpt.restore(trainer, header, sections, str(ckpt_path))
     config_doc = config_document(
         cfg, model_path=model_path, model_sha256=_sha256(model_path), graph=graph,
-        dataset=dataset, source=source, trainer=trainer, test_set=test_set, data_dir=args.data_dir,
+        dataset=dataset, source=source, trainer=trainer, test_set=test_set,
+        data_dir=folder_of(args, cfg), manifest_sha256=manifest_sha,
         versions=versions(), dev=dev, check=check, stored=stored, ckpt_path=ckpt_path)
     if header:
         print(f"resuming {out} from {ckpt_path.name} (epoch {trainer.epoch}, step "

@@ -69,6 +69,8 @@ def _add(g, f) -> None:
             argparse.BooleanOptionalAction
     elif f.type == "choice":
         kw["choices"] = list(f.choices)
+    elif f.type == "str":
+        kw["metavar"] = f.metavar or f.name.upper()
     elif f.type == "list" and f.length:
         kw.update(type=float, nargs=f.length, metavar=tuple(
             f"{f.metavar or f.name.upper()}{i + 1}" for i in range(f.length)))
@@ -106,12 +108,14 @@ def given(args) -> dict:
 
 def add_train(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a model natively (wgpu-py, or numpy with --device "
-                                     "cpu) on MNIST, with checkpoints, metrics and the trained "
-                                     ".onnx")
+                                     "cpu) on a dataset (MNIST by default), with checkpoints, "
+                                     "metrics and the trained .onnx")
     p.add_argument("model", type=Path, nargs="?", default=None,
                    help="the .onnx model (optional with --resume)")
     p.add_argument("--data-dir", dest="data_dir", type=Path, default=None,
-                   help="MNIST cache (default <repo>/.cache/datasets/mnist)")
+                   help="the dataset's folder (default <data root>/<--data NAME>)")
+    p.add_argument("--data-root", dest="data_root", type=Path, default=None,
+                   help="the folder of prepared datasets (default <repo>/.cache/datasets)")
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default runs/<model>-<timestamp>)")
     p.add_argument("--resume", type=Path, default=None,

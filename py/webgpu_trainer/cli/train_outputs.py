@@ -18,14 +18,16 @@ from .devices import is_numpy
 
 
 def config_document(cfg, *, model_path, model_sha256, graph, dataset, source, trainer, test_set,
-                    data_dir, versions, dev, check, stored, ckpt_path) -> dict:
+                    data_dir, manifest_sha256, versions, dev, check, stored,
+                    ckpt_path) -> dict:
     """config.json's document: the config, the model, the data subset, package versions, the
     adapter, the self-check, the command, when the run was created and each resume."""
     return {
         "config": cfg.to_json(),
         "model": {"path": str(model_path.resolve()), "name": graph["name"],
                   "sha256": model_sha256},
-        "data": {"dataset": dataset, "source": source,
+        "data": {"dataset": dataset, "name": cfg["dataset"], "source": source,
+                 "manifest_sha256": manifest_sha256,
                  "train_images": trainer.train_set.count,
                  "val_images": trainer.val_set.count if trainer.val_set else 0,
                  "eval_images": test_set.count, "data_dir": str(data_dir or "")},

@@ -1,6 +1,6 @@
 """The worker's live views of the model (issue 10): ``inspect`` (the first conv layer's filters,
 feature maps of one test image per conv layer, per-parameter weight and gradient norms) and
-``predict`` (class probabilities of a drawn digit or of a test image), answered from the
+``predict`` (class probabilities of a drawn image or of a test image), answered from the
 current run's engine while it trains, or the last run's after it finished (``STATE["last"]``,
 set by main.py), or before any run the model ``prepare`` set up with its initial weights.
 Each answer is its own GPU submits between two training steps (``GpuEngine.probe`` /
@@ -11,8 +11,11 @@ Messages (docs/ARCHITECTURE.md, "Worker protocol"); ``values`` are Float32Arrays
 - ``inspect {id, index}`` -> ``inspect {id, index, label, model, step, ms, filters: {name,
   shape, values}, maps: [{layer, name, shape, values}], norms: [{name, layer, numel, weight,
   grad}]}``, or ``inspect {id, error}``;
-- ``predict {id, pixels (784 uint8) | index}`` -> ``prediction {id, probs: [classes], index,
-  label, model, step, ms}``, or ``prediction {id, error}``;
+- ``predict {id, values | index}`` -> ``prediction {id, probs: [classes], classes: [names],
+  index, label, model, step, ms}``, or ``prediction {id, error}``; ``values``: one sample of
+  the run's dataset, ``DataSpec.values`` numbers (images: uint8 0..255 in [C, H, W] order,
+  e.g. 784 for MNIST, 3072 for CIFAR-10; tables: float32 features); ``pixels`` is read as
+  ``values`` (the name of earlier pages); ``classes`` the dataset's class names;
 - both answers carry ``untrained`` (true: the model ``prepare`` set up, never trained); while
   a run's model is being set up they are ``{id, error, pending: true}`` (ask again soon);
 - ``prepare {id, model, config}`` -> ``prepared {id, model, error?}``: set up
@@ -22,6 +25,7 @@ Messages (docs/ARCHITECTURE.md, "Worker protocol"); ``values`` are Float32Arrays
 
 import math
 import time
+from array import array
 
 from ..engine.train.gpu_engine import GpuEngine
 from ..engine.train.loop import Trainer
@@ -31,7 +35,7 @@ from .load import load
 
 NO_MODEL = "No model yet: open this tab again, or press Start (the views show the model " \
     "being trained)."
-SETTING_UP = "Setting up the run's model (compiling the training step, loading MNIST)…"
+SETTING_UP = "Setting up the run's model (compiling the training step, loading the dataset)…"
 
 
 def _current(kind: str, rid) -> dict | None:
@@ -72,14 +76,30 @@ async def prepare(data: dict) -> None:
 
 
 def _test_image(trainer, index) -> tuple:
-    """(784 uint8 bytes, label) of test image ``index``; ValueError when out of range."""
+    """(the sample's bytes, label) of test image ``index``; ValueError when out of range."""
     test = trainer.test_set
     if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < test.count:
         raise ValueError(f"test image index {index!r} is outside 0..{test.count - 1}")
-    lo = index * test.pixels
-    data = test.images[lo:lo + test.pixels] if isinstance(test.images, (bytes, bytearray)) \
-        else to_bytes(test.images.slice(lo, lo + test.pixels))
+    size = test.spec.sample_bytes
+    lo = index * size
+    data = test.images[lo:lo + size] if isinstance(test.images, (bytes, bytearray)) \
+        else to_bytes(test.images.slice(lo, lo + size))
     return data, test.labels_host[index]
+
+
+def _sample(spec, values) -> bytes:
+    """The bytes of one sample of ``spec`` from the page's ``values`` (a list or typed array);
+    ValueError naming the count or the value that does not fit."""
+    values = list(values or [])
+    if len(values) != spec.values:
+        raise ValueError(f"a sample of {spec.title} must be {spec.values} values "
+                         f"({spec.describe()}), got {len(values)}")
+    if spec.kind == "table":
+        return array("f", values).tobytes()
+    bad = next((v for v in values if not isinstance(v, int) or not 0 <= v <= 255), None)
+    if bad is not None:
+        raise ValueError(f"image values must be integers 0..255, got {str(bad)[:20]}")
+    return bytes(values)
 
 
 async def inspect(data: dict) -> None:
@@ -93,10 +113,10 @@ async def inspect(data: dict) -> None:
         trainer = run["trainer"]
         eng, graph = trainer.engine, trainer.graph
         index = data.get("index", 0)
-        pixels, label = _test_image(trainer, index)
+        sample, label = _test_image(trainer, index)
         layers = feature_maps(graph)
         shapes = graph.shapes(1)
-        got = await eng.probe(pixels, [name for _, name in layers])
+        got = await eng.probe(sample, [name for _, name in layers])
         maps = [{"layer": layer, "name": name, "shape": shapes[name][1:],
                  "values": float32_array(got[name])} for layer, name in layers]
         filters = None
@@ -118,7 +138,7 @@ async def inspect(data: dict) -> None:
 
 
 async def predict(data: dict) -> None:
-    """Answer ``predict {id, pixels | index}`` (see the module docstring)."""
+    """Answer ``predict {id, values | index}`` (see the module docstring)."""
     rid = data.get("id")
     run = _current("prediction", rid)
     if run is None:
@@ -127,18 +147,17 @@ async def predict(data: dict) -> None:
     try:
         trainer = run["trainer"]
         index, label = data.get("index"), None
+        spec = trainer.test_set.spec
         if index is not None:
-            pixels, label = _test_image(trainer, index)
+            sample, label = _test_image(trainer, index)
         else:
-            pixels = bytes(data.get("pixels") or b"")  # a list of 0..255 from the page
-            if len(pixels) != trainer.test_set.pixels:
-                raise ValueError(f"a drawn digit must be {trainer.test_set.pixels} pixels "
-                                 f"(28x28 uint8), got {len(pixels)}")
-        raw = (await trainer.engine.probe(pixels, [LOGP]))[LOGP]
+            sample = _sample(spec, data.get("values", data.get("pixels")))
+        raw = (await trainer.engine.probe(sample, [LOGP]))[LOGP]
         logp = memoryview(raw).cast("f")
         probs = [math.exp(v) for v in logp]
-        post("prediction", id=rid, probs=probs, index=index, label=label, model=run["model"],
-             step=trainer.step, untrained=run["untrained"], ms=(time.perf_counter() - t0) * 1000)
+        post("prediction", id=rid, probs=probs, classes=spec.classes, index=index, label=label,
+             model=run["model"], step=trainer.step, untrained=run["untrained"],
+             ms=(time.perf_counter() - t0) * 1000)
     except Exception as exc:
         post("prediction", id=rid, error=f"{type(exc).__name__}: {exc}")
 

@@ -7,7 +7,8 @@ through ``GET /api/config/schema``) and the validator (``validate.py``) are all 
 ``FIELDS``; ``PRESETS`` are the page's preset buttons.
 
 Types: ``int``, ``float`` (finite in float32, which the GPU packs; an int is accepted),
-``bool``, ``choice`` (one of ``choices``) and ``list`` (of ``item`` "float" or "str", ``length``
+``bool``, ``choice`` (one of ``choices``), ``str`` (matching the regular expression
+``pattern``) and ``list`` (of ``item`` "float" or "str", ``length``
 items when fixed). ``default=None`` means off / every parameter (``nullable``), or, with
 ``auto``, a value derived from the run (resolved with the data size, see ``validate.resolve``).
 """
@@ -24,6 +25,7 @@ SCHEDULERS = {"none": None, "steplr": "StepLR", "exponential": "ExponentialLR",
 LOSSES = {"auto": "auto (from the model's last op)", "cross_entropy": "CrossEntropyLoss",
           "nll": "NLLLoss", "nll_log": "NLLLoss of log(Softmax output)",
           "mse": "MSELoss (one-hot)", "bce_with_logits": "BCEWithLogitsLoss (one-hot)"}
+DATASET_NAME = "[a-z0-9][a-z0-9_-]{0,39}"  # a dataset's folder under the data root
 MNIST_TRAIN, MNIST_TEST = 60000, 10000
 MNIST_VAL = 5000  # validation images held out of the training split by default
 REPORT_MAX = 32  # half of plan.METRICS_RING: the GPU keeps 64 steps of metrics between reads
@@ -60,6 +62,7 @@ class Field:
     min_open: bool = False
     max_open: bool = False
     choices: tuple = ()
+    pattern: str = ""
     item: str = ""
     length: int = 0
     unit: str = ""
@@ -104,6 +107,9 @@ FIELDS = (
       max=1000, unit="epochs"),
     F("seed", "int", 0, "seeds the init, the data order and dropout", "run", label="Seed",
       min=0, max=SEED_MAX, resume=False),
+    F("dataset", "str", "mnist", "the dataset to train on: the NAME of a prepared dataset "
+      "under the data root (webgpu-trainer datasets lists them)", "run", label="Dataset",
+      pattern=DATASET_NAME, flag="--data", metavar="NAME", resume=False, where=("cli",)),
     F("init", "choice", "scratch", "scratch: PyTorch's default init; finetune: start from "
       "the model's weights", "run", label="Weights", choices=("scratch", "finetune")),
     F("max_steps", "int", 0, "stop after this many steps (0 = whole epochs)", "run",
@@ -264,6 +270,8 @@ def describe(f: Field) -> str:
         return "one of " + ", ".join(f.choices)
     if f.type == "bool":
         return "true or false"
+    if f.type == "str":
+        return f"a name matching {f.pattern}"
     if f.type == "list":
         what = "names" if f.item == "str" else "numbers"
         count = f"{f.length} {what}" if f.length else f"a list of {what}"

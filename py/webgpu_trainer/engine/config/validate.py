@@ -17,6 +17,7 @@ versions' config.json (``optimizer_args``, a ``scheduler`` spec, a ``loss`` spec
 from __future__ import annotations
 
 import math
+import re
 
 from .schema import (BY_NAME, F32_MAX, F32_TINY, FINETUNE, FIELDS, SCHEDULERS, applies,
                      default_for, describe)
@@ -106,6 +107,10 @@ def _check_value(f, value):
         return value
     if f.type == "choice":
         if not isinstance(value, str) or value not in f.choices:
+            raise ValueError(f"must be {want}, got {shown(value)}")
+        return value
+    if f.type == "str":
+        if not isinstance(value, str) or not re.fullmatch(f.pattern, value):
             raise ValueError(f"must be {want}, got {shown(value)}")
         return value
     if f.type == "list":

@@ -9,8 +9,10 @@ never trained on, and the test split is kept for the final number.
 """
 
 import math
+import re
 
 from .. import config as run_config
+from ..config.schema import DATASET_NAME
 from ..graph import Graph
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # ((x / 255) - mean) / std, as the PyTorch MNIST example
@@ -85,6 +87,9 @@ class DataSpec:
             raise ValueError(f"dataset manifest: format {_short(fmt)} is not {FORMAT!r} (or "
                              f"the older {LEGACY_FORMAT!r})")
         name = _field(m, "name", str, "a dataset name")
+        if not re.fullmatch(DATASET_NAME, name):
+            raise ValueError(f"dataset manifest: name {_short(name)} is not a dataset name "
+                             f"({DATASET_NAME})")
         kind = m.get("kind")
         if kind not in ("image", "table"):
             raise ValueError(f"dataset manifest: kind must be 'image' or 'table', got "
