@@ -46,7 +46,15 @@ def server_uploads(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(mnist_cache, server_uploads, tmp_path_factory):
+def server_data_root(tmp_path_factory) -> Path:
+    """The ``--data-root`` of the module's ``server`` (an empty temp folder: the datasets a
+    test prepares there stay out of the checkout's .cache/datasets; the server lists the
+    folder on each request, so a test may add datasets after the server started)."""
+    return tmp_path_factory.mktemp("datasets")
+
+
+@pytest.fixture(scope="module")
+def server(mnist_cache, server_uploads, server_data_root, tmp_path_factory):
     """The real server as a subprocess on a free 127.0.0.1 port; yields its base URL."""
     port = _free_port()
     log_path = tmp_path_factory.mktemp("server") / "server.log"
@@ -54,7 +62,7 @@ def server(mnist_cache, server_uploads, tmp_path_factory):
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "server.py"), "--host", "127.0.0.1", "--port", str(port),
          "--data-dir", str(mnist_cache), "--models-dir", str(REPO / "models"),
-         "--uploads-dir", str(server_uploads)],
+         "--uploads-dir", str(server_uploads), "--data-root", str(server_data_root)],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
 

@@ -17,12 +17,13 @@
 // page): state.js (appState, log, status, errors, the page's events), controls.js (phase,
 // run controls), worker-link.js (the worker), run.js (start, pause, stop), form.js (settings
 // from the schema), validation.js (the server's check, inline marks), models.js (model list,
-// upload), summary.js (model summary, trainable parameters), charts.js, progress.js (progress
+// upload), dataset.js (dataset picker, model/dataset fit), summary.js (model summary,
+// trainable parameters), charts.js, progress.js (progress
 // card, redraws), results.js (results, download), tabs.js (the view tabs), dashboard.js (speed
 // and machine), help.js (the (i) toggletips), share.js (share link, leave-page warning),
 // kernels.js (the kernels playground), checkpoints.js (the checkpoint in IndexedDB),
 // resume.js (the resume banner, GPU device lost), work.js (Keep your work: downloads, export /
-// import, reset), views.js (live views inside the model), tryit.js (draw a digit / pick a test
+// import, reset), views.js (live views inside the model), tryit.js (draw, a photo / pick a test
 // image), testset.js, values.js (the strict number parser, own keys).
 
 import { $, frac, num, pct } from "../lib/util.js";
@@ -34,6 +35,7 @@ import { applyLink, checkLinkModel, setupShare } from "./share.js";
 import { markErrors, validateNow } from "./validation.js";
 import { loadModels, onModelChange, setupDropzone } from "./models.js";
 import { setTrainable } from "./summary.js";
+import { chooseDefaultModel, loadDatasets, setupDatasets } from "./dataset.js";
 import { addSteps, makeCharts } from "./charts.js";
 import { renderProgress, requestRender, showEvaluating } from "./progress.js";
 import { downloadOnnx, showResults, VERDICT_TITLE } from "./results.js";
@@ -219,6 +221,7 @@ async function boot() {
   $("error-close").addEventListener("click", hideError);
   $("model").addEventListener("change", onModelChange);
   setupDropzone();
+  setupDatasets();
   $("train-all").addEventListener("click", () => setTrainable(
     appState.summary.tensors.filter((t) => t.role === "param").map((t) => t.name)));
   $("train-head").addEventListener("click", () => {
@@ -244,10 +247,12 @@ async function boot() {
   } catch (e) {
     showError(`Could not load the settings: ${e.message ?? e}`);
   }
-  const linkModel = applyLink();  // ?model=...&lr=... of a share link (share.js)
+  const link = applyLink();  // ?model=...&dataset=...&lr=... of a share link (share.js)
   startWorker(onWorkerMessage);
-  await loadModels(linkModel);
-  checkLinkModel(linkModel);
+  await loadDatasets(link.dataset);
+  await loadModels(link.model);
+  if (!link.model) chooseDefaultModel();  // the link's dataset's model
+  checkLinkModel(link.model);
   setupWork();  // Keep your work (web/page/work.js)
   setupResume();  // the stored checkpoint: the resume banner (web/page/resume.js)
 }

@@ -52,8 +52,9 @@ export function syncControls() {
   // (leaving a field fires its change, and its check, just before the click lands): Start
   // checks the settings again itself.
   $("start").disabled = training || !appState.workerReady || appState.noWebGPU ||
-    !$("model").value || !formState.valid;
-  $("start").title = formState.valid ? "" : "Fix the settings marked in red first";
+    !$("model").value || !formState.valid || !!appState.fit;
+  $("start").title = appState.fit ??
+    (formState.valid ? "" : "Fix the settings marked in red first");
   // Stop, then Stop evaluating: the test evaluation ends after its current chunk
   $("stop").disabled = !training || appState.busy.skipping;
   $("stop").textContent = testing() ? "Stop evaluating" : "Stop";

@@ -5,7 +5,9 @@
 // (the "Try it" tab may listen).
 
 import { $, el } from "../lib/util.js";
-import { drawDigit, imageOf, testSet } from "./testset.js";
+import { appState } from "./state.js";
+import { drawSample, imageOf, testSet } from "./testset.js";
+import { runClassName as cls } from "./dataset.js";
 
 const WRONG_SHOWN = 24;  // the most confidently wrong images in the grid
 
@@ -49,16 +51,16 @@ function shade(frac) {
 function confusionTable({ classes, confusion }) {
   const head = el("tr", {}, el("th", { scope: "col", className: "corner" },
     el("span", { className: "sr-only" }, "true \\ predicted")));
-  for (let c = 0; c < classes; c++) head.append(el("th", { scope: "col" }, String(c)));
+  for (let c = 0; c < classes; c++) head.append(el("th", { scope: "col" }, cls(c)));
   const body = el("tbody");
   for (let r = 0; r < classes; r++) {
     const total = confusion[r].reduce((a, b) => a + b, 0);
-    const tr = el("tr", {}, el("th", { scope: "row" }, String(r)));
+    const tr = el("tr", {}, el("th", { scope: "row" }, cls(r)));
     for (let c = 0; c < classes; c++) {
       const count = confusion[r][c];
       const td = el("td", { textContent: String(count) });
       td.className = r === c ? "diag" : count ? "off" : "zero";
-      td.title = `true ${r}, predicted ${c}: ${count} of ${total}`;
+      td.title = `true ${cls(r)}, predicted ${cls(c)}: ${count} of ${total}`;
       const s = shade(total ? count / total : 0);
       if (s) Object.assign(td.style, { background: s.bg, color: s.fg });
       tr.append(td);
@@ -66,7 +68,7 @@ function confusionTable({ classes, confusion }) {
     body.append(tr);
   }
   return el("table", { id: "confusion", className: "confusion" },
-    el("caption", {}, "Rows: true digit · columns: predicted digit · colour: share of the row"),
+    el("caption", {}, "Rows: true class · columns: predicted class · colour: share of the row"),
     el("thead", {}, el("tr", {}, el("td"),
       el("th", { scope: "colgroup", colSpan: classes, className: "axis" }, "predicted")), head),
     body);
@@ -79,14 +81,14 @@ function perClassTable({ classes, confusion }) {
     const acc = total ? confusion[r][r] / total : null;
     const bar = el("span", { className: "bar" }, el("span", { className: "fill" }));
     bar.firstChild.style.width = `${acc == null ? 0 : (100 * acc).toFixed(1)}%`;
-    body.append(el("tr", {}, el("th", { scope: "row" }, String(r)),
+    body.append(el("tr", {}, el("th", { scope: "row" }, cls(r)),
       el("td", { className: "num" }, `${confusion[r][r]} / ${total}`),
       el("td", { className: "num acc" }, acc == null ? "–" : `${(100 * acc).toFixed(1)}%`),
       el("td", { className: "bar-cell", ariaHidden: "true" }, bar)));
   }
   return el("table", { id: "per-class", className: "per-class" },
-    el("caption", { className: "sr-only" }, "Accuracy of each digit on the test images"),
-    el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Digit"),
+    el("caption", { className: "sr-only" }, "Accuracy of each class on the test images"),
+    el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Class"),
       el("th", { scope: "col" }, "Correct"), el("th", { scope: "col" }, "Accuracy"),
       el("td"))),
     body);
@@ -96,13 +98,13 @@ function wrongGrid(wrong, images) {
   const grid = el("ol", { id: "wrong-grid", className: "wrong-grid" });
   for (const w of wrong.slice(0, WRONG_SHOWN)) {
     const canvas = el("canvas", { className: "digit", width: 28, height: 28 });
-    if (images) drawDigit(canvas, imageOf(images, w.index));
+    if (images) drawSample(canvas, imageOf(images, w.index), images.shape);
     const pct = `${Math.round(100 * w.p)}%`;
     // the name is the visible text (WCAG 2.5.3, label in name), after "test image N:"
     const btn = el("button", { type: "button", className: "wrong" }, canvas,
       el("span", { className: "sr-only" }, `test image ${w.index}: `),
-      el("span", { className: "cap" }, el("strong", {}, `predicted ${w.pred}`), ` (${pct})`,
-        el("br"), `true ${w.label}`));
+      el("span", { className: "cap" }, el("strong", {}, `predicted ${cls(w.pred)}`),
+        ` (${pct})`, el("br"), `true ${cls(w.label)}`));
     Object.assign(btn.dataset, { index: w.index, pred: w.pred, label: w.label });
     btn.addEventListener("click", () =>
       document.dispatchEvent(new CustomEvent("pick-test-image", { detail: w.index })));
@@ -129,7 +131,7 @@ export async function renderEvaluation(m) {
     : `none of ${a.n.toLocaleString()} wrong`;
   $("wrong-wrap").replaceChildren(wrongGrid(a.wrong, null));
   try {
-    const images = await testSet();
+    const images = await testSet(appState.runDataset?.name);
     if (window.lastRun !== m) return;  // a newer run replaced these results
     $("wrong-wrap").replaceChildren(wrongGrid(a.wrong, images));
     box.dataset.images = "drawn";

@@ -8,6 +8,7 @@
 import { $, el } from "../lib/util.js";
 import { settingsChanged } from "./state.js";
 import { trainableConfig } from "./summary.js";
+import { chooseDataset, datasetName } from "./dataset.js";
 import { toggletip } from "./help.js";
 import { own, parseList, parseNumber, quote } from "./values.js";
 
@@ -25,7 +26,9 @@ export async function loadSchema() {
 }
 
 export const presets = () => schema.presets;
-const onPage = (f) => f.where.includes("page") && f.group !== "finetune";
+// the config's `dataset` is the dataset picker's (web/page/dataset.js), not a form field
+const onPage = (f) => f.where.includes("page") && f.group !== "finetune" &&
+  f.name !== "dataset";
 const current = () => Object.fromEntries(CHOOSERS.map((k) => [k, read(byName.get(k))]));
 
 function applies(f, c = current()) {
@@ -224,7 +227,9 @@ export function readConfig() {
 
 /** The config Start sends: the form's fields and the ticked parameters (`trainable`). */
 export function currentConfig() {
-  return { ...readConfig(), trainable: trainableConfig() };
+  const cfg = { ...readConfig(), trainable: trainableConfig() };
+  if (byName.has("dataset")) cfg.dataset = datasetName();  // once the schema has the field
+  return cfg;
 }
 
 /** Set field ``name`` to ``value`` (a chooser: the other fields follow its defaults). */
@@ -269,6 +274,7 @@ export function applyPreset(name) {
  * the choosers first, then every field of the page it names; other keys are left out. A
  * number field may be given text (a share link's bad value: shown as it is, and marked). */
 export function applyConfig(config) {
+  if (typeof config.dataset === "string") chooseDataset(config.dataset);
   for (const k of CHOOSERS) if (Object.hasOwn(config, k)) write(byName.get(k), config[k]);
   followChoosers();
   for (const [k, v] of Object.entries(config)) {

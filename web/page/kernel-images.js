@@ -1,6 +1,7 @@
-// The kernels playground's images (web/page/kernels.js): a synthetic pattern drawn on a canvas, an
-// MNIST test digit (testset.js's test split), or a user's image file; each as greyscale
-// float32 pixels in [0, 1], row-major: {width, height, pixels, note}.
+// The kernels playground's images (web/page/kernels.js): a synthetic pattern drawn on a canvas, a
+// test image of the chosen dataset (testset.js's test split), or a user's image file; each as
+// greyscale float32 pixels in [0, 1], row-major, what the kernel convolves: {width, height,
+// pixels, note}, and a colour image's RGBA bytes to show (``rgba``, absent for grey images).
 
 import { imageOf, testSet } from "./testset.js";
 
@@ -14,9 +15,12 @@ function greyscale(rgba, width, height) {
 }
 
 function canvasPixels(canvas) {
+  return greyscale(canvasRgba(canvas), canvas.width, canvas.height);
+}
+
+function canvasRgba(canvas) {
   const ctx = canvas.getContext("2d", { willReadFrequently: true });
-  const data = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
-  return greyscale(data, canvas.width, canvas.height);
+  return ctx.getImageData(0, 0, canvas.width, canvas.height).data;
 }
 
 /** A 192 x 128 test pattern: a checkerboard, a disc, a ring and a gradient bar (edges in every
@@ -49,17 +53,29 @@ export function pattern() {
     note: `Pattern: ${width}×${height} (checkerboard, disc, ring, gradient)` };
 }
 
-/** MNIST test image ``index`` (28 x 28) and its label (the test split of testset.js, fetched
- * once and shared with the other tabs); throws a RangeError naming the valid range. */
-export async function mnistDigit(index) {
+/** Test image ``index`` of the chosen dataset and its class name (the test split of
+ * testset.js, fetched once and shared with the other tabs); an RGB one convolved as its grey
+ * levels and shown in colour; throws a RangeError naming the valid range. */
+export async function testImage(index) {
   const set = await testSet();
   if (!Number.isInteger(index) || index < 0 || index >= set.count) {
     throw new RangeError(`pick a test image from 0 to ${set.count - 1}`);
   }
   const side = Math.round(Math.sqrt(set.pixels));
-  const pixels = Float32Array.from(imageOf(set, index), (b) => b / 255);
-  return { width: side, height: side, pixels,
-    note: `MNIST test image #${index} (a ${set.labels[index]}): ${side}×${side}` };
+  const [c, height, width] = set.shape.length === 3 ? set.shape : [1, side, side];
+  const bytes = imageOf(set, index);
+  const what = `${set.name === "mnist" ? "MNIST" : set.name} test image #${index} ` +
+    `(a ${set.classes[set.labels[index]] ?? set.labels[index]}): ${width}×${height}`;
+  if (c !== 3) {
+    return { width, height, pixels: Float32Array.from(bytes, (b) => b / 255), note: what };
+  }
+  const plane = width * height;
+  const rgba = new Uint8ClampedArray(4 * plane);
+  for (let i = 0; i < plane; i++) {
+    rgba.set([bytes[i], bytes[plane + i], bytes[2 * plane + i], 255], 4 * i);
+  }
+  return { width, height, pixels: greyscale(rgba, width, height), rgba,
+    note: `${what}, RGB (convolved as its grey levels)` };
 }
 
 /** A user's image file, decoded by the browser, scaled down to fit ``maxSide`` x ``maxSide``
@@ -86,7 +102,16 @@ export async function fromFile(file, maxSide) {
     ? `${w0}×${h0} scaled down to ` +
       `${width}×${height} (at most ${maxSide}×${maxSide})`
     : `${width}×${height}`;
-  return { width, height, pixels: canvasPixels(c), note: `${file.name}: ${size}, greyscale` };
+  const rgba = canvasRgba(c);
+  return { width, height, pixels: greyscale(rgba, width, height), rgba,
+    note: `${file.name}: ${size}, convolved as greyscale` };
+}
+
+/** Draw RGBA bytes (width x height) on ``canvas``. */
+export function drawRgba(canvas, width, height, rgba) {
+  canvas.width = width;
+  canvas.height = height;
+  canvas.getContext("2d").putImageData(new ImageData(rgba, width, height), 0, 0);
 }
 
 /** Draw float ``values`` (width x height) on ``canvas``: ``lo`` black, ``hi`` white. */

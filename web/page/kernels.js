@@ -10,7 +10,7 @@
 
 import { $ } from "../lib/util.js";
 import { appState } from "./state.js";
-import { draw, fromFile, mnistDigit, pattern } from "./kernel-images.js";
+import { draw, drawRgba, fromFile, pattern, testImage } from "./kernel-images.js";
 
 const state = {
   presets: [], maxSide: 256, image: null, kernelId: "sobel_x", kernel: null,
@@ -136,10 +136,11 @@ async function loadImage(make) {
     setStatus(state.image ? "The image was not changed." : "");
     return;
   }
-  const { width, height, pixels, note } = state.image;
+  const { width, height, pixels, rgba, note } = state.image;
   $("kernel-image-note").textContent = note;
   $("kernel-input-size").textContent = `${width}×${height}`;
-  draw($("kernel-input"), width, height, pixels);
+  if (rgba) drawRgba($("kernel-input"), width, height, rgba);
+  else draw($("kernel-input"), width, height, pixels);
   $("kernel-output").width = width;  // the output appears in a frame of the same size
   $("kernel-output").height = height;
   $("kernel-range").textContent = "";
@@ -231,7 +232,7 @@ export function setupKernels(postToWorker) {
   });
   $("kernel-apply").addEventListener("click", apply);
   $("kernel-pattern").addEventListener("click", () => loadImage(async () => pattern()));
-  const digit = () => loadImage(() => mnistDigit($("kernel-digit").value.trim() === "" ? NaN
+  const digit = () => loadImage(() => testImage($("kernel-digit").value.trim() === "" ? NaN
     : Number($("kernel-digit").value)));
   $("kernel-digit-load").addEventListener("click", digit);
   $("kernel-digit").addEventListener("keydown", (e) => { if (e.key === "Enter") digit(); });

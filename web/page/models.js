@@ -51,6 +51,7 @@ export function onModelChange() {
   $("model-delete-error").hidden = true;
   stateChanged();
   settingsChanged(0);  // class weights are checked against the model's classes
+  document.dispatchEvent(new Event("model-changed"));  // dataset.js checks the fit
   if (m && !m.error) loadSummary(m.name);
   else $("summary-card").hidden = true;
 }

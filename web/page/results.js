@@ -55,7 +55,7 @@ export async function downloadOnnx(run = window.lastRun, btn = $("download")) {
   const cfg = run.config ?? appState.config ?? {};
   const model = run.model || appState.model;
   const provenance = {
-    dataset: "MNIST",
+    dataset: (appState.runDataset ?? appState.dataset)?.title ?? "MNIST",
     epochs: run.epochs_done ?? appState.progress?.epoch ?? cfg.epochs,
     optimizer: cfg.optimizer,
     lr: cfg.lr,

@@ -21,8 +21,8 @@ export function beginRun(cfg, model, resume = null, history = null) {
   hideError();
   const steps = history?.steps?.slice() ?? [];
   const epochs = history?.epochs?.slice() ?? [];
-  Object.assign(appState, { config: cfg, model, steps, epochs, validations: [], error: null,
-    memoryBytes: null, evaluating: null,
+  Object.assign(appState, { config: cfg, model, runDataset: appState.dataset, steps, epochs,
+    validations: [], error: null, memoryBytes: null, evaluating: null,
     progress: { step: resume?.step ?? 0, total_steps: resume?.total_steps ?? 0,
       epoch: resume?.epoch ?? 0, epochs: cfg.epochs } });
   window.lastRun = null;
@@ -34,7 +34,8 @@ export function beginRun(cfg, model, resume = null, history = null) {
   trainStart = performance.now();
   setPhase("training");
   setStatus("Starting…");
-  log(`Start: ${model}, ${cfg.optimizer} lr ${cfg.lr}, batch ${cfg.batch_size}, ` +
+  log(`Start: ${model} on ${appState.dataset?.title ?? "MNIST"}, ${cfg.optimizer} ` +
+    `lr ${cfg.lr}, batch ${cfg.batch_size}, ` +
     `${cfg.epochs} epoch(s), seed ${cfg.seed}, ${cfg.init}` +
     (cfg.scheduler && cfg.scheduler !== "none" ? `, ${cfg.scheduler} schedule` : "") +
     (cfg.max_steps ? `, max ${cfg.max_steps} steps` : ""));

@@ -95,6 +95,12 @@ export async function importConfig(text, name = "the file") {
       `no model named ${quote(model)} (models: ${appState.models.map((m) => m.name)
         .join(", ")})`]]);
   }
+  const names = appState.datasets.map((d) => d.name);
+  if (config.dataset != null && !names.includes(config.dataset)) {
+    return showImportErrors(`${name} does not fit here, nothing was changed:`, [["dataset",
+      `no dataset named ${quote(String(config.dataset).slice(0, 60))} (datasets: ` +
+      `${names.join(", ")})`]]);
+  }
   const local = [...notFinite(config, "").map(([p, m]) => [p.slice(1), m]),
     ...await trainableProblems(config, model)];
   const verdict = await checkConfig(JSON.parse(JSON.stringify(config)), model || null);
@@ -116,7 +122,8 @@ export async function importConfig(text, name = "the file") {
         .filter((t) => t.role === "param").map((t) => t.name));
     }
   }
-  const left = Object.keys(config).filter((k) => k !== "trainable" && !pageField(k));
+  const left = Object.keys(config).filter((k) => k !== "trainable" && k !== "dataset" &&
+    !pageField(k));
   note(`Imported the settings of ${name}.` + (left.length ? ` Left out what this page does ` +
     `not set (the command line's): ${left.join(", ")}.` : ""));
   log(`Imported settings from ${name}.`);

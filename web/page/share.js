@@ -1,7 +1,8 @@
 // Settings in the URL and the leave-page warning.
 //
 // "Copy share link": the page's address with ?model=...&seed=... and every setting that differs
-// from its default (lists comma-separated; `trainable`, the fine-tuning selection, as the
+// from its default (&dataset=... unless the server's default; lists comma-separated;
+// `trainable`, the fine-tuning selection, as the
 // parameters' names), copied to the clipboard and shown for copying by hand. On load, the
 // link's settings go into the form (readLink / applyLink) and are checked like any input, with
 // values.js's strict parser: a value the control cannot hold (text or 0x10 in a number field,
@@ -17,6 +18,7 @@ import { $ } from "../lib/util.js";
 import { appState, log, settingsChanged } from "./state.js";
 import { applyConfig, changedConfig, notApplying, pageField, readConfig } from "./form.js";
 import { loadedSummary, setTrainable, trainableConfig } from "./summary.js";
+import { datasetName, defaultDataset } from "./dataset.js";
 import { parseList, parseNumber, quote } from "./values.js";
 
 const NOT_SETTINGS = new Set(["class", "test"]);  // classroom mode's ?class=ID, the tests' hooks
@@ -29,6 +31,7 @@ let linkTrainable = null;                  // the link's `trainable` names, once
 export function shareLink() {
   const params = new URLSearchParams();
   params.set("model", $("model").value);
+  if (datasetName() !== defaultDataset()) params.set("dataset", datasetName());
   const cfg = readConfig();
   const changed = { seed: cfg.seed, ...changedConfig() };  // the seed always: it pins the run
   for (const [k, v] of Object.entries(changed)) {
@@ -84,10 +87,11 @@ export function readLink(search = location.search) {
   const errors = [];
   const ignored = [];
   let model = null;
+  let dataset = null;
   let trainable = null;
   for (const [k, all] of given) {
     const f = pageField(k);
-    if (!f && k !== "model" && k !== "trainable") {
+    if (!f && k !== "model" && k !== "trainable" && k !== "dataset") {
       ignored.push(k);
       continue;
     }
@@ -98,6 +102,7 @@ export function readLink(search = location.search) {
           ? ", …" : ""}); using the first, ${quote(text)}` });
     }
     if (k === "model") model = text;
+    else if (k === "dataset") dataset = text;
     else if (k === "trainable") trainable = text.split(",").map((n) => n.trim()).filter(Boolean);
     else {
       const v = parseValue(f, text);
@@ -119,12 +124,13 @@ export function readLink(search = location.search) {
   if (ignored.length) {
     errors.push({ field: "link", message: ignoredMessage(ignored), ignored: true });
   }
-  return { model, config, texts, trainable, errors };
+  return { model, dataset, config, texts, trainable, errors };
 }
 
-/** Apply the link's settings to the form; returns the model it names (or null). */
+/** Apply the link's settings to the form; returns the model and dataset it names ({model,
+ * dataset}, each null when it names none). */
 export function applyLink() {
-  const { model, config, texts, trainable, errors } = readLink();
+  const { model, dataset, config, texts, trainable, errors } = readLink();
   linkErrors = errors;
   linkTrainable = trainable;
   if (Object.keys(config).length || Object.keys(texts).length) {
@@ -151,7 +157,7 @@ export function applyLink() {
     if (ev.target.closest("button:not(.tip)")) edited("trainable");
   });
   settingsChanged(0);
-  return model;
+  return { model, dataset };
 }
 
 /** A model named by the link that the list lacks: marked like a bad setting. Then the link's

@@ -24,6 +24,10 @@ export const appState = {
   noWebGPU: false,           // true after a `no_webgpu` message
   workerReady: false,        // true after `ready`
   models: [],                // GET /api/models
+  datasets: [],              // GET /api/datasets' list (web/page/dataset.js)
+  dataset: null,             // the chosen dataset's entry of that list
+  fit: null,                 // why the chosen model does not fit the chosen dataset, or null
+  runDataset: null,          // the dataset of the last run started (its class names)
   summary: null,             // GET /api/models/{name}/summary of the chosen model
   trainable: new Set(),      // the parameters ticked to train
   busy: { stopping: false, pausing: false, downloading: false, profiling: false,

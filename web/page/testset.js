@@ -1,18 +1,23 @@
-// The MNIST test split on the page (the live views, Try it, Results and Kernels show its
-// images): the shard manifest and the test images / labels shards, fetched once, lazily.
+// The chosen dataset's test split on the page (the live views, Try it, Results and Kernels show
+// its images): the manifest and the test images / labels shards of /data/<name>/, fetched once
+// per dataset, lazily.
 
-let pending = null;
+import { datasetName } from "./dataset.js";
 
-/** `{images: Uint8Array [count * 784], labels: Uint8Array [count], count, pixels}`; fetched
- *  once (a failed fetch is retried on the next call). Rejects with an Error naming the file. */
-export function testSet() {
-  if (!pending) {
-    pending = load().catch((e) => {
-      pending = null;
+const pending = new Map();  // dataset name -> the promise of its test set
+
+/** `{name, images: Uint8Array [count * pixels], labels: Uint8Array [count], count, pixels,
+ *  shape: [C, H, W] (or [F]), classes}` of dataset ``name`` (default: the chosen one);
+ *  fetched once (a failed fetch is retried on the next call). Rejects with an Error naming
+ *  the file. */
+export function testSet(name = datasetName()) {
+  if (!pending.has(name)) {
+    pending.set(name, load(name).catch((e) => {
+      pending.delete(name);
       throw e;
-    });
+    }));
   }
-  return pending;
+  return pending.get(name);
 }
 
 async function fetchBytes(url, what) {
@@ -21,15 +26,20 @@ async function fetchBytes(url, what) {
   return new Uint8Array(await res.arrayBuffer());
 }
 
-async function load() {
-  const res = await fetch("/data/mnist/manifest.json");
-  if (!res.ok) throw new Error(`MNIST manifest: HTTP ${res.status}`);
-  const test = (await res.json()).splits.test;
+async function load(name) {
+  const base = `/data/${encodeURIComponent(name)}`;
+  const res = await fetch(`${base}/manifest.json`);
+  if (!res.ok) throw new Error(`${name} manifest: HTTP ${res.status}`);
+  const manifest = await res.json();
+  const test = manifest.splits.test;
   const [images, labels] = await Promise.all([
-    fetchBytes(`/data/mnist/${test.images.file}`, "test images"),
-    fetchBytes(`/data/mnist/${test.labels.file}`, "test labels")]);
-  const pixels = test.images.shape.slice(1).reduce((a, b) => a * b, 1);
-  return { images, labels, count: test.count, pixels };
+    fetchBytes(`${base}/${test.images.file}`, "test images"),
+    fetchBytes(`${base}/${test.labels.file}`, "test labels")]);
+  const old = manifest.format === "webgpu-trainer/mnist@1";
+  const shape = old ? [1, 28, 28] : manifest.sample_shape;
+  const classes = old ? Array.from({ length: 10 }, (_, i) => String(i)) : manifest.classes;
+  const pixels = shape.reduce((a, b) => a * b, 1);
+  return { name, images, labels, count: test.count, pixels, shape, classes };
 }
 
 /** The pixels of test image `index` (a view into the shard). */
@@ -37,17 +47,30 @@ export function imageOf(set, index) {
   return set.images.subarray(index * set.pixels, (index + 1) * set.pixels);
 }
 
-/** Draw 28x28 uint8 `pixels` (0 = background) on `canvas` (28x28 backing store, scaled by
- *  CSS): light ink on black as MNIST stores it (what the model sees), or with `dark` dark ink
- *  on white as people write. */
-export function drawDigit(canvas, pixels, { dark = false } = {}) {
+/** Draw uint8 `pixels` of `shape` [C, H, W] (C 1 or 3, planar as the shards store them;
+ *  default: a square grey image) on `canvas` (an H x W backing store, scaled by CSS): as the
+ *  dataset stores it (what the model sees; MNIST: light ink on black), or with `dark` a grey
+ *  image inverted (dark ink on white, as people write). */
+export function drawSample(canvas, pixels, shape = null, { dark = false } = {}) {
   const side = Math.round(Math.sqrt(pixels.length));
-  canvas.width = canvas.height = side;
+  const [c, h, w] = shape?.length === 3 ? shape : [1, side, side];
+  canvas.width = w;
+  canvas.height = h;
   const ctx = canvas.getContext("2d");
-  const img = ctx.createImageData(side, side);
-  for (let i = 0; i < pixels.length; i++) {
-    const v = dark ? 255 - pixels[i] : pixels[i];
-    img.data.set([v, v, v, 255], 4 * i);
+  const img = ctx.createImageData(w, h);
+  const plane = h * w;
+  for (let i = 0; i < plane; i++) {
+    if (c === 3) {
+      img.data.set([pixels[i], pixels[plane + i], pixels[2 * plane + i], 255], 4 * i);
+    } else {
+      const v = dark ? 255 - pixels[i] : pixels[i];
+      img.data.set([v, v, v, 255], 4 * i);
+    }
   }
   ctx.putImageData(img, 0, 0);
+}
+
+/** Draw a square grey image (MNIST's 28x28); see drawSample. */
+export function drawDigit(canvas, pixels, opts = {}) {
+  drawSample(canvas, pixels, null, opts);
 }

@@ -1,25 +1,30 @@
-// Try it: draw a digit (mouse, touch, pen: Pointer Events) or pick a test image by index; the
-// current model (the one training, or the last one trained) classifies it, the 10 class
-// probabilities shown as bars. A drawing is preprocessed like MNIST (LeCun et al.): the ink's
-// bounding box scaled to fit 20x20 keeping its aspect ratio (anti-aliased grey levels 0..255),
-// placed in 28x28 with its centre of mass at the centre. Worker message: `predict {id, pixels |
-// index}` -> `prediction {id, probs, index, label, model, step, untrained}`
+// Try it: draw (mouse, touch, pen: Pointer Events), upload a photo or pick a test image by
+// index; the current model (the one training, or the last one trained) classifies it, the
+// probabilities of the dataset's classes shown as bars with their names. The input has the
+// chosen dataset's sample shape [C, H, W] (grey or RGB). A drawing for 1x28x28 data is
+// preprocessed like MNIST (LeCun et al.): the ink's bounding box scaled to fit 20x20 keeping
+// its aspect ratio (anti-aliased grey levels 0..255), placed in 28x28 with its centre of mass
+// at the centre; for any other shape the whole canvas (a photo: its centre square) is resized
+// to H x W (grey: ink 255 on 0; RGB: the colours). Worker message: `predict {id, pixels (C*H*W
+// uint8, planar) | index}` -> `prediction {id, probs, index, label, model, step, untrained}`
 // (worker/views.py). One request in flight: every answer that arrives is shown (the
 // latest one), "updating…" while one is on its way, and the input changed meanwhile is asked
 // next. Before any run the model's initial weights answer (web/page/prepare.js), said untrained.
 // The Results panel's `pick-test-image` event (detail: index) shows that test image here,
 // scrolled into view.
-// Test hook: window.tryState {probs, input (784 values), source, index, step, untrained,
+// Test hook: window.tryState {probs, input (C*H*W values), source, index, step, untrained,
 // requests, answers, inFlight (the id on its way, 0: none)}.
 
 import { $, el } from "../lib/util.js";
 import { appState } from "./state.js";
 import { activeTab, showTab } from "./tabs.js";
-import { drawDigit, imageOf, testSet } from "./testset.js";
+import { drawSample, imageOf, testSet } from "./testset.js";
+import { classNames } from "./dataset.js";
 import { modelReady, prepareNote } from "./prepare.js";
 
 const SIDE = 28;            // MNIST's image
 const BOX = 20;             // the ink's box inside it
+const MNIST_SHAPE = "1,28,28";
 const CANVAS = 280;         // the drawing canvas' backing store (10 px per MNIST pixel)
 const PEN = 22;             // stroke width on it (about 2 MNIST pixels after fitting)
 const DEBOUNCE_MS = 120;    // while drawing
@@ -40,6 +45,30 @@ const state = { probs: null, input: null, source: null, index: null, step: null,
   untrained: false, requests: 0, answers: 0, inFlight: 0 };
 window.tryState = state;
 
+/** The chosen dataset's sample shape [C, H, W] (MNIST's before the list is there). */
+const shape = () => {
+  const s = appState.dataset?.sample_shape;
+  return s?.length === 3 ? s : [1, SIDE, SIDE];
+};
+
+function seesText() {
+  const [c, h, w] = shape();
+  return String(shape()) === MNIST_SHAPE
+    ? "What the model sees (28 × 28, ink 255 on 0, as MNIST):"
+    : `What the model sees (${h} × ${w}, ${c === 3 ? "RGB" : "grey, ink 255 on 0"}):`;
+}
+
+/** The probability rows: one per class, named. */
+function probRows() {
+  const longest = Math.max(...classNames().map((n) => n.length));
+  // one name column for every row (the bars line up), at most 12em (longer names cut: …)
+  $("try-probs").style.setProperty("--name-w", `${Math.min(12, Math.max(1.4, 0.62 * longest))}em`);
+  $("try-probs").replaceChildren(...classNames().map((name) => el("li", { className: "prob" },
+    el("span", { className: "prob-digit", textContent: name, title: name }),
+    el("span", { className: "prob-track" }, el("span", { className: "prob-bar" })),
+    el("span", { className: "prob-val", textContent: "–" }))));
+}
+
 function build() {
   const panel = $("panel-try");
   const canvas = el("canvas", { id: "try-canvas", width: CANVAS, height: CANVAS,
@@ -48,12 +77,6 @@ function build() {
     inputMode: "numeric" });
   const probs = el("ol", { id: "try-probs", className: "probs", start: 0,
     "aria-label": "class probabilities" });
-  for (let d = 0; d < 10; d++) {
-    probs.append(el("li", { className: "prob" },
-      el("span", { className: "prob-digit", textContent: d }),
-      el("span", { className: "prob-track" }, el("span", { className: "prob-bar" })),
-      el("span", { className: "prob-val", textContent: "–" })));
-  }
   panel.append(el("section", { className: "card try-card", "aria-labelledby": "try-title" },
     el("div", { className: "card-head" }, el("h2", { id: "try-title", textContent: "Try it" }),
       // shown by visibility: the layout never moves under a click
@@ -62,24 +85,33 @@ function build() {
     el("p", { id: "try-status", className: "hint", role: "status" }),
     el("div", { className: "try-grid" },
       el("div", { className: "try-draw" },
-        el("p", { className: "hint", textContent: "Draw a digit (0–9) in the box:" }), canvas,
+        el("p", { className: "hint", id: "try-draw-hint" }), canvas,
         el("div", { className: "try-tools" },
           el("button", { type: "button", id: "try-clear", className: "btn small",
             textContent: "Clear" }),
+          el("button", { type: "button", id: "try-photo", className: "btn small",
+            textContent: "Upload a photo" }),
+          el("input", { type: "file", id: "try-photo-file", accept: "image/*", hidden: true }),
           el("label", { htmlFor: "try-index", textContent: "or test image #" }), index,
           el("button", { type: "button", id: "try-prev", className: "btn small",
             textContent: "◀ Prev", title: "previous test image" }),
           el("button", { type: "button", id: "try-next", className: "btn small",
             textContent: "Next ▶", title: "next test image" }))),
       el("div", { className: "try-out" },
-        el("p", { className: "hint",
-          textContent: "What the model sees (28 × 28, ink 255 on 0, as MNIST):" }),
+        el("p", { className: "hint", id: "try-sees" }),
         el("canvas", { id: "try-input", className: "pixelated digit-big", width: SIDE, height: SIDE,
-          role: "img", "aria-label": "the preprocessed 28 by 28 input" }),
+          role: "img", "aria-label": "the preprocessed input" }),
         el("p", { id: "try-source", className: "hint" }),
         el("h3", { textContent: "Probabilities" }), probs))));
   clearCanvas();
   setupDrawing(canvas);
+  followDataset();
+  $("try-photo").addEventListener("click", () => $("try-photo-file").click());
+  $("try-photo-file").addEventListener("change", (ev) => {
+    const file = ev.target.files[0];
+    ev.target.value = "";
+    if (file) loadPhoto(file);
+  });
   $("try-clear").addEventListener("click", () => {
     clearCanvas();
     current = null;
@@ -91,6 +123,40 @@ function build() {
   $("try-prev").addEventListener("click", () => pick(Number(index.value) - 1));
   $("try-next").addEventListener("click", () => pick(Number(index.value) + 1));
   $("try-status").textContent = statusText();
+}
+
+/** The chosen dataset's texts, probability rows and an empty input. */
+function followDataset() {
+  const [c] = shape();
+  $("try-draw-hint").textContent = String(shape()) === MNIST_SHAPE
+    ? "Draw a digit (0–9) in the box, or upload a photo:"
+    : `Draw in the box or upload a photo (${c === 3 ? "in colour" : "grey"}):`;
+  $("try-sees").textContent = seesText();
+  probRows();
+  clearCanvas();
+  current = null;
+  show(null);
+}
+
+/** A photo: its centre square drawn on the drawing canvas, then classified. */
+async function loadPhoto(file) {
+  let bitmap;
+  try {
+    bitmap = await createImageBitmap(file);
+  } catch (e) {
+    $("try-status").textContent = `${file.name} is not an image this browser decodes ` +
+      `(${e.message ?? e})`;
+    return;
+  }
+  const side = Math.min(bitmap.width, bitmap.height);
+  const ctx = $("try-canvas").getContext("2d");
+  clearCanvas();
+  ctx.imageSmoothingEnabled = true;
+  ctx.imageSmoothingQuality = "high";
+  ctx.drawImage(bitmap, (bitmap.width - side) / 2, (bitmap.height - side) / 2, side, side,
+    0, 0, CANVAS, CANVAS);
+  bitmap.close();
+  classifyDrawing(file.name);
 }
 
 function statusText() {
@@ -150,8 +216,30 @@ function changed() {
   debounce = setTimeout(classifyDrawing, DEBOUNCE_MS);
 }
 
-/** The drawing as MNIST's 28x28 uint8 (0 background, 255 ink), or null when empty. */
+/** The drawing canvas as the dataset's sample: uint8 [C, H, W] planar (grey: ink 255 on 0),
+ * resized with smoothing; null when it is blank. */
+function resized(canvas, [c, h, w]) {
+  const tmp = new OffscreenCanvas(w, h);
+  const tctx = tmp.getContext("2d", { willReadFrequently: true });
+  tctx.imageSmoothingEnabled = true;
+  tctx.imageSmoothingQuality = "high";
+  tctx.drawImage(canvas, 0, 0, w, h);
+  const src = tctx.getImageData(0, 0, w, h).data;
+  const out = new Uint8Array(c * h * w);
+  let blank = true;
+  for (let i = 0; i < h * w; i++) {
+    const [r, g, b] = src.subarray(4 * i, 4 * i + 3);
+    if (r < 255 || g < 255 || b < 255) blank = false;
+    if (c === 3) [out[i], out[h * w + i], out[2 * h * w + i]] = [r, g, b];
+    else out[i] = 255 - Math.round(0.299 * r + 0.587 * g + 0.114 * b);
+  }
+  return blank ? null : out;
+}
+
+/** The drawing as the dataset's sample (see resized); for 1x28x28 as MNIST's 28x28 uint8 (0
+ * background, 255 ink, centred as MNIST), or null when empty. */
 export function preprocess(canvas) {
+  if (String(shape()) !== MNIST_SHAPE) return resized(canvas, shape());
   const w = canvas.width, h = canvas.height;
   const src = canvas.getContext("2d").getImageData(0, 0, w, h).data;
   let x0 = w, y0 = h, x1 = -1, y1 = -1;
@@ -193,12 +281,12 @@ export function preprocess(canvas) {
   return out;
 }
 
-function classifyDrawing() {
+function classifyDrawing(photo = null) {
   const pixels = preprocess($("try-canvas"));
   current = pixels ? { pixels } : null;
   show(pixels);
   if (pixels) {
-    $("try-source").textContent = "your drawing";
+    $("try-source").textContent = photo ? `your photo ${photo}` : "your drawing";
     classify();
   }
 }
@@ -221,19 +309,20 @@ export async function pick(index) {
   const pixels = imageOf(set, index);
   current = { index };
   show(pixels);
-  // the test image on the drawing canvas too, as drawn there (dark ink on white)
+  // the test image on the drawing canvas too, as drawn there (grey: dark ink on white)
   const ink = document.createElement("canvas");
-  drawDigit(ink, pixels, { dark: true });
+  drawSample(ink, pixels, set.shape, { dark: true });
   const ctx = $("try-canvas").getContext("2d");
   ctx.imageSmoothingEnabled = false;
   ctx.drawImage(ink, 0, 0, CANVAS, CANVAS);
-  $("try-source").textContent = `test image #${index}, labelled ${set.labels[index]}`;
+  $("try-source").textContent = `test image #${index}, labelled ` +
+    `${set.classes[set.labels[index]] ?? set.labels[index]}`;
   classify();
 }
 
 function show(pixels) {
   state.input = pixels ? Array.from(pixels) : null;
-  if (pixels) drawDigit($("try-input"), pixels);
+  if (pixels) drawSample($("try-input"), pixels, shape());
   else {
     const c = $("try-input");
     c.getContext("2d").clearRect(0, 0, c.width, c.height);
@@ -280,7 +369,8 @@ export function onPrediction(m) {
     render(null);
   } else {
     $("try-status").textContent = m.untrained ? "Untrained: these are the initial weights’ " +
-      "guesses (about 1 in 10 right). Press Start to train the model; it answers here, live." : "";
+      `guesses (about 1 in ${classNames().length} right). Press Start to train the model; ` +
+      "it answers here, live." : "";
     $("try-model").textContent = m.untrained ? `${m.model}, initial weights (untrained)`
       : `${m.model} after step ${m.step}` + (appState.phase === "training" ? " (training)" : "");
     Object.assign(state, { probs: m.probs, source: m.index != null ? "test" : "drawn",
@@ -318,6 +408,10 @@ export function setupTryIt(post) {
     $("try-status").textContent = statusText();
     if (!current) pick(Number($("try-index").value));  // a test image from the start
     else classify();
+  });
+  document.addEventListener("dataset-changed", () => {
+    followDataset();
+    if (activeTab() === "try") pick(Number($("try-index").value));
   });
   document.addEventListener("model-prepared", () => {
     if (activeTab() !== "try") return;

@@ -1,8 +1,9 @@
 // Inside the model: live views of the model being trained (or the last one trained), refreshed
 // every few seconds ONLY while the "Inside the model" panel is visible: the first conv layer's
-// filters (diverging colours), the feature maps of a chosen test image per conv layer, and the
-// L2 norms of every parameter's weights and last gradient (log scale). Worker message:
-// `inspect {id, index}` -> `inspect {...}` (worker/views.py). Before any run they show
+// filters (diverging colours; filters over RGB input as colour tiles), the feature maps of a
+// chosen test image (grey or RGB, the dataset's) per conv layer, and the L2 norms of every
+// parameter's weights and last gradient (log scale). Worker message: `inspect {id, index}`
+// -> `inspect {...}` (worker/views.py). Before any run they show
 // the model's initial weights (prepare.js); while a run sets up, they ask again each second
 // and show its initial weights as soon as they exist.
 // Test hook: window.viewsState.last (the last `inspect` answer shown).
@@ -10,7 +11,8 @@
 import { $, el } from "../lib/util.js";
 import { appState } from "./state.js";
 import { activeTab } from "./tabs.js";
-import { drawDigit, imageOf, testSet } from "./testset.js";
+import { drawSample, imageOf, testSet } from "./testset.js";
+import { runClassName } from "./dataset.js";
 import { modelReady, prepareNote } from "./prepare.js";
 
 const INTERVAL_MS = 3000;   // from one answer to the next request while training
@@ -142,9 +144,11 @@ export function onInspect(m) {
 }
 
 function drawFilters(f) {
-  // one tile per (output, input) channel pair; each weight is one pixel, tiles 1 px apart
+  // one tile per (output, input) channel pair; each weight is one pixel, tiles 1 px apart;
+  // over RGB input one tile per output channel, its (r, g, b) weights as a colour (grey: 0)
   const [out, inC, kh, kw] = f.shape;
-  const tiles = out * inC;
+  const rgb = inC === 3;
+  const tiles = rgb ? out : out * inC;
   const cols = Math.min(tiles, 4);
   const rows = Math.ceil(tiles / cols);
   const cv = $("views-filters");
@@ -161,14 +165,22 @@ function drawFilters(f) {
     const y0 = Math.floor(t / cols) * (kh + 1);
     for (let i = 0; i < kh; i++) {
       for (let j = 0; j < kw; j++) {
-        const rgb = diverging(max ? f.values[(t * kh + i) * kw + j] / max : 0);
-        img.data.set([...rgb, 255], 4 * ((y0 + i) * cv.width + x0 + j));
+        const at = 4 * ((y0 + i) * cv.width + x0 + j);
+        if (rgb) {
+          const col = [0, 1, 2].map((k) => Math.round(127.5 + 127.5 *
+            (max ? f.values[((t * 3 + k) * kh + i) * kw + j] / max : 0)));
+          img.data.set([...col, 255], at);
+        } else {
+          img.data.set([...diverging(max ? f.values[(t * kh + i) * kw + j] / max : 0), 255], at);
+        }
       }
     }
   }
   ctx.putImageData(img, 0, 0);
   $("views-filters-caption").textContent =
-    `First conv layer's filters: ${f.name} [${f.shape.join(", ")}], max |w| ${max.toPrecision(3)}`;
+    `First conv layer's filters: ${f.name} [${f.shape.join(", ")}], max |w| ${max.toPrecision(3)}` +
+    (rgb ? " (over RGB: one tile per filter, its red, green and blue weights as a colour; " +
+      "grey = 0)" : "");
 }
 
 async function drawMaps(m) {
@@ -201,13 +213,14 @@ async function drawMaps(m) {
       el("figcaption",
         { textContent: `${map.layer} → ${c} × ${h} × ${w} (max ${max.toPrecision(3)})` }), cv);
   }));
-  $("views-label").textContent = `label ${m.label}`;
+  const label = `label ${runClassName(m.label)}`;
+  $("views-label").textContent = label;
   try {
-    const set = await testSet();
+    const set = await testSet(appState.runDataset?.name);
     $("views-index").max = set.count - 1;
-    drawDigit($("views-image"), imageOf(set, m.index));
+    drawSample($("views-image"), imageOf(set, m.index), set.shape);
   } catch (e) {
-    $("views-label").textContent = `label ${m.label} (image not shown: ${e.message ?? e})`;
+    $("views-label").textContent = `${label} (image not shown: ${e.message ?? e})`;
   }
 }
 

@@ -13,7 +13,7 @@ const TOKEN_KEY = "webgpu-trainer.teacher-token";
 const RENDER_MS = 500;
 
 const state = {
-  token: null, info: null, schema: null, sessions: [], session: null, addr: 0,
+  token: null, info: null, schema: null, datasets: [], sessions: [], session: null, addr: 0,
   roster: new Map(),          // student id -> row
   curves: new Map(),          // student id -> {run, steps: Map(step -> loss)}
   leaderboard: [],            // names, best first
@@ -197,10 +197,14 @@ async function download(path, name) {
 const FIELD_NAMES = ["optimizer", "lr", "batch_size", "epochs", "seed", "init", "max_steps",
   "eval_images", "momentum", "weight_decay"];
 
-/** [name, label, kind] of the dialog's rows: the model first, then FIELD_NAMES. */
+/** [name, label, kind] of the dialog's rows: the dataset (once the run config has the field;
+ * the students' pages load it, pinned by default) and the model first, then FIELD_NAMES. */
 function dialogFields() {
   const byName = Object.fromEntries(state.schema.fields.map((f) => [f.name, f]));
-  return [["model", "Model", "select"], ...FIELD_NAMES.filter((k) => byName[k]).map((k) => {
+  const dataset = byName.dataset && state.datasets.length ? [["dataset", "Dataset", "select"]]
+    : [];
+  const fields = FIELD_NAMES.filter((k) => byName[k]);
+  return [...dataset, ["model", "Model", "select"], ...fields.map((k) => {
     const f = byName[k];
     return [k, f.label + (f.zero ? ` (0 = ${f.zero})` : ""),
       f.type === "choice" ? "select" : "number", f];
@@ -215,7 +219,8 @@ function openDialog() {
     const id = `s-${k}`;
     let input;
     if (kind === "select") {
-      const opts = k === "model" ? state.info.models : f.choices;
+      const opts = k === "model" ? state.info.models : k === "dataset" ? state.datasets
+        : f.choices;
       input = el("select", { id, name: k }, ...opts.map((o) => new Option(o, o)));
     } else {
       input = el("input", { id, name: k, type: "number", step: f.type === "int" ? "1" : "any",
@@ -273,6 +278,7 @@ async function start() {
   try {
     state.info = await getJSON("/api/classroom/info");
     state.schema = await getJSON("/api/config/schema");
+    state.datasets = (await getJSON("/api/datasets")).datasets.map((d) => d.name);
   } catch (e) {
     if (state.token) showError(`Could not load the dashboard: ${e.message}`);
     return;

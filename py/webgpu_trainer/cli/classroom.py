@@ -117,6 +117,7 @@ def classroom(args) -> int:
     store.close()
 
     kwargs = dict(models_dir=models_dir, uploads_dir=args.uploads_dir, data_dir=data_dir,
+                  data_root=args.data_root,
                   wheels_dir=wheels_dir, state_dir=state_dir, db_url=db_url, base_urls=urls,
                   ca_path=tls["ca"] and str(tls["ca"]), ca_sha256=tls["ca_sha256"],
                   teacher_token=token)

@@ -49,7 +49,7 @@ def serve(args) -> int:
         return 1
     root, data_dir, wheels_dir = ready
     app = create_app(root, args.models_dir or root / "models", data_dir, wheels_dir,
-                     uploads_dir=args.uploads_dir)
+                     uploads_dir=args.uploads_dir, data_root=args.data_root)
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     url = f"http://{shown}:{args.port}"
     print(f"webgpu-trainer: serving on {url}  (Ctrl+C to stop)", flush=True)

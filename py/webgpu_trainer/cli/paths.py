@@ -34,10 +34,12 @@ def prepare_serving(data_dir, source):
 
 
 def add_serving_args(p) -> None:
-    """The options both servers (``serve``, ``classroom``) take: --data-dir, --models-dir,
-    --source (the arguments of ``prepare_serving`` and the models folder)."""
+    """The options both servers (``serve``, ``classroom``) take: --data-dir, --data-root,
+    --models-dir, --source (the arguments of ``prepare_serving`` and the models folder)."""
     p.add_argument("--data-dir", type=Path, default=None,
                    help="MNIST cache (default <repo>/.cache/datasets/mnist)")
+    p.add_argument("--data-root", type=Path, default=None,
+                   help="prepared datasets, one folder each (default <repo>/.cache/datasets)")
     p.add_argument("--models-dir", type=Path, default=None,
                    help="folder of .onnx models (default <repo>/models)")
     p.add_argument("--uploads-dir", type=Path, default=None,

@@ -1,10 +1,11 @@
-"""The Starlette app: page, Pyodide, engine wheel, models, MNIST shards (routes: ARCHITECTURE.md).
+"""The Starlette app: page, Pyodide, engine wheel, models, datasets (routes: ARCHITECTURE.md).
 
-``create_app(root, models_dir, data_dir, wheels_dir)`` builds it. Every error is a JSON body
-``{"error": "..."}`` naming the problem (400 bad input, 404 missing, 416 bad range, 500 server
-side, e.g. a shard whose sha256 no longer matches the manifest). Files are only served from the
-allowed folders: paths with ``..``, ``.`` or empty segments, backslashes, NUL or absolute paths
-are rejected with 400 before touching the disk, and the resolved path must stay inside its root.
+``create_app(root, models_dir, data_dir, wheels_dir, data_root=...)`` builds it. Every error is
+a JSON body ``{"error": "..."}`` naming the problem (400 bad input, 404 missing, 416 bad range,
+500 server side, e.g. a shard whose sha256 no longer matches the manifest). Files are only
+served from the allowed folders: paths with ``..``, ``.`` or empty segments, backslashes, NUL or
+absolute paths are rejected with 400 before touching the disk, and the resolved path must stay
+inside its root.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .config_routes import RunConfigRoutes
+from .data_routes import Datasets
 from .dataset_routes import DatasetUploads
 from .errors import NAME_RE as NAME_RE, ApiError
 from .files import (IMMUTABLE as IMMUTABLE, MIME as MIME, WEB_SUFFIXES as WEB_SUFFIXES,
                     file_response as file_response, safe_join as safe_join)
-from .mnist_routes import Mnist
 from .model_routes import MAX_UPLOAD_BYTES, Models
 from .static_routes import PageFiles
 
@@ -45,8 +46,8 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
 
     The routes live with what they serve: ``static_routes.PageFiles`` (the page, vendored
     libraries, the engine wheel), ``model_routes.Models``, ``config_routes.RunConfigRoutes``,
-    ``mnist_routes.Mnist``, ``dataset_routes.DatasetUploads`` (``app.state.datasets``); the
-    errors are JSON (:func:`_error_handlers`).
+    ``data_routes.Datasets`` (reading), ``dataset_routes.DatasetUploads`` (preparing uploads;
+    ``app.state.datasets``); the errors are JSON (:func:`_error_handlers`).
     """
     root = Path(root).resolve()
     models_dir = Path(models_dir or root / "models")
@@ -64,7 +65,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
         return _scrub(str(text), folders)
 
     models = Models(models_dir, uploads_dir, public, max_upload_bytes)
-    files, mnist = PageFiles(root, wheels_dir), Mnist(data_dir)
+    files, mnist = PageFiles(root, wheels_dir), Datasets(data_dir, data_root)
     datasets = DatasetUploads(data_root, public)
     routes = [
         *files.routes(),

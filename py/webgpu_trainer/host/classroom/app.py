@@ -91,19 +91,20 @@ def create_classroom_app(root: Path, *, models_dir: Path | None = None,
                          state_dir: Path, db_url: str | None = None,
                          base_urls: list | None = None, ca_path: str | None = None,
                          ca_sha256: str | None = None, teacher_token: str | None = None,
-                         uploads_dir: Path | None = None):
+                         uploads_dir: Path | None = None, data_root: Path | None = None):
     """The app and its store. ``state_dir``: the classroom's folder (SQLite database unless
     ``db_url``, models, TLS files); ``base_urls``: what students type (join URLs and QR codes
     are these plus ``/?class=ID``); ``ca_path``: the CA certificate served at
     ``/classroom/ca.pem``; ``teacher_token``: fixed token (else the stored hash is kept, or a
     new token made on a new database: ``Store.teacher_token``); ``uploads_dir``: the page's
-    uploaded models (default ``root/.cache/uploads``)."""
+    uploaded models (default ``root/.cache/uploads``); ``data_root``: the prepared datasets."""
     root = Path(root).resolve()
     state_dir = Path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(state_dir, 0o700)
     store = Store(db_url or default_db(state_dir), state_dir)
     app = create_app(root, models_dir, data_dir, wheels_dir, uploads_dir=uploads_dir,
+                     data_root=data_root,
                      extra_routes=[*student.ROUTES, *teacher.ROUTES])
     token = store.teacher_token(teacher_token)
     app.state.classroom = ClassroomState(
@@ -123,6 +124,6 @@ def from_env():
     """The app from ``$WEBGPU_TRAINER_CLASSROOM`` (``uvicorn --factory`` with workers)."""
     args = json.loads(os.environ[ENV])
     root = Path(args.pop("root"))
-    paths = ("models_dir", "data_dir", "wheels_dir", "state_dir")
+    paths = ("models_dir", "data_dir", "wheels_dir", "state_dir", "data_root")
     return create_classroom_app(root, **{k: (Path(v) if k in paths and v else v)
                                          for k, v in args.items()})

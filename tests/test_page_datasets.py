@@ -1,0 +1,239 @@
+"""The page follows the dataset (issue 18, "In the page"), in headless Chromium with WebGPU: a
+small RGB dataset (3x8x8, classes red / green / blue, written into the server's data root in
+the manifest format of DATASETS.md by tests/dataset_fixtures.py) is listed by the picker with
+its shape, classes, counts and download size; with the MNIST model the page names both shapes
+and Start stays disabled; Try it and the kernels playground show its test images in colour
+(the canvas pixels equal the shard's) with the class names; a share link carries it. With a
+matching tiny model a run's loss falls and Results, Try it and Inside the model use the class
+names; every view is saved as a screenshot (test-artifacts/screenshots/datasets-*.png)."""
+
+import numpy as np
+import pytest
+from dataset_fixtures import (RGB_CLASSES, colour_blobs, rgb_png, tiny_rgb_model,
+                              write_image_dataset)
+from e2e_fixtures import Page, run_training, screenshot
+
+pytestmark = pytest.mark.e2e
+
+SIDE, TRAIN, TEST = 8, 384, 96
+RUN_TIMEOUT_S = 300
+
+CANVAS = """(id) => {
+  const c = document.getElementById(id);
+  return [c.width, c.height, Array.from(c.getContext('2d').getImageData(0, 0, c.width,
+          c.height).data)];
+}"""
+
+
+@pytest.fixture(scope="module")
+def rgb(server_data_root, server_uploads):
+    """The "blobs" dataset in the server's data root and "blobnet" (its model) in its uploads."""
+    test = colour_blobs(TEST, SIDE, seed=1)
+    write_image_dataset(server_data_root, "blobs", {"train": colour_blobs(TRAIN, SIDE),
+                                                    "test": test}, RGB_CLASSES,
+                        title="Colour blobs")
+    tiny_rgb_model(server_uploads / "blobnet.onnx", SIDE, len(RGB_CLASSES))
+    return {"test": test}
+
+
+def rgba(image: np.ndarray) -> list:
+    """uint8 [3, H, W] as the RGBA bytes a canvas holds."""
+    c, h, w = image.shape
+    out = np.full((h, w, 4), 255, np.uint8)
+    out[..., :3] = image.transpose(1, 2, 0)
+    return out.ravel().tolist()
+
+
+def pick_dataset(page, name: str) -> None:
+    if page.get_attribute("#settings-toggle", "aria-expanded") == "false":
+        page.click("#settings-toggle")
+    page.select_option("#dataset", name)
+
+
+def test_picker_and_mismatch(rgb, app, server):
+    app.wait_ready()
+    page = app.page
+    names = page.eval_on_selector_all("#dataset option", "os => os.map(o => o.value)")
+    assert names == ["blobs", "mnist"] and page.input_value("#dataset") == "mnist"
+    assert page.input_value("#model") == "seednet"
+    pick_dataset(page, "blobs")
+    hint = page.text_content("#dataset-hint")
+    size = (TRAIN + TEST) * (3 * SIDE * SIDE + 1)  # 92,640 bytes
+    assert hint == (f"3x8x8 images · classes: red, green, blue · {TRAIN} training + {TEST} test"
+                    f" · {size / 1024:.1f} KB to download"), hint
+    page.wait_for_selector("#dataset-fit:not([hidden])", timeout=10_000)
+    fit = page.text_content("#dataset-fit")
+    assert fit == ("Model seednet: input 'input' [N, 1, 28, 28] does not fit dataset blobs "
+                   "(3x8x8 images, [N, 3, 8, 8]): choose a model made for 3x8x8 or another "
+                   "dataset."), fit
+    assert page.text_content("#summary-fit") == fit
+    assert page.is_disabled("#start") and page.get_attribute("#start", "title") == fit
+    assert page.is_hidden("#dataset-warn")
+    screenshot(page, "datasets-mismatch")
+    # Try it: the dataset's test image in colour, its class names
+    page.click("#tab-try")
+    page.fill("#try-index", "5")
+    page.dispatch_event("#try-index", "change")
+    page.wait_for_function("document.getElementById('try-source').textContent"
+                           ".startsWith('test image #5')")
+    label = RGB_CLASSES[int(np.asarray(rgb["test"][1])[5])]
+    assert page.text_content("#try-source") == f"test image #5, labelled {label}"
+    w, h, data = page.evaluate(CANVAS, "try-input")
+    assert (w, h) == (SIDE, SIDE) and data == rgba(rgb["test"][0][5])
+    assert page.eval_on_selector_all("#try-probs .prob-digit", "s => s.map(e => e.textContent)") \
+        == RGB_CLASSES
+    screenshot(page, "datasets-tryit-untrained")
+    # a photo: its centre square resized to 8x8 RGB (a uniform colour stays exactly that)
+    photo = np.empty((30, 40, 3), np.uint8)
+    photo[:] = (200, 30, 60)
+    page.set_input_files("#try-photo-file", files=[{"name": "solid.png", "mimeType":
+                                                     "image/png", "buffer": rgb_png(photo)}])
+    page.wait_for_function("document.getElementById('try-source').textContent"
+                           " === 'your photo solid.png'")
+    assert page.evaluate("window.tryState.input") == [200] * 64 + [30] * 64 + [60] * 64
+    # the kernels playground: the test image in colour, convolved as its grey levels
+    page.click("#tab-kernels")
+    page.fill("#kernel-digit", "7")
+    page.click("#kernel-digit-load")
+    page.wait_for_function("document.getElementById('kernel-image-note').textContent"
+                           ".includes('#7')")
+    label = RGB_CLASSES[int(np.asarray(rgb["test"][1])[7])]
+    assert page.text_content("#kernel-image-note") == \
+        f"blobs test image #7 (a {label}): 8×8, RGB (convolved as its grey levels)"
+    w, h, data = page.evaluate(CANVAS, "kernel-input")
+    assert (w, h) == (SIDE, SIDE) and data == rgba(rgb["test"][0][7])
+    screenshot(page, "datasets-kernels")
+    # back to MNIST: the model fits again
+    pick_dataset(page, "mnist")
+    page.wait_for_selector("#dataset-fit", state="hidden")
+    page.wait_for_function("!document.getElementById('start').disabled")
+    assert app.console == [] or not any("pageerror" in c for c in app.console), app.console
+
+
+def test_share_link_names_the_dataset(rgb, chromium, server):
+    page = Page(chromium, f"{server}/?dataset=blobs")
+    try:
+        page.wait_ready()
+        page.page.wait_for_function("window.appState.dataset?.name === 'blobs'")
+        assert page.page.input_value("#dataset") == "blobs"
+        page.page.click("#share")
+        page.page.wait_for_function("document.getElementById('share-url').value !== ''")
+        assert "dataset=blobs" in page.page.input_value("#share-url")
+    finally:
+        page.close()
+
+
+def test_rgb_run_uses_class_names(rgb, app):
+    app.wait_ready()
+    page = app.page
+    pick_dataset(page, "blobs")
+    app.configure(model="blobnet", optimizer="adam", lr="0.01", batch=32, epochs=2,
+                  eval_images=TEST, val_images=32)
+    page.wait_for_function("!document.getElementById('start').disabled")
+    run_training(app, 2 * (TRAIN - 32) // 32, RUN_TIMEOUT_S, "rgb")
+    losses = page.evaluate("window.appState.steps.map(s => s.loss)")
+    assert np.mean(losses[-3:]) < 0.5 * np.mean(losses[:3]), losses
+    screenshot(page, "datasets-dashboard")
+    page.click("#tab-results")
+    heads = page.eval_on_selector_all("#confusion thead tr:last-child th[scope=col]:not(.corner)",
+                                      "s => s.map(e => e.textContent)")
+    assert heads == RGB_CLASSES, heads
+    rows = page.eval_on_selector_all("#per-class tbody th", "s => s.map(e => e.textContent)")
+    assert rows == RGB_CLASSES
+    screenshot(page, "datasets-results")
+    page.click("#tab-try")
+    page.fill("#try-index", "3")
+    page.dispatch_event("#try-index", "change")
+    page.wait_for_function("window.tryState.probs && window.tryState.index === 3")
+    probs = page.evaluate("window.tryState.probs")
+    label = int(np.asarray(rgb["test"][1])[3])
+    assert len(probs) == 3 and int(np.argmax(probs)) == label, probs
+    best = page.text_content("#try-probs li.best .prob-digit")
+    assert best == RGB_CLASSES[label]
+    screenshot(page, "datasets-tryit")
+    page.click("#tab-model")
+    page.wait_for_function("window.viewsState.last")
+    assert page.text_content("#views-label").startswith("label ")
+    assert page.text_content("#views-label")[6:] in RGB_CLASSES
+    screenshot(page, "datasets-inside")
+
+
+def claimed(root, name: str, shape: list, train: int, test: int) -> None:
+    """A manifest claiming ``train`` + ``test`` images of ``shape`` (no shards: the picker
+    judges the size from the list, before anything is downloaded)."""
+    import json
+    per = int(np.prod(shape))
+    splits = {s: {"count": n, "images": {"file": f"{s}-images.u8", "shape": [n, *shape],
+                                         "dtype": "uint8", "bytes": n * per, "sha256": "0"},
+                  "labels": {"file": f"{s}-labels.u8", "shape": [n], "dtype": "uint8",
+                             "bytes": n, "sha256": "0"}}
+              for s, n in (("train", train), ("test", test))}
+    (root / name).mkdir()
+    (root / name / "manifest.json").write_text(json.dumps(
+        {"format": "webgpu-trainer/dataset@1", "name": name, "title": name.title(),
+         "kind": "image", "sample_shape": shape, "classes": ["a", "b"], "mean": [0.5] * 3,
+         "std": [0.25] * 3, "splits": splits}))
+
+
+def human(n: int) -> str:
+    """``n`` bytes as the page writes them (1024-based, one decimal past bytes)."""
+    unit = next(u for u, k in (("GB", 3), ("MB", 2), ("KB", 1), ("B", 0)) if n >= 1024 ** k)
+    k = ["B", "KB", "MB", "GB"].index(unit)
+    return f"{n / 1024 ** k:.{1 if k else 0}f} {unit}"
+
+
+def test_too_large_is_said_before_download(rgb, app, server_data_root):
+    app.wait_ready()
+    page = app.page
+    limits = page.evaluate("""async () => {
+        const l = (await navigator.gpu.requestAdapter()).limits;
+        return [l.maxBufferSize, l.maxStorageBufferBindingSize];
+    }""")
+    limit = min(limits)
+    big = limit // 3072 + 1  # training images one sample over the adapter's limit
+    claimed(server_data_root, "huge", [3, 32, 32], 1000, 400_000)  # 1.15 GiB, mostly test
+    claimed(server_data_root, "big", [3, 32, 32], big, 10)
+    page.reload()
+    app.wait_ready()
+    pick_dataset(page, "huge")
+    page.wait_for_selector("#dataset-warn:not([hidden])")
+    assert page.text_content("#dataset-warn") == (
+        "Huge is 1.1 GB: larger than this page can hold (1.0 GB); it will not fit the "
+        "browser's memory.")
+    pick_dataset(page, "big")
+    page.wait_for_function("document.getElementById('dataset-warn').textContent"
+                           ".startsWith('Big')")
+    text = page.text_content("#dataset-warn")
+    assert text.startswith("Big's training images are ") and \
+        text.endswith(f"GPU's buffer limit ({human(limit)}); it will not fit."), text
+    screenshot(page, "datasets-too-large")
+    pick_dataset(page, "blobs")
+    page.wait_for_selector("#dataset-warn", state="hidden")
+
+
+def random_images(n: int, classes: int, seed: int) -> tuple:
+    rng = np.random.default_rng(seed)
+    return (rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8),
+            (np.arange(n) % classes).astype(np.uint8))
+
+
+def test_default_model_follows_the_dataset(rgb, app, server_data_root):
+    for name, k in (("tiny10", 10), ("tiny100", 100)):
+        if not (server_data_root / name).exists():
+            write_image_dataset(server_data_root, name, {"train": random_images(k * 2, k, 0),
+                                                         "test": random_images(k, k, 1)},
+                                [f"class {i}" for i in range(k)])
+    page = app.page
+    page.reload()
+    app.wait_ready()
+    for name, model in (("tiny10", "seednet-rgb32"), ("tiny100", "seednet-rgb32-c100"),
+                        ("mnist", "seednet"), ("blobs", "seednet")):  # blobs: none made for it
+        pick_dataset(page, name)
+        page.wait_for_function(f"document.getElementById('model').value === '{model}'")
+        fits = name != "blobs"
+        page.wait_for_selector("#dataset-fit", state="hidden" if fits else "visible")
+    # a link naming the dataset gets its model
+    page.goto(page.url.split("?")[0] + "?dataset=tiny100")
+    app.wait_ready()
+    page.wait_for_function("document.getElementById('model').value === 'seednet-rgb32-c100'")
+    assert page.is_hidden("#dataset-fit")
