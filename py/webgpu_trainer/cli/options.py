@@ -113,7 +113,7 @@ def add_train(sub) -> argparse.ArgumentParser:
     p.add_argument("model", type=Path, nargs="?", default=None,
                    help="the .onnx model (optional with --resume)")
     p.add_argument("--data-dir", dest="data_dir", type=Path, default=None,
-                   help="MNIST cache (default <repo>/.cache/datasets/mnist)")
+                   help="the dataset's folder (default <data root>/<--data NAME>)")
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default runs/<model>-<timestamp>)")
     p.add_argument("--data-root", dest="data_root", type=Path, default=None,
