@@ -1,0 +1,185 @@
+"""Your own data in the page (issue 18, "In the page"), in headless Chromium with WebGPU: a zip
+of PNGs (3 classes of solid colours, made here with Pillow) chosen in the drop zone ->
+the preview (POST /api/datasets/scan) shows the classes, counts and thumbnails -> Prepare
+(POST /api/datasets, 28x28 grey: SeedNet's shape) -> the picker holds it and SeedNet is chosen
+-> a short run -> Try it names the right class of its test images. A zip with a ``../`` member
+shows the server's own error and leaves the datasets as they were; a built-in name is refused
+as the server words it. "Make your own classes": strokes drawn with the mouse for 2 classes ->
+Prepare -> the picker holds the drawings' dataset. Screenshots: test-artifacts/screenshots/
+upload-*.png."""
+
+import io
+import json
+import urllib.error
+import urllib.request
+import zipfile
+
+import numpy as np
+import pytest
+from e2e_fixtures import run_training, screenshot
+from PIL import Image
+
+pytestmark = pytest.mark.e2e
+
+COLOURS = {"blue": (20, 40, 230), "green": (30, 200, 40), "red": (230, 30, 30)}
+PER_CLASS, SIDE = 30, 16
+RUN_TIMEOUT_S = 300
+
+
+def png(rgb, rng) -> bytes:
+    """A SIDE x SIDE PNG of colour ``rgb`` with a little noise (Pillow)."""
+    noise = rng.integers(-12, 13, (SIDE, SIDE, 3))
+    pixels = np.clip(np.array(rgb) + noise, 0, 255).astype(np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(out, "PNG")
+    return out.getvalue()
+
+
+def colour_zip() -> bytes:
+    """colours/<class>/<i>.png, PER_CLASS images per class."""
+    rng = np.random.default_rng(0)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, rgb in COLOURS.items():
+            for i in range(PER_CLASS):
+                z.writestr(f"colours/{name}/{i:02d}.png", png(rgb, rng))
+    return out.getvalue()
+
+
+def open_panel(page, box: str) -> None:
+    if page.get_attribute("#settings-toggle", "aria-expanded") == "false":
+        page.click("#settings-toggle")
+    page.evaluate(f"document.getElementById('{box}').open = true")
+
+
+def listed(server) -> dict:
+    with urllib.request.urlopen(f"{server}/api/datasets", timeout=10) as r:
+        return json.load(r)
+
+
+def choose_zip(page, name: str, data: bytes) -> None:
+    page.set_input_files("#dsu-file", files=[{"name": name, "mimeType": "application/zip",
+                                              "buffer": data}])
+
+
+def test_zip_preview_prepare_train_try(app, server):
+    app.wait_ready()
+    page = app.page
+    open_panel(page, "dataset-own")
+    choose_zip(page, "Colours.zip", colour_zip())
+    page.wait_for_selector("#dsu-grid figure")
+    captions = page.eval_on_selector_all("#dsu-grid figcaption", "s => s.map(e => e.textContent)")
+    assert captions == [f"{n} {PER_CLASS}" for n in sorted(COLOURS)], captions
+    page.wait_for_function("[...document.querySelectorAll('#dsu-grid img')]"
+                           ".every(i => i.complete && i.naturalWidth === 16)")
+    assert page.eval_on_selector_all("#dsu-grid .dsu-thumbs", "s => s.map(e => "
+                                     "e.children.length)") == [4, 4, 4]
+    assert page.text_content("#dsu-preview p") == "Colours.zip: 90 images in 3 classes"
+    assert page.input_value("#dsu-name") == "colours"
+    screenshot(page, "upload-preview")
+    # a built-in name: the server's 400, word for word, next to the drop zone
+    page.fill("#dsu-name", "mnist")
+    page.click("#dsu-prepare")
+    page.wait_for_selector("#dsu-error:not([hidden])")
+    assert page.text_content("#dsu-error") == \
+        "dataset name 'mnist' is a built-in dataset's: choose another name"
+    page.fill("#dsu-name", "colours")
+    page.select_option("#dsu-size", "28")
+    page.select_option("#dsu-color", "grey")
+    page.click("#dsu-prepare")
+    page.wait_for_function("window.appState.dataset?.name === 'colours'", timeout=60_000)
+    assert page.is_hidden("#dsu-error")
+    d = listed(server)["datasets"]
+    ours = next(x for x in d if x["name"] == "colours")
+    assert ours["sample_shape"] == [1, 28, 28] and ours["classes"] == sorted(COLOURS)
+    assert ours["train"] + ours["test"] == 3 * PER_CLASS and ours["test"] == 18
+    assert page.text_content("#dsu-status") == \
+        ("Prepared colours: 1x28x28, 3 classes, 72 training + 18 test (90 images of 1 size "
+         "center-cropped to a square and resized to 28x28; 90 RGB images converted to grey)")
+    assert page.input_value("#dataset") == "colours" and page.input_value("#model") == "seednet"
+    screenshot(page, "upload-prepared")
+    app.configure(model="seednet", optimizer="adam", lr="0.01", batch=8, epochs=3,
+                  eval_images=18, val_images=8)
+    page.wait_for_function("!document.getElementById('start').disabled")
+    run_training(app, 3 * 64 // 8, RUN_TIMEOUT_S, "upload")
+    page.click("#tab-try")
+    for index in range(6):
+        page.fill("#try-index", str(index))
+        page.dispatch_event("#try-index", "change")
+        page.wait_for_function(f"window.tryState.probs && window.tryState.index === {index}")
+        source = page.text_content("#try-source")
+        label = source.rsplit(" ", 1)[1]
+        assert source == f"test image #{index}, labelled {label}" and label in COLOURS
+        best = page.text_content("#try-probs li.best .prob-digit")
+        assert best == label, (index, page.evaluate("window.tryState.probs"))
+    screenshot(page, "upload-tryit")
+
+
+def test_hostile_zip_shows_the_error_and_changes_nothing(app, server, server_data_root):
+    app.wait_ready()
+    page = app.page
+    before = listed(server)
+    files = sorted(str(p.relative_to(server_data_root)) for p in server_data_root.rglob("*"))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr("cats/1.png", png((200, 10, 10), np.random.default_rng(1)))
+        z.writestr("../evil.png", png((10, 10, 200), np.random.default_rng(2)))
+    req = urllib.request.Request(f"{server}/api/datasets/scan", data=out.getvalue(),
+                                 method="POST")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=10)
+    assert err.value.code == 400
+    words = json.load(err.value)["error"]
+    assert "../evil.png" in words
+    open_panel(page, "dataset-own")
+    choose_zip(page, "evil.zip", out.getvalue())
+    page.wait_for_selector("#dsu-error:not([hidden])")
+    assert page.text_content("#dsu-error") == words
+    assert page.is_hidden("#dsu-form") and page.inner_text("#dsu-preview") == ""
+    screenshot(page, "upload-hostile")
+    assert listed(server) == before
+    assert sorted(str(p.relative_to(server_data_root))
+                  for p in server_data_root.rglob("*")) == files
+
+
+def stroke(page, box, points) -> None:
+    """Draw a stroke through ``points`` (fractions of the canvas) with the mouse."""
+    at = [(box["x"] + fx * box["width"], box["y"] + fy * box["height"]) for fx, fy in points]
+    page.mouse.move(*at[0])
+    page.mouse.down()
+    for x, y in at[1:]:
+        page.mouse.move(x, y, steps=4)
+    page.mouse.up()
+
+
+def test_own_classes_by_drawing(app, server):
+    app.wait_ready()
+    page = app.page
+    open_panel(page, "own-classes-box")
+    assert page.eval_on_selector_all(".own-class-name", "s => s.map(e => e.value)") == \
+        ["circle", "cross"]
+    page.click("#own-prepare")
+    assert page.text_content("#own-error") == \
+        "Class circle has 0 examples: add at least 2 to every class."
+    box = page.locator("#own-canvas").bounding_box()
+    ring = [(0.5 + 0.3 * np.cos(t), 0.5 + 0.3 * np.sin(t)) for t in np.linspace(0, 6.3, 16)]
+    for k in range(3):
+        page.select_option("#own-target", "0")
+        stroke(page, box, [(x + 0.03 * k, y) for x, y in ring])
+        page.click("#own-add")
+        page.select_option("#own-target", "1")
+        stroke(page, box, [(0.2, 0.2 + 0.05 * k), (0.8, 0.8)])
+        stroke(page, box, [(0.8, 0.2), (0.2, 0.8 - 0.05 * k)])
+        if k == 0:
+            screenshot(page, "upload-own-drawing")
+        page.click("#own-add")
+    counts = page.eval_on_selector_all(".own-count", "s => s.map(e => e.textContent)")
+    assert counts == ["3 examples", "3 examples"]
+    page.fill("#own-name", "doodles")
+    page.click("#own-prepare")
+    page.wait_for_function("window.appState.dataset?.name === 'doodles'", timeout=60_000)
+    d = next(x for x in listed(server)["datasets"] if x["name"] == "doodles")
+    assert d["classes"] == ["circle", "cross"] and d["sample_shape"] == [1, 28, 28]
+    assert d["train"] + d["test"] == 6
+    assert page.input_value("#model") == "seednet" and page.is_hidden("#own-error")
+    screenshot(page, "upload-own-prepared")
