@@ -142,6 +142,45 @@ def test_hostile_zip_shows_the_error_and_changes_nothing(app, server, server_dat
                   for p in server_data_root.rglob("*")) == files
 
 
+def test_folder_and_csv(app, server, tmp_path):
+    """A folder (zipped in the page) previews like its zip; a CSV previews as a table and
+    prepares a table dataset the picker lists by its features."""
+    app.wait_ready()
+    page = app.page
+    rng = np.random.default_rng(3)
+    for name in ("cats", "dogs"):
+        (tmp_path / "pets" / name).mkdir(parents=True)
+        for i in range(3):
+            (tmp_path / "pets" / name / f"{i}.png").write_bytes(png(COLOURS["red"], rng))
+    (tmp_path / "pets" / "readme.txt").write_text("not an image")
+    open_panel(page, "dataset-own")
+    page.set_input_files("#dsu-folder", tmp_path / "pets")
+    page.wait_for_selector("#dsu-grid figure")
+    assert page.text_content("#dsu-preview p") == "pets.zip: 6 images in 2 classes"
+    assert page.eval_on_selector_all("#dsu-grid figcaption", "s => s.map(e => e.textContent)") \
+        == ["cats 3", "dogs 3"]
+    assert page.eval_on_selector_all("#dsu-grid img", "s => s.length") == 6
+    assert page.eval_on_selector_all(".dsu-refused", "s => s.map(e => e.textContent)") == \
+        ["readme.txt: at the top level, not in a class folder"]
+    assert page.input_value("#dsu-name") == "pets"
+    rows = ["a,b,label"] + [f"{i % 2 + 0.1 * i},{i},{'yes' if i % 2 else 'no'}"
+                            for i in range(10)]
+    page.set_input_files("#dsu-file", files=[{"name": "Table 1.csv", "mimeType": "text/csv",
+                                              "buffer": "\n".join(rows).encode()}])
+    page.wait_for_function("document.querySelector('#dsu-preview p')?.textContent"
+                           ".startsWith('Table 1.csv')")
+    assert page.text_content("#dsu-preview p") == \
+        "Table 1.csv: a table of 10 rows, 2 features, 2 classes"
+    assert page.eval_on_selector_all("#dsu-grid figcaption", "s => s.map(e => e.textContent)") \
+        == ["no 5", "yes 5"]
+    assert page.input_value("#dsu-name") == "table-1" and page.is_disabled("#dsu-size")
+    page.click("#dsu-prepare")
+    page.wait_for_function("window.appState.dataset?.name === 'table-1'", timeout=60_000)
+    option = page.eval_on_selector("#dataset", "s => s.selectedOptions[0].textContent")
+    assert option == "table-1 (2 features, 2 classes)"
+    screenshot(page, "upload-csv")
+
+
 def stroke(page, box, points) -> None:
     """Draw a stroke through ``points`` (fractions of the canvas) with the mouse."""
     at = [(box["x"] + fx * box["width"], box["y"] + fy * box["height"]) for fx, fy in points]
@@ -160,7 +199,7 @@ def test_own_classes_by_drawing(app, server):
         ["circle", "cross"]
     page.click("#own-prepare")
     assert page.text_content("#own-error") == \
-        "Class circle has 0 examples: add at least 2 to every class."
+        "Class circle has 0 of the 2 examples every class needs: add more."
     box = page.locator("#own-canvas").bounding_box()
     ring = [(0.5 + 0.3 * np.cos(t), 0.5 + 0.3 * np.sin(t)) for t in np.linspace(0, 6.3, 16)]
     for k in range(3):

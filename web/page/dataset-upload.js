@@ -104,6 +104,7 @@ async function preview() {
       ...lines("dsu-refused", (body.refused ?? []).map((r) => `${r.member}: ${r.reason}`)),
       ...lines("", body.notes ?? [])));
   $("dsu-form").hidden = false;
+  $("dsu-size").disabled = $("dsu-color").disabled = body.kind === "table";  // images only
   $("dsu-prepare").disabled = (body.problems ?? []).length > 0;
 }
 

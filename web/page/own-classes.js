@@ -52,7 +52,8 @@ function render() {
   $("own-list").replaceChildren(...classes.map((c, i) => el("div", { className: "own-row" },
     el("input", { type: "text", value: c.name, maxLength: 40, "aria-label": `class ${i + 1}`,
       className: "own-class-name", oninput: (e) => { c.name = e.target.value; names(); } }),
-    el("span", { className: "own-count", textContent: `${c.examples.length} examples` }),
+    el("span", { className: "own-count", textContent:
+      `${c.examples.length} example${c.examples.length === 1 ? "" : "s"}` }),
     el("button", { type: "button", className: "btn small", textContent: "×",
       title: "Remove this class", disabled: classes.length <= MIN_CLASSES,
       onclick: () => { classes.splice(i, 1); render(); } }))));
@@ -147,8 +148,8 @@ export function ownProblem(list) {
   if (dup) return `Two classes are named ${JSON.stringify(dup)}: rename one.`;
   if (named.some((n) => /[/\\]|^\.+$/.test(n))) return "A class name may not hold / or \\.";
   const few = list.find((c) => c.examples.length < MIN_EXAMPLES);
-  if (few) return `Class ${few.name} has ${few.examples.length} examples: add at least ` +
-    `${MIN_EXAMPLES} to every class.`;
+  if (few) return `Class ${few.name} has ${few.examples.length} of the ${MIN_EXAMPLES} ` +
+    "examples every class needs: add more.";
   return null;
 }
 
