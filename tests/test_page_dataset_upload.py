@@ -24,6 +24,7 @@ pytestmark = pytest.mark.e2e
 COLOURS = {"blue": (20, 40, 230), "green": (30, 200, 40), "red": (230, 30, 30)}
 PER_CLASS, SIDE = 30, 16
 RUN_TIMEOUT_S = 300
+EXAMPLES = 5            # drawings per class of the own classes
 
 
 def png(rgb, rng) -> bytes:
@@ -191,7 +192,21 @@ def stroke(page, box, points) -> None:
     page.mouse.up()
 
 
-def test_own_classes_by_drawing(app, server):
+RING = [(0.5 + 0.3 * np.cos(t), 0.5 + 0.3 * np.sin(t)) for t in np.linspace(0, 6.3, 16)]
+
+
+def draw(page, canvas: str, cls: str, k: int) -> None:
+    """Draw example ``k`` of ``cls`` on ``canvas``: a ring or an X, a little moved per k."""
+    box = page.locator(canvas).bounding_box()
+    d = 0.04 * (k % 3 - 1)
+    if cls == "circle":
+        stroke(page, box, [(x + d, y - d) for x, y in RING])
+    else:
+        stroke(page, box, [(0.2 + d, 0.2), (0.8, 0.8 - d)])
+        stroke(page, box, [(0.8 - d, 0.2), (0.2, 0.8 + d)])
+
+
+def test_own_classes_by_drawing_then_try_it_live(app, server):
     app.wait_ready()
     page = app.page
     open_panel(page, "own-classes-box")
@@ -200,25 +215,40 @@ def test_own_classes_by_drawing(app, server):
     page.click("#own-prepare")
     assert page.text_content("#own-error") == \
         "Class circle has 0 of the 2 examples every class needs: add more."
-    box = page.locator("#own-canvas").bounding_box()
-    ring = [(0.5 + 0.3 * np.cos(t), 0.5 + 0.3 * np.sin(t)) for t in np.linspace(0, 6.3, 16)]
-    for k in range(3):
-        page.select_option("#own-target", "0")
-        stroke(page, box, [(x + 0.03 * k, y) for x, y in ring])
-        page.click("#own-add")
-        page.select_option("#own-target", "1")
-        stroke(page, box, [(0.2, 0.2 + 0.05 * k), (0.8, 0.8)])
-        stroke(page, box, [(0.8, 0.2), (0.2, 0.8 - 0.05 * k)])
-        if k == 0:
-            screenshot(page, "upload-own-drawing")
-        page.click("#own-add")
+    page.click("#own-add")  # a blank canvas is not an example
+    assert page.text_content("#own-error") == "Draw something first."
+    for k in range(EXAMPLES):
+        for index, cls in enumerate(["circle", "cross"]):
+            page.select_option("#own-target", str(index))
+            draw(page, "#own-canvas", cls, k)
+            if k == 0 and cls == "cross":
+                screenshot(page, "upload-own-drawing")
+            page.click("#own-add")
     counts = page.eval_on_selector_all(".own-count", "s => s.map(e => e.textContent)")
-    assert counts == ["3 examples", "3 examples"]
+    assert counts == [f"{EXAMPLES} examples"] * 2
     page.fill("#own-name", "doodles")
     page.click("#own-prepare")
     page.wait_for_function("window.appState.dataset?.name === 'doodles'", timeout=60_000)
     d = next(x for x in listed(server)["datasets"] if x["name"] == "doodles")
     assert d["classes"] == ["circle", "cross"] and d["sample_shape"] == [1, 28, 28]
-    assert d["train"] + d["test"] == 6
+    assert (d["train"], d["test"]) == (2 * EXAMPLES - 2, 2)
     assert page.input_value("#model") == "seednet" and page.is_hidden("#own-error")
     screenshot(page, "upload-own-prepared")
+    # train briefly, then draw in Try it: the model reads the drawing as it read the examples
+    app.configure(model="seednet", optimizer="adam", lr="0.01", batch=4, epochs=20,
+                  eval_images=2, val_images=0)
+    page.wait_for_function("!document.getElementById('start').disabled")
+    run_training(app, 20 * (2 * EXAMPLES - 2) // 4, RUN_TIMEOUT_S, "own")
+    page.click("#tab-try")
+    for cls in ("circle", "cross"):
+        page.click("#try-clear")
+        draw(page, "#try-canvas", cls, 1)
+        page.wait_for_timeout(600)  # past the drawing's debounce: the last request is asked
+        asked = page.evaluate("window.tryState.requests")
+        page.wait_for_function(f"window.tryState.answers >= {asked} && "
+                               "window.tryState.inFlight === 0 && window.tryState.probs")
+        assert page.text_content("#try-source") == "your drawing"
+        probs = page.evaluate("window.tryState.probs")
+        assert int(np.argmax(probs)) == ["circle", "cross"].index(cls), probs
+        assert page.text_content("#try-probs li.best .prob-digit") == cls
+        screenshot(page, f"upload-own-tryit-{cls}")

@@ -2,12 +2,14 @@
 // drawing on a canvas or by webcam snapshots (the camera buttons only where
 // navigator.mediaDevices.getUserMedia exists), the count per class shown; Prepare zips the
 // examples in the page (PNG files in one folder per class, fflate) and sends them through the
-// drop zone's upload (dataset-upload.js) as a 28x28 grey dataset, the shape SeedNet takes, so
-// Start and Try it work with it at once.
+// drop zone's upload (dataset-upload.js) as a 28x28 grey dataset, the shape SeedNet takes, each
+// example as Try it reads a drawing (ink 255 on 0, centred as MNIST), so what is drawn in Try
+// it after training looks to the model like what it learnt from.
 
 import { zip } from "/vendor/fflate/browser.js";
 import { $, el } from "../lib/util.js";
 import { uploadDataset, useNewDataset } from "./dataset-upload.js";
+import { mnistSample } from "./tryit.js";
 
 const MIN_CLASSES = 2;
 const MAX_CLASSES = 10;
@@ -69,12 +71,20 @@ function names() {
   target.selectedIndex = Math.max(at, 0);
 }
 
-/** Add the PNG of ``canvas`` to the chosen class. */
+/** Add ``canvas`` (a drawing, dark on white, or a snapshot) to the chosen class as Try it
+ * reads a drawing for 28x28 grey data (tryit.js mnistSample: ink 255 on 0, centred as MNIST),
+ * a 28x28 grey PNG; false when it is blank. */
 async function addExample(canvas) {
-  const c = classes[$("own-target").selectedIndex];
-  const blob = await new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
-  c.examples.push(new Uint8Array(await blob.arrayBuffer()));
+  const pixels = mnistSample(canvas);
+  if (!pixels) return false;
+  const png = new OffscreenCanvas(28, 28);
+  const image = new ImageData(28, 28);
+  pixels.forEach((v, i) => image.data.set([v, v, v, 255], 4 * i));
+  png.getContext("2d").putImageData(image, 0, 0);
+  const blob = await png.convertToBlob({ type: "image/png" });
+  classes[$("own-target").selectedIndex].examples.push(new Uint8Array(await blob.arrayBuffer()));
   render();
+  return true;
 }
 
 /** Draw strokes with the mouse, pen or finger (pointer events). */
@@ -132,7 +142,7 @@ function snapshot() {
   const c = el("canvas", { width: SIDE, height: SIDE });
   c.getContext("2d").drawImage(video, (video.videoWidth - s) / 2, (video.videoHeight - s) / 2,
     s, s, 0, 0, SIDE, SIDE);
-  return addExample(c);
+  return addExample(c);  // a photo: the whole square is its "ink" box
 }
 
 function showError(text) {
@@ -189,7 +199,7 @@ export function setupOwnClasses() {
     render();
   });
   $("own-add").addEventListener("click", async () => {
-    await addExample($("own-canvas"));
+    showError(await addExample($("own-canvas")) ? null : "Draw something first.");
     clearCanvas();
   });
   $("own-clear").addEventListener("click", clearCanvas);
