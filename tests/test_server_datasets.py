@@ -168,3 +168,15 @@ def test_no_data_root(tmp_path, env):
                             data_root=tmp_path / "absent")
     body = TestClient(app).get("/api/datasets").json()
     assert [d["name"] for d in body["datasets"]] == ["mnist"] and body["default"] == "mnist"
+
+
+def test_validate_counts_the_configs_dataset(env):
+    """The settings check counts the training images of the config's dataset (blobs: 12)."""
+    c = env["client"]
+    r = c.post("/api/config/validate", json={"config": {"dataset": "blobs", "val_images": 2,
+                                                        "batch_size": 4}}).json()
+    assert r["ok"] and r["steps"]["train_images"] == 10, r
+    r = c.post("/api/config/validate", json={"config": {"dataset": "blobs"}}).json()
+    assert r["errors"][0][0] == "val_images" and "the 12 training images" in r["errors"][0][1]
+    r = c.post("/api/config/validate", json={"config": {"val_images": 2, "batch_size": 2}})
+    assert r.json()["steps"]["train_images"] == 3  # mnist here: 5 training images

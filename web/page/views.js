@@ -178,7 +178,9 @@ function drawFilters(f) {
   }
   ctx.putImageData(img, 0, 0);
   $("views-filters-caption").textContent =
-    `First conv layer's filters: ${f.name} [${f.shape.join(", ")}], max |w| ${max.toPrecision(3)}`;
+    `First conv layer's filters: ${f.name} [${f.shape.join(", ")}], max |w| ${max.toPrecision(3)}` +
+    (rgb ? " (over RGB: one tile per filter, its red, green and blue weights as a colour; " +
+      "grey = 0)" : "");
 }
 
 async function drawMaps(m) {

@@ -13,8 +13,8 @@ from .errors import ApiError
 
 
 class RunConfigRoutes:
-    """``models``: the model lookup (``model_routes.Models``); ``train_images()``: the
-    training split's size (``data_routes.Datasets.train_images``)."""
+    """``models``: the model lookup (``model_routes.Models``); ``train_images(name)``: the
+    training split's size of the config's dataset (``data_routes.Datasets.train_images``)."""
 
     def __init__(self, models, train_images):
         self.models, self.train_images = models, train_images
@@ -55,10 +55,11 @@ class RunConfigRoutes:
             except ApiError as exc:
                 why = exc.message if isinstance(model, str) else "must be a model's name"
                 return JSONResponse({"ok": False, "errors": [["model", why]]})
-        images = self.train_images()
+        cfg_in = body.get("config") or {}
+        images = self.train_images(cfg_in.get("dataset") if isinstance(cfg_in, dict) else None)
         classes = self.models.classes(model) if isinstance(model, str) else None
         try:
-            cfg = config.parse(body.get("config") or {}, train_images=images, classes=classes)
+            cfg = config.parse(cfg_in, train_images=images, classes=classes)
         except config.ConfigError as exc:
             return JSONResponse({"ok": False, "errors": [list(e) for e in exc.errors]})
         per_epoch, total = cfg.steps(images)

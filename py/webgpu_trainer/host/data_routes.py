@@ -96,12 +96,19 @@ class Datasets:
                                 f"`webgpu-trainer data` (see `webgpu-trainer datasets`)")
         return folder
 
-    def train_images(self) -> int:
-        """The default dataset's training split size (MNIST's 60,000 without a manifest)."""
+    def train_images(self, name=None) -> int:
+        """The training split's size of dataset ``name`` (default: the default one; one this
+        server does not have: the default one's; MNIST's 60,000 without a readable count)."""
         from ..engine import config
+        if not isinstance(name, str) or not DATASET_RE.fullmatch(name):
+            name = self.default_name()
         try:
-            return int(self.manifest("mnist")["splits"]["train"]["count"])
-        except (ApiError, KeyError, TypeError, ValueError):
+            m = json.loads((self.folder(name) / "manifest.json").read_text())
+            return int(m["splits"]["train"]["count"])
+        except ApiError:
+            return self.train_images() if name != self.default_name() else \
+                config.schema_mod.MNIST_TRAIN
+        except (OSError, KeyError, TypeError, ValueError):
             return config.schema_mod.MNIST_TRAIN
 
     def manifest(self, name: str) -> dict:

@@ -109,7 +109,7 @@ FIELDS = (
       min=0, max=SEED_MAX, resume=False),
     F("dataset", "str", "mnist", "the dataset to train on: the NAME of a prepared dataset "
       "under the data root (webgpu-trainer datasets lists them)", "run", label="Dataset",
-      pattern=DATASET_NAME, flag="--data", metavar="NAME", resume=False, where=("cli",)),
+      pattern=DATASET_NAME, flag="--data", metavar="NAME", resume=False),
     F("init", "choice", "scratch", "scratch: PyTorch's default init; finetune: start from "
       "the model's weights", "run", label="Weights", choices=("scratch", "finetune")),
     F("max_steps", "int", 0, "stop after this many steps (0 = whole epochs)", "run",
