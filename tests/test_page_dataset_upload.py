@@ -224,8 +224,9 @@ def test_own_classes_by_drawing_then_try_it_live(app, server):
             if k == 0 and cls == "cross":
                 screenshot(page, "upload-own-drawing")
             page.click("#own-add")
-    counts = page.eval_on_selector_all(".own-count", "s => s.map(e => e.textContent)")
-    assert counts == [f"{EXAMPLES} examples"] * 2
+    page.wait_for_function("[...document.querySelectorAll('.own-count')].map(e => "
+                           f"e.textContent).join() === '{EXAMPLES} examples,{EXAMPLES} "
+                           "examples'", timeout=10_000)
     page.fill("#own-name", "doodles")
     page.click("#own-prepare")
     page.wait_for_function("window.appState.dataset?.name === 'doodles'", timeout=60_000)

@@ -73,8 +73,10 @@ function names() {
 
 /** Add ``canvas`` (a drawing, dark on white, or a snapshot) to the chosen class as Try it
  * reads a drawing for 28x28 grey data (tryit.js mnistSample: ink 255 on 0, centred as MNIST),
- * a 28x28 grey PNG; false when it is blank. */
+ * a 28x28 grey PNG; false when it is blank. The class and the pixels are taken before any
+ * await: a class chosen or a stroke drawn meanwhile belongs to the next example. */
 async function addExample(canvas) {
+  const target = classes[$("own-target").selectedIndex];
   const pixels = mnistSample(canvas);
   if (!pixels) return false;
   const png = new OffscreenCanvas(28, 28);
@@ -82,7 +84,7 @@ async function addExample(canvas) {
   pixels.forEach((v, i) => image.data.set([v, v, v, 255], 4 * i));
   png.getContext("2d").putImageData(image, 0, 0);
   const blob = await png.convertToBlob({ type: "image/png" });
-  classes[$("own-target").selectedIndex].examples.push(new Uint8Array(await blob.arrayBuffer()));
+  target.examples.push(new Uint8Array(await blob.arrayBuffer()));
   render();
   return true;
 }
@@ -199,8 +201,9 @@ export function setupOwnClasses() {
     render();
   });
   $("own-add").addEventListener("click", async () => {
-    showError(await addExample($("own-canvas")) ? null : "Draw something first.");
+    const added = addExample($("own-canvas"));  // reads the canvas at once
     clearCanvas();
+    showError(await added ? null : "Draw something first.");
   });
   $("own-clear").addEventListener("click", clearCanvas);
   $("own-camera").hidden = !navigator.mediaDevices?.getUserMedia;
