@@ -17,7 +17,8 @@
 // page): state.js (appState, log, status, errors, the page's events), controls.js (phase,
 // run controls), worker-link.js (the worker), run.js (start, pause, stop), form.js (settings
 // from the schema), validation.js (the server's check, inline marks), models.js (model list,
-// upload), dataset.js (dataset picker, model/dataset fit), summary.js (model summary,
+// upload), dataset.js (dataset picker, model/dataset fit), dataset-upload.js (your own data:
+// drop zone, preview, upload), own-classes.js (make your own classes), summary.js (model summary,
 // trainable parameters), charts.js, progress.js (progress
 // card, redraws), results.js (results, download), tabs.js (the view tabs), dashboard.js (speed
 // and machine), help.js (the (i) toggletips), share.js (share link, leave-page warning),
@@ -36,6 +37,8 @@ import { markErrors, validateNow } from "./validation.js";
 import { loadModels, onModelChange, setupDropzone } from "./models.js";
 import { setTrainable } from "./summary.js";
 import { chooseDefaultModel, loadDatasets, setupDatasets } from "./dataset.js";
+import { setupDatasetUpload } from "./dataset-upload.js";
+import { setupOwnClasses } from "./own-classes.js";
 import { addSteps, makeCharts } from "./charts.js";
 import { renderProgress, requestRender, showEvaluating } from "./progress.js";
 import { downloadOnnx, showResults, VERDICT_TITLE } from "./results.js";
@@ -222,6 +225,8 @@ async function boot() {
   $("model").addEventListener("change", onModelChange);
   setupDropzone();
   setupDatasets();
+  setupDatasetUpload();
+  setupOwnClasses();
   $("train-all").addEventListener("click", () => setTrainable(
     appState.summary.tensors.filter((t) => t.role === "param").map((t) => t.name)));
   $("train-head").addEventListener("click", () => {

@@ -239,7 +239,12 @@ function resized(canvas, [c, h, w]) {
 /** The drawing as the dataset's sample (see resized); for 1x28x28 as MNIST's 28x28 uint8 (0
  * background, 255 ink, centred as MNIST), or null when empty. */
 export function preprocess(canvas) {
-  if (String(shape()) !== MNIST_SHAPE) return resized(canvas, shape());
+  return String(shape()) === MNIST_SHAPE ? mnistSample(canvas) : resized(canvas, shape());
+}
+
+/** A drawing (dark on white) as MNIST's 28x28 uint8 (0 background, 255 ink, centred as
+ * MNIST), or null when empty; own-classes.js stores its drawings so. */
+export function mnistSample(canvas) {
   const w = canvas.width, h = canvas.height;
   const src = canvas.getContext("2d").getImageData(0, 0, w, h).data;
   let x0 = w, y0 = h, x1 = -1, y1 = -1;

@@ -1,6 +1,6 @@
 """The page's own files and what it loads besides (docs/ARCHITECTURE.md, "Server routes"): the
 files of ``web/`` (:meth:`PageFiles.page`, the one place a URL becomes a file of ``web/``), the
-vendored libraries of ``web/node_modules`` (Pyodide by version, uPlot, idb-keyval) and the
+vendored libraries of ``web/node_modules`` (Pyodide by version, uPlot, idb-keyval, fflate) and the
 engine wheel (built on demand, ``wheel.ensure_wheel``)."""
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ class PageFiles:
                   methods=GET),
             Route("/vendor/idb-keyval/{file:path}",
                   self.vendor("web/node_modules/idb-keyval/dist"), methods=GET),
+            Route("/vendor/fflate/{file:path}", self.vendor("web/node_modules/fflate/esm"),
+                  methods=GET),
             Route("/wheels/{file:path}", self.wheels, methods=GET),
         ]
 
