@@ -15,9 +15,9 @@ CPython only (numpy).
 """
 
 from . import (activation, batchnorm, binary, conv, dropout, gemm, layernorm, layout, matmul, pool,
-               reduction, softmax, unary, views)
+               reduction, rnn, softmax, unary, views)
 
 _MODULES = (activation, batchnorm, binary, conv, dropout, gemm, layernorm, layout, pool, reduction,
-            softmax, views, unary, matmul)
+            rnn, softmax, views, unary, matmul)
 
 KERNELS = {t: m for m in _MODULES for t in m.TYPES}

@@ -34,10 +34,10 @@ CARDS maps every op_type with ATTRS (OPS' and the import-only ones) -> module.
 """
 
 from . import (activation, batchnorm, binary, card, conv, dropout, gemm, layernorm, layout,
-               pool, reduction, softmax, views, unary, matmul)
+               pool, reduction, rnn, softmax, views, unary, matmul)
 
 _MODULES = (activation, batchnorm, binary, conv, dropout, gemm, layernorm, layout, pool,
-            reduction, softmax, views, unary, matmul)
+            reduction, rnn, softmax, views, unary, matmul)
 
 OPS = {t: m for m in _MODULES for t in m.TYPES}
 VIEWS = views.TYPES
