@@ -132,12 +132,13 @@ class Engine:
         grads = {scores: d}  # nll_log: the final Softmax gets no gradient, its input does
         for node in reversed(self.graph["nodes"]):
             douts = [grads.get(o) if o else None for o in node["outputs"]]
-            if douts[0] is None:
+            kernel = KERNELS[node["op_type"]]
+            if douts[0] is None and not (getattr(kernel, "GRADS_FROM_ANY_OUTPUT", False)
+                                         and any(d is not None for d in douts)):
                 continue
             ins = [vals[i] if i else None for i in node["inputs"]]
             outs = [vals.get(o) if o else None for o in node["outputs"]]
-            dins = KERNELS[node["op_type"]].backward(node, ins, outs, caches[node["name"]],
-                                                     douts, ctx)
+            dins = kernel.backward(node, ins, outs, caches[node["name"]], douts, ctx)
             for name, g in zip(node["inputs"], dins):
                 if g is None or not name or name in self.constants or name == self.input:
                     continue

@@ -9,6 +9,7 @@ from ..engine.ops.card import read
 from ..engine.ops.rnn import ATTRS, dims
 
 TYPES = ("LSTM", "GRU")
+GRADS_FROM_ANY_OUTPUT = True  # Y_h / Y_c alone may carry the gradient (engine.py)
 
 
 def _sig(v):

@@ -270,7 +270,9 @@ class Plan:
                                            dev.buffer(4 * math.prod(shapes[g.output]), "dlogp"))
         for node in g.nodes:
             for k, out in enumerate(node["outputs"]):
-                if k or out not in needs or out not in self.acts or node is self.final_softmax:
+                if k and not (_card_says(node, "GRADS_FROM_ANY_OUTPUT") and g.consumers.get(out)):
+                    continue
+                if out not in needs or out not in self.acts or node is self.final_softmax:
                     continue
                 src = node["inputs"][0]
                 if self.acts[out].buf is self.acts.get(src, Tensor([], None)).buf and \

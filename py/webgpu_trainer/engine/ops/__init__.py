@@ -12,6 +12,8 @@ Each module is the CARD of its family: everything about its ops in one place. It
 - optionally ``FUSES_RELU_FORWARD`` / ``TAKES_RELU_GRAD``: the op applies a following
   in-place Relu in its forward / masks a preceding one's gradient in its backward
   (``plan.py`` decides, ``Builder.fused(node)`` answers);
+- optionally ``GRADS_FROM_ANY_OUTPUT``: outputs after the first get gradients too (LSTM's Y_h,
+  Y_c; else only the first output does);
 
 and exposes:
 

@@ -22,6 +22,7 @@ from ..backends.base import groups_1d
 from ..errors import GraphError
 
 TYPES = ("LSTM", "GRU")
+GRADS_FROM_ANY_OUTPUT = True  # Y_h / Y_c feed models as often as Y (plan.py)
 
 _COMMON = {"direction": "forward", "hidden_size": None, "layout": 0, "clip": None,
            "activations": None, "activation_alpha": None, "activation_beta": None}
