@@ -1,5 +1,5 @@
-"""LSTM and GRU (ops/rnn.py, shaders/rnn.wgsl): input [N, T*I] -> Gemm -> Reshape [N, T, I] ->
-Transpose [T, N, I] -> the RNN -> its output(s) laid out per sample -> Flatten -> Gemm ->
+"""LSTM and GRU (ops/rnn.py, shaders/rnn.wgsl): input [N, T*F] -> Gemm -> Reshape [N, T, F] ->
+Transpose [T, N, F] -> the RNN -> its output(s) laid out per sample -> Flatten -> Gemm ->
 LogSoftmax. Variants: forward, reverse and bidirectional; initial states given (computed from
 the input, so their gradients are checked) or absent; B absent; Y, Y_h or Y_c alone feeding the
 head (the others unused), and all of them concatenated."""
@@ -9,7 +9,7 @@ import numpy as np
 from cases import case
 from conftest import f32, head, node, rng_for
 
-T, I, H, BATCH = 4, 3, 5, 2
+T, F, H, BATCH = 4, 3, 5, 2  # steps, features per step, hidden size, batch
 
 
 def _const(values):
@@ -21,21 +21,21 @@ def _rnn(op, direction="forward", init=False, bias=True, use=("Y",), selfcheck=F
     rng = rng_for("rnn", op, direction, init, bias, *use)
     d = 2 if direction == "bidirectional" else 1
     g = 4 if op == "LSTM" else 3
-    feats = T * I
+    feats = T * F
     nodes = [node("Gemm", ["input", "pre.w", "pre.b"], ["pre"], transB=1),
              node("Reshape", ["pre", "seq_shape"], ["seq"]),
              node("Transpose", ["seq"], ["x"], perm=[1, 0, 2])]
     tensors = [("pre.w", f32(rng.standard_normal((feats, feats)) / np.sqrt(feats) * 2), "param"),
                ("pre.b", f32(0.3 * rng.standard_normal(feats)), "param")]
-    consts = {"seq_shape": _const([-1, T, I]), "state_shape": _const([-1, d, H])}
+    consts = {"seq_shape": _const([-1, T, F]), "state_shape": _const([-1, d, H])}
     bound = 1 / np.sqrt(H) * 2
-    tensors += [("rnn.w", f32(rng.uniform(-bound, bound, (d, g * H, I))), "param"),
+    tensors += [("rnn.w", f32(rng.uniform(-bound, bound, (d, g * H, F))), "param"),
                 ("rnn.r", f32(rng.uniform(-bound, bound, (d, g * H, H))), "param")]
     if bias:
         tensors.append(("rnn.b", f32(rng.uniform(-bound, bound, (d, 2 * g * H))), "param"))
     inputs = ["x", "rnn.w", "rnn.r", "rnn.b" if bias else "", ""]
     states = ("h0", "c0") if op == "LSTM" else ("h0",)
-    for k, st in enumerate(states if init else ()):
+    for st in states if init else ():
         nodes += [node("Gemm", ["input", f"{st}.w", f"{st}.b"], [f"{st}_pre"], transB=1),
                   node("Reshape", [f"{st}_pre", "state_shape"], [f"{st}_nd"]),
                   node("Transpose", [f"{st}_nd"], [st], perm=[1, 0, 2])]

@@ -16,8 +16,6 @@ form dh, so each step is one dispatch; the hidden states, cell states and activa
 every step stay in save buffers for it.
 """
 
-import math
-
 from ..backends.base import groups_1d
 from ..errors import GraphError
 
