@@ -168,3 +168,24 @@ def test_exported_trains_natively_like_numpy(device, exported, name):
     for step, (c, g) in enumerate(zip(losses["cpu"], losses["gpu"])):
         assert rel_err(g, c) <= 1e-4, (step, c, g)
     assert np.mean(losses["gpu"][-3:]) < 0.85 * np.mean(losses["gpu"][:3]), losses["gpu"]
+
+
+def test_import_refuses_other_activations(exported, tmp_path):
+    """An exported LSTM given ``activations`` Relu and a ``clip``: the import names the node and
+    both attributes, and the file is left as it was."""
+    import onnx
+    from webgpu_trainer.onnx_io import load_bundle
+    from webgpu_trainer.onnx_io.errors import OnnxImportError
+    model = onnx.load(str(exported["lstm", False][1]))
+    lstm = next(n for n in model.graph.node if n.op_type == "LSTM")
+    lstm.attribute.extend([onnx.helper.make_attribute("activations", ["Sigmoid", "Relu", "Tanh"]),
+                           onnx.helper.make_attribute("clip", 5.0)])
+    path = tmp_path / "relu_lstm.onnx"
+    onnx.save(model, str(path))
+    before = path.read_bytes()
+    with pytest.raises(OnnxImportError) as err:
+        load_bundle(path)
+    assert f"node {lstm.name} (LSTM): activations ['Sigmoid', 'Relu', 'Tanh'] are not " \
+        "supported (only the default ['Sigmoid', 'Tanh', 'Tanh'])" in err.value.problems
+    assert f"node {lstm.name} (LSTM): attribute clip is not supported" in err.value.problems
+    assert path.read_bytes() == before
