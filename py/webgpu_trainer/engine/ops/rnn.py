@@ -118,6 +118,15 @@ def _get(seq, k):
     return seq[k] if len(seq) > k else None
 
 
+async def _kernel(bld, node, entry, groups, params, **slots):
+    """One dispatch of shaders/rnn.wgsl ``entry``; each writable slot left unbound gets a small
+    buffer of its own (WebGPU refuses two writable bindings of one placeholder buffer)."""
+    for name in ("a", "b", "c", "out"):
+        if slots.get(name) is None:
+            slots[name] = bld.save(node, 4, "unused_" + name)
+    await bld.kernel("rnn", entry, groups, params=params, **slots)
+
+
 def _setup(b, node, ins):
     op = node["op_type"]
     t, n, i, h, d, g = dims(node, [x.shape if x is not None else None for x in ins])
@@ -140,25 +149,25 @@ async def forward(b, node, ins, outs, train):
     t, n, h, d, g = base["T"], base["N"], base["H"], base["D"], base["G"]
     bias, h0, c0 = _get(ins, 3), _get(ins, 5), _get(ins, 6) if lstm else None
     state = groups_1d(d * n * h)
-    await b.kernel("rnn", "init_state", state,
+    await _kernel(b, node, "init_state", state,
                    params={**base, "flags": int(h0 is not None) | 2 * int(c0 is not None)},
                    x=h0, dy=c0, a=sv["hs"], b=sv["cs"])
     xp = b.scratch(d * t * n * g * h)
-    await b.kernel("rnn", "xproj", groups_1d(d * t * n * g * h),
+    await _kernel(b, node, "xproj", groups_1d(d * t * n * g * h),
                    params={**base, "flags": int(not lstm) | 2 * int(bias is not None)},
                    x=ins[0], w=ins[1], bias=bias, out=xp)
     y = _get(outs, 0)
     for s in range(t):
         flags = int(y is not None) | 2 * int(bias is not None)
         if lstm:
-            await b.kernel("rnn", "step_lstm", state, params={**base, "s": s, "flags": flags},
+            await _kernel(b, node, "step_lstm", state, params={**base, "s": s, "flags": flags},
                            x=xp, r=ins[2], a=sv["hs"], b=sv["cs"], c=sv["gates"], out=y)
         else:
-            await b.kernel("rnn", "step_gru", state, params={**base, "s": s, "flags": flags},
+            await _kernel(b, node, "step_gru", state, params={**base, "s": s, "flags": flags},
                            x=xp, r=ins[2], bias=bias, a=sv["hs"], c=sv["gates"], out=y)
     yh, yc = _get(outs, 1), _get(outs, 2)
     if yh is not None or yc is not None:
-        await b.kernel("rnn", "final_state", state,
+        await _kernel(b, node, "final_state", state,
                        params={**base, "flags": int(yh is not None) | 2 * int(yc is not None)},
                        x=sv["hs"], dy=sv["cs"], a=yh, b=yc)
 
@@ -177,14 +186,14 @@ async def backward(b, node, ins, outs, gins, gouts):
     for s in reversed(range(t)):
         p = {**base, "s": s, "flags": flags}
         if lstm:
-            await b.kernel("rnn", "back_lstm", state, params=p, x=dyh, r=ins[2], dy=dy,
+            await _kernel(b, node, "back_lstm", state, params=p, x=dyh, r=ins[2], dy=dy,
                            bias=dyc, a=sv["gates"], b=sv["cs"], c=sv["dg"], out=sv["carry"])
         else:
-            await b.kernel("rnn", "back_gru", state, params=p, x=dyh, r=ins[2], dy=dy,
+            await _kernel(b, node, "back_gru", state, params=p, x=dyh, r=ins[2], dy=dy,
                            a=sv["gates"], b=sv["hs"], c=sv["dg"], out=sv["carry"])
     gh0, gc0 = _get(gins, 5), _get(gins, 6) if lstm else None
     if gh0 is not None or gc0 is not None:
-        await b.kernel("rnn", "back_init", state,
+        await _kernel(b, node, "back_init", state,
                        params={**base, "flags": int(gh0 is not None) | 2 * int(gc0 is not None)},
                        r=ins[2], dy=sv["carry"], a=gh0, b=gc0, c=sv["dg"])
     grads = (("grad_w", _get(gins, 1), d * g * h * i, dict(x=ins[0])),
@@ -193,6 +202,6 @@ async def backward(b, node, ins, outs, gins, gouts):
              ("grad_x", _get(gins, 0), t * n * i, dict(w=ins[1])))
     for entry, out, count, extra in grads:
         if out is not None:
-            await b.kernel("rnn", entry, groups_1d(count), params=base, dy=sv["dg"], out=out,
+            await _kernel(b, node, entry, groups_1d(count), params=base, dy=sv["dg"], out=out,
                            **extra)
 
