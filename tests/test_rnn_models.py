@@ -66,8 +66,8 @@ def exported(tmp_path_factory):
         exporters = (False, True)
     except ImportError:
         exporters = (False,)
-    for name, (kind, bi, bf, use, opset) in MODELS.items():
-        torch.manual_seed(len(out))
+    for k, (name, (kind, bi, bf, use, opset)) in enumerate(MODELS.items()):
+        torch.manual_seed(k)
         net = RowNet(kind, bi, bf, use)
         for dynamo in exporters:
             path = tmp_path_factory.mktemp("rnn") / f"{name}_{int(dynamo)}.onnx"
