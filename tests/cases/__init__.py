@@ -25,8 +25,8 @@ from webgpu_trainer.engine.tools.parity import b64
 
 # Every family with a case list, in the order the browser runs them.
 FAMILIES = ("activation", "batchnorm", "binary", "conv", "dropout", "gather", "gemm",
-            "layernorm", "layout", "losses", "matmul", "pool", "reduction", "softmax", "unary",
-            "views", "plan", "optim")
+            "layernorm", "layout", "losses", "matmul", "pool", "reduction", "rnn", "softmax",
+            "unary", "views", "plan", "optim")
 
 
 @dataclass(eq=False)

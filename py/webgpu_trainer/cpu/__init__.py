@@ -15,9 +15,9 @@ CPython only (numpy).
 """
 
 from . import (activation, batchnorm, binary, conv, dropout, gather, gemm, layernorm, layout,
-               matmul, pool, reduction, softmax, unary, views)
+               matmul, pool, reduction, rnn, softmax, unary, views)
 
 _MODULES = (activation, batchnorm, binary, conv, dropout, gather, gemm, layernorm, layout, pool,
-            reduction, softmax, views, unary, matmul)
+            reduction, rnn, softmax, views, unary, matmul)
 
 KERNELS = {t: m for m in _MODULES for t in m.TYPES}

@@ -87,6 +87,10 @@ def batch_shapes(s: ImportState) -> None:
                 continue
             if n.op_type == "Reshape" and k == 1:
                 _resolve_reshape(s, n, name, x, s.batchdep[x], s.runs)
+            elif _zero_state(n, k, s.batchdep[x]):
+                n.input[k] = ""
+                s.notes.append(f"node {name} ({n.op_type}): input {k} {x!r} (zeros of the "
+                               "batch's size) is left out: the initial state is zero")
             else:
                 s.reported.add(name)
                 s.problems.append(
@@ -94,6 +98,14 @@ def batch_shapes(s: ImportState) -> None:
                     f"(it is {s.batchdep[x][0].tolist()} for a batch of {b1}): only Reshape "
                     "shapes may follow the batch")
     _check_output(s)
+
+
+def _zero_state(n, k: int, pair) -> bool:
+    """Whether input ``k`` of ``n`` is an RNN's initial_h / initial_c of zeros whose shape
+    follows the batch (torch.onnx.export's ConstantOfShape for nn.LSTM / nn.GRU without a
+    given state): absent means zero, so the input can be dropped."""
+    return (n.op_type in ("LSTM", "GRU") and k in (5, 6)
+            and all(not np.any(np.asarray(v)) for v in pair))
 
 
 def _check_output(s: ImportState) -> None:

@@ -12,8 +12,9 @@ Each module is the CARD of its family: everything about its ops in one place. It
 - optionally ``FUSES_RELU_FORWARD`` / ``TAKES_RELU_GRAD``: the op applies a following
   in-place Relu in its forward / masks a preceding one's gradient in its backward
   (``plan.py`` decides, ``Builder.fused(node)`` answers);
-- optionally ``GRAD_EVERY_OUTPUT``: the plan gives every output a gradient (Split), not only
-  the first (the others of BatchNormalization, Dropout, LayerNormalization carry none);
+- optionally ``GRAD_EVERY_OUTPUT``: the plan gives every output a gradient (Split; LSTM /
+  GRU's Y_h, Y_c), not only the first (the others of BatchNormalization, Dropout,
+  LayerNormalization carry none);
 
 and exposes:
 
@@ -36,10 +37,10 @@ CARDS maps every op_type with ATTRS (OPS' and the import-only ones) -> module.
 """
 
 from . import (activation, batchnorm, binary, card, conv, dropout, gather, gemm, layernorm,
-               layout, pool, reduction, softmax, views, unary, matmul)
+               layout, pool, reduction, rnn, softmax, views, unary, matmul)
 
 _MODULES = (activation, batchnorm, binary, conv, dropout, gather, gemm, layernorm, layout, pool,
-            reduction, softmax, views, unary, matmul)
+            reduction, rnn, softmax, views, unary, matmul)
 
 OPS = {t: m for m in _MODULES for t in m.TYPES}
 VIEWS = views.TYPES

@@ -1,0 +1,207 @@
+"""LSTM and GRU (ONNX opsets 7-22 as torch.onnx.export writes them) forward and
+backpropagation through time (shaders/rnn.wgsl).
+
+Inputs X [T, N, I] (layout 0), W [D, G*H, I], R [D, G*H, H], optional B [D, 2*G*H], initial_h
+(and LSTM's initial_c) [D, N, H] or absent (zeros); D = 2 for ``bidirectional``. Gates in ONNX
+order (LSTM i, o, f, c: G = 4; GRU z, r, h: G = 3), default activations (Sigmoid, Tanh, Tanh)
+only; GRU with ``linear_before_reset`` 1 (torch's nn.GRU). Outputs Y [T, D, N, H], Y_h (and
+LSTM's Y_c) [D, N, H], each optional. Refused (naming the attribute or input): other
+activations, ``clip``, ``input_forget``, ``layout`` 1, ``sequence_lens``, LSTM peepholes ``P``,
+GRU ``linear_before_reset`` 0.
+
+Dispatches: forward 3 + T (initial state, x-projections of every step, one per step, final
+state), backward T + 4 or 5 (one per step in reverse, the initial states' gradients when
+wanted, dW, dR, dB, dX). Step s of the backward reads the later step's gate gradients (dg) to
+form dh, so each step is one dispatch; the hidden states, cell states and activated gates of
+every step stay in save buffers for it.
+"""
+
+from ..backends.base import groups_1d
+from ..errors import GraphError
+
+TYPES = ("LSTM", "GRU")
+GRAD_EVERY_OUTPUT = True  # Y_h / Y_c feed models as often as Y (plan.py)
+
+_COMMON = {"direction": "forward", "hidden_size": None, "layout": 0, "clip": None,
+           "activations": None, "activation_alpha": None, "activation_beta": None}
+ATTRS = {"LSTM": {**_COMMON, "input_forget": 0},
+         "GRU": {**_COMMON, "linear_before_reset": 0}}
+
+GATES = {"LSTM": 4, "GRU": 3}
+DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
+DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
+
+
+def problems(node) -> list:
+    """What the engine cannot run in ``node`` (strings naming the node and the attribute)."""
+    op, a, ins = node["op_type"], node.get("attrs") or {}, node["inputs"]
+    where, out = f"node {node['name']} ({op})", []
+    if a.get("direction", "forward") not in DIRECTIONS:
+        out.append(f"{where}: direction {a['direction']!r} is not forward, reverse or "
+                   "bidirectional")
+    d = DIRECTIONS.get(a.get("direction", "forward"), 1)
+    acts = a.get("activations")
+    if acts is not None and list(acts) != DEFAULT_ACTIVATIONS[op] * d:
+        out.append(f"{where}: activations {list(acts)} are not supported (only the default "
+                   f"{DEFAULT_ACTIVATIONS[op] * d})")
+    for key in ("activation_alpha", "activation_beta", "clip"):
+        if a.get(key) is not None:
+            out.append(f"{where}: attribute {key} is not supported")
+    if a.get("layout", 0) != 0:
+        out.append(f"{where}: layout {a['layout']} is not supported (only 0: [T, N, I])")
+    if op == "LSTM" and a.get("input_forget", 0):
+        out.append(f"{where}: input_forget {a['input_forget']} is not supported (only 0)")
+    if op == "GRU" and a.get("linear_before_reset", 0) != 1:
+        out.append(f"{where}: linear_before_reset {a.get('linear_before_reset', 0)} is not "
+                   "supported (only 1, torch's nn.GRU)")
+    if len(ins) > 4 and ins[4]:
+        out.append(f"{where}: input sequence_lens is not supported (every sequence is T long)")
+    if op == "LSTM" and len(ins) > 7 and ins[7]:
+        out.append(f"{where}: input P (peepholes) is not supported")
+    return out
+
+
+def normalize(node, opset, shapes) -> list:
+    """The refusals of :func:`problems` at import time."""
+    return problems(node)
+
+
+def dims(node, ins) -> tuple:
+    """(T, N, I, H, D, G) from the input shapes; raises GraphError when they do not fit."""
+    bad = problems(node)
+    if bad:
+        raise GraphError("; ".join(bad))
+    op, name = node["op_type"], node["name"]
+    x, w, r = ins[0], ins[1], ins[2]
+    g = GATES[op]
+    d = DIRECTIONS[(node.get("attrs") or {}).get("direction", "forward")]
+    if len(x) != 3 or len(w) != 3 or len(r) != 3:
+        raise GraphError(f"node {name} ({op}): X {x}, W {w}, R {r} must be 3-D")
+    t, n, i = x
+    h = (node.get("attrs") or {}).get("hidden_size") or r[2]
+    want = {"W": ([d, g * h, i], w), "R": ([d, g * h, h], r)}
+    if len(ins) > 3 and ins[3] is not None:
+        want["B"] = ([d, 2 * g * h], ins[3])
+    for k, what in ((5, "initial_h"), (6, "initial_c")):
+        if len(ins) > k and ins[k] is not None:
+            want[what] = ([d, n, h], ins[k])
+    for what, (shape, got) in want.items():
+        if list(got) != shape:
+            raise GraphError(f"node {name} ({op}): {what} has shape {list(got)}, expected "
+                             f"{shape} (X {list(x)}, hidden_size {h}, {d} direction(s))")
+    return t, n, i, h, d, g
+
+
+def infer(node, ins, consts):
+    """[Y [T, D, N, H], Y_h [D, N, H], Y_c [D, N, H]] (as many as the node has outputs)."""
+    t, n, _, h, d, _ = dims(node, ins)
+    return [[t, d, n, h], [d, n, h], [d, n, h]][:len(node["outputs"])]
+
+
+def macs(node, shapes) -> int:
+    """Multiply-adds of one sample: T * D * G * H * (I + H)."""
+    t, _, i = shapes[node["inputs"][0]]
+    d, gh, _ = shapes[node["inputs"][1]]
+    return t * d * gh * (i + shapes[node["inputs"][2]][2])
+
+
+def init(node, graph):
+    """PyTorch's default init (nn.RNNBase.reset_parameters): W, R and B ~ U(+-1 / sqrt(H))."""
+    r = graph.tensors.get(node["inputs"][2])
+    if r is None:
+        return []
+    return [(name, "uniform", r["shape"][2]) for name in node["inputs"][1:4]
+            if name in graph.tensors]
+
+
+def _get(seq, k):
+    return seq[k] if len(seq) > k else None
+
+
+async def _kernel(bld, node, entry, groups, params, **slots):
+    """One dispatch of shaders/rnn.wgsl ``entry``; each writable slot left unbound gets a small
+    buffer of its own (WebGPU refuses two writable bindings of one placeholder buffer)."""
+    for name in ("a", "b", "c", "out"):
+        if slots.get(name) is None:
+            slots[name] = bld.save(node, 4, "unused_" + name)
+    await bld.kernel("rnn", entry, groups, params=params, **slots)
+
+
+def _setup(b, node, ins):
+    op = node["op_type"]
+    t, n, i, h, d, g = dims(node, [x.shape if x is not None else None for x in ins])
+    rev0 = int((node.get("attrs") or {}).get("direction") == "reverse")
+    base = dict(T=t, N=n, I=i, H=h, D=d, G=g, s=0, flags=0, rev0=rev0,
+                rshift=h if op == "GRU" else 0)
+    saves = dict(hs=b.save(node, d * (t + 1) * n * h, "hs"),
+                 cs=b.save(node, d * (t + 1) * n * h, "cs") if op == "LSTM" else None,
+                 gates=b.save(node, d * t * n * 4 * h, "gates"),
+                 dg=b.save(node, d * t * n * 4 * h, "dg"),
+                 carry=b.save(node, d * n * h, "carry"))
+    return base, saves
+
+
+async def forward(b, node, ins, outs, train):
+    """Y, Y_h, Y_c: the initial state into the save buffers, the x-projections of all steps,
+    then one dispatch per step."""
+    lstm = node["op_type"] == "LSTM"
+    base, sv = _setup(b, node, ins)
+    t, n, h, d, g = base["T"], base["N"], base["H"], base["D"], base["G"]
+    bias, h0, c0 = _get(ins, 3), _get(ins, 5), _get(ins, 6) if lstm else None
+    state = groups_1d(d * n * h)
+    await _kernel(b, node, "init_state", state,
+                   params={**base, "flags": int(h0 is not None) | 2 * int(c0 is not None)},
+                   x=h0, dy=c0, a=sv["hs"], b=sv["cs"])
+    xp = b.scratch(d * t * n * g * h)
+    await _kernel(b, node, "xproj", groups_1d(d * t * n * g * h),
+                   params={**base, "flags": int(not lstm) | 2 * int(bias is not None)},
+                   x=ins[0], w=ins[1], bias=bias, out=xp)
+    y = _get(outs, 0)
+    for s in range(t):
+        flags = int(y is not None) | 2 * int(bias is not None)
+        if lstm:
+            await _kernel(b, node, "step_lstm", state, params={**base, "s": s, "flags": flags},
+                           x=xp, r=ins[2], a=sv["hs"], b=sv["cs"], c=sv["gates"], out=y)
+        else:
+            await _kernel(b, node, "step_gru", state, params={**base, "s": s, "flags": flags},
+                           x=xp, r=ins[2], bias=bias, a=sv["hs"], c=sv["gates"], out=y)
+    yh, yc = _get(outs, 1), _get(outs, 2)
+    if yh is not None or yc is not None:
+        await _kernel(b, node, "final_state", state,
+                       params={**base, "flags": int(yh is not None) | 2 * int(yc is not None)},
+                       x=sv["hs"], dy=sv["cs"], a=yh, b=yc)
+
+
+async def backward(b, node, ins, outs, gins, gouts):
+    """Backpropagation through time, one dispatch per step in reverse, then the gradients of
+    the initial states, W, R, B and X (each only when requested)."""
+    lstm = node["op_type"] == "LSTM"
+    base, sv = _setup(b, node, ins)
+    t, n, i, h, d, g = (base[k] for k in ("T", "N", "I", "H", "D", "G"))
+    dy, dyh, dyc = _get(gouts, 0), _get(gouts, 1), _get(gouts, 2)
+    if dy is None and dyh is None and dyc is None:
+        return
+    state = groups_1d(d * n * h)
+    flags = int(dy is not None) | 2 * int(dyh is not None) | 4 * int(dyc is not None)
+    for s in reversed(range(t)):
+        p = {**base, "s": s, "flags": flags}
+        if lstm:
+            await _kernel(b, node, "back_lstm", state, params=p, x=dyh, r=ins[2], dy=dy,
+                           bias=dyc, a=sv["gates"], b=sv["cs"], c=sv["dg"], out=sv["carry"])
+        else:
+            await _kernel(b, node, "back_gru", state, params=p, x=dyh, r=ins[2], dy=dy,
+                           a=sv["gates"], b=sv["hs"], c=sv["dg"], out=sv["carry"])
+    gh0, gc0 = _get(gins, 5), _get(gins, 6) if lstm else None
+    if gh0 is not None or gc0 is not None:
+        await _kernel(b, node, "back_init", state,
+                       params={**base, "flags": int(gh0 is not None) | 2 * int(gc0 is not None)},
+                       r=ins[2], dy=sv["carry"], a=gh0, b=gc0, c=sv["dg"])
+    grads = (("grad_w", _get(gins, 1), d * g * h * i, dict(x=ins[0])),
+             ("grad_r", _get(gins, 2), d * g * h * h, dict(x=sv["hs"])),
+             ("grad_b", _get(gins, 3), d * 2 * g * h, {}),
+             ("grad_x", _get(gins, 0), t * n * i, dict(w=ins[1])))
+    for entry, out, count, extra in grads:
+        if out is not None:
+            await _kernel(b, node, entry, groups_1d(count), params=base, dy=sv["dg"], out=out,
+                           **extra)
+

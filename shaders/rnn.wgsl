@@ -1,0 +1,334 @@
+// LSTM and GRU (ONNX, layout 0, default activations; GRU with linear_before_reset = 1) forward
+// and backpropagation through time. X [T, N, I], W [D, G*H, I], R [D, G*H, H], B [D, 2*G*H];
+// gates in ONNX order (LSTM i, o, f, c: G = 4; GRU z, r, h: G = 3). Direction d runs its step s
+// on time t = s (forward) or T - 1 - s (reverse, and the second direction of bidirectional).
+// Buffers in step order:
+//   xp    [D, T, N, G*H]  x-projections X W^T + Wb (+ Rb, except GRU's h gate), by TIME t
+//   hs/cs [D, T+1, N, H]  hidden / cell state before step 0 (the initial state) and after each step
+//   gates [D, T, N, 4H]   LSTM: i, o, f, c~ (activated); GRU: z, r, n, hn = R_h h + Rb_h
+//   dg    [D, T, N, 4H]   pre-activation gradients: LSTM the 4 gates; GRU z, r, n (W side) and
+//                         r * da_n (R side of the h gate, column 3H + j): rcol(q) maps R rows
+//   carry [D, N, H]       LSTM: dc of the later step; GRU: dh * z of the later step
+// One dispatch per step forward (`step_lstm` / `step_gru`), one per step backward (`back_*`):
+// thread (d, n, j) reads dh's R part of the later step from dg, so no separate reduction.
+
+struct Params {
+  T: u32, N: u32, I: u32, H: u32,
+  D: u32, G: u32, s: u32, flags: u32,
+  rev0: u32, rshift: u32, _p0: u32, _p1: u32,
+}
+
+//!include index
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read> r: array<f32>;
+@group(0) @binding(4) var<storage, read> bias: array<f32>;
+@group(0) @binding(5) var<storage, read> dy: array<f32>;
+@group(0) @binding(6) var<storage, read_write> a: array<f32>;
+@group(0) @binding(7) var<storage, read_write> b: array<f32>;
+@group(0) @binding(8) var<storage, read_write> c: array<f32>;
+@group(0) @binding(9) var<storage, read_write> out: array<f32>;
+
+fn time_of(s: u32, d: u32) -> u32 {
+  if (d == 1u || p.rev0 == 1u) { return p.T - 1u - s; }
+  return s;
+}
+
+fn sigm(v: f32) -> f32 { return 1.0 / (1.0 + exp(-v)); }
+
+fn rcol(q: u32) -> u32 {
+  if (q >= (p.G - 1u) * p.H) { return q + p.rshift; }
+  return q;
+}
+
+// xp[d, t, n, q] = sum_i x[t, n, i] w[d, q, i] + bias; Rb added except GRU's h gate (flags 1).
+// Bindings: x, w, bias -> out.
+@compute @workgroup_size(64)
+fn xproj(@builtin(global_invocation_id) gid: vec3<u32>,
+         @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat_index(gid, nwg);
+  let gh = p.G * p.H;
+  if (e >= p.D * p.T * p.N * gh) { return; }
+  let q = e % gh;
+  let tn = (e / gh) % (p.T * p.N);
+  let d = e / (gh * p.T * p.N);
+  var acc = 0.0;
+  for (var i = 0u; i < p.I; i++) { acc += x[tn * p.I + i] * w[(d * gh + q) * p.I + i]; }
+  if ((p.flags & 2u) != 0u) {
+    acc += bias[d * 2u * gh + q];
+    if ((p.flags & 1u) == 0u || q < (p.G - 1u) * p.H) { acc += bias[d * 2u * gh + gh + q]; }
+  }
+  out[e] = acc;
+}
+
+// hs[d, 0] = initial_h (x) and cs[d, 0] = initial_c (dy) or zeros (flags 1: h given, 2: c given).
+// Bindings: x, dy -> a (hs), b (cs).
+@compute @workgroup_size(64)
+fn init_state(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat_index(gid, nwg);
+  let nh = p.N * p.H;
+  if (e >= p.D * nh) { return; }
+  let d = e / nh;
+  let k = d * (p.T + 1u) * nh + e % nh;
+  a[k] = select(0.0, x[e], (p.flags & 1u) != 0u);
+  b[k] = select(0.0, dy[e], (p.flags & 2u) != 0u);
+}
+
+// sum_k r[d, q, k] hs[d, s, n, k] for rows q of gate g.
+fn rdot(d: u32, g: u32, j: u32, hb: u32) -> f32 {
+  let row = (d * p.G + g) * p.H + j;
+  var acc = 0.0;
+  for (var k = 0u; k < p.H; k++) { acc += r[row * p.H + k] * a[hb + k]; }
+  return acc;
+}
+
+// One LSTM step s for thread (d, n, j). Bindings: x (xp), r -> a (hs), b (cs), c (gates),
+// out (Y [T, D, N, H], flags 1).
+@compute @workgroup_size(64)
+fn step_lstm(@builtin(global_invocation_id) gid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat_index(gid, nwg);
+  let nh = p.N * p.H;
+  if (e >= p.D * nh) { return; }
+  let d = e / nh;
+  let n = (e % nh) / p.H;
+  let j = e % p.H;
+  let t = time_of(p.s, d);
+  let gh = 4u * p.H;
+  let xb = ((d * p.T + t) * p.N + n) * gh;
+  let hb = (d * (p.T + 1u) + p.s) * nh + n * p.H;
+  let ig = sigm(x[xb + j] + rdot(d, 0u, j, hb));
+  let og = sigm(x[xb + p.H + j] + rdot(d, 1u, j, hb));
+  let fg = sigm(x[xb + 2u * p.H + j] + rdot(d, 2u, j, hb));
+  let cg = tanh(x[xb + 3u * p.H + j] + rdot(d, 3u, j, hb));
+  let cell = fg * b[hb + j] + ig * cg;
+  let h = og * tanh(cell);
+  b[hb + nh + j] = cell;
+  a[hb + nh + j] = h;
+  let gb = ((d * p.T + p.s) * p.N + n) * gh;
+  c[gb + j] = ig;
+  c[gb + p.H + j] = og;
+  c[gb + 2u * p.H + j] = fg;
+  c[gb + 3u * p.H + j] = cg;
+  if ((p.flags & 1u) != 0u) { out[((t * p.D + d) * p.N + n) * p.H + j] = h; }
+}
+
+// One GRU step s (linear_before_reset = 1) for thread (d, n, j); Rb of the h gate is bias's.
+// Bindings: x (xp), r, bias -> a (hs), c (gates), out (Y, flags 1; flags 2: B given).
+@compute @workgroup_size(64)
+fn step_gru(@builtin(global_invocation_id) gid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat_index(gid, nwg);
+  let nh = p.N * p.H;
+  if (e >= p.D * nh) { return; }
+  let d = e / nh;
+  let n = (e % nh) / p.H;
+  let j = e % p.H;
+  let t = time_of(p.s, d);
+  let gh = 3u * p.H;
+  let xb = ((d * p.T + t) * p.N + n) * gh;
+  let hb = (d * (p.T + 1u) + p.s) * nh + n * p.H;
+  let zg = sigm(x[xb + j] + rdot(d, 0u, j, hb));
+  let rg = sigm(x[xb + p.H + j] + rdot(d, 1u, j, hb));
+  var hn = rdot(d, 2u, j, hb);
+  if ((p.flags & 2u) != 0u) { hn += bias[d * 2u * gh + gh + 2u * p.H + j]; }
+  let ng = tanh(x[xb + 2u * p.H + j] + rg * hn);
+  let h = (1.0 - zg) * ng + zg * a[hb + j];
+  a[hb + nh + j] = h;
+  let gb = ((d * p.T + p.s) * p.N + n) * 4u * p.H;
+  c[gb + j] = zg;
+  c[gb + p.H + j] = rg;
+  c[gb + 2u * p.H + j] = ng;
+  c[gb + 3u * p.H + j] = hn;
+  if ((p.flags & 1u) != 0u) { out[((t * p.D + d) * p.N + n) * p.H + j] = h; }
+}
+
+// Y_h = hs[d, T] (flags 1) into a, Y_c = cs[d, T] (flags 2) into b. Bindings: x (hs), dy (cs).
+@compute @workgroup_size(64)
+fn final_state(@builtin(global_invocation_id) gid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat_index(gid, nwg);
+  let nh = p.N * p.H;
+  if (e >= p.D * nh) { return; }
+  let k = ((e / nh) * (p.T + 1u) + p.T) * nh + e % nh;
+  if ((p.flags & 1u) != 0u) { a[e] = x[k]; }
+  if ((p.flags & 2u) != 0u) { b[e] = dy[k]; }
+}
+
+// dh of thread (d, n, j) at step s from the later step: sum_q r[d, q, j] dg[d, s + 1, n, rcol(q)].
+fn dh_later(d: u32, n: u32, j: u32, s1: u32) -> f32 {
+  let gh = p.G * p.H;
+  let base = ((d * p.T + s1) * p.N + n) * 4u * p.H;
+  var acc = 0.0;
+  for (var q = 0u; q < gh; q++) { acc += r[(d * gh + q) * p.H + j] * c[base + rcol(q)]; }
+  return acc;
+}
+
+// dh at step s: dY (flags 1) plus, at the last step, dY_h (x; flags 2), else the later step's.
+fn dh_at(d: u32, n: u32, j: u32, t: u32, e: u32) -> f32 {
+  var dh = 0.0;
+  if ((p.flags & 1u) != 0u) { dh = dy[((t * p.D + d) * p.N + n) * p.H + j]; }
+  if (p.s + 1u == p.T) {
+    if ((p.flags & 2u) != 0u) { dh += x[e]; }
+  } else {
+    dh += dh_later(d, n, j, p.s + 1u) + select(0.0, out[e], p.rshift != 0u);
+  }
+  return dh;
+}
+
+// LSTM backward step s. Bindings: x (dY_h), r, dy (dY), bias (dY_c, flags 4) -> a (gates),
+// b (cs), c (dg), out (carry: dc).
+@compute @workgroup_size(64)
+fn back_lstm(@builtin(global_invocation_id) gid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat_index(gid, nwg);
+  let nh = p.N * p.H;
+  if (e >= p.D * nh) { return; }
+  let d = e / nh;
+  let n = (e % nh) / p.H;
+  let j = e % p.H;
+  let t = time_of(p.s, d);
+  let dh = dh_at(d, n, j, t, e);
+  var dc = 0.0;
+  if (p.s + 1u == p.T) {
+    if ((p.flags & 4u) != 0u) { dc = bias[e]; }
+  } else {
+    dc = out[e];
+  }
+  let gb = ((d * p.T + p.s) * p.N + n) * 4u * p.H;
+  let ig = a[gb + j];
+  let og = a[gb + p.H + j];
+  let fg = a[gb + 2u * p.H + j];
+  let cg = a[gb + 3u * p.H + j];
+  let cb = (d * (p.T + 1u) + p.s) * nh + n * p.H + j;
+  let tc = tanh(b[cb + nh]);
+  dc += dh * og * (1.0 - tc * tc);
+  c[gb + j] = dc * cg * ig * (1.0 - ig);
+  c[gb + p.H + j] = dh * tc * og * (1.0 - og);
+  c[gb + 2u * p.H + j] = dc * b[cb] * fg * (1.0 - fg);
+  c[gb + 3u * p.H + j] = dc * ig * (1.0 - cg * cg);
+  out[e] = dc * fg;
+}
+
+// GRU backward step s. Bindings: x (dY_h), r, dy (dY) -> a (gates), b (hs), c (dg),
+// out (carry: dh * z).
+@compute @workgroup_size(64)
+fn back_gru(@builtin(global_invocation_id) gid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat_index(gid, nwg);
+  let nh = p.N * p.H;
+  if (e >= p.D * nh) { return; }
+  let d = e / nh;
+  let n = (e % nh) / p.H;
+  let j = e % p.H;
+  let t = time_of(p.s, d);
+  let dh = dh_at(d, n, j, t, e);
+  let gb = ((d * p.T + p.s) * p.N + n) * 4u * p.H;
+  let zg = a[gb + j];
+  let rg = a[gb + p.H + j];
+  let ng = a[gb + 2u * p.H + j];
+  let hn = a[gb + 3u * p.H + j];
+  let hprev = b[(d * (p.T + 1u) + p.s) * nh + n * p.H + j];
+  let dan = dh * (1.0 - zg) * (1.0 - ng * ng);
+  c[gb + j] = dh * (hprev - ng) * zg * (1.0 - zg);
+  c[gb + p.H + j] = dan * hn * rg * (1.0 - rg);
+  c[gb + 2u * p.H + j] = dan;
+  c[gb + 3u * p.H + j] = dan * rg;
+  out[e] = dh * zg;
+}
+
+// The initial states' gradients: a = dh0 (flags 1), b = dc0 = carry (flags 2: LSTM) or GRU's
+// dh0 += carry. Bindings: r, dy (carry) -> a, b, c (dg).
+@compute @workgroup_size(64)
+fn back_init(@builtin(global_invocation_id) gid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat_index(gid, nwg);
+  let nh = p.N * p.H;
+  if (e >= p.D * nh) { return; }
+  let d = e / nh;
+  let n = (e % nh) / p.H;
+  let j = e % p.H;
+  if ((p.flags & 1u) != 0u) {
+    a[e] = dh_later(d, n, j, 0u) + select(0.0, dy[e], p.rshift != 0u);
+  }
+  if ((p.flags & 2u) != 0u) { b[e] = dy[e]; }
+}
+
+// dW[d, q, i] = sum_{s, n} dg[d, s, n, q] x[t, n, i]. Bindings: x, dy (dg) -> out.
+@compute @workgroup_size(64)
+fn grad_w(@builtin(global_invocation_id) gid: vec3<u32>,
+          @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat_index(gid, nwg);
+  let gh = p.G * p.H;
+  if (e >= p.D * gh * p.I) { return; }
+  let i = e % p.I;
+  let q = (e / p.I) % gh;
+  let d = e / (p.I * gh);
+  var acc = 0.0;
+  for (var s = 0u; s < p.T; s++) {
+    let t = time_of(s, d);
+    for (var n = 0u; n < p.N; n++) {
+      acc += dy[((d * p.T + s) * p.N + n) * 4u * p.H + q] * x[(t * p.N + n) * p.I + i];
+    }
+  }
+  out[e] = acc;
+}
+
+// dR[d, q, k] = sum_{s, n} dg[d, s, n, rcol(q)] hs[d, s, n, k]. Bindings: x (hs), dy (dg) -> out.
+@compute @workgroup_size(64)
+fn grad_r(@builtin(global_invocation_id) gid: vec3<u32>,
+          @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat_index(gid, nwg);
+  let gh = p.G * p.H;
+  if (e >= p.D * gh * p.H) { return; }
+  let k = e % p.H;
+  let q = (e / p.H) % gh;
+  let d = e / (p.H * gh);
+  let nh = p.N * p.H;
+  var acc = 0.0;
+  for (var s = 0u; s < p.T; s++) {
+    for (var n = 0u; n < p.N; n++) {
+      acc += dy[((d * p.T + s) * p.N + n) * 4u * p.H + rcol(q)]
+        * x[(d * (p.T + 1u) + s) * nh + n * p.H + k];
+    }
+  }
+  out[e] = acc;
+}
+
+// dB[d, 0:GH] = sum dg (W side), dB[d, GH:2GH] = sum dg[rcol]. Bindings: dy (dg) -> out.
+@compute @workgroup_size(64)
+fn grad_b(@builtin(global_invocation_id) gid: vec3<u32>,
+          @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat_index(gid, nwg);
+  let gh = p.G * p.H;
+  if (e >= p.D * 2u * gh) { return; }
+  let q2 = e % (2u * gh);
+  let d = e / (2u * gh);
+  var col = q2;
+  if (q2 >= gh) { col = rcol(q2 - gh); }
+  var acc = 0.0;
+  for (var sn = 0u; sn < p.T * p.N; sn++) { acc += dy[(d * p.T * p.N + sn) * 4u * p.H + col]; }
+  out[e] = acc;
+}
+
+// dX[t, n, i] = sum_d sum_q dg[d, s(t, d), n, q] w[d, q, i]. Bindings: w, dy (dg) -> out.
+@compute @workgroup_size(64)
+fn grad_x(@builtin(global_invocation_id) gid: vec3<u32>,
+          @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat_index(gid, nwg);
+  if (e >= p.T * p.N * p.I) { return; }
+  let i = e % p.I;
+  let n = (e / p.I) % p.N;
+  let t = e / (p.I * p.N);
+  let gh = p.G * p.H;
+  var acc = 0.0;
+  for (var d = 0u; d < p.D; d++) {
+    let s = time_of(t, d);
+    let base = ((d * p.T + s) * p.N + n) * 4u * p.H;
+    for (var q = 0u; q < gh; q++) { acc += dy[base + q] * w[(d * gh + q) * p.I + i]; }
+  }
+  out[e] = acc;
+}

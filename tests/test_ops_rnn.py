@@ -1,0 +1,123 @@
+"""LSTM and GRU on the native device against the float64 numpy engine (tests/cases/rnn.py), what
+is refused, and the numpy engine against torch in float64 (skipped without torch). The
+torch-exported classifiers over the 28 rows of an MNIST image: tests/test_rnn_models.py."""
+
+import numpy as np
+import pytest
+
+from cases import ids, rnn
+from conftest import node
+from harness import check_case
+from webgpu_trainer.cpu import rnn as np_rnn
+from webgpu_trainer.cpu.engine import Context
+from webgpu_trainer.engine.graph import GraphError
+from webgpu_trainer.engine.ops import rnn as card
+
+pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
+
+
+@pytest.mark.parametrize("case", rnn.CASES, ids=ids(rnn.CASES))
+def test_case(device, case):
+    check_case(device, case)
+
+
+SHAPES = [[4, 2, 3], [1, 20, 3], [1, 20, 5], None, None, None]
+
+
+@pytest.mark.parametrize("op,attrs,inputs,message", [
+    ("LSTM", {"activations": ["Sigmoid", "Relu", "Tanh"]}, 4,
+     "node n (LSTM): activations ['Sigmoid', 'Relu', 'Tanh'] are not supported (only the "
+     "default ['Sigmoid', 'Tanh', 'Tanh'])"),
+    ("LSTM", {"clip": 3.0}, 4, "node n (LSTM): attribute clip is not supported"),
+    ("LSTM", {"input_forget": 1}, 4, "node n (LSTM): input_forget 1 is not supported (only 0)"),
+    ("LSTM", {"layout": 1}, 4, "node n (LSTM): layout 1 is not supported (only 0: [T, N, I])"),
+    ("GRU", {}, 4, "node n (GRU): linear_before_reset 0 is not supported (only 1, torch's "
+     "nn.GRU)"),
+    ("GRU", {"linear_before_reset": 1}, 5,
+     "node n (GRU): input sequence_lens is not supported (every sequence is T long)"),
+    ("LSTM", {}, 8, "node n (LSTM): input P (peepholes) is not supported"),
+])
+def test_refused(op, attrs, inputs, message):
+    """Each unsupported attribute / input is named, at import (normalize) and in infer."""
+    names = ["x", "w", "r", "b", "", "", "", ""][:inputs]
+    if inputs == 5:
+        names[4] = "lens"
+    if inputs == 8:
+        names[7] = "p"
+    n = node(op, names, ["y"], hidden_size=5, **attrs)
+    n["name"] = "n"
+    assert card.normalize(n, 17, lambda name: None) == [message]
+    shapes = [[4, 2, 3], [1, 4 * 5 if op == "LSTM" else 15, 3],
+              [1, 4 * 5 if op == "LSTM" else 15, 5], None, None, None, None, None][:inputs]
+    with pytest.raises(GraphError) as err:
+        card.infer(n, shapes, [None] * inputs)
+    assert str(err.value) == message
+
+
+def test_wrong_shape_refused():
+    """R of the wrong hidden size is named with the shape expected."""
+    n = node("GRU", ["x", "w", "r"], ["y"], hidden_size=5, linear_before_reset=1)
+    n["name"] = "n"
+    with pytest.raises(GraphError) as err:
+        card.infer(n, [[4, 2, 3], [1, 15, 3], [1, 15, 4]], [None] * 3)
+    assert str(err.value) == ("node n (GRU): R has shape [1, 15, 4], expected [1, 15, 5] "
+                              "(X [4, 2, 3], hidden_size 5, 1 direction(s))")
+
+
+def _reorder(t, op):
+    """torch's gate order (LSTM i, f, g, o; GRU r, z, n) -> ONNX's (i, o, f, c; z, r, h)."""
+    import torch
+    c = t.chunk(4 if op == "LSTM" else 3, 0)
+    return torch.cat([c[0], c[3], c[1], c[2]] if op == "LSTM" else [c[1], c[0], c[2]], 0)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_numpy_matches_torch(op, direction):
+    """Y, Y_h, Y_c and every gradient (X, W, R, B, the initial states) of the numpy twin
+    against torch's nn.LSTM / nn.GRU in float64."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    t, n, i, h = 5, 3, 4, 6
+    d = 2 if direction == "bidirectional" else 1
+    m = getattr(torch.nn, op)(i, h, bidirectional=d == 2).double()
+    x = torch.randn(t, n, i, dtype=torch.float64, requires_grad=True)
+    h0 = torch.randn(d, n, h, dtype=torch.float64, requires_grad=True)
+    c0 = torch.randn(d, n, h, dtype=torch.float64, requires_grad=True)
+    y, st = m(x, (h0, c0)) if op == "LSTM" else m(x, h0)
+    hn, cn = st if op == "LSTM" else (st, None)
+    gy, gh, gc = torch.randn_like(y), torch.randn_like(hn), torch.randn_like(hn)
+    ((y * gy).sum() + (hn * gh).sum() + ((cn * gc).sum() if op == "LSTM" else 0)).backward()
+    sfx = ["", "_reverse"][:d]
+    par = lambda k, grad=False: np.stack([  # noqa: E731
+        _reorder(getattr(m, k + s).grad if grad else getattr(m, k + s), op).detach().numpy()
+        for s in sfx])
+    w, r = par("weight_ih_l0"), par("weight_hh_l0")
+    b = np.concatenate([par("bias_ih_l0"), par("bias_hh_l0")], 1)
+    attrs = dict(direction=direction, hidden_size=h)
+    if op == "GRU":
+        attrs["linear_before_reset"] = 1
+    lstm = op == "LSTM"
+    nd = node(op, ["x", "w", "r", "b", "", "h0"] + (["c0"] if lstm else []),
+              ["y", "yh"] + (["yc"] if lstm else []), **attrs)
+    ins = [x.detach().numpy(), w, r, b, None, h0.detach().numpy()] + \
+        ([c0.detach().numpy()] if lstm else [])
+    ctx = Context(True, np.float64)
+    outs, cache = np_rnn.forward(nd, ins, ctx)
+    ours_y = outs[0].transpose(0, 2, 1, 3).reshape(t, n, d * h)
+    assert np.allclose(ours_y, y.detach().numpy(), rtol=1e-12, atol=1e-13)
+    assert np.allclose(outs[1], hn.detach().numpy(), rtol=1e-12, atol=1e-13)
+    if lstm:
+        assert np.allclose(outs[2], cn.detach().numpy(), rtol=1e-12, atol=1e-13)
+    douts = [gy.numpy().reshape(t, n, d, h).transpose(0, 2, 1, 3), gh.numpy()] + \
+        ([gc.numpy()] if lstm else [])
+    dins = np_rnn.backward(nd, ins, outs, cache, douts, ctx)
+    want = [x.grad, par("weight_ih_l0", True), par("weight_hh_l0", True),
+            np.concatenate([par("bias_ih_l0", True), par("bias_hh_l0", True)], 1), None,
+            h0.grad] + ([c0.grad] if lstm else [])
+    for k, (got, ref) in enumerate(zip(dins, want)):
+        if ref is None:
+            assert got is None
+            continue
+        ref = np.asarray(ref)
+        assert np.allclose(got, ref, rtol=1e-10, atol=1e-12), f"input {k}"
