@@ -136,7 +136,8 @@ class Engine:
                 continue
             ins = [vals[i] if i else None for i in node["inputs"]]
             outs = [vals.get(o) if o else None for o in node["outputs"]]
-            dins = kernel.backward(node, ins, outs, caches[node["name"]], douts, ctx)
+            dins = KERNELS[node["op_type"]].backward(node, ins, outs, caches[node["name"]],
+                                                     douts, ctx)
             for name, g in zip(node["inputs"], dins):
                 if g is None or not name or name in self.constants or name == self.input:
                     continue
