@@ -139,7 +139,7 @@ def _stripes(count, seed):
     labels = rng.integers(0, 10, count).astype(np.uint8)
     images = rng.integers(0, 60, (count, 28, 28)).astype(np.uint8)
     images[np.arange(count), 2 * labels + 3, :] = 255
-    return Split(images.tobytes(), labels.tobytes(), count, labels.tobytes(), 784)
+    return Split(images.tobytes(), labels.tobytes(), count, labels.tobytes())  # MNIST-shaped
 
 
 @pytest.mark.parametrize("name", ["lstm_bi", "gru"])
