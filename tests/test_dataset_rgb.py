@@ -16,6 +16,7 @@ numpy engine (``--device cpu``):
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -197,6 +198,34 @@ def test_resume_on_another_dataset_is_refused(trained):
     assert "--data: may not change on --resume (the run has 'colours', 'other' given)" in \
         proc.stderr
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+
+def test_resume_on_a_changed_dataset_is_refused(trained, tmp_path):
+    """Dataset "colours" prepared again from other images (same name, another manifest sha256)
+    no longer resumes the run that trained on it; the run folder stays as it was."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained["cpu"][1], run_dir)
+    data = tmp_path / "datasets"
+    write_dataset(data, "colours", 7)  # other images under the same name
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    proc = cli("train", "--resume", run_dir, "--data-root", data, "--epochs", "5", "--device",
+               "cpu", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "--resume: dataset colours changed since the run trained on it (manifest sha256 " \
+        in proc.stderr and "prepared again from other data" in proc.stderr
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_a_small_dataset_trains_without_val_images(trained, tmp_path):
+    """Without --val-images the default holds out a tenth of the 300 training images (the
+    5,000 of MNIST would leave nothing to train on)."""
+    out = tmp_path / "run"
+    cli("train", trained["model"], "--data", "colours", "--data-root", trained["data"],
+        "--device", "cpu", "--max-steps", "2", "--batch-size", "30", "--no-progress",
+        "--checkpoint-every-s", "0", "--out", out)
+    doc = json.loads((out / "config.json").read_text())
+    assert doc["config"]["val_images"] == TRAIN // 10 and doc["data"]["val_images"] == 30
 
 
 # ---- hostile dataset folders: refused naming the file, nothing read past the problem -----

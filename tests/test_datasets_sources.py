@@ -342,3 +342,27 @@ def test_mnist_idx_source_is_recognised_and_checked(tmp_path):
         ", expected 2646ac647ad5339dbf082846283269ea (MNIST) or 8181f5470baa50b63fa0f6fddb340f0a"
         " (Fashion-MNIST); the files carry their standard names and counts but are corrupt or "
         "neither")
+
+
+def test_a_built_in_name_is_kept_for_its_dataset(tmp_path):
+    """``--name mnist`` for a CIFAR archive is refused (a plain ``train`` would then train on
+    it as MNIST), nothing written; CIFAR-10 itself keeps its own name."""
+    src = tmp_path / "src"
+    fx.cifar_binary(src)
+    root = tmp_path / "root"
+    root.mkdir()
+    with pytest.raises(DataError, match=r"dataset name 'mnist' is a built-in dataset's and "
+                                        r".* is not mnist: choose another --name"):
+        prepare_source(src, root, "mnist", log=lambda s: None)
+    assert list(root.iterdir()) == []
+    manifest, folder = prepare_source(src, root, "cifar10", log=lambda s: None)
+    assert folder == root / "cifar10" and manifest["name"] == "cifar10"
+
+
+def test_a_manifest_nested_too_deep_is_a_bad_manifest(tmp_path):
+    """JSON nested 100,000 deep (a RecursionError in json) is reported like any bad manifest."""
+    folder = tmp_path / "deep"
+    folder.mkdir()
+    (folder / "manifest.json").write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(DataError, match="manifest unreadable"):
+        store.read_manifest(folder)

@@ -231,11 +231,20 @@ async def _train(args) -> int:
                          "trained from")
     # the whole training split: the trainer holds its last val_images out for validation
     cfg, (train_set, test_set, manifest, spec, manifest_sha) = _dataset(args, cfg, stored)
+    was = ((stored or {}).get("data") or {}).get("manifest_sha256")
+    if was and was != manifest_sha:
+        raise ValueError(f"--resume: dataset {cfg['dataset']} changed since the run trained on "
+                         f"it (manifest sha256 {was[:12]}... then, {manifest_sha[:12]}... now: "
+                         "it was prepared again from other data); resume with the data it "
+                         "trained on, or start a new run")
     source = manifest.get("source")
     dataset = spec.title if spec.name != "own" else f"own ({source})"
     # checked against the data, the run-dependent defaults (e.g. OneCycleLR's total_steps)
     # resolved
-    cfg = run_config.parse(cfg, train_images=train_set.count, classes=classes)
+    values = cfg.to_dict()
+    if stored is None and "val_images" not in given_options(args):
+        del values["val_images"]  # the default: at most a tenth of a small dataset
+    cfg = run_config.parse(values, train_images=train_set.count, classes=classes)
     per_epoch, total = cfg.steps(train_set.count)
     # Every check (the trainer's set-up included) passes before anything is written to --out.
     trainer = make_trainer(dev, graph, weights, cfg, train_set, test_set)

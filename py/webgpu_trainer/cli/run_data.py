@@ -48,7 +48,7 @@ def _read_manifest(folder: Path, name: str) -> tuple[dict, str]:
     raw = path.read_bytes()
     try:
         manifest = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise ValueError(f"{path} is not valid JSON ({exc})") from None
     return manifest, hashlib.sha256(raw).hexdigest()
 

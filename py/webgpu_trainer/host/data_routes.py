@@ -76,7 +76,7 @@ class Datasets:
         without a readable manifest."""
         try:
             name = json.loads((self.data_dir / "manifest.json").read_text()).get("name")
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             return "mnist"
         return name if isinstance(name, str) and DATASET_RE.fullmatch(name) else "mnist"
 
@@ -108,7 +108,7 @@ class Datasets:
         except ApiError:
             return self.train_images() if name != self.default_name() else \
                 config.schema_mod.MNIST_TRAIN
-        except (OSError, KeyError, TypeError, ValueError):
+        except (OSError, KeyError, TypeError, ValueError, RecursionError):
             return config.schema_mod.MNIST_TRAIN
 
     def manifest(self, name: str) -> dict:
@@ -120,7 +120,7 @@ class Datasets:
         try:
             manifest = json.loads(path.read_text())
             summary(name, manifest)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
             raise ApiError(500, f"dataset {name}: {str(exc)[:300]}") from exc
         return manifest
 
@@ -139,7 +139,7 @@ class Datasets:
                 continue  # the --data-dir dataset serves that name
             try:
                 found[name] = summary(name, json.loads((folder / "manifest.json").read_text()))
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, RecursionError) as exc:
                 problems.append(f"{name}: {str(exc)[:300]}")
         return [found[n] for n in sorted(found)], problems
 

@@ -27,10 +27,10 @@ from starlette.routing import Route
 
 from .bodies import BODY_IDLE_TIMEOUT_S
 from .datafiles import DataError
+from .datasets import BUILT_IN
 from .errors import ApiError
 
 MAX_DATASET_UPLOAD_BYTES = 512 << 20
-BUILT_IN = ("mnist", "fashion-mnist", "cifar10", "cifar100")
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 
 

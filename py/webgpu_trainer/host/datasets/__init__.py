@@ -72,6 +72,10 @@ def read_source(path: Path, log=print) -> Arrays:
                     "another source kind (`webgpu-trainer data --help`)")
 
 
+BUILT_IN = ("mnist", "fashion-mnist", "cifar10", "cifar100")
+"""Names kept for the datasets they name: another source may not take them."""
+
+
 def prepare_source(path: Path, root: Path | None = None, name: str | None = None,
                    log=print) -> tuple[dict, Path]:
     """Read ``path`` (``read_source``) and write it as dataset ``name`` (default: the source's
@@ -84,8 +88,11 @@ def prepare_source(path: Path, root: Path | None = None, name: str | None = None
         store.check_name(name)  # before reading a large source
     arrays = read_source(path, log)
     name = name or arrays.name or idx.slug(Path(path).name)
+    if name in BUILT_IN and arrays.name != name:
+        raise DataError(f"dataset name {name!r} is a built-in dataset's and {path} is not "
+                        f"{name}: choose another --name")
     manifest = store.write_dataset(root, name, arrays, log)
     return manifest, root / name
 
 
-__all__ = ["Arrays", "DataError", "SOURCES", "prepare_source", "read_source"]
+__all__ = ["Arrays", "BUILT_IN", "DataError", "SOURCES", "prepare_source", "read_source"]

@@ -359,7 +359,7 @@ def read_manifest(folder: Path, *, check_files: bool = True) -> dict:
         raise DataError(f"{folder}: no manifest.json (not a prepared dataset)")
     try:
         m = json.loads(path.read_text())
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, RecursionError) as exc:  # RecursionError: nested too deep
         raise DataError(f"{path}: manifest unreadable ({exc})") from None
     m = check_manifest(m, str(path))
     if check_files:
