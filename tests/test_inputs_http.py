@@ -136,13 +136,20 @@ def test_model_list_and_summary_errors_have_no_paths(env):
 def test_missing_shard_error_has_no_path(env):
     c, tmp = env
     (tmp / "mnist").mkdir()
-    entry = {"file": "train-images-abc.u8", "sha256": "0" * 64}
+
+    def entry(split, kind, n):  # a complete (legacy-format) manifest whose shards are missing
+        return {"file": f"{split}-{kind}-abc.u8", "shape": [n, 28, 28] if kind == "images"
+                else [n], "dtype": "uint8", "bytes": n * (784 if kind == "images" else 1),
+                "sha256": "0" * 64}
     (tmp / "mnist" / "manifest.json").write_text(json.dumps(
-        {"format": "webgpu-trainer/mnist@1", "splits": {"train": {"images": entry}}}))
+        {"format": "webgpu-trainer/mnist@1",
+         "splits": {s: {"count": n, "images": entry(s, "images", n),
+                        "labels": entry(s, "labels", n)} for s, n in (("train", 3), ("test", 2))}}))
     r = c.get("/data/mnist/train-images-abc.u8")
     assert r.status_code == 404
-    assert r.json()["error"] == ("shard train-images-abc.u8 is missing from the MNIST cache; "
-                                 "run `webgpu-trainer data` to rebuild the cache")
+    assert r.json()["error"] == ("shard train-images-abc.u8 is missing from the mnist dataset; "
+                                 "run `webgpu-trainer data` to prepare it again")
+    assert str(tmp) not in r.text
 
 
 def test_scrub_keeps_urls_and_cuts_paths(tmp_path):
