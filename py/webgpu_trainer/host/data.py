@@ -180,19 +180,6 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temp file in the same folder, fsync, rename: a reader
     sees the old file or the new one, never a partial one (shards, manifest, checkpoints)."""
@@ -203,7 +190,7 @@ def atomic_write(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    store.fsync_dir(path.parent)
 
 
 def check_cache(cache_dir: Path, expected: dict | None = EXPECTED_MD5) -> tuple[dict | None, str]:

@@ -160,7 +160,8 @@ def _write_file(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a folder (its entries: renames into it survive a crash); silent where unsupported."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -198,7 +199,7 @@ def _replace_dir(new: Path, dest: Path) -> None:
             os.rename(old, dest)
             raise
         shutil.rmtree(old, ignore_errors=True)
-    _fsync_dir(dest.parent)
+    fsync_dir(dest.parent)
 
 
 def _shards(folder: Path, arrays: Arrays, log: Log) -> dict:
@@ -259,7 +260,7 @@ def write_folder(dest: Path, name: str, arrays: Arrays, log: Log = _log, *,
                 for part in ("images", "labels"):
                     shard_gzip.write_copy(tmp / entry[part]["file"])
         os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         _replace_dir(tmp, dest)
     finally:
         if tmp.exists():
