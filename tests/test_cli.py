@@ -219,7 +219,7 @@ def test_checkpoint_round_trip_and_atomic(tmp_path):
     (["--seed", "-1", "--epochs", "1001", "--lr", "0"],
      r"error: 3 bad options:\n- --lr: must be a number > 0, got 0\.0\n- --epochs: must be an "
      r"integer in \[1, 1000\], got 1001\n- --seed: must be an integer in \[0, 4,294,967,295\]"),
-    (["--batch-size", "100000"], r"--batch-size: must be an integer in \[2, 60,000\]"),
+    (["--batch-size", "100000"], r"--batch-size: must be an integer in \[2, 65,536\]"),
     (["--batch-size", "512", "--train-images", "256"],
      r"--batch-size: must be an integer in \[2, 256\] \(at most the 256 training images\)"),
     (["--seed", "1.5"], "argument --seed: invalid int value: '1.5'"),

@@ -195,7 +195,8 @@ def test_undecodable_image_skipped_and_named_or_refused_when_strict(tmp_path):
 
 @pytest.mark.parametrize("kw,message", [
     ({"color": "cmyk"}, "color 'cmyk': use one of auto, rgb, grey"),
-    ({"size": 4}, "size 4: use a whole number from 8 to 256"),
+    ({"size": 4}, "size 4: use a whole number of pixels from 8 to 256 (28 for digits, 32 for "
+                  "CIFAR-like photos)"),
     ({"test": 0}, "test fraction 0.0: use a number above 0 and at most 0.9"),
     ({"test": "x"}, "test fraction 'x' is not a number"),
 ])

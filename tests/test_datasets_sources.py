@@ -269,9 +269,10 @@ def test_cli_data_and_datasets_table(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out.splitlines() == [
         "name     title     kind   shape    classes  train  test    size",
-        "cifar10  CIFAR-10  image  3x32x32       10     50    10  0.2 MB"]
-    assert err == (f"note: skipped broken: {tmp_path / 'root' / 'broken'}: no manifest.json "
-                   "(not a prepared dataset)\n")
+        "cifar10  CIFAR-10  image  3x32x32       10     50    10  0.2 MB",
+        "invalid (1; not usable: prepare them again or remove them):",
+        f"  broken: {tmp_path / 'root' / 'broken'}: no manifest.json (not a prepared dataset)"]
+    assert err == ""
 
 
 FASHION = idx.FASHION_DIR

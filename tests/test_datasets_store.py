@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from webgpu_trainer.host.datafiles import DataError
-from webgpu_trainer.host.datasets import store
+from webgpu_trainer.host.datasets import atomic, store
 from webgpu_trainer.host.datasets.arrays import Arrays
 
 
@@ -127,7 +127,7 @@ def test_failure_mid_write_keeps_the_old_folder(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         path.write_bytes(data)
 
-    monkeypatch.setattr(store, "_write_file", failing)
+    monkeypatch.setattr(store, "write_file", failing)
     with pytest.raises(OSError, match="No space left"):
         store.write_dataset(tmp_path, "d", images(6), log=lambda s: None)
     assert snapshot(tmp_path) == before and len(calls) == 3
@@ -154,20 +154,20 @@ def test_replace_and_list(tmp_path):
 def test_replace_without_renameat2(tmp_path, monkeypatch):
     """Where RENAME_EXCHANGE is missing: two renames; a failing second one puts the old folder
     back."""
-    monkeypatch.setattr(store, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
     store.write_dataset(tmp_path, "d", images(1), log=lambda s: None)
     m2 = store.write_dataset(tmp_path, "d", images(2), log=lambda s: None)
     assert store.read_manifest(tmp_path / "d") == m2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
     before = snapshot(tmp_path)
-    real = store.os.rename
+    real = atomic.os.rename
 
     def rename(a, b):
-        if ".tmp-" in str(a):
+        if ".tmp-" in str(a) and ".lock" not in str(a):  # the temp folder's move
             raise OSError(5, "Input/output error")
         real(a, b)
 
-    monkeypatch.setattr(store.os, "rename", rename)
+    monkeypatch.setattr(atomic.os, "rename", rename)
     with pytest.raises(OSError, match="Input/output error"):
         store.write_dataset(tmp_path, "d", images(3), log=lambda s: None)
     assert snapshot(tmp_path) == before

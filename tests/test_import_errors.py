@@ -331,3 +331,23 @@ def test_every_problem_at_once(tmp_path):
     assert "unsupported op: node hm (Hardmax, ai.onnx opset 17)" in text
     assert "external data file 'gone.bin' is missing" in text
     assert all(f"- {p}" in msg for p in problems)
+
+
+def test_batch_dependent_value_is_cut_to_its_shape(tmp_path):
+    """A value that follows the batch (ConstantOfShape of [batch, 10], here 0.5s) feeding an
+    Add: the problem names it by its shape and first values, never the whole tensor."""
+    zero = numpy_helper.from_array(np.array([0], np.int64), "zero")
+    ten = numpy_helper.from_array(np.array([10], np.int64), "ten")
+    model = _mlp(nodes_after=[
+        helper.make_node("Shape", ["x"], ["xs"], name="shape"),
+        helper.make_node("Gather", ["xs", "zero"], ["n"], name="batch"),
+        helper.make_node("Concat", ["n", "ten"], ["bk"], name="cat", axis=0),
+        helper.make_node("ConstantOfShape", ["bk"], ["half"], name="halves",
+                         value=numpy_helper.from_array(np.array([0.5], np.float32))),
+        helper.make_node("Add", ["h", "half"], ["y"], name="add")],
+        extra_inits=[zero, ten])
+    msg, problems = _problems(_save(model, tmp_path / "batchdep.onnx"))
+    line = next(p for p in problems if "depends on the batch size" in p)
+    assert line.startswith("node add (Add) input 1 'half' depends on the batch size (it is "
+                           "shape [")
+    assert ", values 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, ... (" in line and len(line) < 300, line

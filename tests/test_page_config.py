@@ -100,8 +100,8 @@ def test_bad_values_are_marked_inline_and_block_start(page):
     for field, value, needle in (
             ("seed", "1.5", "must be an integer in [0, 4,294,967,295], got 1.5"),
             ("epochs", "1001", "must be an integer in [1, 1000], got 1001"),
-            ("batch-size", "100000", "must be an integer in [2, 60,000], got 100000"),
-            ("batch-size", "1", "must be an integer in [2, 60,000], got 1")):
+            ("batch-size", "100000", "must be an integer in [2, 65,536], got 100000"),
+            ("batch-size", "1", "must be an integer in [2, 65,536], got 1")):
         old = pg.input_value(f"#{field}")
         pg.fill(f"#{field}", value)
         marked(pg, field, needle)

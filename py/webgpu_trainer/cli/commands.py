@@ -161,12 +161,12 @@ def folder_of(args, cfg) -> Path:
 
 
 def _dataset(args, cfg, stored):
-    """``(cfg, (train, test, manifest, spec, manifest sha256))``: the run's dataset loaded;
+    """``(cfg, (train, test, manifest, spec, manifest sha256))``: the run's dataset loaded
+    (both splits whole: ``eval_images`` is checked against the test split's size later);
     with ``--data-dir`` the config's ``dataset`` becomes the folder's. ValueError when
     ``--data`` and ``--data-dir`` name different datasets, or a resumed run's dataset is
     not the one given (both named)."""
-    loaded = run_data.load_dataset(folder_of(args, cfg), cfg["dataset"], 0,
-                                   cfg["eval_images"])
+    loaded = run_data.load_dataset(folder_of(args, cfg), cfg["dataset"])
     name = loaded[3].name
     if name != cfg["dataset"]:
         if stored is not None:
@@ -221,8 +221,6 @@ async def _run(trainer, args, cfg, out, config_doc, per_epoch, total) -> dict:
 async def _train(args) -> int:
     from .. import onnx_io
     cfg, model_path, out, stored, graph, weights, classes = _resolve(args)
-    dev = open_device(cfg["device"])
-    check = None if is_numpy(dev) else await doctor.gate(dev, getattr(args, "force", False))
     ckpt_path, header, sections = read_last(out) if stored else (None, None, None)
     if header:
         fixed_on_resume(header, cfg, out / "config.json", ckpt_path)
@@ -231,6 +229,11 @@ async def _train(args) -> int:
                          "trained from")
     # the whole training split: the trainer holds its last val_images out for validation
     cfg, (train_set, test_set, manifest, spec, manifest_sha) = _dataset(args, cfg, stored)
+    note = run_data.check_model_fits(spec, classes, model_path,
+                                     (("training", train_set), ("test", test_set)))
+    run_data.check_augment(spec, cfg)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     was = ((stored or {}).get("data") or {}).get("manifest_sha256")
     if was and was != manifest_sha:
         raise ValueError(f"--resume: dataset {cfg['dataset']} changed since the run trained on "
@@ -242,10 +245,16 @@ async def _train(args) -> int:
     # checked against the data, the run-dependent defaults (e.g. OneCycleLR's total_steps)
     # resolved
     values = cfg.to_dict()
-    if stored is None and "val_images" not in given_options(args):
-        del values["val_images"]  # the default: at most a tenth of a small dataset
-    cfg = run_config.parse(values, train_images=train_set.count, classes=classes)
+    for key in ("val_images", "eval_images"):
+        if stored is None and key not in given_options(args):
+            del values[key]  # the defaults: at most a tenth / all of a small dataset's
+    cfg = run_config.parse(values, train_images=train_set.count, classes=classes,
+                           test_images=test_set.count)
+    if cfg["eval_images"] < test_set.count:
+        test_set = test_set.part(0, cfg["eval_images"])
     per_epoch, total = cfg.steps(train_set.count)
+    dev = open_device(cfg["device"])
+    check = None if is_numpy(dev) else await doctor.gate(dev, getattr(args, "force", False))
     # Every check (the trainer's set-up included) passes before anything is written to --out.
     trainer = make_trainer(dev, graph, weights, cfg, train_set, test_set)
     await trainer.setup()

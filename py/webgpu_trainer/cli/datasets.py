@@ -16,18 +16,39 @@ def add_data(sub) -> argparse.ArgumentParser:
     """Register ``data`` and its options."""
     p = sub.add_parser(
         "data", help="prepare a dataset: MNIST (no arguments; idempotent), Fashion-MNIST "
-                     "(--fashion-mnist) or your own / CIFAR (--source PATH)")
+                     "(--fashion-mnist) or your own / CIFAR (--source PATH)",
+        description="Prepare a dataset once (checked, checksummed shards and a manifest under "
+                    "the data root). --source takes: a folder or .zip of photos, one subfolder "
+                    "per class (PNG, JPEG, WebP, BMP; --size, --color, --test, --seed); "
+                    "CIFAR-10 / CIFAR-100 as downloaded (folder or .tar.gz, binary or python "
+                    "version); four IDX files (MNIST-style, any image size); a CSV table "
+                    "(a label column and numeric features; --label, --test, --seed).")
     p.add_argument("--source", type=Path, default=None,
-                   help="a folder or .tar.gz: CIFAR-10/100 as downloaded (binary or python "
-                        "version), four IDX files of any image size (train/t10k images and "
-                        "labels, raw or .gz; idx3 [N,H,W] or idx4 [N,C,H,W]; class names in an "
-                        "optional classes.txt), or two CSV files of 28x28 digits")
+                   help="a folder or .zip of photos (one subfolder per class); a folder or "
+                        ".tar.gz of CIFAR-10/100 as downloaded (binary or python version); "
+                        "four IDX files of any image size (train/t10k images and labels, raw "
+                        "or .gz; idx3 [N,H,W] or idx4 [N,C,H,W]; class names in an optional "
+                        "classes.txt); a .csv table; or two CSV files of 28x28 digits")
+    p.add_argument("--label", default=None, metavar="COLUMN",
+                   help="CSV tables: the label column, by header name or index from 0 "
+                        "(negative from the end; default: the column named label, class or "
+                        "target, else the last)")
+    p.add_argument("--size", type=int, default=None, metavar="PIXELS",
+                   help="photos: resize each to PIXELS x PIXELS (8-256; default 32)")
+    p.add_argument("--color", choices=("grey", "rgb", "auto"), default=None,
+                   help="photos: grey, rgb or auto (RGB when any image has colour; default)")
+    p.add_argument("--test", type=float, default=None, metavar="FRACTION",
+                   help="photos and CSV tables: the fraction of each class held out as the "
+                        "test split (default 0.2)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="photos and CSV tables: the seed of the test split (default 0)")
     p.add_argument("--fashion-mnist", action="store_true",
                    help=f"prepare Fashion-MNIST from {idx.FASHION_DIR} (Debian's "
                         "dataset-fashion-mnist; skipped when already prepared)")
     p.add_argument("--name", default=None,
                    help="dataset name (lowercase letters, digits, - or _; default: the source's "
-                        "own: mnist, fashion-mnist, cifar10, cifar100, else from its file name)")
+                        "own: mnist, fashion-mnist, cifar10, cifar100, else from its file name, "
+                        "which never replaces an existing dataset: give --name to replace one)")
     p.add_argument("--data-root", type=Path, default=None,
                    help="where datasets live (default <repo>/.cache/datasets; one folder each)")
     p.add_argument("--cache", type=Path, default=None,
@@ -45,8 +66,15 @@ def _fashion_ready(folder: Path) -> bool:
     return all(m["splits"][s][p].get("idx_md5") == md5 for (s, p), md5 in idx.FASHION_MD5.items())
 
 
+READ_OPTIONS = ("label", "size", "color", "test", "seed")
+
+
 def _prepare(args) -> dict:
     root = args.data_root or store.default_root()
+    options = {k: getattr(args, k) for k in READ_OPTIONS if getattr(args, k, None) is not None}
+    if options and (args.source is None or args.cache is not None):
+        raise DataError(f"--{next(iter(options))} applies to --source (photos or a CSV "
+                        "table) only")
     if args.cache is not None or (args.source is None and not args.fashion_mnist):
         if args.name not in (None, "mnist"):
             raise DataError("--name needs --source or --fashion-mnist (MNIST is 'mnist')")
@@ -63,7 +91,7 @@ def _prepare(args) -> dict:
             print(f"[data] cache ok: {folder} (Fashion-MNIST)")
             return store.read_manifest(folder)
     manifest, _ = prepare_source(source, root, args.name,
-                                 lambda s: print(f"[data] {s}", flush=True))
+                                 lambda s: print(f"[data] {s}", flush=True), **options)
     return manifest
 
 
@@ -109,17 +137,19 @@ def table(rows: list[dict]) -> str:
 
 
 def datasets(args) -> int:
-    """Print the table of the prepared datasets (folders that fail their checks: a note)."""
+    """Print the table of the prepared datasets, then the folders that fail their checks
+    under "invalid", each with the reason (``store.scan_root``)."""
     root = args.data_root or store.default_root()
-    skipped: list[str] = []
-    rows = store.list_datasets(root, skipped.append)
+    rows, invalid = store.scan_root(root)
     if not rows:
         print(f"no datasets in {root}: run `webgpu-trainer data` (MNIST), `webgpu-trainer "
               "data --fashion-mnist` or `webgpu-trainer data --source PATH`")
     else:
         print(table(rows))
-    for line in skipped:
-        print(f"note: {line}", file=sys.stderr)
+    if invalid:
+        print(f"invalid ({len(invalid)}; not usable: prepare them again or remove them):")
+        for name, why in invalid:
+            print(f"  {name}: {why}")
     return 0
 
 

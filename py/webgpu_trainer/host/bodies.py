@@ -1,5 +1,5 @@
-"""Request bodies read with limits, for every route that takes one: ``read_body`` (a size cap
-and an idle timeout) and ``read_json`` (that, then JSON no deeper than ``MAX_DEPTH``).
+"""Request bodies read with limits, for every route that takes one: ``body_chunks`` (a size cap
+and an idle timeout, streamed), ``read_body`` (that, in memory) and ``read_json`` (that, then JSON no deeper than ``MAX_DEPTH``).
 
 Every refusal is an ``ApiError`` naming the problem and never echoing the body: 413 over the
 cap, 408 for a stalled client, 400 for a body that is not JSON or nests too deeply.
@@ -18,16 +18,20 @@ MAX_DEPTH = 32              # arrays / objects inside each other (a config needs
 MAX_DIGITS = 4300           # Python's limit for converting a number's digits (sys.int_info)
 
 
-async def read_body(request, limit: int, what: str = "request body") -> bytes:
-    """The body, at most ``limit`` bytes (413 beyond, by Content-Length or while streaming),
-    each chunk within ``BODY_IDLE_TIMEOUT_S`` (408 for a stalled client)."""
+async def body_chunks(request, limit: int, what: str = "request body",
+                      limit_name: str = "the limit"):
+    """The body's chunks (an async iterator), at most ``limit`` bytes in all (413 beyond, by
+    Content-Length before the first chunk or while streaming), each within
+    ``BODY_IDLE_TIMEOUT_S`` (408 for a stalled client); ``limit_name`` names the limit in
+    the 413's text. The one body reader: ``read_body`` and the dataset uploads use it."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
             raise ApiError(400, "bad Content-Length")
         if int(declared) > limit:
-            raise ApiError(413, f"{what} is {int(declared):,} bytes; the limit is {limit:,}")
-    chunks, size = [], 0
+            raise ApiError(413, f"{what} is {int(declared):,} bytes; {limit_name} is "
+                                f"{limit:,}")
+    size = 0
     stream = request.stream().__aiter__()
     while True:
         try:
@@ -38,9 +42,14 @@ async def read_body(request, limit: int, what: str = "request body") -> bytes:
             raise ApiError(408, f"{what}: the client stopped sending") from None
         size += len(chunk)
         if size > limit:
-            raise ApiError(413, f"{what} is larger than the limit of {limit:,} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+            raise ApiError(413, f"{what} is larger than {limit_name} of {limit:,} bytes")
+        yield chunk
+
+
+async def read_body(request, limit: int, what: str = "request body") -> bytes:
+    """The body, at most ``limit`` bytes (``body_chunks``: 413 beyond, 408 for a stalled
+    client)."""
+    return b"".join([chunk async for chunk in body_chunks(request, limit, what)])
 
 
 def parse_json(raw: bytes | str, what: str = "the body"):

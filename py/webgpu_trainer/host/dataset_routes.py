@@ -15,7 +15,6 @@ through ``public``: no server paths); the names of built-in datasets are refused
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import threading
 from pathlib import Path
@@ -25,9 +24,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .bodies import BODY_IDLE_TIMEOUT_S
+from .bodies import body_chunks
 from .datafiles import DataError
 from .datasets import BUILT_IN
+from .datasets.images import check_size
 from .errors import ApiError
 
 MAX_DATASET_UPLOAD_BYTES = 512 << 20
@@ -49,29 +49,14 @@ class DatasetUploads:
     async def _receive(self, request: Request, what: str) -> Path:
         """The body in a temp file inside the root (the caller removes it): 413 over the
         limit (by Content-Length before reading), 408 for a stalled client, 400 if empty."""
-        declared = request.headers.get("content-length")
-        if declared is not None and not declared.isdigit():
-            raise ApiError(400, "bad Content-Length")
-        if declared and int(declared) > self.max_bytes:
-            raise ApiError(413, f"{what} is {int(declared):,} bytes; the upload limit is "
-                                f"{self.max_bytes:,} bytes")
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.root / f".upload-{secrets.token_hex(8)}"
         size = 0
         try:
             with open(tmp, "wb") as f:
-                stream = request.stream().__aiter__()
-                while True:
-                    try:
-                        chunk = await asyncio.wait_for(stream.__anext__(), BODY_IDLE_TIMEOUT_S)
-                    except StopAsyncIteration:
-                        break
-                    except asyncio.TimeoutError:
-                        raise ApiError(408, f"{what}: the client stopped sending") from None
+                async for chunk in body_chunks(request, self.max_bytes, what,
+                                               "the upload limit"):
                     size += len(chunk)
-                    if size > self.max_bytes:
-                        raise ApiError(413, f"{what} is larger than the upload limit of "
-                                            f"{self.max_bytes:,} bytes")
                     f.write(chunk)
             if size == 0:
                 raise ApiError(400, f"{what}: the upload is empty (send a .zip of class "
@@ -103,9 +88,10 @@ class DatasetUploads:
         out = {"name": name, "title": title, "color": q.get("color", "auto"),
                "test": q.get("test", "0.2"), "label": q.get("label") or None}
         size = q.get("size", "32")
-        if not size.isdigit() or len(size) > 4:
-            raise ApiError(400, f"size {size[:20]!r}: use a whole number of pixels (28, 32, 64)")
-        out["size"] = int(size)
+        try:
+            out["size"] = check_size(size)
+        except DataError as exc:
+            raise ApiError(400, str(exc)) from None
         return out
 
     def _prepare(self, tmp: Path, p: dict) -> dict:

@@ -95,9 +95,20 @@ def batch_shapes(s: ImportState) -> None:
                 s.reported.add(name)
                 s.problems.append(
                     f"node {name} ({n.op_type}) input {k} {x!r} depends on the batch size "
-                    f"(it is {s.batchdep[x][0].tolist()} for a batch of {b1}): only Reshape "
+                    f"(it is {_brief(s.batchdep[x][0])} for a batch of {b1}): only Reshape "
                     "shapes may follow the batch")
     _check_output(s)
+
+
+def _brief(value, shown: int = 6) -> str:
+    """A value for a message: small ones in full, others as their shape and first values
+    (``shape [2, 3, 32], values 0, 0.5, 1, ... (192 in all)``)."""
+    a = np.asarray(value)
+    if a.size <= shown:
+        return str(a.tolist())
+    head = ", ".join(f"{v:g}" if isinstance(v, float) else str(v)
+                     for v in a.ravel()[:shown].tolist())
+    return f"shape {list(a.shape)}, values {head}, ... ({a.size:,} in all)"
 
 
 def _zero_state(n, k: int, pair) -> bool:

@@ -28,6 +28,10 @@ LOSSES = {"auto": "auto (from the model's last op)", "cross_entropy": "CrossEntr
 DATASET_NAME = "[a-z0-9][a-z0-9_-]{0,39}"  # a dataset's folder under the data root
 MNIST_TRAIN, MNIST_TEST = 60000, 10000
 MNIST_VAL = 5000  # validation images held out of the training split by default
+# Static bounds on the counts, for any dataset; a run checks them against its dataset's split
+# sizes (validate.resolve), naming both.
+MAX_IMAGES = 10_000_000  # training / validation / test images a run may use
+MAX_BATCH = 65_536       # images per step
 REPORT_MAX = 32  # half of plan.METRICS_RING: the GPU keeps 64 steps of metrics between reads
 SEED_MAX = 2 ** 32 - 1
 INT_MAX = 10 ** 9  # counts without a natural bound (steps, epochs between decays): fit an i32
@@ -102,7 +106,7 @@ FIELDS = (
       defaults={"adagrad": 1e-2, "rmsprop": 1e-2, "adadelta": 1.0}),
     F("batch_size", "int", 64, "images per step; BatchNorm needs at least 2, and the last "
       "incomplete batch of an epoch is dropped", "run", label="Batch size", min=2,
-      max=MNIST_TRAIN, unit="images", resume=False),
+      max=MAX_BATCH, unit="images", resume=False),
     F("epochs", "int", 1, "passes over the training images", "run", label="Epochs", min=1,
       max=1000, unit="epochs"),
     F("seed", "int", 0, "seeds the init, the data order and dropout", "run", label="Seed",
@@ -116,15 +120,16 @@ FIELDS = (
       label="Max steps", min=0, max=10 ** 9, unit="steps", advanced=True,
       zero="whole epochs"),
     F("train_images", "int", 0, "train on the first N training images (0 = all but the "
-      "validation images)", "run", label="Training images", min=0, max=MNIST_TRAIN,
+      "validation images)", "run", label="Training images", min=0, max=MAX_IMAGES,
       unit="images", resume=False, advanced=True, zero="all but the validation images"),
     F("val_images", "int", MNIST_VAL, "hold out the last N training images for validation "
       "after each epoch (MNIST's usual 55,000 / 5,000 split; by default at most a tenth of "
       "the training images; 0 = no validation)", "run",
-      label="Validation images", min=0, max=MNIST_TRAIN - 2, unit="images", resume=False,
+      label="Validation images", min=0, max=MAX_IMAGES, unit="images", resume=False,
       advanced=True, zero="no validation"),
     F("eval_images", "int", MNIST_TEST, "measure the final accuracy on the first N test "
-      "images", "run", label="Test images", min=1, max=MNIST_TEST, unit="images",
+      "images (by default at most the dataset's test images)", "run", label="Test images",
+      min=1, max=MAX_IMAGES, unit="images",
       advanced=True),
     F("report_every", "int", 10, "steps between metric readbacks", "run", min=1,
       max=REPORT_MAX, unit="steps", where=("cli",)),

@@ -157,13 +157,16 @@ def _owner(f) -> tuple[str, tuple]:
     return "", ()
 
 
-def parse(data, *, train_images: int | None = None, classes: int | None = None) -> RunConfig:
+def parse(data, *, train_images: int | None = None, classes: int | None = None,
+          test_images: int | None = None) -> RunConfig:
     """A checked, complete ``RunConfig`` from ``data`` (a dict or a RunConfig).
 
     ``train_images``: the training images available (the whole split; ``train_images`` of the
     config picks a prefix): when given, the batch size is checked against the images used and
-    the run-dependent defaults are resolved (``resolve``). ``classes``: the model's output
-    classes, to check ``class_weights``. Raises ConfigError listing every problem."""
+    the run-dependent defaults are resolved (``resolve``). ``test_images``: the test images
+    available: ``eval_images`` must not exceed them (its default becomes at most them).
+    ``classes``: the model's output classes, to check ``class_weights``. Raises ConfigError
+    listing every problem."""
     if isinstance(data, RunConfig):
         data = data.to_dict()
     if not isinstance(data, dict):
@@ -205,6 +208,13 @@ def parse(data, *, train_images: int | None = None, classes: int | None = None) 
         if "val_images" not in data:  # the default: at most a tenth of a small dataset
             values["val_images"] = min(values["val_images"], train_images // 10)
         errors += resolve(values, train_images)
+    if not errors and test_images is not None:
+        if "eval_images" not in data:  # the default: the whole test split up to 10,000
+            values["eval_images"] = max(1, min(values["eval_images"], test_images))
+        elif values["eval_images"] > test_images:
+            errors.append(("eval_images", f"must be an integer in [1, {test_images:,}] (the "
+                                          f"dataset's {test_images:,} test images), got "
+                                          f"{values['eval_images']:,}"))
     if not errors and classes is not None and values.get("class_weights") is not None \
             and len(values["class_weights"]) != classes:
         errors.append(("class_weights", f"must be {classes} numbers, each >= 0 (one per class "

@@ -59,7 +59,7 @@ class DataSpec:
     def describe(self) -> str:
         """How errors name the samples: "3x32x32 images", "12 features"."""
         if self.kind == "table":
-            return f"{self.values} features"
+            return f"{self.values} feature{'s' * (self.values != 1)}"
         return "x".join(map(str, self.sample_shape)) + " images"
 
     def table(self) -> list | None:

@@ -2,8 +2,9 @@
 
 ``SOURCES`` lists the source kinds ``webgpu-trainer data --source PATH`` tries, in order: each
 is ``(detect, read)`` where ``detect(path) -> bool`` looks at names only (no parsing; a tar is
-listed once and kept for ``read``) and ``read(path, log) -> Arrays`` reads and checks everything,
-raising ``DataError`` naming the file, the record or line, and the value. Another source kind
+listed once and kept for ``read``) and ``read(path, log, **options) -> Arrays`` reads and checks
+everything, raising ``DataError`` naming the file, the record or line, and the value (the
+options a kind takes, e.g. ``size``: ``OPTIONS``). Another source kind
 plugs in by adding its pair (before ``digits_csv``, the most general). Built in:
 
 - ``cifar``: CIFAR-10 / CIFAR-100, binary or python version, folder or .tar.gz;
@@ -53,17 +54,35 @@ SOURCES: list = [(cifar.detect, cifar.read), (idx.detect, idx.read),
                  (images.detect, images.read), (table.detect, table.read),
                  (_detect_digits_csv, _read_digits_csv)]
 
+OPTIONS = {images.read: ("a folder or .zip of photos", ("size", "color", "test", "seed")),
+           table.read: ("a CSV table", ("label", "test", "seed"))}
+"""The reading options a source kind's ``read`` takes as keywords (``--size`` ...), with the
+kind's name for the message refusing an option a source does not take."""
 
-def read_source(path: Path, log=print) -> Arrays:
-    """The first source kind in ``SOURCES`` that detects ``path``, read; DataError when none
-    does (saying what was looked for)."""
+
+def _check_options(path: Path, read, options: dict) -> None:
+    """DataError naming an option the source kind of ``read`` does not take, and the kinds
+    that do."""
+    takes = OPTIONS.get(read, ("", ()))[1]
+    extra = [k for k in options if k not in takes]
+    if extra:
+        kinds = " or ".join(kind for kind, opts in OPTIONS.values() if extra[0] in opts)
+        raise DataError(f"{path}: --{extra[0]} applies to {kinds} only, and this source is "
+                        "not one: leave it out")
+
+
+def read_source(path: Path, log=print, **options) -> Arrays:
+    """The first source kind in ``SOURCES`` that detects ``path``, read with ``options``
+    (``OPTIONS``: e.g. ``size=64``; one the kind does not take is refused); DataError when
+    no kind detects it (saying what was looked for)."""
     path = Path(path)
     if not path.exists():
         raise DataError(f"source {path} does not exist")
     try:
         for detect, read in SOURCES:
             if detect(path):
-                return read(path, log)
+                _check_options(path, read, options)
+                return read(path, log, **options)
     finally:
         archive.forget()
     raise DataError(f"{path}: no dataset found: expected a folder or .tar.gz of CIFAR-10/100 "
@@ -77,22 +96,38 @@ BUILT_IN = ("mnist", "fashion-mnist", "cifar10", "cifar100")
 
 
 def prepare_source(path: Path, root: Path | None = None, name: str | None = None,
-                   log=print) -> tuple[dict, Path]:
-    """Read ``path`` (``read_source``) and write it as dataset ``name`` (default: the source's
-    own: ``cifar10``, ``fashion-mnist`` ..., else made from the file name) into ``root``
-    (default ``store.default_root()``). Returns ``(manifest, folder)``; raises DataError with
-    nothing written. The shards' gzip copies are left to the server (``shard_gzip``: at its
-    start or after the first request; they took 2/3 of Fashion-MNIST's preparation)."""
+                   log=print, **options) -> tuple[dict, Path]:
+    """Read ``path`` (``read_source``, with ``options``) and write it as dataset ``name``
+    (default: the source's own: ``cifar10``, ``fashion-mnist`` ..., else made from the file
+    name, ``idx.slug``) into ``root`` (default ``store.default_root()``). A given ``name``
+    replaces the dataset of that name; a default name other than a built-in one never does
+    (DataError naming the dataset there: give ``--name`` to replace it). Returns ``(manifest,
+    folder)``; raises DataError with nothing written. The shards' gzip copies are left to the
+    server (``shard_gzip``: at its start or after the first request; they took 2/3 of
+    Fashion-MNIST's preparation)."""
     root = Path(root) if root else store.default_root()
     if name is not None:
         store.check_name(name)  # before reading a large source
-    arrays = read_source(path, log)
-    name = name or arrays.name or idx.slug(Path(path).name)
+    arrays = read_source(path, log, **options)
+    given, name = name, name or arrays.name or idx.slug(Path(path).name)
     if name in BUILT_IN and arrays.name != name:
         raise DataError(f"dataset name {name!r} is a built-in dataset's and {path} is not "
                         f"{name}: choose another --name")
+    if given is None and name not in BUILT_IN and (root / name).exists():
+        raise DataError(f"dataset {name!r} already exists in {root} ({_what(root / name)}): "
+                        f"not replacing it; give --name {name} to replace it, or another "
+                        "--name")
     manifest = store.write_dataset(root, name, arrays, log)
     return manifest, root / name
 
 
-__all__ = ["Arrays", "BUILT_IN", "DataError", "SOURCES", "prepare_source", "read_source"]
+def _what(folder: Path) -> str:
+    """What the dataset folder ``folder`` holds, for a message: its title and source."""
+    try:
+        m = store.read_manifest(folder, check_files=False)
+    except DataError:
+        return "a folder that is not a valid dataset"
+    return f"{m['title']}, from {m['source'][:80]}"
+
+
+__all__ = ["Arrays", "BUILT_IN", "DataError", "OPTIONS", "SOURCES", "prepare_source", "read_source"]

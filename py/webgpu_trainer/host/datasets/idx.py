@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import unicodedata
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -130,9 +131,19 @@ def detect(path: Path) -> bool:
 
 
 def slug(text: str) -> str:
-    """A dataset name made from a file or folder name (``My Photos.tar.gz`` -> ``my-photos``)."""
+    """A dataset name made from a file or folder name (``My Photos.tar.gz`` -> ``my-photos``,
+    ``Café.csv`` -> ``cafe``). Letters without an ASCII form (``猫.csv``) would be lost, so
+    names from such text end in 8 hex digits of its sha256 (``dataset-3f0c41d2``): distinct
+    names for distinct files."""
     low = re.sub(r"\.(tar\.gz|tgz|tar|zip|csv)$", "", text.lower())
-    return (re.sub(r"[^a-z0-9_-]+", "-", low).strip("-_")[:40] or "dataset").strip("-_")
+    plain = unicodedata.normalize("NFKD", low).encode("ascii", "ignore").decode()
+    base = re.sub(r"[^a-z0-9_-]+", "-", plain).strip("-_")
+    lost = any(c.isalnum() and not unicodedata.normalize("NFKD", c).encode("ascii", "ignore")
+               for c in low)
+    if not lost:
+        return (base[:40] or "dataset").strip("-_")
+    tag = hashlib.sha256(low.encode()).hexdigest()[:8]
+    return f"{base[:31].strip('-_') or 'dataset'}-{tag}"
 
 
 def _classes(files: archive.Files, folder: str, k: int) -> list[str]:

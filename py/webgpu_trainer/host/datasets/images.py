@@ -113,10 +113,10 @@ def detect(path) -> bool:
     return False
 
 
-def read(path, log=print) -> Arrays:
-    """``read_images(path)`` with the defaults (32x32, colour auto, 20% test, seed 0), its
+def read(path, log=print, **options) -> Arrays:
+    """``read_images(path, **options)`` (default 32x32, colour auto, 20% test, seed 0), its
     notes through ``log`` (``datasets.SOURCES``)."""
-    arrays = read_images(path)
+    arrays = read_images(path, **options)
     for note in arrays.notes:
         log(f"note: {note}")
     return arrays
@@ -139,12 +139,27 @@ def _problems(groups: dict) -> list:
     return out
 
 
-def _decode(data: bytes, name: str, size: int) -> tuple[np.ndarray, str]:
-    """``(pixels, original "WxH mode")``: ``data`` decoded, upright, grey or RGB, center-cropped
-    and resized to ``size`` (uint8 [size, size] or [size, size, 3]). DataError ("bomb") for
-    more pixels than ``Image.MAX_IMAGE_PIXELS``; ValueError for anything that does not decode."""
-    with warnings.catch_warnings():  # the size check below names the file instead
-        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+def check_size(size) -> int:
+    """``size`` (pixels per side) when it is in ``SIZES``, else DataError saying the range;
+    the one rule for the CLI's ``--size`` and the upload route's ``size=``."""
+    if isinstance(size, str) and size.isdigit() and len(size) <= 4:
+        size = int(size)
+    if not isinstance(size, int) or isinstance(size, bool) or size not in SIZES:
+        shown = repr(size)[:20]
+        raise DataError(f"size {shown}: use a whole number of pixels from {SIZES[0]} to "
+                        f"{SIZES[-1]} (28 for digits, 32 for CIFAR-like photos)")
+    return size
+
+
+def _decode(data: bytes, name: str, size: int) -> tuple[np.ndarray, str, list]:
+    """``(pixels, original "WxH mode", Pillow's warnings)``: ``data`` decoded, upright, grey or
+    RGB, center-cropped and resized to ``size`` (uint8 [size, size] or [size, size, 3]).
+    DataError ("bomb") for more pixels than ``Image.MAX_IMAGE_PIXELS``; ValueError for
+    anything that does not decode. Warnings (e.g. corrupt EXIF data) are returned, never
+    printed."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # checked below
         try:
             im = Image.open(io.BytesIO(data), formats=FORMATS)
         except Image.DecompressionBombError as exc:  # over twice the limit
@@ -173,7 +188,8 @@ def _decode(data: bytes, name: str, size: int) -> tuple[np.ndarray, str]:
         except Exception as exc:  # a truncated or corrupt stream: any decoder error
             raise ValueError(f"does not decode ({type(exc).__name__}: {str(exc)[:80]})"
                              ) from None
-    return np.asarray(im, dtype=np.uint8), shown
+    said = list(dict.fromkeys(" ".join(str(w.message).split())[:100] for w in caught))
+    return np.asarray(im, dtype=np.uint8), shown, said
 
 
 def _grey_or_rgb(im: Image.Image) -> Image.Image:
@@ -203,8 +219,7 @@ def read_images(path, *, size: int = 32, color: str = "auto", test: float = 0.2,
     instead of skipping it."""
     if color not in COLORS:
         raise DataError(f"color {str(color)[:20]!r}: use one of {', '.join(COLORS)}")
-    if not isinstance(size, int) or size not in SIZES:
-        raise DataError(f"size {size!r}: use a whole number from {SIZES[0]} to {SIZES[-1]}")
+    size = check_size(size)
     frac = check_fraction(test)
     path = Path(path)
     with Source(path) as src:
@@ -218,11 +233,11 @@ def read_images(path, *, size: int = 32, color: str = "auto", test: float = 0.2,
             raise DataError(f"{path.name}: {count:,} images at {size}x{size} would take "
                             f"{count * size * size * 3:,} bytes, more than {MAX_PIXEL_BYTES:,}: "
                             "choose a smaller size")
-        pixels, labels, skipped, shapes = [], [], [], {}
+        pixels, labels, skipped, shapes, warned = [], [], [], {}, []
         for k, members in enumerate(groups.values()):
             for m in members:
                 try:
-                    px, shown = _decode(src.read(m), m.name, size)
+                    px, shown, said = _decode(src.read(m), m.name, size)
                 except ValueError as exc:
                     if strict:
                         raise DataError(f"{m.name!r} {exc}") from None
@@ -231,7 +246,11 @@ def read_images(path, *, size: int = 32, color: str = "auto", test: float = 0.2,
                 pixels.append(px)
                 labels.append(k)
                 shapes[shown] = shapes.get(shown, 0) + 1
+                warned += [f"{m.name}: {w}" for w in said]
     notes = _notes(shapes, skipped, refused, size)
+    if warned:
+        notes.append(f"Pillow warned about {len(warned)} image{'s' * (len(warned) != 1)} "
+                     "(kept): " + "; ".join(warned[:3]) + ("; ..." if len(warned) > 3 else ""))
     labels = np.asarray(labels, dtype=np.int64)
     classes = list(groups)
     after = _problems({c: [0] * int((labels == k).sum()) for k, c in enumerate(classes)})

@@ -4,29 +4,27 @@ and the content-addressed shards it names (docs/ARCHITECTURE.md, "Datasets").
 ``write_dataset`` checks an ``Arrays`` (shapes, dtypes, 2..256 classes, labels in range, every
 class present in the training split), computes the per-channel mean and std of ``x/255`` over
 the training split, and writes the shards and the manifest into a temp folder inside the root,
-which then replaces ``<root>/<name>`` in one rename (Linux ``renameat2(RENAME_EXCHANGE)``;
-elsewhere two renames, undone on failure). On any error nothing under the root changes.
+which then replaces ``<root>/<name>`` in one rename (``atomic.py``, which also removes what a
+killed prepare left). On any error nothing under the root changes.
 ``read_manifest`` reads and checks one folder's manifest (the old ``webgpu-trainer/mnist@1``
 included); ``list_datasets`` summarises every prepared dataset.
 """
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import math
-import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from ..datafiles import DataError
+from . import atomic
 from .arrays import Arrays
+from .atomic import fsync_dir, write_file
 
 FORMAT = "webgpu-trainer/dataset@1"
 LEGACY_FORMAT = "webgpu-trainer/mnist@1"
@@ -153,55 +151,6 @@ def channel_stats(x: np.ndarray) -> tuple[list[float], list[float]]:
 
 # ---------------------------------------------------------------- writing
 
-def _write_file(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def fsync_dir(path: Path) -> None:
-    """fsync a folder (its entries: renames into it survive a crash); silent where unsupported."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    return fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
-
-
-def _replace_dir(new: Path, dest: Path) -> None:
-    """Put folder ``new`` at ``dest`` (replacing the folder there, removed afterwards)."""
-    if not dest.exists() and not dest.is_symlink():
-        os.rename(new, dest)
-    elif _exchange(new, dest):
-        shutil.rmtree(new, ignore_errors=True)  # new now holds the old folder
-    else:
-        old = dest.with_name(f".old-{dest.name}-{os.getpid()}")
-        os.rename(dest, old)
-        try:
-            os.rename(new, dest)
-        except OSError:
-            os.rename(old, dest)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    fsync_dir(dest.parent)
-
-
 def _shards(folder: Path, arrays: Arrays, log: Log) -> dict:
     splits = {}
     ext = "f32" if arrays.kind == "table" else "u8"
@@ -214,7 +163,7 @@ def _shards(folder: Path, arrays: Arrays, log: Log) -> dict:
             data = np.ascontiguousarray(arr, np.dtype(dtype).newbyteorder("<")).tobytes()
             sha = hashlib.sha256(data).hexdigest()
             name = f"{split}-{part}-{sha[:12]}.{suffix}"
-            _write_file(folder / name, data)
+            write_file(folder / name, data)
             log(f"wrote {name} ({len(data):,} bytes)")
             entry[part] = {"file": name, "shape": list(arr.shape), "dtype": np.dtype(dtype).name,
                            "bytes": len(data), "sha256": sha}
@@ -245,26 +194,23 @@ def write_folder(dest: Path, name: str, arrays: Arrays, log: Log = _log, *,
     else:
         mean, std = [], []
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name}-", dir=dest.parent))
-    try:
+    atomic.clean_stale(dest.parent, log)
+    with atomic.building(dest.parent, dest.name) as (tmp, unlock):
         splits = _shards(tmp, arrays, log)
         manifest = {"format": FORMAT, "name": name, "title": arrays.title,
                     "dataset": dataset or arrays.title, "kind": arrays.kind,
                     "sample_shape": list(arrays.train_x.shape[1:]),
                     "classes": list(arrays.classes), "mean": mean, "std": std,
                     "source": arrays.source, "notes": list(arrays.notes), "splits": splits}
-        _write_file(tmp / "manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
+        write_file(tmp / "manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
         if gzip:
             from .. import shard_gzip
             for entry in splits.values():
                 for part in ("images", "labels"):
                     shard_gzip.write_copy(tmp / entry[part]["file"])
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
+        unlock()
         fsync_dir(tmp)
-        _replace_dir(tmp, dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        atomic.replace_dir(tmp, dest)
     log(f"{name}: {manifest['title']} ready in {dest} ({splits['train']['count']:,} train, "
         f"{splits['test']['count']:,} test, {len(arrays.classes)} classes)")
     return manifest
@@ -355,11 +301,18 @@ def read_manifest(folder: Path, *, check_files: bool = True) -> dict:
     """The manifest of the dataset folder ``folder``, checked (``check_manifest``) and, with
     ``check_files``, every shard present with its size (sha256: the server checks it when it
     serves a shard). Raises DataError naming the folder and the problem."""
+    return load_manifest(folder, check_files=check_files)[0]
+
+
+def load_manifest(folder: Path, *, check_files: bool = True) -> tuple[dict, str]:
+    """``(read_manifest(folder), the sha256 of its manifest.json's bytes)`` from one read
+    (a run's config.json records the sha256; ``--resume`` compares it)."""
     path = Path(folder) / "manifest.json"
     if not path.is_file():
         raise DataError(f"{folder}: no manifest.json (not a prepared dataset)")
     try:
-        m = json.loads(path.read_text())
+        raw = path.read_bytes()
+        m = json.loads(raw)
     except (ValueError, OSError, RecursionError) as exc:  # RecursionError: nested too deep
         raise DataError(f"{path}: manifest unreadable ({exc})") from None
     m = check_manifest(m, str(path))
@@ -373,7 +326,7 @@ def read_manifest(folder: Path, *, check_files: bool = True) -> dict:
                       + ("is missing" if size is None else
                          f"has {size:,} bytes, the manifest says {ent['bytes']:,} "
                             "(partial write?)"))
-    return m
+    return m, hashlib.sha256(raw).hexdigest()
 
 
 def summary(m: dict) -> dict:
@@ -385,17 +338,28 @@ def summary(m: dict) -> dict:
             "bytes": sum(s[k][p]["bytes"] for k in SPLITS for p in ("images", "labels"))}
 
 
-def list_datasets(root: Path | None = None, log: Log | None = None) -> list[dict]:
-    """``summary`` of every valid dataset ``<root>/<name>/`` (sorted by name); folders whose
-    manifest fails its checks are skipped (said through ``log`` when given)."""
+def scan_root(root: Path | None = None) -> tuple[list[dict], list[tuple[str, str]]]:
+    """``(summaries, invalid)`` of the folders ``<root>/<name>/`` (sorted by name): the
+    ``summary`` of each valid dataset, and ``(name, reason)`` for each folder with a dataset
+    name that fails its checks (no manifest.json, a bad manifest, a missing shard). Removes
+    what killed prepares left first (``atomic.clean_stale``)."""
     root = Path(root) if root else default_root()
-    out = []
+    atomic.clean_stale(root)
+    valid, invalid = [], []
     for folder in sorted(root.iterdir()) if root.is_dir() else []:
         if not folder.is_dir() or not NAME.fullmatch(folder.name):
             continue
         try:
-            out.append({**summary(read_manifest(folder)), "name": folder.name})
+            valid.append({**summary(read_manifest(folder)), "name": folder.name})
         except DataError as exc:
-            if log:
-                log(f"skipped {folder.name}: {exc}")
-    return out
+            invalid.append((folder.name, str(exc)))
+    return valid, invalid
+
+
+def list_datasets(root: Path | None = None, log: Log | None = None) -> list[dict]:
+    """``summary`` of every valid dataset ``<root>/<name>/`` (``scan_root``); folders that
+    fail their checks are skipped (said through ``log`` when given)."""
+    valid, invalid = scan_root(root)
+    for name, why in invalid if log else ():
+        log(f"skipped {name}: {why}")
+    return valid

@@ -68,9 +68,10 @@ def detect(path) -> bool:
     return Path(path).is_file() and Path(path).suffix.lower() == ".csv"
 
 
-def read(path, log=print) -> Arrays:
-    """``read_table(path)`` with the defaults, its notes through ``log``."""
-    arrays = read_table(path)
+def read(path, log=print, **options) -> Arrays:
+    """``read_table(path, **options)`` (default: the label column found by name, else the
+    last; 20% test, seed 0), its notes through ``log``."""
+    arrays = read_table(path, **options)
     for note in arrays.notes:
         log(f"note: {note}")
     return arrays
@@ -117,6 +118,15 @@ def read_table(path, *, label=None, test: float = 0.2, seed: int = 0) -> Arrays:
         shown = f" {names[i]!r}" if header else ""
         return f"{path.name}, line {line}, column {i + 1}{shown}"
 
+    def hint(i: int, r: int) -> str:  # words in a feature column from its first row on:
+        if label is not None or r or (header and names[col].lower() in LABEL_NAMES):
+            return ""                     # maybe the labels, not the default last column
+        there = f"column {i + 1}" + (f" {names[i]!r}" if header else "")
+        by = names[i] if header and names[i] and " " not in names[i] else i
+        return (f"; the label column is the last ({col + 1}"
+                + (f" {names[col]!r}" if header else "") + f") by default: if {there} holds "
+                f"the labels, give --label {by}")
+
     feats = [i for i in range(width) if i != col]
     raw_labels = []
     for line, cells in rows:
@@ -126,7 +136,7 @@ def read_table(path, *, label=None, test: float = 0.2, seed: int = 0) -> Arrays:
         if not cells[col].strip():
             raise DataError(f"{where(line, col)}: missing label")
         raw_labels.append(cells[col].strip())
-    x = _features(rows, feats, where)
+    x = _features(rows, feats, where, hint)
     classes, y = _classes(raw_labels, path.name)
     tr, te = stratified_split(y, classes, frac, seed)
     mean, std = x[tr].mean(axis=0), x[tr].std(axis=0)
@@ -140,17 +150,23 @@ def read_table(path, *, label=None, test: float = 0.2, seed: int = 0) -> Arrays:
                      f"training split (std 0: kept, centred, divided by 1): "
                      + ", ".join(repr(c) for c in constant[:5])
                      + (", ..." if len(constant) > 5 else ""))
-    source = f"{path.name} ({len(rows)} rows, {len(feats)} features, {len(classes)} classes)"
+    source = (f"{path.name} ({_count(len(rows), 'row')}, {_count(len(feats), 'feature')}, "
+              f"{len(classes)} classes)")
     return Arrays(np.ascontiguousarray(x[tr]), y[tr], np.ascontiguousarray(x[te]), y[te],
                   classes, path.stem or path.name, source, notes)
 
 
-def _features(rows: list, feats: list, where) -> np.ndarray:
+def _count(n: int, what: str) -> str:
+    """``"1 feature"``, ``"4 features"``."""
+    return f"{n} {what}{'s' * (n != 1)}"
+
+
+def _features(rows: list, feats: list, where, hint=lambda i, r: "") -> np.ndarray:
     """The feature columns ``feats`` of ``rows`` as float64 ``[N, F]``. Fast path: a column
     whose cells use only digits, signs, ``.``, ``e``/``E``, spaces and tabs is converted by
     numpy; when any column fails that or numpy, every cell is checked in file order so the
     error names the first bad one (``where(line, column)``): not a number, or NaN / infinity
-    (also after overflow)."""
+    (also after overflow); ``hint(column, row)`` is appended to a "not a number" error."""
     x = np.empty((len(rows), len(feats)), dtype=np.float64)
     cols = list(zip(*(cells for _, cells in rows)))
     try:
@@ -169,7 +185,8 @@ def _features(rows: list, feats: list, where) -> np.ndarray:
             if _NON_FINITE.match(cell) or (_NUMBER.match(cell) and not np.isfinite(float(cell))):
                 raise DataError(f"{where(line, i)}: {cell.strip()[:40]!r} is not a finite number")
             if not _NUMBER.match(cell):
-                raise DataError(f"{where(line, i)}: {cell.strip()[:40]!r} is not a number")
+                raise DataError(f"{where(line, i)}: {cell.strip()[:40]!r} is not a number"
+                                + hint(i, r))
             x[r, j] = float(cell)
     return x
 
