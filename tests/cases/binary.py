@@ -315,7 +315,9 @@ def _ties_to_first_of_three(op):
         beats = (lambda u, v: u > v) if op == "Max" else (lambda u, v: u < v)
         b_wins = beats(bv, av) & ~beats(cv, bv)
         c_wins = beats(cv, av) & beats(cv, bv)
-        assert ((av == bv) & (bv == cv)).sum() >= 2 and (b_wins & (bv == cv)).sum() >= 1
+        # ties of the first input with each later one, and between the later two
+        assert (av == bv).sum() >= 2 and (av == cv).sum() >= 2
+        assert (b_wins & (bv == cv)).sum() >= 1
         np.testing.assert_allclose(want["grads"]["b"], np.where(b_wins, dy, 0).sum(0))
         np.testing.assert_allclose(want["grads"]["c"], np.where(c_wins, dy, 0).sum(0)[None])
     return m.case(f"binary/{op}_ties_to_first_of_three", "y", [4, 7], x=x, tag=op,

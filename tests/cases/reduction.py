@@ -136,18 +136,19 @@ def _l2_zero_row():
 
 def _prod(name, zeros=False):
     """ReduceProd of values near 1 (h = 1 + small), so products of up to 60 values stay
-    moderate; ``zeros``: Relu(h) with rows of [N, 3, 4, 5] holding one zero (the gradient at
-    the zero is the product of the others) and two zeros (all 0), torch's prod_backward."""
+    moderate; ``zeros``: h times a constant 0/1 mask, rows of [N, 3, 4, 5] holding one exact
+    zero (the gradient at the zero is the product of the others) and two zeros (all 0), torch's
+    prod_backward (the mask's Mul keeps the gradient of its output visible)."""
     axes, keep, as_input = AXES[name] if not zeros else ([3], 1, False)
     rng = rng_for("reduce_prod", name, zeros)
     nodes, tensors, consts = gemm_to(rng, [3, 4, 5], gain=0.1)
-    bias = np.ones(60)
-    if zeros:
-        bias[[0, 5, 6, 30]] = -50.0  # rows (0, 0), (0, 1), (1, 2) of 5: 1, 2, 1 zeros
-    tensors[1] = ("pre.b", f32(bias + rng.standard_normal(60) * 0.05), "param")
+    tensors[1] = ("pre.b", f32(1 + rng.standard_normal(60) * 0.05), "param")
     src = "h"
     if zeros:
-        nodes.append(node("Relu", ["h"], ["hr"]))
+        mask = np.ones(60)
+        mask[[0, 5, 6, 30]] = 0.0  # rows (0, 0), (0, 1), (1, 2) of 5: 1, 2, 1 zeros
+        consts["mask"] = {"dtype": "float32", "shape": [3, 4, 5], "values": mask.tolist()}
+        nodes.append(node("Mul", ["h", "mask"], ["hr"]))
         src = "hr"
     if as_input:
         consts["axes"] = {"dtype": "int64", "shape": [len(axes)], "values": list(axes)}
