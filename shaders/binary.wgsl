@@ -1,5 +1,6 @@
 // Binary elementwise ops with NumPy (multidirectional) broadcasting, ONNX Add, Sub, Mul, Div,
-// Pow, PRelu (A = x, B = slope), and Max, Min, Sum, Mean of two inputs; gradients by PyTorch's
+// Pow, PRelu (A = x, B = slope), and Max, Min, Sum, Mean of two inputs (more: a chain of these,
+// ops/binary.py); gradients by PyTorch's
 // autograd formulas. OP (override): BINARY_ADD, _SUB, _MUL, _DIV, _POW, _PRELU, _MAX, _MIN,
 // _SUM, _MEAN of the generated include binary_ops (ops/binary.py CODES). SIDE (override, backward):
 // 0 the gradient of A, 1 of B.
@@ -27,12 +28,14 @@
 //
 // PRelu: y = a < 0 ? b * a : a; torch's prelu backward: d/da = a > 0 ? 1 : b, d/db = a > 0 ?
 // 0 : a. Max / Min: a tie gives A the whole gradient (A wins ties; torch.maximum would split
-// it in halves): d/da = a >= b (a <= b), d/db = b > a (b < a). Mean: (a + b) / 2, 1/2 each.
+// it in halves): d/da = a >= b (a <= b), d/db = b > a (b < a). Mean: (a + b) * MEAN_SCALE,
+// MEAN_SCALE each (override: 1/2, or 1/n for the last step of a Mean of n inputs, ops/binary.py).
 
 //!include binary_ops
 
 override OP: u32 = 0u;
 override SIDE: u32 = 0u;
+override MEAN_SCALE: f32 = 0.5;
 
 struct Params {
   n: u32, rank: u32, nred: u32, total: u32,
@@ -85,7 +88,7 @@ fn f(a: f32, b: f32) -> f32 {
     case BINARY_MAX: { return select(b, a, a >= b); }
     case BINARY_MIN: { return select(b, a, a <= b); }
     case BINARY_SUM: { return a + b; }
-    case BINARY_MEAN: { return (a + b) * 0.5; }
+    case BINARY_MEAN: { return (a + b) * MEAN_SCALE; }
     default: { return powf(a, b); }
   }
 }
@@ -102,7 +105,7 @@ fn grad(dy: f32, t: f32, o: f32) -> f32 {
       case BINARY_PRELU: { return select(dy * b, dy, a > 0.0); }
       case BINARY_MAX: { return select(0.0, dy, a >= b); }
       case BINARY_MIN: { return select(0.0, dy, a <= b); }
-      case BINARY_MEAN: { return dy * 0.5; }
+      case BINARY_MEAN: { return dy * MEAN_SCALE; }
       default: { return select(dy * (b * powf(a, b - 1.0)), 0.0, b == 0.0); }
     }
   }
@@ -114,7 +117,7 @@ fn grad(dy: f32, t: f32, o: f32) -> f32 {
     case BINARY_PRELU: { return select(dy * a, 0.0, a > 0.0); }
     case BINARY_MAX: { return select(0.0, dy, b > a); }
     case BINARY_MIN: { return select(0.0, dy, b < a); }
-    case BINARY_MEAN: { return dy * 0.5; }
+    case BINARY_MEAN: { return dy * MEAN_SCALE; }
     default: { return select(dy * (powf(a, b) * log(a)), 0.0, a == 0.0 && b >= 0.0); }
   }
 }

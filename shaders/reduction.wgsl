@@ -1,5 +1,5 @@
 // ReduceSum / ReduceMean / ReduceMax / ReduceMin / ReduceSumSquare / ReduceL2 /
-// ReduceLogSumExp (ONNX) over any set of axes, and gradients (PyTorch autograd: sum / mean
+// ReduceLogSumExp / ReduceL1 / ReduceProd (ONNX) over any set of axes, and gradients (PyTorch autograd: sum / mean
 // spread dy evenly; amax / amin split dy evenly among the ties; the others below).
 // The input is seen as up to 3 runs of kept dims (sizes k0..k2, element strides ks0..ks2; the
 // output index o = (i0 * k1 + i1) * k2 + i2) and up to 3 runs of reduced dims (r0..r2, rs0..rs2;
@@ -12,6 +12,9 @@
 //             m the row's max (mode 5); one thread per output (*_out) for these three:
 //   backward: dx = 2 x dy (mode 1), x dy / y (0 where y == 0, torch's norm backward; mode 4),
 //             dy exp(x - y) (mode 5)
+//             y[o] = sum_j |x| (mode 6, ReduceL1), prod_j x (mode 7, ReduceProd), one thread:
+//   backward: dx = sign(x) dy (mode 6); mode 7 as torch's prod_backward: dy y / x without
+//             zeros in the row, dy * (product of the others) at its one zero, else 0
 // The backward recomputes the max from x (y may have been overwritten by an in-place ReLU).
 // *_out: one thread per output; *_wg: one 64-thread workgroup per output (long reductions),
 // o = wid.x + wid.y * num_workgroups.x.
@@ -77,16 +80,25 @@ fn reduce_row(base: u32) -> vec2<f32> {
   return acc;
 }
 
-// Modes 1, 4, 5: the row's sum of squares, its square root, or its log-sum-exp; one thread.
+// Modes 1, 4, 5, 6, 7: the row's sum of squares, its square root, its log-sum-exp, its sum of
+// absolute values or its product; one thread.
 fn row_value(base: u32) -> f32 {
   var m = x[base];
   if (p.mode == 5u) {
     for (var j = 0u; j < p.R; j++) { m = max(m, x[base + offset_of(j)]); }
   }
-  var s = 0.0;
+  var s = select(0.0, 1.0, p.mode == 7u);
   for (var j = 0u; j < p.R; j++) {
     let v = x[base + offset_of(j)];
-    if (p.mode == 5u) { s += det_exp(v - m); } else { s += v * v; }
+    if (p.mode == 5u) {
+      s += det_exp(v - m);
+    } else if (p.mode == 6u) {
+      s += abs(v);
+    } else if (p.mode == 7u) {
+      s *= v;
+    } else {
+      s += v * v;
+    }
   }
   if (p.mode == 4u) { return sqrt(s); }
   if (p.mode == 5u) { return m + det_log(s); }
@@ -108,17 +120,45 @@ fn forward_out(@builtin(global_invocation_id) gid: vec3<u32>,
   out[o] = select(acc.x, acc.x * p.scale, p.mode == 0u);
 }
 
+// ReduceProd's dx of output o (torch's prod_backward): dy * y / x where the row holds no
+// zero; where it holds one, dy * (the product of the others) at the zero and 0 elsewhere; 0
+// where it holds more.
+fn prod_backward(o: u32, base: u32) {
+  var zeros = 0u;
+  var others = 1.0;
+  for (var j = 0u; j < p.R; j++) {
+    let v = x[base + offset_of(j)];
+    if (v == 0.0) { zeros += 1u; } else { others *= v; }
+  }
+  for (var j = 0u; j < p.R; j++) {
+    let i = base + offset_of(j);
+    var g = 0.0;
+    if (zeros == 0u) {
+      g = dy[o] * others / x[i];
+    } else if (zeros == 1u && x[i] == 0.0) {
+      g = dy[o] * others;
+    }
+    out[i] = g;
+  }
+}
+
 @compute @workgroup_size(64)
 fn backward_out(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
   let o = flat_index(gid, nwg);
   if (o >= p.n_out) { return; }
   let base = base_of(o);
+  if (p.mode == 7u) {
+    prod_backward(o, base);
+    return;
+  }
   if (is_row_value_mode()) {
     let y = row_value(base);
     for (var j = 0u; j < p.R; j++) {
       let i = base + offset_of(j);
-      if (p.mode == 1u) {
+      if (p.mode == 6u) {
+        out[i] = sign(x[i]) * dy[o];
+      } else if (p.mode == 1u) {
         out[i] = 2.0 * x[i] * dy[o];
       } else if (p.mode == 4u) {
         out[i] = select(x[i] * dy[o] / y, 0.0, y == 0.0);

@@ -102,15 +102,39 @@ def test_max_min_ties_go_to_the_first_input():
         assert at.grad[0].item() == bt.grad[0].item() == 2.0  # torch: halves at the tie
 
 
-@pytest.mark.parametrize("op,count", [("Max", 3), ("Sum", 1), ("Mean", 4)])
-def test_variadic_other_than_two_inputs_refused(op, count):
+@pytest.mark.parametrize("op,count", [("Max", 1), ("Sum", 1), ("Add", 3)])
+def test_variadic_of_one_input_refused(op, count):
+    """Max / Min / Sum / Mean take two or more inputs; the other binary ops exactly two."""
     from webgpu_trainer.engine.graph import Graph, GraphError
     tensors = [(f"t{k}", np.zeros(2, np.float32), "param") for k in range(count)]
     graph, _ = make_graph([node(op, [f"t{k}" for k in range(count)], ["y"], name="/v")],
                           tensors, [("input", ["N", 2])], [("y", ["N", 2])])
-    with pytest.raises(GraphError, match=rf"/v \({op}\): {count} inputs; only {op} of two "
-                                         "inputs is supported"):
+    what = "two inputs" if op == "Add" else "two or more inputs"
+    with pytest.raises(GraphError, match=rf"/v \({op}\): {count} inputs; only {op} of {what} "
+                                         "is supported"):
         Graph(graph).shapes(2)
+
+
+@pytest.mark.parametrize("op", ["Max", "Min", "Sum", "Mean"])
+def test_numpy_variadic_matches_torch(op):
+    """Max / Min / Sum / Mean of [2, 3, 4], [3, 1] and [4] (no ties) = torch's maximum /
+    minimum chain, sum, and the sum / 3: forward and each input's gradient in float64."""
+    torch = pytest.importorskip("torch")
+    from webgpu_trainer.cpu.binary import backward, forward
+    rng = np.random.default_rng(2)
+    xs = [rng.standard_normal(s) for s in ((2, 3, 4), (3, 1), (4,))]
+    ts = [torch.tensor(x, requires_grad=True) for x in xs]
+    f = {"Max": torch.maximum, "Min": torch.minimum, "Sum": torch.add,
+         "Mean": torch.add}[op]
+    yt = f(f(ts[0], ts[1]), ts[2]) / (3 if op == "Mean" else 1)
+    dy = rng.standard_normal(yt.shape)
+    yt.backward(torch.tensor(dy))
+    ctx = type("Ctx", (), {"dtype": np.float64})()
+    n = node(op, ["a", "b", "c"], ["y"])
+    (y,), _ = forward(n, xs, ctx)
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-12)
+    for got, t in zip(backward(n, xs, [y], None, [dy], ctx), ts):
+        np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-12, atol=1e-12)
 
 
 def test_prelu_slope_that_grows_the_input_refused():

@@ -34,3 +34,45 @@ def test_numpy_conv_matches_torch():
     for got, want in zip(conv2d_backward(x, w, dy, pads, strides, dil, 2),
                          (xt.grad, wt.grad, bt.grad)):
         assert np.allclose(got, want.numpy())
+
+
+def test_numpy_conv1d_matches_torch():
+    """A 1-D Conv ([N, C, L], run as [N, C, 1, L]): asymmetric pads, stride, dilation, groups =
+    torch's conv1d, forward and the three gradients (float64)."""
+    torch = pytest.importorskip("torch")
+    from webgpu_trainer.cpu.conv import backward, forward
+    F = torch.nn.functional
+    rng = np.random.default_rng(1)
+    x, w, b = rng.standard_normal((2, 4, 19)), rng.standard_normal((6, 2, 3)), \
+        rng.standard_normal(6)
+    n = {"name": "c", "op_type": "Conv", "inputs": ["x", "w", "b"], "outputs": ["y"],
+         "attrs": dict(pads=[2, 1], strides=[2], dilations=[2], group=2)}
+    ctx = type("Ctx", (), {"train": True, "input": None})()
+    (y,), cache = forward(n, [x, w, b], ctx)
+    xt, wt, bt = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    yt = F.conv1d(F.pad(xt, (2, 1)), wt, bt, 2, 0, 2, 2)
+    dy = rng.standard_normal(y.shape)
+    yt.backward(torch.tensor(dy))
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-10, atol=1e-12)
+    for got, want in zip(backward(n, [x, w, b], [y], cache, [dy], ctx),
+                         (xt.grad, wt.grad, bt.grad)):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_conv3d_refused(tmp_path):
+    """An exported nn.Conv3d imports, and its graph is refused before any work (the shapes
+    the trainer checks first) naming the node, its shapes and "3-D"."""
+    torch = pytest.importorskip("torch")
+    from webgpu_trainer.engine.graph import Graph, GraphError
+    from webgpu_trainer.onnx_io import load_bundle
+    net = torch.nn.Sequential(torch.nn.Conv3d(1, 2, 3), torch.nn.Flatten(),
+                              torch.nn.Linear(2 * 2 * 26 * 26, 10))
+    path = tmp_path / "conv3d.onnx"
+    torch.onnx.export(net, torch.zeros(1, 1, 4, 28, 28), str(path), dynamo=False,
+                      opset_version=17, input_names=["input"], output_names=["output"])
+    graph, _ = load_bundle(path)
+    with pytest.raises(GraphError) as err:
+        Graph(graph).shapes(2)
+    assert str(err.value) == "node /0/Conv (Conv): input [2, 1, 4, 28, 28] and weight " \
+        "[2, 1, 3, 3, 3] are not a 1-D (NCL) or 2-D (NCHW) convolution (3-D Conv is not " \
+        "supported)"

@@ -49,9 +49,12 @@ def test_refusals():
     msg = err(node("MaxPool", ["input"], ["y", "idx"], name="mp", kernel_shape=[2, 2]))
     assert msg == "node mp (MaxPool): the Indices output is not supported"
     _shapes(node("MaxPool", ["input"], ["y", ""], kernel_shape=[2, 2]), [2, 3, 7, 7])
-    assert "node ap (AveragePool)" in err(node("AveragePool", ["input"], ["y"], name="ap",
-                                              kernel_shape=[2], strides=[1]), (2, 3, 7))
+    assert err(node("AveragePool", ["input"], ["y"], name="ap", kernel_shape=[2, 2, 2],
+                    strides=[1, 1, 1]), (2, 3, 7, 7, 7)) == "node ap (AveragePool): input " \
+        "[2, 3, 7, 7, 7] is not NCL or NCHW (only 1-D and 2-D pooling are supported)"
     assert "NCHW" in err(node("GlobalMaxPool", ["input"], ["y"], name="g"), (2, 3, 4, 4, 4))
+    assert "kernel_shape [2, 2] does not describe a 1-D window over input [2, 3, 7]" in err(
+        node("MaxPool", ["input"], ["y"], kernel_shape=[2, 2]), (2, 3, 7))
     assert "dilations [2, 2] are not supported" in err(
         node("AveragePool", ["input"], ["y"], kernel_shape=[2, 2], dilations=[2, 2]))
     assert "auto_pad" in err(node("MaxPool", ["input"], ["y"], kernel_shape=[2, 2],
@@ -63,8 +66,8 @@ def test_refusals():
     x = np.zeros((1, 1, 4, 4))
     with pytest.raises(GraphError, match="the Indices output is not supported"):
         cpool.forward(node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2]), [x], None)
-    with pytest.raises(GraphError, match="only 2-D"):
-        cpool.forward(node("MaxPool", ["x"], ["y"], kernel_shape=[2]), [x[0]], None)
+    with pytest.raises(GraphError, match="only 1-D and 2-D"):
+        cpool.forward(node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2, 2]), [x[None]], None)
 
 
 # ---- the numpy engine against hand-computed values -------------------------------------------
@@ -210,3 +213,32 @@ def test_numpy_against_onnxruntime(case):
     (y,), _ = cpool.forward(node(op, ["x"], ["y"], **attrs), [x.astype(np.float64)], None)
     assert y.shape == want.shape
     np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"])
+def test_numpy_1d_against_torch(op):
+    """1-D pools of [N, C, L] (run as [N, C, 1, L]) = torch's max_pool1d (dilation, ceil_mode,
+    padding), avg_pool1d (count_include_pad, ceil_mode), adaptive pools to 1: forward and
+    backward in float64."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(4)
+    x = rng.permutation(2 * 3 * 17).reshape(2, 3, 17) / 10.0
+    attrs = {"MaxPool": dict(kernel_shape=[3], pads=[1, 1], strides=[2], dilations=[2],
+                             ceil_mode=1),
+             "AveragePool": dict(kernel_shape=[3], pads=[1, 1], strides=[2], ceil_mode=1,
+                                 count_include_pad=1)}.get(op, {})
+    fn = {"MaxPool": lambda t: F.max_pool1d(t, 3, 2, 1, 2, ceil_mode=True),
+          "AveragePool": lambda t: F.avg_pool1d(t, 3, 2, 1, ceil_mode=True),
+          "GlobalAveragePool": lambda t: F.adaptive_avg_pool1d(t, 1),
+          "GlobalMaxPool": lambda t: F.adaptive_max_pool1d(t, 1)}[op]
+    n = node(op, ["input"], ["y"], **attrs)
+    (y,), cache = cpool.forward(n, [x], None)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = fn(xt)
+    dy = rng.standard_normal(y.shape)
+    yt.backward(torch.tensor(dy))
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-12)
+    (dx,) = cpool.backward(n, [x], [y], cache, [dy], None)
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+    assert list(_shapes(n, [2, 3, 17])) == list(y.shape)

@@ -92,6 +92,31 @@ def test_numpy_sumsquare_l2_logsumexp_match_torch(op):
     np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("op", ["ReduceL1", "ReduceProd"])
+def test_numpy_l1_prod_match_torch(op):
+    """torch.linalg.vector_norm(ord=1) and torch.prod over axes (1, 2), forward and backward
+    (float64, 1e-12); ReduceProd rows with one zero (the gradient at the zero is the product
+    of the others) and with two zeros (all 0), ReduceL1's zeros (sign 0)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.5, 1.5, (3, 4, 5)) * rng.choice([-1, 1], (3, 4, 5))
+    x[1, 2, 3] = 0.0
+    x[2, 0, 0] = x[2, 3, 1] = 0.0
+    fns = {"ReduceL1": lambda t: torch.linalg.vector_norm(t, ord=1, dim=(1, 2)),
+           "ReduceProd": lambda t: t.flatten(1).prod(1)}
+    n = node(op, ["x"], ["y"], axes=[1, 2], keepdims=0)
+    (y,), cache = KERNELS[op].forward(n, [x], None)
+    dy = rng.standard_normal(y.shape)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = fns[op](xt)
+    yt.backward(torch.tensor(dy))
+    dx = KERNELS[op].backward(n, [x], [y], cache, [dy], None)[0]
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+    if op == "ReduceProd":
+        assert dx[1, 2, 3] != 0 and (dx[2] == 0).all()
+
+
 @pytest.mark.parametrize("dynamo,opset", [(False, 13), (False, 17), (True, 18)])
 def test_torch_logsumexp_norm_model(device, tmp_path, dynamo, opset):
     """torch.logsumexp and torch.linalg.vector_norm (ReduceLogSumExp, ReduceL2 from both

@@ -1,4 +1,4 @@
-"""Add, Sub, Mul, Div, Pow, PRelu, and Max, Min, Sum, Mean of two inputs, with NumPy
+"""Add, Sub, Mul, Div, Pow, PRelu, and Max, Min, Sum, Mean of two or more inputs, with NumPy
 broadcasting (ops/binary.py, shaders/binary.wgsl), with operands that are activations,
 parameters or constants.
 
@@ -276,6 +276,54 @@ def _ties_to_first(op):
                   dacts=("a", "y"), checks=(check,))
 
 
+VARIADIC_N = {  # id: ([(kind, shape), ...] of the inputs; a repeated name is one tensor, batch)
+    "three_act_param_const": ([("act", [2, 3, 4, 5]), ("param", [3, 1, 5]), ("const", [1])], 2),
+    "four_mixed": ([("act", [2, 1, 4, 1]), ("param", [4, 1]), ("act", [2, 3, 1, 5]),
+                    ("param", [5])], 2),
+    "same_act_thrice": ([("act", [4, 7]), ("same", None), ("same", None)], 4),
+}
+
+
+def _variadic_n(op, name):
+    """Max / Min / Sum / Mean of 3 or 4 inputs (a chain of two-input steps on the GPU)."""
+    specs, batch = VARIADIC_N[name]
+    m = Model(batch, rng_for("variadic_n", op, name))
+    names = [m.operand(k, f"v{i}", s, SYM) if k != "same" else "v0"
+             for i, (k, s) in enumerate(specs)]
+    m.nodes.append(node(op, names, ["y"]))
+    out = list(np.broadcast_shapes(*[tuple(s or specs[0][1]) for _, s in specs]))
+    acts = tuple(sorted({n for n, (k, _) in zip(names, specs) if k in ("act", "same")}))
+    return m.case(f"binary/{op}_{name}", "y", out, tag=op, acts=("y",) + acts,
+                  dacts=("y",) + acts)
+
+
+def _ties_to_first_of_three(op):
+    """Max / Min of an integer activation [4, 7] and integer parameters [7] and [1, 7]: the
+    gradient of each position goes to the FIRST input holding the extreme."""
+    m = Model(4, rng_for("ties3", op))
+    m.tensors += [("a.w", f32(m.rng.integers(-1, 2, (F0, 7))), "param"),
+                  ("a.c", f32(m.rng.integers(-1, 2, 7)), "param"),
+                  ("b", f32(m.rng.integers(-1, 2, 7)), "param"),
+                  ("c", f32(m.rng.integers(-1, 2, (1, 7))), "param")]
+    m.nodes.append(node("Gemm", ["input", "a.w", "a.c"], ["a.g"]))
+    a = m.reshape("a.g", "a", [4, 7])
+    m.nodes.append(node(op, [a, "b", "c"], ["y"]))
+    x = f32(m.rng.integers(-1, 2, (4, F0)))
+
+    def check(res, want):
+        av, bv, cv, dy = want["acts"]["a"], res["P"]["b"], res["P"]["c"], want["dacts"]["y"]
+        beats = (lambda u, v: u > v) if op == "Max" else (lambda u, v: u < v)
+        b_wins = beats(bv, av) & ~beats(cv, bv)
+        c_wins = beats(cv, av) & beats(cv, bv)
+        # ties of the first input with each later one, and between the later two
+        assert (av == bv).sum() >= 2 and (av == cv).sum() >= 2
+        assert (b_wins & (bv == cv)).sum() >= 1
+        np.testing.assert_allclose(want["grads"]["b"], np.where(b_wins, dy, 0).sum(0))
+        np.testing.assert_allclose(want["grads"]["c"], np.where(c_wins, dy, 0).sum(0)[None])
+    return m.case(f"binary/{op}_ties_to_first_of_three", "y", [4, 7], x=x, tag=op,
+                  acts=("a", "y"), dacts=("a", "y"), checks=(check,))
+
+
 BROADCAST = [_broadcast(op, name) for name in SHAPES for op in OPS]
 CASES = BROADCAST + \
     [_pow_constant_exponent(e, b) for e, b in [(2.0, "sym"), (3.0, "sym"), (-1.0, "away"),
@@ -285,4 +333,6 @@ CASES = BROADCAST + \
      _same_tensor_twice(), _input_over_255(), _broadcast_residual()] + \
     [_prelu(name) for name in PRELU] + \
     [_variadic(op, name) for op in ("Max", "Min", "Sum", "Mean") for name in VARIADIC_SHAPES] + \
-    [_ties_to_first(op) for op in ("Max", "Min")]
+    [_ties_to_first(op) for op in ("Max", "Min")] + \
+    [_variadic_n(op, name) for op in ("Max", "Min", "Sum", "Mean") for name in VARIADIC_N] + \
+    [_ties_to_first_of_three(op) for op in ("Max", "Min")]

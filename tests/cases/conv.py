@@ -3,7 +3,7 @@ gradient is computed) -> Conv -> Flatten -> Gemm -> LogSoftmax, one training ste
 
 import numpy as np
 
-from cases import case
+from cases import case, window1d
 from conftest import f32, head, node, rng_for
 
 SHAPES = {
@@ -48,4 +48,4 @@ def _conv(name):
                 acts=("pre_out", "conv_out"), dacts=("pre_out", "conv_out"))
 
 
-CASES = [_conv(name) for name in SHAPES]
+CASES = [_conv(name) for name in SHAPES] + window1d.CONV  # 1-D: cases/window1d.py

@@ -5,7 +5,7 @@ auto_pad, ties (the gradient to the first maximum)."""
 
 import numpy as np
 
-from cases import case
+from cases import case, window1d
 from cases.blocks import chain
 from conftest import f32, head, make_graph, node, rng_for
 from webgpu_trainer.cpu import pool as cpool
@@ -200,4 +200,5 @@ CASES = [_maxpool(name) for name in MAX] + [_averagepool(name) for name in AVG] 
     [_global(op, name) for name in GLOBAL for op in ("GlobalAveragePool", "GlobalMaxPool")] + \
     [_auto_pad(mode, op) for mode, op in [("SAME_UPPER", "MaxPool"),
                                            ("SAME_LOWER", "AveragePool"), ("VALID", "MaxPool")]] + \
-    [_maxpool_ties(True), _maxpool_ties(False), _maxpool_eval()] + _chains()
+    [_maxpool_ties(True), _maxpool_ties(False), _maxpool_eval()] + _chains() + \
+    window1d.POOL  # 1-D: cases/window1d.py

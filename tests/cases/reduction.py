@@ -1,5 +1,5 @@
-"""ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceSumSquare, ReduceL2, ReduceLogSumExp
-(ops/reduction.py, shaders/reduce.wgsl): Gemm ->
+"""ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceSumSquare, ReduceL2, ReduceLogSumExp,
+ReduceL1, ReduceProd (ops/reduction.py, shaders/reduce.wgsl): Gemm ->
 Reshape [N, 3, 4, 5] -> Reduce(axes, keepdims) -> Flatten -> Gemm -> LogSoftmax; axes as an
 attribute or an input, ties (the gradient split evenly, as torch.amax / amin), the batch axis,
 everything to a scalar, empty axes with noop_with_empty_axes."""
@@ -20,7 +20,7 @@ AXES = {
     "a2_drop_input": ([2], 0, True),
 }
 OPS = ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"]
-NEW_OPS = ["ReduceSumSquare", "ReduceL2", "ReduceLogSumExp"]
+NEW_OPS = ["ReduceSumSquare", "ReduceL2", "ReduceLogSumExp", "ReduceL1"]
 
 
 def reduce_shape(shape, axes, keep):
@@ -134,6 +134,43 @@ def _l2_zero_row():
                           checks=(zero_row,))
 
 
+def _prod(name, zeros=False):
+    """ReduceProd of values near 1 (h = 1 + small), so products of up to 60 values stay
+    moderate; ``zeros``: h times a constant 0/1 mask, rows of [N, 3, 4, 5] holding one exact
+    zero (the gradient at the zero is the product of the others) and two zeros (all 0), torch's
+    prod_backward (the mask's Mul keeps the gradient of its output visible)."""
+    axes, keep, as_input = AXES[name] if not zeros else ([3], 1, False)
+    rng = rng_for("reduce_prod", name, zeros)
+    nodes, tensors, consts = gemm_to(rng, [3, 4, 5], gain=0.1)
+    tensors[1] = ("pre.b", f32(1 + rng.standard_normal(60) * 0.05), "param")
+    src = "h"
+    if zeros:
+        mask = np.ones(60)
+        mask[[0, 5, 6, 30]] = 0.0  # rows (0, 0), (0, 1), (1, 2) of 5: 1, 2, 1 zeros
+        consts["mask"] = {"dtype": "float32", "shape": [3, 4, 5], "values": mask.tolist()}
+        nodes.append(node("Mul", ["h", "mask"], ["hr"]))
+        src = "hr"
+    if as_input:
+        consts["axes"] = {"dtype": "int64", "shape": [len(axes)], "values": list(axes)}
+        nodes.append(node("ReduceProd", [src, "axes"], ["r"], keepdims=keep))
+    else:
+        nodes.append(node("ReduceProd", [src], ["r"], axes=axes, keepdims=keep))
+    out_shape = reduce_shape([BATCH, 3, 4, 5], axes, keep)[1:]
+    checks = [_shape_is([BATCH] + out_shape)]
+    if zeros:
+        def zero_rows(res, want):
+            r, d = want["acts"]["r"], want["dacts"]["hr"]
+            assert (r[:, 0, :2, 0] == 0).all() and (r[:, 1, 2, 0] == 0).all()
+            assert (d[:, 0, 0, 0] != 0).all() and (d[:, 0, 0, 1:] == 0).all()
+            assert (d[:, 1, 2, 0] != 0).all() and (d[:, 0, 1] == 0).all()
+            assert np.isfinite(res["dacts"]["hr"]).all()
+        checks.append(zero_rows)
+    return flat_head_case(f"reduction/ReduceProd_{name}{'_zeros' if zeros else ''}", rng,
+                          nodes, tensors, consts, "r", out_shape, tag="ReduceProd",
+                          acts=(src, "r"), dacts=(src, "r"), checks=tuple(checks))
+
+
 CASES = [_reduce(op, name) for op in OPS + NEW_OPS for name in AXES] + [_l2_zero_row()] + \
+    [_prod(name) for name in AXES] + [_prod("a3_keep", zeros=True)] + \
     [_ties(op, axes) for op in ("ReduceMax", "ReduceMin") for axes in ([3], [1, 2, 3])] + \
     [_special(name) for name in ("batch_axis", "all_scalar", "noop_empty")]

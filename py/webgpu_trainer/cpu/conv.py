@@ -1,6 +1,9 @@
-"""Conv 2-D (NCHW; ONNX pads [top, left, bottom, right], strides, dilations, group)."""
+"""Conv 2-D (NCHW; ONNX pads [top, left, bottom, right], strides, dilations, group); 1-D
+([N, C, L]) as 2-D over [N, C, 1, L] (numpy views)."""
 
 import numpy as np
+
+from ..engine.ops.card import lift_1d
 
 TYPES = ("Conv",)
 
@@ -120,7 +123,8 @@ def conv2d_backward(x, w, dy, pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1
 
 
 def attrs(node) -> dict:
-    a = node.get("attrs", {})
+    """conv2d's keyword arguments of a node (a 1-D node's window with a leading H of 1)."""
+    a = lift_1d(node).get("attrs", {})
     return dict(pads=a.get("pads", [0, 0, 0, 0]), strides=a.get("strides", [1, 1]),
                 dilations=a.get("dilations", [1, 1]), group=a.get("group", 1))
 
@@ -129,11 +133,19 @@ def forward(node, ins, ctx):
     """Training mode keeps the im2col matrices for the weight gradient."""
     b = ins[2] if len(ins) > 2 else None
     keep = [] if ctx.train else None
+    if ins[0].ndim == 3:
+        y = conv2d(ins[0][:, :, None], ins[1][:, :, None], b, **attrs(node), keep=keep)
+        return [y[:, :, 0]], keep
     return [conv2d(ins[0], ins[1], b, **attrs(node), keep=keep)], keep
 
 
 def backward(node, ins, outs, cache, douts, ctx):
     need_dx = not ctx.input or node["inputs"][0] != ctx.input
-    dx, dw, db = conv2d_backward(ins[0], ins[1], douts[0], **attrs(node), cols=cache,
-                                 need_dx=need_dx)
+    x, w, dy = ins[0], ins[1], douts[0]
+    one_d = x.ndim == 3
+    if one_d:
+        x, w, dy = x[:, :, None], w[:, :, None], dy[:, :, None]
+    dx, dw, db = conv2d_backward(x, w, dy, **attrs(node), cols=cache, need_dx=need_dx)
+    if one_d:
+        dx, dw = (None if dx is None else dx[:, :, 0]), dw[:, :, 0]
     return [dx, dw] + ([db] if len(ins) > 2 else [])

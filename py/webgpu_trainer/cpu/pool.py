@@ -1,4 +1,5 @@
-"""2-D pooling (NCHW): MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool.
+"""2-D pooling (NCHW): MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool; 1-D ([N, C, L])
+as 2-D over [N, C, 1, L] (numpy views).
 
 ONNX attributes (kernel_shape, strides, pads [top, left, bottom, right], dilations, ceil_mode,
 count_include_pad, auto_pad); output sizes and the average's divisor as PyTorch's
@@ -11,6 +12,7 @@ as the GPU ops (``ops/pool.py``), whose geometry is not shared: this is the test
 import numpy as np
 
 from ..engine.errors import GraphError
+from ..engine.ops.card import lift_1d
 
 TYPES = ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")
 
@@ -45,9 +47,11 @@ def _same_pads(mode, size, k, s, d):
 def attrs(node, shape):
     """dict(kernel, strides, pads, dilations, ceil_mode, include_pad) for an input ``shape``."""
     op = node["op_type"]
-    a = node.get("attrs", {}) or {}
-    if len(shape) != 4:
-        raise _error(node, f"input {list(shape)} is not NCHW (only 2-D pooling is supported)")
+    if len(shape) not in (3, 4):
+        raise _error(node, f"input {list(shape)} is not NCL or NCHW (only 1-D and 2-D pooling "
+                     "are supported)")
+    a = lift_1d(node).get("attrs", {}) or {}
+    shape = list(shape[:2]) + [1] + list(shape[2:]) if len(shape) == 3 else shape
     if op.startswith("Global"):
         return {"kernel": tuple(shape[2:]), "strides": (1, 1), "pads": (0, 0, 0, 0),
                 "dilations": (1, 1), "ceil_mode": 0, "include_pad": 0}
@@ -163,20 +167,27 @@ def avgpool2d_backward(x_shape, kernel, strides, pads, div, dy):
 
 
 def forward(node, ins, ctx):
+    """[y]; a 1-D input [N, C, L] is pooled as [N, C, 1, L] (y [N, C, OL])."""
     x = ins[0]
     a = attrs(node, x.shape)
+    x4 = x[:, :, None] if x.ndim == 3 else x
     if node["op_type"] in ("MaxPool", "GlobalMaxPool"):
-        y, arg = maxpool2d(x, a["kernel"], a["strides"], a["pads"], a["dilations"],
-                           a["ceil_mode"])
-        return [y], (a, arg)
-    y, div = avgpool2d(x, a["kernel"], a["strides"], a["pads"], a["ceil_mode"],
-                       a["include_pad"])
-    return [y], (a, div)
+        y, saved = maxpool2d(x4, a["kernel"], a["strides"], a["pads"], a["dilations"],
+                             a["ceil_mode"])
+    else:
+        y, saved = avgpool2d(x4, a["kernel"], a["strides"], a["pads"], a["ceil_mode"],
+                             a["include_pad"])
+    return [y[:, :, 0] if x.ndim == 3 else y], (a, saved)
 
 
 def backward(node, ins, outs, cache, douts, ctx):
+    """[dx] of the forward's saved argmax / divisors."""
     a, saved = cache
+    x, dy = ins[0], douts[0]
+    shape, dy4 = (x.shape[:2] + (1,) + x.shape[2:], dy[:, :, None]) if x.ndim == 3 \
+        else (x.shape, dy)
     if node["op_type"] in ("MaxPool", "GlobalMaxPool"):
-        return [maxpool2d_backward(ins[0].shape, saved, douts[0])]
-    return [avgpool2d_backward(ins[0].shape, a["kernel"], a["strides"], a["pads"], saved,
-                               douts[0])]
+        dx = maxpool2d_backward(shape, saved, dy4)
+    else:
+        dx = avgpool2d_backward(shape, a["kernel"], a["strides"], a["pads"], saved, dy4)
+    return [dx.reshape(x.shape)]

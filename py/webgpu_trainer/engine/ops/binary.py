@@ -1,6 +1,8 @@
 """Add, Sub, Mul, Div, Pow with NumPy (multidirectional) broadcasting (shaders/binary.wgsl);
 PRelu (the slope, trainable, broadcast to the input: per channel ``[C, 1, 1]``, one value, ...);
-Max, Min, Sum, Mean of exactly two inputs (variadic ONNX ops: other counts are refused).
+Max, Min, Sum, Mean of two or more inputs (variadic ONNX ops, each input broadcast): n inputs
+run as a chain of n - 1 two-input steps, ((X0 op X1) op X2) ..., whose partial results are kept
+for the backward (Mean: Sums, the last step scaled by 1/n, binary.wgsl's MEAN_SCALE).
 
 Semantics are ONNX's (opset 7+ broadcasting: shapes aligned on the right, a dim of 1 stretches);
 gradients are PyTorch's autograd formulas, summed over the broadcast dims of each operand
@@ -14,8 +16,11 @@ neighbouring dims with the same broadcast pattern merged, so ``[2, 3, 4, 5] + [3
 At most 6 collapsed dims (any input rank whose collapsed form fits).
 """
 
+import math
+
 from ..backends import shaders
 from ..backends.base import groups_1d
+from ..builder import Tensor
 from .gemm import reduce_splits
 from ..errors import GraphError
 
@@ -26,6 +31,7 @@ CODES = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Pow": 4, "PRelu": 5, "Max": 6,
          "Sum": 8, "Mean": 9}  # the shader's OP override
 shaders.define("binary_ops", {f"BINARY_{op.upper()}": code for op, code in CODES.items()},
                "ops/binary.py CODES: the values of binary.wgsl's OP override")
+VARIADIC = ("Max", "Min", "Sum", "Mean")
 MAX_DIMS = 6       # collapsed dims the uniform holds
 NAN_BITS = 0x7FC00000
 
@@ -77,21 +83,26 @@ def collapse(out, shapes):
 
 
 def infer(node, ins, consts):
-    """Output shape = broadcast of both input shapes; raises GraphError naming the node and
-    both shapes when they do not broadcast (or need more than 6 dims once collapsed), a
-    variadic op has other than two inputs, or PRelu's slope would change the input's shape."""
+    """Output shape = broadcast of the input shapes; raises GraphError naming the node and
+    the shapes when they do not broadcast (or need more than 6 dims once collapsed), a
+    variadic op has fewer than two inputs (another op other than two), or PRelu's slope would
+    change the input's shape."""
     op = node["op_type"]
-    if len(ins) != 2 or any(s is None for s in ins):
-        raise GraphError(f"node {node['name']} ({op}): {len(ins)} inputs; only {op} of two "
-                         "inputs is supported")
-    a, b = list(ins[0]), list(ins[1])
-    out = broadcast_shape(a, b)
-    if out is None or (op == "PRelu" and out != a):
-        raise GraphError(f"node {node['name']} ({op}): shapes {a} and {b} do "
-                         "not broadcast" + (" to the input's" if op == "PRelu" else ""))
-    if len(collapse(out, [a, b])) > MAX_DIMS:
-        raise GraphError(f"node {node['name']} ({node['op_type']}): shapes {a} and {b} "
-                         f"broadcast over more than {MAX_DIMS} separate dims")
+    wrong = len(ins) < 2 if op in VARIADIC else len(ins) != 2
+    if wrong or any(s is None for s in ins):
+        raise GraphError(f"node {node['name']} ({op}): {len(ins)} inputs; only {op} of "
+                         + ("two or more inputs is" if op in VARIADIC else "two inputs is")
+                         + " supported")
+    out = list(ins[0])
+    for b in ins[1:]:
+        a, b = out, list(b)
+        out = broadcast_shape(a, b)
+        if out is None or (op == "PRelu" and out != a):
+            raise GraphError(f"node {node['name']} ({op}): shapes {a} and {b} do "
+                             "not broadcast" + (" to the input's" if op == "PRelu" else ""))
+        if len(collapse(out, [a, b])) > MAX_DIMS:
+            raise GraphError(f"node {node['name']} ({node['op_type']}): shapes {a} and {b} "
+                             f"broadcast over more than {MAX_DIMS} separate dims")
     return [out]
 
 
@@ -104,42 +115,74 @@ def _params(n, dims=(), red=(), total=1, chunk=1) -> dict:
                 nan_bits=NAN_BITS, dims=rows, red=reds)
 
 
+def _steps(b, node, ins, out):
+    """The chain of a node: ``[(consts, A, B, Y)]``, one two-input step each; a variadic
+    node's partial results are per-node buffers (``b.save``), read again by the backward."""
+    op = node["op_type"]
+    last = len(ins) - 1
+    code = CODES["Sum"] if op == "Mean" and last > 1 else CODES[op]
+    steps, acc = [], ins[0]
+    for k in range(1, last + 1):
+        if k == last:
+            consts = {"OP": CODES[op]}
+            if op == "Mean":
+                consts["MEAN_SCALE"] = 1.0 / len(ins)
+            steps.append((consts, acc, ins[k], out))
+            break
+        shape = broadcast_shape(acc.shape, ins[k].shape)
+        part = Tensor(shape, b.save(node, max(1, math.prod(shape)), f"partial{k}"))
+        steps.append(({"OP": code}, acc, ins[k], part))
+        acc = part
+    return steps
+
+
 async def forward(b, node, ins, outs, train):
-    """Y = A op B, one dispatch: index-free when A, B and Y have one size, else with the
-    broadcast strides (0 on broadcast dims) of the collapsed shapes in the uniform."""
-    A, B, Y = ins[0], ins[1], outs[0]
-    n = Y.numel
-    if n == 0:
-        return
-    consts = {"OP": CODES[node["op_type"]]}
-    if A.numel == n and B.numel == n:
-        await b.kernel("binary", "forward_same", groups_1d(n), params=_params(n),
+    """Y = A op B (a variadic node: the chain of ``_steps``), one dispatch a step: index-free
+    when A, B and Y have one size, else with the broadcast strides (0 on broadcast dims) of
+    the collapsed shapes in the uniform."""
+    for consts, A, B, Y in _steps(b, node, ins, outs[0]):
+        n = Y.numel
+        if n == 0:
+            continue
+        if A.numel == n and B.numel == n:
+            await b.kernel("binary", "forward_same", groups_1d(n), params=_params(n),
+                           constants=consts, out=Y, x0=A, x1=B)
+            continue
+        dims = [(size, st[0], st[1], 0)
+                for size, st, _, _ in collapse(Y.shape, [A.shape, B.shape])]
+        await b.kernel("binary", "forward", groups_1d(n), params=_params(n, dims),
                        constants=consts, out=Y, x0=A, x1=B)
-        return
-    dims = [(size, st[0], st[1], 0) for size, st, _, _ in collapse(Y.shape, [A.shape, B.shape])]
-    await b.kernel("binary", "forward", groups_1d(n), params=_params(n, dims), constants=consts,
-                   out=Y, x0=A, x1=B)
 
 
 async def backward(b, node, ins, outs, gins, gouts):
-    """dA = unbroadcast(dY * dY/dA) to A's shape, dB likewise (each written, not added).
+    """dA = unbroadcast(dY * dY/dA) to A's shape, dB likewise (each written, not added); a
+    variadic node's chain backwards, step by step (the partial results' gradients in per-node
+    buffers).
 
     Add, Sum: 1, 1; Sub: 1, -1; Mul: b, a; Div: 1/b, -(a/b)/b; Pow: b*a^(b-1) (0 where b ==
     0), a^b*ln(a) (0 where a == 0 and b >= 0) -- torch's pow_backward_self /
     pow_backward_exponent (tools/autograd/FunctionsManual.cpp); PRelu: a > 0 ? 1 : b, a > 0 ?
-    0 : a (torch's prelu backward); Max: a >= b, b > a (Min: <=, <; ties to A); Mean: 1/2.
+    0 : a (torch's prelu backward); Max: a >= b, b > a (Min: <=, <; ties to A); Mean: 1/n.
     """
-    op = CODES[node["op_type"]]
-    for side in (0, 1):
-        if side < len(gins) and gins[side] is not None:
-            await _gradient(b, op, side, ins[side], ins[1 - side], gouts[0], gins[side],
-                            outs[0].shape)
+    steps = _steps(b, node, ins, outs[0])
+    dy = gouts[0]
+    for k in range(len(steps), 0, -1):
+        consts, A, B, Y = steps[k - 1]
+        if gins[k] is not None:
+            await _gradient(b, consts, 1, B, A, dy, gins[k], Y.shape)
+        da = gins[0] if k == 1 else Tensor(A.shape, b.save(node, max(1, A.numel), f"d{k}"))
+        if da is not None:
+            await _gradient(b, consts, 0, A, B, dy, da, Y.shape)
+        dy = da
+        if dy is None:
+            return
 
 
-async def _gradient(b, op, side, t, o, dy, g, out_shape):
+async def _gradient(b, consts, side, t, o, dy, g, out_shape):
     """g = sum of dy * df/dt over the dims ``t`` is broadcast along: a gather (thread j owns
-    t[j]), split over the broadcast positions when t alone leaves the GPU idle."""
-    consts = {"OP": op, "SIDE": side}
+    t[j]), split over the broadcast positions when t alone leaves the GPU idle. ``consts``:
+    the step's OP (and MEAN_SCALE)."""
+    consts = {**consts, "SIDE": side}
     n_out = dy.numel
     count = t.numel
     if count == 0:

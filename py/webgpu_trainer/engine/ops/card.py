@@ -70,3 +70,23 @@ def resolve_auto_pad(node, opset: int, shapes) -> list:
                             "input's spatial size, which is unknown")
     attrs["auto_pad"] = "NOTSET"
     return problems
+
+
+def lift_1d(node: dict) -> dict:
+    """A 1-D Conv / pooling node (input [N, C, L]) as the 2-D node over [N, C, 1, L] that the
+    2-D kernels run (a view: the buffers are the same, the shapes gain an H axis of 1): the
+    window attributes get a leading H of kernel 1, stride 1, dilation 1 and no pads. A node
+    of another rank is returned as it is."""
+    a = dict(node.get("attrs") or {})
+    for key in ("kernel_shape", "strides", "dilations"):
+        if a.get(key) is not None and len(a[key]) == 1:
+            a[key] = [1, *a[key]]
+    if a.get("pads") is not None and len(a["pads"]) == 2:
+        a["pads"] = [0, a["pads"][0], 0, a["pads"][1]]
+    return {**node, "attrs": a}
+
+
+def as_2d(shape) -> list:
+    """The [N, C, 1, L] form of a 1-D window op's [N, C, L] tensor (other ranks unchanged)."""
+    shape = list(shape)
+    return shape[:2] + [1] + shape[2:] if len(shape) == 3 else shape

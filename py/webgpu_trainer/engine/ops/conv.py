@@ -1,4 +1,5 @@
-"""Conv 2-D (NCHW, ONNX pads/strides/dilations/group) forward and backward (shaders/conv2d.wgsl).
+"""Conv 2-D (NCHW, ONNX pads/strides/dilations/group) forward and backward (shaders/conv2d.wgsl);
+1-D Conv ([N, C, L], ``nn.Conv1d``) runs on the same kernels as [N, C, 1, L] (``card.lift_1d``).
 
 Threads own 8 channels x 4 columns (see the shader); the weight gradient splits the batch
 (split-K) when there are too few threads to fill the GPU, and reduce.wgsl adds the parts.
@@ -36,10 +37,16 @@ def out_size(size: int, k: int, stride: int, pad0: int, pad1: int, dil: int) -> 
 
 
 def infer(node, ins, consts):
-    """[N, K, OH, OW]; raises GraphError on a channel mismatch or a too small input."""
-    a, x, w = node.get("attrs", {}), ins[0], ins[1]
-    if len(x) != 4:
-        raise GraphError(f"node {node['name']} (Conv): input {x} is not NCHW (only 2-D Conv)")
+    """[N, K, OH, OW] ([N, K, OL] for a 1-D Conv); raises GraphError on a channel mismatch,
+    a too small input or a rank other than 3 and 4 (3-D Conv)."""
+    x, w = ins[0], ins[1]
+    if len(x) not in (3, 4) or len(w) != len(x):
+        raise GraphError(f"node {node['name']} (Conv): input {x} and weight {w} are not a 1-D "
+                         "(NCL) or 2-D (NCHW) convolution (3-D Conv is not supported)")
+    if len(x) == 3:
+        y = infer(card.lift_1d(node), [card.as_2d(x), card.as_2d(w)], consts)[0]
+        return [y[:2] + y[3:]]
+    a = node.get("attrs", {})
     pads = a.get("pads", [0, 0, 0, 0])
     st, dl = a.get("strides", [1, 1]), a.get("dilations", [1, 1])
     if x[1] != w[1] * a.get("group", 1):
@@ -66,17 +73,19 @@ def init(node, graph):
 
 
 def _geometry(node, x, w, y):
-    a = node["attrs"]
+    """(geometry, window) of conv2d.wgsl; a 1-D Conv as its 2-D form over [N, C, 1, L]."""
+    a = card.lift_1d(node)["attrs"]
     if a.get("auto_pad", "NOTSET") not in ("NOTSET", ""):
         raise NotImplementedError(f"{node['name']}: Conv auto_pad={a['auto_pad']} (use pads)")
-    if len(x.shape) != 4:
-        raise NotImplementedError(f"{node['name']}: only 2-D Conv (NCHW) is supported")
-    n, c, h, wd = x.shape
-    k, _, kh, kw = w.shape
+    if len(x.shape) not in (3, 4):
+        raise NotImplementedError(f"{node['name']}: only 1-D and 2-D Conv are supported")
+    n, c, h, wd = card.as_2d(x.shape)
+    k, _, kh, kw = card.as_2d(w.shape)
+    oh, ow = card.as_2d(y.shape)[2:]
     pads = a.get("pads", [0, 0, 0, 0])
     sh, sw = a.get("strides", [1, 1])
     dh, dw = a.get("dilations", [1, 1])
-    geometry = [n, c, h, wd, k, y.shape[2], y.shape[3], a.get("group", 1)]
+    geometry = [n, c, h, wd, k, oh, ow, a.get("group", 1)]
     window = {"KH": kh, "KW": kw, "sh": sh, "sw": sw, "ph": pads[0], "pw": pads[1],
               "dh": dh, "dw": dw}
     return geometry, window

@@ -1,5 +1,6 @@
 """2-D pooling (NCHW): MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool forward and
-backward (shaders/pool.wgsl).
+backward (shaders/pool.wgsl); 1-D pooling ([N, C, L]: ``nn.MaxPool1d``, ``nn.AvgPool1d``,
+``nn.AdaptiveAvgPool1d(1)``) on the same kernels as [N, C, 1, L] (``card.lift_1d``).
 
 Semantics are ONNX's (opset 22 MaxPool / AveragePool; attributes kernel_shape, strides, pads
 [top, left, bottom, right], dilations (MaxPool), ceil_mode, count_include_pad (AveragePool),
@@ -17,7 +18,7 @@ Training-mode MaxPool saves the argmax of every output (u32, index in the H*W pl
 per-node buffer (``b.save(node, ..., "argmax")``); the input gradient is a gather over the
 windows that contain each input element (no atomics), which writes every element of dx.
 
-Not supported (GraphError from ``infer``): inputs other than 4-D NCHW, MaxPool's Indices output,
+Not supported (GraphError from ``infer``): inputs other than NCL / NCHW, MaxPool's Indices output,
 AveragePool dilations other than 1, ceil_mode together with auto_pad, and windows that hold no
 input element (padding at least as large as the window). ``storage_order`` only concerns
 Indices and is ignored.
@@ -75,17 +76,24 @@ def _has_input(size, n_out, k, s, p0, d):
 
 
 def geometry(node, x) -> dict:
-    """Window geometry of a pooling node for the input shape ``x`` [N, C, H, W]:
+    """Window geometry of a pooling node for the input shape ``x`` [N, C, H, W] ([N, C, L]:
+    that of [N, C, 1, L]):
     ``k`` (KH, KW), ``s`` strides, ``pads`` [top, left, bottom, right], ``d`` dilations,
     ``out`` (OH, OW), ``include_pad`` (0/1). Raises GraphError naming the node."""
     op, name = node["op_type"], node["name"]
-    a = node.get("attrs", {}) or {}
 
     def error(msg):
         return GraphError(f"node {name} ({op}): {msg}")
 
-    if len(x) != 4:
-        raise error(f"input {list(x)} is not NCHW (only 2-D pooling is supported)")
+    if len(x) not in (3, 4):
+        raise error(f"input {list(x)} is not NCL or NCHW (only 1-D and 2-D pooling are "
+                    "supported)")
+    kernel = list((node.get("attrs") or {}).get("kernel_shape") or [])
+    if not op.startswith("Global") and len(kernel) != len(x) - 2:
+        raise error(f"kernel_shape {kernel} does not describe a {len(x) - 2}-D window over "
+                    f"input {list(x)}")
+    a = card.lift_1d(node).get("attrs", {}) if len(x) == 3 else node.get("attrs", {}) or {}
+    x = card.as_2d(x)
     h, w = x[2], x[3]
     if op.startswith("Global"):
         return {"k": (h, w), "s": (1, 1), "pads": [0, 0, 0, 0], "d": (1, 1), "out": (1, 1),
@@ -124,18 +132,19 @@ def geometry(node, x) -> dict:
 
 
 def infer(node, ins, consts):
-    """[N, C, OH, OW] ([N, C, 1, 1] for the global pools); raises GraphError on a rank other
-    than 4, a requested MaxPool Indices output and the other unsupported cases (module doc)."""
+    """[N, C, OH, OW] ([N, C, 1, 1] for the global pools; [N, C, OL] / [N, C, 1] in 1-D);
+    raises GraphError on a rank other than 3 and 4, a requested MaxPool Indices output and the
+    other unsupported cases (module doc)."""
     outs = node.get("outputs", [])
     if node["op_type"] == "MaxPool" and len(outs) > 1 and outs[1]:
         raise GraphError(f"node {node['name']} (MaxPool): the Indices output is not supported")
     x = ins[0]
     g = geometry(node, x)
-    return [[x[0], x[1], g["out"][0], g["out"][1]]]
+    return [[x[0], x[1], *g["out"][2 - (len(x) - 2):]]]
 
 
 def _params(x_shape, g, flags, total) -> dict:
-    _n, _c, h, w = x_shape
+    _n, _c, h, w = card.as_2d(x_shape)
     (kh, kw), (sh, sw), (dh, dw) = g["k"], g["s"], g["d"]
     pt, pl, pb, pr = g["pads"]
     oh, ow = g["out"]

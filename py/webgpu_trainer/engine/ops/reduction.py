@@ -1,5 +1,5 @@
-"""ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceSumSquare, ReduceL2, ReduceLogSumExp
-forward and backward (shaders/reduction.wgsl), and
+"""ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceSumSquare, ReduceL2, ReduceLogSumExp,
+ReduceL1, ReduceProd forward and backward (shaders/reduction.wgsl), and
 ``per_row_workgroup``, the choice between one thread and one workgroup per reduced row that
 Softmax and LayerNormalization share.
 
@@ -14,7 +14,9 @@ output); ReduceMax / ReduceMin follow ``torch.amax`` / ``torch.amin``: the gradi
 evenly among all the positions equal to the extreme (ties), dx = dy / count where x == y, else 0
 (not ``torch.max(dim)``, which gives it all to one index); ReduceSumSquare dx = 2 x dy;
 ReduceL2 dx = x dy / y (0 where y == 0, torch's norm backward); ReduceLogSumExp dx =
-dy exp(x - y) (torch.logsumexp). These three run one thread per output.
+dy exp(x - y) (torch.logsumexp); ReduceL1 dx = sign(x) dy; ReduceProd as torch's
+prod_backward (dy y / x without zeros; at a row's single zero dy times the product of the
+others; 0 elsewhere and in rows of several zeros). These five run one thread per output.
 """
 
 import math
@@ -23,13 +25,13 @@ from ..backends.base import groups_1d
 from ..errors import GraphError
 
 TYPES = ("ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum", "ReduceSumSquare", "ReduceL2",
-         "ReduceLogSumExp")
+         "ReduceLogSumExp", "ReduceL1", "ReduceProd")
 REDUCE = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
           "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp")  # the importer maps all of them
 ATTRS = {op: {"keepdims": 1, "noop_with_empty_axes": 0} for op in REDUCE}
 _MODE = {"ReduceSum": 0, "ReduceMean": 0, "ReduceMax": 2, "ReduceMin": 3, "ReduceSumSquare": 1,
-         "ReduceL2": 4, "ReduceLogSumExp": 5}
-_ROW_VALUE = (1, 4, 5)  # modes of one thread per output only
+         "ReduceL2": 4, "ReduceLogSumExp": 5, "ReduceL1": 6, "ReduceProd": 7}
+_ROW_VALUE = (1, 4, 5, 6, 7)  # modes of one thread per output only
 _RUNS = 3  # runs of kept / reduced dims the kernel takes
 
 

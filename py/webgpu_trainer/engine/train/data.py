@@ -173,8 +173,9 @@ def _dims(shape) -> str:
 def check_fits(graph: Graph, spec: DataSpec, train: Split, test: Split) -> None:
     """Refuse a model whose input or output does not fit the dataset ``spec``, and data with
     a label outside the model's classes (before any GPU work). The input fits when its
-    per-sample dims are the dataset's sample shape, the same values flat, or a grey image
-    without its channel dim (MNIST: [N, 1, 28, 28], [N, 784] or [N, 28, 28]); the output
+    per-sample dims are the dataset's sample shape, the same values flat, a grey image
+    without its channel dim, or each channel's pixels as one sequence (MNIST: [N, 1, 28, 28],
+    [N, 784], [N, 28, 28] or [N, 1, 784], a 1-D conv net's input); the output
     must be [N, K] scores with K >= 2 and K >= the dataset's classes.
 
     Raises ValueError naming both shapes, or the split, index and value of the first bad
@@ -182,7 +183,8 @@ def check_fits(graph: Graph, spec: DataSpec, train: Split, test: Split) -> None:
     inp = graph.input
     dims = list(inp["shape"][1:])
     shape = spec.sample_shape
-    fits = [shape, [spec.values]] + ([shape[1:]] if len(shape) == 3 and shape[0] == 1 else [])
+    fits = [shape, [spec.values]] + ([shape[1:]] if len(shape) == 3 and shape[0] == 1 else []) \
+        + ([[shape[0], math.prod(shape[1:])]] if len(shape) == 3 else [])
     if dims not in fits:
         per_sample = math.prod(d if isinstance(d, int) else 0 for d in dims)
         want = " or ".join(dict.fromkeys(_dims(["N", *s]) for s in fits[:2]))
