@@ -168,6 +168,7 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
 }
 
 // x = dy [N,K,OH,OW], w = weight, y = dx [N,C,H,W]. Thread: CT input channels x WT columns.
+// With has_bias / relu (ConvTranspose's forward) b is the bias [C], then y = max(y + b, 0).
 @compute @workgroup_size(64)
 fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
                   @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -219,6 +220,9 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
     let c = c0 + m;
     if (c >= Cg) { break; }
     var v = acc_get(acc, m);
+    // ConvTranspose's forward (ops/conv.py) is this pass: its bias and fused ReLU
+    if (p.has_bias != 0u) { v = v + vec4<f32>(b[g * Cg + c]); }
+    if (p.relu != 0u) { v = max(v, vec4<f32>(0.0)); }
     let xbase = ((n * p.C + g * Cg + c) * p.H + ih) * p.W + iw0;
     if (p.mask != 0u) { v = masked(v, xbase, p.W - iw0); }
     for (var q = 0u; q < WT; q++) { if (iw0 + q < p.W) { y[xbase + q] = v[q]; } }

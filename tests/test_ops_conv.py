@@ -1,13 +1,15 @@
-"""Conv on the native device against the float64 numpy engine (the cases of tests/cases/conv.py:
-strides, asymmetric pads, dilations, groups, depthwise, sizes 1 / 7 / 33), and the numpy engine
-against torch (skipped without torch)."""
+"""Conv and ConvTranspose on the native device against the float64 numpy engine (the cases of
+tests/cases/conv.py: strides, asymmetric pads, dilations, groups, depthwise, sizes 1 / 7 / 33,
+output_padding, fused ReLUs), the numpy engine against torch, and nn.ConvTranspose2d models from
+both exporters against torch (skipped without torch)."""
 
 import numpy as np
 import pytest
 
 from cases import conv, ids
 from harness import check_case
-from webgpu_trainer.cpu.conv import conv2d, conv2d_backward
+from webgpu_trainer.cpu.conv import (conv2d, conv2d_backward, conv_transpose2d,
+                                      conv_transpose2d_backward)
 
 pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 
@@ -76,3 +78,53 @@ def test_conv3d_refused(tmp_path):
     assert str(err.value) == "node /0/Conv (Conv): input [2, 1, 4, 28, 28] and weight " \
         "[2, 1, 3, 3, 3] are not a 1-D (NCL) or 2-D (NCHW) convolution (3-D Conv is not " \
         "supported)"
+@pytest.mark.parametrize("pads,strides,dil,group,opad", [
+    ([1, 0, 2, 1], [2, 1], [1, 2], 2, [1, 0]), ([0, 0, 0, 0], [1, 1], [1, 1], 1, [0, 0]),
+    ([1, 1, 1, 1], [3, 2], [2, 1], 3, [2, 1]), ([2, 2, 2, 2], [1, 1], [1, 1], 6, [0, 0])])
+def test_numpy_conv_transpose_matches_torch(pads, strides, dil, group, opad):
+    """F.conv_transpose2d in float64 (asymmetric pads by cropping its output): forward, dx,
+    dw, db within 1e-12 / 1e-10."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(1)
+    t = lambda a: torch.tensor(a, dtype=torch.float64, requires_grad=True)  # noqa: E731
+    x, w, b = rng.standard_normal((2, 6, 5, 4)), rng.standard_normal((6, 2, 3, 2)), \
+        rng.standard_normal(2 * group)
+    y = conv_transpose2d(x, w, b, pads, strides, dil, group, opad)
+    xt, wt, bt = t(x), t(w), t(b)
+    full = F.conv_transpose2d(xt, wt, bt, strides, 0, opad, group, dil)
+    yt = full[:, :, pads[0]:full.shape[2] - pads[2], pads[1]:full.shape[3] - pads[3]]
+    dy = rng.standard_normal(y.shape)
+    yt.backward(torch.tensor(dy))
+    assert y.shape == tuple(yt.shape)
+    assert np.abs(y - yt.detach().numpy()).max() <= 1e-12 * np.abs(y).max()
+    for got, want in zip(conv_transpose2d_backward(x, w, dy, pads, strides, dil, group, opad),
+                         (xt.grad, wt.grad, bt.grad)):
+        assert np.abs(got - want.numpy()).max() <= 1e-10 * np.abs(want.numpy()).max()
+
+
+@pytest.mark.parametrize("dynamo,opset", [(False, 13), (False, 17), (True, 18), (True, 21)])
+def test_torch_conv_transpose_model(device, tmp_path, dynamo, opset):
+    """nn.ConvTranspose2d (stride 2 with output_padding; depthwise; no bias, dilated) from both
+    exporters imports and trains one step like torch (forward vs onnxruntime)."""
+    torch = pytest.importorskip("torch")
+    from torch_models import export_and_step
+    nn = torch.nn
+
+    class Up(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.down = nn.Conv2d(1, 4, 3, stride=2)  # 13 x 13
+            self.up = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1)
+            self.dw = nn.ConvTranspose2d(6, 6, 3, padding=1, groups=6)
+            self.nb = nn.ConvTranspose2d(6, 2, 2, stride=1, dilation=2, bias=False)
+            self.fc = nn.Linear(2 * 28 * 28, 10)
+
+        def forward(self, x):
+            h = torch.relu(self.up(self.down(x)))
+            return self.fc(self.nb(torch.tanh(self.dw(h))).flatten(1))
+
+    torch.manual_seed(0)
+    graph = export_and_step(device, Up(), tmp_path / "up.onnx", dynamo, opset,
+                            f"torch ConvTranspose opset {opset}")
+    assert sum(n["op_type"] == "ConvTranspose" for n in graph["nodes"]) == 3

@@ -1,5 +1,6 @@
-"""Conv (ops/conv.py, shaders/conv2d.wgsl): input -> 1x1 Conv (so the tested conv's input
-gradient is computed) -> Conv -> Flatten -> Gemm -> LogSoftmax, one training step."""
+"""Conv and ConvTranspose (ops/conv.py, shaders/conv2d.wgsl): input -> 1x1 Conv (so the tested
+op's input gradient is computed) -> Conv / ConvTranspose -> Flatten -> Gemm -> LogSoftmax, one
+training step; ConvTranspose also between two in-place ReLUs the plan fuses into it."""
 
 import numpy as np
 
@@ -48,4 +49,80 @@ def _conv(name):
                 acts=("pre_out", "conv_out"), dacts=("pre_out", "conv_out"))
 
 
-CASES = [_conv(name) for name in SHAPES] + window1d.CONV  # 1-D: cases/window1d.py
+T_SHAPES = {
+    # id: (Ci, Co, H, W, (kh, kw), pads, strides, dilations, group, output_padding, bias)
+    "t_3x3_s1": (3, 5, 5, 6, (3, 3), [0, 0, 0, 0], [1, 1], [1, 1], 1, [0, 0], True),
+    "t_3x3_s1_pad1": (4, 3, 6, 5, (3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1, [0, 0], True),
+    "t_4x4_s2_pad1": (3, 4, 4, 5, (4, 4), [1, 1, 1, 1], [2, 2], [1, 1], 1, [0, 0], True),
+    "t_3x3_s2_outpad1": (2, 3, 4, 4, (3, 3), [1, 1, 1, 1], [2, 2], [1, 1], 1, [1, 1], True),
+    "t_2x2_s2_nobias": (4, 9, 3, 4, (2, 2), [0, 0, 0, 0], [2, 2], [1, 1], 1, [0, 0], False),
+    "t_rect_mixed": (3, 4, 4, 5, (2, 3), [0, 1, 1, 0], [3, 2], [2, 1], 1, [2, 1], True),
+    "t_dil2_s1": (2, 3, 5, 5, (3, 3), [1, 2, 1, 2], [1, 1], [2, 2], 1, [0, 0], True),
+    "t_group2_s2": (4, 6, 4, 4, (3, 3), [1, 1, 1, 1], [2, 2], [1, 1], 2, [1, 1], True),
+    "t_depthwise": (5, 5, 5, 5, (3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 5, [0, 0], True),
+    "t_wide_pads": (3, 10, 5, 6, (3, 3), [3, 3, 2, 3], [1, 1], [1, 1], 1, [0, 0], True),
+}
+
+
+def _conv_transpose(name):
+    ci, co, h, w, (kh, kw), pads, strides, dil, group, opad, bias = T_SHAPES[name]
+    batch, classes = 2, 5
+    rng = rng_for("conv", name)
+    pre_w = f32(rng.standard_normal((ci, ci, 1, 1)) / np.sqrt(ci))
+    pre_b = f32(rng.standard_normal(ci) * 0.1)
+    tw = f32(rng.standard_normal((ci, co // group, kh, kw)) / np.sqrt(ci // group * kh * kw))
+    tb = f32(rng.standard_normal(co) * 0.1)
+    x = f32(rng.standard_normal((batch, ci, h, w)))
+    labels = rng.integers(0, classes, batch)
+    attrs = dict(kernel_shape=[kh, kw], pads=pads, strides=strides, dilations=dil, group=group,
+                 output_padding=opad)
+    nodes = [node("Conv", ["input", "pre.w", "pre.b"], ["pre_out"], kernel_shape=[1, 1],
+                  pads=[0, 0, 0, 0], strides=[1, 1], dilations=[1, 1], group=1),
+             node("ConvTranspose", ["pre_out", "convt.w"] + (["convt.b"] if bias else []),
+                  ["convt_out"], **attrs),
+             node("Flatten", ["convt_out"], ["flat"], axis=1)]
+    oh, ow = (strides[i] * ((h, w)[i] - 1) + opad[i] + dil[i] * ((kh, kw)[i] - 1) + 1
+              - pads[i] - pads[i + 2] for i in range(2))
+    hn, ht = head("flat", co * oh * ow, classes, rng)
+    tensors = [("pre.w", pre_w, "param"), ("pre.b", pre_b, "param"),
+               ("convt.w", tw, "param")] + ([("convt.b", tb, "param")] if bias else []) + ht
+    return case(f"conv/{name}", nodes + hn, tensors, x, labels, tag="ConvTranspose",
+                acts=("pre_out", "convt_out"), dacts=("pre_out", "convt_out"))
+
+
+def _relu_around(name):
+    """Conv -> Relu -> ConvTranspose -> Relu: the plan fuses both in-place ReLUs into the
+    ConvTranspose (its forward applies the second, its dx masks by the first)."""
+    c = T_SHAPES[name]
+    rng = rng_for("conv", "relu_" + name)
+    ci, co, h, w, (kh, kw), pads, strides, dil, group, opad, _ = c
+    x = f32(rng.standard_normal((2, ci, h, w)))
+    attrs = dict(kernel_shape=[kh, kw], pads=pads, strides=strides, dilations=dil, group=group,
+                 output_padding=opad)
+    nodes = [node("Conv", ["input", "pre.w", "pre.b"], ["pre_out"], kernel_shape=[1, 1]),
+             node("Relu", ["pre_out"], ["pre_relu"]),
+             node("ConvTranspose", ["pre_relu", "convt.w", "convt.b"], ["convt_out"], **attrs),
+             node("Relu", ["convt_out"], ["convt_relu"]),
+             node("Flatten", ["convt_relu"], ["flat"], axis=1)]
+    oh, ow = (strides[i] * ((h, w)[i] - 1) + opad[i] + dil[i] * ((kh, kw)[i] - 1) + 1
+              - pads[i] - pads[i + 2] for i in range(2))
+    hn, ht = head("flat", co * oh * ow, 5, rng)
+    tensors = [("pre.w", f32(rng.standard_normal((ci, ci, 1, 1))), "param"),
+               ("pre.b", f32(rng.standard_normal(ci) * 0.1), "param"),
+               ("convt.w", f32(rng.standard_normal((ci, co // group, kh, kw)) * 0.3), "param"),
+               ("convt.b", f32(rng.standard_normal(co) * 0.1), "param")] + ht
+    return case(f"conv/relu_{name}", nodes + hn, tensors, x, rng.integers(0, 5, 2),
+                tag="ConvTranspose", acts=("pre_relu", "convt_relu"),
+                dacts=("pre_out", "convt_out"), checks=(_fused,))
+
+
+def _fused(res, want):
+    """Both ReLUs are fused into the ConvTranspose (else the case tests nothing new)."""
+    plan = res["plan"]
+    assert "/ConvTranspose_convt_out" in plan.fused_relu
+    assert "/ConvTranspose_convt_out" in plan.relu_grad_fused
+
+
+CASES = [_conv(name) for name in SHAPES] + [_conv_transpose(name) for name in T_SHAPES] + \
+    [_relu_around("t_3x3_s1_pad1"), _relu_around("t_4x4_s2_pad1")] + \
+    window1d.CONV  # 1-D: cases/window1d.py

@@ -1,11 +1,12 @@
 """Conv 2-D (NCHW; ONNX pads [top, left, bottom, right], strides, dilations, group); 1-D
-([N, C, L]) as 2-D over [N, C, 1, L] (numpy views)."""
+([N, C, L]) as 2-D over [N, C, 1, L] (numpy views); ConvTranspose 2-D (written directly as its
+scatter, one tap at a time, not through conv2d)."""
 
 import numpy as np
 
 from ..engine.ops.card import lift_1d
 
-TYPES = ("Conv",)
+TYPES = ("Conv", "ConvTranspose")
 
 
 def _geometry(x, w, pads, strides, dilations):
@@ -131,6 +132,9 @@ def attrs(node) -> dict:
 
 def forward(node, ins, ctx):
     """Training mode keeps the im2col matrices for the weight gradient."""
+    if node["op_type"] == "ConvTranspose":
+        b = ins[2] if len(ins) > 2 else None
+        return [conv_transpose2d(ins[0], ins[1], b, **t_attrs(node))], None
     b = ins[2] if len(ins) > 2 else None
     keep = [] if ctx.train else None
     if ins[0].ndim == 3:
@@ -140,6 +144,9 @@ def forward(node, ins, ctx):
 
 
 def backward(node, ins, outs, cache, douts, ctx):
+    if node["op_type"] == "ConvTranspose":
+        dx, dw, db = conv_transpose2d_backward(ins[0], ins[1], douts[0], **t_attrs(node))
+        return [dx, dw] + ([db] if len(ins) > 2 else [])
     need_dx = not ctx.input or node["inputs"][0] != ctx.input
     x, w, dy = ins[0], ins[1], douts[0]
     one_d = x.ndim == 3
@@ -149,3 +156,65 @@ def backward(node, ins, outs, cache, douts, ctx):
     if one_d:
         dx, dw = (None if dx is None else dx[:, :, 0]), dw[:, :, 0]
     return [dx, dw] + ([db] if len(ins) > 2 else [])
+
+
+def t_attrs(node) -> dict:
+    """ConvTranspose's attributes (output_shape / auto_pad resolved into pads by the card)."""
+    a = node.get("attrs", {})
+    return dict(**attrs(node), output_padding=a.get("output_padding", [0, 0]))
+
+
+def _t_frame(x, w, pads, strides, dilations, output_padding):
+    """Output size (OH, OW) and the uncropped frame's size (FH, FW) that holds every tap's
+    contribution and the output window [pt:pt+OH, pl:pl+OW]."""
+    kh, kw = w.shape[2:]
+    out, frame = [], []
+    for i, k in enumerate((kh, kw)):
+        full = strides[i] * (x.shape[2 + i] - 1) + dilations[i] * (k - 1) + 1
+        o = full + output_padding[i] - pads[i] - pads[i + 2]
+        out.append(o)
+        frame.append(max(full, pads[i] + o))
+    return out, frame
+
+
+def conv_transpose2d(x, w, b=None, pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1),
+                     group=1, output_padding=(0, 0)):
+    """y [N, Co, OH, OW] of x [N, Ci, H, W] and w [Ci, Co/group, KH, KW] (+ b [Co]) by the
+    ONNX ConvTranspose definition: every input pixel (a, b) adds x * w[:, :, i, j] at frame
+    position (a*sh + i*dh, b*sw + j*dw); the frame is then cropped by the pads."""
+    (oh, ow), (fh, fw) = _t_frame(x, w, pads, strides, dilations, output_padding)
+    n, ci, h, wd = x.shape
+    cig, cog = ci // group, w.shape[1]
+    y = np.zeros((n, cog * group, fh, fw), x.dtype)
+    sh, sw = strides
+    for g in range(group):
+        cs, os_ = slice(g * cig, (g + 1) * cig), slice(g * cog, (g + 1) * cog)
+        for i in range(w.shape[2]):
+            for j in range(w.shape[3]):
+                r, c = i * dilations[0], j * dilations[1]
+                y[:, os_, r:r + sh * (h - 1) + 1:sh, c:c + sw * (wd - 1) + 1:sw] += \
+                    np.einsum("nchw,co->nohw", x[:, cs], w[cs, :, i, j])
+    y = y[:, :, pads[0]:pads[0] + oh, pads[1]:pads[1] + ow]
+    return y + b[None, :, None, None] if b is not None else np.ascontiguousarray(y)
+
+
+def conv_transpose2d_backward(x, w, dy, pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1),
+                              group=1, output_padding=(0, 0)):
+    """(dx, dw, db) of conv_transpose2d: dy placed back into the frame, then per tap
+    dx += dy_frame[taps] . w[:, :, i, j] and dw[:, :, i, j] = x . dy_frame[taps]."""
+    (oh, ow), (fh, fw) = _t_frame(x, w, pads, strides, dilations, output_padding)
+    n, ci, h, wd = x.shape
+    cig, cog = ci // group, w.shape[1]
+    frame = np.zeros((n, dy.shape[1], fh, fw), dy.dtype)
+    frame[:, :, pads[0]:pads[0] + oh, pads[1]:pads[1] + ow] = dy
+    dx, dw = np.zeros_like(x), np.zeros_like(w)
+    sh, sw = strides
+    for g in range(group):
+        cs, os_ = slice(g * cig, (g + 1) * cig), slice(g * cog, (g + 1) * cog)
+        for i in range(w.shape[2]):
+            for j in range(w.shape[3]):
+                r, c = i * dilations[0], j * dilations[1]
+                d = frame[:, os_, r:r + sh * (h - 1) + 1:sh, c:c + sw * (wd - 1) + 1:sw]
+                dx[:, cs] += np.einsum("nohw,co->nchw", d, w[cs, :, i, j])
+                dw[cs, :, i, j] = np.einsum("nohw,nchw->co", d, x[:, cs])
+    return dx, dw, dy.sum(axis=(0, 2, 3))

@@ -1,5 +1,7 @@
 """Conv 2-D (NCHW, ONNX pads/strides/dilations/group) forward and backward (shaders/conv2d.wgsl);
-1-D Conv ([N, C, L], ``nn.Conv1d``) runs on the same kernels as [N, C, 1, L] (``card.lift_1d``).
+1-D Conv ([N, C, L], ``nn.Conv1d``) runs on the same kernels as [N, C, 1, L] (``card.lift_1d``);
+ConvTranspose 2-D on the same kernels: its forward is the input gradient of the convolution
+whose weight it holds, its backward that convolution's forward (dx) and weight gradient (dw).
 
 Threads own 8 channels x 4 columns (see the shader); the weight gradient splits the batch
 (split-K) when there are too few threads to fill the GPU, and reduce.wgsl adds the parts.
@@ -11,7 +13,7 @@ from ..backends.base import groups_1d
 from . import card, gemm
 from ..errors import GraphError
 
-TYPES = ("Conv",)
+TYPES = ("Conv", "ConvTranspose")
 
 
 def _kernel_from_weight(node, opset, shapes):
@@ -20,14 +22,27 @@ def _kernel_from_weight(node, opset, shapes):
     return list(w[2:]) if w else None
 
 
-ATTRS = {"Conv": {"kernel_shape": _kernel_from_weight, **card.window_attrs(), "group": 1}}
-normalize = card.resolve_auto_pad
+ATTRS = {"Conv": {"kernel_shape": _kernel_from_weight, **card.window_attrs(), "group": 1},
+         "ConvTranspose": {"kernel_shape": _kernel_from_weight, **card.window_attrs(),
+                           "group": 1, "output_padding": lambda node, opset, shapes:
+                           [0] * len(node["attrs"]["kernel_shape"])}}
+
+
+def normalize(node, opset, shapes) -> list:
+    """auto_pad (Conv) / output_shape and auto_pad (ConvTranspose) made explicit pads."""
+    if node["op_type"] == "ConvTranspose":
+        return _t_normalize(node, opset, shapes)
+    return card.resolve_auto_pad(node, opset, shapes)
 FUSES_RELU_FORWARD = True  # a following in-place Relu is applied by the Conv's forward
 TAKES_RELU_GRAD = True  # a preceding in-place Relu's backward is masked into the dx kernel
 
 
 def macs(node, shapes) -> int:
-    """Multiply-adds of one sample: output elements x weight elements per output channel."""
+    """Multiply-adds of one sample: output elements x weight elements per output channel
+    (ConvTranspose: input elements x weight elements per input channel)."""
+    if node["op_type"] == "ConvTranspose":
+        return math.prod(shapes[node["inputs"][0]][1:]) * \
+            math.prod(shapes[node["inputs"][1]][1:])
     return math.prod(shapes[node["outputs"][0]][1:]) * math.prod(shapes[node["inputs"][1]][1:])
 
 
@@ -39,6 +54,8 @@ def out_size(size: int, k: int, stride: int, pad0: int, pad1: int, dil: int) -> 
 def infer(node, ins, consts):
     """[N, K, OH, OW] ([N, K, OL] for a 1-D Conv); raises GraphError on a channel mismatch,
     a too small input or a rank other than 3 and 4 (3-D Conv)."""
+    if node["op_type"] == "ConvTranspose":
+        return _t_infer(node, ins, consts)
     x, w = ins[0], ins[1]
     if len(x) not in (3, 4) or len(w) != len(x):
         raise GraphError(f"node {node['name']} (Conv): input {x} and weight {w} are not a 1-D "
@@ -61,7 +78,8 @@ def infer(node, ins, consts):
 
 def init(node, graph):
     """PyTorch's default init (nn.Conv2d.reset_parameters, engine/init.py): weight and bias
-    ~ U(+-1/sqrt(fan_in)), fan_in = in_channels / groups * kernel height * kernel width."""
+    ~ U(+-1/sqrt(fan_in)), fan_in = in_channels / groups * kernel height * kernel width
+    (ConvTranspose2d: the weight's dims 1.. too, out_channels / groups x kernel)."""
     ins = node["inputs"]
     w = graph.tensors.get(ins[1])
     if w is None:
@@ -106,18 +124,26 @@ def _cdiv(a, b):
 
 
 async def forward(b, node, ins, outs, train):
+    if node["op_type"] == "ConvTranspose":
+        return await _t_forward(b, node, ins, outs, train)
     x, w, bias = ins[0], ins[1], ins[2] if len(ins) > 2 else None
     g, win = _geometry(node, x, w, outs[0])
-    n, c, h, wd, k, oh, ow, grp = g
     relu = int("forward" in b.fused(node))  # a following in-place ReLU, fused
-    params = _params(g, has_bias=int(bias is not None), relu=relu)
+    await conv_forward(b, node, g, win, x, w, bias, outs[0], relu=relu)
+
+
+async def conv_forward(b, node, g, win, x, w, bias, y, relu=0, mask=0, mask_src=None):
+    """y = the convolution of x with w (+ bias; ReLU'd with ``relu``; masked where mask_src
+    <= 0 with ``mask``, then bias must be None) for the geometry ``g`` and window ``win``."""
+    n, c, h, wd, k, oh, ow, grp = g
+    params = _params(g, has_bias=int(bias is not None), relu=relu, mask=mask)
     kg = k // grp
     packed = b.save(node, (c // grp) * win["KH"] * win["KW"] * grp * _cdiv(kg, 8) * 8, "wfwd")
     await b.kernel("conv2d", "pack_forward", groups_1d(packed_numel(b, packed)), params=params,
                    constants=win, w=w, y=packed)
     threads, consts = _forward_threads(b, n, grp, kg, oh, ow, win)
     await b.kernel("conv2d", "forward", groups_1d(threads), params=params, constants=consts,
-                   x=x, wt=packed, b=bias, y=outs[0])
+                   x=x, wt=packed, b=bias if mask_src is None else mask_src, y=y)
 
 
 def _forward_threads(b, n, grp, kg, oh, ow, win):
@@ -132,32 +158,44 @@ def _forward_threads(b, n, grp, kg, oh, ow, win):
 
 
 async def backward(b, node, ins, outs, gins, gouts):
+    if node["op_type"] == "ConvTranspose":
+        return await _t_backward(b, node, ins, outs, gins, gouts)
     x, w = ins[0], ins[1]
     dy = gouts[0]
     g, win = _geometry(node, x, w, outs[0])
     n, c, h, wd, k, oh, ow, grp = g
-    kh, kw = win["KH"], win["KW"]
-    full_pad_ok = win["ph"] <= win["dh"] * (kh - 1) and win["pw"] <= win["dw"] * (kw - 1)
     # a ReLU before this layer: its backward fused here (dx = 0 where x <= 0)
     mask = int("backward" in b.fused(node))
     mask_src = x if mask else None
-    if gins[0] is not None and win["sh"] == win["sw"] == 1 and full_pad_ok:
-        await _input_grad_as_forward(b, node, g, win, w, dy, gins[0], mask, mask_src)
-    elif gins[0] is not None:
-        params = _params(g, mask=mask)
-        threads = n * grp * _cdiv(c // grp, 8) * h * _cdiv(wd, 4)
-        packed = b.save(node, k * kh * kw * _cdiv(c // grp, 8) * 8, "wbwd")
-        await b.kernel("conv2d", "pack_backward", groups_1d(packed_numel(b, packed)),
-                       params=params, constants=win, w=w, y=packed)
-        await b.kernel("conv2d", "backward_input", groups_1d(threads), params=params,
-                       constants=win, x=dy, wt=packed, b=mask_src, y=gins[0])
+    if gins[0] is not None:
+        await input_grad(b, node, g, win, w, dy, gins[0], mask=mask, mask_src=mask_src)
     if gins[1] is not None:
-        await _weight_grad(b, g, win, x, dy, gins[1])
+        await weight_grad(b, g, win, x, dy, gins[1])
     if len(ins) > 2 and ins[2] is not None and gins[2] is not None:
         await gemm.channel_sum(b, dy, gins[2], outer=n, channels=k, inner=oh * ow)
 
 
-async def _weight_grad(b, g, win, x, dy, dw):
+async def input_grad(b, node, g, win, w, dy, dx, mask=0, mask_src=None, bias=None, relu=0):
+    """dx of the convolution (geometry ``g``, window ``win``) for the output gradient dy:
+    stride 1 with pads inside the window as a forward convolution, else ``backward_input``.
+    ``mask`` / ``mask_src``: a fused ReLU's gradient; ``bias`` / ``relu``: ConvTranspose's."""
+    n, c, h, wd, k, oh, ow, grp = g
+    kh, kw = win["KH"], win["KW"]
+    full_pad_ok = win["ph"] <= win["dh"] * (kh - 1) and win["pw"] <= win["dw"] * (kw - 1)
+    if win["sh"] == win["sw"] == 1 and full_pad_ok:
+        await _input_grad_as_forward(b, node, g, win, w, dy, dx, mask, mask_src, bias, relu)
+        return
+    params = _params(g, mask=mask, has_bias=int(bias is not None), relu=relu)
+    threads = n * grp * _cdiv(c // grp, 8) * h * _cdiv(wd, 4)
+    packed = b.save(node, k * kh * kw * _cdiv(c // grp, 8) * 8, "wbwd")
+    await b.kernel("conv2d", "pack_backward", groups_1d(packed_numel(b, packed)),
+                   params=params, constants=win, w=w, y=packed)
+    await b.kernel("conv2d", "backward_input", groups_1d(threads), params=params,
+                   constants=win, x=dy, wt=packed, b=bias if mask_src is None else mask_src,
+                   y=dx)
+
+
+async def weight_grad(b, g, win, x, dy, dw):
     """dw = sum over the batch and output pixels of dy x (im2col x): on GPU adapters
     conv2d_wgrad.wgsl (threads over pixels, 8 channels x 8 taps each, chunks of pixels added by
     ``reduce_splits``), else conv2d.wgsl ``backward_weight`` (threads over (channels, taps),
@@ -185,18 +223,114 @@ async def _weight_grad(b, g, win, x, dy, dw):
         await gemm.reduce_splits(b, out, dw, splits, k * taps)
 
 
-async def _input_grad_as_forward(b, node, g, win, w, dy, dx, mask=0, mask_src=None):
+async def _input_grad_as_forward(b, node, g, win, w, dy, dx, mask=0, mask_src=None, bias=None,
+                                 relu=0):
     """dx of a stride-1 convolution = forward convolution of dy with the flipped, transposed
     filter and "full" padding (dilation d: pads d*(k-1) - p); the forward kernel is the fastest
     and needs no divisions."""
     n, c, h, wd, k, oh, ow, grp = g
     kh, kw, dh, dw = win["KH"], win["KW"], win["dh"], win["dw"]
     tw = {**win, "ph": dh * (kh - 1) - win["ph"], "pw": dw * (kw - 1) - win["pw"]}
-    params = _params((n, k, oh, ow, c, h, wd, grp), mask=mask)
+    params = _params((n, k, oh, ow, c, h, wd, grp), mask=mask, has_bias=int(bias is not None),
+                     relu=relu)
     cg = c // grp
     packed = b.save(node, (k // grp) * kh * kw * grp * _cdiv(cg, 8) * 8, "wtrans")
     await b.kernel("conv2d", "pack_transposed", groups_1d(packed_numel(b, packed)),
                    params=params, constants=tw, w=w, y=packed)
     threads, consts = _forward_threads(b, n, grp, cg, h, wd, tw)
     await b.kernel("conv2d", "forward", groups_1d(threads), params=params, constants=consts,
-                   x=dy, wt=packed, b=mask_src, y=dx)
+                   x=dy, wt=packed, b=bias if mask_src is None else mask_src, y=dx)
+
+
+# ---- ConvTranspose: x [N, Ci, H, W], w [Ci, Co/G, KH, KW] -> y [N, Co, OH, OW] ----------------
+
+def _t_normalize(node, opset, shapes) -> list:
+    """``output_shape`` (and auto_pad SAME_*: output = input x stride) made explicit ``pads``
+    by the ONNX formula; VALID: zero pads. Returns the problems (unknown input size, an
+    output_shape the window cannot reach)."""
+    a, name = node["attrs"], node["name"]
+    auto, out_shape = a.get("auto_pad", "NOTSET"), a.pop("output_shape", None)
+    a["auto_pad"] = "NOTSET"
+    if auto == "VALID":
+        a["pads"] = [0] * len(a["pads"])
+    if out_shape is None and auto not in ("SAME_UPPER", "SAME_LOWER"):
+        return []
+    x = shapes(node["inputs"][0])
+    rank = len(a["kernel_shape"])
+    if not x or len(x) != rank + 2 or not all(isinstance(d, int) for d in x[2:]):
+        return [f"node {name} (ConvTranspose): output_shape / auto_pad need the input's "
+                "spatial size, which is unknown"]
+    want = list(out_shape)[-rank:] if out_shape is not None else \
+        [x[2 + i] * a["strides"][i] for i in range(rank)]
+    lo, hi = [], []
+    for i in range(rank):
+        total = a["strides"][i] * (x[2 + i] - 1) + a["output_padding"][i] + \
+            (a["kernel_shape"][i] - 1) * a["dilations"][i] + 1 - want[i]
+        if total < 0:
+            return [f"node {name} (ConvTranspose): output_shape {list(out_shape or want)} is "
+                    "larger than the window reaches (set output_padding)"]
+        small, big = total // 2, total - total // 2
+        lo.append(small if auto == "SAME_UPPER" else big)
+        hi.append(big if auto == "SAME_UPPER" else small)
+    a["pads"] = lo + hi
+    return []
+
+
+def _t_infer(node, ins, consts):
+    """[N, Co, OH, OW], OH = sh (H - 1) + output_padding + dh (KH - 1) + 1 - pads."""
+    a, x, w = node.get("attrs", {}), ins[0], ins[1]
+    name, grp = node["name"], a.get("group", 1)
+    if len(x) != 4:
+        raise GraphError(f"node {name} (ConvTranspose): input {x} is not NCHW (only 2-D)")
+    if x[1] != w[0]:
+        raise GraphError(f"node {name} (ConvTranspose): input has {x[1]} channels, weight "
+                         f"{w} expects {w[0]}")
+    pads, st = a.get("pads", [0, 0, 0, 0]), a.get("strides", [1, 1])
+    dl, op = a.get("dilations", [1, 1]), a.get("output_padding", [0, 0])
+    out = [st[i] * (x[2 + i] - 1) + op[i] + dl[i] * (w[2 + i] - 1) + 1 - pads[i] - pads[i + 2]
+           for i in range(2)]
+    if min(out) <= 0:
+        raise GraphError(f"node {name} (ConvTranspose): pads {pads} leave no output for "
+                         f"input {x} and kernel {w}")
+    return [[x[0], w[1] * grp, *out]]
+
+
+def _t_geometry(node, x, w, y):
+    """The geometry and window of the convolution whose input gradient this ConvTranspose is:
+    that convolution maps y's shape to x's with the same weight, pads, strides, dilations."""
+    a = node["attrs"]
+    if a.get("auto_pad", "NOTSET") not in ("NOTSET", ""):
+        raise NotImplementedError(f"{node['name']}: ConvTranspose auto_pad={a['auto_pad']}")
+    n, ci, h, wd = x.shape
+    _, _, kh, kw = w.shape
+    pads = a.get("pads", [0, 0, 0, 0])
+    sh, sw = a.get("strides", [1, 1])
+    dh, dw = a.get("dilations", [1, 1])
+    geometry = [n, y.shape[1], y.shape[2], y.shape[3], ci, h, wd, a.get("group", 1)]
+    window = {"KH": kh, "KW": kw, "sh": sh, "sw": sw, "ph": pads[0], "pw": pads[1],
+              "dh": dh, "dw": dw}
+    return geometry, window
+
+
+async def _t_forward(b, node, ins, outs, train):
+    """y = the convolution's input gradient for "dy" = x, plus the bias (fused ReLU too)."""
+    x, w, bias = ins[0], ins[1], ins[2] if len(ins) > 2 else None
+    g, win = _t_geometry(node, x, w, outs[0])
+    relu = int("forward" in b.fused(node))
+    await input_grad(b, node, g, win, w, x, outs[0], bias=bias, relu=relu)
+
+
+async def _t_backward(b, node, ins, outs, gins, gouts):
+    """dx = the convolution of dy (forward kernel), dw = the convolution's weight gradient
+    with dy as its input and x as its output gradient, db = dy summed per channel."""
+    x, w, dy = ins[0], ins[1], gouts[0]
+    g, win = _t_geometry(node, x, w, outs[0])
+    n, co, oh, ow = g[:4]
+    mask = int("backward" in b.fused(node))
+    if gins[0] is not None:
+        await conv_forward(b, node, g, win, dy, w, None, gins[0], mask=mask,
+                           mask_src=x if mask else None)
+    if gins[1] is not None:
+        await weight_grad(b, g, win, dy, x, gins[1])
+    if len(ins) > 2 and ins[2] is not None and gins[2] is not None:
+        await gemm.channel_sum(b, dy, gins[2], outer=n, channels=co, inner=oh * ow)
