@@ -12,9 +12,9 @@ def _dims(shape) -> str:
 
 
 def resolve(cfg, graph, spec) -> tuple[int, bool] | None:
-    """``(pad, flip)`` of a run, or None when it does not augment (both off, or a table
-    or token dataset: ``spec.kind`` not "image"). ``cfg`` the trainer's config, ``graph`` the ``Graph``,
-    ``spec`` the dataset's ``DataSpec``. Raises ValueError naming the model input when
+    """``(pad, flip)`` of a run, or None when it does not augment (both off, or a table or
+    tokens dataset: ``spec.kind`` not "image"). ``cfg`` the trainer's config, ``graph`` the
+    ``Graph``, ``spec`` the dataset's ``DataSpec``. Raises ValueError naming the model input when
     augmentation is asked of a model that does not take the dataset's images as
     [N, C, H, W]."""
     pad, flip = int(cfg.get("augment_crop") or 0), bool(cfg.get("augment_flip"))

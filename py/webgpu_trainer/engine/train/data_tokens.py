@@ -5,6 +5,7 @@ GPU gather copies a batch's token rows as u32 ids into the input buffer
 (``shaders/data_tokens.wgsl``); the numpy engine takes them as float32 ids.
 """
 
+from .. import config as run_config
 from ..backends.base import groups_1d
 
 ITEMSIZE = {"uint8": 1, "uint16": 2, "int32": 4, "float32": 4}
@@ -64,3 +65,14 @@ async def gather(b, plan, spec, count, images, labels, order, out) -> None:
                                wide=ITEMSIZE[spec.dtype] // 2 - 1),
                    st=plan.step, images=images, labels=labels, order=order, x=out,
                    y=plan.labels)
+
+
+def refuse_in_page(spec) -> None:
+    """The page does not train a tokens dataset yet (its live views and Try it show images
+    or features): ``ConfigError`` on the field ``dataset`` naming the dataset and the CLI
+    command that trains it; nothing for other kinds."""
+    if spec.kind == "tokens":
+        raise run_config.ConfigError([("dataset", (
+            f"{spec.name} holds token ids ({spec.describe()}); the page does not train "
+            f"tokens datasets yet: train it with `webgpu-trainer train MODEL.onnx --data "
+            f"{spec.name}`"))])
