@@ -160,3 +160,78 @@ def test_cli_data_markers_then_train(exported, tmp_path):
     scores = ort.InferenceSession(str(run_dir / "model.onnx")).run(
         None, {"tokens": a.test_x.astype(np.int64)})[0]
     assert np.mean(scores.argmax(1) == a.test_y) >= 0.95
+
+
+class MaskedNet(torch.nn.Module):
+    """Embedding(32, 8, padding_idx=0) -> the mean over the non-padding tokens (mask
+    ``x != 0``: Equal, Not, Unsqueeze, Cast as exported) -> Linear(8, 4)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(VOCAB, 8, padding_idx=0)
+        self.fc = torch.nn.Linear(8, CLASSES)
+
+    def forward(self, x):
+        m = (x != 0).unsqueeze(-1).float()
+        return self.fc((self.emb(x) * m).sum(1) / m.sum(1).clamp(min=1))
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_padding_mask_folded_to_lookup(device, exported, tmp_path, dynamo):
+    """The padding mask computed from the ids imports as a lookup into a constant table (a
+    note says so; no node but Gathers reads the ids); forward vs onnxruntime, gradients vs
+    torch (whose padding row's gradient is 0, as the mask makes it here)."""
+    if dynamo not in exported:
+        pytest.skip("onnxscript not installed")
+    from webgpu_trainer.onnx_io import load_bundle
+    torch.manual_seed(1)
+    net = MaskedNet()
+    path = tmp_path / "masked.onnx"
+    _export(net, path, dynamo)
+    graph, blob = load_bundle(path)
+    readers = [n["op_type"] for n in graph["nodes"] if "tokens" in n["inputs"]]
+    assert readers == ["Gather", "Gather"]
+    assert any("became lookups into constant tables" in n for n in graph["notes"])
+    x = _markers(6, 2).train_x.astype(np.int64)
+    x[:, 10:] = 0  # padding
+    x[2, :] = 0  # a row of padding only (the clamp keeps its count 1)
+    labels = np.arange(6) % CLASSES
+    res = run(one_step(device, graph, blob, x, labels))
+    want = ort.InferenceSession(str(path)).run(None, {"tokens": x})[0]
+    assert_close(res["acts"][graph["outputs"][0]["name"]], want, FWD_RTOL, "forward vs ort")
+    net64 = MaskedNet().double()
+    net64.load_state_dict(net.state_dict())
+    loss = torch.nn.functional.cross_entropy(net64(torch.tensor(x)), torch.tensor(labels))
+    loss.backward()
+    assert_close(res["loss"], loss.item(), FWD_RTOL, "loss")
+    for name, p in net64.named_parameters():
+        assert_close(res["grads"][name], p.grad.numpy().reshape(res["grads"][name].shape),
+                     GRAD_RTOL, f"gradient of {name}")
+    assert not np.any(res["grads"]["emb.weight"][0])
+
+
+class FilledNet(torch.nn.Module):
+    """``masked_fill`` of the padding positions: Where(bool mask, activation, 0), not foldable
+    into a float lookup."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(VOCAB, 8)
+        self.fc = torch.nn.Linear(8, CLASSES)
+
+    def forward(self, x):
+        return self.fc(self.emb(x).masked_fill((x == 0).unsqueeze(-1), 0.0).mean(1))
+
+
+def test_bool_mask_on_activations_refused(tmp_path):
+    """The import refuses naming the node that reads the ids, and leaves the file as it was."""
+    from webgpu_trainer.onnx_io import OnnxImportError, load_bundle
+    path = tmp_path / "filled.onnx"
+    _export(FilledNet(), path, False)
+    before = path.read_bytes()
+    with pytest.raises(OnnxImportError, match=r"input 'tokens' holds integers \(token ids\); "
+                                              r"the engine reads them only as the indices of "
+                                              r"a Gather \(nn.Embedding\), but node /Equal "
+                                              r"\(Equal\) reads it as input 0"):
+        load_bundle(path)
+    assert path.read_bytes() == before
