@@ -32,6 +32,12 @@ async def read_flat(dev, plan, flat, name):
     return np.frombuffer(raw, np.float32).reshape(t["shape"])
 
 
+def _input_bytes(graph, x) -> bytes:
+    """The input batch as the GPU takes it: float32, or u32 token ids for an int64 input."""
+    tokens = graph["inputs"][0].get("dtype") == "int64"
+    return np.ascontiguousarray(x, np.uint32 if tokens else np.float32).tobytes()
+
+
 async def one_step(dev, graph, blob, x, labels, train=True, step=1, seed=0, plan=None,
                    loss=None, init_seed=None):
     """Build (unless ``plan``: then its weights stay as they are), upload, run step ``step``:
@@ -42,7 +48,7 @@ async def one_step(dev, graph, blob, x, labels, train=True, step=1, seed=0, plan
     ``Plan.init_weights(init_seed)``, before the step.
     """
     plan = await parity.load(dev, graph, blob if plan is None else None, len(labels),
-                             np.ascontiguousarray(x, np.float32).tobytes(),
+                             _input_bytes(graph, x),
                              np.asarray(labels, np.uint32).tobytes(), loss=loss,
                              init_seed=init_seed, plan=plan)
     out = {"plan": plan, "acts": {}, "dacts": {}, "grads": {}, "P": {}}

@@ -42,6 +42,7 @@ export function runClassName(i) {
 
 /** A dataset's samples in words: "3x32x32 images" or "54 features". */
 export const samplesText = (d) => d.kind === "table" ? `${d.sample_shape[0]} features`
+  : d.kind === "tokens" ? `${d.sample_shape[0]} token ids (trained from the command line)`
   : `${shapeText(d.sample_shape)} images`;
 
 /** The model made for dataset ``d``'s sample shape and classes that the server lists, or
@@ -136,7 +137,7 @@ async function warnSize(d) {
   const box = $("dataset-warn");
   box.hidden = true;
   if (!d) return;
-  const per = d.sample_shape.reduce((a, b) => a * b, 1) * (d.kind === "table" ? 4 : 1);
+  const per = d.sample_shape.reduce((a, b) => a * b, 1) * (d.kind === "image" ? 1 : 4);
   const trainBytes = per * d.train;
   const gpu = await adapterLimits();
   if (appState.dataset !== d) return;

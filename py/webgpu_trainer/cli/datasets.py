@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..host import data as data_mod
-from ..host.datasets import idx, prepare_source, store
+from ..host.datasets import idx, prepare_source, store, tokens
 from ..host.datafiles import DataError
 
 
@@ -45,6 +45,9 @@ def add_data(sub) -> argparse.ArgumentParser:
     p.add_argument("--fashion-mnist", action="store_true",
                    help=f"prepare Fashion-MNIST from {idx.FASHION_DIR} (Debian's "
                         "dataset-fashion-mnist; skipped when already prepared)")
+    p.add_argument("--markers", action="store_true",
+                   help="generate 'markers', a small synthetic tokens dataset (rows of 16 "
+                        "token ids of 32; the label: which of 4 marker tokens appears most)")
     p.add_argument("--name", default=None,
                    help="dataset name (lowercase letters, digits, - or _; default: the source's "
                         "own: mnist, fashion-mnist, cifar10, cifar100, else from its file name, "
@@ -75,6 +78,11 @@ def _prepare(args) -> dict:
     if options and (args.source is None or args.cache is not None):
         raise DataError(f"--{next(iter(options))} applies to --source (photos or a CSV "
                         "table) only")
+    if args.markers:
+        if args.source is not None or args.fashion_mnist or args.cache is not None:
+            raise DataError("give --markers alone (with --name / --data-root at most)")
+        return store.write_dataset(root, args.name or "markers", tokens.markers(),
+                                   lambda s: print(f"[data] {s}", flush=True))
     if args.cache is not None or (args.source is None and not args.fashion_mnist):
         if args.name not in (None, "mnist"):
             raise DataError("--name needs --source or --fashion-mnist (MNIST is 'mnist')")

@@ -106,12 +106,12 @@ class CpuEngine:
 
     def _samples(self, data, count: int):
         """Bytes of ``count`` samples -> array [count, values] of the dataset's dtype."""
-        dtype = np.uint8 if self.spec.dtype == "uint8" else np.dtype("<f4")
+        dtype = np.dtype(self.spec.dtype).newbyteorder("<")
         return np.frombuffer(bytes(data), dtype, count * self.spec.values).reshape(count, -1)
 
     def _inputs(self, samples):
         """Samples [n, values] -> the model's float32 input [n, *input dims]: uint8 values
-        through the table of their channel, float32 features as they are."""
+        through the table of their channel, float32 features and token ids as they are."""
         x = samples if self.table is None else self.table[self.channel, samples]
         return np.asarray(x, np.float32).reshape([len(samples)] + self.in_shape)
 

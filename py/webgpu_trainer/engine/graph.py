@@ -6,6 +6,7 @@ Runs in Pyodide: standard library only. Shapes come from each op family's ``infe
 
 from .errors import GraphError
 from .ops import OPS
+from .ops import embed as lookup
 
 __all__ = ["Graph", "GraphError", "supported"]
 
@@ -28,6 +29,7 @@ class Graph:
         bad = [f"{n['name']} ({n['op_type']})" for n in self.nodes if n["op_type"] not in OPS]
         if bad:
             raise GraphError("unsupported ops for training: " + ", ".join(bad))
+        lookup.check_indices(self)
         self.consumers: dict = {}
         self.producer = {o: n for n in self.nodes for o in n["outputs"] if o}
         for n in self.nodes:

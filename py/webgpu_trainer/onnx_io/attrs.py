@@ -55,7 +55,8 @@ class _Attrs:
             self.notes.append(f"node {name} (Cast to a float type) runs as Identity in float32")
         for k in _MUST_BE_CONST.get(op, ()):
             if len(ins) > k and ins[k] and ins[k] not in constants \
-                    and name not in self.reported and self.fold_ran:
+                    and name not in self.reported and self.fold_ran \
+                    and not _token_indices(self.s, op, k, ins[k]):
                 self.problems.append(f"node {name} ({op}) input {k} {ins[k]!r} must be a "
                                      "constant but is computed at run time")
         for k, key in _MIRROR.get(op, {}).items():
@@ -86,3 +87,10 @@ class _Attrs:
     def _input_shape(self, x) -> list | None:
         """An input's shape: inferred, else an initializer's dims (a Conv weight), else None."""
         return self._shape(x) or (list(self.init[x].dims) if x in self.init else None)
+
+
+def _token_indices(s: ImportState, op: str, k: int, name: str) -> bool:
+    """Whether input ``k`` of an ``op`` node is the model's integer input read as the indices
+    of an embedding lookup (Gather(table, token ids)), which may be computed at run time."""
+    return op == "Gather" and k == 1 and s.input is not None \
+        and s.input.get("dtype") == "int64" and name == s.input["name"]

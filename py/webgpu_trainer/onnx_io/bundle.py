@@ -243,7 +243,7 @@ def bundle(s: ImportState) -> None:
         "producer": f"{s.model.producer_name} {s.model.producer_version}".strip(),
         "doc": s.model.doc_string,
         "inputs": [{"name": inp["name"], "shape": [inp["symbol"]] + inp["dims"],
-                    "dtype": "float32"}],
+                    "dtype": inp["dtype"]}],
         "outputs": outputs,
         "tensors": s.tensors,
         "constants": s.bundle_constants,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto
 
-from .constants import (_DEFAULT_DOMAINS, _FLOAT_TYPES, _FOLD_ONLY, IMPORT_OPS, MAX_OPSET,
-                        MIN_OPSET, TESTED_OPSETS)
+from .constants import (_DEFAULT_DOMAINS, _FLOAT_TYPES, _FOLD_ONLY, _TOKEN_TYPES,
+                        IMPORT_OPS, MAX_OPSET, MIN_OPSET, TESTED_OPSETS)
 from .initializers import classify_scalars
 from .protos import _attr, _dims, _dtype_name, _type_name
 from .state import ImportState
@@ -120,7 +120,10 @@ def _check_inputs(s: ImportState) -> dict | None:
     if not vi.type.HasField("tensor_type"):
         s.problems.append(f"input {vi.name!r} is not a tensor")
         return None
-    if elem not in _FLOAT_TYPES:
+    tokens = elem in _TOKEN_TYPES
+    if tokens:
+        ok = _check_token_input(s, vi.name)
+    elif elem not in _FLOAT_TYPES:
         s.problems.append(f"input {vi.name!r} has dtype {_dtype_name(elem)}; the trainer "
                           "feeds normalised float32 samples")
         ok = False
@@ -146,7 +149,23 @@ def _check_inputs(s: ImportState) -> dict | None:
     if isinstance(batch, int) and batch <= 0:
         batch = None
     return {"name": vi.name, "batch": batch, "dims": list(per), "ok": ok,
-            "symbol": batch if isinstance(batch, str) else "N"}
+            "symbol": batch if isinstance(batch, str) else "N",
+            "dtype": "int64" if tokens else "float32"}
+
+
+def _check_token_input(s: ImportState, name: str) -> bool:
+    """An integer input holds token ids: every node reading it must be a Gather reading it
+    as its indices (input 1: ``nn.Embedding``'s lookup into a table); a problem naming the
+    first other reader otherwise."""
+    for n in s.g.node:
+        for k, i in enumerate(n.input):
+            if i == name and not (n.op_type == "Gather" and k == 1):
+                s.problems.append(f"input {name!r} holds integers (token ids); the engine "
+                                  f"reads them only as the indices of a Gather (nn.Embedding), "
+                                  f"but node {n.name or n.op_type} ({n.op_type}) reads it as "
+                                  f"input {k}")
+                return False
+    return True
 
 
 def check_ops(s: ImportState) -> None:

@@ -58,6 +58,8 @@ _NEVER_FOLD = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",
 _FOLD_ONLY = frozenset({"Shape", "Size", "Constant", "ConstantOfShape", "Range", "Cast",
                         "CastLike", "Equal", "Where", "Less", "Greater", "Not"})
 _FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
+# Integer input dtypes read as token ids (the indices of an embedding Gather).
+_TOKEN_TYPES = {TensorProto.INT64, TensorProto.INT32}
 _INT_FIELD_TYPES = {TensorProto.INT32, TensorProto.INT16, TensorProto.INT8, TensorProto.UINT16,
                     TensorProto.UINT8, TensorProto.BOOL, TensorProto.FLOAT16,
                     TensorProto.BFLOAT16}

@@ -13,10 +13,13 @@ from .errors import OnnxImportError, _error
 from .fold import fold
 from .read import read_stage
 from .state import ImportState
+from .token_masks import token_masks
 
-STAGES = (read_stage, check_graph, fold, batch_shapes, check_ops, weights, attributes, bundle)
-"""read the file -> check the graph -> fold constants -> shapes for any batch -> check the
-ops -> the weights (tensors, blob) -> the nodes' attributes -> the bundle."""
+STAGES = (read_stage, token_masks, check_graph, fold, batch_shapes, check_ops, weights,
+          attributes, bundle)
+"""read the file -> mask chains of the token ids as lookups -> check the graph -> fold
+constants -> shapes for any batch -> check the ops -> the weights (tensors, blob) -> the
+nodes' attributes -> the bundle."""
 
 
 def _run(path: str, check_trainable: bool) -> tuple[dict, bytes]:

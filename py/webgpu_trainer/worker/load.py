@@ -6,6 +6,7 @@ weights) and the run's dataset (config ``dataset``: its manifest and shards unde
 import json
 
 from ..engine import config as run_config
+from ..engine.train import data_tokens
 from ..engine.train.data import DataSpec, Split
 from .bridge import fetch, to_bytes
 
@@ -28,6 +29,7 @@ async def load(cfg: dict, model: str, say) -> tuple:
     base = f"/data/{name}"
     manifest = json.loads(await (await fetch(f"{base}/manifest.json", "manifest")).text())
     spec = DataSpec.from_manifest(manifest)
+    data_tokens.refuse_in_page(spec)
     # the page checked it with the server; checked again here, with the same code
     cfg = run_config.parse(cfg, train_images=manifest["splits"]["train"]["count"])
     say("status", text=f"Loading model {model}…")

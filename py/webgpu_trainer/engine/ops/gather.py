@@ -6,9 +6,9 @@ y = take(x, indices, axis): shape x[:axis] + indices.shape + x[axis+1:] (a scala
 the axis); negative indices count from the end (ONNX, opset 11+). The gradient is PyTorch's
 (``index_select`` / ``select`` backward): dy scatter-added into zeros, a repeated index summing
 its positions in increasing order (a gather over the host-made inverse of the indices, no
-atomics). The indices must be constants of the model description (``infer`` raises
-``GraphError`` naming the node otherwise: an index input computed at run time, such as
-``nn.Embedding``'s token ids, is not supported).
+atomics). The indices must be constants of the model description, or the model's own integer
+input (``nn.Embedding``'s token ids, axis 0: an embedding lookup, ``embed.py``); ``infer``
+raises ``GraphError`` naming the node for any other index input computed at run time.
 """
 
 import math
@@ -16,6 +16,7 @@ import struct
 
 from ..backends.base import groups_1d
 from ..errors import GraphError
+from . import embed
 
 TYPES = ("Gather",)
 ATTRS = {"Gather": {"axis": 0}}
@@ -49,6 +50,8 @@ def infer(node, ins, consts):
     """The output shape (see ``spec``)."""
     if ins[1] is None:
         raise _error(node, "the indices input is required")
+    if consts[1] is None:  # run-time token ids (``Graph`` checks they are the model input)
+        return [embed.infer(node, ins, _error)]
     return [spec(node, ins[0], consts[1], ins[1])[2]]
 
 
@@ -79,6 +82,8 @@ def _geometry(b, node, x):
 
 async def forward(b, node, ins, outs, train):
     """y = take(x, indices, axis)."""
+    if embed.is_lookup(b, node):
+        return await embed.forward(b, node, ins, outs)
     outer, params, index = _geometry(b, node, ins[0])
     n = outer * params["count"] * params["inner"]
     if n:
@@ -90,6 +95,8 @@ async def backward(b, node, ins, outs, gins, gouts):
     """dx = dy scatter-added into zeros along ``axis``."""
     if gins[0] is None:
         return
+    if embed.is_lookup(b, node):
+        return await embed.backward(b, node, ins, gins, gouts)
     outer, params, index = _geometry(b, node, ins[0])
     n = outer * params["dim"] * params["inner"]
     if n:

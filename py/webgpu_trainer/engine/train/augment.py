@@ -12,13 +12,13 @@ def _dims(shape) -> str:
 
 
 def resolve(cfg, graph, spec) -> tuple[int, bool] | None:
-    """``(pad, flip)`` of a run, or None when it does not augment (both off, or a table
-    dataset: ``spec.kind`` "table"). ``cfg`` the trainer's config, ``graph`` the ``Graph``,
-    ``spec`` the dataset's ``DataSpec``. Raises ValueError naming the model input when
+    """``(pad, flip)`` of a run, or None when it does not augment (both off, or a table or
+    tokens dataset: ``spec.kind`` not "image"). ``cfg`` the trainer's config, ``graph`` the
+    ``Graph``, ``spec`` the dataset's ``DataSpec``. Raises ValueError naming the model input when
     augmentation is asked of a model that does not take the dataset's images as
     [N, C, H, W]."""
     pad, flip = int(cfg.get("augment_crop") or 0), bool(cfg.get("augment_flip"))
-    if not (pad or flip) or spec.kind == "table":
+    if not (pad or flip) or spec.kind != "image":
         return None
     asked = " and ".join(name for name, on in (("augment_crop", pad), ("augment_flip", flip))
                          if on)

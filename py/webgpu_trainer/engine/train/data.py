@@ -14,6 +14,7 @@ import re
 from .. import config as run_config
 from ..config.schema import DATASET_NAME
 from ..graph import Graph
+from . import data_tokens
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # ((x / 255) - mean) / std, as the PyTorch MNIST example
 
@@ -42,13 +43,14 @@ class DataSpec:
     sample), ``dtype`` ("uint8" or "float32") and ``sample_bytes``."""
 
     def __init__(self, name: str, title: str, kind: str, sample_shape, classes, mean=(),
-                 std=()):
+                 std=(), dtype=None, vocab_size=0):
         self.name, self.title, self.kind = name, title, kind
         self.sample_shape = [int(d) for d in sample_shape]
         self.classes, self.mean, self.std = list(classes), list(mean), list(std)
         self.values = math.prod(self.sample_shape)
-        self.dtype = "uint8" if kind == "image" else "float32"
-        self.sample_bytes = self.values * (1 if kind == "image" else 4)
+        self.dtype = dtype or ("uint8" if kind == "image" else "float32")
+        self.sample_bytes = self.values * data_tokens.ITEMSIZE.get(self.dtype, 4)
+        self.vocab_size = vocab_size  # tokens: ids are 0..vocab_size-1 (data_tokens.py)
 
     @property
     def channels(self) -> int:
@@ -60,13 +62,15 @@ class DataSpec:
         """How errors name the samples: "3x32x32 images", "12 features"."""
         if self.kind == "table":
             return f"{self.values} feature{'s' * (self.values != 1)}"
+        if self.kind == "tokens":
+            return f"{self.values} token ids of {self.vocab_size}"
         return "x".join(map(str, self.sample_shape)) + " images"
 
     def table(self) -> list | None:
         """The model input of each (channel, value) as C*256 floats, entry c*256 + v =
         ((v / 255) - mean[c]) / std[c] in float64, which every engine rounds once to float32
         (so they see the same inputs); None for a table dataset (features are copied)."""
-        if self.kind == "table":
+        if self.kind != "image":
             return None
         return [(v / 255 - m) / s for m, s in zip(self.mean, self.std) for v in range(256)]
 
@@ -91,9 +95,9 @@ class DataSpec:
             raise ValueError(f"dataset manifest: name {_short(name)} is not a dataset name "
                              f"({DATASET_NAME})")
         kind = m.get("kind")
-        if kind not in ("image", "table"):
-            raise ValueError(f"dataset manifest: kind must be 'image' or 'table', got "
-                             f"{_short(kind)}")
+        if kind not in ("image", "table", "tokens"):
+            raise ValueError(f"dataset manifest: kind must be 'image', 'table' or 'tokens', "
+                             f"got {_short(kind)}")
         shape = _field(m, "sample_shape", list, "a list of sizes")
         ranks = (2, 3) if kind == "image" else (1,)
         if len(shape) not in ranks or not all(isinstance(d, int) and not isinstance(d, bool)
@@ -108,6 +112,9 @@ class DataSpec:
         title = m.get("title") or m.get("dataset") or name
         if kind == "table":
             return cls(name, str(title), kind, shape, classes)
+        if kind == "tokens":
+            return cls(name, str(title), kind, shape, classes,
+                       **data_tokens.spec_fields(m, _short))
         mean, std = _field(m, "mean", list, "a list"), _field(m, "std", list, "a list")
         c = shape[0] if len(shape) == 3 else 1
         for key, vals in (("mean", mean), ("std", std)):
@@ -193,6 +200,7 @@ def check_fits(graph: Graph, spec: DataSpec, train: Split, test: Split) -> None:
             f"{spec.name} ({spec.describe()}): it takes {_dims(dims)} per sample "
             f"({per_sample or '?'} values), the dataset gives {_dims(shape)} "
             f"({spec.values} values); use a model with input {want}")
+    data_tokens.check_tokens(graph, spec)
     out = graph.shapes(2)[graph.output]
     k = len(spec.classes)
     if len(out) != 2 or out[1] < max(2, k):

@@ -19,7 +19,7 @@ import time
 from array import array
 from types import SimpleNamespace
 
-from . import optim
+from . import data_tokens, optim
 from ..backends.base import groups_1d, round_up
 from .guard import Guard
 from ..plan import METRICS_RING, Plan, pack_step
@@ -150,6 +150,10 @@ class GpuEngine:
         hw = math.prod(spec.sample_shape[-2:]) if spec.kind == "image" else 1
         b = plan.builder
         b.current = []
+        if spec.kind == "tokens":
+            await data_tokens.gather(b, plan, spec, split.count, images, labels, order,
+                                     plan.input if out is None else out)
+            return b.current, images
         await b.kernel("data", "gather" if spec.kind == "image" else "gather_table",
                        groups_1d(plan.batch * spec.values),
                        params=dict(batch=plan.batch, values=spec.values, count=split.count,

@@ -1,7 +1,8 @@
 """``Arrays``: a dataset as every source reader returns it (docs/ARCHITECTURE.md, "Datasets").
 
 Images are uint8 ``[N, C, H, W]`` (C 1 or 3, row-major); tables are float32 ``[N, F]``
-(already standardised with the training split's mean and std). Labels are integers ``[N]`` in
+(already standardised with the training split's mean and std); tokens int32 or uint16
+``[N, T]`` ids below ``vocab_size``. Labels are integers ``[N]`` in
 ``0..K-1`` where ``K = len(classes)``. The fields up to ``notes`` are the shared contract;
 ``name`` and ``idx_md5`` are optional. ``store.write_dataset`` checks all of this before it
 writes anything.
@@ -32,9 +33,15 @@ class Arrays:
     #: (MNIST's cache check compares them with the originals')
     idx_md5: dict = field(default_factory=dict)
 
+    #: tokens only: ids are 0..vocab_size-1 (int32 or uint16 samples [N, T])
+    vocab_size: int = 0
+
     @property
     def kind(self) -> str:
-        """"image" (uint8 samples) or "table" (float32 feature rows)."""
+        """"image" (uint8 samples), "table" (float32 feature rows) or "tokens" (int32 or
+        uint16 token ids [N, T])."""
+        if self.train_x.dtype in (np.int32, np.uint16):
+            return "tokens"
         return "table" if self.train_x.dtype == np.float32 else "image"
 
     def split(self, name: str) -> tuple[np.ndarray, np.ndarray]:

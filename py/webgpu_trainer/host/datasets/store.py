@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from ..datafiles import DataError
-from . import atomic
+from . import atomic, tokens
 from .arrays import Arrays
 from .atomic import fsync_dir, write_file
 
@@ -78,7 +78,7 @@ def _check_classes(classes) -> int:
     return k
 
 
-def _check_split(split: str, x, y, k: int, shape: tuple | None) -> tuple:
+def _check_split(split: str, x, y, k: int, shape: tuple | None, vocab: int = 0) -> tuple:
     what = f"{split} split"
     if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray):
         raise DataError(f"{what}: images and labels must be numpy arrays")
@@ -86,6 +86,8 @@ def _check_split(split: str, x, y, k: int, shape: tuple | None) -> tuple:
         if x.ndim != 4 or x.shape[1] not in (1, 3) or min(x.shape[2:]) < 1:
             raise DataError(f"{what}: images of shape {list(x.shape)}; expected [N, C, H, W] "
                             "with C 1 or 3")
+    elif x.dtype in (np.int32, np.uint16):
+        tokens.check_ids(what, x, vocab)
     elif x.dtype == np.float32:
         if x.ndim != 2 or x.shape[1] < 1:
             raise DataError(f"{what}: table of shape {list(x.shape)}; expected [N, F]")
@@ -118,8 +120,9 @@ def check_arrays(arrays: Arrays, all_classes: bool = True) -> None:
     ``all_classes=False`` lets classes go without training samples (the old own-digits
     folders, whose classes are always 0..9)."""
     k = _check_classes(arrays.classes)
-    shape = _check_split("train", arrays.train_x, arrays.train_y, k, None)
-    _check_split("test", arrays.test_x, arrays.test_y, k, shape)
+    vocab = arrays.vocab_size
+    shape = _check_split("train", arrays.train_x, arrays.train_y, k, None, vocab)
+    _check_split("test", arrays.test_x, arrays.test_y, k, shape, vocab)
     counts = np.bincount(arrays.train_y.astype(np.int64), minlength=k)
     missing = np.flatnonzero(counts == 0)
     if missing.size and all_classes:
@@ -153,7 +156,7 @@ def channel_stats(x: np.ndarray) -> tuple[list[float], list[float]]:
 
 def _shards(folder: Path, arrays: Arrays, log: Log) -> dict:
     splits = {}
-    ext = "f32" if arrays.kind == "table" else "u8"
+    ext = tokens.EXT.get(arrays.train_x.dtype.name, "u8")
     for split in SPLITS:
         x, y = arrays.split(split)
         n = len(y)
@@ -201,7 +204,8 @@ def write_folder(dest: Path, name: str, arrays: Arrays, log: Log = _log, *,
                     "dataset": dataset or arrays.title, "kind": arrays.kind,
                     "sample_shape": list(arrays.train_x.shape[1:]),
                     "classes": list(arrays.classes), "mean": mean, "std": std,
-                    "source": arrays.source, "notes": list(arrays.notes), "splits": splits}
+                    "source": arrays.source, "notes": list(arrays.notes), "splits": splits,
+                    **tokens.manifest_fields(arrays)}
         write_file(tmp / "manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
         if gzip:
             from .. import shard_gzip
@@ -268,12 +272,13 @@ def check_manifest(m: dict, where: str = "manifest.json") -> dict:
     _need(isinstance(m.get("name"), str) and NAME.fullmatch(m["name"]) is not None, where,
           f"name {str(m.get('name'))[:50]!r} is not a dataset name")
     kind, sample = m.get("kind"), m.get("sample_shape")
-    _need(kind in ("image", "table"), where, f"kind {str(kind)[:20]!r}, expected image or table")
+    _need(kind in ("image", "table", "tokens"), where,
+          f"kind {str(kind)[:20]!r}, expected image, table or tokens")
     dims = 3 if kind == "image" else 1
     _need(isinstance(sample, list) and len(sample) == dims and all(
         isinstance(d, int) and 0 < d <= 65536 for d in sample), where,
         f"sample_shape {str(sample)[:60]} is not {dims} positive integers")
-    _need(kind == "table" or sample[0] in (1, 3), where, f"{sample[0]} channels, expected 1 or 3")
+    _need(kind != "image" or sample[0] in (1, 3), where, f"{sample[0]} channels, expected 1 or 3")
     try:
         _check_classes(m.get("classes"))
     except DataError as exc:
@@ -284,7 +289,7 @@ def check_manifest(m: dict, where: str = "manifest.json") -> dict:
         _need(isinstance(v, list) and len(v) == channels and all(
             isinstance(a, (int, float)) and 0 <= a <= 1 for a in v), where,
             f"{key} {str(v)[:60]}: expected {channels} numbers in 0..1")
-    _need(kind == "table" or min(m["std"]) > 0, where, "a std of 0 (constant images)")
+    _need(kind != "image" or min(m["std"]) > 0, where, "a std of 0 (constant images)")
     splits = m.get("splits")
     _need(isinstance(splits, dict), where, "splits missing")
     for split in SPLITS:
@@ -292,6 +297,7 @@ def check_manifest(m: dict, where: str = "manifest.json") -> dict:
         _need(isinstance(ent, dict) and isinstance(ent.get("count"), int) and ent["count"] > 0,
               where, f"split {split!r} missing or empty")
         _check_entry(f"{where}: {split} images", ent.get("images"), ent["count"], sample,
+                     tokens.shard_dtype(m, where) if kind == "tokens" else
                      "uint8" if kind == "image" else "float32")
         _check_entry(f"{where}: {split} labels", ent.get("labels"), ent["count"], [], "uint8")
     return m

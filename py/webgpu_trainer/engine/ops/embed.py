@@ -1,0 +1,75 @@
+"""The embedding lookup: ONNX Gather(table, token ids, axis=0) whose indices are the model's
+integer input, as ``nn.Embedding`` exports with both exporters (shaders/embed.wgsl; part of
+the Gather card, ``gather.py``).
+
+y[j, :] = table[clamp(ids[j]), :] for each of the N*T token ids j (the table viewed as
+[rows, inner]); ids reach the GPU as u32 (the data gather copies them from the dataset's
+shard, ``train/data_tokens.py``). An id outside [0, rows) is clamped to the nearest row (0 or
+rows - 1) in the forward and the backward alike, on both engines; a dataset whose
+``vocab_size`` exceeds the table is refused before any work (``data_tokens.check_tokens``).
+ONNX carries no ``padding_idx``: its row trains like any other (PyTorch keeps its gradient 0).
+
+The table's gradient is PyTorch's ``embedding_backward`` (dy scatter-added into zeros by
+index) without atomics: one thread per (row, column) sums, in increasing j, the dy of the
+ids equal to its row: bit-reproducible run to run; cost rows * inner * N*T reads.
+"""
+
+import math
+
+from ..backends.base import groups_1d
+from ..errors import GraphError
+
+
+def infer(node, ins, error):
+    """The lookup's output shape: ids shape + table shape[1:]; ``error(node, msg)`` builds
+    the GraphError (axis 0 only)."""
+    axis = int(node.get("attrs", {}).get("axis", 0))
+    if axis not in (0, -len(ins[0])):
+        raise error(node, f"run-time indices (token ids) need axis 0 (an embedding lookup), "
+                          f"got axis {axis}")
+    return list(ins[1]) + list(ins[0][1:])
+
+
+def check_indices(graph) -> None:
+    """Refuse a Gather whose indices are neither a constant nor the model's integer input
+    (GraphError naming the node), and an integer input read by anything but such a Gather."""
+    inp = graph.input
+    tokens = inp.get("dtype", "float32") == "int64"
+    for n in graph.nodes:
+        for k, name in enumerate(n["inputs"]):
+            lookup = n["op_type"] == "Gather" and k == 1
+            if lookup and name not in graph.constants and not (tokens and name == inp["name"]):
+                raise GraphError(f"node {n['name']} (Gather): input 1 {name!r} (indices) is "
+                                 "computed at run time; only constants or the model's token "
+                                 "ids input are supported")
+            if tokens and name == inp["name"] and not lookup:
+                raise GraphError(f"node {n['name']} ({n['op_type']}) reads the token ids "
+                                 f"input {name!r}; only a Gather's indices may")
+
+
+def is_lookup(b, node) -> bool:
+    """Whether ``node`` (a Gather) looks up run-time token ids."""
+    return node["inputs"][1] not in b.plan.graph.constants
+
+
+def _params(table, ids):
+    inner = math.prod(table.shape[1:])
+    return dict(inner=inner, count=ids.numel, rows=table.shape[0])
+
+
+async def forward(b, node, ins, outs):
+    """y[j] = table[clamp(ids[j])]."""
+    p = _params(ins[0], ins[1])
+    n = p["count"] * p["inner"]
+    if n:
+        await b.kernel("embed", "embed_forward", groups_1d(n), params=dict(n=n, **p),
+                       x=ins[0], ids=ins[1], out=outs[0])
+
+
+async def backward(b, node, ins, gins, gouts):
+    """d table[a] = sum over j with clamp(ids[j]) == a, increasing, of dy[j]."""
+    p = _params(ins[0], ins[1])
+    n = p["rows"] * p["inner"]
+    if n:
+        await b.kernel("embed", "embed_backward", groups_1d(n), params=dict(n=n, **p),
+                       x=gouts[0], ids=ins[1], out=gins[0])
