@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import _record, assert_close, rel_err, rng_for, run
+from conftest import FWD_RTOL, GRAD_RTOL, _record, assert_close, rel_err, rng_for, run
 from harness import one_step
 
 torch = pytest.importorskip("torch")
@@ -28,9 +28,6 @@ ZOO = ROOT / "tests" / "fixtures" / "zoo"
 CASES = [(m, e) for m in make_zoo.ZOO for e in make_zoo.EXPORTERS]
 IDS = [f"{m}-{e}" for m, e in CASES]
 BATCH = 8
-FWD_RTOL = 1e-4   # outputs and loss vs onnxruntime / torch (float32 through 10-20 layers)
-GRAD_RTOL = 1e-3  # each parameter's gradient, relative to its largest value (BatchNorm at a
-#                   batch of 8 and attention's softmax amplify float32 rounding)
 
 
 def _batch(name, what):
@@ -209,3 +206,48 @@ def test_trains_natively_like_numpy_and_exports(device, name, exporter, tmp_path
     res = run(one_step(device, graph2, blob2, x, labels, train=False))
     assert_close(res["acts"][graph2["outputs"][0]["name"]], _ort_eval(model, x), FWD_RTOL,
                  f"{name}-{exporter}: trained export vs onnxruntime")
+
+
+BROWSER_RTOL = 1e-5  # browser (Pyodide, SwiftShader) vs native (wgpu-py, lavapipe)
+
+
+@pytest.mark.e2e
+def test_vit_trains_in_the_browser_like_natively(chromium, server, device):
+    """The ViT (TorchScript export: the class token's Expand to the batch, attention's Gathers)
+    trains 3 Adam steps at batch 4 in headless Chromium (Pyodide, web/dev/parity.html) and
+    natively through the same ``parity.run_case``: losses, output and weights agree within
+    BROWSER_RTOL, and the weights moved."""
+    import asyncio
+    import base64
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    from webgpu_trainer.engine.tools import parity
+    from webgpu_trainer.onnx_io import load_bundle
+    graph, blob = load_bundle(ZOO / "vit-ts.onnx")
+    x, labels = _batch("vit", "browser")
+    case = {"name": "vit-ts", "graph": graph, "weights": parity.b64(blob),
+            "x": parity.b64(x[:4].tobytes()),
+            "labels": parity.b64(np.asarray(labels[:4], np.uint32).tobytes()), "batch": 4,
+            "steps": 3, "optimizer": {"name": "adam", "lr": 0.003}, "train": True, "seed": 1}
+    with ThreadPoolExecutor(1) as pool:  # Playwright's event loop owns this thread
+        (native,) = pool.submit(asyncio.run, parity.run_cases(device, [case])).result()
+    ctx = chromium.new_context()
+    try:
+        page = ctx.new_page()
+        page.goto(server + "/dev/parity.html")
+        page.wait_for_function("window.parityState && (window.parityState.ready || "
+                               "window.parityState.error)", timeout=180_000)
+        assert not page.evaluate("window.parityState.error")
+        (got,) = json.loads(page.evaluate("c => window.runParity(c)", json.dumps([case])))
+    finally:
+        ctx.close()
+    assert "error" not in native and "error" not in got, (native.get("error"), got.get("error"))
+    assert len(got["losses"]) == 3 and np.isfinite(native["losses"]).all()
+    assert rel_err(got["losses"], native["losses"]) <= BROWSER_RTOL
+    for key in ("output", "weights"):
+        err = rel_err(np.frombuffer(base64.b64decode(got[key]), "<f4"),
+                      np.frombuffer(base64.b64decode(native[key]), "<f4"))
+        assert err <= BROWSER_RTOL, f"{key}: browser vs native {err:.3g}"
+    moved = np.frombuffer(base64.b64decode(native["weights"]), "<f4")[:len(blob) // 4]
+    assert not np.array_equal(moved, np.frombuffer(blob, "<f4"))
