@@ -78,6 +78,7 @@ class Engine:
         ctx = Context(train, self.dtype, keep, rng, key)
         ctx.opset = self.graph.get("opset", 17)
         ctx.input = self.input  # backward kernels may skip the graph input's gradient
+        ctx.batch = len(x)  # an Expand to the batch (``batch_axes``)
         vals = {**self.params, **self.constants, self.input: np.asarray(x, self.dtype)}
         caches = {}
         for k, node in enumerate(self.graph["nodes"]):

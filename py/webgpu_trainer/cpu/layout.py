@@ -12,6 +12,7 @@ follows the node: constant inputs when present (Slice opset
 import numpy as np
 
 from ..engine.errors import GraphError
+from ..engine.ops.layout_rules import with_batch
 
 TYPES = ("Concat", "Expand", "Pad", "Slice", "Split", "Transpose")
 
@@ -139,7 +140,7 @@ def forward(node, ins, ctx):
         inner, pos = _crop(x, per)
         y = np.pad(inner, pos, mode="constant", constant_values=value)
     else:  # Expand
-        shape = np.broadcast_shapes(x.shape, tuple(_ints(ins, 1)))
+        shape = np.broadcast_shapes(x.shape, tuple(with_batch(node, _ints(ins, 1), ctx.batch)))
         y = np.broadcast_to(x, shape).copy()
     return [y], None
 

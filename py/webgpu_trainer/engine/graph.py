@@ -7,6 +7,7 @@ Runs in Pyodide: standard library only. Shapes come from each op family's ``infe
 from .errors import GraphError
 from .ops import OPS
 from .ops import embed as lookup
+from .ops.layout_rules import with_batch
 
 __all__ = ["Graph", "GraphError", "supported"]
 
@@ -55,6 +56,8 @@ class Graph:
             ins = [shapes.get(i) if i else None for i in n["inputs"]]
             consts = [self.constants[i]["values"] if i in self.constants else None
                       for i in n["inputs"]]
+            if n["op_type"] == "Expand":  # an Expand to the batch (``batch_axes``)
+                consts[1] = with_batch(n, consts[1], batch)
             try:
                 outs = OPS[n["op_type"]].infer(n, ins, consts)
             except GraphError:

@@ -1,8 +1,8 @@
 """The import's fourth stage, shapes that hold for any batch size (:func:`batch_shapes`): a
-Reshape shape that follows the batch becomes one constant, other batch-dependent inputs are
-problems, the output must follow the batch. Before folding, a batch baked into a static
-export's Reshape shapes becomes -1 (or 0 = copy) (:func:`static_batch`, run by the fold
-stage)."""
+Reshape shape that follows the batch becomes one constant (an Expand shape too, with the
+batch's axes named), other batch-dependent inputs are problems, the output must follow the
+batch. Before folding, a batch baked into a static export's Reshape shapes becomes -1 (or
+0 = copy) (:func:`static_batch`, run by the fold stage)."""
 from __future__ import annotations
 
 import numpy as np
@@ -87,6 +87,8 @@ def batch_shapes(s: ImportState) -> None:
                 continue
             if n.op_type == "Reshape" and k == 1:
                 _resolve_reshape(s, n, name, x, s.batchdep[x], s.runs)
+            elif n.op_type == "Expand" and k == 1:
+                _resolve_expand(s, name, x, s.batchdep[x], s.runs)
             elif _zero_state(n, k, s.batchdep[x]):
                 n.input[k] = ""
                 s.notes.append(f"node {name} ({n.op_type}): input {k} {x!r} (zeros of the "
@@ -189,3 +191,25 @@ def _resolve_reshape(s: ImportState, n, name, x, pair, runs) -> None:
         cname = f"{x}@{name}"
     s.constants[cname] = new
     s.const_overrides[(name, 1)] = cname
+
+
+def _resolve_expand(s: ImportState, name, x, pair, runs) -> None:
+    """An Expand to the batch (``cls.expand(N, -1, -1)``: the shape is [b, 1, 1] for a batch
+    of b): the dims that are the batch size in both runs become 1 in one constant shape and
+    the node gets ``batch_axes`` (the engine puts the batch size there)."""
+    (b1, _, _, _), (b2, _, _, _) = runs
+    a, b = (np.asarray(v).astype(np.int64) for v in pair)
+    axes = [i for i in range(a.size) if a.ndim == 1 and a.shape == b.shape and a[i] != b[i]]
+    if (a.ndim != 1 or a.shape != b.shape or not axes
+            or any(a[i] != b1 or b[i] != b2 for i in axes)):
+        s.problems.append(f"node {name} (Expand): its shape {a.tolist()} (batch {b1}) / "
+                          f"{b.tolist()} (batch {b2}) follows the batch in a way that cannot "
+                          "be written as a constant")
+        s.reported.add(name)
+        return
+    new = a.copy()
+    new[axes] = 1
+    cname = f"{x}@{name}"
+    s.constants[cname] = new
+    s.const_overrides[(name, 1)] = cname
+    s.attr_overrides.setdefault(name, {})["batch_axes"] = axes

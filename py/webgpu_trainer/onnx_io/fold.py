@@ -107,6 +107,8 @@ def _evaluate(s: ImportState, base: dict, shapes: dict) -> tuple[dict, dict]:
         try:
             if n.op_type in ("Shape", "Size"):
                 dims = shapes.get(n.input[0])
+                if (dims is None or None in dims) and n.input[0] in vals:
+                    dims = list(vals[n.input[0]].shape)  # a folded value (a shape vector)
                 if dims is None or any(d is None for d in dims):
                     raise _NotFoldable(f"the shape of {n.input[0]!r} is not known "
                                        f"({dims})")

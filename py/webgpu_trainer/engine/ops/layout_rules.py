@@ -196,6 +196,18 @@ def split_spec(node, shape, values):
     return axis, sizes
 
 
+def with_batch(node, want, batch):
+    """Expand's shape input with the batch size at the node's ``batch_axes`` (the importer's
+    form of an Expand to the batch, ``cls.expand(N, -1, -1)``); as it is without them."""
+    axes = (node.get("attrs") or {}).get("batch_axes")
+    if not axes or want is None:
+        return want
+    want = [int(v) for v in want]
+    for i in axes:
+        want[i] = batch
+    return want
+
+
 def expand_shape(node, shape, values):
     """The output shape: NumPy (bidirectional) broadcasting of x's shape and the shape input."""
     want = _input_values(node, 1, values, "shape")

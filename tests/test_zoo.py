@@ -1,0 +1,253 @@
+"""The model zoo (tests/fixtures/zoo, scripts/make_zoo.py): ResNet-8, MobileNetV2, a small ViT,
+an LSTM and a GRU row classifier, each from both exporters (TorchScript opset 17, dynamo opset
+18). For every file: the strict import; the device's eval forward against onnxruntime; the
+first training step's loss and every parameter gradient against torch autograd in float64
+(Dropout at p=0 on both sides); three Adam steps natively against the numpy engine step by
+step; the trained model's export through onnx.checker and onnxruntime (which agrees with the
+device's eval forward of the re-imported file)."""
+
+import copy
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import FWD_RTOL, GRAD_RTOL, _record, assert_close, rel_err, rng_for, run
+from harness import one_step
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import make_zoo  # noqa: E402
+
+ZOO = ROOT / "tests" / "fixtures" / "zoo"
+CASES = [(m, e) for m in make_zoo.ZOO for e in make_zoo.EXPORTERS]
+IDS = [f"{m}-{e}" for m, e in CASES]
+BATCH = 8
+
+
+def _batch(name, what):
+    shape = make_zoo.MODELS[name][1]
+    rng = rng_for("zoo", name, what)
+    return (rng.standard_normal((BATCH, *shape)).astype(np.float32),
+            rng.integers(0, 10, BATCH))
+
+
+def _ratio0(graph):
+    """A copy of ``graph`` whose Dropout nodes have ratio 0 (torch's references use p=0)."""
+    graph = copy.deepcopy(graph)
+    graph["constants"]["__ratio0"] = {"dtype": "float32", "shape": [], "values": [0.0]}
+    for n in graph["nodes"]:
+        if n["op_type"] == "Dropout":
+            n["inputs"] = [n["inputs"][0], "__ratio0"] + n["inputs"][2:]
+            n["attrs"]["ratio"] = 0.0
+    return graph
+
+
+def _ort_eval(model_bytes, x):
+    """onnxruntime's output for ``x`` of the inference form of a model."""
+    sess = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    return sess.run(None, {sess.get_inputs()[0].name: x})[0]
+
+
+def _inference(path):
+    """The file as an inference graph (BatchNormalization with running statistics, no
+    Dropout), as the export writes it."""
+    from webgpu_trainer.onnx_io.export import _to_inference
+    model = onnx.load(str(path))
+    _to_inference(model.graph, model.opset_import[0].version)
+    return model.SerializeToString()
+
+
+def _gate_order(t, gates):
+    """torch's gate blocks (LSTM i, f, g, o; GRU r, z, n) in ONNX's order (i, o, f, c; z, r, h)."""
+    c = t.chunk(gates, 0)
+    return torch.cat([c[0], c[3], c[1], c[2]] if gates == 4 else [c[1], c[0], c[2]], 0)
+
+
+def _forms(net):
+    """(torch names, f) for every form an exporter writes a parameter in: as it is, transposed
+    (the dynamo exporter's MatMul weights), an RNN's W / R with ONNX's gate order and a
+    direction axis, its two biases as one B; ``f`` maps a torch tensor dict to that form."""
+    out = []
+    for name, p in net.named_parameters():
+        out.append(((name,), lambda t, n=name: t[n]))
+        if p.dim() == 2:
+            out.append(((name,), lambda t, n=name: t[n].T))
+    rnn = getattr(net, "rnn", None)
+    if rnn is not None:
+        gates = 4 if isinstance(rnn, torch.nn.LSTM) else 3
+        for key in ("weight_ih_l0", "weight_hh_l0"):
+            out.append(((f"rnn.{key}",),
+                        lambda t, k=key: _gate_order(t[f"rnn.{k}"], gates)[None]))
+        out.append((("rnn.bias_ih_l0", "rnn.bias_hh_l0"), lambda t: torch.cat(
+            [_gate_order(t["rnn.bias_ih_l0"], gates),
+             _gate_order(t["rnn.bias_hh_l0"], gates)])[None]))
+    return out
+
+
+def _torch_grads(net, params, grads_of):
+    """{bundle tensor: torch's gradient in its form}: each trainable tensor of the bundle
+    (``params``: name -> float32 values) matched to the one torch form whose values it holds
+    (the same name first); every torch parameter must be matched exactly once."""
+    values = {k: v.detach() for k, v in net.named_parameters()}
+    out, covered = {}, []
+    for name, arr in params.items():
+        hits = [(tnames, f) for tnames, f in _forms(net)
+                if tuple(f(values).shape) == arr.shape
+                and np.allclose(f(values).numpy(), arr, rtol=0, atol=1e-7)]
+        hits.sort(key=lambda h: name not in h[0])
+        assert hits, f"{name}: no torch parameter holds its values"
+        out[name] = hits[0][1](grads_of).numpy()
+        covered += hits[0][0]
+    assert sorted(covered) == sorted(values), "every torch parameter once"
+    return out
+
+
+@pytest.mark.parametrize("name,exporter", CASES, ids=IDS)
+def test_forward_and_gradients(device, name, exporter):
+    """Import (strict); the eval forward on the device vs onnxruntime (FWD_RTOL); the training
+    step's loss and every parameter gradient vs torch in float64 (GRAD_RTOL each; one that is
+    zero in exact arithmetic: at most GRAD_RTOL of the largest gradient)."""
+    from webgpu_trainer.cpu.engine import params_from_blob
+    from webgpu_trainer.onnx_io import load_bundle
+    path = ZOO / f"{name}-{exporter}.onnx"
+    graph, blob = load_bundle(path)
+    x, labels = _batch(name, "step")
+    res = run(one_step(device, graph, blob, x, labels, train=False))
+    want = _ort_eval(_inference(path), x)
+    err = assert_close(res["acts"][graph["outputs"][0]["name"]], want, FWD_RTOL,
+                       f"{name}-{exporter}: eval output vs onnxruntime")
+    _record(f"zoo {name}-{exporter}", "fwd", err)
+
+    res = run(one_step(device, _ratio0(graph), blob, x, labels))
+    net, _ = make_zoo.build(name)
+    net = net.double().train()
+    for m in net.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    net.zero_grad()
+    loss = torch.nn.functional.cross_entropy(net(torch.tensor(x, dtype=torch.float64)),
+                                             torch.tensor(labels))
+    loss.backward()
+    assert_close(res["loss"], loss.item(), FWD_RTOL, f"{name}-{exporter}: loss")
+    params = {k: v.astype(np.float32) for k, v in params_from_blob(graph, blob).items()
+              if k in res["grads"]}
+    assert len(params) == len(res["grads"])
+    grads = _torch_grads(net.float(), params, {k: p.grad.double() for k, p in
+                                               net.named_parameters()})
+    worst, scale = 0.0, max(np.abs(g).max() for g in grads.values())
+    for pname, g in grads.items():
+        if np.abs(g).max() <= 1e-12 * scale:  # zero in exact arithmetic (a BatchNorm's bias
+            #  followed by a 1x1 Conv and another BatchNorm): the device's is rounding noise
+            assert np.abs(res["grads"][pname]).max() <= GRAD_RTOL * scale, pname
+            continue
+        worst = max(worst, assert_close(res["grads"][pname], g, GRAD_RTOL,
+                                        f"{name}-{exporter}: gradient of {pname}"))
+    _record(f"zoo {name}-{exporter}", "grad", worst)
+
+
+def _data(name, count, seed):
+    """A Split of ``count`` uint8 samples of the model's shape whose class k has a bright
+    row 2k + 3 (every channel) over noise."""
+    from webgpu_trainer.engine.train.data import MNIST, DataSpec, Split
+    shape = make_zoo.MODELS[name][1]
+    spec = MNIST if shape[0] == 1 else DataSpec(
+        "zoo-rgb", "zoo RGB", "image", shape, [str(k) for k in range(10)],
+        [0.5] * shape[0], [0.25] * shape[0])
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, count).astype(np.uint8)
+    images = rng.integers(0, 60, (count, *shape)).astype(np.uint8)
+    images[np.arange(count), :, 2 * labels + 3, :] = 255
+    return Split(images.tobytes(), labels.tobytes(), count, labels.tobytes(), spec)
+
+
+@pytest.mark.parametrize("name,exporter", CASES, ids=IDS)
+def test_trains_natively_like_numpy_and_exports(device, name, exporter, tmp_path):
+    """Three Adam steps (batch 8) on the device and on the numpy engine: the same loss at
+    every step (GRAD_RTOL: the steps follow the gradients). The device's trained model
+    exported: onnx.checker (full), onnxruntime's output == the device's eval forward of the
+    re-imported file (FWD_RTOL), whose weights are the trained ones."""
+    from webgpu_trainer.cli import devices
+    from webgpu_trainer.onnx_io import export_onnx, load_bundle
+    path = ZOO / f"{name}-{exporter}.onnx"
+    graph, blob = load_bundle(path)
+    cfg = {"batch_size": BATCH, "epochs": 1, "seed": 3, "init": "finetune",
+           "eval_images": BATCH, "val_images": BATCH, "report_every": 1,
+           "optimizer": "adam", "lr": 0.003}
+    losses, trained = {}, None
+    for kind, dev in (("cpu", devices.CpuDevice()), ("gpu", device)):
+        rows = []
+
+        def emit(what_, rows=rows, **kw):
+            if what_ == "progress":
+                rows.extend(kw["losses"])
+        tr = devices.make_trainer(dev, graph, blob, cfg, _data(name, 4 * BATCH, 1),
+                                  _data(name, BATCH, 2), emit)
+        run(tr.setup())
+        run(tr.run())
+        losses[kind] = [loss for _, loss, _ in rows]
+        trained = run(tr.trained_weights())
+    assert len(losses["gpu"]) == len(losses["cpu"]) == 3
+    for step, (c, g) in enumerate(zip(losses["cpu"], losses["gpu"])):
+        assert rel_err(g, c) <= GRAD_RTOL, (step, c, g)
+
+    model = export_onnx(path, trained, {"zoo": name})
+    onnx.checker.check_model(onnx.load_from_string(model), full_check=True)
+    out = tmp_path / "trained.onnx"
+    out.write_bytes(model)
+    graph2, blob2 = load_bundle(out)
+    assert len(blob2) == len(trained) and blob2 != blob
+    x, labels = _batch(name, "export")
+    res = run(one_step(device, graph2, blob2, x, labels, train=False))
+    assert_close(res["acts"][graph2["outputs"][0]["name"]], _ort_eval(model, x), FWD_RTOL,
+                 f"{name}-{exporter}: trained export vs onnxruntime")
+
+
+BROWSER_RTOL = 1e-5  # browser (Pyodide, SwiftShader) vs native (wgpu-py, lavapipe)
+
+
+@pytest.mark.e2e
+def test_vit_trains_in_the_browser_like_natively(chromium, server, device):
+    """The ViT (TorchScript export: the class token's Expand to the batch, attention's Gathers)
+    trains 3 Adam steps at batch 4 in headless Chromium (Pyodide, web/dev/parity.html) and
+    natively through the same ``parity.run_case``: losses, output and weights agree within
+    BROWSER_RTOL, and the weights moved."""
+    import asyncio
+    import base64
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    from webgpu_trainer.engine.tools import parity
+    from webgpu_trainer.onnx_io import load_bundle
+    graph, blob = load_bundle(ZOO / "vit-ts.onnx")
+    x, labels = _batch("vit", "browser")
+    case = {"name": "vit-ts", "graph": graph, "weights": parity.b64(blob),
+            "x": parity.b64(x[:4].tobytes()),
+            "labels": parity.b64(np.asarray(labels[:4], np.uint32).tobytes()), "batch": 4,
+            "steps": 3, "optimizer": {"name": "adam", "lr": 0.003}, "train": True, "seed": 1}
+    with ThreadPoolExecutor(1) as pool:  # Playwright's event loop owns this thread
+        (native,) = pool.submit(asyncio.run, parity.run_cases(device, [case])).result()
+    ctx = chromium.new_context()
+    try:
+        page = ctx.new_page()
+        page.goto(server + "/dev/parity.html")
+        page.wait_for_function("window.parityState && (window.parityState.ready || "
+                               "window.parityState.error)", timeout=180_000)
+        assert not page.evaluate("window.parityState.error")
+        (got,) = json.loads(page.evaluate("c => window.runParity(c)", json.dumps([case])))
+    finally:
+        ctx.close()
+    assert "error" not in native and "error" not in got, (native.get("error"), got.get("error"))
+    assert len(got["losses"]) == 3 and np.isfinite(native["losses"]).all()
+    assert rel_err(got["losses"], native["losses"]) <= BROWSER_RTOL
+    for key in ("output", "weights"):
+        err = rel_err(np.frombuffer(base64.b64decode(got[key]), "<f4"),
+                      np.frombuffer(base64.b64decode(native[key]), "<f4"))
+        assert err <= BROWSER_RTOL, f"{key}: browser vs native {err:.3g}"
+    moved = np.frombuffer(base64.b64decode(native["weights"]), "<f4")[:len(blob) // 4]
+    assert not np.array_equal(moved, np.frombuffer(blob, "<f4"))
