@@ -2,9 +2,10 @@
 // GPU: the token rows order[offset + b] copied as u32 ids into the model input (read by the
 // embedding lookups, shaders/embed.wgsl), their uint8 labels widened to u32. One thread per
 // token of the batch. Shards: uint16 (wide 0: two ids per u32 word, little-endian) or int32
-// (wide 1: one per word).
+// (wide 1: one per word). A split over several buffers (engine/train/data.py chunks): one
+// dispatch per chunk (samples first..first+count-1 of total), as shaders/data.wgsl.
 
-struct Params { batch: u32, values: u32, count: u32, wide: u32 }
+struct Params { batch: u32, values: u32, count: u32, wide: u32, first: u32, total: u32 }
 //!include step
 //!include index
 
@@ -22,7 +23,9 @@ fn gather_tokens(@builtin(global_invocation_id) gid: vec3<u32>,
   let t = flat_index(gid, nwg);
   if (t >= p.batch * p.values) { return; }
   let b = t / p.values;
-  let src = min(order[st.offset + b], p.count - 1u);
+  let whole = min(order[st.offset + b], p.total - 1u);
+  if (whole < p.first || whole - p.first >= p.count) { return; }
+  let src = whole - p.first;
   if (t % p.values == 0u) { y[b] = (labels[src / 4u] >> (8u * (src % 4u))) & 255u; }
   let at = src * p.values + t % p.values;  // id index in the shard
   if (p.wide == 1u) {

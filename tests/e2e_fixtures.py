@@ -283,22 +283,29 @@ def run_training(app: Page, total_steps: int, timeout_s: float, label: str) -> R
         time.sleep(Run.POLL_S)
 
 
-def native_losses(mnist_cache: Path, config: dict) -> dict:
-    """``{step: loss}`` of the native trainer (wgpu-py on the first adapter; SeedNet, the real
-    MNIST cache, 64 evaluation images) with the run ``config`` (the page's fields): what the
-    browser's run of the same config reproduces step by step (same seed, same data order, same
-    kernels). Runs in a thread of its own: Playwright's event loop owns the test's thread."""
+def native_losses(mnist_cache: Path, config: dict, model: str = "seednet",
+                  data: tuple | None = None) -> dict:
+    """``{step: loss}`` of the native trainer (wgpu-py on the first adapter; models/``model``
+    .onnx, SeedNet by default; the real MNIST cache, or ``data`` = (dataset name, data root);
+    64 evaluation images) with the run ``config`` (the page's fields): what the browser's run
+    of the same config reproduces step by step (same seed, same data order, same kernels).
+    Runs in a thread of its own: Playwright's event loop owns the test's thread."""
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
     from webgpu_trainer import onnx_io
     from webgpu_trainer.cli import commands as native
+    from webgpu_trainer.cli import run_data
     from webgpu_trainer.engine.backends.wgpu_native import Device
     from webgpu_trainer.engine.train.gpu_engine import GpuEngine
     from webgpu_trainer.engine.train.loop import Trainer
 
-    train, test, _ = native.load_splits(mnist_cache, eval_images=64)
-    graph, weights = onnx_io.load_bundle(REPO / "models" / "seednet.onnx")
+    if data is None:
+        train, test, _ = native.load_splits(mnist_cache, eval_images=64)
+    else:
+        train, test, *_ = run_data.load_dataset(Path(data[1]) / data[0], data[0],
+                                                eval_images=64)
+    graph, weights = onnx_io.load_bundle(REPO / "models" / f"{model}.onnx")
     losses = {}
 
     def emit(kind, **kw):

@@ -5,8 +5,8 @@
 //                   {type: "resume"}, {type: "skip_test"} (the second Stop), prepare,
 //                   snapshot, convolve
 //   worker -> main: selfcheck (the GPU self-check's warning, selfcheck.js)
-//   worker -> main: status, adapter, no_webgpu, error, ready, setup, progress, paused,
-//                   evaluating, validation, epoch, done; prepared (prepare.js);
+//   worker -> main: status, download, adapter, no_webgpu, error, ready, setup, progress,
+//                   paused, evaluating, validation, epoch, done; prepared (prepare.js);
 //                   checkpoint (checkpoints.js), snapshot (work.js), device_lost (resume.js);
 //                   convolved (kernels.js)
 // The settings form is drawn from the run configuration's schema (form.js). Test hooks:
@@ -36,7 +36,7 @@ import { applyLink, checkLinkModel, setupShare } from "./share.js";
 import { markErrors, validateNow } from "./validation.js";
 import { loadModels, onModelChange, setupDropzone } from "./models.js";
 import { setTrainable } from "./summary.js";
-import { chooseDefaultModel, loadDatasets, setupDatasets } from "./dataset.js";
+import { chooseDefaultModel, loadDatasets, onDownload, setupDatasets } from "./dataset.js";
 import { setupDatasetUpload } from "./dataset-upload.js";
 import { setupOwnClasses } from "./own-classes.js";
 import { addSteps, makeCharts } from "./charts.js";
@@ -79,6 +79,7 @@ const handlers = {
   convolved: onConvolved,  // the kernels playground (kernels.js)
   inspect: onInspect,        // the live views of the model (views.js)
   prediction: onPrediction,  // Try it (tryit.js)
+  download: onDownload,      // a dataset shard's download progress (dataset.js)
   status(m) {
     setStatus(m.text);
     log(m.text);

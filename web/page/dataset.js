@@ -4,10 +4,11 @@
 // fits it (its input shape from the model's graph.json against the dataset's sample_shape):
 // when not, both shapes are named (under the picker and in the model summary) and Start is
 // disabled (appState.fit, controls.js). A dataset change picks the model made for its shape
-// when the server has one (DEFAULT_MODELS) and says `dataset-changed` on `document`.
+// when the server has one (DEFAULT_MODELS) and says `dataset-changed` on `document`. While a
+// run's shards download, the worker's `download` messages show bytes, MB/s and the time left.
 
 import { $, humanBytes } from "../lib/util.js";
-import { appState, log, settingsChanged, stateChanged } from "./state.js";
+import { appState, log, setStatus, settingsChanged, stateChanged } from "./state.js";
 import { onModelChange } from "./models.js";
 
 // the committed default models of each sample shape and class count (scripts/make_seednet.py,
@@ -132,26 +133,47 @@ function adapterLimits() {
   return limits;
 }
 
-/** The warning before download: too large for the tab, or than the GPU's buffer limits. */
+/** The warning before download: too large for the tab, or one sample larger than the GPU's
+ * buffer limit; a training split over that limit is uploaded in several buffers (the hint says
+ * how many; engine/train/data.py chunks). */
 async function warnSize(d) {
   const box = $("dataset-warn");
   box.hidden = true;
   if (!d) return;
   const per = d.sample_shape.reduce((a, b) => a * b, 1) * (d.kind === "image" ? 1 : 4);
-  const trainBytes = per * d.train;
   const gpu = await adapterLimits();
   if (appState.dataset !== d) return;
   const limit = gpu ? Math.min(gpu.maxBufferSize, gpu.maxStorageBufferBindingSize) : Infinity;
+  const perBuffer = Math.floor(Math.floor(limit / 4) * 4 / per);  // whole samples, as data.py
   let text = "";
-  if (trainBytes > limit) {
-    text = `${d.title}'s training images are ${humanBytes(trainBytes)}: larger than this ` +
-      `GPU's buffer limit (${humanBytes(limit)}); it will not fit.`;
+  if (perBuffer < 1) {
+    text = `${d.title}'s samples are ${humanBytes(per)} each: larger than this GPU's buffer ` +
+      `limit (${humanBytes(limit)}); it will not fit.`;
   } else if (d.bytes > MAX_BYTES) {
     text = `${d.title} is ${humanBytes(d.bytes)}: larger than this page can hold ` +
       `(${humanBytes(MAX_BYTES)}); it will not fit the browser's memory.`;
+  } else if (d.train > perBuffer) {
+    $("dataset-hint").textContent += ` · uploaded as ${Math.ceil(d.train / perBuffer)} GPU ` +
+      `buffers (this GPU binds ${humanBytes(limit)} at most)`;
   }
   box.textContent = text;
   box.hidden = !text;
+}
+
+/** The worker's `download` message {shard, of, what, loaded, total, elapsed_s}: bytes, MB/s
+ * and the time left on the status line; the end of a shard in the log. */
+export function onDownload(m) {
+  const rate = m.elapsed_s > 0 ? m.loaded / m.elapsed_s : 0;
+  const list = appState.downloads;
+  if (m.shard === 1 && list.length && list[list.length - 1].shard !== 1) list.length = 0;
+  list[m.shard - 1] = { ...m, rate };
+  const speed = rate ? ` · ${(rate / 2 ** 20).toFixed(1)} MB/s` : "";
+  const done = m.loaded >= m.total;
+  const left = !done && rate ? ` · ${Math.ceil((m.total - m.loaded) / rate)} s left` : "";
+  setStatus(`Downloading ${m.what} (shard ${m.shard} of ${m.of}): ${humanBytes(m.loaded)} ` +
+    `of ${humanBytes(m.total)}${speed}${left}`);
+  if (done) log(`Downloaded ${m.what}: ${humanBytes(m.total)} in ${m.elapsed_s.toFixed(1)} s` +
+    `${speed}.`);
 }
 
 async function graphOf(model) {

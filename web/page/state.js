@@ -28,6 +28,8 @@ export const appState = {
   dataset: null,             // the chosen dataset's entry of that list
   fit: null,                 // why the chosen model does not fit the chosen dataset, or null
   runDataset: null,          // the dataset of the last run started (its class names)
+  downloads: [],             // the worker's `download` messages of the last run, with `rate`
+                             // (bytes/s): the last of each shard (web/page/dataset.js)
   summary: null,             // GET /api/models/{name}/summary of the chosen model
   trainable: new Set(),      // the parameters ticked to train
   busy: { stopping: false, pausing: false, downloading: false, profiling: false,

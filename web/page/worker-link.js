@@ -19,9 +19,12 @@ export function post(msg) {
 export function startWorker(handler = onMessage) {
   onMessage = handler;
   try {
-    // ?test=1: the worker accepts the test hooks (debug_lose_device)
-    const test = new URLSearchParams(location.search).get("test") === "1";
-    worker = new Worker(test ? "/lib/worker.js?test=1" : "/lib/worker.js", { type: "module" });
+    // ?test=1: the worker accepts the test hooks (debug_lose_device; &chunk=N: data buffers
+    // of at most N bytes, worker/load.py)
+    const query = new URLSearchParams(location.search);
+    const chunk = /^\d+$/.test(query.get("chunk") ?? "") ? `&chunk=${query.get("chunk")}` : "";
+    worker = new Worker(query.get("test") === "1" ? `/lib/worker.js?test=1${chunk}`
+      : "/lib/worker.js", { type: "module" });
     attachClassroom(worker);  // classroom mode (?class=ID): web/page/classroom.js
   } catch (e) {
     showError(`Could not start the worker: ${e.message ?? e}`);

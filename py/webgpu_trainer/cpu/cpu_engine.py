@@ -39,6 +39,7 @@ class CpuEngine:
     optim = optim  # the numpy twins of the GPU optimizers
     dev = None     # what ``opt.state_bytes(dev)`` is given (the numpy optimizers ignore it)
     memory_bytes = None  # no GPU buffers
+    data_limit = None  # no limit on one data buffer (numpy arrays in host memory)
     augment = None  # (pad, flip) of set_augment, or None
 
     async def build(self, graph, batch: int, loss, trainable, seed: int):

@@ -70,6 +70,29 @@ async def fetch(url: str, what: str):
     return resp
 
 
+async def fetch_bytes(url: str, what: str, total: int, progress):
+    """The body of ``url`` (``total`` bytes, from the manifest) as a JS Uint8Array, read in
+    the chunks the network delivers; ``progress(loaded)`` after each. RuntimeError as
+    ``fetch``, or naming the sizes when the body is not ``total`` bytes."""
+    resp = await fetch(url, what)
+    out = js.Uint8Array.new(total)
+    reader, loaded = resp.body.getReader(), 0
+    while True:
+        part = await reader.read()
+        if part.done:
+            break
+        n = int(part.value.byteLength)
+        if loaded + n > total:
+            await reader.cancel()
+            raise RuntimeError(f"{what}: {url} sent more than the manifest's {total:,} bytes")
+        out.set(part.value, loaded)
+        loaded += n
+        progress(loaded)
+    if loaded != total:
+        raise RuntimeError(f"{what}: {url} sent {loaded:,} bytes, the manifest says {total:,}")
+    return out
+
+
 def page_query() -> str:
     """The worker's URL query (``?test=1`` allows the test hooks)."""
     return str(js.location.search)

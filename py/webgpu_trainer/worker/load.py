@@ -1,30 +1,73 @@
 """What a run loads before it trains: the run configuration checked again, the model (graph and
 weights) and the run's dataset (config ``dataset``: its manifest and shards under
 ``/data/<dataset>/``), fetched from the page's server. Used by ``main`` (a run) and ``views``
-(``prepare``)."""
+(``prepare``).
+
+The shards stream in with ``download`` messages to the page (``{shard, of, what, loaded,
+total, elapsed_s}``, a few a second: web/page/dataset.js shows bytes, MB/s and the time left);
+a dataset that cannot fit (``data.check_size``: one sample over the GPU's buffer limit, or
+more than ``MAX_DATA_BYTES``) is refused from its manifest, before any shard is downloaded."""
 
 import json
+import time
+from urllib.parse import parse_qs
 
 from ..engine import config as run_config
 from ..engine.train import data_tokens
-from ..engine.train.data import DataSpec, Split
-from .bridge import fetch, to_bytes
+from ..engine.train.data import DataSpec, Split, check_size
+from ..engine.train.gpu_engine import GpuEngine
+from .bridge import STATE, fetch, fetch_bytes, page_query, to_bytes
+
+MAX_DATA_BYTES = 2 ** 30  # the most this page holds of a dataset (as dataset.js MAX_BYTES)
+REPORT_S = 0.25  # seconds between two download messages of one shard
 
 
-async def _split(manifest: dict, spec: DataSpec, base: str, name: str) -> Split:
-    """The split ``name`` of the manifest (shards under ``base``), samples of ``spec``."""
-    s = manifest["splits"][name]
-    images = await (await fetch(f"{base}/{s['images']['file']}", f"{name} images")
-                    ).arrayBuffer()
-    labels = await (await fetch(f"{base}/{s['labels']['file']}", f"{name} labels")
-                    ).arrayBuffer()
-    return Split(images, labels, s["count"], to_bytes(labels), spec)
+def engine(dev) -> GpuEngine:
+    """A ``GpuEngine`` on ``dev``; a worker started with ``?test=1&chunk=N`` cuts the data
+    into buffers of at most N bytes (the browser tests' chunked path)."""
+    query = parse_qs(page_query().lstrip("?"))
+    chunk = query.get("chunk", [""])[0] if query.get("test") == ["1"] else ""
+    return GpuEngine(dev, chunk_bytes=int(chunk) if chunk.isdigit() and int(chunk) else None)
+
+
+async def _shard(url: str, what: str, total: int, index: tuple, say):
+    """One shard's bytes (a JS Uint8Array), with ``download`` messages while it streams."""
+    start = last = time.monotonic()
+
+    def progress(loaded):
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= REPORT_S or loaded == total:
+            last = now
+            say("download", shard=index[0], of=index[1], what=what, loaded=loaded,
+                total=total, elapsed_s=now - start)
+    if total == 0:
+        progress(0)
+    return await fetch_bytes(url, what, total, progress)
+
+
+async def _splits(manifest: dict, spec: DataSpec, base: str, say) -> tuple:
+    """The manifest's train and test ``Split``s (shards under ``base``), samples of
+    ``spec``."""
+    shards = [(name, kind, s["count"] * (spec.sample_bytes if kind == "images" else 1))
+              for name in ("train", "test") for s in [manifest["splits"][name]]
+              for kind in ("images", "labels")]
+    got = {}
+    for i, (name, kind, total) in enumerate(shards):
+        entry = manifest["splits"][name][kind]
+        what = f"{spec.title} {'training' if name == 'train' else name} {kind}"
+        got[name, kind] = await _shard(f"{base}/{entry['file']}", what, total,
+                                       (i + 1, len(shards)), say)
+    return tuple(Split(got[name, "images"], got[name, "labels"],
+                       manifest["splits"][name]["count"], to_bytes(got[name, "labels"]), spec)
+                 for name in ("train", "test"))
 
 
 async def load(cfg: dict, model: str, say) -> tuple:
     """``(config, graph, weights, train split, test split)`` of a run of ``model``: the config
-    checked (``run_config.parse``: ConfigError), the model and the dataset fetched;
-    ``say(kind, **fields)`` gets the status lines."""
+    checked (``run_config.parse``: ConfigError), the model and the dataset fetched (refused
+    first when it cannot fit: ValueError naming the numbers); ``say(kind, **fields)`` gets the
+    status lines and the download progress."""
     name = run_config.parse(cfg)["dataset"]  # checked: a plain name, safe in a URL
     base = f"/data/{name}"
     manifest = json.loads(await (await fetch(f"{base}/manifest.json", "manifest")).text())
@@ -32,11 +75,13 @@ async def load(cfg: dict, model: str, say) -> tuple:
     data_tokens.refuse_in_page(spec)
     # the page checked it with the server; checked again here, with the same code
     cfg = run_config.parse(cfg, train_images=manifest["splits"]["train"]["count"])
+    check_size(spec, {"training": manifest["splits"]["train"]["count"],
+                      "test": manifest["splits"]["test"]["count"]},
+               engine(STATE["device"]).data_limit, MAX_DATA_BYTES)
     say("status", text=f"Loading model {model}…")
     graph = json.loads(await (await fetch(f"/api/models/{model}/graph.json", "model")).text())
     weights = to_bytes(await (await fetch(f"/api/models/{model}/weights.bin", "weights")
                               ).arrayBuffer())
     say("status", text=f"Loading {spec.title} shards…")
-    train = await _split(manifest, spec, base, "train")  # the trainer holds out validation
-    test = await _split(manifest, spec, base, "test")
+    train, test = await _splits(manifest, spec, base, say)  # the trainer holds out validation
     return cfg, graph, weights, train, test

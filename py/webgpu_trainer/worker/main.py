@@ -20,11 +20,10 @@ from ..engine.backends import get_device
 from ..engine.backends.webgpu_js import NoWebGPU
 from ..engine.tools import parity, selfcheck
 from ..engine.train.evaluate import VAL_POINTS
-from ..engine.train.gpu_engine import GpuEngine
 from ..engine.train.loop import Trainer, TrainingDiverged
 from . import bench, kernels, storage, views
 from .bridge import STATE, array_buffer, float32_array, nulls_to_none, post, uint8_array
-from .load import load
+from .load import engine, load
 
 
 async def boot():
@@ -168,7 +167,7 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
         await _selfcheck()
     try:
         cfg, graph, weights, train, test = await load(cfg, model, post)
-        trainer = Trainer(GpuEngine(dev), graph, weights, cfg, train, test,
+        trainer = Trainer(engine(dev), graph, weights, cfg, train, test,
                           emit=lambda kind, **kw: post(kind, **kw))
         STATE["trainer"] = trainer
         trainer.val_points = VAL_POINTS  # validation points inside each epoch (the chart)

@@ -27,11 +27,10 @@ import math
 import time
 from array import array
 
-from ..engine.train.gpu_engine import GpuEngine
 from ..engine.train.loop import Trainer
 from ..engine.train.probe import LOGP, biases_before_norm, feature_maps, first_conv_weight
 from .bridge import STATE, float32_array, post, to_bytes
-from .load import load
+from .load import engine, load
 
 NO_MODEL = "No model yet: open this tab again, or press Start (the views show the model " \
     "being trained)."
@@ -65,7 +64,7 @@ async def prepare(data: dict) -> None:
     cfg.update(val_images=0, eval_images=4, max_steps=0)
     try:
         cfg, graph, weights, train, test = await load(cfg, model, lambda kind, **kw: None)
-        trainer = Trainer(GpuEngine(STATE["device"]), graph, weights, cfg, train, test)
+        trainer = Trainer(engine(STATE["device"]), graph, weights, cfg, train, test)
         await trainer.setup()
     except Exception as exc:  # bad settings, a model that does not fit: said in the views
         post("prepared", id=rid, model=model, error=f"{type(exc).__name__}: {exc}")

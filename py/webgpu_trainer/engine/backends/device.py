@@ -9,11 +9,13 @@ class Device(Protocol):
     """A WebGPU device (see the module docstring). ``info``: the adapter's vendor,
     architecture, device and description; ``is_cpu``: a software adapter (SwiftShader,
     lavapipe: the builder picks the kernels that suit a CPU); ``allocated``: bytes of every
-    buffer made so far (what a run holds: the difference)."""
+    buffer made so far (what a run holds: the difference); ``limits``: the device's
+    ``max_storage_buffer_binding_size`` and ``max_buffer_size`` (bytes)."""
 
     info: dict
     is_cpu: bool
     allocated: int
+    limits: dict
 
     def buffer(self, nbytes: int, label: str = "", uniform: bool = False):
         """A zero-filled storage (or uniform) buffer of ``nbytes`` (rounded up to 4)."""

@@ -63,13 +63,19 @@ class Device:
         if _absent(adapter):
             raise NoWebGPU("navigator.gpu.requestAdapter() returned null: no usable GPU adapter")
         lim = adapter.limits
-        device = await adapter.requestDevice(_js({"requiredLimits": {
-            "maxStorageBufferBindingSize": lim.maxStorageBufferBindingSize,
-            "maxBufferSize": lim.maxBufferSize,
-            "maxStorageBuffersPerShaderStage": min(10, lim.maxStorageBuffersPerShaderStage),
-        }}))
+        stages = {"maxStorageBuffersPerShaderStage": min(10, lim.maxStorageBuffersPerShaderStage)}
+        try:  # the adapter's larger data buffers where offered; WebGPU's defaults otherwise
+            device = await adapter.requestDevice(_js({"requiredLimits": {
+                "maxStorageBufferBindingSize": lim.maxStorageBufferBindingSize,
+                "maxBufferSize": lim.maxBufferSize, **stages}}))
+        except Exception:  # noqa: BLE001 - any refusal: the defaults (data in more chunks)
+            device = await adapter.requestDevice(_js({"requiredLimits": stages}))
         self = cls()
         self.device = device
+        # what GpuEngine.data_limit cuts the data by
+        self.limits = {"max_storage_buffer_binding_size":
+                       int(device.limits.maxStorageBufferBindingSize),
+                       "max_buffer_size": int(device.limits.maxBufferSize)}
         info = adapter.info
         self.info = {k: str(getattr(info, k, "") or "") for k in
                      ("vendor", "architecture", "device", "description")}

@@ -71,12 +71,19 @@ class Device:
             raise RuntimeError("wgpu found no GPU adapter "
                                "(install mesa-vulkan-drivers for a CPU one)")
         limits = adapter.limits
-        self.device = adapter.request_device_sync(required_limits={
-            "max-storage-buffer-binding-size": limits["max-storage-buffer-binding-size"],
-            "max-buffer-size": limits["max-buffer-size"],
-            "max-storage-buffers-per-shader-stage": min(
-                10, limits["max-storage-buffers-per-shader-stage"]),
-        })
+        stages = {"max-storage-buffers-per-shader-stage": min(
+            10, limits["max-storage-buffers-per-shader-stage"])}
+        try:  # the adapter's larger data buffers where offered; WebGPU's defaults otherwise
+            self.device = adapter.request_device_sync(required_limits={
+                "max-storage-buffer-binding-size": limits["max-storage-buffer-binding-size"],
+                "max-buffer-size": limits["max-buffer-size"], **stages})
+        except Exception:  # noqa: BLE001 - any refusal: the defaults (data in more chunks)
+            self.device = adapter.request_device_sync(required_limits=stages)
+        granted = self.device.limits
+        # what GpuEngine.data_limit cuts the data by
+        self.limits = {"max_storage_buffer_binding_size":
+                       int(granted["max-storage-buffer-binding-size"]),
+                       "max_buffer_size": int(granted["max-buffer-size"])}
         info = adapter.info
         self.info = {k: str(info.get(k, "")) for k in ("vendor", "architecture", "device",
                                                       "description", "adapter_type",

@@ -142,12 +142,50 @@ class Split:
         self.values = spec.values
 
     def part(self, lo: int, hi: int) -> "Split":
-        """Images lo..hi-1 as a Split (a copy; JS ArrayBuffers through ``slice``)."""
+        """Images lo..hi-1 as a Split (a copy; JS typed arrays: a view, ``subarray``)."""
         def cut(data, size):
-            return data.slice(lo * size, hi * size) if hasattr(data, "byteLength") \
-                else data[lo * size:hi * size]
+            return cut_bytes(data, lo * size, hi * size)
         return Split(cut(self.images, self.spec.sample_bytes), cut(self.labels, 1), hi - lo,
                      self.labels_host[lo:hi], self.spec)
+
+
+def cut_bytes(data, lo: int, hi: int):
+    """Bytes lo..hi-1 of ``data``: bytes-like (a copy), a JS typed array (a view, through
+    ``subarray``) or a JS ArrayBuffer (a copy, through ``slice``)."""
+    if hasattr(data, "subarray"):
+        return data.subarray(lo, hi)
+    return data.slice(lo, hi) if hasattr(data, "byteLength") else data[lo:hi]
+
+
+def chunks(count: int, sample_bytes: int, limit: int | None) -> list:
+    """The sample ranges ``[(lo, hi)]`` of a split of ``count`` samples of ``sample_bytes``
+    each, cut on sample boundaries into GPU buffers of at most ``limit`` bytes (rounded down
+    to whole 4-byte words; None: one buffer): what ``GpuEngine`` uploads as one buffer each.
+    ValueError when one sample is larger than ``limit``."""
+    usable = None if limit is None else limit // 4 * 4
+    per = count if usable is None else usable // sample_bytes
+    if per < 1:
+        raise ValueError(f"one sample is {sample_bytes:,} bytes, more than the largest data "
+                         f"buffer this device binds ({usable:,} bytes)")
+    return [(lo, min(lo + per, count)) for lo in range(0, max(count, 1), max(per, 1))]
+
+
+def check_size(spec: DataSpec, counts: dict, limit: int | None, budget: int | None = None):
+    """Refuse, before any download or GPU work, a dataset that cannot fit at all: one sample
+    larger than ``limit`` (the bytes of one data buffer, ``GpuEngine.data_limit``; None: no
+    limit), or samples and labels of the splits ``counts`` (name -> count) together more than
+    ``budget`` bytes (None: unchecked). ValueError naming the dataset and the numbers."""
+    try:
+        chunks(1, spec.sample_bytes, limit)
+    except ValueError as exc:
+        raise ValueError(f"dataset {spec.name} ({spec.describe()}) cannot be uploaded: {exc}"
+                         ) from None
+    total = sum(n * (spec.sample_bytes + 1) for n in counts.values())
+    if budget is not None and total > budget:
+        parts = " + ".join(f"{n:,} {name}" for name, n in counts.items())
+        raise ValueError(f"dataset {spec.name} is {total:,} bytes ({parts} samples of "
+                         f"{spec.sample_bytes:,} bytes and a label byte each): more than the "
+                         f"{budget:,} bytes this page can hold; use fewer samples")
 
 
 def holdout(train: Split, cfg) -> tuple:

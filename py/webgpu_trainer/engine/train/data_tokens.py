@@ -57,12 +57,14 @@ def check_tokens(graph, spec) -> None:
                          f"{small[0]} rows: use a table of >= {spec.vocab_size} rows")
 
 
-async def gather(b, plan, spec, count, images, labels, order, out) -> None:
+async def gather(b, plan, spec, count, images, labels, order, out, first=0, total=None) -> None:
     """Record the gather of a batch of token rows (samples ``order[offset + b]``) into the
-    model input as u32 ids, and of its labels (shaders/data_tokens.wgsl)."""
+    model input as u32 ids, and of its labels (shaders/data_tokens.wgsl), from the chunk
+    ``images``/``labels`` holding samples ``first .. first + count - 1`` of ``total``."""
     await b.kernel("data_tokens", "gather_tokens", groups_1d(plan.batch * spec.values),
                    params=dict(batch=plan.batch, values=spec.values, count=count,
-                               wide=ITEMSIZE[spec.dtype] // 2 - 1),
+                               wide=ITEMSIZE[spec.dtype] // 2 - 1, first=first,
+                               total=count if total is None else total),
                    st=plan.step, images=images, labels=labels, order=order, x=out,
                    y=plan.labels)
 

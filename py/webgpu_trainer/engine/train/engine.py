@@ -20,6 +20,7 @@ class Engine(Protocol):
     optim: object  # the module whose ``make`` builds the optimizer (torch.optim semantics)
     dev: object  # what the optimizer's ``state_bytes(dev)`` takes
     memory_bytes: int | None  # bytes of the device buffers the run made; None without a GPU
+    data_limit: int | None  # the most bytes of one data buffer (data.chunks); None: no limit
     wbytes: int
     classes: int
     loss_spec: dict

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 from . import data_tokens, optim
 from ..backends.base import groups_1d, round_up
+from .data import chunks, cut_bytes
 from .guard import Guard
 from ..plan import METRICS_RING, Plan, pack_step
 from .probe import LOGP, params_in_order
@@ -35,8 +36,10 @@ class GpuEngine:
 
     optim = optim  # the optimizers the trainer makes for this engine (torch.optim semantics)
 
-    def __init__(self, dev):
-        self.dev = dev
+    def __init__(self, dev, chunk_bytes: int | None = None):
+        """``chunk_bytes``: the most bytes of one data buffer (None: the device's binding
+        limit; tests lower it so that a small dataset spans several buffers)."""
+        self.dev, self.chunk_bytes = dev, chunk_bytes
         self._in_flight = None
         self._probe = None  # (plan, program, images buffer), made by the first probe
         self._norms = None  # (program, output buffer) of norms, made by the first call
@@ -61,6 +64,16 @@ class GpuEngine:
         """Bytes of the GPU buffers this run made (weights, gradients, activations, optimizer
         state, the uploaded data, eval outputs): the device's ``allocated`` since ``build``."""
         return self.dev.allocated - self._allocated0
+
+    @property
+    def data_limit(self) -> int | None:
+        """The most bytes of one data buffer: the device's ``maxStorageBufferBindingSize`` and
+        ``maxBufferSize``, and ``chunk_bytes``; a split larger than that is uploaded as several
+        buffers (``data.chunks``)."""
+        lim = getattr(self.dev, "limits", None) or {}
+        sizes = [v for v in (lim.get("max_storage_buffer_binding_size"),
+                             lim.get("max_buffer_size"), self.chunk_bytes) if v]
+        return min(sizes) if sizes else None
 
     def write_weights(self, blob: bytes) -> None:
         """Replace the flat weight buffer (``wbytes``: the bundle's blob padded); ValueError
@@ -137,31 +150,38 @@ class GpuEngine:
         return b.current
 
     async def _gather(self, split, order, plan=None, out=None):
-        """The gather dispatch of ``split``'s samples in ``order`` into ``plan``'s input
+        """The gather dispatches of ``split``'s samples in ``order`` into ``plan``'s input
         (default the training plan; ``out``: that buffer instead), uint8 images through the
-        normalisation table, float32 features copied; returns ``(dispatches, images
-        buffer)``."""
+        normalisation table, float32 features copied: the split uploaded as chunks of whole
+        samples within ``data_limit`` (``data.chunks``), one buffer and one dispatch each;
+        returns ``(dispatches, images buffers)``."""
         dev, plan, spec = self.dev, plan or self.plan, split.spec
-        nbytes = split.count * spec.sample_bytes
-        images = dev.buffer(round_up(nbytes), "images")
-        labels = dev.buffer(round_up(split.count), "labels")
-        dev.write(images, _padded(split.images, nbytes))
-        dev.write(labels, _padded(split.labels, split.count))
+        size = spec.sample_bytes
         hw = math.prod(spec.sample_shape[-2:]) if spec.kind == "image" else 1
         b = plan.builder
         b.current = []
-        if spec.kind == "tokens":
-            await data_tokens.gather(b, plan, spec, split.count, images, labels, order,
-                                     plan.input if out is None else out)
-            return b.current, images
-        await b.kernel("data", "gather" if spec.kind == "image" else "gather_table",
-                       groups_1d(plan.batch * spec.values),
-                       params=dict(batch=plan.batch, values=spec.values, count=split.count,
-                                   hw=hw),
-                       st=plan.step, images=images, labels=labels, order=order,
-                       x=plan.input if out is None else out,
-                       y=plan.labels, lut=self._lut)
-        return b.current, images
+        buffers = []
+        data, tags = (split.images, split.labels) if hasattr(split.images, "byteLength") \
+            else (memoryview(split.images).cast("B"), memoryview(split.labels).cast("B"))
+        for lo, hi in chunks(split.count, size, self.data_limit):
+            nbytes, n = (hi - lo) * size, hi - lo
+            images = dev.buffer(round_up(nbytes), f"images[{lo}:{hi}]")
+            labels = dev.buffer(round_up(n), f"labels[{lo}:{hi}]")
+            dev.write(images, _padded(cut_bytes(data, lo * size, hi * size), nbytes))
+            dev.write(labels, _padded(cut_bytes(tags, lo, hi), n))
+            buffers.append(images)
+            if spec.kind == "tokens":
+                await data_tokens.gather(b, plan, spec, n, images, labels, order,
+                                         plan.input if out is None else out, lo, split.count)
+                continue
+            await b.kernel("data", "gather" if spec.kind == "image" else "gather_table",
+                           groups_1d(plan.batch * spec.values),
+                           params=dict(batch=plan.batch, values=spec.values, count=n, hw=hw,
+                                       first=lo, total=split.count),
+                           st=plan.step, images=images, labels=labels, order=order,
+                           x=plan.input if out is None else out,
+                           y=plan.labels, lut=self._lut)
+        return b.current, buffers
 
     def set_order(self, perm) -> None:
         """This epoch's training order (a permutation of the training images)."""
@@ -266,7 +286,7 @@ class GpuEngine:
         split = SimpleNamespace(images=bytes(round_up(PROBE_BATCH * spec.sample_bytes)),
                                 labels=bytes(round_up(PROBE_BATCH)), count=PROBE_BATCH,
                                 spec=spec)
-        gather, upload = await self._gather(split, order, plan)
+        gather, (upload,) = await self._gather(split, order, plan)
         return plan, self.dev.program(gather + plan.fwd_eval + plan.head), upload
 
     @staticmethod

@@ -20,7 +20,7 @@ from ..graph import Graph
 from ..ops import losses
 from ..plan import METRICS_RING
 from . import augment, schedulers
-from .data import Split, check_fits, holdout, trainable_names
+from .data import Split, check_fits, check_size, holdout, trainable_names
 from .engine import Engine
 from .evaluate import evaluate, validation_marks
 from .verdict import LAST_STEPS, lower_lr, verdict
@@ -147,6 +147,8 @@ class Trainer:
         eng, batch = self.engine, cfg["batch_size"]
         self.graph = Graph(self.desc)
         check_fits(self.graph, self.train_set.spec, self.train_set, self.test_set)
+        check_size(self.train_set.spec, {"training": self.train_set.count,
+                                         "test": self.test_set.count}, eng.data_limit)
         augmentation = augment.resolve(cfg, self.graph, self.train_set.spec)
         # Raises ValueError naming the bad key / value, before any GPU work.
         losses.normalize(cfg["loss"], self.graph.shapes(2)[self.graph.output][1])
