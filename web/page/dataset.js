@@ -153,7 +153,8 @@ async function warnSize(d) {
   box.hidden = !text;
 }
 
-async function graphOf(model) {
+/** Model ``model``'s graph.json {inputs, outputs} (asked once per model). */
+export async function graphOf(model) {
   if (!graphs.has(model)) {
     const p = fetch(`/api/models/${encodeURIComponent(model)}/graph.json`).then(async (r) => {
       const body = await r.json();
