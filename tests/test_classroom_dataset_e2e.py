@@ -9,8 +9,16 @@ dataset downloads once. Screenshots in test-results/classroom/dataset-*.png."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import ssl
+import subprocess
+
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from dataset_fixtures import write_image_dataset
+from e2e_fixtures import CHROMIUM, CHROMIUM_ARGS
 from test_classroom_dataset import TEST, TRAIN, tiny_grey
 from test_classroom_e2e import TOKEN, TRAIN_S, Server, js_wait, open_page, shoot, student
 
@@ -36,10 +44,45 @@ def server(mnist_cache, tmp_path_factory):
     finally:
         if srv.proc.poll() is None:
             srv.proc.terminate()
-            srv.proc.wait(timeout=20)
+            try:
+                srv.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:  # a stream still open: no clean stop
+                srv.kill()
+
+
+def spki(pem: str) -> str:
+    """base64 of the sha256 of a certificate's SubjectPublicKeyInfo (Chromium's pin format)."""
+    key = x509.load_pem_x509_certificate(pem.encode()).public_key()
+    der = key.public_bytes(serialization.Encoding.DER,
+                           serialization.PublicFormat.SubjectPublicKeyInfo)
+    return base64.b64encode(hashlib.sha256(der).digest()).decode()
+
+
+@pytest.fixture(scope="module")
+def class_browser(server):
+    """Chromium trusting the class's certificate, as a student's browser with the class CA
+    installed (the teacher page's instructions): Chromium keeps no HTTP cache for a page whose
+    certificate it does not trust, so a student who clicked through the warning downloads the
+    dataset at every run."""
+    pins = [spki(ssl.get_server_certificate(("127.0.0.1", server.port))),
+            spki((server.tmp / "state" / "tls" / "ca.pem").read_text())]
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=[
+            *CHROMIUM_ARGS, f"--ignore-certificate-errors-spki-list={','.join(pins)}"])
+        try:
+            yield b
+        finally:
+            b.close()
 
 
 def run_once(page, run: int) -> None:
+    try:
+        js_wait(page, "!document.getElementById('start').disabled", 60, "Start enabled")
+    except BaseException:
+        print(page.evaluate("[...document.querySelectorAll('.field-error:not([hidden]), "
+                            ".settings-errors, #error')].map(e => e.textContent)"))
+        raise
     page.click("#start")
     js_wait(page, f"window.classroomState.run === {run} && "
                   "['done', 'error'].includes(appState.phase)", TRAIN_S, f"run {run}")
@@ -47,7 +90,18 @@ def run_once(page, run: int) -> None:
 
 
 def test_session_pins_a_dataset_downloaded_once(class_browser, server):
+    pages = []
+    try:
+        check_class(class_browser, server, pages)
+    finally:
+        for p in pages:
+            p.context.close()
+
+
+def check_class(class_browser, server, pages: list) -> None:
+    """The test's steps; the pages it opens go to ``pages`` (closed by the caller)."""
     teacher = open_page(class_browser, f"{server.url}/teacher#token={TOKEN}")
+    pages.append(teacher)
     teacher.wait_for_selector("#new-session", state="visible", timeout=60000)
     teacher.click("#new-session")
     teacher.fill("#s-name", "Bands class")
@@ -67,6 +121,7 @@ def test_session_pins_a_dataset_downloaded_once(class_browser, server):
     assert session["config"]["dataset"] == "bands" and "dataset" in session["pinned"]
 
     page = student(class_browser, server, sid, "Ada")
+    pages.append(page)
     js_wait(page, "window.appState.dataset?.name === 'bands' && "
                   "document.getElementById('dataset').disabled", 60, "the pinned dataset")
     assert page.text_content("#tagline") == "Train a neural network on Bands on your GPU, " \
@@ -87,5 +142,3 @@ def test_session_pins_a_dataset_downloaded_once(class_browser, server):
     assert row["run"] == 2, row
     shoot(teacher, "dataset-teacher", 1280, 800)
     shoot(page, "dataset-student", 1280, 800)
-    for p in (teacher, page):
-        p.context.close()

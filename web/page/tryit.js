@@ -50,8 +50,8 @@ const shape = () => {
 };
 
 function seesText() {
-  return isMnistShape(shape()) ? "What the model sees (28 × 28, ink 255 on 0, centred as MNIST):"
-    : `What the model sees (${shapeWords(shape())}${shape()[0] === 3 ? "" : ", ink 255 on 0"}):`;
+  if (isMnistShape(shape())) return "What the model sees (28 × 28, ink 255 on 0, as MNIST):";
+  return `What the model sees (${shapeWords(shape())}${shape()[0] === 3 ? "" : ", ink 255 on 0"}):`;
 }
 
 /** True when the dataset's classes are the digits 0-9 (MNIST, or one like it). */
@@ -83,9 +83,10 @@ function probRows(k = classNames().length) {
   el("span", { className: "prob-val", textContent: "–" }))));
   const extra = k - names.length;
   $("try-extra").hidden = extra <= 0;
+  const which = extra === 1 ? `output ${k - 1} is` : `outputs ${names.length}–${k - 1} are`;
   $("try-extra").textContent = extra <= 0 ? "" : `This model has ${k} outputs and ` +
-    `${datasetName()} ${names.length} classes: outputs ${names.length}–${k - 1} are no ` +
-    "class of it (training pushes them towards 0%).";
+    `${datasetName()} ${names.length} classes: ${which} no class of it (training pushes ` +
+    `${extra === 1 ? "it" : "them"} towards 0%).`;
 }
 
 function build() {
