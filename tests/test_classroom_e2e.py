@@ -45,10 +45,10 @@ def _free_port() -> int:
 
 class Server:
     """``webgpu-trainer classroom`` as a subprocess; ``start()`` again after ``kill()`` reuses
-    the port and the state folder (a restart)."""
+    the port and the state folder (a restart); ``extra``: more command-line options."""
 
-    def __init__(self, tmp, mnist):
-        self.port, self.tmp, self.mnist = _free_port(), tmp, mnist
+    def __init__(self, tmp, mnist, extra=()):
+        self.port, self.tmp, self.mnist, self.extra = _free_port(), tmp, mnist, list(extra)
         self.models = models_dir(tmp)
         self.url = f"https://127.0.0.1:{self.port}"
         self.proc = None
@@ -58,7 +58,8 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "webgpu_trainer.cli.main", "classroom", "--port",
              str(self.port), "--models-dir", str(self.models), "--state-dir",
-             str(self.tmp / "state"), "--data-dir", str(self.mnist), "--teacher-token", TOKEN],
+             str(self.tmp / "state"), "--data-dir", str(self.mnist), "--teacher-token", TOKEN,
+             *self.extra],
             cwd=REPO, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
 
         def up():

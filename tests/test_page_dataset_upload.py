@@ -253,3 +253,54 @@ def test_own_classes_by_drawing_then_try_it_live(app, server):
         assert int(np.argmax(probs)) == ["circle", "cross"].index(cls), probs
         assert page.text_content("#try-probs li.best .prob-digit") == cls
         screenshot(page, f"upload-own-tryit-{cls}")
+
+
+def test_own_classes_follow_the_model_then_all_its_outputs(app, server, server_data_root):
+    """With seednet-rgb32 chosen the own classes are prepared as its input, 32x32 RGB (the
+    drawing's white background and dark ink in every channel), the model stays, a short run
+    trains on them; Try it shows all 10 of the model's outputs for the 2 classes: the class
+    names, then "output 2".."output 9" (no class of the dataset), the bars summing to 100%."""
+    app.wait_ready()
+    page = app.page
+    open_panel(page, "own-classes-box")
+    page.select_option("#model", "seednet-rgb32")
+    page.wait_for_function("document.getElementById('own-shape').textContent === 'Prepared as "
+                           "32 × 32 RGB: the input of model seednet-rgb32.'", timeout=30_000)
+    for k in range(3):
+        for index, cls in enumerate(["circle", "cross"]):
+            page.select_option("#own-target", str(index))
+            draw(page, "#own-canvas", cls, k)
+            page.click("#own-add")
+    page.fill("#own-name", "doodles-rgb")
+    page.click("#own-prepare")
+    page.wait_for_function("window.appState.dataset?.name === 'doodles-rgb'", timeout=60_000)
+    d = next(x for x in listed(server)["datasets"] if x["name"] == "doodles-rgb")
+    assert d["classes"] == ["circle", "cross"] and d["sample_shape"] == [3, 32, 32]
+    assert (d["train"], d["test"]) == (4, 2)
+    assert page.input_value("#model") == "seednet-rgb32" and page.is_hidden("#dataset-fit")
+    m = json.loads((server_data_root / "doodles-rgb" / "manifest.json").read_text())
+    x = np.fromfile(server_data_root / "doodles-rgb" / m["splits"]["train"]["images"]["file"],
+                    np.uint8).reshape(4, 3, 32, 32)
+    assert (x[:, 0] == x[:, 1]).all() and (x[:, 1] == x[:, 2]).all()  # black ink on white
+    assert (x == 255).mean() > 0.6 and (x < 100).any(axis=(1, 2, 3)).all()
+    screenshot(page, "upload-own-rgb32")
+    app.configure(model="seednet-rgb32", optimizer="adam", lr="0.01", batch=2, epochs=1,
+                  max_steps=2, eval_images=2, val_images=0)
+    page.wait_for_function("!document.getElementById('start').disabled")
+    run_training(app, 2, RUN_TIMEOUT_S, "own-rgb32")
+    page.click("#tab-try")
+    page.click("#try-clear")
+    draw(page, "#try-canvas", "circle", 1)
+    page.wait_for_timeout(600)
+    asked = page.evaluate("window.tryState.requests")
+    page.wait_for_function(f"window.tryState.answers >= {asked} && "
+                           "window.tryState.inFlight === 0 && window.tryState.probs")
+    probs = page.evaluate("window.tryState.probs")
+    names = page.eval_on_selector_all("#try-probs .prob-digit", "s => s.map(e => e.textContent)")
+    assert names == ["circle", "cross"] + [f"output {i}" for i in range(2, 10)]
+    shown = page.eval_on_selector_all("#try-probs .prob-val", "s => s.map(e => e.textContent)")
+    assert shown == [f"{100 * p:.1f}%" for p in probs] and abs(sum(probs) - 1) < 1e-4
+    assert page.text_content("#try-extra") == (
+        "This model has 10 outputs and doodles-rgb 2 classes: outputs 2–9 are no class of it "
+        "(training pushes them towards 0%).")
+    screenshot(page, "upload-own-rgb32-tryit")

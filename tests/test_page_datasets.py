@@ -56,7 +56,15 @@ def test_picker_and_mismatch(rgb, app, server):
     names = page.eval_on_selector_all("#dataset option", "os => os.map(o => o.value)")
     assert names == ["blobs", "mnist"] and page.input_value("#dataset") == "mnist"
     assert page.input_value("#model") == "seednet"
+    assert page.text_content("#try-draw-hint") == "Draw a digit (0–9) in the box, or upload " \
+                                                  "a photo:"
     pick_dataset(page, "blobs")
+    # the header and Try it word the dataset: its title and class names, no digits
+    assert page.text_content("#tagline") == ("Train a neural network on Colour blobs on your "
+                                             "GPU, in the browser")
+    assert page.text_content("#try-draw-hint") == (
+        "Draw one of the 3 classes of Colour blobs (red, green, blue) in the box, or upload a "
+        "photo (in colour):")
     hint = page.text_content("#dataset-hint")
     size = (TRAIN + TEST) * (3 * SIDE * SIDE + 1)  # 92,640 bytes
     assert hint == (f"3x8x8 images · classes: red, green, blue · {TRAIN} training + {TEST} test"

@@ -226,6 +226,10 @@ async function boot() {
   $("model").addEventListener("change", onModelChange);
   setupDropzone();
   setupDatasets();
+  document.addEventListener("dataset-changed", () => {  // the header names the dataset
+    $("tagline").textContent = `Train a neural network on ${appState.dataset?.title ?? "MNIST"}` +
+      " on your GPU, in the browser";
+  });
   setupDatasetUpload();
   setupOwnClasses();
   $("train-all").addEventListener("click", () => setTrainable(

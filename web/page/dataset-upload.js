@@ -174,11 +174,12 @@ export function uploadDataset(body, params, ui) {
   });
 }
 
-/** After a 201: list the datasets again, choose the new one and its model. */
-export async function useNewDataset(answer) {
+/** After a 201: list the datasets again, choose the new one and its model (``keepModel``: the
+ * chosen model stays, own-classes.js prepared the data for it). */
+export async function useNewDataset(answer, { keepModel = false } = {}) {
   const d = answer.dataset;
   await loadDatasets(d.name);
-  chooseDefaultModel();
+  if (!keepModel) chooseDefaultModel();
   log(`Dataset ${d.name} prepared: ${d.train} training + ${d.test} test images, ` +
     `${d.classes.length} classes.`);
   return `Prepared ${d.title}: ${d.sample_shape.join("x")}, ${d.classes.length} classes, ` +

@@ -176,7 +176,8 @@ export function onDownload(m) {
     `${speed}.`);
 }
 
-async function graphOf(model) {
+/** Model ``model``'s graph.json {inputs, outputs} (asked once per model). */
+export async function graphOf(model) {
   if (!graphs.has(model)) {
     const p = fetch(`/api/models/${encodeURIComponent(model)}/graph.json`).then(async (r) => {
       const body = await r.json();

@@ -213,6 +213,10 @@ export function fieldProblems() {
 const same = (a, b) => JSON.stringify(a === "" ? null : a ?? null) ===
   JSON.stringify(b === "" ? null : b ?? null);
 
+// fields whose default the validator sizes to the dataset when not given (val_images: at most
+// a tenth of the training images): at their default they are left out, so it does
+const SIZED = new Set(["val_images"]);
+
 /** The settings as the run configuration's fields (those that apply to the choices). */
 export function readConfig() {
   const c = current();
@@ -220,7 +224,7 @@ export function readConfig() {
   for (const f of schema.fields) {
     if (!onPage(f) || !applies(f, c)) continue;
     const v = read(f);
-    if (v !== undefined) out[f.name] = v;
+    if (v !== undefined && !(SIZED.has(f.name) && same(v, f.default))) out[f.name] = v;
   }
   return out;
 }

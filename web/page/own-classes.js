@@ -1,22 +1,26 @@
 // "Make your own classes" (issue 18, "In the page"): name 2-10 classes, add examples by
 // drawing on a canvas or by webcam snapshots (the camera buttons only where
-// navigator.mediaDevices.getUserMedia exists), the count per class shown; Prepare zips the
-// examples in the page (PNG files in one folder per class, fflate) and sends them through the
-// drop zone's upload (dataset-upload.js) as a 28x28 grey dataset, the shape SeedNet takes, each
-// example as Try it reads a drawing (ink 255 on 0, centred as MNIST), so what is drawn in Try
-// it after training looks to the model like what it learnt from.
+// navigator.mediaDevices.getUserMedia exists), the count per class shown; Prepare reads each
+// example as the chosen model's input [C, H, W] (grey or RGB, square: e.g. 28x28 grey for
+// SeedNet, 32x32 RGB for seednet-rgb32) the way Try it reads a drawing (drawn-sample.js), zips
+// them in the page (PNG files in one folder per class, fflate) and sends them through the drop
+// zone's upload (dataset-upload.js) at that size and colour, so what is drawn in Try it after
+// training looks to the model like what it learnt from. The examples are kept as drawn (a
+// canvas each) until Prepare: a model chosen meanwhile gets them in its shape.
 
 import { zip } from "/vendor/fflate/browser.js";
 import { $, el } from "../lib/util.js";
 import { uploadDataset, useNewDataset } from "./dataset-upload.js";
-import { mnistSample } from "./tryit.js";
+import { graphOf } from "./dataset.js";
+import { canvasSample, samplePng, shapeWords } from "./drawn-sample.js";
 
 const MIN_CLASSES = 2;
 const MAX_CLASSES = 10;
 const MIN_EXAMPLES = 2;  // one for the test split (the server's rule)
-const SIDE = 140;        // the drawing canvas (prepared at 28x28)
+const SIDE = 140;        // the drawing canvas (prepared at the model's input size)
+const FALLBACK = [1, 28, 28];  // before the model's graph is known
 
-let classes = [];        // [{name, examples: [Uint8Array PNG]}]
+let classes = [];        // [{name, examples: [OffscreenCanvas SIDE x SIDE, as drawn]}]
 let stream = null;       // the webcam's MediaStream while on
 
 const MARKUP = `
@@ -34,6 +38,7 @@ const MARKUP = `
     <button type="button" class="btn small" id="own-snap" hidden>Snapshot</button>
   </div>
 </div>
+<p class="hint" id="own-shape"></p>
 <label>Name <input id="own-name" type="text" maxlength="40" value="my-classes"
   spellcheck="false"></label>
 <button type="button" class="btn primary small" id="own-prepare">Prepare</button>
@@ -71,22 +76,48 @@ function names() {
   target.selectedIndex = Math.max(at, 0);
 }
 
-/** Add ``canvas`` (a drawing, dark on white, or a snapshot) to the chosen class as Try it
- * reads a drawing for 28x28 grey data (tryit.js mnistSample: ink 255 on 0, centred as MNIST),
- * a 28x28 grey PNG; false when it is blank. The class and the pixels are taken before any
- * await: a class chosen or a stroke drawn meanwhile belongs to the next example. */
-async function addExample(canvas) {
-  const target = classes[$("own-target").selectedIndex];
-  const pixels = mnistSample(canvas);
-  if (!pixels) return false;
-  const png = new OffscreenCanvas(28, 28);
-  const image = new ImageData(28, 28);
-  pixels.forEach((v, i) => image.data.set([v, v, v, 255], 4 * i));
-  png.getContext("2d").putImageData(image, 0, 0);
-  const blob = await png.convertToBlob({ type: "image/png" });
-  target.examples.push(new Uint8Array(await blob.arrayBuffer()));
+/** True when ``canvas`` is all white (nothing drawn). */
+function blank(canvas) {
+  const px = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+  return px.every((v) => v === 255);
+}
+
+/** Add ``canvas`` (a drawing, dark on white, or a snapshot) to the chosen class, a copy as
+ * drawn; false when it is blank. The class and the pixels are taken at once: a class chosen
+ * or a stroke drawn meanwhile belongs to the next example. */
+function addExample(canvas) {
+  if (blank(canvas)) return false;
+  const copy = new OffscreenCanvas(SIDE, SIDE);
+  copy.getContext("2d").drawImage(canvas, 0, 0, SIDE, SIDE);
+  classes[$("own-target").selectedIndex].examples.push(copy);
   render();
   return true;
+}
+
+/** The chosen model's input as a [C, H, W] image shape ([N, 784]: 1x28x28), or an Error
+ * naming the model and its input when it is no square grey or RGB image. */
+export async function modelShape(model = $("model").value) {
+  let g;
+  try {
+    g = await graphOf(model);
+  } catch {
+    return FALLBACK;  // the model list says why it does not load; Prepare as SeedNet's
+  }
+  const dims = g.inputs[0].shape.slice(1);
+  if (dims.length === 1 && dims[0] === 784) return FALLBACK;
+  if (dims.length === 3 && [1, 3].includes(dims[0]) && dims[1] === dims[2] &&
+      Number.isInteger(dims[1]) && dims[1] >= 8 && dims[1] <= 256) return dims;
+  return new Error(`Model ${model}: input '${g.inputs[0].name}' [N, ${dims.join(", ")}] is ` +
+    "no square grey or RGB image (own classes are drawn images): choose another model.");
+}
+
+/** Say the shape the examples will be prepared at (the chosen model's input). */
+async function showShape() {
+  const model = $("model").value;
+  const shape = await modelShape(model);
+  if (model !== $("model").value) return;  // another model was chosen meanwhile
+  $("own-shape").textContent = shape instanceof Error ? shape.message
+    : model ? `Prepared as ${shapeWords(shape)}: the input of model ${model}.` : "";
 }
 
 /** Draw strokes with the mouse, pen or finger (pointer events). */
@@ -169,18 +200,24 @@ async function prepare() {
   showError(null);
   const problem = ownProblem(classes);
   if (problem) return showError(problem);
+  const shape = await modelShape();
+  if (shape instanceof Error) return showError(shape.message);
   const tree = {};
   for (const c of classes) {
-    c.examples.forEach((png, i) => { tree[`${c.name.trim()}/${i + 1}.png`] = png; });
+    for (const [i, drawn] of c.examples.entries()) {
+      const sample = canvasSample(drawn, shape);
+      if (sample) tree[`${c.name.trim()}/${i + 1}.png`] = await samplePng(sample, shape);
+    }
   }
   const body = await new Promise((resolve, reject) => zip(tree, { level: 0 }, (err, d) =>
     (err ? reject(err) : resolve(d))));
   const name = $("own-name").value.trim();
   $("own-prepare").disabled = true;
   try {
-    const answer = await uploadDataset(new Blob([body]), { name, size: 28, color: "grey",
-      test: 0.2, title: name }, { bar: $("own-progress"), text: $("own-status") });
-    $("own-status").textContent = await useNewDataset(answer);
+    const answer = await uploadDataset(new Blob([body]), { name, size: shape[1],
+      color: shape[0] === 3 ? "rgb" : "grey", test: 0.2, title: name },
+    { bar: $("own-progress"), text: $("own-status") });
+    $("own-status").textContent = await useNewDataset(answer, { keepModel: true });
   } catch (e) {
     $("own-status").textContent = "";
     showError(e.message ?? String(e));
@@ -200,14 +237,15 @@ export function setupOwnClasses() {
     classes.push({ name: `class-${classes.length + 1}`, examples: [] });
     render();
   });
-  $("own-add").addEventListener("click", async () => {
-    const added = addExample($("own-canvas"));  // reads the canvas at once
+  $("own-add").addEventListener("click", () => {
+    const added = addExample($("own-canvas"));
     clearCanvas();
-    showError(await added ? null : "Draw something first.");
+    showError(added ? null : "Draw something first.");
   });
   $("own-clear").addEventListener("click", clearCanvas);
   $("own-camera").hidden = !navigator.mediaDevices?.getUserMedia;
   $("own-camera").addEventListener("click", camera);
   $("own-snap").addEventListener("click", snapshot);
   $("own-prepare").addEventListener("click", prepare);
+  document.addEventListener("model-changed", showShape);  // the model list loads later
 }

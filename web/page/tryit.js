@@ -1,13 +1,12 @@
 // Try it: draw (mouse, touch, pen: Pointer Events), upload a photo or pick a test image by
 // index; the current model (the one training, or the last one trained) classifies it, the
-// probabilities of the dataset's classes shown as bars with their names. The input has the
-// chosen dataset's sample shape [C, H, W] (grey or RGB). A drawing for 1x28x28 data is
-// preprocessed like MNIST (LeCun et al.): the ink's bounding box scaled to fit 20x20 keeping
-// its aspect ratio (anti-aliased grey levels 0..255), placed in 28x28 with its centre of mass
-// at the centre; for any other shape the whole canvas (a photo: its centre square) is resized
-// to H x W (grey: ink 255 on 0; RGB: the colours). Worker message: `predict {id, pixels (C*H*W
-// uint8, planar) | index}` -> `prediction {id, probs, index, label, model, step, untrained}`
-// (worker/views.py). One request in flight: every answer that arrives is shown (the
+// probabilities of each of the model's outputs shown as bars, named by the dataset's classes
+// (a model with more outputs than the dataset has classes: the extra ones by their number,
+// said to be no class of it; they still take their share of the 100%). The input has the
+// chosen dataset's sample shape [C, H, W] (grey or RGB), read from the drawing as
+// drawn-sample.js says (MNIST's preprocessing for 1x28x28). Worker message: `predict {id,
+// pixels (C*H*W uint8, planar) | index}` -> `prediction {id, probs, index, label, model, step,
+// untrained}` (worker/views.py). One request in flight: every answer that arrives is shown (the
 // latest one), "updating…" while one is on its way, and the input changed meanwhile is asked
 // next. Before any run the model's initial weights answer (web/page/prepare.js), said untrained.
 // The Results panel's `pick-test-image` event (detail: index) shows that test image here,
@@ -19,12 +18,11 @@ import { $, el } from "../lib/util.js";
 import { appState } from "./state.js";
 import { activeTab, showTab } from "./tabs.js";
 import { drawSample, imageOf, testSet } from "./testset.js";
-import { classNames } from "./dataset.js";
+import { classNames, datasetName } from "./dataset.js";
+import { canvasSample, isMnistShape, shapeWords } from "./drawn-sample.js";
 import { modelReady, prepareNote } from "./prepare.js";
 
-const SIDE = 28;            // MNIST's image
-const BOX = 20;             // the ink's box inside it
-const MNIST_SHAPE = "1,28,28";
+const SIDE = 28;            // MNIST's image side
 const CANVAS = 280;         // the drawing canvas' backing store (10 px per MNIST pixel)
 const PEN = 22;             // stroke width on it (about 2 MNIST pixels after fitting)
 const DEBOUNCE_MS = 120;    // while drawing
@@ -52,27 +50,49 @@ const shape = () => {
 };
 
 function seesText() {
-  const [c, h, w] = shape();
-  return String(shape()) === MNIST_SHAPE
-    ? "What the model sees (28 × 28, ink 255 on 0, as MNIST):"
-    : `What the model sees (${h} × ${w}, ${c === 3 ? "RGB" : "grey, ink 255 on 0"}):`;
+  if (isMnistShape(shape())) return "What the model sees (28 × 28, ink 255 on 0, as MNIST):";
+  return `What the model sees (${shapeWords(shape())}${shape()[0] === 3 ? "" : ", ink 255 on 0"}):`;
 }
 
-/** The probability rows: one per class, named. */
-function probRows() {
-  const longest = Math.max(...classNames().map((n) => n.length));
+/** True when the dataset's classes are the digits 0-9 (MNIST, or one like it). */
+const digits = () => classNames().join() === "0,1,2,3,4,5,6,7,8,9";
+
+/** What to draw, in the dataset's words: "a digit (0–9)" only for digits. */
+function drawText() {
+  if (digits()) return "Draw a digit (0–9) in the box, or upload a photo:";
+  const names = classNames();
+  const some = names.slice(0, 3).join(", ") + (names.length > 3 ? ", …" : "");
+  const title = appState.dataset?.title ?? datasetName();
+  return `Draw one of the ${names.length} classes of ${title} (${some}) in the box, or upload a ` +
+    `photo${shape()[0] === 3 ? " (in colour)" : ""}:`;
+}
+
+/** The probability rows: one per model output (``k``; the dataset's classes before an
+ * answer), named by the dataset's class names; outputs beyond them by their number. */
+function probRows(k = classNames().length) {
+  const names = classNames();
+  const rows = Array.from({ length: Math.max(k, 1) }, (_, i) => names[i] ?? `output ${i}`);
+  const longest = Math.max(...rows.map((n) => n.length));
   // one name column for every row (the bars line up), at most 12em (longer names cut: …)
   $("try-probs").style.setProperty("--name-w", `${Math.min(12, Math.max(1.4, 0.62 * longest))}em`);
-  $("try-probs").replaceChildren(...classNames().map((name) => el("li", { className: "prob" },
-    el("span", { className: "prob-digit", textContent: name, title: name }),
-    el("span", { className: "prob-track" }, el("span", { className: "prob-bar" })),
-    el("span", { className: "prob-val", textContent: "–" }))));
+  $("try-probs").replaceChildren(...rows.map((name, i) => el("li", {
+    className: i < names.length ? "prob" : "prob extra" },
+  el("span", { className: "prob-digit", textContent: name,
+    title: i < names.length ? name : `no class of ${datasetName()}` }),
+  el("span", { className: "prob-track" }, el("span", { className: "prob-bar" })),
+  el("span", { className: "prob-val", textContent: "–" }))));
+  const extra = k - names.length;
+  $("try-extra").hidden = extra <= 0;
+  const which = extra === 1 ? `output ${k - 1} is` : `outputs ${names.length}–${k - 1} are`;
+  $("try-extra").textContent = extra <= 0 ? "" : `This model has ${k} outputs and ` +
+    `${datasetName()} ${names.length} classes: ${which} no class of it (training pushes ` +
+    `${extra === 1 ? "it" : "them"} towards 0%).`;
 }
 
 function build() {
   const panel = $("panel-try");
   const canvas = el("canvas", { id: "try-canvas", width: CANVAS, height: CANVAS,
-    role: "img", "aria-label": "drawing area: draw a digit with the mouse, a finger or a pen" });
+    role: "img", "aria-label": "drawing area: draw with the mouse, a finger or a pen" });
   const index = el("input", { type: "number", id: "try-index", min: 0, value: 0, step: 1,
     inputMode: "numeric" });
   const probs = el("ol", { id: "try-probs", className: "probs", start: 0,
@@ -102,7 +122,8 @@ function build() {
         el("canvas", { id: "try-input", className: "pixelated digit-big", width: SIDE, height: SIDE,
           role: "img", "aria-label": "the preprocessed input" }),
         el("p", { id: "try-source", className: "hint" }),
-        el("h3", { textContent: "Probabilities" }), probs))));
+        el("h3", { textContent: "Probabilities" }), probs,
+        el("p", { id: "try-extra", className: "hint", hidden: true })))));
   clearCanvas();
   setupDrawing(canvas);
   followDataset();
@@ -127,10 +148,7 @@ function build() {
 
 /** The chosen dataset's texts, probability rows and an empty input. */
 function followDataset() {
-  const [c] = shape();
-  $("try-draw-hint").textContent = String(shape()) === MNIST_SHAPE
-    ? "Draw a digit (0–9) in the box, or upload a photo:"
-    : `Draw in the box or upload a photo (${c === 3 ? "in colour" : "grey"}):`;
+  $("try-draw-hint").textContent = drawText();
   $("try-sees").textContent = seesText();
   probRows();
   clearCanvas();
@@ -216,78 +234,8 @@ function changed() {
   debounce = setTimeout(classifyDrawing, DEBOUNCE_MS);
 }
 
-/** The drawing canvas as the dataset's sample: uint8 [C, H, W] planar (grey: ink 255 on 0),
- * resized with smoothing; null when it is blank. */
-function resized(canvas, [c, h, w]) {
-  const tmp = new OffscreenCanvas(w, h);
-  const tctx = tmp.getContext("2d", { willReadFrequently: true });
-  tctx.imageSmoothingEnabled = true;
-  tctx.imageSmoothingQuality = "high";
-  tctx.drawImage(canvas, 0, 0, w, h);
-  const src = tctx.getImageData(0, 0, w, h).data;
-  const out = new Uint8Array(c * h * w);
-  let blank = true;
-  for (let i = 0; i < h * w; i++) {
-    const [r, g, b] = src.subarray(4 * i, 4 * i + 3);
-    if (r < 255 || g < 255 || b < 255) blank = false;
-    if (c === 3) [out[i], out[h * w + i], out[2 * h * w + i]] = [r, g, b];
-    else out[i] = 255 - Math.round(0.299 * r + 0.587 * g + 0.114 * b);
-  }
-  return blank ? null : out;
-}
-
-/** The drawing as the dataset's sample (see resized); for 1x28x28 as MNIST's 28x28 uint8 (0
- * background, 255 ink, centred as MNIST), or null when empty. */
-export function preprocess(canvas) {
-  return String(shape()) === MNIST_SHAPE ? mnistSample(canvas) : resized(canvas, shape());
-}
-
-/** A drawing (dark on white) as MNIST's 28x28 uint8 (0 background, 255 ink, centred as
- * MNIST), or null when empty; own-classes.js stores its drawings so. */
-export function mnistSample(canvas) {
-  const w = canvas.width, h = canvas.height;
-  const src = canvas.getContext("2d").getImageData(0, 0, w, h).data;
-  let x0 = w, y0 = h, x1 = -1, y1 = -1;
-  for (let y = 0; y < h; y++) {
-    for (let x = 0; x < w; x++) {
-      if (src[4 * (y * w + x)] < 255) {
-        x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y);
-      }
-    }
-  }
-  if (x1 < 0) return null;
-  const bw = x1 - x0 + 1, bh = y1 - y0 + 1;
-  const scale = BOX / Math.max(bw, bh);
-  const dw = Math.max(1, Math.round(bw * scale)), dh = Math.max(1, Math.round(bh * scale));
-  const tmp = new OffscreenCanvas(dw, dh);
-  const tctx = tmp.getContext("2d", { willReadFrequently: true });
-  tctx.imageSmoothingEnabled = true;
-  tctx.imageSmoothingQuality = "high";
-  tctx.drawImage(canvas, x0, y0, bw, bh, 0, 0, dw, dh);
-  const small = tctx.getImageData(0, 0, dw, dh).data;
-  const ink = new Float64Array(dw * dh);
-  let mass = 0, mx = 0, my = 0;
-  for (let y = 0; y < dh; y++) {
-    for (let x = 0; x < dw; x++) {
-      const v = 255 - small[4 * (y * dw + x)];
-      ink[y * dw + x] = v;
-      mass += v; mx += (x + 0.5) * v; my += (y + 0.5) * v;
-    }
-  }
-  // shift the centre of mass to the centre of the 28x28 field (whole pixels, as MNIST)
-  const ox = Math.round(SIDE / 2 - mx / mass), oy = Math.round(SIDE / 2 - my / mass);
-  const out = new Uint8Array(SIDE * SIDE);
-  for (let y = 0; y < dh; y++) {
-    for (let x = 0; x < dw; x++) {
-      const tx = x + ox, ty = y + oy;
-      if (tx >= 0 && tx < SIDE && ty >= 0 && ty < SIDE) out[ty * SIDE + tx] = ink[y * dw + x];
-    }
-  }
-  return out;
-}
-
 function classifyDrawing(photo = null) {
-  const pixels = preprocess($("try-canvas"));
+  const pixels = canvasSample($("try-canvas"), shape());
   current = pixels ? { pixels } : null;
   show(pixels);
   if (pixels) {
@@ -380,6 +328,7 @@ export function onPrediction(m) {
       : `${m.model} after step ${m.step}` + (appState.phase === "training" ? " (training)" : "");
     Object.assign(state, { probs: m.probs, source: m.index != null ? "test" : "drawn",
       index: m.index, step: m.step, untrained: !!m.untrained });
+    if (m.probs.length !== $("try-probs").children.length) probRows(m.probs.length);
     render(m.probs);
   }
   if (again) classify();

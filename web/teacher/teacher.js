@@ -13,7 +13,8 @@ const TOKEN_KEY = "webgpu-trainer.teacher-token";
 const RENDER_MS = 500;
 
 const state = {
-  token: null, info: null, schema: null, datasets: [], sessions: [], session: null, addr: 0,
+  token: null, info: null, schema: null, datasets: [], datasetList: [],
+  defaultDataset: "mnist", sessions: [], session: null, addr: 0,
   roster: new Map(),          // student id -> row
   curves: new Map(),          // student id -> {run, steps: Map(step -> loss)}
   leaderboard: [],            // names, best first
@@ -95,10 +96,22 @@ function renderJoin() {
   }
   const pinned = s.pinned.filter((k) => Object.hasOwn(s.config, k))
     .map((k) => `${k} ${s.config[k]}`);
+  $("session-dataset").textContent = datasetText(s);
   $("pinned-text").textContent = pinned.length ? `Locked for students: ${pinned.join(" · ")}`
     : "Students may change every setting.";
   $("session-state").textContent = s.open ? "open" : "closed: nobody new can join";
   $("toggle-open").textContent = s.open ? "Close session" : "Reopen session";
+}
+
+/** The session's dataset in words: title, samples, classes, training images, locked or not. */
+function datasetText(s) {
+  const name = s.config.dataset ?? state.defaultDataset;
+  const d = state.datasetList.find((x) => x.name === name);
+  const lock = s.pinned.includes("dataset") ? "locked for students"
+    : "students may choose another";
+  if (!d) return `Dataset: ${name} (not on this server) · ${lock}`;
+  return `Dataset: ${d.title} (${d.sample_shape.join("x")}, ${d.classes.length} classes, ` +
+    `${Number(d.train).toLocaleString()} training images) · ${lock}`;
 }
 
 // ------------------------------------------------------------------------- live stream
@@ -221,7 +234,10 @@ function openDialog() {
     if (kind === "select") {
       const opts = k === "model" ? state.info.models : k === "dataset" ? state.datasets
         : f.choices;
-      input = el("select", { id, name: k }, ...opts.map((o) => new Option(o, o)));
+      const title = (o) => (k === "dataset"
+        ? state.datasetList.find((x) => x.name === o)?.title : null) ?? o;
+      input = el("select", { id, name: k }, ...opts.map((o) => new Option(
+        title(o) === o ? o : `${title(o)} (${o})`, o)));
     } else {
       input = el("input", { id, name: k, type: "number", step: f.type === "int" ? "1" : "any",
         min: String(f.min ?? 0), title: f.help ?? "" });
@@ -278,7 +294,10 @@ async function start() {
   try {
     state.info = await getJSON("/api/classroom/info");
     state.schema = await getJSON("/api/config/schema");
-    state.datasets = (await getJSON("/api/datasets")).datasets.map((d) => d.name);
+    const listed = await getJSON("/api/datasets");
+    state.datasetList = listed.datasets;
+    state.defaultDataset = listed.default;
+    state.datasets = listed.datasets.map((d) => d.name);
   } catch (e) {
     if (state.token) showError(`Could not load the dashboard: ${e.message}`);
     return;

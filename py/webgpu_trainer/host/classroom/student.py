@@ -88,8 +88,8 @@ async def report(request) -> Response:
     if body.config is not None:
         cfg = {k: v for k, v in body.config.items() if k in st.config_keys}
         try:
-            cfg = check_config(cfg, train_images=request.app.state.train_images(),
-                               classes_of=st.models.classes)
+            cfg = check_config(cfg, train_images=request.app.state.train_images(
+                cfg.get("dataset")), classes_of=st.models.classes)
         except ConfigError as exc:
             raise ApiError(422, f"config: {exc}", [f"{f}: {m}" for f, m in exc.errors]) \
                 from None

@@ -45,11 +45,13 @@ POINTS_MARGIN_S = 10.0       # re-read points this far back (a late commit is no
 
 def _checked(request, config: dict, pinned) -> tuple[dict, list]:
     """The session's config checked against the server's models, the model's classes and the
-    training images (``check_config``) and its pinned keys; 422 naming each bad field."""
+    training images of its dataset (``check_config``) and its pinned keys; 422 naming each bad
+    field."""
     st = request.app.state.classroom
+    dataset = config.get("dataset") if isinstance(config, dict) else None
     try:
         return (check_config(config, st.model_names(),
-                             train_images=request.app.state.train_images(),
+                             train_images=request.app.state.train_images(dataset),
                              classes_of=st.models.classes),
                 check_pinned([k for k in PINNABLE if k != "seed"] if pinned is None
                              else pinned))
