@@ -5,6 +5,7 @@
 // lib/conv_window.wgsl.
 
 //!include conv_window
+//!include index
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;        // dy [N,K,OH,OW]
@@ -190,5 +191,24 @@ fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
       if (rb < rblocks && k < (g + 1u) * Kg && r < R) { y[(wid.y * p.K + k) * R + r] = sum; }
     }
     workgroupBarrier();
+  }
+}
+
+// A zero-padded copy of the forward input for `weight_grad` of a padded layer, which then runs
+// UNPADDED (no bounds test per tap): w = x [N,C,H,W], y = [N,C,OH,OW] where here OH, OW are
+// the padded sizes H + ph + bottom pad, W + pw + right pad (ops/conv.py). Grid-stride.
+@compute @workgroup_size(64)
+fn pad_input(@builtin(global_invocation_id) gid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>) {
+  let total = p.N * p.C * p.OH * p.OW;
+  for (var e = flat_index(gid, nwg); e < total; e += grid_stride(nwg)) {
+    let col = e % p.OW;
+    let r = e / p.OW;
+    let row = r % p.OH;
+    let nc = r / p.OH;
+    let ih = i32(row) - i32(ph);
+    let iw = i32(col) - i32(pw);
+    let ok = ih >= 0 && ih < i32(p.H) && iw >= 0 && iw < i32(p.W);
+    y[e] = select(0.0, w[select(0u, (nc * p.H + u32(ih)) * p.W + u32(iw), ok)], ok);
   }
 }

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from cases import case, family
+from cases.matmul import matmul_case
 from conftest import FWD_RTOL, f32, head, node, rel_err, rng_for, run
 from harness import builder_patch, check_case
 from webgpu_trainer.engine.plan import Builder
@@ -133,7 +134,10 @@ OWN_CASES = [_conv_relu("conv3_like_b40", 16, 24, 12, 40),
              _conv_relu("tiny_plane_b64", 8, 16, 3, 64),
              _conv_bn("bn_b3_chunk64", 3, 64), _conv_bn("bn_b300_chunk64", 300, 64),
              _conv_bn("bn_b300_one_part", 300, None),
-             _relu_fused("relu_fused_s1", 1), _relu_fused("relu_fused_s2", 2)]
+             _relu_fused("relu_fused_s1", 1), _relu_fused("relu_fused_s2", 2),
+             # a batched activation times a weight large enough for the Gemm's tiles (ops/
+             # matmul.py hands the plain product to gemm.matmul; dA reads W^T)
+             matmul_case("tiled_3d_x_2d", ("act", [16, 64, 256]), ("param", [256, 256]), 16)]
 
 
 @pytest.mark.parametrize("case", OWN_CASES, ids=[c.name for c in OWN_CASES])
@@ -147,6 +151,31 @@ def test_relu_gradient_fused_cpu_path(device, name):
     """The fused ReLU gradient on the CPU adapters' kernels (backward_input, forward on dy)."""
     with builder_patch({"TILED": False}):
         check_case(device, next(c for c in OWN_CASES if c.name == name))
+
+
+# Padded layers (asymmetric pads, stride 2, dilation, groups, a 1x3 window): the GPU kernels
+# on a zero-padded copy of the input (Builder.PADDED_WEIGHT_GRAD, on by default: the weight
+# gradient; PADDED_FORWARD: the forward and the stride-1 input gradient, with the fused ReLU
+# mask) and, for the weight gradient, the per-tap bounds tests the copy replaces; the input
+# gradient of column-strided layers (5x5_s2_pad2, group3_k12) without PHASED_INPUT_GRAD.
+PADDED = ("conv/5x5_s2_pad2", "conv/3x3_asym_pads", "conv/3x3_dil2", "conv/group3_k12",
+          "conv/k17_rect_mixed", "conv/width33_k9")
+PADDED_CASES = [c for c in family("conv").CASES if c.id in PADDED]
+
+
+@pytest.mark.parametrize("flags", [{"PADDED_WEIGHT_GRAD": False}, {"PADDED_FORWARD": True},
+                                   {"PHASED_INPUT_GRAD": False}],
+                         ids=["wgrad_bounds_tests", "forward_padded", "dx_unphased"])
+@pytest.mark.parametrize("case", PADDED_CASES, ids=[c.id for c in PADDED_CASES])
+def test_conv_padding_paths(device, case, flags):
+    with builder_patch({**GPU, **flags}):
+        check_case(device, case)
+
+
+def test_relu_fused_padded_forward(device):
+    """The fused ReLU mask of the stride-1 input gradient run as a forward on padded dy."""
+    with builder_patch({**GPU, "PADDED_FORWARD": True}):
+        check_case(device, next(c for c in OWN_CASES if c.name == "relu_fused_s1"))
 
 
 def test_seednet_step_gpu_paths(device):

@@ -41,7 +41,7 @@ class Builder:
         self.sink = plan.dev.buffer(16, "sink")  # placeholders of unbound slots (kernel)
         self._saves: dict = {}
         self.save_sizes: dict = {}
-        self._temp = None
+        self._temps = {}
 
     def fused(self, node) -> frozenset:
         """Which of a ReLU's passes the plan fused across ``node`` and an in-place Relu next to
@@ -118,6 +118,15 @@ class Builder:
     # workgroup's dy tile, read once from memory instead of once per block.
     WEIGHT_GRAD_BLOCKS = 4
 
+    # The GPU weight gradient of a padded convolution reads a zero-padded copy of the input
+    # (one pass) instead of testing the bounds of every tap (ops/conv.py; False: A/B).
+    PADDED_WEIGHT_GRAD = True
+    # The same for the GPU forward (and the stride-1 input gradient run as a forward).
+    PADDED_FORWARD = False
+    # The GPU input gradient of a convolution with column stride > 1: each thread's columns
+    # share one residue mod the stride, so no tap is tested and skipped per column (conv.py).
+    PHASED_INPUT_GRAD = True
+
     # Elements per thread of the grid-stride elementwise kernels (ReLU, BatchNorm's normalize,
     # ...): one-element workgroups are launch-bound on GPUs (measured on an H200: 115 us for
     # 11.6 M elements, 5x the memory time) and on CPU adapters alike (lavapipe, SeedNet at batch
@@ -151,13 +160,15 @@ class Builder:
     def scratch(self, nfloats: int):
         return self.dev.buffer(4 * nfloats, "scratch")
 
-    def temp(self, nfloats: int):
+    def temp(self, nfloats: int, slot: str = "scratch"):
         """Scratch for partial sums that the very next dispatch reduces (split-K parts): one
-        buffer shared by every such use of the plan (dispatches run in order), replaced by a
-        larger one when a use needs more."""
-        if self._temp is None or self._temp.size < 4 * nfloats:
-            self._temp = self.dev.buffer(4 * nfloats, "scratch")
-        return self._temp
+        buffer per ``slot`` shared by every such use of the plan (dispatches run in order),
+        replaced by a larger one when a use needs more. A second slot holds what one op's
+        dispatches read while the first holds their parts (conv.py: a zero-padded input)."""
+        buf = self._temps.get(slot)
+        if buf is None or buf.size < 4 * nfloats:
+            buf = self._temps[slot] = self.dev.buffer(4 * nfloats, slot)
+        return buf
 
     def save(self, node, nfloats: int, what: str = "save"):
         """A per-node buffer shared by the training and eval programs (batch statistics,

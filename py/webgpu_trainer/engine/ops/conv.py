@@ -141,6 +141,9 @@ async def conv_forward(b, node, g, win, x, w, bias, y, relu=0, mask=0, mask_src=
     packed = b.save(node, (c // grp) * win["KH"] * win["KW"] * grp * _cdiv(kg, 8) * 8, "wfwd")
     await b.kernel("conv2d", "pack_forward", groups_1d(packed_numel(b, packed)), params=params,
                    constants=win, w=w, y=packed)
+    if b.tiled and (win["ph"] or win["pw"]) and b.PADDED_FORWARD:
+        g, win, x = await _padded_input(b, g, win, x)
+        params = _params(g, has_bias=int(bias is not None), relu=relu, mask=mask)
     threads, consts = _forward_threads(b, n, grp, kg, oh, ow, win)
     await b.kernel("conv2d", "forward", groups_1d(threads), params=params, constants=consts,
                    x=x, wt=packed, b=bias if mask_src is None else mask_src, y=y)
@@ -187,11 +190,16 @@ async def input_grad(b, node, g, win, w, dy, dx, mask=0, mask_src=None, bias=Non
         return
     params = _params(g, mask=mask, has_bias=int(bias is not None), relu=relu)
     threads = n * grp * _cdiv(c // grp, 8) * h * _cdiv(wd, 4)
+    consts = win
+    if b.tiled and win["sw"] > 1 and b.PHASED_INPUT_GRAD:  # see backward_input
+        sw = win["sw"]
+        threads = n * grp * _cdiv(c // grp, 8) * h * sw * _cdiv(_cdiv(wd, sw), 4)
+        consts = {**win, "PHASED": 1}
     packed = b.save(node, k * kh * kw * _cdiv(c // grp, 8) * 8, "wbwd")
     await b.kernel("conv2d", "pack_backward", groups_1d(packed_numel(b, packed)),
                    params=params, constants=win, w=w, y=packed)
     await b.kernel("conv2d", "backward_input", groups_1d(threads), params=params,
-                   constants=win, x=dy, wt=packed, b=bias if mask_src is None else mask_src,
+                   constants=consts, x=dy, wt=packed, b=bias if mask_src is None else mask_src,
                    y=dx)
 
 
@@ -202,6 +210,8 @@ async def weight_grad(b, g, win, x, dy, dw):
     split over the batch)."""
     n, c, h, wd, k, oh, ow, grp = g
     taps = (c // grp) * win["KH"] * win["KW"]
+    if b.tiled and (win["ph"] or win["pw"]) and b.PADDED_WEIGHT_GRAD:
+        g, win, x = await _padded_input(b, g, win, x)
     if b.tiled:
         rblocks = _cdiv(taps, 8)
         wrb = b.WEIGHT_GRAD_BLOCKS if rblocks >= b.WEIGHT_GRAD_BLOCKS else min(rblocks, 2)
@@ -223,6 +233,19 @@ async def weight_grad(b, g, win, x, dy, dw):
         await gemm.reduce_splits(b, out, dw, splits, k * taps)
 
 
+async def _padded_input(b, g, win, x):
+    """(geometry, window, buffer) of the layer's input zero-padded into scratch: the rows and
+    columns the windows reach, (OH - 1) * sh + dh * (KH - 1) + 1 by the same for columns, so
+    the weight gradient runs without padding and without bounds tests per tap."""
+    n, c, h, wd, k, oh, ow, grp = g
+    hp = (oh - 1) * win["sh"] + win["dh"] * (win["KH"] - 1) + 1
+    wp = (ow - 1) * win["sw"] + win["dw"] * (win["KW"] - 1) + 1
+    padded = b.temp(n * c * hp * wp, "scratch.pad")
+    await b.kernel("conv2d_wgrad", "pad_input", b.elementwise_groups(n * c * hp * wp),
+                   params=_params((n, c, h, wd, k, hp, wp, grp)), constants=win, w=x, y=padded)
+    return (n, c, hp, wp, k, oh, ow, grp), {**win, "ph": 0, "pw": 0}, padded
+
+
 async def _input_grad_as_forward(b, node, g, win, w, dy, dx, mask=0, mask_src=None, bias=None,
                                  relu=0):
     """dx of a stride-1 convolution = forward convolution of dy with the flipped, transposed
@@ -237,6 +260,9 @@ async def _input_grad_as_forward(b, node, g, win, w, dy, dx, mask=0, mask_src=No
     packed = b.save(node, (k // grp) * kh * kw * grp * _cdiv(cg, 8) * 8, "wtrans")
     await b.kernel("conv2d", "pack_transposed", groups_1d(packed_numel(b, packed)),
                    params=params, constants=tw, w=w, y=packed)
+    if b.tiled and (tw["ph"] or tw["pw"]) and b.PADDED_FORWARD:
+        pg, tw, dy = await _padded_input(b, (n, k, oh, ow, c, h, wd, grp), tw, dy)
+        params = _params(pg, mask=mask, has_bias=int(bias is not None), relu=relu)
     threads, consts = _forward_threads(b, n, grp, cg, h, wd, tw)
     await b.kernel("conv2d", "forward", groups_1d(threads), params=params, constants=consts,
                    x=dy, wt=packed, b=bias if mask_src is None else mask_src, y=dx)

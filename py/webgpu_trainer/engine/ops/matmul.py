@@ -17,6 +17,7 @@ walks contiguously folded into the rows, reduced dims contiguous with the k rang
 import math
 
 from ..backends.base import groups_1d
+from . import gemm
 from .gemm import reduce_splits
 from ..errors import GraphError
 
@@ -154,6 +155,12 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
         raise NotImplementedError(
             f"{node['name'] if node else 'MatMul'}: more than {MAX_DIMS} kept or reduced batch "
             f"dims after merging ({kept}, {red})")
+    if not kept and not red and inner and gemm.tile_width(b, rows, cols, inner):
+        # one plain product large enough for the Gemm's workgroup-memory tiles (GPU adapters),
+        # which read either operand along its contiguous dim (a Linear's dX = dY @ W^T read
+        # W across rows here: 5x the forward's time on an H200)
+        await gemm.matmul(b, a, (sam, sak), bm, (sbk, sbn), out, rows, cols, inner)
+        return
     nkept = math.prod([d[0] for d in kept])
     nred = math.prod([d[0] for d in red])
     threads = nkept * ((rows + 3) // 4) * ((cols + 3) // 4)
