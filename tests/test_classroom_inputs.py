@@ -89,7 +89,8 @@ LR_401 = ("lr: must be a number > 0 and at most 3.403e+38 (the largest float32, 
     (b'{"model":"mlp-ts17","loss":"cross_entropy","class_weights":[1,1,1]}', 422, [
         "class_weights: must be 10 numbers, each >= 0 (one per class of the model), got 3"]),
     (b'{"model":"mlp-ts17","val_images":59999}', 422, [
-        "val_images: must be an integer in [0, 59,998], got 59999"]),
+        "val_images: must be an integer in [0, 59,998] (the 60,000 training images less a "
+        "batch of 2 to train on; 0 = no validation), got 59,999"]),
     (json.dumps({"model": "m" * 50_000}).encode(), 422, [
         "model: unknown model '" + "m" * 40 + "'... (50,000 characters) (this server has: "
         "mlp-ts17)"]),

@@ -43,7 +43,7 @@ def _read_manifest(folder: Path, name: str) -> tuple[dict, str]:
         data.prepare(folder)
     if not path.is_file():
         root = folder.parent
-        valid, invalid = store.scan_root(root)
+        valid, invalid = store.scan_root(root, clean=False)  # maybe not a data root
         bad = "".join(f"; invalid there: {n} ({why})" for n, why in invalid[:3])
         raise ValueError(f"no dataset {name} in {root} (no {path}; prepared there: "
                          f"{', '.join(r['name'] for r in valid) or 'none'}{bad}): prepare it "

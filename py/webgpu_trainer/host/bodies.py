@@ -1,5 +1,6 @@
 """Request bodies read with limits, for every route that takes one: ``body_chunks`` (a size cap
-and an idle timeout, streamed), ``read_body`` (that, in memory) and ``read_json`` (that, then JSON no deeper than ``MAX_DEPTH``).
+and an idle timeout, streamed; the dataset uploads write it to a file), ``read_body`` (that, in
+memory) and ``read_json`` (that, then JSON no deeper than ``MAX_DEPTH``).
 
 Every refusal is an ``ApiError`` naming the problem and never echoing the body: 413 over the
 cap, 408 for a stalled client, 400 for a body that is not JSON or nests too deeply.

@@ -197,7 +197,6 @@ def write_folder(dest: Path, name: str, arrays: Arrays, log: Log = _log, *,
     else:
         mean, std = [], []
     dest.parent.mkdir(parents=True, exist_ok=True)
-    atomic.clean_stale(dest.parent, log)
     with atomic.building(dest.parent, dest.name) as (tmp, unlock):
         splits = _shards(tmp, arrays, log)
         manifest = {"format": FORMAT, "name": name, "title": arrays.title,
@@ -223,8 +222,11 @@ def write_folder(dest: Path, name: str, arrays: Arrays, log: Log = _log, *,
 def write_dataset(root: Path, name: str, arrays: Arrays, log: Log = _log, **kw) -> dict:
     """Check ``arrays`` and write them as dataset ``name`` into ``<root>/<name>`` atomically
     (see the module docstring; keywords as ``write_folder``). Returns the manifest; raises
-    DataError naming the problem, with nothing under ``root`` changed."""
-    return write_folder(Path(root) / check_name(name), name, arrays, log, **kw)
+    DataError naming the problem, with nothing under ``root`` changed (but what killed
+    prepares left there: ``atomic.clean_stale``)."""
+    dest = Path(root) / check_name(name)
+    atomic.clean_stale(root, log)
+    return write_folder(dest, name, arrays, log, **kw)
 
 
 # ---------------------------------------------------------------- reading
@@ -344,13 +346,15 @@ def summary(m: dict) -> dict:
             "bytes": sum(s[k][p]["bytes"] for k in SPLITS for p in ("images", "labels"))}
 
 
-def scan_root(root: Path | None = None) -> tuple[list[dict], list[tuple[str, str]]]:
+def scan_root(root: Path | None = None, *,
+              clean: bool = True) -> tuple[list[dict], list[tuple[str, str]]]:
     """``(summaries, invalid)`` of the folders ``<root>/<name>/`` (sorted by name): the
     ``summary`` of each valid dataset, and ``(name, reason)`` for each folder with a dataset
-    name that fails its checks (no manifest.json, a bad manifest, a missing shard). Removes
-    what killed prepares left first (``atomic.clean_stale``)."""
+    name that fails its checks (no manifest.json, a bad manifest, a missing shard). With
+    ``clean``, removes what killed prepares left first (``atomic.clean_stale``)."""
     root = Path(root) if root else default_root()
-    atomic.clean_stale(root)
+    if clean:
+        atomic.clean_stale(root)
     valid, invalid = [], []
     for folder in sorted(root.iterdir()) if root.is_dir() else []:
         if not folder.is_dir() or not NAME.fullmatch(folder.name):
