@@ -40,8 +40,8 @@ def check_indices(graph) -> None:
             lookup = n["op_type"] == "Gather" and k == 1
             if lookup and name not in graph.constants and not (tokens and name == inp["name"]):
                 raise GraphError(f"node {n['name']} (Gather): input 1 {name!r} (indices) is "
-                                 "computed at run time; only constants or the model's token "
-                                 "ids input are supported")
+                                 "not a constant of the model; only constant indices or the "
+                                 "model's token ids input are supported")
             if tokens and name == inp["name"] and not lookup:
                 raise GraphError(f"node {n['name']} ({n['op_type']}) reads the token ids "
                                  f"input {name!r}; only a Gather's indices may")
