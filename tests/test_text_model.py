@@ -6,7 +6,8 @@ from an int64 ``[N, 16]`` input; the synthetic ``markers`` tokens dataset
 Asserted: the import (int64 input, no refusal), the device's forward vs onnxruntime and its
 first-step gradients vs torch (float64), training steps on the device agreeing with the numpy
 engine step by step, and ``webgpu-trainer data --markers`` then ``train --data markers`` from
-the CLI reaching >= 0.95 test accuracy, its exported .onnx run by onnxruntime."""
+the CLI reaching >= 0.95 test accuracy, its exported .onnx run by onnxruntime, and
+``predict`` on a test row agreeing with onnxruntime."""
 
 import json
 import subprocess
@@ -160,6 +161,12 @@ def test_cli_data_markers_then_train(exported, tmp_path):
     scores = ort.InferenceSession(str(run_dir / "model.onnx")).run(
         None, {"tokens": a.test_x.astype(np.int64)})[0]
     assert np.mean(scores.argmax(1) == a.test_y) >= 0.95
+    out = subprocess.run(EXE + ["predict", str(run_dir / "model.onnx"), "--data", "markers",
+                                "--data-root", str(root), "--index", "3"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"(label marker {a.test_y[3] + 1}): predicted marker {a.test_y[3] + 1}" in out.stdout
+    assert float(out.stdout.split("max |engine - onnxruntime| = ")[1].split()[0]) < 1e-5
 
 
 class MaskedNet(torch.nn.Module):
