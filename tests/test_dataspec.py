@@ -54,7 +54,8 @@ def test_spec_of_legacy_manifests():
 @pytest.mark.parametrize("change,message", [
     ({"format": "webgpu-trainer/cifar@9"}, "dataset manifest: format 'webgpu-trainer/cifar@9' "
      "is not 'webgpu-trainer/dataset@1' (or the older 'webgpu-trainer/mnist@1')"),
-    ({"kind": "audio"}, "dataset manifest: kind must be 'image', 'table' or 'tokens', got 'audio'"),
+    ({"kind": "audio"},
+     "dataset manifest: kind must be 'image', 'table' or 'tokens', got 'audio'"),
     ({"sample_shape": [3, 0, 7]}, "dataset manifest: sample_shape [3, 0, 7] is not [C, H, W] "
      "(or [H, W]) with sizes >= 1"),
     ({"sample_shape": "3x5x7"}, "dataset manifest: sample_shape must be a list of sizes, got "

@@ -6,7 +6,8 @@ from an int64 ``[N, 16]`` input; the synthetic ``markers`` tokens dataset
 Asserted: the import (int64 input, no refusal), the device's forward vs onnxruntime and its
 first-step gradients vs torch (float64), training steps on the device agreeing with the numpy
 engine step by step, and ``webgpu-trainer data --markers`` then ``train --data markers`` from
-the CLI reaching >= 0.95 test accuracy, its exported .onnx run by onnxruntime."""
+the CLI reaching >= 0.95 test accuracy, its exported .onnx run by onnxruntime, and
+``predict`` on a test row agreeing with onnxruntime."""
 
 import json
 import subprocess
@@ -37,14 +38,15 @@ class TextNet(torch.nn.Module):
         return self.fc(self.emb(x).mean(1))
 
 
-def _export(net, path, dynamo):
+def _export(net, path, dynamo, opset=None):
+    """``net`` exported to ``path`` (opset default 18 with dynamo, else 13)."""
     x = torch.zeros(2, LENGTH, dtype=torch.int64)
     if dynamo:
-        torch.onnx.export(net, (x,), str(path), dynamo=True, opset_version=18,
+        torch.onnx.export(net, (x,), str(path), dynamo=True, opset_version=opset or 18,
                           input_names=["tokens"], output_names=["scores"],
                           dynamic_shapes=({0: torch.export.Dim("N")},), verbose=False)
     else:
-        torch.onnx.export(net, (x,), str(path), dynamo=False, opset_version=13,
+        torch.onnx.export(net, (x,), str(path), dynamo=False, opset_version=opset or 13,
                           input_names=["tokens"], output_names=["scores"],
                           dynamic_axes={"tokens": {0: "N"}, "scores": {0: "N"}})
 
@@ -160,6 +162,12 @@ def test_cli_data_markers_then_train(exported, tmp_path):
     scores = ort.InferenceSession(str(run_dir / "model.onnx")).run(
         None, {"tokens": a.test_x.astype(np.int64)})[0]
     assert np.mean(scores.argmax(1) == a.test_y) >= 0.95
+    out = subprocess.run(EXE + ["predict", str(run_dir / "model.onnx"), "--data", "markers",
+                                "--data-root", str(root), "--index", "3"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"(label marker {a.test_y[3] + 1}): predicted marker {a.test_y[3] + 1}" in out.stdout
+    assert float(out.stdout.split("max |engine - onnxruntime| = ")[1].split()[0]) < 1e-5
 
 
 class MaskedNet(torch.nn.Module):
@@ -180,15 +188,16 @@ class MaskedNet(torch.nn.Module):
 def test_padding_mask_folded_to_lookup(device, exported, tmp_path, dynamo):
     """The padding mask computed from the ids imports as a lookup into a constant table (a
     note says so; no node but Gathers reads the ids); forward vs onnxruntime, gradients vs
-    torch (whose padding row's gradient is 0, as the mask makes it here)."""
+    torch (whose padding row's gradient is 0, as the mask makes it here); opsets 20 / 21."""
     if dynamo not in exported:
         pytest.skip("onnxscript not installed")
     from webgpu_trainer.onnx_io import load_bundle
     torch.manual_seed(1)
     net = MaskedNet()
     path = tmp_path / "masked.onnx"
-    _export(net, path, dynamo)
+    _export(net, path, dynamo, opset=21 if dynamo else 20)
     graph, blob = load_bundle(path)
+    assert graph["opset"] == (21 if dynamo else 20)
     readers = [n["op_type"] for n in graph["nodes"] if "tokens" in n["inputs"]]
     assert readers == ["Gather", "Gather"]
     assert any("became lookups into constant tables" in n for n in graph["notes"])

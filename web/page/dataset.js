@@ -192,6 +192,10 @@ export async function graphOf(model) {
 
 /** Why the chosen model does not fit the chosen dataset (both shapes named), or null. */
 export function fitProblem(model, g, d) {
+  if (d.kind === "tokens") {
+    return `Dataset ${d.name} holds token ids: the page does not train tokens datasets yet; ` +
+      `train it with \`webgpu-trainer train MODEL.onnx --data ${d.name}\`.`;
+  }
   const inp = g.inputs[0];
   const dims = inp.shape.slice(1);
   const want = d.sample_shape;

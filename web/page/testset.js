@@ -31,6 +31,10 @@ async function load(name) {
   const res = await fetch(`${base}/manifest.json`);
   if (!res.ok) throw new Error(`${name} manifest: HTTP ${res.status}`);
   const manifest = await res.json();
+  if (manifest.kind === "tokens") {
+    throw new Error(`${name} holds token ids: the page shows only images or features ` +
+      `(train it with \`webgpu-trainer train MODEL.onnx --data ${name}\`)`);
+  }
   const test = manifest.splits.test;
   const [images, labels] = await Promise.all([
     fetchBytes(`${base}/${test.images.file}`, "test images"),

@@ -60,7 +60,8 @@ def onnxruntime_probs(model_path: Path, images, spec: train_data.DataSpec = trai
         hw = math.prod(spec.sample_shape[-2:])
         x = table[np.arange(spec.values) // hw, x]
     dims = [d if isinstance(d, int) else 0 for d in graph["inputs"][0]["shape"][1:]]
-    x = np.ascontiguousarray(x, np.float32).reshape(len(x), *dims)
+    x = np.ascontiguousarray(x, np.int64 if spec.kind == "tokens" else np.float32).reshape(
+        len(x), *dims)
     out = sess.run(None, {sess.get_inputs()[0].name: x})[0].astype(np.float64)
     final = losses.final_op(graph)
     if final == "LogSoftmax":

@@ -13,7 +13,7 @@ TYPES = ("Gather",)
 
 def _indices(node, ins, ctx):
     idx = np.asarray(ins[1]).astype(np.int64)
-    if node["inputs"][1] == ctx.input:
+    if node["inputs"][1] == getattr(ctx, "input", None):  # ctx None: constant indices
         return np.clip(idx, 0, ins[0].shape[0] - 1)
     return idx
 

@@ -30,7 +30,6 @@ class Graph:
         bad = [f"{n['name']} ({n['op_type']})" for n in self.nodes if n["op_type"] not in OPS]
         if bad:
             raise GraphError("unsupported ops for training: " + ", ".join(bad))
-        lookup.check_indices(self)
         self.consumers: dict = {}
         self.producer = {o: n for n in self.nodes for o in n["outputs"] if o}
         for n in self.nodes:
@@ -47,6 +46,7 @@ class Graph:
 
         Raises GraphError naming the node when shapes do not fit (e.g. a wrong input size).
         """
+        lookup.check_indices(self)
         shapes = {name: list(t["shape"]) for name, t in self.tensors.items()}
         dims = [batch if not isinstance(d, int) else d for d in self.input["shape"]]
         shapes[self.input["name"]] = dims

@@ -10,8 +10,10 @@ rows - 1) in the forward and the backward alike, on both engines; a dataset whos
 ONNX carries no ``padding_idx``: its row trains like any other (PyTorch keeps its gradient 0).
 
 The table's gradient is PyTorch's ``embedding_backward`` (dy scatter-added into zeros by
-index) without atomics: one thread per (row, column) sums, in increasing j, the dy of the
-ids equal to its row: bit-reproducible run to run; cost rows * inner * N*T reads.
+index) without atomics, bit-reproducible run to run: each id is linked to the next equal one
+(one thread per id scans forward and back to the nearest equal id: at most N*T reads each),
+the table zeroed, then the threads of each row's first id sum its chain in increasing j, per
+column (N*T * inner reads in all): no cost grows with the vocabulary but the zeroing.
 """
 
 import math
@@ -40,8 +42,8 @@ def check_indices(graph) -> None:
             lookup = n["op_type"] == "Gather" and k == 1
             if lookup and name not in graph.constants and not (tokens and name == inp["name"]):
                 raise GraphError(f"node {n['name']} (Gather): input 1 {name!r} (indices) is "
-                                 "computed at run time; only constants or the model's token "
-                                 "ids input are supported")
+                                 "not a constant of the model; only constant indices or the "
+                                 "model's token ids input are supported")
             if tokens and name == inp["name"] and not lookup:
                 raise GraphError(f"node {n['name']} ({n['op_type']}) reads the token ids "
                                  f"input {name!r}; only a Gather's indices may")
@@ -67,9 +69,16 @@ async def forward(b, node, ins, outs):
 
 
 async def backward(b, node, ins, gins, gouts):
-    """d table[a] = sum over j with clamp(ids[j]) == a, increasing, of dy[j]."""
+    """d table[a] = sum over j with clamp(ids[j]) == a, increasing, of dy[j]: the chains of
+    equal ids linked, the table zeroed, each chain summed by its first id's threads."""
     p = _params(ins[0], ins[1])
-    n = p["rows"] * p["inner"]
+    size, n = p["rows"] * p["inner"], p["count"] * p["inner"]
+    links = b.scratch(max(2 * p["count"], 1))
+    if size:
+        await b.kernel("embed", "embed_zero", groups_1d(size), params=dict(n=size, **p),
+                       ids=ins[1], out=gins[0], links=links)
     if n:
+        await b.kernel("embed", "embed_links", groups_1d(p["count"]), params=dict(n=n, **p),
+                       ids=ins[1], links=links)
         await b.kernel("embed", "embed_backward", groups_1d(n), params=dict(n=n, **p),
-                       x=gouts[0], ids=ins[1], out=gins[0])
+                       x=gouts[0], ids=ins[1], out=gins[0], links=links)
