@@ -74,7 +74,7 @@ function probRows(k = classNames().length) {
   const rows = Array.from({ length: Math.max(k, 1) }, (_, i) => names[i] ?? `output ${i}`);
   const longest = Math.max(...rows.map((n) => n.length));
   // one name column for every row (the bars line up), at most 12em (longer names cut: …)
-  $("try-probs").style.setProperty("--name-w", `${Math.min(12, Math.max(1.4, 0.62 * longest))}em`);
+  $("try-probs").style.setProperty("--name-w", `${Math.min(12, Math.max(1.4, 0.7 * longest))}em`);
   $("try-probs").replaceChildren(...rows.map((name, i) => el("li", {
     className: i < names.length ? "prob" : "prob extra" },
   el("span", { className: "prob-digit", textContent: name,
