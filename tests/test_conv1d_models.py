@@ -187,9 +187,9 @@ def _stripes(count, seed):
 def test_exported_trains_natively_like_numpy(device, exported, name):
     """10 SGD steps (batch 16, lr 0.05, momentum 0.9; Adam would turn the rounding noise of
     the biases before a BatchNorm, zero in exact arithmetic, into full steps) of the imported
-    model (TorchScript export) on MNIST's [1, 28, 28] samples of two classes (``_stripes``), on the device and on the numpy
-    engine: the same loss at every step (1e-4 relative) and the loss falls (the last 3 steps'
-    mean below 0.7 of the first 3's)."""
+    model (TorchScript export) on MNIST's [1, 28, 28] samples of two classes (``_stripes``),
+    on the device and on the numpy engine: the same loss at every step (1e-4 relative) and the
+    loss falls (the last 3 steps' mean below 0.7 of the first 3's)."""
     from webgpu_trainer.cli import devices
     from webgpu_trainer.onnx_io import load_bundle
     graph, blob = load_bundle(exported[name, "torchscript"][1])
