@@ -1,6 +1,6 @@
 """ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceSumSquare, ReduceL2, ReduceLogSumExp,
-ReduceL1, ReduceProd (ONNX): axes from the attribute or the optional second input, keepdims (default 1),
-noop_with_empty_axes (no axes: all, or the identity).
+ReduceL1, ReduceProd (ONNX): axes from the attribute or the optional second input, keepdims
+(default 1), noop_with_empty_axes (no axes: all, or the identity).
 
 Backward (PyTorch autograd): Sum dx = dy, Mean dx = dy / R; Max / Min as torch.amax / amin,
 the gradient split evenly among the positions equal to the extreme (ties); SumSquare 2 x dy;
