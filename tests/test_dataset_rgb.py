@@ -80,14 +80,14 @@ def write_dataset(root: Path, name: str, seed: int) -> Path:
     return folder
 
 
-def export_model(path: Path) -> Path:
-    """Conv(3->4, 3x3) -> ReLU -> MaxPool(2) -> Flatten -> Linear(64 -> 3), torch.onnx.export
-    in training mode with a dynamic batch axis."""
+def export_model(path: Path, outputs: int = 3) -> Path:
+    """Conv(3->4, 3x3) -> ReLU -> MaxPool(2) -> Flatten -> Linear(64 -> outputs),
+    torch.onnx.export in training mode with a dynamic batch axis."""
     import torch
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(),
                                 torch.nn.MaxPool2d(2), torch.nn.Flatten(),
-                                torch.nn.Linear(64, 3))
+                                torch.nn.Linear(64, outputs))
     torch.onnx.export(model.train(), torch.zeros(2, 3, 8, 8), str(path), opset_version=17,
                       dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
                       do_constant_folding=False, input_names=["input"],
@@ -169,6 +169,20 @@ def test_export_agrees_with_the_engine(trained, engine, request):
                                              DataSpec.from_manifest(manifest))))
     assert np.abs(got - ref).max() <= 1e-4
     assert (ref.argmax(axis=1) == y[:7]).mean() >= 5 / 7
+
+
+def test_guessing_counts_the_datasets_classes(trained, tmp_path):
+    """A 10-output model on the 3 classes of "colours", barely trained (lr 1e-9): its test
+    accuracy is near 1/3, "no better than guessing (33% for 3 classes)", not judged against
+    the model's 10 outputs (10%: that would call it fine)."""
+    model = export_model(tmp_path / "ten.onnx", outputs=10)
+    args = [a if a != "0.01" else "1e-9" for a in ARGS]
+    args[args.index("--epochs") + 1] = "1"
+    proc = cli("train", model, "--data", "colours", "--data-root", trained["data"],
+               "--device", "cpu", "--out", tmp_path / "run", *args)
+    acc = float(re.search(r"test acc ([0-9.]+)", proc.stdout).group(1))
+    assert acc <= 0.5, proc.stdout
+    assert "is no better than guessing (33% for 3 classes)" in proc.stderr, proc.stderr
 
 
 def test_predict_names_the_classes(trained):

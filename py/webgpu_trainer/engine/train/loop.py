@@ -236,7 +236,9 @@ class Trainer:
         self.n_eval = len(logits) // (4 * self.classes)  # fewer after ``skip_test``
         first = self._first_loss
         last = sum(self._last_losses) / len(self._last_losses) if self._last_losses else None
-        judged = verdict(test_acc=acc, classes=self.classes, eval_images=self.n_eval,
+        # guessing among the dataset's classes (a 10-output model on 2 own classes: 50%)
+        guess_classes = min(self.classes, len(self.train_set.spec.classes) or self.classes)
+        judged = verdict(test_acc=acc, classes=guess_classes, eval_images=self.n_eval,
                          first_loss=first, last_loss=last, steps=self.step, total_steps=total,
                          stopped=self.stop_requested and self.step < total,
                          lr=float(cfg["lr"]), optimizer=str(cfg["optimizer"]))

@@ -40,9 +40,10 @@ def verdict(*, test_acc: float, classes: int, eval_images: int, first_loss: floa
             optimizer: str) -> dict:
     """``{"verdict": "ok" | "diverged" | "chance" | "stopped", "reason": str}`` of a run.
 
-    ``test_acc``: fraction 0..1 on ``eval_images`` test images; ``classes``: the model's
-    outputs; ``first_loss``: the training loss of the run's first step, ``last_loss``: the mean
-    of its last steps (None: no step ran); ``steps`` of ``total_steps`` done; ``stopped``: Stop
+    ``test_acc``: fraction 0..1 on ``eval_images`` test images; ``classes``: what guessing
+    chooses among (the dataset's classes, at most the model's outputs); ``first_loss``: the
+    training loss of the run's first step, ``last_loss``: the mean of its last steps (None: no
+    step ran); ``steps`` of ``total_steps`` done; ``stopped``: Stop
     ended it; ``lr`` and ``optimizer`` name the settings in the advice."""
     guess = 1.0 / max(classes, 1)
     acc = (f"test accuracy {100 * test_acc:.1f}% on {eval_images:,} test image"
