@@ -5,11 +5,12 @@ root), then trained for a few steps in headless Chromium (SwiftShader) with
 models/seednet-rgb32.onnx, the page opened with ``?test=1&chunk=N`` so that the worker cuts the
 training split into 3 GPU buffers (``GpuEngine.chunk_bytes``).
 
-Asserted: the picker says the training split takes several buffers; every shard's download was reported with its bytes (the last message of each:
-loaded == total == the manifest's size); the page's per-step losses equal the native engine's
-(wgpu-py, one buffer: no chunking) on the same data, config and seed within CURVE_RTOL relative
-(the kernels give the same bits on both hosts, tests/test_e2e.py); the loss is a cross entropy
-of 10 classes near ln 10 at the start.
+Asserted: the picker says the training split takes several buffers; every shard's download
+was reported with its bytes (the last message of each: loaded == total == the manifest's
+size); the page's per-step losses equal the native engine's (wgpu-py, one buffer: no chunking)
+on the same data, config and seed within CURVE_RTOL relative (the kernels give the same bits
+on both hosts, tests/test_e2e.py); the loss is a cross entropy of 10 classes near ln 10 at the
+start.
 """
 
 import json
