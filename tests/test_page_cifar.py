@@ -5,11 +5,12 @@ root), then trained for a few steps in headless Chromium (SwiftShader) with
 models/seednet-rgb32.onnx, the page opened with ``?test=1&chunk=N`` so that the worker cuts the
 training split into 3 GPU buffers (``GpuEngine.chunk_bytes``).
 
-Asserted: every shard's download was reported with its bytes (the last message of each:
-loaded == total == the manifest's size); the page's per-step losses equal the native engine's
-(wgpu-py, one buffer: no chunking) on the same data, config and seed within CURVE_RTOL relative
-(the kernels give the same bits on both hosts, tests/test_e2e.py); the loss is a cross entropy
-of 10 classes near ln 10 at the start.
+Asserted: the picker says the training split takes several buffers; every shard's download
+was reported with its bytes (the last message of each: loaded == total == the manifest's
+size); the page's per-step losses equal the native engine's (wgpu-py, one buffer: no chunking)
+on the same data, config and seed within CURVE_RTOL relative (the kernels give the same bits
+on both hosts, tests/test_e2e.py); the loss is a cross entropy of 10 classes near ln 10 at the
+start.
 """
 
 import json
@@ -56,6 +57,11 @@ def test_cifar10_trains_in_the_page_in_chunks_as_natively(cifar, chromium, serve
         page = app.page
         page.select_option("#dataset", "cifar10")
         page.wait_for_function("document.getElementById('model').value === 'seednet-rgb32'")
+        # the 80 training images (64 trained on, 16 held out): 3 + 1 buffers of 24 at most
+        page.wait_for_function("document.getElementById('dataset-hint').textContent"
+                               ".includes('GPU buffers')")
+        assert page.text_content("#dataset-hint").endswith(
+            " · uploaded as 4 GPU buffers (this GPU binds 72.0 KB at most)")
         app.configure(model="seednet-rgb32", optimizer="sgd", lr="0.05", batch=BATCH,
                       max_steps=STEPS, eval_images=16, val_images=VAL, seed=3)
         cfg = page.evaluate("readFormForTests()")

@@ -183,24 +183,19 @@ def claimed(root, name: str, shape: list, train: int, test: int) -> None:
          "std": [0.25] * 3, "splits": splits}))
 
 
-def human(n: int) -> str:
-    """``n`` bytes as the page writes them (1024-based, one decimal past bytes)."""
-    unit = next(u for u, k in (("GB", 3), ("MB", 2), ("KB", 1), ("B", 0)) if n >= 1024 ** k)
-    k = ["B", "KB", "MB", "GB"].index(unit)
-    return f"{n / 1024 ** k:.{1 if k else 0}f} {unit}"
-
-
-def test_too_large_is_said_before_download(rgb, app, server_data_root):
+def test_too_large_is_said_before_download(rgb, app, server, server_data_root):
+    """Before any download: more than the page holds is refused; a training split over the
+    GPU's buffer limit (here lowered to 100 samples by ``?test=1&chunk=N``, as the worker's)
+    fits in several buffers (the hint says how many); a sample over the limit does not fit."""
     app.wait_ready()
     page = app.page
     limits = page.evaluate("""async () => {
         const l = (await navigator.gpu.requestAdapter()).limits;
         return [l.maxBufferSize, l.maxStorageBufferBindingSize];
     }""")
-    limit = min(limits)
-    big = limit // 3072 + 1  # training images one sample over the adapter's limit
     claimed(server_data_root, "huge", [3, 32, 32], 1000, 400_000)  # 1.15 GiB, mostly test
-    claimed(server_data_root, "big", [3, 32, 32], big, 10)
+    claimed(server_data_root, "big", [3, 32, 32], 250, 10)
+    claimed(server_data_root, "giant", [3, 400, 400], 2, 1)
     page.reload()
     app.wait_ready()
     pick_dataset(page, "huge")
@@ -208,15 +203,25 @@ def test_too_large_is_said_before_download(rgb, app, server_data_root):
     assert page.text_content("#dataset-warn") == (
         "Huge is 1.1 GB: larger than this page can hold (1.0 GB); it will not fit the "
         "browser's memory.")
-    pick_dataset(page, "big")
-    page.wait_for_function("document.getElementById('dataset-warn').textContent"
-                           ".startsWith('Big')")
-    text = page.text_content("#dataset-warn")
-    assert text.startswith("Big's training images are ") and \
-        text.endswith(f"GPU's buffer limit ({human(limit)}); it will not fit."), text
-    screenshot(page, "datasets-too-large")
-    pick_dataset(page, "blobs")
+    pick_dataset(page, "big")  # the adapter's own limit: one buffer
     page.wait_for_selector("#dataset-warn", state="hidden")
+    assert "GPU buffers" not in page.text_content("#dataset-hint") and min(limits) > 250 * 3072
+    limit = 100 * 3072
+    page.goto(f"{server}/?test=1&chunk={limit}")
+    app.wait_ready()
+    pick_dataset(page, "giant")
+    page.wait_for_function("document.getElementById('dataset-warn').textContent"
+                           ".startsWith('Giant')")
+    assert page.text_content("#dataset-warn") == (
+        "Giant's samples are 468.8 KB each: larger than this GPU's buffer limit (300.0 KB); "
+        "it will not fit.")
+    pick_dataset(page, "big")
+    page.wait_for_function("document.getElementById('dataset-hint').textContent"
+                           ".includes('GPU buffers')")
+    assert page.is_hidden("#dataset-warn")
+    assert page.text_content("#dataset-hint").endswith(
+        " · uploaded as 3 GPU buffers (this GPU binds 300.0 KB at most)")
+    screenshot(page, "datasets-too-large")
 
 
 def random_images(n: int, classes: int, seed: int) -> tuple:

@@ -10,6 +10,7 @@
 import { $, humanBytes } from "../lib/util.js";
 import { appState, log, setStatus, settingsChanged, stateChanged } from "./state.js";
 import { onModelChange } from "./models.js";
+import { testChunkBytes } from "./worker-link.js";
 
 // the committed default models of each sample shape and class count (scripts/make_seednet.py,
 // scripts/make_default_models.py): the first the server has whose classes suffice is chosen
@@ -143,7 +144,8 @@ async function warnSize(d) {
   const per = d.sample_shape.reduce((a, b) => a * b, 1) * (d.kind === "image" ? 1 : 4);
   const gpu = await adapterLimits();
   if (appState.dataset !== d) return;
-  const limit = gpu ? Math.min(gpu.maxBufferSize, gpu.maxStorageBufferBindingSize) : Infinity;
+  const limit = Math.min(testChunkBytes() ?? Infinity,
+    ...gpu ? [gpu.maxBufferSize, gpu.maxStorageBufferBindingSize] : []);
   const perBuffer = Math.floor(Math.floor(limit / 4) * 4 / per);  // whole samples, as data.py
   let text = "";
   if (perBuffer < 1) {

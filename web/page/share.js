@@ -21,7 +21,7 @@ import { loadedSummary, setTrainable, trainableConfig } from "./summary.js";
 import { datasetName, defaultDataset } from "./dataset.js";
 import { parseList, parseNumber, quote } from "./values.js";
 
-const NOT_SETTINGS = new Set(["class", "test"]);  // classroom mode's ?class=ID, the tests' hooks
+const NOT_SETTINGS = new Set(["class", "test", "chunk"]);  // ?class=ID (classroom), test hooks
 const IGNORED_SHOWN = 5;                   // the ignored names a message lists
 // {field, message, ignored}: what the link gave that the form could not take, until edited
 let linkErrors = [];

@@ -15,16 +15,24 @@ export function post(msg) {
   worker?.postMessage(msg);
 }
 
+/** The page's ``?test=1&chunk=N`` (N > 0: the worker's data buffers hold at most N bytes), or
+ * null. */
+export function testChunkBytes() {
+  const query = new URLSearchParams(location.search);
+  const n = Number(query.get("chunk"));
+  return query.get("test") === "1" && Number.isSafeInteger(n) && n > 0 ? n : null;
+}
+
 /** Start the worker; ``handler`` gets each of its messages (kept for restartWorker). */
 export function startWorker(handler = onMessage) {
   onMessage = handler;
   try {
     // ?test=1: the worker accepts the test hooks (debug_lose_device; &chunk=N: data buffers
     // of at most N bytes, worker/load.py)
-    const query = new URLSearchParams(location.search);
-    const chunk = /^\d+$/.test(query.get("chunk") ?? "") ? `&chunk=${query.get("chunk")}` : "";
-    worker = new Worker(query.get("test") === "1" ? `/lib/worker.js?test=1${chunk}`
-      : "/lib/worker.js", { type: "module" });
+    const test = new URLSearchParams(location.search).get("test") === "1";
+    const chunk = testChunkBytes() ? `&chunk=${testChunkBytes()}` : "";
+    worker = new Worker(test ? `/lib/worker.js?test=1${chunk}` : "/lib/worker.js",
+      { type: "module" });
     attachClassroom(worker);  // classroom mode (?class=ID): web/page/classroom.js
   } catch (e) {
     showError(`Could not start the worker: ${e.message ?? e}`);
