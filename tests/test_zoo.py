@@ -151,6 +151,45 @@ def test_forward_and_gradients(device, name, exporter):
     _record(f"zoo {name}-{exporter}", "grad", worst)
 
 
+def test_vit_class_token_is_an_expand_to_the_batch():
+    """Both exporters' ``cls.expand(N, -1, -1)`` imports as one Expand of the parameter
+    ``cls`` to the constant shape [1, 1, 1] with ``batch_axes`` [0]."""
+    from webgpu_trainer.onnx_io import load_bundle
+    for exporter in make_zoo.EXPORTERS:
+        graph, _ = load_bundle(ZOO / f"vit-{exporter}.onnx")
+        (node,) = [n for n in graph["nodes"] if n["op_type"] == "Expand"]
+        assert node["inputs"][0] == "cls" and node["attrs"]["batch_axes"] == [0]
+        assert graph["constants"][node["inputs"][1]]["values"] == [1, 1, 1]
+
+
+def test_expand_to_twice_the_batch_is_refused(tmp_path):
+    """An Expand whose shape is [2N, 10] cannot be written as a constant: the import names the
+    node and both shapes, and the file is left as it was."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from webgpu_trainer.onnx_io import OnnxImportError, load_bundle
+    inits = [numpy_helper.from_array(np.zeros(1, np.int64), "zero"),
+             numpy_helper.from_array(np.array(2, np.int64), "two"),
+             numpy_helper.from_array(np.array([10], np.int64), "ten"),
+             numpy_helper.from_array(np.ones((1, 10), np.float32), "p")]
+    nodes = [helper.make_node("Shape", ["input"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"]),
+             helper.make_node("Mul", ["n", "two"], ["n2"]),
+             helper.make_node("Concat", ["n2", "ten"], ["shape"], axis=0),
+             helper.make_node("Expand", ["p", "shape"], ["output"], name="/Expand")]
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["M", 10])], inits)
+    path = tmp_path / "expand2n.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    before = path.read_bytes()
+    with pytest.raises(OnnxImportError) as exc:
+        load_bundle(path)
+    assert "node /Expand (Expand): its shape [6, 10] (batch 3) / [10, 10] (batch 5) follows " \
+        "the batch in a way that cannot be written as a constant" in str(exc.value)
+    assert path.read_bytes() == before
+
+
 def _data(name, count, seed):
     """A Split of ``count`` uint8 samples of the model's shape whose class k has a bright
     row 2k + 3 (every channel) over noise."""

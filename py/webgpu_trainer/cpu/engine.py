@@ -20,14 +20,14 @@ class Context:
     running node's index + 1, set by the engine), else ``rng`` (numpy Generator for masks), and
     ``updates`` ({running-statistic name: new value}, filled by training-mode
     BatchNormalization), ``input`` (the graph input's name, set by the engine: no gradient
-    flows into it)."""
+    flows into it), ``batch`` (the batch size, set by the engine: an Expand to the batch)."""
 
     def __init__(self, train, dtype, keep=None, rng=None, key=None):
         self.train, self.dtype, self.keep = train, dtype, keep or {}
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.key, self.salt = key, 0
         self.updates: dict = {}
-        self.input = None
+        self.input, self.batch = None, None
 
 
 def params_from_blob(graph: dict, blob: bytes, dtype=np.float64) -> dict:
@@ -78,7 +78,7 @@ class Engine:
         ctx = Context(train, self.dtype, keep, rng, key)
         ctx.opset = self.graph.get("opset", 17)
         ctx.input = self.input  # backward kernels may skip the graph input's gradient
-        ctx.batch = len(x)  # an Expand to the batch (``batch_axes``)
+        ctx.batch = len(x)
         vals = {**self.params, **self.constants, self.input: np.asarray(x, self.dtype)}
         caches = {}
         for k, node in enumerate(self.graph["nodes"]):
