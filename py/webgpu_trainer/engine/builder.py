@@ -123,9 +123,6 @@ class Builder:
     PADDED_WEIGHT_GRAD = True
     # The same for the GPU forward (and the stride-1 input gradient run as a forward).
     PADDED_FORWARD = False
-    # The GPU input gradient of a convolution with column stride > 1: each thread's columns
-    # share one residue mod the stride, so no tap is tested and skipped per column (conv.py).
-    PHASED_INPUT_GRAD = True
 
     # Elements per thread of the grid-stride elementwise kernels (ReLU, BatchNorm's normalize,
     # ...): one-element workgroups are launch-bound on GPUs (measured on an H200: 115 us for

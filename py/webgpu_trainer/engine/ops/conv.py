@@ -140,16 +140,11 @@ async def backward(b, node, ins, outs, gins, gouts):
     elif gins[0] is not None:
         params = _params(g, mask=mask)
         threads = n * grp * _cdiv(c // grp, 8) * h * _cdiv(wd, 4)
-        consts = win
-        if b.tiled and win["sw"] > 1 and b.PHASED_INPUT_GRAD:  # see backward_input
-            sw = win["sw"]
-            threads = n * grp * _cdiv(c // grp, 8) * h * sw * _cdiv(_cdiv(wd, sw), 4)
-            consts = {**win, "PHASED": 1}
         packed = b.save(node, k * kh * kw * _cdiv(c // grp, 8) * 8, "wbwd")
         await b.kernel("conv2d", "pack_backward", groups_1d(packed_numel(b, packed)),
                        params=params, constants=win, w=w, y=packed)
         await b.kernel("conv2d", "backward_input", groups_1d(threads), params=params,
-                       constants=consts, x=dy, wt=packed, b=mask_src, y=gins[0])
+                       constants=win, x=dy, wt=packed, b=mask_src, y=gins[0])
     if gins[1] is not None:
         await _weight_grad(b, g, win, x, dy, gins[1])
     if len(ins) > 2 and ins[2] is not None and gins[2] is not None:
