@@ -106,9 +106,6 @@ async def forward(b, node, ins, outs, train):
     packed = b.save(node, (c // grp) * win["KH"] * win["KW"] * grp * _cdiv(kg, 8) * 8, "wfwd")
     await b.kernel("conv2d", "pack_forward", groups_1d(packed_numel(b, packed)), params=params,
                    constants=win, w=w, y=packed)
-    if b.tiled and (win["ph"] or win["pw"]) and b.PADDED_FORWARD:
-        g, win, x = await _padded_input(b, g, win, x)
-        params = _params(g, has_bias=int(bias is not None), relu=relu)
     threads, consts = _forward_threads(b, n, grp, kg, oh, ow, win)
     await b.kernel("conv2d", "forward", groups_1d(threads), params=params, constants=consts,
                    x=x, wt=packed, b=bias, y=outs[0])
@@ -206,9 +203,6 @@ async def _input_grad_as_forward(b, node, g, win, w, dy, dx, mask=0, mask_src=No
     packed = b.save(node, (k // grp) * kh * kw * grp * _cdiv(cg, 8) * 8, "wtrans")
     await b.kernel("conv2d", "pack_transposed", groups_1d(packed_numel(b, packed)),
                    params=params, constants=tw, w=w, y=packed)
-    if b.tiled and (tw["ph"] or tw["pw"]) and b.PADDED_FORWARD:
-        pg, tw, dy = await _padded_input(b, (n, k, oh, ow, c, h, wd, grp), tw, dy)
-        params = _params(pg, mask=mask)
     threads, consts = _forward_threads(b, n, grp, cg, h, wd, tw)
     await b.kernel("conv2d", "forward", groups_1d(threads), params=params, constants=consts,
                    x=dy, wt=packed, b=mask_src, y=dx)
