@@ -221,6 +221,7 @@ GPU_PIPELINES = [
     ("conv2d_wgrad", "weight_grad", {**_WIN, "KH": 5, "sh": 2, "ph": 2, "pw": 1, "dw": 2,
                                      "WRB": 2}),
     ("conv2d_wgrad", "weight_grad", {**_WIN, "KH": 1, "KW": 1, "WRB": 1}),
+    ("conv2d_wgrad", "pad_input", {**_WIN, "ph": 1, "pw": 2}),
     ("batchnorm", "forward_fused", {}),
     ("batchnorm", "backward_fused", {}),
 ]
