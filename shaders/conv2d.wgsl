@@ -30,7 +30,6 @@ override FCT: u32 = 8u;
 override ROW_LOADS: u32 = 0u;
 
 const WT: u32 = 4u;  // output columns per thread (forward, backward_input)
-override PHASED: bool = false;  // backward_input: columns of one residue mod sw (GPUs, sw > 1)
 const RT: u32 = 4u;  // weight taps per thread (backward_weight)
 // Accumulators are eight vec4 locals, not arrays: CPU adapters (SwiftShader, lavapipe) keep
 // them in vector registers, while a dynamically indexed private array spills to memory.
@@ -177,14 +176,9 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
   let Kg = p.K / p.G;
   let Cg = p.C / p.G;
   let cblocks = (Cg + CT - 1u) / CT;
-  // PHASED: a thread's WT columns are iw0 + sw*q, one residue mod sw, so a tap either feeds
-  // all of them from WT consecutive dy columns or none (no wasted taps for strides > 1).
-  let ublocks = ((p.W + sw - 1u) / sw + WT - 1u) / WT;
-  let wblocks = select((p.W + WT - 1u) / WT, sw * ublocks, PHASED);
+  let wblocks = (p.W + WT - 1u) / WT;
   if (t >= p.N * p.G * cblocks * p.H * wblocks) { return; }
-  let cstep = select(1u, sw, PHASED);
-  let rho = (t % wblocks) / ublocks;
-  let iw0 = select((t % wblocks) * WT, rho + sw * ((t % wblocks) % ublocks) * WT, PHASED);
+  let iw0 = (t % wblocks) * WT;
   var r = t / wblocks;
   let ih = r % p.H;
   r = r / p.H;
@@ -206,19 +200,6 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
       if (oh >= p.OH) { continue; }
       let dyrow = (dybase + oh) * p.OW;
       for (var j = 0u; j < KW; j++) {
-        if (PHASED) {
-          let s = i32(rho + pw) - i32(j * dw);
-          if (s % i32(sw) != 0) { continue; }
-          let owv = vec4<i32>(s / i32(sw) + i32((iw0 - rho) / sw)) + vec4<i32>(0, 1, 2, 3);
-          let okp = (owv >= vec4<i32>(0)) & (owv < vec4<i32>(i32(p.OW)));
-          let ip = vec4<u32>(clamp(owv, vec4<i32>(0), vec4<i32>(i32(p.OW) - 1))) + dyrow;
-          let dp = select(vec4<f32>(0.0), vec4<f32>(x[ip.x], x[ip.y], x[ip.z], x[ip.w]), okp);
-          let rp = (wk + i * KW + j) * row4 + col4;
-          let pa = wt[rp];
-          let pb = wt[rp + 1u];
-          acc_fma(&acc, pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w, dp);
-          continue;
-        }
         let num_w = vec4<i32>(i32(iw0 + pw) - i32(j * dw)) + vec4<i32>(0, 1, 2, 3);
         var ow = vec4<u32>(max(num_w, vec4<i32>(0)));
         var ok = (num_w >= vec4<i32>(0)) & (ow < vec4<u32>(p.OW * sw));
@@ -243,13 +224,6 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
     if (p.has_bias != 0u) { v = v + vec4<f32>(b[g * Cg + c]); }
     if (p.relu != 0u) { v = max(v, vec4<f32>(0.0)); }
     let xbase = ((n * p.C + g * Cg + c) * p.H + ih) * p.W + iw0;
-    if (PHASED) {
-      for (var q = 0u; q < WT; q++) {
-        let at = xbase + cstep * q;
-        if (iw0 + cstep * q < p.W) { y[at] = select(v[q], 0.0, p.mask != 0u && b[at] <= 0.0); }
-      }
-      continue;
-    }
     if (p.mask != 0u) { v = masked(v, xbase, p.W - iw0); }
     for (var q = 0u; q < WT; q++) { if (iw0 + q < p.W) { y[xbase + q] = v[q]; } }
   }

@@ -153,29 +153,18 @@ def test_relu_gradient_fused_cpu_path(device, name):
         check_case(device, next(c for c in OWN_CASES if c.name == name))
 
 
-# Padded layers (asymmetric pads, stride 2, dilation, groups, a 1x3 window): the GPU kernels
-# on a zero-padded copy of the input (Builder.PADDED_WEIGHT_GRAD, on by default: the weight
-# gradient; PADDED_FORWARD: the forward and the stride-1 input gradient, with the fused ReLU
-# mask) and, for the weight gradient, the per-tap bounds tests the copy replaces; the input
-# gradient of column-strided layers (5x5_s2_pad2, group3_k12) without PHASED_INPUT_GRAD.
+# Padded layers (asymmetric pads, stride 2, dilation, groups, a 1x3 window): the GPU weight
+# gradient with the per-tap bounds tests that its zero-padded copy of the input replaces
+# (Builder.PADDED_WEIGHT_GRAD, on by default: every other GPU-path case runs the copy).
 PADDED = ("conv/5x5_s2_pad2", "conv/3x3_asym_pads", "conv/3x3_dil2", "conv/group3_k12",
           "conv/k17_rect_mixed", "conv/width33_k9")
 PADDED_CASES = [c for c in family("conv").CASES if c.id in PADDED]
 
 
-@pytest.mark.parametrize("flags", [{"PADDED_WEIGHT_GRAD": False}, {"PADDED_FORWARD": True},
-                                   {"PHASED_INPUT_GRAD": False}],
-                         ids=["wgrad_bounds_tests", "forward_padded", "dx_unphased"])
 @pytest.mark.parametrize("case", PADDED_CASES, ids=[c.id for c in PADDED_CASES])
-def test_conv_padding_paths(device, case, flags):
-    with builder_patch({**GPU, **flags}):
+def test_conv_weight_grad_bounds_tests(device, case):
+    with builder_patch({**GPU, "PADDED_WEIGHT_GRAD": False}):
         check_case(device, case)
-
-
-def test_relu_fused_padded_forward(device):
-    """The fused ReLU mask of the stride-1 input gradient run as a forward on padded dy."""
-    with builder_patch({**GPU, "PADDED_FORWARD": True}):
-        check_case(device, next(c for c in OWN_CASES if c.name == "relu_fused_s1"))
 
 
 def test_seednet_step_gpu_paths(device):
@@ -232,6 +221,7 @@ GPU_PIPELINES = [
     ("conv2d_wgrad", "weight_grad", {**_WIN, "KH": 5, "sh": 2, "ph": 2, "pw": 1, "dw": 2,
                                      "WRB": 2}),
     ("conv2d_wgrad", "weight_grad", {**_WIN, "KH": 1, "KW": 1, "WRB": 1}),
+    ("conv2d_wgrad", "pad_input", {**_WIN, "ph": 1, "pw": 2}),
     ("batchnorm", "forward_fused", {}),
     ("batchnorm", "backward_fused", {}),
 ]

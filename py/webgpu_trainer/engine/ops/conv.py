@@ -141,9 +141,6 @@ async def conv_forward(b, node, g, win, x, w, bias, y, relu=0, mask=0, mask_src=
     packed = b.save(node, (c // grp) * win["KH"] * win["KW"] * grp * _cdiv(kg, 8) * 8, "wfwd")
     await b.kernel("conv2d", "pack_forward", groups_1d(packed_numel(b, packed)), params=params,
                    constants=win, w=w, y=packed)
-    if b.tiled and (win["ph"] or win["pw"]) and b.PADDED_FORWARD:
-        g, win, x = await _padded_input(b, g, win, x)
-        params = _params(g, has_bias=int(bias is not None), relu=relu, mask=mask)
     threads, consts = _forward_threads(b, n, grp, kg, oh, ow, win)
     await b.kernel("conv2d", "forward", groups_1d(threads), params=params, constants=consts,
                    x=x, wt=packed, b=bias if mask_src is None else mask_src, y=y)
@@ -190,16 +187,11 @@ async def input_grad(b, node, g, win, w, dy, dx, mask=0, mask_src=None, bias=Non
         return
     params = _params(g, mask=mask, has_bias=int(bias is not None), relu=relu)
     threads = n * grp * _cdiv(c // grp, 8) * h * _cdiv(wd, 4)
-    consts = win
-    if b.tiled and win["sw"] > 1 and b.PHASED_INPUT_GRAD:  # see backward_input
-        sw = win["sw"]
-        threads = n * grp * _cdiv(c // grp, 8) * h * sw * _cdiv(_cdiv(wd, sw), 4)
-        consts = {**win, "PHASED": 1}
     packed = b.save(node, k * kh * kw * _cdiv(c // grp, 8) * 8, "wbwd")
     await b.kernel("conv2d", "pack_backward", groups_1d(packed_numel(b, packed)),
                    params=params, constants=win, w=w, y=packed)
     await b.kernel("conv2d", "backward_input", groups_1d(threads), params=params,
-                   constants=consts, x=dy, wt=packed, b=bias if mask_src is None else mask_src,
+                   constants=win, x=dy, wt=packed, b=bias if mask_src is None else mask_src,
                    y=dx)
 
 
@@ -260,9 +252,6 @@ async def _input_grad_as_forward(b, node, g, win, w, dy, dx, mask=0, mask_src=No
     packed = b.save(node, (k // grp) * kh * kw * grp * _cdiv(cg, 8) * 8, "wtrans")
     await b.kernel("conv2d", "pack_transposed", groups_1d(packed_numel(b, packed)),
                    params=params, constants=tw, w=w, y=packed)
-    if b.tiled and (tw["ph"] or tw["pw"]) and b.PADDED_FORWARD:
-        pg, tw, dy = await _padded_input(b, (n, k, oh, ow, c, h, wd, grp), tw, dy)
-        params = _params(pg, mask=mask, has_bias=int(bias is not None), relu=relu)
     threads, consts = _forward_threads(b, n, grp, cg, h, wd, tw)
     await b.kernel("conv2d", "forward", groups_1d(threads), params=params, constants=consts,
                    x=dy, wt=packed, b=bias if mask_src is None else mask_src, y=dx)
