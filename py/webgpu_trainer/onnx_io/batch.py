@@ -87,6 +87,14 @@ def batch_shapes(s: ImportState) -> None:
                 continue
             if n.op_type == "Reshape" and k == 1:
                 _resolve_reshape(s, n, name, x, s.batchdep[x], s.runs)
+            elif n.op_type == "Resize" and k == 3 and _batch_first(s.batchdep[x], s.runs):
+                # sizes = [N, C, OH, OW] from Shape(x)[:2] (F.interpolate(size=...)): the
+                # batch position becomes -1, "as the input" (ops/resize.py)
+                new = np.asarray(s.batchdep[x][0], np.int64).reshape(-1).copy()
+                new[0] = -1
+                cname = f"{x}@{name}"
+                s.constants[cname] = new
+                s.const_overrides[(name, k)] = cname
             elif _zero_state(n, k, s.batchdep[x]):
                 n.input[k] = ""
                 s.notes.append(f"node {name} ({n.op_type}): input {k} {x!r} (zeros of the "
@@ -98,6 +106,14 @@ def batch_shapes(s: ImportState) -> None:
                     f"(it is {s.batchdep[x][0].tolist()} for a batch of {b1}): only Reshape "
                     "shapes may follow the batch")
     _check_output(s)
+
+
+def _batch_first(pair, runs) -> bool:
+    """Whether the two values of ``pair`` differ only in their first entry, which is the
+    batch size of each run."""
+    a, b = (np.asarray(v).reshape(-1) for v in pair)
+    return len(a) == len(b) > 1 and a[0] == runs[0][0] and b[0] == runs[1][0] and \
+        bool(np.all(a[1:] == b[1:]))
 
 
 def _zero_state(n, k: int, pair) -> bool:
