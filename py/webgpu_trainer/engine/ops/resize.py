@@ -52,9 +52,13 @@ def output_size(node, shape, consts) -> tuple:
     if not scales and not sizes:
         raise GraphError(f"{where}: the scales / sizes input must be a constant")
     axes = node.get("attrs", {}).get("axes")
-    full = (lambda v, one: list(v) if axes is None else
-            [v[list(a % 4 for a in axes).index(d)] if d in [a % 4 for a in axes] else one
-             for d in range(4)])
+
+    def full(v, one):  # the values of ``axes`` (opset 18) spread over the 4 dims
+        if axes is None:
+            return list(v)
+        at = [a % 4 for a in axes]
+        return [v[at.index(d)] if d in at else one for d in range(4)]
+
     if sizes:
         sz = full(sizes, -1)
         if any(s not in (-1, d) for s, d in zip(sz[:2], shape[:2])):
