@@ -88,3 +88,34 @@ def test_torch_upsample_model(device, tmp_path, dynamo, opset):
     graph = export_and_step(device, Ups(), tmp_path / "ups.onnx", dynamo, opset,
                             f"torch Resize opset {opset}")
     assert sum(n["op_type"] == "Resize" for n in graph["nodes"]) == 3
+
+
+@pytest.mark.parametrize("attr,value,allowed", [
+    ("mode", "cubic", "nearest, linear"),
+    ("coordinate_transformation_mode", "tf_crop_and_resize",
+     "half_pixel, pytorch_half_pixel, asymmetric, align_corners")])
+def test_import_refuses_unsupported_resize(tmp_path, attr, value, allowed):
+    """A Resize the engine cannot run: the import names the node, the attribute and its value,
+    and the file is left as it was."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from webgpu_trainer.onnx_io import load_bundle
+    from webgpu_trainer.onnx_io.errors import OnnxImportError
+    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 0.5, 0.5])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [10, 196], [0.01] * 1960)
+    nodes = [helper.make_node("Resize", ["input", "", "scales"], ["r"], name="up",
+                              **{attr: value}),
+             helper.make_node("Flatten", ["r"], ["f"], axis=1),
+             helper.make_node("Gemm", ["f", "w"], ["output"], transB=1)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 1, 28, 28])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["N", 10])], [scales, w])
+    path = tmp_path / "resize.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    before = path.read_bytes()
+    with pytest.raises(OnnxImportError) as err:
+        load_bundle(path)
+    assert f"node up (Resize): {attr} {value!r} is not supported (only {allowed})" \
+        in err.value.problems
+    assert path.read_bytes() == before
