@@ -1,7 +1,8 @@
 """F.scaled_dot_product_attention, nn.MultiheadAttention and nn.TransformerEncoderLayer as
-the dynamo exporter decomposes them at opsets 18-21 (MatMul, Mul by the scale, Softmax,
-MatMul; with a causal mask, an Add of a constant -inf triangle; MultiheadAttention's packed
-q / k / v projection through Gather on activations): each imports with a dynamic batch and
+the dynamo exporter decomposes them at opsets 18-21 (q and k each Mul'd by the scale's square
+root, MatMul, Softmax, MatMul; with is_causal, a Trilu / Equal / Where mask the import folds
+into a constant Added to the scores; MultiheadAttention's packed q / k / v projection through
+Gather on activations): each imports with a dynamic batch and
 trains one step like torch (forward vs onnxruntime, every parameter gradient vs torch in
 float64). The ops are those of their own families (matmul, softmax, binary, layernorm,
 gather); this file checks the exporter's composition of them."""
