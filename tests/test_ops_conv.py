@@ -128,3 +128,29 @@ def test_torch_conv_transpose_model(device, tmp_path, dynamo, opset):
     graph = export_and_step(device, Up(), tmp_path / "up.onnx", dynamo, opset,
                             f"torch ConvTranspose opset {opset}")
     assert sum(n["op_type"] == "ConvTranspose" for n in graph["nodes"]) == 3
+
+
+def _t_filled(attrs, x=(1, 2, 4, 4)):
+    from webgpu_trainer.engine import ops
+    node = {"name": "t", "op_type": "ConvTranspose", "inputs": ["x", "w"], "outputs": ["y"],
+            "attrs": dict(strides=[2, 2], **attrs)}
+    shapes = {"x": list(x) if x else None, "w": [2, 3, 3, 3]}
+    problems = ops.fill_defaults(node, 17, shapes.get)
+    return node["attrs"], problems
+
+
+def test_conv_transpose_output_shape_and_auto_pad_become_pads():
+    """ONNX's formula: total = 2 (4 - 1) + 3 - output_shape; NOTSET puts the odd pad first,
+    SAME_UPPER last; SAME_* means output = input x stride; a larger output_shape is refused."""
+    attrs, problems = _t_filled({"output_shape": [9, 9]})
+    assert attrs["pads"] == [0, 0, 0, 0] and "output_shape" not in attrs and not problems
+    assert _t_filled({"output_shape": [8, 7]})[0]["pads"] == [1, 1, 0, 1]
+    attrs, _ = _t_filled({"output_shape": [8, 7], "auto_pad": "SAME_UPPER"})
+    assert attrs["pads"] == [0, 1, 1, 1] and attrs["auto_pad"] == "NOTSET"
+    assert _t_filled({"auto_pad": "SAME_LOWER"})[0]["pads"] == [1, 1, 0, 0]
+    assert _t_filled({"output_shape": [10, 9]})[1] == [
+        "node t (ConvTranspose): output_shape [10, 9] is larger than the window reaches "
+        "(set output_padding)"]
+    assert _t_filled({"auto_pad": "SAME_UPPER"}, x=None)[1] == [
+        "node t (ConvTranspose): output_shape / auto_pad need the input's spatial size, "
+        "which is unknown"]

@@ -13,11 +13,12 @@ from harness import read_f32, read_flat
 RTOL = 1e-4  # eval output vs onnxruntime, loss and every parameter gradient vs torch
 
 
-def export_and_step(device, model, path, dynamo, opset, tag, batch=4, seed=0):
+def export_and_step(device, model, path, dynamo, opset, tag, batch=4, seed=0, dynamic=False):
     """Export ``model`` (input [N, 1, 28, 28], output [N, 10] logits) to ``path``, import it
     (strict: every op trainable), and check on ``device``: the eval output against
     onnxruntime's, one training step's cross-entropy loss and every parameter gradient against
-    torch's in float64 (each within ``RTOL`` relative). Returns the imported graph."""
+    torch's in float64 (each within ``RTOL`` relative); ``dynamic``: exported with a dynamic
+    batch axis. Returns the imported graph."""
     torch = pytest.importorskip("torch")
     if dynamo:
         pytest.importorskip("onnxscript")
@@ -31,8 +32,12 @@ def export_and_step(device, model, path, dynamo, opset, tag, batch=4, seed=0):
     model = model.eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        axes = {} if not dynamic else \
+            {"dynamic_shapes": ({0: torch.export.Dim("N")},)} if dynamo else \
+            {"dynamic_axes": {"input": {0: "N"}, "output": {0: "N"}}}
         torch.onnx.export(model, (torch.from_numpy(x),), str(path), dynamo=dynamo,
-                          opset_version=opset, input_names=["input"], output_names=["output"])
+                          opset_version=opset, input_names=["input"], output_names=["output"],
+                          **axes)
     graph, blob = onnx_io.load_bundle(path)
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     want = sess.run(None, {"input": x})[0]
@@ -50,11 +55,12 @@ def export_and_step(device, model, path, dynamo, opset, tag, batch=4, seed=0):
     parity.run_step(device, plan, 1, seed)
     got = float(np.frombuffer(run(device.read(plan.metrics, 0, 4)), np.float32)[0])
     assert abs(got - loss.item()) <= RTOL * abs(loss.item())
-    names = _onnx_names(graph, blob, model)
+    names, transposed = _onnx_names(graph, blob, model)
     assert sorted(names.values()) == sorted(plan.trainable)
     for tname, p in ref.named_parameters():
         name = names[tname]
-        got = run(read_flat(device, plan, plan.G, name)).reshape(p.shape)
+        got = run(read_flat(device, plan, plan.G, name))
+        got = got.T if name in transposed else got.reshape(p.shape)
         err = rel_err(got, p.grad.numpy())
         _record(tag, "grad", err)
         assert err <= RTOL, f"gradient of {name}: {err:.3g}"
@@ -64,16 +70,22 @@ def export_and_step(device, model, path, dynamo, opset, tag, batch=4, seed=0):
 def _onnx_names(graph, blob, model) -> dict:
     """torch parameter name -> the bundle tensor holding it: the same name, else the one tensor
     with the same values (the TorchScript exporter writes nn.PReLU's weight [C] as an
-    initializer ``onnx::PRelu_..`` of shape [C, 1, 1])."""
+    initializer ``onnx::PRelu_..`` of shape [C, 1, 1]), else the one 2-D tensor holding its
+    transpose (the dynamo exporter's MatMul weights of a Linear on [N, T, F] inputs). Returns
+    that map and the set of the transposed tensors."""
     from webgpu_trainer.cpu.engine import params_from_blob
     arrays = params_from_blob(graph, blob, np.float32)
-    out = {}
+    out, transposed = {}, set()
     for name, p in model.named_parameters():
         if name in arrays:
             out[name] = name
             continue
         v = p.detach().float().numpy().ravel()
         same = [k for k, a in arrays.items() if a.size == v.size and np.array_equal(a.ravel(), v)]
+        if not same and p.dim() == 2:
+            t = p.detach().float().numpy().T
+            same = [k for k, a in arrays.items() if a.shape == t.shape and np.array_equal(a, t)]
+            transposed.update(same)
         assert len(same) == 1, f"{name}: {same}"
         out[name] = same[0]
-    return out
+    return out, transposed

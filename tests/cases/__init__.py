@@ -26,7 +26,7 @@ from webgpu_trainer.engine.tools.parity import b64
 # Every family with a case list, in the order the browser runs them.
 FAMILIES = ("activation", "batchnorm", "binary", "conv", "dropout", "gather", "gemm",
             "layernorm", "layout", "losses", "matmul", "pool", "reduction", "rnn", "softmax",
-            "unary", "views", "plan", "optim")
+            "unary", "views", "resize", "plan", "optim")
 
 
 @dataclass(eq=False)

@@ -16,8 +16,9 @@ CPython only (numpy).
 
 from . import (activation, batchnorm, binary, conv, dropout, gather, gemm, layernorm, layout,
                matmul, pool, reduction, rnn, softmax, unary, views)
+from . import resize
 
 _MODULES = (activation, batchnorm, binary, conv, dropout, gather, gemm, layernorm, layout, pool,
-            reduction, rnn, softmax, views, unary, matmul)
+            reduction, rnn, softmax, views, unary, matmul, resize)
 
 KERNELS = {t: m for m in _MODULES for t in m.TYPES}

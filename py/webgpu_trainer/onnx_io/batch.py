@@ -89,6 +89,14 @@ def batch_shapes(s: ImportState) -> None:
                 _resolve_reshape(s, n, name, x, s.batchdep[x], s.runs)
             elif n.op_type == "Expand" and k == 1:
                 _resolve_expand(s, name, x, s.batchdep[x], s.runs)
+            elif n.op_type == "Resize" and k == 3 and _batch_first(s.batchdep[x], s.runs):
+                # sizes = [N, C, OH, OW] from Shape(x)[:2] (F.interpolate(size=...)): the
+                # batch position becomes -1, "as the input" (ops/resize.py)
+                new = np.asarray(s.batchdep[x][0], np.int64).reshape(-1).copy()
+                new[0] = -1
+                cname = f"{x}@{name}"
+                s.constants[cname] = new
+                s.const_overrides[(name, k)] = cname
             elif _zero_state(n, k, s.batchdep[x]):
                 n.input[k] = ""
                 s.notes.append(f"node {name} ({n.op_type}): input {k} {x!r} (zeros of the "
@@ -111,6 +119,14 @@ def _brief(value, shown: int = 6) -> str:
     head = ", ".join(f"{v:g}" if isinstance(v, float) else str(v)
                      for v in a.ravel()[:shown].tolist())
     return f"shape {list(a.shape)}, values {head}, ... ({a.size:,} in all)"
+
+
+def _batch_first(pair, runs) -> bool:
+    """Whether the two values of ``pair`` differ only in their first entry, which is the
+    batch size of each run."""
+    a, b = (np.asarray(v).reshape(-1) for v in pair)
+    return len(a) == len(b) > 1 and a[0] == runs[0][0] and b[0] == runs[1][0] and \
+        bool(np.all(a[1:] == b[1:]))
 
 
 def _zero_state(n, k: int, pair) -> bool:

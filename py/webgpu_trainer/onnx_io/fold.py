@@ -11,7 +11,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .batch import static_batch
-from .constants import _BATCHES, _DEFAULT_DOMAINS, _FLOAT_TYPES, _NEVER_FOLD
+from .constants import _BATCHES, _CONST_SLOTS, _DEFAULT_DOMAINS, _FLOAT_TYPES, _NEVER_FOLD
 from .errors import _NotFoldable
 from .eval_op import _eval_op
 from .protos import _attr, _constant_value, _dims
@@ -77,10 +77,15 @@ def _infer(s: ImportState, batch: int, known: dict | None = None) -> dict:
 def _const_sources(s: ImportState) -> dict[str, np.ndarray]:
     """Values known without running the model: Constant nodes and the initializers that
     are not data (non-float ones, one-value floats that stay constants: ``scalar_reason``,
-    see initializers.py)."""
+    see initializers.py; float ones read only in setting slots, e.g. Resize's scales)."""
     vals = {}
+    settings, data = set(), set()
+    for n in s.g.node:
+        for k, x in enumerate(n.input):
+            (settings if k in _CONST_SLOTS.get(n.op_type, ()) else data).add(x)
     for t in s.g.initializer:
-        if t.data_type not in _FLOAT_TYPES or t.name in s.scalar_reason:
+        if t.data_type not in _FLOAT_TYPES or t.name in s.scalar_reason \
+                or (t.name in settings and t.name not in data):
             try:
                 vals[t.name] = numpy_helper.to_array(t)
             except Exception:  # noqa: BLE001 - exotic dtypes: judged by role later

@@ -38,9 +38,10 @@ CARDS maps every op_type with ATTRS (OPS' and the import-only ones) -> module.
 
 from . import (activation, batchnorm, binary, card, conv, dropout, gather, gemm, layernorm,
                layout, pool, reduction, rnn, softmax, views, unary, matmul)
+from . import resize
 
 _MODULES = (activation, batchnorm, binary, conv, dropout, gather, gemm, layernorm, layout, pool,
-            reduction, rnn, softmax, views, unary, matmul)
+            reduction, rnn, softmax, views, unary, matmul, resize)
 
 OPS = {t: m for m in _MODULES for t in m.TYPES}
 VIEWS = views.TYPES

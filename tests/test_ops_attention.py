@@ -1,0 +1,64 @@
+"""F.scaled_dot_product_attention, nn.MultiheadAttention and nn.TransformerEncoderLayer as
+the dynamo exporter decomposes them at opsets 18-21 (q and k each Mul'd by the scale's square
+root, MatMul, Softmax, MatMul; with is_causal, a Trilu / Equal / Where mask the import folds
+into a constant Added to the scores; MultiheadAttention's packed q / k / v projection through
+Gather on activations): each imports with a dynamic batch and
+trains one step like torch (forward vs onnxruntime, every parameter gradient vs torch in
+float64). The ops are those of their own families (matmul, softmax, binary, layernorm,
+gather); this file checks the exporter's composition of them."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxscript")
+nn, F = torch.nn, torch.nn.functional
+
+
+class Sdpa(nn.Module):
+    """The image's 28 rows as tokens -> q, k, v Linears -> 4 heads of SDPA -> mean -> Linear."""
+
+    def __init__(self, causal):
+        super().__init__()
+        self.causal = causal
+        # no key bias: it shifts a row of scores by a constant, its gradient is zero
+        self.q, self.k, self.v = nn.Linear(28, 32), nn.Linear(28, 32, bias=False), \
+            nn.Linear(28, 32)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = x.squeeze(1)
+
+        def heads(t):
+            return t.reshape(t.shape[0], 28, 4, 8).transpose(1, 2)
+
+        y = F.scaled_dot_product_attention(heads(self.q(x)), heads(self.k(x)),
+                                           heads(self.v(x)), is_causal=self.causal)
+        return self.fc(y.transpose(1, 2).reshape(x.shape[0], 28, 32).mean(1))
+
+
+class Encoder(nn.Module):
+    """nn.TransformerEncoderLayer (d_model 28, 4 heads, GELU, pre-norm) over the 28 rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.TransformerEncoderLayer(28, 4, 64, dropout=0.0, activation="gelu",
+                                              batch_first=True, norm_first=True)
+        self.fc = nn.Linear(28, 10)
+        with torch.no_grad():  # no two equal parameters (zero biases, unit norm weights):
+            for p in self.parameters():  # the exporter would merge them into one initializer
+                p.add_(0.1 * torch.randn_like(p))
+
+    def forward(self, x):
+        return self.fc(self.enc(x.squeeze(1)).mean(1))
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+@pytest.mark.parametrize("name", ["sdpa", "sdpa_causal", "encoder"])
+def test_dynamo_attention_trains_like_torch(device, tmp_path, name, opset):
+    from torch_models import export_and_step
+    torch.manual_seed(3)
+    model = Encoder() if name == "encoder" else Sdpa(name == "sdpa_causal")
+    graph = export_and_step(device, model, tmp_path / f"{name}.onnx", True, opset,
+                            f"dynamo {name} opset {opset}", dynamic=True)
+    ops = {n["op_type"] for n in graph["nodes"]}
+    assert {"MatMul", "Softmax"} <= ops
