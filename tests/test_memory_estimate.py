@@ -1,0 +1,85 @@
+"""The GPU memory estimate and the limits checked before any work (engine/train/memory.py):
+the counting device's total against the native plan's own allocations, a refusal naming the
+tensor and both numbers, and the largest batch that fits."""
+
+import numpy as np
+import pytest
+
+from conftest import make_graph, node, run
+from webgpu_trainer.engine.graph import Graph
+from webgpu_trainer.engine.plan import Plan
+from webgpu_trainer.engine.train import memory, optim
+from webgpu_trainer.engine.train.guard import Guard
+
+
+def _mlp(hidden=32):
+    """Gemm(8 -> hidden) -> Relu -> Gemm(hidden -> 3), a bundle graph."""
+    rng = np.random.default_rng(0)
+    nodes = [node("Gemm", ["x", "w1", "b1"], ["h"], transB=1), node("Relu", ["h"], ["r"]),
+             node("Gemm", ["r", "w2", "b2"], ["y"], transB=1)]
+    tensors = [("w1", rng.standard_normal((hidden, 8)), "param"),
+               ("b1", np.zeros(hidden), "param"),
+               ("w2", rng.standard_normal((3, hidden)), "param"), ("b2", np.zeros(3), "param")]
+    return make_graph(nodes, tensors, [("x", ["N", 8])], [("y", ["N", 3])])[0]
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adam"])
+def test_estimate_is_the_native_plans_allocated_bytes(device, opt):
+    desc = _mlp()
+    est = memory.estimate(desc, 16, optimizer=opt, momentum=0.9, is_cpu=device.is_cpu)
+    before = device.allocated
+    plan = run(Plan.build(device, Graph(desc), 16))
+    run(Guard.build(plan))
+    run(optim.make(opt, 0.01, momentum=0.9).attach(plan))
+    assert est["bytes"] == device.allocated - before
+    assert sum(est["parts"].values()) == est["bytes"]
+    # params: the flat weight blob (4 * (32*8 + 32 + 3*32 + 3) floats, 256-aligned tensors)
+    assert est["parts"]["params"] == plan.wbytes
+    assert est["parts"]["gradients"] >= plan.wbytes  # the flat gradient buffer and more
+    states = 2 if opt == "adam" else 1
+    assert est["parts"]["optimizer"] >= states * plan.wbytes // 4 * 4
+
+
+def test_estimate_grows_with_the_batch():
+    desc = _mlp()
+    a, b = memory.estimate(desc, 10), memory.estimate(desc, 20)
+    assert a["parts"]["params"] == b["parts"]["params"]
+    # h (batch x 32) float32 and its gradient at least: 10 more rows of 32 floats, twice
+    assert b["parts"]["activations"] - a["parts"]["activations"] >= 10 * 32 * 4
+    assert b["bytes"] > a["bytes"]
+
+
+def test_a_tiny_binding_limit_refuses_naming_the_tensor_and_both_numbers():
+    desc = _mlp(hidden=64)
+    est = memory.estimate(desc, 100)
+    big = est["largest"]
+    assert big["bytes"] == max(size for _, size in est["buffers"])
+    limits = {"max_storage_buffer_binding_size": 1000, "max_buffer_size": 1 << 30}
+    with pytest.raises(memory.LimitError) as err:
+        memory.check(est, limits)
+    assert str(err.value) == (
+        f"the model does not fit this GPU: tensor {big['name']!r} needs {big['bytes']:,} bytes "
+        f"at batch 100, more than the adapter's maxStorageBufferBindingSize of 1,000 bytes")
+    memory.check(est, {"max_storage_buffer_binding_size": big["bytes"]})  # exactly fits
+
+
+def test_a_budget_refuses_naming_the_total_and_the_budget():
+    est = memory.estimate(_mlp(), 8)
+    with pytest.raises(memory.LimitError, match=f"needs {est['bytes']:,} bytes of GPU memory "
+                       f"at batch 8, more than the budget of {est['bytes'] - 1:,} bytes"):
+        memory.check(est, None, budget=est["bytes"] - 1)
+    memory.check(est, None, budget=est["bytes"])
+
+
+@pytest.mark.parametrize("limit_batch", [1, 37, 300])
+def test_largest_batch_fits_and_one_more_does_not(limit_batch):
+    desc = _mlp()
+    budget = memory.estimate(desc, limit_batch)["bytes"]
+    got = memory.largest_batch(desc, None, budget)
+    assert memory.estimate(desc, got)["bytes"] <= budget
+    assert memory.estimate(desc, got + 1)["bytes"] > budget
+    assert got >= limit_batch
+
+
+def test_largest_batch_is_zero_when_nothing_fits():
+    assert memory.largest_batch(_mlp(), {"max_buffer_size": 16}) == 0
