@@ -5,11 +5,15 @@ tensor and both numbers, and the largest batch that fits."""
 import numpy as np
 import pytest
 
-from conftest import make_graph, node, run
+from conftest import make_graph, node, run, tiny_mlp
+
+from webgpu_trainer.cli import commands as native
 from webgpu_trainer.engine.graph import Graph
 from webgpu_trainer.engine.plan import Plan
 from webgpu_trainer.engine.train import memory, optim
+from webgpu_trainer.engine.train.gpu_engine import GpuEngine
 from webgpu_trainer.engine.train.guard import Guard
+from webgpu_trainer.engine.train.loop import Trainer
 
 
 def _mlp(hidden=32):
@@ -83,3 +87,35 @@ def test_largest_batch_fits_and_one_more_does_not(limit_batch):
 
 def test_largest_batch_is_zero_when_nothing_fits():
     assert memory.largest_batch(_mlp(), {"max_buffer_size": 16}) == 0
+
+
+class _TinyLimits:
+    """The native device with a 1,000-byte maxStorageBufferBindingSize (everything else its)."""
+
+    limits = {"max_storage_buffer_binding_size": 1000, "max_buffer_size": 1 << 30}
+
+    def __init__(self, dev):
+        self._dev = dev
+
+    def __getattr__(self, name):
+        return getattr(self._dev, name)
+
+
+def test_the_trainer_refuses_before_any_gpu_work(device):
+    graph, blob = tiny_mlp(1)
+    splits = native.load_splits(None, 64, 16)[:2]
+    cfg = {"optimizer": "sgd", "lr": 0.1, "batch_size": 16, "epochs": 1, "seed": 3,
+           "init": "scratch", "eval_images": 16, "val_images": 0}
+    events = []
+    tr = Trainer(GpuEngine(_TinyLimits(device)), graph, blob, cfg, *splits,
+                 emit=lambda kind, **kw: events.append(kind))
+    est = memory.estimate(graph, 16)
+    big = est["largest"]
+    assert big["bytes"] > 1000
+    before = device.allocated
+    with pytest.raises(memory.LimitError, match=(
+            f"tensor '{big['name']}' needs {big['bytes']:,} bytes at batch 16, more than the "
+            "adapter's maxStorageBufferBindingSize of 1,000 bytes")):
+        run(tr.setup())
+    assert device.allocated == before  # not one buffer made
+    assert "setup" not in events and "status" not in events

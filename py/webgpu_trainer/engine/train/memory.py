@@ -108,17 +108,20 @@ def _part(label: str, plan) -> str:
 
 
 def estimate(desc: dict, batch: int, loss=None, trainable=None, optimizer: str = "sgd",
-             momentum: float = 0.0, is_cpu: bool = False) -> dict:
+             momentum: float = 0.0, optimizer_args: dict | None = None,
+             is_cpu: bool = False) -> dict:
     """GPU bytes of the training step of the bundle graph ``desc`` at ``batch``: the buffers
     ``Plan.build``, ``Guard.build`` and the optimizer's ``attach`` make (``trainable``: None or
-    a set of names; ``loss``: a loss spec; ``is_cpu``: the kernels a software adapter gets).
+    a set of names; ``loss``: a loss spec; ``optimizer``, ``momentum``, ``optimizer_args``: as
+    ``optim.make``'s (amsgrad adds a state); ``is_cpu``: the kernels a software adapter gets).
     Returns ``{"batch", "bytes" (total), "parts": {part: bytes} (``PARTS``), "largest":
     {"name", "bytes"} (the biggest single buffer), "buffers": [(label, bytes)]}``."""
     dev = CountingDevice(is_cpu=is_cpu)
     graph = Graph(desc)
     plan = _run(Plan.build(dev, graph, int(batch), loss=loss, trainable=trainable))
     _run(Guard.build(plan))
-    _run(optim.make(optimizer, 0.01, momentum=momentum).attach(plan))
+    _run(optim.make(optimizer, 0.01, momentum=momentum,
+                         **(optimizer_args or {})).attach(plan))
     parts = dict.fromkeys(PARTS, 0)
     for b in dev.buffers:
         parts[_part(b.label, plan)] += b.size
