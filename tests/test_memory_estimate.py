@@ -2,6 +2,8 @@
 the counting device's total against the native plan's own allocations, a refusal naming the
 tensor and both numbers, and the largest batch that fits."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -119,3 +121,22 @@ def test_the_trainer_refuses_before_any_gpu_work(device):
         run(tr.setup())
     assert device.allocated == before  # not one buffer made
     assert "setup" not in events and "status" not in events
+
+
+def test_cli_summary_prints_the_estimate_and_the_largest_batch():
+    from test_cli import MODEL, cli
+
+    from webgpu_trainer import onnx_io
+    graph, _ = onnx_io.load_bundle(MODEL)
+    at64 = memory.estimate(graph, 64)
+    out = cli("summary", MODEL, "--batch", "64", "--memory-budget", "64").stdout
+    assert f"GPU memory at batch 64: {at64['bytes'] / 2 ** 20:.2f} MiB (params " in out
+    best = int(re.search(r"Largest batch that fits: (\d+)", out)[1])
+    assert memory.estimate(graph, best)["bytes"] <= 64 * 2 ** 20
+    assert memory.estimate(graph, best + 1)["bytes"] > 64 * 2 ** 20
+    # a budget below batch 64's need: refused, naming both numbers, exit 2
+    proc = cli("summary", MODEL, "--batch", "64", "--memory-budget", "1", check=False)
+    assert proc.returncode == 2
+    assert (f"needs {at64['bytes']:,} bytes of GPU memory at batch 64, more than the budget "
+            f"of {2 ** 20:,} bytes") in proc.stderr
+    assert "Largest batch that fits: 0" in proc.stdout
