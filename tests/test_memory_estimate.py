@@ -140,3 +140,22 @@ def test_cli_summary_prints_the_estimate_and_the_largest_batch():
     assert (f"needs {at64['bytes']:,} bytes of GPU memory at batch 64, more than the budget "
             f"of {2 ** 20:,} bytes") in proc.stderr
     assert "Largest batch that fits: 0" in proc.stdout
+
+
+@pytest.mark.parametrize("opt", [{"optimizer": "sgd", "momentum": 0.9},
+                                 {"optimizer": "adam", "optimizer_args": {"amsgrad": True}}])
+def test_the_trainers_estimate_is_what_its_engine_builds(device, opt):
+    graph, blob = tiny_mlp(1)
+    splits = native.load_splits(None, 64, 16)[:2]
+    cfg = {"lr": 0.01, "batch_size": 16, "epochs": 1, "seed": 3, "init": "scratch",
+           "eval_images": 16, "val_images": 0, **opt}
+    events, eng = [], GpuEngine(device)
+    built = []
+
+    async def load_data(*args):  # the bytes of build + init + attach, before the data
+        built.append(eng.memory_bytes)
+
+    eng.load_data = load_data
+    tr = Trainer(eng, graph, blob, cfg, *splits, emit=lambda kind, **kw: events.append(kw))
+    run(tr.setup())
+    assert built == [tr.memory["bytes"]]

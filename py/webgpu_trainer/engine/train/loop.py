@@ -196,7 +196,8 @@ class Trainer:
         est = memory.estimate(self.desc, cfg["batch_size"], loss=cfg["loss"],
                               trainable=trainable, optimizer=cfg["optimizer"],
                               momentum=float(cfg["momentum"]),
-                              optimizer_args=cfg.get("optimizer_args"), is_cpu=dev.is_cpu)
+                              optimizer_args=cfg.get("optimizer_args"), is_cpu=dev.is_cpu,
+                              init=cfg["init"] == "scratch")
         memory.check(est, getattr(dev, "limits", None))
         return est
 

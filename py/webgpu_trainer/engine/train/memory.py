@@ -109,16 +109,19 @@ def _part(label: str, plan) -> str:
 
 def estimate(desc: dict, batch: int, loss=None, trainable=None, optimizer: str = "sgd",
              momentum: float = 0.0, optimizer_args: dict | None = None,
-             is_cpu: bool = False) -> dict:
+             is_cpu: bool = False, init: bool = False) -> dict:
     """GPU bytes of the training step of the bundle graph ``desc`` at ``batch``: the buffers
     ``Plan.build``, ``Guard.build`` and the optimizer's ``attach`` make (``trainable``: None or
     a set of names; ``loss``: a loss spec; ``optimizer``, ``momentum``, ``optimizer_args``: as
-    ``optim.make``'s (amsgrad adds a state); ``is_cpu``: the kernels a software adapter gets).
+    ``optim.make``'s (amsgrad adds a state); ``init``: count ``Plan.init_weights``'s uniform
+    buffers too (a run from scratch); ``is_cpu``: the kernels a software adapter gets).
     Returns ``{"batch", "bytes" (total), "parts": {part: bytes} (``PARTS``), "largest":
     {"name", "bytes"} (the biggest single buffer), "buffers": [(label, bytes)]}``."""
     dev = CountingDevice(is_cpu=is_cpu)
     graph = Graph(desc)
     plan = _run(Plan.build(dev, graph, int(batch), loss=loss, trainable=trainable))
+    if init:
+        _run(plan.init_weights(0))
     _run(Guard.build(plan))
     _run(optim.make(optimizer, 0.01, momentum=momentum,
                          **(optimizer_args or {})).attach(plan))
