@@ -292,6 +292,11 @@ def add_summary(sub) -> argparse.ArgumentParser:
                                        "cannot be trained)")
     p.add_argument("model", type=Path, help="the .onnx model")
     p.add_argument("--json", action="store_true", help="print summary.summarize's JSON instead")
+    p.add_argument("--batch", type=int, default=None, metavar="N",
+                   help="also estimate the GPU memory of training at batch N")
+    p.add_argument("--memory-budget", type=float, default=None, metavar="MIB",
+                   help="with --batch: refuse above MIB mebibytes, print the largest batch "
+                        "that fits")
     add_freeze_options(p)
     return p
 
@@ -299,7 +304,7 @@ def add_summary(sub) -> argparse.ArgumentParser:
 def summary(args) -> int:
     from .. import onnx_io
     from ..engine.graph import Graph, GraphError
-    from ..engine.tools.summary import summarize
+    from ..engine.tools.summary import memory_at, summarize
     try:
         graph, _ = onnx_io.load_bundle(args.model)
     except ValueError as exc:  # OnnxImportError: every problem at once
@@ -318,6 +323,10 @@ def summary(args) -> int:
         return 2
     result = summarize(graph, trainable)
     problems = list(result["errors"])
+    if getattr(args, "batch", None) and not problems:
+        budget = args.memory_budget and int(args.memory_budget * 2 ** 20)
+        result["memory"] = memory_at(graph, args.batch, trainable, budget=budget)
+        problems += result["memory"]["problems"]
     try:
         Graph(graph).shapes(2)
     except (GraphError, NotImplementedError) as exc:

@@ -59,6 +59,14 @@ def format_summary(s: dict) -> str:
     if rest:
         out.append(f"Not trained ({len(rest)} initializer{'s' if len(rest) != 1 else ''}):")
         out += [f"  {x['name']} {_shape_text(x['shape'])}: {x['reason']}" for x in rest]
+    mem = s.get("memory")
+    if mem:
+        parts = ", ".join(f"{k} {v / 2 ** 20:.2f}" for k, v in mem["parts"].items())
+        out.append(f"GPU memory at batch {mem['batch']}: {mem['bytes'] / 2 ** 20:.2f} MiB "
+                   f"({parts}); largest buffer {mem['largest']['name']!r} "
+                   f"{mem['largest']['bytes']:,} bytes")
+        if mem["max_batch"] is not None:
+            out.append(f"Largest batch that fits: {mem['max_batch']}")
     for note in s.get("notes") or []:
         out.append(f"Note: {note}")
     return "\n".join(out)

@@ -64,6 +64,10 @@ def callbacks(trainer, cfg, out, bar, per_epoch, model_sha256, stepped):
     def emit(kind, **kw):
         if kind == "progress":
             stepped[0] = True
+        if kind == "setup" and kw.get("memory_estimate"):
+            print(f"GPU memory: {kw['memory_estimate'] / 2 ** 20:.1f} MiB for the training step "
+                  f"at batch {cfg['batch_size']} (estimate), "
+                  f"{kw['memory_bytes'] / 2 ** 20:.1f} MiB with the data", file=sys.stderr)
         if kind == "progress" and bar is not None:
             bar.update(kw["step"] - bar.n)
             loss, acc = (kw["losses"][-1][1:] if kw["losses"] else (float("nan"),) * 2)

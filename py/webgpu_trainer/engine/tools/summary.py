@@ -7,6 +7,7 @@ import math
 
 from ..graph import Graph, GraphError
 from ..ops import OPS, losses
+from ..train import memory
 
 MAC_OPS = tuple(t for t, m in OPS.items() if hasattr(m, "macs"))  # Conv, Gemm, MatMul
 
@@ -38,6 +39,20 @@ def head_params(graph: dict) -> list:
     for n in nodes[start:]:
         out += [i for i in n["inputs"] if roles.get(i) == "param" and i not in out]
     return out
+
+
+def memory_at(graph: dict, batch: int, trainable=None, loss=None, limits=None,
+              budget=None, **kw) -> dict:
+    """The GPU memory of training ``graph`` at ``batch`` (``train.memory.estimate``: bytes in
+    all and per part, the largest buffer), ``problems`` (the limits it exceeds: the adapter's
+    ``limits``, ``budget`` bytes) and ``max_batch`` (the largest batch that fits them; None
+    without limits or budget). ``kw``: ``estimate``'s optimizer arguments."""
+    kw.update(loss=loss, trainable=trainable)
+    est = memory.estimate(graph, batch, **kw)
+    return {"batch": est["batch"], "bytes": est["bytes"], "parts": est["parts"],
+            "largest": est["largest"], "problems": memory.problems(est, limits, budget),
+            "max_batch": memory.largest_batch(graph, limits, budget, **kw)
+            if limits or budget else None}
 
 
 def summarize(graph: dict, trainable=None, loss=None) -> dict:

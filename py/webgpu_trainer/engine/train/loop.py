@@ -19,7 +19,7 @@ from .. import config as run_config
 from ..graph import Graph
 from ..ops import losses
 from ..plan import METRICS_RING
-from . import augment, schedulers
+from . import augment, memory, schedulers
 from .data import Split, check_fits, check_size, holdout, trainable_names
 from .engine import Engine
 from .evaluate import evaluate, validation_marks
@@ -152,10 +152,11 @@ class Trainer:
         augmentation = augment.resolve(cfg, self.graph, self.train_set.spec)
         # Raises ValueError naming the bad key / value, before any GPU work.
         losses.normalize(cfg["loss"], self.graph.shapes(2)[self.graph.output][1])
+        trainable = trainable_names(self.desc, cfg.get("trainable"))
+        self.memory = self._check_memory(cfg, trainable)
         self.emit("status", text="Compiling the training step…")
         seed = int(cfg["seed"])
-        await eng.build(self.graph, batch, cfg["loss"],
-                        trainable_names(self.desc, cfg.get("trainable")), seed)
+        await eng.build(self.graph, batch, cfg["loss"], trainable, seed)
         blob = bytearray(eng.wbytes)
         blob[:len(self.weights)] = self.weights
         eng.write_weights(bytes(blob))
@@ -182,7 +183,23 @@ class Trainer:
             self.evals["validation"] = self.val_set
         await eng.load_data(self.train_set, self.evals, self.train_set.spec.table())
         self.classes = eng.classes
-        self.emit("setup", memory_bytes=eng.memory_bytes)
+        self.emit("setup", memory_bytes=eng.memory_bytes,
+                  memory_estimate=self.memory and self.memory["bytes"])
+
+    def _check_memory(self, cfg, trainable):
+        """The training step's GPU memory estimate (``memory.estimate``) on a GPU engine, None
+        on the CPU engine; raises ``memory.LimitError`` (a ValueError) naming the tensor and the
+        limit when a buffer exceeds the device's binding or buffer size."""
+        dev = getattr(self.engine, "dev", None)
+        if dev is None:
+            return None
+        est = memory.estimate(self.desc, cfg["batch_size"], loss=cfg["loss"],
+                              trainable=trainable, optimizer=cfg["optimizer"],
+                              momentum=float(cfg["momentum"]),
+                              optimizer_args=cfg.get("optimizer_args"), is_cpu=dev.is_cpu,
+                              init=cfg["init"] == "scratch")
+        memory.check(est, getattr(dev, "limits", None))
+        return est
 
     async def run(self):
         """Train, validate after each epoch on the held-out images, evaluate the test images at
