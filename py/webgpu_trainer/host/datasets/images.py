@@ -32,7 +32,7 @@ from PIL import Image, ImageOps
 from ..datafiles import DataError
 from .arrays import Arrays
 from .members import Listing, Source
-from .split import check_fraction, stratified_split
+from .split import check_fraction, check_seed, stratified_split
 
 EXTENSIONS = {".png", ".jpg", ".jpeg", ".webp", ".bmp"}
 FORMATS = ["PNG", "JPEG", "WEBP", "BMP"]
@@ -221,6 +221,7 @@ def read_images(path, *, size: int = 32, color: str = "auto", test: float = 0.2,
         raise DataError(f"color {str(color)[:20]!r}: use one of {', '.join(COLORS)}")
     size = check_size(size)
     frac = check_fraction(test)
+    check_seed(seed)
     path = Path(path)
     with Source(path) as src:
         listing = src.listing()
