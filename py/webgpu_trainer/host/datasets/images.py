@@ -145,7 +145,9 @@ def check_size(size) -> int:
     if isinstance(size, str) and size.isdigit() and len(size) <= 4:
         size = int(size)
     if not isinstance(size, int) or isinstance(size, bool) or size not in SIZES:
-        shown = repr(size)[:20]
+        text = size if isinstance(size, str) else repr(size)
+        shown = repr(text[:20]) if isinstance(size, str) else text[:20]
+        shown += "..." if len(text) > 20 else ""  # cut, never a broken quote
         raise DataError(f"size {shown}: use a whole number of pixels from {SIZES[0]} to "
                         f"{SIZES[-1]} (28 for digits, 32 for CIFAR-like photos)")
     return size
