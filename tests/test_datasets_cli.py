@@ -106,6 +106,22 @@ def test_photo_options_and_options_a_source_does_not_take(tmp_path, capsys):
     assert snapshot(root) == before
 
 
+@pytest.mark.parametrize("seed", ["-1", str(2 ** 32)])
+def test_seed_outside_train_range_is_refused_not_a_traceback(tmp_path, capsys, seed):
+    """``--seed -1`` once ended in numpy's traceback ("expected non-negative integer")."""
+    src = _photos(tmp_path / "pets")
+    (tmp_path / "t.csv").write_text(IRIS)
+    root = tmp_path / "root"
+    assert run(capsys, "data", "--source", src, "--data-root", root)[0] == 0
+    before = snapshot(root)
+    for source, extra in ((src, ()), (tmp_path / "t.csv", ("--label", "species"))):
+        code, out, err = run(capsys, "data", "--source", source, "--data-root", root,
+                             "--name", "pets", "--seed", seed, *extra)
+        assert (code, out, err) == (1, "", f"error: seed {seed}: use a whole number from 0 to "
+                                           "4,294,967,295\n")
+    assert snapshot(root) == before
+
+
 def test_non_ascii_names_are_distinct_and_never_replaced_silently(tmp_path, capsys):
     root = tmp_path / "root"
     for stem, rows in (("猫", "1,a\n2,b\n3,a\n4,b\n5,a\n6,b\n"),

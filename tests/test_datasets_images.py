@@ -15,7 +15,7 @@ from PIL import Image, ImageOps
 
 from webgpu_trainer.host.datafiles import DataError
 from webgpu_trainer.host.datasets import images, members
-from webgpu_trainer.host.datasets.images import read_images, scan
+from webgpu_trainer.host.datasets.images import check_size, read_images, scan
 
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("make_hostile_images",
@@ -299,3 +299,15 @@ def test_entry_count_checked_before_the_directory_is_parsed(tmp_path, monkeypatc
         scan(fx.make_good_zip(tmp_path))  # 15 members
     assert str(e.value) == "good.zip: 15 zip entries, more than 14: refused"
     assert parsed == []
+
+
+@pytest.mark.parametrize("size, shown", [
+    ("9" * 20, "'99999999999999999999'"), ("9" * 25, "'99999999999999999999'..."),
+    ("1e308", "'1e308'"), (10 ** 30, "10000000000000000000..."), (300, "300")])
+def test_size_refused_with_the_value_quoted_whole_or_cut(size, shown):
+    """``size=99999999999999999999`` in the upload route once read ``size '9999999999999999999:``
+    (the value cut inside its quotes)."""
+    with pytest.raises(DataError) as exc:
+        check_size(size)
+    assert str(exc.value) == (f"size {shown}: use a whole number of pixels from 8 to 256 "
+                              "(28 for digits, 32 for CIFAR-like photos)")

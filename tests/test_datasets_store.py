@@ -73,6 +73,22 @@ def test_mnist_rounding_is_exact():
     assert store.channel_stats(x) == ([round(f.mean(), 4)], [round(f.std(), 4)])
 
 
+def test_constant_channel_is_divided_by_1_and_the_dataset_stays_valid(tmp_path):
+    """Photos whose blue channel is 0 everywhere were written "ready", then listed as invalid
+    ("a std of 0 (constant images)") and could not be trained: now std 1, said in the notes."""
+    a = images()
+    a.train_x[:, 2] = 0
+    m = store.write_dataset(tmp_path, "t", a, log=lambda s: None)
+    f = a.train_x / 255.0
+    assert m["std"] == [round(f[:, 0].std(), 4), round(f[:, 1].std(), 4), 1.0]
+    assert m["mean"][2] == 0.0
+    assert m["notes"] == ["a note", "channel 2 is constant in the training images (std 0): "
+                                    "divided by 1"]
+    assert a.notes == ["a note"]
+    assert store.read_manifest(tmp_path / "t")["std"] == m["std"]
+    assert [d["name"] for d in store.list_datasets(tmp_path)] == ["t"]
+
+
 def bad(kind):
     a = images()
     if kind == "one class":

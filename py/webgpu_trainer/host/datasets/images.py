@@ -32,7 +32,7 @@ from PIL import Image, ImageOps
 from ..datafiles import DataError
 from .arrays import Arrays
 from .members import Listing, Source
-from .split import check_fraction, stratified_split
+from .split import check_fraction, check_seed, stratified_split
 
 EXTENSIONS = {".png", ".jpg", ".jpeg", ".webp", ".bmp"}
 FORMATS = ["PNG", "JPEG", "WEBP", "BMP"]
@@ -145,7 +145,9 @@ def check_size(size) -> int:
     if isinstance(size, str) and size.isdigit() and len(size) <= 4:
         size = int(size)
     if not isinstance(size, int) or isinstance(size, bool) or size not in SIZES:
-        shown = repr(size)[:20]
+        text = size if isinstance(size, str) else repr(size)
+        shown = repr(text[:20]) if isinstance(size, str) else text[:20]
+        shown += "..." if len(text) > 20 else ""  # cut, never a broken quote
         raise DataError(f"size {shown}: use a whole number of pixels from {SIZES[0]} to "
                         f"{SIZES[-1]} (28 for digits, 32 for CIFAR-like photos)")
     return size
@@ -221,6 +223,7 @@ def read_images(path, *, size: int = 32, color: str = "auto", test: float = 0.2,
         raise DataError(f"color {str(color)[:20]!r}: use one of {', '.join(COLORS)}")
     size = check_size(size)
     frac = check_fraction(test)
+    check_seed(seed)
     path = Path(path)
     with Source(path) as src:
         listing = src.listing()

@@ -18,6 +18,16 @@ def check_fraction(test) -> float:
     return frac
 
 
+SEED_MAX = 2 ** 32 - 1  # as ``train --seed``
+
+
+def check_seed(seed) -> int:
+    """``seed`` as an int in 0..2^32-1; DataError naming the value otherwise."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise DataError(f"seed {str(seed)[:40]}: use a whole number from 0 to {SEED_MAX:,}")
+    return seed
+
+
 def stratified_split(labels: np.ndarray, classes: list, test: float,
                      seed: int) -> tuple[np.ndarray, np.ndarray]:
     """``(train_idx, test_idx)`` into ``labels`` (ints 0..K-1): per class, ``test * n`` rounded

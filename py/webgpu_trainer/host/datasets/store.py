@@ -192,8 +192,13 @@ def write_folder(dest: Path, name: str, arrays: Arrays, log: Log = _log, *,
             not dest.is_dir() or any(dest.iterdir())):
         raise DataError(f"{dest} exists and is not a dataset folder (no manifest.json): not "
                         "replacing it")
+    notes = list(arrays.notes)
     if arrays.kind == "image":
         mean, std = channel_stats(arrays.train_x)
+        for c in [c for c, v in enumerate(std) if v == 0]:  # as a table's constant column
+            std[c] = 1.0
+            notes.append(f"channel {c} is constant in the training images (std 0): divided "
+                         "by 1")
     else:
         mean, std = [], []
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -203,7 +208,7 @@ def write_folder(dest: Path, name: str, arrays: Arrays, log: Log = _log, *,
                     "dataset": dataset or arrays.title, "kind": arrays.kind,
                     "sample_shape": list(arrays.train_x.shape[1:]),
                     "classes": list(arrays.classes), "mean": mean, "std": std,
-                    "source": arrays.source, "notes": list(arrays.notes), "splits": splits,
+                    "source": arrays.source, "notes": notes, "splits": splits,
                     **tokens.manifest_fields(arrays)}
         write_file(tmp / "manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
         if gzip:

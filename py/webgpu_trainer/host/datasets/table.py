@@ -26,7 +26,7 @@ import numpy as np
 
 from ..datafiles import DataError
 from .arrays import Arrays
-from .split import check_fraction, stratified_split
+from .split import check_fraction, check_seed, stratified_split
 
 MAX_BYTES = 512 << 20
 MAX_CLASSES = 256
@@ -100,6 +100,7 @@ def read_table(path, *, label=None, test: float = 0.2, seed: int = 0) -> Arrays:
     (header name or index from 0), ``test`` the test fraction, ``seed`` the split's seed."""
     path = Path(path)
     frac = check_fraction(test)
+    check_seed(seed)
     rows = _rows(path)
     width = len(rows[0][1])
     header = None
