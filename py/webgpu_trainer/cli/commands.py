@@ -231,6 +231,9 @@ async def _train(args) -> int:
     cfg, (train_set, test_set, manifest, spec, manifest_sha) = _dataset(args, cfg, stored)
     note = run_data.check_model_fits(spec, classes, model_path,
                                      (("training", train_set), ("test", test_set)))
+    from ..engine.graph import Graph
+    # the model fits the data (input shape, tokens, labels) before any count check
+    train_data.check_fits(Graph(graph), spec, train_set, test_set)
     run_data.check_augment(spec, cfg)
     if note:
         print(f"note: {note}", file=sys.stderr)

@@ -142,11 +142,11 @@ class Trainer:
         weights, make the optimizer and the schedule, load the data. Raises ValueError (bad
         config, model that does not fit the dataset) or NotImplementedError (an op the engine
         lacks) before any training."""
+        self.graph = Graph(self.desc)  # the model fits the data before any count check
+        check_fits(self.graph, self.train_set.spec, self.train_set, self.test_set)
         self.cfg = cfg = run_config.parse(self.cfg, train_images=self.train_set.count) \
             .trainer_config()  # raises ConfigError naming every bad field
         eng, batch = self.engine, cfg["batch_size"]
-        self.graph = Graph(self.desc)
-        check_fits(self.graph, self.train_set.spec, self.train_set, self.test_set)
         check_size(self.train_set.spec, {"training": self.train_set.count,
                                          "test": self.test_set.count}, eng.data_limit)
         augmentation = augment.resolve(cfg, self.graph, self.train_set.spec)
