@@ -107,3 +107,32 @@ def test_label_by_index_and_default_names(tmp_path):
         read_table(_csv(tmp_path, text), label=5)
     assert str(e.value) == "t.csv: label column index 5 is outside the 3 columns (indexes " \
                            "count from 0)"
+
+
+
+def _with_test_outlier(tmp_path, value: str):
+    """20 rows (a, b, label) with ``value`` in column a of the first row of the test split
+    (seed 0, 20%): ``(path, its 1-based line (the header is line 1), the training split)``."""
+    from webgpu_trainer.host.datasets.split import stratified_split
+    tr, te = stratified_split(np.array([i % 2 for i in range(20)]), ["0", "1"], 0.2, 0)
+    t = int(min(te))
+    rows = [f"{value if i == t else i % 5},{i % 3},{i % 2}" for i in range(20)]
+    return _csv(tmp_path, "a,b,label\n" + "\n".join(rows) + "\n"), t + 2, tr
+
+
+@pytest.mark.parametrize("value,why", [
+    ("1e38", "standardises to {z} ((value - mean) / std of the training split); at most 1e+06 "
+             "in magnitude is accepted (float32 training would overflow): fix the value or "
+             "remove the row"),
+    ("-1e39", "is beyond float32's range (magnitude at most 3.403e+38)")])
+def test_value_out_of_float32_training_range_refused(tmp_path, value, why):
+    from webgpu_trainer.host.datasets import prepare_source
+    path, line, tr = _with_test_outlier(tmp_path, value)
+    train_a = np.array([i % 5 for i in range(20)], dtype=np.float64)[tr]  # numpy's reference
+    why = why.format(z=f"{(1e38 - train_a.mean()) / train_a.std():.3g}")
+    with pytest.raises(DataError) as e:
+        prepare_source(path, tmp_path / "root", "t", lambda _m: None)
+    assert str(e.value) == f"t.csv, line {line}, column 1 'a': {value!r} {why}"
+    assert not (tmp_path / "root" / "t").exists()  # nothing written
+    ok = read_table(_csv(tmp_path, path.read_text().replace(value, "0"), "ok.csv"))
+    assert ok.train_x.shape == (16, 2) and np.isfinite(ok.test_x).all()

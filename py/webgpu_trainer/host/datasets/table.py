@@ -9,10 +9,13 @@ Labels may be integers (classes in numeric order, named by their digits) or stri
 = the sorted unique names). After a seeded stratified split, each feature is standardised
 with the TRAINING split's mean and population std (ddof 0, float64, stored as float32); a
 feature constant in the training split (std 0) is kept and divided by 1 (said in ``notes``).
+A value beyond float32's range, or one whose standardised value exceeds ``MAX_STANDARDISED``
+in magnitude (e.g. ``1e38`` in a column of ones: float32 training would overflow), is refused.
 
 Errors are ``DataError`` naming the line (1-based, as an editor counts, the header included)
 and the column (1-based, with its header name): a non-number feature, a missing label, NaN or
-infinity, a row with another number of columns, an empty file, a single class.
+infinity, a value out of range (above), a row with another number of columns, an empty
+file, a single class.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ from .split import check_fraction, check_seed, stratified_split
 MAX_BYTES = 512 << 20
 MAX_CLASSES = 256
 LABEL_NAMES = ("label", "class", "target")
+MAX_STANDARDISED = 1e6
+"""The largest magnitude of a standardised feature value: a value this many standard deviations
+from the training split's mean is a typo or a unit error, and its squares overflow float32."""
+_F32_MAX = float(np.finfo(np.float32).max)
 _NUMBER = re.compile(r"[ \t]*[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?[ \t]*\Z")
 _NUMBER_CHARS = str.maketrans("", "", "0123456789+-.eE \t\n")  # deletes them
 _NON_FINITE = re.compile(r"[ \t]*[-+]?(?:nan|inf|infinity)[ \t]*\Z", re.IGNORECASE)
@@ -143,7 +150,9 @@ def read_table(path, *, label=None, test: float = 0.2, seed: int = 0) -> Arrays:
     mean, std = x[tr].mean(axis=0), x[tr].std(axis=0)
     constant = [names[feats[j]] for j in np.flatnonzero(std == 0)]
     std = np.where(std == 0, 1.0, std)
-    x = ((x - mean) / std).astype(np.float32)
+    z = (x - mean) / std
+    _check_range(x, z, rows, feats, where)
+    x = z.astype(np.float32)
     notes = [f"{len(feats)} feature{'s' * (len(feats) != 1)} standardised with the training "
              f"split's mean and std; label column {col + 1} ({names[col]!r})"]
     if constant:
@@ -190,6 +199,22 @@ def _features(rows: list, feats: list, where, hint=lambda i, r: "") -> np.ndarra
                                 + hint(i, r))
             x[r, j] = float(cell)
     return x
+
+
+def _check_range(x: np.ndarray, z: np.ndarray, rows: list, feats: list, where) -> None:
+    """DataError naming the first value (in file order) of ``x`` beyond float32's range, or
+    whose standardised value in ``z`` exceeds ``MAX_STANDARDISED`` in magnitude."""
+    bad = (np.abs(x) > _F32_MAX) | ~(np.abs(z) <= MAX_STANDARDISED)
+    if not bad.any():
+        return
+    r, j = (int(v) for v in np.argwhere(bad)[0])
+    line, cells = rows[r]
+    cell = f"{where(line, feats[j])}: {cells[feats[j]].strip()[:40]!r}"
+    if abs(x[r, j]) > _F32_MAX:
+        raise DataError(f"{cell} is beyond float32's range (magnitude at most {_F32_MAX:.4g})")
+    raise DataError(f"{cell} standardises to {z[r, j]:.3g} ((value - mean) / std of the "
+                    f"training split); at most {MAX_STANDARDISED:g} in magnitude is accepted "
+                    "(float32 training would overflow): fix the value or remove the row")
 
 
 def _classes(raw: list, name: str) -> tuple[list, np.ndarray]:
