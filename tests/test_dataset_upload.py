@@ -164,3 +164,50 @@ def test_413_while_streaming_without_content_length(client, tmp_path):
         "error": "the upload for dataset 'pets' is larger than the upload limit of 1,000 bytes"}
     assert list(root.iterdir()) == []  # the partial temp file is gone
     _alive(c)
+
+
+_TABLE = ("a,b,label\n" + "".join(f"{i},{i % 3},{'xy'[i % 2]}\n" for i in range(20))).encode()
+
+
+@pytest.mark.parametrize("kind,query,message", [
+    ("zip", "name=pets&label=a", "label= applies to a CSV table only, and the upload is a "
+                                 "folder or .zip of photos: leave it out"),
+    ("csv", "name=pets&size=32", "size= applies to a folder or .zip of photos only, and the "
+                                 "upload is a CSV table: leave it out"),
+    ("csv", "name=pets&test=0.25&color=grey", "color= applies to a folder or .zip of photos "
+                                              "only, and the upload is a CSV table: leave it "
+                                              "out"),
+])
+def test_option_the_source_does_not_take_422(client, tmp_path, kind, query, message):
+    """The rule of `webgpu-trainer data --source` (datasets.refused_option): an option the
+    upload's kind does not take is refused, the dataset there stays byte for byte."""
+    c, root, _ = client
+    assert c.post("/api/datasets?name=pets&size=8",
+                  content=fx.make_good_zip(tmp_path).read_bytes()).status_code == 201
+    before = _files(root)
+    body = fx.make_good_zip(tmp_path).read_bytes() if kind == "zip" else _TABLE
+    for route in ("/api/datasets", "/api/datasets/scan"):
+        r = c.post(f"{route}?{query}", content=body)
+        assert r.status_code == 422 and r.json() == {"error": message}
+    assert _files(root) == before and sorted(p.name for p in root.iterdir()) == ["pets"]
+    _alive(c)
+
+
+def test_seed_is_used_as_the_cli_uses_it(client, tmp_path):
+    """seed= (ignored before) splits as `webgpu-trainer data --seed` does."""
+    from webgpu_trainer.host.datasets import prepare_source
+    c, root, _ = client
+    (tmp_path / "t.csv").write_bytes(_TABLE)
+    shards = {}
+    for seed in (0, 3):
+        assert c.post(f"/api/datasets?name=s{seed}&seed={seed}", content=_TABLE) \
+            .status_code == 201
+        shards[seed] = {k: v for k, v in _files(root / f"s{seed}").items() if k != "manifest.json"}
+    cli_root = tmp_path / "cli"
+    prepare_source(tmp_path / "t.csv", cli_root, "s3", lambda _m: None, seed=3)
+    assert shards[3] == {k: v for k, v in _files(cli_root / "s3").items()
+                         if k != "manifest.json"}
+    assert shards[3] != shards[0]
+    r = c.post("/api/datasets?name=s1&seed=-1", content=_TABLE)
+    assert r.status_code == 400
+    assert r.json() == {"error": "seed -1: use a whole number from 0 to 4,294,967,295"}

@@ -104,6 +104,7 @@ async function preview() {
       ...lines("dsu-refused", (body.refused ?? []).map((r) => `${r.member}: ${r.reason}`)),
       ...lines("", body.notes ?? [])));
   $("dsu-form").hidden = false;
+  pending.kind = body.kind;
   $("dsu-size").disabled = $("dsu-color").disabled = body.kind === "table";  // images only
   $("dsu-prepare").disabled = (body.problems ?? []).length > 0;
 }
@@ -191,8 +192,10 @@ async function prepare() {
   if (!pending) return;
   showError(null);
   $("dsu-prepare").disabled = true;
-  const params = { name: $("dsu-name").value.trim(), size: $("dsu-size").value,
-    color: $("dsu-color").value, test: $("dsu-test").value };
+  const params = { name: $("dsu-name").value.trim(), test: $("dsu-test").value };
+  if (pending.kind !== "table") {  // a table takes no size or colour: the server refuses them
+    Object.assign(params, { size: $("dsu-size").value, color: $("dsu-color").value });
+  }
   try {
     const answer = await uploadDataset(pending.body, params,
       { bar: $("dsu-progress"), text: $("dsu-status") });

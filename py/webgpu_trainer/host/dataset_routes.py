@@ -1,6 +1,8 @@
 """Own datasets uploaded from the page (docs/ARCHITECTURE.md, "Server routes"):
 
-- ``POST /api/datasets?name=NAME&size=32&color=auto&test=0.2[&title=T][&label=COLUMN]`` body:
+- ``POST /api/datasets?name=NAME[&title=T]`` and the reading options ``test``, ``seed`` and,
+  for a zip, ``size`` and ``color``, for a CSV, ``label`` (``datasets.OPTIONS``: one the upload's
+  kind does not take is refused, 422, as ``webgpu-trainer data`` refuses it), body:
   a .zip of class folders (``datasets/images.py``) or a CSV table (``datasets/table.py``; told
   apart by the zip's signature) -> prepared in a worker thread -> ``store.write_dataset``
   (atomic: an existing own dataset NAME is replaced in one rename, kept unchanged on any
@@ -26,12 +28,14 @@ from starlette.routing import Route
 
 from .bodies import body_chunks
 from .datafiles import DataError
-from .datasets import BUILT_IN
+from .datasets import BUILT_IN, OPTIONS, images, refused_option, table
 from .datasets.images import check_size
+from .datasets.split import check_seed
 from .errors import ApiError
 
 MAX_DATASET_UPLOAD_BYTES = 512 << 20
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+READ_OPTIONS = ("label", "size", "color", "test", "seed")
 
 
 class DatasetUploads:
@@ -72,8 +76,8 @@ class DatasetUploads:
             return f.read(4) in _ZIP_MAGIC
 
     def _params(self, request: Request) -> dict:
-        """The query's name, size, color, test, title (default the name) and label (tables),
-        checked: 400 naming the parameter and the rule."""
+        """The query's name, title (default the name) and reading options (``options``: those
+        given, ``READ_OPTIONS``), checked: 400 naming the parameter and the rule."""
         from .datasets import store
         q = request.query_params
         name = q.get("name", "")
@@ -85,26 +89,40 @@ class DatasetUploads:
             raise ApiError(400, f"dataset name {name!r} is a built-in dataset's: choose "
                                 "another name")
         title = " ".join(q.get("title", "").split())[:60] or name  # shown in the page's picker
-        out = {"name": name, "title": title, "color": q.get("color", "auto"),
-               "test": q.get("test", "0.2"), "label": q.get("label") or None}
-        size = q.get("size", "32")
+        return {"name": name, "title": title, "options": self._options(q)}
+
+    @staticmethod
+    def _options(q) -> dict:
+        """The reading options given in the query ``q`` (an empty one is not given); size and
+        seed checked: 400 naming the value."""
+        options = {k: q[k] for k in READ_OPTIONS if q.get(k)}
         try:
-            out["size"] = check_size(size)
+            if "size" in options:
+                options["size"] = check_size(options["size"])
+            if "seed" in options:
+                seed = options["seed"]
+                options["seed"] = check_seed(int(seed) if seed.isdigit() else seed)
         except DataError as exc:
             raise ApiError(400, str(exc)) from None
-        return out
+        return options
+
+    def _kind(self, tmp: Path, options: dict):
+        """The ``read`` of the upload's source kind (a zip of photos or a CSV table); 422
+        naming an option that kind does not take (``datasets.refused_option``)."""
+        read = images.read if self._is_zip(tmp) else table.read
+        refused = refused_option(read, options)
+        if refused:
+            raise ApiError(422, f"{refused[0]}= applies to {refused[1]} only, and the upload "
+                                f"is {OPTIONS[read][0]}: leave it out")
+        return read
 
     def _prepare(self, tmp: Path, p: dict) -> dict:
         """Read the upload and write the dataset (in a worker thread); the manifest."""
         from .datasets import store
-        from .datasets.images import read_images
-        from .datasets.table import read_table
-        if self._is_zip(tmp):
-            arrays = read_images(tmp, size=p["size"], color=p["color"], test=p["test"])
-            arrays.source = arrays.source.replace(tmp.name, "upload.zip")
-        else:
-            arrays = read_table(tmp, label=p["label"], test=p["test"])
-            arrays.source = arrays.source.replace(tmp.name, "upload.csv")
+        read = self._kind(tmp, p["options"])
+        arrays = read(tmp, lambda _msg: None, **p["options"])
+        arrays.source = arrays.source.replace(
+            tmp.name, "upload.zip" if read is images.read else "upload.csv")
         arrays.title = p["title"]
         with self._lock:
             return store.write_dataset(self.root, p["name"], arrays, lambda _msg: None)
@@ -134,21 +152,19 @@ class DatasetUploads:
         tmp = await self._receive(request, "the upload to preview")
         try:
             try:
-                out = await run_in_threadpool(self._scan, tmp, request.query_params)
+                out = await run_in_threadpool(self._scan, tmp,
+                                              self._options(request.query_params))
             except DataError as exc:
                 raise self._error(exc, tmp, "the upload") from None
         finally:
             tmp.unlink(missing_ok=True)
         return JSONResponse(out)
 
-    def _scan(self, tmp: Path, q) -> dict:
+    def _scan(self, tmp: Path, options: dict) -> dict:
         import numpy as np
-
-        from .datasets.images import scan
-        from .datasets.table import read_table
-        if self._is_zip(tmp):
-            return {"kind": "image", **scan(tmp)}
-        a = read_table(tmp, label=q.get("label") or None, test=q.get("test", "0.2"))
+        if self._kind(tmp, options) is images.read:
+            return {"kind": "image", **images.scan(tmp)}
+        a = table.read_table(tmp, **options)
         counts = np.bincount(np.concatenate([a.train_y, a.test_y]), minlength=len(a.classes))
         return {"kind": "table", "classes": [{"name": c, "count": int(n)}
                                              for c, n in zip(a.classes, counts)],

@@ -60,15 +60,24 @@ OPTIONS = {images.read: ("a folder or .zip of photos", ("size", "color", "test",
 kind's name for the message refusing an option a source does not take."""
 
 
+def refused_option(read, options) -> tuple[str, str] | None:
+    """``(option, kinds)``: the first of ``options`` that the source kind of ``read`` does not
+    take (``OPTIONS``) and the kinds that do, for the message; None when it takes them all.
+    The one rule of ``--source`` (``webgpu-trainer data``) and of ``POST /api/datasets``."""
+    takes = OPTIONS.get(read, ("", ()))[1]
+    extra = [k for k in options if k not in takes]
+    if not extra:
+        return None
+    return extra[0], " or ".join(kind for kind, opts in OPTIONS.values() if extra[0] in opts)
+
+
 def _check_options(path: Path, read, options: dict) -> None:
     """DataError naming an option the source kind of ``read`` does not take, and the kinds
     that do."""
-    takes = OPTIONS.get(read, ("", ()))[1]
-    extra = [k for k in options if k not in takes]
-    if extra:
-        kinds = " or ".join(kind for kind, opts in OPTIONS.values() if extra[0] in opts)
-        raise DataError(f"{path}: --{extra[0]} applies to {kinds} only, and this source is "
-                        "not one: leave it out")
+    refused = refused_option(read, options)
+    if refused:
+        raise DataError(f"{path}: --{refused[0]} applies to {refused[1]} only, and this "
+                        "source is not one: leave it out")
 
 
 def read_source(path: Path, log=print, **options) -> Arrays:
@@ -130,4 +139,5 @@ def _what(folder: Path) -> str:
     return f"{m['title']}, from {m['source'][:80]}"
 
 
-__all__ = ["Arrays", "BUILT_IN", "DataError", "OPTIONS", "SOURCES", "prepare_source", "read_source"]
+__all__ = ["Arrays", "BUILT_IN", "DataError", "OPTIONS", "SOURCES", "prepare_source", "read_source",
+           "refused_option"]
