@@ -63,7 +63,15 @@ def choose_zip(page, name: str, data: bytes) -> None:
                                               "buffer": data}])
 
 
-def test_zip_preview_prepare_train_try(app, server):
+def manifest(root, name: str) -> bytes:
+    return (root / name / "manifest.json").read_bytes()
+
+
+def test_zip_preview_prepare_train_try(app, server, server_data_root):
+    """The flow above; first with a test share of 0.5 (45 training images, 4 held out for
+    validation): the default batch 64 becomes 32, said next to the field, and a run of it
+    starts; then the zip again under the same name asks before replacing it (cancel: the
+    manifest is unchanged; yes: replaced)."""
     app.wait_ready()
     page = app.page
     open_panel(page, "dataset-own")
@@ -78,17 +86,50 @@ def test_zip_preview_prepare_train_try(app, server):
     assert page.text_content("#dsu-preview p") == "Colours.zip: 90 images in 3 classes"
     assert page.input_value("#dsu-name") == "colours"
     screenshot(page, "upload-preview")
-    # a built-in name: the server's 400, word for word, next to the drop zone
+    # a built-in name: the server's 400, word for word, next to the drop zone (no question)
     page.fill("#dsu-name", "mnist")
     page.click("#dsu-prepare")
     page.wait_for_selector("#dsu-error:not([hidden])")
     assert page.text_content("#dsu-error") == \
         "dataset name 'mnist' is a built-in dataset's: choose another name"
+    assert page.is_hidden("#dsu-replace")
     page.fill("#dsu-name", "colours")
     page.select_option("#dsu-size", "28")
     page.select_option("#dsu-color", "grey")
+    page.fill("#dsu-test", "0.5")
     page.click("#dsu-prepare")
     page.wait_for_function("window.appState.dataset?.name === 'colours'", timeout=60_000)
+    assert page.input_value("#model") == "seednet"
+    # 45 training images less 4 (a tenth) for validation: 41 -> a batch of 32
+    assert page.input_value("#batch-size") == "32"
+    assert page.text_content("#batch-size-fit") == (
+        "Set to 32 to fit the 41 training images of colours (the default 64 needs more); "
+        "type a batch size to choose your own.")
+    page.wait_for_function("!document.getElementById('start').disabled")
+    run_training(app, 1, RUN_TIMEOUT_S, "upload-fit")
+    assert page.evaluate("window.appState.config.batch_size") == 32
+    # the same zip again: its name is a listed dataset's, so Prepare asks first
+    before = manifest(server_data_root, "colours")
+    assert json.loads(before)["splits"]["test"]["count"] == 45
+    choose_zip(page, "Colours.zip", colour_zip())
+    page.wait_for_selector("#dsu-grid figure")
+    assert page.input_value("#dsu-name") == "colours"
+    page.fill("#dsu-test", "0.2")
+    page.click("#dsu-prepare")
+    page.wait_for_selector("#dsu-replace:not([hidden])")
+    assert page.text_content("#dsu-replace-ask") == (
+        "A dataset named “colours” exists. Replace it with Colours.zip? Its prepared images "
+        "are overwritten; runs of it cannot be resumed.")
+    page.click("#dsu-replace-no")
+    assert page.is_hidden("#dsu-replace")
+    assert page.text_content("#dsu-status") == "Kept colours: nothing was prepared."
+    assert manifest(server_data_root, "colours") == before
+    page.click("#dsu-prepare")
+    page.click("#dsu-replace-yes")
+    page.wait_for_function("document.getElementById('dsu-status').textContent"
+                           ".startsWith('Prepared colours: 1x28x28, 3 classes, 72')",
+                           timeout=60_000)
+    assert json.loads(manifest(server_data_root, "colours"))["splits"]["test"]["count"] == 18
     assert page.is_hidden("#dsu-error")
     d = listed(server)["datasets"]
     ours = next(x for x in d if x["name"] == "colours")
@@ -97,10 +138,13 @@ def test_zip_preview_prepare_train_try(app, server):
     assert page.text_content("#dsu-status") == \
         ("Prepared colours: 1x28x28, 3 classes, 72 training + 18 test (90 images of 1 size "
          "center-cropped to a square and resized to 28x28; 90 RGB images converted to grey)")
+    # 72 less 7 for validation: the default 64 fits again, nothing to say
+    assert page.input_value("#batch-size") == "64" and page.is_hidden("#batch-size-fit")
     assert page.input_value("#dataset") == "colours" and page.input_value("#model") == "seednet"
     screenshot(page, "upload-prepared")
     app.configure(model="seednet", optimizer="adam", lr="0.01", batch=8, epochs=3,
                   eval_images=18, val_images=8)
+    assert page.input_value("#batch-size") == "8"  # typed: the later fields do not change it
     page.wait_for_function("!document.getElementById('start').disabled")
     run_training(app, 3 * 64 // 8, RUN_TIMEOUT_S, "upload")
     page.click("#tab-try")

@@ -5,15 +5,19 @@
 // Prepare: POST /api/datasets with the upload's progress (bytes, %, ETA), then "Preparing…"
 // until the server's 201 -> the picker chooses the new dataset and the model made for its
 // shape (dataset.js). The server's 400/413 is shown under the drop zone as it words it.
+// Prepare under the name of a listed dataset asks first (in the page) whether to replace it.
 // own-classes.js sends its drawings through uploadDataset() too.
 
 import { unzip, zip } from "/vendor/fflate/browser.js";
 import { $, duration, el, humanBytes } from "../lib/util.js";
-import { log } from "./state.js";
+import { appState, log } from "./state.js";
 import { chooseDefaultModel, loadDatasets } from "./dataset.js";
+import { forgetTestSet } from "./testset.js";
 
 const THUMBS = 4;  // thumbnails per class in the preview
 const IMAGE = /\.(png|jpe?g|webp|bmp)$/i;
+// the server refuses these names itself (host/datasets BUILT_IN): no replace question for them
+const BUILT_IN = new Set(["mnist", "fashion-mnist", "cifar10", "cifar100"]);
 
 let pending = null;   // {body: Blob, file: "photos.zip", zipped: Uint8Array | null}
 let thumbUrls = [];   // object URLs of the shown thumbnails (revoked on the next preview)
@@ -56,6 +60,7 @@ function showError(text) {
 /** Take a dropped or chosen set of files: one .zip or .csv, or a folder's files. */
 async function take(files, label) {
   showError(null);
+  $("dsu-replace").hidden = true;
   try {
     if (files.length === 1 && /\.(zip|csv)$/i.test(files[0].file.name)) {
       const f = files[0].file;
@@ -179,6 +184,7 @@ export function uploadDataset(body, params, ui) {
  * chosen model stays, own-classes.js prepared the data for it). */
 export async function useNewDataset(answer, { keepModel = false } = {}) {
   const d = answer.dataset;
+  forgetTestSet(d.name);  // a replaced dataset's test images are others
   await loadDatasets(d.name);
   if (!keepModel) chooseDefaultModel();
   log(`Dataset ${d.name} prepared: ${d.train} training + ${d.test} test images, ` +
@@ -188,7 +194,22 @@ export async function useNewDataset(answer, { keepModel = false } = {}) {
     ? ` (${answer.notes.join("; ")})` : "");
 }
 
-async function prepare() {
+/** Prepare: under the name of a listed dataset, ask first whether to replace it. */
+function prepare() {
+  if (!pending) return;
+  const name = $("dsu-name").value.trim();
+  if (!BUILT_IN.has(name) && appState.datasets.some((d) => d.name === name)) {
+    $("dsu-replace-ask").textContent = `A dataset named “${name}” exists. Replace it with ` +
+      `${pending.file}? Its prepared images are overwritten; runs of it cannot be resumed.`;
+    $("dsu-replace").hidden = false;
+    $("dsu-replace-no").focus();
+    return;
+  }
+  upload();
+}
+
+async function upload() {
+  $("dsu-replace").hidden = true;
   if (!pending) return;
   showError(null);
   $("dsu-prepare").disabled = true;
@@ -232,6 +253,12 @@ const MARKUP = `
     value="0.2"></label>
   <button type="button" class="btn primary small" id="dsu-prepare">Prepare</button>
 </div>
+<div id="dsu-replace" class="model-delete-confirm" role="group"
+     aria-labelledby="dsu-replace-ask" hidden>
+  <p id="dsu-replace-ask"></p>
+  <button type="button" class="btn small danger" id="dsu-replace-yes">Yes, replace it</button>
+  <button type="button" class="btn small" id="dsu-replace-no">Cancel</button>
+</div>
 <progress id="dsu-progress" class="dsu-progress" max="1" hidden></progress>
 <p class="hint" id="dsu-status" role="status" aria-live="polite"></p>`;
 
@@ -271,4 +298,11 @@ export function setupDatasetUpload() {
     }
   });
   $("dsu-prepare").addEventListener("click", prepare);
+  $("dsu-replace-yes").addEventListener("click", upload);
+  $("dsu-replace-no").addEventListener("click", () => {
+    $("dsu-replace").hidden = true;
+    $("dsu-status").textContent = `Kept ${$("dsu-name").value.trim()}: nothing was prepared.`;
+    $("dsu-name").focus();
+  });
+  $("dsu-name").addEventListener("input", () => { $("dsu-replace").hidden = true; });
 }

@@ -3,10 +3,11 @@
 // and hint and help text; only the fields of the chosen optimizer, scheduler and loss are
 // shown; torch's defaults follow the optimizer; the presets. Number fields are text fields
 // read by values.js's strict parser (what was typed stays and is marked: fieldProblems); every
-// change is checked by the server (validation.js).
+// change is checked by the server (validation.js). The batch size, until the user types one,
+// fits the chosen dataset (fitBatch).
 
 import { $, el } from "../lib/util.js";
-import { settingsChanged } from "./state.js";
+import { appState, settingsChanged } from "./state.js";
 import { trainableConfig } from "./summary.js";
 import { chooseDataset, datasetName } from "./dataset.js";
 import { toggletip } from "./help.js";
@@ -16,6 +17,7 @@ let schema = null;
 const byName = new Map();  // the schema's fields by name (a Map: no inherited keys)
 const CHOOSERS = ["optimizer", "scheduler", "loss"];
 let chosen = {};      // the optimizer / scheduler / loss the current values were defaulted for
+let batchTyped = false;  // the batch size was typed (or given by a config): never changed here
 
 export async function loadSchema() {
   const res = await fetch("/api/config/schema");
@@ -147,6 +149,12 @@ export function buildForm(container, presetBox) {
   }));
   chosen = Object.fromEntries(CHOOSERS.map((k) => [k, byName.get(k).default]));
   for (const f of schema.fields) if (onPage(f)) write(f, defaultFor(f, chosen));
+  const batch = byName.get("batch_size");
+  $(`${batch.id}-hint`).after(el("p", { className: "hint", id: `${batch.id}-fit`, hidden: true,
+    role: "status" }));
+  $(batch.id).setAttribute("aria-describedby",
+    `${$(batch.id).getAttribute("aria-describedby")} ${batch.id}-fit`);
+  document.addEventListener("dataset-changed", fitBatch);
   changed();
   container.addEventListener("input", onEdit);
   container.addEventListener("change", onEdit);
@@ -259,12 +267,14 @@ function followChoosers() {
   }
 }
 
-function onEdit() {
+function onEdit(e) {
+  if (e.target.id === byName.get("batch_size").id) batchTyped = true;
   changed();
 }
 
 function changed() {
   followChoosers();
+  fitBatch();
   markPresets();
   settingsChanged();
 }
@@ -283,6 +293,9 @@ export function applyConfig(config) {
   followChoosers();
   for (const [k, v] of Object.entries(config)) {
     if (pageField(k)) write(byName.get(k), v);
+  }
+  if (Object.hasOwn(config, "batch_size")) {
+    batchTyped = !same(config.batch_size, byName.get("batch_size").default);
   }
   changed();
 }
@@ -322,4 +335,38 @@ function markPresets() {
     const match = Object.entries(p.config).every(([k, v]) => same(read(byName.get(k)), v));
     $(`preset-${p.name}`)?.setAttribute("aria-pressed", String(match));
   }
+}
+
+// ------------------------------------------------------------------------- batch fit
+/** The training images a run of the form's settings trains on out of ``train`` in the split
+ * (engine/config/run.py train_used; val_images at its default: at most a tenth of them). */
+function trainUsed(train) {
+  const num = (name) => {
+    const v = read(byName.get(name));
+    return typeof v === "number" ? v : 0;
+  };
+  const vf = byName.get("val_images");
+  const val = same(read(vf), vf.default) ? Math.min(vf.default, Math.floor(train / 10))
+    : num("val_images");
+  const rest = Math.max(train - val, 0);
+  return Math.min(num("train_images") || rest, rest);
+}
+
+/** While the batch size is not typed: the largest power of two within the chosen dataset's
+ * training images (at most the default), said next to the field. */
+function fitBatch() {
+  const f = byName.get("batch_size");
+  const d = appState.dataset;
+  const note = $(`${f?.id}-fit`);
+  if (!note || batchTyped || !d || $(f.id).disabled) {
+    if (note && batchTyped) note.hidden = true;
+    return;
+  }
+  const used = trainUsed(Number(d.train));
+  const fit = used < 2 ? f.default : Math.min(f.default, 2 ** Math.floor(Math.log2(used)));
+  write(f, fit);
+  note.textContent = fit === f.default ? "" : `Set to ${fit} to fit the ${used.toLocaleString()}` +
+    ` training images of ${d.name} (the default ${f.default} needs more); type a batch size ` +
+    "to choose your own.";
+  note.hidden = fit === f.default;
 }

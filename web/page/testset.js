@@ -1,6 +1,6 @@
 // The chosen dataset's test split on the page (the live views, Try it, Results and Kernels show
 // its images): the manifest and the test images / labels shards of /data/<name>/, fetched once
-// per dataset, lazily.
+// per dataset, lazily (again after the dataset is replaced: forgetTestSet).
 
 import { datasetName } from "./dataset.js";
 
@@ -18,6 +18,11 @@ export function testSet(name = datasetName()) {
     }));
   }
   return pending.get(name);
+}
+
+/** Forget dataset ``name``'s test set (it was prepared again): the next call fetches it. */
+export function forgetTestSet(name) {
+  pending.delete(name);
 }
 
 async function fetchBytes(url, what) {
