@@ -332,7 +332,14 @@ def test_session_dialog_follows_the_config_schema(class_browser, server):
         teacher.fill("#s-lr", "0.05")
         teacher.check("#session-form input[name=pin-optimizer]")
         teacher.uncheck("#session-form input[name=pin-lr]")
-        teacher.click("#session-form button[value=create]")
+        invalid = teacher.evaluate("""() => [...document.querySelectorAll(
+            '#session-form input, #session-form select')].filter((e) => !e.checkValidity())
+            .map((e) => `${e.name}=${JSON.stringify(e.value)}: ${e.validationMessage}`)""")
+        assert invalid == [], invalid  # the browser would not submit the form
+        with teacher.expect_response(lambda r: r.url.endswith("/api/classroom/sessions")
+                                     and r.request.method == "POST", timeout=60000) as resp:
+            teacher.click("#session-form button[value=create]")
+        assert resp.value.status == 201, resp.value.text()
         js_wait(teacher, "!document.querySelector('#session-dialog').open", 30, "dialog closed")
         sessions = server.api("GET", "/api/classroom/sessions", headers=server.teacher).json()
         made = [s for s in sessions if s["name"] == "Schema check"]
@@ -384,13 +391,16 @@ def test_teacher_sees_the_verdict(class_browser, server):
         teacher.select_option("#session-select", sid)
         js_wait(teacher, "[...document.querySelectorAll('#roster .pill')]"
                          ".some(p => p.dataset.verdict === 'chance')", 30, "the verdict")
-        pill = teacher.query_selector("#roster .pill[data-verdict='chance']")
-        assert pill.inner_text() == "No better than chance"
-        colour = pill.evaluate("p => getComputedStyle(p).color")
+        # one read of the roster (it is re-rendered on every update: a held handle goes stale)
+        pill_text, colour, acc_text, acc_colour = teacher.evaluate("""() => {
+            const p = document.querySelector("#roster .pill[data-verdict='chance']");
+            const a = document.querySelector("#roster td.strong[data-verdict='chance']");
+            return [p.innerText, getComputedStyle(p).color, a.innerText,
+                    getComputedStyle(a).color]; }""")
+        assert pill_text == "No better than chance"
         assert colour in ("rgb(180, 83, 9)", "rgb(251, 191, 36)"), colour
-        acc = teacher.query_selector("#roster td.strong[data-verdict='chance']")
-        assert acc.inner_text() == "9.20%"
-        assert acc.evaluate("p => getComputedStyle(p).color") == colour  # not green
+        assert acc_text == "9.20%"
+        assert acc_colour == colour  # not green
         # the leaderboard too: the best accuracy in the verdict's colour and words
         js_wait(teacher, "!!document.querySelector('#leaderboard li[data-verdict=chance]')", 10,
                 "the leaderboard's verdict")
