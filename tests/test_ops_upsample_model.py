@@ -8,7 +8,7 @@ and lower the loss."""
 import numpy as np
 import pytest
 
-from conftest import rel_err, run
+from torch_models import check_engines_agree
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -65,7 +65,6 @@ def test_upnet_trains_natively_like_numpy(device, tmp_path, dynamo, opset):
     first 3's)."""
     if dynamo:
         pytest.importorskip("onnxscript")
-    from webgpu_trainer.cli import devices
     from webgpu_trainer.onnx_io import load_bundle
     torch.manual_seed(6)
     path = tmp_path / "upnet.onnx"
@@ -77,19 +76,5 @@ def test_upnet_trains_natively_like_numpy(device, tmp_path, dynamo, opset):
     graph, blob = load_bundle(path)
     cfg = {"batch_size": 16, "epochs": 1, "seed": 3, "init": "finetune", "eval_images": 16,
            "val_images": 16, "report_every": 1, "optimizer": "adam", "lr": 0.01}
-    losses = {}
-    for kind, dev in (("cpu", devices.CpuDevice()), ("gpu", device)):
-        rows = []
-
-        def emit(what_, rows=rows, **kw):
-            if what_ == "progress":
-                rows.extend(kw["losses"])
-        tr = devices.make_trainer(dev, graph, blob, cfg, _blobs(10 * 16 + 16, 1),
-                                  _blobs(16, 2), emit)
-        run(tr.setup())
-        run(tr.run())
-        losses[kind] = [loss for _, loss, _ in rows]
-    assert len(losses["gpu"]) == len(losses["cpu"]) == 10
-    for step, (c, g) in enumerate(zip(losses["cpu"], losses["gpu"])):
-        assert rel_err(g, c) <= 1e-4, (step, c, g)
-    assert np.mean(losses["gpu"][-3:]) < 0.9 * np.mean(losses["gpu"][:3]), losses["gpu"]
+    check_engines_agree(device, graph, blob, cfg,
+                        lambda: (_blobs(10 * 16 + 16, 1), _blobs(16, 2)), 10, 0.9)

@@ -11,8 +11,9 @@ LSTM / GRU node, its zero states through Expand) runs where onnxscript is instal
 import numpy as np
 import pytest
 
-from conftest import FWD_RTOL, GRAD_RTOL, assert_close, rel_err, rng_for, run
+from conftest import FWD_RTOL, GRAD_RTOL, assert_close, rng_for, run
 from harness import one_step
+from torch_models import check_engines_agree
 
 torch = pytest.importorskip("torch")
 
@@ -147,27 +148,12 @@ def test_exported_trains_natively_like_numpy(device, exported, name):
     """12 Adam steps (batch 16, lr 0.05) of the imported model on the device and on the numpy
     engine: the same loss at every step (1e-4 relative) and the loss falls (the last 3 steps'
     mean below 0.85 of the first 3's)."""
-    from webgpu_trainer.cli import devices
     from webgpu_trainer.onnx_io import load_bundle
     graph, blob = load_bundle(exported[name, False][1])
     cfg = {"batch_size": 16, "epochs": 1, "seed": 3, "init": "finetune", "eval_images": 16,
            "val_images": 16, "report_every": 1, "optimizer": "adam", "lr": 0.05}
-    losses = {}
-    for kind, dev in (("cpu", devices.CpuDevice()), ("gpu", device)):
-        rows = []
-
-        def emit(what_, rows=rows, **kw):
-            if what_ == "progress":
-                rows.extend(kw["losses"])
-        tr = devices.make_trainer(dev, graph, blob, cfg, _stripes(12 * 16 + 16, 1),
-                                  _stripes(16, 2), emit)
-        run(tr.setup())
-        run(tr.run())
-        losses[kind] = [loss for _, loss, _ in rows]
-    assert len(losses["gpu"]) == len(losses["cpu"]) == 12
-    for step, (c, g) in enumerate(zip(losses["cpu"], losses["gpu"])):
-        assert rel_err(g, c) <= 1e-4, (step, c, g)
-    assert np.mean(losses["gpu"][-3:]) < 0.85 * np.mean(losses["gpu"][:3]), losses["gpu"]
+    check_engines_agree(device, graph, blob, cfg,
+                        lambda: (_stripes(12 * 16 + 16, 1), _stripes(16, 2)), 12, 0.85)
 
 
 def test_import_refuses_other_activations(exported, tmp_path):

@@ -17,8 +17,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from conftest import FWD_RTOL, GRAD_RTOL, assert_close, rel_err, run
+from conftest import FWD_RTOL, GRAD_RTOL, assert_close, run
 from harness import one_step
+from torch_models import check_engines_agree
 
 torch = pytest.importorskip("torch")
 
@@ -115,28 +116,13 @@ def _split(arrays, which):
 def test_trains_natively_like_numpy(device, exported):
     """12 Adam steps (batch 16, lr 0.05) on the device and on the numpy engine: the same loss
     at every step (1e-4 relative), and the loss falls."""
-    from webgpu_trainer.cli import devices
     from webgpu_trainer.onnx_io import load_bundle
     graph, blob = load_bundle(exported[False][1])
     cfg = {"batch_size": 16, "epochs": 1, "seed": 3, "init": "finetune", "eval_images": 16,
            "val_images": 16, "report_every": 1, "optimizer": "adam", "lr": 0.05}
     a = _markers(12 * 16 + 16, 16, seed=1)
-    losses = {}
-    for kind, dev in (("cpu", devices.CpuDevice()), ("gpu", device)):
-        rows = []
-
-        def emit(what_, rows=rows, **kw):
-            if what_ == "progress":
-                rows.extend(kw["losses"])
-        tr = devices.make_trainer(dev, graph, blob, cfg, _split(a, "train"),
-                                  _split(a, "test"), emit)
-        run(tr.setup())
-        run(tr.run())
-        losses[kind] = [loss for _, loss, _ in rows]
-    assert len(losses["gpu"]) == len(losses["cpu"]) == 12
-    for step, (c, g) in enumerate(zip(losses["cpu"], losses["gpu"])):
-        assert rel_err(g, c) <= 1e-4, (step, c, g)
-    assert np.mean(losses["gpu"][-3:]) < 0.7 * np.mean(losses["gpu"][:3]), losses["gpu"]
+    check_engines_agree(device, graph, blob, cfg,
+                        lambda: (_split(a, "train"), _split(a, "test")), 12, 0.7)
 
 
 def test_cli_data_markers_then_train(exported, tmp_path):

@@ -89,3 +89,28 @@ def _onnx_names(graph, blob, model) -> dict:
         assert len(same) == 1, f"{name}: {same}"
         out[name] = same[0]
     return out, transposed
+
+
+def check_engines_agree(device, graph, blob, cfg, data, steps, falls_to):
+    """Train the bundle ``graph``/``blob`` with the run config ``cfg`` on the numpy engine and
+    on ``device`` (``data()``: a fresh ``(train, test)`` pair of Splits for each) and assert:
+    ``steps`` reported losses on both, each step's losses within 1e-4 relative, and the
+    device's mean of the last 3 below ``falls_to`` times that of the first 3. Returns
+    ``{"cpu": [...], "gpu": [...]}``."""
+    from webgpu_trainer.cli import devices
+    losses = {}
+    for kind, dev in (("cpu", devices.CpuDevice()), ("gpu", device)):
+        rows = []
+
+        def emit(what_, rows=rows, **kw):
+            if what_ == "progress":
+                rows.extend(kw["losses"])
+        tr = devices.make_trainer(dev, graph, blob, cfg, *data(), emit)
+        run(tr.setup())
+        run(tr.run())
+        losses[kind] = [loss for _, loss, _ in rows]
+    assert len(losses["gpu"]) == len(losses["cpu"]) == steps
+    for step, (c, g) in enumerate(zip(losses["cpu"], losses["gpu"])):
+        assert rel_err(g, c) <= 1e-4, (step, c, g)
+    assert np.mean(losses["gpu"][-3:]) < falls_to * np.mean(losses["gpu"][:3]), losses["gpu"]
+    return losses
