@@ -197,15 +197,18 @@ def test_augment_on_a_table_and_eval_images_past_the_test_split(tmp_path, capsys
     (tmp_path / "t.csv").write_text("".join(f"{i % 7},{i % 5},{'ab'[i % 2]}\n"
                                             for i in range(40)))
     assert run(capsys, "data", "--source", tmp_path / "t.csv", "--data-root", root)[0] == 0
-    dfx.tiny_rgb_model(tmp_path / "m.onnx")
-    base = ["train", tmp_path / "m.onnx", "--data", "t", "--data-root", root, "--device",
-            "cpu", "--out", tmp_path / "run", "--no-progress"]
-    code, _, err = run(capsys, *base, "--augment-flip", "--augment-crop", "2")
+    from webgpu_trainer.onnx_io import make_default_model
+    (tmp_path / "mlp.onnx").write_bytes(make_default_model([2], 2))  # fits the table
+    code, _, err = run(capsys, "train", tmp_path / "mlp.onnx", "--data", "t", "--data-root",
+                       root, "--device", "cpu", "--out", tmp_path / "run", "--no-progress",
+                       "--augment-flip", "--augment-crop", "2")
     assert (code, err.splitlines()[-1]) == (2, "error: --augment-flip and --augment-crop 2: "
                                                "dataset t is a table (2 features); random crop "
                                                "and flip apply to images only: leave them out")
     _dataset(root, "blobs", [0, 1, 2] * 8)
-    base[3] = "blobs"
+    dfx.tiny_rgb_model(tmp_path / "m.onnx")
+    base = ["train", tmp_path / "m.onnx", "--data", "blobs", "--data-root", root, "--device",
+            "cpu", "--out", tmp_path / "run", "--no-progress"]
     code, _, err = run(capsys, *base, "--eval-images", "5", "--batch-size", "4")
     assert (code, err.splitlines()[-1]) == (2, "error: --eval-images: must be an integer in "
                                                "[1, 4] (the dataset's 4 test images), got 5")
