@@ -94,7 +94,7 @@ function addExample(canvas) {
   return true;
 }
 
-/** The chosen model's input as a [C, H, W] image shape ([N, 784]: 1x28x28), or an Error
+/** The chosen model's input as a [C, H, W] image shape (a flat [N, S*S]: 1xSxS), or an Error
  * naming the model and its input when it is no square grey or RGB image. */
 export async function modelShape(model = $("model").value) {
   let g;
@@ -104,9 +104,10 @@ export async function modelShape(model = $("model").value) {
     return FALLBACK;  // the model list says why it does not load; Prepare as SeedNet's
   }
   const dims = g.inputs[0].shape.slice(1);
-  if (dims.length === 1 && dims[0] === 784) return FALLBACK;
-  if (dims.length === 3 && [1, 3].includes(dims[0]) && dims[1] === dims[2] &&
-      Number.isInteger(dims[1]) && dims[1] >= 8 && dims[1] <= 256) return dims;
+  const side = Math.sqrt(dims[0]);
+  const image = dims.length === 1 && Number.isInteger(side) ? [1, side, side] : dims;
+  if (image.length === 3 && [1, 3].includes(image[0]) && image[1] === image[2] &&
+      Number.isInteger(image[1]) && image[1] >= 8 && image[1] <= 256) return image;
   return new Error(`Model ${model}: input '${g.inputs[0].name}' [N, ${dims.join(", ")}] is ` +
     "no square grey or RGB image (own classes are drawn images): choose another model.");
 }
