@@ -136,9 +136,10 @@ def check_class(class_browser, server, pages: list) -> None:
     assert sorted(n for n, _ in again) == sorted(n for n, _ in first), again
     assert all(size == 0 for _, size in again), again
     js_wait(page, "window.classroomState.modelSent", 60, "the report")
+    # the dashboard shows run 1 finished until run 2's report arrives: wait for run 2 itself
     row = js_wait(teacher, "[...window.teacherState.roster.values()].find(r => r.name === 'Ada'"
-                           f" && r.state === 'finished' && r.step === {STEPS})", 30,
-                  "Ada's finished run on the dashboard")
-    assert row["run"] == 2, row
+                           f" && r.run === 2 && r.state === 'finished' && r.step === {STEPS})",
+                  60, "Ada's second run, finished, on the dashboard")
+    assert row["client_state"] == "done", row
     shoot(teacher, "dataset-teacher", 1280, 800)
     shoot(page, "dataset-student", 1280, 800)
