@@ -9,8 +9,16 @@ Each answer is its own GPU submits between two training steps (``GpuEngine.probe
 Messages (docs/ARCHITECTURE.md, "Worker protocol"); ``values`` are Float32Arrays:
 
 - ``inspect {id, index}`` -> ``inspect {id, index, label, model, step, ms, filters: {name,
-  shape, values}, maps: [{layer, name, shape, values}], norms: [{name, layer, numel, weight,
-  grad}]}``, or ``inspect {id, error}``;
+  shape, values, layout: "filters" | "rows", image?, of?} | null, first: {op, node, text} |
+  null, maps: [{layer, name, shape, values}], attention: {layer, name, heads, tokens, values,
+  grid, first} | null, norms: [{name, layer, numel, weight, grad}], image: Uint8Array (the
+  test sample as the worker holds it; null for a table), sample_shape, count}``, or
+  ``inspect {id, error}``. ``first.text`` says in words what the views show of the first
+  weighted layer (a Conv's kernels, a Linear's weight rows as images, or why there is no
+  image view); ``attention``: the first attention layer's softmax(QK^T) of the test image,
+  averaged over heads ([T, T] row-major, rows sum to 1), ``grid`` the patch grid of tokens
+  ``first``.. (engine/train/probe.py); the page draws the test image from ``image``, never
+  fetching the dataset again;
 - ``predict {id, values | index}`` -> ``prediction {id, probs: [classes], classes: [names],
   index, label, model, step, ms}``, or ``prediction {id, error}``; ``values``: one sample of
   the run's dataset, ``DataSpec.values`` numbers (images: uint8 0..255 in [C, H, W] order,
@@ -28,8 +36,18 @@ import time
 from array import array
 
 from ..engine.train.loop import Trainer
-from ..engine.train.probe import LOGP, biases_before_norm, feature_maps, first_conv_weight
-from .bridge import STATE, float32_array, post, to_bytes
+from ..engine.train.probe import (
+    LOGP,
+    SHOWN_ROWS,
+    attention_softmax,
+    biases_before_norm,
+    feature_maps,
+    first_layer,
+    head_mean,
+    patch_grid,
+    weight_rows,
+)
+from .bridge import STATE, float32_array, post, to_bytes, uint8_array
 from .load import engine, load
 
 NO_MODEL = "No model yet: open this tab again, or press Start (the views show the model " \
@@ -101,6 +119,43 @@ def _sample(spec, values) -> bytes:
     return bytes(values)
 
 
+async def _filters(eng, graph, first) -> dict | None:
+    """The first layer's weights for the views: a Conv's kernels ``{name, shape, values,
+    layout: "filters"}``, a Linear's first ``SHOWN_ROWS`` rows as images ``{name, shape:
+    [rows, in], values, layout: "rows", image: [C, H, W], of}`` (``of``: all its rows), else
+    None."""
+    if first is None or first["view"] is None:
+        return None
+    t = graph.tensors[first["weight"]]
+    raw = await eng.read_weights(t["offset"] + t["nbytes"])
+    values = memoryview(raw[t["offset"]:t["offset"] + t["nbytes"]]).cast("f")
+    if first["view"] == "filters":
+        return {"name": first["weight"], "shape": t["shape"], "layout": "filters",
+                "values": float32_array(values.tobytes())}
+    n_in = t["shape"][0] if first["rows"] else t["shape"][1]
+    n_out = t["nbytes"] // 4 // n_in
+    rows = weight_rows(values, t["shape"], first["rows"], SHOWN_ROWS)
+    return {"name": first["weight"], "shape": [len(rows) // n_in, n_in], "of": n_out,
+            "layout": "rows", "image": first["image"],
+            "values": float32_array(array("f", rows).tobytes())}
+
+
+def _attention(graph, found, got, shapes) -> dict | None:
+    """The first attention map of the probe's forward (``found``: attention_softmax's
+    answer), averaged over heads: ``{layer, name, heads, tokens, values: [T*T] (row q: query
+    token q's weights over the keys, summing to 1), grid: [gh, gw] | None, first}``."""
+    if found is None:
+        return None
+    layer, name = found
+    shape = shapes[name]
+    mean = head_mean(memoryview(got[name]).cast("f"), shape)
+    tokens = shape[-1]
+    grid = patch_grid(graph, tokens)
+    return {"layer": layer, "name": name, "heads": len(got[name]) // 4 // (tokens * tokens),
+            "tokens": tokens, "values": float32_array(array("f", mean).tobytes()),
+            "grid": list(grid[:2]) if grid else None, "first": grid[2] if grid else 0}
+
+
 async def inspect(data: dict) -> None:
     """Answer ``inspect {id, index}`` (see the module docstring)."""
     rid = data.get("id")
@@ -110,27 +165,29 @@ async def inspect(data: dict) -> None:
     t0 = time.perf_counter()
     try:
         trainer = run["trainer"]
-        eng, graph = trainer.engine, trainer.graph
+        eng, graph, spec = trainer.engine, trainer.graph, trainer.test_set.spec
         index = data.get("index", 0)
         sample, label = _test_image(trainer, index)
         layers = feature_maps(graph)
         shapes = graph.shapes(1)
-        got = await eng.probe(sample, [name for _, name in layers])
+        found = attention_softmax(graph)
+        names = [name for _, name in layers] + ([found[1]] if found else [])
+        got = await eng.probe(sample, names) if names else {}
         maps = [{"layer": layer, "name": name, "shape": shapes[name][1:],
                  "values": float32_array(got[name])} for layer, name in layers]
-        filters = None
-        wname = first_conv_weight(graph)
-        if wname is not None:
-            t = graph.tensors[wname]
-            raw = await eng.read_weights(t["offset"] + t["nbytes"])
-            filters = {"name": wname, "shape": t["shape"],
-                       "values": float32_array(raw[t["offset"]:])}
+        first = first_layer(graph, spec.sample_shape)
+        filters = await _filters(eng, graph, first)
         norms = await eng.norms()
         before_norm = biases_before_norm(graph)
         for row in norms:
             row["before_norm"] = row["name"] in before_norm
+        image = bytes(sample) if spec.kind == "image" else None
         post("inspect", id=rid, index=index, label=label, model=run["model"], step=trainer.step,
              filters=filters, maps=maps, norms=norms, untrained=run["untrained"],
+             first=None if first is None else {k: first[k] for k in ("op", "node", "text")},
+             attention=_attention(graph, found, got, shapes),
+             image=None if image is None else uint8_array(image),
+             sample_shape=spec.sample_shape, count=trainer.test_set.count,
              ms=(time.perf_counter() - t0) * 1000)
     except Exception as exc:  # a bad index, a device error: shown in the panel
         post("inspect", id=rid, error=f"{type(exc).__name__}: {exc}")
