@@ -202,8 +202,14 @@ export function fitProblem(model, g, d) {
   const dims = inp.shape.slice(1);
   const want = d.sample_shape;
   const flat = want.reduce((a, b) => a * b, 1);
-  const same = dims.length === want.length && dims.every((v, i) => v === want[i]);
-  if (!same && !(dims.length === 1 && dims[0] === flat)) {
+  // the worker's rule (engine/train/data.py check_fits): the sample shape, its values flat, a
+  // grey image without its channel dim ([N, 28, 28]: an RNN over the rows) or each channel
+  // as one sequence ([N, 1, 784])
+  const fits = [want, [flat]];
+  if (want.length === 3 && want[0] === 1) fits.push(want.slice(1));
+  if (want.length === 3) fits.push([want[0], want[1] * want[2]]);
+  const same = fits.some((f) => dims.length === f.length && dims.every((v, i) => v === f[i]));
+  if (!same) {
     return `Model ${model}: input '${inp.name}' [N, ${dims.join(", ")}] does not fit dataset ` +
       `${d.name} (${samplesText(d)}, [N, ${want.join(", ")}]): choose a model made for ` +
       `${shapeText(want)} or another dataset.`;

@@ -1,9 +1,12 @@
 // Inside the model: live views of the model being trained (or the last one trained), refreshed
-// every few seconds ONLY while the "Inside the model" panel is visible: the first conv layer's
-// filters (diverging colours; filters over RGB input as colour tiles), the feature maps of a
-// chosen test image (grey or RGB, the dataset's) per conv layer, and the L2 norms of every
-// parameter's weights and last gradient (log scale). Worker message: `inspect {id, index}`
-// -> `inspect {...}` (worker/views.py). Before any run they show
+// every few seconds ONLY while the "Inside the model" panel is visible: the first weighted
+// layer (a Conv's filters in diverging colours, over RGB input as colour tiles; a Linear over
+// the image's pixels: its weight rows as images; otherwise the worker's words for why there is
+// no image view, e.g. an LSTM's), the feature maps of a chosen test image (grey or RGB, the
+// dataset's) per conv layer, the first attention layer's map of that image (a ViT's;
+// attention.js) and the L2 norms of every parameter's weights and last gradient (log scale).
+// Worker message: `inspect {id, index}` -> `inspect {...}` (worker/views.py), which carries
+// the test image itself: the views never download the dataset. Before any run they show
 // the model's initial weights (prepare.js); while a run sets up, they ask again each second
 // and show its initial weights as soon as they exist.
 // Test hook: window.viewsState.last (the last `inspect` answer shown).
@@ -11,7 +14,8 @@
 import { $, el } from "../lib/util.js";
 import { appState } from "./state.js";
 import { activeTab } from "./tabs.js";
-import { drawSample, imageOf, testSet } from "./testset.js";
+import { drawSample } from "./testset.js";
+import { attentionFigure, drawAttention } from "./attention.js";
 import { runClassName } from "./dataset.js";
 import { modelReady, prepareNote } from "./prepare.js";
 
@@ -51,7 +55,8 @@ function build() {
           textContent: "First conv layer's filters" }),
         el("canvas", { id: "views-filters", className: "pixelated", width: 1, height: 1,
           role: "img", "aria-label": "the first conv layer's filters" }),
-        el("p", { className: "hint views-legend" }, el("span", { className: "swatch neg" }),
+        el("p", { id: "views-filters-legend", className: "hint views-legend" },
+          el("span", { className: "swatch neg" }),
           " negative  ", el("span", { className: "swatch zero" }), " 0  ",
           el("span", { className: "swatch pos" }), " positive (scale: the largest |weight|)")),
       el("figure", { className: "views-fig views-maps-fig" },
@@ -61,7 +66,8 @@ function build() {
           el("canvas", { id: "views-image", className: "pixelated digit-small", width: 28,
             height: 28, role: "img", "aria-label": "the chosen test image" }),
           el("span", { id: "views-label", className: "hint" })),
-        el("div", { id: "views-maps", className: "views-maps" }))),
+        el("div", { id: "views-maps", className: "views-maps" })),
+      attentionFigure()),
     el("section", { className: "views-norms", "aria-labelledby": "views-norms-title" },
       el("h3", { id: "views-norms-title",
         textContent: "Weight and gradient L2 norms per parameter (log scale)" }),
@@ -133,8 +139,9 @@ export function onInspect(m) {
     $("views-when").textContent = m.untrained ? `${m.model}, initial weights`
       : `${m.model} after step ${m.step}` +
         (appState.phase === "training" ? " (training; refreshed every few seconds)" : "");
-    if (m.filters) drawFilters(m.filters);
+    drawFirstLayer(m);
     drawMaps(m);
+    drawAttention(m);
     drawNorms(m.norms, m.step === 0);
   }
   if (!m.error && activeTab() === "model" && wanted()) {
@@ -143,13 +150,34 @@ export function onInspect(m) {
   }
 }
 
-function drawFilters(f) {
-  // one tile per (output, input) channel pair; each weight is one pixel, tiles 1 px apart;
-  // over RGB input one tile per output channel, its (r, g, b) weights as a colour (grey: 0)
-  const [out, inC, kh, kw] = f.shape;
-  const rgb = inC === 3;
+/** The first weighted layer: a Conv's kernels, a Linear's weight rows as images, or the
+ * worker's words for why there is no image view (`m.first.text`). */
+function drawFirstLayer(m) {
+  const f = m.filters;
+  const text = m.first?.text ?? "no layer with weights found";
+  const said = text[0].toUpperCase() + text.slice(1);
+  $("views-filters").hidden = !f;
+  $("views-filters-legend").hidden = !f;
+  if (!f) {
+    $("views-filters-caption").textContent = said;
+    return;
+  }
+  const rows = f.layout === "rows";
+  const [c, h, w] = rows ? f.image : [];
+  const rgb = (rows ? c : f.shape[1]) === 3;
+  const max = rows ? drawTiles(f.values, f.shape[0], rgb ? 1 : c, h, w, rgb, 8)
+    : drawTiles(f.values, f.shape[0], f.shape[1], f.shape[2], f.shape[3], rgb, 4);
+  $("views-filters-caption").textContent = `${said}, max |w| ${max.toPrecision(3)}` +
+    (rgb ? " (over RGB: one tile per " + (rows ? "row" : "filter") + ", its red, green and " +
+      "blue weights as a colour; grey = 0)" : "");
+}
+
+/** Draw `out` tiles of `inC` x `kh` x `kw` weights (a tile per (output, input) channel pair,
+ * one pixel a weight, 1 px apart; `rgb`: one colour tile per output over 3 input channels)
+ * on #views-filters, at most `colsMax` tiles a row; returns the largest |weight|. */
+function drawTiles(values, out, inC, kh, kw, rgb, colsMax) {
   const tiles = rgb ? out : out * inC;
-  const cols = Math.min(tiles, 4);
+  const cols = Math.min(tiles, colsMax);
   const rows = Math.ceil(tiles / cols);
   const cv = $("views-filters");
   cv.width = cols * (kw + 1) - 1;
@@ -157,7 +185,7 @@ function drawFilters(f) {
   Object.assign(cv.dataset, { cols, kh, kw });
   cv.style.width = `${Math.min(cv.width * 18, 320)}px`;
   let max = 0;
-  for (const v of f.values) max = Math.max(max, Math.abs(v));
+  for (const v of values) max = Math.max(max, Math.abs(v));
   const ctx = cv.getContext("2d");
   const img = ctx.createImageData(cv.width, cv.height);
   for (let t = 0; t < tiles; t++) {
@@ -168,22 +196,19 @@ function drawFilters(f) {
         const at = 4 * ((y0 + i) * cv.width + x0 + j);
         if (rgb) {
           const col = [0, 1, 2].map((k) => Math.round(127.5 + 127.5 *
-            (max ? f.values[((t * 3 + k) * kh + i) * kw + j] / max : 0)));
+            (max ? values[((t * 3 + k) * kh + i) * kw + j] / max : 0)));
           img.data.set([...col, 255], at);
         } else {
-          img.data.set([...diverging(max ? f.values[(t * kh + i) * kw + j] / max : 0), 255], at);
+          img.data.set([...diverging(max ? values[(t * kh + i) * kw + j] / max : 0), 255], at);
         }
       }
     }
   }
   ctx.putImageData(img, 0, 0);
-  $("views-filters-caption").textContent =
-    `First conv layer's filters: ${f.name} [${f.shape.join(", ")}], max |w| ${max.toPrecision(3)}` +
-    (rgb ? " (over RGB: one tile per filter, its red, green and blue weights as a colour; " +
-      "grey = 0)" : "");
+  return max;
 }
 
-async function drawMaps(m) {
+function drawMaps(m) {
   const box = $("views-maps");
   box.replaceChildren(...m.maps.map((map) => {
     const [c, h, w] = map.shape;
@@ -213,15 +238,15 @@ async function drawMaps(m) {
       el("figcaption",
         { textContent: `${map.layer} → ${c} × ${h} × ${w} (max ${max.toPrecision(3)})` }), cv);
   }));
-  const label = `label ${runClassName(m.label)}`;
-  $("views-label").textContent = label;
-  try {
-    const set = await testSet(appState.runDataset?.name);
-    $("views-index").max = set.count - 1;
-    drawSample($("views-image"), imageOf(set, m.index), set.shape);
-  } catch (e) {
-    $("views-label").textContent = `${label} (image not shown: ${e.message ?? e})`;
+  if (!m.maps.length) {
+    box.replaceChildren(el("p", { className: "hint", id: "views-maps-none",
+      textContent: "No conv layer in this model: no feature maps to show." }));
   }
+  // the test image as the worker holds it (no second download of the dataset)
+  $("views-label").textContent = `label ${runClassName(m.label)}`;
+  $("views-index").max = m.count - 1;
+  $("views-image").hidden = !m.image;
+  if (m.image) drawSample($("views-image"), m.image, m.sample_shape);
 }
 
 /** The norms table; ``noStep``: no training step yet (no gradients to show). */
