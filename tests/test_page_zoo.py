@@ -1,0 +1,240 @@
+"""Issue 19 item 5, "the page trains them": zoo models (tests/fixtures/zoo/, scripts/make_zoo.py)
+uploaded through the page's model upload control as a user does, with a small generated
+dataset that fits, trained for a few steps in headless Chromium (SwiftShader), downloaded as
+.onnx from the Results tab and judged with onnxruntime against the engine.
+
+Asserted:
+- the ViT (TorchScript export): onnx.checker passes on the download; onnxruntime's
+  log-softmax of the downloaded model on the run's test images equals the page's evaluation
+  (window.lastRun.logits) within ORT_ATOL; the live views say the first layer is a Conv and
+  show its kernels, and show the first encoder layer's attention map of the chosen test image:
+  [65, 65] averaged over its 4 heads, every row summing to 1 within ROW_SUM_TOL, equal to the
+  float64 numpy engine's Softmax activation on the run's weights within FWD_RTOL; the test
+  image the views draw comes with the worker's answer (no request to the dataset's files);
+- the LSTM (dynamo export): the views say in words that its first layer has no image view and
+  that there are no feature maps (nothing blank), the run trains and the download agrees with
+  onnxruntime as above;
+- hostile: the LSTM (1x28x28) against the 3x32x32 dataset is refused before any work: the
+  message names both shapes, Start is disabled, no run starts.
+"""
+
+import json
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from conftest import FWD_RTOL, assert_close
+from dataset_fixtures import write_image_dataset
+from e2e_fixtures import Page, run_training, screenshot
+
+from webgpu_trainer.cpu.engine import Engine, params_from_blob
+
+pytestmark = pytest.mark.e2e
+
+ZOO = Path(__file__).resolve().parent / "fixtures" / "zoo"
+CLASSES = [str(i) for i in range(10)]
+TRAIN, TEST, VAL = 24, 8, 8       # images per split (VAL of the training ones held out)
+BATCH, STEPS = 8, 2
+ORT_ATOL = 2e-4                   # log-probabilities: onnxruntime (CPU) vs the page's engine
+ROW_SUM_TOL = 1e-4                # each attention row (a softmax) sums to 1
+RUN_TIMEOUT_S = 240
+WAIT_MS = 120_000
+
+
+def _images(shape, seed):
+    """``(x uint8 [TRAIN + TEST, *shape], y)``: noise with a class-dependent bright band."""
+    rng = np.random.default_rng(seed)
+    n = TRAIN + TEST
+    y = (np.arange(n) % 10).astype(np.uint8)
+    x = rng.integers(0, 80, (n, *shape)).astype(np.int64)
+    for i in range(n):
+        x[i, :, 2 * y[i]:2 * y[i] + 3, :] += 150
+    return x.clip(0, 255).astype(np.uint8), y
+
+
+@pytest.fixture(scope="module")
+def datasets(server_data_root):
+    """"rgb10" (3x32x32) and "rows28" (1x28x28), 10 classes each, in the server's data root."""
+    out = {}
+    for name, shape, seed in (("rgb10", (3, 32, 32), 1), ("rows28", (1, 28, 28), 2)):
+        x, y = _images(shape, seed)
+        out[name] = (write_image_dataset(server_data_root, name, {
+            "train": (x[:TRAIN], y[:TRAIN]), "test": (x[TRAIN:], y[TRAIN:])}, CLASSES), x[TRAIN:])
+    return out
+
+
+@pytest.fixture(scope="module")
+def app(chromium, server, datasets):
+    app = Page(chromium, server)
+    app.wait_ready()
+    yield app
+    app.close()
+
+
+def _upload(app, stem):
+    """Upload tests/fixtures/zoo/<stem>.onnx through #model-file (once per server); chosen."""
+    page = app.page
+    if page.evaluate(f"!appState.models.some((m) => m.name === {stem!r})"):
+        page.set_input_files("#model-file", str(ZOO / f"{stem}.onnx"))
+    else:
+        page.select_option("#model", stem)
+        page.dispatch_event("#model", "change")
+    page.wait_for_function(f"document.getElementById('model').value === {stem!r}",
+                           timeout=WAIT_MS)
+
+
+def _choose(app, dataset, model):
+    page = app.page
+    page.select_option("#dataset", dataset)  # may choose the dataset's default model
+    _upload(app, model)
+    page.wait_for_function("appState.fit === null && !document.getElementById('start').disabled",
+                           timeout=WAIT_MS)
+
+
+def _train_and_download(app, dataset, model, tmp_path):
+    """Train STEPS steps, then the Results tab's .onnx: ``(lastRun without buffers, logits
+    [TEST, 10], weights bytes, downloaded model path)``."""
+    page = app.page
+    app.configure(model=None, optimizer="adam", lr="0.001", batch=BATCH, max_steps=STEPS,
+                  eval_images=TEST, val_images=VAL, seed=0)
+    run_training(app, STEPS, RUN_TIMEOUT_S, model)
+    last = page.evaluate("({steps: lastRun.steps, model: lastRun.model, eval: "
+                         "lastRun.eval_images, verdict: lastRun.verdict})")
+    logits = np.asarray(page.evaluate("Array.from(lastRun.logits)"), np.float64)
+    weights = bytes(page.evaluate("Array.from(new Uint8Array(lastRun.weights))"))
+    page.click("#tab-results")
+    page.wait_for_function("!document.querySelector('#download').disabled", timeout=WAIT_MS)
+    with page.expect_download(timeout=WAIT_MS) as dl:
+        page.click("#download")
+    path = tmp_path / f"{model}-trained.onnx"
+    dl.value.save_as(path)
+    assert last["model"] == model and last["steps"] == STEPS and last["eval"] == TEST, last
+    return last, logits.reshape(TEST, -1), weights, path
+
+
+def _normalised(manifest, x):
+    """The engine's input of uint8 images ``x``: ((v / 255) - mean[c]) / std[c] in float32."""
+    mean = np.asarray(manifest["mean"]).reshape(1, -1, 1, 1)
+    std = np.asarray(manifest["std"]).reshape(1, -1, 1, 1)
+    return ((x / 255 - mean) / std).astype(np.float32)
+
+
+def _judge_with_onnxruntime(path, x, logits, uploaded):
+    """The download passes onnx.checker, was trained (weights moved from the upload's), and
+    onnxruntime's log-softmax of it on ``x`` equals the page's evaluation ``logits``."""
+    import onnxruntime as ort
+    from onnx import numpy_helper
+    model = onnx.load(path)
+    onnx.checker.check_model(model, full_check=True)
+    before = {t.name: numpy_helper.to_array(t) for t in onnx.load(uploaded).graph.initializer}
+    moved = [t.name for t in model.graph.initializer if t.name in before
+             and before[t.name].dtype == np.float32
+             and not np.array_equal(numpy_helper.to_array(t), before[t.name])]
+    assert moved, "no weight changed: the download is not the trained model"
+    sess = ort.InferenceSession(path.read_bytes(), providers=["CPUExecutionProvider"])
+    out = sess.run(None, {sess.get_inputs()[0].name: x})[0].astype(np.float64)
+    want = out - out.max(1, keepdims=True)
+    want -= np.log(np.exp(want).sum(1, keepdims=True))
+    err = np.abs(want - logits).max()
+    print(f"[zoo] {path.name}: onnxruntime vs page log-probabilities max |diff| {err:.2e}")
+    assert err <= ORT_ATOL, (err, want[:2], logits[:2])
+
+
+def _graph(server, model):
+    with urllib.request.urlopen(f"{server}/api/models/{model}/graph.json") as r:
+        return json.load(r)
+
+
+def test_vit_trains_shows_its_attention_and_exports(app, datasets, server, tmp_path):
+    manifest, test_x = datasets["rgb10"]
+    page = app.page
+    _choose(app, "rgb10", "vit-ts")
+    last, logits, weights, path = _train_and_download(app, "rgb10", "vit-ts", tmp_path)
+    x = _normalised(manifest, test_x)
+    _judge_with_onnxruntime(path, x, logits, ZOO / "vit-ts.onnx")
+
+    requests = []
+
+    def seen(r):
+        if "/data/rgb10/" in r.url:
+            requests.append(r.url)
+    page.on("request", seen)
+    try:
+        page.click("#tab-model")
+        page.fill("#views-index", "3")
+        page.dispatch_event("#views-index", "change")
+        page.wait_for_function(f"(() => {{ const l = window.viewsState.last; return l && "
+                               f"!l.error && l.index === 3 && l.step === {STEPS}; }})()",
+                               timeout=WAIT_MS)
+    finally:
+        page.remove_listener("request", seen)
+    got = page.evaluate("""() => { const l = window.viewsState.last;
+        return {first: l.first, image: Array.from(l.image), shape: l.sample_shape,
+                count: l.count, a: {...l.attention, values: Array.from(l.attention.values)},
+                caption: document.getElementById('views-filters-caption').textContent,
+                att: document.getElementById('views-attention-caption').textContent,
+                hidden: document.getElementById('views-attention').hidden}; }""")
+    assert requests == [], f"the views fetched the dataset again: {requests}"
+    assert got["image"] == test_x[3].reshape(-1).tolist() and got["shape"] == [3, 32, 32]
+    assert got["count"] == TEST
+    assert got["first"]["text"] == "first layer is a Conv (embed.weight [64x3x4x4]): its " \
+        "kernels shown", got["first"]
+    assert got["caption"].startswith("First layer is a Conv (embed.weight [64x3x4x4]): its "
+                                     "kernels shown, max |w| "), got["caption"]
+    a = got["a"]
+    assert (a["tokens"], a["heads"], a["grid"], a["first"]) == (65, 4, [8, 8], 1), a
+    assert not got["hidden"] and "averaged over its 4 heads" in got["att"], got["att"]
+    att = np.asarray(a["values"], np.float64).reshape(65, 65)
+    assert np.abs(att.sum(1) - 1).max() <= ROW_SUM_TOL, att.sum(1)
+    graph = _graph(server, "vit-ts")
+    eng = Engine(graph, params_from_blob(graph, weights), np.float64)
+    acts = eng.forward(x[3:4].astype(np.float64), train=False)[0]
+    want = np.asarray(acts[a["name"]], np.float64).reshape(-1, 65, 65).mean(0)
+    assert_close(att, want, FWD_RTOL, "attention map vs the float64 numpy engine")
+    page.locator("#views").scroll_into_view_if_needed()
+    screenshot(page, "zoo-vit-views")
+
+
+def test_lstm_views_say_what_they_show_and_it_trains(app, datasets, tmp_path):
+    manifest, test_x = datasets["rows28"]
+    page = app.page
+    _choose(app, "rows28", "lstm-dynamo")
+    last, logits, _, path = _train_and_download(app, "rows28", "lstm-dynamo", tmp_path)
+    _judge_with_onnxruntime(path, _normalised(manifest, test_x), logits,
+                            ZOO / "lstm-dynamo.onnx")
+    page.click("#tab-model")
+    page.wait_for_function(f"(() => {{ const l = window.viewsState.last; return l && !l.error "
+                           f"&& l.step === {STEPS} && l.model === 'lstm-dynamo'; }})()",
+                           timeout=WAIT_MS)
+    shown = page.evaluate("""() => ({
+        caption: document.getElementById('views-filters-caption').textContent,
+        canvas: document.getElementById('views-filters').hidden,
+        maps: document.getElementById('views-maps').textContent,
+        attention: document.getElementById('views-attention').hidden,
+        image: document.getElementById('views-image').hidden})""")
+    assert shown == {
+        "caption": "First layer is an LSTM: no image view (its gate weights act on one time "
+                   "step of 28 values at a time; node node_lstm__2)",
+        "canvas": True, "maps": "No conv layer in this model: no feature maps to show.",
+        "attention": True, "image": False}, shown
+    page.locator("#views").scroll_into_view_if_needed()
+    screenshot(page, "zoo-lstm-views")
+
+
+def test_zoo_model_against_a_dataset_it_does_not_fit_is_refused(app, datasets):
+    page = app.page
+    page.click("#tab-dashboard")
+    page.select_option("#dataset", "rgb10")
+    _upload(app, "lstm-ts")
+    page.wait_for_function("appState.fit !== null", timeout=WAIT_MS)
+    steps = page.evaluate("appState.steps.length")
+    assert page.text_content("#dataset-fit") == (
+        "Model lstm-ts: input 'input' [N, 1, 28, 28] does not fit dataset rgb10 (3x32x32 "
+        "images, [N, 3, 32, 32]): choose a model made for 3x32x32 or another dataset.")
+    assert page.is_disabled("#start")
+    page.click("#start", force=True)  # a click anyway: nothing starts
+    page.wait_for_timeout(500)
+    assert page.evaluate("appState.steps.length") == steps
+    assert app.state()["phase"] in ("ready", "done"), app.state()
