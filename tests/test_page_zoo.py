@@ -195,6 +195,8 @@ def test_vit_trains_shows_its_attention_and_exports(app, datasets, server, tmp_p
     assert_close(att, want, FWD_RTOL, "attention map vs the float64 numpy engine")
     page.locator("#views").scroll_into_view_if_needed()
     screenshot(page, "zoo-vit-views")
+    page.locator("#views-attention").scroll_into_view_if_needed()
+    screenshot(page, "zoo-vit-attention")
 
 
 def test_lstm_views_say_what_they_show_and_it_trains(app, datasets, tmp_path):

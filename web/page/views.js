@@ -166,7 +166,8 @@ function drawFirstLayer(m) {
   const [c, h, w] = rows ? f.image : [];
   const rgb = (rows ? c : f.shape[1]) === 3;
   const max = rows ? drawTiles(f.values, f.shape[0], rgb ? 1 : c, h, w, rgb, 8)
-    : drawTiles(f.values, f.shape[0], f.shape[1], f.shape[2], f.shape[3], rgb, 4);
+    : drawTiles(f.values, f.shape[0], f.shape[1], f.shape[2], f.shape[3], rgb,
+      Math.max(4, Math.ceil(Math.sqrt(rgb ? f.shape[0] : f.shape[0] * f.shape[1]))));
   $("views-filters-caption").textContent = `${said}, max |w| ${max.toPrecision(3)}` +
     (rgb ? " (over RGB: one tile per " + (rows ? "row" : "filter") + ", its red, green and " +
       "blue weights as a colour; grey = 0)" : "");

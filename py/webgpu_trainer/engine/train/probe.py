@@ -115,8 +115,6 @@ def first_layer(graph, sample_shape) -> dict | None:
                     "text": "first layer is an embedding (Gather): its rows are token vectors, "
                             "no image view"}
         src = next((s for s in (_param_source(graph, n) for n in ins[1:2]) if s), None)
-        if src is None and op == "MatMul":
-            src = _param_source(graph, ins[0])
         if src is None and op in ("LSTM", "GRU", "RNN") and len(ins) > 1:
             src = (ins[1], False)  # W after the exporter's slices: named by the node
         if src is None:
@@ -137,7 +135,7 @@ def first_layer(graph, sample_shape) -> dict | None:
                                f"{'features' if not image else 'a reshaped input'}: no image "
                                "view")
             else:
-                n_out, n_in = rows
+                n_out, n_in, _ = rows
                 side = "x".join(str(d) for d in (sample_shape[1:] if sample_shape[0] == 1
                                                  else sample_shape))
                 shown = min(n_out, SHOWN_ROWS)
