@@ -79,6 +79,41 @@ def tiny_rgb_model(path: Path, side: int = 8, classes: int = 3) -> None:
     onnx.save(model, path)
 
 
+def mlp_model(path: Path, form: str = "gemm") -> np.ndarray:
+    """An MLP 784 -> 128 -> 10 (opset 17) over a flat 1x28x28 image, written to ``path``;
+    the first weight as ``form``: "gemm" (Gemm transB=1, [128, 784]), "matmul" (MatMul,
+    [784, 128]) or "transposed" (MatMul of a Transpose of a [128, 784] parameter). Returns
+    the first weight as [out, in] (float32)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((128, 784)).astype(np.float32)
+    stored = w1.T.copy() if form == "matmul" else w1
+    inits = [numpy_helper.from_array(stored, "fc1.weight"),
+             numpy_helper.from_array(np.zeros(128, np.float32), "fc1.bias"),
+             numpy_helper.from_array(rng.standard_normal((10, 128)).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.zeros(10, np.float32), "b2")]
+    nodes = [helper.make_node("Flatten", ["x"], ["f"], axis=1)]
+    if form == "gemm":
+        nodes.append(helper.make_node("Gemm", ["f", "fc1.weight", "fc1.bias"], ["h"], transB=1))
+    else:
+        w = "fc1.weight"
+        if form == "transposed":
+            nodes.append(helper.make_node("Transpose", [w], ["wt"], perm=[1, 0]))
+            w = "wt"
+        nodes += [helper.make_node("MatMul", ["f", w], ["m"]),
+                  helper.make_node("Add", ["m", "fc1.bias"], ["h"])]
+    nodes += [helper.make_node("Relu", ["h"], ["r"]),
+              helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], transB=1)]
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 28, 28])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return w1
+
+
 def rgb_png(image: np.ndarray) -> bytes:
     """An 8-bit RGB PNG of ``image`` (uint8 [h, w, 3]): signature, IHDR, IDAT, IEND."""
     import struct

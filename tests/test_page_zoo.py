@@ -14,6 +14,9 @@ Asserted:
 - the LSTM (dynamo export): the views say in words that its first layer has no image view and
   that there are no feature maps (nothing blank), the run trains and the download agrees with
   onnxruntime as above;
+- an MLP (784 -> 128 -> 10, tests/dataset_fixtures.py): the views say its first layer is a
+  Linear and draw its first 64 weight rows as 28x28 images, each pixel the diverging colour
+  of the trained weight (within 1 of 255);
 - hostile: the LSTM (1x28x28) against the 3x32x32 dataset is refused before any work: the
   message names both shapes, Start is disabled, no run starts.
 """
@@ -26,7 +29,7 @@ import numpy as np
 import onnx
 import pytest
 from conftest import FWD_RTOL, assert_close
-from dataset_fixtures import write_image_dataset
+from dataset_fixtures import mlp_model, write_image_dataset
 from e2e_fixtures import Page, run_training, screenshot
 
 from webgpu_trainer.cpu.engine import Engine, params_from_blob
@@ -73,11 +76,11 @@ def app(chromium, server, datasets):
     app.close()
 
 
-def _upload(app, stem):
-    """Upload tests/fixtures/zoo/<stem>.onnx through #model-file (once per server); chosen."""
+def _upload(app, stem, folder=ZOO):
+    """Upload <folder>/<stem>.onnx through #model-file (once per server); chosen."""
     page = app.page
     if page.evaluate(f"!appState.models.some((m) => m.name === {stem!r})"):
-        page.set_input_files("#model-file", str(ZOO / f"{stem}.onnx"))
+        page.set_input_files("#model-file", str(folder / f"{stem}.onnx"))
     else:
         page.select_option("#model", stem)
         page.dispatch_event("#model", "change")
@@ -85,10 +88,10 @@ def _upload(app, stem):
                            timeout=WAIT_MS)
 
 
-def _choose(app, dataset, model):
+def _choose(app, dataset, model, folder=ZOO):
     page = app.page
     page.select_option("#dataset", dataset)  # may choose the dataset's default model
-    _upload(app, model)
+    _upload(app, model, folder)
     page.wait_for_function("appState.fit === null && !document.getElementById('start').disabled",
                            timeout=WAIT_MS)
 
@@ -112,6 +115,17 @@ def _train_and_download(app, dataset, model, tmp_path):
     dl.value.save_as(path)
     assert last["model"] == model and last["steps"] == STEPS and last["eval"] == TEST, last
     return last, logits.reshape(TEST, -1), weights, path
+
+
+def _views(app, cond):
+    """Wait for the live views' answer about the finished run where ``cond`` (JS over ``l``,
+    the answer) holds, or for an error answer (failing with it)."""
+    page = app.page
+    page.wait_for_function(f"(() => {{ const l = window.viewsState.last; return l && "
+                           f"((l.error && !l.pending) || (l.step === {STEPS} && {cond})); }})()",
+                           timeout=WAIT_MS)
+    err = page.evaluate("window.viewsState.last.error")
+    assert not err, f"{err}\n{app.diagnostics()}"
 
 
 def _normalised(manifest, x):
@@ -165,9 +179,7 @@ def test_vit_trains_shows_its_attention_and_exports(app, datasets, server, tmp_p
         page.click("#tab-model")
         page.fill("#views-index", "3")
         page.dispatch_event("#views-index", "change")
-        page.wait_for_function(f"(() => {{ const l = window.viewsState.last; return l && "
-                               f"!l.error && l.index === 3 && l.step === {STEPS}; }})()",
-                               timeout=WAIT_MS)
+        _views(app, "l.index === 3")
     finally:
         page.remove_listener("request", seen)
     got = page.evaluate("""() => { const l = window.viewsState.last;
@@ -207,9 +219,7 @@ def test_lstm_views_say_what_they_show_and_it_trains(app, datasets, tmp_path):
     _judge_with_onnxruntime(path, _normalised(manifest, test_x), logits,
                             ZOO / "lstm-dynamo.onnx")
     page.click("#tab-model")
-    page.wait_for_function(f"(() => {{ const l = window.viewsState.last; return l && !l.error "
-                           f"&& l.step === {STEPS} && l.model === 'lstm-dynamo'; }})()",
-                           timeout=WAIT_MS)
+    _views(app, "l.model === 'lstm-dynamo'")
     shown = page.evaluate("""() => ({
         caption: document.getElementById('views-filters-caption').textContent,
         canvas: document.getElementById('views-filters').hidden,
@@ -240,3 +250,34 @@ def test_zoo_model_against_a_dataset_it_does_not_fit_is_refused(app, datasets):
     page.wait_for_timeout(500)
     assert page.evaluate("appState.steps.length") == steps
     assert app.state()["phase"] in ("ready", "done"), app.state()
+
+
+def test_a_linear_first_layer_is_drawn_as_images(app, datasets, tmp_path):
+    _, test_x = datasets["rows28"]
+    page = app.page
+    mlp_model(tmp_path / "mlp784.onnx")
+    _choose(app, "rows28", "mlp784", tmp_path)
+    _, _, weights, _ = _train_and_download(app, "rows28", "mlp784", tmp_path)
+    page.click("#tab-model")
+    _views(app, "l.model === 'mlp784'")
+    got = page.evaluate("""() => { const c = document.getElementById('views-filters');
+        const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        return {w: c.width, h: c.height, cols: +c.dataset.cols, hidden: c.hidden,
+                px: Array.from(px), filters: window.viewsState.last.filters.shape,
+                caption: document.getElementById('views-filters-caption').textContent}; }""")
+    assert got["caption"].startswith("First layer is a Linear (fc1.weight): its 784->128 weight "
+                                     "rows shown as 28x28 images (the first 64 of 128), max |w| ")
+    assert got["filters"] == [64, 784] and not got["hidden"], got["filters"]
+    assert (got["cols"], got["w"], got["h"]) == (8, 8 * 29 - 1, 8 * 29 - 1)
+    w = np.frombuffer(weights, np.float32, 128 * 784, 0).reshape(128, 784)[:64]  # fc1.weight
+    scale = np.abs(w).max()
+    px = np.asarray(got["px"], np.int64).reshape(got["h"], got["w"], 4)[..., :3]
+    for r in (0, 9, 63):
+        y0, x0 = (r // 8) * 29, (r % 8) * 29
+        v = w[r].reshape(28, 28)[..., None] / scale
+        want = np.where(v >= 0, 255 + (np.array([178, 24, 43]) - 255) * np.abs(v),
+                        255 + (np.array([33, 102, 172]) - 255) * np.abs(v))
+        err = np.abs(px[y0:y0 + 28, x0:x0 + 28] - want).max()
+        assert err <= 1, (r, err)
+    page.locator("#views").scroll_into_view_if_needed()
+    screenshot(page, "zoo-mlp-views")

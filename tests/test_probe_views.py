@@ -8,10 +8,9 @@ grid. Native only (no device): the page's side is tests/test_page_zoo.py."""
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from conftest import FWD_RTOL, assert_close
-from onnx import TensorProto, helper, numpy_helper
+from dataset_fixtures import mlp_model
 
 from webgpu_trainer import onnx_io
 from webgpu_trainer.cpu.engine import Engine, params_from_blob
@@ -42,41 +41,9 @@ def test_first_layer_of_the_zoo_in_words(stem, shape, text):
     assert first["view"] == ("filters" if "Conv" in text else None)
 
 
-def _mlp(path, form):
-    """784 -> 128 -> 10 over a flat 28x28 image; the first weight as ``form``: "gemm" (Gemm
-    transB=1, [128, 784]), "matmul" (MatMul, [784, 128]) or "transposed" (MatMul of a
-    Transpose of a [128, 784] parameter). Returns the first weight as [out, in]."""
-    rng = np.random.default_rng(0)
-    w1 = rng.standard_normal((128, 784)).astype(np.float32)
-    stored = w1.T.copy() if form == "matmul" else w1
-    inits = [numpy_helper.from_array(stored, "fc1.weight"),
-             numpy_helper.from_array(np.zeros(128, np.float32), "fc1.bias"),
-             numpy_helper.from_array(rng.standard_normal((10, 128)).astype(np.float32), "w2"),
-             numpy_helper.from_array(np.zeros(10, np.float32), "b2")]
-    nodes = [helper.make_node("Flatten", ["x"], ["f"], axis=1)]
-    if form == "gemm":
-        nodes.append(helper.make_node("Gemm", ["f", "fc1.weight", "fc1.bias"], ["h"], transB=1))
-    else:
-        w = "fc1.weight"
-        if form == "transposed":
-            nodes.append(helper.make_node("Transpose", [w], ["wt"], perm=[1, 0]))
-            w = "wt"
-        nodes += [helper.make_node("MatMul", ["f", w], ["m"]),
-                  helper.make_node("Add", ["m", "fc1.bias"], ["h"])]
-    nodes += [helper.make_node("Relu", ["h"], ["r"]),
-              helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], transB=1)]
-    graph = helper.make_graph(
-        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 28, 28])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return w1
-
-
 @pytest.mark.parametrize("form", ["gemm", "matmul", "transposed"])
 def test_a_linear_first_layer_shows_its_rows_as_images(form, tmp_path):
-    w1 = _mlp(tmp_path / "mlp.onnx", form)
+    w1 = mlp_model(tmp_path / "mlp.onnx", form)
     graph, blob = onnx_io.load_bundle(tmp_path / "mlp.onnx")
     first = probe.first_layer(Graph(graph), [1, 28, 28])
     assert first["view"] == "rows" and first["weight"] == "fc1.weight", first
