@@ -28,6 +28,7 @@ let send = () => {};
 let seq = 0;
 let waiting = 0;            // id of the request in flight (0: none)
 let timer = null;
+let shownRun = null;        // window.lastRun when the last answer came (null: during a run)
 const state = { last: null, requests: 0, key: null };  // key: the prepared model's shown
 window.viewsState = state;
 
@@ -98,10 +99,11 @@ function wanted() {
     return !(state.last && !state.last.error && state.last.untrained && state.key === p?.key &&
       state.last.index === index);
   }
-  // after a run: until the views show its final weights
+  // after a run: until the views show its final weights (this run's: a second run of as many
+  // steps must not take the first one's answer for its own)
   const run = window.lastRun;
-  return appState.phase === "done" && !!run && !(state.last && state.last.step === run.steps &&
-    !state.last.error && state.last.index === Number($("views-index").value));
+  return appState.phase === "done" && !!run && !(state.last && shownRun === run &&
+    state.last.step === run.steps && !state.last.error && state.last.index === index);
 }
 
 function schedule(ms) {
@@ -129,6 +131,7 @@ function request(force) {
 export function onInspect(m) {
   if (m.id !== waiting) return;
   waiting = 0;
+  shownRun = appState.phase === "done" ? window.lastRun : null;  // the finished run shown
   state.last = m;
   if (m.error) {
     $("views-status").textContent = m.error;
@@ -136,9 +139,7 @@ export function onInspect(m) {
   } else {
     $("views-status").textContent = m.untrained ? "Untrained: the model’s initial weights. " +
       "Press Start: these views then follow the run every few seconds." : "";
-    $("views-when").textContent = m.untrained ? `${m.model}, initial weights`
-      : `${m.model} after step ${m.step}` +
-        (appState.phase === "training" ? " (training; refreshed every few seconds)" : "");
+    showWhen();
     drawFirstLayer(m);
     drawMaps(m);
     drawAttention(m);
@@ -148,6 +149,16 @@ export function onInspect(m) {
     const moved = m.index !== Number($("views-index").value);  // picked while it was on its way
     schedule(appState.phase === "training" && !moved ? INTERVAL_MS : 200);
   }
+}
+
+/** Whose weights the views show; "(training; …)" only while the run trains (refreshed on
+ * state-changed: an answer that came during the final evaluation is the run's last). */
+function showWhen() {
+  const m = state.last;
+  if (!m || m.error) return;
+  $("views-when").textContent = m.untrained ? `${m.model}, initial weights`
+    : `${m.model} after step ${m.step}` +
+      (appState.phase === "training" ? " (training; refreshed every few seconds)" : "");
 }
 
 /** The first weighted layer: a Conv's kernels, a Linear's weight rows as images, or the
@@ -300,6 +311,7 @@ export function setupViews(post) {
       timer = null;
     }
   });
+  document.addEventListener("state-changed", showWhen);
   document.addEventListener("model-prepared", () => {
     $("views-status").textContent = prepareNote();
     request(false);
