@@ -18,7 +18,7 @@ The models (seeded: ``torch.manual_seed(k)`` with ``k`` the model's index in ``M
   MNIST image ([N, 1, 28, 28], squeezed to [N, 28, 28]) -> Linear on the last step's output
   (``y[:, -1]``, LSTM) or on h_n (GRU), 1x28x28 -> 10;
 - ``resnet18n``: ResNet-18 (four stages of two BasicBlocks) at an eighth of its width
-  (8/16/32/64 channels: 175 k parameters, 0.7 MB a file), 3x32x32 -> 10; the full-width
+  (8/16/32/64 channels: 176 k parameters, 0.7-0.9 MB a file), 3x32x32 -> 10; the full-width
   ``resnet18`` (64..512) is the same class;
 - ``conv1d``: a 1-D conv net over MNIST's 784 pixels as one sequence (Conv1d, BatchNorm1d,
   MaxPool1d, AvgPool1d, a strided Conv1d, mean over the sequence), 1x784 -> 10;
