@@ -6,6 +6,8 @@ machine without a GPU, lavapipe) and in headless Chromium (Pyodide + WebGPU; Swi
 
     .venv/bin/python benchmarks/zoo_table.py                       # accuracy + native
     flock /tmp/e2e.lock .venv/bin/python benchmarks/zoo_table.py --browser   # + browser
+    .venv/bin/python benchmarks/zoo_table.py --json rows.json   # then, holding the lock only
+    flock /tmp/e2e.lock .venv/bin/python benchmarks/zoo_table.py --rows rows.json --browser
 
 What each column is:
 
@@ -168,7 +170,26 @@ def main(argv=None) -> int:
     ap.add_argument("--browser", action="store_true", help="also in headless Chromium "
                     "(run under flock /tmp/e2e.lock)")
     ap.add_argument("--browser-timeout", type=float, default=240)
+    ap.add_argument("--json", type=Path, help="write the rows to this file")
+    ap.add_argument("--rows", type=Path, help="take accuracy and native rows from a --json "
+                    "file of an earlier run (then --browser adds the browser column)")
     a = ap.parse_args(argv)
+    rows = json.loads(a.rows.read_text()) if a.rows else []
+    if not rows:
+        rows = _native_rows(a)
+    if a.browser:
+        got = browser_steps([r["name"] for r in rows], a.batch, a.steps, a.browser_timeout)
+        for r in rows:
+            r["browser"] = got.get(r["name"], "-")
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1))
+    print(table(rows, a.batch))
+    return 0
+
+
+def _native_rows(a) -> list:
+    """The accuracy and native columns of every model of ``a.models``."""
+    import make_zoo
     from webgpu_trainer.engine.backends.wgpu_native import Device
     device = Device(backend="vulkan")
     rows = []
@@ -179,12 +200,7 @@ def main(argv=None) -> int:
         rows.append({"name": name, "params": sum(p.numel() for p in model.parameters()),
                      "acc": acc, "native": native_steps(device, name, a.batch, a.steps)})
         print(f"{name}: {rows[-1]}", file=sys.stderr, flush=True)
-    if a.browser:
-        got = browser_steps(a.models, a.batch, a.steps, a.browser_timeout)
-        for r in rows:
-            r["browser"] = got.get(r["name"], "-")
-    print(table(rows, a.batch))
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

@@ -277,12 +277,16 @@ def test_trains_natively_like_numpy_and_exports(device, name, exporter, tmp_path
 BROWSER_RTOL = 1e-5  # browser (Pyodide, SwiftShader) vs native (wgpu-py, lavapipe)
 
 
+BROWSER = ["vit", "resnet18n", "conv1d", "textbag"]
+
+
 @pytest.mark.e2e
-def test_vit_trains_in_the_browser_like_natively(chromium, server, device):
-    """The ViT (TorchScript export: the class token's Expand to the batch, attention's Gathers)
-    trains 3 Adam steps at batch 4 in headless Chromium (Pyodide, web/dev/parity.html) and
-    natively through the same ``parity.run_case``: losses, output and weights agree within
-    BROWSER_RTOL, and the weights moved."""
+@pytest.mark.parametrize("name", BROWSER)
+def test_trains_in_the_browser_like_natively(chromium, server, device, name):
+    """The TorchScript file trains 3 Adam steps at batch 4 in headless Chromium (Pyodide,
+    web/dev/parity.html) and natively through the same ``parity.run_case``: losses, output
+    and weights agree within BROWSER_RTOL, and the weights moved. The ViT: the class token's
+    Expand to the batch, attention's Gathers; ``textbag``: int64 token ids (u32 on the GPU)."""
     import asyncio
     import base64
     import json
@@ -290,10 +294,11 @@ def test_vit_trains_in_the_browser_like_natively(chromium, server, device):
 
     from webgpu_trainer.engine.tools import parity
     from webgpu_trainer.onnx_io import load_bundle
-    graph, blob = load_bundle(ZOO / "vit-ts.onnx")
-    x, labels = _batch("vit", "browser")
-    case = {"name": "vit-ts", "graph": graph, "weights": parity.b64(blob),
-            "x": parity.b64(x[:4].tobytes()),
+    graph, blob = load_bundle(ZOO / f"{name}-ts.onnx")
+    x, labels = _batch(name, "browser")
+    x = x[:4].astype(np.uint32 if name in make_zoo.TOKENS else np.float32)
+    case = {"name": f"{name}-ts", "graph": graph, "weights": parity.b64(blob),
+            "x": parity.b64(x.tobytes()),
             "labels": parity.b64(np.asarray(labels[:4], np.uint32).tobytes()), "batch": 4,
             "steps": 3, "optimizer": {"name": "adam", "lr": 0.003}, "train": True, "seed": 1}
     with ThreadPoolExecutor(1) as pool:  # Playwright's event loop owns this thread
