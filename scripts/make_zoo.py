@@ -16,7 +16,14 @@ The models (seeded: ``torch.manual_seed(k)`` with ``k`` the model's index in ``M
   norm_first, dropout 0), a LayerNorm and a Linear head on the class token), 3x32x32 -> 10;
 - ``lstm`` / ``gru``: ``nn.LSTM`` / ``nn.GRU`` (hidden 64, batch_first) over the 28 rows of an
   MNIST image ([N, 1, 28, 28], squeezed to [N, 28, 28]) -> Linear on the last step's output
-  (``y[:, -1]``, LSTM) or on h_n (GRU), 1x28x28 -> 10.
+  (``y[:, -1]``, LSTM) or on h_n (GRU), 1x28x28 -> 10;
+- ``resnet18n``: ResNet-18 (four stages of two BasicBlocks) at an eighth of its width
+  (8/16/32/64 channels: 176 k parameters, 0.7-0.9 MB a file), 3x32x32 -> 10; the full-width
+  ``resnet18`` (64..512) is the same class;
+- ``conv1d``: a 1-D conv net over MNIST's 784 pixels as one sequence (Conv1d, BatchNorm1d,
+  MaxPool1d, AvgPool1d, a strided Conv1d, mean over the sequence), 1x784 -> 10;
+- ``textbag``: an embedding bag on int64 token ids (Embedding(32, 16), mean over the 16
+  tokens, Linear, ReLU, Linear), [16] -> 4: the ``markers`` tokens dataset's shape.
 
 Each is written twice, ``<model>-ts.onnx`` (TorchScript exporter, ``dynamo=False``, opset 17,
 ``training=TRAINING``, no constant folding) and ``<model>-dynamo.onnx`` (``dynamo=True``, opset
@@ -161,15 +168,62 @@ class RowRNN(nn.Module):
         return self.fc((state[0] if isinstance(state, tuple) else state)[-1])
 
 
+class PixelConv1d(nn.Module):
+    """MNIST's 784 pixels as one sequence ([N, 1, 784]): Conv1d / BatchNorm1d / ReLU / pools,
+    a strided Conv1d, the mean over the sequence, Linear(32, 10)."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv1d(1, 8, 5, stride=2, padding=2), nn.BatchNorm1d(8), nn.ReLU(),
+            nn.MaxPool1d(2),                                    # 392 -> 196
+            nn.Conv1d(8, 16, 3, padding=1), nn.BatchNorm1d(16), nn.ReLU(),
+            nn.AvgPool1d(2),                                    # 98
+            nn.Conv1d(16, 32, 3, stride=2, padding=1), nn.ReLU())  # 49
+        self.fc = nn.Linear(32, classes)
+
+    def forward(self, x):
+        return self.fc(self.body(x).mean(-1))
+
+
+VOCAB, LENGTH = 32, 16  # the markers tokens dataset's (webgpu-trainer data --markers)
+
+
+class TextBag(nn.Module):
+    """An embedding bag, text-style: int64 token ids [N, 16] -> Embedding(32, 16) -> the mean
+    over the tokens -> Linear(16, 32) -> ReLU -> Linear(32, 4)."""
+
+    def __init__(self, dim=16, hidden=32, classes=4):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(self.emb(x).mean(1))))
+
+
 MODELS = {  # name -> (constructor, sample shape)
     "resnet8": (ResNet, (3, 32, 32)),
     "mobilenetv2": (MobileNetV2, (3, 32, 32)),
     "vit": (ViT, (3, 32, 32)),
     "lstm": (lambda: RowRNN("LSTM", use_last=True), (1, 28, 28)),
     "gru": (lambda: RowRNN("GRU", use_last=False), (1, 28, 28)),
+    "resnet18n": (lambda: ResNet((2, 2, 2, 2), (8, 16, 32, 64)), (3, 32, 32)),
+    "conv1d": (PixelConv1d, (1, 784)),
+    "textbag": (TextBag, (LENGTH,)),
     "resnet18": (lambda: ResNet((2, 2, 2, 2), (64, 128, 256, 512)), (3, 32, 32)),
 }
 ZOO = [m for m in MODELS if m != "resnet18"]
+TOKENS = {"textbag"}  # models whose input is int64 token ids in [0, VOCAB)
+
+
+def sample(name: str, n: int, seed: int) -> torch.Tensor:
+    """A seeded input batch of ``n`` samples for zoo model ``name`` (float32 normal, or int64
+    token ids for the models of ``TOKENS``)."""
+    shape, g = MODELS[name][1], torch.Generator().manual_seed(seed)
+    if name in TOKENS:
+        return torch.randint(0, VOCAB, (n, *shape), generator=g)
+    return torch.randn(n, *shape, generator=g)
 
 
 def _randomize_norms(model: nn.Module) -> None:
@@ -179,7 +233,7 @@ def _randomize_norms(model: nn.Module) -> None:
     ones / zeros hide mistakes in their gradients."""
     g = torch.Generator().manual_seed(1234)
     for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
+        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
             with torch.no_grad():
                 m.weight.copy_(0.75 + 0.5 * torch.rand(m.weight.shape, generator=g))
                 m.bias.copy_(0.2 * torch.randn(m.bias.shape, generator=g))
@@ -192,7 +246,8 @@ def _randomize_norms(model: nn.Module) -> None:
 
 
 def build(name: str) -> tuple[nn.Module, tuple]:
-    """The seeded torch module of zoo model ``name`` and its sample shape (C, H, W)."""
+    """The seeded torch module of zoo model ``name`` and its sample shape (C, H, W), (C, L)
+    or (T,) token ids."""
     make, shape = MODELS[name]
     torch.manual_seed(list(MODELS).index(name))
     model = make()
@@ -200,12 +255,12 @@ def build(name: str) -> tuple[nn.Module, tuple]:
     return model, shape
 
 
-def export(model: nn.Module, shape, path: pathlib.Path, suffix: str) -> None:
-    """Export a train-mode copy of ``model`` with exporter ``suffix`` (``EXPORTERS``) to
-    ``path``: dynamic batch ``N``, input ``input``, output ``output``."""
+def export(model: nn.Module, name: str, path: pathlib.Path, suffix: str) -> None:
+    """Export a train-mode copy of zoo model ``name`` (``model``) with exporter ``suffix``
+    (``EXPORTERS``) to ``path``: dynamic batch ``N``, input ``input``, output ``output``."""
     dynamo, opset = EXPORTERS[suffix]
     m = copy.deepcopy(model).train()
-    x = torch.randn(2, *shape, generator=torch.Generator().manual_seed(5))
+    x = sample(name, 2, 5)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if dynamo:
@@ -239,11 +294,11 @@ def main(argv: list[str]) -> int:
     out = pathlib.Path(argv[1]) if len(argv) > 1 else ROOT / "tests" / "fixtures" / "zoo"
     out.mkdir(parents=True, exist_ok=True)
     for name in argv[2:] or ZOO:
-        model, shape = build(name)
+        model, _ = build(name)
         params = sum(p.numel() for p in model.parameters())
         for suffix in EXPORTERS:
             path = out / f"{name}-{suffix}.onnx"
-            export(model, shape, path, suffix)
+            export(model, name, path, suffix)
             print(f"wrote {path} ({params:,} parameters, {path.stat().st_size:,} bytes)")
     return 0
 

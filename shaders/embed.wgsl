@@ -4,15 +4,17 @@
 //
 //   embed_forward:  out[j*inner + i] = x[clamp(ids[j])*inner + i]
 //   the table's gradient (x = dy; the scatter-add of PyTorch's embedding backward without
-//   atomics, bit-reproducible), in three dispatches:
-//   embed_links:    per id j, links[j] = the next j' > j with the same row (count if none),
-//                   links[count + j] = 1 when no j' < j has its row (j heads its row's chain)
+//   atomics, bit-reproducible): the ids' positions sorted by (row, position) with a merge
+//   sort (O(count log^2 count) reads in all), then each row's run summed in increasing position:
+//   embed_iota:     links[j] = j (sorted runs of width 1)
+//   embed_merge:    per element of links[src..], its place in the merge of its run of width
+//                   `width` with the neighbouring run (a binary search there), written to
+//                   links[dst..]; ceil(log2(count)) passes, src / dst alternating halves
 //   embed_zero:     out = 0 (rows no id selects keep a zero gradient)
-//   embed_backward: per (head j, column i): out[row(j)*inner + i] = sum along the chain from
-//                   j, increasing, of x[j'*inner + i]
+//   embed_backward: per (sorted place q heading its row's run, column i):
+//                   out[row*inner + i] = sum over the run, increasing, of x[j*inner + i]
 
-struct Params { n: u32, inner: u32, count: u32, rows: u32 }
-
+struct Params { n: u32, inner: u32, count: u32, rows: u32, width: u32, src: u32, dst: u32 }
 //!include index
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -34,22 +36,40 @@ fn embed_forward(@builtin(global_invocation_id) gid: vec3<u32>,
   out[t] = x[row_of(t / p.inner) * p.inner + i];
 }
 
+// Whether id position a sorts before position b: by row, then by position (a stable sort).
+fn before(a: u32, b: u32) -> bool {
+  let ra = row_of(a);
+  let rb = row_of(b);
+  return ra < rb || (ra == rb && a < b);
+}
+
 @compute @workgroup_size(64)
-fn embed_links(@builtin(global_invocation_id) gid: vec3<u32>,
-               @builtin(num_workgroups) nwg: vec3<u32>) {
+fn embed_iota(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
   let j = flat_index(gid, nwg);
   if (j >= p.count) { return; }
-  let r = row_of(j);
-  var next = p.count;
-  for (var k = j + 1u; k < p.count; k++) {
-    if (row_of(k) == r) { next = k; break; }
+  links[j] = j;
+}
+
+@compute @workgroup_size(64)
+fn embed_merge(@builtin(global_invocation_id) gid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+  let q = flat_index(gid, nwg);
+  if (q >= p.count) { return; }
+  let e = links[p.src + q];
+  let run = q / p.width;
+  let start = run * p.width;
+  var lo = start + p.width;  // the partner run [lo, hi): the next one, or the previous one
+  if ((run & 1u) == 1u) { lo = start - p.width; }
+  let hi = min(lo + p.width, p.count);
+  var a = lo;  // binary search: how many of the partner's elements sort before e
+  var b = max(lo, hi);
+  while (a < b) {
+    let mid = (a + b) / 2u;
+    if (before(links[p.src + mid], e)) { a = mid + 1u; } else { b = mid; }
   }
-  var head = 1u;
-  for (var k = j; k > 0u; k--) {
-    if (row_of(k - 1u) == r) { head = 0u; break; }
-  }
-  links[j] = next;
-  links[p.count + j] = head;
+  let merged = (run & ~1u) * p.width;
+  links[p.dst + merged + (q - start) + (a - lo)] = e;
 }
 
 @compute @workgroup_size(64)
@@ -66,14 +86,14 @@ fn embed_backward(@builtin(global_invocation_id) gid: vec3<u32>,
   let t = flat_index(gid, nwg);
   if (t >= p.n) { return; }
   let i = t % p.inner;
-  let j = t / p.inner;
-  if (links[p.count + j] == 0u) { return; }
+  let q = t / p.inner;
+  let r = row_of(links[p.src + q]);
+  if (q > 0u && row_of(links[p.src + q - 1u]) == r) { return; }
   var s = 0.0;
-  var k = j;
-  loop {
-    s += x[k * p.inner + i];
-    k = links[k];
-    if (k >= p.count) { break; }
+  for (var k = q; k < p.count; k++) {
+    let j = links[p.src + k];
+    if (row_of(j) != r) { break; }
+    s += x[j * p.inner + i];
   }
-  out[row_of(j) * p.inner + i] = s;
+  out[r * p.inner + i] = s;
 }

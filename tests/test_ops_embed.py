@@ -66,6 +66,36 @@ def test_table_gradient_bit_reproducible(device):
     np.testing.assert_allclose(res["grads"]["table"], want, rtol=1e-6, atol=1e-7)
 
 
+def _scaling_ids(shape, rows, seed):
+    """Ids of ``shape`` over a table of ``rows``: mostly distinct, with a run of one repeated
+    id (a padding-like token), ids scattered repeats across samples and ids past the table."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, rows, shape)
+    ids[:, -40:] = 0  # padding at the end of every sample: 40 * N equal ids
+    ids[1::3, 5] = ids[0, 5]  # one id repeated across samples
+    ids[2, :7] = rows + 3  # past the table: clamped to the last row
+    return ids
+
+
+@pytest.mark.parametrize("shape,rows", [((64, 256), 5000), ((37, 53), 900), ((1, 1), 3)],
+                         ids=["64x256", "37x53", "1x1"])
+def test_table_gradient_scales(device, shape, rows):
+    """The merge-sorted scatter-add for N*T = 64*256 (and a count that is no power of two,
+    and one id) against the float64 numpy engine (check_case: forward 1e-5, gradients 1e-4),
+    and the table gradient against np.add.at of the device's own dy in float64 (1e-5 of the
+    largest): repeats within and across samples, a long run of padding ids, clamped ids."""
+    ids = _scaling_ids(shape, rows, 7) if shape[1] > 40 else \
+        np.random.default_rng(7).integers(0, rows, shape)
+    c = lookup_case(f"scale_{shape[0]}x{shape[1]}", (rows, 4), ids)
+    res, _ = check_case(device, c)
+    want = np.zeros((rows, 4))
+    np.add.at(want, np.minimum(ids, rows - 1).reshape(-1),
+              res["dacts"]["e"].reshape(-1, 4).astype(np.float64))
+    got = res["grads"]["table"]
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    assert np.count_nonzero(np.abs(want).sum(1)) == np.count_nonzero(np.abs(got).sum(1))
+
+
 def test_out_of_range_id_reads_last_row(device):
     """An id past the table is the last row in the forward (both engines) and its gradient
     goes to the last row."""

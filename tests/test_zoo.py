@@ -1,7 +1,9 @@
 """The model zoo (tests/fixtures/zoo, scripts/make_zoo.py): ResNet-8, MobileNetV2, a small ViT,
-an LSTM and a GRU row classifier, each from both exporters (TorchScript opset 17, dynamo opset
-18). For every file: the strict import; the device's eval forward against onnxruntime; the
-first training step's loss and every parameter gradient against torch autograd in float64
+an LSTM and a GRU row classifier, a narrow ResNet-18, a 1-D conv net over the 784-pixel
+sequence and an embedding bag on int64 token ids, each from both exporters (TorchScript
+opset 17, dynamo opset 18). For every file: the strict import; the device's eval forward
+against onnxruntime; the first training step's loss, output and every parameter gradient
+against torch autograd in float64
 (Dropout at p=0 on both sides); three Adam steps natively against the numpy engine step by
 step; the trained model's export through onnx.checker and onnxruntime (which agrees with the
 device's eval forward of the re-imported file)."""
@@ -30,11 +32,17 @@ IDS = [f"{m}-{e}" for m, e in CASES]
 BATCH = 8
 
 
+def _classes(name):
+    return 4 if name in make_zoo.TOKENS else 10
+
+
 def _batch(name, what):
+    """(x, labels) of BATCH samples: float32 normal, or int64 token ids in [0, VOCAB)."""
     shape = make_zoo.MODELS[name][1]
     rng = rng_for("zoo", name, what)
-    return (rng.standard_normal((BATCH, *shape)).astype(np.float32),
-            rng.integers(0, 10, BATCH))
+    x = rng.integers(0, make_zoo.VOCAB, (BATCH, *shape)) if name in make_zoo.TOKENS else \
+        rng.standard_normal((BATCH, *shape)).astype(np.float32)
+    return x, rng.integers(0, _classes(name), BATCH)
 
 
 def _ratio0(graph):
@@ -113,9 +121,15 @@ def test_forward_and_gradients(device, name, exporter):
     """Import (strict); the eval forward on the device vs onnxruntime (FWD_RTOL); the training
     step's loss and every parameter gradient vs torch in float64 (GRAD_RTOL each; one that is
     zero in exact arithmetic: at most GRAD_RTOL of the largest gradient)."""
+    check_forward_and_gradients(device, name, exporter, ZOO / f"{name}-{exporter}.onnx")
+
+
+def check_forward_and_gradients(device, name, exporter, path):
+    """test_forward_and_gradients for zoo model ``name`` in the file ``path`` (with the
+    training step's output vs torch's, FWD_RTOL); returns the relative errors (eval forward vs
+    onnxruntime, training forward vs torch, the worst gradient vs torch)."""
     from webgpu_trainer.cpu.engine import params_from_blob
     from webgpu_trainer.onnx_io import load_bundle
-    path = ZOO / f"{name}-{exporter}.onnx"
     graph, blob = load_bundle(path)
     x, labels = _batch(name, "step")
     res = run(one_step(device, graph, blob, x, labels, train=False))
@@ -131,10 +145,13 @@ def test_forward_and_gradients(device, name, exporter):
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
     net.zero_grad()
-    loss = torch.nn.functional.cross_entropy(net(torch.tensor(x, dtype=torch.float64)),
-                                             torch.tensor(labels))
+    xt = torch.tensor(x) if name in make_zoo.TOKENS else torch.tensor(x, dtype=torch.float64)
+    out = net(xt)
+    loss = torch.nn.functional.cross_entropy(out, torch.tensor(labels))
     loss.backward()
     assert_close(res["loss"], loss.item(), FWD_RTOL, f"{name}-{exporter}: loss")
+    fwd = assert_close(res["acts"][graph["outputs"][0]["name"]], out.detach().numpy(),
+                       FWD_RTOL, f"{name}-{exporter}: training forward vs torch")
     params = {k: v.astype(np.float32) for k, v in params_from_blob(graph, blob).items()
               if k in res["grads"]}
     assert len(params) == len(res["grads"])
@@ -149,6 +166,7 @@ def test_forward_and_gradients(device, name, exporter):
         worst = max(worst, assert_close(res["grads"][pname], g, GRAD_RTOL,
                                         f"{name}-{exporter}: gradient of {pname}"))
     _record(f"zoo {name}-{exporter}", "grad", worst)
+    return err, fwd, worst
 
 
 def test_vit_class_token_is_an_expand_to_the_batch():
@@ -192,9 +210,18 @@ def test_expand_to_twice_the_batch_is_refused(tmp_path):
 
 def _data(name, count, seed):
     """A Split of ``count`` uint8 samples of the model's shape whose class k has a bright
-    row 2k + 3 (every channel) over noise."""
+    row 2k + 3 (every channel) over noise (the 1-D conv net: MNIST-shaped, fed to its
+    [N, 1, 784] input); for token models the ``markers`` tokens dataset (uint16 ids)."""
     from webgpu_trainer.engine.train.data import MNIST, DataSpec, Split
+    if name in make_zoo.TOKENS:
+        from webgpu_trainer.host.datasets import tokens
+        a = tokens.markers(train=count, test=1, seed=seed)
+        spec = DataSpec("markers", "markers", "tokens", [make_zoo.LENGTH], a.classes,
+                        dtype="uint16", vocab_size=make_zoo.VOCAB)
+        x, y = a.split("train")
+        return Split(x.tobytes(), y.tobytes(), len(y), y.tobytes(), spec)
     shape = make_zoo.MODELS[name][1]
+    shape = (1, 28, 28) if shape == (1, 784) else shape
     spec = MNIST if shape[0] == 1 else DataSpec(
         "zoo-rgb", "zoo RGB", "image", shape, [str(k) for k in range(10)],
         [0.5] * shape[0], [0.25] * shape[0])
@@ -250,12 +277,16 @@ def test_trains_natively_like_numpy_and_exports(device, name, exporter, tmp_path
 BROWSER_RTOL = 1e-5  # browser (Pyodide, SwiftShader) vs native (wgpu-py, lavapipe)
 
 
+BROWSER = ["vit", "resnet18n", "conv1d", "textbag"]
+
+
 @pytest.mark.e2e
-def test_vit_trains_in_the_browser_like_natively(chromium, server, device):
-    """The ViT (TorchScript export: the class token's Expand to the batch, attention's Gathers)
-    trains 3 Adam steps at batch 4 in headless Chromium (Pyodide, web/dev/parity.html) and
-    natively through the same ``parity.run_case``: losses, output and weights agree within
-    BROWSER_RTOL, and the weights moved."""
+@pytest.mark.parametrize("name", BROWSER)
+def test_trains_in_the_browser_like_natively(chromium, server, device, name):
+    """The TorchScript file trains 3 Adam steps at batch 4 in headless Chromium (Pyodide,
+    web/dev/parity.html) and natively through the same ``parity.run_case``: losses, output
+    and weights agree within BROWSER_RTOL, and the weights moved. The ViT: the class token's
+    Expand to the batch, attention's Gathers; ``textbag``: int64 token ids (u32 on the GPU)."""
     import asyncio
     import base64
     import json
@@ -263,10 +294,11 @@ def test_vit_trains_in_the_browser_like_natively(chromium, server, device):
 
     from webgpu_trainer.engine.tools import parity
     from webgpu_trainer.onnx_io import load_bundle
-    graph, blob = load_bundle(ZOO / "vit-ts.onnx")
-    x, labels = _batch("vit", "browser")
-    case = {"name": "vit-ts", "graph": graph, "weights": parity.b64(blob),
-            "x": parity.b64(x[:4].tobytes()),
+    graph, blob = load_bundle(ZOO / f"{name}-ts.onnx")
+    x, labels = _batch(name, "browser")
+    x = x[:4].astype(np.uint32 if name in make_zoo.TOKENS else np.float32)
+    case = {"name": f"{name}-ts", "graph": graph, "weights": parity.b64(blob),
+            "x": parity.b64(x.tobytes()),
             "labels": parity.b64(np.asarray(labels[:4], np.uint32).tobytes()), "batch": 4,
             "steps": 3, "optimizer": {"name": "adam", "lr": 0.003}, "train": True, "seed": 1}
     with ThreadPoolExecutor(1) as pool:  # Playwright's event loop owns this thread

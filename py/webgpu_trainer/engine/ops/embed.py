@@ -10,10 +10,12 @@ rows - 1) in the forward and the backward alike, on both engines; a dataset whos
 ONNX carries no ``padding_idx``: its row trains like any other (PyTorch keeps its gradient 0).
 
 The table's gradient is PyTorch's ``embedding_backward`` (dy scatter-added into zeros by
-index) without atomics, bit-reproducible run to run: each id is linked to the next equal one
-(one thread per id scans forward and back to the nearest equal id: at most N*T reads each),
-the table zeroed, then the threads of each row's first id sum its chain in increasing j, per
-column (N*T * inner reads in all): no cost grows with the vocabulary but the zeroing.
+index) without atomics, bit-reproducible run to run: the N*T id positions are sorted by
+(row, position) with a merge sort (ceil(log2(N*T)) passes, each element placed by a binary
+search in its neighbouring run: O(N*T log^2(N*T)) reads in all), the table zeroed, then the
+threads heading each row's run sum it in increasing position, per column (N*T * inner reads
+in all): no cost grows with the vocabulary but the zeroing. (Until 2026-12 each id scanned
+the others for the next equal one: O((N*T)^2) reads when the ids are mostly distinct.)
 """
 
 import math
@@ -56,7 +58,7 @@ def is_lookup(b, node) -> bool:
 
 def _params(table, ids):
     inner = math.prod(table.shape[1:])
-    return dict(inner=inner, count=ids.numel, rows=table.shape[0])
+    return dict(inner=inner, count=ids.numel, rows=table.shape[0], width=0, src=0, dst=0)
 
 
 async def forward(b, node, ins, outs):
@@ -69,16 +71,25 @@ async def forward(b, node, ins, outs):
 
 
 async def backward(b, node, ins, gins, gouts):
-    """d table[a] = sum over j with clamp(ids[j]) == a, increasing, of dy[j]: the chains of
-    equal ids linked, the table zeroed, each chain summed by its first id's threads."""
+    """d table[a] = sum over j with clamp(ids[j]) == a, increasing, of dy[j]: the id positions
+    merge-sorted by (row, position), the table zeroed, each row's run summed by the threads
+    of its first place."""
     p = _params(ins[0], ins[1])
-    size, n = p["rows"] * p["inner"], p["count"] * p["inner"]
-    links = b.scratch(max(2 * p["count"], 1))
+    count = p["count"]
+    size, n = p["rows"] * p["inner"], count * p["inner"]
+    links = b.scratch(max(2 * count, 1))
     if size:
         await b.kernel("embed", "embed_zero", groups_1d(size), params=dict(n=size, **p),
                        ids=ins[1], out=gins[0], links=links)
-    if n:
-        await b.kernel("embed", "embed_links", groups_1d(p["count"]), params=dict(n=n, **p),
+    if not n:
+        return
+    await b.kernel("embed", "embed_iota", groups_1d(count), params=dict(n=n, **p),
+                   ids=ins[1], links=links)
+    src, width = 0, 1
+    while width < count:
+        await b.kernel("embed", "embed_merge", groups_1d(count),
+                       params={**p, "n": n, "width": width, "src": src, "dst": count - src},
                        ids=ins[1], links=links)
-        await b.kernel("embed", "embed_backward", groups_1d(n), params=dict(n=n, **p),
-                       x=gouts[0], ids=ins[1], out=gins[0], links=links)
+        src, width = count - src, 2 * width
+    await b.kernel("embed", "embed_backward", groups_1d(n), params={**p, "n": n, "src": src},
+                   x=gouts[0], ids=ins[1], out=gins[0], links=links)

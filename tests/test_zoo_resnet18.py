@@ -1,0 +1,36 @@
+"""The full-width CIFAR ResNet-18 (64/128/256/512 channels, 11.2 M parameters, 45 MB a file:
+never committed; the zoo commits ``resnet18n``, the same class at an eighth of the width),
+exported on demand by scripts/make_zoo.py into a temporary folder, natively: the strict import,
+the eval forward vs onnxruntime and the first step's loss and every gradient vs torch in
+float64, at batch 8 (tests/test_zoo.py's check).
+
+Slow (on lavapipe, a few minutes per exporter), so it runs only when asked:
+
+    WEBGPU_TRAINER_ZOO_FULL=1 .venv/bin/python -m pytest -q tests/test_zoo_resnet18.py
+"""
+
+import os
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+
+from test_zoo import check_forward_and_gradients, make_zoo  # noqa: E402
+
+FULL = os.environ.get("WEBGPU_TRAINER_ZOO_FULL") == "1"
+
+
+@pytest.mark.skipif(not FULL, reason="slow: set WEBGPU_TRAINER_ZOO_FULL=1 to run")
+@pytest.mark.parametrize("exporter", list(make_zoo.EXPORTERS))
+def test_full_resnet18(device, exporter, tmp_path):
+    """Export (onnx.checker full inside ``make_zoo.export``), 11.2 M parameters in the
+    import, forward and gradients within tests/test_zoo.py's tolerances."""
+    from webgpu_trainer.onnx_io import load_bundle
+    model, _ = make_zoo.build("resnet18")
+    assert sum(p.numel() for p in model.parameters()) == 11_173_962
+    path = tmp_path / f"resnet18-{exporter}.onnx"
+    make_zoo.export(model, "resnet18", path, exporter)
+    graph, blob = load_bundle(path)
+    assert len(blob) >= 4 * 11_173_962
+    check_forward_and_gradients(device, "resnet18", exporter, path)
