@@ -5,7 +5,8 @@
 // gamma, beta and the running statistics live in the flat weight buffer P, the gradients in G,
 // at element offsets given in Params. save = [mean[C], invstd[C]] of the last forward.
 // Per-channel sums are two-level so that a big GPU gets enough workgroups: workgroup (c, k)
-// sums part k of channel c into part[], then a finish kernel adds the `parts` partial sums.
+// sums part k of channel c into part[] (c folded into x and z past 65535 channels), then a
+// finish kernel adds the `parts` partial sums.
 //   sum_x -> mean_finish (mean), sum_sq -> var_finish (invstd, running statistics),
 //   sum_dy -> dy_finish: G[dgamma] = sum(dy * xhat), G[dbeta] = sum(dy),
 //   backward_input: dx = gamma*invstd * (dy - dbeta/M - xhat*dgamma/M), M = outer*inner
@@ -61,8 +62,10 @@ fn part_range(k: u32) -> vec2<u32> {
 }
 
 @compute @workgroup_size(256)
-fn sum_x(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  let c = wid.x;
+fn sum_x(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) lid: u32) {
+  let c = channel_of(wid, nwg);
+  if (c >= p.C) { return; }  // uniform: the whole workgroup
   red[lid] = vec2<f32>(thread_sum_x(c, part_range(wid.y), lid), 0.0);
   wg_tree_sum(lid);
   if (lid == 0u) { part[c * p.parts + wid.y] = red[0].x; }
@@ -76,8 +79,10 @@ fn mean_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
 }
 
 @compute @workgroup_size(256)
-fn sum_sq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  let c = wid.x;
+fn sum_sq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+  let c = channel_of(wid, nwg);
+  if (c >= p.C) { return; }  // uniform: the whole workgroup
   red[lid] = vec2<f32>(thread_sum_sq(c, part_range(wid.y), lid, save[c]), 0.0);
   wg_tree_sum(lid);
   if (lid == 0u) { part[c * p.parts + wid.y] = red[0].x; }
@@ -135,8 +140,10 @@ fn normalized_c(c: u32, xi: f32, mean: f32, invstd: f32) -> f32 {
 }
 
 @compute @workgroup_size(256)
-fn sum_dy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  let c = wid.x;
+fn sum_dy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+  let c = channel_of(wid, nwg);
+  if (c >= p.C) { return; }  // uniform: the whole workgroup
   let r = part_range(wid.y);
   let t = thread_sum_dy(c, r, lid);
   red[lid] = t;
@@ -245,8 +252,10 @@ fn thread_sum_dy(c: u32, r: vec2<u32>, lid: u32) -> vec2<f32> {
 
 @compute @workgroup_size(256)
 fn forward_fused(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
-  let c = wid.x;
+  let c = channel_of(wid, nwg);
+  if (c >= p.C) { return; }  // uniform: the whole workgroup
   let r = part_range(0u);
   red[lid] = vec2<f32>(thread_sum_x(c, r, lid), 0.0);
   wg_tree_sum(lid);
@@ -265,8 +274,10 @@ fn forward_fused(@builtin(workgroup_id) wid: vec3<u32>,
 
 @compute @workgroup_size(256)
 fn backward_fused(@builtin(workgroup_id) wid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
-  let c = wid.x;
+  let c = channel_of(wid, nwg);
+  if (c >= p.C) { return; }  // uniform: the whole workgroup
   let r = part_range(0u);
   let t = thread_sum_dy(c, r, lid);
   red[lid] = t;
