@@ -180,7 +180,7 @@ def _untie(s: ImportState, tname: str, src: str, params: list, roles: dict, extr
     its own trainable copy (``source: {"copy_of", "node", "input"}``, ``s.rewire``), so that
     training does not tie layers the exporter merged; a note names each copy."""
     first = params[0][1]
-    for n, name, k in params:
+    for _n, name, k in params:
         if name == first:
             continue
         base = f"{tname}.{name}"
