@@ -5,7 +5,8 @@
 // gamma, beta and the running statistics live in the flat weight buffer P, the gradients in G,
 // at element offsets given in Params. save = [mean[C], invstd[C]] of the last forward.
 // Per-channel sums are two-level so that a big GPU gets enough workgroups: workgroup (c, k)
-// sums part k of channel c into part[], then a finish kernel adds the `parts` partial sums.
+// sums part k of channel c into part[] (c folded into x and z past 65535 channels), then a
+// finish kernel adds the `parts` partial sums.
 //   sum_x -> mean_finish (mean), sum_sq -> var_finish (invstd, running statistics),
 //   sum_dy -> dy_finish: G[dgamma] = sum(dy * xhat), G[dbeta] = sum(dy),
 //   backward_input: dx = gamma*invstd * (dy - dbeta/M - xhat*dgamma/M), M = outer*inner
@@ -61,8 +62,10 @@ fn part_range(k: u32) -> vec2<u32> {
 }
 
 @compute @workgroup_size(256)
-fn sum_x(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  let c = wid.x;
+fn sum_x(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) lid: u32) {
+  let c = channel_of(wid, nwg);
+  if (c >= p.C) { return; }  // uniform: the whole workgroup
   red[lid] = vec2<f32>(thread_sum_x(c, part_range(wid.y), lid), 0.0);
   wg_tree_sum(lid);
   if (lid == 0u) { part[c * p.parts + wid.y] = red[0].x; }
@@ -76,8 +79,10 @@ fn mean_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
 }
 
 @compute @workgroup_size(256)
-fn sum_sq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  let c = wid.x;
+fn sum_sq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+  let c = channel_of(wid, nwg);
+  if (c >= p.C) { return; }  // uniform: the whole workgroup
   red[lid] = vec2<f32>(thread_sum_sq(c, part_range(wid.y), lid, save[c]), 0.0);
   wg_tree_sum(lid);
   if (lid == 0u) { part[c * p.parts + wid.y] = red[0].x; }
@@ -135,8 +140,10 @@ fn normalized_c(c: u32, xi: f32, mean: f32, invstd: f32) -> f32 {
 }
 
 @compute @workgroup_size(256)
-fn sum_dy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  let c = wid.x;
+fn sum_dy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+  let c = channel_of(wid, nwg);
+  if (c >= p.C) { return; }  // uniform: the whole workgroup
   let r = part_range(wid.y);
   let t = thread_sum_dy(c, r, lid);
   red[lid] = t;
@@ -191,13 +198,27 @@ fn input_grad_c(c: u32, xi: f32, dyi: f32, M: f32, dbeta: f32, dgamma: f32) -> f
 }
 
 // ---- per-thread partial sums over the elements [r.x, r.y) of channel c (stride 256) ---------
-// Four elements an iteration, loaded before they are added: four loads in flight.
+// Four elements an iteration, loaded before they are added: four loads in flight. Blocked
+// (two-level) sums: BLOCK iterations add into a fresh block sum, which is then added to the
+// running total. With one part per channel (CPU adapters) a thread adds thousands of
+// elements per lane; added in one sequence their rounding error grew with the count (a
+// BatchNorm's bias gradient over N*H*W = 1M was 2.9e-6 off, relative, against the float64 sum
+// of the same dy); blocked it grows with BLOCK + count / BLOCK. (Kahan's compensation was
+// tried: Mesa's compiler folds it away, as any compiler may that treats f32 adds as
+// reassociable; blocking needs no such promise.)
+
+const BLOCK: u32 = 32u;  // iterations (of 1024 elements per workgroup) per block sum
 
 fn thread_sum_x(c: u32, r: vec2<u32>, lid: u32) -> f32 {
   var s4 = vec4<f32>(0.0);
   var e = r.x + lid;
-  for (; e + 768u < r.y; e += 1024u) {
-    s4 += vec4<f32>(x[at(c, e)], x[at(c, e + 256u)], x[at(c, e + 512u)], x[at(c, e + 768u)]);
+  while (e + 768u < r.y) {
+    var b4 = vec4<f32>(0.0);
+    for (var k = 0u; k < BLOCK && e + 768u < r.y; k++) {
+      b4 += vec4<f32>(x[at(c, e)], x[at(c, e + 256u)], x[at(c, e + 512u)], x[at(c, e + 768u)]);
+      e += 1024u;
+    }
+    s4 += b4;
   }
   for (; e < r.y; e += 256u) { s4.x += x[at(c, e)]; }
   return (s4.x + s4.y) + (s4.z + s4.w);
@@ -206,10 +227,15 @@ fn thread_sum_x(c: u32, r: vec2<u32>, lid: u32) -> f32 {
 fn thread_sum_sq(c: u32, r: vec2<u32>, lid: u32, mean: f32) -> f32 {
   var q4 = vec4<f32>(0.0);
   var e = r.x + lid;
-  for (; e + 768u < r.y; e += 1024u) {
-    let d = vec4<f32>(x[at(c, e)], x[at(c, e + 256u)], x[at(c, e + 512u)],
-                      x[at(c, e + 768u)]) - mean;
-    q4 += d * d;
+  while (e + 768u < r.y) {
+    var b4 = vec4<f32>(0.0);
+    for (var k = 0u; k < BLOCK && e + 768u < r.y; k++) {
+      let d = vec4<f32>(x[at(c, e)], x[at(c, e + 256u)], x[at(c, e + 512u)],
+                        x[at(c, e + 768u)]) - mean;
+      b4 += d * d;
+      e += 1024u;
+    }
+    q4 += b4;
   }
   for (; e < r.y; e += 256u) {
     let d = x[at(c, e)] - mean;
@@ -225,11 +251,18 @@ fn thread_sum_dy(c: u32, r: vec2<u32>, lid: u32) -> vec2<f32> {
   var s4 = vec4<f32>(0.0);
   var sx4 = vec4<f32>(0.0);
   var e = r.x + lid;
-  for (; e + 768u < r.y; e += 1024u) {
-    let i = vec4<u32>(at(c, e), at(c, e + 256u), at(c, e + 512u), at(c, e + 768u));
-    let d = vec4<f32>(dy[i.x], dy[i.y], dy[i.z], dy[i.w]);
-    s4 += d;
-    sx4 += d * (vec4<f32>(x[i.x], x[i.y], x[i.z], x[i.w]) - mean) * invstd;
+  while (e + 768u < r.y) {
+    var b4 = vec4<f32>(0.0);
+    var bx4 = vec4<f32>(0.0);
+    for (var k = 0u; k < BLOCK && e + 768u < r.y; k++) {
+      let i = vec4<u32>(at(c, e), at(c, e + 256u), at(c, e + 512u), at(c, e + 768u));
+      let d = vec4<f32>(dy[i.x], dy[i.y], dy[i.z], dy[i.w]);
+      b4 += d;
+      bx4 += d * (vec4<f32>(x[i.x], x[i.y], x[i.z], x[i.w]) - mean) * invstd;
+      e += 1024u;
+    }
+    s4 += b4;
+    sx4 += bx4;
   }
   for (; e < r.y; e += 256u) {
     let i = at(c, e);
@@ -245,8 +278,10 @@ fn thread_sum_dy(c: u32, r: vec2<u32>, lid: u32) -> vec2<f32> {
 
 @compute @workgroup_size(256)
 fn forward_fused(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
-  let c = wid.x;
+  let c = channel_of(wid, nwg);
+  if (c >= p.C) { return; }  // uniform: the whole workgroup
   let r = part_range(0u);
   red[lid] = vec2<f32>(thread_sum_x(c, r, lid), 0.0);
   wg_tree_sum(lid);
@@ -265,8 +300,10 @@ fn forward_fused(@builtin(workgroup_id) wid: vec3<u32>,
 
 @compute @workgroup_size(256)
 fn backward_fused(@builtin(workgroup_id) wid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
-  let c = wid.x;
+  let c = channel_of(wid, nwg);
+  if (c >= p.C) { return; }  // uniform: the whole workgroup
   let r = part_range(0u);
   let t = thread_sum_dy(c, r, lid);
   red[lid] = t;

@@ -23,11 +23,14 @@ var<workgroup> red: array<RedT, 256>;
 // Element e of channel c of x viewed as [outer, C, inner] (e over outer and inner).
 fn at(c: u32, e: u32) -> u32 { return ((e / p.inner) * p.C + c) * p.inner + e % p.inner; }
 
-// Workgroup (c, k) sums part k of channel c (`splits` parts) into out[k*C + c].
+// Workgroup (c, k) sums part k of channel c (`splits` parts) into out[k*C + c]; c folds into
+// x and z past 65535 channels (groups_per_channel).
 @compute @workgroup_size(256)
 fn channel_sum(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
-  let c = wid.x;
+  let c = channel_of(wid, nwg);
+  if (c >= p.C) { return; }  // uniform: the whole workgroup
   let total = p.outer * p.inner;
   let chunk = (total + p.splits - 1u) / p.splits;
   let end = min(total, (wid.y + 1u) * chunk);

@@ -91,3 +91,44 @@ def test_student_report_checks_the_datasets_training_images(app):
         assert r.status_code == 200, r.text
         roster = c.get(f"/api/classroom/sessions/{sid}/roster", headers=teacher(app)).json()
         assert [(x["name"], x["step"]) for x in roster] == [("Ada", 1)]
+
+
+GHOST = ("dataset: dataset 'ghost' not found: prepare it with `webgpu-trainer data` (see "
+         "`webgpu-trainer datasets`)")
+
+
+def test_session_refuses_a_dataset_the_server_does_not_have(app):
+    """Before, a session could pin dataset 'ghost' (a valid name, no such dataset) and every
+    student's Start failed on a 404; now creation and PATCH are refused naming it, and nothing
+    is stored."""
+    with TestClient(app) as c:
+        r = session(c, app, dataset="ghost", batch_size=8)
+        assert r.status_code == 422, r.text
+        assert r.json()["problems"] == [GHOST]
+        assert c.get("/api/classroom/sessions", headers=teacher(app)).json() == []
+        sid = session(c, app, dataset="bands", batch_size=8).json()["id"]
+        r = c.patch(f"/api/classroom/sessions/{sid}", headers=teacher(app),
+                    json={"config": {"model": "mlp-ts17", "dataset": "ghost", "batch_size": 8}})
+        assert r.status_code == 422 and r.json()["problems"] == [GHOST], r.text
+        got = c.get(f"/api/classroom/sessions/{sid}", headers=teacher(app)).json()
+        assert got["config"]["dataset"] == "bands" and got["problems"] == []
+
+
+def test_dataset_deleted_after_the_session_is_named_to_both(app, tmp_path):
+    """The session's dataset removed from the server afterwards: the student's session (before
+    and after joining) and the teacher's carry one problem naming it (the pages show it)
+    instead of a Start that fails on a 404."""
+    import shutil
+    with TestClient(app) as c:
+        sid = session(c, app, dataset="bands", batch_size=8).json()["id"]
+        assert c.get(f"/api/classroom/join/{sid}").json()["problems"] == []
+        shutil.rmtree(tmp_path / "datasets" / "bands")
+        want = ["This class trains on dataset 'bands', which is not on the server any more "
+                "(dataset 'bands' not found: prepare it with `webgpu-trainer data` (see "
+                "`webgpu-trainer datasets`)): training cannot start until the teacher prepares "
+                "it again or picks another dataset."]
+        assert c.get(f"/api/classroom/join/{sid}").json()["problems"] == want
+        r = c.post(f"/api/classroom/join/{sid}", json={"name": "Ada"})
+        assert r.status_code == 200 and r.json()["session"]["problems"] == want
+        got = c.get(f"/api/classroom/sessions/{sid}", headers=teacher(app)).json()
+        assert got["problems"] == want and got["config"]["dataset"] == "bands"

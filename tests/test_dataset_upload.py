@@ -211,3 +211,46 @@ def test_seed_is_used_as_the_cli_uses_it(client, tmp_path):
     r = c.post("/api/datasets?name=s1&seed=-1", content=_TABLE)
     assert r.status_code == 400
     assert r.json() == {"error": "seed -1: use a whole number from 0 to 4,294,967,295"}
+
+
+_LONG_KEY = "k" * 10_000
+_TAKES = "name, title, label, size, color, test, seed"
+
+
+@pytest.mark.parametrize("query,message", [
+    ("__proto__=1", "unknown query parameter '__proto__'"),
+    ("constructor=x", "unknown query parameter 'constructor'"),
+    ("s%D1%96ze=8", "unknown query parameter 's\\u0456ze'"),      # Cyrillic і in "size"
+    ("size%EF%BC%9D8=1", "unknown query parameter 'size\\uff1d8'"),  # fullwidth '='
+    ("sizes=8", "unknown query parameter 'sizes'"),
+    (f"{_LONG_KEY}=1", "unknown query parameter '" + "k" * 39 + "... (10,000 characters)"),
+])
+def test_unknown_query_key_400_names_it(client, tmp_path, query, message):
+    """A query key neither route takes was ignored before (a typo like sizes=8 gave a 28-pixel
+    dataset without a word); now 400 naming the key (ascii: a look-alike shows its code point;
+    a 10 kB key cut, its length named) and what the route takes. Nothing written, the
+    dataset there stays byte for byte."""
+    c, root, _ = client
+    assert c.post("/api/datasets?name=pets&size=8",
+                  content=fx.make_good_zip(tmp_path).read_bytes()).status_code == 201
+    before = _files(root)
+    for route in ("/api/datasets", "/api/datasets/scan"):
+        name = "name=pets&" if route == "/api/datasets" else ""
+        r = c.post(f"{route}?{name}{query}", content=_TABLE)
+        assert r.status_code == 400 and r.json() == {
+            "error": f"POST {route}: {message}; it takes {_TAKES}"}
+    assert _files(root) == before and sorted(p.name for p in root.iterdir()) == ["pets"]
+    _alive(c)
+
+
+@pytest.mark.parametrize("query,key,times", [
+    ("name=pets&name=other", "name", 2), ("name=pets&size=8&size=16&size=8", "size", 3)])
+def test_repeated_query_key_400(client, tmp_path, query, key, times):
+    """A key given twice (which one counted was Starlette's choice: the last) is refused."""
+    c, root, _ = client
+    r = c.post(f"/api/datasets?{query}", content=fx.make_good_zip(tmp_path).read_bytes())
+    assert r.status_code == 400 and r.json() == {
+        "error": f"POST /api/datasets: query parameter {key!r} is given {times} times; give it "
+                 "once"}
+    assert not root.exists() or list(root.iterdir()) == []
+    _alive(c)

@@ -91,3 +91,32 @@ def test_small_variance_case_matches_torch():
     assert rel_err(want["dacts"]["c1"], c1.grad.numpy()) <= 1e-10
     for name in ("cw", "cb", "g", "bt", "fc.w", "fc.b"):
         assert rel_err(want["grads"][name], p[name].grad.numpy()) <= 1e-10, name
+
+
+def test_more_channels_than_one_dispatch_dimension(device):
+    """BatchNorm over 70,000 features ([N, C] after a Gemm): its per-channel kernels (sum_x,
+    sum_sq, sum_dy or the fused ones) dispatch one workgroup per channel, past
+    maxComputeWorkgroupsPerDimension (65,535): the channels fold into z. The statistics and
+    gradients of every channel, those past 65,535 included, match the float64 numpy engine."""
+    from cases import case
+    from conftest import f32, node, rng_for
+    from webgpu_trainer.engine.backends.base import MAX_GROUPS
+    batch, features, hidden, classes = 4, 8, 70_000, 10
+    rng = rng_for("bn_wide")
+    nodes = [node("Gemm", ["input", "pre.w"], ["h"], transB=1),
+             batchnorm.bn_node("h", "bn_out"),
+             node("Relu", ["bn_out"], ["relu_out"]),
+             node("Gemm", ["relu_out", "fc.w", "fc.b"], ["logits"], transB=1),
+             node("LogSoftmax", ["logits"], ["output"], axis=-1)]
+    tensors = [("pre.w", f32(rng.standard_normal((hidden, features))), "param")] + \
+        batchnorm.bn_tensors(rng, hidden) + \
+        [("fc.w", f32(rng.standard_normal((classes, hidden)) / np.sqrt(hidden)), "param"),
+         ("fc.b", f32(rng.standard_normal(classes) * 0.1), "param")]
+    c = case("batchnorm/wide_70000", nodes, tensors, f32(rng.standard_normal((batch, features))),
+             rng.integers(0, classes, batch), tag="BatchNormalization", acts=("relu_out",),
+             dacts=("h",))
+    res, want = check_case(device, c)
+    for name in ("bn.beta", "bn.gamma"):
+        got, ref = res["grads"][name][MAX_GROUPS:], want["grads"][name][MAX_GROUPS:]
+        assert np.abs(ref).max() > 0
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())

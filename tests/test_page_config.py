@@ -120,6 +120,24 @@ def test_bad_values_are_marked_inline_and_block_start(page):
     assert "steps per epoch" in pg.text_content("#run-steps")
 
 
+def test_huge_integers_are_named_as_typed(page):
+    """Integers past 2**53 at the boundary of 20 digits: "99999999999999999999" (20 digits) was
+    read as the JS number 1e20 and the message said "an integer of 21 digits"; now the field
+    sends the digits typed and the message quotes them. 1e19 and 1e20 are the numbers they
+    write (20 and 21 digits)."""
+    pg = page
+    old = pg.input_value("#batch-size")
+    for value, needle in (
+            ("1e19", "must be an integer in [2, 65,536], got 10000000000000000000"),
+            ("99999999999999999999", "must be an integer in [2, 65,536], got "
+                                     "'99999999999999999999'"),
+            ("1e20", "must be an integer in [2, 65,536], got an integer of 21 digits")):
+        pg.fill("#batch-size", value)
+        marked(pg, "batch-size", needle)
+        pg.fill("#batch-size", old)
+        clean(pg, "batch-size")
+
+
 def test_presets_come_from_the_schema(page):
     pg = page
     assert pg.get_attribute("#preset-fast", "aria-pressed") == "true"

@@ -182,3 +182,28 @@ def test_validate_counts_the_configs_dataset(env):
                                           "training images), got 64"]], r
     r = c.post("/api/config/validate", json={"config": {"val_images": 2, "batch_size": 2}})
     assert r.json()["steps"]["train_images"] == 3  # mnist here: 5 training images
+
+
+SEEDNET_MISFIT = ("model input 'input' [N, 1, 28, 28] does not fit dataset blobs (3x8x8 images): "
+                  "it takes [1, 28, 28] per sample (784 values), the dataset gives [3, 8, 8] "
+                  "(192 values); use a model with input [N, 3, 8, 8] or [N, 192]")
+
+
+def test_validate_reports_the_misfit_before_the_batch_size(env):
+    """A 1x28x28 model on the 3x8x8 blobs with a batch larger than their 11 training images:
+    the answer was the batch size's error, which sends the user to the wrong field; now the
+    model's misfit alone (the batch size is checked once the model fits)."""
+    import shutil
+    from pathlib import Path
+    models = env["root"].parent / "models"
+    models.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "models" / "seednet.onnx", models)
+    c = env["client"]
+    r = c.post("/api/config/validate", json={"config": {"dataset": "blobs", "batch_size": 64},
+                                             "model": "seednet"}).json()
+    assert r == {"ok": False, "errors": [["model", SEEDNET_MISFIT]]}, r
+    # on MNIST (the default dataset) it fits: then the batch size is the problem
+    r = c.post("/api/config/validate", json={"config": {"batch_size": 64},
+                                             "model": "seednet"}).json()
+    assert r["errors"] == [["batch_size", "must be an integer in [2, 5] (at most the 5 "
+                                          "training images), got 64"]], r

@@ -106,6 +106,11 @@ function renderCard() {
     card.append(el("p", { className: "hint", textContent: "Set by your teacher (locked):" }),
       chips);
   }
+  // the server's reasons this class cannot train now (its dataset deleted: GET/POST
+  // /api/classroom/join/ID's "problems"), said at once instead of a Start that fails later
+  for (const text of s.problems ?? []) {
+    card.append(el("p", { className: "classroom-error", role: "alert", textContent: text }));
+  }
   if (state.lastError) card.append(el("p", { className: "classroom-error",
     textContent: state.lastError }));
 }
@@ -215,7 +220,10 @@ function applyConfig(onlyPinned = false, tries = 0) {
       f.closest(".field")?.classList.toggle("pinned", pinned.has(k));
     }
   }
-  if (missing && tries < 100) setTimeout(() => applyConfig(onlyPinned, tries + 1), 300);
+  // a missing option may still be loading; not a dataset the server says is gone
+  if (missing && tries < 100 && !(s.problems ?? []).length) {
+    setTimeout(() => applyConfig(onlyPinned, tries + 1), 300);
+  }
 }
 
 // ------------------------------------------------------------------------ the worker hook

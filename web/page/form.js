@@ -11,7 +11,7 @@ import { appState, settingsChanged } from "./state.js";
 import { trainableConfig } from "./summary.js";
 import { chooseDataset, datasetName } from "./dataset.js";
 import { toggletip } from "./help.js";
-import { own, parseList, parseNumber, quote } from "./values.js";
+import { exactInteger, own, parseList, parseNumber, quote } from "./values.js";
 
 let schema = null;
 const byName = new Map();  // the schema's fields by name (a Map: no inherited keys)
@@ -192,7 +192,8 @@ function read(f) {
   const text = input.value.trim();
   if (text === "") return f.default == null && !f.required_by ? undefined : text;
   const n = f.type === "list" ? parseList(text) : parseNumber(text);
-  return n.problem ? text : n.value;
+  if (n.problem) return text;
+  return f.type === "int" ? exactInteger(text, n.value) : n.value;
 }
 
 /** The number and list fields shown whose text is no number (or list of numbers), as

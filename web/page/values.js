@@ -36,6 +36,15 @@ export function parseNumber(text) {
   return { problem: "is not a number" };
 }
 
+/** What an int field sends for ``text`` read as ``value``: ``value``, except for plain digits
+ * past Number.MAX_SAFE_INTEGER, which a JS number cannot hold (“99999999999999999999”, 20
+ * digits, became 1e20, and the checker said “an integer of 21 digits”): those go as the text,
+ * so that the message quotes the digits the user typed. (“1e20” is the number 1e20.) */
+export function exactInteger(text, value) {
+  const t = String(text).trim();
+  return /^[+-]?\d+$/.test(t) && !Number.isSafeInteger(value) ? t : value;
+}
+
 /** The numbers of ``text`` separated by commas or spaces: ``{value: [numbers]}``, or
  * ``{problem}`` naming the first item that is not one, e.g. "has “x”, which is not a
  * number". */

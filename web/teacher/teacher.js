@@ -96,7 +96,10 @@ function renderJoin() {
   }
   const pinned = s.pinned.filter((k) => Object.hasOwn(s.config, k))
     .map((k) => `${k} ${s.config[k]}`);
-  $("session-dataset").textContent = datasetText(s);
+  // the server's word on it wins: a dataset deleted after the session was made
+  $("session-dataset").textContent = s.problems?.length ? s.problems.join(" ")
+    : datasetText(s);
+  $("session-dataset").classList.toggle("error", Boolean(s.problems?.length));
   $("pinned-text").textContent = pinned.length ? `Locked for students: ${pinned.join(" · ")}`
     : "Students may change every setting.";
   $("session-state").textContent = s.open ? "open" : "closed: nobody new can join";

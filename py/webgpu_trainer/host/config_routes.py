@@ -14,10 +14,11 @@ from .errors import ApiError
 
 class RunConfigRoutes:
     """``models``: the model lookup (``model_routes.Models``); ``train_images(name)``: the
-    training split's size of the config's dataset (``data_routes.Datasets.train_images``)."""
+    training split's size of the config's dataset (``data_routes.Datasets.train_images``);
+    ``manifest(name)``: that dataset's manifest or None (``Datasets.fit_manifest``)."""
 
-    def __init__(self, models, train_images):
-        self.models, self.train_images = models, train_images
+    def __init__(self, models, train_images, manifest=lambda name: None):
+        self.models, self.train_images, self.manifest = models, train_images, manifest
 
     def routes(self) -> list:
         return [
@@ -34,10 +35,31 @@ class RunConfigRoutes:
         from ..engine import config
         return JSONResponse(config.schema())
 
+    def _misfit(self, model: str, dataset) -> str | None:
+        """Why model ``model`` cannot train on the config's dataset (``data.check_model_fits``:
+        input vs sample shape, outputs vs classes), or None (it fits, or there is nothing to
+        check: no manifest, a model that cannot be planned, which the model list names)."""
+        from ..engine.graph import Graph, GraphError
+        from ..engine.train.data import DataSpec, check_model_fits
+        manifest = self.manifest(dataset)
+        if manifest is None:
+            return None
+        try:
+            graph = Graph(self.models.bundle(self.models.path(model))[0])
+            check_model_fits(graph, DataSpec.from_manifest(manifest))
+        except ApiError:
+            return None
+        except (GraphError, NotImplementedError, KeyError, IndexError, TypeError):
+            return None
+        except ValueError as exc:
+            return str(exc)
+        return None
+
     async def config_validate(self, request: Request) -> Response:
         """Body ``{"config": {...}, "model": name?}``: the run configuration checked by the
-        engine's validator (``config.parse``) against the training images of the MNIST
-        manifest (and the model's classes when ``model`` is given). Answers ``{"ok": true,
+        engine's validator (``config.parse``) against the training images of the config's
+        dataset (and the model's classes when ``model`` is given); a model that does not fit
+        that dataset is answered first, alone, as the "model" field's error. Answers ``{"ok": true,
         "config": resolved config, "steps": {"per_epoch", "total", "train_images",
         "val_images"}}`` or
         ``{"ok": false, "errors": [[field, message], ...]}`` (200 both: a bad config is an
@@ -56,7 +78,11 @@ class RunConfigRoutes:
                 why = exc.message if isinstance(model, str) else "must be a model's name"
                 return JSONResponse({"ok": False, "errors": [["model", why]]})
         cfg_in = body.get("config") or {}
-        images = self.train_images(cfg_in.get("dataset") if isinstance(cfg_in, dict) else None)
+        dataset = cfg_in.get("dataset") if isinstance(cfg_in, dict) else None
+        misfit = self._misfit(model, dataset) if isinstance(model, str) else None
+        if misfit:  # before the batch size: a model that cannot fit is no batch problem
+            return JSONResponse({"ok": False, "errors": [["model", misfit]]})
+        images = self.train_images(dataset)
         classes = self.models.classes(model) if isinstance(model, str) else None
         try:
             cfg = config.parse(cfg_in, train_images=images, classes=classes)

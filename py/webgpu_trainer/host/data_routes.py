@@ -111,6 +111,28 @@ class Datasets:
         except (OSError, KeyError, TypeError, ValueError, RecursionError):
             return config.schema_mod.MNIST_TRAIN
 
+    def missing(self, name) -> str | None:
+        """Why dataset ``name`` cannot be trained on here ("dataset 'x' not found: prepare it
+        ..."), or None when this server has it (None, "" or "mnist" name the default)."""
+        if not name:
+            return None
+        try:
+            self.folder(str(name))
+        except ApiError as exc:
+            return exc.message
+        return None
+
+    def fit_manifest(self, name=None) -> dict | None:
+        """The manifest of the dataset ``train_images(name)`` counts (the default one for a
+        name this server does not have), for checking a model against it; None when it cannot
+        be read (nothing to check against)."""
+        if not isinstance(name, str) or not DATASET_RE.fullmatch(name):
+            name = self.default_name()
+        try:
+            return self.manifest(name)
+        except ApiError:
+            return self.fit_manifest() if name != self.default_name() else None
+
     def manifest(self, name: str) -> dict:
         """Dataset ``name``'s parsed and checked manifest.json; ApiError 404 without one, 500
         when it is not JSON or not a dataset manifest (naming the field)."""

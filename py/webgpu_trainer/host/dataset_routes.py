@@ -2,7 +2,8 @@
 
 - ``POST /api/datasets?name=NAME[&title=T]`` and the reading options ``test``, ``seed`` and,
   for a zip, ``size`` and ``color``, for a CSV, ``label`` (``datasets.OPTIONS``: one the upload's
-  kind does not take is refused, 422, as ``webgpu-trainer data`` refuses it), body:
+  kind does not take is refused, 422, as ``webgpu-trainer data`` refuses it; a key neither
+  route takes, or one given twice, is refused, 400, naming it: ``check_query``), body:
   a .zip of class folders (``datasets/images.py``) or a CSV table (``datasets/table.py``; told
   apart by the zip's signature) -> prepared in a worker thread -> ``store.write_dataset``
   (atomic: an existing own dataset NAME is replaced in one rename, kept unchanged on any
@@ -36,6 +37,27 @@ from .errors import ApiError
 MAX_DATASET_UPLOAD_BYTES = 512 << 20
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 READ_OPTIONS = ("label", "size", "color", "test", "seed")
+QUERY_KEYS = ("name", "title") + READ_OPTIONS  # what both routes take (scan: name unused)
+KEY_SHOWN = 40  # characters of an unknown key a message quotes
+
+
+def check_query(q, takes: tuple, route: str) -> None:
+    """ApiError 400 for a query key ``route`` does not take (``takes``), or one given more than
+    once, naming it: ``ascii`` so that a look-alike (a Cyrillic 'а' in "nаme") shows as
+    ``\\u0430``, cut to ``KEY_SHOWN`` characters with its length named. Checked before the
+    body is read: nothing is written. (The reading options a source kind does not take are
+    ``datasets.refused_option``'s, 422.)"""
+    keys = [k for k, _ in q.multi_items()]
+    for key in keys:
+        if key not in takes:
+            shown = ascii(key)
+            if len(shown) > KEY_SHOWN:
+                shown = f"{shown[:KEY_SHOWN]}... ({len(key):,} characters)"
+            raise ApiError(400, f"{route}: unknown query parameter {shown}; it takes "
+                                f"{', '.join(takes)}")
+        if keys.count(key) > 1:
+            raise ApiError(400, f"{route}: query parameter {key!r} is given {keys.count(key)} "
+                                "times; give it once")
 
 
 class DatasetUploads:
@@ -80,6 +102,7 @@ class DatasetUploads:
         given, ``READ_OPTIONS``), checked: 400 naming the parameter and the rule."""
         from .datasets import store
         q = request.query_params
+        check_query(q, QUERY_KEYS, "POST /api/datasets")
         name = q.get("name", "")
         try:
             store.check_name(name)
@@ -149,11 +172,12 @@ class DatasetUploads:
     async def scan(self, request: Request) -> Response:
         """POST /api/datasets/scan: a zip's preview (``images.scan``) or a CSV's (``{"kind":
         "table", "classes": [{"name", "count"}], "features", "rows", "notes"}``)."""
+        check_query(request.query_params, QUERY_KEYS, "POST /api/datasets/scan")
+        options = self._options(request.query_params)
         tmp = await self._receive(request, "the upload to preview")
         try:
             try:
-                out = await run_in_threadpool(self._scan, tmp,
-                                              self._options(request.query_params))
+                out = await run_in_threadpool(self._scan, tmp, options)
             except DataError as exc:
                 raise self._error(exc, tmp, "the upload") from None
         finally:

@@ -70,7 +70,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     routes = [
         *files.routes(),
         *models.routes(),
-        *RunConfigRoutes(models, mnist.train_images).routes(),
+        *RunConfigRoutes(models, mnist.train_images, mnist.fit_manifest).routes(),
         *mnist.routes(),
         *datasets.routes(),
         *extra_routes,
@@ -79,6 +79,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     app = Starlette(routes=routes, exception_handlers=_error_handlers(public))
     app.state.models = models
     app.state.train_images = mnist.train_images
+    app.state.dataset_missing = mnist.missing
     app.state.datasets = datasets
 
     if cross_origin_isolated:

@@ -158,10 +158,48 @@ def _roles(s: ImportState, order: list) -> tuple[dict, dict]:
                            f"{name} input {k} (a running statistic) gets its own copy "
                            f"{new!r}")
         params = [x for x in other if roles[tname] == "param"]
-        if len(params) > 1:
+        if len(params) > 1 and _merged_constant(s.init[src]):
+            _untie(s, tname, src, params, roles, extra, taken)
+        elif len(params) > 1:
             s.notes.append(f"initializer {tname!r} is used by {len(params)} nodes: "
                            "trained as one shared (tied) parameter")
     return roles, extra
+
+
+def _merged_constant(t) -> bool:
+    """True when every element of initializer ``t`` is the same number (a LayerNorm's or
+    BatchNorm's ones / zeros): exporters merge equal initializers (torch.onnx dynamo), so two
+    layers initialised to the same constant arrive as one, which torch did not tie."""
+    arr = numpy_helper.to_array(t)
+    return arr.size > 1 and bool(np.all(arr == arr.reshape(-1)[0]))
+
+
+def _untie(s: ImportState, tname: str, src: str, params: list, roles: dict, extra: dict,
+           taken: set) -> None:
+    """Give each node after the first that uses the merged constant ``tname`` as a parameter
+    its own trainable copy (``source: {"copy_of", "node", "input"}``, ``s.rewire``), so that
+    training does not tie layers the exporter merged; a note names each copy."""
+    first = params[0][1]
+    for _n, name, k in params:
+        if name == first:
+            continue
+        base = f"{tname}.{name}"
+        new, i = base, 1
+        while new in taken:
+            i += 1
+            new = f"{base}{i}"
+        taken.add(new)
+        roles[new] = "param"
+        extra[new] = {"copy_of": tname, "node": name, "input": k}
+        s.rewire[(name, k)] = new
+        s.final_order.append((new, src))
+        s.notes.append(f"initializer {tname!r} (every element {_first(s.init[src])}) is used "
+                       f"by {len(params)} nodes, as exporters merge equal initializers: node "
+                       f"{name} input {k} trains its own copy {new!r}")
+
+
+def _first(t) -> str:
+    return f"{numpy_helper.to_array(t).reshape(-1)[0]:g}"
 
 
 def _pack(s: ImportState, roles: dict, extra: dict) -> None:

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs
 
 from ..engine import config as run_config
 from ..engine.train import data_tokens
-from ..engine.train.data import DataSpec, Split, check_size
+from ..engine.train.data import DataSpec, Split, check_run, check_size
 from ..engine.train.gpu_engine import GpuEngine
 from .bridge import STATE, fetch, fetch_bytes, page_query, to_bytes
 
@@ -73,13 +73,14 @@ async def load(cfg: dict, model: str, say) -> tuple:
     manifest = json.loads(await (await fetch(f"{base}/manifest.json", "manifest")).text())
     spec = DataSpec.from_manifest(manifest)
     data_tokens.refuse_in_page(spec)
-    # the page checked it with the server; checked again here, with the same code
-    cfg = run_config.parse(cfg, train_images=manifest["splits"]["train"]["count"])
+    say("status", text=f"Loading model {model}…")
+    graph = json.loads(await (await fetch(f"/api/models/{model}/graph.json", "model")).text())
+    # the page checked it with the server; checked again here, with the same code: the fit
+    # of the model first, then the config (the batch size) against the training split
+    cfg, spec = check_run(cfg, graph, manifest)
     check_size(spec, {"training": manifest["splits"]["train"]["count"],
                       "test": manifest["splits"]["test"]["count"]},
                engine(STATE["device"]).data_limit, MAX_DATA_BYTES)
-    say("status", text=f"Loading model {model}…")
-    graph = json.loads(await (await fetch(f"/api/models/{model}/graph.json", "model")).text())
     weights = to_bytes(await (await fetch(f"/api/models/{model}/weights.bin", "weights")
                               ).arrayBuffer())
     say("status", text=f"Loading {spec.title} shards…")

@@ -40,3 +40,20 @@ def groups_1d(n_threads: int, per_group: int = WORKGROUP) -> tuple:
         return (groups, 1, 1)
     y = (groups + MAX_GROUPS - 1) // MAX_GROUPS
     return ((groups + y - 1) // y, y, 1)
+
+
+def groups_per_channel(channels: int, parts: int = 1) -> tuple:
+    """Workgroup counts ``(x, parts, z)`` for one workgroup per (channel, part): past 65535
+    channels the channels fold into z; kernels rebuild the channel as ``wid.x + wid.z *
+    num_workgroups.x`` (``channel_of`` in shaders/lib/index.wgsl) and skip ``c >= C``.
+
+    >>> groups_per_channel(70000, 3)
+    (35000, 3, 2)
+    """
+    if parts > MAX_GROUPS:
+        raise ValueError(f"{parts} parts per channel: more than {MAX_GROUPS} workgroups along y")
+    channels = max(1, channels)
+    if channels <= MAX_GROUPS:
+        return (channels, parts, 1)
+    z = (channels + MAX_GROUPS - 1) // MAX_GROUPS
+    return ((channels + z - 1) // z, parts, z)

@@ -6,7 +6,7 @@ the running statistics. gamma, beta and the running statistics are addressed as 
 into the flat parameter buffer P (their gradients into G).
 """
 
-from ..backends.base import groups_1d
+from ..backends.base import groups_1d, groups_per_channel
 from . import card
 
 TYPES = ("BatchNormalization",)
@@ -61,12 +61,12 @@ async def forward(b, node, ins, outs, train):
     part = b.save(node, 2 * c * parts, "parts")
     binds = dict(params=params, x=x, P=b.P, save=save, out=outs[0], part=part)
     if train and parts == 1 and b.tiled:  # GPUs, small channels: one dispatch
-        await b.kernel("batchnorm", "forward_fused", (c, 1, 1), **binds)
+        await b.kernel("batchnorm", "forward_fused", groups_per_channel(c), **binds)
         return
     if train:
-        await b.kernel("batchnorm", "sum_x", (c, parts, 1), **binds)
+        await b.kernel("batchnorm", "sum_x", groups_per_channel(c, parts), **binds)
         await b.kernel("batchnorm", "mean_finish", groups_1d(c), **binds)
-        await b.kernel("batchnorm", "sum_sq", (c, parts, 1), **binds)
+        await b.kernel("batchnorm", "sum_sq", groups_per_channel(c, parts), **binds)
         await b.kernel("batchnorm", "var_finish", groups_1d(c), **binds)
     else:
         await b.kernel("batchnorm", "stats_eval", groups_1d(c), **binds)
@@ -82,9 +82,9 @@ async def backward(b, node, ins, outs, gins, gouts):
     binds = dict(params=params, x=x, dy=gouts[0], P=b.P, save=save, G=b.G, part=part,
                  out=gins[0])
     if parts == 1 and b.tiled:  # GPUs, small channels: one dispatch
-        await b.kernel("batchnorm", "backward_fused", (c, 1, 1), **binds)
+        await b.kernel("batchnorm", "backward_fused", groups_per_channel(c), **binds)
         return
-    await b.kernel("batchnorm", "sum_dy", (c, parts, 1), **binds)
+    await b.kernel("batchnorm", "sum_dy", groups_per_channel(c, parts), **binds)
     await b.kernel("batchnorm", "dy_finish", groups_1d(c), **binds)
     if gins[0] is not None:
         await b.kernel("batchnorm", "backward_input", b.elementwise_groups(x.numel), **binds)

@@ -7,7 +7,7 @@ gradients dA = alpha * dY * B'^T and dB = alpha * A'^T * dY reuse the same kerne
 
 import math
 
-from ..backends.base import groups_1d
+from ..backends.base import groups_1d, groups_per_channel
 from ..errors import GraphError
 from . import card
 
@@ -118,7 +118,7 @@ async def channel_sum(b, x, out, outer, channels, inner):
     params = dict(outer=outer, C=channels, inner=inner, count=0, splits=parts, N=0, bias_mode=0,
                   beta=0.0)
     target = b.temp(parts * channels) if parts > 1 else out
-    await b.kernel("reduce", "channel_sum", (channels, parts, 1), params=params, x=x,
+    await b.kernel("reduce", "channel_sum", groups_per_channel(channels, parts), params=params, x=x,
                    out=target)
     if parts > 1:
         await reduce_splits(b, target, out, parts, channels)

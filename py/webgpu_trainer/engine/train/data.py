@@ -216,15 +216,23 @@ def _dims(shape) -> str:
 
 
 def check_fits(graph: Graph, spec: DataSpec, train: Split, test: Split) -> None:
-    """Refuse a model whose input or output does not fit the dataset ``spec``, and data with
-    a label outside the model's classes (before any GPU work). The input fits when its
+    """``check_model_fits``, then refuse data with a label outside the model's classes
+    (before any GPU work): ValueError naming the split, index and value of the first bad
+    label."""
+    k = check_model_fits(graph, spec)
+    check_split_labels(train, k, "training")
+    check_split_labels(test, k, "test")
+
+
+def check_model_fits(graph: Graph, spec: DataSpec) -> int:
+    """The model's classes K, after refusing a model whose input or output does not fit the
+    dataset ``spec`` (no data needed: its manifest is enough). The input fits when its
     per-sample dims are the dataset's sample shape, the same values flat, a grey image
     without its channel dim, or each channel's pixels as one sequence (MNIST: [N, 1, 28, 28],
     [N, 784], [N, 28, 28] or [N, 1, 784], a 1-D conv net's input); the output
     must be [N, K] scores with K >= 2 and K >= the dataset's classes.
 
-    Raises ValueError naming both shapes, or the split, index and value of the first bad
-    label."""
+    Raises ValueError naming both shapes."""
     inp = graph.input
     dims = list(inp["shape"][1:])
     shape = spec.sample_shape
@@ -245,8 +253,21 @@ def check_fits(graph: Graph, spec: DataSpec, train: Split, test: Split) -> None:
         raise ValueError(f"model output {graph.output!r} {_dims(['N', *out[1:]])} does not "
                          f"fit dataset {spec.name} ({k} classes): training needs [N, K] "
                          f"scores with K >= {max(2, k)}")
-    check_split_labels(train, out[1], "training")
-    check_split_labels(test, out[1], "test")
+    return out[1]
+
+
+def check_run(cfg: dict, graph: dict, manifest: dict):
+    """A page run's checks in the order the user should hear them (the worker's ``load`` and
+    ``POST /api/config/validate``): the model against the dataset first (``check_model_fits``:
+    ValueError naming both shapes), then the config against the training split
+    (``config.parse`` with its size and the model's classes: ConfigError, the batch size's
+    limit among them). A model that cannot fit is never reported as a batch size problem.
+    Returns ``(RunConfig, spec)``."""
+    spec = DataSpec.from_manifest(manifest)
+    classes = check_model_fits(Graph(graph), spec)
+    cfg = run_config.parse(cfg, train_images=int(manifest["splits"]["train"]["count"]),
+                           classes=classes)
+    return cfg, spec
 
 
 def trainable_names(graph: dict, names) -> set | None:

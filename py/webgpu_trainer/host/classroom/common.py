@@ -217,3 +217,16 @@ class SecurityHeaders:
                            "headers": [(b"content-type", b"application/json"),
                                        (b"content-length", str(len(body)).encode())]})
             await send({"type": "http.response.body", "body": body})
+
+
+def dataset_problems(request, config: dict) -> list[str]:
+    """``[message]`` when the dataset of a session's ``config`` is not on this server (never
+    prepared, or deleted after the session was made), for the student's page and the
+    teacher's dashboard; ``[]`` when it is there (or the config names none: the default)."""
+    name = config.get("dataset") if isinstance(config, dict) else None
+    why = request.app.state.dataset_missing(name) if name else None
+    if not why:
+        return []
+    return [f"This class trains on dataset {name!r}, which is not on the server any more "
+            f"({why}): training cannot start until the teacher prepares it again or picks "
+            "another dataset."]

@@ -22,7 +22,8 @@ from starlette.routing import Route
 
 from ..bodies import read_body
 from ..server import ApiError, file_response
-from .common import JoinBody, Report, call, client_ip, json_body, same_origin, student_of
+from .common import (JoinBody, Report, call, client_ip, dataset_problems, json_body, same_origin,
+                     student_of)
 from .config import ConfigError, check_config
 
 
@@ -33,10 +34,12 @@ def student_seed(seed: int, student: str) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
-def public_session(row: dict, student: str | None = None) -> dict:
+def public_session(row: dict, student: str | None = None, problems: list | None = None) -> dict:
     """What a student sees of a session; with ``student`` (their id) and the seed not pinned,
-    the config's ``seed`` is their own (``student_seed``), so each student's run differs."""
+    the config's ``seed`` is their own (``student_seed``), so each student's run differs.
+    ``problems``: why the session cannot train now (``dataset_problems``), shown by the page."""
     out = {k: row[k] for k in ("id", "name", "open", "config", "pinned")}
+    out["problems"] = list(problems or [])
     if student and "seed" not in row["pinned"] and "seed" in row["config"]:
         out["config"] = {**row["config"],
                          "seed": student_seed(int(row["config"]["seed"]), student)}
@@ -55,7 +58,8 @@ async def get_session(request) -> Response:
             student = found["id"] if found["session_id"] == row["id"] else None
         except ApiError:
             student = None
-    return JSONResponse(public_session(row, student), headers={"Cache-Control": "no-store"})
+    return JSONResponse(public_session(row, student, dataset_problems(request, row["config"])),
+                        headers={"Cache-Control": "no-store"})
 
 
 async def join(request) -> Response:
@@ -68,7 +72,8 @@ async def join(request) -> Response:
     st.changes.bump(sid)
     session = await call(st.store.session, sid)
     return JSONResponse({"student": student, "key": f"{student}.{key}", "name": body.name,
-                         "session": public_session(session, student)},
+                         "session": public_session(session, student,
+                                                    dataset_problems(request, session["config"]))},
                         headers={"Cache-Control": "no-store"})
 
 

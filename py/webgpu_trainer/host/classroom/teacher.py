@@ -31,7 +31,8 @@ from starlette.routing import Route
 
 from ..files import TEACHER_PAGE
 from ..server import ApiError, file_response
-from .common import SessionBody, SessionPatch, call, json_body, same_origin, teacher_only
+from .common import (SessionBody, SessionPatch, call, dataset_problems, json_body, same_origin,
+                     teacher_only)
 from .config import DEFAULTS, PINNABLE, ConfigError, check_config, check_pinned
 from .tls import qr_svg
 
@@ -46,9 +47,12 @@ POINTS_MARGIN_S = 10.0       # re-read points this far back (a late commit is no
 def _checked(request, config: dict, pinned) -> tuple[dict, list]:
     """The session's config checked against the server's models, the model's classes and the
     training images of its dataset (``check_config``) and its pinned keys; 422 naming each bad
-    field."""
+    field (a dataset this server does not have among them)."""
     st = request.app.state.classroom
     dataset = config.get("dataset") if isinstance(config, dict) else None
+    missing = request.app.state.dataset_missing(dataset) if isinstance(dataset, str) else None
+    if missing:  # a session must not pin what no student can load
+        raise ApiError(422, f"session config: dataset: {missing}", [f"dataset: {missing}"])
     try:
         return (check_config(config, st.model_names(),
                              train_images=request.app.state.train_images(dataset),
@@ -60,11 +64,13 @@ def _checked(request, config: dict, pinned) -> tuple[dict, list]:
             from None
 
 
-def _session_out(st, row: dict) -> dict:
+def _session_out(request, st, row: dict) -> dict:
+    """The session for the dashboard: its join links and ``problems`` (its dataset deleted
+    since it was made: ``dataset_problems``)."""
     join = [{"url": f"{base}/?class={row['id']}", "qr_svg": qr_svg(f"{base}/?class={row['id']}")}
             for base in st.base_urls]
     return {**{k: row[k] for k in ("id", "name", "open", "config", "pinned", "created_at")},
-            "join": join}
+            "join": join, "problems": dataset_problems(request, row["config"])}
 
 
 async def info(request) -> Response:
@@ -85,7 +91,7 @@ async def sessions(request) -> Response:
     body = await json_body(request, SessionBody)
     config, pinned = _checked(request, body.config, body.pinned)
     sid = await call(st.store.create_session, body.name, config, pinned)
-    return JSONResponse(_session_out(st, await call(st.store.session, sid)), 201)
+    return JSONResponse(_session_out(request, st, await call(st.store.session, sid)), 201)
 
 
 async def session(request) -> Response:
@@ -104,7 +110,7 @@ async def session(request) -> Response:
         row = await call(st.store.update_session, sid, **change)
     else:
         row = await call(st.store.session, sid)
-    return JSONResponse(_session_out(st, row))
+    return JSONResponse(_session_out(request, st, row))
 
 
 async def roster(request) -> Response:

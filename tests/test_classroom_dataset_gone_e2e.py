@@ -1,0 +1,58 @@
+"""A class session's dataset deleted from the server after the session was made, in headless
+Chromium against the real ``webgpu-trainer classroom`` server: the student's page says so in
+the class card (before, it waited for a dataset option that never came and Start failed on a
+404 later), and the teacher's dashboard names it where it names the session's dataset."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from dataset_fixtures import write_image_dataset
+from test_classroom_dataset import TEST, TRAIN, tiny_grey
+from test_classroom_e2e import TOKEN, Server, class_browser, js_wait, open_page  # noqa: F401
+
+pytestmark = pytest.mark.e2e
+
+GONE = ("This class trains on dataset 'bands', which is not on the server any more (dataset "
+        "'bands' not found: prepare it with `webgpu-trainer data` (see `webgpu-trainer "
+        "datasets`)): training cannot start until the teacher prepares it again or picks "
+        "another dataset.")
+
+
+@pytest.fixture(scope="module")
+def server(mnist_cache, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("classroom-gone")
+    write_image_dataset(tmp / "datasets", "bands", {"train": tiny_grey(TRAIN, 0),
+                                                    "test": tiny_grey(TEST, 1)},
+                        ["top", "middle", "bottom"], title="Bands")
+    srv = Server(tmp, mnist_cache, ["--data-root", str(tmp / "datasets")])
+    srv.start()
+    try:
+        yield srv
+    finally:
+        if srv.proc.poll() is None:
+            srv.proc.terminate()
+            try:
+                srv.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                srv.kill()
+
+
+def test_deleted_dataset_is_said_to_student_and_teacher(class_browser, server):  # noqa: F811
+    sid = server.session(dataset="bands", batch_size=8, eval_images=TEST, val_images=4)
+    shutil.rmtree(server.tmp / "datasets" / "bands")
+    page = open_page(class_browser, f"{server.url}/?class={sid}")
+    teacher = open_page(class_browser, f"{server.url}/teacher#token={TOKEN}")
+    try:
+        page.wait_for_selector("#classroom [role=alert]", timeout=60000)
+        assert page.text_content("#classroom [role=alert]") == GONE
+        js_wait(teacher, f"window.teacherState.session?.id === {sid!r} && document."
+                         "getElementById('session-dataset').textContent.startsWith('This class')",
+                60, "the teacher's session naming the missing dataset")
+        assert teacher.text_content("#session-dataset") == GONE
+        assert not [m for m in page.console + teacher.console if m.startswith("pageerror")]
+    finally:
+        page.context.close()
+        teacher.context.close()
