@@ -12,7 +12,8 @@ Starlette's TestClient: the same routes, the same bytes) sends for the URLs a ru
   ``resnet8=tests/fixtures/zoo/resnet8-ts.onnx``);
 - ``OUT/data/<dataset>/``: the manifest and shards of ``--dataset`` (default ``mnist``, from
   .cache/datasets), or with ``--random N``: a dataset ``random`` of N training and
-  max(N // 8, 64) test images of ``--shape`` (default 1 28 28) of seeded random bytes, 10
+  max(N // 8, 64) test images of ``--shape`` (default 1 28 28; ``--name`` names it) of seeded
+  random bytes, 10
   classes (speed does not depend on the pixels; the payload for a GPU machine stays small).
 Exit 2 with the route's error when the server refuses a URL (an unknown model, a missing
 dataset).
@@ -33,8 +34,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
 
-def random_dataset(root: Path, count: int, shape: tuple, seed: int = 0) -> None:
-    """A dataset ``random`` under ``root``: ``count`` training images of ``shape`` (uint8,
+def random_dataset(root: Path, count: int, shape: tuple, seed: int = 0,
+                   name: str = "random") -> None:
+    """A dataset ``name`` under ``root``: ``count`` training images of ``shape`` (uint8,
     seeded), labels 0..9 cycling."""
     from webgpu_trainer.host.datasets import store
     from webgpu_trainer.host.datasets.arrays import Arrays
@@ -45,12 +47,12 @@ def random_dataset(root: Path, count: int, shape: tuple, seed: int = 0) -> None:
                     rng.integers(0, 256, (test, *shape), np.uint8),
                     (np.arange(test) % 10).astype(np.uint8),
                     classes=[str(i) for i in range(10)], title="random bytes",
-                    source="benchmarks/dawn/site.py --random", name="random")
-    store.write_dataset(root, "random", arrays, lambda *a: None)
+                    source="benchmarks/dawn/site.py --random", name=name)
+    store.write_dataset(root, name, arrays, lambda *a: None)
 
 
 def write_site(out: Path, models: dict, dataset: str = "mnist", random: int = 0,
-               shape: tuple = (1, 28, 28)) -> dict:
+               shape: tuple = (1, 28, 28), name: str = "random") -> dict:
     """Fill ``out`` (see the module docstring); ``models``: name -> ONNX path. Returns
     ``{"wheel", "models", "dataset", "files"}``. RuntimeError naming the URL and the server's
     answer when a route refuses."""
@@ -61,11 +63,11 @@ def write_site(out: Path, models: dict, dataset: str = "mnist", random: int = 0,
     with tempfile.TemporaryDirectory() as tmp:
         mdir, droot = Path(tmp) / "models", Path(tmp) / "datasets"
         mdir.mkdir()
-        for name, src in models.items():
-            shutil.copyfile(src, mdir / f"{name}.onnx")
+        for model, src in models.items():
+            shutil.copyfile(src, mdir / f"{model}.onnx")
         if random:
-            dataset = "random"
-            random_dataset(droot, random, shape)
+            dataset = name
+            random_dataset(droot, random, shape, name=name)
         else:
             droot = REPO / ".cache" / "datasets"
         app = create_app(REPO, models_dir=mdir, data_root=droot,
@@ -83,9 +85,9 @@ def write_site(out: Path, models: dict, dataset: str = "mnist", random: int = 0,
                 return r.content
             meta = json.loads(get("/api/wheel"))
             get(meta["url"])
-            for name in models:
-                get(f"/api/models/{name}/graph.json")
-                get(f"/api/models/{name}/weights.bin")
+            for model in models:
+                get(f"/api/models/{model}/graph.json")
+                get(f"/api/models/{model}/weights.bin")
             manifest = json.loads(get(f"/data/{dataset}/manifest.json"))
             for split in ("train", "test"):
                 for kind in ("images", "labels"):
@@ -100,13 +102,14 @@ def main(argv=None) -> int:
     ap.add_argument("--dataset", default="mnist")
     ap.add_argument("--random", type=int, default=0, metavar="N")
     ap.add_argument("--shape", type=int, nargs=3, default=[1, 28, 28])
+    ap.add_argument("--name", default="random", help="the --random dataset's name")
     a = ap.parse_args(argv)
     models = {}
     for spec in a.model or ["seednet"]:
         name, _, file = spec.partition("=")
         models[name] = Path(file) if file else REPO / "models" / f"{name}.onnx"
     try:
-        info = write_site(a.out, models, a.dataset, a.random, tuple(a.shape))
+        info = write_site(a.out, models, a.dataset, a.random, tuple(a.shape), a.name)
     except (RuntimeError, OSError, ValueError) as exc:
         print(f"site.py: {exc}", file=sys.stderr)
         return 2

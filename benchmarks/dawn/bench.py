@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""The browser path against native, side by side (issue 20 item 3): ms per training step of
+each model at each batch through the page's worker in Node on Dawn (run.mjs: Pyodide + Tint)
+and natively (wgpu-py), both timed by the same code (worker/bench.py's ``bench``: warm-up
+steps, then ``steps`` back to back ended by one queue wait, the mean), each cell ``repeats``
+times (the spread: min / median / max); then the peers on the same Dawn (peers.mjs).
+
+    python benchmarks/dawn/bench.py --site .dawnpay/site --json out.json [--quick]
+
+Models: SeedNet on ``random`` (1x28x28) and ResNet-8 (tests/fixtures/zoo, 3x32x32) on
+``random-rgb32``, both random bytes from site.py (speed does not depend on the pixels).
+Runs where wgpu-py and a Node with npm ``webgpu`` exist (benchmarks/dawn/device.sh on the H200).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+import harness  # noqa: E402
+
+# model -> (dataset, [(batch, warmup, steps, repeats)])
+PLAN = {"seednet": ("random", [(64, 300, 300, 5), (1000, 40, 60, 3)]),
+        "resnet8": ("random-rgb32", [(64, 100, 100, 5), (1000, 10, 20, 3)])}
+QUICK = {"seednet": ("random", [(8, 1, 2, 1)])}
+PEERS = [["jax-js", "seednet", 64, 50, 10], ["jax-js", "seednet", 1000, 10, 3],
+         ["tfjs", "seednet", 64, 30, 5], ["tfjs", "seednet", 1000, 5, 2],
+         ["jax-js", "gemm", 4096, 5], ["tfjs", "gemm", 4096, 5]]
+
+
+def cfg(dataset: str, batch: int) -> dict:
+    return {"dataset": dataset, "batch_size": batch, "seed": 0, "val_images": 0,
+            "eval_images": batch}
+
+
+def spread(runs: list) -> dict:
+    s = sorted(runs)
+    return {"ms": s[len(s) // 2], "min": s[0], "max": s[-1], "runs": runs}
+
+
+def dawn(site: Path, plan: dict, node: str | None) -> dict:
+    """{model: {batch: {...}}} through the worker in Node (one process per model)."""
+    out = {}
+    for model, (dataset, cells) in plan.items():
+        jobs = [{"type": "bench", "model": model, "config": cfg(dataset, b), "warmup": w,
+                 "steps": s, "host": 5} for b, w, s, r in cells for _ in range(r)]
+        res = harness.node_jobs(site, jobs, node=node, timeout=400)
+        out["adapter"], out["boot_s"] = res["adapter"], res["boot_s"]
+        out[model] = {}
+        for b, _, _, _ in cells:
+            rows = [r for r in res["results"] if r["job"]["config"]["batch_size"] == b]
+            out[model][b] = {**spread([r["wall_ms"] for r in rows]),
+                             "host_ms": [r["host_ms"] for r in rows]}
+        print(f"[dawn] {model}: {json.dumps(out[model])[:400]}", flush=True)
+    return out
+
+
+def native(site: Path, plan: dict) -> dict:
+    """The same cells natively (wgpu-py), timed by worker/bench.py's ``bench``."""
+    from webgpu_trainer.engine import config as run_config
+    from webgpu_trainer.engine.backends.wgpu_native import Device
+    from webgpu_trainer.engine.train.gpu_engine import GpuEngine
+    from webgpu_trainer.engine.train.loop import Trainer
+    from webgpu_trainer.worker import bench
+    dev = Device()
+    out = {"adapter": dev.info}
+    for model, (dataset, cells) in plan.items():
+        graph, weights = harness.site_bundle(site, model)
+        train, test = harness.site_splits(site, dataset)
+        out[model] = {}
+        for b, w, s, r in cells:
+            walls, hosts = [], []
+            for _ in range(r):
+                c = run_config.parse(cfg(dataset, b), train_images=train.count)
+                tr = Trainer(GpuEngine(dev), graph, weights, c, train, test)
+
+                async def go(tr=tr, w=w, s=s):
+                    await tr.setup()
+                    return await bench.bench(tr, dev, {"warmup": w, "steps": s, "host": 5})
+                res = asyncio.run(go())
+                walls.append(res["wall_ms"])
+                hosts.append(res["host_ms"])
+            out[model][b] = {**spread(walls), "host_ms": hosts}
+        print(f"[native] {model}: {json.dumps(out[model])[:400]}", flush=True)
+    return out
+
+
+def peers(node: str | None, jobs: list) -> dict:
+    cmd = [node or os.environ.get("NODE", "node"), str(HERE / "peers.mjs"), "--jobs",
+           json.dumps(jobs)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1]) if lines else {"error": proc.stderr[-2000:]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--site", type=Path, required=True)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--quick", action="store_true", help="one tiny cell (a wiring check)")
+    ap.add_argument("--parts", default="dawn,native,peers")
+    ap.add_argument("--node")
+    a = ap.parse_args(argv)
+    plan = QUICK if a.quick else PLAN
+    parts = a.parts.split(",")
+    t0 = time.time()
+    out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "what": "ms per training step (Adam), the page's worker in Node on Dawn vs native "
+                   "wgpu-py, both timed by worker/bench.py; random-byte data",
+           "plan": {m: c for m, c in plan.items()}, "python": platform.python_version(),
+           "load": os.getloadavg()}
+    try:
+        import wgpu
+        out["wgpu-py"] = wgpu.__version__
+    except ImportError:
+        pass
+    if "dawn" in parts:
+        out["dawn"] = dawn(a.site, plan, a.node)
+    if "native" in parts:
+        out["native"] = native(a.site, plan)
+    if "peers" in parts:
+        out["peers"] = peers(a.node, [[lib, w, 8, 2, 1] for lib, w, *_ in PEERS[:1]]
+                             if a.quick else PEERS)
+        print(f"[peers] {json.dumps(out['peers'])[:1500]}", flush=True)
+    out["seconds"] = time.time() - t0
+    if a.json:
+        a.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
