@@ -5,7 +5,7 @@ and natively (wgpu-py), both timed by the same code (worker/bench.py's ``bench``
 steps, then ``steps`` back to back ended by one queue wait, the mean), each cell ``repeats``
 times (the spread: min / median / max); then the peers on the same Dawn (peers.mjs).
 
-    python benchmarks/dawn/bench.py --site .dawnpay/site --json out.json [--quick]
+    python benchmarks/dawn/bench.py --site .dawnpay/site --json out.json [--plan small]
 
 Models: SeedNet on ``random`` (1x28x28) and ResNet-8 (tests/fixtures/zoo, 3x32x32) on
 ``random-rgb32``, both random bytes from site.py (speed does not depend on the pixels).
@@ -34,6 +34,9 @@ import harness  # noqa: E402
 PLAN = {"seednet": ("random", [(64, 300, 300, 5), (1000, 40, 60, 3)]),
         "resnet8": ("random-rgb32", [(64, 100, 100, 5), (1000, 10, 20, 3)])}
 QUICK = {"seednet": ("random", [(8, 1, 2, 1)])}
+# a CPU adapter (SwiftShader through Dawn; natively lavapipe, another adapter): SeedNet batch 64
+SMALL = {"seednet": ("random", [(64, 2, 4, 3)])}
+SMALL_PEERS = [["jax-js", "seednet", 64, 4, 2], ["tfjs", "seednet", 64, 4, 2]]
 PEERS = [["jax-js", "seednet", 64, 50, 10], ["jax-js", "seednet", 1000, 10, 3],
          ["tfjs", "seednet", 64, 30, 5], ["tfjs", "seednet", 1000, 5, 2],
          ["jax-js", "gemm", 4096, 5], ["tfjs", "gemm", 4096, 5]]
@@ -108,17 +111,21 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--site", type=Path, required=True)
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--quick", action="store_true", help="one tiny cell (a wiring check)")
+    ap.add_argument("--plan", choices=("h200", "small", "quick"), default="h200",
+                    help="the cells: h200 (PLAN, PEERS), small (a CPU adapter: SeedNet batch 64),"
+                         " quick (one batch-8 cell: a wiring check)")
     ap.add_argument("--parts", default="dawn,native,peers")
     ap.add_argument("--node")
     a = ap.parse_args(argv)
-    plan = QUICK if a.quick else PLAN
+    plan = {"h200": PLAN, "small": SMALL, "quick": QUICK}[a.plan]
+    peer_jobs = {"h200": PEERS, "small": SMALL_PEERS,
+                 "quick": [["jax-js", "seednet", 8, 2, 1]]}[a.plan]
     parts = a.parts.split(",")
     t0 = time.time()
     out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "what": "ms per training step (Adam), the page's worker in Node on Dawn vs native "
                    "wgpu-py, both timed by worker/bench.py; random-byte data",
-           "plan": {m: c for m, c in plan.items()}, "python": platform.python_version(),
+           "plan": a.plan, "cells": plan, "python": platform.python_version(),
            "load": os.getloadavg()}
     try:
         import wgpu
@@ -130,8 +137,7 @@ def main(argv=None) -> int:
     if "native" in parts:
         out["native"] = native(a.site, plan)
     if "peers" in parts:
-        out["peers"] = peers(a.node, [[lib, w, 8, 2, 1] for lib, w, *_ in PEERS[:1]]
-                             if a.quick else PEERS)
+        out["peers"] = peers(a.node, peer_jobs)
         print(f"[peers] {json.dumps(out['peers'])[:1500]}", flush=True)
     out["seconds"] = time.time() - t0
     if a.json:
