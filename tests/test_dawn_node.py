@@ -9,6 +9,7 @@ wgpu-py's native adapter, float64 numpy), reduction orders the same kernels fix.
 Node (Debian's nodejs, as the CI machine has for ESLint) and ``npm ci --prefix benchmarks``
 are required; a missing one fails the test."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -68,3 +69,33 @@ def test_site_refuses_an_unknown_model(tmp_path):
                            "--random", "64"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "x.onnx" in proc.stderr
+
+
+HOSTILE_FETCH = r"""
+import { siteFetch } from "./benchmarks/dawn/dawn.mjs";
+const site = process.argv[1], out = {};
+for (const url of ["/data/random/manifest.json", "/../../etc/passwd", "/a%2F..%2F..%2Fetc%2Fpasswd",
+                   "/data/random/%2e%2e/%2e%2e/%2e%2e/etc/passwd", "/api/models/nosuch/graph.json",
+                   "/data/random"]) {
+  const r = await siteFetch(site, "/pyo/", url);
+  out[url] = r.status;
+}
+out.wheel = (await (await siteFetch(site, "/pyo/", "/api/wheel")).json()).pyodide;
+out.other = await siteFetch(site, "/pyo/", "http://example.com/x").then(() => "fetched",
+                                                                      (e) => e.message);
+console.log(JSON.stringify(out));
+"""
+
+
+def test_fetch_stub_serves_only_the_site(site):
+    """Hostile URLs: a path escaping the site (plain, %2F-encoded, %2e-encoded) is 404, so is
+    a folder and a missing file; another origin is refused; /api/wheel names the local
+    Pyodide."""
+    proc = subprocess.run(["node", "--input-type=module", "-e", HOSTILE_FETCH, str(site)],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out.pop("/data/random/manifest.json") == 200
+    assert out.pop("wheel") == "/pyo/"
+    assert "serves only the site folder" in out.pop("other")
+    assert set(out.values()) == {404}, out

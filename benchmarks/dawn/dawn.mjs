@@ -46,7 +46,9 @@ export async function installWorkerGlobals(opts) {
   return { gpu };
 }
 
-function siteFetch(site, pyodideDir, url) {
+/** The stub of `fetch`: ``url`` (of the page's origin) answered from the ``site`` folder; 404 for
+ * what it lacks or what resolves outside it; other origins refused (a rejected Promise). */
+export function siteFetch(site, pyodideDir, url) {
   const u = new URL(url, "http://dawn.local/");
   if (u.host !== "dawn.local") {
     return Promise.reject(new TypeError(`fetch ${url}: the harness serves only the site folder`));
