@@ -35,8 +35,9 @@ PLAN = {"seednet": ("random", [(64, 300, 300, 5), (1000, 40, 60, 3)]),
         "resnet8": ("random-rgb32", [(64, 100, 100, 5), (1000, 10, 20, 3)])}
 QUICK = {"seednet": ("random", [(8, 1, 2, 1)])}
 # a CPU adapter (SwiftShader through Dawn; natively lavapipe, another adapter): SeedNet batch 64
-SMALL = {"seednet": ("random", [(64, 2, 4, 3)])}
-SMALL_PEERS = [["jax-js", "seednet", 64, 4, 2], ["tfjs", "seednet", 64, 4, 2]]
+SMALL = {"seednet": ("random", [(64, 1, 2, 2)])}
+SMALL_PEERS = [["jax-js", "seednet", 64, 3, 1], ["tfjs", "seednet", 64, 3, 1]]
+HOST_STEPS = {"h200": 5, "small": 1, "quick": 1}  # bench's `host`: steps timed alone
 PEERS = [["jax-js", "seednet", 64, 50, 10], ["jax-js", "seednet", 1000, 10, 3],
          ["tfjs", "seednet", 64, 30, 5], ["tfjs", "seednet", 1000, 5, 2],
          ["jax-js", "gemm", 4096, 5], ["tfjs", "gemm", 4096, 5]]
@@ -52,13 +53,14 @@ def spread(runs: list) -> dict:
     return {"ms": s[len(s) // 2], "min": s[0], "max": s[-1], "runs": runs}
 
 
-def dawn(site: Path, plan: dict, node: str | None) -> dict:
+def dawn(site: Path, plan: dict, node: str | None, host: int = 5,
+         timeout: float = 400) -> dict:
     """{model: {batch: {...}}} through the worker in Node (one process per model)."""
     out = {}
     for model, (dataset, cells) in plan.items():
         jobs = [{"type": "bench", "model": model, "config": cfg(dataset, b), "warmup": w,
-                 "steps": s, "host": 5} for b, w, s, r in cells for _ in range(r)]
-        res = harness.node_jobs(site, jobs, node=node, timeout=400)
+                 "steps": s, "host": host} for b, w, s, r in cells for _ in range(r)]
+        res = harness.node_jobs(site, jobs, node=node, timeout=timeout)
         out["adapter"], out["boot_s"] = res["adapter"], res["boot_s"]
         out[model] = {}
         for b, _, _, _ in cells:
@@ -69,7 +71,7 @@ def dawn(site: Path, plan: dict, node: str | None) -> dict:
     return out
 
 
-def native(site: Path, plan: dict) -> dict:
+def native(site: Path, plan: dict, host: int = 5) -> dict:
     """The same cells natively (wgpu-py), timed by worker/bench.py's ``bench``."""
     from webgpu_trainer.engine import config as run_config
     from webgpu_trainer.engine.backends.wgpu_native import Device
@@ -90,7 +92,7 @@ def native(site: Path, plan: dict) -> dict:
 
                 async def go(tr=tr, w=w, s=s):
                     await tr.setup()
-                    return await bench.bench(tr, dev, {"warmup": w, "steps": s, "host": 5})
+                    return await bench.bench(tr, dev, {"warmup": w, "steps": s, "host": host})
                 res = asyncio.run(go())
                 walls.append(res["wall_ms"])
                 hosts.append(res["host_ms"])
@@ -99,10 +101,10 @@ def native(site: Path, plan: dict) -> dict:
     return out
 
 
-def peers(node: str | None, jobs: list) -> dict:
+def peers(node: str | None, jobs: list, timeout: float = 300) -> dict:
     cmd = [node or os.environ.get("NODE", "node"), str(HERE / "peers.mjs"), "--jobs",
            json.dumps(jobs)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     return json.loads(lines[-1]) if lines else {"error": proc.stderr[-2000:]}
 
@@ -116,6 +118,7 @@ def main(argv=None) -> int:
                          " quick (one batch-8 cell: a wiring check)")
     ap.add_argument("--parts", default="dawn,native,peers")
     ap.add_argument("--node")
+    ap.add_argument("--timeout", type=float, default=400, help="seconds per Node process")
     a = ap.parse_args(argv)
     plan = {"h200": PLAN, "small": SMALL, "quick": QUICK}[a.plan]
     peer_jobs = {"h200": PEERS, "small": SMALL_PEERS,
@@ -133,11 +136,11 @@ def main(argv=None) -> int:
     except ImportError:
         pass
     if "dawn" in parts:
-        out["dawn"] = dawn(a.site, plan, a.node)
+        out["dawn"] = dawn(a.site, plan, a.node, HOST_STEPS[a.plan], a.timeout)
     if "native" in parts:
-        out["native"] = native(a.site, plan)
+        out["native"] = native(a.site, plan, HOST_STEPS[a.plan])
     if "peers" in parts:
-        out["peers"] = peers(a.node, peer_jobs)
+        out["peers"] = peers(a.node, peer_jobs, a.timeout)
         print(f"[peers] {json.dumps(out['peers'])[:1500]}", flush=True)
     out["seconds"] = time.time() - t0
     if a.json:
