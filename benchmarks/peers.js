@@ -102,8 +102,11 @@ async function jaxSeednet(batch, steps, warmup) {
     [p, m, v, loss] = jaxStep(p, m, v, x.ref, y.ref, random.key(t),
       np.array(1 - B1 ** t), np.array(1 - B2 ** t));
   }
-  const last = (await loss.data())[0];
+  // lazy: the last step's parameter and moment updates run only when waited for
+  for (const t of [p, m, v]) for (const k of Object.keys(t)) await t[k].blockUntilReady();
+  await loss.blockUntilReady();
   const ms = (performance.now() - t0) / steps;
+  const last = (await loss.data())[0];
   tree.dispose([p, m, v, x, y]);
   return { ms, loss: last };
 }
@@ -202,7 +205,11 @@ async function tfGemm(n, reps) {
   for (let i = 0; i < reps; i++) out.push(tf.matMul(a, b));
   await out[reps - 1].data();
   const ms = (performance.now() - t0) / reps;
-  const ok = await gemmOk(out, n, async (r) => { const d = await r.data(); r.dispose(); return d; });
+  const ok = await gemmOk(out, n, async (r) => {
+    const d = await r.data();
+    r.dispose();
+    return d;
+  });
   tf.dispose([a, b]);
   return { ms, gflops: 2 * n ** 3 / ms / 1e6, ok, read: reps };
 }
