@@ -102,8 +102,11 @@ async function jaxSeednet(batch, steps, warmup) {
     [p, m, v, loss] = jaxStep(p, m, v, x.ref, y.ref, random.key(t),
       np.array(1 - B1 ** t), np.array(1 - B2 ** t));
   }
-  const last = (await loss.data())[0];
+  // lazy: the last step's parameter and moment updates run only when waited for
+  for (const t of [p, m, v]) for (const k of Object.keys(t)) await t[k].blockUntilReady();
+  await loss.blockUntilReady();
   const ms = (performance.now() - t0) / steps;
+  const last = (await loss.data())[0];
   tree.dispose([p, m, v, x, y]);
   return { ms, loss: last };
 }
@@ -117,15 +120,31 @@ async function jaxGemm(n, reps) {
   let c = mm(a.ref, b.ref);
   await c.blockUntilReady();
   c.dispose();
+  // jax-js is lazy: a result never read is never computed (an earlier version read only the
+  // last of `reps` products and so timed one GEMM as `reps`). Every product is kept and
+  // waited for; `ok` checks one computed element of each against the float64 dot product.
+  const out = [];
   const t0 = performance.now();
-  for (let i = 0; i < reps; i++) {
-    c = mm(a.ref, b.ref);
-    if (i === reps - 1) await c.blockUntilReady();
-    c.dispose();
-  }
+  for (let i = 0; i < reps; i++) out.push(mm(a.ref, b.ref));
+  for (const r of out) await r.blockUntilReady();
   const ms = (performance.now() - t0) / reps;
+  const ok = await gemmOk(out, n, (r) => r.data());
   a.dispose(); b.dispose();
-  return { ms, gflops: 2 * n ** 3 / ms / 1e6 };
+  return { ms, gflops: 2 * n ** 3 / ms / 1e6, ok, read: reps };
+}
+
+// Every result of a timed GEMM (``outs``, read with ``read``: a Promise of a Float32Array; it
+// frees the result: jax-js's data() does) checked at element [n-1, n-1] against the float64 dot product of the inputs.
+async function gemmOk(outs, n, read) {
+  const a = values([n, n], 5, 1), b = values([n, n], 6, 1);
+  let want = 0;
+  for (let k = 0; k < n; k++) want += a[(n - 1) * n + k] * b[k * n + n - 1];
+  let ok = true;
+  for (const r of outs) {
+    const got = (await read(r))[n * n - 1];
+    ok = ok && Math.abs(got - want) <= 1e-3 * Math.sqrt(n) + 1e-4 * Math.abs(want);
+  }
+  return ok;
 }
 
 // ----------------------------------------------------------------------------- TensorFlow.js
@@ -179,15 +198,20 @@ async function tfGemm(n, reps) {
   let c = tf.matMul(a, b);
   await c.data();
   c.dispose();
+  // TF.js runs each op when called (eager): all `reps` products are queued, the last read
+  // waits for the queue; every product is then checked as jax-js's
+  const out = [];
   const t0 = performance.now();
-  for (let i = 0; i < reps; i++) {
-    c = tf.matMul(a, b);
-    if (i === reps - 1) await c.data();
-    c.dispose();
-  }
+  for (let i = 0; i < reps; i++) out.push(tf.matMul(a, b));
+  await out[reps - 1].data();
   const ms = (performance.now() - t0) / reps;
+  const ok = await gemmOk(out, n, async (r) => {
+    const d = await r.data();
+    r.dispose();
+    return d;
+  });
   tf.dispose([a, b]);
-  return { ms, gflops: 2 * n ** 3 / ms / 1e6 };
+  return { ms, gflops: 2 * n ** 3 / ms / 1e6, ok, read: reps };
 }
 
 async function adapterInfo() {
@@ -197,7 +221,7 @@ async function adapterInfo() {
     description: i.description };
 }
 
-window.peers = {
+globalThis.peers = {
   async run(lib, what, batch, steps, warmup) {
     const fn = { "jax-js": { seednet: jaxSeednet, gemm: jaxGemm },
       tfjs: { seednet: tfSeednet, gemm: tfGemm } }[lib][what];
