@@ -189,12 +189,12 @@ async def _timed(step, sync, steps: int, repeats: int, warmup: int) -> dict:
     return {"ms": _median(runs), "runs": runs}
 
 
-async def engine(dev, path: Path, batch: int, steps: int, repeats: int, warmup: int) -> dict:
-    """The engine's training step of the ONNX model at ``path``, natively (trainer's own step:
-    gather, forward, loss, backward, guard, Adam)."""
+async def trainer(dev, path: Path, batch: int):
+    """The set-up trained on by ``engine`` and zoo_profile.py: a Trainer of the ONNX model at
+    ``path`` (Adam lr 1e-3, scratch init, seed 0) on MNIST-shaped data, set up, its GPU engine
+    given a seeded shuffled order; returns (trainer, steps per epoch)."""
     import random
     import native
-    from gpu_timer import Timer
     from webgpu_trainer import onnx_io
     from webgpu_trainer.engine.train.gpu_engine import GpuEngine
     from webgpu_trainer.engine.train.loop import Trainer
@@ -204,10 +204,18 @@ async def engine(dev, path: Path, batch: int, steps: int, repeats: int, warmup: 
            "eval_images": batch, "val_images": 0}
     tr = Trainer(GpuEngine(dev), graph, weights, cfg, split, split)
     await tr.setup()
-    eng, per_epoch = tr.engine, split.count // batch
     perm = list(range(split.count))
     random.Random(0).shuffle(perm)
-    eng.set_order(perm)
+    tr.engine.set_order(perm)
+    return tr, split.count // batch
+
+
+async def engine(dev, path: Path, batch: int, steps: int, repeats: int, warmup: int) -> dict:
+    """The engine's training step of the ONNX model at ``path``, natively (trainer's own step:
+    gather, forward, loss, backward, guard, Adam)."""
+    from gpu_timer import Timer
+    tr, per_epoch = await trainer(dev, path, batch)
+    eng = tr.engine
 
     async def step():
         tr.step += 1

@@ -266,6 +266,9 @@ GPU_PIPELINES = [
                                      "WRB": 2}),
     ("conv2d_wgrad", "weight_grad", {**_WIN, "KH": 1, "KW": 1, "WRB": 1}),
     ("conv2d_wgrad", "pad_input", {**_WIN, "ph": 1, "pw": 2}),
+    ("conv_gemm", "conv_gemm", {**_WIN, "MODE": 0, "TW": 16}),
+    ("conv_gemm", "conv_gemm", {**_WIN, "ph": 2, "pw": 2, "MODE": 1, "TW": 16}),
+    ("conv_gemm", "conv_gemm", {**_WIN, "sh": 2, "sw": 2, "ph": 1, "MODE": 2, "TW": 8}),
     ("batchnorm", "forward_fused", {}),
     ("batchnorm", "backward_fused", {}),
 ]
