@@ -20,7 +20,9 @@ bytes when .cache/mnist is absent (speed does not depend on the pixels).
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
+import contextlib
 import datetime
 import json
 import os
@@ -35,10 +37,11 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-ZOO = ("seednet", "mlp", "resnet8", "encoder")
+ZOO = ("seednet", "mlp", "resnet8", "resnet18", "encoder")
 TORCH_MODES = ("eager", "graph", "compile")
 LABELS = {"seednet": "SeedNet", "mlp": "MLP 784-1024-1024-10",
           "resnet8": "ResNet-8 (16/32/64, BN, residual Add, GAP)",
+          "resnet18": "ResNet-18 (64..512, 2 blocks a stage, CIFAR stem)",
           "encoder": "encoder block (28 tokens x 28, d 64, 4 heads)"}
 
 
@@ -58,16 +61,22 @@ def build(name: str, shape):
         return nn.Sequential(nn.Flatten(), nn.Linear(c * h * w, 1024), nn.ReLU(),
                              nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10),
                              nn.LogSoftmax(dim=1))
-    if name == "resnet8":
+    if name in ("resnet8", "resnet18"):
         def block(cin, cout, stride):
             return residual(nn.Sequential(
                 nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
                 nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)),
                 None if stride == 1 and cin == cout else nn.Sequential(
                     nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)))
-        return nn.Sequential(nn.Conv2d(c, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
-                             block(16, 16, 1), block(16, 32, 2), block(32, 64, 2),
-                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10),
+        widths = (16, 32, 64) if name == "resnet8" else (64, 128, 256, 512)
+        blocks, cin = [], widths[0]
+        for i, wd in enumerate(widths):
+            for j in range(1 if name == "resnet8" else 2):
+                blocks.append(block(cin, wd, 2 if i and not j else 1))
+                cin = wd
+        return nn.Sequential(nn.Conv2d(c, widths[0], 3, 1, 1, bias=False),
+                             nn.BatchNorm2d(widths[0]), nn.ReLU(), *blocks,
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 10),
                              nn.LogSoftmax(dim=1))
     if name == "encoder":
         return encoder(c * h, w)
@@ -135,6 +144,21 @@ def export(name: str, shape, folder: Path) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def builder(spec: str):
+    """``plan.Builder`` class attributes ``NAME=VALUE,...`` (Python literals) set meanwhile."""
+    from webgpu_trainer.engine.plan import Builder
+    new = {k: ast.literal_eval(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)}
+    old = {k: getattr(Builder, k) for k in new}
+    for k, v in new.items():
+        setattr(Builder, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(Builder, k, v)
+
+
 def _median(v):
     v = sorted(v)
     return v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
@@ -165,12 +189,12 @@ async def _timed(step, sync, steps: int, repeats: int, warmup: int) -> dict:
     return {"ms": _median(runs), "runs": runs}
 
 
-async def engine(dev, path: Path, batch: int, steps: int, repeats: int, warmup: int) -> dict:
-    """The engine's training step of the ONNX model at ``path``, natively (trainer's own step:
-    gather, forward, loss, backward, guard, Adam)."""
+async def trainer(dev, path: Path, batch: int):
+    """The set-up trained on by ``engine`` and zoo_profile.py: a Trainer of the ONNX model at
+    ``path`` (Adam lr 1e-3, scratch init, seed 0) on MNIST-shaped data, set up, its GPU engine
+    given a seeded shuffled order; returns (trainer, steps per epoch)."""
     import random
     import native
-    from gpu_timer import Timer
     from webgpu_trainer import onnx_io
     from webgpu_trainer.engine.train.gpu_engine import GpuEngine
     from webgpu_trainer.engine.train.loop import Trainer
@@ -180,10 +204,18 @@ async def engine(dev, path: Path, batch: int, steps: int, repeats: int, warmup: 
            "eval_images": batch, "val_images": 0}
     tr = Trainer(GpuEngine(dev), graph, weights, cfg, split, split)
     await tr.setup()
-    eng, per_epoch = tr.engine, split.count // batch
     perm = list(range(split.count))
     random.Random(0).shuffle(perm)
-    eng.set_order(perm)
+    tr.engine.set_order(perm)
+    return tr, split.count // batch
+
+
+async def engine(dev, path: Path, batch: int, steps: int, repeats: int, warmup: int) -> dict:
+    """The engine's training step of the ONNX model at ``path``, natively (trainer's own step:
+    gather, forward, loss, backward, guard, Adam)."""
+    from gpu_timer import Timer
+    tr, per_epoch = await trainer(dev, path, batch)
+    eng = tr.engine
 
     async def step():
         tr.step += 1
@@ -272,7 +304,7 @@ def run(args) -> dict:
     sys.path.insert(0, str(args.engine.resolve()))
     res = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
            "label": args.label, "shape": args.shape, "steps": args.steps,
-           "repeats": args.repeats, "load": os.getloadavg(), "rows": []}
+           "repeats": args.repeats, "builder": args.builder, "load": os.getloadavg(), "rows": []}
     dev = None
     folder = Path(tempfile.mkdtemp(prefix="zoo-"))
     if "engine" in args.parts:
@@ -289,7 +321,7 @@ def run(args) -> dict:
             row = {"model": name, "batch": batch}
             if dev is not None:
                 try:
-                    with gemm.constants(args.const):
+                    with gemm.constants(args.const), builder(args.builder):
                         row["engine"] = asyncio.run(engine(dev, path, batch, args.steps,
                                                            args.repeats, args.warmup))
                 except Exception as exc:  # keep going: the other cells are still worth it
@@ -352,6 +384,9 @@ def main(argv=None) -> int:
     p.add_argument("--label", default="", help="names the engine column and the JSON")
     p.add_argument("--const", default="", metavar="NAME=VALUE,...",
                    help="engine: override constants of the tiled GEMM (benchmarks/gemm.py)")
+    p.add_argument("--builder", default="", metavar="NAME=VALUE,...",
+                   help="engine: set plan.Builder class attributes (an A/B of a path choice; "
+                   "VALUE a Python literal, e.g. CONV_GEMM_MIN=None)")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.add_argument("--table", type=Path, nargs="+", default=None,
                    help="instead: print one table of these result files")

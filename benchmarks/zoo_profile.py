@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import sys
 import tempfile
 from pathlib import Path
@@ -23,20 +22,10 @@ sys.path.insert(0, str(HERE))
 async def profile(dev, path: Path, batch: int) -> dict:
     """{"dispatches": [(phase, kernel, workgroups, ms)], "by_kernel": {kernel: ms}, "ms"}."""
     import native
+    import zoo
     from gpu_timer import Timer
-    from webgpu_trainer import onnx_io
-    from webgpu_trainer.engine.train.gpu_engine import GpuEngine
-    from webgpu_trainer.engine.train.loop import Trainer
-    split, _ = native._data(max(4 * batch, 8192))
-    graph, weights = onnx_io.load_bundle(path)
-    cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": batch, "seed": 0, "init": "scratch",
-           "eval_images": batch, "val_images": 0}
-    tr = Trainer(GpuEngine(dev), graph, weights, cfg, split, split)
-    await tr.setup()
+    tr, _ = await zoo.trainer(dev, path, batch)
     eng = tr.engine
-    perm = list(range(split.count))
-    random.Random(0).shuffle(perm)
-    eng.set_order(perm)
     for s in range(1, 4):
         await eng.step(s, 0, 1e-3)
     await dev.sync()
@@ -58,6 +47,8 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, nargs="+", default=[64, 1000])
     p.add_argument("--engine", type=Path, default=HERE.parent / "py")
     p.add_argument("--top", type=int, default=12)
+    p.add_argument("--builder", default="", metavar="NAME=VALUE,...",
+                   help="set plan.Builder class attributes meanwhile (zoo.py --builder)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     sys.path.insert(0, str(args.engine.resolve()))
@@ -67,7 +58,8 @@ def main(argv=None) -> int:
     for name in args.models:
         path = zoo.export(name, (1, 28, 28), folder)
         for batch in args.batch:
-            r = asyncio.run(profile(dev, path, batch))
+            with zoo.builder(args.builder):
+                r = asyncio.run(profile(dev, path, batch))
             res.append({"model": name, "batch": batch, **r})
             print(f"== {name} batch {batch}: {r['ms']:.3f} ms summed, "
                   f"{len(r['dispatches'])} dispatches", flush=True)

@@ -33,6 +33,17 @@ def test_family_case_gpu_paths(device, case):
         check_case(device, case)
 
 
+# Every conv case with the implicit GEMM (ops/conv_gemm.py) taken by every layer it can take
+# (CONV_GEMM_MIN 1: group 1; groups > 1 and strided input gradients keep the direct kernels).
+CONV_CASES = [c for c in family("conv").CASES if c.optimizer is None and c.steps == 1]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=[c.id for c in CONV_CASES])
+def test_conv_case_implicit_gemm(device, case):
+    with builder_patch({**GPU, "CONV_GEMM_MIN": 1}):
+        check_case(device, case)
+
+
 def _conv_relu(name, c, k, hw, batch):
     """1x1 Conv -> 3x3 Conv -> Relu -> Flatten -> head, batch ``batch``."""
     rng = rng_for("tiled_conv", name)
@@ -110,6 +121,38 @@ def _relu_fused(name, stride):
                 acts=("r1", "r2"), dacts=("c1", "c2"), checks=(fused,))
 
 
+def _conv_wide(name, batch):
+    """Conv 37 -> 130 (3x3, pad 1, bias) -> Relu -> Conv 130 -> 33 (3x3, dilation 2, pads
+    1 1 2 0) -> head on the implicit GEMM (CONV_GEMM_MIN 1): 128 x 128 tiles with edges in
+    rows (130 channels), columns (batch x 81 pixels) and the sum (333 taps: not a multiple of
+    BK), split-K weight gradients, a 64 x 64 tile for the 33-channel layer, the fused ReLU in
+    the forward and its gradient masked in the second layer's input gradient."""
+    c, k1, k2, hw = 37, 130, 33, 9
+    rng = rng_for("tiled_wide", name)
+    w1 = f32(rng.standard_normal((k1, c, 3, 3)) / np.sqrt(9 * c))
+    b1 = f32(rng.standard_normal(k1) * 0.1)
+    w2 = f32(rng.standard_normal((k2, k1, 3, 3)) / np.sqrt(9 * k1))
+    x = f32(rng.standard_normal((batch, c, hw, hw)))
+    labels = rng.integers(0, 4, batch)
+    nodes = [node("Conv", ["input", "w1", "b1"], ["c1"], kernel_shape=[3, 3],
+                  pads=[1, 1, 1, 1], strides=[1, 1], dilations=[1, 1], group=1),
+             node("Relu", ["c1"], ["r1"]),
+             node("Conv", ["r1", "w2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 2, 0],
+                  strides=[1, 1], dilations=[2, 2], group=1),
+             node("Flatten", ["c2"], ["flat"], axis=1)]
+    hn, ht = head("flat", k2 * 8 * 6, 4, rng)
+    tensors = [("w1", w1, "param"), ("b1", b1, "param"), ("w2", w2, "param")] + ht
+
+    def on_gemm(res, want):
+        keys = [str(d[0]) for d in res["plan"].fwd_train + res["plan"].bwd]
+        assert sum("conv_gemm" in k and "TW=16" in k for k in keys) >= 3, keys
+        assert any("conv_gemm" in k and "TW=8" in k for k in keys), keys
+        assert not any("conv2d" in k for k in keys), keys
+    return case(f"tiled/{name}", nodes + hn, tensors, x, labels, tag="Conv (implicit GEMM)",
+                acts=("r1", "c2"), dacts=("c1", "c2"), checks=(on_gemm,),
+                patch={"CONV_GEMM_MIN": 1})
+
+
 def _seednet():
     """models/seednet.onnx at batch 6, Dropout ratio 0; fc2.bias feeds a train-mode BatchNorm
     (its gradient is zero in exact arithmetic)."""
@@ -135,6 +178,7 @@ OWN_CASES = [_conv_relu("conv3_like_b40", 16, 24, 12, 40),
              _conv_bn("bn_b3_chunk64", 3, 64), _conv_bn("bn_b300_chunk64", 300, 64),
              _conv_bn("bn_b300_one_part", 300, None),
              _relu_fused("relu_fused_s1", 1), _relu_fused("relu_fused_s2", 2),
+             _conv_wide("conv_gemm_b2", 2),
              # a batched activation times a weight large enough for the Gemm's tiles (ops/
              # matmul.py hands the plain product to gemm.matmul; dA reads W^T)
              matmul_case("tiled_3d_x_2d", ("act", [16, 64, 256]), ("param", [256, 256]), 16)]
@@ -222,6 +266,9 @@ GPU_PIPELINES = [
                                      "WRB": 2}),
     ("conv2d_wgrad", "weight_grad", {**_WIN, "KH": 1, "KW": 1, "WRB": 1}),
     ("conv2d_wgrad", "pad_input", {**_WIN, "ph": 1, "pw": 2}),
+    ("conv_gemm", "conv_gemm", {**_WIN, "MODE": 0, "TW": 16}),
+    ("conv_gemm", "conv_gemm", {**_WIN, "ph": 2, "pw": 2, "MODE": 1, "TW": 16}),
+    ("conv_gemm", "conv_gemm", {**_WIN, "sh": 2, "sw": 2, "ph": 1, "MODE": 2, "TW": 8}),
     ("batchnorm", "forward_fused", {}),
     ("batchnorm", "backward_fused", {}),
 ]

@@ -123,6 +123,14 @@ class Builder:
     # forward measured slower so (H200, ResNet-8 batch 1000: 10.2 against 9.6 ms/step).
     PADDED_WEIGHT_GRAD = True
 
+    # Convolutions as implicit GEMM (shaders/conv_gemm.wgsl, ops/conv_gemm.py) on GPU adapters
+    # where the product's rows, columns and sum are each at least this long (out channels,
+    # batch x pixels or taps, taps x in channels); None: the direct kernels always. Tests set 1.
+    # 128: only 128 x 128 tiles (H200: ResNet-18 at batch 256 74.6 -> 66.6 ms/step with every
+    # layer of >= 32 channels on the GEMM, but ResNet-8's 32 / 64-channel layers on 64 x 64
+    # tiles made batch 1000 slower, 9.67 -> 12.91 ms/step; benchmarks/results/*-perfconv-*).
+    CONV_GEMM_MIN = 128
+
     # Elements per thread of the grid-stride elementwise kernels (ReLU, BatchNorm's normalize,
     # ...): one-element workgroups are launch-bound on GPUs (measured on an H200: 115 us for
     # 11.6 M elements, 5x the memory time) and on CPU adapters alike (lavapipe, SeedNet at batch

@@ -10,7 +10,7 @@ Threads own 8 channels x 4 columns (see the shader); the weight gradient splits 
 import math
 
 from ..backends.base import groups_1d
-from . import card, gemm
+from . import card, conv_gemm, gemm
 from ..errors import GraphError
 
 TYPES = ("Conv", "ConvTranspose")
@@ -136,6 +136,11 @@ async def conv_forward(b, node, g, win, x, w, bias, y, relu=0, mask=0, mask_src=
     """y = the convolution of x with w (+ bias; ReLU'd with ``relu``; masked where mask_src
     <= 0 with ``mask``, then bias must be None) for the geometry ``g`` and window ``win``."""
     n, c, h, wd, k, oh, ow, grp = g
+    tw = conv_gemm.gemm_tile(b, k, n * oh * ow, c * win["KH"] * win["KW"], grp)
+    if tw:
+        await conv_gemm.forward(b, g, win, tw, x, w, bias if mask_src is None else None, y,
+                                relu=relu, mask_src=mask_src if mask else None)
+        return
     params = _params(g, has_bias=int(bias is not None), relu=relu, mask=mask)
     kg = k // grp
     packed = b.save(node, (c // grp) * win["KH"] * win["KW"] * grp * _cdiv(kg, 8) * 8, "wfwd")
@@ -183,6 +188,11 @@ async def input_grad(b, node, g, win, w, dy, dx, mask=0, mask_src=None, bias=Non
     kh, kw = win["KH"], win["KW"]
     full_pad_ok = win["ph"] <= win["dh"] * (kh - 1) and win["pw"] <= win["dw"] * (kw - 1)
     if win["sh"] == win["sw"] == 1 and full_pad_ok:
+        tw = conv_gemm.gemm_tile(b, c, n * h * wd, k * kh * kw, grp)
+        if tw:
+            await conv_gemm.input_grad(b, g, win, tw, w, dy, dx,
+                                       mask_src=mask_src if mask else None, bias=bias, relu=relu)
+            return
         await _input_grad_as_forward(b, node, g, win, w, dy, dx, mask, mask_src, bias, relu)
         return
     params = _params(g, mask=mask, has_bias=int(bias is not None), relu=relu)
@@ -202,6 +212,10 @@ async def weight_grad(b, g, win, x, dy, dw):
     split over the batch)."""
     n, c, h, wd, k, oh, ow, grp = g
     taps = (c // grp) * win["KH"] * win["KW"]
+    tw = conv_gemm.gemm_tile(b, k, taps, n * oh * ow, grp)
+    if tw:
+        await conv_gemm.weight_grad(b, g, win, tw, x, dy, dw)
+        return
     if b.tiled and (win["ph"] or win["pw"]) and b.PADDED_WEIGHT_GRAD:
         g, win, x = await _padded_input(b, g, win, x)
     if b.tiled:

@@ -1,0 +1,86 @@
+"""Conv 2-D as an implicit GEMM (shaders/conv_gemm.wgsl) on GPU adapters: the forward, the
+input gradient of a stride-1 convolution and the weight gradient of wide layers run on the tiles
+of the GEMM (gemm.wgsl ``matmul_tiled``: 128 x 128 or 64 x 64 per workgroup, 8 x 8 per thread,
+double-buffered workgroup memory), gathering im2col values in the tile loads; NCHW stays the
+layout of every tensor. ops/conv.py asks ``gemm_tile`` per product and keeps its direct kernels
+for thin layers (under ``Builder.CONV_GEMM_MIN`` channels: the first layer's 3, ResNet-8's
+16-64), groups > 1, strided input gradients and CPU adapters (SwiftShader, lavapipe: their
+kernels are unchanged).
+
+Geometry ``g`` = (N, C, H, W, K, OH, OW, G) and window ``win`` as ops/conv.py's ``_geometry``.
+"""
+
+from .gemm import reduce_splits
+
+MAX_TILES = 65535  # workgroups along x of one dispatch (WebGPU's default limit)
+TARGET = 512  # workgroups that keep an H200's 132 multiprocessors busy (gemm.py's target)
+
+
+def gemm_tile(b, m: int, n: int, kd: int, grp: int = 1) -> int:
+    """TW of conv_gemm.wgsl for an [m, n] product summed over kd, or 0 for the direct kernel:
+    on GPU adapters (``b.tiled``), group 1, each of m, n, kd at least ``b.CONV_GEMM_MIN``;
+    16 (128 x 128 tiles) when m and n are at least 128, else 8 (64 x 64)."""
+    least = b.CONV_GEMM_MIN
+    if not b.tiled or grp != 1 or least is None or min(m, n, kd) < least:
+        return 0
+    tw = 16 if min(m, n) >= 128 else 8
+    side = 8 * tw
+    if _cdiv(m, side) * _cdiv(n, side) > MAX_TILES:
+        return 0
+    return tw
+
+
+def _cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def _splits(tiles: int, m: int, n: int, kd: int, tw: int) -> int:
+    """Parts of the sum over kd (split-K) so that ~TARGET workgroups run, each part at least 4
+    steps of BK = TW / 2, the parts [splits, m, n] at most 2^24 values (64 MiB)."""
+    if tiles >= TARGET:
+        return 1
+    return max(1, min(_cdiv(TARGET, tiles), kd // (2 * tw), (1 << 24) // (m * n), 256))
+
+
+async def _run(b, mode, tw, m, n, kd, win, image, geom, a, out, *, bias=None, relu=0,
+               mask_src=None, split=True):
+    """One conv_gemm dispatch (and the reduction of its split-K parts). ``geom`` = (C, H, W,
+    OH, OW) of the gathered image and window grid."""
+    side = 8 * tw
+    tiles = _cdiv(m, side) * _cdiv(n, side)
+    fused = bias is not None or relu or mask_src is not None
+    splits = _splits(tiles, m, n, kd, tw) if split and not fused else 1
+    c, h, w, oh, ow = geom
+    params = dict(M=m, N=n, K=kd, splits=splits, C=c, H=h, W=w, OH=oh, OW=ow,
+                  has_bias=int(bias is not None), relu=relu, mask=int(mask_src is not None))
+    target = b.temp(splits * m * n) if splits > 1 else out
+    await b.kernel("conv_gemm", "conv_gemm", (tiles, 1, splits), params=params,
+                   constants={**win, "MODE": mode, "TW": tw}, a=a, img=image, bias=bias,
+                   src=mask_src, out=target)
+    if splits > 1:
+        await reduce_splits(b, target, out, splits, m * n)
+
+
+async def forward(b, g, win, tw, x, w, bias, y, relu=0, mask_src=None):
+    """y [N, K, OH, OW] = x (*) w (+ bias, ReLU'd with ``relu``; 0 where mask_src <= 0)."""
+    n, c, h, wd, k, oh, ow, _ = g
+    kd = c * win["KH"] * win["KW"]
+    await _run(b, 0, tw, k, n * oh * ow, kd, win, x, (c, h, wd, oh, ow), w, y, bias=bias,
+               relu=relu, mask_src=mask_src)
+
+
+async def input_grad(b, g, win, tw, w, dy, dx, mask_src=None, bias=None, relu=0):
+    """dx [N, C, H, W] of a stride-1 convolution: dy [N, K, OH, OW] convolved with the flipped,
+    transposed filter over the "full" window (pads d (k - 1) - p), a forward of mode 1."""
+    n, c, h, wd, k, oh, ow, _ = g
+    kh, kw = win["KH"], win["KW"]
+    tw_win = {**win, "ph": win["dh"] * (kh - 1) - win["ph"], "pw": win["dw"] * (kw - 1) - win["pw"]}
+    await _run(b, 1, tw, c, n * h * wd, k * kh * kw, tw_win, dy, (k, oh, ow, h, wd), w, dx,
+               bias=bias, relu=relu, mask_src=mask_src)
+
+
+async def weight_grad(b, g, win, tw, x, dy, dw):
+    """dw [K, C, KH, KW] = sum over the batch and output pixels of dy x im2col(x)."""
+    n, c, h, wd, k, oh, ow, _ = g
+    await _run(b, 2, tw, k, c * win["KH"] * win["KW"], n * oh * ow, win, x, (c, h, wd, oh, ow),
+               dy, dw)

@@ -1,0 +1,213 @@
+// 2-D convolution (NCHW, group 1) as an implicit GEMM on the tiles of gemm.wgsl `matmul_tiled`:
+// the im2col matrix is never written, each tile gathers its values from the image. GPU adapters,
+// wide layers (ops/conv.py `gemm_tile`); MODE picks the product:
+//   0 forward:  y[n,m,p]  = sum_kk w[m, kk] * im2col(x)[kk, (n,p)]          (M = K, N = batch*P)
+//   1 input gradient of a stride-1 convolution as the forward of dy with the flipped, transposed
+//     filter:   dx[n,c,p] = sum_(k,t) w[k, c, T-1-t] * im2col(dy)[(k,t), (n,p)]  (M = C)
+//   2 weight gradient: dw[m, tap] = sum_(n,p) dy[n,m,p] * im2col(x)[tap, (n,p)]  (M = K,
+//     N = C*KH*KW, the sum over batch*P split into `splits` parts, added by reduce.wgsl)
+// with kk = c*T + i*KW + j (T = KH*KW), p = oh*OW + ow, im2col(img)[kk, (n,p)] =
+// img[n, c, oh*sh - ph + i*dh, ow*sw - pw + j*dw] (0 outside the image). The image is
+// [batch, C, H, W]; OH x OW is the window grid. Outputs of modes 0 and 1 are NCHW
+// [batch, M, OH, OW] (partial sums [splits, ...] likewise); mode 2's [splits, M, N].
+// Epilogue (splits == 1): + bias[m] (has_bias), max(., 0) (relu), 0 where src <= 0 (mask: a
+// fused ReLU's gradient, src the ReLU's output at the same index).
+
+struct Params {
+  M: u32, N: u32, K: u32, splits: u32,
+  C: u32, H: u32, W: u32, OH: u32,
+  OW: u32, has_bias: u32, relu: u32, mask: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<f32>;    // w (modes 0, 1) or dy (mode 2)
+@group(0) @binding(2) var<storage, read> img: array<f32>;  // the gathered image
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read> src: array<f32>;  // the mask's source
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+
+override MODE: u32 = 0u;
+override KH: u32 = 3u;
+override KW: u32 = 3u;
+override sh: u32 = 1u;
+override sw: u32 = 1u;
+override ph: u32 = 0u;
+override pw: u32 = 0u;
+override dh: u32 = 1u;
+override dw: u32 = 1u;
+override TW: u32 = 16u;  // threads per tile side: 16 (128 x 128 tiles) or 8 (64 x 64)
+override BK: u32 = TW / 2u;
+
+const FAR: i32 = -1048576;  // a row or column offset that every bounds test rejects
+
+var<private> acc: array<vec4<f32>, 16>;  // as gemm.wgsl: constant indices only
+var<workgroup> tile_a: array<vec4<f32>, 512>;
+var<workgroup> tile_b: array<vec4<f32>, 512>;
+
+// A[m, k] (0 outside [M, k_end)).
+fn a_at(m: u32, k: u32, k_end: u32) -> f32 {
+  if (m >= p.M || k >= k_end) { return 0.0; }
+  let t = KH * KW;
+  if (MODE == 0u) { return a[m * p.K + k]; }
+  if (MODE == 1u) { return a[(k / t) * p.M * t + m * t + (t - 1u - k % t)]; }
+  let pix = p.OH * p.OW;
+  return a[(k / pix) * p.M * pix + m * pix + k % pix];
+}
+
+// One side of an im2col index: an offset into img and the row / column before the bounds test.
+struct Part { base: u32, ih: i32, iw: i32 }
+
+// The column's part (fixed for the thread): a pixel (n, oh, ow) in modes 0, 1; a tap in mode 2.
+fn col_part(j: u32) -> Part {
+  if (j >= p.N) { return Part(0u, FAR, FAR); }
+  if (MODE == 2u) {
+    let t = j % (KH * KW);
+    return Part((j / (KH * KW)) * p.H * p.W, i32((t / KW) * dh) - i32(ph),
+                i32((t % KW) * dw) - i32(pw));
+  }
+  let pix = p.OH * p.OW;
+  let q = j % pix;
+  return Part((j / pix) * p.C * p.H * p.W, i32((q / p.OW) * sh) - i32(ph),
+              i32((q % p.OW) * sw) - i32(pw));
+}
+
+// The row's part (per k step): a tap in modes 0, 1; a pixel in mode 2.
+fn row_part(k: u32, k_end: u32) -> Part {
+  if (k >= k_end) { return Part(0u, FAR, FAR); }
+  if (MODE == 2u) {
+    let pix = p.OH * p.OW;
+    let q = k % pix;
+    return Part((k / pix) * p.C * p.H * p.W, i32((q / p.OW) * sh), i32((q % p.OW) * sw));
+  }
+  let t = k % (KH * KW);
+  return Part((k / (KH * KW)) * p.H * p.W, i32((t / KW) * dh), i32((t % KW) * dw));
+}
+
+fn img_at(c: Part, r: Part) -> f32 {
+  let ih = c.ih + r.ih;
+  let iw = c.iw + r.iw;
+  let ok = ih >= 0 && iw >= 0 && u32(ih) < p.H && u32(iw) < p.W;
+  return select(0.0, img[select(0u, c.base + r.base + u32(ih) * p.W + u32(iw), ok)], ok);
+}
+
+// This thread's 4 consecutive k of one row of A, stored k-major (gemm.wgsl store_a, sak = 1).
+fn load_a(m: u32, k: u32, k_end: u32) -> vec4<f32> {
+  return vec4<f32>(a_at(m, k, k_end), a_at(m, k + 1u, k_end), a_at(m, k + 2u, k_end),
+                   a_at(m, k + 3u, k_end));
+}
+
+fn store_a(v: vec4<f32>, buf: u32, lid: u32) {
+  let row = buf * BK * 2u * TW;
+  let q = BK / 4u;
+  let m = lid / q;
+  let k = (lid % q) * 4u;
+  for (var i = 0u; i < 4u; i++) { tile_a[row + (k + i) * 2u * TW + m / 4u][m % 4u] = v[i]; }
+}
+
+fn store_b(v: vec4<f32>, buf: u32, lid: u32) {
+  tile_b[buf * BK * 2u * TW + (lid / (2u * TW)) * 2u * TW + lid % (2u * TW)] = v;
+}
+
+// The output index of (m, column j) for modes 0 and 1 is colbase(j) + m * P.
+fn col_base(j: u32) -> u32 {
+  let pix = p.OH * p.OW;
+  return (j / pix) * p.M * pix + j % pix;
+}
+
+fn put(z: u32, m: u32, cb: vec4<u32>, j: u32, v: vec4<f32>) {
+  if (m >= p.M) { return; }
+  var b = 0.0;
+  if (p.splits == 1u && p.has_bias == 1u) { b = bias[m]; }
+  for (var i = 0u; i < 4u; i++) {
+    if (j + i < p.N) {
+      var at = z * p.M * p.N + m * p.N + j + i;
+      if (MODE != 2u) { at = z * p.M * p.N + cb[i] + m * p.OH * p.OW; }
+      var o = v[i] + b;
+      if (p.splits == 1u) {
+        if (p.relu == 1u) { o = max(o, 0.0); }
+        if (p.mask == 1u && src[at] <= 0.0) { o = 0.0; }
+      }
+      out[at] = o;
+    }
+  }
+}
+
+@compute @workgroup_size(TW * TW)
+fn conv_gemm(@builtin(workgroup_id) wid: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+  let tiles_n = (p.N + 8u * TW - 1u) / (8u * TW);
+  let m0 = (wid.x / tiles_n) * 8u * TW;
+  let n0 = (wid.x % tiles_n) * 8u * TW;
+  let per = ((p.K + p.splits - 1u) / p.splits + BK - 1u) / BK * BK;
+  let k_start = min(p.K, wid.z * per);
+  let k_end = min(p.K, k_start + per);
+  let tx = lid % TW;
+  let ty = lid / TW;
+  // This thread's loads: A row am, 4 k from ak; B columns bj.. bj + 3 at k row bk.
+  let am = m0 + lid / (BK / 4u);
+  let ak = (lid % (BK / 4u)) * 4u;
+  let bj = n0 + (lid % (2u * TW)) * 4u;
+  let bk = lid / (2u * TW);
+  let c0 = col_part(bj);
+  let c1 = col_part(bj + 1u);
+  let c2 = col_part(bj + 2u);
+  let c3 = col_part(bj + 3u);
+  var r = row_part(k_start + bk, k_end);
+  var va = load_a(am, k_start + ak, k_end);
+  var vb = vec4<f32>(img_at(c0, r), img_at(c1, r), img_at(c2, r), img_at(c3, r));
+  store_a(va, 0u, lid);
+  store_b(vb, 0u, lid);
+  workgroupBarrier();
+  var cur = 0u;
+  for (var k0 = k_start; k0 < k_end; k0 += BK) {
+    let more = k0 + BK < k_end;
+    if (more) {
+      va = load_a(am, k0 + BK + ak, k_end);
+      r = row_part(k0 + BK + bk, k_end);
+      vb = vec4<f32>(img_at(c0, r), img_at(c1, r), img_at(c2, r), img_at(c3, r));
+    }
+    let row0 = cur * BK * 2u * TW;
+    for (var k = 0u; k < BK; k++) {
+      let row = row0 + k * 2u * TW;
+      let a0 = tile_a[row + ty];
+      let a1 = tile_a[row + TW + ty];
+      let b0 = tile_b[row + tx];
+      let b1 = tile_b[row + TW + tx];
+      acc[0] = fma(vec4<f32>(a0.x), b0, acc[0]); acc[1] = fma(vec4<f32>(a0.x), b1, acc[1]);
+      acc[2] = fma(vec4<f32>(a0.y), b0, acc[2]); acc[3] = fma(vec4<f32>(a0.y), b1, acc[3]);
+      acc[4] = fma(vec4<f32>(a0.z), b0, acc[4]); acc[5] = fma(vec4<f32>(a0.z), b1, acc[5]);
+      acc[6] = fma(vec4<f32>(a0.w), b0, acc[6]); acc[7] = fma(vec4<f32>(a0.w), b1, acc[7]);
+      acc[8] = fma(vec4<f32>(a1.x), b0, acc[8]); acc[9] = fma(vec4<f32>(a1.x), b1, acc[9]);
+      acc[10] = fma(vec4<f32>(a1.y), b0, acc[10]); acc[11] = fma(vec4<f32>(a1.y), b1, acc[11]);
+      acc[12] = fma(vec4<f32>(a1.z), b0, acc[12]); acc[13] = fma(vec4<f32>(a1.z), b1, acc[13]);
+      acc[14] = fma(vec4<f32>(a1.w), b0, acc[14]); acc[15] = fma(vec4<f32>(a1.w), b1, acc[15]);
+    }
+    if (more) {
+      cur = 1u - cur;
+      store_a(va, cur, lid);
+      store_b(vb, cur, lid);
+    }
+    workgroupBarrier();
+  }
+  let z = wid.z;
+  let top = m0 + ty * 4u;
+  let bottom = m0 + 4u * TW + ty * 4u;
+  let left = n0 + tx * 4u;
+  let right = n0 + 4u * TW + tx * 4u;
+  var cl = vec4<u32>(0u);
+  var cr = vec4<u32>(0u);
+  if (MODE != 2u) {
+    cl = vec4<u32>(col_base(left), col_base(left + 1u), col_base(left + 2u),
+                   col_base(left + 3u));
+    cr = vec4<u32>(col_base(right), col_base(right + 1u), col_base(right + 2u),
+                   col_base(right + 3u));
+  }
+  put(z, top, cl, left, acc[0]); put(z, top, cr, right, acc[1]);
+  put(z, top + 1u, cl, left, acc[2]); put(z, top + 1u, cr, right, acc[3]);
+  put(z, top + 2u, cl, left, acc[4]); put(z, top + 2u, cr, right, acc[5]);
+  put(z, top + 3u, cl, left, acc[6]); put(z, top + 3u, cr, right, acc[7]);
+  put(z, bottom, cl, left, acc[8]); put(z, bottom, cr, right, acc[9]);
+  put(z, bottom + 1u, cl, left, acc[10]); put(z, bottom + 1u, cr, right, acc[11]);
+  put(z, bottom + 2u, cl, left, acc[12]); put(z, bottom + 2u, cr, right, acc[13]);
+  put(z, bottom + 3u, cl, left, acc[14]); put(z, bottom + 3u, cr, right, acc[15]);
+}
