@@ -83,17 +83,21 @@ def _encode_only(dev, program, noop: bool):
         raw = program.raw
         null = None
         for pipe, bg, x, y, z in raw:
-            nothing(None, pipe)
-            nothing(None, 0, bg, 0, null)
+            if pipe is not None:
+                nothing(None, pipe)
+            if bg is not None:
+                nothing(None, 0, bg, 0, null)
             nothing(None, x, y, z)
         return
     enc = dev.device.create_command_encoder()
     cpass = enc.begin_compute_pass()
     set_pipeline, set_bind_group, dispatch, null = wgpu_native._RAW
     h = cpass._internal
-    for pipe, bg, x, y, z in program.raw:
-        set_pipeline(h, pipe)
-        set_bind_group(h, 0, bg, 0, null)
+    for pipe, bg, x, y, z in program.raw:  # as Device.submit (None: already set)
+        if pipe is not None:
+            set_pipeline(h, pipe)
+        if bg is not None:
+            set_bind_group(h, 0, bg, 0, null)
         dispatch(h, x, y, z)
     cpass.end()
     enc.finish()
