@@ -38,31 +38,33 @@ def _windows(xp, kh, kw, strides, dilations, oh, ow):
 
 
 def _cols(xp, cs, kh, kw, strides, dilations, oh, ow):
-    """im2col of one group, transposed: [Cg*KH*KW, N*OH*OW] (columns in (n, y, x) order).
-    This order copies whole output rows (the window view's last axis is the output column);
-    [N*OH*OW, Cg*KH*KW] copied runs of KW values and was 5x slower."""
+    """im2col of one group per image: [N, Cg*KH*KW, OH*OW]. This order copies whole output
+    rows (the window view's last axis is the output column), and W [Kg, Cg*KH*KW] times it
+    (one batched product) is the output [N, Kg, OH*OW] already in NCHW order: no transpose of
+    the output ([Cg*KH*KW, N*OH*OW] and one product cost an extra copy of y, 1.5-7x slower
+    for SeedNet's layers at batch 64; [N*OH*OW, Cg*KH*KW] copied runs of KW values)."""
     win = _windows(xp[:, cs], kh, kw, strides, dilations, oh, ow)
-    return win.transpose(1, 4, 5, 0, 2, 3).reshape(win.shape[1] * kh * kw, -1)
+    return win.transpose(0, 1, 4, 5, 2, 3).reshape(win.shape[0], win.shape[1] * kh * kw, -1)
 
 
 def conv2d(x, w, b=None, pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1), group=1,
            keep=None):
     """y [N, K, OH, OW] of x [N, C, H, W] and w [K, C/group, KH, KW] (+ b [K]): im2col, then
-    one matrix product per group (BLAS). ``keep``: a list that receives each group's im2col
-    matrix (``conv2d_backward``'s ``cols``)."""
+    one batched matrix product per group (BLAS). ``keep``: a list that receives each group's
+    im2col matrices (``conv2d_backward``'s ``cols``)."""
     oh, ow = _geometry(x, w, pads, strides, dilations)
     xp = _padded(x, pads)
     n, c = x.shape[:2]
     k, _, kh, kw = w.shape
     kg, cg = k // group, c // group
-    y = np.empty((n, k, oh, ow), x.dtype)
+    y = np.empty((n, k, oh * ow), x.dtype)
     for g in range(group):
         ks, cs = slice(g * kg, (g + 1) * kg), slice(g * cg, (g + 1) * cg)
         cols = _cols(xp, cs, kh, kw, strides, dilations, oh, ow)
         if keep is not None:
             keep.append(cols)
-        out = cols.T @ w[ks].reshape(kg, -1).T  # [N*OH*OW, Kg]
-        y[:, ks] = out.reshape(n, oh, ow, kg).transpose(0, 3, 1, 2)
+        np.matmul(w[ks].reshape(kg, -1), cols, out=y[:, ks])  # [N, Kg, OH*OW]
+    y = y.reshape(n, k, oh, ow)
     if b is not None:
         y += b[None, :, None, None]
     return y
@@ -94,12 +96,13 @@ def conv2d_backward(x, w, dy, pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1
     full = _full_pads(kh, kw, pads, dilations) if tuple(strides) == (1, 1) else None
     for g in range(group):
         ks, cs = slice(g * kg, (g + 1) * kg), slice(g * cg, (g + 1) * cg)
-        dyr = dy[:, ks].transpose(1, 0, 2, 3).reshape(kg, -1)  # [Kg, N*OH*OW]
+        dyr = dy[:, ks].reshape(n, kg, -1)  # [N, Kg, OH*OW]
         gcols = cols[g] if cols else _cols(xp, cs, kh, kw, strides, dilations, oh, ow)
-        # (cols dyr^T)^T, not dyr cols^T: OpenBLAS's product with a transposed right operand
-        # and a long inner dimension ran 50x slower (540 ms against 9 ms for SeedNet's conv3
-        # at batch 64)
-        dw[ks] = (gcols @ dyr.T).T.reshape(kg, cg, kh, kw)
+        # sum over images of (cols_n dy_n^T)^T, not dy_n cols_n^T: OpenBLAS's product with a
+        # transposed right operand and a long inner dimension ran 50x slower (540 ms against
+        # 9 ms for SeedNet's conv3 at batch 64, as one product over N*OH*OW)
+        dw[ks] = np.matmul(gcols, dyr.transpose(0, 2, 1)).sum(axis=0).T.reshape(
+            kg, cg, kh, kw)
     if not need_dx:
         return None, dw, dy.sum(axis=(0, 2, 3))
     if full is not None:

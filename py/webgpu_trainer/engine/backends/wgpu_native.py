@@ -21,8 +21,22 @@ except (ImportError, AttributeError):  # another wgpu-py layout: the public API 
 
 class _Program(list):
     """``[(pipeline, bind_group, (x, y, z))]``; ``raw``: the same as wgpu-native handles, set
-    once the program went through the checked API (``Device.submit``)."""
+    once the program went through the checked API (``Device.submit``; ``_replay``)."""
     raw = None
+
+
+def _replay(prog) -> list:
+    """``prog`` as wgpu-native handles ``[(pipeline, bind_group, x, y, z)]`` for the replay,
+    with a pipeline equal to the one set before as None, and likewise a bind group (unchanged
+    pipeline and bind group: the state the dispatch sees is the same, one C call less)."""
+    out, last_pipe, last_bg = [], None, None
+    for pipe, bg, (x, y, z) in prog:
+        p, g = pipe._internal, bg._internal
+        same_pipe = p == last_pipe
+        out.append((None if same_pipe else p, None if same_pipe and g == last_bg else g,
+                    x, y, z))
+        last_pipe, last_bg = p, g
+    return out
 
 
 class _Ready:
@@ -153,8 +167,9 @@ class Device:
         """Encode every program (one compute pass each), then ``copies``; one queue submit.
 
         A program's first submit goes through wgpu-py's checked calls (an invalid dispatch
-        raises); later ones call wgpu-native directly (3 C calls a dispatch, ~half the host
-        time of a step: the same commands, already validated once)."""
+        raises); later ones call wgpu-native directly (at most 3 C calls a dispatch, no
+        repeated set_pipeline / set_bind_group of the state already set: the same commands,
+        already validated once). What a step's host time is made of: benchmarks/host_time.py."""
         enc = self.device.create_command_encoder()
         checked = []
         for prog in programs:
@@ -164,8 +179,10 @@ class Device:
                 set_pipeline, set_bind_group, dispatch, null = _RAW
                 h = cpass._internal
                 for pipe, bg, x, y, z in raw:
-                    set_pipeline(h, pipe)
-                    set_bind_group(h, 0, bg, 0, null)
+                    if pipe is not None:
+                        set_pipeline(h, pipe)
+                    if bg is not None:
+                        set_bind_group(h, 0, bg, 0, null)
                     dispatch(h, x, y, z)
             else:
                 for pipe, bg, (x, y, z) in prog:
@@ -180,8 +197,8 @@ class Device:
         if _RAW is not None:
             for prog in checked:
                 if isinstance(prog, _Program):
-                    prog.raw = [(pipe._internal, bg._internal, x, y, z)
-                                for pipe, bg, (x, y, z) in prog]
+                    prog.raw = _replay(prog)
+
 
     async def read(self, buf, offset: int = 0, nbytes: int | None = None) -> bytes:
         """Bytes ``[offset, offset + nbytes)`` of ``buf`` after all submitted work."""

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Host (CPU) time of one training step natively (wgpu-py), per model (not a test).
+
+A training step on the host is ``GpuEngine.step``: pack and write the 32-byte Step uniform,
+encode the recorded program (one compute pass, per dispatch: set pipeline, set bind group,
+dispatch) and submit it. This measures that call with the GPU idle (the queue drained before
+each measured step, as ``benchmarks/native.py``'s host_ms), and splits it:
+
+- ``write``: packing and writing the uniform;
+- ``python``: the Python side of encoding (the replay loop with the three C calls replaced by
+  no-ops: what Python itself spends per dispatch);
+- ``encode``: creating the encoder, the pass and the replay through wgpu-native, ``finish``
+  (wgpu-core records and validates each command here);
+- ``submit``: the rest of the step (``queue.submit``: wgpu-core's per-command resource
+  tracking and the driver's submission; on lavapipe / llvmpipe the driver's submit does part
+  of the step's work on the CPU, so this column is not host time there).
+
+The host time a step costs the engine is ``write + encode`` (+ wgpu-core's share of
+``submit``). Each figure is the median of ``--repeats`` (default 20) in microseconds, after
+warm-up. The batch (default 16) changes the GPU's work, not the host's.
+
+    python benchmarks/host_time.py                      # SeedNet, ResNet-8, ViT at batch 16
+    python benchmarks/host_time.py --json out.json --label after
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = {  # name -> (file, sample shape)
+    "SeedNet": (REPO / "models" / "seednet.onnx", (1, 28, 28)),
+    "ResNet-8": (REPO / "tests" / "fixtures" / "zoo" / "resnet8-ts.onnx", (3, 32, 32)),
+    "ViT": (REPO / "tests" / "fixtures" / "zoo" / "vit-ts.onnx", (3, 32, 32)),
+}
+
+
+def _split(shape, count: int):
+    from webgpu_trainer.engine.train.data import DataSpec, Split
+    spec = DataSpec("bench", "random", "image", shape, [str(i) for i in range(10)],
+                    mean=[0.5] * shape[0], std=[0.25] * shape[0])
+    rng = random.Random(0)
+    labels = bytes(rng.randrange(10) for _ in range(count))
+    return Split(rng.randbytes(count * spec.values), labels, count, labels, spec)
+
+
+def _us(samples) -> float:
+    return 1e6 * statistics.median(samples)
+
+
+async def _trainer(dev, name: str, batch: int):
+    from webgpu_trainer import onnx_io
+    from webgpu_trainer.engine.train.gpu_engine import GpuEngine
+    from webgpu_trainer.engine.train.loop import Trainer
+    path, shape = MODELS[name]
+    graph, weights = onnx_io.load_bundle(path)
+    split = _split(shape, 4 * batch)
+    cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": batch, "seed": 0,
+           "init": "scratch", "eval_images": batch, "val_images": 0}
+    tr = Trainer(GpuEngine(dev), graph, weights, cfg, split, split)
+    await tr.setup()
+    tr.engine.set_order(list(range(split.count)))
+    return tr
+
+
+def _encode_only(dev, program, noop: bool):
+    """Encode ``program`` as ``Device.submit`` does (replay path) without submitting it;
+    ``noop``: only the Python loop (the C calls replaced by a no-op)."""
+    from webgpu_trainer.engine.backends import wgpu_native
+    if noop:
+        def nothing(*_):
+            return None
+        raw = program.raw
+        null = None
+        for pipe, bg, x, y, z in raw:
+            if pipe is not None:
+                nothing(None, pipe)
+            if bg is not None:
+                nothing(None, 0, bg, 0, null)
+            nothing(None, x, y, z)
+        return
+    enc = dev.device.create_command_encoder()
+    cpass = enc.begin_compute_pass()
+    set_pipeline, set_bind_group, dispatch, null = wgpu_native._RAW
+    h = cpass._internal
+    for pipe, bg, x, y, z in program.raw:  # as Device.submit (None: already set)
+        if pipe is not None:
+            set_pipeline(h, pipe)
+        if bg is not None:
+            set_bind_group(h, 0, bg, 0, null)
+        dispatch(h, x, y, z)
+    cpass.end()
+    enc.finish()
+
+
+async def measure(dev, name: str, batch: int, repeats: int) -> dict:
+    """The host figures of one model (see the module docstring), in microseconds."""
+    tr = await _trainer(dev, name, batch)
+    eng = tr.engine
+    per_epoch = 4
+
+    async def one_step():
+        tr.step += 1
+        await eng.step(tr.step, ((tr.step - 1) % per_epoch) * batch, 1e-3)
+
+    for _ in range(5):
+        await one_step()
+    await dev.sync()
+    step, write, python, encode = [], [], [], []
+    for _ in range(repeats):
+        await dev.sync()
+        t0 = time.perf_counter()
+        await one_step()
+        step.append(time.perf_counter() - t0)
+        await dev.sync()
+        t0 = time.perf_counter()
+        eng._write_step(tr.step, 0, 1e-3, eng.opt.scalars(tr.step, 1e-3))
+        write.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        _encode_only(dev, eng.train_program, noop=True)
+        python.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        _encode_only(dev, eng.train_program, noop=False)
+        encode.append(time.perf_counter() - t0)
+    await dev.sync()
+    n = len(eng.train_program)
+    host = _us(step)
+    return {"model": name, "batch": batch, "dispatches": n, "step_us": host,
+            "step_us_min": 1e6 * min(step),
+            "write_us": _us(write), "python_us": _us(python), "encode_us": _us(encode),
+            "submit_us": host - _us(write) - _us(encode),
+            "engine_us": _us(write) + _us(encode)}
+
+
+def table(rows: list) -> str:
+    """The rows as a Markdown table."""
+    head = ("| model | dispatches/step | host us/step (write + encode) | us/dispatch | write | "
+            "Python part of encode | encode + finish (wgpu) | submit (driver incl.) |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|")
+    lines = [head]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['dispatches']} | {r['engine_us']:.0f} | "
+                     f"{r['engine_us'] / r['dispatches']:.2f} | {r['write_us']:.0f} | "
+                     f"{r['python_us']:.0f} | {r['encode_us']:.0f} | {r['submit_us']:.0f} |")
+    return "\n".join(lines)
+
+
+async def main(args) -> dict:
+    import wgpu
+
+    from webgpu_trainer.engine.backends.wgpu_native import Device
+    dev = Device()
+    rows = [await measure(dev, m, args.batch, args.repeats) for m in args.models]
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "label": args.label, "adapter": dev.info, "wgpu": wgpu.__version__,
+            "python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(), "load": os.getloadavg(), "rows": rows}
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO / "py"))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--label", default="")
+    ap.add_argument("--json", help="write the results here")
+    a = ap.parse_args()
+    out = asyncio.run(main(a))
+    print(table(out["rows"]))
+    print(f"load {out['load'][0]:.1f} on {out['cores']} cores; {out['adapter']['device']}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
