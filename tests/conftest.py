@@ -13,6 +13,7 @@ import os
 import sys
 import tempfile
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -33,8 +34,15 @@ ALIGN = 256  # bytes between tensors of the weight blob (WebGPU's storage offset
 
 
 def run(coro):
-    """Run a coroutine of the engine to completion."""
-    return asyncio.run(coro)
+    """Run a coroutine of the engine to completion. A module's browser fixture (Playwright's
+    sync API) keeps an event loop running in this thread once it is made, and pytest-randomly
+    may order a native test after it: then the coroutine runs in a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def rel_err(got, ref) -> float:
