@@ -29,6 +29,7 @@ raises for user input; only ``SpecError`` (a ValueError) from ``checked``.
 """
 from __future__ import annotations
 
+import json
 import math
 
 MAX_LAYERS = 64            # layers in all, residual bodies included
@@ -76,7 +77,8 @@ class Checked:
         self.count = 0
 
     def fail(self, index, op, field, text):
-        where = f"layer {index}" + (f" ({op})" if op else "")
+        where = index if index in ("input", "layers") else f"layer {index}"
+        where += f" ({op})" if op else ""
         self.errors.append({"layer": index, "field": field,
                             "message": f"{where}{' ' + field if field else ''}: {text}"})
 
@@ -86,7 +88,10 @@ class Checked:
 
 
 def _short(value) -> str:
-    text = repr(value) if not isinstance(value, (list, dict)) else type(value).__name__
+    try:
+        text = json.dumps(value) if isinstance(value, (list, dict)) else repr(value)
+    except (TypeError, ValueError, RecursionError):
+        text = type(value).__name__
     return text if len(text) <= 40 else f"{text[:40]}... ({len(text):,} characters)"
 
 
@@ -192,7 +197,8 @@ def _layers(chk, layers, x, classes, prefix="", inside=False):
             continue
         op = layer.get("op")
         if not isinstance(op, str) or op not in FIELDS:
-            chk.fail(index, None, "op", f"{_short(op)} is not one of {', '.join(OPS)}")
+            chk.fail(index, None, "op", f"{_short(op) if 'op' in layer else 'missing'}: "
+                     f"expected one of {', '.join(OPS)}")
             x = None
             continue
         f = _fields(chk, index, op, layer, classes)
