@@ -38,10 +38,10 @@ const numberOrText = (t) => (/^-?\d+(\.\d+)?(e[+-]?\d+)?$/i.test(t.trim()) ? Num
 function starter(d) {
   const last = { op: "linear", out_features: "classes" };
   if (d?.sample_shape?.length === 3) {
-    return [{ op: "conv", out_channels: 8, kernel_size: 3, padding: 1 }, { op: "relu" },
-      { op: "maxpool", kernel_size: 2 }, { op: "flatten" }, last];
+    return [{ ...newLayer("conv"), padding: 1 }, newLayer("relu"), newLayer("maxpool"),
+      newLayer("flatten"), last];
   }
-  return [{ op: "linear", out_features: 32 }, { op: "relu" }, last];
+  return [newLayer("linear"), newLayer("relu"), last];
 }
 
 /** The input shape and class count of the chosen dataset (MNIST's until it is known). */
@@ -92,7 +92,7 @@ function button(text, label, onClick) {
 function rows(list, prefix, body) {
   list.forEach((layer, k) => {
     const index = `${prefix}${k}`;
-    const fields = el("td", { className: "builder-fields" });
+    const fields = el("div", { className: "builder-fields" });
     for (const [f, , hint] of OPS[layer.op]?.[1] ?? []) {
       fields.append(fieldInput(layer, f, hint, index));
     }
@@ -113,7 +113,8 @@ function rows(list, prefix, body) {
       }));
     }
     const tr = el("tr", { className: prefix ? "builder-inner" : "" },
-      el("td", { textContent: index }), el("td", {}, opSelect(layer, index, list, k)), fields,
+      el("td", { textContent: index }), el("td", {}, opSelect(layer, index, list, k)),
+      el("td", {}, fields),
       el("td", { className: "shape" }), el("td", { className: "num params" }),
       el("td", { className: "num macs" }), tools);
     tr.dataset.index = index;
