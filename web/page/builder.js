@@ -217,9 +217,9 @@ export async function buildFromLink(text) {
   try { layers = JSON.parse(text); } catch (e) { return fail(`not JSON (${e.message})`); }
   try {
     const res = await post(layers, true);
-    if (!res.ok) {
-      showCheck(res);
-      return fail(res.errors.slice(0, 3).map((e) => e.message).join("; "));
+    if (!res.ok) {  // the table keeps the page's own list; the note names the link's problems
+      return fail(res.errors.slice(0, 3).map((e) => e.message).join("; ") +
+        (res.errors.length > 3 ? ` (and ${res.errors.length - 3} more)` : ""));
     }
     spec = res.spec;  // the server's checked copy: only own, known keys
     render();
