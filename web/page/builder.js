@@ -137,8 +137,9 @@ function showCheck(res) {
   for (const tr of $("builder-table").tBodies[0].rows) {
     const r = byIndex.get(tr.dataset.index);
     tr.querySelector(".shape").textContent = r?.shape ? `[${r.shape.join(", ")}]` : "–";
-    tr.querySelector(".params").textContent = r ? r.params.toLocaleString() : "–";
-    tr.querySelector(".macs").textContent = r ? r.macs.toLocaleString() : "–";
+    const known = r?.shape != null;  // after a refused layer the shapes are unknown
+    tr.querySelector(".params").textContent = known ? r.params.toLocaleString() : "–";
+    tr.querySelector(".macs").textContent = known ? r.macs.toLocaleString() : "–";
     const errs = res.errors.filter((e) => e.layer === tr.dataset.index);
     tr.classList.toggle("bad", errs.length > 0);
     for (const input of tr.querySelectorAll("input")) {
