@@ -52,8 +52,7 @@ def build_handler(models):
     """The route's handler for ``models`` (host.model_routes.Models)."""
 
     async def build(request: Request) -> Response:
-        from ..onnx_io.build import model_name
-        from ..onnx_io.build_spec import check
+        from ..onnx_io.build_spec import check, model_name  # standard library: no onnx
         body = await read_json(request, "the layer list")
         if not isinstance(body, dict):
             raise ApiError(400, "the layer list: expected an object {\"layers\": [...], "

@@ -15,7 +15,6 @@ spec is kept in ``metadata_props`` under ``webgpu-trainer.layers``.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 
@@ -23,18 +22,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .build_spec import checked
+from .build_spec import checked, model_name
 
 SPEC_KEY = "webgpu-trainer.layers"
 ONNX_OPS = {"relu": "Relu", "gelu": "Gelu", "tanh": "Tanh", "sigmoid": "Sigmoid", "elu": "Elu",
             "leaky_relu": "LeakyRelu", "global_avgpool": "GlobalAveragePool"}
-
-
-def model_name(chk) -> str:
-    """``built-`` and 12 hex digits of the spec's, input shape's and classes' hash: the same
-    network for the same dataset shape is the same model."""
-    text = json.dumps([chk.spec, chk.input, chk.classes], sort_keys=True, separators=(",", ":"))
-    return "built-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 class _Writer:

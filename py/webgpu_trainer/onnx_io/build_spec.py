@@ -29,6 +29,7 @@ raises for user input; only ``SpecError`` (a ValueError) from ``checked``.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
@@ -289,3 +290,10 @@ def checked(spec, input_shape, classes) -> Checked:
     if chk.errors:
         raise SpecError(chk.errors)
     return chk
+
+
+def model_name(chk: Checked) -> str:
+    """``built-`` and 12 hex digits of the spec's, input shape's and classes' hash: the same
+    network for the same dataset shape is the same model."""
+    text = json.dumps([chk.spec, chk.input, chk.classes], sort_keys=True, separators=(",", ":"))
+    return "built-" + hashlib.sha256(text.encode()).hexdigest()[:12]
