@@ -107,7 +107,7 @@ function rows(list, prefix, body) {
       button("↓", `move layer ${index} down`, move(1)),
       button("✕", `remove layer ${index}`, () => { list.splice(k, 1); render(); }));
     if (layer.op === "residual") {
-      tools.append(button("+ inside", `add a layer inside block ${index}`, () => {
+      fields.append(button("+ layer inside", `add a layer inside block ${index}`, () => {
         layer.layers.push(newLayer("relu"));
         render();
       }));
@@ -147,7 +147,8 @@ function showCheck(res) {
     }
   }
   const t = res.totals;
-  $("builder-totals").textContent = `${t.layers} layers · ${t.params.toLocaleString()} ` +
+  $("builder-totals").textContent = (res.ok ? "" : "Before the first problem: ") +
+    `${t.layers} layers · ${t.params.toLocaleString()} ` +
     `parameters (${humanCount(t.params)}) · ${t.macs.toLocaleString()} mult-adds per sample`;
   const ul = $("builder-errors");
   ul.replaceChildren(...res.errors.slice(0, 20).map((e) => el("li", { textContent: e.message })));
