@@ -102,7 +102,7 @@ function rows(list, prefix, body) {
       [list[k], list[j]] = [list[j], list[k]];
       render();
     };
-    const tools = el("td", { className: "builder-tools" },
+    const tools = el("div", { className: "builder-tools" },
       button("↑", `move layer ${index} up`, move(-1)),
       button("↓", `move layer ${index} down`, move(1)),
       button("✕", `remove layer ${index}`, () => { list.splice(k, 1); render(); }));
@@ -113,10 +113,11 @@ function rows(list, prefix, body) {
       }));
     }
     const tr = el("tr", { className: prefix ? "builder-inner" : "" },
-      el("td", { textContent: index }), el("td", {}, opSelect(layer, index, list, k)),
+      el("td", { textContent: index }),
+      el("td", {}, el("div", { className: "builder-op" }, opSelect(layer, index, list, k), tools)),
       el("td", {}, fields),
       el("td", { className: "shape" }), el("td", { className: "num params" }),
-      el("td", { className: "num macs" }), tools);
+      el("td", { className: "num macs" }));
     tr.dataset.index = index;
     body.append(tr);
     if (layer.op === "residual" && Array.isArray(layer.layers)) {
