@@ -17,7 +17,7 @@ from e2e_fixtures import REPO, Page, run_training, screenshot
 pytestmark = pytest.mark.e2e
 
 AXE = REPO / "web" / "node_modules" / "axe-core" / "axe.min.js"
-TABS = ["dashboard", "model", "results", "try", "kernels", "work"]
+TABS = ["dashboard", "model", "build", "results", "try", "kernels", "work"]
 SERIOUS = {"serious", "critical"}
 VIEWPORTS = {"1280": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
 

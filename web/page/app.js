@@ -35,6 +35,7 @@ import { enhanceHelp } from "./help.js";
 import { applyLink, checkLinkModel, setupShare } from "./share.js";
 import { markErrors, validateNow } from "./validation.js";
 import { loadModels, onModelChange, setupDropzone } from "./models.js";
+import { buildFromLink, setupBuilder } from "./builder.js";
 import { setTrainable } from "./summary.js";
 import { chooseDefaultModel, loadDatasets, onDownload, setupDatasets } from "./dataset.js";
 import { setupDatasetUpload } from "./dataset-upload.js";
@@ -232,6 +233,7 @@ async function boot() {
   });
   setupDatasetUpload();
   setupOwnClasses();
+  setupBuilder();
   $("train-all").addEventListener("click", () => setTrainable(
     appState.summary.tensors.filter((t) => t.role === "param").map((t) => t.name)));
   $("train-head").addEventListener("click", () => {
@@ -260,9 +262,11 @@ async function boot() {
   const link = applyLink();  // ?model=...&dataset=...&lr=... of a share link (share.js)
   startWorker(onWorkerMessage);
   await loadDatasets(link.dataset);
-  await loadModels(link.model);
-  if (!link.model) chooseDefaultModel();  // the link's dataset's model
-  checkLinkModel(link.model);
+  // a link's `layers` (a network built in the page, builder.js) is rebuilt for its dataset first
+  const model = (link.layers != null && await buildFromLink(link.layers)) || link.model;
+  await loadModels(model);
+  if (!model) chooseDefaultModel();  // the link's dataset's model
+  checkLinkModel(model);
   setupWork();  // Keep your work (web/page/work.js)
   setupResume();  // the stored checkpoint: the resume banner (web/page/resume.js)
 }

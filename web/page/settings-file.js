@@ -2,14 +2,16 @@
 // exports them): this page's export {format, model, config} or a flat config (a CLI run's
 // config.json). Checked before anything changes: numbers that are not finite (1e999, which
 // JSON.parse turns into Infinity and JSON.stringify would send as null), the model, the
-// `trainable` names against the model, then the server's validator; on any error nothing is
+// `trainable` names against the model (a network built in the page, `layers`, is rebuilt
+// first: builder.js), then the server's validator; on any error nothing is
 // applied and every bad field is named with the file's value.
 
 import { $ } from "../lib/util.js";
 import { appState, log } from "./state.js";
 import { applyConfig, pageField } from "./form.js";
 import { checkConfig } from "./validation.js";
-import { onModelChange } from "./models.js";
+import { loadModels, onModelChange } from "./models.js";
+import { buildFromLink } from "./builder.js";
 import { loadedSummary, paramNames, setTrainable } from "./summary.js";
 import { cut, quote } from "./values.js";
 
@@ -81,7 +83,15 @@ export async function importConfig(text, name = "the file") {
   }
   const nested = doc && typeof doc === "object" && Object.hasOwn(doc, "config");
   const config = nested ? doc.config : doc;
-  const model = nested ? doc.model : $("model").value;
+  let model = nested ? doc.model : $("model").value;
+  if (nested && Object.hasOwn(doc, "layers") && typeof model === "string" &&
+      !appState.models.some((m) => m.name === model)) {  // a network built in the page
+    const name = await buildFromLink(JSON.stringify(doc.layers) ?? "null");
+    if (name) {
+      await loadModels(name);
+      model = name;
+    }
+  }
   if (!config || typeof config !== "object" || Array.isArray(config)) {
     return showImportErrors(`${name} holds no settings, nothing was changed:`,
       [["file", "expected an object {\"model\", \"config\": {...}} or the settings' fields"]]);

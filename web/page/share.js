@@ -1,7 +1,8 @@
 // Settings in the URL and the leave-page warning.
 //
 // "Copy share link": the page's address with ?model=...&seed=... and every setting that differs
-// from its default (&dataset=... unless the server's default; lists comma-separated;
+// from its default (&dataset=... unless the server's default; &layers=[...] (JSON) for a
+// network built in the page, rebuilt from it on load by builder.js; lists comma-separated;
 // `trainable`, the fine-tuning selection, as the
 // parameters' names), copied to the clipboard and shown for copying by hand. On load, the
 // link's settings go into the form (readLink / applyLink) and are checked like any input, with
@@ -20,6 +21,7 @@ import { applyConfig, changedConfig, notApplying, pageField, readConfig } from "
 import { loadedSummary, setTrainable, trainableConfig } from "./summary.js";
 import { datasetName, defaultDataset } from "./dataset.js";
 import { parseList, parseNumber, quote } from "./values.js";
+import { layersOf } from "./builder.js";
 
 const NOT_SETTINGS = new Set(["class", "test", "chunk"]);  // ?class=ID (classroom), test hooks
 const IGNORED_SHOWN = 5;                   // the ignored names a message lists
@@ -39,6 +41,8 @@ export function shareLink() {
   }
   const trainable = trainableConfig();
   if (trainable) params.set("trainable", trainable.join(","));
+  const layers = layersOf($("model").value);  // a network built in the page (builder.js)
+  if (layers) params.set("layers", JSON.stringify(layers));
   return `${location.origin}${location.pathname}?${params}`;
 }
 
@@ -89,9 +93,10 @@ export function readLink(search = location.search) {
   let model = null;
   let dataset = null;
   let trainable = null;
+  let layers = null;
   for (const [k, all] of given) {
     const f = pageField(k);
-    if (!f && k !== "model" && k !== "trainable" && k !== "dataset") {
+    if (!f && !["model", "trainable", "dataset", "layers"].includes(k)) {
       ignored.push(k);
       continue;
     }
@@ -103,6 +108,7 @@ export function readLink(search = location.search) {
     }
     if (k === "model") model = text;
     else if (k === "dataset") dataset = text;
+    else if (k === "layers") layers = text;  // checked by the server (builder.js)
     else if (k === "trainable") trainable = text.split(",").map((n) => n.trim()).filter(Boolean);
     else {
       const v = parseValue(f, text);
@@ -124,13 +130,13 @@ export function readLink(search = location.search) {
   if (ignored.length) {
     errors.push({ field: "link", message: ignoredMessage(ignored), ignored: true });
   }
-  return { model, dataset, config, texts, trainable, errors };
+  return { model, dataset, config, texts, trainable, layers, errors };
 }
 
-/** Apply the link's settings to the form; returns the model and dataset it names ({model,
- * dataset}, each null when it names none). */
+/** Apply the link's settings to the form; returns the model, dataset and layer list (JSON
+ * text) it names ({model, dataset, layers}, each null when it names none). */
 export function applyLink() {
-  const { model, dataset, config, texts, trainable, errors } = readLink();
+  const { model, dataset, config, texts, trainable, layers, errors } = readLink();
   linkErrors = errors;
   linkTrainable = trainable;
   if (Object.keys(config).length || Object.keys(texts).length) {
@@ -157,7 +163,7 @@ export function applyLink() {
     if (ev.target.closest("button:not(.tip)")) edited("trainable");
   });
   settingsChanged(0);
-  return { model, dataset };
+  return { model, dataset, layers };
 }
 
 /** A model named by the link that the list lacks: marked like a bad setting. Then the link's

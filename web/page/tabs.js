@@ -1,8 +1,8 @@
-// The view tabs (WAI-ARIA tabs pattern): Dashboard, Inside the model, Results, Try it, Kernels,
-// Your work. Arrow keys / Home / End move between tabs; a `tabchange` event (detail: the tab's
-// name, e.g. "model") tells the views which panel is visible, so hidden views do no work.
+// The view tabs (WAI-ARIA tabs pattern): Dashboard, Inside the model, Build, Results, Try it,
+// Kernels, Your work. Arrow keys / Home / End move between tabs; a `tabchange` event (detail:
+// the tab's name, e.g. "model") tells the views which panel is visible, so hidden views do no work.
 
-const NAMES = ["dashboard", "model", "results", "try", "kernels", "work"];
+const NAMES = ["dashboard", "model", "build", "results", "try", "kernels", "work"];
 
 /** The name of the visible panel. */
 export function activeTab() {

@@ -10,6 +10,7 @@ import { importConfig } from "./settings-file.js";
 import { downloadOnnx } from "./results.js";
 import { hideResumeOffer } from "./resume.js";
 import { post } from "./worker-link.js";
+import { layersOf } from "./builder.js";
 
 const CONFIG_FORMAT = "webgpu-trainer/run-config@1";
 
@@ -98,6 +99,8 @@ window.metricsCsvForTests = metricsCsv;
 
 function exportConfig() {
   const doc = { format: CONFIG_FORMAT, model: $("model").value, config: currentConfig() };
+  const layers = layersOf(doc.model);  // a network built in the page: rebuilt on import
+  if (layers) doc.layers = layers;
   saveFile("webgpu-trainer-settings.json",
     new Blob([JSON.stringify(doc, null, 2) + "\n"], { type: "application/json" }));
   note("Settings exported as webgpu-trainer-settings.json.");

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .bodies import parse_json, read_body
+from .build_routes import build_handler
 from .errors import NAME_RE, ApiError, import_error, problems
 
 MAX_UPLOAD_BYTES = 64 << 20  # an uploaded .onnx (models people train on MNIST are far smaller)
@@ -86,6 +87,7 @@ class Models:
         return [
             Route("/api/models", self.listing),
             Route("/api/models/upload", self.upload, methods=["POST"]),
+            Route("/api/models/build", build_handler(self), methods=["POST"]),
             Route("/api/models/{name}/graph.json", self.graph),
             Route("/api/models/{name}/summary", self.summary),
             Route("/api/models/{name}/weights.bin", self.weights),

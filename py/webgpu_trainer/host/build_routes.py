@@ -1,0 +1,79 @@
+"""``POST /api/models/build``: the page's layer list (onnx_io.build_spec) checked as the user
+types, and, with ``"save": true``, built into a model the uploads keep (docs/ARCHITECTURE.md,
+"Server routes").
+
+Body ``{"layers": [...], "input": [C, H, W] or [F], "classes": K, "save": bool}`` (JSON, 64 KB,
+32 levels: ``host/bodies.py``). Answer (200 whether or not the layers are valid):
+``{"ok", "rows": [{"index", "op", "label", "shape", "params", "macs"}], "totals": {"params",
+"macs", "layers"}, "errors": [{"layer", "field", "message"}], "spec", "output"}``; with
+``save`` and no errors also ``{"name", "summary"}``: the model ``built-<hash>`` (the same
+layers for the same shapes give the same name), written to the uploads only after it imports
+and plans like an upload. 400 for a body that is not such an object.
+"""
+from __future__ import annotations
+
+import secrets
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from .bodies import read_json
+from .errors import ApiError, import_error, problems
+
+KEYS = ("layers", "input", "classes", "save")
+
+
+def _write(models, chk, name: str) -> dict:
+    """Build ``chk``'s model, check it as an upload is checked, keep it as ``name``; returns
+    its bundle graph. ApiError 400 when it does not import or plan (a bug, not user input)."""
+    from ..engine.graph import Graph, GraphError
+    from ..onnx_io import load_bundle
+    from ..onnx_io.build import build_model
+    data, _ = build_model(chk.spec, chk.input, chk.classes)
+    models.uploads.mkdir(parents=True, exist_ok=True)
+    tmp = models.uploads / f".build-{secrets.token_hex(8)}.onnx"
+    try:
+        tmp.write_bytes(data)
+        try:
+            graph, _ = load_bundle(tmp)
+            Graph(graph).shapes(2)
+        except ValueError as exc:
+            raise import_error(f"{name}.onnx", exc, str(tmp)) from exc
+        except (GraphError, NotImplementedError) as exc:
+            raise ApiError(400, f"{name}.onnx cannot be trained: {exc}", problems(exc)) from exc
+        tmp.replace(models.uploads / f"{name}.onnx")
+    finally:
+        tmp.unlink(missing_ok=True)
+    return graph
+
+
+def build_handler(models):
+    """The route's handler for ``models`` (host.model_routes.Models)."""
+
+    async def build(request: Request) -> Response:
+        from ..onnx_io.build_spec import check, model_name  # standard library: no onnx
+        body = await read_json(request, "the layer list")
+        if not isinstance(body, dict):
+            raise ApiError(400, "the layer list: expected an object {\"layers\": [...], "
+                                "\"input\": [...], \"classes\": K}")
+        unknown = [str(k)[:40] for k in body if k not in KEYS]
+        if unknown:
+            raise ApiError(400, f"the layer list: unknown field(s) {', '.join(unknown[:5])} "
+                                f"(fields: {', '.join(KEYS)})")
+        chk = check(body.get("layers"), body.get("input"), body.get("classes"))
+        out = {"ok": not chk.errors, "rows": chk.rows, "totals": chk.totals(),
+               "errors": chk.errors, "spec": chk.spec, "output": chk.output}
+        if chk.errors or body.get("save") is not True:
+            return JSONResponse(out)
+        from ..engine.tools.summary import summarize
+        name = model_name(chk)
+        path = models.uploads / f"{name}.onnx"
+        if path.is_file():
+            graph = models.bundle(path)[0]
+        else:
+            graph = await run_in_threadpool(_write, models, chk, name)
+        out.update(name=name, summary=summarize(graph))
+        return JSONResponse(out)
+
+    return build

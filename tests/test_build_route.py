@@ -1,0 +1,99 @@
+"""POST /api/models/build (host/build_routes.py): the as-you-type check (rows with shapes,
+parameters and mult-adds, errors naming layer and field), the build into the uploads (listed,
+summarised, exported like an upload) and hostile bodies."""
+
+import json
+
+import onnx
+import pytest
+from starlette.testclient import TestClient
+
+from webgpu_trainer.host import server
+
+SPEC = [{"op": "conv", "out_channels": 4, "kernel_size": 3}, {"op": "relu"},
+        {"op": "maxpool"}, {"op": "flatten"}, {"op": "linear", "out_features": "classes"}]
+
+
+@pytest.fixture()
+def client(tmp_path):
+    root = tmp_path / "root"
+    (root / "web").mkdir(parents=True)
+    models = tmp_path / "models"
+    models.mkdir()
+    app = server.create_app(root, models, tmp_path / "mnist", tmp_path / "wheels",
+                            uploads_dir=tmp_path / "uploads")
+    return TestClient(app), tmp_path / "uploads"
+
+
+def test_check_gives_rows_and_writes_nothing(client):
+    c, uploads = client
+    r = c.post("/api/models/build", json={"layers": SPEC, "input": [1, 28, 28], "classes": 10})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["ok"] and body["errors"] == [] and body["output"] == [10]
+    assert [(x["index"], x["shape"], x["params"], x["macs"]) for x in body["rows"]] == [
+        ("0", [4, 26, 26], 40, 4 * 26 * 26 * 9), ("1", [4, 26, 26], 0, 0),
+        ("2", [4, 13, 13], 0, 0), ("3", [676], 0, 0), ("4", [10], 6770, 6760)]
+    assert body["totals"] == {"params": 6810, "macs": 24336 + 6760, "layers": 5}
+    assert body["spec"][2] == {"op": "maxpool", "kernel_size": 2, "stride": 2}
+    assert "name" not in body and not uploads.exists()
+
+
+def test_save_builds_an_upload_that_trains_and_exports(client):
+    c, uploads = client
+    req = {"layers": SPEC, "input": [3, 32, 32], "classes": 10, "save": True}
+    body = c.post("/api/models/build", json=req).json()
+    name = body["name"]
+    assert name.startswith("built-") and (uploads / f"{name}.onnx").is_file()
+    assert body["summary"]["totals"]["params"] == body["totals"]["params"] == 4 * 27 + 4 + \
+        4 * 15 * 15 * 10 + 10
+    again = c.post("/api/models/build", json=req).json()
+    assert again["name"] == name  # the same layers for the same shape: the same model
+    listed = {m["name"]: m for m in c.get("/api/models").json()}
+    assert listed[name]["uploaded"] and listed[name]["params"] == body["totals"]["params"]
+    graph = c.get(f"/api/models/{name}/graph.json").json()
+    assert graph["inputs"][0]["shape"] == ["N", 3, 32, 32]
+    blob = c.get(f"/api/models/{name}/weights.bin").content
+    out = c.post(f"/api/models/{name}/export", content=blob)
+    assert out.status_code == 200
+    onnx.checker.check_model(onnx.load_from_string(out.content), full_check=True)
+    assert c.delete(f"/api/models/{name}").json() == {"deleted": name}
+
+
+@pytest.mark.parametrize("raw,status,error", [
+    (b"not json", 400, "the layer list is not valid JSON"),
+    (b"[" * 40 + b"]" * 40, 400, "the layer list nests arrays or objects more than 32"),
+    (b"[1]", 400, "the layer list: expected an object"),
+    (json.dumps({"layers": [], "constructor": 1}).encode(), 400,
+     "the layer list: unknown field(s) constructor"),
+    (b'{"layers": [{"op": "conv", "out_channels": 1' + b"0" * 5000 + b"}]}", 400,
+     "the layer list holds a number of more than 4,300 digits"),
+    (b'{"layers": "' + b"x" * (70 << 10) + b'"}', 413, "the layer list is"),
+])
+def test_hostile_bodies(client, raw, status, error):
+    c, uploads = client
+    r = c.post("/api/models/build", content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == status
+    assert r.json()["error"].startswith(error)
+    assert not uploads.exists()
+
+
+@pytest.mark.parametrize("layers,message", [
+    ([{}] * 10_000, "layer 0 op: missing: expected one of conv, maxpool"),
+    ([{}] * 10_000, "layer 64: more than 64 layers in all"),
+    ([{"op": "relu"}] * 4_000, "layer 64: more than 64 layers in all"),
+    ([{"op": "conv", "out_channels": 1e308}], "layer 0 (conv) out_channels: 1e+308 is outside"),
+    ([{"op": "conv", "out_channels": 4, "kernel_size": 15},
+      {"op": "maxpool", "kernel_size": 15}],
+     "layer 1 (maxpool) kernel_size: 15 does not fit its input 14x14 (the output would be 0x0)"),
+])
+def test_hostile_layers_answer_errors_and_save_nothing(client, layers, message):
+    c, uploads = client
+    body = json.dumps({"layers": layers, "input": [1, 28, 28], "classes": 10, "save": True},
+                      separators=(",", ":"))
+    r = c.post("/api/models/build", content=body)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert not got["ok"] and "name" not in got
+    assert any(e["message"].startswith(message) for e in got["errors"]), got["errors"][:3]
+    assert not uploads.exists()
