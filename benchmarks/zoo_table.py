@@ -21,8 +21,9 @@ What each column is:
   warm-up step, batch ``--batch``.
 - ``browser steps/s``: web/dev/parity.html's ``runParity`` (engine/tools/parity.py: one
   submit per step and a 4-byte loss readback after each) on the same file and batch, timed
-  from Python around two calls, 1 and 1 + ``--steps`` Adam steps: ``--steps`` / (the
-  difference), so the plan's build and the upload cancel out. Each call is bounded by
+  from Python around two calls, 1 and 1 + k Adam steps: k / (the difference), so the
+  plan's build and the upload cancel out; k = ``--steps``, or more for a fast model (about
+  5 s of native steps, at most 200). Each call is bounded by
   ``--browser-timeout`` seconds (a model over it shows "timeout").
 """
 
@@ -33,6 +34,7 @@ import asyncio
 import contextlib
 import io
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -102,9 +104,10 @@ def _case(name: str, batch: int, steps: int) -> dict:
             "train": True, "seed": 1}
 
 
-def browser_steps(names, batch: int, steps: int, timeout_s: float) -> dict:
+def browser_steps(names, batch: int, steps: dict, timeout_s: float) -> dict:
     """{name: steps/s or a short reason} in headless Chromium (benchmarks/browser.py's server
-    and launch; the caller holds /tmp/e2e.lock)."""
+    and launch; the caller holds /tmp/e2e.lock); ``steps[name]``: the steps timed. A
+    difference that is not positive (noise larger than the steps) gives "noise"."""
     from playwright.sync_api import sync_playwright
 
     import browser
@@ -121,14 +124,15 @@ def browser_steps(names, batch: int, steps: int, timeout_s: float) -> dict:
             for name in names:
                 times = []
                 try:
-                    for k in (1, 1 + steps):
+                    for k in (1, 1 + steps[name]):
                         case = json.dumps([_case(name, batch, k)])
                         t0 = time.perf_counter()
                         (got,) = json.loads(page.evaluate(RACE_JS, [case, 1000 * timeout_s]))
                         times.append(time.perf_counter() - t0)
                         if "error" in got:
                             raise RuntimeError(got["error"][:80])
-                    out[name] = steps / max(times[1] - times[0], 1e-9)
+                    diff = times[1] - times[0]
+                    out[name] = steps[name] / diff if diff > 0 else "noise"
                 except Exception as exc:  # a timeout or an engine error: named in the table
                     out[name] = "timeout" if "timeout" in str(exc) else f"error: {exc}"[:60]
                     if "timeout" in str(exc):
@@ -177,10 +181,14 @@ def main(argv=None) -> int:
     rows = json.loads(a.rows.read_text()) if a.rows else []
     if not rows:
         rows = _native_rows(a)
-    if a.browser:
-        got = browser_steps([r["name"] for r in rows], a.batch, a.steps, a.browser_timeout)
+    if a.browser:  # with --rows, only the named models (default: all) are measured again
+        names = [r["name"] for r in rows if r["name"] in a.models]
+        # enough steps for about 5 s natively: the difference of two calls then stands out
+        # of the noise of building the plan
+        steps = {r["name"]: min(200, max(a.steps, math.ceil(5 * r["native"]))) for r in rows}
+        got = browser_steps(names, a.batch, steps, a.browser_timeout)
         for r in rows:
-            r["browser"] = got.get(r["name"], "-")
+            r["browser"] = got.get(r["name"], r.get("browser", "-"))
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
     print(table(rows, a.batch))
