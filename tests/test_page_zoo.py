@@ -104,6 +104,11 @@ def _train_and_download(app, dataset, model, tmp_path):
     app.configure(model=None, optimizer="adam", lr="0.001", batch=BATCH, max_steps=STEPS,
                   eval_images=TEST, val_images=VAL, seed=0)
     run_training(app, STEPS, RUN_TIMEOUT_S, model)
+    # after an earlier run the phase reads "done" until this run's start is under way
+    page.wait_for_function(f"appState.phase === 'error' || (appState.phase === 'done' && "
+                           f"window.lastRun && lastRun.model === {model!r})",
+                           timeout=RUN_TIMEOUT_S * 1000)
+    assert app.state()["phase"] == "done", app.diagnostics()
     last = page.evaluate("({steps: lastRun.steps, model: lastRun.model, eval: "
                          "lastRun.eval_images, verdict: lastRun.verdict})")
     logits = np.asarray(page.evaluate("Array.from(lastRun.logits)"), np.float64)
