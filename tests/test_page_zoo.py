@@ -18,7 +18,8 @@ Asserted:
   Linear and draw its first 64 weight rows as 28x28 images, each pixel the diverging colour
   of the trained weight (within 1 of 255);
 - hostile: the LSTM (1x28x28) against the 3x32x32 dataset is refused before any work: the
-  message names both shapes, Start is disabled, no run starts.
+  message names both shapes, Start is disabled, no run starts; the page's fit rule takes the
+  input shapes the worker's does ([N, 28, 28], [N, 1, 784], [N, 784] for 1x28x28 data).
 """
 
 import json
@@ -103,6 +104,11 @@ def _train_and_download(app, dataset, model, tmp_path):
     app.configure(model=None, optimizer="adam", lr="0.001", batch=BATCH, max_steps=STEPS,
                   eval_images=TEST, val_images=VAL, seed=0)
     run_training(app, STEPS, RUN_TIMEOUT_S, model)
+    # after an earlier run the phase reads "done" until this run's start is under way
+    page.wait_for_function(f"appState.phase === 'error' || (appState.phase === 'done' && "
+                           f"window.lastRun && lastRun.model === {model!r})",
+                           timeout=RUN_TIMEOUT_S * 1000)
+    assert app.state()["phase"] == "done", app.diagnostics()
     last = page.evaluate("({steps: lastRun.steps, model: lastRun.model, eval: "
                          "lastRun.eval_images, verdict: lastRun.verdict})")
     logits = np.asarray(page.evaluate("Array.from(lastRun.logits)"), np.float64)
@@ -250,6 +256,17 @@ def test_zoo_model_against_a_dataset_it_does_not_fit_is_refused(app, datasets):
     page.wait_for_timeout(500)
     assert page.evaluate("appState.steps.length") == steps
     assert app.state()["phase"] in ("ready", "done"), app.state()
+    # the page takes the input shapes the worker takes (engine/train/data.py check_fits)
+    fits = page.evaluate("""async () => {
+        const { fitProblem } = await import('/page/dataset.js');
+        const d = appState.datasets.find((x) => x.name === 'rows28');
+        const g = (shape) => ({ inputs: [{ name: 'x', shape: ['N', ...shape] }],
+                                outputs: [{ shape: ['N', 10] }] });
+        return [[28, 28], [1, 784], [784], [1, 28, 28], [32, 32]].map(
+            (s) => fitProblem('m', g(s), d)); }""")
+    assert fits[:4] == [None] * 4, fits
+    assert fits[4] == "Model m: input 'x' [N, 32, 32] does not fit dataset rows28 (1x28x28 " \
+        "images, [N, 1, 28, 28]): choose a model made for 1x28x28 or another dataset.", fits
 
 
 def test_a_linear_first_layer_is_drawn_as_images(app, datasets, tmp_path):
