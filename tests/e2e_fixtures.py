@@ -133,7 +133,8 @@ class Page:
             return {phase: s.phase, workerReady: s.workerReady, noWebGPU: s.noWebGPU,
                     error: s.error, status: s.status, adapter: s.adapter,
                     progress: s.progress, nsteps: s.steps.length,
-                    lastStep: s.steps.length ? s.steps[s.steps.length - 1] : null};
+                    lastStep: s.steps.length ? s.steps[s.steps.length - 1] : null,
+                    fresh: s.steps !== window.e2eStepsBefore};
         }""")
 
     def diagnostics(self) -> str:
@@ -248,6 +249,10 @@ def run_training(app: Page, total_steps: int, timeout_s: float, label: str) -> R
     """Click Start, follow progress until phase ``done``; fails on ``error``, on timeout, and
     early when the measured speed cannot finish ``total_steps`` within ``timeout_s``."""
     page, run = app.page, Run()
+    # a run's start replaces appState.steps; until then the phase may still be the last run's
+    # "done" (Start checks the settings first): only this run's "done" ends the wait
+    error_before = page.evaluate("() => { window.e2eStepsBefore = appState.steps; "
+                                 "return appState.error; }")
     page.click("#start")
     run.t_start = time.monotonic()
     deadline = run.t_start + timeout_s
@@ -271,9 +276,10 @@ def run_training(app: Page, total_steps: int, timeout_s: float, label: str) -> R
                         f"{run.seen[0][1]}..{step}; {total_steps} steps would take about "
                         f"{projected:.0f} s, over the {timeout_s:.0f} s limit "
                         f"(goal: < {MAX_S_PER_STEP} s/step)")
-        if st["phase"] == "error" or st["error"]:
+        if (st["phase"] == "error" or st["error"]) and (st["fresh"]
+                                                       or st["error"] != error_before):
             pytest.fail(f"training failed: {st['error']!r}\n{app.diagnostics()}")
-        if st["phase"] == "done":
+        if st["phase"] == "done" and st["fresh"]:
             run.t_done = now
             return run
         if now > deadline:
