@@ -97,3 +97,47 @@ def test_hostile_layers_answer_errors_and_save_nothing(client, layers, message):
     assert not got["ok"] and "name" not in got
     assert any(e["message"].startswith(message) for e in got["errors"]), got["errors"][:3]
     assert not uploads.exists()
+
+
+@pytest.mark.parametrize("field,layer", [
+    ("out_channels", '{"op": "conv", "out_channels": 1%s}'),
+    ("p", '{"op": "dropout", "p": 1%s}'),
+    ("negative_slope", '{"op": "leaky_relu", "negative_slope": -1%s}'),
+])
+def test_an_integer_of_400_digits_is_outside_not_a_500(client, field, layer):
+    """Python compares a 400-digit int exactly (math.isfinite would raise OverflowError)."""
+    c, uploads = client
+    body = '{"layers": [%s], "input": [1, 28, 28], "classes": 10}' % (layer % ("0" * 400))
+    r = c.post("/api/models/build", content=body.encode())
+    assert r.status_code == 200, r.text
+    (err,) = r.json()["errors"]
+    assert err["field"] == field and "is outside" in err["message"], err
+    assert not uploads.exists()
+
+
+def test_an_upload_cannot_take_a_built_name(client):
+    """A built model's name is a hash anyone can compute: an upload of that name is renamed,
+    so "Use this network" never picks a planted file."""
+    c, uploads = client
+    req = {"layers": SPEC, "input": [1, 28, 28], "classes": 10, "save": True}
+    name = c.post("/api/models/build", json=req).json()["name"]
+    planted = (uploads / f"{name}.onnx").read_bytes()
+    assert c.delete(f"/api/models/{name}").json() == {"deleted": name}
+    up = c.post(f"/api/models/upload?filename={name}.onnx", content=planted)
+    assert up.status_code == 200, up.text
+    assert up.json()["name"] == f"{name}-upload"
+    assert not (uploads / f"{name}.onnx").exists()
+
+
+def test_the_oldest_built_models_are_removed_past_the_cap(client, monkeypatch):
+    from webgpu_trainer.host import build_routes
+    monkeypatch.setattr(build_routes, "MAX_BUILT", 2)
+    c, uploads = client
+    names = []
+    for width in (2, 3, 4):
+        layers = [{"op": "flatten"}, {"op": "linear", "out_features": width},
+                  {"op": "linear", "out_features": "classes"}]
+        body = {"layers": layers, "input": [1, 28, 28], "classes": 10, "save": True}
+        names.append(c.post("/api/models/build", json=body).json()["name"])
+    assert len(set(names)) == 3
+    assert sorted(p.stem for p in uploads.glob("built-*.onnx")) == sorted(names[1:])

@@ -91,10 +91,16 @@ def test_build_train_download_and_share(app, server, chromium, tmp_path):
     assert layers[0] == {"op": "conv", "out_channels": 4, "kernel_size": 3, "stride": 1,
                          "padding": 1}
     assert layers[-1] == {"op": "linear", "out_features": "classes"}
+    # the server forgets the model: only the link's layers can give it back, rebuilt
+    assert page.evaluate("n => fetch('/api/models/' + n, {method: 'DELETE'}).then(r => "
+                         "r.status)", name) == 200
     other = Page(chromium, link)  # a fresh page: the link's layers give the same model
     try:
         other.page.wait_for_function(f"document.querySelector('#model').value === '{name}'",
                                      timeout=60_000)
+        assert "not built" not in other.page.text_content("#builder-note")
+        assert other.page.evaluate("n => fetch('/api/models').then(r => r.json()).then(ms => "
+                                   "ms.some(m => m.name === n))", name)
     finally:
         other.close()
     bad = json.dumps([{"op": "conv", "out_channels": 10 ** 6}, {"op": "constructor"}])

@@ -9,6 +9,7 @@
 import { $, el, humanCount } from "../lib/util.js";
 import { appState, log, setStatus } from "./state.js";
 import { loadModels } from "./models.js";
+import { exactInteger } from "./values.js";
 
 // op -> [label, [[field, default, hint]]]: what a row edits (the server checks every value)
 const OPS = {
@@ -33,7 +34,18 @@ let timer = null;
 let asked = 0;             // the latest check's number: older answers are dropped
 
 const isOp = (op) => typeof op === "string" && Object.hasOwn(OPS, op);
-const numberOrText = (t) => (/^-?\d+(\.\d+)?(e[+-]?\d+)?$/i.test(t.trim()) ? Number(t) : t.trim());
+/** A typed field: a number when it reads as one exactly, else the text (the server names it):
+ * "1e999" would be Infinity (sent as null, read as "not given") and 20 digits would round. */
+function numberOrText(t) {
+  const s = t.trim();
+  if (!/^-?\d+(\.\d+)?(e[+-]?\d+)?$/i.test(s)) return s;
+  const n = Number(s);
+  return Number.isFinite(n) ? exactInteger(s, n) : s;
+}
+/** JSON.parse's reviver for a link's layers: a number JSON.stringify would not send back as
+ * itself (Infinity, an integer past 2^53) stays its source text. */
+const keepExact = (key, v, ctx) => (typeof v === "number" && (!Number.isFinite(v) ||
+  (Number.isInteger(v) && !Number.isSafeInteger(v))) ? (ctx?.source ?? String(v)) : v);
 
 function starter(d) {
   const last = { op: "linear", out_features: "classes" };
@@ -197,7 +209,7 @@ async function useNetwork() {
   } catch (e) {
     $("builder-note").textContent = `Could not build: ${e.message ?? e}`;
   } finally {
-    $("builder-use").disabled = false;
+    schedule(0, false);  // the button follows a fresh check (a refused list keeps it off)
   }
 }
 
@@ -217,7 +229,11 @@ export async function buildFromLink(text) {
       LINK_LIMIT.toLocaleString());
   }
   let layers;
-  try { layers = JSON.parse(text); } catch (e) { return fail(`not JSON (${e.message})`); }
+  try {
+    layers = JSON.parse(text, keepExact);
+  } catch (e) {
+    return fail(`not JSON (${e.message})`);
+  }
   try {
     const res = await post(layers, true);
     if (!res.ok) {  // the table keeps the page's own list; the note names the link's problems

@@ -87,8 +87,8 @@ export async function importConfig(text, name = "the file") {
   if (nested && Object.hasOwn(doc, "layers") && typeof model === "string" &&
       !appState.models.some((m) => m.name === model)) {  // a network built in the page
     const name = await buildFromLink(JSON.stringify(doc.layers) ?? "null");
-    if (name) {
-      await loadModels(name);
+    if (name) {  // listed, not chosen: the model changes only once every check has passed
+      await loadModels($("model").value);
       model = name;
     }
   }

@@ -22,6 +22,7 @@ from .bodies import read_json
 from .errors import ApiError, import_error, problems
 
 KEYS = ("layers", "input", "classes", "save")
+MAX_BUILT = 64  # built-* models kept in the uploads; the oldest go first
 
 
 def _write(models, chk, name: str) -> dict:
@@ -42,10 +43,19 @@ def _write(models, chk, name: str) -> dict:
             raise import_error(f"{name}.onnx", exc, str(tmp)) from exc
         except (GraphError, NotImplementedError) as exc:
             raise ApiError(400, f"{name}.onnx cannot be trained: {exc}", problems(exc)) from exc
+        _evict(models.uploads, MAX_BUILT - 1)
         tmp.replace(models.uploads / f"{name}.onnx")
     finally:
         tmp.unlink(missing_ok=True)
     return graph
+
+
+def _evict(folder, keep: int) -> None:
+    """Remove the oldest ``built-*.onnx`` (by modification time) beyond ``keep``: a saved list
+    of 200 bytes may write 64 MB (16 M parameters), so the count is what bounds the disk."""
+    old = sorted(folder.glob("built-*.onnx"), key=lambda p: p.stat().st_mtime)
+    for path in old[:max(0, len(old) - keep)]:
+        path.unlink(missing_ok=True)
 
 
 def build_handler(models):
@@ -69,8 +79,8 @@ def build_handler(models):
         from ..engine.tools.summary import summarize
         name = model_name(chk)
         path = models.uploads / f"{name}.onnx"
-        if path.is_file():
-            graph = models.bundle(path)[0]
+        if path.is_file():  # uploads cannot take a built- name (model_routes.upload_name)
+            graph = (await run_in_threadpool(models.bundle, path))[0]
         else:
             graph = await run_in_threadpool(_write, models, chk, name)
         out.update(name=name, summary=summarize(graph))

@@ -148,8 +148,8 @@ class Models:
         from ..engine.tools.summary import summarize
         limit = self.max_upload_bytes
         name = upload_name(request.query_params.get("filename") or "model.onnx")
-        if (self.dir / f"{name}.onnx").is_file():
-            name = f"{name}-upload"
+        if (self.dir / f"{name}.onnx").is_file() or name.startswith("built-"):
+            name = f"{name}-upload"  # built-<hash> is the builder's (host/build_routes.py)
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit:
             raise ApiError(413, f"{name}.onnx is {int(declared):,} bytes; the upload limit is "
