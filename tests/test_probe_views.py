@@ -80,3 +80,20 @@ def test_the_first_attention_map_averaged_over_heads(stem):
 @pytest.mark.parametrize("stem", ["resnet8-ts", "lstm-dynamo", "mobilenetv2-ts"])
 def test_no_attention_map_without_attention(stem):
     assert probe.attention_softmax(_zoo(stem)[2]) is None
+
+
+def test_a_1d_conv_is_drawn_as_rows():
+    """conv1d-ts ([N, 1, 784] on MNIST): its kernels [O, I, K] and feature maps [C, L] reach
+    the page as [O, I, 1, K] and [C, 1, L] (views.js draws rank-4 kernels, rank-3 maps)."""
+    graph = _zoo("conv1d-ts")[2]
+    first = probe.first_layer(graph, [1, 28, 28])
+    assert first["view"] == "filters" and len(first["shape"]) == 3, first
+    assert first["text"].startswith("first layer is a 1-D Conv (") and \
+        first["text"].endswith("): its kernels shown as 1 x K strips"), first["text"]
+    o, i, k = first["shape"]
+    assert probe.with_height(first["shape"], 4) == [o, i, 1, k]
+    shapes = graph.shapes(1)
+    maps = [shapes[name][1:] for _, name in probe.feature_maps(graph)]
+    assert maps and all(len(m) == 2 for m in maps), maps
+    assert [probe.with_height(m, 3) for m in maps] == [[m[0], 1, m[1]] for m in maps]
+    assert probe.with_height([16, 3, 3, 3], 4) == [16, 3, 3, 3]  # 2-D kernels unchanged

@@ -46,6 +46,7 @@ from ..engine.train.probe import (
     head_mean,
     patch_grid,
     weight_rows,
+    with_height,
 )
 from .bridge import STATE, float32_array, post, to_bytes, uint8_array
 from .load import engine, load
@@ -129,9 +130,9 @@ async def _filters(eng, graph, first) -> dict | None:
     t = graph.tensors[first["weight"]]
     raw = await eng.read_weights(t["offset"] + t["nbytes"])
     values = memoryview(raw[t["offset"]:t["offset"] + t["nbytes"]]).cast("f")
-    if first["view"] == "filters":
-        return {"name": first["weight"], "shape": t["shape"], "layout": "filters",
-                "values": float32_array(values.tobytes())}
+    if first["view"] == "filters":  # a 1-D Conv's [O, I, K] drawn as O x I strips 1 x K
+        return {"name": first["weight"], "layout": "filters",
+                "shape": with_height(t["shape"], 4), "values": float32_array(values.tobytes())}
     n_in = t["shape"][0] if first["rows"] else t["shape"][1]
     n_out = t["nbytes"] // 4 // n_in
     rows = weight_rows(values, t["shape"], first["rows"], SHOWN_ROWS)
@@ -173,7 +174,7 @@ async def inspect(data: dict) -> None:
         found = attention_softmax(graph)
         names = [name for _, name in layers] + ([found[1]] if found else [])
         got = await eng.probe(sample, names) if names else {}
-        maps = [{"layer": layer, "name": name, "shape": shapes[name][1:],
+        maps = [{"layer": layer, "name": name, "shape": with_height(shapes[name][1:], 3),
                  "values": float32_array(got[name])} for layer, name in layers]
         first = first_layer(graph, spec.sample_shape)
         filters = await _filters(eng, graph, first)

@@ -1,6 +1,7 @@
 """What the live views read from a model, shared by both engines and the worker (standard library
 only): the name of the log-probabilities, the layers whose feature maps are shown, the first
-conv layer's filters, and the parameters in the order the norms list them.
+layer with weights and what can be shown of it, the first attention map, and the parameters
+in the order the norms list them.
 
 ``GpuEngine.probe`` / ``CpuEngine.probe`` run the eval-mode forward of given images and return
 the activations named; ``norms()`` on both engines return the L2 norms of each parameter's
@@ -27,12 +28,12 @@ def feature_maps(graph) -> list:
     return out
 
 
-def first_conv_weight(graph):
-    """The weight tensor name of the first Conv node of ``graph`` (a ``Graph``), or None."""
-    for node in graph.nodes:
-        if node["op_type"] == "Conv" and node["inputs"][1] in graph.tensors:
-            return node["inputs"][1]
-    return None
+def with_height(shape, rank: int) -> list:
+    """``shape`` as an image shape of ``rank`` axes: one short (a 1-D Conv's weight ``[O, I,
+    K]`` or feature map ``[C, L]``) gets a height of 1 before its last axis (``[O, I, 1, K]``,
+    ``[C, 1, L]``), so the views draw it as rows; other shapes as they are."""
+    shape = list(shape)
+    return shape[:-1] + [1] + shape[-1:] if len(shape) == rank - 1 else shape
 
 
 def params_in_order(graph) -> list:
@@ -126,8 +127,10 @@ def first_layer(graph, sample_shape) -> dict | None:
                "image": list(sample_shape) if image else None}
         dims = "x".join(str(d) for d in shape or [])
         if op in ("Conv", "ConvTranspose"):
-            out.update(view="filters", text=f"first layer is a {op} ({name} [{dims}]): its "
-                       "kernels shown")
+            flat = len(shape or []) == 3  # 1-D: [O, I, K]
+            out.update(view="filters", text=f"first layer is a {'1-D ' if flat else ''}{op} "
+                       f"({name} [{dims}]): its kernels shown"
+                       + (" as 1 x K strips" if flat else ""))
         elif op in ("Gemm", "MatMul"):
             rows = _linear_rows(node, shape, flipped)
             if rows is None or not image or rows[1] != values:
