@@ -207,3 +207,18 @@ def test_validate_reports_the_misfit_before_the_batch_size(env):
                                              "model": "seednet"}).json()
     assert r["errors"] == [["batch_size", "must be an integer in [2, 5] (at most the 5 "
                                           "training images), got 64"]], r
+
+
+def test_validate_names_a_missing_dataset_before_the_models_fit(env):
+    """A config naming a dataset the server lacks: answered as the dataset's error, not as a
+    misfit against the default dataset the counts would fall back to."""
+    import shutil
+    from pathlib import Path
+    models = env["root"].parent / "models"
+    models.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "models" / "seednet.onnx", models)
+    r = env["client"].post("/api/config/validate", json={
+        "config": {"dataset": "ghost", "batch_size": 64}, "model": "seednet"}).json()
+    assert not r["ok"] and len(r["errors"]) == 1, r
+    field, message = r["errors"][0]
+    assert field == "dataset" and "ghost" in message and "not found" in message, r

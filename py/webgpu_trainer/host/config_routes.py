@@ -15,10 +15,14 @@ from .errors import ApiError
 class RunConfigRoutes:
     """``models``: the model lookup (``model_routes.Models``); ``train_images(name)``: the
     training split's size of the config's dataset (``data_routes.Datasets.train_images``);
-    ``manifest(name)``: that dataset's manifest or None (``Datasets.fit_manifest``)."""
+    ``manifest(name)``: that dataset's manifest or None (``Datasets.fit_manifest``);
+    ``missing(name)``: why the server cannot train on dataset ``name``, or None
+    (``Datasets.missing``)."""
 
-    def __init__(self, models, train_images, manifest=lambda name: None):
+    def __init__(self, models, train_images, manifest=lambda name: None,
+                 missing=lambda name: None):
         self.models, self.train_images, self.manifest = models, train_images, manifest
+        self.missing = missing
 
     def routes(self) -> list:
         return [
@@ -58,8 +62,9 @@ class RunConfigRoutes:
     async def config_validate(self, request: Request) -> Response:
         """Body ``{"config": {...}, "model": name?}``: the run configuration checked by the
         engine's validator (``config.parse``) against the training images of the config's
-        dataset (and the model's classes when ``model`` is given); a model that does not fit
-        that dataset is answered first, alone, as the "model" field's error. Answers ``{"ok": true,
+        dataset (and the model's classes when ``model`` is given); a dataset the server does not
+        have is answered first, alone, as the "dataset" field's error, then a model that does
+        not fit that dataset as the "model" field's error. Answers ``{"ok": true,
         "config": resolved config, "steps": {"per_epoch", "total", "train_images",
         "val_images"}}`` or
         ``{"ok": false, "errors": [[field, message], ...]}`` (200 both: a bad config is an
@@ -79,6 +84,9 @@ class RunConfigRoutes:
                 return JSONResponse({"ok": False, "errors": [["model", why]]})
         cfg_in = body.get("config") or {}
         dataset = cfg_in.get("dataset") if isinstance(cfg_in, dict) else None
+        gone = self.missing(dataset) if isinstance(dataset, str) else None
+        if gone:  # the fit and the counts would be the default dataset's: name this first
+            return JSONResponse({"ok": False, "errors": [["dataset", gone]]})
         misfit = self._misfit(model, dataset) if isinstance(model, str) else None
         if misfit:  # before the batch size: a model that cannot fit is no batch problem
             return JSONResponse({"ok": False, "errors": [["model", misfit]]})

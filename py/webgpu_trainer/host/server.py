@@ -70,7 +70,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     routes = [
         *files.routes(),
         *models.routes(),
-        *RunConfigRoutes(models, mnist.train_images, mnist.fit_manifest).routes(),
+        *RunConfigRoutes(models, mnist.train_images, mnist.fit_manifest, mnist.missing).routes(),
         *mnist.routes(),
         *datasets.routes(),
         *extra_routes,
