@@ -76,7 +76,7 @@ import { siteFetch } from "./benchmarks/dawn/dawn.mjs";
 const site = process.argv[1], out = {};
 for (const url of ["/data/random/manifest.json", "/../../etc/passwd", "/a%2F..%2F..%2Fetc%2Fpasswd",
                    "/data/random/%2e%2e/%2e%2e/%2e%2e/etc/passwd", "/api/models/nosuch/graph.json",
-                   "/data/random"]) {
+                   "/data/random", "/%E0%A4%A"]) {
   const r = await siteFetch(site, "/pyo/", url);
   out[url] = r.status;
 }
@@ -89,8 +89,8 @@ console.log(JSON.stringify(out));
 
 def test_fetch_stub_serves_only_the_site(site):
     """Hostile URLs: a path escaping the site (plain, %2F-encoded, %2e-encoded) is 404, so is
-    a folder and a missing file; another origin is refused; /api/wheel names the local
-    Pyodide."""
+    a folder, a missing file and a broken %-escape (decodeURIComponent's URIError); another
+    origin is refused; /api/wheel names the local Pyodide."""
     proc = subprocess.run(["node", "--input-type=module", "-e", HOSTILE_FETCH, str(site)],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -57,8 +57,9 @@ export function siteFetch(site, pyodideDir, url) {
     const meta = JSON.parse(fs.readFileSync(path.join(site, "api", "wheel"), "utf8"));
     return Promise.resolve(Response.json({ ...meta, pyodide: pyodideDir }));
   }
-  const file = path.join(site, decodeURIComponent(u.pathname));
-  if (!file.startsWith(site + path.sep) || !fs.existsSync(file) || !fs.statSync(file).isFile()) {
+  let file = "";
+  try { file = path.join(site, decodeURIComponent(u.pathname)); } catch { /* bad %-escape: 404 */ }
+  if (!file || !file.startsWith(site + path.sep) || !fs.existsSync(file) || !fs.statSync(file).isFile()) {
     return Promise.resolve(new Response(JSON.stringify({ detail: `not in the site: ${u.pathname}` }),
       { status: 404, headers: { "content-type": "application/json" } }));
   }
