@@ -95,3 +95,33 @@ def test_training_matches_torch_which_does_not_tie(device, exported):
         for name, p in zip(node["inputs"][1:3], (ln.weight, ln.bias)):
             assert rel_err(weights[name], p.detach().numpy()) <= RTOL, name
     assert not np.allclose(weights["ln1.weight"], weights[norms[1]["inputs"][1]])
+
+
+def test_one_module_used_twice_stays_tied(tmp_path):
+    """The untying reads the module of each use (dynamo's ``pkg.torch.onnx.name_scopes``): a
+    LayerNorm applied twice is one parameter in torch, and stays one (a note says tied)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")
+    from webgpu_trainer import onnx_io
+
+    class SharedNorm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(784, 16), torch.nn.Linear(16, 16)
+            self.ln, self.fc3 = torch.nn.LayerNorm(16), torch.nn.Linear(16, 10)
+
+        def forward(self, x):
+            x = torch.relu(self.ln(self.fc1(x.flatten(1))))
+            return self.fc3(torch.relu(self.ln(self.fc2(x))))
+    torch.manual_seed(0)
+    path = tmp_path / "shared.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(SharedNorm().eval(), (torch.zeros(BATCH, 1, 28, 28),), str(path),
+                          dynamo=True, input_names=["input"], output_names=["output"])
+    graph, _ = onnx_io.load_bundle(path)
+    norms = [n for n in graph["nodes"] if n["op_type"] == "LayerNormalization"]
+    assert len(norms) == 2
+    assert norms[0]["inputs"][1:3] == norms[1]["inputs"][1:3] == ["ln.weight", "ln.bias"]
+    notes = " ".join(graph.get("notes", []))
+    assert "ln.weight" in notes and "tied" in notes, notes

@@ -158,8 +158,9 @@ def _roles(s: ImportState, order: list) -> tuple[dict, dict]:
                            f"{name} input {k} (a running statistic) gets its own copy "
                            f"{new!r}")
         params = [x for x in other if roles[tname] == "param"]
-        if len(params) > 1 and _merged_constant(s.init[src]):
-            _untie(s, tname, src, params, roles, extra, taken)
+        groups = _by_module(params) if len(params) > 1 else {}
+        if len(groups) > 1 and _merged_constant(s.init[src]):
+            _untie(s, tname, src, list(groups.values()), roles, extra, taken)
         elif len(params) > 1:
             s.notes.append(f"initializer {tname!r} is used by {len(params)} nodes: "
                            "trained as one shared (tied) parameter")
@@ -174,15 +175,35 @@ def _merged_constant(t) -> bool:
     return arr.size > 1 and bool(np.all(arr == arr.reshape(-1)[0]))
 
 
-def _untie(s: ImportState, tname: str, src: str, params: list, roles: dict, extra: dict,
+def _by_module(params: list) -> dict:
+    """``{module path: [(node, name, input), ...]}`` of the nodes using one parameter, from
+    the dynamo exporter's ``pkg.torch.onnx.name_scopes`` node metadata (the module path is
+    the scopes without the op's own); ``{}`` when a node has none (TorchScript's export,
+    which does not merge initializers: a shared one there is a module used twice)."""
+    import ast
+    groups: dict = {}
+    for entry in params:
+        scopes = next((p.value for p in entry[0].metadata_props
+                       if p.key == "pkg.torch.onnx.name_scopes"), None)
+        try:
+            path = tuple(ast.literal_eval(scopes))[:-1] if scopes else None
+        except (ValueError, SyntaxError, TypeError):
+            path = None
+        if path is None:
+            return {}
+        groups.setdefault(path, []).append(entry)
+    return groups
+
+
+def _untie(s: ImportState, tname: str, src: str, groups: list, roles: dict, extra: dict,
            taken: set) -> None:
-    """Give each node after the first that uses the merged constant ``tname`` as a parameter
-    its own trainable copy (``source: {"copy_of", "node", "input"}``, ``s.rewire``), so that
-    training does not tie layers the exporter merged; a note names each copy."""
-    first = params[0][1]
-    for _n, name, k in params:
-        if name == first:
-            continue
+    """Give each module after the first that uses the merged constant ``tname`` as a
+    parameter its own trainable copy (``source: {"copy_of", "node", "input"}``,
+    ``s.rewire``; ``groups``: the users by module, ``_by_module``), so that training does not
+    tie layers the exporter merged (one module's own uses stay tied); a note names each."""
+    count = sum(len(g) for g in groups)
+    for group in groups[1:]:
+        _n, name, k = group[0]
         base = f"{tname}.{name}"
         new, i = base, 1
         while new in taken:
@@ -191,11 +212,12 @@ def _untie(s: ImportState, tname: str, src: str, params: list, roles: dict, extr
         taken.add(new)
         roles[new] = "param"
         extra[new] = {"copy_of": tname, "node": name, "input": k}
-        s.rewire[(name, k)] = new
+        for _n, user, j in group:
+            s.rewire[(user, j)] = new
         s.final_order.append((new, src))
         s.notes.append(f"initializer {tname!r} (every element {_first(s.init[src])}) is used "
-                       f"by {len(params)} nodes, as exporters merge equal initializers: node "
-                       f"{name} input {k} trains its own copy {new!r}")
+                       f"by {count} nodes of {len(groups)} modules, as exporters merge equal "
+                       f"initializers: node {name} input {k} trains its own copy {new!r}")
 
 
 def _first(t) -> str:
