@@ -9,6 +9,7 @@ wgpu-py's native adapter, float64 numpy), reduction orders the same kernels fix.
 Node (Debian's nodejs, as the CI machine has for ESLint) and ``npm ci --prefix benchmarks``
 are required; a missing one fails the test."""
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -21,8 +22,12 @@ import pytest
 from conftest import rel_err
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks" / "dawn"))
-import harness  # noqa: E402  (benchmarks/dawn/harness.py: not a package)
+# benchmarks/dawn/dawn_harness.py, loaded by path: not a package, and a folder on sys.path
+# would shadow modules of other tests (tests/harness.py)
+_spec = importlib.util.spec_from_file_location(
+    "dawn_harness", REPO / "benchmarks" / "dawn" / "dawn_harness.py")
+harness = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(harness)
 
 CFG = {"dataset": "random", "batch_size": 8, "max_steps": 2, "epochs": 1, "seed": 0,
        "eval_images": 8, "val_images": 0}

@@ -28,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-import harness  # noqa: E402
+import dawn_harness as harness  # noqa: E402  (not tests/harness.py)
 
 # model -> (dataset, [(batch, warmup, steps, repeats)])
 PLAN = {"seednet": ("random", [(64, 300, 300, 5), (1000, 40, 60, 3)]),
