@@ -10,6 +10,7 @@ dataset downloads once. Screenshots in test-results/classroom/dataset-*.png."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import ssl
 import subprocess
@@ -30,10 +31,9 @@ SHARDS = """() => performance.getEntriesByType('resource')
   .map(e => [e.name.split('/').pop(), e.transferSize])"""
 
 
-@pytest.fixture(scope="module")
-def server(mnist_cache, tmp_path_factory):
-    """The classroom server with ``--data-root`` holding the "bands" dataset."""
-    tmp = tmp_path_factory.mktemp("classroom-data")
+@contextlib.contextmanager
+def bands_server(tmp, mnist_cache):
+    """The classroom server in ``tmp`` with ``--data-root`` holding the "bands" dataset."""
     write_image_dataset(tmp / "datasets", "bands", {"train": tiny_grey(TRAIN, 0),
                                                     "test": tiny_grey(TEST, 1)},
                         ["top", "middle", "bottom"], title="Bands")
@@ -48,6 +48,12 @@ def server(mnist_cache, tmp_path_factory):
                 srv.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:  # a stream still open: no clean stop
                 srv.kill()
+
+
+@pytest.fixture(scope="module")
+def server(mnist_cache, tmp_path_factory):
+    with bands_server(tmp_path_factory.mktemp("classroom-data"), mnist_cache) as srv:
+        yield srv
 
 
 def spki(pem: str) -> str:

@@ -6,11 +6,10 @@ the class card (before, it waited for a dataset option that never came and Start
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import pytest
-from dataset_fixtures import write_image_dataset
-from test_classroom_dataset import TEST, TRAIN, tiny_grey
+from test_classroom_dataset import TEST
+from test_classroom_dataset_e2e import bands_server
 from test_classroom_e2e import TOKEN, Server, class_browser, js_wait, open_page  # noqa: F401
 
 pytestmark = pytest.mark.e2e
@@ -23,21 +22,8 @@ GONE = ("This class trains on dataset 'bands', which is not on the server any mo
 
 @pytest.fixture(scope="module")
 def server(mnist_cache, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("classroom-gone")
-    write_image_dataset(tmp / "datasets", "bands", {"train": tiny_grey(TRAIN, 0),
-                                                    "test": tiny_grey(TEST, 1)},
-                        ["top", "middle", "bottom"], title="Bands")
-    srv = Server(tmp, mnist_cache, ["--data-root", str(tmp / "datasets")])
-    srv.start()
-    try:
+    with bands_server(tmp_path_factory.mktemp("classroom-gone"), mnist_cache) as srv:
         yield srv
-    finally:
-        if srv.proc.poll() is None:
-            srv.proc.terminate()
-            try:
-                srv.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                srv.kill()
 
 
 def test_deleted_dataset_is_said_to_student_and_teacher(class_browser, server):  # noqa: F811
