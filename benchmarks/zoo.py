@@ -12,9 +12,9 @@ synchronisation, the median of ms per step.
     python benchmarks/zoo.py --parts engine --engine /other/checkout/py --label base --json b.json
     python benchmarks/zoo.py --table a.json b.json          # one table from several runs
 
-The input shape is a parameter (``--shape 1 28 28``); the engine side reads MNIST-shaped data
-only (the dataset work of issue 18 adds 3x32x32). The engine's data are random MNIST-shaped
-bytes when .cache/mnist is absent (speed does not depend on the pixels).
+The input shape is a parameter (``--shape 1 28 28``, ``--shape 3 32 32``). The engine trains on
+MNIST for 1x28x28 when .cache/datasets/mnist exists, else on random bytes of the shape (speed
+does not depend on the pixels).
 """
 
 from __future__ import annotations
@@ -37,17 +37,38 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-ZOO = ("seednet", "mlp", "resnet8", "resnet18", "encoder")
+ZOO = ("seednet", "mlp", "resnet8", "resnet18", "encoder", "vit", "mobilenetv2", "lstm")
+# scripts/make_zoo.py's models (issue 19's zoo), each at its own sample shape; the engine
+# trains the committed TorchScript fixture tests/fixtures/zoo/<name>-ts.onnx
+SCRIPTED = ("vit", "mobilenetv2", "lstm")
 TORCH_MODES = ("eager", "graph", "compile")
 LABELS = {"seednet": "SeedNet", "mlp": "MLP 784-1024-1024-10",
           "resnet8": "ResNet-8 (16/32/64, BN, residual Add, GAP)",
           "resnet18": "ResNet-18 (64..512, 2 blocks a stage, CIFAR stem)",
-          "encoder": "encoder block (28 tokens x 28, d 64, 4 heads)"}
+          "encoder": "encoder block (28 tokens x 28, d 64, 4 heads)",
+          "vit": "ViT (3x32x32, 4x4 patches, d 64, 2 layers)",
+          "mobilenetv2": "MobileNetV2-style (3x32x32, depthwise, ReLU6)",
+          "lstm": "LSTM (28 rows of 28, hidden 64)"}
+
+
+def _make_zoo():
+    """scripts/make_zoo.py as a module (its torch classes)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import make_zoo
+    return make_zoo
+
+
+def shape_of(name: str, shape) -> tuple:
+    """The sample shape model ``name`` is timed at: ``shape`` (``--shape``), or the zoo
+    script's own for the models of ``SCRIPTED``."""
+    return tuple(_make_zoo().MODELS[name][1]) if name in SCRIPTED else tuple(shape)
 
 
 def build(name: str, shape):
     """The torch module ``name`` of the zoo for inputs [N, *shape], ending in log_softmax."""
     from torch import nn
+    if name in SCRIPTED:
+        return nn.Sequential(_make_zoo().build(name)[0], nn.LogSoftmax(dim=1))
     residual, encoder = _modules()
     c, h, w = shape
     if name == "seednet":
@@ -132,6 +153,8 @@ def export(name: str, shape, folder: Path) -> Path:
     import torch
     if name == "seednet" and tuple(shape) == (1, 28, 28):
         return REPO / "models" / "seednet.onnx"
+    if name in SCRIPTED:
+        return REPO / "tests" / "fixtures" / "zoo" / f"{name}-ts.onnx"
     torch.manual_seed(0)
     path = folder / f"{name}.onnx"
     with warnings.catch_warnings():
@@ -189,16 +212,30 @@ async def _timed(step, sync, steps: int, repeats: int, warmup: int) -> dict:
     return {"ms": _median(runs), "runs": runs}
 
 
-async def trainer(dev, path: Path, batch: int):
-    """The set-up trained on by ``engine`` and zoo_profile.py: a Trainer of the ONNX model at
-    ``path`` (Adam lr 1e-3, scratch init, seed 0) on MNIST-shaped data, set up, its GPU engine
-    given a seeded shuffled order; returns (trainer, steps per epoch)."""
+def _split(count: int, shape):
+    """MNIST (1x28x28, when cached) or ``count`` random uint8 images of ``shape`` [C, H, W]
+    with 10 classes: the training split the engine is timed on."""
     import random
     import native
+    from webgpu_trainer.engine.train.data import DataSpec, Split
+    if tuple(shape) == (1, 28, 28):
+        return native._data(count)[0]
+    spec = DataSpec("random", "random bytes", "image", shape, [str(i) for i in range(10)],
+                    mean=[0.5] * shape[0], std=[0.25] * shape[0])
+    rng = random.Random(0)
+    labels = bytes(rng.randrange(10) for _ in range(count))
+    return Split(rng.randbytes(count * spec.values), labels, count, labels, spec)
+
+
+async def trainer(dev, path: Path, batch: int, shape=(1, 28, 28)):
+    """The set-up trained on by ``engine`` and zoo_profile.py: a Trainer of the ONNX model at
+    ``path`` (Adam lr 1e-3, scratch init, seed 0) on images of ``shape`` (``_split``), set up,
+    its GPU engine given a seeded shuffled order; returns (trainer, steps per epoch)."""
+    import random
     from webgpu_trainer import onnx_io
     from webgpu_trainer.engine.train.gpu_engine import GpuEngine
     from webgpu_trainer.engine.train.loop import Trainer
-    split, _ = native._data(max(4 * batch, 8192))
+    split = _split(max(4 * batch, 8192), shape)
     graph, weights = onnx_io.load_bundle(path)
     cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": batch, "seed": 0, "init": "scratch",
            "eval_images": batch, "val_images": 0}
@@ -210,11 +247,12 @@ async def trainer(dev, path: Path, batch: int):
     return tr, split.count // batch
 
 
-async def engine(dev, path: Path, batch: int, steps: int, repeats: int, warmup: int) -> dict:
+async def engine(dev, path: Path, batch: int, steps: int, repeats: int, warmup: int,
+                 shape=(1, 28, 28)) -> dict:
     """The engine's training step of the ONNX model at ``path``, natively (trainer's own step:
     gather, forward, loss, backward, guard, Adam)."""
     from gpu_timer import Timer
-    tr, per_epoch = await trainer(dev, path, batch)
+    tr, per_epoch = await trainer(dev, path, batch, shape)
     eng = tr.engine
 
     async def step():
@@ -308,28 +346,27 @@ def run(args) -> dict:
     dev = None
     folder = Path(tempfile.mkdtemp(prefix="zoo-"))
     if "engine" in args.parts:
-        if tuple(args.shape) != (1, 28, 28):
-            raise SystemExit(f"engine: input shape {args.shape}: the engine reads MNIST-shaped "
-                             "data (1 28 28) only until the dataset work (issue 18) lands")
         import gemm
         import gpu_timer
         dev = gpu_timer.open_device()
     res["versions"] = _versions(dev)
     for name in args.models:
-        path = export(name, args.shape, folder)
+        shape = shape_of(name, args.shape)
+        path = export(name, shape, folder)
         for batch in args.batch:
             row = {"model": name, "batch": batch}
             if dev is not None:
                 try:
                     with gemm.constants(args.const), builder(args.builder):
                         row["engine"] = asyncio.run(engine(dev, path, batch, args.steps,
-                                                           args.repeats, args.warmup))
+                                                           args.repeats, args.warmup,
+                                                           shape))
                 except Exception as exc:  # keep going: the other cells are still worth it
                     row["engine"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
             for mode in TORCH_MODES:
                 if mode in args.parts:
                     try:
-                        row[mode] = torch_step(name, args.shape, batch, mode, args.steps,
+                        row[mode] = torch_step(name, shape, batch, mode, args.steps,
                                                args.repeats, args.warmup)
                     except Exception as exc:
                         row[mode] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# The zoo and GEMM benchmarks on the lent NVIDIA H200 (the device tool of this workplace; not CI).
-# Here: copy this checkout's py/ shaders/ benchmarks/ models/seednet.onnx into the lead
-# checkout's .perf20/new/ (and another engine's py/ shaders/ into .perf20/base/ for a
-# before/after), fetch the wheels (.whl) and the Vulkan loader .debs (.gl) as h200.sh says; then
-#   run(command="bash .perf20/new/benchmarks/zoo_h200.sh", carry=[".perf20", ".whl", ".gl"])
-# There: the GEMM shapes (benchmarks/gemm.py) and the zoo's engine rows for base and new, and
-# PyTorch's rows (eager, CUDA graph, torch.compile + whole-step graph) once; JSON into $OUT.
-# ENGINES="base new", GEMM=0 (no GEMM part), TORCH=0 (no PyTorch rows) choose the parts.
+# The zoo benchmark (benchmarks/zoo.py) on the lent NVIDIA H200 (the device tool of this
+# workplace; not CI). Here: copy this checkout's py/ shaders/ benchmarks/ models/ scripts/
+# tests/fixtures/zoo/ into .perf20/new/ (and another engine's py/ shaders/ into .perf20/base/
+# for a before/after), the wgpu-py wheels into .whl (benchmarks/dawn/pack.sh fetches them into
+# .dawnpay/whl) and the Vulkan loader .debs into .gl (the device README); then
+#   run(command="PART=engine bash .perf20/new/benchmarks/zoo_h200.sh", carry=[".perf20", ".whl", ".gl"])
+# PART=engine: the engine's rows of every zoo model (1x28x28 models, the ResNets at 3x32x32,
+#   the make_zoo models at their own shapes) for each ENGINES (default "new") and each
+#   VARIANTS entry ("-": the committed Builder; "CONV_GEMM_MIN=64": a Builder override, on the
+#   ResNets only). PART=torch: PyTorch eager, CUDA graph, torch.compile + whole-step graph.
+# ZOO_SETS="a b" picks model groups (see zoo()), to keep one call under the tool's 10 minutes.
+# PART=gemm: the GEMM shapes (benchmarks/gemm.py) with cuBLAS. JSON into $OUT; then the table.
 set -u
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
@@ -17,26 +21,40 @@ export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
 cd .perf20/new || exit 1
-for e in ${ENGINES:-base new}; do
-  [ "${GEMM:-1}" = 1 ] || break
-  [ -d "../$e/py" ] || [ "$e" = new ] || continue
-  py=$( [ "$e" = new ] && echo py || echo "../$e/py" )
-  echo "=== gemm $e"
-  timeout 120 python3 benchmarks/gemm.py --engine "$py" --label "$e" --force 0 16 \
-    $( [ "$e" = new ] && echo --cublas ) --json "$OUT/gemm-$e.json" 2>&1 | grep -v -i warn
-done
-for e in ${ENGINES:-base new}; do
-  [ -d "../$e/py" ] || [ "$e" = new ] || continue
-  py=$( [ "$e" = new ] && echo py || echo "../$e/py" )
-  echo "=== zoo engine $e"
-  timeout 150 python3 benchmarks/zoo.py --parts engine --engine "$py" --label "$e" \
-    --json "$OUT/zoo-$e.json" 2>&1 | grep -v -i warn
-done
-if [ "${TORCH:-1}" = 1 ]; then
-  echo "=== zoo torch"
-  timeout 200 python3 benchmarks/zoo.py --parts eager graph compile --label torch \
-    --json "$OUT/zoo-torch.json" 2>&1 | grep -v -i warn
-fi
+Z="python3 benchmarks/zoo.py --steps ${STEPS:-20} --repeats ${REPEATS:-3}"
+zoo() {  # json-stem zoo-args...: ZOO_SETS of models (default all): a the 1x28x28 models,
+  local stem=$1 g m; shift  # b ResNet-8 and c ResNet-18 at 3x32x32, d the make_zoo models
+  for g in ${ZOO_SETS:-a b c d}; do
+    case $g in
+      a) m=(--models seednet mlp encoder) ;;
+      b) m=(--models resnet8 --shape 3 32 32) ;;
+      c) m=(--models resnet18 --shape 3 32 32 --batch 64 256) ;;
+      d) m=(--models vit mobilenetv2 lstm) ;;
+    esac
+    timeout 240 $Z "$@" "${m[@]}" --json "$OUT/$stem-$g.json" 2>&1 | grep -v -i warn | grep -v '^|'
+  done
+}
+case "${PART:-engine}" in
+  engine)
+    for e in ${ENGINES:-new}; do
+      py=$( [ "$e" = new ] && echo py || echo "../$e/py" )
+      for v in ${VARIANTS:--}; do
+        if [ "$v" = - ]; then echo "=== engine $e"; zoo "zoo-$e" --parts engine --engine "$py" --label "$e"
+        else
+          echo "=== engine $e $v"
+          for m in resnet8 resnet18; do
+            b=$( [ $m = resnet18 ] && echo "64 256" || echo "64 1000" )
+            timeout 150 $Z --parts engine --engine "$py" --label "$e $v" --builder "$v" \
+              --models $m --shape 3 32 32 --batch $b --json "$OUT/zoo-$e-${v//=/-}-$m.json" 2>&1 \
+              | grep -v -i warn | grep -v '^|'
+          done
+        fi
+      done
+    done ;;
+  torch) echo "=== torch"; zoo zoo-torch --parts eager graph compile --label torch ;;
+  gemm) timeout 200 python3 benchmarks/gemm.py --engine py --label new --force 0 16 --cublas \
+          --json "$OUT/gemm-new.json" 2>&1 | grep -v -i warn ;;
+esac
 python3 benchmarks/zoo.py --table "$OUT"/zoo-*.json
