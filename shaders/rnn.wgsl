@@ -257,24 +257,34 @@ fn back_init(@builtin(global_invocation_id) gid: vec3<u32>,
   if ((p.flags & 2u) != 0u) { b[e] = dy[e]; }
 }
 
+// The weight gradients below sum over the T * N (step, sample) pairs split into num_workgroups.z
+// parts (split-K): part z sums pairs [lo, hi) of part_range and writes out[z * count + e]; the
+// parts are added by gemm.wgsl's reduce_splits (rnn.py). One part: out[e] itself.
+fn part_range(z: u32, parts: u32) -> vec2<u32> {
+  let total = p.T * p.N;
+  let chunk = (total + parts - 1u) / parts;
+  return vec2<u32>(min(z * chunk, total), min((z + 1u) * chunk, total));
+}
+
 // dW[d, q, i] = sum_{s, n} dg[d, s, n, q] x[t, n, i]. Bindings: x, dy (dg) -> out.
 @compute @workgroup_size(64)
 fn grad_w(@builtin(global_invocation_id) gid: vec3<u32>,
           @builtin(num_workgroups) nwg: vec3<u32>) {
   let e = flat_index(gid, nwg);
   let gh = p.G * p.H;
-  if (e >= p.D * gh * p.I) { return; }
+  let count = p.D * gh * p.I;
+  if (e >= count) { return; }
   let i = e % p.I;
   let q = (e / p.I) % gh;
   let d = e / (p.I * gh);
+  let range = part_range(gid.z, nwg.z);
   var acc = 0.0;
-  for (var s = 0u; s < p.T; s++) {
-    let t = time_of(s, d);
-    for (var n = 0u; n < p.N; n++) {
-      acc += dy[((d * p.T + s) * p.N + n) * 4u * p.H + q] * x[(t * p.N + n) * p.I + i];
-    }
+  for (var sn = range.x; sn < range.y; sn++) {
+    let t = time_of(sn / p.N, d);
+    let n = sn % p.N;
+    acc += dy[(d * p.T * p.N + sn) * 4u * p.H + q] * x[(t * p.N + n) * p.I + i];
   }
-  out[e] = acc;
+  out[gid.z * count + e] = acc;
 }
 
 // dR[d, q, k] = sum_{s, n} dg[d, s, n, rcol(q)] hs[d, s, n, k]. Bindings: x (hs), dy (dg) -> out.
@@ -283,19 +293,19 @@ fn grad_r(@builtin(global_invocation_id) gid: vec3<u32>,
           @builtin(num_workgroups) nwg: vec3<u32>) {
   let e = flat_index(gid, nwg);
   let gh = p.G * p.H;
-  if (e >= p.D * gh * p.H) { return; }
+  let count = p.D * gh * p.H;
+  if (e >= count) { return; }
   let k = e % p.H;
   let q = (e / p.H) % gh;
   let d = e / (p.H * gh);
-  let nh = p.N * p.H;
+  let range = part_range(gid.z, nwg.z);
   var acc = 0.0;
-  for (var s = 0u; s < p.T; s++) {
-    for (var n = 0u; n < p.N; n++) {
-      acc += dy[((d * p.T + s) * p.N + n) * 4u * p.H + rcol(q)]
-        * x[(d * (p.T + 1u) + s) * nh + n * p.H + k];
-    }
+  for (var sn = range.x; sn < range.y; sn++) {
+    let s = sn / p.N;
+    acc += dy[(d * p.T * p.N + sn) * 4u * p.H + rcol(q)]
+      * x[((d * (p.T + 1u) + s) * p.N + sn % p.N) * p.H + k];
   }
-  out[e] = acc;
+  out[gid.z * count + e] = acc;
 }
 
 // dB[d, 0:GH] = sum dg (W side), dB[d, GH:2GH] = sum dg[rcol]. Bindings: dy (dg) -> out.
@@ -304,14 +314,16 @@ fn grad_b(@builtin(global_invocation_id) gid: vec3<u32>,
           @builtin(num_workgroups) nwg: vec3<u32>) {
   let e = flat_index(gid, nwg);
   let gh = p.G * p.H;
-  if (e >= p.D * 2u * gh) { return; }
+  let count = p.D * 2u * gh;
+  if (e >= count) { return; }
   let q2 = e % (2u * gh);
   let d = e / (2u * gh);
   var col = q2;
   if (q2 >= gh) { col = rcol(q2 - gh); }
+  let range = part_range(gid.z, nwg.z);
   var acc = 0.0;
-  for (var sn = 0u; sn < p.T * p.N; sn++) { acc += dy[(d * p.T * p.N + sn) * 4u * p.H + col]; }
-  out[e] = acc;
+  for (var sn = range.x; sn < range.y; sn++) { acc += dy[(d * p.T * p.N + sn) * 4u * p.H + col]; }
+  out[gid.z * count + e] = acc;
 }
 
 // dX[t, n, i] = sum_d sum_q dg[d, s(t, d), n, q] w[d, q, i]. Bindings: w, dy (dg) -> out.

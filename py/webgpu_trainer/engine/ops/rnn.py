@@ -11,13 +11,15 @@ GRU ``linear_before_reset`` 0.
 
 Dispatches: forward 3 + T (initial state, x-projections of every step, one per step, final
 state), backward T + 4 or 5 (one per step in reverse, the initial states' gradients when
-wanted, dW, dR, dB, dX). Step s of the backward reads the later step's gate gradients (dg) to
-form dh, so each step is one dispatch; the hidden states, cell states and activated gates of
-every step stay in save buffers for it.
+wanted, dW, dR, dB, dX), each weight gradient split over its T * N sum (split-K) and its parts
+added by one more dispatch when its outputs alone leave the GPU idle. Step s of the backward
+reads the later step's gate gradients (dg) to form dh, so each step is one dispatch; the hidden
+states, cell states and activated gates of every step stay in save buffers for it.
 """
 
 from ..backends.base import groups_1d
 from ..errors import GraphError
+from .gemm import reduce_splits
 
 TYPES = ("LSTM", "GRU")
 GRAD_EVERY_OUTPUT = True  # Y_h / Y_c feed models as often as Y (plan.py)
@@ -201,7 +203,14 @@ async def backward(b, node, ins, outs, gins, gouts):
              ("grad_b", _get(gins, 3), d * 2 * g * h, {}),
              ("grad_x", _get(gins, 0), t * n * i, dict(w=ins[1])))
     for entry, out, count, extra in grads:
-        if out is not None:
-            await _kernel(b, node, entry, groups_1d(count), params=base, dy=sv["dg"], out=out,
-                           **extra)
+        if out is None:
+            continue
+        # the weight gradients sum over T * N pairs: split-K parts when the outputs are few
+        splits = 1 if entry == "grad_x" else b.splits(count, t * n, min_per_split=64)
+        target = b.temp(splits * count) if splits > 1 else out
+        gx, gy, _ = groups_1d(count)
+        await _kernel(b, node, entry, (gx, gy, splits), params=base, dy=sv["dg"], out=target,
+                       **extra)
+        if splits > 1:
+            await reduce_splits(b, target, out, splits, count)
 
