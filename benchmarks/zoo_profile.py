@@ -19,12 +19,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
-async def profile(dev, path: Path, batch: int) -> dict:
+async def profile(dev, path: Path, batch: int, shape=(1, 28, 28)) -> dict:
     """{"dispatches": [(phase, kernel, workgroups, ms)], "by_kernel": {kernel: ms}, "ms"}."""
     import native
     import zoo
     from gpu_timer import Timer
-    tr, _ = await zoo.trainer(dev, path, batch)
+    tr, _ = await zoo.trainer(dev, path, batch, shape)
     eng = tr.engine
     for s in range(1, 4):
         await eng.step(s, 0, 1e-3)
@@ -47,6 +47,8 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, nargs="+", default=[64, 1000])
     p.add_argument("--engine", type=Path, default=HERE.parent / "py")
     p.add_argument("--top", type=int, default=12)
+    p.add_argument("--shape", type=int, nargs=3, default=[1, 28, 28], metavar=("C", "H", "W"),
+                   help="the input shape of zoo.py's own models (make_zoo's have theirs)")
     p.add_argument("--builder", default="", metavar="NAME=VALUE,...",
                    help="set plan.Builder class attributes meanwhile (zoo.py --builder)")
     p.add_argument("--json", type=Path, default=None)
@@ -56,10 +58,11 @@ def main(argv=None) -> int:
     dev = gpu_timer.open_device()
     folder, res = Path(tempfile.mkdtemp(prefix="zoo-")), []
     for name in args.models:
-        path = zoo.export(name, (1, 28, 28), folder)
+        shape = zoo.shape_of(name, args.shape)
+        path = zoo.export(name, shape, folder)
         for batch in args.batch:
             with zoo.builder(args.builder):
-                r = asyncio.run(profile(dev, path, batch))
+                r = asyncio.run(profile(dev, path, batch, shape))
             res.append({"model": name, "batch": batch, **r})
             print(f"== {name} batch {batch}: {r['ms']:.3f} ms summed, "
                   f"{len(r['dispatches'])} dispatches", flush=True)

@@ -16,9 +16,10 @@ def _const(values):
     return {"dtype": "int64", "shape": [len(values)], "values": list(values)}
 
 
-def _rnn(op, direction="forward", init=False, bias=True, use=("Y",), selfcheck=False):
+def _rnn(op, direction="forward", init=False, bias=True, use=("Y",), selfcheck=False,
+         batch=BATCH):
     """One case: ``use`` names the outputs that feed the head (Y, Y_h, Y_c)."""
-    rng = rng_for("rnn", op, direction, init, bias, *use)
+    rng = rng_for("rnn", op, direction, init, bias, *use, *([batch] if batch != BATCH else []))
     d = 2 if direction == "bidirectional" else 1
     g = 4 if op == "LSTM" else 3
     feats = T * F
@@ -59,10 +60,10 @@ def _rnn(op, direction="forward", init=False, bias=True, use=("Y",), selfcheck=F
         nodes.append(node("Concat", flat, ["feat"], axis=1))
     feat = "feat" if len(flat) > 1 else flat[0]
     hn, ht = head(feat, size, 3, rng)
-    x = f32(rng.standard_normal((BATCH, feats)))
-    labels = rng.integers(0, 3, BATCH)
+    x = f32(rng.standard_normal((batch, feats)))
+    labels = rng.integers(0, 3, batch)
     cid = f"rnn/{op}_{direction}" + ("_init" if init else "") + ("" if bias else "_nobias") + \
-        "_" + "+".join(use)
+        "_" + "+".join(use) + (f"_n{batch}" if batch != BATCH else "")
     acts = ("x",) + tuple({"Y": "y", "Y_h": "yh", "Y_c": "yc"}[u] for u in use)
     return case(cid, nodes + hn, tensors + ht, x, labels, constants=consts, tag=op, acts=acts,
                 dacts=("x",) + states[:len(states) if init else 0], selfcheck=selfcheck)
@@ -76,4 +77,7 @@ CASES = [_rnn(op, direction) for op in ("LSTM", "GRU")
     _rnn("LSTM", "reverse", use=("Y_h",)),
     _rnn("GRU", "forward", bias=False, use=("Y_h",)),
     _rnn("GRU", "reverse", init=True, bias=False, use=("Y",)),
+    # T * N = 640 pairs: the weight gradients' sums split into parts (split-K, rnn._splits)
+    _rnn("LSTM", "bidirectional", use=("Y", "Y_h"), batch=160),
+    _rnn("GRU", "reverse", init=True, use=("Y",), batch=160),
 ]
