@@ -5,7 +5,9 @@
 //   log_softmax: y = x - max - log(sum(exp(x - max)))     dx = dy - exp(y) * sum(dy)
 // p.use_log == 1 selects log_softmax. A row is the C values of one (outer, inner) pair, `inner`
 // apart. *_rows: one thread per row (short rows); *_wg: one 64-thread workgroup per row (long
-// rows), row = wid.x + wid.y * num_workgroups.x.
+// rows), row = wid.x + wid.y * num_workgroups.x; *_seg: SEG threads per contiguous row (inner
+// 1), 64 / SEG rows per workgroup (GPU adapters, rows of 8-255 values: neighbouring threads
+// read neighbouring values, where one thread per row reads C apart).
 // Bindings: x = input (forward) or y (backward); g = dy (backward only); out = y or dx.
 
 //!include detmath
@@ -109,6 +111,74 @@ fn backward_wg(@builtin(workgroup_id) wid: vec3<u32>,
   s = wg_sum(lid, s);
   for (var c = lid; c < p.C; c += WG) {
     let i = base + c * p.inner;
+    out[i] = select(x[i] * (g[i] - s), g[i] - det_exp(x[i]) * s, log_mode);
+  }
+}
+
+override SEG: u32 = 16u;
+
+// The sum (or maximum, `want_max`) of v over the SEG invocations of lid's row segment, returned
+// to each of them; pairwise halving within the segment. All invocations call it (uniformly).
+fn seg_reduce(lid: u32, v: f32, want_max: bool) -> f32 {
+  red[lid] = v;
+  workgroupBarrier();
+  let lane = lid % SEG;
+  for (var h = SEG / 2u; h > 0u; h = h >> 1u) {
+    if (lane < h) {
+      red[lid] = select(red[lid] + red[lid + h], max(red[lid], red[lid + h]), want_max);
+    }
+    workgroupBarrier();
+  }
+  let total = red[lid - lane];
+  workgroupBarrier();
+  return total;
+}
+
+@compute @workgroup_size(64)
+fn forward_seg(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+  let r = (wid.x + wid.y * nwg.x) * (WG / SEG) + lid / SEG;
+  let lane = lid % SEG;
+  let live = r < p.outer;
+  let base = r * p.C;
+  var m = 0.0;
+  if (live) {
+    m = x[base];
+    for (var c = lane; c < p.C; c += SEG) { m = max(m, x[base + c]); }
+  }
+  m = seg_reduce(lid, m, true);
+  var s = 0.0;
+  if (live) { for (var c = lane; c < p.C; c += SEG) { s += det_exp(x[base + c] - m); } }
+  s = seg_reduce(lid, s, false);
+  if (!live) { return; }
+  if (p.use_log == 1u) {
+    let lse = m + det_log(s);
+    for (var c = lane; c < p.C; c += SEG) { out[base + c] = x[base + c] - lse; }
+  } else {
+    for (var c = lane; c < p.C; c += SEG) { out[base + c] = det_exp(x[base + c] - m) / s; }
+  }
+}
+
+@compute @workgroup_size(64)
+fn backward_seg(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+  let r = (wid.x + wid.y * nwg.x) * (WG / SEG) + lid / SEG;
+  let lane = lid % SEG;
+  let live = r < p.outer;
+  let base = r * p.C;
+  let log_mode = p.use_log == 1u;
+  var s = 0.0;
+  if (live) {
+    for (var c = lane; c < p.C; c += SEG) {
+      s += select(g[base + c] * x[base + c], g[base + c], log_mode);
+    }
+  }
+  s = seg_reduce(lid, s, false);
+  if (!live) { return; }
+  for (var c = lane; c < p.C; c += SEG) {
+    let i = base + c;
     out[i] = select(x[i] * (g[i] - s), g[i] - det_exp(x[i]) * s, log_mode);
   }
 }
