@@ -9,8 +9,9 @@
 //   dg    [D, T, N, 4H]   pre-activation gradients: LSTM the 4 gates; GRU z, r, n (W side) and
 //                         r * da_n (R side of the h gate, column 3H + j): rcol(q) maps R rows
 //   carry [D, N, H]       LSTM: dc of the later step; GRU: dh * z of the later step
-// One dispatch per step forward (`step_lstm` / `step_gru`), one per step backward (`back_*`):
-// thread (d, n, j) reads dh's R part of the later step from dg, so no separate reduction.
+// One dispatch for the whole sequence forward (`forward_seq`) and one backward (`backward_seq`),
+// a workgroup per (d, n) stepping through time; unit j reads dh's R part of the later step
+// from dg, so no separate reduction.
 
 struct Params {
   T: u32, N: u32, I: u32, H: u32,
@@ -85,21 +86,14 @@ fn rdot(d: u32, g: u32, j: u32, hb: u32) -> f32 {
   return acc;
 }
 
-// One LSTM step s for thread (d, n, j). Bindings: x (xp), r -> a (hs), b (cs), c (gates),
+// One LSTM step s for unit j of (d, n). Bindings: x (xp), r -> a (hs), b (cs), c (gates),
 // out (Y [T, D, N, H], flags 1).
-@compute @workgroup_size(64)
-fn step_lstm(@builtin(global_invocation_id) gid: vec3<u32>,
-             @builtin(num_workgroups) nwg: vec3<u32>) {
-  let e = flat_index(gid, nwg);
+fn lstm_step(d: u32, n: u32, j: u32, s: u32) {
   let nh = p.N * p.H;
-  if (e >= p.D * nh) { return; }
-  let d = e / nh;
-  let n = (e % nh) / p.H;
-  let j = e % p.H;
-  let t = time_of(p.s, d);
+  let t = time_of(s, d);
   let gh = 4u * p.H;
   let xb = ((d * p.T + t) * p.N + n) * gh;
-  let hb = (d * (p.T + 1u) + p.s) * nh + n * p.H;
+  let hb = (d * (p.T + 1u) + s) * nh + n * p.H;
   let ig = sigm(x[xb + j] + rdot(d, 0u, j, hb));
   let og = sigm(x[xb + p.H + j] + rdot(d, 1u, j, hb));
   let fg = sigm(x[xb + 2u * p.H + j] + rdot(d, 2u, j, hb));
@@ -108,7 +102,7 @@ fn step_lstm(@builtin(global_invocation_id) gid: vec3<u32>,
   let h = og * tanh(cell);
   b[hb + nh + j] = cell;
   a[hb + nh + j] = h;
-  let gb = ((d * p.T + p.s) * p.N + n) * gh;
+  let gb = ((d * p.T + s) * p.N + n) * gh;
   c[gb + j] = ig;
   c[gb + p.H + j] = og;
   c[gb + 2u * p.H + j] = fg;
@@ -116,21 +110,14 @@ fn step_lstm(@builtin(global_invocation_id) gid: vec3<u32>,
   if ((p.flags & 1u) != 0u) { out[((t * p.D + d) * p.N + n) * p.H + j] = h; }
 }
 
-// One GRU step s (linear_before_reset = 1) for thread (d, n, j); Rb of the h gate is bias's.
+// One GRU step s (linear_before_reset = 1) for unit j of (d, n); Rb of the h gate is bias's.
 // Bindings: x (xp), r, bias -> a (hs), c (gates), out (Y, flags 1; flags 2: B given).
-@compute @workgroup_size(64)
-fn step_gru(@builtin(global_invocation_id) gid: vec3<u32>,
-            @builtin(num_workgroups) nwg: vec3<u32>) {
-  let e = flat_index(gid, nwg);
+fn gru_step(d: u32, n: u32, j: u32, s: u32) {
   let nh = p.N * p.H;
-  if (e >= p.D * nh) { return; }
-  let d = e / nh;
-  let n = (e % nh) / p.H;
-  let j = e % p.H;
-  let t = time_of(p.s, d);
+  let t = time_of(s, d);
   let gh = 3u * p.H;
   let xb = ((d * p.T + t) * p.N + n) * gh;
-  let hb = (d * (p.T + 1u) + p.s) * nh + n * p.H;
+  let hb = (d * (p.T + 1u) + s) * nh + n * p.H;
   let zg = sigm(x[xb + j] + rdot(d, 0u, j, hb));
   let rg = sigm(x[xb + p.H + j] + rdot(d, 1u, j, hb));
   var hn = rdot(d, 2u, j, hb);
@@ -138,12 +125,33 @@ fn step_gru(@builtin(global_invocation_id) gid: vec3<u32>,
   let ng = tanh(x[xb + 2u * p.H + j] + rg * hn);
   let h = (1.0 - zg) * ng + zg * a[hb + j];
   a[hb + nh + j] = h;
-  let gb = ((d * p.T + p.s) * p.N + n) * 4u * p.H;
+  let gb = ((d * p.T + s) * p.N + n) * 4u * p.H;
   c[gb + j] = zg;
   c[gb + p.H + j] = rg;
   c[gb + 2u * p.H + j] = ng;
   c[gb + 3u * p.H + j] = hn;
   if ((p.flags & 1u) != 0u) { out[((t * p.D + d) * p.N + n) * p.H + j] = h; }
+}
+
+// The whole sequence forward, one workgroup per (d, n) (p.G 4: LSTM, 3: GRU): its threads
+// take units j = lid, lid + 64, ...; a step reads the hidden state the workgroup wrote at the
+// step before (storageBarrier between steps), so T steps are one dispatch.
+@compute @workgroup_size(64)
+fn forward_seq(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+  let dn = wid.x + wid.y * nwg.x;
+  let live = dn < p.D * p.N;
+  let d = dn / p.N;
+  let n = dn % p.N;
+  for (var s = 0u; s < p.T; s++) {
+    if (live) {
+      for (var j = lid; j < p.H; j += 64u) {
+        if (p.G == 4u) { lstm_step(d, n, j, s); } else { gru_step(d, n, j, s); }
+      }
+    }
+    storageBarrier();
+  }
 }
 
 // Y_h = hs[d, T] (flags 1) into a, Y_c = cs[d, T] (flags 2) into b. Bindings: x (hs), dy (cs).
@@ -168,42 +176,36 @@ fn dh_later(d: u32, n: u32, j: u32, s1: u32) -> f32 {
 }
 
 // dh at step s: dY (flags 1) plus, at the last step, dY_h (x; flags 2), else the later step's.
-fn dh_at(d: u32, n: u32, j: u32, t: u32, e: u32) -> f32 {
+fn dh_at(d: u32, n: u32, j: u32, t: u32, e: u32, s: u32) -> f32 {
   var dh = 0.0;
   if ((p.flags & 1u) != 0u) { dh = dy[((t * p.D + d) * p.N + n) * p.H + j]; }
-  if (p.s + 1u == p.T) {
+  if (s + 1u == p.T) {
     if ((p.flags & 2u) != 0u) { dh += x[e]; }
   } else {
-    dh += dh_later(d, n, j, p.s + 1u) + select(0.0, out[e], p.rshift != 0u);
+    dh += dh_later(d, n, j, s + 1u) + select(0.0, out[e], p.rshift != 0u);
   }
   return dh;
 }
 
-// LSTM backward step s. Bindings: x (dY_h), r, dy (dY), bias (dY_c, flags 4) -> a (gates),
-// b (cs), c (dg), out (carry: dc).
-@compute @workgroup_size(64)
-fn back_lstm(@builtin(global_invocation_id) gid: vec3<u32>,
-             @builtin(num_workgroups) nwg: vec3<u32>) {
-  let e = flat_index(gid, nwg);
+// LSTM backward step s for unit j of (d, n). Bindings: x (dY_h), r, dy (dY), bias (dY_c,
+// flags 4) -> a (gates), b (cs), c (dg), out (carry: dc).
+fn lstm_back(d: u32, n: u32, j: u32, s: u32) {
   let nh = p.N * p.H;
-  if (e >= p.D * nh) { return; }
-  let d = e / nh;
-  let n = (e % nh) / p.H;
-  let j = e % p.H;
-  let t = time_of(p.s, d);
-  let dh = dh_at(d, n, j, t, e);
+  let e = d * nh + n * p.H + j;
+  let t = time_of(s, d);
+  let dh = dh_at(d, n, j, t, e, s);
   var dc = 0.0;
-  if (p.s + 1u == p.T) {
+  if (s + 1u == p.T) {
     if ((p.flags & 4u) != 0u) { dc = bias[e]; }
   } else {
     dc = out[e];
   }
-  let gb = ((d * p.T + p.s) * p.N + n) * 4u * p.H;
+  let gb = ((d * p.T + s) * p.N + n) * 4u * p.H;
   let ig = a[gb + j];
   let og = a[gb + p.H + j];
   let fg = a[gb + 2u * p.H + j];
   let cg = a[gb + 3u * p.H + j];
-  let cb = (d * (p.T + 1u) + p.s) * nh + n * p.H + j;
+  let cb = (d * (p.T + 1u) + s) * nh + n * p.H + j;
   let tc = tanh(b[cb + nh]);
   dc += dh * og * (1.0 - tc * tc);
   c[gb + j] = dc * cg * ig * (1.0 - ig);
@@ -213,31 +215,47 @@ fn back_lstm(@builtin(global_invocation_id) gid: vec3<u32>,
   out[e] = dc * fg;
 }
 
-// GRU backward step s. Bindings: x (dY_h), r, dy (dY) -> a (gates), b (hs), c (dg),
-// out (carry: dh * z).
-@compute @workgroup_size(64)
-fn back_gru(@builtin(global_invocation_id) gid: vec3<u32>,
-            @builtin(num_workgroups) nwg: vec3<u32>) {
-  let e = flat_index(gid, nwg);
+// GRU backward step s for unit j of (d, n). Bindings: x (dY_h), r, dy (dY) -> a (gates),
+// b (hs), c (dg), out (carry: dh * z).
+fn gru_back(d: u32, n: u32, j: u32, s: u32) {
   let nh = p.N * p.H;
-  if (e >= p.D * nh) { return; }
-  let d = e / nh;
-  let n = (e % nh) / p.H;
-  let j = e % p.H;
-  let t = time_of(p.s, d);
-  let dh = dh_at(d, n, j, t, e);
-  let gb = ((d * p.T + p.s) * p.N + n) * 4u * p.H;
+  let e = d * nh + n * p.H + j;
+  let t = time_of(s, d);
+  let dh = dh_at(d, n, j, t, e, s);
+  let gb = ((d * p.T + s) * p.N + n) * 4u * p.H;
   let zg = a[gb + j];
   let rg = a[gb + p.H + j];
   let ng = a[gb + 2u * p.H + j];
   let hn = a[gb + 3u * p.H + j];
-  let hprev = b[(d * (p.T + 1u) + p.s) * nh + n * p.H + j];
+  let hprev = b[(d * (p.T + 1u) + s) * nh + n * p.H + j];
   let dan = dh * (1.0 - zg) * (1.0 - ng * ng);
   c[gb + j] = dh * (hprev - ng) * zg * (1.0 - zg);
   c[gb + p.H + j] = dan * hn * rg * (1.0 - rg);
   c[gb + 2u * p.H + j] = dan;
   c[gb + 3u * p.H + j] = dan * rg;
   out[e] = dh * zg;
+}
+
+// Backpropagation through the whole sequence, steps in reverse, one workgroup per (d, n) as
+// forward_seq: step s reads the gate gradients of (d, n)'s step s + 1, written by this
+// workgroup (storageBarrier between steps).
+@compute @workgroup_size(64)
+fn backward_seq(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+  let dn = wid.x + wid.y * nwg.x;
+  let live = dn < p.D * p.N;
+  let d = dn / p.N;
+  let n = dn % p.N;
+  for (var k = 0u; k < p.T; k++) {
+    let s = p.T - 1u - k;
+    if (live) {
+      for (var j = lid; j < p.H; j += 64u) {
+        if (p.G == 4u) { lstm_back(d, n, j, s); } else { gru_back(d, n, j, s); }
+      }
+    }
+    storageBarrier();
+  }
 }
 
 // The initial states' gradients: a = dh0 (flags 1), b = dc0 = carry (flags 2: LSTM) or GRU's

@@ -17,9 +17,10 @@ def _const(values):
 
 
 def _rnn(op, direction="forward", init=False, bias=True, use=("Y",), selfcheck=False,
-         batch=BATCH):
+         batch=BATCH, hidden=H):
     """One case: ``use`` names the outputs that feed the head (Y, Y_h, Y_c)."""
-    rng = rng_for("rnn", op, direction, init, bias, *use, *([batch] if batch != BATCH else []))
+    rng = rng_for("rnn", op, direction, init, bias, *use, *([batch] if batch != BATCH else []),
+                  *([hidden] if hidden != H else []))
     d = 2 if direction == "bidirectional" else 1
     g = 4 if op == "LSTM" else 3
     feats = T * F
@@ -28,23 +29,23 @@ def _rnn(op, direction="forward", init=False, bias=True, use=("Y",), selfcheck=F
              node("Transpose", ["seq"], ["x"], perm=[1, 0, 2])]
     tensors = [("pre.w", f32(rng.standard_normal((feats, feats)) / np.sqrt(feats) * 2), "param"),
                ("pre.b", f32(0.3 * rng.standard_normal(feats)), "param")]
-    consts = {"seq_shape": _const([-1, T, F]), "state_shape": _const([-1, d, H])}
-    bound = 1 / np.sqrt(H) * 2
-    tensors += [("rnn.w", f32(rng.uniform(-bound, bound, (d, g * H, F))), "param"),
-                ("rnn.r", f32(rng.uniform(-bound, bound, (d, g * H, H))), "param")]
+    consts = {"seq_shape": _const([-1, T, F]), "state_shape": _const([-1, d, hidden])}
+    bound = 1 / np.sqrt(hidden) * 2
+    tensors += [("rnn.w", f32(rng.uniform(-bound, bound, (d, g * hidden, F))), "param"),
+                ("rnn.r", f32(rng.uniform(-bound, bound, (d, g * hidden, hidden))), "param")]
     if bias:
-        tensors.append(("rnn.b", f32(rng.uniform(-bound, bound, (d, 2 * g * H))), "param"))
+        tensors.append(("rnn.b", f32(rng.uniform(-bound, bound, (d, 2 * g * hidden))), "param"))
     inputs = ["x", "rnn.w", "rnn.r", "rnn.b" if bias else "", ""]
     states = ("h0", "c0") if op == "LSTM" else ("h0",)
     for st in states if init else ():
         nodes += [node("Gemm", ["input", f"{st}.w", f"{st}.b"], [f"{st}_pre"], transB=1),
                   node("Reshape", [f"{st}_pre", "state_shape"], [f"{st}_nd"]),
                   node("Transpose", [f"{st}_nd"], [st], perm=[1, 0, 2])]
-        tensors += [(f"{st}.w", f32(rng.standard_normal((d * H, feats)) / np.sqrt(feats)),
-                     "param"), (f"{st}.b", f32(0.3 * rng.standard_normal(d * H)), "param")]
+        tensors += [(f"{st}.w", f32(rng.standard_normal((d * hidden, feats)) / np.sqrt(feats)),
+                     "param"), (f"{st}.b", f32(0.3 * rng.standard_normal(d * hidden)), "param")]
         inputs.append(st)
     outputs = ["y", "yh"] + (["yc"] if op == "LSTM" else [])
-    attrs = dict(direction=direction, hidden_size=H)
+    attrs = dict(direction=direction, hidden_size=hidden)
     if op == "GRU":
         attrs["linear_before_reset"] = 1
     nodes.append(node(op, inputs, outputs, **attrs))
@@ -55,7 +56,7 @@ def _rnn(op, direction="forward", init=False, bias=True, use=("Y",), selfcheck=F
         nodes += [node("Transpose", [src], [f"{src}_t"], perm=perm),
                   node("Flatten", [f"{src}_t"], [f"{src}_f"], axis=1)]
         flat.append(f"{src}_f")
-        size += (T if name == "Y" else 1) * d * H
+        size += (T if name == "Y" else 1) * d * hidden
     if len(flat) > 1:
         nodes.append(node("Concat", flat, ["feat"], axis=1))
     feat = "feat" if len(flat) > 1 else flat[0]
@@ -63,7 +64,8 @@ def _rnn(op, direction="forward", init=False, bias=True, use=("Y",), selfcheck=F
     x = f32(rng.standard_normal((batch, feats)))
     labels = rng.integers(0, 3, batch)
     cid = f"rnn/{op}_{direction}" + ("_init" if init else "") + ("" if bias else "_nobias") + \
-        "_" + "+".join(use) + (f"_n{batch}" if batch != BATCH else "")
+        "_" + "+".join(use) + (f"_n{batch}" if batch != BATCH else "") \
+        + (f"_h{hidden}" if hidden != H else "")
     acts = ("x",) + tuple({"Y": "y", "Y_h": "yh", "Y_c": "yc"}[u] for u in use)
     return case(cid, nodes + hn, tensors + ht, x, labels, constants=consts, tag=op, acts=acts,
                 dacts=("x",) + states[:len(states) if init else 0], selfcheck=selfcheck)
@@ -80,4 +82,7 @@ CASES = [_rnn(op, direction) for op in ("LSTM", "GRU")
     # T * N = 640 pairs: the weight gradients' sums split into parts (split-K, rnn._splits)
     _rnn("LSTM", "bidirectional", use=("Y", "Y_h"), batch=160),
     _rnn("GRU", "reverse", init=True, use=("Y",), batch=160),
+    # hidden 70 > 64 threads: a thread of the sequence's workgroup takes two units
+    _rnn("LSTM", "bidirectional", init=True, use=("Y", "Y_h", "Y_c"), hidden=70),
+    _rnn("GRU", "forward", use=("Y", "Y_h"), hidden=70),
 ]
