@@ -13,7 +13,10 @@
 //   bce_with_logits: loss = sum max(x, 0) - x t + log(1 + exp(-|x|)) / N, dx = (sigmoid(x) - t) / N
 //          N = B * C (mean) or 1 (sum).
 // The loss entry points read Params as {B, C, flags (1: mean, 2: weighted), eps}.
-// Each loss is one workgroup of 256 threads (the batch's loss needs all of it before dx).
+// Each loss is one workgroup of 256 threads (the batch's loss needs all of it before dx): a
+// thread takes whole rows, or, for rows of C >= WIDE classes, a row's argmax and its C-long
+// sums are strided over the 256 threads (lavapipe caps a shader's loop iterations at 65,535
+// in all, and the batch's own reduction came after the loops).
 // A label >= C (never expected: the data is checked before training) is not read through: its
 // sample adds nothing to the loss, its gradient row is 0, and the step's accuracy slot holds
 // minus the number of such labels, which the trainer reports as an error.
@@ -37,6 +40,10 @@ var<workgroup> red_hit: array<f32, 256>;
 var<workgroup> red_aux: array<f32, 256>;
 var<workgroup> red_den: array<f32, 256>;
 var<workgroup> red_bad: array<f32, 256>;
+var<workgroup> red_val: array<f32, 256>;
+var<workgroup> red_idx: array<u32, 256>;
+const NONE: u32 = 0xffffffffu;
+const WIDE: u32 = 1024u;  // rows of C >= WIDE classes: each row strided over the workgroup
 
 @compute @workgroup_size(64)
 fn log_softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
@@ -74,6 +81,37 @@ fn hit_of(row: u32, label: u32) -> f32 {
     if (x[base + c] > x[base + best]) { best = c; }
   }
   return select(0.0, 1.0, best == label);
+}
+
+// The first c with the largest x[row, c], found by the whole workgroup (every thread calls
+// it: uniform control flow). Each thread strides over C and the 256 candidates are reduced, so
+// no thread loops C times (lavapipe caps a shader's loop iterations at 65,535 in all: a loop
+// over 70,000 classes cut short the reductions after it).
+fn row_argmax(lid: u32, row: u32) -> u32 {
+  let base = row * p.C;
+  var bi = NONE;
+  var bv = 0.0;
+  for (var c = lid; c < p.C; c += 256u) {
+    if (bi == NONE || x[base + c] > bv) { bv = x[base + c]; bi = c; }
+  }
+  red_val[lid] = bv;
+  red_idx[lid] = bi;
+  workgroupBarrier();
+  for (var half = 128u; half > 0u; half = half >> 1u) {
+    if (lid < half) {
+      let oi = red_idx[lid + half];
+      let ov = red_val[lid + half];
+      let mi = red_idx[lid];
+      if (oi != NONE && (mi == NONE || ov > red_val[lid] || (ov == red_val[lid] && oi < mi))) {
+        red_val[lid] = ov;
+        red_idx[lid] = oi;
+      }
+    }
+    workgroupBarrier();
+  }
+  let best = red_idx[0];
+  workgroupBarrier();
+  return best;
 }
 
 // Sums red_loss, red_hit, red_aux, red_den, red_bad over the workgroup into element 0 (every
@@ -115,18 +153,39 @@ fn nll(@builtin(local_invocation_index) lid: u32) {
   var hit = 0.0;
   var den = 0.0;
   var bad = 0.0;
-  for (var b = lid; b < B; b += 256u) {
-    let label = labels[b];
-    if (label >= C) {
-      bad += 1.0;
-      continue;
+  if (C < WIDE) {  // thread b % 256 takes row b whole
+    for (var b = lid; b < B; b += 256u) {
+      let label = labels[b];
+      if (label >= C) {
+        bad += 1.0;
+        continue;
+      }
+      let wy = class_weight(label);
+      loss -= wy * x[b * C + label];
+      den += wy;
+      hit += hit_of(b, label);
+      if (eps != 0.0) {
+        for (var c = 0u; c < C; c++) { spread_sum -= class_weight(c) * x[b * C + c]; }
+      }
     }
-    let wy = class_weight(label);
-    loss -= wy * x[b * C + label];
-    den += wy;
-    hit += hit_of(b, label);
-    if (eps != 0.0) {
-      for (var c = 0u; c < C; c++) { spread_sum -= class_weight(c) * x[b * C + c]; }
+  } else {
+    // Row b's terms are summed by thread b % 256; the argmax and the smoothing term by all.
+    for (var b = 0u; b < B; b++) {
+      let label = labels[b];
+      let best = row_argmax(lid, b);
+      if (label < C && eps != 0.0) {
+        for (var c = lid; c < C; c += 256u) { spread_sum -= class_weight(c) * x[b * C + c]; }
+      }
+      if (lid == b % 256u) {
+        if (label >= C) {
+          bad += 1.0;
+        } else {
+          let wy = class_weight(label);
+          loss -= wy * x[b * C + label];
+          den += wy;
+          hit += select(0.0, 1.0, best == label);
+        }
+      }
     }
   }
   red_loss[lid] = loss;
@@ -160,6 +219,22 @@ fn log1p_exp_neg(a: f32) -> f32 {
   return det_log(1.0 + z);
 }
 
+// Element i's loss term of kind 0 (mse) or 1 (bce_with_logits) against the target 1 (``on``)
+// or 0; writes its gradient times ``scale`` to out[i].
+fn element_term(i: u32, on: bool, kind: u32, scale: f32) -> f32 {
+  let v = x[i];
+  let t = select(0.0, 1.0, on);
+  if (kind == 0u) {
+    let e = v - t;
+    out[i] = 2.0 * e * scale;
+    return e * e;
+  }
+  let z = det_exp(-abs(v));
+  let s = select(z / (1.0 + z), 1.0 / (1.0 + z), v >= 0.0);
+  out[i] = (s - t) * scale;
+  return max(v, 0.0) - v * t + log1p_exp_neg(abs(v));
+}
+
 // Shared body of mse (kind 0) and bce_with_logits (kind 1): x = raw output [B, C], out = dx.
 fn elementwise_loss(lid: u32, kind: u32) {
   let B = p.outer;
@@ -170,27 +245,32 @@ fn elementwise_loss(lid: u32, kind: u32) {
   var loss = 0.0;
   var hit = 0.0;
   var bad = 0.0;
-  for (var b = lid; b < B; b += 256u) {
-    let label = labels[b];
-    if (label >= C) {
-      bad += 1.0;
-      for (var c = 0u; c < C; c++) { out[b * C + c] = 0.0; }
-      continue;
+  if (C < WIDE) {
+    for (var b = lid; b < B; b += 256u) {
+      let label = labels[b];
+      if (label >= C) {
+        bad += 1.0;
+        for (var c = 0u; c < C; c++) { out[b * C + c] = 0.0; }
+        continue;
+      }
+      hit += hit_of(b, label);
+      for (var c = 0u; c < C; c++) {
+        loss += element_term(b * C + c, c == label, kind, scale);
+      }
     }
-    hit += hit_of(b, label);
-    for (var c = 0u; c < C; c++) {
-      let i = b * C + c;
-      let v = x[i];
-      let t = select(0.0, 1.0, c == label);
-      if (kind == 0u) {
-        let e = v - t;
-        loss += e * e;
-        out[i] = 2.0 * e * scale;
-      } else {
-        loss += max(v, 0.0) - v * t + log1p_exp_neg(abs(v));
-        let z = det_exp(-abs(v));
-        let s = select(z / (1.0 + z), 1.0 / (1.0 + z), v >= 0.0);
-        out[i] = (s - t) * scale;
+  } else {
+    for (var b = 0u; b < B; b++) {
+      let label = labels[b];
+      let best = row_argmax(lid, b);
+      if (lid == b % 256u) {
+        if (label >= C) { bad += 1.0; } else { hit += select(0.0, 1.0, best == label); }
+      }
+      for (var c = lid; c < C; c += 256u) {
+        if (label >= C) {
+          out[b * C + c] = 0.0;
+        } else {
+          loss += element_term(b * C + c, c == label, kind, scale);
+        }
       }
     }
   }
