@@ -356,3 +356,25 @@ def bundle(s: ImportState) -> None:
         "alignment": ALIGN,
         "weights_nbytes": s.weights_nbytes,
     }
+    layers = _built_layers(s, inp["dims"], outputs[0]["shape"][-1] if outputs else None)
+    if layers is not None:
+        s.graph["layers"] = layers
+
+
+def _built_layers(s: ImportState, dims: list, classes) -> list | None:
+    """The page builder's layer list kept in the model's ``metadata_props``
+    (``onnx_io.build.SPEC_KEY``) as ``build_spec.check`` normalises it, when it still describes
+    this model's input and classes; None when absent, not JSON or refused by the check."""
+    import json
+
+    from .build import SPEC_KEY
+    from .build_spec import check
+    text = next((p.value for p in s.model.metadata_props if p.key == SPEC_KEY), None)
+    try:
+        layers = json.loads(text) if text and len(text) <= 65536 else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(layers, list) or not isinstance(classes, int):
+        return None
+    chk = check(layers, list(dims), classes)
+    return None if chk.errors else chk.spec
