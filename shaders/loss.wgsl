@@ -13,7 +13,13 @@
 //   bce_with_logits: loss = sum max(x, 0) - x t + log(1 + exp(-|x|)) / N, dx = (sigmoid(x) - t) / N
 //          N = B * C (mean) or 1 (sum).
 // The loss entry points read Params as {B, C, flags (1: mean, 2: weighted), eps}.
-// Each loss is one workgroup of 256 threads (the batch's loss needs all of it before dx).
+// Each loss is one workgroup of 256 threads (the batch's loss needs all of it before dx), a
+// thread taking whole rows. Wide rows (ops/losses.py: WIDE classes or more) go through two
+// dispatches instead: nll_rows / mse_rows / bce_with_logits_rows, one workgroup per row (its
+// argmax, sums and gradient strided over the 256 threads), write the row's terms into rows[5b
+// ..] (loss, hit, smoothing sum, weight, bad), and rows_total sums them into the metrics. A
+// thread then loops about C / 256 + B / 256 times: lavapipe caps a shader's loop iterations
+// at 65,535 in all, and one thread looping over 70,000 classes cut the batch's reduction short.
 // A label >= C (never expected: the data is checked before training) is not read through: its
 // sample adds nothing to the loss, its gradient row is 0, and the step's accuracy slot holds
 // minus the number of such labels, which the trainer reports as an error.
@@ -31,12 +37,16 @@ struct Params { outer: u32, C: u32, inner: u32, eps: f32 }  // losses: inner = f
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<storage, read> labels: array<u32>;
 @group(0) @binding(6) var<storage, read_write> metrics: array<f32>;
+@group(0) @binding(7) var<storage, read_write> rows: array<f32>;  // *_rows: 5 per row
 
 var<workgroup> red_loss: array<f32, 256>;
 var<workgroup> red_hit: array<f32, 256>;
 var<workgroup> red_aux: array<f32, 256>;
 var<workgroup> red_den: array<f32, 256>;
 var<workgroup> red_bad: array<f32, 256>;
+var<workgroup> red_val: array<f32, 256>;
+var<workgroup> red_idx: array<u32, 256>;
+const NONE: u32 = 0xffffffffu;
 
 @compute @workgroup_size(64)
 fn log_softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
@@ -74,6 +84,37 @@ fn hit_of(row: u32, label: u32) -> f32 {
     if (x[base + c] > x[base + best]) { best = c; }
   }
   return select(0.0, 1.0, best == label);
+}
+
+// The first c with the largest x[row, c], found by the whole workgroup (every thread calls
+// it: uniform control flow). Each thread strides over C and the 256 candidates are reduced, so
+// no thread loops C times (lavapipe caps a shader's loop iterations at 65,535 in all: a loop
+// over 70,000 classes cut short the reductions after it).
+fn row_argmax(lid: u32, row: u32) -> u32 {
+  let base = row * p.C;
+  var bi = NONE;
+  var bv = 0.0;
+  for (var c = lid; c < p.C; c += 256u) {
+    if (bi == NONE || x[base + c] > bv) { bv = x[base + c]; bi = c; }
+  }
+  red_val[lid] = bv;
+  red_idx[lid] = bi;
+  workgroupBarrier();
+  for (var half = 128u; half > 0u; half = half >> 1u) {
+    if (lid < half) {
+      let oi = red_idx[lid + half];
+      let ov = red_val[lid + half];
+      let mi = red_idx[lid];
+      if (oi != NONE && (mi == NONE || ov > red_val[lid] || (ov == red_val[lid] && oi < mi))) {
+        red_val[lid] = ov;
+        red_idx[lid] = oi;
+      }
+    }
+    workgroupBarrier();
+  }
+  let best = red_idx[0];
+  workgroupBarrier();
+  return best;
 }
 
 // Sums red_loss, red_hit, red_aux, red_den, red_bad over the workgroup into element 0 (every
@@ -160,6 +201,22 @@ fn log1p_exp_neg(a: f32) -> f32 {
   return det_log(1.0 + z);
 }
 
+// Element i's loss term of kind 0 (mse) or 1 (bce_with_logits) against the target 1 (``on``)
+// or 0; writes its gradient times ``scale`` to out[i].
+fn element_term(i: u32, on: bool, kind: u32, scale: f32) -> f32 {
+  let v = x[i];
+  let t = select(0.0, 1.0, on);
+  if (kind == 0u) {
+    let e = v - t;
+    out[i] = 2.0 * e * scale;
+    return e * e;
+  }
+  let z = det_exp(-abs(v));
+  let s = select(z / (1.0 + z), 1.0 / (1.0 + z), v >= 0.0);
+  out[i] = (s - t) * scale;
+  return max(v, 0.0) - v * t + log1p_exp_neg(abs(v));
+}
+
 // Shared body of mse (kind 0) and bce_with_logits (kind 1): x = raw output [B, C], out = dx.
 fn elementwise_loss(lid: u32, kind: u32) {
   let B = p.outer;
@@ -179,19 +236,7 @@ fn elementwise_loss(lid: u32, kind: u32) {
     }
     hit += hit_of(b, label);
     for (var c = 0u; c < C; c++) {
-      let i = b * C + c;
-      let v = x[i];
-      let t = select(0.0, 1.0, c == label);
-      if (kind == 0u) {
-        let e = v - t;
-        loss += e * e;
-        out[i] = 2.0 * e * scale;
-      } else {
-        loss += max(v, 0.0) - v * t + log1p_exp_neg(abs(v));
-        let z = det_exp(-abs(v));
-        let s = select(z / (1.0 + z), 1.0 / (1.0 + z), v >= 0.0);
-        out[i] = (s - t) * scale;
-      }
+      loss += element_term(b * C + c, c == label, kind, scale);
     }
   }
   red_loss[lid] = loss;
@@ -213,4 +258,137 @@ fn mse(@builtin(local_invocation_index) lid: u32) {
 @compute @workgroup_size(256)
 fn bce_with_logits(@builtin(local_invocation_index) lid: u32) {
   elementwise_loss(lid, 1u);
+}
+
+// ---- wide rows: one workgroup per row, then rows_total ------------------------------------
+
+// The sum of v over the workgroup (every thread calls it; red_aux is free in *_rows).
+fn wg_total(lid: u32, v: f32) -> f32 {
+  red_aux[lid] = v;
+  workgroupBarrier();
+  for (var half = 128u; half > 0u; half = half >> 1u) {
+    if (lid < half) { red_aux[lid] += red_aux[lid + half]; }
+    workgroupBarrier();
+  }
+  let total = red_aux[0];
+  workgroupBarrier();
+  return total;
+}
+
+fn put_row(b: u32, loss: f32, hit: f32, aux: f32, den: f32, bad: f32) {
+  rows[5u * b] = loss;
+  rows[5u * b + 1u] = hit;
+  rows[5u * b + 2u] = aux;
+  rows[5u * b + 3u] = den;
+  rows[5u * b + 4u] = bad;
+}
+
+// nll for row b = wid.x + wid.y * nwg.x: its gradient row (the batch's D from every label, as
+// nll computes it) and its terms.
+@compute @workgroup_size(256)
+fn nll_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+  let B = p.outer;
+  let C = p.C;
+  let b = wid.x + wid.y * nwg.x;
+  if (b >= B) { return; }
+  var den_part = 0.0;
+  var bad_part = 0.0;
+  for (var t = lid; t < B; t += 256u) {
+    if (labels[t] >= C) { bad_part += 1.0; } else { den_part += class_weight(labels[t]); }
+  }
+  let den = wg_total(lid, den_part);
+  let bad = wg_total(lid, bad_part);
+  let label = labels[b];
+  let best = row_argmax(lid, b);
+  var spread_part = 0.0;
+  if (label < C && p.eps != 0.0) {
+    for (var c = lid; c < C; c += 256u) { spread_part -= class_weight(c) * x[b * C + c]; }
+  }
+  let spread_sum = wg_total(lid, spread_part);
+  var d = 1.0;
+  if ((p.inner & 1u) != 0u) { d = den; }
+  if (d == 0.0 && bad > 0.0) { d = 1.0; }
+  let scale = 1.0 / d;
+  let keep = 1.0 - p.eps;
+  let spread = p.eps / f32(C);
+  for (var c = lid; c < C; c += 256u) {
+    let on = select(0.0, keep, c == label);
+    out[b * C + c] = select(-(on * class_weight(c) + spread * class_weight(c)) * scale, 0.0,
+                            label >= C);
+  }
+  if (lid == 0u) {
+    if (label >= C) {
+      put_row(b, 0.0, 0.0, 0.0, 0.0, 1.0);
+    } else {
+      let wy = class_weight(label);
+      put_row(b, -wy * x[b * C + label], select(0.0, 1.0, best == label), spread_sum, wy, 0.0);
+    }
+  }
+}
+
+// mse (kind 0) or bce_with_logits (kind 1) for row b: its gradient row and its terms.
+fn elementwise_row(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, kind: u32) {
+  let B = p.outer;
+  let C = p.C;
+  let b = wid.x + wid.y * nwg.x;
+  if (b >= B) { return; }
+  var n = 1.0;
+  if ((p.inner & 1u) != 0u) { n = f32(B) * f32(C); }
+  let scale = 1.0 / n;
+  let label = labels[b];
+  let best = row_argmax(lid, b);
+  var part = 0.0;
+  for (var c = lid; c < C; c += 256u) {
+    if (label >= C) {
+      out[b * C + c] = 0.0;
+    } else {
+      part += element_term(b * C + c, c == label, kind, scale);
+    }
+  }
+  let loss = wg_total(lid, part);
+  if (lid == 0u) {
+    put_row(b, loss, select(0.0, 1.0, best == label && label < C), 0.0, 0.0,
+            select(0.0, 1.0, label >= C));
+  }
+}
+
+@compute @workgroup_size(256)
+fn mse_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+  elementwise_row(wid, nwg, lid, 0u);
+}
+
+@compute @workgroup_size(256)
+fn bce_with_logits_rows(@builtin(workgroup_id) wid: vec3<u32>,
+                        @builtin(num_workgroups) nwg: vec3<u32>,
+                        @builtin(local_invocation_index) lid: u32) {
+  elementwise_row(wid, nwg, lid, 1u);
+}
+
+// The metrics from the rows' terms: flag 4 (elementwise) divides the loss by n as
+// elementwise_loss does, else as nll does.
+@compute @workgroup_size(256)
+fn rows_total(@builtin(local_invocation_index) lid: u32) {
+  var t = array<f32, 5>(0.0, 0.0, 0.0, 0.0, 0.0);
+  for (var b = lid; b < p.outer; b += 256u) {
+    for (var k = 0u; k < 5u; k++) { t[k] += rows[5u * b + k]; }
+  }
+  red_loss[lid] = t[0];
+  red_hit[lid] = t[1];
+  red_aux[lid] = t[2];
+  red_den[lid] = t[3];
+  red_bad[lid] = t[4];
+  reduce_all(lid);
+  if (lid != 0u) { return; }
+  if ((p.inner & 4u) != 0u) {
+    var n = 1.0;
+    if ((p.inner & 1u) != 0u) { n = f32(p.outer) * f32(p.C); }
+    write_metrics(red_loss[0] * (1.0 / n));
+    return;
+  }
+  var d = 1.0;
+  if ((p.inner & 1u) != 0u) { d = red_den[0]; }
+  if (d == 0.0 && red_bad[0] > 0.0) { d = 1.0; }
+  write_metrics(((1.0 - p.eps) * red_loss[0] + p.eps / f32(p.C) * red_aux[0]) * (1.0 / d));
 }

@@ -141,3 +141,29 @@ def test_the_oldest_built_models_are_removed_past_the_cap(client, monkeypatch):
         names.append(c.post("/api/models/build", json=body).json()["name"])
     assert len(set(names)) == 3
     assert sorted(p.stem for p in uploads.glob("built-*.onnx")) == sorted(names[1:])
+
+
+def test_built_model_lists_its_layers_and_rebuilds_from_them(client):
+    """A built model's layer list (kept in its metadata) comes back in GET /api/models and its
+    graph; the file removed, those layers build the same model again (a resumed run or a
+    share link of it). A metadata list that is not JSON, or that no longer fits the model, is
+    left out, and the model stays usable."""
+    c, uploads = client
+    req = {"layers": SPEC, "input": [1, 28, 28], "classes": 10, "save": True}
+    body = c.post("/api/models/build", json=req).json()
+    name = body["name"]
+    listed = {m["name"]: m for m in c.get("/api/models").json()}
+    assert listed[name]["layers"] == body["spec"]
+    assert c.get(f"/api/models/{name}/graph.json").json()["layers"] == body["spec"]
+    assert "layers" not in listed.get("seednet", {})
+    path = uploads / f"{name}.onnx"
+    data = path.read_bytes()
+    path.unlink()
+    again = c.post("/api/models/build", json={**req, "layers": listed[name]["layers"]}).json()
+    assert again["name"] == name and path.read_bytes() == data
+    for bad in ("not json [", json.dumps([{"op": "linear", "out_features": 5}])):
+        model = onnx.load_from_string(data)
+        onnx.helper.set_model_props(model, {"webgpu-trainer.layers": bad})
+        (uploads / "tampered.onnx").write_bytes(model.SerializeToString())
+        item = {m["name"]: m for m in c.get("/api/models").json()}["tampered"]
+        assert "layers" not in item and "error" not in item and item["params"] > 0

@@ -338,8 +338,11 @@ def test_cpu_trainer_guard_init_and_dropout(splits):
 
 MODEL = REPO / "models" / "seednet.onnx"
 EXE = [sys.executable, "-m", "webgpu_trainer.cli.main"]
+# --val-images 64: validating on the default 5,000 held-out images took 3/4 of each run (the
+# fixture's four runs passed the 300 s timeout under load); 64 still checks the validation
 SMALL = ["--device", "cpu", "--train-images", "192", "--batch-size", "32", "--eval-images",
-         "128", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--nesterov",
+         "128", "--val-images", "64", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
+         "--nesterov",
          "--clip-grad-norm", "5", "--scheduler", "onecycle", "--max-lr", "0.1", "--seed", "5",
          "--report-every", "2", "--no-progress",
          "--checkpoint-every-s", "0"]  # checkpoints at epochs' ends only, at any speed
@@ -382,7 +385,8 @@ def test_cli_cpu_artifacts(cpu_runs):
     doc = json.loads((a / "config.json").read_text())
     c = doc["config"]
     assert (c["device"], c["optimizer"], c["momentum"], c["clip_grad_norm"], c["seed"],
-            c["train_images"], c["eval_images"]) == ("cpu", "sgd", 0.9, 5.0, 5, 192, 128)
+            c["train_images"], c["eval_images"], c["val_images"]) == \
+        ("cpu", "sgd", 0.9, 5.0, 5, 192, 128, 64)
     assert c["nesterov"] is True
     assert (c["scheduler"], c["max_lr"], c["total_steps"]) == ("onecycle", 0.1, 12)
     assert doc["adapter"]["backend"] == "numpy"

@@ -59,3 +59,16 @@ def test_one_module_defines_the_dom_and_number_helpers():
         for name in helper.findall(path.read_text()):
             found.setdefault(name, []).append(str(path.relative_to(WEB)))
     assert found == {name: ["lib/util.js"] for name in ("$", "frac", "pct", "num", "el")}
+
+
+def test_node_loads_web_modules_without_a_type_warning():
+    """Node (the Dawn harness, benchmarks/dawn/, imports web/lib/worker.js) reads web/'s files
+    as ES modules because web/package.json says "type": "module": no MODULE_TYPELESS_PACKAGE_JSON
+    warning (the reparse it announces). verdict.js: a module of web/lib with no side effects."""
+    url = (WEB / "lib" / "verdict.js").as_uri()
+    proc = subprocess.run(["node", "--input-type=module", "-e",
+                           f"const m = await import({json.dumps(url)}); "
+                           "console.log(Object.keys(m).length > 0)"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "true", proc.stderr
+    assert "MODULE_TYPELESS_PACKAGE_JSON" not in proc.stderr, proc.stderr

@@ -73,3 +73,49 @@ def test_more_channels_than_one_dispatch_dimension(device):
     assert grad.shape == (70_000,) and np.abs(grad[MAX_GROUPS:]).max() > 0
     np.testing.assert_allclose(grad[MAX_GROUPS:], want["grads"]["b"][MAX_GROUPS:], rtol=1e-4,
                                atol=1e-4 * np.abs(want["grads"]["b"]).max())
+
+
+def _wide_classes(classes, loss, batch=3):
+    """input [batch, 8] -> Gemm (8 -> ``classes``) -> LogSoftmax, trained with ``loss``: the
+    class axis itself is wider than one dispatch dimension. Class ``classes - 2`` wins row 1 by
+    far (its label: a hit past 65,535); rows 0 and 2 are labelled 5 and ``classes - 1``."""
+    from conftest import f32, node, rng_for
+    from cases import case
+    features = 8
+    rng = rng_for("gemm_wide_classes", classes, batch)
+    w = f32(rng.standard_normal((classes, features)) / np.sqrt(features))
+    b = f32(rng.standard_normal(classes) * 0.1)
+    x = f32(rng.standard_normal((batch, features)))
+    w[classes - 2] = 20 * x[1] / np.square(x[1]).sum()  # logit of class C - 2 in row 1: 20
+    nodes = [node("Gemm", ["input", "w", "b"], ["logits"], transB=1),
+             node("LogSoftmax", ["logits"], ["output"], axis=-1)]
+    labels = rng.integers(0, classes, batch)
+    labels[:3] = [5, classes - 2, classes - 1]
+    return case(f"gemm/wide_classes_{classes}_{loss['loss']}_{batch}", nodes,
+                [("w", w, "param"), ("b", b, "param")], x, labels, tag="Gemm",
+                acts=("logits",), dacts=("logits",), loss=loss)
+
+
+WEIGHTS = np.linspace(0.5, 2.0, 1500).tolist()
+
+
+@pytest.mark.parametrize("loss,classes,batch", [
+    ({"loss": "nll"}, 70_000, 3),
+    ({"loss": "cross_entropy", "label_smoothing": 0.1}, 70_000, 3),
+    ({"loss": "mse"}, 70_000, 3),
+    ({"loss": "bce_with_logits"}, 70_000, 3),
+    ({"loss": "nll"}, 70_000, 256),
+    ({"loss": "cross_entropy", "label_smoothing": 0.2, "weight": WEIGHTS}, 1500, 300)],
+    ids=lambda v: v["loss"] if isinstance(v, dict) else str(v))
+def test_more_classes_than_lavapipe_loops(device, loss, classes, batch):
+    """Gemm straight to many classes, LogSoftmax and the loss: the loss, the accuracy (row 1's
+    label, class C - 2, is its argmax), the log-probabilities and every gradient match the
+    float64 numpy engine. Before, one thread looped over a row's C classes (its argmax) and
+    over the batch's gradient, and lavapipe, which caps a shader's loop iterations at 65,535
+    in all, cut the batch's reduction short: from 65,535 classes (or B x C past ~8 M) the loss
+    and the gradients were wrong. Rows of ops.losses.WIDE classes or more now take one
+    workgroup each (the last case: class weights, label smoothing, 300 rows of 1,500)."""
+    res, want = check_case(device, _wide_classes(classes, loss, batch))
+    if batch == 3:
+        assert res["acc"] == pytest.approx(1 / 3) and want["acc"] == pytest.approx(1 / 3)
+    assert res["loss"] == pytest.approx(want["loss"], rel=1e-5)

@@ -116,3 +116,53 @@ def test_build_train_download_and_share(app, server, chromium, tmp_path):
                                        timeout=30_000)
     finally:
         hostile.close()
+
+
+def test_dataset_switch_hint_and_layers_from_the_model(chromium, server, server_data_root):
+    """Layers edited for MNIST, then a table dataset (6 features, 3 classes): the errors start
+    with a hint naming both inputs and "Start over", which resets the layers for the table. A
+    network built there keeps its layers in its file: a fresh page that chooses the model
+    (no share link's layers, nothing of the first page) shows them in the builder."""
+    from test_dataset_table import write_table
+    write_table(server_data_root, "tbl")
+    first = Page(chromium, server)
+    try:
+        page = first.page
+        first.wait_ready()
+        page.click("#tab-build")
+        wait_cell(page, "4", "params", "15,690")
+        page.fill('input[aria-label="layer 0 out_channels"]', "4")
+        wait_cell(page, "4", "params", "7,850")
+        if page.get_attribute("#settings-toggle", "aria-expanded") == "false":
+            page.click("#settings-toggle")
+        page.select_option("#dataset", "tbl")
+        page.wait_for_selector("#builder-errors .builder-hint", timeout=15_000)
+        errors = page.eval_on_selector_all("#builder-errors li", "ls => ls.map(l => l.textContent)")
+        assert errors[0] == ("These layers were edited for samples [1, 28, 28]; this dataset's "
+                             "are [6] with 3 classes. “Start over” resets the layers for this "
+                             "dataset."), errors
+        assert "layer 0 (conv): its input is [6]" in errors[1], errors
+        page.click("#builder-reset")
+        page.wait_for_selector("#builder-errors", state="hidden", timeout=15_000)
+        wait_cell(page, "2", "shape", "[3]")
+        page.fill('input[aria-label="layer 0 out_features"]', "12")
+        wait_cell(page, "0", "shape", "[12]")
+        page.wait_for_function("!document.querySelector('#builder-use').disabled",
+                               timeout=15_000)
+        page.click("#builder-use")
+        page.wait_for_function("document.querySelector('#model').value.startsWith('built-')",
+                               timeout=30_000)
+        name = page.input_value("#model")
+    finally:
+        first.close()
+    fresh = Page(chromium, f"{server}/?dataset=tbl&model={name}")
+    try:
+        page = fresh.page
+        page.wait_for_function(f"document.querySelector('#model').value === '{name}'",
+                               timeout=60_000)
+        page.wait_for_function("document.querySelector('input[aria-label=\"layer 0 "
+                               "out_features\"]')?.value === '12'", timeout=15_000)
+        wait_cell(page, "0", "shape", "[12]")
+        assert page.input_value('input[aria-label="layer 2 out_features"]') == "classes"
+    finally:
+        fresh.close()

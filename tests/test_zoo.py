@@ -181,6 +181,35 @@ def test_vit_class_token_is_an_expand_to_the_batch():
         assert graph["constants"][node["inputs"][1]]["values"] == [1, 1, 1]
 
 
+def test_dynamo_parameters_have_readable_names():
+    """No parameter of the zoo's dynamo files keeps the exporter's ``val_<n>`` name (the
+    LSTM's and GRU's W and B, folded from torch's weights, were ``val_43`` ... in the norms
+    table): they are named by the module and the ONNX input (``rnn.W``, ``rnn.B``), and the
+    export writes the trained values back into the initializers they came from."""
+    import re
+
+    from webgpu_trainer.onnx_io import load_bundle
+    from webgpu_trainer.onnx_io.export import export_onnx
+    for name in make_zoo.ZOO:
+        graph, blob = load_bundle(ZOO / f"{name}-dynamo.onnx")
+        names = [t["name"] for t in graph["tensors"] if t["role"] == "param"]
+        assert not [n for n in names if re.fullmatch(r"val_\d+", n)], (name, names)
+        if name in ("lstm", "gru"):
+            tensors = {t["name"]: t for t in graph["tensors"]}
+            assert tensors["rnn.W"]["source"]["renamed_from"].startswith("val_")
+            (rnn,) = [n for n in graph["nodes"] if n["op_type"] == name.upper()]
+            assert rnn["inputs"][1] == "rnn.W" and rnn["inputs"][3] == "rnn.B"
+            w = tensors["rnn.W"]
+            trained = bytearray(blob)
+            trained[w["offset"]:w["offset"] + w["nbytes"]] = \
+                np.full(w["nbytes"] // 4, 0.25, "<f4").tobytes()
+            model = onnx.load_from_string(export_onnx(ZOO / f"{name}-dynamo.onnx",
+                                                      bytes(trained), {}))
+            (init,) = [t for t in model.graph.initializer
+                       if t.name == w["source"]["renamed_from"]]
+            assert np.all(onnx.numpy_helper.to_array(init) == 0.25)
+
+
 def test_expand_to_twice_the_batch_is_refused(tmp_path):
     """An Expand whose shape is [2N, 10] cannot be written as a constant: the import names the
     node and both shapes, and the file is left as it was."""

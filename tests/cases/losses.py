@@ -1,6 +1,6 @@
 """The training losses (ops/losses.py, shaders/loss.wgsl): every loss x reduction x (class
 weights, label smoothing where they apply) on models with raw logits and with a final
-LogSoftmax, batch x classes from 1 x 7 to 64 x 10."""
+LogSoftmax, batch x classes from 1 x 7 to 64 x 10, and 5 x 1,030 (wide rows)."""
 
 import numpy as np
 
@@ -123,4 +123,9 @@ AFTER_LOG_SOFTMAX = [
                checks=(_resolves_to({"auto": "nll"}.get(name, SPECS[name][0] and
                                                          SPECS[name][0].get("loss"))),))
     for name in ["auto", "nll_mean_weight", "ce_sum_weight_ls", "mse_sum", "bce_mean"]]
-CASES = GRID + AFTER_LOG_SOFTMAX + [_cross_entropy_on_raw_logits()] + _parity_losses()
+# Rows of ops.losses.WIDE (1,024) classes or more: one workgroup per row, then rows_total.
+WIDE_ROWS = [_loss_case(name, 5, 1030, False, 200 + k)
+             for k, name in enumerate(["ce_mean_weight_ls", "ce_sum_ls", "nll_sum_weight",
+                                       "nll_mean", "mse_mean", "bce_sum", "auto"])]
+CASES = GRID + AFTER_LOG_SOFTMAX + WIDE_ROWS + [_cross_entropy_on_raw_logits()] + \
+    _parity_losses()

@@ -4,7 +4,8 @@
 // layer, errors naming the layer and field) and the table follows as you type. "Use this
 // network" builds it (save: true) into the uploads as `built-<hash>` and chooses it: the summary,
 // training, export and views are then an upload's. The layer list goes into the share link
-// (`layers=`, JSON; share.js) and is rebuilt from it on load (`buildFromLink`).
+// (`layers=`, JSON; share.js) and is rebuilt from it on load (`buildFromLink`); a built model
+// chosen later (its file keeps the layers: GET /api/models' `layers`) fills the table again.
 
 import { $, el, humanCount } from "../lib/util.js";
 import { appState, log, setStatus } from "./state.js";
@@ -30,6 +31,7 @@ const LINK_LIMIT = 16384;  // characters of a link's `layers`
 const built = new Map();   // model name -> the layer list it was built from (the share link's)
 let spec = [];
 let edited = false;        // the user changed the list: a new dataset keeps it
+let editedFor = null;      // the input shape (text) the list was first edited for
 let timer = null;
 let asked = 0;             // the latest check's number: older answers are dropped
 
@@ -165,6 +167,12 @@ function showCheck(res) {
     `parameters (${humanCount(t.params)}) · ${t.macs.toLocaleString()} mult-adds per sample`;
   const ul = $("builder-errors");
   ul.replaceChildren(...res.errors.slice(0, 20).map((e) => el("li", { textContent: e.message })));
+  const now = target();
+  if (!res.ok && edited && editedFor !== null && editedFor !== now.input.join(", ")) {
+    ul.prepend(el("li", { className: "builder-hint", textContent: "These layers were edited " +
+      `for samples [${editedFor}]; this dataset's are [${now.input.join(", ")}] with ` +
+      `${now.classes} classes. “Start over” resets the layers for this dataset.` }));
+  }
   ul.hidden = !res.errors.length;
   $("builder-use").disabled = !res.ok || appState.phase === "training" ||
     appState.phase === "paused";
@@ -180,6 +188,7 @@ async function post(layers, save) {
 }
 
 function schedule(delay = 150, edit = true) {
+  if (edit && !edited) editedFor = target().input.join(", ");
   edited ||= edit;
   clearTimeout(timer);
   $("builder-use").disabled = true;
@@ -213,8 +222,24 @@ async function useNetwork() {
   }
 }
 
-/** The layer list of model ``name`` when this page built it (for the share link), else null. */
-export const layersOf = (name) => built.get(name) ?? null;
+/** The layer list of model ``name`` when this page built it, or when its file says it was
+ * built by the builder (GET /api/models' ``layers``, from its metadata), else null: the share
+ * link and the exported settings carry it, so the model can be built again. */
+export const layersOf = (name) => built.get(name) ??
+  appState.models?.find((m) => m.name === name)?.layers ?? null;
+
+/** A chosen model built by the builder (now or in an earlier session): its layers fill the
+ * table, as for a model built from a share link. */
+function showModelLayers() {
+  const layers = layersOf($("model").value);
+  if (!Array.isArray(layers) || appState.phase === "training" || appState.phase === "paused") {
+    return;
+  }
+  spec = structuredClone(layers);
+  edited = false;
+  editedFor = null;
+  render(false);
+}
 
 /** Rebuild a share link's ``layers`` (JSON text) for the chosen dataset: the model's name, or
  * null after naming the problem in the builder (a notice: the link's model is used instead). */
@@ -260,9 +285,11 @@ export function setupBuilder() {
   $("builder-reset").addEventListener("click", () => {
     spec = starter(appState.dataset);
     edited = false;
+    editedFor = null;
     render(false);
   });
   $("builder-use").addEventListener("click", useNetwork);
+  document.addEventListener("model-changed", showModelLayers);
   document.addEventListener("dataset-changed", () => {
     const d = appState.dataset;
     $("builder-input").textContent = d ? `${d.title}: input [${d.sample_shape.join(", ")}], ` +

@@ -39,6 +39,7 @@ class Builder:
         self.dummy = plan.dev.buffer(16, "dummy")
         self.dummy_u32 = plan.dev.buffer(16, "dummy_u32")
         self.sink = plan.dev.buffer(16, "sink")  # placeholders of unbound slots (kernel)
+        self._sinks = {}  # binding -> sink: Dawn refuses two writable bindings of one buffer
         self._saves: dict = {}
         self.save_sizes: dict = {}
         self._temps = {}
@@ -71,7 +72,7 @@ class Builder:
         ``shaders.pack``); ``slots`` bind the other group-0 variables by their WGSL names, each
         a ``Tensor``, a buffer or a ``View``. A storage slot left out (or given None) gets a
         placeholder: ``dummy_u32`` for ``u32`` elements, else ``dummy`` (read-only) or
-        ``sink`` (read_write). Example::
+        a ``sink`` of its own per binding (read_write). Example::
 
             await b.kernel("unary", "unary_forward", groups_1d(n), params=dict(n=n, op=1, ...),
                            x=ins[0], out=outs[0])
@@ -95,13 +96,22 @@ class Builder:
                     raise shaders.ParamsError(f"shader {shader!r}: uniform slot {name!r} "
                                               "is not bound")
                 buf = self.dummy_u32 if "u32>" in wgsl else \
-                    self.sink if kind == "storage" else self.dummy
+                    self._sink(binding) if kind == "storage" else self.dummy
             binds.append(buf.binding() if isinstance(buf, Tensor) else buf)
         if slots:
             names = ", ".join(name for _, _, name, _ in layout[1:])
             raise shaders.ParamsError(f"shader {shader!r}: no binding named "
                                       f"{sorted(slots)[0]!r} (slots: {names})")
         self.current.append((pipe, self.dev.bind(pipe, binds), groups))
+
+    def _sink(self, binding: int):
+        """The placeholder of an unbound read_write slot: one buffer per binding index, as
+        WebGPU refuses a dispatch whose writable bindings alias (loss.wgsl: metrics, rows)."""
+        if not self._sinks:
+            self._sinks[binding] = self.sink
+        if binding not in self._sinks:
+            self._sinks[binding] = self.dev.buffer(16, f"sink{binding}")
+        return self._sinks[binding]
 
     # Workgroup-memory tiled kernels (GEMM, convolution) instead of the register-blocked ones
     # with no workgroup memory. None: on GPUs, not on CPU adapters (SwiftShader, lavapipe),

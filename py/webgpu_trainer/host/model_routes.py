@@ -98,8 +98,9 @@ class Models:
 
     # ------------------------------------------------------------ routes
     def listing(self, request: Request) -> Response:
-        """``[{"name", "file", "bytes", "params", "uploaded", "error"?}]``: the built-in
-        models, then the uploads whose name no built-in model has."""
+        """``[{"name", "file", "bytes", "params", "uploaded", "error"?, "layers"?}]``: the
+        built-in models, then the uploads whose name no built-in model has; ``layers``: the
+        page builder's layer list of a model it built (its metadata, ``onnx_io.build``)."""
         from ..engine.graph import Graph, GraphError
         paths = sorted(self.dir.glob("*.onnx"))
         if self.uploads.is_dir():
@@ -116,6 +117,8 @@ class Models:
                                         "'-' and '.' only")
                 graph = self.bundle(path)[0]
                 item["params"] = _onnx_io().model_summary(graph)["params"]
+                if "layers" in graph:  # built in the page: its layer list (onnx_io.build)
+                    item["layers"] = graph["layers"]
                 Graph(graph)  # refuses ops the trainer does not support yet, naming the nodes
             except ApiError as exc:
                 item["error"] = self.public(exc.message)

@@ -5,8 +5,10 @@ weight blob) and its last stage (:func:`bundle`: the graph dict)."""
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
+import onnx
 from onnx import TensorProto, numpy_helper
 
 from .constants import (_CONST_SLOTS, _DEFAULT_DOMAINS, _FLOAT_TYPES, ALIGN, FORMAT,
@@ -41,6 +43,7 @@ def weights(s: ImportState) -> None:
                 s.uses.setdefault(x, []).append((n, name, k))
     _inline_constants(s)
     roles, extra = _roles(s, _tensor_order(s))
+    _readable_names(s, roles, extra)
     if s.derived:
         s.notes.append("the exporter deduplicated equal initializers into Identity "
                        f"nodes; they are separate tensors again: {sorted(s.derived)}")
@@ -175,24 +178,63 @@ def _merged_constant(t) -> bool:
     return arr.size > 1 and bool(np.all(arr == arr.reshape(-1)[0]))
 
 
+def _module_path(node) -> tuple | None:
+    """The torch module path of ``node`` from the dynamo exporter's
+    ``pkg.torch.onnx.name_scopes`` metadata (the scopes without the op's own), e.g. ``('',
+    'rnn')``; None when the node has none (TorchScript's export) or it is unreadable."""
+    import ast
+    scopes = next((p.value for p in node.metadata_props
+                   if p.key == "pkg.torch.onnx.name_scopes"), None)
+    try:
+        return tuple(ast.literal_eval(scopes))[:-1] if scopes else None
+    except (ValueError, SyntaxError, TypeError):
+        return None
+
+
 def _by_module(params: list) -> dict:
     """``{module path: [(node, name, input), ...]}`` of the nodes using one parameter, from
-    the dynamo exporter's ``pkg.torch.onnx.name_scopes`` node metadata (the module path is
-    the scopes without the op's own); ``{}`` when a node has none (TorchScript's export,
-    which does not merge initializers: a shared one there is a module used twice)."""
-    import ast
+    ``_module_path``; ``{}`` when a node has none (TorchScript's export, which does not merge
+    initializers: a shared one there is a module used twice)."""
     groups: dict = {}
     for entry in params:
-        scopes = next((p.value for p in entry[0].metadata_props
-                       if p.key == "pkg.torch.onnx.name_scopes"), None)
-        try:
-            path = tuple(ast.literal_eval(scopes))[:-1] if scopes else None
-        except (ValueError, SyntaxError, TypeError):
-            path = None
+        path = _module_path(entry[0])
         if path is None:
             return {}
         groups.setdefault(path, []).append(entry)
     return groups
+
+
+_AUTO_NAME = re.compile(r"val_\d+")  # the dynamo exporter's name for a value it computed
+
+
+def _readable_names(s: ImportState, roles: dict, extra: dict) -> None:
+    """Parameters the exporter named ``val_<n>`` (an LSTM's W, R, B, computed from torch's
+    ``weight_ih_l0`` ... and folded) are named ``<module path>.<ONNX input name>`` of their
+    first user (``rnn.W``), or ``<node name>.<input name>`` without a module path, in the
+    bundle (``source: {"renamed_from"}``: the export writes them back under the old name)."""
+    taken = {t for t, _ in s.final_order} | set(s.init)
+    for i, (tname, src) in enumerate(s.final_order):
+        users = s.uses.get(tname, [])
+        if tname != src or not users or not _AUTO_NAME.fullmatch(tname) or tname in extra:
+            continue
+        n, name, k = users[0]
+        path = [p for p in (_module_path(n) or ()) if p]
+        try:
+            slots = onnx.defs.get_schema(n.op_type, domain=n.domain).inputs
+            slot = slots[min(k, len(slots) - 1)].name if slots else str(k)
+        except onnx.defs.SchemaError:
+            slot = str(k)
+        base = f"{'.'.join(path) or name}.{slot}"
+        new, j = base, 1
+        while new in taken:
+            j += 1
+            new = f"{base}{j}"
+        taken.add(new)
+        s.final_order[i] = (new, src)
+        roles[new] = roles.pop(tname)
+        extra[new] = {"renamed_from": tname}
+        for _n, user, kk in users:
+            s.rewire.setdefault((user, kk), new)
 
 
 def _untie(s: ImportState, tname: str, src: str, groups: list, roles: dict, extra: dict,
@@ -271,10 +313,10 @@ def _check_data_uses(s: ImportState) -> None:
     for n, name, ins in s.keep:
         if n.op_type == "BatchNormalization":
             for k in (1, 2, 3, 4):
-                if len(ins) > k and ins[k] and ins[k] not in s.tensor_names \
-                        and ins[k] not in s.derived:
+                x = s.rewire.get((name, k), ins[k]) if len(ins) > k else ""
+                if x and x not in s.tensor_names and x not in s.derived:
                     s.problems.append(
-                        f"node {name} (BatchNormalization) input {k} {ins[k]!r} must be a "
+                        f"node {name} (BatchNormalization) input {k} {x!r} must be a "
                         "float initializer (it is a constant or computed)")
 
 
@@ -314,3 +356,25 @@ def bundle(s: ImportState) -> None:
         "alignment": ALIGN,
         "weights_nbytes": s.weights_nbytes,
     }
+    layers = _built_layers(s, inp["dims"], outputs[0]["shape"][-1] if outputs else None)
+    if layers is not None:
+        s.graph["layers"] = layers
+
+
+def _built_layers(s: ImportState, dims: list, classes) -> list | None:
+    """The page builder's layer list kept in the model's ``metadata_props``
+    (``onnx_io.build.SPEC_KEY``) as ``build_spec.check`` normalises it, when it still describes
+    this model's input and classes; None when absent, not JSON or refused by the check."""
+    import json
+
+    from .build import SPEC_KEY
+    from .build_spec import check
+    text = next((p.value for p in s.model.metadata_props if p.key == SPEC_KEY), None)
+    try:
+        layers = json.loads(text) if text and len(text) <= 65536 else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(layers, list) or not isinstance(classes, int):
+        return None
+    chk = check(layers, list(dims), classes)
+    return None if chk.errors else chk.spec

@@ -148,8 +148,8 @@ def export_onnx(src_path: str | os.PathLike, weights: bytes, provenance: dict) -
         arr = np.frombuffer(weights, dtype="<f4", count=count, offset=spec["offset"])
         arr = arr.reshape(spec["shape"])
         src = spec.get("source")
-        if src is None:
-            old = by_name[spec["name"]]
+        if src is None or "renamed_from" in src:
+            old = by_name[src["renamed_from"] if src else spec["name"]]
             old.CopyFrom(_as_initializer(arr, old, old.name))
             continue
         root = src.get("identity_of") or src.get("copy_of")

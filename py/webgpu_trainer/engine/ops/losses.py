@@ -36,6 +36,7 @@ Standard library only (runs in Pyodide).
 
 import math
 
+from ..backends.base import groups_1d
 from ..config import BY_NAME, ConfigError, parse
 
 LOSSES = BY_NAME["loss"].choices
@@ -47,7 +48,10 @@ _FIELD = {"loss": "loss", "reduction": "reduction", "label_smoothing": "label_sm
 DEFAULT = {k: BY_NAME[f].default for k, f in _FIELD.items()}
 
 # Flags of the loss kernels (Params.inner in shaders/loss.wgsl).
-_MEAN, _WEIGHTED = 1, 2
+_MEAN, _WEIGHTED, _ELEMENTWISE = 1, 2, 4
+# Rows of WIDE classes or more: one workgroup per row, then rows_total (shaders/loss.wgsl):
+# one thread looping over a whole row passes lavapipe's 65,535 loop iterations per shader.
+WIDE = 1024
 
 
 def normalize(spec, classes=None) -> dict:
@@ -148,6 +152,13 @@ async def nll_loss(b, spec, logp, labels, dlogp, metrics, weight=None):
     batch, classes = logp.shape
     params = dict(outer=batch, C=classes, inner=_flags(spec),
                   eps=spec.get("label_smoothing", 0.0))
+    if classes >= WIDE:
+        rows = b.temp(5 * batch, "loss_rows")
+        await b.kernel("loss", "nll_rows", groups_1d(batch, 1), params=params, st=b.step,
+                       x=logp, y=weight, out=dlogp, labels=labels, rows=rows)
+        await b.kernel("loss", "rows_total", (1, 1, 1), params=params, st=b.step, rows=rows,
+                       metrics=metrics)
+        return
     await b.kernel("loss", "nll", (1, 1, 1), params=params, st=b.step, x=logp, y=weight,
                    out=dlogp, labels=labels, metrics=metrics)
 
@@ -158,8 +169,16 @@ async def elementwise_loss(b, spec, x, labels, dx, metrics):
     accuracy)``. One workgroup."""
     batch, classes = x.shape
     entry = {"mse": "mse", "bce_with_logits": "bce_with_logits"}[spec["loss"]]
-    await b.kernel("loss", entry, (1, 1, 1),
-                   params=dict(outer=batch, C=classes, inner=_flags(spec), eps=0.0), st=b.step,
+    params = dict(outer=batch, C=classes, inner=_flags(spec), eps=0.0)
+    if classes >= WIDE:
+        rows = b.temp(5 * batch, "loss_rows")
+        await b.kernel("loss", f"{entry}_rows", groups_1d(batch, 1), params=params, st=b.step,
+                       x=x, out=dx, labels=labels, rows=rows)
+        await b.kernel("loss", "rows_total", (1, 1, 1),
+                       params={**params, "inner": params["inner"] | _ELEMENTWISE}, st=b.step,
+                       rows=rows, metrics=metrics)
+        return
+    await b.kernel("loss", entry, (1, 1, 1), params=params, st=b.step,
                    x=x, out=dx, labels=labels, metrics=metrics)
 
 
