@@ -16,7 +16,7 @@
 struct Params {
   T: u32, N: u32, I: u32, H: u32,
   D: u32, G: u32, s: u32, flags: u32,
-  rev0: u32, rshift: u32, _p0: u32, _p1: u32,
+  rev0: u32, rshift: u32, steps: u32, _p1: u32,
 }
 
 //!include index
@@ -133,9 +133,10 @@ fn gru_step(d: u32, n: u32, j: u32, s: u32) {
   if ((p.flags & 1u) != 0u) { out[((t * p.D + d) * p.N + n) * p.H + j] = h; }
 }
 
-// The whole sequence forward, one workgroup per (d, n) (p.G 4: LSTM, 3: GRU): its threads
-// take units j = lid, lid + 64, ...; a step reads the hidden state the workgroup wrote at the
-// step before (storageBarrier between steps), so T steps are one dispatch.
+// Steps p.s .. p.s + p.steps - 1 of the sequence forward (all T in one dispatch unless a
+// thread's loop iterations would pass lavapipe's cap, rnn.py), one workgroup per (d, n) (p.G 4:
+// LSTM, 3: GRU): its threads take units j = lid, lid + 64, ...; a step reads the hidden state
+// the workgroup wrote at the step before (storageBarrier between steps).
 @compute @workgroup_size(64)
 fn forward_seq(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>,
@@ -144,7 +145,7 @@ fn forward_seq(@builtin(workgroup_id) wid: vec3<u32>,
   let live = dn < p.D * p.N;
   let d = dn / p.N;
   let n = dn % p.N;
-  for (var s = 0u; s < p.T; s++) {
+  for (var s = p.s; s < min(p.s + p.steps, p.T); s++) {
     if (live) {
       for (var j = lid; j < p.H; j += 64u) {
         if (p.G == 4u) { lstm_step(d, n, j, s); } else { gru_step(d, n, j, s); }
@@ -236,9 +237,10 @@ fn gru_back(d: u32, n: u32, j: u32, s: u32) {
   out[e] = dh * zg;
 }
 
-// Backpropagation through the whole sequence, steps in reverse, one workgroup per (d, n) as
-// forward_seq: step s reads the gate gradients of (d, n)'s step s + 1, written by this
-// workgroup (storageBarrier between steps).
+// Backpropagation through steps p.s, p.s - 1, ..., p.s - p.steps + 1 (in reverse; all T in
+// one dispatch unless lavapipe's cap says otherwise), one workgroup per (d, n) as forward_seq:
+// step s reads the gate gradients of (d, n)'s step s + 1, written by this workgroup
+// (storageBarrier between steps).
 @compute @workgroup_size(64)
 fn backward_seq(@builtin(workgroup_id) wid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>,
@@ -247,8 +249,8 @@ fn backward_seq(@builtin(workgroup_id) wid: vec3<u32>,
   let live = dn < p.D * p.N;
   let d = dn / p.N;
   let n = dn % p.N;
-  for (var k = 0u; k < p.T; k++) {
-    let s = p.T - 1u - k;
+  for (var k = 0u; k < min(p.steps, p.s + 1u); k++) {
+    let s = p.s - k;
     if (live) {
       for (var j = lid; j < p.H; j += 64u) {
         if (p.G == 4u) { lstm_back(d, n, j, s); } else { gru_back(d, n, j, s); }

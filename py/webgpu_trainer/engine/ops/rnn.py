@@ -131,12 +131,26 @@ async def _kernel(bld, node, entry, groups, params, **slots):
     await bld.kernel("rnn", entry, groups, params=params, **slots)
 
 
+# Loop iterations one thread may run in a dispatch: lavapipe (Mesa's llvmpipe) stops a shader
+# thread's loops after 65,535 iterations in all (measured; tests/test_losses_wide.py), silently.
+LOOP_BUDGET = 32768
+
+
+def steps_per_dispatch(h: int, g: int) -> int:
+    """Steps of ``forward_seq`` / ``backward_seq`` per dispatch for hidden size ``h`` and ``g``
+    gates: a thread runs ceil(h / 64) units a step, each ~(g + 1) * h loop iterations (the
+    recurrent dot products, the later step's dh), kept under ``LOOP_BUDGET`` (every step of the
+    zoo's LSTM, h 64 and T 28, in one dispatch; h 256: 7 steps a dispatch)."""
+    per_step = -(-h // 64) * ((g + 1) * h + 8)
+    return max(1, LOOP_BUDGET // per_step)
+
+
 def _splits(b, count: int, pairs: int) -> int:
     """Parts of a weight gradient's sum over ``pairs`` (T * N) for ``count`` outputs: enough
     threads for the adapter (``b.splits``) and, on GPU adapters, at most ~256 pairs a part
     (an H200 profile, LSTM hidden 64 at batch 1000: 4 parts of 7,000 pairs left ``grad_r``
-    the largest kernel of the step)."""
-    splits = b.splits(count, pairs, min_per_split=64)
+    the largest kernel of the step); never more than ``LOOP_BUDGET`` pairs a part."""
+    splits = max(b.splits(count, pairs, min_per_split=64), -(-pairs // LOOP_BUDGET))
     if b.tiled:
         splits = max(splits, min(256, pairs // 256))
     return splits
@@ -146,7 +160,7 @@ def _setup(b, node, ins):
     op = node["op_type"]
     t, n, i, h, d, g = dims(node, [x.shape if x is not None else None for x in ins])
     rev0 = int((node.get("attrs") or {}).get("direction") == "reverse")
-    base = dict(T=t, N=n, I=i, H=h, D=d, G=g, s=0, flags=0, rev0=rev0,
+    base = dict(T=t, N=n, I=i, H=h, D=d, G=g, s=0, flags=0, rev0=rev0, steps=0,
                 rshift=h if op == "GRU" else 0)
     saves = dict(hs=b.save(node, d * (t + 1) * n * h, "hs"),
                  cs=b.save(node, d * (t + 1) * n * h, "cs") if op == "LSTM" else None,
@@ -173,8 +187,11 @@ async def forward(b, node, ins, outs, train):
                    x=ins[0], w=ins[1], bias=bias, out=xp)
     y = _get(outs, 0)
     flags = int(y is not None) | 2 * int(bias is not None)
-    await _kernel(b, node, "forward_seq", groups_1d(d * n, 1), params={**base, "flags": flags},
-                   x=xp, r=ins[2], bias=bias, a=sv["hs"], b=sv["cs"], c=sv["gates"], out=y)
+    per = steps_per_dispatch(h, g)
+    for s0 in range(0, t, per):
+        await _kernel(b, node, "forward_seq", groups_1d(d * n, 1),
+                       params={**base, "flags": flags, "s": s0, "steps": per},
+                       x=xp, r=ins[2], bias=bias, a=sv["hs"], b=sv["cs"], c=sv["gates"], out=y)
     yh, yc = _get(outs, 1), _get(outs, 2)
     if yh is not None or yc is not None:
         await _kernel(b, node, "final_state", state,
@@ -193,14 +210,17 @@ async def backward(b, node, ins, outs, gins, gouts):
         return
     state = groups_1d(d * n * h)
     flags = int(dy is not None) | 2 * int(dyh is not None) | 4 * int(dyc is not None)
-    if lstm:
-        await _kernel(b, node, "backward_seq", groups_1d(d * n, 1), params={**base, "flags": flags},
-                       x=dyh, r=ins[2], dy=dy, bias=dyc, a=sv["gates"], b=sv["cs"], c=sv["dg"],
-                       out=sv["carry"])
-    else:
-        await _kernel(b, node, "backward_seq", groups_1d(d * n, 1), params={**base, "flags": flags},
-                       x=dyh, r=ins[2], dy=dy, a=sv["gates"], b=sv["hs"], c=sv["dg"],
-                       out=sv["carry"])
+    per = steps_per_dispatch(h, g)
+    for s0 in reversed(range(0, t, per)):
+        p = {**base, "flags": flags, "s": min(s0 + per, t) - 1, "steps": per}
+        if lstm:
+            await _kernel(b, node, "backward_seq", groups_1d(d * n, 1), params=p, x=dyh,
+                           r=ins[2], dy=dy, bias=dyc, a=sv["gates"], b=sv["cs"], c=sv["dg"],
+                           out=sv["carry"])
+        else:
+            await _kernel(b, node, "backward_seq", groups_1d(d * n, 1), params=p, x=dyh,
+                           r=ins[2], dy=dy, a=sv["gates"], b=sv["hs"], c=sv["dg"],
+                           out=sv["carry"])
     gh0, gc0 = _get(gins, 5), _get(gins, 6) if lstm else None
     if gh0 is not None or gc0 is not None:
         await _kernel(b, node, "back_init", state,
