@@ -4,6 +4,10 @@ zoo model (benchmarks/zoo.py), each timed alone by timestamp queries (median of 
 kernel (shader entry point) and listed largest first; JSON with every dispatch.
 
     python benchmarks/zoo_profile.py --models resnet8 encoder --batch 1000 --json prof.json
+    python benchmarks/zoo_profile.py --fixtures mobilenetv2 --batch 8   # tests/fixtures/zoo
+
+``--fixtures``: models of the test zoo (tests/fixtures/zoo, scripts/make_zoo.py; the
+TorchScript file) instead, on tests/test_zoo.py's data of the model's shape.
 """
 
 from __future__ import annotations
@@ -19,12 +23,34 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
-async def profile(dev, path: Path, batch: int, shape=(1, 28, 28)) -> dict:
-    """{"dispatches": [(phase, kernel, workgroups, ms)], "by_kernel": {kernel: ms}, "ms"}."""
+async def fixture_trainer(dev, name: str, batch: int):
+    """A Trainer (Adam lr 1e-3, seed 0) of the test zoo's ``name`` (TorchScript file) on
+    tests/test_zoo.py's data for it, set up."""
+    sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent / "scripts")]
+    import test_zoo
+    from webgpu_trainer import onnx_io
+    from webgpu_trainer.engine.train.gpu_engine import GpuEngine
+    from webgpu_trainer.engine.train.loop import Trainer
+    split = test_zoo._data(name, 4 * batch, 1)
+    graph, weights = onnx_io.load_bundle(test_zoo.ZOO / f"{name}-ts.onnx")
+    cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": batch, "seed": 0,
+           "init": "finetune", "eval_images": batch, "val_images": 0}
+    tr = Trainer(GpuEngine(dev), graph, weights, cfg, split, split)
+    await tr.setup()
+    tr.engine.set_order(list(range(split.count)))
+    return tr
+
+
+async def profile(dev, path, batch: int, shape=(1, 28, 28)) -> dict:
+    """{"dispatches": [(phase, kernel, workgroups, ms)], "by_kernel": {kernel: ms}, "ms"};
+    ``path``: an ONNX file of benchmarks/zoo.py, or the name of a test-zoo model."""
     import native
     import zoo
     from gpu_timer import Timer
-    tr, _ = await zoo.trainer(dev, path, batch, shape)
+    tr = await (zoo.trainer(dev, path, batch, shape) if isinstance(path, Path)
+                else fixture_trainer(dev, path, batch))
+    if isinstance(tr, tuple):
+        tr = tr[0]
     eng = tr.engine
     for s in range(1, 4):
         await eng.step(s, 0, 1e-3)
@@ -44,6 +70,8 @@ def main(argv=None) -> int:
     import zoo
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=list(zoo.ZOO), choices=zoo.ZOO)
+    p.add_argument("--fixtures", nargs="+", default=[], metavar="NAME",
+                   help="test-zoo models (tests/fixtures/zoo) instead of --models")
     p.add_argument("--batch", type=int, nargs="+", default=[64, 1000])
     p.add_argument("--engine", type=Path, default=HERE.parent / "py")
     p.add_argument("--top", type=int, default=12)
@@ -57,9 +85,9 @@ def main(argv=None) -> int:
     import gpu_timer
     dev = gpu_timer.open_device()
     folder, res = Path(tempfile.mkdtemp(prefix="zoo-")), []
-    for name in args.models:
-        shape = zoo.shape_of(name, args.shape)
-        path = zoo.export(name, shape, folder)
+    for name in args.fixtures or args.models:
+        shape = None if args.fixtures else zoo.shape_of(name, args.shape)
+        path = name if args.fixtures else zoo.export(name, shape, folder)
         for batch in args.batch:
             with zoo.builder(args.builder):
                 r = asyncio.run(profile(dev, path, batch, shape))

@@ -1,5 +1,8 @@
 // Unary elementwise ops (ONNX semantics) and their gradients (PyTorch autograd formulas). The op
-// is the uniform `op` code (a switch in uniform control flow), so one pipeline serves them all:
+// is the override constant OP (one pipeline per op; ops/unary.py passes it, the uniform's `op`
+// holds the same code): CPU adapters (lavapipe, SwiftShader) run a switch on a uniform value
+// with execution masks, every case for every element (Clip 8x slower than a copy), while a
+// switch on a pipeline constant compiles to its one case.
 //   unary_forward:   out[i] = f(x[i])
 //   unary_backward:  out[i] = dx[i] from dy[i], x[i] and, where the plan kept it intact and it is
 //                    cheaper (Sigmoid, Tanh, Exp, Sqrt, Reciprocal: flags bit 0), y[i]
@@ -20,6 +23,8 @@
 
 //!include detmath
 //!include unary_ops
+
+override OP: u32 = 0u;
 
 struct Params {
   n: u32, op: u32, flags: u32, aux: u32,
@@ -132,7 +137,7 @@ fn clip_lo() -> f32 { return select(p.lo, lo_t[0], (p.flags & 2u) != 0u); }
 fn clip_hi() -> f32 { return select(p.hi, hi_t[0], (p.flags & 4u) != 0u); }
 
 fn forward_value(v: f32) -> f32 {
-  switch p.op {
+  switch OP {
     case UNARY_LEAKYRELU: { return select(p.alpha * v, v, v >= 0.0); }
     case UNARY_SIGMOID: { return sigmoid(v); }
     case UNARY_TANH: { return tanh_(v); }
@@ -163,7 +168,7 @@ fn forward_value(v: f32) -> f32 {
 // Elu, Selu (alpha, gamma = p.beta) and Celu take the negative branch at x = 0; HardSigmoid passes only strictly inside (0, 1);
 // HardSwish is 0 below -3, x/3 + 1/2 on [-3, 3]; Clip passes dy where min <= x <= max.
 fn backward_value(v: f32, w: f32, g: f32, use_y: bool) -> f32 {
-  switch p.op {
+  switch OP {
     case UNARY_LEAKYRELU: { return select(p.alpha * g, g, v > 0.0); }
     case UNARY_SIGMOID: {
       let s = select(sigmoid(v), w, use_y);

@@ -21,6 +21,18 @@ def test_case(device, case):
     check_case(device, case)
 
 
+def test_each_op_its_own_pipeline(device):
+    """The op is the pipeline's override constant OP (ops/unary.py CODES), not a switch on the
+    uniform: CPU adapters ran every case of that switch for every element (issue 19)."""
+    from cases import by_id
+    from webgpu_trainer.engine.ops.unary import CODES
+    res, _ = check_case(device, by_id(unary.CASES, "Clip_40x80"))
+    plan = res["plan"]
+    keys = [d[0][2] for d in plan.fwd_train + plan.bwd if d[0][2].startswith("unary:")]
+    op = f"OP={CODES['Clip']}"
+    assert keys == [f"unary:unary_forward:{op}", f"unary:unary_backward:{op}"], keys
+
+
 # ---- the numpy engine ---------------------------------------------------------------------
 
 def test_numpy_erf_gelu_against_math():

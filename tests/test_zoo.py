@@ -307,7 +307,7 @@ def test_trains_natively_like_numpy_and_exports(device, name, exporter, tmp_path
 BROWSER_RTOL = 1e-5  # browser (Pyodide, SwiftShader) vs native (wgpu-py, lavapipe)
 
 
-BROWSER = ["vit", "resnet18n", "conv1d", "textbag"]
+BROWSER = ["vit", "resnet18n", "conv1d", "textbag", "mobilenetv2"]
 
 
 @pytest.mark.e2e
@@ -316,7 +316,8 @@ def test_trains_in_the_browser_like_natively(chromium, server, device, name):
     """The TorchScript file trains 3 Adam steps at batch 4 in headless Chromium (Pyodide,
     web/dev/parity.html) and natively through the same ``parity.run_case``: losses, output
     and weights agree within BROWSER_RTOL, and the weights moved. The ViT: the class token's
-    Expand to the batch, attention's Gathers; ``textbag``: int64 token ids (u32 on the GPU)."""
+    Expand to the batch, attention's Gathers; ``textbag``: int64 token ids (u32 on the GPU);
+    ``mobilenetv2``: depthwise Convs (conv_depthwise.wgsl), ReLU6 as Clip."""
     import asyncio
     import base64
     import json

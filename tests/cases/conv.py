@@ -15,6 +15,12 @@ SHAPES = {
     "3x3_dil2": (2, 3, 9, 9, (3, 3), [1, 1, 1, 1], [1, 1], [2, 2], 1),
     "group2": (4, 6, 6, 6, (3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 2),
     "depthwise_s2": (5, 5, 7, 7, (3, 3), [1, 1, 1, 1], [2, 2], [1, 1], 5),
+    # depthwise (ops/conv_depthwise.py): width 9 (a 1-column block), a rectangular dilated
+    # window with asymmetric pads and mixed strides, and 32 rows of 40 at batch 2: the weight
+    # gradient in 5 parts added by reduce.wgsl
+    "depthwise_s1_w9": (8, 8, 6, 9, (3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 8),
+    "depthwise_rect_dil": (3, 3, 7, 10, (2, 3), [0, 2, 1, 1], [1, 2], [2, 1], 3),
+    "depthwise_parts": (4, 4, 16, 40, (3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 4),
     "one_channel": (1, 1, 5, 7, (3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1),
     "seven": (7, 7, 5, 7, (3, 3), [0, 0, 0, 0], [1, 1], [1, 1], 1),
     "width33_k9": (2, 9, 3, 33, (1, 3), [0, 1, 0, 1], [1, 1], [1, 1], 1),
@@ -46,7 +52,52 @@ def _conv(name):
     tensors = [("pre.w", pre_w, "param"), ("pre.b", pre_b, "param"),
                ("conv.w", cw, "param"), ("conv.b", cb, "param")] + ht
     return case(f"conv/{name}", nodes + hn, tensors, x, labels, tag="Conv",
-                acts=("pre_out", "conv_out"), dacts=("pre_out", "conv_out"))
+                acts=("pre_out", "conv_out"), dacts=("pre_out", "conv_out"),
+                checks=(_on_depthwise_kernels,) if 1 < group == c == k else ())
+
+
+def _kernels(plan) -> list:
+    """The shader:entry of every dispatch of the plan's training step."""
+    return [":".join(d[0][2].split(":")[:2]) for d in plan.fwd_train + plan.bwd]
+
+
+def _on_depthwise_kernels(res, want):
+    """A depthwise Conv runs on conv_depthwise.wgsl's three kernels; conv2d.wgsl serves only
+    the 1x1 Conv before it (forward, weight gradient: its input needs no gradient)."""
+    got = _kernels(res["plan"])
+    assert {"conv_depthwise:forward", "conv_depthwise:backward_input",
+            "conv_depthwise:backward_weight"} <= set(got), got
+    assert sorted(k for k in got if k.startswith("conv2d")) == \
+        ["conv2d:backward_weight", "conv2d:forward", "conv2d:pack_forward"], got
+
+
+def _depthwise_relu_around():
+    """Conv -> Relu -> depthwise Conv (stride 2) -> Relu: the plan fuses both in-place ReLUs
+    into the depthwise Conv (its forward applies the second, its dx masks by the first)."""
+    rng = rng_for("conv", "relu_depthwise")
+    c, h, w = 6, 7, 9
+    x = f32(rng.standard_normal((2, c, h, w)))
+    attrs = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2], dilations=[1, 1],
+                 group=c)
+    nodes = [node("Conv", ["input", "pre.w", "pre.b"], ["pre_out"], kernel_shape=[1, 1]),
+             node("Relu", ["pre_out"], ["pre_relu"]),
+             node("Conv", ["pre_relu", "conv.w", "conv.b"], ["conv_out"], **attrs),
+             node("Relu", ["conv_out"], ["conv_relu"]),
+             node("Flatten", ["conv_relu"], ["flat"], axis=1)]
+    hn, ht = head("flat", c * 4 * 5, 5, rng)
+    tensors = [("pre.w", f32(rng.standard_normal((c, c, 1, 1)) / np.sqrt(c)), "param"),
+               ("pre.b", f32(rng.standard_normal(c) * 0.1), "param"),
+               ("conv.w", f32(rng.standard_normal((c, 1, 3, 3)) / 3), "param"),
+               ("conv.b", f32(rng.standard_normal(c) * 0.1), "param")] + ht
+    return case("conv/relu_depthwise", nodes + hn, tensors, x, rng.integers(0, 5, 2),
+                tag="Conv", acts=("pre_relu", "conv_relu"), dacts=("pre_out", "conv_out"),
+                checks=(_on_depthwise_kernels, _depthwise_fused))
+
+
+def _depthwise_fused(res, want):
+    plan = res["plan"]
+    assert "/Conv_conv_out" in plan.fused_relu
+    assert "/Conv_conv_out" in plan.relu_grad_fused
 
 
 T_SHAPES = {
@@ -124,5 +175,5 @@ def _fused(res, want):
 
 
 CASES = [_conv(name) for name in SHAPES] + [_conv_transpose(name) for name in T_SHAPES] + \
-    [_relu_around("t_3x3_s1_pad1"), _relu_around("t_4x4_s2_pad1")] + \
+    [_relu_around("t_3x3_s1_pad1"), _relu_around("t_4x4_s2_pad1"), _depthwise_relu_around()] + \
     window1d.CONV  # 1-D: cases/window1d.py

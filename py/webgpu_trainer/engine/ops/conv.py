@@ -5,12 +5,13 @@ whose weight it holds, its backward that convolution's forward (dx) and weight g
 
 Threads own 8 channels x 4 columns (see the shader); the weight gradient splits the batch
 (split-K) when there are too few threads to fill the GPU, and reduce.wgsl adds the parts.
+A depthwise Conv (group == channels) runs on its own kernels (ops/conv_depthwise.py).
 """
 
 import math
 
 from ..backends.base import groups_1d
-from . import card, conv_gemm, gemm
+from . import card, conv_depthwise, conv_gemm, gemm
 from ..errors import GraphError
 
 TYPES = ("Conv", "ConvTranspose")
@@ -129,6 +130,9 @@ async def forward(b, node, ins, outs, train):
     x, w, bias = ins[0], ins[1], ins[2] if len(ins) > 2 else None
     g, win = _geometry(node, x, w, outs[0])
     relu = int("forward" in b.fused(node))  # a following in-place ReLU, fused
+    if conv_depthwise.applies(g):
+        await conv_depthwise.forward(b, g, win, x, w, bias, outs[0], relu=relu)
+        return
     await conv_forward(b, node, g, win, x, w, bias, outs[0], relu=relu)
 
 
@@ -172,9 +176,14 @@ async def backward(b, node, ins, outs, gins, gouts):
     # a ReLU before this layer: its backward fused here (dx = 0 where x <= 0)
     mask = int("backward" in b.fused(node))
     mask_src = x if mask else None
-    if gins[0] is not None:
+    depthwise = conv_depthwise.applies(g)
+    if gins[0] is not None and depthwise:
+        await conv_depthwise.input_grad(b, g, win, w, dy, gins[0], mask_src=mask_src)
+    elif gins[0] is not None:
         await input_grad(b, node, g, win, w, dy, gins[0], mask=mask, mask_src=mask_src)
-    if gins[1] is not None:
+    if gins[1] is not None and depthwise:
+        await conv_depthwise.weight_grad(b, g, win, x, dy, gins[1])
+    elif gins[1] is not None:
         await weight_grad(b, g, win, x, dy, gins[1])
     if len(ins) > 2 and ins[2] is not None and gins[2] is not None:
         await gemm.channel_sum(b, dy, gins[2], outer=n, channels=k, inner=oh * ow)
