@@ -61,13 +61,15 @@ class Plan:
                           and (trainable is None or n in trainable)}
         self.const_tensors = {}
         self._allocate()
-        # An op whose card says FUSES_RELU_FORWARD (Conv), producing the input of an in-place
-        # ReLU, applies max(y, 0) itself.
+        # An op whose card says FUSES_RELU_FORWARD (Conv, Gemm, BatchNormalization, Add, Sub),
+        # producing the input of an in-place ReLU (its sole reader, not the graph output),
+        # applies max(y, 0) itself: the same max, the same floats.
         self.fused_relu = {graph.producer[n["inputs"][0]]["name"] for n in graph.nodes
                            if n["op_type"] == "Relu" and n["inputs"][0] in graph.producer
                            and _card_says(graph.producer[n["inputs"][0]], "FUSES_RELU_FORWARD")
                            and self.acts[n["outputs"][0]].buf is self.acts[n["inputs"][0]].buf}
         self.relu_grad_fused = self._fusable_relu_grads()
+        self.relu_sum_fused = self._relu_sums()
         b = self.builder = Builder(self)
         for mode in ("train", "eval"):
             b.current = []
@@ -116,7 +118,7 @@ class Plan:
     def _fusable_relu_grads(self) -> dict:
         """{consumer node name: ReLU node name} for in-place ReLUs (output and gradient aliased
         to the input's) read by one op whose card says TAKES_RELU_GRAD (Conv,
-        BatchNormalization) as its first input: that
+        BatchNormalization, Dropout) as its first input: that
         consumer's backward writes its input gradient already masked by input > 0, and the
         ReLU's backward dispatch is dropped."""
         g, out = self.graph, {}
@@ -135,15 +137,38 @@ class Plan:
                 out[users[0]["name"]] = node["name"]
         return out
 
+    def _relu_sums(self) -> dict:
+        """{tensor: ReLU node name} for the outputs of in-place ReLUs (output and gradient
+        aliased to the input's) with several uses: the sum of the uses' gradients masks by
+        output > 0 in its last dispatch, and the ReLU's backward dispatch is dropped."""
+        g, out = self.graph, {}
+        for node in g.nodes:
+            if node["op_type"] != "Relu":
+                continue
+            t, u = node["inputs"][0], node["outputs"][0]
+            gu, gt = self.grads.get(u), self.grads.get(t)
+            if gu is None or gt is None or gu.buf is not gt.buf or u == g.output:
+                continue
+            if self.acts[u].buf is self.acts[t].buf and u in self.contrib_of:
+                out[u] = node["name"]
+        return out
+
     async def _sum_contributions(self, b, name, total):
-        """total = sum of the gradient contributions of every use of ``name``."""
+        """total = sum of the gradient contributions of every use of ``name``; masked by
+        ``name`` > 0 when ``name`` is a ReLU's output whose backward is fused here."""
         parts = self.contrib_of[name]
         n = total.numel
-        await b.kernel("elementwise", "add_to", b.elementwise_groups(n), params={"n": n},
-                       a=total, b=parts[0], c=parts[1])
-        for part in parts[2:]:
-            await b.kernel("elementwise", "accumulate", b.elementwise_groups(n), params={"n": n},
-                           a=total, b=part)
+        mask = name in self.relu_sum_fused
+        relu_out = self.acts[name] if mask else None
+        last = len(parts) == 2
+        await b.kernel("elementwise", "add_to", b.elementwise_groups(n),
+                       params={"n": n, "mask": int(mask and last)}, a=total, b=parts[0],
+                       c=parts[1], d=relu_out if last else None)
+        for k, part in enumerate(parts[2:], 3):
+            last = k == len(parts)
+            await b.kernel("elementwise", "accumulate", b.elementwise_groups(n),
+                           params={"n": n, "mask": int(mask and last)}, a=total, b=part,
+                           d=relu_out if last else None)
 
     def _ins(self, node):
         return [self.acts.get(i) or self.weights.get(i) or self._constant(i) if i else None
@@ -345,5 +370,7 @@ class Plan:
 
 
 def _card_says(node, flag: str) -> bool:
-    """Whether the card of ``node``'s op sets the fusion ``flag`` (``engine/ops``)."""
-    return bool(getattr(OPS.get(node["op_type"]), flag, False))
+    """Whether the card of ``node``'s op sets the fusion ``flag`` (``engine/ops``): True for
+    every op of the card, or a tuple of the op_types it holds for."""
+    value = getattr(OPS.get(node["op_type"]), flag, False)
+    return node["op_type"] in value if isinstance(value, tuple) else bool(value)
