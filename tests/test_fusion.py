@@ -49,6 +49,7 @@ def _fused(plan) -> tuple:
     ("fused_residual_relu_three_uses", ["/Add_s2", "/Gemm_h"], [], ["/Relu_r"]),
     ("fused_conv_bn_relu_residual_train", ["/Add_s", "/BatchNormalization_b1"], [],
      ["/Relu_r"]),
+    ("fused_conv_relu_pools", ["/Conv_c1", "/Conv_c2"], ["/Relu_r1", "/Relu_r2"], []),
 ])
 def test_fused_cases_leave_no_relu_dispatch(device, entries, name, forward, grad, summed):
     """Each fusion case fuses what it says, computes the numpy engine's numbers and

@@ -200,8 +200,33 @@ def _conv_bn_relu_residual(train):
                 dacts=("c1", "b1", "c2", "s") if train else ())
 
 
+def _conv_relu_pools():
+    """Conv -> Relu -> MaxPool -> Conv -> Relu -> GlobalAveragePool -> head: the Convs apply
+    their ReLUs, the pools' backwards mask by them."""
+    batch, c, h, w, classes = 3, 2, 6, 6, 4
+    rng = rng_for("conv_relu_pools")
+    conv = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1], dilations=[1, 1],
+                group=1)
+    nodes = [node("Conv", ["input", "c1.w", "c1.b"], ["c1"], **conv),
+             node("Relu", ["c1"], ["r1"]),
+             node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+             node("Conv", ["p1", "c2.w", "c2.b"], ["c2"], **conv),
+             node("Relu", ["c2"], ["r2"]),
+             node("GlobalAveragePool", ["r2"], ["g"]),
+             node("Flatten", ["g"], ["flat"], axis=1)]
+    hn, ht = head("flat", 3, classes, rng)
+    tensors = [("c1.w", f32(rng.standard_normal((3, c, 3, 3)) / 3), "param"),
+               ("c1.b", f32(rng.standard_normal(3) * 0.2), "param"),
+               ("c2.w", f32(rng.standard_normal((3, 3, 3, 3)) / 3), "param"),
+               ("c2.b", f32(rng.standard_normal(3) * 0.2), "param")] + ht
+    x = f32(rng.standard_normal((batch, c, h, w)))
+    return case("plan/fused_conv_relu_pools", nodes + hn, tensors, x,
+                rng.integers(0, classes, batch), tag="Relu", acts=("r1", "p1", "r2"),
+                dacts=("c1", "p1", "c2"))
+
+
 CASES = [_identity_and_relu_before_log_softmax(), _shared_weight(),
          _in_place_relu_behind_a_view(), _residual_block(), _tied_projection(),
          _gemm_relu_dropout(8), _gemm_relu_dropout(256), _matmul_add_relu(),
          _residual_relu_three_uses(), _conv_bn_relu_residual(True),
-         _conv_bn_relu_residual(False)]
+         _conv_bn_relu_residual(False), _conv_relu_pools()]

@@ -118,7 +118,7 @@ class Plan:
     def _fusable_relu_grads(self) -> dict:
         """{consumer node name: ReLU node name} for in-place ReLUs (output and gradient aliased
         to the input's) read by one op whose card says TAKES_RELU_GRAD (Conv,
-        BatchNormalization, Dropout) as its first input: that
+        BatchNormalization, Dropout, the pools) as its first input: that
         consumer's backward writes its input gradient already masked by input > 0, and the
         ReLU's backward dispatch is dropped."""
         g, out = self.graph, {}
