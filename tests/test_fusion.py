@@ -139,3 +139,15 @@ def test_dispatch_counts(device, entries):
 
 def _relu_inputs(graph) -> set:
     return {n["inputs"][0] for n in graph.nodes if n["op_type"] == "Relu"}
+
+
+def test_residual_add_passes_its_gradient(device, entries):
+    """r's use by the residual Add s2 = s1 + r contributes s2's gradient itself (no copy):
+    the Add's backward writes only s1's gradient, the two Adds of the case three copies in
+    all (s1 = g2 + g3: two; s2: one), and the numbers are the numpy engine's."""
+    res, _ = check_case(device, by_id(plan_cases.CASES, "fused_residual_relu_three_uses"))
+    p = res["plan"]
+    assert p.contrib[("/Add_s2", 1)] is p.grads["s2"]
+    assert p.contrib[("/Gemm_g2", 0)] is not p.grads["s2"]
+    binary = [e for s, e in entries[id(p.bwd)] if s == "binary"]
+    assert binary == ["backward_same"] * 3

@@ -312,6 +312,8 @@ class Plan:
                 out = node["outputs"][0]
                 if node["op_type"] in VIEWS and k == 0 and out in self.grads:
                     part = self.grads[out]  # a view's contribution is its output gradient
+                elif _passes_grad(node, self.shapes) and out in self.grads:
+                    part = self.grads[out]  # so is a residual Add's (ops/binary.py skips it)
                 else:
                     part = Tensor(shape, dev.buffer(4 * math.prod(shape),
                                                     f"d{name}@{node['name']}"))
@@ -367,6 +369,14 @@ class Plan:
                 await b.kernel("init", "fill", groups_1d(t.numel),
                                params=dict(n=t.numel, seed=0, stream=0, value=rule.value), out=t)
         self.dev.submit([self.dev.program(b.current)])
+
+
+def _passes_grad(node, shapes) -> bool:
+    """Whether ``node`` is an Add of two different tensors of its output's shape: the gradient
+    of each input is the output's, which the plan then uses in place of a copy."""
+    ins = node["inputs"]
+    return node["op_type"] == "Add" and len(ins) == 2 and ins[0] != ins[1] and \
+        shapes[ins[0]] == shapes[ins[1]] == shapes[node["outputs"][0]]
 
 
 def _card_says(node, flag: str) -> bool:

@@ -174,14 +174,21 @@ async def backward(b, node, ins, outs, gins, gouts):
     dy = gouts[0]
     for k in range(len(steps), 0, -1):
         consts, A, B, Y = steps[k - 1]
-        if gins[k] is not None:
+        if gins[k] is not None and not _is_dy(consts, gins[k], dy):
             await _gradient(b, consts, 1, B, A, dy, gins[k], Y.shape)
         da = gins[0] if k == 1 else Tensor(A.shape, b.save(node, max(1, A.numel), f"d{k}"))
-        if da is not None:
+        if da is not None and not _is_dy(consts, da, dy):
             await _gradient(b, consts, 0, A, B, dy, da, Y.shape)
         dy = da
         if dy is None:
             return
+
+
+def _is_dy(consts, g, dy) -> bool:
+    """Whether the gradient ``g`` to write is ``dy`` itself (an Add's input gradient the plan
+    aliased to its output's: ``plan._passes_grad``): nothing to write."""
+    return consts["OP"] == CODES["Add"] and g.buf is dy.buf and g.offset == dy.offset and \
+        g.shape == dy.shape
 
 
 async def _gradient(b, consts, side, t, o, dy, g, out_shape):
