@@ -142,12 +142,22 @@ def _relu_inputs(graph) -> set:
 
 
 def test_residual_add_passes_its_gradient(device, entries):
-    """r's use by the residual Add s2 = s1 + r contributes s2's gradient itself (no copy):
-    the Add's backward writes only s1's gradient, the two Adds of the case three copies in
-    all (s1 = g2 + g3: two; s2: one), and the numbers are the numpy engine's."""
+    """An Add of two same-shaped tensors passes its output gradient through: r's use by
+    s2 = s1 + r contributes s2's gradient itself, and the single-use inputs s1, g2, g3 share
+    s2's gradient buffer, so neither Add writes a gradient; the numbers are the numpy
+    engine's. g2's gradient is read after the Add's (by g2's Gemm)."""
     res, _ = check_case(device, by_id(plan_cases.CASES, "fused_residual_relu_three_uses"))
     p = res["plan"]
     assert p.contrib[("/Add_s2", 1)] is p.grads["s2"]
-    assert p.contrib[("/Gemm_g2", 0)] is not p.grads["s2"]
-    binary = [e for s, e in entries[id(p.bwd)] if s == "binary"]
-    assert binary == ["backward_same"] * 3
+    assert p.grads["s1"].buf is p.grads["g2"].buf is p.grads["g3"].buf is p.grads["s2"].buf
+    assert p.grads["h"].buf is not p.grads["s2"].buf
+    assert [e for s, e in entries[id(p.bwd)] if s == "binary"] == []
+
+
+def test_broadcast_add_writes_its_gradients(device, entries):
+    """MatMul + Add(bias): the bias is broadcast, so the Add is no pass-through: it writes
+    m's gradient and sums the bias's (numbers: the numpy engine's)."""
+    res, _ = check_case(device, by_id(plan_cases.CASES, "fused_matmul_add_relu"))
+    p = res["plan"]
+    assert p.grads["m"].buf is not p.grads["s"].buf
+    assert [e for s, e in entries[id(p.bwd)] if s == "binary"] == ["backward"] * 2

@@ -288,6 +288,7 @@ class Plan:
                 if name and (name in needs or name in self.trainable):
                     uses.setdefault(name, []).append((node, k))
         multi = {name for name, u in uses.items() if len(u) > 1}
+        shared: dict = {}  # Add output -> the gradient buffer of its single-use inputs
         self.contrib, self.contrib_of = {}, {}
         self.grads = {}
         if self.loss_input == self.logp and self.head_node:
@@ -303,8 +304,8 @@ class Plan:
                         src in self.grads and src not in multi:
                     self.grads[out] = Tensor(self.shapes[out], self.grads[src].buf)
                 else:
-                    self.grads[out] = Tensor(self.shapes[out],
-                                             dev.buffer(4 * math.prod(self.shapes[out]), "d" + out))
+                    self.grads[out] = Tensor(self.shapes[out], self._grad_buffer(
+                        out, uses.get(out, []), shared))
         for name in multi:
             shape = self.shapes[name]
             self.contrib_of[name] = []
@@ -319,6 +320,21 @@ class Plan:
                                                     f"d{name}@{node['name']}"))
                 self.contrib[(node["name"], k)] = part
                 self.contrib_of[name].append(part)
+
+    def _grad_buffer(self, name, uses, shared):
+        """A gradient buffer of its own for tensor ``name``, or, when its one use is an Add
+        that passes its gradient through (``_passes_grad``), the buffer of that Add's output
+        gradient (``shared``: Add output -> buffer, made by the first of its inputs; the Add's
+        backward then writes nothing for it, ops/binary.py)."""
+        mine = shared.get(name)
+        if len(uses) == 1 and _passes_grad(uses[0][0], self.shapes):
+            total = uses[0][0]["outputs"][0]
+            if total not in shared:
+                shared[total] = mine or self.dev.buffer(4 * math.prod(self.shapes[total]),
+                                                        "d" + total)
+            if mine is None or mine is shared[total]:
+                return shared[total]
+        return mine or self.dev.buffer(4 * math.prod(self.shapes[name]), "d" + name)
 
     def _sole_reader(self, name) -> bool:
         """Whether one node reads the data of ``name``: counting the readers of every tensor
