@@ -13,7 +13,7 @@ import struct
 from .backends.base import groups_1d, round_up
 from .builder import Builder, Tensor
 from .graph import Graph
-from . import init
+from . import fusion, init
 from .ops import OPS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
@@ -61,15 +61,9 @@ class Plan:
                           and (trainable is None or n in trainable)}
         self.const_tensors = {}
         self._allocate()
-        # An op whose card says FUSES_RELU_FORWARD (Conv, Gemm, BatchNormalization, Add, Sub),
-        # producing the input of an in-place ReLU (its sole reader, not the graph output),
-        # applies max(y, 0) itself: the same max, the same floats.
-        self.fused_relu = {graph.producer[n["inputs"][0]]["name"] for n in graph.nodes
-                           if n["op_type"] == "Relu" and n["inputs"][0] in graph.producer
-                           and _card_says(graph.producer[n["inputs"][0]], "FUSES_RELU_FORWARD")
-                           and self.acts[n["outputs"][0]].buf is self.acts[n["inputs"][0]].buf}
-        self.relu_grad_fused = self._fusable_relu_grads()
-        self.relu_sum_fused = self._relu_sums()
+        self.fused_relu = fusion.relu_forwards(self)
+        self.relu_grad_fused = fusion.relu_grads(self)
+        self.relu_sum_fused = fusion.relu_sums(self)
         b = self.builder = Builder(self)
         for mode in ("train", "eval"):
             b.current = []
@@ -114,44 +108,6 @@ class Plan:
                 await self._sum_contributions(b, name, self._grad_of(name))
         self.bwd = b.current
         return self
-
-    def _fusable_relu_grads(self) -> dict:
-        """{consumer node name: ReLU node name} for in-place ReLUs (output and gradient aliased
-        to the input's) read by one op whose card says TAKES_RELU_GRAD (Conv,
-        BatchNormalization, Dropout, the pools) as its first input: that
-        consumer's backward writes its input gradient already masked by input > 0, and the
-        ReLU's backward dispatch is dropped."""
-        g, out = self.graph, {}
-        for node in g.nodes:
-            if node["op_type"] != "Relu":
-                continue
-            t, u = node["inputs"][0], node["outputs"][0]
-            gu, gt = self.grads.get(u), self.grads.get(t)
-            if gu is None or gt is None or gu.buf is not gt.buf or u == g.output:
-                continue
-            if self.acts[u].buf is not self.acts[t].buf or u in self.contrib_of:
-                continue
-            users = g.consumers.get(u, [])
-            if len(users) == 1 and _card_says(users[0], "TAKES_RELU_GRAD") \
-                    and users[0]["inputs"][0] == u and u not in users[0]["inputs"][1:]:
-                out[users[0]["name"]] = node["name"]
-        return out
-
-    def _relu_sums(self) -> dict:
-        """{tensor: ReLU node name} for the outputs of in-place ReLUs (output and gradient
-        aliased to the input's) with several uses: the sum of the uses' gradients masks by
-        output > 0 in its last dispatch, and the ReLU's backward dispatch is dropped."""
-        g, out = self.graph, {}
-        for node in g.nodes:
-            if node["op_type"] != "Relu":
-                continue
-            t, u = node["inputs"][0], node["outputs"][0]
-            gu, gt = self.grads.get(u), self.grads.get(t)
-            if gu is None or gt is None or gu.buf is not gt.buf or u == g.output:
-                continue
-            if self.acts[u].buf is self.acts[t].buf and u in self.contrib_of:
-                out[u] = node["name"]
-        return out
 
     async def _sum_contributions(self, b, name, total):
         """total = sum of the gradient contributions of every use of ``name``; masked by
@@ -296,7 +252,7 @@ class Plan:
                                            dev.buffer(4 * math.prod(shapes[g.output]), "dlogp"))
         for node in g.nodes:
             for k, out in enumerate(node["outputs"]):
-                if (k and not _card_says(node, "GRAD_EVERY_OUTPUT")) or out not in needs \
+                if (k and not fusion.card_says(node, "GRAD_EVERY_OUTPUT")) or out not in needs \
                         or out not in self.acts or node is self.final_softmax:
                     continue
                 src = node["inputs"][0]
@@ -313,7 +269,7 @@ class Plan:
                 out = node["outputs"][0]
                 if node["op_type"] in VIEWS and k == 0 and out in self.grads:
                     part = self.grads[out]  # a view's contribution is its output gradient
-                elif _passes_grad(node, self.shapes) and out in self.grads:
+                elif fusion.passes_grad(node, self.shapes) and out in self.grads:
                     part = self.grads[out]  # so is a residual Add's (ops/binary.py skips it)
                 else:
                     part = Tensor(shape, dev.buffer(4 * math.prod(shape),
@@ -323,11 +279,11 @@ class Plan:
 
     def _grad_buffer(self, name, uses, shared):
         """A gradient buffer of its own for tensor ``name``, or, when its one use is an Add
-        that passes its gradient through (``_passes_grad``), the buffer of that Add's output
+        that passes its gradient through (``fusion.passes_grad``), the buffer of that Add's output
         gradient (``shared``: Add output -> buffer, made by the first of its inputs; the Add's
         backward then writes nothing for it, ops/binary.py)."""
         mine = shared.get(name)
-        if len(uses) == 1 and _passes_grad(uses[0][0], self.shapes):
+        if len(uses) == 1 and fusion.passes_grad(uses[0][0], self.shapes):
             total = uses[0][0]["outputs"][0]
             if total not in shared:
                 shared[total] = mine or self.dev.buffer(4 * math.prod(self.shapes[total]),
@@ -385,18 +341,3 @@ class Plan:
                 await b.kernel("init", "fill", groups_1d(t.numel),
                                params=dict(n=t.numel, seed=0, stream=0, value=rule.value), out=t)
         self.dev.submit([self.dev.program(b.current)])
-
-
-def _passes_grad(node, shapes) -> bool:
-    """Whether ``node`` is an Add of two different tensors of its output's shape: the gradient
-    of each input is the output's, which the plan then uses in place of a copy."""
-    ins = node["inputs"]
-    return node["op_type"] == "Add" and len(ins) == 2 and ins[0] != ins[1] and \
-        shapes[ins[0]] == shapes[ins[1]] == shapes[node["outputs"][0]]
-
-
-def _card_says(node, flag: str) -> bool:
-    """Whether the card of ``node``'s op sets the fusion ``flag`` (``engine/ops``): True for
-    every op of the card, or a tuple of the op_types it holds for."""
-    value = getattr(OPS.get(node["op_type"]), flag, False)
-    return node["op_type"] in value if isinstance(value, tuple) else bool(value)
