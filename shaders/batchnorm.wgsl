@@ -15,8 +15,11 @@ struct Params {
   outer: u32, C: u32, inner: u32, gamma: u32,
   beta: u32, rmean: u32, rvar: u32, parts: u32,
   eps: f32, momentum: f32, mask: u32, want_dx: u32,
+  relu: u32, _p0: u32, _p1: u32, _p2: u32,
 }
 // want_dx: backward_fused writes dx (else only the gamma / beta gradients).
+// relu (normalize, forward_fused): y = max(y, 0), an in-place ReLU after this layer fused here
+// (the same max as elementwise.wgsl's relu_forward: the same floats).
 // mask (backward_input): dx = 0 where x <= 0 (x is the output of an in-place ReLU whose backward
 // the plan fused here).
 
@@ -136,7 +139,9 @@ fn normalized(i: u32, xi: f32) -> f32 {
 }
 
 fn normalized_c(c: u32, xi: f32, mean: f32, invstd: f32) -> f32 {
-  return (xi - mean) * invstd * P[p.gamma + c] + P[p.beta + c];
+  let y = (xi - mean) * invstd * P[p.gamma + c] + P[p.beta + c];
+  if (p.relu != 0u) { return max(y, 0.0); }
+  return y;
 }
 
 @compute @workgroup_size(256)

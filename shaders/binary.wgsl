@@ -39,7 +39,7 @@ override MEAN_SCALE: f32 = 0.5;
 
 struct Params {
   n: u32, rank: u32, nred: u32, total: u32,
-  chunk: u32, nan_bits: u32, _p0: u32, _p1: u32,
+  chunk: u32, nan_bits: u32, relu: u32, _p1: u32,
   dims: array<vec4<u32>, 6>,
   red: array<vec4<u32>, 6>,
 }
@@ -54,6 +54,13 @@ struct Params {
 
 
 fn qnan() -> f32 { return bitcast<f32>(p.nan_bits); }  // a run-time NaN (no NaN constants)
+
+// The forwards' result; relu: max(y, 0), an in-place ReLU after the node fused here (the same
+// max as elementwise.wgsl's relu_forward: the same floats).
+fn activated(y: f32) -> f32 {
+  if (p.relu != 0u) { return max(y, 0.0); }
+  return y;
+}
 
 fn powf(a: f32, b: f32) -> f32 {
   if (b == 0.0) { return 1.0; }
@@ -126,7 +133,7 @@ fn grad(dy: f32, t: f32, o: f32) -> f32 {
 fn forward_same(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
   let i = flat_index(gid, nwg);
-  if (i < p.n) { out[i] = f(x0[i], x1[i]); }
+  if (i < p.n) { out[i] = activated(f(x0[i], x1[i])); }
 }
 
 @compute @workgroup_size(64)
@@ -144,7 +151,7 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
     ia += c * dim.y;
     ib += c * dim.z;
   }
-  out[i] = f(x0[ia], x1[ib]);
+  out[i] = activated(f(x0[ia], x1[ib]));
 }
 
 @compute @workgroup_size(64)

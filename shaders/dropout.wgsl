@@ -1,9 +1,11 @@
 // Inverted dropout (Srivastava et al. 2014; ONNX Dropout with training_mode): in training,
 // y = x * keep / (1 - ratio) with keep = (u >= ratio), u = philox_unit of Philox(seed; i / 4,
 // layer salt, optimizer step, 1) word i % 4 (philox.wgsl; cpu/dropout.py draws the same mask).
-// The backward pass recomputes the same mask.
+// The backward pass recomputes the same mask; with relu it also zeroes dx where the input m
+// (the output of an in-place ReLU before this layer, whose backward the plan fused here) is <= 0:
+// select(0, dy * keep * scale, m > 0), the floats elementwise.wgsl's relu_backward gives.
 
-struct Params { n: u32, salt: u32, ratio: f32, scale: f32 }
+struct Params { n: u32, salt: u32, ratio: f32, scale: f32, relu: u32, _p0: u32, _p1: u32, _p2: u32 }
 //!include step
 //!include index
 
@@ -11,11 +13,14 @@ struct Params { n: u32, salt: u32, ratio: f32, scale: f32 }
 @group(0) @binding(1) var<uniform> st: Step;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read> m: array<f32>;
 
 //!include philox
 
 fn put(i: u32, bits: u32) {
-  if (i < p.n) { y[i] = x[i] * select(0.0, p.scale, philox_unit(bits) >= p.ratio); }
+  if (i >= p.n) { return; }
+  let v = x[i] * select(0.0, p.scale, philox_unit(bits) >= p.ratio);
+  if (p.relu != 0u) { y[i] = select(0.0, v, m[i] > 0.0); } else { y[i] = v; }
 }
 
 // forward: x = input, y = output. backward: x = dy, y = dx (the same mask, the same scale).

@@ -4,12 +4,13 @@
 // Each thread of `matmul` owns a 4x4 block of out. With splits > 1 the partial sums [splits, M, N] are added
 // (and the bias applied) by reduce.wgsl `reduce_splits`; with splits == 1 the bias is added here:
 // bias_mode 0 none, 1 bias[n] (a row vector, Linear's bias), 2 bias[m], 3 bias[m*N + n],
-// 4 bias[0] (a scalar).
+// 4 bias[0] (a scalar). relu (Gemm + an in-place ReLU after it, fused: plan.fused_relu): the
+// unsplit kernels store max(v, 0) (elementwise.wgsl relu_forward's floats); split, reduce_splits.
 
 struct Params {
   M: u32, N: u32, K: u32, splits: u32,
   sam: u32, sak: u32, sbk: u32, sbn: u32,
-  bias_mode: u32, alpha: f32, beta: f32, _p0: u32,
+  bias_mode: u32, alpha: f32, beta: f32, relu: u32,
 }
 
 //!include index
@@ -32,8 +33,14 @@ fn bias_at(m: u32, n: u32) -> f32 {
   }
 }
 
+// The stored value: ReLU'd when fused (only with splits == 1: the parts are not the result).
+fn act(v: f32) -> f32 {
+  if (p.relu != 0u && p.splits == 1u) { return max(v, 0.0); }
+  return v;
+}
+
 fn store4(at: u32, v: vec4<f32>) {
-  out[at] = v.x; out[at + 1u] = v.y; out[at + 2u] = v.z; out[at + 3u] = v.w;
+  out[at] = act(v.x); out[at + 1u] = act(v.y); out[at + 2u] = act(v.z); out[at + 3u] = act(v.w);
 }
 
 // Threads along n in a workgroup of `matmul` (1 to 64, a power of two; 64 / WX along m): a
@@ -119,7 +126,7 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
       if (n >= p.N) { break; }
       var v = p.alpha * row[j];
       if (p.splits == 1u) { v += bias_at(m, n); }
-      out[base + m * p.N + n] = v;
+      out[base + m * p.N + n] = act(v);
     }
   }
 }
@@ -228,7 +235,7 @@ fn write_row(base: u32, m: u32, n: u32, v: vec4<f32>) {
     if (n + j < p.N) {
       var o = p.alpha * v[j];
       if (p.splits == 1u) { o += bias_at(m, n + j); }
-      out[base + m * p.N + n + j] = o;
+      out[base + m * p.N + n + j] = act(o);
     }
   }
 }

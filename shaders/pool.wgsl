@@ -14,6 +14,8 @@
 // divisor (PyTorch avg_pool2d): the window clipped to the input plus its padding (end_h =
 // H + bottom pad, end_w = W + right pad) with count_include_pad (flags & 1), else the number of
 // input elements in the window.
+// flags & 4 (the backwards): dst[e] = 0 where m[e] <= 0, m = x being the output of an in-place
+// ReLU whose backward the plan fused here (relu_backward's select: the same floats).
 
 struct Params {
   total: u32, H: i32, W: i32, OH: i32,
@@ -28,6 +30,12 @@ struct Params {
 @group(0) @binding(1) var<storage, read> src: array<f32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<f32>;
 @group(0) @binding(3) var<storage, read_write> arg: array<u32>;
+@group(0) @binding(4) var<storage, read> m: array<f32>;
+
+fn masked(t: u32, g: f32) -> f32 {
+  if ((p.flags & 4u) != 0u) { return select(0.0, g, m[t] > 0.0); }
+  return g;
+}
 
 
 // Taps [lo, hi) of a window starting at `start` (step d, k taps) that fall inside [0, size).
@@ -127,7 +135,7 @@ fn max_backward(@builtin(global_invocation_id) gid: vec3<u32>,
       if (arg[o] == e) { g += src[o]; }
     }
   }
-  dst[t] = g;
+  dst[t] = masked(t, g);
 }
 
 @compute @workgroup_size(64)
@@ -149,5 +157,5 @@ fn avg_backward(@builtin(global_invocation_id) gid: vec3<u32>,
       g += src[obase + u32(oh * p.OW + ow)] / divisor(oh, ow);
     }
   }
-  dst[t] = g;
+  dst[t] = masked(t, g);
 }

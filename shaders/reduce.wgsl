@@ -6,7 +6,9 @@
 struct Params {
   outer: u32, C: u32, inner: u32, count: u32,
   splits: u32, N: u32, bias_mode: u32, beta: f32,
+  relu: u32, _p0: u32, _p1: u32, _p2: u32,
 }
+// relu (reduce_splits): out[e] = max(sum, 0), a Gemm's fused ReLU (gemm.wgsl).
 
 //!include index
 
@@ -69,5 +71,6 @@ fn reduce_splits(@builtin(global_invocation_id) gid: vec3<u32>,
     case 4u: { s += p.beta * bias[0]; }
     default: {}
   }
+  if (p.relu != 0u) { s = max(s, 0.0); }
   out[e] = s;
 }

@@ -48,13 +48,14 @@ class Builder:
         """Which of a ReLU's passes the plan fused across ``node`` and an in-place Relu next to
         it: "forward" (a FUSES_RELU_FORWARD op applies the Relu after it; for that Relu: its
         producer did), "backward" (a TAKES_RELU_GRAD op masks its input gradient by the Relu
-        before it; for that Relu: its consumer did). Empty when nothing was fused."""
+        before it; for that Relu: its consumer did, or the sum of its uses' gradients,
+        ``plan._relu_sums``). Empty when nothing was fused."""
         plan, name, out = self.plan, node["name"], set()
         if node["op_type"] == "Relu":
             producer = plan.graph.producer.get(node["inputs"][0], {}).get("name")
             if producer in plan.fused_relu:
                 out.add("forward")
-            if name in plan.relu_grad_fused.values():
+            if name in plan.relu_grad_fused.values() or name in plan.relu_sum_fused.values():
                 out.add("backward")
         else:
             if name in plan.fused_relu:

@@ -13,7 +13,7 @@ import struct
 from .backends.base import groups_1d, round_up
 from .builder import Builder, Tensor
 from .graph import Graph
-from . import init
+from . import fusion, init
 from .ops import OPS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
@@ -61,13 +61,9 @@ class Plan:
                           and (trainable is None or n in trainable)}
         self.const_tensors = {}
         self._allocate()
-        # An op whose card says FUSES_RELU_FORWARD (Conv), producing the input of an in-place
-        # ReLU, applies max(y, 0) itself.
-        self.fused_relu = {graph.producer[n["inputs"][0]]["name"] for n in graph.nodes
-                           if n["op_type"] == "Relu" and n["inputs"][0] in graph.producer
-                           and _card_says(graph.producer[n["inputs"][0]], "FUSES_RELU_FORWARD")
-                           and self.acts[n["outputs"][0]].buf is self.acts[n["inputs"][0]].buf}
-        self.relu_grad_fused = self._fusable_relu_grads()
+        self.fused_relu = fusion.relu_forwards(self)
+        self.relu_grad_fused = fusion.relu_grads(self)
+        self.relu_sum_fused = fusion.relu_sums(self)
         b = self.builder = Builder(self)
         for mode in ("train", "eval"):
             b.current = []
@@ -113,37 +109,22 @@ class Plan:
         self.bwd = b.current
         return self
 
-    def _fusable_relu_grads(self) -> dict:
-        """{consumer node name: ReLU node name} for in-place ReLUs (output and gradient aliased
-        to the input's) read by one op whose card says TAKES_RELU_GRAD (Conv,
-        BatchNormalization) as its first input: that
-        consumer's backward writes its input gradient already masked by input > 0, and the
-        ReLU's backward dispatch is dropped."""
-        g, out = self.graph, {}
-        for node in g.nodes:
-            if node["op_type"] != "Relu":
-                continue
-            t, u = node["inputs"][0], node["outputs"][0]
-            gu, gt = self.grads.get(u), self.grads.get(t)
-            if gu is None or gt is None or gu.buf is not gt.buf or u == g.output:
-                continue
-            if self.acts[u].buf is not self.acts[t].buf or u in self.contrib_of:
-                continue
-            users = g.consumers.get(u, [])
-            if len(users) == 1 and _card_says(users[0], "TAKES_RELU_GRAD") \
-                    and users[0]["inputs"][0] == u and u not in users[0]["inputs"][1:]:
-                out[users[0]["name"]] = node["name"]
-        return out
-
     async def _sum_contributions(self, b, name, total):
-        """total = sum of the gradient contributions of every use of ``name``."""
+        """total = sum of the gradient contributions of every use of ``name``; masked by
+        ``name`` > 0 when ``name`` is a ReLU's output whose backward is fused here."""
         parts = self.contrib_of[name]
         n = total.numel
-        await b.kernel("elementwise", "add_to", b.elementwise_groups(n), params={"n": n},
-                       a=total, b=parts[0], c=parts[1])
-        for part in parts[2:]:
-            await b.kernel("elementwise", "accumulate", b.elementwise_groups(n), params={"n": n},
-                           a=total, b=part)
+        mask = name in self.relu_sum_fused
+        relu_out = self.acts[name] if mask else None
+        last = len(parts) == 2
+        await b.kernel("elementwise", "add_to", b.elementwise_groups(n),
+                       params={"n": n, "mask": int(mask and last)}, a=total, b=parts[0],
+                       c=parts[1], d=relu_out if last else None)
+        for k, part in enumerate(parts[2:], 3):
+            last = k == len(parts)
+            await b.kernel("elementwise", "accumulate", b.elementwise_groups(n),
+                           params={"n": n, "mask": int(mask and last)}, a=total, b=part,
+                           d=relu_out if last else None)
 
     def _ins(self, node):
         return [self.acts.get(i) or self.weights.get(i) or self._constant(i) if i else None
@@ -263,6 +244,7 @@ class Plan:
                 if name and (name in needs or name in self.trainable):
                     uses.setdefault(name, []).append((node, k))
         multi = {name for name, u in uses.items() if len(u) > 1}
+        shared: dict = {}  # Add output -> the gradient buffer of its single-use inputs
         self.contrib, self.contrib_of = {}, {}
         self.grads = {}
         if self.loss_input == self.logp and self.head_node:
@@ -270,7 +252,7 @@ class Plan:
                                            dev.buffer(4 * math.prod(shapes[g.output]), "dlogp"))
         for node in g.nodes:
             for k, out in enumerate(node["outputs"]):
-                if (k and not _card_says(node, "GRAD_EVERY_OUTPUT")) or out not in needs \
+                if (k and not fusion.card_says(node, "GRAD_EVERY_OUTPUT")) or out not in needs \
                         or out not in self.acts or node is self.final_softmax:
                     continue
                 src = node["inputs"][0]
@@ -278,8 +260,8 @@ class Plan:
                         src in self.grads and src not in multi:
                     self.grads[out] = Tensor(self.shapes[out], self.grads[src].buf)
                 else:
-                    self.grads[out] = Tensor(self.shapes[out],
-                                             dev.buffer(4 * math.prod(self.shapes[out]), "d" + out))
+                    self.grads[out] = Tensor(self.shapes[out], self._grad_buffer(
+                        out, uses.get(out, []), shared))
         for name in multi:
             shape = self.shapes[name]
             self.contrib_of[name] = []
@@ -287,11 +269,28 @@ class Plan:
                 out = node["outputs"][0]
                 if node["op_type"] in VIEWS and k == 0 and out in self.grads:
                     part = self.grads[out]  # a view's contribution is its output gradient
+                elif fusion.passes_grad(node, self.shapes) and out in self.grads:
+                    part = self.grads[out]  # so is a residual Add's (ops/binary.py skips it)
                 else:
                     part = Tensor(shape, dev.buffer(4 * math.prod(shape),
                                                     f"d{name}@{node['name']}"))
                 self.contrib[(node["name"], k)] = part
                 self.contrib_of[name].append(part)
+
+    def _grad_buffer(self, name, uses, shared):
+        """A gradient buffer of its own for tensor ``name``, or, when its one use is an Add
+        that passes its gradient through (``fusion.passes_grad``), the buffer of that Add's output
+        gradient (``shared``: Add output -> buffer, made by the first of its inputs; the Add's
+        backward then writes nothing for it, ops/binary.py)."""
+        mine = shared.get(name)
+        if len(uses) == 1 and fusion.passes_grad(uses[0][0], self.shapes):
+            total = uses[0][0]["outputs"][0]
+            if total not in shared:
+                shared[total] = mine or self.dev.buffer(4 * math.prod(self.shapes[total]),
+                                                        "d" + total)
+            if mine is None or mine is shared[total]:
+                return shared[total]
+        return mine or self.dev.buffer(4 * math.prod(self.shapes[name]), "d" + name)
 
     def _sole_reader(self, name) -> bool:
         """Whether one node reads the data of ``name``: counting the readers of every tensor
@@ -342,8 +341,3 @@ class Plan:
                 await b.kernel("init", "fill", groups_1d(t.numel),
                                params=dict(n=t.numel, seed=0, stream=0, value=rule.value), out=t)
         self.dev.submit([self.dev.program(b.current)])
-
-
-def _card_says(node, flag: str) -> bool:
-    """Whether the card of ``node``'s op sets the fusion ``flag`` (``engine/ops``)."""
-    return bool(getattr(OPS.get(node["op_type"]), flag, False))

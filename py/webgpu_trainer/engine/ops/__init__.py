@@ -11,7 +11,8 @@ Each module is the CARD of its family: everything about its ops in one place. It
 - optionally ``macs(node, shapes)``: multiply-adds of one sample (``summary.py``);
 - optionally ``FUSES_RELU_FORWARD`` / ``TAKES_RELU_GRAD``: the op applies a following
   in-place Relu in its forward / masks a preceding one's gradient in its backward
-  (``plan.py`` decides, ``Builder.fused(node)`` answers);
+  (``plan.py`` decides, ``Builder.fused(node)`` answers); True for every op of the card or a
+  tuple of the op_types it holds for (binary: Add, Sub);
 - optionally ``GRAD_EVERY_OUTPUT``: the plan gives every output a gradient (Split; LSTM /
   GRU's Y_h, Y_c), not only the first (the others of BatchNormalization, Dropout,
   LayerNormalization carry none);

@@ -16,21 +16,21 @@ async def forward(b, node, ins, outs, train):
         return
     n = outs[0].numel
     if outs[0].buf is ins[0].buf:
-        await b.kernel("elementwise", "relu_forward", b.elementwise_groups(n), params={"n": n},
-                       a=outs[0])
+        await b.kernel("elementwise", "relu_forward", b.elementwise_groups(n),
+                       params={"n": n, "mask": 0}, a=outs[0])
     else:
         await b.kernel("elementwise", "relu_forward_to", b.elementwise_groups(n),
-                       params={"n": n}, a=outs[0], b=ins[0])
+                       params={"n": n, "mask": 0}, a=outs[0], b=ins[0])
 
 
 async def backward(b, node, ins, outs, gins, gouts):
     """dx = dy * (y > 0); in place when ``gins[0]`` aliases ``gouts[0]``."""
     if gins[0] is None or "backward" in b.fused(node):
-        return  # (or the consumer's backward masked the gradient: plan._fusable_relu_grads)
+        return  # (or the consumer's backward / the sum of its uses' gradients masked it: plan)
     n = outs[0].numel
     if gins[0].buf is gouts[0].buf:
         await b.kernel("elementwise", "relu_backward", b.elementwise_groups(n),
-                       params={"n": n}, a=gouts[0], b=outs[0])
+                       params={"n": n, "mask": 0}, a=gouts[0], b=outs[0])
     else:
         await b.kernel("elementwise", "relu_backward_to", b.elementwise_groups(n),
-                       params={"n": n}, a=gins[0], b=gouts[0], c=outs[0])
+                       params={"n": n, "mask": 0}, a=gins[0], b=gouts[0], c=outs[0])

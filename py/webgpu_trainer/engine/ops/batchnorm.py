@@ -12,6 +12,7 @@ from . import card
 TYPES = ("BatchNormalization",)
 ATTRS = {"BatchNormalization": {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0}}
 TAKES_RELU_GRAD = True  # a preceding in-place Relu's backward is masked into the dx kernel
+FUSES_RELU_FORWARD = True  # a following in-place Relu is applied by normalize / forward_fused
 
 
 def normalize(node, opset, shapes) -> list:
@@ -37,9 +38,10 @@ def init(node, graph):
             if name in graph.tensors]
 
 
-def _params(b, node, x, ins, mask=0, want_dx=0):
+def _params(b, node, x, ins, mask=0, want_dx=0, relu=0):
     """(channels, parts, uniform fields) for this layer; ``mask``: backward_input zeroes dx
-    where x <= 0 (a ReLU's backward fused, plan._fusable_relu_grads)."""
+    where x <= 0 (a ReLU's backward fused, plan._fusable_relu_grads); ``relu``: the forward
+    writes max(y, 0) (a following in-place ReLU fused, ``b.fused``)."""
     shape = x.shape
     c = shape[1]
     inner = 1
@@ -51,12 +53,12 @@ def _params(b, node, x, ins, mask=0, want_dx=0):
     return c, parts, dict(outer=shape[0], C=c, inner=inner, gamma=offs[0], beta=offs[1],
                           rmean=offs[2], rvar=offs[3], parts=parts,
                           eps=float(a["epsilon"]), momentum=float(a["momentum"]), mask=mask,
-                          want_dx=want_dx)
+                          want_dx=want_dx, relu=relu)
 
 
 async def forward(b, node, ins, outs, train):
     x = ins[0]
-    c, parts, params = _params(b, node, x, ins)
+    c, parts, params = _params(b, node, x, ins, relu=int("forward" in b.fused(node)))
     save = b.save(node, 2 * c)
     part = b.save(node, 2 * c * parts, "parts")
     binds = dict(params=params, x=x, P=b.P, save=save, out=outs[0], part=part)

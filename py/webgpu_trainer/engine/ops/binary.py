@@ -34,6 +34,9 @@ shaders.define("binary_ops", {f"BINARY_{op.upper()}": code for op, code in CODES
 VARIADIC = ("Max", "Min", "Sum", "Mean")
 MAX_DIMS = 6       # collapsed dims the uniform holds
 NAN_BITS = 0x7FC00000
+# Add / Sub of two inputs apply a following in-place Relu in their forward (residual Add + ReLU,
+# MatMul + Add(bias) + ReLU): the last step's kernel writes max(y, 0) (plan.fused_relu).
+FUSES_RELU_FORWARD = ("Add", "Sub")
 
 
 def broadcast_shape(a, b):
@@ -106,13 +109,14 @@ def infer(node, ins, consts):
     return [out]
 
 
-def _params(n, dims=(), red=(), total=1, chunk=1) -> dict:
-    """The shader's Params: header, then 6 rows of dims and 6 of red (padded with size 1)."""
+def _params(n, dims=(), red=(), total=1, chunk=1, relu=0) -> dict:
+    """The shader's Params: header, then 6 rows of dims and 6 of red (padded with size 1);
+    ``relu``: the forward writes max(y, 0)."""
     rows = list(dims) + [(1, 0, 0, 0)] * (MAX_DIMS - len(dims))
     reds = list(red) or [(1, 0, 0, 0)]
     reds += [(1, 0, 0, 0)] * (MAX_DIMS - len(reds))
     return dict(n=n, rank=len(dims), nred=len(red), total=total, chunk=chunk,
-                nan_bits=NAN_BITS, dims=rows, red=reds)
+                nan_bits=NAN_BITS, relu=relu, dims=rows, red=reds)
 
 
 def _steps(b, node, ins, out):
@@ -139,18 +143,20 @@ def _steps(b, node, ins, out):
 async def forward(b, node, ins, outs, train):
     """Y = A op B (a variadic node: the chain of ``_steps``), one dispatch a step: index-free
     when A, B and Y have one size, else with the broadcast strides (0 on broadcast dims) of
-    the collapsed shapes in the uniform."""
+    the collapsed shapes in the uniform; the last step applies a fused ReLU (``b.fused``)."""
+    fused = int("forward" in b.fused(node))
     for consts, A, B, Y in _steps(b, node, ins, outs[0]):
         n = Y.numel
+        relu = fused if Y is outs[0] else 0
         if n == 0:
             continue
         if A.numel == n and B.numel == n:
-            await b.kernel("binary", "forward_same", groups_1d(n), params=_params(n),
+            await b.kernel("binary", "forward_same", groups_1d(n), params=_params(n, relu=relu),
                            constants=consts, out=Y, x0=A, x1=B)
             continue
         dims = [(size, st[0], st[1], 0)
                 for size, st, _, _ in collapse(Y.shape, [A.shape, B.shape])]
-        await b.kernel("binary", "forward", groups_1d(n), params=_params(n, dims),
+        await b.kernel("binary", "forward", groups_1d(n), params=_params(n, dims, relu=relu),
                        constants=consts, out=Y, x0=A, x1=B)
 
 
@@ -168,14 +174,21 @@ async def backward(b, node, ins, outs, gins, gouts):
     dy = gouts[0]
     for k in range(len(steps), 0, -1):
         consts, A, B, Y = steps[k - 1]
-        if gins[k] is not None:
+        if gins[k] is not None and not _is_dy(consts, gins[k], dy):
             await _gradient(b, consts, 1, B, A, dy, gins[k], Y.shape)
         da = gins[0] if k == 1 else Tensor(A.shape, b.save(node, max(1, A.numel), f"d{k}"))
-        if da is not None:
+        if da is not None and not _is_dy(consts, da, dy):
             await _gradient(b, consts, 0, A, B, dy, da, Y.shape)
         dy = da
         if dy is None:
             return
+
+
+def _is_dy(consts, g, dy) -> bool:
+    """Whether the gradient ``g`` to write is ``dy`` itself (an Add's input gradient the plan
+    aliased to its output's: ``plan._passes_grad``): nothing to write."""
+    return consts["OP"] == CODES["Add"] and g.buf is dy.buf and g.offset == dy.offset and \
+        g.shape == dy.shape
 
 
 async def _gradient(b, consts, side, t, o, dy, g, out_shape):

@@ -5,6 +5,7 @@ from ..backends.base import groups_1d
 
 TYPES = ("Dropout",)
 ATTRS = {"Dropout": {"ratio": 0.5, "training_mode": 0}}
+TAKES_RELU_GRAD = True  # a preceding in-place Relu's backward is masked into the dx kernel
 
 
 def infer(node, ins, consts):
@@ -23,7 +24,7 @@ async def forward(b, node, ins, outs, train):
     n = ins[0].numel
     ratio = _ratio(b, node) if train else 0.0
     scale = 1.0 / (1.0 - ratio) if ratio < 1.0 else 0.0
-    params = dict(n=n, salt=b.salt(node), ratio=ratio, scale=scale)
+    params = dict(n=n, salt=b.salt(node), ratio=ratio, scale=scale, relu=0)
     await b.kernel("dropout", "apply", groups_1d((n + 3) // 4), params=params, st=b.step,
                    x=ins[0], y=outs[0])
 
@@ -34,6 +35,7 @@ async def backward(b, node, ins, outs, gins, gouts):
     n = ins[0].numel
     ratio = _ratio(b, node)
     scale = 1.0 / (1.0 - ratio) if ratio < 1.0 else 0.0
-    params = dict(n=n, salt=b.salt(node), ratio=ratio, scale=scale)
+    relu = int("backward" in b.fused(node))  # dx = 0 where x <= 0: a ReLU before, fused
+    params = dict(n=n, salt=b.salt(node), ratio=ratio, scale=scale, relu=relu)
     await b.kernel("dropout", "apply", groups_1d((n + 3) // 4), params=params, st=b.step,
-                   x=gouts[0], y=gins[0])
+                   x=gouts[0], y=gins[0], m=ins[0] if relu else None)

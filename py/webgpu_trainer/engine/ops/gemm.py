@@ -12,6 +12,7 @@ from ..errors import GraphError
 from . import card
 
 TYPES = ("Gemm",)
+FUSES_RELU_FORWARD = True  # a following in-place Relu is applied by the product's last kernel
 
 ATTRS = {"Gemm": {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}}
 
@@ -45,8 +46,9 @@ def init(node, graph):
 
 
 async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=None,
-                 bias_mode=0, beta=1.0):
-    """out[m, n] = alpha * sum_k a[m*sam + k*sak] * bm[k*sbk + n*sbn] (+ beta * bias).
+                 bias_mode=0, beta=1.0, relu=0):
+    """out[m, n] = alpha * sum_k a[m*sam + k*sak] * bm[k*sbk + n*sbn] (+ beta * bias), then
+    max(out, 0) with ``relu`` (a fused ReLU: by the product, or ``reduce_splits`` when split).
 
     Large outputs on GPU adapters (``tile_width``): a workgroup-memory tiled kernel (128 x 128
     tiles, 8 x 8 per thread), else 4 x 4 per thread with no workgroup memory (CPU adapters,
@@ -72,12 +74,12 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
     target = b.temp(splits * m * n) if splits > 1 else out
     params = dict(M=m, N=n, K=k, splits=splits, sam=a_strides[0], sak=a_strides[1],
                   sbk=b_strides[0], sbn=b_strides[1], bias_mode=bias_mode if bias else 0,
-                  alpha=alpha, beta=beta)
+                  alpha=alpha, beta=beta, relu=relu)
     await b.kernel("gemm", entry, counts, params=params, constants=consts, a=a, bm=bm, bias=bias,
                    out=target)
     if splits > 1:
         await reduce_splits(b, target, out, splits, m * n, n=n, bias=bias,
-                            bias_mode=bias_mode if bias else 0, beta=beta)
+                            bias_mode=bias_mode if bias else 0, beta=beta, relu=relu)
 
 
 def _threads_along_n(n: int) -> int:
@@ -103,10 +105,11 @@ def tile_width(b, m: int, n: int, k: int) -> int:
     return 0
 
 
-async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=0, beta=1.0):
-    """out[e] = sum_s parts[s*count + e] (+ beta * bias by bias_mode)."""
+async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=0, beta=1.0,
+                        relu=0):
+    """out[e] = sum_s parts[s*count + e] (+ beta * bias by bias_mode; max(., 0) with relu)."""
     params = dict(outer=0, C=0, inner=0, count=count, splits=splits, N=n, bias_mode=bias_mode,
-                  beta=beta)
+                  beta=beta, relu=relu)
     await b.kernel("reduce", "reduce_splits", groups_1d(count), params=params, x=parts,
                    bias=bias, out=out)
 
@@ -116,7 +119,7 @@ async def channel_sum(b, x, out, outer, channels, inner):
     ``b.reduce_parts`` parts per channel, added by ``reduce_splits`` when there are several."""
     parts = b.reduce_parts(outer * inner)
     params = dict(outer=outer, C=channels, inner=inner, count=0, splits=parts, N=0, bias_mode=0,
-                  beta=0.0)
+                  beta=0.0, relu=0)
     target = b.temp(parts * channels) if parts > 1 else out
     await b.kernel("reduce", "channel_sum", groups_per_channel(channels, parts), params=params, x=x,
                    out=target)
@@ -149,7 +152,8 @@ async def forward(b, node, ins, outs, train):
     m, n = outs[0].shape
     k = A.shape[0] if ta else A.shape[1]
     await matmul(b, A, _op_strides(A.shape, ta), B, _b_strides(B.shape, tb), outs[0], m, n, k,
-                 a_.get("alpha", 1.0), C, _bias_mode(node, C, m, n), a_.get("beta", 1.0))
+                 a_.get("alpha", 1.0), C, _bias_mode(node, C, m, n), a_.get("beta", 1.0),
+                 relu=int("forward" in b.fused(node)))
 
 
 def _b_strides(shape, trans):

@@ -29,6 +29,7 @@ from ..errors import GraphError
 from . import card
 
 TYPES = ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")
+TAKES_RELU_GRAD = True  # a preceding in-place Relu's backward is masked into the dx kernel
 
 ATTRS = {"MaxPool": {**card.window_attrs(), "ceil_mode": 0, "storage_order": 0},
          "AveragePool": {**card.window_attrs(dilations=False), "ceil_mode": 0,
@@ -180,11 +181,14 @@ async def backward(b, node, ins, outs, gins, gouts):
     x, y = ins[0], outs[0]
     g = geometry(node, x.shape)
     n = x.numel
+    mask = 4 if "backward" in b.fused(node) else 0  # dx = 0 where x <= 0: a ReLU before
+    m = x if mask else None
     if _is_max(node):
         arg = b.save(node, y.numel, "argmax")
-        await b.kernel("pool", "max_backward", groups_1d(n), params=_params(x.shape, g, 0, n),
-                       src=gouts[0], dst=gins[0], arg=arg)
+        await b.kernel("pool", "max_backward", groups_1d(n),
+                       params=_params(x.shape, g, mask, n), src=gouts[0], dst=gins[0],
+                       arg=arg, m=m)
     else:
         await b.kernel("pool", "avg_backward", groups_1d(n),
-                       params=_params(x.shape, g, g["include_pad"], n), src=gouts[0],
-                       dst=gins[0])
+                       params=_params(x.shape, g, g["include_pad"] | mask, n), src=gouts[0],
+                       dst=gins[0], m=m)

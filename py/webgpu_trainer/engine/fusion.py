@@ -1,0 +1,76 @@
+"""Which neighbouring ops the plan fuses (``plan.py`` asks, ``Builder.fused(node)`` answers the
+op families), each only where it is provably safe: the same arithmetic in the same order, so
+the same floats, and no reader of what the fusion no longer writes.
+
+- ``relu_forwards``: an op whose card says FUSES_RELU_FORWARD (Conv, Gemm, BatchNormalization,
+  Add, Sub) applies max(y, 0) of the in-place ReLU after it. In place means the ReLU is the
+  sole reader of its input, through views too, and that input is not the graph output
+  (``Plan._sole_reader``), so nothing reads the unrectified values.
+- ``relu_grads``: an op whose card says TAKES_RELU_GRAD (Conv, BatchNormalization, Dropout, the
+  pools) masks its input gradient by the in-place ReLU before it, its only reader.
+- ``relu_sums``: the sum of the gradients of a multi-use in-place ReLU output masks by it.
+- ``passes_grad``: an Add of two same-shaped tensors hands its output gradient to its inputs
+  (``Plan._allocate_grads``: shared buffers, no copy).
+"""
+
+from .ops import OPS
+
+
+def card_says(node, flag: str) -> bool:
+    """Whether the card of ``node``'s op sets the fusion ``flag`` (``engine/ops``): True for
+    every op of the card, or a tuple of the op_types it holds for."""
+    value = getattr(OPS.get(node["op_type"]), flag, False)
+    return node["op_type"] in value if isinstance(value, tuple) else bool(value)
+
+
+def relu_forwards(plan) -> set:
+    """Names of the nodes that apply the in-place ReLU after them (FUSES_RELU_FORWARD)."""
+    g = plan.graph
+    return {g.producer[n["inputs"][0]]["name"] for n in g.nodes
+            if n["op_type"] == "Relu" and n["inputs"][0] in g.producer
+            and card_says(g.producer[n["inputs"][0]], "FUSES_RELU_FORWARD")
+            and plan.acts[n["outputs"][0]].buf is plan.acts[n["inputs"][0]].buf}
+
+
+def _in_place_relus(plan):
+    """(ReLU node, output) of the ReLUs whose output and gradient alias their input's,
+    the graph output excepted."""
+    g = plan.graph
+    for node in g.nodes:
+        if node["op_type"] != "Relu":
+            continue
+        t, u = node["inputs"][0], node["outputs"][0]
+        gu, gt = plan.grads.get(u), plan.grads.get(t)
+        if gu is None or gt is None or gu.buf is not gt.buf or u == g.output:
+            continue
+        if plan.acts[u].buf is plan.acts[t].buf:
+            yield node, u
+
+
+def relu_grads(plan) -> dict:
+    """{consumer node name: ReLU node name} for in-place ReLUs read by one op whose card says
+    TAKES_RELU_GRAD as its first input (and nowhere else): that consumer's backward writes
+    its input gradient already masked by input > 0, and the ReLU's backward is dropped."""
+    out = {}
+    for node, u in _in_place_relus(plan):
+        users = plan.graph.consumers.get(u, [])
+        if u not in plan.contrib_of and len(users) == 1 \
+                and card_says(users[0], "TAKES_RELU_GRAD") \
+                and users[0]["inputs"][0] == u and u not in users[0]["inputs"][1:]:
+            out[users[0]["name"]] = node["name"]
+    return out
+
+
+def relu_sums(plan) -> dict:
+    """{tensor: ReLU node name} for the outputs of in-place ReLUs with several uses: the sum
+    of the uses' gradients masks by output > 0 in its last dispatch, and the ReLU's backward
+    dispatch is dropped."""
+    return {u: node["name"] for node, u in _in_place_relus(plan) if u in plan.contrib_of}
+
+
+def passes_grad(node, shapes) -> bool:
+    """Whether ``node`` is an Add of two different tensors of its output's shape: the gradient
+    of each input is the output's, which the plan then uses in place of a copy."""
+    ins = node["inputs"]
+    return node["op_type"] == "Add" and len(ins) == 2 and ins[0] != ins[1] and \
+        shapes[ins[0]] == shapes[ins[1]] == shapes[node["outputs"][0]]
