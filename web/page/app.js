@@ -30,7 +30,7 @@
 import { $, frac, num, pct } from "../lib/util.js";
 import { appState, hideError, log, setStatus, showError } from "./state.js";
 import { buildForm, currentConfig, loadSchema, setField } from "./form.js";
-import { adapterName } from "./dashboard.js";
+import { adapterName, renderStats } from "./dashboard.js";
 import { enhanceHelp } from "./help.js";
 import { applyLink, checkLinkModel, setupShare } from "./share.js";
 import { markErrors, validateNow } from "./validation.js";
@@ -70,6 +70,7 @@ function showAdapter(info) {
   $("adapter").textContent = software ? `${name} (software GPU: slow)` : name;
   $("adapter").title = Object.entries(info).map(([k, v]) => `${k}: ${v || "—"}`).join("\n");
   $("adapter-dot").dataset.state = "ok";
+  renderStats();  // the % of peak knows the adapter now (or says "peak unknown")
   log(`GPU adapter: ${name}` + (software ? " — a CPU implementation of WebGPU, expect" +
       " seconds per step; a real GPU is hundreds of times faster" : ""));
 }
