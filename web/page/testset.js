@@ -1,12 +1,16 @@
 // The test images the page shows (Kernels, Try it, the Results' wrong guesses) come from the
 // worker, which holds the run's test split already (the run's, or the one `prepare` loaded for
 // the current settings): a `test_images {id, indices}` message answered by `test_images`
-// (worker/views.py). The page never downloads the split itself (tests/test_page_testset.py
-// counts the requests). Also here: drawing a sample on a canvas.
+// (worker/views.py). The page does not download a split the worker holds
+// (tests/test_page_testset.py counts the requests); only when the worker holds none for the
+// chosen dataset (the model does not fit it, no WebGPU) it fetches it (testset-fetch.js).
+// Also here: drawing a sample on a canvas.
 
 import { appState } from "./state.js";
 import { modelReady, prepareNote } from "./prepare.js";
 import { post } from "./worker-link.js";
+import { datasetName } from "./dataset.js";
+import { fetchTestImages, forgetFetched } from "./testset-fetch.js";
 
 const RETRY_MS = 250;        // between two looks while the worker sets its model up
 const WAIT_MS = 300_000;     // the longest wait for the worker's model (a slow dataset download)
@@ -17,15 +21,18 @@ let knownCount_ = null;       // the test split's size from the last answer
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Wait until the worker has a model (a run's, or the one prepared for the current
- *  settings); throws an Error saying why there is none (no WebGPU, the model did not fit). */
+ *  settings): true; false when it will have none (no WebGPU, the chosen model does not fit
+ *  the chosen dataset: `prepare` failed before any shard came); an Error after WAIT_MS. */
 async function workerModel(deadline) {
   while (!modelReady()) {
     const p = appState.prepared;
-    if (appState.noWebGPU || (p && !p.busy && p.error) || performance.now() > deadline) {
+    if (appState.noWebGPU || (p && !p.busy && p.error)) return false;
+    if (performance.now() > deadline) {
       throw new Error(prepareNote() || "the engine has no model to read test images from");
     }
     await sleep(RETRY_MS);
   }
+  return true;
 }
 
 function ask(indices) {
@@ -53,7 +60,7 @@ export async function testImages(indices) {
   if (bad !== undefined) throw new RangeError(rangeText(knownCount_));
   const deadline = performance.now() + WAIT_MS;
   for (;;) {
-    await workerModel(deadline);
+    if (!await workerModel(deadline)) return fetchTestImages(datasetName(), indices);
     const m = await ask(indices);
     if (m.count != null) knownCount_ = m.count;
     if (!m.error) return unpack(m);
@@ -78,10 +85,11 @@ function unpack(m) {
     shape: m.sample_shape, classes: m.classes, labels: m.labels, images };
 }
 
-/** A dataset was prepared again: a model prepared on its old images is set up anew before
- *  the next look (the worker holds the old test split until then). */
-export function forgetTestSet() {
+/** Dataset ``name`` was prepared again: a model prepared on its old images is set up anew
+ *  before the next look (the worker holds the old test split until then). */
+export function forgetTestSet(name) {
   if (appState.prepared && !appState.prepared.busy) appState.prepared = null;
+  forgetFetched(name);
 }
 
 /** Draw uint8 `pixels` of `shape` [C, H, W] (C 1 or 3, planar as the shards store them;
