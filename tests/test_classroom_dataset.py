@@ -20,6 +20,10 @@ from webgpu_trainer.host.data import default_cache_dir
 
 TRAIN, TEST = 40, 12
 # 40 training images less the default hold-out (train // 10 = 4): 36 to train on
+GONE = ("This class trains on dataset 'bands', which is not on the server any more (dataset "
+        "'bands' not found: prepare it with `webgpu-trainer data` (see `webgpu-trainer "
+        "datasets`)): training cannot start until the teacher prepares it again or picks "
+        "another dataset.")
 TOO_BIG = "batch_size: must be an integer in [2, 36] (at most the 36 training images), got 64"
 
 
@@ -123,12 +127,27 @@ def test_dataset_deleted_after_the_session_is_named_to_both(app, tmp_path):
         sid = session(c, app, dataset="bands", batch_size=8).json()["id"]
         assert c.get(f"/api/classroom/join/{sid}").json()["problems"] == []
         shutil.rmtree(tmp_path / "datasets" / "bands")
-        want = ["This class trains on dataset 'bands', which is not on the server any more "
-                "(dataset 'bands' not found: prepare it with `webgpu-trainer data` (see "
-                "`webgpu-trainer datasets`)): training cannot start until the teacher prepares "
-                "it again or picks another dataset."]
+        want = [GONE]
         assert c.get(f"/api/classroom/join/{sid}").json()["problems"] == want
         r = c.post(f"/api/classroom/join/{sid}", json={"name": "Ada"})
         assert r.status_code == 200 and r.json()["session"]["problems"] == want
         got = c.get(f"/api/classroom/sessions/{sid}", headers=teacher(app)).json()
         assert got["problems"] == want and got["config"]["dataset"] == "bands"
+
+
+def test_session_list_carries_each_sessions_problems(app, tmp_path):
+    """``GET /api/classroom/sessions`` (the dashboard's list) names a deleted dataset on its
+    session, as ``GET /api/classroom/sessions/{sid}`` does, and nothing on the others."""
+    import shutil
+    with TestClient(app) as c:
+        gone = session(c, app, dataset="bands", batch_size=8).json()["id"]
+        kept = session(c, app, batch_size=8).json()["id"]
+
+        def problems():
+            rows = c.get("/api/classroom/sessions", headers=teacher(app)).json()
+            return {r["id"]: r["problems"] for r in rows}
+        assert problems() == {gone: [], kept: []}
+        shutil.rmtree(tmp_path / "datasets" / "bands")
+        assert problems() == {gone: [GONE], kept: []}
+        one = c.get(f"/api/classroom/sessions/{gone}", headers=teacher(app)).json()
+        assert one["problems"] == [GONE]

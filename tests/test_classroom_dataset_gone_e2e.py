@@ -1,23 +1,22 @@
 """A class session's dataset deleted from the server after the session was made, in headless
 Chromium against the real ``webgpu-trainer classroom`` server: the student's page says so in
 the class card (before, it waited for a dataset option that never came and Start failed on a
-404 later), and the teacher's dashboard names it where it names the session's dataset."""
+404 later) and Start stays disabled once the engine is ready, the reason as its title and in
+the status line; the teacher's dashboard names it where it names the session's dataset.
+Screenshot: classroom-dataset-gone-1280."""
 
 from __future__ import annotations
 
 import shutil
 
 import pytest
-from test_classroom_dataset import TEST
+from e2e_fixtures import screenshot
+from test_classroom_dataset import GONE, TEST
 from test_classroom_dataset_e2e import bands_server
 from test_classroom_e2e import TOKEN, Server, class_browser, js_wait, open_page  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 
-GONE = ("This class trains on dataset 'bands', which is not on the server any more (dataset "
-        "'bands' not found: prepare it with `webgpu-trainer data` (see `webgpu-trainer "
-        "datasets`)): training cannot start until the teacher prepares it again or picks "
-        "another dataset.")
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +33,13 @@ def test_deleted_dataset_is_said_to_student_and_teacher(class_browser, server): 
     try:
         page.wait_for_selector("#classroom [role=alert]", timeout=60000)
         assert page.text_content("#classroom [role=alert]") == GONE
+        js_wait(page, "window.appState.workerReady || window.appState.noWebGPU", 180,
+                "the student's engine ready")
+        assert page.evaluate("appState.workerReady") is True
+        assert page.is_disabled("#start")
+        assert page.get_attribute("#start", "title") == GONE
+        assert page.text_content("#status") == f"Start is disabled: {GONE}"
+        screenshot(page, "classroom-dataset-gone-1280")
         js_wait(teacher, f"window.teacherState.session?.id === {sid!r} && document."
                          "getElementById('session-dataset').textContent.startsWith('This class')",
                 60, "the teacher's session naming the missing dataset")

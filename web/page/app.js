@@ -3,12 +3,12 @@
 // Talks to the module worker (/lib/worker.js) with the protocol in docs/ARCHITECTURE.md:
 //   main -> worker: {type: "start", model, config, resume?}, {type: "stop"}, {type: "pause"},
 //                   {type: "resume"}, {type: "skip_test"} (the second Stop), prepare,
-//                   snapshot, convolve
+//                   snapshot, convolve, test_images (testset.js)
 //   worker -> main: selfcheck (the GPU self-check's warning, selfcheck.js)
 //   worker -> main: status, download, adapter, no_webgpu, error, ready, setup, progress,
 //                   paused, evaluating, validation, epoch, done; prepared (prepare.js);
 //                   checkpoint (checkpoints.js), snapshot (work.js), device_lost (resume.js);
-//                   convolved (kernels.js)
+//                   convolved (kernels.js), test_images (testset.js)
 // The settings form is drawn from the run configuration's schema (form.js). Test hooks:
 // window.appState (phase, adapter, steps, epochs, ...), window.lastRun (the last `done`
 // message) and window.readFormForTests() (the config Start would send).
@@ -25,12 +25,12 @@
 // kernels.js (the kernels playground), checkpoints.js (the checkpoint in IndexedDB),
 // resume.js (the resume banner, GPU device lost), work.js (Keep your work: downloads, export /
 // import, reset), views.js (live views inside the model), tryit.js (draw, a photo / pick a test
-// image), testset.js, values.js (the strict number parser, own keys).
+// image), testset.js (test images from the worker), values.js (the strict number parser, own keys).
 
 import { $, frac, num, pct } from "../lib/util.js";
 import { appState, hideError, log, setStatus, showError } from "./state.js";
 import { buildForm, currentConfig, loadSchema, setField } from "./form.js";
-import { adapterName } from "./dashboard.js";
+import { adapterName, renderStats } from "./dashboard.js";
 import { enhanceHelp } from "./help.js";
 import { applyLink, checkLinkModel, setupShare } from "./share.js";
 import { markErrors, validateNow } from "./validation.js";
@@ -55,6 +55,7 @@ import { onInspect, setupViews } from "./views.js";
 import { onPrediction, setupTryIt } from "./tryit.js";
 import { own } from "./values.js";
 import { onPrepared } from "./prepare.js";
+import { onTestImages } from "./testset.js";
 import { setupLayout, showSettings } from "./layout.js";
 import { running, setPhase, syncControls } from "./controls.js";
 import { post, startWorker } from "./worker-link.js";
@@ -70,6 +71,7 @@ function showAdapter(info) {
   $("adapter").textContent = software ? `${name} (software GPU: slow)` : name;
   $("adapter").title = Object.entries(info).map(([k, v]) => `${k}: ${v || "—"}`).join("\n");
   $("adapter-dot").dataset.state = "ok";
+  renderStats();  // the % of peak knows the adapter now (or says "peak unknown")
   log(`GPU adapter: ${name}` + (software ? " — a CPU implementation of WebGPU, expect" +
       " seconds per step; a real GPU is hundreds of times faster" : ""));
 }
@@ -79,6 +81,7 @@ const handlers = {
   selfcheck: showSelfCheck,  // the GPU self-check's warning (web/page/selfcheck.js)
   convolved: onConvolved,  // the kernels playground (kernels.js)
   inspect: onInspect,        // the live views of the model (views.js)
+  test_images: onTestImages,  // test images for Kernels, Try it, Results (testset.js)
   prediction: onPrediction,  // Try it (tryit.js)
   download: onDownload,      // a dataset shard's download progress (dataset.js)
   status(m) {

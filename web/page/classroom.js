@@ -11,6 +11,7 @@
 // window.classroomState.
 
 import { el, frac } from "../lib/util.js";
+import { appState, stateChanged } from "./state.js";
 
 const REPORT_MS = 2000;
 const HEARTBEAT_MS = 10000;
@@ -111,8 +112,17 @@ function renderCard() {
   for (const text of s.problems ?? []) {
     card.append(el("p", { className: "classroom-error", role: "alert", textContent: text }));
   }
+  blockStart(s.problems?.[0] ?? null);
   if (state.lastError) card.append(el("p", { className: "classroom-error",
     textContent: state.lastError }));
+}
+
+/** Start disabled (its title the reason) while the class cannot train: ``reason`` (the
+ * server's first problem) or null. */
+function blockStart(reason) {
+  if (appState.blocked === reason) return;
+  appState.blocked = reason;
+  stateChanged();
 }
 
 function statusText() {

@@ -52,9 +52,14 @@ export function syncControls() {
   // (leaving a field fires its change, and its check, just before the click lands): Start
   // checks the settings again itself.
   $("start").disabled = training || !appState.workerReady || appState.noWebGPU ||
-    !$("model").value || !formState.valid || !!appState.fit;
-  $("start").title = appState.fit ??
+    !$("model").value || !formState.valid || !!appState.fit || !!appState.blocked;
+  $("start").title = appState.blocked ?? appState.fit ??
     (formState.valid ? "" : "Fix the settings marked in red first");
+  // a reason outside the settings (appState.blocked: classroom.js, the class's dataset gone)
+  // is said in the status line too, where it would say "Ready"
+  if (appState.blocked && !training && appState.workerReady) {
+    $("status").textContent = `Start is disabled: ${appState.blocked}`;
+  }
   // Stop, then Stop evaluating: the test evaluation ends after its current chunk
   $("stop").disabled = !training || appState.busy.skipping;
   $("stop").textContent = testing() ? "Stop evaluating" : "Stop";

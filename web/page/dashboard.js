@@ -1,13 +1,18 @@
-// The dashboard's speed and machine card: images/s, ms/step, achieved GFLOP/s, the GPU memory
-// the run holds, and the adapter and browser it runs on.
+// The dashboard's speed and machine card: images/s, ms/step, achieved GFLOP/s and its % of the
+// adapter's peak (peak.js: known GPUs' fp32 peaks), the GPU memory the run holds, and the
+// adapter and browser it runs on.
 //
-// Achieved GFLOP/s = 3 × 2 × (multiply-adds per image, from the model summary) × images/s / 1e9:
-// a multiply-add is 2 FLOPs, and a training step costs about 3 forward passes (the forward,
-// plus the backward's gradients of the inputs and of the weights, each about one forward).
-// Layers without multiply-adds (ReLU, pooling, BatchNorm, the optimizer) are not counted.
+// Achieved GFLOP/s = 3 × 2 × (multiply-adds per image, from the model summary) × batch
+// / (measured ms per step) / 1e6, i.e. × images/s / 1e9: a multiply-add is 2 FLOPs (forward =
+// 2 × MACs), and a training step costs about 3 forward passes (the forward, plus the
+// backward's gradients of the inputs and of the weights, each about one forward): the usual
+// 6 FLOPs per parameter use per sample (Kaplan et al. 2020, "Scaling Laws for Neural Language
+// Models", section 2.1: forward 2N, backward 4N). Layers without multiply-adds (ReLU, pooling,
+// BatchNorm, the optimizer) are not counted.
 
 import { $, humanBytes } from "../lib/util.js";
 import { appState } from "./state.js";
+import { peakOf, percentOfPeak } from "./peak.js";
 
 export const FLOPS_PER_MAC_TRAINING = 3 * 2;
 
@@ -44,7 +49,15 @@ export function renderStats() {
   const has = ips > 0 && p?.step > 0;
   $("stat-ips").textContent = has ? Math.round(ips).toLocaleString() : "–";
   $("stat-ms").textContent = has && batch ? (1000 * batch / ips).toFixed(1) : "–";
-  $("stat-gflops").textContent = has && macs ? gflops(macs, ips).toFixed(2) : "–";
+  const now = has && macs ? gflops(macs, ips) : null;
+  $("stat-gflops").textContent = now == null ? "–" : now.toFixed(2);
+  const peak = peakOf(appState.adapter);
+  const pct = now == null ? null : percentOfPeak(now, peak);
+  $("stat-peak").textContent = !peak ? "peak unknown"
+    : `${pct == null ? "–" : `${pct < 1 ? pct.toFixed(2) : pct.toFixed(1)}%`} of ` +
+      `${peak.tflops} TFLOP/s (${peak.name})`;
+  $("stat-peak").title = peak ? `fp32 peak: ${peak.source}`
+    : "WebGPU does not tell the peak; this adapter is not in the page's table of known GPUs";
   $("stat-memory").textContent = appState.memoryBytes != null ? humanBytes(appState.memoryBytes)
     : "–";
   $("stat-adapter").textContent = adapterName(appState.adapter);

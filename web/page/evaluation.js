@@ -1,12 +1,11 @@
 // The Results tab's views of the test evaluation, from the worker's `done` message: a confusion
 // matrix (a real <table>: rows true class, columns predicted), per-class accuracy, and the most
-// confidently wrong test images drawn from the test shard (testset.js: fetched once, lazily).
+// confidently wrong test images drawn from the test split the worker holds (testset.js).
 // Clicking a wrong image dispatches CustomEvent("pick-test-image", {detail: index}) on document
 // (the "Try it" tab may listen).
 
 import { $, el } from "../lib/util.js";
-import { appState } from "./state.js";
-import { drawSample, imageOf, testSet } from "./testset.js";
+import { drawSample, testImages } from "./testset.js";
 import { runClassName as cls } from "./dataset.js";
 
 const WRONG_SHOWN = 24;  // the most confidently wrong images in the grid
@@ -98,7 +97,8 @@ function wrongGrid(wrong, images) {
   const grid = el("ol", { id: "wrong-grid", className: "wrong-grid" });
   for (const w of wrong.slice(0, WRONG_SHOWN)) {
     const canvas = el("canvas", { className: "digit", width: 28, height: 28 });
-    if (images) drawSample(canvas, imageOf(images, w.index), images.shape);
+    const k = images ? images.indices.indexOf(w.index) : -1;
+    if (k >= 0) drawSample(canvas, images.images[k], images.shape);
     const pct = `${Math.round(100 * w.p)}%`;
     // the name is the visible text (WCAG 2.5.3, label in name), after "test image N:"
     const btn = el("button", { type: "button", className: "wrong" }, canvas,
@@ -131,7 +131,8 @@ export async function renderEvaluation(m) {
     : `none of ${a.n.toLocaleString()} wrong`;
   $("wrong-wrap").replaceChildren(wrongGrid(a.wrong, null));
   try {
-    const images = await testSet(appState.runDataset?.name);
+    const indices = a.wrong.slice(0, WRONG_SHOWN).map((w) => w.index);
+    const images = indices.length ? { ...await testImages(indices), indices } : null;
     if (window.lastRun !== m) return;  // a newer run replaced these results
     $("wrong-wrap").replaceChildren(wrongGrid(a.wrong, images));
     box.dataset.images = "drawn";

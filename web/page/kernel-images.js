@@ -1,9 +1,10 @@
 // The kernels playground's images (web/page/kernels.js): a synthetic pattern drawn on a canvas, a
-// test image of the chosen dataset (testset.js's test split), or a user's image file; each as
+// test image of the worker's dataset (testset.js: the split the worker holds), or a user's
+// image file; each as
 // greyscale float32 pixels in [0, 1], row-major, what the kernel convolves: {width, height,
 // pixels, note}, and a colour image's RGBA bytes to show (``rgba``, absent for grey images).
 
-import { imageOf, testSet } from "./testset.js";
+import { testImages } from "./testset.js";
 
 /** Greyscale of RGBA bytes: Rec. 601 luma (0.299 R + 0.587 G + 0.114 B) / 255. */
 function greyscale(rgba, width, height) {
@@ -53,19 +54,17 @@ export function pattern() {
     note: `Pattern: ${width}×${height} (checkerboard, disc, ring, gradient)` };
 }
 
-/** Test image ``index`` of the chosen dataset and its class name (the test split of
- * testset.js, fetched once and shared with the other tabs); an RGB one convolved as its grey
- * levels and shown in colour; throws a RangeError naming the valid range. */
+/** Test image ``index`` of the worker's dataset and its class name (testset.js: the test
+ * split the worker holds, never downloaded again); an RGB one convolved as its grey levels and
+ * shown in colour; throws a RangeError naming the valid range. */
 export async function testImage(index) {
-  const set = await testSet();
-  if (!Number.isInteger(index) || index < 0 || index >= set.count) {
-    throw new RangeError(`pick a test image from 0 to ${set.count - 1}`);
-  }
-  const side = Math.round(Math.sqrt(set.pixels));
+  const set = await testImages([index]);
+  const pixels = set.images[0].length;
+  const side = Math.round(Math.sqrt(pixels));
   const [c, height, width] = set.shape.length === 3 ? set.shape : [1, side, side];
-  const bytes = imageOf(set, index);
+  const bytes = set.images[0];
   const what = `${set.name === "mnist" ? "MNIST" : set.name} test image #${index} ` +
-    `(a ${set.classes[set.labels[index]] ?? set.labels[index]}): ${width}×${height}`;
+    `(a ${set.classes[set.labels[0]] ?? set.labels[0]}): ${width}×${height}`;
   if (c !== 3) {
     return { width, height, pixels: Float32Array.from(bytes, (b) => b / 255), note: what };
   }

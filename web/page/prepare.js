@@ -11,9 +11,10 @@ import { post } from "./worker-link.js";
 const RUN_PHASES = ["training", "paused", "done"];
 let seq = 0;
 
-/** The settings the initial weights depend on: the model, init and seed. */
+/** The settings the prepared model depends on: the model, init and seed, and the dataset
+ *  (its test images are what the views and Try it show). */
 function keyOf(cfg, model) {
-  return JSON.stringify([model, cfg?.init ?? null, cfg?.seed ?? null]);
+  return JSON.stringify([model, cfg?.init ?? null, cfg?.seed ?? null, cfg?.dataset ?? null]);
 }
 
 /** True when the worker has a model to answer from: a run's (training, paused or done) or the

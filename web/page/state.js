@@ -27,6 +27,8 @@ export const appState = {
   datasets: [],              // GET /api/datasets' list (web/page/dataset.js)
   dataset: null,             // the chosen dataset's entry of that list
   fit: null,                 // why the chosen model does not fit the chosen dataset, or null
+  blocked: null,             // why Start cannot run whatever the settings, or null (classroom.js:
+                             // the class's dataset is gone from the server)
   runDataset: null,          // the dataset of the last run started (its class names)
   downloads: [],             // the worker's `download` messages of the last run, with `rate`
                              // (bytes/s): the last of each shard (web/page/dataset.js)

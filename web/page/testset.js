@@ -1,59 +1,95 @@
-// The chosen dataset's test split on the page (the live views, Try it, Results and Kernels show
-// its images): the manifest and the test images / labels shards of /data/<name>/, fetched once
-// per dataset, lazily (again after the dataset is replaced: forgetTestSet).
+// The test images the page shows (Kernels, Try it, the Results' wrong guesses) come from the
+// worker, which holds the run's test split already (the run's, or the one `prepare` loaded for
+// the current settings): a `test_images {id, indices}` message answered by `test_images`
+// (worker/views.py). The page does not download a split the worker holds
+// (tests/test_page_testset.py counts the requests); only when the worker holds none for the
+// chosen dataset (the model does not fit it, no WebGPU) it fetches it (testset-fetch.js).
+// Also here: drawing a sample on a canvas.
 
+import { appState } from "./state.js";
+import { modelReady, prepareNote } from "./prepare.js";
+import { post } from "./worker-link.js";
 import { datasetName } from "./dataset.js";
+import { fetchTestImages, forgetFetched } from "./testset-fetch.js";
 
-const pending = new Map();  // dataset name -> the promise of its test set
+const RETRY_MS = 250;        // between two looks while the worker sets its model up
+const WAIT_MS = 300_000;     // the longest wait for the worker's model (a slow dataset download)
+const waiting = new Map();   // request id -> resolve
+let seq = 0;
+let knownCount_ = null;       // the test split's size from the last answer
 
-/** `{name, images: Uint8Array [count * pixels], labels: Uint8Array [count], count, pixels,
- *  shape: [C, H, W] (or [F]), classes}` of dataset ``name`` (default: the chosen one);
- *  fetched once (a failed fetch is retried on the next call). Rejects with an Error naming
- *  the file. */
-export function testSet(name = datasetName()) {
-  if (!pending.has(name)) {
-    pending.set(name, load(name).catch((e) => {
-      pending.delete(name);
-      throw e;
-    }));
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Wait until the worker has a model (a run's, or the one prepared for the current
+ *  settings): true; false when it will have none (no WebGPU, the chosen model does not fit
+ *  the chosen dataset: `prepare` failed before any shard came); an Error after WAIT_MS. */
+async function workerModel(deadline) {
+  while (!modelReady()) {
+    const p = appState.prepared;
+    if (appState.noWebGPU || (p && !p.busy && p.error)) return false;
+    if (performance.now() > deadline) {
+      throw new Error(prepareNote() || "the engine has no model to read test images from");
+    }
+    await sleep(RETRY_MS);
   }
-  return pending.get(name);
+  return true;
 }
 
-/** Forget dataset ``name``'s test set (it was prepared again): the next call fetches it. */
+function ask(indices) {
+  const id = ++seq;
+  return new Promise((resolve) => {
+    waiting.set(id, resolve);
+    post({ type: "test_images", id, indices });
+  });
+}
+
+/** The worker's `test_images` answer (worker/views.py). */
+export function onTestImages(m) {
+  const resolve = waiting.get(m.id);
+  if (!resolve) return;
+  waiting.delete(m.id);
+  resolve(m);
+}
+
+/** Test images ``indices`` of the worker's dataset: `{name, title, kind, count, shape: [C, H,
+ *  W] (or [F]), classes, labels: [one per index], images: [Uint8Array per index]}`. Rejects
+ *  with a RangeError naming the valid range for an index outside the split, else an Error
+ *  saying what went wrong. */
+export async function testImages(indices) {
+  const bad = indices.find((i) => !Number.isInteger(i) || i < 0);
+  if (bad !== undefined) throw new RangeError(rangeText(knownCount_));
+  const deadline = performance.now() + WAIT_MS;
+  for (;;) {
+    if (!await workerModel(deadline)) return fetchTestImages(datasetName(), indices);
+    const m = await ask(indices);
+    if (m.count != null) knownCount_ = m.count;
+    if (!m.error) return unpack(m);
+    if (m.count != null && m.error.startsWith("ValueError: test image index")) {
+      throw new RangeError(rangeText(m.count));
+    }
+    if (!m.pending || performance.now() > deadline) throw new Error(m.error);
+    await sleep(RETRY_MS);
+  }
+}
+
+/** The worker's test split's size from the last answer (null before one). */
+export const knownCount = () => knownCount_;
+
+const rangeText = (count) =>
+  count ? `pick a test image from 0 to ${count - 1}` : "pick a test image number from 0 up";
+
+function unpack(m) {
+  const size = m.images.length / m.indices.length;
+  const images = m.indices.map((_, k) => m.images.subarray(k * size, (k + 1) * size));
+  return { name: m.dataset, title: m.title, kind: m.dataset_kind, count: m.count,
+    shape: m.sample_shape, classes: m.classes, labels: m.labels, images };
+}
+
+/** Dataset ``name`` was prepared again: a model prepared on its old images is set up anew
+ *  before the next look (the worker holds the old test split until then). */
 export function forgetTestSet(name) {
-  pending.delete(name);
-}
-
-async function fetchBytes(url, what) {
-  const res = await fetch(url);
-  if (!res.ok) throw new Error(`${what}: HTTP ${res.status} from ${url}`);
-  return new Uint8Array(await res.arrayBuffer());
-}
-
-async function load(name) {
-  const base = `/data/${encodeURIComponent(name)}`;
-  const res = await fetch(`${base}/manifest.json`);
-  if (!res.ok) throw new Error(`${name} manifest: HTTP ${res.status}`);
-  const manifest = await res.json();
-  if (manifest.kind === "tokens") {
-    throw new Error(`${name} holds token ids: the page shows only images or features ` +
-      `(train it with \`webgpu-trainer train MODEL.onnx --data ${name}\`)`);
-  }
-  const test = manifest.splits.test;
-  const [images, labels] = await Promise.all([
-    fetchBytes(`${base}/${test.images.file}`, "test images"),
-    fetchBytes(`${base}/${test.labels.file}`, "test labels")]);
-  const old = manifest.format === "webgpu-trainer/mnist@1";
-  const shape = old ? [1, 28, 28] : manifest.sample_shape;
-  const classes = old ? Array.from({ length: 10 }, (_, i) => String(i)) : manifest.classes;
-  const pixels = shape.reduce((a, b) => a * b, 1);
-  return { name, images, labels, count: test.count, pixels, shape, classes };
-}
-
-/** The pixels of test image `index` (a view into the shard). */
-export function imageOf(set, index) {
-  return set.images.subarray(index * set.pixels, (index + 1) * set.pixels);
+  if (appState.prepared && !appState.prepared.busy) appState.prepared = null;
+  forgetFetched(name);
 }
 
 /** Draw uint8 `pixels` of `shape` [C, H, W] (C 1 or 3, planar as the shards store them;

@@ -17,7 +17,7 @@
 import { $, el } from "../lib/util.js";
 import { appState } from "./state.js";
 import { activeTab, showTab } from "./tabs.js";
-import { drawSample, imageOf, testSet } from "./testset.js";
+import { drawSample, knownCount, testImages } from "./testset.js";
 import { classNames, datasetName } from "./dataset.js";
 import { canvasSample, isMnistShape, shapeWords } from "./drawn-sample.js";
 import { modelReady, prepareNote } from "./prepare.js";
@@ -248,18 +248,27 @@ function classifyDrawing(photo = null) {
  * while the test set loads supersedes this pick (it would overwrite what was typed). */
 export async function pick(index) {
   const keys = typed;
+  // clamped to the test split (its size known after the worker's first answer)
+  const clamp = (i) => Math.max(0, Math.min((knownCount() ?? Infinity) - 1,
+    Math.floor(Number(i) || 0)));
   let set;
   try {
-    set = await testSet();
+    index = clamp(index);
+    try {
+      set = await testImages([index]);
+    } catch (e) {  // past the end of a split not seen before: the last image
+      if (!(e instanceof RangeError)) throw e;
+      index = clamp(index);
+      set = await testImages([index]);
+    }
   } catch (e) {
     $("try-status").textContent = `Could not load the test images: ${e.message ?? e}`;
     return;
   }
   if (keys !== typed) return;
-  index = Math.max(0, Math.min(set.count - 1, Math.floor(Number(index) || 0)));
   $("try-index").max = set.count - 1;
   $("try-index").value = index;
-  const pixels = imageOf(set, index);
+  const pixels = set.images[0];
   current = { index };
   show(pixels);
   // the test image on the drawing canvas too, as drawn there (grey: dark ink on white)
@@ -269,7 +278,7 @@ export async function pick(index) {
   ctx.imageSmoothingEnabled = false;
   ctx.drawImage(ink, 0, 0, CANVAS, CANVAS);
   $("try-source").textContent = `test image #${index}, labelled ` +
-    `${set.classes[set.labels[index]] ?? set.labels[index]}`;
+    `${set.classes[set.labels[0]] ?? set.labels[0]}`;
   classify();
 }
 

@@ -134,7 +134,7 @@ HANDLERS = {
     "selfcheck": _selfcheck,
     **kernels.HANDLERS,  # convolve (the kernels playground)
     **storage.HANDLERS,  # snapshot, debug_lose_device (keep your work)
-    **views.HANDLERS,  # inspect, predict, prepare (the live views)
+    **views.HANDLERS,  # inspect, predict, prepare, test_images (the live views)
 }
 
 

@@ -24,8 +24,16 @@ Messages (docs/ARCHITECTURE.md, "Worker protocol"); ``values`` are Float32Arrays
   the run's dataset, ``DataSpec.values`` numbers (images: uint8 0..255 in [C, H, W] order,
   e.g. 784 for MNIST, 3072 for CIFAR-10; tables: float32 features); ``pixels`` is read as
   ``values`` (the name of earlier pages); ``classes`` the dataset's class names;
-- both answers carry ``untrained`` (true: the model ``prepare`` set up, never trained); while
-  a run's model is being set up they are ``{id, error, pending: true}`` (ask again soon);
+- ``test_images {id, indices}`` -> ``test_images {id, indices, dataset, title, dataset_kind,
+  count, sample_shape, classes, labels: [one per index], images: Uint8Array (the samples' bytes
+  one after the other, as the worker holds them)}`` or ``test_images {id, error, pending?,
+  count?}`` (``count``: the test split's size, when the error is the request's):
+  at most ``MAX_TEST_IMAGES`` samples of the test split the worker already holds (the
+  Kernels tab, Try it and the Results' wrong guesses draw them: the page never fetches the
+  split a second time);
+- the answers of ``inspect`` and ``predict`` carry ``untrained`` (true: the model ``prepare``
+  set up, never trained); while a run's model is being set up they (and ``test_images``) are
+  ``{id, error, pending: true}`` (ask again soon);
 - ``prepare {id, model, config}`` -> ``prepared {id, model, error?}``: set up
   ``model`` with the initial weights of ``config`` (its init and seed) without training
   (``STATE["last"]`` unless a run started meanwhile).
@@ -53,6 +61,7 @@ from .load import engine, load
 
 NO_MODEL = "No model yet: open this tab again, or press Start (the views show the model " \
     "being trained)."
+MAX_TEST_IMAGES = 256  # samples of one test_images answer
 SETTING_UP = "Setting up the run's model (compiling the training step, loading the dataset)…"
 
 
@@ -219,7 +228,30 @@ async def predict(data: dict) -> None:
         post("prediction", id=rid, error=f"{type(exc).__name__}: {exc}")
 
 
+def test_images(data: dict) -> None:
+    """Answer ``test_images {id, indices}`` (see the module docstring)."""
+    rid = data.get("id")
+    run = _current("test_images", rid)
+    if run is None:
+        return
+    trainer = run["trainer"]
+    test, spec = trainer.test_set, trainer.test_set.spec
+    try:
+        indices = data.get("indices")
+        if not isinstance(indices, list) or not 1 <= len(indices) <= MAX_TEST_IMAGES:
+            raise ValueError(f"indices must be a list of 1..{MAX_TEST_IMAGES} test image "
+                             f"indices, got {str(indices)[:40]}")
+        got = [_test_image(trainer, index) for index in indices]
+        post("test_images", id=rid, indices=indices, dataset=spec.name, title=spec.title,
+             dataset_kind=spec.kind, count=test.count, sample_shape=spec.sample_shape,
+             classes=spec.classes, labels=[label for _, label in got],
+             images=uint8_array(b"".join(bytes(sample) for sample, _ in got)))
+    except Exception as exc:  # a bad index: said where the image would be
+        post("test_images", id=rid, error=f"{type(exc).__name__}: {exc}", count=test.count)
+
+
 HANDLERS = {
+    "test_images": test_images,
     "prepare": prepare,
     "inspect": inspect,
     "predict": predict,

@@ -85,8 +85,9 @@ async def info(request) -> Response:
 async def sessions(request) -> Response:
     await teacher_only(request)
     st = request.app.state.classroom
-    if request.method == "GET":
-        return JSONResponse(await call(st.store.sessions))
+    if request.method == "GET":  # each with its problems, as GET /sessions/{sid}
+        return JSONResponse([{**row, "problems": dataset_problems(request, row["config"])}
+                             for row in await call(st.store.sessions)])
     same_origin(request)
     body = await json_body(request, SessionBody)
     config, pinned = _checked(request, body.config, body.pinned)
