@@ -60,7 +60,7 @@ def test_missing_field_names_shader_and_field():
 
 def test_unknown_field_names_shader_and_field():
     with pytest.raises(ParamsError, match=r"^shader 'elementwise': struct Params has no field "
-                                          r"'count' \(fields: n\)$"):
+                                          r"'count' \(fields: n, mask\)$"):
         shaders.pack("elementwise", {"n": 4, "count": 1})
     with pytest.raises(ParamsError, match="no field '_p0'"):  # padding is not settable
         shaders.pack("elementwise", {"n": 4, "_p0": 1})
@@ -78,7 +78,8 @@ def test_value_the_field_cannot_hold(value, what):
 
 
 def test_array_field_needs_its_length():
-    fields = dict(n=1, rank=0, nred=0, total=1, chunk=1, nan_bits=0, dims=[[1, 0, 0, 0]] * 5,
+    fields = dict(n=1, rank=0, nred=0, total=1, chunk=1, nan_bits=0, relu=0,
+                  dims=[[1, 0, 0, 0]] * 5,
                   red=[[1, 0, 0, 0]] * 6)
     with pytest.raises(ParamsError, match=r"field 'dims' \(array<vec4<u32>, 6>\) needs 6 "
                                           r"values, got 5"):
@@ -144,10 +145,11 @@ def test_kernel_fills_unbound_slots_and_binds_by_name():
     run(b.kernel("pool", "avg_forward", (1, 1, 1), params=dict(
         total=1, H=1, W=1, OH=1, OW=1, KH=1, KW=1, sh=1, sw=1, pt=0, pl=0, dh=1, dw=1, end_h=1,
         end_w=1, flags=0), src="S", dst="D"))
-    assert b.current[1][1][1:] == ["S", "D", b.dummy_u32]  # arg: array<u32>, read_write
+    # arg: array<u32>, read_write; m (the fused ReLU's mask source): read-only
+    assert b.current[1][1][1:] == ["S", "D", b.dummy_u32, b.dummy]
     run(b.kernel("batchnorm", "sum_x", (1, 1, 1), params=dict(
         outer=1, C=1, inner=1, gamma=0, beta=0, rmean=0, rvar=0, parts=1, eps=0.0,
-        momentum=0.0, mask=0, want_dx=0), x="X", P="P", save="S", part="T"))
+        momentum=0.0, mask=0, want_dx=0, relu=0), x="X", P="P", save="S", part="T"))
     binds = b.current[2][1][1:]
     assert binds[:4] == ["X", b.dummy, "P", "S"] and binds[6] == "T"
     # two unbound read_write slots: a sink each (Dawn refuses aliased writable bindings)
@@ -156,13 +158,13 @@ def test_kernel_fills_unbound_slots_and_binds_by_name():
 
 def test_kernel_errors_name_the_shader_and_slot():
     b = _builder()
-    params = dict(n=3)
+    params = dict(n=3, mask=0)
     with pytest.raises(ParamsError, match=r"^shader 'elementwise': no binding named 'z' "
-                                          r"\(slots: a, b, c\)$"):
+                                          r"\(slots: a, b, c, d\)$"):
         run(b.kernel("elementwise", "relu_forward", (1, 1, 1), params=params, a="A", z="Z"))
     with pytest.raises(ParamsError, match=r"^shader 'dropout': uniform slot 'st' is not bound$"):
         run(b.kernel("dropout", "apply", (1, 1, 1),
-                     params=dict(n=1, salt=1, ratio=0.5, scale=2.0), x="X", y="Y"))
+                     params=dict(n=1, salt=1, ratio=0.5, scale=2.0, relu=0), x="X", y="Y"))
     with pytest.raises(ParamsError, match=r"^shader 'elementwise': binding 0 must be"):
         run(b.kernel("elementwise", "relu_forward", (1, 1, 1), params=params, p="P"))
     with pytest.raises(ParamsError, match=r"^shader 'elementwise': struct Params field 'n'"):
