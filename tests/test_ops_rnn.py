@@ -21,16 +21,18 @@ def test_case(device, case):
     check_case(device, case)
 
 
-# A loop budget of 40 iterations a thread: one step a dispatch of forward_seq / backward_seq
-# (hidden 5: 33 a step) and weight gradients in parts of at most 40 (step, sample) pairs, the
-# chunking lavapipe's 65,535-iteration cap asks of long sequences and large hidden sizes.
+# Loop budgets of 40 and 99 iterations a thread: 1 or 3 steps a dispatch of forward_seq /
+# backward_seq (hidden 5: 33 an LSTM step, 28 a GRU step; T 4, so the last chunk is short) and
+# weight gradients in parts of at most 40 / 99 (step, sample) pairs, the chunking lavapipe's
+# 65,535-iteration cap asks of long sequences and large hidden sizes.
 CHUNKED = [c for c in rnn.CASES if "bidirectional" in c.id or "_n160" in c.id]
 
 
+@pytest.mark.parametrize("budget,per", [(40, 1), (99, 3)])  # T 4: chunks 1+1+1+1, 3+1
 @pytest.mark.parametrize("case", CHUNKED, ids=ids(CHUNKED))
-def test_case_in_chunks(device, case, monkeypatch):
-    monkeypatch.setattr(card, "LOOP_BUDGET", 40)
-    assert card.steps_per_dispatch(5, 4) == 1
+def test_case_in_chunks(device, case, budget, per, monkeypatch):
+    monkeypatch.setattr(card, "LOOP_BUDGET", budget)
+    assert card.steps_per_dispatch(5, 4) == per and card.steps_per_dispatch(5, 3) == per
     check_case(device, case)
 
 

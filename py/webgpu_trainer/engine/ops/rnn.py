@@ -134,13 +134,14 @@ async def _kernel(bld, node, entry, groups, params, **slots):
 # Loop iterations one thread may run in a dispatch: lavapipe (Mesa's llvmpipe) stops a shader
 # thread's loops after 65,535 iterations in all (measured; tests/test_losses_wide.py), silently.
 LOOP_BUDGET = 32768
+PARTS_FLOATS = 1 << 22  # 16 MiB: the most split-K scratch the GPU rule of _splits asks for
 
 
 def steps_per_dispatch(h: int, g: int) -> int:
     """Steps of ``forward_seq`` / ``backward_seq`` per dispatch for hidden size ``h`` and ``g``
     gates: a thread runs ceil(h / 64) units a step, each ~(g + 1) * h loop iterations (the
     recurrent dot products, the later step's dh), kept under ``LOOP_BUDGET`` (every step of the
-    zoo's LSTM, h 64 and T 28, in one dispatch; h 256: 7 steps a dispatch)."""
+    zoo's LSTM, h 64 and T 28, in one dispatch; an LSTM of h 256: 6 steps a dispatch)."""
     per_step = -(-h // 64) * ((g + 1) * h + 8)
     return max(1, LOOP_BUDGET // per_step)
 
@@ -149,11 +150,12 @@ def _splits(b, count: int, pairs: int) -> int:
     """Parts of a weight gradient's sum over ``pairs`` (T * N) for ``count`` outputs: enough
     threads for the adapter (``b.splits``) and, on GPU adapters, at most ~256 pairs a part
     (an H200 profile, LSTM hidden 64 at batch 1000: 4 parts of 7,000 pairs left ``grad_r``
-    the largest kernel of the step); never more than ``LOOP_BUDGET`` pairs a part."""
-    splits = max(b.splits(count, pairs, min_per_split=64), -(-pairs // LOOP_BUDGET))
+    the largest kernel of the step) while the parts stay under ``PARTS_FLOATS`` (their scratch
+    buffer); never more than ``LOOP_BUDGET`` pairs a part."""
+    splits = b.splits(count, pairs, min_per_split=64)
     if b.tiled:
-        splits = max(splits, min(256, pairs // 256))
-    return splits
+        splits = max(splits, min(256, pairs // 256, PARTS_FLOATS // count))
+    return max(splits, -(-pairs // LOOP_BUDGET))
 
 
 def _setup(b, node, ins):
@@ -172,7 +174,7 @@ def _setup(b, node, ins):
 
 async def forward(b, node, ins, outs, train):
     """Y, Y_h, Y_c: the initial state into the save buffers, the x-projections of all steps,
-    then one dispatch per step."""
+    then the sequence (``steps_per_dispatch`` steps a dispatch: all of them unless long)."""
     lstm = node["op_type"] == "LSTM"
     base, sv = _setup(b, node, ins)
     t, n, h, d, g = base["T"], base["N"], base["H"], base["D"], base["G"]
@@ -200,8 +202,8 @@ async def forward(b, node, ins, outs, train):
 
 
 async def backward(b, node, ins, outs, gins, gouts):
-    """Backpropagation through time, one dispatch per step in reverse, then the gradients of
-    the initial states, W, R, B and X (each only when requested)."""
+    """Backpropagation through time (the sequence in reverse, chunked as forward), then the
+    gradients of the initial states, W, R, B and X (each only when requested)."""
     lstm = node["op_type"] == "LSTM"
     base, sv = _setup(b, node, ins)
     t, n, i, h, d, g = (base[k] for k in ("T", "N", "I", "H", "D", "G"))
@@ -212,7 +214,8 @@ async def backward(b, node, ins, outs, gins, gouts):
     flags = int(dy is not None) | 2 * int(dyh is not None) | 4 * int(dyc is not None)
     per = steps_per_dispatch(h, g)
     for s0 in reversed(range(0, t, per)):
-        p = {**base, "flags": flags, "s": min(s0 + per, t) - 1, "steps": per}
+        last = min(s0 + per, t) - 1  # this dispatch runs steps last, last - 1, ..., s0
+        p = {**base, "flags": flags, "s": last, "steps": last - s0 + 1}
         if lstm:
             await _kernel(b, node, "backward_seq", groups_1d(d * n, 1), params=p, x=dyh,
                            r=ins[2], dy=dy, bias=dyc, a=sv["gates"], b=sv["cs"], c=sv["dg"],
