@@ -49,7 +49,7 @@ class Builder:
         it: "forward" (a FUSES_RELU_FORWARD op applies the Relu after it; for that Relu: its
         producer did), "backward" (a TAKES_RELU_GRAD op masks its input gradient by the Relu
         before it; for that Relu: its consumer did, or the sum of its uses' gradients,
-        ``plan._relu_sums``). Empty when nothing was fused."""
+        ``fusion.relu_sums``). Empty when nothing was fused."""
         plan, name, out = self.plan, node["name"], set()
         if node["op_type"] == "Relu":
             producer = plan.graph.producer.get(node["inputs"][0], {}).get("name")

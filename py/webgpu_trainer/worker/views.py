@@ -237,6 +237,9 @@ def test_images(data: dict) -> None:
     trainer = run["trainer"]
     test, spec = trainer.test_set, trainer.test_set.spec
     try:
+        if spec.kind == "tokens":  # as web/page/testset-fetch.js says it
+            raise ValueError(f"{spec.name} holds token ids: the page shows only images or "
+                             "features")
         indices = data.get("indices")
         if not isinstance(indices, list) or not 1 <= len(indices) <= MAX_TEST_IMAGES:
             raise ValueError(f"indices must be a list of 1..{MAX_TEST_IMAGES} test image "

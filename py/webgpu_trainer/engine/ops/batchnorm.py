@@ -40,7 +40,7 @@ def init(node, graph):
 
 def _params(b, node, x, ins, mask=0, want_dx=0, relu=0):
     """(channels, parts, uniform fields) for this layer; ``mask``: backward_input zeroes dx
-    where x <= 0 (a ReLU's backward fused, plan._fusable_relu_grads); ``relu``: the forward
+    where x <= 0 (a ReLU's backward fused, fusion.relu_grads); ``relu``: the forward
     writes max(y, 0) (a following in-place ReLU fused, ``b.fused``)."""
     shape = x.shape
     c = shape[1]

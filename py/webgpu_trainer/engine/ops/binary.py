@@ -186,7 +186,7 @@ async def backward(b, node, ins, outs, gins, gouts):
 
 def _is_dy(consts, g, dy) -> bool:
     """Whether the gradient ``g`` to write is ``dy`` itself (an Add's input gradient the plan
-    aliased to its output's: ``plan._passes_grad``): nothing to write."""
+    aliased to its output's: ``fusion.passes_grad``): nothing to write."""
     return consts["OP"] == CODES["Add"] and g.buf is dy.buf and g.offset == dy.offset and \
         g.shape == dy.shape
 
