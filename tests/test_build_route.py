@@ -161,7 +161,10 @@ def test_built_model_lists_its_layers_and_rebuilds_from_them(client):
     path.unlink()
     again = c.post("/api/models/build", json={**req, "layers": listed[name]["layers"]}).json()
     assert again["name"] == name and path.read_bytes() == data
-    for bad in ("not json [", json.dumps([{"op": "linear", "out_features": 5}])):
+    other = [{"op": "flatten"}, {"op": "linear", "out_features": 32}, {"op": "relu"},
+             {"op": "linear", "out_features": "classes"}]  # fits, but is another network
+    for bad in ("not json [", json.dumps([{"op": "linear", "out_features": 5}]),
+                json.dumps(other)):
         model = onnx.load_from_string(data)
         onnx.helper.set_model_props(model, {"webgpu-trainer.layers": bad})
         (uploads / "tampered.onnx").write_bytes(model.SerializeToString())

@@ -364,7 +364,9 @@ def bundle(s: ImportState) -> None:
 def _built_layers(s: ImportState, dims: list, classes) -> list | None:
     """The page builder's layer list kept in the model's ``metadata_props``
     (``onnx_io.build.SPEC_KEY``) as ``build_spec.check`` normalises it, when it still describes
-    this model's input and classes; None when absent, not JSON or refused by the check."""
+    this model's input and classes and builds its graph (the same op types and weight shapes);
+    None when absent, not JSON, refused by the check or another network's (an upload's
+    metadata is untrusted)."""
     import json
 
     from .build import SPEC_KEY
@@ -377,4 +379,14 @@ def _built_layers(s: ImportState, dims: list, classes) -> list | None:
     if not isinstance(layers, list) or not isinstance(classes, int):
         return None
     chk = check(layers, list(dims), classes)
-    return None if chk.errors else chk.spec
+    if chk.errors:
+        return None
+    from .build import build_model  # the list must build this very graph: op types and weights
+    try:
+        built = onnx.load_from_string(build_model(chk.spec, list(dims), classes)[0]).graph
+    except ValueError:
+        return None
+
+    def signature(graph):
+        return ([n.op_type for n in graph.node], sorted(tuple(t.dims) for t in graph.initializer))
+    return chk.spec if signature(built) == signature(s.model.graph) else None
