@@ -20,6 +20,7 @@ struct Params {
 }
 
 //!include index
+//!include detmath
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -37,7 +38,8 @@ fn time_of(s: u32, d: u32) -> u32 {
   return s;
 }
 
-fn sigm(v: f32) -> f32 { return 1.0 / (1.0 + exp(-v)); }
+// sigmoid and tanh from detmath (the same bits on every host, as the other training kernels)
+fn sigm(v: f32) -> f32 { return 1.0 / (1.0 + det_exp(-v)); }
 
 fn rcol(q: u32) -> u32 {
   if (q >= (p.G - 1u) * p.H) { return q + p.rshift; }
@@ -97,9 +99,9 @@ fn lstm_step(d: u32, n: u32, j: u32, s: u32) {
   let ig = sigm(x[xb + j] + rdot(d, 0u, j, hb));
   let og = sigm(x[xb + p.H + j] + rdot(d, 1u, j, hb));
   let fg = sigm(x[xb + 2u * p.H + j] + rdot(d, 2u, j, hb));
-  let cg = tanh(x[xb + 3u * p.H + j] + rdot(d, 3u, j, hb));
+  let cg = det_tanh(x[xb + 3u * p.H + j] + rdot(d, 3u, j, hb));
   let cell = fg * b[hb + j] + ig * cg;
-  let h = og * tanh(cell);
+  let h = og * det_tanh(cell);
   b[hb + nh + j] = cell;
   a[hb + nh + j] = h;
   let gb = ((d * p.T + s) * p.N + n) * gh;
@@ -122,7 +124,7 @@ fn gru_step(d: u32, n: u32, j: u32, s: u32) {
   let rg = sigm(x[xb + p.H + j] + rdot(d, 1u, j, hb));
   var hn = rdot(d, 2u, j, hb);
   if ((p.flags & 2u) != 0u) { hn += bias[d * 2u * gh + gh + 2u * p.H + j]; }
-  let ng = tanh(x[xb + 2u * p.H + j] + rg * hn);
+  let ng = det_tanh(x[xb + 2u * p.H + j] + rg * hn);
   let h = (1.0 - zg) * ng + zg * a[hb + j];
   a[hb + nh + j] = h;
   let gb = ((d * p.T + s) * p.N + n) * 4u * p.H;
@@ -207,7 +209,7 @@ fn lstm_back(d: u32, n: u32, j: u32, s: u32) {
   let fg = a[gb + 2u * p.H + j];
   let cg = a[gb + 3u * p.H + j];
   let cb = (d * (p.T + 1u) + s) * nh + n * p.H + j;
-  let tc = tanh(b[cb + nh]);
+  let tc = det_tanh(b[cb + nh]);
   dc += dh * og * (1.0 - tc * tc);
   c[gb + j] = dc * cg * ig * (1.0 - ig);
   c[gb + p.H + j] = dh * tc * og * (1.0 - og);

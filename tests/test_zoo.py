@@ -307,7 +307,7 @@ def test_trains_natively_like_numpy_and_exports(device, name, exporter, tmp_path
 BROWSER_RTOL = 1e-5  # browser (Pyodide, SwiftShader) vs native (wgpu-py, lavapipe)
 
 
-BROWSER = ["vit", "resnet18n", "conv1d", "textbag", "mobilenetv2"]
+BROWSER = ["resnet8", "mobilenetv2", "vit", "lstm", "gru", "resnet18n", "conv1d", "textbag"]
 
 
 @pytest.mark.e2e
