@@ -318,6 +318,11 @@ def test_trains_in_the_browser_like_natively(chromium, server, device, name):
     and weights agree within BROWSER_RTOL, and the weights moved. The ViT: the class token's
     Expand to the batch, attention's Gathers; ``textbag``: int64 token ids (u32 on the GPU);
     ``mobilenetv2``: depthwise Convs (conv_depthwise.wgsl), ReLU6 as Clip."""
+    browser_parity(chromium, server, device, name, ZOO / f"{name}-ts.onnx")
+
+
+def browser_parity(chromium, server, device, name, path):
+    """``test_trains_in_the_browser_like_natively`` for zoo model ``name`` from ``path``."""
     import asyncio
     import base64
     import json
@@ -325,7 +330,7 @@ def test_trains_in_the_browser_like_natively(chromium, server, device, name):
 
     from webgpu_trainer.engine.tools import parity
     from webgpu_trainer.onnx_io import load_bundle
-    graph, blob = load_bundle(ZOO / f"{name}-ts.onnx")
+    graph, blob = load_bundle(path)
     x, labels = _batch(name, "browser")
     x = x[:4].astype(np.uint32 if name in make_zoo.TOKENS else np.float32)
     case = {"name": f"{name}-ts", "graph": graph, "weights": parity.b64(blob),
