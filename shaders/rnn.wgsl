@@ -144,15 +144,8 @@ fn forward_seq(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
   let dn = wid.x + wid.y * nwg.x;
-  let live = dn < p.D * p.N;
-  let d = dn / p.N;
-  let n = dn % p.N;
   for (var s = p.s; s < min(p.s + p.steps, p.T); s++) {
-    if (live) {
-      for (var j = lid; j < p.H; j += 64u) {
-        if (p.G == 4u) { lstm_step(d, n, j, s); } else { gru_step(d, n, j, s); }
-      }
-    }
+    seq_units(dn, lid, s, false);
     storageBarrier();
   }
 }
@@ -239,6 +232,21 @@ fn gru_back(d: u32, n: u32, j: u32, s: u32) {
   out[e] = dh * zg;
 }
 
+// Step s (forward, or `back`) of pair dn = d * N + n of a *_seq workgroup, for its units
+// j = lid, lid + 64, ...; a workgroup past the D * N pairs idles (it still reaches the barrier).
+fn seq_units(dn: u32, lid: u32, s: u32, back: bool) {
+  if (dn >= p.D * p.N) { return; }
+  let d = dn / p.N;
+  let n = dn % p.N;
+  for (var j = lid; j < p.H; j += 64u) {
+    if (back) {
+      if (p.G == 4u) { lstm_back(d, n, j, s); } else { gru_back(d, n, j, s); }
+    } else {
+      if (p.G == 4u) { lstm_step(d, n, j, s); } else { gru_step(d, n, j, s); }
+    }
+  }
+}
+
 // Backpropagation through steps p.s, p.s - 1, ..., p.s - p.steps + 1 (in reverse; all T in
 // one dispatch unless lavapipe's cap says otherwise), one workgroup per (d, n) as forward_seq:
 // step s reads the gate gradients of (d, n)'s step s + 1, written by this workgroup
@@ -248,16 +256,8 @@ fn backward_seq(@builtin(workgroup_id) wid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
   let dn = wid.x + wid.y * nwg.x;
-  let live = dn < p.D * p.N;
-  let d = dn / p.N;
-  let n = dn % p.N;
   for (var k = 0u; k < min(p.steps, p.s + 1u); k++) {
-    let s = p.s - k;
-    if (live) {
-      for (var j = lid; j < p.H; j += 64u) {
-        if (p.G == 4u) { lstm_back(d, n, j, s); } else { gru_back(d, n, j, s); }
-      }
-    }
+    seq_units(dn, lid, p.s - k, true);
     storageBarrier();
   }
 }

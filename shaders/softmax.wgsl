@@ -134,11 +134,16 @@ fn seg_reduce(lid: u32, v: f32, want_max: bool) -> f32 {
   return total;
 }
 
+// The row of invocation lid of a *_seg workgroup: 64 / SEG rows a workgroup, SEG lanes a row.
+fn seg_row(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+  return (wid.x + wid.y * nwg.x) * (WG / SEG) + lid / SEG;
+}
+
 @compute @workgroup_size(64)
 fn forward_seg(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
-  let r = (wid.x + wid.y * nwg.x) * (WG / SEG) + lid / SEG;
+  let r = seg_row(wid, nwg, lid);
   let lane = lid % SEG;
   let live = r < p.outer;
   let base = r * p.C;
@@ -164,7 +169,7 @@ fn forward_seg(@builtin(workgroup_id) wid: vec3<u32>,
 fn backward_seg(@builtin(workgroup_id) wid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
-  let r = (wid.x + wid.y * nwg.x) * (WG / SEG) + lid / SEG;
+  let r = seg_row(wid, nwg, lid);
   let lane = lid % SEG;
   let live = r < p.outer;
   let base = r * p.C;

@@ -224,17 +224,22 @@ def _readable_names(s: ImportState, roles: dict, extra: dict) -> None:
             slot = slots[min(k, len(slots) - 1)].name if slots else str(k)
         except onnx.defs.SchemaError:
             slot = str(k)
-        base = f"{'.'.join(path) or name}.{slot}"
-        new, j = base, 1
-        while new in taken:
-            j += 1
-            new = f"{base}{j}"
-        taken.add(new)
+        new = _unique(f"{'.'.join(path) or name}.{slot}", taken)
         s.final_order[i] = (new, src)
         roles[new] = roles.pop(tname)
         extra[new] = {"renamed_from": tname}
         for _n, user, kk in users:
             s.rewire.setdefault((user, kk), new)
+
+
+def _unique(base: str, taken: set) -> str:
+    """``base``, or ``base2``, ``base3``, ... : the first name not in ``taken`` (added to it)."""
+    new, i = base, 1
+    while new in taken:
+        i += 1
+        new = f"{base}{i}"
+    taken.add(new)
+    return new
 
 
 def _untie(s: ImportState, tname: str, src: str, groups: list, roles: dict, extra: dict,
@@ -246,12 +251,7 @@ def _untie(s: ImportState, tname: str, src: str, groups: list, roles: dict, extr
     count = sum(len(g) for g in groups)
     for group in groups[1:]:
         _n, name, k = group[0]
-        base = f"{tname}.{name}"
-        new, i = base, 1
-        while new in taken:
-            i += 1
-            new = f"{base}{i}"
-        taken.add(new)
+        new = _unique(f"{tname}.{name}", taken)
         roles[new] = "param"
         extra[new] = {"copy_of": tname, "node": name, "input": k}
         for _n, user, j in group:
