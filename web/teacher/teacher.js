@@ -246,6 +246,11 @@ function openDialog() {
         min: String(f.min ?? 0), title: f.help ?? "" });
     }
     input.value = String(cur[k] ?? d[k] ?? f?.default ?? "");
+    // a default this server lacks (the model seednet not in its models dir) would leave the
+    // select empty in some Chromium versions and others show the first option: say the first
+    if (kind === "select" && input.selectedIndex < 0 && input.options.length) {
+      input.selectedIndex = 0;
+    }
     // the seed is the students' own unless pinned: each gets one derived from this one
     const lock = el("input", { type: "checkbox", name: `pin-${k}`,
       checked: state.session ? state.session.pinned.includes(k) : k !== "seed" });
@@ -311,7 +316,11 @@ async function start() {
     $("ca-fp").textContent = state.info.ca_sha256;
   }
   const wanted = new URLSearchParams(location.search).get("session");
-  await loadSessions(wanted ?? undefined);
+  try {
+    await loadSessions(wanted ?? undefined);
+  } catch (e) {
+    showError(`Could not load the sessions: ${e.message}`);
+  }
 }
 
 function boot() {
