@@ -50,7 +50,7 @@ async def one_step(dev, graph, blob, x, labels, train=True, step=1, seed=0, plan
     plan = await parity.load(dev, graph, blob if plan is None else None, len(labels),
                              _input_bytes(graph, x),
                              np.asarray(labels, np.uint32).tobytes(), loss=loss,
-                             init_seed=init_seed, plan=plan)
+                             init_seed=init_seed, plan=plan, keep_grads=True)
     out = {"plan": plan, "acts": {}, "dacts": {}, "grads": {}, "P": {}}
     if init_seed is not None:
         out["P0"] = {name: await read_flat(dev, plan, plan.P, name) for name in plan.graph.tensors}

@@ -129,7 +129,7 @@ def test_dispatch_counts(device, entries):
     from webgpu_trainer.engine.plan import Plan
     graph, _ = onnx_io.load_bundle(Path(__file__).resolve().parents[1] / "models" /
                                    "seednet.onnx")
-    p = run(Plan.build(device, Graph(graph), 4))
+    p = run(Plan.build(device, Graph(graph), 4, keep_grads=True))
     relus = _relu_dispatches(entries, p)
     assert relus == {"fwd_train": [], "fwd_eval": [], "bwd": []}
     assert sorted(p.fused_relu) == sorted(n["name"] for n in p.graph.nodes

@@ -2,6 +2,7 @@
 plan's ``Builder`` (``await b.kernel(...)`` appends one dispatch; scratch, saved tensors, the
 adapter-dependent kernel choices such as ``TILED``). ``plan.py`` owns both."""
 
+from . import pool
 from .backends import shaders
 from .backends.base import View, groups_1d
 
@@ -103,7 +104,11 @@ class Builder:
             names = ", ".join(name for _, _, name, _ in layout[1:])
             raise shaders.ParamsError(f"shader {shader!r}: no binding named "
                                       f"{sorted(slots)[0]!r} (slots: {names})")
-        self.current.append((pipe, self.dev.bind(pipe, binds), groups))
+        if pool.names_slot(binds):  # a shared gradient buffer: bound once the plan is built
+            self.current.append(pool.Pending(pipe, binds, groups,
+                                             [kind == "storage" for _, kind, _, _ in layout]))
+        else:
+            self.current.append((pipe, self.dev.bind(pipe, binds), groups))
 
     def _sink(self, binding: int):
         """The placeholder of an unbound read_write slot: one buffer per binding index, as

@@ -13,7 +13,7 @@ import struct
 from .backends.base import groups_1d, round_up
 from .builder import Builder, Tensor
 from .graph import Graph
-from . import fusion, init
+from . import fusion, init, pool
 from .ops import OPS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
@@ -44,9 +44,10 @@ class Plan:
 
     @classmethod
     async def build(cls, dev, graph: Graph, batch: int, trainable=None, loss=None,
-                    weights=None):
+                    weights=None, keep_grads=()):
         self = cls()
         self.dev, self.graph, self.batch = dev, graph, batch
+        self.keep_grads = keep_grads
         self.shapes = graph.shapes(batch)
         self.loss_request = loss
         wbytes = round_up(max(graph.weight_nbytes(), 16), 4)
@@ -107,7 +108,19 @@ class Plan:
             if name in self.contrib_of:
                 await self._sum_contributions(b, name, self._grad_of(name))
         self.bwd = b.current
+        self.grad_pool = pool.resolve(dev, [self.fwd_train, self.loss, self.bwd],
+                                      [self.fwd_eval, self.head],
+                                      [*self.grads.values(), *self.contrib.values()])
         return self
+
+    def _gbuf(self, nbytes: int, label: str, name: str):
+        """The gradient buffer named ``label`` of tensor ``name``: a ``pool.Slot`` shared with
+        gradients live at other times, or a buffer of its own when ``keep_grads`` (True or a
+        set of tensor names) asks to read it after the step."""
+        keep = self.keep_grads
+        if keep is True or name in keep:
+            return self.dev.buffer(nbytes, label)
+        return pool.Slot(nbytes, label)
 
     async def _sum_contributions(self, b, name, total):
         """total = sum of the gradient contributions of every use of ``name``; masked by
@@ -235,7 +248,7 @@ class Plan:
 
     def _allocate_grads(self, needs):
         """Gradient buffers of the tensors in ``needs`` and of the trainable parameters' uses."""
-        g, dev, shapes = self.graph, self.dev, self.shapes
+        g, shapes = self.graph, self.shapes
         # Uses of each tensor that needs a gradient; a tensor used more than once gets one
         # gradient buffer per use (contrib), summed before its producer's backward runs.
         uses: dict = {}
@@ -248,8 +261,8 @@ class Plan:
         self.contrib, self.contrib_of = {}, {}
         self.grads = {}
         if self.loss_input == self.logp and self.head_node:
-            self.grads[self.logp] = Tensor(shapes[g.output],
-                                           dev.buffer(4 * math.prod(shapes[g.output]), "dlogp"))
+            self.grads[self.logp] = Tensor(shapes[g.output], self._gbuf(
+                4 * math.prod(shapes[g.output]), "dlogp", self.logp))
         for node in g.nodes:
             for k, out in enumerate(node["outputs"]):
                 if (k and not fusion.card_says(node, "GRAD_EVERY_OUTPUT")) or out not in needs \
@@ -272,8 +285,8 @@ class Plan:
                 elif fusion.passes_grad(node, self.shapes) and out in self.grads:
                     part = self.grads[out]  # so is a residual Add's (ops/binary.py skips it)
                 else:
-                    part = Tensor(shape, dev.buffer(4 * math.prod(shape),
-                                                    f"d{name}@{node['name']}"))
+                    part = Tensor(shape, self._gbuf(4 * math.prod(shape),
+                                                    f"d{name}@{node['name']}", name))
                 self.contrib[(node["name"], k)] = part
                 self.contrib_of[name].append(part)
 
@@ -286,11 +299,11 @@ class Plan:
         if len(uses) == 1 and fusion.passes_grad(uses[0][0], self.shapes):
             total = uses[0][0]["outputs"][0]
             if total not in shared:
-                shared[total] = mine or self.dev.buffer(4 * math.prod(self.shapes[total]),
-                                                        "d" + total)
+                shared[total] = mine or self._gbuf(4 * math.prod(self.shapes[total]),
+                                                   "d" + total, total)
             if mine is None or mine is shared[total]:
                 return shared[total]
-        return mine or self.dev.buffer(4 * math.prod(self.shapes[name]), "d" + name)
+        return mine or self._gbuf(4 * math.prod(self.shapes[name]), "d" + name, name)
 
     def _sole_reader(self, name) -> bool:
         """Whether one node reads the data of ``name``: counting the readers of every tensor

@@ -94,14 +94,15 @@ def _run(coro):
 
 def _part(label: str, plan) -> str:
     """Which part of ``PARTS`` a buffer labelled ``label`` belongs to (the plan's labels:
-    "weights", "grads", "optim.*", a tensor's name, "d" + a tensor's name, "dX@node")."""
+    "weights", "grads", "optim.*", a tensor's name, "d" + a tensor's name, "dX@node",
+    "dpool.<k>": gradients shared by tensors live at different times, engine/pool.py)."""
     if label == "weights":
         return "params"
     if label.startswith("optim."):
         return "optimizer"
     if label in plan.shapes or label == plan.logp:
         return "activations"
-    if label in ("grads", "dlogp") or label.startswith("d") and (
+    if label in ("grads", "dlogp") or label.startswith("dpool.") or label.startswith("d") and (
             label[1:] in plan.shapes or "@" in label):
         return "gradients"
     return "scratch"

@@ -1,0 +1,130 @@
+"""Gradient buffers shared by tensors live at different times (engine/pool.py): the packing
+never gives one buffer to two overlapping live ranges, a training step computes the same bits
+as with a buffer per gradient on every zoo model, a gradient read before anything writes it
+keeps a zeroed buffer of its own, and the memory estimate drops by what sharing saves."""
+
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+from cases import FAMILIES, by_id
+from cases import family as family_of
+from conftest import rng_for, run
+from harness import _input_bytes, builder_patch
+from webgpu_trainer import onnx_io
+from webgpu_trainer.engine import pool
+from webgpu_trainer.engine.tools import parity
+from webgpu_trainer.engine.train import memory
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import make_zoo  # noqa: E402
+
+MODELS = {"seednet": ROOT / "models" / "seednet.onnx",
+          **{m: ROOT / "tests" / "fixtures" / "zoo" / f"{m}-ts.onnx" for m in make_zoo.ZOO}}
+
+
+def _ranges(rng, n):
+    out = {}
+    for k in range(n):
+        first = int(rng.integers(0, 40))
+        out[pool.Slot(int(rng.integers(1, 5000)), f"s{k}")] = \
+            (first, first + int(rng.integers(0, 12)))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_overlapping_live_ranges_never_share_a_buffer(seed):
+    ranges = _ranges(np.random.default_rng(seed), 60)
+    groups, owner = pool.assign(ranges)
+    assert set(owner) == set(ranges)
+    for a in ranges:
+        assert groups[owner[a]] >= a.size
+        for b in ranges:
+            if a is not b and owner[a] == owner[b]:
+                (fa, la), (fb, lb) = ranges[a], ranges[b]
+                assert la < fb or lb < fa, (a.label, ranges[a], b.label, ranges[b])
+    # never more than one buffer per slot, never less than the peak of live bytes
+    assert pool.peak_bytes(ranges) <= sum(groups) <= sum(s.size for s in ranges)
+
+
+def test_peak_of_live_bytes():
+    a, b, c = pool.Slot(100, "a"), pool.Slot(200, "b"), pool.Slot(40, "c")
+    assert pool.peak_bytes({a: (0, 3), b: (3, 5), c: (4, 9)}) == 300  # a and b at 3
+    assert pool.peak_bytes({a: (0, 2), b: (3, 5)}) == 200
+
+
+def _step(device, name, keep):
+    graph, blob = onnx_io.load_bundle(MODELS[name])
+    shape = make_zoo.MODELS[name][1] if name in make_zoo.MODELS else (1, 28, 28)
+    rng = rng_for("pool", name)
+    x = rng.integers(0, make_zoo.VOCAB, (4, *shape)) if name in make_zoo.TOKENS else \
+        rng.standard_normal((4, *shape)).astype(np.float32)
+    labels = rng.integers(0, 4, 4).astype(np.uint32)
+    plan = run(parity.load(device, graph, blob, 4, _input_bytes(graph, x), labels.tobytes(),
+                           keep_grads=keep))
+    parity.run_step(device, plan, 1, 0, True)
+    out = plan.acts[plan.graph.output]
+    return plan, {"G": bytes(run(device.read(plan.G, 0, plan.wbytes))),
+                  "output": bytes(run(device.read(out.buf, out.offset, out.nbytes))),
+                  "metrics": bytes(run(device.read(plan.metrics, 8 * parity.metrics_slot(1), 8)))}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_step_is_bit_identical_with_shared_gradients(device, name):
+    own, want = _step(device, name, True)
+    shared, got = _step(device, name, ())
+    assert own.grad_pool["bytes"] == 0 and shared.grad_pool["slots"] > 0
+    assert shared.grad_pool["bytes"] < shared.grad_pool["unshared"]
+    for k in want:
+        assert got[k] == want[k], f"{name}: {k} differs with shared gradient buffers"
+
+
+def test_a_gradient_read_before_written_keeps_a_zeroed_buffer(device):
+    """Split with an unused middle output: its gradient is never written, Split's backward
+    reads it as zeros (tests/cases layout: split_input_unused_middle)."""
+    from webgpu_trainer.engine.graph import Graph
+    from webgpu_trainer.engine.plan import Plan
+    case = by_id(family_of("layout").CASES, "split_input_unused_middle")
+    plan = run(Plan.build(device, Graph(case.graph), len(case.labels)))
+    unused = [n["outputs"][1] for n in plan.graph.nodes if n["op_type"] == "Split"][0]
+    buf = plan.grads[unused].buf
+    assert not buf.label.startswith("dpool."), "an unwritten gradient joined the pool"
+
+
+def test_the_estimate_counts_the_shared_buffers():
+    graph, _ = onnx_io.load_bundle(MODELS["resnet8"])
+    est = memory.estimate(graph, 64, optimizer="adam")
+    labels = [label for label, _ in est["buffers"]]
+    assert any(label.startswith("dpool.") for label in labels)
+    assert not any(label.startswith("d/") for label in labels)  # no activation's own buffer
+    assert est["parts"]["gradients"] < est["parts"]["activations"]
+
+
+# Every single-step case of every family on the GPU adapters' kernel paths (tiled GEMM and
+# convolutions, the implicit-GEMM convolution for every layer, many-part channel sums), where
+# the scratch and gradient layouts differ from the CPU adapters' (tests/test_golden.py checks
+# those bit for bit with shared buffers already).
+GPU = {"TILED": True, "CONV_GEMM_MIN": 1, "REDUCE_CHUNK": 64}
+CASES = [c for f in FAMILIES for c in family_of(f).CASES
+         if c.optimizer is None and c.steps == 1 and c.train]
+
+
+def _case_step(device, case, keep):
+    plan = run(parity.load(device, case.graph, case.blob, len(case.labels),
+                           _input_bytes(case.graph, case.x),
+                           np.asarray(case.labels, "<u4").tobytes(), loss=case.loss,
+                           init_seed=case.init_seed, keep_grads=keep))
+    parity.run_step(device, plan, case.step, case.seed, True)
+    out = plan.acts[plan.graph.output]
+    return [bytes(run(device.read(plan.G, 0, plan.wbytes))),
+            bytes(run(device.read(out.buf, out.offset, out.nbytes))),
+            bytes(run(device.read(plan.metrics, 8 * parity.metrics_slot(case.step), 8)))]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_gpu_paths_are_bit_identical_with_shared_gradients(device, case):
+    with builder_patch(GPU):
+        assert _case_step(device, case, ()) == _case_step(device, case, True), case.id
