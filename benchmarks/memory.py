@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """GPU memory of a training step per zoo model (not a test): the plan's own allocations,
 counted without a GPU (engine/train/memory.py's counting device, the GPU kernels' buffers),
-with a buffer per activation gradient ("own") and with gradients shared by tensors live at
-different times (engine/pool.py, "shared", the default), against a minimum.
+with a buffer per activation gradient and scratch ("own", ``Builder.POOL = False``) and with
+them sharing buffers by their live ranges (engine/pool.py, "shared", the default), against a
+minimum.
 
 The minimum of a trainer that keeps every activation for the backward pass: parameters, their
-gradients, the optimizer's state (Adam: two per parameter), the activations, and the most
-activation-gradient bytes live at any one dispatch of the step (the pool's peak). Scratch
-(split-K parts, padded copies, batch statistics) is not in it, so "shared / minimum" also shows
-what the kernels' scratch costs. Bytes in MB (10^6).
+gradients, the optimizer's state (Adam: two per parameter), the activations and what the
+ops keep of the forward for the backward (batch statistics, RNN gates and states), and the most
+activation-gradient bytes live at any one dispatch of the step. Scratch (split-K parts, padded
+copies, batch statistics) is not in it, so "shared / minimum" also shows what the kernels'
+scratch costs; "pool peak" is the most gradient and scratch bytes live at one dispatch (what
+the shared buffers could shrink to). Bytes in MB (10^6).
 
     python benchmarks/memory.py                       # the zoo at batch 64 and 1000
     python benchmarks/memory.py --models resnet18 --batch 64 256 1000 --json out.json
@@ -41,9 +44,10 @@ def measure(path: Path, batch: int) -> dict:
     from webgpu_trainer.engine.train.guard import Guard
     desc, _ = onnx_io.load_bundle(path)
     out = {}
-    for mode, keep in (("own", True), ("shared", ())):
+    for mode, spec in (("own", "POOL=False"), ("shared", "")):
         dev = memory.CountingDevice()
-        plan = memory._run(Plan.build(dev, Graph(desc), batch, keep_grads=keep))
+        with zoo.builder(spec):
+            plan = memory._run(Plan.build(dev, Graph(desc), batch))
         memory._run(Guard.build(plan))
         memory._run(optim.make("adam", 1e-3).attach(plan))
         parts = dict.fromkeys(memory.PARTS, 0)
@@ -52,8 +56,9 @@ def measure(path: Path, batch: int) -> dict:
         out[mode] = {"bytes": dev.allocated, "parts": parts}
         if mode == "shared":
             p = parts
-            out["minimum"] = p["params"] + p["optimizer"] + p["activations"] + plan.wbytes \
-                + plan.grad_pool["peak"]
+            out["minimum"] = p["params"] + p["optimizer"] + p["activations"] + p["saved"] \
+                + plan.wbytes \
+                + plan.grad_pool["grad_peak"]
             out["pool"] = plan.grad_pool
     return out
 
@@ -66,7 +71,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     rows = []
     print("| model | batch | own MB | shared MB | minimum MB | own / min | shared / min |"
-          " scratch MB |")
+          " pool peak MB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
@@ -78,7 +83,7 @@ def main(argv=None) -> int:
                 rows.append({"model": name, "shape": list(shape), "batch": batch, **m})
                 print(f"| {zoo.LABELS[name]} | {batch} | {own / 1e6:,.1f} | {shared / 1e6:,.1f}"
                       f" | {low / 1e6:,.1f} | {own / low:.2f}x | {shared / low:.2f}x | "
-                      f"{m['shared']['parts']['scratch'] / 1e6:,.1f} |", flush=True)
+                      f"{m['pool']['peak'] / 1e6:,.1f} |", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

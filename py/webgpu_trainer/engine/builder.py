@@ -177,18 +177,37 @@ class Builder:
             return 1
         return max(1, min((target + threads - 1) // threads, length // min_per_split, 256))
 
-    def scratch(self, nfloats: int):
-        return self.dev.buffer(4 * nfloats, "scratch")
+    # While the plan is being built, scratch and gradients are ``pool.Slot``s packed into
+    # shared buffers by their live ranges once every dispatch is known (plan.py ends the
+    # build with ``pool.resolve``); afterwards (the optimizer, the guard, the norms) they are
+    # buffers of their own. POOL False: a buffer per gradient and scratch (benchmarks' A/B).
+    POOL = True
+    pooling = False
+
+    def scratch(self, nfloats: int, label: str = "scratch"):
+        """``nfloats`` float32 of scratch for what one op's dispatches pass between them in a
+        step (split-K parts, a zero-padded input, an RNN's input projection): the op writes
+        all of it before reading it."""
+        if self.pooling:
+            return pool.Slot(4 * nfloats, label)
+        return self.dev.buffer(4 * nfloats, label)
 
     def temp(self, nfloats: int, slot: str = "scratch"):
-        """Scratch for partial sums that the very next dispatch reduces (split-K parts): one
-        buffer per ``slot`` shared by every such use of the plan (dispatches run in order),
-        replaced by a larger one when a use needs more. A second slot holds what one op's
-        dispatches read while the first holds their parts (conv.py: a zero-padded input)."""
+        """Scratch for partial sums that the very next dispatch reduces (split-K parts); a
+        second ``slot`` name for what one op's dispatches read while the first holds their
+        parts (conv.py: a zero-padded input). A ``scratch`` while the plan is being built;
+        after it, one buffer per ``slot``, replaced by a larger one when a use needs more."""
+        if self.pooling:
+            return self.scratch(nfloats, slot)
         buf = self._temps.get(slot)
         if buf is None or buf.size < 4 * nfloats:
             buf = self._temps[slot] = self.dev.buffer(4 * nfloats, slot)
         return buf
+
+    @property
+    def saved_labels(self) -> set:
+        """The labels of the ``save`` buffers (the memory estimate's part "saved")."""
+        return set(self._saves)
 
     def save(self, node, nfloats: int, what: str = "save"):
         """A per-node buffer shared by the training and eval programs (batch statistics,

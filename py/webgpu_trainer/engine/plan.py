@@ -66,6 +66,7 @@ class Plan:
         self.relu_grad_fused = fusion.relu_grads(self)
         self.relu_sum_fused = fusion.relu_sums(self)
         b = self.builder = Builder(self)
+        b.pooling = Builder.POOL
         for mode in ("train", "eval"):
             b.current = []
             for node in graph.nodes:
@@ -108,17 +109,16 @@ class Plan:
             if name in self.contrib_of:
                 await self._sum_contributions(b, name, self._grad_of(name))
         self.bwd = b.current
-        self.grad_pool = pool.resolve(dev, [self.fwd_train, self.loss, self.bwd],
-                                      [self.fwd_eval, self.head],
+        self.grad_pool = pool.resolve(dev, [self.fwd_train, self.loss, self.bwd,
+                                            self.fwd_eval, self.head],
                                       [*self.grads.values(), *self.contrib.values()])
+        b.pooling = False
         return self
 
-    def _gbuf(self, nbytes: int, label: str, name: str):
-        """The gradient buffer named ``label`` of tensor ``name``: a ``pool.Slot`` shared with
-        gradients live at other times, or a buffer of its own when ``keep_grads`` (True or a
-        set of tensor names) asks to read it after the step."""
-        keep = self.keep_grads
-        if keep is True or name in keep:
+    def _gbuf(self, nbytes: int, label: str):
+        """The gradient buffer named ``label``: a ``pool.Slot`` shared with gradients live at
+        other times (``_allocate`` keeps those ``keep_grads`` names in buffers of their own)."""
+        if not Builder.POOL:
             return self.dev.buffer(nbytes, label)
         return pool.Slot(nbytes, label)
 
@@ -177,6 +177,10 @@ class Plan:
         needs = self._allocate_acts()
         self._allocate_loss()
         self._allocate_grads(needs)
+        keep = self.keep_grads
+        for name, t in self.grads.items():  # what the caller reads after the step
+            if isinstance(t.buf, pool.Slot) and (keep is True or name in keep):
+                t.buf.keep = True
 
     def _allocate_acts(self) -> set:
         """The input, label and activation buffers (ReLU in place, Flatten/Identity as views);
@@ -262,7 +266,7 @@ class Plan:
         self.grads = {}
         if self.loss_input == self.logp and self.head_node:
             self.grads[self.logp] = Tensor(shapes[g.output], self._gbuf(
-                4 * math.prod(shapes[g.output]), "dlogp", self.logp))
+                4 * math.prod(shapes[g.output]), "dlogp"))
         for node in g.nodes:
             for k, out in enumerate(node["outputs"]):
                 if (k and not fusion.card_says(node, "GRAD_EVERY_OUTPUT")) or out not in needs \
@@ -286,7 +290,7 @@ class Plan:
                     part = self.grads[out]  # so is a residual Add's (ops/binary.py skips it)
                 else:
                     part = Tensor(shape, self._gbuf(4 * math.prod(shape),
-                                                    f"d{name}@{node['name']}", name))
+                                                    f"d{name}@{node['name']}"))
                 self.contrib[(node["name"], k)] = part
                 self.contrib_of[name].append(part)
 
@@ -300,10 +304,10 @@ class Plan:
             total = uses[0][0]["outputs"][0]
             if total not in shared:
                 shared[total] = mine or self._gbuf(4 * math.prod(self.shapes[total]),
-                                                   "d" + total, total)
+                                                   "d" + total)
             if mine is None or mine is shared[total]:
                 return shared[total]
-        return mine or self._gbuf(4 * math.prod(self.shapes[name]), "d" + name, name)
+        return mine or self._gbuf(4 * math.prod(self.shapes[name]), "d" + name)
 
     def _sole_reader(self, name) -> bool:
         """Whether one node reads the data of ``name``: counting the readers of every tensor

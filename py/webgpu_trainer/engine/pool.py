@@ -1,16 +1,17 @@
-"""Gradient buffers shared by tensors whose gradients are never needed at the same time.
+"""Gradients and scratch share GPU buffers when they are never needed at the same time.
 
 A training step runs ``fwd_train``, ``loss``, ``bwd`` in order. The gradient of an activation
 (``"d" + name``, ``"dlogp"``, a use's contribution ``"dX@node"``) is written by its consumers'
 backward and read by its producer's backward; outside that stretch of dispatches its contents
-are dead. ``Plan.build`` therefore makes each such gradient a ``Slot`` (a buffer not made yet);
-``Builder.kernel`` defers the bind groups that name a slot (``Pending``); ``resolve`` then
-measures each slot's live range (first to last dispatch that binds it, over the whole step)
-and packs the slots into as few device buffers as an interval allocation finds (the classic
-register-allocation view of buffer reuse: slots whose ranges overlap get different buffers),
-then makes the deferred bind groups. Every kernel writes the whole of the gradient it makes
-each step (a buffer also carries the previous step's values otherwise), so sharing changes no
-number: tests/test_pool.py checks bit-identical steps against unshared buffers.
+are dead; so are an op's scratch buffers (split-K parts, padded copies) outside the op.
+While ``Plan.build`` runs, each of them is a ``Slot`` (a buffer not made yet) and
+``Builder.kernel`` defers the bind groups that name one (``Pending``); ``resolve`` then
+measures each slot's live range (first to last dispatch that binds it) and packs the slots
+into shared device buffers (``assign``: slots whose ranges overlap get different buffers),
+then makes the deferred bind groups. Every kernel writes the whole of what it makes each step
+(a buffer also carries the previous step's values otherwise), and a slot read before anything
+writes it keeps a zeroed buffer of its own, so sharing changes no number:
+tests/test_pool.py checks bit-identical steps against unshared buffers.
 
 Minimum GPU memory of a trainer that keeps every activation: parameters, their gradients,
 the optimizer's state, the activations, and the most gradient bytes live at one dispatch;
@@ -26,10 +27,11 @@ class Slot:
     least 16; ``label``: as the device buffer would be named) that ``resolve`` maps onto a
     shared device buffer."""
 
-    __slots__ = ("size", "label", "buffer")
+    __slots__ = ("size", "label", "buffer", "keep")
 
     def __init__(self, nbytes: int, label: str):
         self.size, self.label, self.buffer = max(16, round_up(nbytes)), label, None
+        self.keep = False  # True: read after the step, so a buffer of its own
 
 
 class Pending:
@@ -61,28 +63,22 @@ def _slots_of(entry) -> list:
 def assign(ranges: dict) -> tuple:
     """Pack live ranges into shared buffers. ``ranges``: {slot: (first, last)} dispatch
     indices, inclusive. Returns ``(groups, owner)``: ``groups`` the byte size of each shared
-    buffer, ``owner`` {slot: group index}. Slots are taken by first use; a slot takes the free
-    buffer that fits it with the least room left over, else grows the largest free one, else
-    opens a new buffer."""
-    groups, owner, free, busy = [], {}, [], []  # busy: (last, group)
-    for slot in sorted(ranges, key=lambda s: (ranges[s][0], -s.size)):
+    buffer, ``owner`` {slot: group index}. Greedy by size (the "shared objects" strategy of
+    Pisarchyk and Lee, "Efficient Memory Management for Deep Neural Net Inference", 2020):
+    the largest slot first, each into the first buffer none of whose slots' ranges overlap
+    its own, else into a new buffer of its size; so a buffer is as large as its first slot."""
+    groups, owner, members = [], {}, []
+    for slot in sorted(ranges, key=lambda s: (-s.size, ranges[s][0], s.label)):
         first, last = ranges[slot]
-        for end, g in [x for x in busy if x[0] < first]:
-            busy.remove((end, g))
-            free.append(g)
-        fits = [g for g in free if groups[g] >= slot.size]
-        if fits:
-            g = min(fits, key=lambda k: groups[k])
-        elif free:
-            g = max(free, key=lambda k: groups[k])
-            groups[g] = slot.size
+        for g, taken in enumerate(members):  # noqa: B007  g is the group found
+            if all(last < lo or hi < first for lo, hi in taken):
+                break
         else:
             g = len(groups)
             groups.append(slot.size)
-        if g in free:
-            free.remove(g)
+            members.append([])
+        members[g].append((first, last))
         owner[slot] = g
-        busy.append((last, g))
     return groups, owner
 
 
@@ -99,30 +95,40 @@ def peak_bytes(ranges: dict) -> int:
     return peak
 
 
-def resolve(dev, step: list, others: list, tensors) -> dict:
+def resolve(dev, lists: list, tensors) -> dict:
     """Give every Slot a device buffer and bind every Pending dispatch, in place.
 
-    ``step``: the dispatch lists of the training step in the order they run (fwd_train,
-    loss, bwd); ``others``: lists also holding dispatches (fwd_eval, head), whose slots get
-    buffers of their own; ``tensors``: the Tensors whose ``buf`` may be a Slot (replaced by
-    the device buffer). Returns ``{"slots", "bytes" (shared buffers), "peak" (peak_bytes),
-    "unshared" (the slots' own sizes summed)}``."""
-    ranges, order, zero = {}, [e for lst in step for e in lst], set()
-    for i, entry in enumerate(order):
+    ``lists``: every dispatch list of the plan, those of the training step first in the order
+    they run (fwd_train, loss, bwd), then the evaluation's (fwd_eval, head): one timeline, so
+    two slots share a buffer only when no program uses both at once (a slot of both programs
+    stays live from its first use in training to its last in evaluation). ``tensors``: the
+    Tensors whose ``buf`` may be a Slot (the gradients; replaced by the device buffer).
+    Returns ``{"slots", "bytes" (the shared buffers, labelled "pool.<k>:<label of its largest
+    slot>"), "peak" (peak_bytes of every shared slot), "grad_peak" (of the gradients'),
+    "unshared" (the shared slots' own sizes summed)}``."""
+    grad_slots = {t.buf for t in tensors if isinstance(t.buf, Slot)}
+    ranges, zero = {}, set()
+    for i, entry in enumerate(e for lst in lists for e in lst):
         for slot, writable in _slots_of(entry):
-            if slot not in ranges and not writable:
-                zero.add(slot)  # read before anything writes it: it must stay all zeros
+            if slot not in ranges and not writable or slot.keep:
+                zero.add(slot)  # read before anything writes it (it must stay all zeros), or
+                # read after the step: a buffer of its own
             first, _ = ranges.get(slot, (i, i))
             ranges[slot] = (first, i)
-    pinned = zero | {s for lst in others for e in lst for s, _ in _slots_of(e)} - set(ranges)
-    groups, owner = assign({s: r for s, r in ranges.items() if s not in pinned})
-    bufs = [dev.buffer(size, f"dpool.{k}") for k, size in enumerate(groups)]
+    for slot in zero:
+        del ranges[slot]
+    groups, owner = assign(ranges)
+    largest = {}  # group -> its largest slot, whose label the buffer carries
+    for slot, g in owner.items():
+        if g not in largest or slot.size > largest[g].size:
+            largest[g] = slot
+    bufs = [dev.buffer(size, f"pool.{k}:{largest[k].label}") for k, size in enumerate(groups)]
     for slot, g in owner.items():
         slot.buffer = bufs[g]
-    for slot in pinned:
+    for slot in zero:
         slot.buffer = dev.buffer(slot.size, slot.label)
     bound = {}  # one bind group per deferred dispatch, however many lists hold it
-    for lst in (*step, *others):
+    for lst in lists:
         for k, entry in enumerate(lst):
             if isinstance(entry, Pending):
                 if id(entry) not in bound:
@@ -131,7 +137,8 @@ def resolve(dev, step: list, others: list, tensors) -> dict:
     for t in tensors:
         if isinstance(t.buf, Slot):
             t.buf = t.buf.buffer
-    return {"slots": len(ranges) + len(pinned), "bytes": sum(groups), "peak": peak_bytes(ranges),
+    return {"slots": len(ranges) + len(zero), "bytes": sum(groups), "peak": peak_bytes(ranges),
+            "grad_peak": peak_bytes({s: r for s, r in ranges.items() if s in grad_slots}),
             "unshared": sum(s.size for s in ranges)}
 
 

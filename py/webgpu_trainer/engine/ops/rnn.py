@@ -167,7 +167,6 @@ def _setup(b, node, ins):
     saves = dict(hs=b.save(node, d * (t + 1) * n * h, "hs"),
                  cs=b.save(node, d * (t + 1) * n * h, "cs") if op == "LSTM" else None,
                  gates=b.save(node, d * t * n * 4 * h, "gates"),
-                 dg=b.save(node, d * t * n * 4 * h, "dg"),
                  carry=b.save(node, d * n * h, "carry"))
     return base, saves
 
@@ -213,6 +212,7 @@ async def backward(b, node, ins, outs, gins, gouts):
     state = groups_1d(d * n * h)
     flags = int(dy is not None) | 2 * int(dyh is not None) | 4 * int(dyc is not None)
     per = steps_per_dispatch(h, g)
+    sv["dg"] = b.scratch(d * t * n * 4 * h, "rnn.dg")  # the gates' gradients, every step
     for s0 in reversed(range(0, t, per)):
         last = min(s0 + per, t) - 1  # this dispatch runs steps last, last - 1, ..., s0
         p = {**base, "flags": flags, "s": last, "steps": last - s0 + 1}

@@ -18,7 +18,7 @@ from .guard import Guard
 MAX_BATCH = 1 << 16  # the largest batch ``largest_batch`` tries
 
 # what each part of the estimate holds, by the buffer label's role in the plan
-PARTS = ("params", "gradients", "optimizer", "activations", "scratch")
+PARTS = ("params", "gradients", "optimizer", "activations", "saved", "scratch", "shared")
 
 
 class LimitError(ValueError):
@@ -95,14 +95,19 @@ def _run(coro):
 def _part(label: str, plan) -> str:
     """Which part of ``PARTS`` a buffer labelled ``label`` belongs to (the plan's labels:
     "weights", "grads", "optim.*", a tensor's name, "d" + a tensor's name, "dX@node",
-    "dpool.<k>": gradients shared by tensors live at different times, engine/pool.py)."""
+    "pool.<k>:<label>": activation gradients and scratch sharing buffers by live ranges,
+    engine/pool.py: the part "shared"; ``Builder.save``'s per-node buffers: "saved")."""
     if label == "weights":
         return "params"
     if label.startswith("optim."):
         return "optimizer"
     if label in plan.shapes or label == plan.logp:
         return "activations"
-    if label in ("grads", "dlogp") or label.startswith("dpool.") or label.startswith("d") and (
+    if label in plan.builder.saved_labels:
+        return "saved"
+    if label.startswith("pool."):
+        return "shared"
+    if label in ("grads", "dlogp") or label.startswith("d") and (
             label[1:] in plan.shapes or "@" in label):
         return "gradients"
     return "scratch"
@@ -130,8 +135,9 @@ def estimate(desc: dict, batch: int, loss=None, trainable=None, optimizer: str =
     for b in dev.buffers:
         parts[_part(b.label, plan)] += b.size
     big = max(dev.buffers, key=lambda b: b.size)
+    name = big.label.split(":", 1)[1] if big.label.startswith("pool.") else big.label
     return {"batch": int(batch), "bytes": dev.allocated, "parts": parts,
-            "largest": {"name": big.label, "bytes": big.size},
+            "largest": {"name": name, "bytes": big.size},
             "buffers": [(b.label, b.size) for b in dev.buffers]}
 
 
