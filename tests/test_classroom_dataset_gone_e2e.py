@@ -8,6 +8,7 @@ Screenshot: classroom-dataset-gone-1280."""
 from __future__ import annotations
 
 import shutil
+import time
 
 import pytest
 from e2e_fixtures import screenshot
@@ -22,23 +23,53 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def server(mnist_cache, tmp_path_factory):
     with bands_server(tmp_path_factory.mktemp("classroom-gone"), mnist_cache) as srv:
+        shutil.copytree(srv.tmp / "datasets" / "bands", srv.tmp / "bands-copy")
         yield srv
 
 
-def test_deleted_dataset_is_said_to_student_and_teacher(class_browser, server):  # noqa: F811
+def gone_session(server) -> str:
+    """A session on dataset "bands", then "bands" deleted from the server."""
+    bands = server.tmp / "datasets" / "bands"
+    if not bands.exists():
+        shutil.copytree(server.tmp / "bands-copy", bands)
     sid = server.session(dataset="bands", batch_size=8, eval_images=TEST, val_images=4)
-    shutil.rmtree(server.tmp / "datasets" / "bands")
+    shutil.rmtree(bands)
+    return sid
+
+
+PICKED = """(() => { const s = document.getElementById("dataset");
+  return [s.value, s.selectedOptions[0]?.textContent, s.selectedOptions[0]?.disabled];
+})()"""
+
+
+def assert_picker_names_gone(page):
+    """The dataset picker shows the session's dataset as not on the server (before, it showed
+    the server's default, MNIST), chosen, not choosable; the hint and header name no other."""
+    js_wait(page, "[...document.getElementById('dataset').options].some((o) => "
+            "o.textContent.endsWith(' classes)'))", 60, "the server's dataset list")
+    js_wait(page, "document.getElementById('dataset').value === 'bands'", 60,
+            "the picker on the session's dataset")
+    assert page.evaluate(PICKED) == ["bands", "bands (not on this server)", True]
+    assert page.text_content("#dataset-hint") == ""
+    assert page.text_content("#tagline") == \
+        "Train a neural network on bands on your GPU, in the browser"
+
+
+def test_deleted_dataset_is_said_to_student_and_teacher(class_browser, server):  # noqa: F811
+    sid = gone_session(server)
     page = open_page(class_browser, f"{server.url}/?class={sid}")
     teacher = open_page(class_browser, f"{server.url}/teacher#token={TOKEN}")
     try:
         page.wait_for_selector("#classroom [role=alert]", timeout=60000)
         assert page.text_content("#classroom [role=alert]") == GONE
+        assert_picker_names_gone(page)
         js_wait(page, "window.appState.workerReady || window.appState.noWebGPU", 180,
                 "the student's engine ready")
         assert page.evaluate("appState.workerReady") is True
         assert page.is_disabled("#start")
         assert page.get_attribute("#start", "title") == GONE
         assert page.text_content("#status") == f"Start is disabled: {GONE}"
+        assert_picker_names_gone(page)
         screenshot(page, "classroom-dataset-gone-1280")
         js_wait(teacher, f"window.teacherState.session?.id === {sid!r} && document."
                          "getElementById('session-dataset').textContent.startsWith('This class')",
@@ -48,3 +79,28 @@ def test_deleted_dataset_is_said_to_student_and_teacher(class_browser, server): 
     finally:
         page.context.close()
         teacher.context.close()
+
+
+def test_deleted_dataset_named_when_the_list_comes_after_the_session(
+        class_browser, server):  # noqa: F811
+    """The dataset list answered after the session (delayed 2 s): loading it chose the
+    default, MNIST; the picker goes back to the session's dataset, named as gone."""
+    sid = gone_session(server)
+    ctx = class_browser.new_context(ignore_https_errors=True,
+                                    viewport={"width": 1280, "height": 800})
+    page = ctx.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+
+    def late(route):
+        time.sleep(2)
+        route.continue_()
+    page.route("**/api/datasets", late)
+    try:
+        page.goto(f"{server.url}/?class={sid}")
+        page.wait_for_selector("#classroom [role=alert]", timeout=60000)
+        assert_picker_names_gone(page)
+        assert page.get_attribute("#start", "title") == GONE
+        assert not errors
+    finally:
+        ctx.close()

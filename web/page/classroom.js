@@ -220,8 +220,11 @@ function applyConfig(onlyPinned = false, tries = 0) {
         }
       }
       else if (f.tagName === "SELECT" && ![...f.options].some((o) => o.value === String(v))) {
-        missing = true;
-        continue;
+        if (k !== "dataset" || !(s.problems ?? []).length) {
+          missing = true;
+          continue;
+        }
+        showUnavailable(f, String(v));
       } else if (f.value !== String(v)) {
         f.value = String(v);
         f.dispatchEvent(new Event("change", { bubbles: true }));
@@ -234,6 +237,29 @@ function applyConfig(onlyPinned = false, tries = 0) {
   if (missing && tries < 100 && !(s.problems ?? []).length) {
     setTimeout(() => applyConfig(onlyPinned, tries + 1), 300);
   }
+}
+
+/** The session's dataset the server says is gone (its ``problems``), in the picker as
+ * "NAME (not on this server)", chosen and not choosable, instead of the server's default. */
+function showUnavailable(select, name) {
+  if (![...select.options].some((o) => o.value === name)) {
+    const option = new Option(`${name} (not on this server)`, name);
+    option.disabled = true;
+    select.append(option);
+  }
+  if (select.value === name) return;
+  select.value = name;
+  select.dispatchEvent(new Event("change", { bubbles: true }));
+}
+
+/** The dataset list may arrive after the session and choose the default: the gone dataset
+ * again (dataset.js says `dataset-changed` after each choice). */
+function keepUnavailable() {
+  const s = state.session;
+  const name = s?.config?.dataset;
+  const select = document.getElementById("dataset");
+  if (name == null || !(s.problems ?? []).length || !select) return;
+  if (select.value !== String(name)) setTimeout(() => showUnavailable(select, String(name)), 0);
 }
 
 // ------------------------------------------------------------------------ the worker hook
@@ -395,6 +421,7 @@ function boot() {
   document.head.append(link);
   renderCard();
   loadSession().then(() => schedule(0));
+  document.addEventListener("dataset-changed", keepUnavailable);
   // presets and other form code may rewrite pinned fields: put the teacher's values back
   document.addEventListener("click", (ev) => {
     if (ev.target.closest?.(".preset")) setTimeout(() => applyConfig(true), 0);
