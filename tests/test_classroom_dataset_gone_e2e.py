@@ -104,3 +104,38 @@ def test_deleted_dataset_named_when_the_list_comes_after_the_session(
         assert not errors
     finally:
         ctx.close()
+
+
+# the status line's box: not cut (its text as wide as the box), on screen, inside the run bar
+STATUS_BOX = """(() => { const s = document.getElementById("status");
+  const r = s.getBoundingClientRect(), bar = s.closest(".runbar").getBoundingClientRect();
+  return {cut: s.scrollWidth > s.clientWidth + 1 || s.scrollHeight > s.clientHeight + 1,
+          width: r.width, height: r.height, inside: r.left >= bar.left && r.right <= bar.right
+            && r.top >= bar.top && r.bottom <= bar.bottom + 0.5,
+          lines: Math.round(r.height / parseFloat(getComputedStyle(s).lineHeight))}; })()"""
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_start_disabled_reason_shown_whole_in_the_run_bar(class_browser, server,  # noqa: F811
+                                                          width):
+    """The long reason Start is disabled wraps in the run bar (before: cut off with an ellipsis
+    at 1280 px, hidden for screen readers only at 390 px). Screenshots:
+    classroom-start-disabled-1280, classroom-start-disabled-390."""
+    sid = gone_session(server)
+    page = open_page(class_browser, f"{server.url}/?class={sid}", width=width, height=800)
+    try:
+        js_wait(page, "window.appState.workerReady || window.appState.noWebGPU", 180,
+                "the student's engine ready")
+        assert page.text_content("#status") == f"Start is disabled: {GONE}"
+        page.evaluate("window.scrollTo(0, 0)")
+        box = page.evaluate(STATUS_BOX)
+        screenshot(page, f"classroom-start-disabled-{width}")
+        assert not box["cut"], box
+        assert box["inside"] and box["width"] > 200 and box["lines"] >= 2, box
+        # a normal status stays one line (the bar does not jump while training)
+        page.evaluate("window.appState.blocked = null; "
+                      "document.dispatchEvent(new Event('state-changed'))")
+        page.evaluate("document.getElementById('status').textContent = 'Ready'")
+        assert page.evaluate(STATUS_BOX)["lines"] <= 1
+    finally:
+        page.context.close()
