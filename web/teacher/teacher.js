@@ -271,8 +271,14 @@ async function createSession(ev) {
   const f = $("session-form");
   const config = {};
   const pinned = [];
-  for (const [k, , kind] of dialogFields()) {
+  for (const [k, label, kind] of dialogFields()) {
     const v = f.elements[k].value;
+    // an empty number field (or one holding no number: its value is "") is not a 0
+    if (kind === "number" && (v.trim() === "" || !Number.isFinite(Number(v)))) {
+      dialogError(`${label}: enter a number`);
+      f.elements[k].focus();
+      return;
+    }
     config[k] = kind === "number" ? Number(v) : v;
     if (f.elements[`pin-${k}`].checked) pinned.push(k);
   }
@@ -284,9 +290,13 @@ async function createSession(ev) {
     $("session-dialog").close();
     await loadSessions(s.id);
   } catch (e) {
-    $("s-error").textContent = (e.problems ?? [e.message]).join("\n");
-    $("s-error").hidden = false;
+    dialogError((e.problems ?? [e.message]).join("\n"));
   }
+}
+
+function dialogError(text) {
+  $("s-error").textContent = text;
+  $("s-error").hidden = false;
 }
 
 async function toggleOpen() {
