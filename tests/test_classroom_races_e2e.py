@@ -4,6 +4,9 @@ empty, in headless Chromium against the real ``webgpu-trainer classroom`` server
 - the student's page: the session answered before the settings schema (the form is drawn
   from it): the teacher's pinned values still end up in the form, locked (a guard: the
   model list, loaded after the form, keeps ``applyConfig`` retrying until the form is there);
+- the teacher's session picker: a session chosen, then another before the first one's details
+  came: the late answer replaced the one chosen last (the picker named one session, the
+  dashboard showed and streamed the other);
 - the teacher's New-session dialog: a number field left empty (or holding no number) was sent
   as 0 (a seed of 0, no momentum, whole epochs) without a word; now the dialog names the field
   and sends nothing.
@@ -19,8 +22,9 @@ from test_classroom_e2e import TOKEN, class_browser, js_wait, server  # noqa: F4
 pytestmark = pytest.mark.e2e
 
 
-def _page(browser, url, late: str | None = None, width=1280):
-    """A page of ``url`` whose ``late`` route (a glob) answers 2 s late."""
+def _page(browser, url, late: str | None = None, width=1280, init: str | None = None):
+    """A page of ``url`` whose ``late`` route (a glob) answers 2 s late; ``init``: a script
+    run before the page's own."""
     ctx = browser.new_context(ignore_https_errors=True, viewport={"width": width, "height": 800})
     page = ctx.new_page()
     page.errors = []
@@ -30,6 +34,8 @@ def _page(browser, url, late: str | None = None, width=1280):
             time.sleep(2)
             route.continue_()
         page.route(late, slow)
+    if init:
+        page.add_init_script(init)
     page.goto(url)
     return page
 
@@ -80,6 +86,37 @@ def test_session_dialog_refuses_an_empty_number(class_browser, server, field,  #
         assert page.evaluate("document.activeElement.id") == f"s-{field}"
         after = server.api("GET", "/api/classroom/sessions", headers=server.teacher).json()
         assert len(after) == before
+        assert not page.errors
+    finally:
+        page.context.close()
+
+
+# the page's fetch of one session's details (GET /api/classroom/sessions/ID) answered 1.5 s late
+SLOW_SESSION = """(() => { const f = window.fetch;
+  window.fetch = async (url, ...rest) => {
+    const res = await f(url, ...rest);
+    if (String(url).endsWith("/sessions/" + %r)) await new Promise((r) => setTimeout(r, 1500));
+    return res; }; })()"""
+
+
+def test_teacher_picks_a_session_then_another_before_it_came(class_browser,  # noqa: F811
+                                                              server):
+    """Session A chosen (its details 1.5 s late), then B at once: the dashboard stays on B,
+    the one chosen last, the picker too (before: A's late answer took over)."""
+    a = server.session(max_steps=3)
+    b = server.session(max_steps=4)
+    page = _page(class_browser, f"{server.url}/teacher?session={b}#token={TOKEN}",
+                 init=SLOW_SESSION % a)
+    try:
+        js_wait(page, f"window.teacherState.session?.id === {b!r} && "
+                      "window.teacherState.connected", 60, "the dashboard on session B")
+        page.select_option("#session-select", a)
+        page.select_option("#session-select", b)
+        page.wait_for_timeout(2500)
+        assert page.evaluate("window.teacherState.session.id") == b
+        assert page.input_value("#session-select") == b
+        assert page.evaluate("location.search") == f"?session={b}"
+        assert "max_steps 4" in page.text_content("#pinned-text")
         assert not page.errors
     finally:
         page.context.close()

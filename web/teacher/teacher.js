@@ -69,13 +69,18 @@ async function loadSessions(select) {
   }
 }
 
+let openSeq = 0;  // the latest openSession: an earlier one answered later is dropped
+
 async function openSession(sid) {
+  const mine = ++openSeq;
+  const session = await getJSON(`/api/classroom/sessions/${encodeURIComponent(sid)}`);
+  if (mine !== openSeq) return;  // another session was chosen meanwhile
   if (state.session?.id !== sid) {
     state.roster.clear();
     state.curves.clear();
     rebuildChart();
   }
-  state.session = await getJSON(`/api/classroom/sessions/${encodeURIComponent(sid)}`);
+  state.session = session;
   history.replaceState(null, "", `/teacher?session=${encodeURIComponent(sid)}`);
   renderJoin();
   connect(sid);
