@@ -225,8 +225,40 @@ def _conv_relu_pools():
                 dacts=("c1", "p1", "c2"))
 
 
+def _output_read_by_another_node(loss, end):
+    """The graph output (what the loss reads) is also read by another node, whose result is
+    the graph's second output (an exported model returning logits and probabilities): the
+    loss's gradient of the output must survive that node's backward (its output gets no
+    gradient, so it contributes nothing). ``end``: the op making the first output (None: the
+    Gemm's logits), ``loss``: the loss spec."""
+    batch, features, hidden, classes = 4, 5, 6, 5
+    rng = rng_for("output_read_by_another_node", loss, end)
+    nodes = [node("Gemm", ["input", "w1", "b1"], ["h"], transB=1),
+             node("Tanh", ["h"], ["t"]),
+             node("Gemm", ["t", "w2", "b2"], ["logits"], transB=1)]
+    out = "logits"
+    if end:
+        nodes.append(node(end, ["logits"], ["output"], axis=1))
+        out = "output"
+    nodes.append(node("Softmax", [out], ["probs"], axis=1) if end is None
+                 else node("Exp", [out], ["probs"]))
+    tensors = [("w1", f32(rng.standard_normal((hidden, features)) / 2), "param"),
+               ("b1", f32(rng.standard_normal(hidden) * 0.1), "param"),
+               ("w2", f32(rng.standard_normal((classes, hidden))), "param"),
+               ("b2", f32(rng.standard_normal(classes) * 0.1), "param")]
+    x = f32(rng.standard_normal((batch, features)))
+    c = case(f"plan/output_read_by_another_node_{loss}", nodes, tensors, x,
+             rng.integers(0, classes, batch), output=out, tag="Gemm", loss=loss,
+             acts=("h", "probs"), dacts=(out, "h"))
+    c.graph["outputs"].append({**c.graph["outputs"][0], "name": "probs"})
+    return c
+
+
 CASES = [_identity_and_relu_before_log_softmax(), _shared_weight(),
          _in_place_relu_behind_a_view(), _residual_block(), _tied_projection(),
          _gemm_relu_dropout(8), _gemm_relu_dropout(256), _matmul_add_relu(),
          _residual_relu_three_uses(), _conv_bn_relu_residual(True),
-         _conv_bn_relu_residual(False), _conv_relu_pools()]
+         _conv_bn_relu_residual(False), _conv_relu_pools(),
+         _output_read_by_another_node("cross_entropy", None),
+         _output_read_by_another_node("nll", "LogSoftmax"),
+         _output_read_by_another_node("mse", None)]

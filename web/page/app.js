@@ -231,8 +231,9 @@ async function boot() {
   setupDropzone();
   setupDatasets();
   document.addEventListener("dataset-changed", () => {  // the header names the dataset
-    $("tagline").textContent = `Train a neural network on ${appState.dataset?.title ?? "MNIST"}` +
-      " on your GPU, in the browser";
+    // a class session's dataset gone from the server: its name (the picker's value)
+    const title = appState.dataset?.title ?? ($("dataset").value || "MNIST");
+    $("tagline").textContent = `Train a neural network on ${title} on your GPU, in the browser`;
   });
   setupDatasetUpload();
   setupOwnClasses();

@@ -56,10 +56,11 @@ export function syncControls() {
   $("start").title = appState.blocked ?? appState.fit ??
     (formState.valid ? "" : "Fix the settings marked in red first");
   // a reason outside the settings (appState.blocked: classroom.js, the class's dataset gone)
-  // is said in the status line too, where it would say "Ready"
-  if (appState.blocked && !training && appState.workerReady) {
-    $("status").textContent = `Start is disabled: ${appState.blocked}`;
-  }
+  // is said in the status line too, where it would say "Ready", whole (class "full": wrapped,
+  // and shown on a phone too, dashboard.css)
+  const blocked = !!appState.blocked && !training && appState.workerReady;
+  if (blocked) $("status").textContent = `Start is disabled: ${appState.blocked}`;
+  $("status").classList.toggle("full", blocked);
   // Stop, then Stop evaluating: the test evaluation ends after its current chunk
   $("stop").disabled = !training || appState.busy.skipping;
   $("stop").textContent = testing() ? "Stop evaluating" : "Stop";

@@ -28,6 +28,8 @@ export async function loadSchema() {
 }
 
 export const presets = () => schema.presets;
+/** Whether the settings schema is loaded (the form can be read). */
+export const schemaLoaded = () => schema !== null;
 // the config's `dataset` is the dataset picker's (web/page/dataset.js), not a form field
 const onPage = (f) => f.where.includes("page") && f.group !== "finetune" &&
   f.name !== "dataset";

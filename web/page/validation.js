@@ -6,7 +6,7 @@
 
 import { $ } from "../lib/util.js";
 import { stateChanged } from "./state.js";
-import { currentConfig, fieldProblems } from "./form.js";
+import { currentConfig, fieldProblems, schemaLoaded } from "./form.js";
 import { linkErrorList, linkNotices } from "./share.js";
 
 /** The last check: valid, pending (a check on its way), errors [[field, message]], steps. */
@@ -19,7 +19,9 @@ export function scheduleCheck(delay = 150) {
   formState.pending = true;
   stateChanged();
   clearTimeout(timer);
-  timer = setTimeout(() => validateNow(), delay);
+  // a change before the schema is loaded (a class session's dataset chosen first): the
+  // form's check after it is drawn covers it (app.js: the dataset list's settings-changed)
+  timer = setTimeout(() => schemaLoaded() && validateNow(), delay);
 }
 
 // form.js, summary.js, share.js and models.js say when a setting changed (state.js)

@@ -69,13 +69,18 @@ async function loadSessions(select) {
   }
 }
 
+let openSeq = 0;  // the latest openSession: an earlier one answered later is dropped
+
 async function openSession(sid) {
+  const mine = ++openSeq;
+  const session = await getJSON(`/api/classroom/sessions/${encodeURIComponent(sid)}`);
+  if (mine !== openSeq) return;  // another session was chosen meanwhile
   if (state.session?.id !== sid) {
     state.roster.clear();
     state.curves.clear();
     rebuildChart();
   }
-  state.session = await getJSON(`/api/classroom/sessions/${encodeURIComponent(sid)}`);
+  state.session = session;
   history.replaceState(null, "", `/teacher?session=${encodeURIComponent(sid)}`);
   renderJoin();
   connect(sid);
@@ -271,8 +276,14 @@ async function createSession(ev) {
   const f = $("session-form");
   const config = {};
   const pinned = [];
-  for (const [k, , kind] of dialogFields()) {
+  for (const [k, label, kind] of dialogFields()) {
     const v = f.elements[k].value;
+    // an empty number field (or one holding no number: its value is "") is not a 0
+    if (kind === "number" && (v.trim() === "" || !Number.isFinite(Number(v)))) {
+      dialogError(`${label}: enter a number`);
+      f.elements[k].focus();
+      return;
+    }
     config[k] = kind === "number" ? Number(v) : v;
     if (f.elements[`pin-${k}`].checked) pinned.push(k);
   }
@@ -284,9 +295,13 @@ async function createSession(ev) {
     $("session-dialog").close();
     await loadSessions(s.id);
   } catch (e) {
-    $("s-error").textContent = (e.problems ?? [e.message]).join("\n");
-    $("s-error").hidden = false;
+    dialogError((e.problems ?? [e.message]).join("\n"));
   }
+}
+
+function dialogError(text) {
+  $("s-error").textContent = text;
+  $("s-error").hidden = false;
 }
 
 async function toggleOpen() {

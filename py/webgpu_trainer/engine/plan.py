@@ -18,6 +18,9 @@ from .ops import OPS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
 STEP_BYTES = 32  # the Step uniform (shaders/lib/step.wgsl)
+# The loss (or the LogSoftmax head the loss reads) as a use of the graph output: an output that
+# other nodes read too gets one gradient buffer per use, summed, like any tensor.
+LOSS_USE = {"name": "loss/use", "op_type": "Loss", "inputs": [], "outputs": [None]}
 
 
 def pack_step(step: int, offset: int, seed: int, lr: float, a=(0.0, 0.0, 0.0)) -> bytes:
@@ -81,7 +84,8 @@ class Plan:
         self.head = list(b.current)
         spec, src = self.loss_spec, self.acts[self.loss_input]
         # Where the loss writes its gradient: a scratch buffer when nothing upstream trains.
-        dsrc = self.grads.get(self.loss_input) or Tensor(src.shape, b.scratch(src.numel))
+        dsrc = self._grad_of(self.loss_input, self._loss_use(self.loss_input)) or \
+            Tensor(src.shape, b.scratch(src.numel))
         # CrossEntropy = the head's LogSoftmax, then NLL; the others read the raw output.
         b.current = list(self.head) if self.loss_input == self.logp else []
         if spec["loss"] in ("cross_entropy", "nll", "nll_log"):
@@ -92,7 +96,7 @@ class Plan:
         self.loss = b.current
         b.current = []
         dscores = self._grad_of(self.scores, self.final_softmax, 0) if self.final_softmax \
-            else self.grads.get(self.scores)
+            else self._grad_of(self.scores, self._loss_use(self.scores))
         if self.loss_input == self.logp and self.head_node and dscores is not None:
             await softmax.backward(b, self.head_node, [self.acts[self.scores]],
                                    [self.acts[self.logp]], [dscores], [self.grads[self.logp]])
@@ -158,6 +162,10 @@ class Plan:
 
     def _outs(self, node):
         return [self.acts.get(o) if o else None for o in node["outputs"]]
+
+    def _loss_use(self, name):
+        """``LOSS_USE`` when ``name`` is the graph output (the loss's use of it), else None."""
+        return LOSS_USE if name == self.graph.output else None
 
     def _grad_of(self, name, node=None, k=0):
         """Where the backward of ``node`` writes the gradient of its input ``k`` (``name``):
@@ -260,6 +268,8 @@ class Plan:
             for k, name in enumerate(node["inputs"]):
                 if name and (name in needs or name in self.trainable):
                     uses.setdefault(name, []).append((node, k))
+        if g.output in needs and self.final_softmax is None:  # the loss reads the output
+            uses.setdefault(g.output, []).insert(0, (LOSS_USE, 0))
         multi = {name for name, u in uses.items() if len(u) > 1}
         shared: dict = {}  # Add output -> the gradient buffer of its single-use inputs
         self.contrib, self.contrib_of = {}, {}
