@@ -39,6 +39,7 @@ import { buildFromLink, setupBuilder } from "./builder.js";
 import { setTrainable } from "./summary.js";
 import { chooseDefaultModel, loadDatasets, onDownload, setupDatasets } from "./dataset.js";
 import { setupDatasetUpload } from "./dataset-upload.js";
+import { setupMemory } from "./memory.js";
 import { setupOwnClasses } from "./own-classes.js";
 import { addSteps, makeCharts } from "./charts.js";
 import { renderProgress, requestRender, showEvaluating } from "./progress.js";
@@ -230,6 +231,7 @@ async function boot() {
   $("model").addEventListener("change", onModelChange);
   setupDropzone();
   setupDatasets();
+  setupMemory();
   document.addEventListener("dataset-changed", () => {  // the header names the dataset
     // a class session's dataset gone from the server: its name (the picker's value)
     const title = appState.dataset?.title ?? ($("dataset").value || "MNIST");

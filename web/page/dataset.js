@@ -123,7 +123,7 @@ export function chooseDefaultModel() {
 
 let limits = null;  // the promise of this page's adapter limits (asked once)
 
-function adapterLimits() {
+export function adapterLimits() {
   limits ??= (async () => {
     try {
       return (await navigator.gpu?.requestAdapter())?.limits ?? null;

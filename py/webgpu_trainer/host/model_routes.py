@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from .bodies import parse_json, read_body
 from .build_routes import build_handler
+from .memory_route import memory_handler
 from .errors import NAME_RE, ApiError, import_error, problems
 
 MAX_UPLOAD_BYTES = 64 << 20  # an uploaded .onnx (models people train on MNIST are far smaller)
@@ -90,6 +91,7 @@ class Models:
             Route("/api/models/build", build_handler(self), methods=["POST"]),
             Route("/api/models/{name}/graph.json", self.graph),
             Route("/api/models/{name}/summary", self.summary),
+            Route("/api/models/{name}/memory", memory_handler(self)),
             Route("/api/models/{name}/weights.bin", self.weights),
             Route("/api/models/{name}/export", self.export, methods=["POST"]),
             # {name:path}: a name with '/' in it is refused here (400), not by another route

@@ -1,0 +1,79 @@
+"""``GET /api/models/{name}/memory``: the GPU memory of training model ``name`` at a batch, and
+the largest batch within an adapter's buffer limits, before any work (the page's summary card;
+``engine/train/memory.py`` counts the plan's own buffers, so the figure is what a run makes).
+
+Query: ``batch`` (1-65536, required), ``optimizer`` (one of the run config's, default adam;
+sgd is counted without momentum), ``max_storage_buffer_binding_size`` and ``max_buffer_size``
+(the adapter's limits in bytes, optional; without them there is no largest batch). Answer:
+``{"batch", "bytes", "parts": {part: bytes}, "largest": {"name", "bytes"}, "problems":
+[str] (the limits the batch exceeds), "max_batch": int or None}``. 400 naming the parameter
+for a value out of its rule, 404 for an unknown model, 422 for a model the engine cannot plan.
+"""
+from __future__ import annotations
+
+import threading
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from .dataset_routes import check_query
+from .errors import ApiError
+
+LIMITS = ("max_storage_buffer_binding_size", "max_buffer_size")
+QUERY = ("batch", "optimizer", *LIMITS)
+MAX_LIMIT = 1 << 53  # bytes: beyond any adapter, within a float's integers
+CACHED = 64  # largest-batch answers kept (each is up to ~17 plan builds)
+
+
+def _int(q, key: str, lo: int, hi: int):
+    """The query's ``key`` as an int in [lo, hi], None when absent; ApiError 400 naming the key,
+    the rule and the value (cut) otherwise. Plain ASCII digits only: no sign, no spaces, no
+    exponent, no other script's digits."""
+    text = q.get(key)
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit()) or len(text) > 20 or not lo <= int(text) <= hi:
+        shown = ascii(text[:24]) + ("..." if len(text) > 24 else "")
+        raise ApiError(400, f"{key} must be a whole number from {lo:,} to {hi:,}, got {shown}")
+    return int(text)
+
+
+def memory_handler(models):
+    """The route's handler over ``models`` (``ModelRoutes``: ``bundle``, ``path``)."""
+    from ..engine.config import OPTIMIZERS
+    from ..engine.train import memory
+    cache: dict = {}
+    lock = threading.Lock()
+
+    def handler(request: Request) -> JSONResponse:  # sync: Starlette runs it in a thread
+        from ..engine.graph import GraphError
+        q = request.query_params
+        check_query(q, QUERY, "GET /api/models/{name}/memory")
+        batch = _int(q, "batch", 1, memory.MAX_BATCH)
+        if batch is None:
+            raise ApiError(400, "batch is required: the batch size to count the memory at")
+        optimizer = q.get("optimizer", "adam")
+        if optimizer not in OPTIMIZERS:
+            raise ApiError(400, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got "
+                                f"{ascii(optimizer[:24])}")
+        limits = {k: v for k in LIMITS if (v := _int(q, k, 1, MAX_LIMIT)) is not None}
+        path = models.path(request.path_params["name"])
+        graph, _ = models.bundle(path)
+        try:
+            est = memory.estimate(graph, batch, optimizer=optimizer)
+            key = (str(path), path.stat().st_mtime_ns, optimizer, tuple(sorted(limits.items())))
+            with lock:
+                top = cache.get(key)
+            if top is None and limits:
+                top = memory.largest_batch(graph, limits, optimizer=optimizer)
+                with lock:
+                    if len(cache) >= CACHED:
+                        cache.pop(next(iter(cache)))
+                    cache[key] = top
+        except (GraphError, NotImplementedError, ValueError) as exc:
+            raise ApiError(422, f"{path.name}: {exc}") from None
+        return JSONResponse({"batch": batch, "bytes": est["bytes"], "parts": est["parts"],
+                             "largest": est["largest"],
+                             "problems": memory.problems(est, limits),
+                             "max_batch": top}, headers={"Cache-Control": "no-cache"})
+    return handler
