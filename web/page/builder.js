@@ -228,6 +228,13 @@ async function useNetwork() {
 export const layersOf = (name) => built.get(name) ??
   appState.models?.find((m) => m.name === name)?.layers ?? null;
 
+/** What rebuilds model ``name`` if it was built in the page: ``{layers, input, classes}``
+ * (POST /api/models/build's body without ``save``; the chosen dataset's shape), else null. */
+export function recipeOf(name) {
+  const layers = layersOf(name);
+  return Array.isArray(layers) ? { layers, ...target() } : null;
+}
+
 /** A chosen model built by the builder (now or in an earlier session): its layers fill the
  * table, as for a model built from a share link. */
 function showModelLayers() {

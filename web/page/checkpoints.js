@@ -16,6 +16,7 @@
 import { createStore, get, set, del, update } from "/vendor/idb-keyval/index.js";
 import { $, humanBytes, pct } from "../lib/util.js";
 import { appState, log } from "./state.js";
+import { recipeOf } from "./builder.js";
 
 export const DB = "webgpu-trainer";
 const STORE = "checkpoints";
@@ -48,6 +49,7 @@ export function onCheckpoint(m) {
     metrics: { steps: appState.steps.filter((s) => s.step <= m.step),
       epochs: appState.epochs.filter((e) => e.epoch <= m.epoch) },
     weights: m.weights, optimizer: m.optimizer, adapter: appState.adapter, finished: false,
+    built: recipeOf(m.model ?? appState.model),  // a network built in the page: rebuilt on resume
   };
   saving = saving.then(async () => {
     try {

@@ -3,11 +3,11 @@
 // that is a new worker).
 
 import { $ } from "../lib/util.js";
-import { appState, log, setStatus } from "./state.js";
+import { appState, log, setStatus, showError } from "./state.js";
 import { afterSaving, discard, FORMAT, inside, markFinished, showStored, stored, time, where }
   from "./checkpoints.js";
 import { applyConfig } from "./form.js";
-import { onModelChange } from "./models.js";
+import { loadModels, onModelChange } from "./models.js";
 import { requestRender } from "./progress.js";
 import { setTrainable } from "./summary.js";
 import { setPhase } from "./controls.js";
@@ -24,8 +24,17 @@ async function resume(rec) {
   $("resume-banner").hidden = true;
   await whenReady();
   if (appState.phase === "training") return;
-  if ($("model").value !== rec.model &&
-      [...$("model").options].some((o) => o.value === rec.model)) {
+  const listed = () => [...$("model").options].some((o) => o.value === rec.model);
+  if (!listed() && !(await rebuild(rec))) {
+    const why = `Cannot resume: the model ${rec.model} is no longer on the server` +
+      (rec.built ? " and could not be built again from its layers" : "") +
+      "; the checkpoint is kept.";
+    showError(why);
+    log(why, "error");
+    $("resume-banner").hidden = false;
+    return;
+  }
+  if ($("model").value !== rec.model && listed()) {
     $("model").value = rec.model;
     onModelChange();
   }
@@ -35,6 +44,25 @@ async function resume(rec) {
   hideResumeOffer();
   beginRun(rec.config, rec.model,
     { epoch, step, epochs_completed, total_steps, run_state, weights, optimizer }, rec.metrics);
+}
+
+/** A network built in the page whose file is gone (the uploads keep the 64 newest built
+ * models): built again from the layers and shape the checkpoint kept (``rec.built``), under
+ * the same name (a hash of them). True when the model list has it again. */
+async function rebuild(rec) {
+  if (!Array.isArray(rec.built?.layers)) return false;
+  try {
+    const res = await fetch("/api/models/build", { method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ ...rec.built, save: true }) });
+    const body = await res.json();
+    if (!res.ok || !body.ok || body.name !== rec.model) return false;
+    await loadModels(rec.model);
+    log(`Built ${rec.model} again from the layers its checkpoint kept.`);
+    return [...$("model").options].some((o) => o.value === rec.model);
+  } catch {
+    return false;
+  }
 }
 
 /** The model summary's Train checkboxes from ``config.trainable`` (null: every parameter),
