@@ -144,3 +144,27 @@ def test_start_disabled_reason_shown_whole_in_the_run_bar(class_browser, server,
         assert page.evaluate(STATUS_BOX)["lines"] <= 1
     finally:
         page.context.close()
+
+
+def test_new_session_dialog_says_the_sessions_dataset_is_gone(class_browser,  # noqa: F811
+                                                              server):
+    """The teacher's New-session dialog opened on a session whose dataset is gone: its
+    dataset select shows one the server has (the first), and says the session's is not there
+    (before: the first dataset, without a word)."""
+    sid = gone_session(server)
+    teacher = open_page(class_browser, f"{server.url}/teacher?session={sid}#token={TOKEN}")
+    try:
+        js_wait(teacher, f"window.teacherState.session?.id === {sid!r}", 60,
+                "the teacher's dashboard on the session")
+        teacher.click("#new-session")
+        teacher.wait_for_selector("#s-dataset", state="visible")
+        first = teacher.evaluate("document.querySelector('#s-dataset').options[0].value")
+        assert first != "bands"
+        assert teacher.input_value("#s-dataset") == first
+        assert teacher.text_content("#s-dataset-gone") == \
+            f"bands (this session's) is not on this server: {first} is chosen instead."
+        assert teacher.get_attribute("#s-dataset", "aria-describedby") == "s-dataset-gone"
+        assert teacher.query_selector("#s-model-gone") is None  # its model is there
+        assert not [m for m in teacher.console if m.startswith("pageerror")]
+    finally:
+        teacher.context.close()

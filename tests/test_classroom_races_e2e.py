@@ -100,7 +100,7 @@ SLOW_SESSION = """(() => { const f = window.fetch;
 
 
 def test_teacher_picks_a_session_then_another_before_it_came(
-        class_browser, server):  # noqa: F811  the imported fixtures
+        class_browser, server):  # noqa: F811
     """Session A chosen (its details 1.5 s late), then B at once: the dashboard stays on B,
     the one chosen last, the picker too (before: A's late answer took over)."""
     a = server.session(max_steps=3)

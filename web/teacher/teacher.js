@@ -250,11 +250,19 @@ function openDialog() {
       input = el("input", { id, name: k, type: "number", step: f.type === "int" ? "1" : "any",
         min: String(f.min ?? 0), title: f.help ?? "" });
     }
-    input.value = String(cur[k] ?? d[k] ?? f?.default ?? "");
+    const want = String(cur[k] ?? d[k] ?? f?.default ?? "");
+    input.value = want;
     // a default this server lacks (the model seednet not in its models dir) would leave the
-    // select empty in some Chromium versions and others show the first option: say the first
+    // select empty in some Chromium versions and others show the first option: say the first,
+    // and that the session's own value is not on this server (a model or dataset deleted)
+    let note = null;
     if (kind === "select" && input.selectedIndex < 0 && input.options.length) {
       input.selectedIndex = 0;
+      if (state.session && Object.hasOwn(state.session.config, k)) {
+        note = el("p", { className: "hint", id: `${id}-gone`, textContent: `${want} (this ` +
+          `session's) is not on this server: ${input.value} is chosen instead.` });
+        input.setAttribute("aria-describedby", note.id);
+      }
     }
     // the seed is the students' own unless pinned: each gets one derived from this one
     const lock = el("input", { type: "checkbox", name: `pin-${k}`,
@@ -265,7 +273,8 @@ function openDialog() {
       el("div", { className: "with-lock" }, input,
         el("label", { className: "lock", title: seed ? "pinned: every student trains with " +
           "this seed (the same curve); else each gets their own seed derived from it"
-          : "students cannot change it" }, lock, seed ? " pin seed" : " lock")));
+          : "students cannot change it" }, lock, seed ? " pin seed" : " lock")),
+      ...(note ? [note] : []));
   }));
   $("s-error").hidden = true;
   $("session-dialog").showModal();
