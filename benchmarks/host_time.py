@@ -42,7 +42,11 @@ MODELS = {  # name -> (file, sample shape)
     "SeedNet": (REPO / "models" / "seednet.onnx", (1, 28, 28)),
     "ResNet-8": (REPO / "tests" / "fixtures" / "zoo" / "resnet8-ts.onnx", (3, 32, 32)),
     "ViT": (REPO / "tests" / "fixtures" / "zoo" / "vit-ts.onnx", (3, 32, 32)),
+    # the zoo's most dispatches a step (scripts/make_zoo.py)
+    "ResNet-18n": (REPO / "tests" / "fixtures" / "zoo" / "resnet18n-ts.onnx", (3, 32, 32)),
+    "MobileNetV2": (REPO / "tests" / "fixtures" / "zoo" / "mobilenetv2-ts.onnx", (3, 32, 32)),
 }
+DEFAULT = ("SeedNet", "ResNet-8", "ViT")
 
 
 def _split(shape, count: int):
@@ -196,7 +200,7 @@ async def main(args) -> dict:
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO / "py"))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--models", nargs="+", default=list(DEFAULT), choices=list(MODELS))
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--label", default="")
