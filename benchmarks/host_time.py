@@ -1,25 +1,40 @@
 #!/usr/bin/env python3
 """Host (CPU) time of one training step natively (wgpu-py), per model (not a test).
 
-A training step on the host is ``GpuEngine.step``: pack and write the 32-byte Step uniform,
-encode the recorded program (one compute pass, per dispatch: set pipeline, set bind group,
-dispatch) and submit it. This measures that call with the GPU idle (the queue drained before
-each measured step, as ``benchmarks/native.py``'s host_ms), and splits it:
+A training step on the host is ``GpuEngine.step``: pack the 32-byte Step uniform, then
+``Device.run_step``: write it, encode the recorded program (one compute pass, per dispatch: set
+pipeline, set bind group, dispatch) and submit it. This measures that call with the GPU idle
+(the queue drained before each measured step, as ``benchmarks/native.py``'s host_ms), beside
+the same step made the way it was before ``run_step`` (``write`` + ``submit`` through wgpu-py's
+``write_buffer`` and its encoder / pass / command-buffer objects), alternated in one run; both
+as wall time and as the calling thread's CPU time (``time.thread_time``: the work this thread
+does, without the time it waits for the driver's threads or is preempted: on a loaded machine
+the robust figure). Then it splits ``run_step``:
 
-- ``write``: packing and writing the uniform;
-- ``python``: the Python side of encoding (the replay loop with the three C calls replaced by
-  no-ops: what Python itself spends per dispatch);
-- ``encode``: creating the encoder, the pass and the replay through wgpu-native, ``finish``
-  (wgpu-core records and validates each command here);
-- ``submit``: the rest of the step (``queue.submit``: wgpu-core's per-command resource
-  tracking and the driver's submission; on lavapipe / llvmpipe the driver's submit does part
-  of the step's work on the CPU, so this column is not host time there).
+- ``write``: ``wgpuQueueWriteBuffer`` of the uniform;
+- ``python``: the Python side of the replay (the loop with its C calls replaced by no-ops:
+  what Python itself spends per dispatch);
+- ``encode``: creating the encoder and the pass, the replay through wgpu-native, ``end`` and
+  ``finish`` (wgpu-core records, validates and places barriers for each command here);
+- ``submit``: ``wgpuQueueSubmit`` (wgpu-core's per-command resource tracking and the driver's
+  submission; on lavapipe / llvmpipe the driver's queue thread runs the step on the CPU, so this
+  column's wall time is not host time there).
 
 The host time a step costs the engine is ``write + encode`` (+ wgpu-core's share of
 ``submit``). Each figure is the median of ``--repeats`` (default 20) in microseconds, after
-warm-up. The batch (default 16) changes the GPU's work, not the host's.
+warm-up; the JSON keeps every run (``runs_us``) and the maxima. The batch (default 16) changes
+the GPU's work, not the host's.
+
+What it showed (README, "Host time of a training step"; benchmarks/results/2026-12-02-host-
+run-step.json): about 4-7 us of host time a dispatch on a loaded 2-core VM, nine tenths of it
+inside wgpu-native's encode + finish, 0.2 us in Python; ``run_step`` saves wgpu-py's per-step
+objects (50-150 us a step there). WebGPU re-encodes every dispatch each step (no reusable
+compute command buffers or bundles), so host time grows with the dispatch count; the wall-time
+tail (milliseconds) is inside ``submit`` while the thread's CPU time stays within 1.5x of its
+median: waiting on the driver, not work.
 
     python benchmarks/host_time.py                      # SeedNet, ResNet-8, ViT at batch 16
+    python benchmarks/host_time.py --models ResNet-18n MobileNetV2   # the zoo's most dispatches
     python benchmarks/host_time.py --json out.json --label after
 """
 
