@@ -1,25 +1,40 @@
 #!/usr/bin/env python3
 """Host (CPU) time of one training step natively (wgpu-py), per model (not a test).
 
-A training step on the host is ``GpuEngine.step``: pack and write the 32-byte Step uniform,
-encode the recorded program (one compute pass, per dispatch: set pipeline, set bind group,
-dispatch) and submit it. This measures that call with the GPU idle (the queue drained before
-each measured step, as ``benchmarks/native.py``'s host_ms), and splits it:
+A training step on the host is ``GpuEngine.step``: pack the 32-byte Step uniform, then
+``Device.run_step``: write it, encode the recorded program (one compute pass, per dispatch: set
+pipeline, set bind group, dispatch) and submit it. This measures that call with the GPU idle
+(the queue drained before each measured step, as ``benchmarks/native.py``'s host_ms), beside
+the same step made the way it was before ``run_step`` (``write`` + ``submit`` through wgpu-py's
+``write_buffer`` and its encoder / pass / command-buffer objects), alternated in one run; both
+as wall time and as the calling thread's CPU time (``time.thread_time``: the work this thread
+does, without the time it waits for the driver's threads or is preempted: on a loaded machine
+the robust figure). Then it splits ``run_step``:
 
-- ``write``: packing and writing the uniform;
-- ``python``: the Python side of encoding (the replay loop with the three C calls replaced by
-  no-ops: what Python itself spends per dispatch);
-- ``encode``: creating the encoder, the pass and the replay through wgpu-native, ``finish``
-  (wgpu-core records and validates each command here);
-- ``submit``: the rest of the step (``queue.submit``: wgpu-core's per-command resource
-  tracking and the driver's submission; on lavapipe / llvmpipe the driver's submit does part
-  of the step's work on the CPU, so this column is not host time there).
+- ``write``: ``wgpuQueueWriteBuffer`` of the uniform;
+- ``python``: the Python side of the replay (the loop with its C calls replaced by no-ops:
+  what Python itself spends per dispatch);
+- ``encode``: creating the encoder and the pass, the replay through wgpu-native, ``end`` and
+  ``finish`` (wgpu-core records, validates and places barriers for each command here);
+- ``submit``: ``wgpuQueueSubmit`` (wgpu-core's per-command resource tracking and the driver's
+  submission; on lavapipe / llvmpipe the driver's queue thread runs the step on the CPU, so this
+  column's wall time is not host time there).
 
 The host time a step costs the engine is ``write + encode`` (+ wgpu-core's share of
 ``submit``). Each figure is the median of ``--repeats`` (default 20) in microseconds, after
-warm-up. The batch (default 16) changes the GPU's work, not the host's.
+warm-up; the JSON keeps every run (``runs_us``) and the maxima. The batch (default 16) changes
+the GPU's work, not the host's.
+
+What it showed (README, "Host time of a training step"; benchmarks/results/2026-12-02-host-
+run-step.json): about 4-7 us of host time a dispatch on a loaded 2-core VM, nine tenths of it
+inside wgpu-native's encode + finish, 0.2 us in Python; ``run_step`` saves wgpu-py's per-step
+objects (50-150 us a step there). WebGPU re-encodes every dispatch each step (no reusable
+compute command buffers or bundles), so host time grows with the dispatch count; the wall-time
+tail (milliseconds) is inside ``submit`` while the thread's CPU time stays within 1.5x of its
+median: waiting on the driver, not work.
 
     python benchmarks/host_time.py                      # SeedNet, ResNet-8, ViT at batch 16
+    python benchmarks/host_time.py --models ResNet-18n MobileNetV2   # the zoo's most dispatches
     python benchmarks/host_time.py --json out.json --label after
 """
 
@@ -42,7 +57,11 @@ MODELS = {  # name -> (file, sample shape)
     "SeedNet": (REPO / "models" / "seednet.onnx", (1, 28, 28)),
     "ResNet-8": (REPO / "tests" / "fixtures" / "zoo" / "resnet8-ts.onnx", (3, 32, 32)),
     "ViT": (REPO / "tests" / "fixtures" / "zoo" / "vit-ts.onnx", (3, 32, 32)),
+    # the zoo's most dispatches a step (scripts/make_zoo.py)
+    "ResNet-18n": (REPO / "tests" / "fixtures" / "zoo" / "resnet18n-ts.onnx", (3, 32, 32)),
+    "MobileNetV2": (REPO / "tests" / "fixtures" / "zoo" / "mobilenetv2-ts.onnx", (3, 32, 32)),
 }
+DEFAULT = ("SeedNet", "ResNet-8", "ViT")
 
 
 def _split(shape, count: int):
@@ -73,38 +92,47 @@ async def _trainer(dev, name: str, batch: int):
     return tr
 
 
-def _encode_only(dev, program, noop: bool):
-    """Encode ``program`` as ``Device.submit`` does (replay path) without submitting it;
-    ``noop``: only the Python loop (the C calls replaced by a no-op)."""
-    from webgpu_trainer.engine.backends import wgpu_native
-    if noop:
-        def nothing(*_):
-            return None
-        raw = program.raw
-        null = None
-        for pipe, bg, x, y, z in raw:
-            if pipe is not None:
-                nothing(None, pipe)
-            if bg is not None:
-                nothing(None, 0, bg, 0, null)
-            nothing(None, x, y, z)
-        return
-    enc = dev.device.create_command_encoder()
-    cpass = enc.begin_compute_pass()
-    set_pipeline, set_bind_group, dispatch, null = wgpu_native._RAW
-    h = cpass._internal
-    for pipe, bg, x, y, z in program.raw:  # as Device.submit (None: already set)
+def _python_only(program):
+    """The replay loop of ``program`` with its C calls replaced by a no-op: what Python itself
+    spends per dispatch."""
+    def nothing(*_):
+        return None
+    null = None
+    for pipe, bg, x, y, z in program.raw:
         if pipe is not None:
-            set_pipeline(h, pipe)
+            nothing(None, pipe)
         if bg is not None:
-            set_bind_group(h, 0, bg, 0, null)
-        dispatch(h, x, y, z)
-    cpass.end()
-    enc.finish()
+            nothing(None, 0, bg, 0, null)
+        nothing(None, x, y, z)
+
+
+def _parts(dev, eng, data) -> tuple:
+    """``Device.run_step`` (wgpu_native._Step) with a clock between its parts: (write,
+    encode, submit) in seconds."""
+    from webgpu_trainer.engine.backends import wgpu_native as wn
+    c = dev._step
+    f, lib = wn._libf, wn._lib
+    t0 = time.perf_counter()
+    f.wgpuQueueWriteBuffer(c.queue, eng.plan.step._internal, 0, wn._ffi.from_buffer(data),
+                           len(data))
+    t1 = time.perf_counter()
+    enc = f.wgpuDeviceCreateCommandEncoder(c.device, c.enc_desc)
+    h = f.wgpuCommandEncoderBeginComputePass(enc, c.pass_desc)
+    wn._replay_raw(h, eng.train_program.raw)
+    f.wgpuComputePassEncoderEnd(h)
+    lib.wgpuComputePassEncoderRelease(h)
+    c.cbs[0] = f.wgpuCommandEncoderFinish(enc, c.cb_desc)
+    lib.wgpuCommandEncoderRelease(enc)
+    t2 = time.perf_counter()
+    f.wgpuQueueSubmit(c.queue, 1, c.cbs)
+    lib.wgpuCommandBufferRelease(c.cbs[0])
+    t3 = time.perf_counter()
+    return t1 - t0, t2 - t1, t3 - t2
 
 
 async def measure(dev, name: str, batch: int, repeats: int) -> dict:
     """The host figures of one model (see the module docstring), in microseconds."""
+    from webgpu_trainer.engine.plan import pack_step
     tr = await _trainer(dev, name, batch)
     eng = tr.engine
     per_epoch = 4
@@ -113,43 +141,60 @@ async def measure(dev, name: str, batch: int, repeats: int) -> dict:
         tr.step += 1
         await eng.step(tr.step, ((tr.step - 1) % per_epoch) * batch, 1e-3)
 
+    def before_step():  # the step as before run_step: wgpu-py's write_buffer and encoder objects
+        tr.step += 1
+        t = tr.step
+        eng._write_step(t, ((t - 1) % per_epoch) * batch, 1e-3, eng.opt.scalars(t, 1e-3))
+        dev.submit([eng.train_program])
+
     for _ in range(5):
         await one_step()
     await dev.sync()
-    step, write, python, encode = [], [], [], []
-    for _ in range(repeats):
+    cols = {k: [] for k in ("step", "before", "step_cpu", "before_cpu", "write", "python",
+                            "encode", "submit")}
+    clock, cpu = time.perf_counter, time.thread_time
+    for _ in range(repeats):  # the two ways alternated, each after the queue drained
         await dev.sync()
-        t0 = time.perf_counter()
+        t0, c0 = clock(), cpu()
         await one_step()
-        step.append(time.perf_counter() - t0)
+        cols["step"].append(clock() - t0)
+        cols["step_cpu"].append(cpu() - c0)
         await dev.sync()
+        t0, c0 = clock(), cpu()
+        before_step()
+        cols["before"].append(clock() - t0)
+        cols["before_cpu"].append(cpu() - c0)
+        await dev.sync()
+        tr.step += 1
+        data = pack_step(tr.step, 0, eng.seed, 1e-3, eng.opt.scalars(tr.step, 1e-3))
+        for k, v in zip(("write", "encode", "submit"), _parts(dev, eng, data)):
+            cols[k].append(v)
         t0 = time.perf_counter()
-        eng._write_step(tr.step, 0, 1e-3, eng.opt.scalars(tr.step, 1e-3))
-        write.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        _encode_only(dev, eng.train_program, noop=True)
-        python.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        _encode_only(dev, eng.train_program, noop=False)
-        encode.append(time.perf_counter() - t0)
+        _python_only(eng.train_program)
+        cols["python"].append(time.perf_counter() - t0)
     await dev.sync()
-    n = len(eng.train_program)
-    host = _us(step)
-    return {"model": name, "batch": batch, "dispatches": n, "step_us": host,
-            "step_us_min": 1e6 * min(step),
-            "write_us": _us(write), "python_us": _us(python), "encode_us": _us(encode),
-            "submit_us": host - _us(write) - _us(encode),
-            "engine_us": _us(write) + _us(encode)}
+    us = {k: _us(v) for k, v in cols.items()}
+    return {"model": name, "batch": batch, "dispatches": len(eng.train_program),
+            "step_us": us["step"], "step_us_min": 1e6 * min(cols["step"]),
+            "step_us_max": 1e6 * max(cols["step"]), "before_us": us["before"],
+            "step_cpu_us": us["step_cpu"], "before_cpu_us": us["before_cpu"],
+            "write_us": us["write"], "python_us": us["python"], "encode_us": us["encode"],
+            "submit_us": us["submit"], "engine_us": us["write"] + us["encode"],
+            "max_us": {k: 1e6 * max(v) for k, v in cols.items()},
+            "runs_us": {k: [round(1e6 * x, 1) for x in v] for k, v in cols.items()}}
 
 
 def table(rows: list) -> str:
     """The rows as a Markdown table."""
-    head = ("| model | dispatches/step | host us/step (write + encode) | us/dispatch | write | "
-            "Python part of encode | encode + finish (wgpu) | submit (driver incl.) |\n"
-            "|---|---:|---:|---:|---:|---:|---:|---:|")
+    head = ("| model | dispatches/step | step us, before -> after (wall) | the same, thread "
+            "CPU | host us/step (write + encode) | us/dispatch | write | Python part of encode "
+            "| encode + finish | submit (driver incl.) |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     lines = [head]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['dispatches']} | {r['engine_us']:.0f} | "
+        lines.append(f"| {r['model']} | {r['dispatches']} | {r['before_us']:.0f} -> "
+                     f"{r['step_us']:.0f} | {r['before_cpu_us']:.0f} -> {r['step_cpu_us']:.0f} | "
+                     f"{r['engine_us']:.0f} | "
                      f"{r['engine_us'] / r['dispatches']:.2f} | {r['write_us']:.0f} | "
                      f"{r['python_us']:.0f} | {r['encode_us']:.0f} | {r['submit_us']:.0f} |")
     return "\n".join(lines)
@@ -170,7 +215,7 @@ async def main(args) -> dict:
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO / "py"))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--models", nargs="+", default=list(DEFAULT), choices=list(MODELS))
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--label", default="")

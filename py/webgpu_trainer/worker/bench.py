@@ -16,9 +16,12 @@ async def bench(trainer, dev, data: dict) -> dict:
     ``data``: ``steps`` timed back to back (default 10), ``warmup`` (default 2), ``host`` steps
     timed alone with the GPU idle (default 5), ``profile`` (bool: also the per-dispatch times),
     ``gemm`` (n: also the engine's n x n GEMM, see ``gemm``).
-    Returns ``{batch, steps, wall_ms, host_ms, host_min_ms, profile?}``: ``wall_ms`` the mean
-    wall time per step of the back-to-back steps (milliseconds), ``host_ms`` the median time of
-    one step's Python + bridge calls (write the step uniform, submit) with the GPU idle."""
+    Returns ``{batch, steps, wall_ms, host_ms, host_min_ms, host_max_ms, host_runs,
+    host_split, dispatches, profile?}``: ``wall_ms`` the mean wall time per step of the
+    back-to-back steps (milliseconds), ``host_ms`` the median time of one step's Python +
+    bridge calls (``GpuEngine.step``: write the step uniform, submit) with the GPU idle,
+    ``host_runs`` all of them; ``host_split`` the medians of ``split``'s parts over as many
+    steps, taken alternately with those (the step as three device calls)."""
     eng, batch, per_epoch = trainer.engine, int(trainer.cfg["batch_size"]), trainer.per_epoch
     eng.set_order(list(range(trainer.train_set.count)))
 
@@ -35,23 +38,49 @@ async def bench(trainer, dev, data: dict) -> dict:
         await one_step()
     await dev.sync()
     wall = 1000 * (time.perf_counter() - t0) / steps
-    host = []
+    host, parts = [], []
     for _ in range(int(data.get("host") or 5)):
         await dev.sync()
         eng._in_flight = None  # nothing to wait for: the call's own cost only
         t0 = time.perf_counter()
         await one_step()
         host.append(1000 * (time.perf_counter() - t0))
+        await dev.sync()
+        eng._in_flight = None
+        parts.append(await split(trainer, dev))
     await dev.sync()
-    eng._in_flight = None
     host.sort()
     out = {"batch": batch, "steps": steps, "wall_ms": wall, "host_ms": host[len(host) // 2],
-           "host_min_ms": host[0], "adapter": dev.info}
+           "host_min_ms": host[0], "host_max_ms": host[-1], "adapter": dev.info,
+           "host_runs": [round(h, 4) for h in host], "dispatches": eng.train_dispatches,
+           "host_split": {k: sorted(p[k] for p in parts)[len(parts) // 2] for k in parts[0]}}
     if data.get("profile"):
         out["profile"] = [list(r) for r in await trainer.profile()]
     if data.get("gemm"):
         out["gemm"] = await gemm(dev, int(data["gemm"]))
     return out
+
+
+async def split(trainer, dev) -> dict:
+    """One training step made of the three device calls ``run_step`` replaces, each timed
+    with the GPU idle (milliseconds): ``write`` (pack and write the Step uniform), ``submit``
+    (encode the program and submit it: natively through wgpu-py's objects; in Pyodide one JS
+    call, the browser's encoder inside it), ``fence`` (the awaitable of the step's end);
+    ``sum``: their total, the host time of a step before ``run_step``."""
+    eng, batch = trainer.engine, int(trainer.cfg["batch_size"])
+    await dev.sync()
+    trainer.step = t = trainer.step + 1
+    t0 = time.perf_counter()
+    lr = trainer.lr_at(t)
+    eng._write_step(t, ((t - 1) % trainer.per_epoch) * batch, lr, eng.opt.scalars(t, lr))
+    t1 = time.perf_counter()
+    dev.submit([eng.train_program])
+    t2 = time.perf_counter()
+    fence = dev.fence()
+    t3 = time.perf_counter()
+    await fence
+    return {"write": 1000 * (t1 - t0), "submit": 1000 * (t2 - t1), "fence": 1000 * (t3 - t2),
+            "sum": 1000 * (t3 - t0)}
 
 
 async def gemm(dev, n: int, reps: int = 3) -> dict:

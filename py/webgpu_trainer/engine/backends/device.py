@@ -39,6 +39,12 @@ class Device(Protocol):
         """One command encoder, one compute pass per program, then ``copies`` (``(src,
         src_offset, dst, dst_offset, nbytes)``), one queue submit."""
 
+    def run_step(self, program, uniform, data):
+        """A training step: write ``data`` (bytes) at the start of the buffer ``uniform``, then
+        submit ``program`` alone; returns ``fence()``. The same as ``write`` + ``submit`` +
+        ``fence`` in the fewest host calls (natively wgpu-native's C calls once ``program`` was
+        submitted; in Pyodide one JS call)."""
+
     async def read(self, buf, offset: int = 0, nbytes: int | None = None) -> bytes:
         """``nbytes`` of ``buf`` from ``offset`` (None: to its end), after the work submitted."""
 

@@ -1,7 +1,10 @@
 """Browser backend: the page's ``navigator.gpu`` through Pyodide's JS bridge (works in a Worker).
 
 Per training step Python makes O(1) bridge calls: ``submit`` hands prebuilt JS arrays of
-pipelines, bind groups and workgroup counts to one small JS function that records them.
+pipelines, bind groups and workgroup counts to one small JS function that records them
+(skipping a setPipeline / setBindGroup of the state already set, as the native replay);
+``run_step`` (a training step) is two: the step uniform's bytes, then one JS call that
+writes them, replays the program, submits and returns the fence.
 """
 
 import js
@@ -11,21 +14,35 @@ from pyodide.ffi import to_js
 from . import shaders
 from .base import ShaderError, View, round_up
 
-_REPLAY = run_js("""
-(device, programs, copies) => {
+_REPLAY, _STEP = run_js("""
+const replay = (device, programs, copies) => {
   const enc = device.createCommandEncoder();
   for (const [pipes, groups, counts] of programs) {
     const pass = enc.beginComputePass();
+    let pipe = null, group = null;
     for (let i = 0; i < pipes.length; i++) {
-      pass.setPipeline(pipes[i]);
-      pass.setBindGroup(0, groups[i]);
+      if (pipes[i] !== pipe) {
+        pipe = pipes[i];
+        pass.setPipeline(pipe);
+        group = null;
+      }
+      if (groups[i] !== group) {
+        group = groups[i];
+        pass.setBindGroup(0, group);
+      }
       pass.dispatchWorkgroups(counts[3 * i], counts[3 * i + 1], counts[3 * i + 2]);
     }
     pass.end();
   }
   for (const [src, so, dst, dO, n] of copies) enc.copyBufferToBuffer(src, so, dst, dO, n);
   device.queue.submit([enc.finish()]);
-}
+};
+const step = (device, program, uniform, data) => {
+  device.queue.writeBuffer(uniform, 0, data);
+  replay(device, [program], []);
+  return device.queue.onSubmittedWorkDone();
+};
+[replay, step]
 """)
 
 
@@ -83,6 +100,7 @@ class Device:
                                         ).lower()
         self._pipelines, self._layouts, self._modules = {}, {}, {}
         self._errors = []
+        self._step_bytes = {}  # run_step's Uint8Array of the step uniform, by its length
         self.allocated = 0  # bytes of every buffer() made so far (GpuEngine.memory_bytes)
         device.onuncapturederror = self._on_error
         return self
@@ -182,6 +200,20 @@ class Device:
         _REPLAY(self.device, to_js(programs), to_js([list(c) for c in copies]))
         if self._errors:
             raise RuntimeError("WebGPU error: " + "; ".join(self._errors[:3]))
+
+    def run_step(self, program, uniform, data):
+        """Write ``data`` at the start of ``uniform``, submit ``program`` alone; ``fence()``.
+
+        Two bridge calls a step: the bytes into a Uint8Array kept for it, then one JS call
+        (``_STEP``: writeBuffer, the replay, onSubmittedWorkDone)."""
+        arr = self._step_bytes.get(len(data))
+        if arr is None:
+            arr = self._step_bytes[len(data)] = js.Uint8Array.new(len(data))
+        arr.assign(data)
+        fence = _STEP(self.device, program, uniform, arr)
+        if self._errors:
+            raise RuntimeError("WebGPU error: " + "; ".join(self._errors[:3]))
+        return fence
 
     async def read(self, buf, offset: int = 0, nbytes: int | None = None) -> bytes:
         """Bytes ``[offset, offset + nbytes)`` of ``buf`` after all submitted work (async map)."""

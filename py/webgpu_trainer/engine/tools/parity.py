@@ -69,14 +69,15 @@ def run_step(dev, plan, t: int = 1, seed: int = 0, train: bool = True, opt=None,
     """Run step ``t`` of ``plan``: write its uniform (``plan.pack_step``: ``seed``, the metrics
     slot ``metrics_slot(t)``; with ``opt`` the learning rate ``lr`` (default ``opt.lr``) and
     ``opt.scalars(t, lr)``), then submit ``prog`` (default: ``program(dev, plan, train,
-    opt)``; pass it to reuse one across steps). Read the results with ``dev.read`` (async)."""
+    opt)``; pass it to reuse one across steps), both by ``dev.run_step`` as a training step.
+    Read the results with ``dev.read`` (async)."""
     if opt is not None:
         lr = opt.lr if lr is None else lr
         uniform = pack_step(t, 0, seed, lr, opt.scalars(t, lr))
     else:
         uniform = pack_step(t, 0, seed, 0.0 if lr is None else lr)
-    dev.write(plan.step, uniform)
-    dev.submit([prog if prog is not None else program(dev, plan, train, opt)])
+    dev.run_step(prog if prog is not None else program(dev, plan, train, opt), plan.step,
+                 uniform)
 
 
 def metrics_slot(t: int) -> int:

@@ -129,9 +129,10 @@ class GpuEngine:
         # bce_with_logits): copied too, for the validation loss.
         self.loss_rows = None if plan.loss_input == plan.logp else \
             dev.buffer(rows, "eval.loss_rows")
-        self.train_program = dev.program(self.gather_train + plan.fwd_train + plan.loss
-                                         + plan.bwd + self.guard.dispatches
-                                         + self.opt.dispatches)
+        train = (self.gather_train + plan.fwd_train + plan.loss + plan.bwd
+                 + self.guard.dispatches + self.opt.dispatches)
+        self.train_program = dev.program(train)
+        self.train_dispatches = len(train)
 
     def set_augment(self, augment) -> None:
         """Augment the training batches (``(pad, flip)`` or None); before ``load_data``."""
@@ -194,9 +195,8 @@ class GpuEngine:
         """Submit optimizer step ``t`` on the batch at ``offset`` of the order, at learning rate
         ``lr``; returns once step ``t - 1`` has finished. Always False: the GPU's metrics are
         known only at the next ``metrics``."""
-        self._write_step(t, offset, lr, self.opt.scalars(t, lr))
-        self.dev.submit([self.train_program])
-        fence = self.dev.fence()
+        fence = self.dev.run_step(self.train_program, self.plan.step, pack_step(
+            t, offset, self.seed, lr, self.opt.scalars(t, lr)))
         if self._in_flight is not None:
             await self._in_flight
         self._in_flight = fence

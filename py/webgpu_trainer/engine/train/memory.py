@@ -69,6 +69,9 @@ class CountingDevice:
     def submit(self, programs: list, copies=()):
         """Nothing runs."""
 
+    def run_step(self, program, uniform, data):
+        """Nothing runs."""
+
     async def read(self, buf, offset: int = 0, nbytes: int | None = None) -> bytes:
         """Zeros: nothing ran."""
         return bytes(buf.size - offset if nbytes is None else nbytes)
