@@ -1,8 +1,9 @@
 """The numpy engine's fast paths (issue 20 item 5b) against independent references:
 
-- stride-1 convolutions over wide rows (cpu/conv.py ``_wide_cols`` / ``_backward_wide``):
-  forward and the three gradients = torch's conv2d in float64 for asymmetric pads, dilations,
-  groups and non-square kernels, with the forward's im2col reused and without;
+- stride-1 convolutions over wide rows, all groups in one product (cpu/conv.py
+  ``_wide_windows`` / ``_backward_wide``): forward and the three gradients = torch's conv2d in
+  float64 for asymmetric pads, dilations, groups (depthwise included) and non-square kernels,
+  with the forward's im2col reused and without;
 - the branch-free ReLU gradient: the bits of ``np.where(x > 0, dy, 0)``, non-finite values
   and signed zeros included, on contiguous and strided arrays;
 - the optimizers' update per run of trainable elements: a mask with gaps gives, bit for bit,
@@ -18,18 +19,20 @@ from webgpu_trainer.cpu.activation import relu_backward
 from webgpu_trainer.cpu.conv import conv2d, conv2d_backward
 
 
-@pytest.mark.parametrize("pads, dil, group, kernel", [
-    ([0, 0, 0, 0], [1, 1], 1, (3, 3)),
-    ([1, 0, 2, 1], [1, 2], 2, (3, 2)),
-    ([0, 3, 1, 0], [2, 1], 1, (1, 4)),
-    ([2, 2, 2, 2], [1, 1], 4, (1, 1)),
+@pytest.mark.parametrize("pads, dil, group, kernel, out", [
+    ([0, 0, 0, 0], [1, 1], 1, (3, 3), 8),
+    ([1, 0, 2, 1], [1, 2], 2, (3, 2), 8),
+    ([0, 3, 1, 0], [2, 1], 1, (1, 4), 8),
+    ([2, 2, 2, 2], [1, 1], 4, (1, 1), 8),
+    ([1, 1, 1, 1], [1, 1], 4, (3, 3), 4),  # depthwise: one output channel a group
+    ([0, 2, 1, 0], [2, 2], 2, (2, 3), 2),  # one output channel a group, two inputs
 ])
-def test_stride1_conv_matches_torch(pads, dil, group, kernel):
+def test_stride1_conv_matches_torch(pads, dil, group, kernel, out):
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
     rng = np.random.default_rng(3)
     x, w, b = rng.standard_normal((2, 4, 9, 8)), \
-        rng.standard_normal((8, 4 // group) + kernel), rng.standard_normal(8)
+        rng.standard_normal((out, 4 // group) + kernel), rng.standard_normal(out)
     keep = []
     y = conv2d(x, w, b, pads, [1, 1], dil, group, keep=keep)
     xt, wt, bt = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
