@@ -8,7 +8,8 @@
   and signed zeros included, on contiguous and strided arrays;
 - the optimizers' update per run of trainable elements: a mask with gaps gives, bit for bit,
   the update of the trainable elements packed into one vector, and the masked elements (BatchNorm
-  running statistics, padding) and their state are left alone.
+  running statistics, padding) and their state are left alone;
+- glibc takes cpu/heap.py's thresholds.
 """
 
 import numpy as np
@@ -89,3 +90,15 @@ def test_optimizer_runs_match_packed(name, kwargs):
         if a is not None:
             assert a[keep].tobytes() == b.tobytes()
             assert (a[mask == 0] == np.float32(init)).all()
+
+
+def test_heap_retain_freed_once():
+    """glibc accepts the thresholds (this project's Linux machines); a second call does not
+    call mallopt again and answers the same."""
+    import platform
+
+    from webgpu_trainer.cpu import heap
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc only")
+    assert heap.retain_freed() is True
+    assert heap.retain_freed() is True and heap._done is True
