@@ -3,7 +3,8 @@
 - stride-1 convolutions over wide rows, all groups in one product (cpu/conv.py
   ``_wide_windows`` / ``_backward_wide``): forward and the three gradients = torch's conv2d in
   float64 for asymmetric pads, dilations, groups (depthwise included) and non-square kernels,
-  with the forward's im2col reused and without;
+  with the forward's im2col reused and without, the input gradient's w^T dy over all images
+  at once and one image at a time;
 - the branch-free ReLU gradient: the bits of ``np.where(x > 0, dy, 0)``, non-finite values
   and signed zeros included, on contiguous and strided arrays;
 - the optimizers' update per run of trainable elements: a mask with gaps gives, bit for bit,
@@ -15,7 +16,7 @@
 import numpy as np
 import pytest
 
-from webgpu_trainer.cpu import optim
+from webgpu_trainer.cpu import conv, optim
 from webgpu_trainer.cpu.activation import relu_backward
 from webgpu_trainer.cpu.conv import conv2d, conv2d_backward
 
@@ -28,9 +29,11 @@ from webgpu_trainer.cpu.conv import conv2d, conv2d_backward
     ([1, 1, 1, 1], [1, 1], 4, (3, 3), 4),  # depthwise: one output channel a group
     ([0, 2, 1, 0], [2, 2], 2, (2, 3), 2),  # one output channel a group, two inputs
 ])
-def test_stride1_conv_matches_torch(pads, dil, group, kernel, out):
+@pytest.mark.parametrize("dcols_bytes", [1 << 20, 1])  # all images at once; one at a time
+def test_stride1_conv_matches_torch(pads, dil, group, kernel, out, dcols_bytes, monkeypatch):
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
+    monkeypatch.setattr(conv, "DCOLS_BYTES", dcols_bytes)
     rng = np.random.default_rng(3)
     x, w, b = rng.standard_normal((2, 4, 9, 8)), \
         rng.standard_normal((out, 4 // group) + kernel), rng.standard_normal(out)

@@ -7,6 +7,7 @@ import numpy as np
 from ..engine.ops.card import lift_1d
 
 TYPES = ("Conv", "ConvTranspose")
+DCOLS_BYTES = 1 << 20  # the input gradient's w^T dy, images at a time (_backward_wide)
 
 
 def _geometry(x, w, pads, strides, dilations):
@@ -193,11 +194,18 @@ def _backward_wide(x, w, dy, pads, dilations, group, cols, need_dx):
                 dxg[..., o:o + span] += wt[:, :, i * kw + j] * dyw
         return dxf[:, :, :hp * wp].reshape(n, c, hp, wp)[:, :, pt:pt + h, pl:pl + wd], dw, db
     wt = w.reshape(group, kg, cg, kh * kw).transpose(0, 3, 2, 1).reshape(group, -1, kg)
-    dcols = np.matmul(wt, dyw).reshape(n, group, kh * kw, cg, span)  # rows (i, j, c)
-    for i in range(kh):
-        for j in range(kw):
-            o = i * dilations[0] * wp + j * dilations[1]
-            dxg[..., o:o + span] += dcols[:, :, i * kw + j]
+    # dcols of a few images at a time (about DCOLS_BYTES: added back while in cache, and no
+    # [N, KH*KW*C, OH*WP] array: SeedNet's conv3 input gradient 4.0 -> 3.5 ms at batch 64)
+    step = max(1, DCOLS_BYTES // (kh * kw * c * span * dy.itemsize))
+    buf = np.empty((min(step, n), group, kh * kw * cg, span), dy.dtype)
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        dcols = np.matmul(wt, dyw[a:b], out=buf[:b - a]).reshape(
+            b - a, group, kh * kw, cg, span)  # rows (i, j, c)
+        for i in range(kh):
+            for j in range(kw):
+                o = i * dilations[0] * wp + j * dilations[1]
+                dxg[a:b, ..., o:o + span] += dcols[:, :, i * kw + j]
     return dxf[:, :, :hp * wp].reshape(n, c, hp, wp)[:, :, pt:pt + h, pl:pl + wd], dw, db
 
 
