@@ -40,7 +40,23 @@ async def _numpy_seednet(batch, steps, warmup):
         await one()
     ms = 1000 * (time.perf_counter() - t0) / steps
     return {"batch": batch, "steps": steps, "ms": ms, "images_per_s": 1000 * batch / ms,
-            "data": source, "numpy": np.__version__, "threads": os.cpu_count()}
+            "data": source, "numpy": np.__version__, "threads": os.cpu_count(),
+            "blas_threads": blas_threads()}
+
+
+def blas_threads():
+    """The thread count of numpy's bundled OpenBLAS (scipy-openblas), None where another BLAS
+    is linked."""
+    import ctypes
+    import glob
+    import numpy as np
+    for lib in glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas*")):
+        for name in ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+                     "openblas_get_num_threads64_", "openblas_get_num_threads"):
+            fn = getattr(ctypes.CDLL(lib), name, None)
+            if fn is not None:
+                return int(fn())
+    return None
 
 
 def best_of_threads(batch: int, steps: int, threads=(1, 2)) -> dict:

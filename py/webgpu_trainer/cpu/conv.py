@@ -7,6 +7,7 @@ import numpy as np
 from ..engine.ops.card import lift_1d
 
 TYPES = ("Conv", "ConvTranspose")
+DCOLS_BYTES = 1 << 20  # the input gradient's w^T dy, images at a time (_backward_wide)
 
 
 def _geometry(x, w, pads, strides, dilations):
@@ -47,16 +48,61 @@ def _cols(xp, cs, kh, kw, strides, dilations, oh, ow):
     return win.transpose(0, 1, 4, 5, 2, 3).reshape(win.shape[0], win.shape[1] * kh * kw, -1)
 
 
+def _wide_input(x, pads, ext):
+    """The zero-padded input as flat rows [N, C, HP*WP + ext] (``ext`` zeros after the last row:
+    the last output row's wrapped columns read up to (KW-1)*DW past it) and WP."""
+    pt, pl, pb, pr = pads
+    n, c, h, wd = x.shape
+    hp, wp = h + pt + pb, wd + pl + pr
+    xf = np.zeros((n, c, hp * wp + ext), x.dtype)
+    xf[:, :, :hp * wp].reshape(n, c, hp, wp)[:, :, pt:pt + h, pl:pl + wd] = x
+    return xf, wp
+
+
+def _wide_windows(xf, kh, kw, dilations, oh, wp):
+    """View [N, C, KH, KW, OH*WP] of the flat padded input (``_wide_input``) for a stride-1
+    convolution over WIDE output rows: element (n, c, i, j, p) is xf[n, c, i*dh*WP + j*dw + p]
+    (each (c, i, j) one contiguous run: im2col copies long runs, against runs of OW values of
+    the window view). Output (y, x) is wide column y*WP + x; the columns x >= OW wrap into the
+    next row and are dropped (or multiply zeros)."""
+    s0, s1, s2 = xf.strides
+    return np.lib.stride_tricks.as_strided(
+        xf, xf.shape[:2] + (kh, kw, oh * wp),
+        (s0, s1, dilations[0] * wp * s2, dilations[1] * s2, s2), writeable=False)
+
+
+def _wide_dy(dy, wp):
+    """dy [N, K, OH, OW] as wide rows [N, K, OH*WP] (zeros in the columns >= OW)."""
+    n, k, oh, ow = dy.shape
+    d = np.empty((n, k, oh, wp), dy.dtype)
+    d[..., ow:] = 0
+    d[..., :ow] = dy
+    return d.reshape(n, k, oh * wp)
+
+
 def conv2d(x, w, b=None, pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1), group=1,
            keep=None):
     """y [N, K, OH, OW] of x [N, C, H, W] and w [K, C/group, KH, KW] (+ b [K]): im2col, then
-    one batched matrix product per group (BLAS). ``keep``: a list that receives each group's
-    im2col matrices (``conv2d_backward``'s ``cols``)."""
+    batched matrix products (BLAS). Stride 1: the im2col of every group at once over wide rows
+    [N, G, Cg*KH*KW, OH*WP] (``_wide_windows``), one product for all images and groups, y a
+    view of the wide rows; other strides: one im2col and product per group. ``keep``: a list
+    that receives the im2col matrices (``conv2d_backward``'s ``cols``)."""
     oh, ow = _geometry(x, w, pads, strides, dilations)
-    xp = _padded(x, pads)
     n, c = x.shape[:2]
     k, _, kh, kw = w.shape
     kg, cg = k // group, c // group
+    if tuple(strides) == (1, 1):
+        xf, wp = _wide_input(x, pads, (kw - 1) * dilations[1])
+        cols = _wide_windows(xf, kh, kw, dilations, oh, wp).reshape(
+            n, group, cg * kh * kw, oh * wp)
+        if keep is not None:
+            keep.append(cols)
+        y = np.empty((n, k, oh * wp), x.dtype)
+        np.matmul(w.reshape(group, kg, -1), cols, out=y.reshape(n, group, kg, oh * wp))
+        if b is not None:
+            y += b[None, :, None]
+        return y.reshape(n, k, oh, wp)[..., :ow]
+    xp = _padded(x, pads)
     y = np.empty((n, k, oh * ow), x.dtype)
     for g in range(group):
         ks, cs = slice(g * kg, (g + 1) * kg), slice(g * cg, (g + 1) * cg)
@@ -64,53 +110,33 @@ def conv2d(x, w, b=None, pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1), gr
         if keep is not None:
             keep.append(cols)
         np.matmul(w[ks].reshape(kg, -1), cols, out=y[:, ks])  # [N, Kg, OH*OW]
-    y = y.reshape(n, k, oh, ow)
     if b is not None:
-        y += b[None, :, None, None]
-    return y
-
-
-def _full_pads(kh, kw, pads, dilations):
-    """Pads of the forward convolution that computes a stride-1 convolution's input gradient
-    ("full" correlation with the flipped filter), or None where a pad exceeds the window."""
-    dh, dw = dilations
-    full = (dh * (kh - 1) - pads[0], dw * (kw - 1) - pads[1], dh * (kh - 1) - pads[2],
-            dw * (kw - 1) - pads[3])
-    return full if min(full) >= 0 else None
+        y += b[None, :, None]
+    return y.reshape(n, k, oh, ow)
 
 
 def conv2d_backward(x, w, dy, pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1), group=1,
                     cols=None, need_dx=True):
-    """(dx, dw, db) of conv2d for the output gradient dy: dw = dy^T @ im2col(x); dx of a
-    stride-1 convolution as the forward convolution of dy with the flipped, transposed filter
-    (im2col + BLAS again), else by adding dy @ w back into the window positions (col2im, one
-    vectorised add per tap). ``cols``: the forward's im2col matrices (``conv2d(keep=...)``),
-    reused; ``need_dx`` False: dx is None (a graph input)."""
+    """(dx, dw, db) of conv2d for the output gradient dy: dw = dy^T @ im2col(x); dx = w^T @ dy
+    (BLAS) added back into the window positions (col2im): for stride 1 over wide rows
+    (``_backward_wide``), else one strided add per tap. ``cols``: the forward's im2col
+    matrices (``conv2d(keep=...)``), reused; ``need_dx`` False: dx is None (a graph input)."""
+    if tuple(strides) == (1, 1):
+        return _backward_wide(x, w, dy, pads, dilations, group, cols, need_dx)
     oh, ow = dy.shape[2:]
+    k, _, kh, kw = w.shape
+    n, c, h, wd = x.shape
+    kg, cg = k // group, c // group
     xp = _padded(x, pads)
     dw = np.empty_like(w)
-    k, _, kh, kw = w.shape
-    n, c = x.shape[:2]
-    kg, cg = k // group, c // group
     sh, sw = strides
-    full = _full_pads(kh, kw, pads, dilations) if tuple(strides) == (1, 1) else None
     for g in range(group):
         ks, cs = slice(g * kg, (g + 1) * kg), slice(g * cg, (g + 1) * cg)
         dyr = dy[:, ks].reshape(n, kg, -1)  # [N, Kg, OH*OW]
         gcols = cols[g] if cols else _cols(xp, cs, kh, kw, strides, dilations, oh, ow)
-        # sum over images of (cols_n dy_n^T)^T, not dy_n cols_n^T: OpenBLAS's product with a
-        # transposed right operand and a long inner dimension ran 50x slower (540 ms against
-        # 9 ms for SeedNet's conv3 at batch 64, as one product over N*OH*OW)
-        dw[ks] = np.matmul(gcols, dyr.transpose(0, 2, 1)).sum(axis=0).T.reshape(
-            kg, cg, kh, kw)
+        dw[ks] = _dw(gcols, dyr, w.shape)
     if not need_dx:
         return None, dw, dy.sum(axis=(0, 2, 3))
-    if full is not None:
-        # w_t [C, Kg, KH, KW]: group g's rows are w[group g]^T, flipped in both window axes
-        wt = np.concatenate([w[g * kg:(g + 1) * kg].transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]
-                             for g in range(group)])
-        dx = conv2d(dy, wt, None, full, (1, 1), dilations, group)
-        return dx, dw, dy.sum(axis=(0, 2, 3))
     dxp = np.zeros_like(xp)
     for g in range(group):
         ks, cs = slice(g * kg, (g + 1) * kg), slice(g * cg, (g + 1) * cg)
@@ -122,8 +148,65 @@ def conv2d_backward(x, w, dy, pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1
                 dxp[:, cs, r0:r0 + sh * (oh - 1) + 1:sh, c0:c0 + sw * (ow - 1) + 1:sw] += \
                     dcols[:, :, :, :, i, j].transpose(0, 3, 1, 2)
     pt, pl = pads[0], pads[1]
-    dx = dxp[:, :, pt:pt + x.shape[2], pl:pl + x.shape[3]]
-    return dx, dw, dy.sum(axis=(0, 2, 3))
+    return dxp[:, :, pt:pt + h, pl:pl + wd], dw, dy.sum(axis=(0, 2, 3))
+
+
+def _dw(gcols, dyr, wshape):
+    """One group's weight gradient [Kg, Cg, KH, KW] of its im2col [N, Cg*KH*KW, P] and dy rows
+    [N, Kg, P]: the sum over images of (cols_n dy_n^T)^T, not dy_n cols_n^T: OpenBLAS's product
+    with a transposed right operand and a long inner dimension ran 50x slower (540 ms against
+    9 ms for SeedNet's conv3 at batch 64, as one product over N*OH*OW)."""
+    return np.matmul(gcols, dyr.transpose(0, 2, 1)).sum(axis=0).T.reshape(
+        (dyr.shape[1],) + tuple(wshape[1:]))
+
+
+def _backward_wide(x, w, dy, pads, dilations, group, cols, need_dx):
+    """conv2d_backward of a stride-1 convolution over wide rows (``_wide_windows``), every group
+    in one product: dy gets zero columns up to WP, so the wrapped columns of the im2col add
+    nothing to dw, and dcols = w^T dy [N, G, KH*KW, Cg, OH*WP] goes back into the flat padded
+    input as one contiguous add per tap (offset i*dh*WP + j*dw; the wrapped columns add
+    zeros)."""
+    n, c, h, wd = x.shape
+    k, _, kh, kw = w.shape
+    kg, cg = k // group, c // group
+    oh = dy.shape[2]
+    ext = (kw - 1) * dilations[1]
+    pt, pl, pb, pr = pads
+    hp, wp = h + pt + pb, wd + pl + pr
+    span = oh * wp
+    dyw = _wide_dy(dy, wp).reshape(n, group, kg, span)
+    cols = cols[0] if cols else _wide_windows(_wide_input(x, pads, ext)[0], kh, kw, dilations,
+                                               oh, wp).reshape(n, group, cg * kh * kw, span)
+    # the sum over images of cols_n dy_n^T (see _dw), [G, Cg*KH*KW, Kg]
+    dw = np.matmul(cols, dyw.transpose(0, 1, 3, 2)).sum(axis=0)
+    dw = np.ascontiguousarray(dw.transpose(0, 2, 1)).reshape(w.shape)
+    db = dy.sum(axis=(0, 2, 3))
+    if not need_dx:
+        return None, dw, db
+    dxf = np.zeros((n, c, hp * wp + ext), dy.dtype)
+    dxg = dxf.reshape(n, group, cg, -1)
+    if kg == 1:  # one output channel a group (depthwise): each tap's product is one term, no
+        # BLAS (calls of inner size 1 per image and group ran 5x slower) and no dcols
+        wt = w.reshape(group, cg, kh * kw)[..., None]  # [G, Cg, KH*KW, 1]
+        for i in range(kh):
+            for j in range(kw):
+                o = i * dilations[0] * wp + j * dilations[1]
+                dxg[..., o:o + span] += wt[:, :, i * kw + j] * dyw
+        return dxf[:, :, :hp * wp].reshape(n, c, hp, wp)[:, :, pt:pt + h, pl:pl + wd], dw, db
+    wt = w.reshape(group, kg, cg, kh * kw).transpose(0, 3, 2, 1).reshape(group, -1, kg)
+    # dcols of a few images at a time (about DCOLS_BYTES: added back while in cache, and no
+    # [N, KH*KW*C, OH*WP] array: SeedNet's conv3 input gradient 4.0 -> 3.5 ms at batch 64)
+    step = max(1, DCOLS_BYTES // (kh * kw * c * span * dy.itemsize))
+    buf = np.empty((min(step, n), group, kh * kw * cg, span), dy.dtype)
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        dcols = np.matmul(wt, dyw[a:b], out=buf[:b - a]).reshape(
+            b - a, group, kh * kw, cg, span)  # rows (i, j, c)
+        for i in range(kh):
+            for j in range(kw):
+                o = i * dilations[0] * wp + j * dilations[1]
+                dxg[a:b, ..., o:o + span] += dcols[:, :, i * kw + j]
+    return dxf[:, :, :hp * wp].reshape(n, c, hp, wp)[:, :, pt:pt + h, pl:pl + wd], dw, db
 
 
 def attrs(node) -> dict:

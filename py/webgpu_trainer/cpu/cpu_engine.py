@@ -25,7 +25,7 @@ from ..engine.backends.base import round_up
 from ..engine.train.guard import watched
 from ..engine.ops.losses import final_op, resolve
 from ..engine.train.probe import LOGP, params_in_order
-from . import optim, philox
+from . import heap, optim, philox
 from .augment import apply as augment_batch
 from .engine import Engine
 from .softmax import log_softmax
@@ -45,7 +45,9 @@ class CpuEngine:
     async def build(self, graph, batch: int, loss, trainable, seed: int):
         """The flat weight vector ``P`` (and gradients ``G``) over ``graph`` (``Graph``), the
         numpy engine computing on views of it, and the guard's tensors. Raises
-        NotImplementedError for an op the numpy engine lacks."""
+        NotImplementedError for an op the numpy engine lacks. Freed arrays stay in the heap for
+        the next step (cpu/heap.py)."""
+        heap.retain_freed()
         self.graph, self.batch, self.seed = graph, batch, int(seed)
         self.wbytes = round_up(max(graph.weight_nbytes(), 16))
         self.P = np.zeros(self.wbytes // 4, np.float32)
