@@ -19,7 +19,7 @@ from webgpu_trainer.engine.train.gpu_engine import GpuEngine
 PKG = pathlib.Path(__file__).resolve().parents[1] / "py" / "webgpu_trainer"
 # engine/'s root: the compiler, and the layers built on it as folders
 COMPILER = {"__init__.py", "builder.py", "errors.py", "fusion.py", "graph.py", "init.py",
-            "plan.py"}
+            "plan.py", "pool.py"}
 ENGINE_FOLDERS = {"backends", "config", "ops", "tools", "train"}
 # an import may only point to a lower rank (or inside its own layer)
 RANK = {"webgpu_trainer": 0, "engine": 1, "engine.train": 2, "engine.tools": 3, "cpu": 4,
