@@ -36,7 +36,7 @@ def test_check_gives_rows_and_writes_nothing(client):
         ("2", [4, 13, 13], 0, 0), ("3", [676], 0, 0), ("4", [10], 6770, 6760)]
     assert body["totals"] == {"params": 6810, "macs": 24336 + 6760, "layers": 5}
     assert body["spec"][2] == {"op": "maxpool", "kernel_size": 2, "stride": 2}
-    assert "name" not in body and not uploads.exists()
+    assert body["name"].startswith("built-") and not uploads.exists()  # named, not written
 
 
 def test_save_builds_an_upload_that_trains_and_exports(client):
@@ -49,8 +49,12 @@ def test_save_builds_an_upload_that_trains_and_exports(client):
         4 * 15 * 15 * 10 + 10
     again = c.post("/api/models/build", json=req).json()
     assert again["name"] == name  # the same layers for the same shape: the same model
+    dry = c.post("/api/models/build", json={**req, "save": False}).json()
+    assert dry["name"] == name and "summary" not in dry
     listed = {m["name"]: m for m in c.get("/api/models").json()}
     assert listed[name]["uploaded"] and listed[name]["params"] == body["totals"]["params"]
+    # the shape it was built for: what a resumed run builds it again with (page resume.js)
+    assert listed[name]["built_for"] == {"input": [3, 32, 32], "classes": 10}
     graph = c.get(f"/api/models/{name}/graph.json").json()
     assert graph["inputs"][0]["shape"] == ["N", 3, 32, 32]
     blob = c.get(f"/api/models/{name}/weights.bin").content

@@ -89,3 +89,14 @@ def test_unknown_and_broken_models(client):
     r = client.get("/api/models/broken/memory", params={"batch": 8})
     assert r.status_code == 400 and "broken.onnx" in r.json()["error"]
     assert client.get(URL, params={"batch": 8}).status_code == 200  # still serving
+
+
+def test_limits_beyond_any_adapter_give_a_batch_not_an_error(client):
+    """2^53-byte limits: the largest batch stops where a kernel's u32 element count would
+    overflow (refused as not fitting), not with a 422 (the reviewer's case)."""
+    huge = 1 << 53
+    r = client.get(URL, params={"batch": 64, "max_storage_buffer_binding_size": huge,
+                                "max_buffer_size": huge})
+    assert r.status_code == 200, r.text
+    top = r.json()["max_batch"]
+    assert 1000 < top <= 65536

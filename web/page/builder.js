@@ -229,10 +229,12 @@ export const layersOf = (name) => built.get(name) ??
   appState.models?.find((m) => m.name === name)?.layers ?? null;
 
 /** What rebuilds model ``name`` if it was built in the page: ``{layers, input, classes}``
- * (POST /api/models/build's body without ``save``; the chosen dataset's shape), else null. */
+ * (POST /api/models/build's body without ``save``: the shape it was built for, GET
+ * /api/models' ``built_for``), else null. */
 export function recipeOf(name) {
   const layers = layersOf(name);
-  return Array.isArray(layers) ? { layers, ...target() } : null;
+  const shape = appState.models?.find((m) => m.name === name)?.built_for;
+  return Array.isArray(layers) && shape ? { layers, ...shape } : null;
 }
 
 /** A chosen model built by the builder (now or in an earlier session): its layers fill the

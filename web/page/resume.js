@@ -26,6 +26,7 @@ async function resume(rec) {
   if (appState.phase === "training") return;
   const listed = () => [...$("model").options].some((o) => o.value === rec.model);
   if (!listed() && !(await rebuild(rec))) {
+    if (appState.phase === "training") return;  // Start was pressed meanwhile
     const why = `Cannot resume: the model ${rec.model} is no longer on the server` +
       (rec.built ? " and could not be built again from its layers" : "") +
       "; the checkpoint is kept.";
@@ -34,6 +35,7 @@ async function resume(rec) {
     $("resume-banner").hidden = false;
     return;
   }
+  if (appState.phase === "training") return;
   if ($("model").value !== rec.model && listed()) {
     $("model").value = rec.model;
     onModelChange();
@@ -51,12 +53,15 @@ async function resume(rec) {
  * the same name (a hash of them). True when the model list has it again. */
 async function rebuild(rec) {
   if (!Array.isArray(rec.built?.layers)) return false;
-  try {
+  const build = async (save) => {
     const res = await fetch("/api/models/build", { method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ ...rec.built, save: true }) });
+      body: JSON.stringify({ ...rec.built, save }) });
     const body = await res.json();
-    if (!res.ok || !body.ok || body.name !== rec.model) return false;
+    return res.ok && body.ok && body.name === rec.model;
+  };
+  try {  // checked first: a recipe that builds another model writes nothing
+    if (!(await build(false)) || !(await build(true))) return false;
     await loadModels(rec.model);
     log(`Built ${rec.model} again from the layers its checkpoint kept.`);
     return [...$("model").options].some((o) => o.value === rec.model);

@@ -5,8 +5,9 @@ types, and, with ``"save": true``, built into a model the uploads keep (docs/ARC
 Body ``{"layers": [...], "input": [C, H, W] or [F], "classes": K, "save": bool}`` (JSON, 64 KB,
 32 levels: ``host/bodies.py``). Answer (200 whether or not the layers are valid):
 ``{"ok", "rows": [{"index", "op", "label", "shape", "params", "macs"}], "totals": {"params",
-"macs", "layers"}, "errors": [{"layer", "field", "message"}], "spec", "output"}``; with
-``save`` and no errors also ``{"name", "summary"}``: the model ``built-<hash>`` (the same
+"macs", "layers"}, "errors": [{"layer", "field", "message"}], "spec", "output"}``; without
+errors also ``"name"`` (what ``save`` names it); with ``save`` also ``"summary"``: the
+model ``built-<hash>`` (the same
 layers for the same shapes give the same name), written to the uploads only after it imports
 and plans like an upload. 400 for a body that is not such an object.
 """
@@ -74,10 +75,12 @@ def build_handler(models):
         chk = check(body.get("layers"), body.get("input"), body.get("classes"))
         out = {"ok": not chk.errors, "rows": chk.rows, "totals": chk.totals(),
                "errors": chk.errors, "spec": chk.spec, "output": chk.output}
-        if chk.errors or body.get("save") is not True:
+        if chk.errors:
+            return JSONResponse(out)
+        name = out["name"] = model_name(chk)  # what "save" would name it
+        if body.get("save") is not True:
             return JSONResponse(out)
         from ..engine.tools.summary import summarize
-        name = model_name(chk)
         path = models.uploads / f"{name}.onnx"
         if path.is_file():  # uploads cannot take a built- name (model_routes.upload_name)
             graph = (await run_in_threadpool(models.bundle, path))[0]

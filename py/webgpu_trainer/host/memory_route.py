@@ -8,6 +8,8 @@ sgd is counted without momentum), ``max_storage_buffer_binding_size`` and ``max_
 ``{"batch", "bytes", "parts": {part: bytes}, "largest": {"name", "bytes"}, "problems":
 [str] (the limits the batch exceeds), "max_batch": int or None}``. 400 naming the parameter
 for a value out of its rule, 404 for an unknown model, 422 for a model the engine cannot plan.
+One count runs at a time (a plan build holds the GIL; ~1 s for a large model's largest batch),
+answers are cached by file, optimizer and batch or limits.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from .errors import ApiError
 LIMITS = ("max_storage_buffer_binding_size", "max_buffer_size")
 QUERY = ("batch", "optimizer", *LIMITS)
 MAX_LIMIT = 1 << 53  # bytes: beyond any adapter, within a float's integers
-CACHED = 64  # largest-batch answers kept (each is up to ~17 plan builds)
+CACHED = 256  # answers kept (a largest batch is up to ~32 plan builds, an estimate one)
 
 
 def _int(q, key: str, lo: int, hi: int):
@@ -42,8 +44,21 @@ def memory_handler(models):
     """The route's handler over ``models`` (``ModelRoutes``: ``bundle``, ``path``)."""
     from ..engine.config import OPTIMIZERS
     from ..engine.train import memory
-    cache: dict = {}
+    cache: dict = {}  # (file, optimizer, limits) -> largest batch; (file, optimizer, batch) -> est
     lock = threading.Lock()
+    work = threading.Semaphore(1)  # one count at a time: a client cannot take every core
+
+    def cached(key, make):
+        with lock:
+            if key in cache:
+                return cache[key]
+        with work:
+            value = make()
+        with lock:
+            if len(cache) >= CACHED:
+                cache.pop(next(iter(cache)))
+            cache[key] = value
+        return value
 
     def handler(request: Request) -> JSONResponse:  # sync: Starlette runs it in a thread
         from ..engine.graph import GraphError
@@ -59,17 +74,13 @@ def memory_handler(models):
         limits = {k: v for k in LIMITS if (v := _int(q, k, 1, MAX_LIMIT)) is not None}
         path = models.path(request.path_params["name"])
         graph, _ = models.bundle(path)
+        file = (str(path), path.stat().st_mtime_ns, optimizer)
         try:
-            est = memory.estimate(graph, batch, optimizer=optimizer)
-            key = (str(path), path.stat().st_mtime_ns, optimizer, tuple(sorted(limits.items())))
-            with lock:
-                top = cache.get(key)
-            if top is None and limits:
-                top = memory.largest_batch(graph, limits, optimizer=optimizer)
-                with lock:
-                    if len(cache) >= CACHED:
-                        cache.pop(next(iter(cache)))
-                    cache[key] = top
+            est = cached((*file, "batch", batch),
+                         lambda: memory.estimate(graph, batch, optimizer=optimizer))
+            top = cached((*file, "limits", tuple(sorted(limits.items()))),
+                         lambda: memory.largest_batch(graph, limits, optimizer=optimizer)) \
+                if limits else None
         except (GraphError, NotImplementedError, ValueError) as exc:
             raise ApiError(422, f"{path.name}: {exc}") from None
         return JSONResponse({"batch": batch, "bytes": est["bytes"], "parts": est["parts"],

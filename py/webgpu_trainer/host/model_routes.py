@@ -100,9 +100,10 @@ class Models:
 
     # ------------------------------------------------------------ routes
     def listing(self, request: Request) -> Response:
-        """``[{"name", "file", "bytes", "params", "uploaded", "error"?, "layers"?}]``: the
-        built-in models, then the uploads whose name no built-in model has; ``layers``: the
-        page builder's layer list of a model it built (its metadata, ``onnx_io.build``)."""
+        """``[{"name", "file", "bytes", "params", "uploaded", "error"?, "layers"?,
+        "built_for"?}]``: the built-in models, then the uploads whose name no built-in model
+        has; ``layers``: the page builder's layer list of a model it built (its metadata,
+        ``onnx_io.build``), ``built_for``: ``{"input", "classes"}`` it was built for."""
         from ..engine.graph import Graph, GraphError
         paths = sorted(self.dir.glob("*.onnx"))
         if self.uploads.is_dir():
@@ -119,9 +120,12 @@ class Models:
                                         "'-' and '.' only")
                 graph = self.bundle(path)[0]
                 item["params"] = _onnx_io().model_summary(graph)["params"]
+                g = Graph(graph)  # refuses ops the trainer does not support yet, naming nodes
                 if "layers" in graph:  # built in the page: its layer list (onnx_io.build)
                     item["layers"] = graph["layers"]
-                Graph(graph)  # refuses ops the trainer does not support yet, naming the nodes
+                    # and the shape it was built for (POST /api/models/build's input, classes)
+                    item["built_for"] = {"input": list(g.shapes(1)[g.input["name"]][1:]),
+                                         "classes": int(g.shapes(1)[g.output][1])}
             except ApiError as exc:
                 item["error"] = self.public(exc.message)
             except GraphError as exc:

@@ -175,7 +175,10 @@ def largest_batch(desc: dict, limits: dict | None, budget: int | None = None, **
     not even batch 1 fits. ``kw`` as ``estimate``'s. Memory grows with the batch, so a binary
     search over real estimates finds it."""
     def fits(b):
-        return not problems(estimate(desc, b, **kw), limits, budget)
+        try:
+            return not problems(estimate(desc, b, **kw), limits, budget)
+        except ValueError:  # a kernel's u32 field cannot count that many elements
+            return False
     if not fits(1):
         return 0
     lo, hi = 1, 2
