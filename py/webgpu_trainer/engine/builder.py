@@ -158,6 +158,11 @@ class Builder:
     # barriers cost more than they bring (measured on SwiftShader: 3x slower).
     REDUCE_CHUNK = None
 
+    # Elements per block (at least) of BatchNorm's per-channel sums on CPU adapters
+    # (ops/batchnorm.py ``blocks``, shaders/lib/bn_blocks.wgsl): a thread per (channel,
+    # block), no barriers. Tests set small ones to reach the partial-block branches.
+    BN_BLOCK = 64
+
     def reduce_parts(self, elements: int) -> int:
         """How many workgroups share one channel's sum over ``elements`` values."""
         chunk = self.REDUCE_CHUNK
