@@ -4,9 +4,11 @@
 // ONNX's attribute (= 1 - PyTorch's momentum). Eval normalises with the running statistics.
 // gamma, beta and the running statistics live in the flat weight buffer P, the gradients in G,
 // at element offsets given in Params. save = [mean[C], invstd[C]] of the last forward.
-// Per-channel sums are two-level so that a big GPU gets enough workgroups: workgroup (c, k)
-// sums part k of channel c into part[] (c folded into x and z past 65535 channels), then a
-// finish kernel adds the `parts` partial sums.
+// Per-channel sums on GPUs are two-level so that a big GPU gets enough workgroups: workgroup
+// (c, k) sums part k of channel c into part[] (c folded into x and z past 65535 channels), then
+// a finish kernel adds the `parts` partial sums (one workgroup a channel: forward_fused,
+// backward_fused). CPU adapters sum without barriers, a thread a block (block_stats, block_dy;
+// lib/bn_blocks.wgsl).
 //   sum_x -> mean_finish (mean), sum_sq -> var_finish (invstd, running statistics),
 //   sum_dy -> dy_finish: G[dgamma] = sum(dy * xhat), G[dbeta] = sum(dy),
 //   backward_input: dx = gamma*invstd * (dy - dbeta/M - xhat*dgamma/M), M = outer*inner
@@ -15,13 +17,15 @@ struct Params {
   outer: u32, C: u32, inner: u32, gamma: u32,
   beta: u32, rmean: u32, rvar: u32, parts: u32,
   eps: f32, momentum: f32, mask: u32, want_dx: u32,
-  relu: u32, _p0: u32, _p1: u32, _p2: u32,
+  relu: u32, bw: u32, bg: u32, bpp: u32,
 }
 // want_dx: backward_fused writes dx (else only the gamma / beta gradients).
 // relu (normalize, forward_fused): y = max(y, 0), an in-place ReLU after this layer fused here
 // (the same max as elementwise.wgsl's relu_forward: the same floats).
 // mask (backward_input): dx = 0 where x <= 0 (x is the output of an in-place ReLU whose backward
 // the plan fused here).
+// bw, bg, bpp: the blocks of the CPU adapters' kernels (block_stats, block_dy; lib/bn_blocks):
+// width along the inner axis, planes a block, blocks a plane; parts blocks a channel.
 
 //!include index
 
@@ -38,6 +42,7 @@ const WG: u32 = 256u;  // the summing kernels' workgroup
 alias RedT = vec2<f32>;  // two sums at once (x: the first, y: the second)
 var<workgroup> red: array<RedT, 256>;
 //!include wg_reduce
+//!include bn_blocks
 
 fn at(c: u32, e: u32) -> u32 {
   return ((e / p.inner) * p.C + c) * p.inner + e % p.inner;
@@ -275,6 +280,50 @@ fn thread_sum_dy(c: u32, r: vec2<u32>, lid: u32) -> vec2<f32> {
     sx4.x += dy[i] * (x[i] - mean) * invstd;
   }
   return vec2<f32>((s4.x + s4.y) + (s4.z + s4.w), (sx4.x + sx4.y) + (sx4.z + sx4.w));
+}
+
+// ---- CPU adapters: a thread a (channel, block), no workgroup memory (lib/bn_blocks.wgsl) ----
+//   block_stats -> block_finish (mean, invstd, running statistics) -> normalize;
+//   block_dy -> dy_block_finish (dbeta, dgamma) -> backward_input.
+
+@compute @workgroup_size(64)
+fn block_stats(@builtin(global_invocation_id) gid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+  let t = flat_index(gid, nwg);
+  if (t >= p.C * p.parts) { return; }
+  let c = t / p.parts;
+  let b = block_of(t % p.parts);
+  let K = x[c * p.inner];  // the channel's shift: its first element
+  let s = block_sum(c, b, K, 0.0, false);
+  part[2u * t] = s;
+  part[2u * t + 1u] = block_sum(c, b, K, s / block_count(b), true);
+}
+
+@compute @workgroup_size(64)
+fn block_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let c = gid.x;
+  if (c >= p.C) { return; }
+  let m = sum_blocks(2u * c * p.parts) / f32(p.outer * p.inner);  // mean - K
+  save[c] = x[c * p.inner] + m;
+  finish_var(c, sum_blocks(2u * c * p.parts + 1u) + between_blocks(c, m));
+}
+
+@compute @workgroup_size(64)
+fn block_dy(@builtin(global_invocation_id) gid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>) {
+  let t = flat_index(gid, nwg);
+  if (t >= p.C * p.parts) { return; }
+  let s = block_sum_dy(t / p.parts, block_of(t % p.parts));
+  part[2u * t] = s.x;
+  part[2u * t + 1u] = s.y;
+}
+
+@compute @workgroup_size(64)
+fn dy_block_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let c = gid.x;
+  if (c >= p.C) { return; }
+  G[p.beta + c] = sum_blocks(2u * c * p.parts);
+  G[p.gamma + c] = sum_blocks(2u * c * p.parts + 1u);
 }
 
 // ---- one workgroup a channel, every step in one dispatch (GPUs, when parts == 1) ------------

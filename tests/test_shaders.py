@@ -149,7 +149,8 @@ def test_kernel_fills_unbound_slots_and_binds_by_name():
     assert b.current[1][1][1:] == ["S", "D", b.dummy_u32, b.dummy]
     run(b.kernel("batchnorm", "sum_x", (1, 1, 1), params=dict(
         outer=1, C=1, inner=1, gamma=0, beta=0, rmean=0, rvar=0, parts=1, eps=0.0,
-        momentum=0.0, mask=0, want_dx=0, relu=0), x="X", P="P", save="S", part="T"))
+        momentum=0.0, mask=0, want_dx=0, relu=0, bw=0, bg=0, bpp=0), x="X", P="P", save="S",
+        part="T"))
     binds = b.current[2][1][1:]
     assert binds[:4] == ["X", b.dummy, "P", "S"] and binds[6] == "T"
     # two unbound read_write slots: a sink each (Dawn refuses aliased writable bindings)

@@ -107,6 +107,31 @@ def _two_level_sums():
                 patch={"REDUCE_CHUNK": 4096}, browser=False)
 
 
+def _blocked_sums(name, shape, offsets, scales, patch=None):
+    """BatchNorm2d after a per-channel Add (its output's gradient is BatchNorm's dx) on an input
+    of ``shape`` = channels ``offsets`` + N(0, 1) x ``scales``, the first element of every
+    channel 40 standard deviations out (the shift of the CPU adapters' sums,
+    shaders/lib/bn_blocks.wgsl: an outlier there must not cost digits). Shapes and ``patch``
+    (BN_BLOCK) make several blocks per channel, partial ones and vec4 tails. A mean 100
+    standard deviations from zero leaves the forward's 1e-5 a mean good to 1e-7 relative (half
+    an ulp of float32 is 6e-8); the Add's bias, multiples of 1/8, adds exactly there."""
+    rng = rng_for("bn_blocks", name)
+    batch, c, h, w = shape
+    offsets, scales = np.array(offsets), np.array(scales)
+    x = rng.standard_normal(shape) * scales[:, None, None] + offsets[:, None, None]
+    x[0, :, 0, 0] = offsets + 40 * scales
+    classes = 3
+    nodes = [node("Add", ["input", "pre.b"], ["h"]), bn_node("h", "bn_out"),
+             node("Relu", ["bn_out"], ["relu_out"]), node("Flatten", ["relu_out"], ["flat"],
+                                                          axis=1)]
+    hn, ht = head("flat", c * h * w, classes, rng)
+    tensors = [("pre.b", f32(np.round(rng.standard_normal((1, c, 1, 1))) / 8), "param")] + \
+        bn_tensors(rng, c) + ht
+    return case(f"batchnorm/{name}", nodes + hn, tensors, x, rng.integers(0, classes, batch),
+                tag="BatchNormalization", acts=("h", "relu_out"), dacts=("h",),
+                zero_grads=("pre.b",), patch=patch or {}, browser=patch is None)
+
+
 def _conv_relu_bn_small_var():
     """SeedNet's conv3 -> ReLU -> norm1 (ReLU fused into the Conv, its mask into BatchNorm's
     backward) at the scale of its default init: per-channel variances of the ReLU output from
@@ -164,4 +189,10 @@ def _conv_bn_relu_dropout(train):
 CASES = [_bn2d_train(False, 1e-5, 0.9), _bn2d_train(True, 1e-3, 0.8), _bn1d_train(),
          _eval(2), _eval(1), _two_level_sums(), _conv_relu_bn_small_var(),
          _conv_bn_relu_dropout(True),
-         _conv_bn_relu_dropout(False)]
+         _conv_bn_relu_dropout(False),
+         # 9 x 10 planes: 2 blocks of 45 a plane (11 vec4 + 1); 5 x 5: 2 planes a block, the
+         # last one alone; BN_BLOCK 5: blocks of 5 (1 vec4 + 1) and 1 x 7 planes
+         _blocked_sums("blocks_offset", (5, 3, 9, 10), [100.0, -30.0, 0.5], [1.0, 0.3, 2.0]),
+         _blocked_sums("blocks_planes", (7, 2, 5, 5), [2.0, -300.0], [0.5, 3.0]),
+         _blocked_sums("blocks_tiny", (3, 2, 1, 7), [1.0, 10.0], [1.0, 0.1],
+                       patch={"BN_BLOCK": 5})]

@@ -163,6 +163,16 @@ class Builder:
     # barriers cost more than they bring (measured on SwiftShader: 3x slower).
     REDUCE_CHUNK = None
 
+    # Elements per block (at least) of BatchNorm's per-channel sums on CPU adapters
+    # (ops/batchnorm.py ``blocks``, shaders/lib/bn_blocks.wgsl): a thread per (channel,
+    # block), no barriers. Tests set small ones to reach the partial-block branches.
+    BN_BLOCK = 64
+    # ... up to this many elements a channel (N x H x W); past it the one-workgroup-a-channel
+    # barrier-tree kernels, whose loads SwiftShader runs faster once their barriers are paid
+    # for: SeedNet at batch 1000 (676k a channel) in headless Chromium took 7.5 / 7.9 s/step
+    # with them, 12.3 / 10.4 with the blocks; at batch 64 (43k) 586 / 564 against 520 / 545.
+    BN_BLOCKED_MAX = 1 << 17
+
     def reduce_parts(self, elements: int) -> int:
         """How many workgroups share one channel's sum over ``elements`` values."""
         chunk = self.REDUCE_CHUNK

@@ -38,34 +38,82 @@ def init(node, graph):
             if name in graph.tensors]
 
 
+# The CPU adapters' blocked sums (shaders/lib/bn_blocks.wgsl): at most about this many
+# blocks a channel (each at least ``b.BN_BLOCK`` elements), so that the finish, one thread a
+# channel, adds at most ~2 * MAX_PARTS partial sums.
+MAX_PARTS = 1024
+
+
+def blocks(outer: int, inner: int, size: int) -> tuple:
+    """(bw, bg, bpp, parts): a channel's outer x inner elements in blocks of about
+    max(``size``, outer * inner / MAX_PARTS) elements, each ``bg`` whole planes (inner <
+    that) or a ``bw``-wide piece of one plane (``bpp`` equal pieces a plane).
+
+    >>> blocks(64, 676, 64)    # SeedNet's BatchNorm2d at batch 64: 26 x 26 planes
+    (62, 1, 11, 704)
+    >>> blocks(4, 1, 64)       # BatchNorm1d at batch 4: one block of 4 planes
+    (1, 64, 1, 1)
+    """
+    size = max(size, -(-outer * inner // MAX_PARTS))
+    if inner >= size:
+        bpp = -(-inner // size)
+        bw, bg = -(-inner // bpp), 1
+    else:
+        bw, bg, bpp = inner, size // inner, 1
+    return bw, bg, bpp, -(-outer // bg) * bpp
+
+
 def _params(b, node, x, ins, mask=0, want_dx=0, relu=0):
     """(channels, parts, uniform fields) for this layer; ``mask``: backward_input zeroes dx
     where x <= 0 (a ReLU's backward fused, fusion.relu_grads); ``relu``: the forward
-    writes max(y, 0) (a following in-place ReLU fused, ``b.fused``)."""
+    writes max(y, 0) (a following in-place ReLU fused, ``b.fused``). The block sums
+    (``_blocked``): ``blocks``; else ``parts`` workgroups a channel (``b.reduce_parts``)."""
     shape = x.shape
     c = shape[1]
     inner = 1
     for d in shape[2:]:
         inner *= d
-    parts = b.reduce_parts(shape[0] * inner)
+    if _blocked(b, shape[0] * inner):
+        bw, bg, bpp, parts = blocks(shape[0], inner, b.BN_BLOCK)
+    else:
+        bw, bg, bpp, parts = 0, 0, 0, b.reduce_parts(shape[0] * inner)
     a = card.read(node, ATTRS)
     offs = [b.offset_of(t) for t in ins[1:5]]
     return c, parts, dict(outer=shape[0], C=c, inner=inner, gamma=offs[0], beta=offs[1],
                           rmean=offs[2], rvar=offs[3], parts=parts,
                           eps=float(a["epsilon"]), momentum=float(a["momentum"]), mask=mask,
-                          want_dx=want_dx, relu=relu)
+                          want_dx=want_dx, relu=relu, bw=bw, bg=bg, bpp=bpp)
+
+
+def _blocked(b, elements: int) -> bool:
+    """The barrier-free block sums (CPU adapters, at most ``b.BN_BLOCKED_MAX`` elements a
+    channel) rather than the workgroup kernels."""
+    return not b.tiled and elements <= b.BN_BLOCKED_MAX
+
+
+def _part(b, node, c, parts, blocked):
+    """The partial sums' buffer, [C, parts, 2]: per layer for the workgroup kernels; for the
+    block sums (up to ~2 * MAX_PARTS a channel) the plan's shared scratch, which the next
+    dispatch reads."""
+    if not blocked:
+        return b.save(node, 2 * c * parts, "parts")
+    return b.temp(2 * c * parts)
 
 
 async def forward(b, node, ins, outs, train):
     x = ins[0]
     c, parts, params = _params(b, node, x, ins, relu=int("forward" in b.fused(node)))
     save = b.save(node, 2 * c)
-    part = b.save(node, 2 * c * parts, "parts")
-    binds = dict(params=params, x=x, P=b.P, save=save, out=outs[0], part=part)
+    blocked = _blocked(b, x.numel // c)
+    binds = dict(params=params, x=x, P=b.P, save=save, out=outs[0],
+                 part=_part(b, node, c, parts, blocked))
     if train and parts == 1 and b.tiled:  # GPUs, small channels: one dispatch
         await b.kernel("batchnorm", "forward_fused", groups_per_channel(c), **binds)
         return
-    if train:
+    if train and blocked:  # CPU adapters: no barriers
+        await b.kernel("batchnorm", "block_stats", groups_1d(c * parts), **binds)
+        await b.kernel("batchnorm", "block_finish", groups_1d(c), **binds)
+    elif train:
         await b.kernel("batchnorm", "sum_x", groups_per_channel(c, parts), **binds)
         await b.kernel("batchnorm", "mean_finish", groups_1d(c), **binds)
         await b.kernel("batchnorm", "sum_sq", groups_per_channel(c, parts), **binds)
@@ -80,13 +128,17 @@ async def backward(b, node, ins, outs, gins, gouts):
     c, parts, params = _params(b, node, x, ins, int("backward" in b.fused(node)),
                                int(gins[0] is not None))
     save = b.save(node, 2 * c)
-    part = b.save(node, 2 * c * parts, "parts")
-    binds = dict(params=params, x=x, dy=gouts[0], P=b.P, save=save, G=b.G, part=part,
-                 out=gins[0])
+    blocked = _blocked(b, x.numel // c)
+    binds = dict(params=params, x=x, dy=gouts[0], P=b.P, save=save, G=b.G,
+                 part=_part(b, node, c, parts, blocked), out=gins[0])
     if parts == 1 and b.tiled:  # GPUs, small channels: one dispatch
         await b.kernel("batchnorm", "backward_fused", groups_per_channel(c), **binds)
         return
-    await b.kernel("batchnorm", "sum_dy", groups_per_channel(c, parts), **binds)
-    await b.kernel("batchnorm", "dy_finish", groups_1d(c), **binds)
+    if not blocked:
+        await b.kernel("batchnorm", "sum_dy", groups_per_channel(c, parts), **binds)
+        await b.kernel("batchnorm", "dy_finish", groups_1d(c), **binds)
+    else:  # CPU adapters: no barriers
+        await b.kernel("batchnorm", "block_dy", groups_1d(c * parts), **binds)
+        await b.kernel("batchnorm", "dy_block_finish", groups_1d(c), **binds)
     if gins[0] is not None:
         await b.kernel("batchnorm", "backward_input", b.elementwise_groups(x.numel), **binds)
