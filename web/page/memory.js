@@ -7,7 +7,7 @@
 import { $, humanBytes } from "../lib/util.js";
 import { appState } from "./state.js";
 import { adapterLimits } from "./dataset.js";
-import { currentConfig } from "./form.js";
+import { currentConfig, schemaLoaded } from "./form.js";
 
 const DELAY_MS = 400;
 let timer = null;
@@ -30,6 +30,7 @@ function hint() {
 
 async function update() {
   const p = hint();
+  if (!schemaLoaded()) return;  // the form cannot be read yet; its loading says settings-changed
   const model = $("model")?.value;
   const cfg = currentConfig();
   const batch = Number(cfg.batch_size);
