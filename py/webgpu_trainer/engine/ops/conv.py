@@ -36,6 +36,7 @@ def normalize(node, opset, shapes) -> list:
     return card.resolve_auto_pad(node, opset, shapes)
 FUSES_RELU_FORWARD = True  # a following in-place Relu is applied by the Conv's forward
 TAKES_RELU_GRAD = True  # a preceding in-place Relu's backward is masked into the dx kernel
+WIDE = True  # CPU adapters: stride-1 3-wide windows through ``forward_wide`` (False: A/B)
 
 
 def macs(node, shapes) -> int:
@@ -150,8 +151,8 @@ async def conv_forward(b, node, g, win, x, w, bias, y, relu=0, mask=0, mask_src=
     packed = b.save(node, (c // grp) * win["KH"] * win["KW"] * grp * _cdiv(kg, 8) * 8, "wfwd")
     await b.kernel("conv2d", "pack_forward", groups_1d(packed_numel(b, packed)), params=params,
                    constants=win, w=w, y=packed)
-    threads, consts = _forward_threads(b, n, grp, kg, oh, ow, win)
-    await b.kernel("conv2d", "forward", groups_1d(threads), params=params, constants=consts,
+    threads, entry, consts = _forward_threads(b, n, grp, kg, oh, ow, win)
+    await b.kernel("conv2d", entry, groups_1d(threads), params=params, constants=consts,
                    x=x, wt=packed, b=bias if mask_src is None else mask_src, y=y)
 
 
@@ -162,8 +163,12 @@ def _forward_threads(b, n, grp, kg, oh, ow, win):
     adapters load a 3-wide row's input columns once (``ROW_LOADS``)."""
     threads = n * grp * _cdiv(kg, 8) * oh * _cdiv(ow, 4)
     if b.tiled and threads < 65536:
-        return n * grp * _cdiv(kg, 4) * oh * _cdiv(ow, 4), {**win, "FCT": 4}
-    return threads, win if b.tiled else {**win, "ROW_LOADS": 1}
+        return n * grp * _cdiv(kg, 4) * oh * _cdiv(ow, 4), "forward", {**win, "FCT": 4}
+    if b.tiled:
+        return threads, "forward", win
+    if WIDE and win["sw"] == win["dw"] == 1 and win["KW"] == 3:
+        return n * grp * _cdiv(kg, 8) * oh * _cdiv(ow, 8), "forward_wide", win
+    return threads, "forward", {**win, "ROW_LOADS": 1}
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -275,8 +280,8 @@ async def _input_grad_as_forward(b, node, g, win, w, dy, dx, mask=0, mask_src=No
     packed = b.save(node, (k // grp) * kh * kw * grp * _cdiv(cg, 8) * 8, "wtrans")
     await b.kernel("conv2d", "pack_transposed", groups_1d(packed_numel(b, packed)),
                    params=params, constants=tw, w=w, y=packed)
-    threads, consts = _forward_threads(b, n, grp, cg, h, wd, tw)
-    await b.kernel("conv2d", "forward", groups_1d(threads), params=params, constants=consts,
+    threads, entry, consts = _forward_threads(b, n, grp, cg, h, wd, tw)
+    await b.kernel("conv2d", entry, groups_1d(threads), params=params, constants=consts,
                    x=dy, wt=packed, b=bias if mask_src is None else mask_src, y=dx)
 
 
