@@ -142,6 +142,7 @@ def profile_table(r: dict, top: int) -> str:
 
 
 PARTS = ("browser", "native", "cpu")
+PEERS = ("jax-js", "tfjs")
 
 
 def _browser(args) -> dict:
@@ -154,34 +155,46 @@ def _browser(args) -> dict:
         br = browser.launch(p, args.chromium)
         out["chromium"] = br.version
         try:
-            for batch in args.batch:
-                big = batch >= 512
-                r = browser.engine(br, server.url, batch, args.browser_steps if not big
-                                   else max(1, args.browser_steps // 2), 1,
-                                   profile=bool(args.profile) and not big,
-                                   gemm=args.browser_gemm_n if batch == args.batch[0] else 0)
-                out["engine"].append(r)
-                print(f"  browser engine batch {batch}: {r['wall_ms']:.0f} ms/step, host "
-                      f"{r['host_ms']:.2f} ms", flush=True)
-            if out["versions"]:
-                for lib in ("jax-js", "tfjs"):
-                    for batch in args.batch:
-                        steps = args.browser_steps if batch < 512 else 1
-                        try:
-                            r = browser.peer(br, static.url, lib, "seednet", batch, steps, 1)
-                        except Exception as exc:
-                            out["errors"].append(str(exc)[:300])
-                            print(f"  {lib} batch {batch}: FAILED {exc}", flush=True)
-                            continue
-                        out["peers"].append(r)
-                        print(f"  browser {lib} batch {batch}: {r['ms']:.0f} ms/step", flush=True)
-                    r = browser.peer(br, static.url, lib, "gemm", args.browser_gemm_n, 3, 0)
-                    out["peers"].append(r)
-                    print(f"  browser {lib} gemm {r['batch']}: {r['gflops']:.2f} GFLOP/s",
-                          flush=True)
+            for rep in range(args.repeats):
+                _browser_round(args, br, server, static, out, rep)
         finally:
             br.close()
     return out
+
+
+def _browser_round(args, br, server, static, out: dict, rep: int) -> None:
+    """One round of the browser part: the engine at every batch, then each peer's."""
+    import browser
+    for batch in args.batch:
+        big = batch >= 512
+        r = browser.engine(br, server.url, batch, args.browser_steps if not big
+                           else max(1, args.browser_steps // 2), 1,
+                           profile=bool(args.profile) and not big and rep == 0,
+                           gemm=args.browser_gemm_n if batch == args.batch[0] else 0)
+        r["repeat"] = rep
+        out["engine"].append(r)
+        print(f"  browser engine batch {batch}: {r['wall_ms']:.0f} ms/step, host "
+              f"{r['host_ms']:.2f} ms", flush=True)
+    if not out["versions"]:
+        return
+    for lib in args.peers:
+        for batch in args.batch:
+            steps = args.browser_steps if batch < 512 else 1
+            try:
+                r = browser.peer(br, static.url, lib, "seednet", batch, steps, 1)
+            except Exception as exc:
+                out["errors"].append(str(exc)[:300])
+                print(f"  {lib} batch {batch}: FAILED {exc}", flush=True)
+                continue
+            r["repeat"] = rep
+            out["peers"].append(r)
+            print(f"  browser {lib} batch {batch}: {r['ms']:.0f} ms/step", flush=True)
+        if args.browser_gemm_n:
+            r = browser.peer(br, static.url, lib, "gemm", args.browser_gemm_n, 3, 0)
+            r["repeat"] = rep
+            out["peers"].append(r)
+            print(f"  browser {lib} gemm {r['batch']}: {r['gflops']:.2f} GFLOP/s",
+                  flush=True)
 
 
 def _npm_versions() -> dict:
@@ -264,6 +277,7 @@ def summary(res: dict) -> str:
         if a in rows and b in rows:
             lines.append(f"| {a} vs {b} | " + " | ".join(
                 _ratio(rows[b].get(x), rows[a].get(x)) for x in batches) + " |")
+    lines += _rounds(br, batches)
     g = [("engine, browser", (br.get("engine") or [{}])[0].get("gemm"))]
     g += [(r["lib"] + ", browser", r) for r in br.get("peers", []) if r["what"] == "gemm"]
     g = [(name, r) for name, r in g if r]
@@ -276,6 +290,23 @@ def summary(res: dict) -> str:
         lines += ["", "host time per step in the browser (Pyodide: Python + bridge calls, GPU "
                   "idle), ms: " + ", ".join(f"batch {b}: {h:.2f}" for b, h in hosts)]
     return "\n".join(lines)
+
+
+def _rounds(br: dict, batches) -> list:
+    """With ``--repeats``: each round's ratio of a peer's step time to the engine's (the rows
+    above hold the last round's times)."""
+    eng = {(r.get("repeat", 0), r["batch"]): r["wall_ms"] for r in br.get("engine", [])}
+    if len({k[0] for k in eng}) < 2:
+        return []
+    lines = ["", "| round: peer's ms / engine's ms | " + " | ".join(f"batch {b}" for b in batches)
+             + " |", "|---|" + "---:|" * len(batches)]
+    for lib in sorted({r["lib"] for r in br.get("peers", []) if r["what"] == "seednet"}):
+        ms = {(r.get("repeat", 0), r["batch"]): r["ms"] for r in br["peers"]
+              if r["lib"] == lib and r["what"] == "seednet"}
+        for rep in sorted({k[0] for k in eng}):
+            lines.append(f"| {lib}, round {rep + 1} | " + " | ".join(
+                _ratio(ms.get((rep, b)), eng.get((rep, b))) for b in batches) + " |")
+    return lines
 
 
 def browser_profile(r: dict, top: int) -> str:
@@ -313,6 +344,10 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--browser-steps", type=int, default=3,
                    help="browser: timed steps at batch < 512 (half at larger batches; peers 1)")
     p.add_argument("--browser-gemm-n", type=int, default=1024, help="browser GEMM size")
+    p.add_argument("--peers", nargs="*", choices=PEERS, default=list(PEERS),
+                   help="browser: the peer libraries beside the engine (none: engine only)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="browser: run the engine and the peers this many times in turn")
     p.add_argument("--cpu-steps", type=int, default=10,
                    help="cpu: timed steps at batch < 512 (2-3 at larger batches)")
     p.add_argument("--chromium", default=os.environ.get("WEBGPU_TRAINER_CHROMIUM",
