@@ -2,7 +2,7 @@
 """GEMM benchmark (not a test): the engine's Gemm kernels (ops/gemm.matmul) on given shapes,
 GPU time by timestamp queries (median of ``--reps`` after a warm-up), TFLOP/s, the error of 64
 rows against float64, beside cuBLAS (torch.matmul, TF32 off) on CUDA. Each shape is timed with
-the engine's own kernel choice ("auto"), and with ``--force`` the untiled (0) or tiled (16)
+the engine's own kernel choice ("auto"), and with ``--force`` the untiled (0) or tiled kernel (16: 16 x 16 threads, 16x8: 16 along m, 8 along n)
 kernel.
 
     python benchmarks/gemm.py                                   # 4096^3 and the MLP's products
@@ -51,6 +51,15 @@ def constants(spec: str):
         Builder.kernel = plain
 
 
+def _tiles(force: str):
+    """ops/gemm.tile_shape's answer for a ``--force`` value: "0" the untiled kernel, "16" 16 x
+    16 threads, "16x8" 16 along m and 8 along n."""
+    if force in ("0", 0):
+        return None
+    wm, _, wn = str(force).partition("x")
+    return (int(wm), int(wn or wm))
+
+
 def parse(shape: str):
     """(m, n, k, ta, tb) of ``MxNxK:XY``."""
     dims, _, tt = shape.partition(":")
@@ -75,14 +84,14 @@ async def engine(dev, shape: str, force=None, reps: int = 20) -> dict:
     dev.write(ba, a.tobytes())
     dev.write(bb, b.tobytes())
     builder = Builder(types.SimpleNamespace(dev=dev, P=None, G=None, step=None))
-    rule = gemm_op.tile_width
+    rule = gemm_op.tile_shape
     if force is not None:
-        gemm_op.tile_width = lambda *_: force
+        gemm_op.tile_shape = lambda *_: _tiles(force)
     try:
         await gemm_op.matmul(builder, ba, (1, m) if ta else (k, 1), bb,
                              (1, k) if tb else (n, 1), bc, m, n, k)
     finally:
-        gemm_op.tile_width = rule
+        gemm_op.tile_shape = rule
     prog = dev.program(builder.current)
     timer = Timer(dev)
     timer.passes([prog] * 3)
@@ -122,7 +131,7 @@ def cublas(shape: str, reps: int = 20) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", nargs="+", default=list(SHAPES))
-    p.add_argument("--force", type=int, nargs="*", default=[],
+    p.add_argument("--force", nargs="*", default=[],
                    help="also time each shape with this tile width (0: untiled, 16: tiled)")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--const", nargs="+", default=[""], metavar="NAME=VALUE,...",

@@ -161,14 +161,14 @@ async def gemm(dev, n: int = 4096, tiled=None, tw=None, reps: int = 10) -> dict:
     builder = Builder(types.SimpleNamespace(dev=dev, P=None, G=None, step=None))
     if tiled is not None:
         builder.TILED = tiled
-    rule = getattr(gemm_op, "tile_width", None)
-    if tw is not None and rule is not None:  # force a tile width (TW=8: 64 x 64 tiles)
-        gemm_op.tile_width = lambda *_: tw
+    rule = getattr(gemm_op, "tile_shape", None)
+    if tw is not None and rule is not None:  # force a tile width (8: 64 x 64 tiles)
+        gemm_op.tile_shape = lambda *_: (tw, tw) if tw else None
     try:
         await gemm_op.matmul(builder, ba, (n, 1), bb, (n, 1), bc, n, n, n)
     finally:
         if rule is not None:
-            gemm_op.tile_width = rule
+            gemm_op.tile_shape = rule
     prog = dev.program(builder.current)
     timer = Timer(dev)
     timer.passes([prog] * 2)  # warm-up
@@ -194,8 +194,8 @@ def variant(name: str):
     from webgpu_trainer.engine.plan import Builder
     saved = []
     if name == "gemm_untiled":
-        saved.append((gemm_op, "tile_width", gemm_op.tile_width))
-        gemm_op.tile_width = lambda *_: 0
+        saved.append((gemm_op, "tile_shape", gemm_op.tile_shape))
+        gemm_op.tile_shape = lambda *_: None
     elif name == "conv_fct8":
         saved.append((conv, "_forward_threads", conv._forward_threads))
         conv._forward_threads = lambda b, n, grp, kg, oh, ow, win: (

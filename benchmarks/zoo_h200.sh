@@ -10,6 +10,8 @@
 #   VARIANTS entry ("-": the committed Builder; "CONV_GEMM_MIN=64": a Builder override, on the
 #   ResNets only). PART=torch: PyTorch eager, CUDA graph, torch.compile + whole-step graph.
 # ZOO_SETS="a b" picks model groups (see zoo()), to keep one call under the tool's 10 minutes.
+# PART=prof: the kernel profile (benchmarks/zoo_profile.py) of every zoo model at PROF_BATCH.
+# PART may list several ("engine prof": one call).
 # PART=gemm: the GEMM shapes (benchmarks/gemm.py) with cuBLAS. JSON into $OUT; then the table.
 set -u
 for f in .gl/*.deb; do dpkg -x "$f" /; done
@@ -36,7 +38,8 @@ zoo() {  # json-stem zoo-args...: ZOO_SETS of models (default all): a the 1x28x2
     timeout 240 $Z "$@" "${m[@]}" --json "$OUT/$stem-$g.json" 2>&1 | grep -v -i warn | grep -v '^|'
   done
 }
-case "${PART:-engine}" in
+for part in ${PART:-engine}; do
+case $part in
   engine)
     for e in ${ENGINES:-new}; do
       py=$( [ "$e" = new ] && echo py || echo "../$e/py" )
@@ -56,5 +59,11 @@ case "${PART:-engine}" in
   torch) echo "=== torch"; zoo zoo-torch --parts eager graph compile --label torch ;;
   gemm) timeout 200 python3 benchmarks/gemm.py --engine py --label new --force 0 16 --cublas \
           --json "$OUT/gemm-new.json" 2>&1 | grep -v -i warn ;;
+  prof)
+    P="python3 benchmarks/zoo_profile.py --batch ${PROF_BATCH:-1000} --top 8"
+    timeout 200 $P --models seednet mlp encoder vit lstm --json "$OUT/prof-a.json" 2>&1 | grep -v -i warn
+    timeout 200 $P --models resnet8 resnet18 mobilenetv2 --shape 3 32 32 --json "$OUT/prof-b.json" \
+      2>&1 | grep -v -i warn ;;
 esac
+done
 python3 benchmarks/zoo.py --table "$OUT"/zoo-*.json

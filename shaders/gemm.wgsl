@@ -132,22 +132,26 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
 }
 
 // ---- matmul_tiled: the same product for GPU adapters (ops/gemm.py picks it) -----------------
-// A workgroup of TW x TW threads computes a (8*TW) x (8*TW) tile of out, each thread 8 x 8
-// values (rows 4*ty.. and 4*TW + 4*ty.., columns likewise: two vec4 halves, so the workgroup
-// memory reads are conflict-free vec4 loads). The k range advances BK = TW / 2 at a time through
-// double-buffered workgroup memory: each thread loads its 4 values of A and 4 of B for the next
-// step into registers, multiplies the current step, then stores them (one barrier per step).
-// TW = 16: 128 x 128 tiles of 256 threads; TW = 8: 64 x 64 tiles of 64 threads. The loads walk
-// whichever dim of an operand is contiguous (sak == 1 or sam == 1; sbn == 1 or sbk == 1).
-// CPU adapters keep `matmul` (no workgroup memory, 4 x 4 per thread: faster on SwiftShader).
-override TW: u32 = 16u;
-override BK: u32 = TW / 2u;
+// A workgroup of WM x WN threads (WM along m, WN along n) computes an (8*WM) x (8*WN) tile of
+// out, each thread 8 x 8 values (rows 4*ty.. and 4*WM + 4*ty.., columns 4*tx.. and 4*WN + 4*tx..:
+// two vec4 halves, so the workgroup memory reads are conflict-free vec4 loads). The k range
+// advances BK = 8 at a time through double-buffered workgroup memory: each thread loads its
+// one or two vec4 of A and of B for the next step into registers (threads past the tile's
+// count load nothing), multiplies the current step, then stores them (one barrier a step).
+// WM = WN = 16: 128 x 128 tiles of 256 threads (large products); 16 x 8: 128 x 64 tiles for
+// outputs 64 wide (a transformer's d_model); 8 x 8: 64 x 64 (small outputs, long sums). The
+// loads walk whichever dim of an operand is contiguous (sak == 1 or sam == 1; sbn == 1 or
+// sbk == 1). CPU adapters keep `matmul` (no workgroup memory: faster on SwiftShader).
+override WM: u32 = 16u;
+override WN: u32 = 16u;
+const BK: u32 = 8u;
 // acc[2*r + h]: row r of the thread's 8, column half h. Only constant indices (the epilogue is
 // written out): a dynamically indexed array would live in memory, not registers.
 var<private> acc: array<vec4<f32>, 16>;
 
-var<workgroup> tile_a: array<vec4<f32>, 512>;  // [2 buffers][BK][2*TW vec4 = 8*TW rows]
-var<workgroup> tile_b: array<vec4<f32>, 512>;  // [2 buffers][BK][2*TW vec4 = 8*TW cols]
+// [2 buffers][BK][2*WM vec4 = 8*WM rows] of A from 0, then [2][BK][2*WN] of B from 32 * WM:
+// 32 * (WM + WN) <= 1024 vec4 (16 KiB, WebGPU's default maxComputeWorkgroupStorageSize).
+var<workgroup> tile: array<vec4<f32>, 1024>;
 
 fn a_at(m: u32, k: u32, k_end: u32) -> f32 {
   let ok = m < p.M && k < k_end;
@@ -159,13 +163,12 @@ fn b_at(k: u32, n: u32, k_end: u32) -> f32 {
   return select(0.0, bm[select(0u, k * p.sbk + n * p.sbn, ok)], ok);
 }
 
-// This thread's 4 values of the A tile at k0: (row, k) pairs fixed by the thread's index.
-// `inside`: the whole tile and k step lie inside A (most steps of a large product): plain
-// loads, no bounds tests.
-fn load_a(m0: u32, k0: u32, k_end: u32, lid: u32, inside: bool) -> vec4<f32> {
+// vec4 number q (< 2 * WM * BK) of the A tile at k0. `inside`: the whole tile and k step lie
+// inside A (most steps of a large product): plain loads, no bounds tests.
+fn load_a(m0: u32, k0: u32, k_end: u32, q: u32, inside: bool) -> vec4<f32> {
   if (p.sak == 1u) {  // 4 consecutive k of one row
-    let m = m0 + lid / (BK / 4u);
-    let k = k0 + (lid % (BK / 4u)) * 4u;
+    let m = m0 + q / (BK / 4u);
+    let k = k0 + (q % (BK / 4u)) * 4u;
     if (inside) {
       let i = m * p.sam + k;
       return vec4<f32>(a[i], a[i + 1u], a[i + 2u], a[i + 3u]);
@@ -173,8 +176,8 @@ fn load_a(m0: u32, k0: u32, k_end: u32, lid: u32, inside: bool) -> vec4<f32> {
     return vec4<f32>(a_at(m, k, k_end), a_at(m, k + 1u, k_end), a_at(m, k + 2u, k_end),
                      a_at(m, k + 3u, k_end));
   }
-  let m = m0 + (lid % (2u * TW)) * 4u;  // 4 consecutive rows at one k
-  let k = k0 + lid / (2u * TW);
+  let m = m0 + (q % (2u * WM)) * 4u;  // 4 consecutive rows at one k
+  let k = k0 + q / (2u * WM);
   if (inside) {
     let i = m * p.sam + k * p.sak;
     return vec4<f32>(a[i], a[i + p.sam], a[i + 2u * p.sam], a[i + 3u * p.sam]);
@@ -183,22 +186,22 @@ fn load_a(m0: u32, k0: u32, k_end: u32, lid: u32, inside: bool) -> vec4<f32> {
                    a_at(m + 3u, k, k_end));
 }
 
-fn store_a(v: vec4<f32>, buf: u32, lid: u32) {
-  let row = buf * BK * 2u * TW;
+fn store_a(v: vec4<f32>, buf: u32, q: u32) {
+  let row = buf * BK * 2u * WM;
   if (p.sak == 1u) {
-    let q = BK / 4u;
-    let m = lid / q;
-    let k = (lid % q) * 4u;
-    for (var i = 0u; i < 4u; i++) { tile_a[row + (k + i) * 2u * TW + m / 4u][m % 4u] = v[i]; }
+    let m = q / (BK / 4u);
+    let k = (q % (BK / 4u)) * 4u;
+    for (var i = 0u; i < 4u; i++) { tile[row + (k + i) * 2u * WM + m / 4u][m % 4u] = v[i]; }
   } else {
-    tile_a[row + (lid / (2u * TW)) * 2u * TW + lid % (2u * TW)] = v;
+    tile[row + (q / (2u * WM)) * 2u * WM + q % (2u * WM)] = v;
   }
 }
 
-fn load_b(n0: u32, k0: u32, k_end: u32, lid: u32, inside: bool) -> vec4<f32> {
+// vec4 number q (< 2 * WN * BK) of the B tile at k0.
+fn load_b(n0: u32, k0: u32, k_end: u32, q: u32, inside: bool) -> vec4<f32> {
   if (p.sbn == 1u || p.sbk != 1u) {  // 4 consecutive columns at one k
-    let n = n0 + (lid % (2u * TW)) * 4u;
-    let k = k0 + lid / (2u * TW);
+    let n = n0 + (q % (2u * WN)) * 4u;
+    let k = k0 + q / (2u * WN);
     if (inside) {
       let i = k * p.sbk + n * p.sbn;
       return vec4<f32>(bm[i], bm[i + p.sbn], bm[i + 2u * p.sbn], bm[i + 3u * p.sbn]);
@@ -206,8 +209,8 @@ fn load_b(n0: u32, k0: u32, k_end: u32, lid: u32, inside: bool) -> vec4<f32> {
     return vec4<f32>(b_at(k, n, k_end), b_at(k, n + 1u, k_end), b_at(k, n + 2u, k_end),
                      b_at(k, n + 3u, k_end));
   }
-  let n = n0 + lid / (BK / 4u);  // 4 consecutive k of one column
-  let k = k0 + (lid % (BK / 4u)) * 4u;
+  let n = n0 + q / (BK / 4u);  // 4 consecutive k of one column
+  let k = k0 + (q % (BK / 4u)) * 4u;
   if (inside) {
     let i = k + n * p.sbn;
     return vec4<f32>(bm[i], bm[i + 1u], bm[i + 2u], bm[i + 3u]);
@@ -216,16 +219,37 @@ fn load_b(n0: u32, k0: u32, k_end: u32, lid: u32, inside: bool) -> vec4<f32> {
                    b_at(k + 3u, n, k_end));
 }
 
-fn store_b(v: vec4<f32>, buf: u32, lid: u32) {
-  let row = buf * BK * 2u * TW;
+fn store_b(v: vec4<f32>, buf: u32, q: u32) {
+  let row = 32u * WM + buf * BK * 2u * WN;
   if (p.sbn == 1u || p.sbk != 1u) {
-    tile_b[row + (lid / (2u * TW)) * 2u * TW + lid % (2u * TW)] = v;
+    tile[row + (q / (2u * WN)) * 2u * WN + q % (2u * WN)] = v;
   } else {
-    let q = BK / 4u;
-    let n = lid / q;
-    let k = (lid % q) * 4u;
-    for (var i = 0u; i < 4u; i++) { tile_b[row + (k + i) * 2u * TW + n / 4u][n % 4u] = v[i]; }
+    let n = q / (BK / 4u);
+    let k = (q % (BK / 4u)) * 4u;
+    for (var i = 0u; i < 4u; i++) { tile[row + (k + i) * 2u * WN + n / 4u][n % 4u] = v[i]; }
   }
+}
+
+// This thread's share of one k step: vec4 numbers lid and lid + WM * WN of A's tile and of
+// B's (2 * WM * BK and 2 * WN * BK vec4; BK <= WN and BK <= WM, so at most two each).
+struct Loads { a0: vec4<f32>, a1: vec4<f32>, b0: vec4<f32>, b1: vec4<f32> }
+
+fn load_step(m0: u32, n0: u32, k0: u32, k_end: u32, lid: u32, inside: bool) -> Loads {
+  let nt = WM * WN;
+  var l: Loads;
+  if (lid < 2u * WM * BK) { l.a0 = load_a(m0, k0, k_end, lid, inside); }
+  if (lid + nt < 2u * WM * BK) { l.a1 = load_a(m0, k0, k_end, lid + nt, inside); }
+  if (lid < 2u * WN * BK) { l.b0 = load_b(n0, k0, k_end, lid, inside); }
+  if (lid + nt < 2u * WN * BK) { l.b1 = load_b(n0, k0, k_end, lid + nt, inside); }
+  return l;
+}
+
+fn store_step(l: Loads, buf: u32, lid: u32) {
+  let nt = WM * WN;
+  if (lid < 2u * WM * BK) { store_a(l.a0, buf, lid); }
+  if (lid + nt < 2u * WM * BK) { store_a(l.a1, buf, lid + nt); }
+  if (lid < 2u * WN * BK) { store_b(l.b0, buf, lid); }
+  if (lid + nt < 2u * WN * BK) { store_b(l.b1, buf, lid + nt); }
 }
 
 // Writes one 4-wide row segment of the tile (alpha, bias when not split, edges clipped).
@@ -240,39 +264,36 @@ fn write_row(base: u32, m: u32, n: u32, v: vec4<f32>) {
   }
 }
 
-@compute @workgroup_size(TW * TW)
+@compute @workgroup_size(WM * WN)
 fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
-  let tiles_n = (p.N + 8u * TW - 1u) / (8u * TW);
-  let m0 = (wid.x / tiles_n) * 8u * TW;
-  let n0 = (wid.x % tiles_n) * 8u * TW;
+  let tiles_n = (p.N + 8u * WN - 1u) / (8u * WN);
+  let m0 = (wid.x / tiles_n) * 8u * WM;
+  let n0 = (wid.x % tiles_n) * 8u * WN;
   let per = (p.K + p.splits - 1u) / p.splits;
   let k_start = wid.z * per;
   let k_end = min(p.K, k_start + per);
-  let tx = lid % TW;
-  let ty = lid / TW;
-  let tile_in = m0 + 8u * TW <= p.M && n0 + 8u * TW <= p.N;
-  let first_in = tile_in && k_start + BK <= k_end;
-  var va = load_a(m0, k_start, k_end, lid, first_in);
-  var vb = load_b(n0, k_start, k_end, lid, first_in);
-  store_a(va, 0u, lid);
-  store_b(vb, 0u, lid);
+  let tx = lid % WN;
+  let ty = lid / WN;
+  let tile_in = m0 + 8u * WM <= p.M && n0 + 8u * WN <= p.N;
+  var l = load_step(m0, n0, k_start, k_end, lid, tile_in && k_start + BK <= k_end);
+  store_step(l, 0u, lid);
   workgroupBarrier();
   var cur = 0u;
   for (var k0 = k_start; k0 < k_end; k0 += BK) {
     let more = k0 + BK < k_end;
     if (more) {  // the next step's values are in flight while this step multiplies
-      let inside = tile_in && k0 + 2u * BK <= k_end;
-      va = load_a(m0, k0 + BK, k_end, lid, inside);
-      vb = load_b(n0, k0 + BK, k_end, lid, inside);
+      l = load_step(m0, n0, k0 + BK, k_end, lid, tile_in && k0 + 2u * BK <= k_end);
     }
-    let row0 = cur * BK * 2u * TW;
+    let row_a = cur * BK * 2u * WM;
+    let row_b = 32u * WM + cur * BK * 2u * WN;
     for (var k = 0u; k < BK; k++) {  // explicit fma: one instruction a multiply-add
-      let row = row0 + k * 2u * TW;
-      let a0 = tile_a[row + ty];
-      let a1 = tile_a[row + TW + ty];
-      let b0 = tile_b[row + tx];
-      let b1 = tile_b[row + TW + tx];
+      let ra = row_a + k * 2u * WM;
+      let rb = row_b + k * 2u * WN;
+      let a0 = tile[ra + ty];
+      let a1 = tile[ra + WM + ty];
+      let b0 = tile[rb + tx];
+      let b1 = tile[rb + WN + tx];
       acc[0] = fma(vec4<f32>(a0.x), b0, acc[0]); acc[1] = fma(vec4<f32>(a0.x), b1, acc[1]);
       acc[2] = fma(vec4<f32>(a0.y), b0, acc[2]); acc[3] = fma(vec4<f32>(a0.y), b1, acc[3]);
       acc[4] = fma(vec4<f32>(a0.z), b0, acc[4]); acc[5] = fma(vec4<f32>(a0.z), b1, acc[5]);
@@ -284,16 +305,15 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
     }
     if (more) {
       cur = 1u - cur;
-      store_a(va, cur, lid);
-      store_b(vb, cur, lid);
+      store_step(l, cur, lid);
     }
     workgroupBarrier();
   }
   let base = wid.z * p.M * p.N;
   let top = m0 + ty * 4u;
-  let bottom = m0 + 4u * TW + ty * 4u;
+  let bottom = m0 + 4u * WM + ty * 4u;
   let left = n0 + tx * 4u;
-  let right = n0 + 4u * TW + tx * 4u;
+  let right = n0 + 4u * WN + tx * 4u;
   if (tile_in && (p.splits != 1u || p.bias_mode <= 1u)) {
     // The whole tile inside out, no bias or a row-vector bias: straight-line stores, no
     // bounds tests (H200: 2-16% faster on the MLP's split-K products, benchmarks/gemm.py).

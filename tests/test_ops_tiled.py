@@ -221,13 +221,29 @@ def test_seednet_step_gpu_paths(device):
 # else the untiled kernel (thin outputs, short k: (600, 520, 70))
 GEMM_CASES = [(1030, 1025, 37), (1024, 1100, 300), (200, 5300, 50), (1000, 32, 600),
               (32, 300, 1000), (130, 129, 77), (600, 520, 70), (600, 520, 300),
-              (1024, 1152, 24)]
+              (1024, 1152, 24), (4100, 64, 130), (4097, 40, 9), (64, 4100, 33),
+              (50, 100, 4099), (64, 64, 4104)]
 
 
 @pytest.mark.parametrize("m,n,k", GEMM_CASES)
 @pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)])
 def test_gemm_kernel_tiled(device, m, n, k, ta, tb):
     """ops/gemm.matmul alone (alpha, a row bias) against float64, every transpose."""
+    _check_gemm(device, m, n, k, ta, tb)
+
+
+# Every workgroup shape of matmul_tiled (threads along m x along n) on outputs with partial
+# tiles at both edges, k not a multiple of the step (8), unsplit (k 37) and split (k 900).
+@pytest.mark.parametrize("shape", [(16, 16), (16, 8), (8, 16), (8, 8)])
+@pytest.mark.parametrize("m,n,k", [(70, 45, 37), (300, 130, 900)])
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1), (0, 1)])
+def test_gemm_tile_shapes(device, monkeypatch, shape, m, n, k, ta, tb):
+    from webgpu_trainer.engine.ops import gemm
+    monkeypatch.setattr(gemm, "tile_shape", lambda *_: shape)
+    _check_gemm(device, m, n, k, ta, tb)
+
+
+def _check_gemm(device, m, n, k, ta, tb):
     import types
     from webgpu_trainer.engine.ops import gemm
     rng = rng_for("gemm_tiled", m, n, k, ta, tb)
@@ -250,7 +266,8 @@ def test_gemm_kernel_tiled(device, m, n, k, ta, tb):
         device.submit([device.program(b.current)])
         return np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
     got = run(go())
-    assert any("matmul_tiled" in d[0][2] for d in b.current) == (gemm.tile_width(b, m, n, k) > 0)
+    tiled = gemm.tile_shape(b, m, n, k) is not None
+    assert any("matmul_tiled" in d[0][2] for d in b.current) == tiled
     want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (bm.T if tb else bm)) + bias
     assert rel_err(got, want) <= FWD_RTOL
 
@@ -259,7 +276,10 @@ def test_gemm_kernel_tiled(device, m, n, k, ta, tb):
 # build them: a real GPU in Chromium takes these paths (SwiftShader, the CI's, does not).
 _WIN = {"KH": 3, "KW": 3, "sh": 1, "sw": 1, "ph": 0, "pw": 0, "dh": 1, "dw": 1}
 GPU_PIPELINES = [
-    ("gemm", "matmul_tiled", {"TW": 16}),
+    ("gemm", "matmul_tiled", {"WM": 16, "WN": 16}),
+    ("gemm", "matmul_tiled", {"WM": 16, "WN": 8}),
+    ("gemm", "matmul_tiled", {"WM": 8, "WN": 16}),
+    ("gemm", "matmul_tiled", {"WM": 8, "WN": 8}),
     ("conv2d", "forward", {**_WIN, "FCT": 4}),
     ("conv2d_wgrad", "weight_grad", {**_WIN, "WRB": 4}),
     ("conv2d_wgrad", "weight_grad", {**_WIN, "KH": 5, "sh": 2, "ph": 2, "pw": 1, "dw": 2,

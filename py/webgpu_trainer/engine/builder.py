@@ -130,6 +130,10 @@ class Builder:
             return not getattr(self.dev, "is_cpu", False)
         return bool(self.TILED)
 
+    # The GEMM's narrow workgroup-memory tiles (ops/gemm.tile_shape: 128 x 64) for tall
+    # outputs 33-64 wide summed over k >= 128; False: the untiled kernel there (A/B).
+    GEMM_NARROW = True
+
     # Tap blocks of 8 per workgroup of conv2d.wgsl weight_grad (1, 2 or 4): they share the
     # workgroup's dy tile, read once from memory instead of once per block.
     WEIGHT_GRAD_BLOCKS = 4

@@ -50,20 +50,20 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
     """out[m, n] = alpha * sum_k a[m*sam + k*sak] * bm[k*sbk + n*sbn] (+ beta * bias), then
     max(out, 0) with ``relu`` (a fused ReLU: by the product, or ``reduce_splits`` when split).
 
-    Large outputs on GPU adapters (``tile_width``): a workgroup-memory tiled kernel (128 x 128
+    Large outputs on GPU adapters (``tile_shape``): a workgroup-memory tiled kernel (128 x 128
     tiles, 8 x 8 per thread), else 4 x 4 per thread with no workgroup memory (CPU adapters,
     thin outputs). Splits the sum over k (split-K) when the output alone leaves the GPU idle.
     """
-    tw = tile_width(b, m, n, k)
-    if tw:
-        side = 8 * tw
-        tiles = ((m + side - 1) // side) * ((n + side - 1) // side)
-        # enough workgroups for every multiprocessor, each split at least 4 steps of k
+    shape = tile_shape(b, m, n, k)
+    if shape:
+        wm, wn = shape
+        tiles = ((m + 8 * wm - 1) // (8 * wm)) * ((n + 8 * wn - 1) // (8 * wn))
+        # enough workgroups for every multiprocessor, each split at least 2 steps of k (BK 8)
         target = 512
         splits = 1 if tiles >= target else max(1, min((target + tiles - 1) // tiles,
-                                                      k // (2 * tw), 256))
+                                                      k // 16, 256))
         counts = (tiles, 1, splits)
-        entry, consts = "matmul_tiled", {"TW": tw}
+        entry, consts = "matmul_tiled", {"WM": wm, "WN": wn}
     else:
         wx = _threads_along_n(n)
         side_m, side_n = 4 * 64 // wx, 4 * wx
@@ -91,18 +91,31 @@ def _threads_along_n(n: int) -> int:
     return wx
 
 
-def tile_width(b, m: int, n: int, k: int) -> int:
-    """Threads per side of a ``matmul_tiled`` workgroup for an [m, n] output summed over k: 16
-    (128 x 128 tiles) on GPU adapters for outputs of at least 128 x 128 and 2^20 values, or
-    2^18 values with k >= 256, else 0 (the untiled kernel). Measured on an H200
-    (benchmarks/): at 4096^3 the 128 x 128 tiles reach 26 TFLOP/s, the untiled kernel 12,
-    64 x 64 tiles (TW = 8) 7.9; on SeedNet's thin products ([1000, 11616] x [11616, 32] and
-    its gradients) the untiled kernel with split-K is faster; on the wide MLP's products at
-    batch 1000 ([1000, 1024] and [1024, 784] outputs, k 784-1024) the tiles with split-K are
-    (1.1-2.9x, benchmarks/gemm.py), at batch 64 ([1024, 784], k 64) they are not."""
-    if b.tiled and min(m, n) >= 128 and m * n >= (1 << 18) and (m * n >= (1 << 20) or k >= 256):
-        return 16
-    return 0
+def tile_shape(b, m: int, n: int, k: int) -> tuple[int, int] | None:
+    """(WM, WN) threads along m and n of a ``matmul_tiled`` workgroup (an (8*WM) x (8*WN) tile of
+    out) for an [m, n] output summed over k on GPU adapters, or None (the untiled kernel).
+
+    - (16, 16), 128 x 128 tiles: outputs of at least 128 x 128 and 2^20 values, or 2^18
+      values with k >= 256. At 4096^3 on an H200 they reach 26 TFLOP/s, the untiled kernel
+      12; on SeedNet's thin products ([1000, 11616] x [11616, 32] and its gradients) the
+      untiled kernel with split-K is faster; on the wide MLP's at batch 1000 the tiles with
+      split-K are (1.1-2.9x, benchmarks/gemm.py), at batch 64 ([1024, 784], k 64) they are not.
+    - ``b.GEMM_NARROW`` (Builder): (16, 8), 128 x 64 tiles, for outputs 33-64 wide, at least
+      4096 tall, summed over k >= 128 (a transformer's [tokens, d_model] products after the
+      MLP's up-projection or the attention's concatenated heads). H200 (benchmarks/gemm.py,
+      2026-12-03): [65000, 64] x k 128 (B read across rows) 0.16 ms tiled against 0.22
+      untiled; at k 64 the untiled kernel was faster (28000 x 64: 0.031 against 0.081 ms), and
+      for weight gradients ([64, 64..192] over k 28000-65000) the two were within 10%.
+    """
+    if not b.tiled:
+        return None
+    if min(m, n) >= 128 and m * n >= (1 << 18) and (m * n >= (1 << 20) or k >= 256):
+        return (16, 16)
+    if not getattr(b, "GEMM_NARROW", False):
+        return None
+    if 32 < n <= 64 and m >= 4096 and k >= 128:
+        return (16, 8)
+    return None
 
 
 async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=0, beta=1.0,

@@ -155,7 +155,7 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
         raise NotImplementedError(
             f"{node['name'] if node else 'MatMul'}: more than {MAX_DIMS} kept or reduced batch "
             f"dims after merging ({kept}, {red})")
-    if not kept and not red and inner and gemm.tile_width(b, rows, cols, inner):
+    if not kept and not red and inner and gemm.tile_shape(b, rows, cols, inner):
         # one plain product large enough for the Gemm's workgroup-memory tiles (GPU adapters),
         # which read either operand along its contiguous dim (a Linear's dX = dY @ W^T read
         # W across rows here: 5x the forward's time on an H200)
