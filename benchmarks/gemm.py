@@ -4,7 +4,6 @@ GPU time by timestamp queries (median of ``--reps`` after a warm-up), TFLOP/s, t
 rows against float64, beside cuBLAS (torch.matmul, TF32 off) on CUDA. Each shape is timed with
 the engine's own kernel choice ("auto"), and with ``--force`` the untiled (0) or tiled
 kernel (16: 16 x 16 threads; 16x8: 16 along m, 8 along n).
-kernel.
 
     python benchmarks/gemm.py                                   # 4096^3 and the MLP's products
     python benchmarks/gemm.py --shapes 1000x1024x1024:nt --force 0 16 --engine base/py
