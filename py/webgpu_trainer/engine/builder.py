@@ -134,6 +134,10 @@ class Builder:
     # outputs 33-64 wide summed over k >= 128; False: the untiled kernel there (A/B).
     GEMM_NARROW = True
 
+    # MatMul products with no batch dims left (after folding) run on the Gemm's kernels on GPU
+    # adapters (ops/matmul.batched); False: the batched kernel (A/B).
+    MATMUL_GEMM = True
+
     # Tap blocks of 8 per workgroup of conv2d.wgsl weight_grad (1, 2 or 4): they share the
     # workgroup's dy tile, read once from memory instead of once per block.
     WEIGHT_GRAD_BLOCKS = 4

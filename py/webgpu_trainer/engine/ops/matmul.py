@@ -7,7 +7,8 @@ batch dims its operand was broadcast along. Any operand may be a weight (nn.Line
 MatMul(x, W^T) + Add, or MatMul(W, x)) or an activation; float32, contiguous row-major.
 
 Every product is one dispatch of the batched kernel (plus one ``reduce_splits`` when the k
-range is split): batch dims are described by sizes and per-operand strides (0 where the operand
+range is split; on GPU adapters a product with no batch dims left goes to the Gemm's kernels):
+batch dims are described by sizes and per-operand strides (0 where the operand
 broadcasts), "kept" (the output's) or "reduced" (summed, in the gradients). Before dispatch the
 dims are simplified: size-1 dims dropped, adjacent dims merged, kept dims that only one operand
 walks contiguously folded into the rows, reduced dims contiguous with the k range folded into k
@@ -155,10 +156,12 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
         raise NotImplementedError(
             f"{node['name'] if node else 'MatMul'}: more than {MAX_DIMS} kept or reduced batch "
             f"dims after merging ({kept}, {red})")
-    if not kept and not red and inner and gemm.tile_shape(b, rows, cols, inner):
-        # one plain product large enough for the Gemm's workgroup-memory tiles (GPU adapters),
-        # which read either operand along its contiguous dim (a Linear's dX = dY @ W^T read
-        # W across rows here: 5x the forward's time on an H200)
+    if not kept and not red and inner and b.tiled and getattr(b, "MATMUL_GEMM", True):
+        # one plain product on a GPU adapter: the Gemm's kernels (workgroup-memory tiles that
+        # read either operand along its contiguous dim, where this kernel read a Linear's W
+        # across rows for dX = dY @ W^T: 5x the forward's time on an H200; else its untiled
+        # kernel, k unrolled by 4, with its own split-K rule). CPU adapters keep this kernel
+        # (and its golden numbers).
         await gemm.matmul(b, a, (sam, sak), bm, (sbk, sbn), out, rows, cols, inner)
         return
     nkept = math.prod([d[0] for d in kept])
