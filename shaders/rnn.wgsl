@@ -80,16 +80,37 @@ fn init_state(@builtin(global_invocation_id) gid: vec3<u32>,
   b[k] = select(0.0, dy[e], (p.flags & 2u) != 0u);
 }
 
-// sum_k r[d, q, k] hs[d, s, n, k] for rows q of gate g.
+// sum_k r[d, q, k] hs[d, s, n, k] for rows q of gate g. flags 4 (GPU adapters): R^T [D, H, G*H]
+// is in w (`transpose_r`), so the units j of a workgroup read neighbouring values of it where
+// rows of R lie H apart (the same products, summed in the same order).
 fn rdot(d: u32, g: u32, j: u32, hb: u32) -> f32 {
   let row = (d * p.G + g) * p.H + j;
   var acc = 0.0;
+  if ((p.flags & 4u) != 0u) {
+    let gh = p.G * p.H;
+    let col = d * p.H * gh + g * p.H + j;
+    for (var k = 0u; k < p.H; k++) { acc += w[col + k * gh] * a[hb + k]; }
+    return acc;
+  }
   for (var k = 0u; k < p.H; k++) { acc += r[row * p.H + k] * a[hb + k]; }
   return acc;
 }
 
-// One LSTM step s for unit j of (d, n). Bindings: x (xp), r -> a (hs), b (cs), c (gates),
-// out (Y [T, D, N, H], flags 1).
+// out[d, k, q] = r[d, q, k]: R^T for `forward_seq` on GPU adapters. Bindings: r -> out.
+@compute @workgroup_size(64)
+fn transpose_r(@builtin(global_invocation_id) gid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat_index(gid, nwg);
+  let gh = p.G * p.H;
+  if (e >= p.D * gh * p.H) { return; }
+  let q = e % gh;
+  let k = (e / gh) % p.H;
+  let d = e / (gh * p.H);
+  out[e] = r[(d * gh + q) * p.H + k];
+}
+
+// One LSTM step s for unit j of (d, n). Bindings: x (xp), r (or w: R^T, flags 4) -> a (hs),
+// b (cs), c (gates), out (Y [T, D, N, H], flags 1).
 fn lstm_step(d: u32, n: u32, j: u32, s: u32) {
   let nh = p.N * p.H;
   let t = time_of(s, d);
@@ -113,7 +134,8 @@ fn lstm_step(d: u32, n: u32, j: u32, s: u32) {
 }
 
 // One GRU step s (linear_before_reset = 1) for unit j of (d, n); Rb of the h gate is bias's.
-// Bindings: x (xp), r, bias -> a (hs), c (gates), out (Y, flags 1; flags 2: B given).
+// Bindings: x (xp), r (or w: R^T, flags 4), bias -> a (hs), c (gates), out (Y, flags 1;
+// flags 2: B given).
 fn gru_step(d: u32, n: u32, j: u32, s: u32) {
   let nh = p.N * p.H;
   let t = time_of(s, d);

@@ -10,7 +10,8 @@ activations, ``clip``, ``input_forget``, ``layout`` 1, ``sequence_lens``, LSTM p
 GRU ``linear_before_reset`` 0.
 
 Dispatches: forward 3 or 4 (initial state, x-projections of every step, the whole sequence,
-final state), backward 2 to 6 (the whole sequence in reverse, the initial states' gradients
+final state; on GPU adapters one more: R transposed, so a step's units read it contiguously),
+backward 2 to 6 (the whole sequence in reverse, the initial states' gradients
 when wanted, dW, dR, dB, dX), each weight gradient split over its T * N sum (split-K) and its
 parts added by one more dispatch when its outputs alone leave the GPU idle. The sequence runs
 as one workgroup per (direction, sample) stepping through time (samples are independent; a
@@ -188,11 +189,18 @@ async def forward(b, node, ins, outs, train):
                    x=ins[0], w=ins[1], bias=bias, out=xp)
     y = _get(outs, 0)
     flags = int(y is not None) | 2 * int(bias is not None)
+    rt = None
+    if b.tiled:  # R^T, read by neighbouring units along its rows (H200 LSTM: R's rows apart)
+        rt = b.scratch(d * g * h * h, "rnn.rt")
+        await _kernel(b, node, "transpose_r", groups_1d(d * g * h * h), params=base, r=ins[2],
+                       out=rt)
+        flags |= 4
     per = steps_per_dispatch(h, g)
     for s0 in range(0, t, per):
         await _kernel(b, node, "forward_seq", groups_1d(d * n, 1),
                        params={**base, "flags": flags, "s": s0, "steps": per},
-                       x=xp, r=ins[2], bias=bias, a=sv["hs"], b=sv["cs"], c=sv["gates"], out=y)
+                       x=xp, w=rt, r=ins[2], bias=bias, a=sv["hs"], b=sv["cs"], c=sv["gates"],
+                       out=y)
     yh, yc = _get(outs, 1), _get(outs, 2)
     if yh is not None or yc is not None:
         await _kernel(b, node, "final_state", state,
