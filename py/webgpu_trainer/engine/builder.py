@@ -138,6 +138,9 @@ class Builder:
     # adapters (ops/matmul.batched); False: the batched kernel (A/B).
     MATMUL_GEMM = True
 
+    # LSTM/GRU forward steps read R transposed on GPU adapters (ops/rnn.forward); False: A/B.
+    RNN_TRANSPOSED_R = True
+
     # Tap blocks of 8 per workgroup of conv2d.wgsl weight_grad (1, 2 or 4): they share the
     # workgroup's dy tile, read once from memory instead of once per block.
     WEIGHT_GRAD_BLOCKS = 4

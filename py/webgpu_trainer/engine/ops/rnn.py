@@ -190,7 +190,7 @@ async def forward(b, node, ins, outs, train):
     y = _get(outs, 0)
     flags = int(y is not None) | 2 * int(bias is not None)
     rt = None
-    if b.tiled:  # R^T, read by neighbouring units along its rows (H200 LSTM: R's rows apart)
+    if b.tiled and getattr(b, "RNN_TRANSPOSED_R", True):  # R^T: units read neighbours
         rt = b.scratch(d * g * h * h, "rnn.rt")
         await _kernel(b, node, "transpose_r", groups_1d(d * g * h * h), params=base, r=ins[2],
                        out=rt)
