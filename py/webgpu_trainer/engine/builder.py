@@ -140,6 +140,8 @@ class Builder:
 
     # LSTM/GRU forward steps read R transposed on GPU adapters (ops/rnn.forward); False: A/B.
     RNN_TRANSPOSED_R = True
+    # A forward LSTM's dW and dR as products on the Gemm's kernels (GPU adapters); False: A/B.
+    RNN_GEMM_GRADS = True
 
     # Tap blocks of 8 per workgroup of conv2d.wgsl weight_grad (1, 2 or 4): they share the
     # workgroup's dy tile, read once from memory instead of once per block.

@@ -22,6 +22,7 @@ buffers for the backward.
 
 from ..backends.base import groups_1d
 from ..errors import GraphError
+from . import gemm
 from .gemm import reduce_splits
 
 TYPES = ("LSTM", "GRU")
@@ -190,7 +191,7 @@ async def forward(b, node, ins, outs, train):
     y = _get(outs, 0)
     flags = int(y is not None) | 2 * int(bias is not None)
     rt = None
-    if b.tiled and getattr(b, "RNN_TRANSPOSED_R", True):  # R^T: units read neighbours
+    if b.tiled and b.RNN_TRANSPOSED_R:  # R^T: units read neighbours
         rt = b.scratch(d * g * h * h, "rnn.rt")
         await _kernel(b, node, "transpose_r", groups_1d(d * g * h * h), params=base, r=ins[2],
                        out=rt)
@@ -241,8 +242,16 @@ async def backward(b, node, ins, outs, gins, gouts):
              ("grad_r", _get(gins, 2), d * g * h * h, dict(x=sv["hs"])),
              ("grad_b", _get(gins, 3), d * 2 * g * h, {}),
              ("grad_x", _get(gins, 0), t * n * i, dict(w=ins[1])))
+    plain = b.tiled and lstm and d == 1 and not base["rev0"] and b.RNN_GEMM_GRADS
     for entry, out, count, extra in grads:
         if out is None:
+            continue
+        if plain and entry in ("grad_w", "grad_r"):
+            # a forward LSTM's dW = dg^T [4H, T*N] x X [T*N, I] and dR = dg^T x hs[0:T] are
+            # plain products: the Gemm's kernels (GPU adapters)
+            src, width = (ins[0], i) if entry == "grad_w" else (sv["hs"], h)
+            await gemm.matmul(b, sv["dg"], (1, 4 * h), src, (width, 1), out, 4 * h, width,
+                              t * n)
             continue
         # the weight gradients sum over T * N pairs: split-K parts when the outputs are few
         splits = 1 if entry == "grad_x" else _splits(b, count, t * n)
