@@ -250,13 +250,14 @@ function showModelLayers() {
   render(false);
 }
 
-/** Rebuild a share link's ``layers`` (JSON text) for the chosen dataset: the model's name, or
- * null after naming the problem in the builder (a notice: the link's model is used instead). */
+/** Rebuild a share link's ``layers`` (JSON text) for the chosen dataset: ``{name}`` (the
+ * model's), or ``{error}`` after naming the problem in the builder (the caller shows it where
+ * the settings are: share.js marks it like a bad setting, settings-file.js lists it). */
 export async function buildFromLink(text) {
   const fail = (msg) => {
     $("builder-note").textContent = `The link's network was not built: ${msg}`;
     log(`link: layers: ${msg}`, "error");
-    return null;
+    return { error: msg };
   };
   if (text.length > LINK_LIMIT) {
     return fail(`${text.length.toLocaleString()} characters; the limit is ` +
@@ -277,7 +278,7 @@ export async function buildFromLink(text) {
     spec = res.spec;  // the server's checked copy: only own, known keys
     render();
     built.set(res.name, res.spec);
-    return res.name;
+    return { name: res.name };
   } catch (e) {
     return fail(e.message ?? String(e));
   }

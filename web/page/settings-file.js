@@ -86,11 +86,13 @@ export async function importConfig(text, name = "the file") {
   let model = nested ? doc.model : $("model").value;
   if (nested && Object.hasOwn(doc, "layers") && typeof model === "string" &&
       !appState.models.some((m) => m.name === model)) {  // a network built in the page
-    const name = await buildFromLink(JSON.stringify(doc.layers) ?? "null");
-    if (name) {  // listed, not chosen: the model changes only once every check has passed
-      await loadModels($("model").value);
-      model = name;
+    const built = await buildFromLink(JSON.stringify(doc.layers) ?? "null");
+    if (built.error) {
+      return showImportErrors(`${name} does not fit here, nothing was changed:`,
+        [["layers", `the file's network was not built: ${built.error}`]]);
     }
+    await loadModels($("model").value);  // listed, not chosen: the model changes only once
+    model = built.name;                   // every check has passed
   }
   if (!config || typeof config !== "object" || Array.isArray(config)) {
     return showImportErrors(`${name} holds no settings, nothing was changed:`,
