@@ -147,6 +147,9 @@ UNUSED_PARAMS = [
     ("layers=" + urllib.parse.quote('{"constructor":1}') + "&epochs=5",
      [NOT_BUILT + 'layers: {"constructor": 1} is not a list of layers); using seednet'],
      {"epochs": 5}),
+    ("layers=" + "[" * 40 + "]" * 40 + "&lr=0.06",  # before: "not JSON (Maximum call stack…"
+     [NOT_BUILT + "arrays or objects nest more than 32 levels deep (the limit)); using "
+      "seednet"], {"lr": 0.06}),
     ("dataset=nope&lr=0.03", ["dataset: the link's dataset “nope” is not on this server; using "
                               "mnist"], {"lr": 0.03}),
     ("dataset=constructor", ["dataset: the link's dataset “constructor” is not on this server; "
@@ -238,6 +241,9 @@ def import_file(pg, path, doc: str):
 
 
 REFUSED = "imp.json has settings the trainer refuses, nothing was changed:"
+DEEP = "imp.json is not a settings file, nothing was changed:"
+TOO_DEEP = ("file: arrays or objects nest more than 32 levels deep (the limit; a settings file "
+            "needs 3)")
 IMPORTS = [
     # before: "Imported the settings..." with lr and seed emptied
     ('{"lr": 1e999, "seed": 1e999}',
@@ -257,6 +263,12 @@ IMPORTS = [
     ('{"model": "built-x", "layers": [{"op": "nope"}], "config": {}}',
      ["imp.json does not fit here, nothing was changed:",
       f"layers: the file's network was not built: layer 0 op: 'nope': expected one of {OPS}"]),
+    # before: "imp.json is not JSON", "file: Maximum call stack size exceeded"
+    ('{"config": {"lr": ' + "[" * 100_000 + "]" * 100_000 + "}}", [DEEP, TOO_DEEP]),
+    ('{"model": "seednet", "config": {"betas": ' + "[" * 31 + "]" * 31 + "}}",
+     [DEEP, TOO_DEEP]),  # 33 levels; brackets inside strings do not count:
+    ('{"config": {"lr": "' + "[" * 50 + '"}}',
+     [REFUSED, "lr: must be a number > 0, got '" + "[" * 40 + "'... (50 characters)"]),
     # the server's message, its list of the known options cut here
     ('{"constructor": 1}', [REFUSED, "constructor: unknown option (known: optimizer, lr, "]),
 ]

@@ -10,7 +10,7 @@
 import { $, el, humanCount } from "../lib/util.js";
 import { appState, log, setStatus } from "./state.js";
 import { loadModels } from "./models.js";
-import { exactInteger } from "./values.js";
+import { exactInteger, MAX_DEPTH, nestingDepth } from "./values.js";
 
 // op -> [label, [[field, default, hint]]]: what a row edits (the server checks every value)
 const OPS = {
@@ -262,6 +262,9 @@ export async function buildFromLink(text) {
   if (text.length > LINK_LIMIT) {
     return fail(`${text.length.toLocaleString()} characters; the limit is ` +
       LINK_LIMIT.toLocaleString());
+  }
+  if (nestingDepth(text) > MAX_DEPTH) {  // JSON.parse's reviver recurses once a level
+    return fail(`arrays or objects nest more than ${MAX_DEPTH} levels deep (the limit)`);
   }
   let layers;
   try {

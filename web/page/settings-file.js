@@ -13,7 +13,7 @@ import { checkConfig } from "./validation.js";
 import { loadModels, onModelChange } from "./models.js";
 import { buildFromLink } from "./builder.js";
 import { loadedSummary, paramNames, setTrainable } from "./summary.js";
-import { cut, quote } from "./values.js";
+import { cut, MAX_DEPTH, nestingDepth, quote } from "./values.js";
 
 const NAMES_SHOWN = 5;  // the unknown `trainable` names a message lists
 
@@ -75,6 +75,11 @@ async function trainableProblems(config, model) {
  * file's value. Fields the page does not show (the command line's) are named as left out. */
 export async function importConfig(text, name = "the file") {
   $("config-import-errors").hidden = true;
+  if (nestingDepth(text) > MAX_DEPTH) {  // before: "Maximum call stack size exceeded"
+    return showImportErrors(`${name} is not a settings file, nothing was changed:`, [["file",
+      `arrays or objects nest more than ${MAX_DEPTH} levels deep (the limit; a settings ` +
+      "file needs 3)"]]);
+  }
   let doc;
   try {
     doc = JSON.parse(text, keepNotFinite);
