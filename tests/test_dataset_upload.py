@@ -214,7 +214,7 @@ def test_seed_is_used_as_the_cli_uses_it(client, tmp_path):
 
 
 _LONG_KEY = "k" * 10_000
-_TAKES = "name, title, label, size, color, test, seed"
+_TAKES = "name, title, file, label, size, color, test, seed"
 
 
 @pytest.mark.parametrize("query,message", [

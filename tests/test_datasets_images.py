@@ -89,8 +89,11 @@ def test_mixed_grey_rgb_sizes_converted_and_reported(tmp_path):
     assert ("3 files not used: a/readme.txt (not an image (PNG, JPEG, WebP or BMP by its "
             "name)); notes.txt (at the top level, not in a class folder); top.png (at the top "
             "level, not in a class folder)") in a.notes
-    assert not any("DS_Store" in n or "MACOSX" in n for n in a.notes)  # ignored silently
-    assert len(a.notes) == 3
+    # __MACOSX/a/._0.png, .DS_Store, a/.DS_Store: skipped, counted (before: silently)
+    assert a.notes[0] == ("3 hidden or system files skipped (__MACOSX/, names starting with "
+                          "'.', Thumbs.db, desktop.ini)")
+    assert not any("DS_Store" in n for n in a.notes)
+    assert len(a.notes) == 4
     # the RGBA image (random alpha) is composited onto white: never darker than its RGB
     g = read_images(fx.make_mixed_zip(tmp_path), size=16, color="grey")
     assert g.train_x.shape[1] == 1 and "3 RGB images converted to grey" in g.notes

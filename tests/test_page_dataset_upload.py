@@ -130,6 +130,9 @@ def test_zip_preview_prepare_train_try(app, server, server_data_root):
                            ".startsWith('Prepared colours: 1x28x28, 3 classes, 72')",
                            timeout=60_000)
     assert json.loads(manifest(server_data_root, "colours"))["splits"]["test"]["count"] == 18
+    # the user's file name (file=), never the server's temp file's
+    assert json.loads(manifest(server_data_root, "colours"))["source"] == \
+        "Colours.zip (90 images in 3 class folders, 28x28 grey)"
     assert page.is_hidden("#dsu-error")
     d = listed(server)["datasets"]
     ours = next(x for x in d if x["name"] == "colours")

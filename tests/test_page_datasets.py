@@ -72,8 +72,8 @@ def test_picker_and_mismatch(rgb, app, server):
     page.wait_for_selector("#dataset-fit:not([hidden])", timeout=10_000)
     fit = page.text_content("#dataset-fit")
     assert fit == ("Model seednet: input 'input' [N, 1, 28, 28] does not fit dataset blobs "
-                   "(3x8x8 images, [N, 3, 8, 8]): choose a model made for 3x8x8 or another "
-                   "dataset."), fit
+                   "(3x8x8 images, [N, 3, 8, 8]): choose a model made for 3x8x8 images, make "
+                   "one in the Build tab, or choose another dataset."), fit
     assert page.text_content("#summary-fit") == fit
     assert page.is_disabled("#start") and page.get_attribute("#start", "title") == fit
     assert page.is_hidden("#dataset-warn")

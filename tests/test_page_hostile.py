@@ -19,6 +19,9 @@ pytestmark = pytest.mark.e2e
 BOOT_TIMEOUT_S = 180
 WAIT_MS = 60_000
 BLOCKED = "Fix the settings marked in red first"  # #start's title while a check failed
+# the builder's layer kinds, as the server's message lists them (host/build_routes.py)
+OPS = ("conv, maxpool, avgpool, global_avgpool, flatten, linear, batchnorm, dropout, "
+       "leaky_relu, residual, relu, gelu, tanh, sigmoid, elu")
 
 # JS: the texts the page shows for the settings: inline per field and the list below the form
 MARKS = """() => ({
@@ -130,6 +133,65 @@ def test_hostile_share_links(page, server):
     assert not pg.errors, pg.errors
 
 
+NOT_BUILT = "layers: the link's network was not built ("
+# share-link parameters the page could not use (before: a line in the log at most, the link's
+# network or dataset replaced by the default silently) -> the marks below the form (a message
+# ending in "…" is a prefix: V8's JSON.parse words) and what the form keeps of the rest
+UNUSED_PARAMS = [
+    ("layers=" + urllib.parse.quote('[{"op":"nope"}]') + "&lr=0.02&optimizer=adam&epochs=3",
+     [f"{NOT_BUILT}layer 0 op: 'nope': expected one of {OPS}); using seednet"],
+     {"lr": 0.02, "optimizer": "adam", "epochs": 3}),
+    ("layers=" + urllib.parse.quote('[{"op":"conv"') + "&seed=7",
+     [NOT_BUILT + "not JSON (…"], {"seed": 7}),
+    ("layers=__proto__&lr=0.05", [NOT_BUILT + "not JSON (…"], {"lr": 0.05}),
+    ("layers=" + urllib.parse.quote('{"constructor":1}') + "&epochs=5",
+     [NOT_BUILT + 'layers: {"constructor": 1} is not a list of layers); using seednet'],
+     {"epochs": 5}),
+    ("layers=" + "[" * 40 + "]" * 40 + "&lr=0.06",  # before: "not JSON (Maximum call stack…"
+     [NOT_BUILT + "arrays or objects nest more than 32 levels deep (the limit)); using "
+      "seednet"], {"lr": 0.06}),
+    ("dataset=nope&lr=0.03", ["dataset: the link's dataset “nope” is not on this server; using "
+                              "mnist"], {"lr": 0.03}),
+    ("dataset=constructor", ["dataset: the link's dataset “constructor” is not on this server; "
+                             "using mnist"], {}),
+    ("model=&lr=0.04", ["model: the link's model “” is not on this server; using seednet"],
+     {"lr": 0.04}),
+    ("trainable=&epochs=4", ["trainable: “” from the link names no parameter; every parameter "
+                             "trains"], {"epochs": 4, "trainable": None}),
+]
+
+
+def test_share_link_parameters_not_used_are_marked(page, server):
+    """A link's `layers` that cannot be built (a bad op, not JSON, inherited names), a dataset
+    or model the server lacks (or an empty one) and an empty `trainable` are marked below the
+    form naming the parameter and the problem, Start waits, and the link's other settings are
+    kept in the form; choosing a model (a dataset) by hand drops the mark and keeps them."""
+    pg = page
+    for query, want, kept in UNUSED_PARAMS:
+        pg.goto(f"{server}/?{query}")
+        needle = want[0].removesuffix("…")
+        pg.wait_for_function(
+            "(needle) => document.querySelector('#model option[value=seednet]') && "
+            "[...document.querySelectorAll('#config-errors li')]"
+            ".some((e) => e.textContent.startsWith(needle))", arg=needle, timeout=WAIT_MS)
+        marks = pg.evaluate(MARKS)
+        assert len(marks["rest"]) == len(want) and marks["inline"] == {}, (query, marks)
+        for got, w in zip(marks["rest"], want):
+            assert got.startswith(w[:-1]) if w.endswith("…") else got == w, (query, got)
+        assert marks["start"] == BLOCKED, query
+        assert pg.input_value("#model") == "seednet" and pg.input_value("#dataset") == "mnist"
+        form = pg.evaluate("window.readFormForTests()")
+        for k, v in kept.items():
+            assert form.get(k) == v, (query, k, form)
+        chooser = "#dataset" if query.startswith("dataset=") else "#model"
+        pg.select_option(chooser, pg.input_value(chooser))  # chosen by hand: the mark goes
+        pg.wait_for_function("document.querySelectorAll('#config-errors li').length === 0",
+                             timeout=WAIT_MS)
+        form = pg.evaluate("window.readFormForTests()")
+        assert all(form.get(k) == v for k, v in kept.items()), (query, form)
+    assert not pg.errors, pg.errors
+
+
 def test_share_link_keeps_the_fine_tuning_selection(page, server):
     """"Head only" (SeedNet's last layers) goes into the share link as `trainable`; opening
     the link ticks the same parameters."""
@@ -179,6 +241,9 @@ def import_file(pg, path, doc: str):
 
 
 REFUSED = "imp.json has settings the trainer refuses, nothing was changed:"
+DEEP = "imp.json is not a settings file, nothing was changed:"
+TOO_DEEP = ("file: arrays or objects nest more than 32 levels deep (the limit; a settings file "
+            "needs 3)")
 IMPORTS = [
     # before: "Imported the settings..." with lr and seed emptied
     ('{"lr": 1e999, "seed": 1e999}',
@@ -193,6 +258,17 @@ IMPORTS = [
     ('{"model": 5, "config": {}}',
      ["imp.json does not fit here, nothing was changed:",
       "model: must be a model's name (text), got “5”"]),
+    # a network built in the page that cannot be built again (before: "no model named
+    # “built-x”", the reason only in the hidden Build tab)
+    ('{"model": "built-x", "layers": [{"op": "nope"}], "config": {}}',
+     ["imp.json does not fit here, nothing was changed:",
+      f"layers: the file's network was not built: layer 0 op: 'nope': expected one of {OPS}"]),
+    # before: "imp.json is not JSON", "file: Maximum call stack size exceeded"
+    ('{"config": {"lr": ' + "[" * 100_000 + "]" * 100_000 + "}}", [DEEP, TOO_DEEP]),
+    ('{"model": "seednet", "config": {"betas": ' + "[" * 31 + "]" * 31 + "}}",
+     [DEEP, TOO_DEEP]),  # 33 levels; brackets inside strings do not count:
+    ('{"config": {"lr": "' + "[" * 50 + '"}}',
+     [REFUSED, "lr: must be a number > 0, got '" + "[" * 40 + "'... (50 characters)"]),
     # the server's message, its list of the known options cut here
     ('{"constructor": 1}', [REFUSED, "constructor: unknown option (known: optimizer, lr, "]),
 ]

@@ -250,7 +250,8 @@ def test_zoo_model_against_a_dataset_it_does_not_fit_is_refused(app, datasets):
     steps = page.evaluate("appState.steps.length")
     assert page.text_content("#dataset-fit") == (
         "Model lstm-ts: input 'input' [N, 1, 28, 28] does not fit dataset rgb10 (3x32x32 "
-        "images, [N, 3, 32, 32]): choose a model made for 3x32x32 or another dataset.")
+        "images, [N, 3, 32, 32]): choose a model made for 3x32x32 images, make one in the "
+        "Build tab, or choose another dataset.")
     assert page.is_disabled("#start")
     page.click("#start", force=True)  # a click anyway: nothing starts
     page.wait_for_timeout(500)
@@ -266,7 +267,8 @@ def test_zoo_model_against_a_dataset_it_does_not_fit_is_refused(app, datasets):
             (s) => fitProblem('m', g(s), d)); }""")
     assert fits[:4] == [None] * 4, fits
     assert fits[4] == "Model m: input 'x' [N, 32, 32] does not fit dataset rows28 (1x28x28 " \
-        "images, [N, 1, 28, 28]): choose a model made for 1x28x28 or another dataset.", fits
+        "images, [N, 1, 28, 28]): choose a model made for 1x28x28 images, make one in the " \
+        "Build tab, or choose another dataset.", fits
 
 
 def test_a_linear_first_layer_is_drawn_as_images(app, datasets, tmp_path):

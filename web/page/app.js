@@ -32,7 +32,7 @@ import { appState, hideError, log, setStatus, showError } from "./state.js";
 import { buildForm, currentConfig, loadSchema, setField } from "./form.js";
 import { adapterName, renderStats } from "./dashboard.js";
 import { enhanceHelp } from "./help.js";
-import { applyLink, checkLinkModel, setupShare } from "./share.js";
+import { applyLink, checkLinkDataset, checkLinkModel, setupShare } from "./share.js";
 import { markErrors, validateNow } from "./validation.js";
 import { loadModels, onModelChange, setupDropzone } from "./models.js";
 import { buildFromLink, setupBuilder } from "./builder.js";
@@ -268,11 +268,14 @@ async function boot() {
   const link = applyLink();  // ?model=...&dataset=...&lr=... of a share link (share.js)
   startWorker(onWorkerMessage);
   await loadDatasets(link.dataset);
-  // a link's `layers` (a network built in the page, builder.js) is rebuilt for its dataset first
-  const model = (link.layers != null && await buildFromLink(link.layers)) || link.model;
+  checkLinkDataset(link.dataset);
+  // a link's `layers` (a network built in the page, builder.js) is rebuilt for its dataset
+  // first; when it cannot be, the link's model (or the dataset's) is used and that is marked
+  const built = link.layers != null ? await buildFromLink(link.layers) : {};
+  const model = built.name ?? link.model;
   await loadModels(model);
   if (!model) chooseDefaultModel();  // the link's dataset's model
-  checkLinkModel(model);
+  checkLinkModel(model, built.error);
   setupWork();  // Keep your work (web/page/work.js)
   setupResume();  // the stored checkpoint: the resume banner (web/page/resume.js)
 }

@@ -10,7 +10,7 @@
 import { $, el, humanCount } from "../lib/util.js";
 import { appState, log, setStatus } from "./state.js";
 import { loadModels } from "./models.js";
-import { exactInteger } from "./values.js";
+import { exactInteger, MAX_DEPTH, nestingDepth } from "./values.js";
 
 // op -> [label, [[field, default, hint]]]: what a row edits (the server checks every value)
 const OPS = {
@@ -250,17 +250,21 @@ function showModelLayers() {
   render(false);
 }
 
-/** Rebuild a share link's ``layers`` (JSON text) for the chosen dataset: the model's name, or
- * null after naming the problem in the builder (a notice: the link's model is used instead). */
+/** Rebuild a share link's ``layers`` (JSON text) for the chosen dataset: ``{name}`` (the
+ * model's), or ``{error}`` after naming the problem in the builder (the caller shows it where
+ * the settings are: share.js marks it like a bad setting, settings-file.js lists it). */
 export async function buildFromLink(text) {
   const fail = (msg) => {
     $("builder-note").textContent = `The link's network was not built: ${msg}`;
     log(`link: layers: ${msg}`, "error");
-    return null;
+    return { error: msg };
   };
   if (text.length > LINK_LIMIT) {
     return fail(`${text.length.toLocaleString()} characters; the limit is ` +
       LINK_LIMIT.toLocaleString());
+  }
+  if (nestingDepth(text) > MAX_DEPTH) {  // JSON.parse's reviver recurses once a level
+    return fail(`arrays or objects nest more than ${MAX_DEPTH} levels deep (the limit)`);
   }
   let layers;
   try {
@@ -277,7 +281,7 @@ export async function buildFromLink(text) {
     spec = res.spec;  // the server's checked copy: only own, known keys
     render();
     built.set(res.name, res.spec);
-    return res.name;
+    return { name: res.name };
   } catch (e) {
     return fail(e.message ?? String(e));
   }

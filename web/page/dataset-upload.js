@@ -87,7 +87,9 @@ async function take(files, label) {
 /** POST the pending upload to /api/datasets/scan and draw the preview. */
 async function preview() {
   $("dsu-status").textContent = `Reading ${pending.file} (${humanBytes(pending.body.size)})…`;
-  const res = await fetch("/api/datasets/scan", { method: "POST", body: pending.body });
+  // file: the user's file name, which the server's messages and summary show
+  const res = await fetch(`/api/datasets/scan?${new URLSearchParams({ file: pending.file })}`,
+    { method: "POST", body: pending.body });
   const body = await res.json().catch(() => ({}));
   $("dsu-status").textContent = "";
   if (!res.ok) throw new Error(body.error ?? `HTTP ${res.status}`);
@@ -213,7 +215,8 @@ async function upload() {
   if (!pending) return;
   showError(null);
   $("dsu-prepare").disabled = true;
-  const params = { name: $("dsu-name").value.trim(), test: $("dsu-test").value };
+  const params = { name: $("dsu-name").value.trim(), test: $("dsu-test").value,
+    file: pending.file };
   if (pending.kind !== "table") {  // a table takes no size or colour: the server refuses them
     Object.assign(params, { size: $("dsu-size").value, color: $("dsu-color").value });
   }

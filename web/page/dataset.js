@@ -42,8 +42,15 @@ export function runClassName(i) {
   return d?.classes?.[i] ?? String(i);
 }
 
-/** A dataset's samples in words: "3x32x32 images" or "54 features". */
-export const samplesText = (d) => d.kind === "table" ? `${d.sample_shape[0]} features`
+/** What a model for samples of ``shape`` takes, in words: "2 features" ("1 feature") for a
+ * table's rows, "3x32x32 images" (CxHxW) for images. */
+function madeFor(shape) {
+  if (shape.length === 1) return `${shape[0]} feature${shape[0] === 1 ? "" : "s"}`;
+  return `${shapeText(shape)}${shape.length === 3 ? " images" : ""}`;
+}
+
+/** A dataset's samples in words: "3x32x32 images" or "54 features" ("1 feature"). */
+export const samplesText = (d) => d.kind === "table" ? madeFor(d.sample_shape)
   : d.kind === "tokens" ? `${d.sample_shape[0]} token ids (trained from the command line)`
   : `${shapeText(d.sample_shape)} images`;
 
@@ -192,7 +199,8 @@ export async function graphOf(model) {
   return graphs.get(model);
 }
 
-/** Why the chosen model does not fit the chosen dataset (both shapes named), or null. */
+/** Why the chosen model does not fit the chosen dataset (both shapes named, with what to do:
+ * another model, one built in the Build tab, another dataset), or null. */
 export function fitProblem(model, g, d) {
   if (d.kind === "tokens") {
     return `Dataset ${d.name} holds token ids: the page does not train tokens datasets yet; ` +
@@ -212,7 +220,7 @@ export function fitProblem(model, g, d) {
   if (!same) {
     return `Model ${model}: input '${inp.name}' [N, ${dims.join(", ")}] does not fit dataset ` +
       `${d.name} (${samplesText(d)}, [N, ${want.join(", ")}]): choose a model made for ` +
-      `${shapeText(want)} or another dataset.`;
+      `${madeFor(want)}, make one in the Build tab, or choose another dataset.`;
   }
   const out = g.outputs?.[0]?.shape ?? [];
   const k = out[out.length - 1];

@@ -13,7 +13,7 @@ import { checkConfig } from "./validation.js";
 import { loadModels, onModelChange } from "./models.js";
 import { buildFromLink } from "./builder.js";
 import { loadedSummary, paramNames, setTrainable } from "./summary.js";
-import { cut, quote } from "./values.js";
+import { cut, MAX_DEPTH, nestingDepth, quote } from "./values.js";
 
 const NAMES_SHOWN = 5;  // the unknown `trainable` names a message lists
 
@@ -75,6 +75,11 @@ async function trainableProblems(config, model) {
  * file's value. Fields the page does not show (the command line's) are named as left out. */
 export async function importConfig(text, name = "the file") {
   $("config-import-errors").hidden = true;
+  if (nestingDepth(text) > MAX_DEPTH) {  // before: "Maximum call stack size exceeded"
+    return showImportErrors(`${name} is not a settings file, nothing was changed:`, [["file",
+      `arrays or objects nest more than ${MAX_DEPTH} levels deep (the limit; a settings ` +
+      "file needs 3)"]]);
+  }
   let doc;
   try {
     doc = JSON.parse(text, keepNotFinite);
@@ -86,11 +91,13 @@ export async function importConfig(text, name = "the file") {
   let model = nested ? doc.model : $("model").value;
   if (nested && Object.hasOwn(doc, "layers") && typeof model === "string" &&
       !appState.models.some((m) => m.name === model)) {  // a network built in the page
-    const name = await buildFromLink(JSON.stringify(doc.layers) ?? "null");
-    if (name) {  // listed, not chosen: the model changes only once every check has passed
-      await loadModels($("model").value);
-      model = name;
+    const built = await buildFromLink(JSON.stringify(doc.layers) ?? "null");
+    if (built.error) {
+      return showImportErrors(`${name} does not fit here, nothing was changed:`,
+        [["layers", `the file's network was not built: ${built.error}`]]);
     }
+    await loadModels($("model").value);  // listed, not chosen: the model changes only once
+    model = built.name;                   // every check has passed
   }
   if (!config || typeof config !== "object" || Array.isArray(config)) {
     return showImportErrors(`${name} holds no settings, nothing was changed:`,

@@ -11,16 +11,17 @@
 // setting that does not apply to the link's optimizer (scheduler, loss) and names that are no
 // settings are marked, Start stays disabled until that field is edited; the names ignored (no
 // setting, or another optimizer's) are listed as notices that do not hold Start (they go with
-// any edit); nothing is dropped silently. No key of a link is looked up through an inherited
-// property (?constructor=2 is a name that is no setting). While a run trains (or is paused),
-// leaving the page asks first (beforeunload).
+// any edit); nothing is dropped silently: a `layers` network that is not built, a dataset or
+// model the server lacks (an empty one too) and an empty `trainable` are marked too. No key
+// of a link is looked up through an inherited property (?constructor=2 is a name that is no
+// setting). While a run trains (or is paused), leaving the page asks first (beforeunload).
 
 import { $ } from "../lib/util.js";
 import { appState, log, settingsChanged } from "./state.js";
 import { applyConfig, changedConfig, notApplying, pageField, readConfig } from "./form.js";
 import { loadedSummary, setTrainable, trainableConfig } from "./summary.js";
 import { datasetName, defaultDataset } from "./dataset.js";
-import { parseList, parseNumber, quote } from "./values.js";
+import { own, parseList, parseNumber, quote } from "./values.js";
 import { layersOf } from "./builder.js";
 
 const NOT_SETTINGS = new Set(["class", "test", "chunk"]);  // ?class=ID (classroom), test hooks
@@ -109,7 +110,14 @@ export function readLink(search = location.search) {
     if (k === "model") model = text;
     else if (k === "dataset") dataset = text;
     else if (k === "layers") layers = text;  // checked by the server (builder.js)
-    else if (k === "trainable") trainable = text.split(",").map((n) => n.trim()).filter(Boolean);
+    else if (k === "trainable") {
+      trainable = text.split(",").map((n) => n.trim()).filter(Boolean);
+      if (!trainable.length) {  // before: nothing trained, silently
+        errors.push({ field: k, message: `trainable: ${quote(text)} from the link names no ` +
+          "parameter; every parameter trains" });
+        trainable = null;
+      }
+    }
     else {
       const v = parseValue(f, text);
       if (v.error) errors.unshift({ field: k, message: v.error });
@@ -153,9 +161,11 @@ export function applyLink() {
     linkErrors = linkErrors.filter((e) => e.field !== name && !e.ignored);
     if (linkErrors.length !== before) settingsChanged(0);
   };
+  // another model: its own selection, and the link's network (layers) is no longer wanted
+  const choosers = { model: ["trainable", "layers", "model"], dataset: ["dataset"] };
   $("settings").addEventListener("input", (ev) => {
-    if (ev.target.id === "model") edited("trainable");  // another model: its own selection
-    edited(ev.target.id === "model" ? "model" : ev.target.closest("[data-field]")?.dataset.field);
+    for (const name of own(choosers, ev.target.id) ??
+      [ev.target.closest("[data-field]")?.dataset.field]) edited(name);
   });
   // the fine-tuning selection is the model summary's (ticks, "Train all", "Head only")
   $("summary-card").addEventListener("input", () => edited("trainable"));
@@ -166,11 +176,28 @@ export function applyLink() {
   return { model, dataset, layers };
 }
 
-/** A model named by the link that the list lacks: marked like a bad setting. Then the link's
- * `trainable` once the model's summary is there: names the model lacks are marked (and every
- * parameter trains). */
-export async function checkLinkModel(model) {
-  if (model && $("model").value !== model) {
+/** A dataset named by the link (an empty one too) that the picker lacks: marked like a bad
+ * setting (before: only a line in the log) until a dataset is chosen. */
+export function checkLinkDataset(dataset) {
+  if (dataset != null && $("dataset").value !== dataset) {
+    linkErrors.push({ field: "dataset", message: `dataset: the link's dataset ` +
+      `${quote(dataset)} is not on this server; using ${$("dataset").value || "none"}` });
+    settingsChanged(0);
+  }
+}
+
+/** A model named by the link (an empty one too) that the list lacks, and the link's network
+ * (`layers`) that was not built (``layersError``, builder.js's words; before: only a line in
+ * the log and the hidden Build tab's note): each marked like a bad setting until a model is
+ * chosen. Then the link's `trainable` once the model's summary is there: names the model
+ * lacks are marked (and every parameter trains). */
+export async function checkLinkModel(model, layersError = null) {
+  if (layersError) {
+    linkErrors.push({ field: "layers", message: `layers: the link's network was not built ` +
+      `(${layersError}); using ${$("model").value || "none"}` });
+    settingsChanged(0);
+  }
+  if (model != null && $("model").value !== model) {
     linkErrors.push({ field: "model", message: `the link's model ${quote(model)} is not on ` +
       `this server; using ${$("model").value || "none"}` });
     settingsChanged(0);

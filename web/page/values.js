@@ -57,3 +57,32 @@ export function parseList(text) {
   }
   return { value };
 }
+
+/** The deepest JSON nesting (arrays / objects inside each other) may be in a settings file or
+ * a link's layers: the server's limit for a JSON body (host/bodies.py MAX_DEPTH). */
+export const MAX_DEPTH = 32;
+
+/** How deep arrays / objects nest in the JSON text ``text`` (brackets inside strings do not
+ * count), counted up to ``stop`` + 1: checked before JSON.parse, whose reviver (and the
+ * page's walks over the value) recurse once per level, so that a file of 100,000 "[" is
+ * named as too deep instead of failing with "Maximum call stack size exceeded". */
+export function nestingDepth(text, stop = MAX_DEPTH) {
+  let depth = 0;
+  let most = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (inString) {
+      if (c === "\\") i++;
+      else if (c === "\"") inString = false;
+    } else if (c === "\"") {
+      inString = true;
+    } else if (c === "[" || c === "{") {
+      most = Math.max(most, ++depth);
+      if (most > stop) return most;
+    } else if (c === "]" || c === "}") {
+      depth--;
+    }
+  }
+  return most;
+}

@@ -7,7 +7,9 @@
   a .zip of class folders (``datasets/images.py``) or a CSV table (``datasets/table.py``; told
   apart by the zip's signature) -> prepared in a worker thread -> ``store.write_dataset``
   (atomic: an existing own dataset NAME is replaced in one rename, kept unchanged on any
-  error) -> 201 with the manifest's summary and notes.
+  error) -> 201 with the manifest's summary and notes. ``file``: the user's file name, which
+  the summary's source and the messages show (default "upload.zip" / "upload.csv", "the
+  upload"; never the temp file's ``.upload-...``).
 - ``POST /api/datasets/scan`` (same body) -> the zip's preview (``images.scan``), or a CSV's
   columns and classes; nothing written.
 
@@ -28,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .bodies import body_chunks
+from .classroom.names import hidden_character
 from .datafiles import DataError
 from .datasets import BUILT_IN, OPTIONS, images, refused_option, table
 from .datasets.images import check_size
@@ -37,8 +40,9 @@ from .errors import ApiError
 MAX_DATASET_UPLOAD_BYTES = 512 << 20
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 READ_OPTIONS = ("label", "size", "color", "test", "seed")
-QUERY_KEYS = ("name", "title") + READ_OPTIONS  # what both routes take (scan: name unused)
+QUERY_KEYS = ("name", "title", "file") + READ_OPTIONS  # both routes' (scan: name unused)
 KEY_SHOWN = 40  # characters of an unknown key a message quotes
+FILE_SHOWN = 80  # characters of the user's file name (``file=``) a summary or message shows
 
 
 def check_query(q, takes: tuple, route: str) -> None:
@@ -58,6 +62,20 @@ def check_query(q, takes: tuple, route: str) -> None:
         if keys.count(key) > 1:
             raise ApiError(400, f"{route}: query parameter {key!r} is given {keys.count(key)} "
                                 "times; give it once")
+
+
+def shown_file(q) -> str | None:
+    """The user's file name that the page sends as ``file=`` (its last path part, cut to
+    ``FILE_SHOWN`` characters), for the summary's source and the messages in place of the
+    temp file's; None when not given. 400 for a name with a control or invisible formatting
+    character (``hidden_character``: it would show as another name)."""
+    name = q.get("file", "").replace("\\", "/").rsplit("/", 1)[-1].strip()
+    if not name:
+        return None
+    problem = hidden_character(name)
+    if problem:
+        raise ApiError(400, f"file: the name has {problem}")
+    return name if len(name) <= FILE_SHOWN else name[:FILE_SHOWN - 3] + "..."
 
 
 class DatasetUploads:
@@ -112,7 +130,8 @@ class DatasetUploads:
             raise ApiError(400, f"dataset name {name!r} is a built-in dataset's: choose "
                                 "another name")
         title = " ".join(q.get("title", "").split())[:60] or name  # shown in the page's picker
-        return {"name": name, "title": title, "options": self._options(q)}
+        return {"name": name, "title": title, "options": self._options(q),
+                "file": shown_file(q)}
 
     @staticmethod
     def _options(q) -> dict:
@@ -144,8 +163,8 @@ class DatasetUploads:
         from .datasets import store
         read = self._kind(tmp, p["options"])
         arrays = read(tmp, lambda _msg: None, **p["options"])
-        arrays.source = arrays.source.replace(
-            tmp.name, "upload.zip" if read is images.read else "upload.csv")
+        arrays.source = arrays.source.replace(  # the user's file name, never the temp file's
+            tmp.name, p["file"] or ("upload.zip" if read is images.read else "upload.csv"))
         arrays.title = p["title"]
         with self._lock:
             return store.write_dataset(self.root, p["name"], arrays, lambda _msg: None)
@@ -163,7 +182,7 @@ class DatasetUploads:
             try:
                 manifest = await run_in_threadpool(self._prepare, tmp, params)
             except DataError as exc:
-                raise self._error(exc, tmp, "the upload") from None
+                raise self._error(exc, tmp, params["file"] or "the upload") from None
         finally:
             tmp.unlink(missing_ok=True)
         return JSONResponse({"dataset": store.summary(manifest), "notes": manifest["notes"],
@@ -174,12 +193,13 @@ class DatasetUploads:
         "table", "classes": [{"name", "count"}], "features", "rows", "notes"}``)."""
         check_query(request.query_params, QUERY_KEYS, "POST /api/datasets/scan")
         options = self._options(request.query_params)
+        shown = shown_file(request.query_params) or "the upload"
         tmp = await self._receive(request, "the upload to preview")
         try:
             try:
                 out = await run_in_threadpool(self._scan, tmp, options)
             except DataError as exc:
-                raise self._error(exc, tmp, "the upload") from None
+                raise self._error(exc, tmp, shown) from None
         finally:
             tmp.unlink(missing_ok=True)
         return JSONResponse(out)

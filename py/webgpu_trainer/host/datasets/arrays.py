@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+MAX_SAMPLE_DIM = 65536
+"""The largest size of one dimension of a sample (a table's features, an image's side): what a
+manifest may declare (``store.check_manifest``); a CSV with more feature columns is refused as
+it is read (``table.read_table``)."""
+
 
 @dataclass
 class Arrays:

@@ -3,9 +3,12 @@
 Layout: ``CLASS/IMAGE`` (images in deeper subfolders belong to their top folder's class); when
 every file sits under one common top folder (``photos/cat/1.png``, as zipping a folder gives),
 that folder is stepped into. Class names are the folder names, NFC-normalised and sorted;
-names that differ only by case or Unicode normalisation are refused. Files at the top level
+names that differ only by case or Unicode normalisation are refused, and so are names with a
+control character or an invisible formatting character such as U+202E RIGHT-TO-LEFT OVERRIDE
+(``classroom.names.hidden_character``, the display names' check). Files at the top level
 and files that are not images are listed as refused (and skipped); hidden and system files are
-ignored silently (``members.py`` lists and reads with the zip-bomb and symlink checks).
+skipped and counted in ``notes`` (``members.py`` lists and reads with the zip-bomb and
+symlink checks).
 
 Each image (PNG, JPEG, WebP, BMP; Pillow, told only those formats) is turned upright by its
 EXIF orientation, made grey (``L``) or RGB (transparency composited onto white), center-cropped
@@ -29,6 +32,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
+from ..classroom.names import hidden_character
 from ..datafiles import DataError
 from .arrays import Arrays
 from .members import Listing, Source
@@ -68,6 +72,10 @@ def _classes(listing: Listing) -> tuple[dict, list]:
             groups.setdefault(m.name.split("/", 1)[0], []).append(m)
     folded = {}
     for name in groups:
+        problem = hidden_character(name)
+        if problem:  # the page and the summaries would show another name than the folder's
+            raise DataError(f"class folder {name!r}: the name has {problem}: rename the "
+                            "folder")
         key = unicodedata.normalize("NFC", name).casefold()
         if key in folded:
             shown = f"{folded[key]!r} and {name!r}"
@@ -90,7 +98,8 @@ def scan(path) -> dict:
     classes = [{"name": n, "count": len(ms), "examples": [m.name for m in ms[:EXAMPLES]]}
                for n, ms in groups.items()]
     return {"classes": classes, "refused": refused, "ignored": listing.ignored,
-            "images": sum(c["count"] for c in classes), "problems": _problems(groups)}
+            "images": sum(c["count"] for c in classes), "problems": _problems(groups),
+            "notes": _ignored_note(listing.ignored)}
 
 
 def detect(path) -> bool:
@@ -250,7 +259,7 @@ def read_images(path, *, size: int = 32, color: str = "auto", test: float = 0.2,
                 labels.append(k)
                 shapes[shown] = shapes.get(shown, 0) + 1
                 warned += [f"{m.name}: {w}" for w in said]
-    notes = _notes(shapes, skipped, refused, size)
+    notes = _ignored_note(listing.ignored) + _notes(shapes, skipped, refused, size)
     if warned:
         notes.append(f"Pillow warned about {len(warned)} image{'s' * (len(warned) != 1)} "
                      "(kept): " + "; ".join(warned[:3]) + ("; ..." if len(warned) > 3 else ""))
@@ -296,9 +305,15 @@ def _stack(pixels: list, rgb: bool) -> tuple[np.ndarray, int]:
     return np.ascontiguousarray(np.stack(out)), converted
 
 
+def _ignored_note(ignored: int) -> list:
+    """The note on the hidden and system files skipped (``members.is_hidden``), or none."""
+    return [f"{ignored:,} hidden or system file{'s' * (ignored != 1)} skipped (__MACOSX/, "
+            "names starting with '.', Thumbs.db, desktop.ini)"] if ignored else []
+
+
 def _notes(shapes: dict, skipped: list, refused: list, size: int) -> list:
-    """The notes a user sees: skipped and refused files, resized images (hidden and system
-    files are ignored silently)."""
+    """The notes a user sees: skipped and refused files, resized images (the hidden and
+    system files skipped: ``_ignored_note``)."""
     notes = []
     if skipped:
         shown = "; ".join(skipped[:3]) + ("; ..." if len(skipped) > 3 else "")

@@ -9,8 +9,10 @@ read at most to its declared size and the bytes read are counted again.
 
 In a folder, symbolic links (files or folders) are not followed: they are listed as refused.
 Hidden and system files (a part starting with ``.``, ``__MACOSX``, ``Thumbs.db``,
-``desktop.ini``) are ignored silently. Member names use ``/``, as stored (``images.py``
-NFC-normalises the class names and refuses two that differ only by case or normalisation).
+``desktop.ini``) are skipped and counted (``Listing.ignored``). Member names use ``/``, as
+stored (``images.py`` NFC-normalises the class names and refuses two that differ only by case
+or normalisation). A zip member's name is read as stored: a NUL in it is refused (zipfile's
+``filename`` would end there).
 """
 
 from __future__ import annotations
@@ -140,7 +142,8 @@ class Source:
         infos = self._zip.infolist()
         out, seen, folders, total, ignored = [], set(), set(), 0, 0
         for info in infos:
-            name = _clean_name(info.filename)
+            # orig_filename: zipfile's ``filename`` ends at a NUL ("c\0at/1.png" -> "c")
+            name = _clean_name(info.orig_filename)
             total += info.file_size
             _check_zip_entry(info, name or info.filename, total)
             if is_hidden(name):

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..datafiles import DataError
 from . import atomic, tokens
-from .arrays import Arrays
+from .arrays import MAX_SAMPLE_DIM, Arrays
 from .atomic import fsync_dir, write_file
 
 FORMAT = "webgpu-trainer/dataset@1"
@@ -98,6 +98,9 @@ def _check_split(split: str, x, y, k: int, shape: tuple | None, vocab: int = 0) 
     else:
         raise DataError(f"{what}: dtype {x.dtype}; expected uint8 images [N, C, H, W] or "
                         "float32 tables [N, F]")
+    if max(x.shape[1:]) > MAX_SAMPLE_DIM:  # else written, then refused by check_manifest
+        raise DataError(f"{what}: samples of shape {list(x.shape[1:])}; at most "
+                        f"{MAX_SAMPLE_DIM:,} per dimension")
     if shape is not None and (x.dtype, x.shape[1:]) != shape:
         raise DataError(f"{what}: samples {x.dtype} {list(x.shape[1:])}, the train split's "
                         f"are {shape[0]} {list(shape[1])}")
@@ -283,7 +286,7 @@ def check_manifest(m: dict, where: str = "manifest.json") -> dict:
           f"kind {str(kind)[:20]!r}, expected image, table or tokens")
     dims = 3 if kind == "image" else 1
     _need(isinstance(sample, list) and len(sample) == dims and all(
-        isinstance(d, int) and 0 < d <= 65536 for d in sample), where,
+        isinstance(d, int) and 0 < d <= MAX_SAMPLE_DIM for d in sample), where,
         f"sample_shape {str(sample)[:60]} is not {dims} positive integers")
     _need(kind != "image" or sample[0] in (1, 3), where, f"{sample[0]} channels, expected 1 or 3")
     try:

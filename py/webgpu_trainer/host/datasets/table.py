@@ -15,7 +15,7 @@ in magnitude (e.g. ``1e38`` in a column of ones: float32 training would overflow
 Errors are ``DataError`` naming the line (1-based, as an editor counts, the header included)
 and the column (1-based, with its header name): a non-number feature, a missing label, NaN or
 infinity, a value out of range (above), a row with another number of columns, an empty
-file, a single class.
+file, a single class, more than ``MAX_SAMPLE_DIM`` feature columns.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..datafiles import DataError
-from .arrays import Arrays
+from .arrays import MAX_SAMPLE_DIM, Arrays
 from .split import check_fraction, check_seed, stratified_split
 
 MAX_BYTES = 512 << 20
@@ -119,6 +119,10 @@ def read_table(path, *, label=None, test: float = 0.2, seed: int = 0) -> Arrays:
     if width < 2:
         raise DataError(f"{path.name}: {width} column: a table needs a label column and at "
                         "least one feature column")
+    if width - 1 > MAX_SAMPLE_DIM:  # before: written, then refused as the manifest was read
+        raise DataError(f"{path.name}: {width:,} columns, {width - 1:,} features besides the "
+                        f"label; at most {MAX_SAMPLE_DIM:,} features (a sample's dimension "
+                        "limit): drop columns")
     col = _label_column(label, header, width, path.name)
     names = [h.strip() for h in header] if header else [f"column {i + 1}" for i in range(width)]
 
