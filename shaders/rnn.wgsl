@@ -47,7 +47,7 @@ fn rcol(q: u32) -> u32 {
 }
 
 // xp[d, t, n, q] = sum_i x[t, n, i] w[d, q, i] + bias; Rb added except GRU's h gate (flags 1).
-// Bindings: x, w, bias -> out.
+// Bindings: x, w (or r: W^T, flags 4), bias -> out.
 @compute @workgroup_size(64)
 fn xproj(@builtin(global_invocation_id) gid: vec3<u32>,
          @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -58,7 +58,12 @@ fn xproj(@builtin(global_invocation_id) gid: vec3<u32>,
   let tn = (e / gh) % (p.T * p.N);
   let d = e / (gh * p.T * p.N);
   var acc = 0.0;
-  for (var i = 0u; i < p.I; i++) { acc += x[tn * p.I + i] * w[(d * gh + q) * p.I + i]; }
+  if ((p.flags & 4u) != 0u) {  // W^T [D, I, G*H] in r (GPU adapters): neighbours read neighbours
+    let col = d * p.I * gh + q;
+    for (var i = 0u; i < p.I; i++) { acc += x[tn * p.I + i] * r[col + i * gh]; }
+  } else {
+    for (var i = 0u; i < p.I; i++) { acc += x[tn * p.I + i] * w[(d * gh + q) * p.I + i]; }
+  }
   if ((p.flags & 2u) != 0u) {
     acc += bias[d * 2u * gh + q];
     if ((p.flags & 1u) == 0u || q < (p.G - 1u) * p.H) { acc += bias[d * 2u * gh + gh + q]; }
@@ -96,17 +101,19 @@ fn rdot(d: u32, g: u32, j: u32, hb: u32) -> f32 {
   return acc;
 }
 
-// out[d, k, q] = r[d, q, k]: R^T for `forward_seq` on GPU adapters. Bindings: r -> out.
+// out[d, k, q] = r[d, q, k]: R^T [D, H, G*H] for `forward_seq` on GPU adapters, or with
+// flags 8 W^T [D, I, G*H] (r bound to W) for `xproj`. Bindings: r -> out.
 @compute @workgroup_size(64)
 fn transpose_r(@builtin(global_invocation_id) gid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>) {
   let e = flat_index(gid, nwg);
   let gh = p.G * p.H;
-  if (e >= p.D * gh * p.H) { return; }
+  let inner = select(p.H, p.I, (p.flags & 8u) != 0u);
+  if (e >= p.D * gh * inner) { return; }
   let q = e % gh;
-  let k = (e / gh) % p.H;
-  let d = e / (gh * p.H);
-  out[e] = r[(d * gh + q) * p.H + k];
+  let k = (e / gh) % inner;
+  let d = e / (gh * inner);
+  out[e] = r[(d * gh + q) * inner + k];
 }
 
 // One LSTM step s for unit j of (d, n). Bindings: x (xp), r (or w: R^T, flags 4) -> a (hs),

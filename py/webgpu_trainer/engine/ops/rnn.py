@@ -10,7 +10,8 @@ activations, ``clip``, ``input_forget``, ``layout`` 1, ``sequence_lens``, LSTM p
 GRU ``linear_before_reset`` 0.
 
 Dispatches: forward 3 or 4 (initial state, x-projections of every step, the whole sequence,
-final state; on GPU adapters one more: R transposed, so a step's units read it contiguously),
+final state; on GPU adapters two more: W and R transposed, so neighbouring threads read
+neighbouring values),
 backward 2 to 6 (the whole sequence in reverse, the initial states' gradients
 when wanted, dW, dR, dB, dX), each weight gradient split over its T * N sum (split-K) and its
 parts added by one more dispatch when its outputs alone leave the GPU idle. The sequence runs
@@ -178,16 +179,21 @@ async def forward(b, node, ins, outs, train):
     then the sequence (``steps_per_dispatch`` steps a dispatch: all of them unless long)."""
     lstm = node["op_type"] == "LSTM"
     base, sv = _setup(b, node, ins)
-    t, n, h, d, g = base["T"], base["N"], base["H"], base["D"], base["G"]
+    t, n, i, h, d, g = (base[k] for k in ("T", "N", "I", "H", "D", "G"))
     bias, h0, c0 = _get(ins, 3), _get(ins, 5), _get(ins, 6) if lstm else None
     state = groups_1d(d * n * h)
     await _kernel(b, node, "init_state", state,
                    params={**base, "flags": int(h0 is not None) | 2 * int(c0 is not None)},
                    x=h0, dy=c0, a=sv["hs"], b=sv["cs"])
     xp = b.scratch(d * t * n * g * h)
-    await _kernel(b, node, "xproj", groups_1d(d * t * n * g * h),
-                   params={**base, "flags": int(not lstm) | 2 * int(bias is not None)},
-                   x=ins[0], w=ins[1], bias=bias, out=xp)
+    xflags, wt = int(not lstm) | 2 * int(bias is not None), None
+    if b.tiled and b.RNN_TRANSPOSED_R:  # W^T: neighbouring threads read neighbouring values
+        wt = b.scratch(d * g * h * i, "rnn.wt")
+        await _kernel(b, node, "transpose_r", groups_1d(d * g * h * i),
+                       params={**base, "flags": 8}, r=ins[1], out=wt)
+        xflags |= 4
+    await _kernel(b, node, "xproj", groups_1d(d * t * n * g * h), params={**base, "flags": xflags},
+                   x=ins[0], w=ins[1], r=wt, bias=bias, out=xp)
     y = _get(outs, 0)
     flags = int(y is not None) | 2 * int(bias is not None)
     rt = None
