@@ -82,6 +82,47 @@ def test_hostile_bodies(client, raw, status, error):
     assert not uploads.exists()
 
 
+INPUT = ("input: expected the samples' shape, a list of whole numbers: images [C, H, W] or "
+         "table rows [F]")
+
+
+@pytest.mark.parametrize("body,problems", [
+    ({}, ['layers: missing: expected a list of layers [{"op": ...}, ...]',
+          "input: missing: " + INPUT[7:],
+          "classes: missing: expected the dataset's class count, a whole number 2..4096"]),
+    ({"layers": SPEC, "classes": 10}, ["input: missing: " + INPUT[7:]]),
+    ({"layers": SPEC, "input": None, "classes": 10}, [INPUT + "; got null"]),
+    ({"layers": SPEC, "input": 784, "classes": 10, "save": True}, [INPUT + "; got 784"]),
+    ({"layers": SPEC, "input": 1e308, "classes": 10}, [INPUT + "; got 1e+308"]),
+    ({"layers": SPEC, "input": {"C": 1}, "classes": 10}, [INPUT + '; got {"C": 1}']),
+    ({"layers": SPEC, "input": "1x28x28", "classes": 10}, [INPUT + '; got "1x28x28"']),
+    ({"layers": SPEC, "input": [1, 28, 28], "classes": "10"},
+     ["classes: expected the dataset's class count, a whole number 2..4096; got \"10\""]),
+    ({"layers": SPEC, "input": [1, 28, 28], "classes": True},
+     ["classes: expected the dataset's class count, a whole number 2..4096; got true"]),
+    ({"layers": {"op": "relu"}, "input": [1, 28, 28], "classes": 10},
+     ['layers: expected a list of layers [{"op": ...}, ...]; got {"op": "relu"}']),
+    ({"layers": SPEC, "input": [1, 28, 28], "classes": 10, "save": "yes"},
+     ['save: expected true or false; got "yes"']),
+    ({"layers": SPEC, "input": 1, "classes": 10, "save": 1},
+     [INPUT + "; got 1", "save: expected true or false; got 1"]),
+    ({"layers": SPEC, "input": "x" * 50, "classes": 10},
+     [INPUT + '; got "' + "x" * 39 + '... (52 characters)']),
+])
+def test_a_body_field_of_the_wrong_type_is_a_400_naming_it(client, body, problems):
+    """Was a 500 (TypeError in build_spec.Checked) for an input missing, null or a number;
+    each field missing or of the wrong JSON type is named with what it must be, all at once,
+    and nothing is written (not even with "save": true)."""
+    c, uploads = client
+    r = c.post("/api/models/build", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json() == {"error": "the layer list: " + "; ".join(problems), "problems": problems}
+    assert not uploads.exists()
+    ok = c.post("/api/models/build", json={"layers": SPEC, "input": [1, 28, 28],
+                                           "classes": 10})
+    assert ok.status_code == 200 and ok.json()["ok"]  # the route still answers
+
+
 @pytest.mark.parametrize("layers,message", [
     ([{}] * 10_000, "layer 0 op: missing: expected one of conv, maxpool"),
     ([{}] * 10_000, "layer 64: more than 64 layers in all"),
