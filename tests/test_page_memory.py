@@ -55,3 +55,29 @@ def test_memory_at_the_batch_and_the_largest_that_fits(app):
     page.locator("#batch-size-memory").scroll_into_view_if_needed()
     screenshot(page, "memory-too-large")
     _said(page, 64)
+
+
+@pytest.mark.parametrize("typed", ["1", "0x10", "1e9", "64.5", "70000"])
+def test_no_hint_and_no_request_for_a_batch_that_cannot_run(app, typed):
+    """Was: "1" (the schema's minimum is 2) and "0x10" (read as the text; Number() made it 16)
+    got a memory hint for a batch Start refuses, and a batch past the route's 65,536 a 400
+    in the console on every edit. Now the hint hides, no request goes out and nothing is
+    logged; a valid batch gets its hint again."""
+    app.wait_ready()
+    page = app.page
+    if page.get_attribute("#settings-toggle", "aria-expanded") == "false":
+        page.click("#settings-toggle")
+    page.select_option("#model", "seednet")
+    _said(page, 64)
+    asked = []
+    page.on("request", lambda r: asked.append(r.url) if "/memory?" in r.url else None)
+    logged = len(app.console)
+    page.fill("#batch-size", typed)
+    page.dispatch_event("#batch-size", "change")
+    page.wait_for_function(f"{SHOWN}.hidden && appState.memoryEstimate === null",
+                           timeout=10_000)
+    page.wait_for_timeout(1500)  # past the 400 ms debounce and a request's round trip
+    assert page.evaluate(f"{SHOWN}.hidden") and asked == []
+    assert [m for m in app.console[logged:] if "400" in m or m.startswith("error")] == []
+    text, est, _ = _said(page, 32)
+    assert est["batch"] == 32 and text.startswith("GPU memory at batch 32: ")
