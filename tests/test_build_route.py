@@ -215,3 +215,27 @@ def test_built_model_lists_its_layers_and_rebuilds_from_them(client):
         (uploads / "tampered.onnx").write_bytes(model.SerializeToString())
         item = {m["name"]: m for m in c.get("/api/models").json()}["tampered"]
         assert "layers" not in item and "error" not in item and item["params"] > 0
+
+
+@pytest.mark.parametrize("field,raw,message", [
+    ("input", '[1%s, 28, 28]' % ("0" * 400),
+     "input shape: [1" + "0" * 38 + "... (411 characters): expected images [C, H, W]"),
+    ("input", "[1e308, 28, 28]", "input shape: [1e+308, 28, 28]: expected images"),
+    ("input", "[[[[[[1]]]]], 28, 28]", "input shape: [[[[[[1]]]]], 28, 28]: expected images"),
+    ("classes", "1" + "0" * 400,
+     "input classes: 1" + "0" * 39 + "... (401 characters): expected 2..4096 classes"),
+])
+def test_giant_or_nested_values_of_the_right_type_are_errors_not_a_500(client, field, raw,
+                                                                      message):
+    """Each field of the body swept with wrong types, giant numbers and nesting found no other
+    500: a value of the right JSON type that does not fit is the 200's error, cut to 40
+    characters, and nothing is written even with "save": true."""
+    c, uploads = client
+    fields = {"layers": json.dumps(SPEC), "input": "[1, 28, 28]", "classes": "10",
+              "save": "true", field: raw}
+    body = "{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}"
+    r = c.post("/api/models/build", content=body.encode())
+    assert r.status_code == 200, r.text
+    (err,) = r.json()["errors"]
+    assert err["message"].startswith(message), err
+    assert not uploads.exists()
