@@ -81,3 +81,37 @@ def test_no_hint_and_no_request_for_a_batch_that_cannot_run(app, typed):
     assert [m for m in app.console[logged:] if "400" in m or m.startswith("error")] == []
     text, est, _ = _said(page, 32)
     assert est["batch"] == 32 and text.startswith("GPU memory at batch 32: ")
+
+
+def test_a_batch_too_large_for_32_bit_offsets_is_said_in_red(app, server):
+    """Was: the route's 422 of raw shader text hid the hint. A ~15M-parameter network built
+    with the Build route (tests/test_memory_route.py's BIG) at batch 20,000: red, the tensor
+    and its bytes named, and the largest batch within this adapter's limits."""
+    import httpx
+    from test_memory_route import BIG, PER_SAMPLE
+    r = httpx.post(f"{server}/api/models/build", headers={"Origin": server}, timeout=120,
+                   json={"layers": BIG, "input": [3, 64, 64], "classes": 10, "save": True})
+    assert r.status_code == 200 and r.json()["ok"], r.text
+    name = r.json()["name"]
+    app.wait_ready()
+    page = app.page
+    page.evaluate("import('/page/models.js').then((m) => m.loadModels())")
+    page.wait_for_function(f"[...document.querySelectorAll('#model option')].some((o) => "
+                           f"o.value === '{name}')", timeout=30_000)
+    if page.get_attribute("#settings-toggle", "aria-expanded") == "false":
+        page.click("#settings-toggle")
+    page.select_option("#model", name)
+    limits = page.evaluate("""async () => { const l = (await navigator.gpu.requestAdapter())
+        .limits; return {max_storage_buffer_binding_size: l.maxStorageBufferBindingSize,
+        max_buffer_size: l.maxBufferSize}; }""")
+    most = min(limits.values())
+    text, est, red = _said(page, 20000)
+    assert red and est["bytes"] is None and len(est["problems"]) == 1
+    assert "32-bit buffer offsets" in est["problems"][0]
+    assert est["largest"] == {"name": "d/layers.0/output_1", "bytes": 4 * PER_SAMPLE * 20000}
+    top = est["max_batch"]
+    assert 0 < top and 4 * PER_SAMPLE * top <= most < 4 * PER_SAMPLE * (top + 1)
+    assert text == (f"Batch 20,000 does not fit this GPU: d/layers.0/output_1 needs "
+                    f"{4 * PER_SAMPLE * 20000:,} bytes, one buffer holds at most {most:,}. "
+                    f"Up to {top:,} fits this GPU.")
+    assert "shader" not in text and "u32" not in text
