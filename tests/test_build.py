@@ -215,6 +215,8 @@ HOSTILE = [
     ([], [4], "layers: no layers: add at least a Linear"),
     ([{"op": "relu"}], [0, 28, 28], "input shape: [0, 28, 28]: expected images"),
     ([{"op": "relu"}], "big", "input shape: 'big': expected images"),
+    ([{"op": "relu"}], None, "input shape: None: expected images"),  # was a TypeError
+    ([{"op": "relu"}], 7, "input shape: 7: expected images"),
 ]
 
 

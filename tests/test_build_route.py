@@ -82,6 +82,47 @@ def test_hostile_bodies(client, raw, status, error):
     assert not uploads.exists()
 
 
+INPUT = ("input: expected the samples' shape, a list of whole numbers: images [C, H, W] or "
+         "table rows [F]")
+
+
+@pytest.mark.parametrize("body,problems", [
+    ({}, ['layers: missing: expected a list of layers [{"op": ...}, ...]',
+          "input: missing: " + INPUT[7:],
+          "classes: missing: expected the dataset's class count, a whole number 2..4096"]),
+    ({"layers": SPEC, "classes": 10}, ["input: missing: " + INPUT[7:]]),
+    ({"layers": SPEC, "input": None, "classes": 10}, [INPUT + "; got null"]),
+    ({"layers": SPEC, "input": 784, "classes": 10, "save": True}, [INPUT + "; got 784"]),
+    ({"layers": SPEC, "input": 1e308, "classes": 10}, [INPUT + "; got 1e+308"]),
+    ({"layers": SPEC, "input": {"C": 1}, "classes": 10}, [INPUT + '; got {"C": 1}']),
+    ({"layers": SPEC, "input": "1x28x28", "classes": 10}, [INPUT + '; got "1x28x28"']),
+    ({"layers": SPEC, "input": [1, 28, 28], "classes": "10"},
+     ["classes: expected the dataset's class count, a whole number 2..4096; got \"10\""]),
+    ({"layers": SPEC, "input": [1, 28, 28], "classes": True},
+     ["classes: expected the dataset's class count, a whole number 2..4096; got true"]),
+    ({"layers": {"op": "relu"}, "input": [1, 28, 28], "classes": 10},
+     ['layers: expected a list of layers [{"op": ...}, ...]; got {"op": "relu"}']),
+    ({"layers": SPEC, "input": [1, 28, 28], "classes": 10, "save": "yes"},
+     ['save: expected true or false; got "yes"']),
+    ({"layers": SPEC, "input": 1, "classes": 10, "save": 1},
+     [INPUT + "; got 1", "save: expected true or false; got 1"]),
+    ({"layers": SPEC, "input": "x" * 50, "classes": 10},
+     [INPUT + '; got "' + "x" * 39 + '... (52 characters)']),
+])
+def test_a_body_field_of_the_wrong_type_is_a_400_naming_it(client, body, problems):
+    """Was a 500 (TypeError in build_spec.Checked) for an input missing, null or a number;
+    each field missing or of the wrong JSON type is named with what it must be, all at once,
+    and nothing is written (not even with "save": true)."""
+    c, uploads = client
+    r = c.post("/api/models/build", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json() == {"error": "the layer list: " + "; ".join(problems), "problems": problems}
+    assert not uploads.exists()
+    ok = c.post("/api/models/build", json={"layers": SPEC, "input": [1, 28, 28],
+                                           "classes": 10})
+    assert ok.status_code == 200 and ok.json()["ok"]  # the route still answers
+
+
 @pytest.mark.parametrize("layers,message", [
     ([{}] * 10_000, "layer 0 op: missing: expected one of conv, maxpool"),
     ([{}] * 10_000, "layer 64: more than 64 layers in all"),
@@ -174,3 +215,27 @@ def test_built_model_lists_its_layers_and_rebuilds_from_them(client):
         (uploads / "tampered.onnx").write_bytes(model.SerializeToString())
         item = {m["name"]: m for m in c.get("/api/models").json()}["tampered"]
         assert "layers" not in item and "error" not in item and item["params"] > 0
+
+
+@pytest.mark.parametrize("field,raw,message", [
+    ("input", '[1%s, 28, 28]' % ("0" * 400),
+     "input shape: [1" + "0" * 38 + "... (411 characters): expected images [C, H, W]"),
+    ("input", "[1e308, 28, 28]", "input shape: [1e+308, 28, 28]: expected images"),
+    ("input", "[[[[[[1]]]]], 28, 28]", "input shape: [[[[[[1]]]]], 28, 28]: expected images"),
+    ("classes", "1" + "0" * 400,
+     "input classes: 1" + "0" * 39 + "... (401 characters): expected 2..4096 classes"),
+])
+def test_giant_or_nested_values_of_the_right_type_are_errors_not_a_500(client, field, raw,
+                                                                      message):
+    """Each field of the body swept with wrong types, giant numbers and nesting found no other
+    500: a value of the right JSON type that does not fit is the 200's error, cut to 40
+    characters, and nothing is written even with "save": true."""
+    c, uploads = client
+    fields = {"layers": json.dumps(SPEC), "input": "[1, 28, 28]", "classes": "10",
+              "save": "true", field: raw}
+    body = "{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}"
+    r = c.post("/api/models/build", content=body.encode())
+    assert r.status_code == 200, r.text
+    (err,) = r.json()["errors"]
+    assert err["message"].startswith(message), err
+    assert not uploads.exists()

@@ -151,3 +151,46 @@ def test_session_list_carries_each_sessions_problems(app, tmp_path):
         assert problems() == {gone: [GONE], kept: []}
         one = c.get(f"/api/classroom/sessions/{gone}", headers=teacher(app)).json()
         assert one["problems"] == [GONE]
+
+
+MISFIT = ("model: seednet: model input 'input' [N, 1, 28, 28] does not fit dataset pairs "
+          "(2 features): it takes [1, 28, 28] per sample (784 values), the dataset gives [2] "
+          "(2 values); use a model with input [N, 2]")
+
+
+def pairs(n: int, seed: int) -> tuple:
+    """``(x float [n, 2], y [n])``: a CSV table's 2 features, 2 classes."""
+    rng = np.random.default_rng(seed)
+    y = (np.arange(n) % 2).astype(np.uint8)
+    return rng.normal(0, 1, (n, 2)) + y[:, None] * 3, y
+
+
+def test_session_refuses_a_model_that_does_not_fit_its_dataset(app, tmp_path):
+    """Before, a session of model seednet (input [N, 1, 28, 28]) on a 2-feature table was
+    made (201, problems []) and its students were stuck with Start disabled; now creation
+    and PATCH are refused with the check of POST /api/config/validate, naming the model, its
+    input, the dataset and its shape, and nothing is stored or changed."""
+    import shutil
+    from dataset_fixtures import write_table_dataset
+    write_table_dataset(tmp_path / "datasets", "pairs",
+                        {"train": pairs(40, 0), "test": pairs(12, 1)}, ["no", "yes"])
+    shutil.copy(REPO / "models" / "seednet.onnx", tmp_path / "models" / "seednet.onnx")
+    with TestClient(app) as c:
+        r = session(c, app, model="seednet", dataset="pairs", batch_size=8)
+        assert r.status_code == 422, r.text
+        assert r.json() == {"error": f"session config: {MISFIT}", "problems": [MISFIT]}
+        assert c.get("/api/classroom/sessions", headers=teacher(app)).json() == []
+        r = session(c, app, dataset="pairs", batch_size=8)  # the other model: its own name
+        assert r.status_code == 422 and r.json()["problems"] == [
+            MISFIT.replace("seednet", "mlp-ts17", 1)], r.text
+        # seednet on 1x28x28 images (bands; the default dataset, MNIST): sessions
+        sid = session(c, app, model="seednet", dataset="bands", batch_size=8).json()["id"]
+        r = session(c, app, model="seednet", batch_size=8)
+        assert r.status_code == 201 and r.json()["problems"] == [], r.text
+        # PATCH onto the table: refused, the session unchanged
+        r = c.patch(f"/api/classroom/sessions/{sid}", headers=teacher(app),
+                    json={"config": {"model": "seednet", "dataset": "pairs", "batch_size": 8}})
+        assert r.status_code == 422 and r.json()["problems"] == [MISFIT], r.text
+        got = c.get(f"/api/classroom/sessions/{sid}", headers=teacher(app)).json()
+        assert got["config"]["dataset"] == "bands" and got["config"]["model"] == "seednet"
+        assert len(c.get("/api/classroom/sessions", headers=teacher(app)).json()) == 2

@@ -159,3 +159,38 @@ def test_the_trainers_estimate_is_what_its_engine_builds(device, opt):
     tr = Trainer(eng, graph, blob, cfg, *splits, emit=lambda kind, **kw: events.append(kw))
     run(tr.setup())
     assert built == [tr.memory["bytes"]]
+
+
+def test_the_trainer_says_a_batch_is_too_large_for_32_bit_offsets(device, tmp_path):
+    """Was ParamsError "shader 'conv2d': field ... (u32) cannot hold ..." at Start: a batch
+    whose tensor holds 2 ** 32 values or more is now the estimate's LimitError, naming the
+    batch, the tensor and its bytes, before any GPU work; the same model at a batch below the
+    boundary is counted. A 1x1 conv to 4,096 channels on MNIST: 4,096 * 784 = 3,211,264
+    values a sample, so batch 1,338 is the first past 4,294,967,295 (1,337: 4,293,459,968)."""
+    from webgpu_trainer import onnx_io
+    from webgpu_trainer.onnx_io.build import build_model
+    layers = [{"op": "conv", "out_channels": 4096, "kernel_size": 1}, {"op": "global_avgpool"},
+              {"op": "flatten"}, {"op": "linear", "out_features": "classes"}]
+    (tmp_path / "wide.onnx").write_bytes(build_model(layers, [1, 28, 28], 10)[0])
+    graph, blob = onnx_io.load_bundle(tmp_path / "wide.onnx")
+    per = 4096 * 784
+    assert memory.estimate(graph, 1337)["largest"]["bytes"] == 4 * per * 1337
+    splits = native.load_splits(None, 1338, 16)[:2]
+    cfg = {"optimizer": "sgd", "lr": 0.1, "batch_size": 1338, "epochs": 1, "seed": 3,
+           "init": "scratch", "eval_images": 16, "val_images": 0}
+    events = []
+    tr = Trainer(GpuEngine(device), graph, blob, cfg, *splits,
+                 emit=lambda kind, **kw: events.append(kind))
+    before = device.allocated
+    with pytest.raises(memory.LimitError) as err:
+        run(tr.setup())
+    assert str(err.value) == (
+        f"the model does not fit this GPU: batch 1,338 is too large for 32-bit buffer offsets: "
+        f"tensor 'd/layers.0/output_1' needs {4 * per * 1338:,} bytes and a kernel "
+        f"over it counts {per * 1338:,} values, more than the 4,294,967,295 a 32-bit offset "
+        "holds; use a smaller batch")
+    # the conv output's gradient (the first kernel past the boundary is the backward's)
+    assert err.value.largest == {"name": "d/layers.0/output_1", "bytes": 4 * per * 1338}
+    assert "shader" not in str(err.value) and "u32" not in str(err.value)
+    assert device.allocated == before  # not one buffer made
+    assert "setup" not in events

@@ -100,3 +100,58 @@ def test_limits_beyond_any_adapter_give_a_batch_not_an_error(client):
     assert r.status_code == 200, r.text
     top = r.json()["max_batch"]
     assert 1000 < top <= 65536
+
+
+# ~15M parameters (the Build route's limit is 16M): a 64-channel 3x3 conv on 3x64x64 images,
+# 2x2 max-pool, Linear(65,536 -> 228), Linear(228 -> 10). Its conv output's gradient holds
+# 64 * 64 * 64 = 262,144 values a sample: at batch 16,384 that is 2 ** 32, one more than the
+# pool's backward kernel can count in u32.
+BIG = [{"op": "conv", "out_channels": 64, "kernel_size": 3, "padding": 1}, {"op": "relu"},
+       {"op": "maxpool"}, {"op": "flatten"}, {"op": "linear", "out_features": 228},
+       {"op": "relu"}, {"op": "linear", "out_features": "classes"}]
+PER_SAMPLE = 64 * 64 * 64
+GIB4 = {"max_storage_buffer_binding_size": 4 << 30, "max_buffer_size": 4 << 30}
+
+
+def offsets_problem(batch: int) -> str:
+    values = PER_SAMPLE * batch
+    return (f"batch {batch:,} is too large for 32-bit buffer offsets: tensor "
+            f"'d/layers.0/output_1' needs {4 * values:,} bytes and a kernel over it counts "
+            f"{values:,} values, more than the 4,294,967,295 a 32-bit offset holds; use a "
+            "smaller batch")
+
+
+@pytest.fixture(scope="module")
+def big_model(client):
+    body = client.post("/api/models/build", json={"layers": BIG, "input": [3, 64, 64],
+                                                  "classes": 10, "save": True}).json()
+    assert body["totals"]["params"] == 64 * 27 + 64 + PER_SAMPLE // 4 * 228 + 228 + 2290
+    return f"/api/models/{body['name']}/memory"
+
+
+def test_a_batch_too_large_for_32_bit_offsets_does_not_fit_naming_the_tensor(client,
+                                                                            big_model):
+    """Was a 422 "shader 'pool': field 'total' (u32) cannot hold '5242880000'" (and the page's
+    hint vanished): now the answer of any batch that does not fit, the tensor and its bytes
+    named, with the largest batch within the adapter's 4 GiB (4 * 262,144 * 4,096 bytes)."""
+    r = client.get(big_model, params={"batch": 20000, **GIB4})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"batch": 20000, "bytes": None, "parts": {},
+                        "largest": {"name": "d/layers.0/output_1",
+                                    "bytes": 4 * PER_SAMPLE * 20000},
+                        "problems": [offsets_problem(20000)], "max_batch": 4096}
+    fits = client.get(big_model, params={"batch": 4096, **GIB4}).json()
+    assert fits["problems"] == [] and fits["largest"]["bytes"] == 4 << 30
+    over = f"tensor '/layers.0/output_1' needs {4 * PER_SAMPLE * 4097:,} bytes at batch 4097"
+    assert client.get(big_model, params={"batch": 4097, **GIB4}).json()["problems"] == [
+        f"{over}, more than the adapter's maxStorageBufferBindingSize of 4,294,967,296 bytes",
+        f"{over}, more than the adapter's maxBufferSize of 4,294,967,296 bytes"]
+
+
+def test_the_32_bit_boundary_is_exact(client, big_model):
+    """Without adapter limits: batch 16,383 is counted (262,144 * 16,383 < 2 ** 32 values),
+    16,384 (2 ** 32 values) is the offsets problem."""
+    below = client.get(big_model, params={"batch": 16383}).json()
+    assert below["problems"] == [] and below["bytes"] > 4 * PER_SAMPLE * 16383
+    at = client.get(big_model, params={"batch": 16384}).json()
+    assert at["problems"] == [offsets_problem(16384)] and at["max_batch"] is None

@@ -55,3 +55,63 @@ def test_memory_at_the_batch_and_the_largest_that_fits(app):
     page.locator("#batch-size-memory").scroll_into_view_if_needed()
     screenshot(page, "memory-too-large")
     _said(page, 64)
+
+
+@pytest.mark.parametrize("typed", ["1", "0x10", "1e9", "64.5", "70000"])
+def test_no_hint_and_no_request_for_a_batch_that_cannot_run(app, typed):
+    """Was: "1" (the schema's minimum is 2) and "0x10" (read as the text; Number() made it 16)
+    got a memory hint for a batch Start refuses, and a batch past the route's 65,536 a 400
+    in the console on every edit. Now the hint hides, no request goes out and nothing is
+    logged; a valid batch gets its hint again."""
+    app.wait_ready()
+    page = app.page
+    if page.get_attribute("#settings-toggle", "aria-expanded") == "false":
+        page.click("#settings-toggle")
+    page.select_option("#model", "seednet")
+    _said(page, 64)
+    asked = []
+    page.on("request", lambda r: asked.append(r.url) if "/memory?" in r.url else None)
+    logged = len(app.console)
+    page.fill("#batch-size", typed)
+    page.dispatch_event("#batch-size", "change")
+    page.wait_for_function(f"{SHOWN}.hidden && appState.memoryEstimate === null",
+                           timeout=10_000)
+    page.wait_for_timeout(1500)  # past the 400 ms debounce and a request's round trip
+    assert page.evaluate(f"{SHOWN}.hidden") and asked == []
+    assert [m for m in app.console[logged:] if "400" in m or m.startswith("error")] == []
+    text, est, _ = _said(page, 32)
+    assert est["batch"] == 32 and text.startswith("GPU memory at batch 32: ")
+
+
+def test_a_batch_too_large_for_32_bit_offsets_is_said_in_red(app, server):
+    """Was: the route's 422 of raw shader text hid the hint. A ~15M-parameter network built
+    with the Build route (tests/test_memory_route.py's BIG) at batch 20,000: red, the tensor
+    and its bytes named, and the largest batch within this adapter's limits."""
+    import httpx
+    from test_memory_route import BIG, PER_SAMPLE
+    r = httpx.post(f"{server}/api/models/build", headers={"Origin": server}, timeout=120,
+                   json={"layers": BIG, "input": [3, 64, 64], "classes": 10, "save": True})
+    assert r.status_code == 200 and r.json()["ok"], r.text
+    name = r.json()["name"]
+    app.wait_ready()
+    page = app.page
+    page.evaluate("import('/page/models.js').then((m) => m.loadModels())")
+    page.wait_for_function(f"[...document.querySelectorAll('#model option')].some((o) => "
+                           f"o.value === '{name}')", timeout=30_000)
+    if page.get_attribute("#settings-toggle", "aria-expanded") == "false":
+        page.click("#settings-toggle")
+    page.select_option("#model", name)
+    limits = page.evaluate("""async () => { const l = (await navigator.gpu.requestAdapter())
+        .limits; return {max_storage_buffer_binding_size: l.maxStorageBufferBindingSize,
+        max_buffer_size: l.maxBufferSize}; }""")
+    most = min(limits.values())
+    text, est, red = _said(page, 20000)
+    assert red and est["bytes"] is None and len(est["problems"]) == 1
+    assert "32-bit buffer offsets" in est["problems"][0]
+    assert est["largest"] == {"name": "d/layers.0/output_1", "bytes": 4 * PER_SAMPLE * 20000}
+    top = est["max_batch"]
+    assert 0 < top and 4 * PER_SAMPLE * top <= most < 4 * PER_SAMPLE * (top + 1)
+    assert text == (f"Batch 20,000 does not fit this GPU: d/layers.0/output_1 needs "
+                    f"{4 * PER_SAMPLE * 20000:,} bytes, one buffer holds at most {most:,}. "
+                    f"Up to {top:,} fits this GPU.")
+    assert "shader" not in text and "u32" not in text

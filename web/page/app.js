@@ -50,7 +50,8 @@ import { setupChartTables } from "./chart-tables.js";
 import { onProfile, setupProfile } from "./profile.js";
 import { kernelsReady, onConvolved, setupKernels } from "./kernels.js";
 import { onCheckpoint } from "./checkpoints.js";
-import { hideResumeOffer, onDeviceLost, onRunDone, setupResume } from "./resume.js";
+import { hideResumeOffer, onDeviceLost, onModelGone, onRunDone, setupResume }
+  from "./resume.js";
 import { onSnapshot, setupWork } from "./work.js";
 import { onInspect, setupViews } from "./views.js";
 import { onPrediction, setupTryIt } from "./tryit.js";
@@ -104,6 +105,7 @@ const handlers = {
     setPhase("error");
   },
   error(m) {
+    if (m.model_gone && onModelGone(m)) return;  // a resume whose model is gone: ready again
     showError(m.message ?? "unknown error");
     if (m.fields) markErrors(m.fields);  // the worker's check of the settings
     setStatus("Stopped by an error.");

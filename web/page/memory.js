@@ -7,7 +7,7 @@
 import { $, humanBytes } from "../lib/util.js";
 import { appState } from "./state.js";
 import { adapterLimits } from "./dataset.js";
-import { currentConfig, schemaLoaded } from "./form.js";
+import { currentConfig, pageField, schemaLoaded } from "./form.js";
 
 const DELAY_MS = 400;
 let timer = null;
@@ -28,13 +28,27 @@ function hint() {
   return p;
 }
 
+/** The form's batch size when it is one the run accepts (a whole number read from decimal
+ * digits, within the schema's batch_size range: 2 – 65,536), else null: the form's own
+ * check names the problem, and no memory is asked for a batch that cannot run (“1”, “0x10”,
+ * which the form reads as text, “1e9”, “64.5”). */
+function validBatch(value) {
+  const f = pageField("batch_size");
+  if (typeof value !== "number" || !Number.isSafeInteger(value)) return null;
+  if (f?.min != null && value < f.min) return null;
+  if (f?.max != null && value > f.max) return null;
+  return value;
+}
+
 async function update() {
   const p = hint();
   if (!schemaLoaded()) return;  // the form cannot be read yet; its loading says settings-changed
   const model = $("model")?.value;
   const cfg = currentConfig();
-  const batch = Number(cfg.batch_size);
-  if (!p || !model || !Number.isInteger(batch) || batch < 1) {
+  const batch = validBatch(cfg.batch_size);
+  if (!p || !model || batch === null) {
+    ++asked;  // an answer still on its way is for a batch no longer typed: dropped
+    appState.memoryEstimate = null;
     if (p) p.hidden = true;
     return;
   }

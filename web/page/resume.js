@@ -18,6 +18,29 @@ async function whenReady() {
   while (!appState.workerReady) await new Promise((r) => setTimeout(r, 200));
 }
 
+/** Say that the stored run ``rec`` cannot resume because its model is gone from the server
+ * (``rebuilt``: a network built in the page could not be built again) and offer the resume
+ * banner again: the checkpoint (IndexedDB) is kept as it was. */
+function cannotResume(rec, rebuilt = false) {
+  const why = `Cannot resume: the model ${rec.model} is no longer on the server` +
+    (rebuilt ? " and could not be built again from its layers" : "") +
+    "; the checkpoint is kept.";
+  showError(why);
+  $("resume-banner").hidden = false;
+}
+
+/** Whether the server still lists model ``name`` (GET /api/models now: it may have been
+ * deleted since the page loaded its list); null when the list cannot be read. */
+async function onServer(name) {
+  try {
+    const res = await fetch("/api/models");
+    if (!res.ok) return null;
+    return (await res.json()).some((m) => m.name === name && !m.error);
+  } catch {
+    return null;
+  }
+}
+
 /** Continue the stored run ``rec``: its settings into the form, its metrics into the charts,
  * and `start` with its weights, optimizer state, epoch and step. */
 async function resume(rec) {
@@ -25,14 +48,12 @@ async function resume(rec) {
   await whenReady();
   if (appState.phase === "training") return;
   const listed = () => [...$("model").options].some((o) => o.value === rec.model);
+  if (listed() && (await onServer(rec.model)) === false) {
+    await loadModels($("model").value);  // deleted after the page loaded: the picker drops it
+  }
   if (!listed() && !(await rebuild(rec))) {
     if (appState.phase === "training") return;  // Start was pressed meanwhile
-    const why = `Cannot resume: the model ${rec.model} is no longer on the server` +
-      (rec.built ? " and could not be built again from its layers" : "") +
-      "; the checkpoint is kept.";
-    showError(why);
-    log(why, "error");
-    $("resume-banner").hidden = false;
+    cannotResume(rec, Boolean(rec.built));
     return;
   }
   if (appState.phase === "training") return;
@@ -79,6 +100,20 @@ async function applyTrainable(config) {
     setTrainable(config.trainable ?? appState.summary.tensors
       .filter((t) => t.role === "param").map((t) => t.name));
   }
+}
+
+/** The worker's `error` with ``model_gone`` (the model answered 404 when the run loaded
+ * it: deleted between the check above and the load): a resumed run says it cannot resume
+ * and keeps its checkpoint (true: handled; the phase is back to ready), a new run says the
+ * worker's message (false). The model list is read again either way. */
+export function onModelGone(m) {
+  const resumed = appState.resuming && appState.checkpoint?.model === m.model_gone;
+  loadModels($("model").value === m.model_gone ? null : $("model").value);
+  if (!resumed) return false;
+  appState.resuming = false;
+  cannotResume(appState.checkpoint);
+  setPhase("ready");
+  return true;
 }
 
 /** Hide the resume banner (a new run replaces the stored one at its first epoch). */

@@ -21,7 +21,8 @@ export function beginRun(cfg, model, resume = null, history = null) {
   hideError();
   const steps = history?.steps?.slice() ?? [];
   const epochs = history?.epochs?.slice() ?? [];
-  Object.assign(appState, { config: cfg, model, runDataset: appState.dataset, steps, epochs,
+  Object.assign(appState, { config: cfg, model, resuming: Boolean(resume),
+    runDataset: appState.dataset, steps, epochs,
     validations: [], error: null, memoryBytes: null, evaluating: null,
     progress: { step: resume?.step ?? 0, total_steps: resume?.total_steps ?? 0,
       epoch: resume?.epoch ?? 0, epochs: cfg.epochs } });

@@ -19,6 +19,7 @@ export const appState = {
   memoryBytes: null,         // the `setup` message's GPU memory of the run
   evaluating: null,          // the last `evaluating` message {done, total, what} of this phase
   config: null,              // the config sent with the last `start`
+  resuming: false,           // that `start` continues the stored checkpoint (web/page/resume.js)
   status: "",                // the last `status` text
   error: null,               // the last `error` message text
   noWebGPU: false,           // true after a `no_webgpu` message

@@ -4,6 +4,7 @@ adapter-dependent kernel choices such as ``TILED``). ``plan.py`` owns both."""
 
 from . import pool
 from .backends import shaders
+from .errors import OffsetLimitError
 from .backends.base import View, groups_1d
 
 
@@ -79,10 +80,20 @@ class Builder:
             await b.kernel("unary", "unary_forward", groups_1d(n), params=dict(n=n, op=1, ...),
                            x=ins[0], out=outs[0])
 
-        Raises ParamsError naming the shader and the field or slot that does not fit.
+        Raises ParamsError naming the shader and the field or slot that does not fit;
+        OffsetLimitError naming the largest bound tensor when a count does not fit 32 bits
+        (a batch too large: the error the trainer's Start and the memory estimate show).
         """
         pipe = await self.dev.pipeline(shader, entry, constants)
-        data = shaders.pack(shader, params)
+        try:
+            data = shaders.pack(shader, params)
+        except shaders.ParamsRangeError as exc:
+            tensors = [t for t in slots.values() if isinstance(t, Tensor)]
+            if exc.value < 0 or not tensors:
+                raise
+            big = max(tensors, key=lambda t: t.numel)
+            raise OffsetLimitError(self._name(big), big.nbytes, getattr(self.plan, "batch", None),
+                                   exc.value) from None
         ubuf = self.dev.buffer(len(data), f"{shader}.{entry}.params", uniform=True)
         self.dev.write(ubuf, data)
         binds, layout = [], shaders.slots(shader)
@@ -109,6 +120,17 @@ class Builder:
                                              [kind == "storage" for _, kind, _, _ in layout]))
         else:
             self.current.append((pipe, self.dev.bind(pipe, binds), groups))
+
+    def _name(self, t: Tensor) -> str:
+        """The plan's name of tensor ``t`` (an activation, "d" + one for its gradient, a
+        weight), else its buffer's label (a shared buffer's without "pool.<k>:"), else its
+        shape."""
+        for prefix, table in (("", "acts"), ("d", "grads"), ("", "weights")):
+            for name, x in getattr(self.plan, table, {}).items():
+                if x.buf is t.buf and x.offset == t.offset:
+                    return prefix + name
+        label = str(getattr(t.buf, "label", "") or "")
+        return label.split(":", 1)[-1] if label else str(t.shape)
 
     def _sink(self, binding: int):
         """The placeholder of an unbound read_write slot: one buffer per binding index, as

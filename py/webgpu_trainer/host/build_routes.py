@@ -9,10 +9,14 @@ Body ``{"layers": [...], "input": [C, H, W] or [F], "classes": K, "save": bool}`
 errors also ``"name"`` (what ``save`` names it); with ``save`` also ``"summary"``: the
 model ``built-<hash>`` (the same
 layers for the same shapes give the same name), written to the uploads only after it imports
-and plans like an upload. 400 for a body that is not such an object.
+and plans like an upload. 400 for a body that is not such an object, or whose field is missing
+or of the wrong JSON type (``input`` not a list, ``classes`` not a whole number, ``layers`` not
+a list, ``save`` not a boolean: ``body_problems``); values of the right type that do not fit
+(an input [1, 2], 1 class, a layer's field) are the 200's ``errors``.
 """
 from __future__ import annotations
 
+import json
 import secrets
 
 from starlette.concurrency import run_in_threadpool
@@ -23,6 +27,14 @@ from .bodies import read_json
 from .errors import ApiError, import_error, problems
 
 KEYS = ("layers", "input", "classes", "save")
+EXPECTED = {  # field -> (its JSON type's test, what it must be)
+    "layers": (lambda v: isinstance(v, list), 'a list of layers [{"op": ...}, ...]'),
+    "input": (lambda v: isinstance(v, list), "the samples' shape, a list of whole numbers: "
+                                             "images [C, H, W] or table rows [F]"),
+    "classes": (lambda v: isinstance(v, int) and not isinstance(v, bool),
+                "the dataset's class count, a whole number 2..4096"),
+    "save": (lambda v: isinstance(v, bool), "true or false"),
+}
 MAX_BUILT = 64  # built-* models kept in the uploads; the oldest go first
 
 
@@ -59,6 +71,25 @@ def _evict(folder, keep: int) -> None:
         path.unlink(missing_ok=True)
 
 
+def _json(value) -> str:
+    """``value`` as JSON (null, "3"), at most 40 characters."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else f"{text[:40]}... ({len(text):,} characters)"
+
+
+def body_problems(body: dict) -> list:
+    """One line per field of ``body`` that is missing (``save`` may be) or not of its JSON
+    type, naming the field and what it must be; [] when each has its type."""
+    found = []
+    for key, (ok, expected) in EXPECTED.items():
+        if key not in body:
+            if key != "save":
+                found.append(f"{key}: missing: expected {expected}")
+        elif not ok(body[key]):
+            found.append(f"{key}: expected {expected}; got {_json(body[key])}")
+    return found
+
+
 def build_handler(models):
     """The route's handler for ``models`` (host.model_routes.Models)."""
 
@@ -72,6 +103,9 @@ def build_handler(models):
         if unknown:
             raise ApiError(400, f"the layer list: unknown field(s) {', '.join(unknown[:5])} "
                                 f"(fields: {', '.join(KEYS)})")
+        found = body_problems(body)
+        if found:
+            raise ApiError(400, "the layer list: " + "; ".join(found), found)
         chk = check(body.get("layers"), body.get("input"), body.get("classes"))
         out = {"ok": not chk.errors, "rows": chk.rows, "totals": chk.totals(),
                "errors": chk.errors, "spec": chk.spec, "output": chk.output}

@@ -70,10 +70,11 @@ class RunConfigRoutes:
         from ..engine import config
         return JSONResponse(config.schema())
 
-    def _misfit(self, model: str, dataset) -> str | None:
+    def misfit(self, model: str, dataset) -> str | None:
         """Why model ``model`` cannot train on the config's dataset (``data.check_model_fits``:
         input vs sample shape, outputs vs classes), or None (it fits, or there is nothing to
-        check: no manifest, a model that cannot be planned, which the model list names)."""
+        check: no manifest, a model that cannot be planned, which the model list names). Also
+        the classroom's check of a session (``app.state.model_misfit``)."""
         from ..engine.graph import Graph, GraphError
         from ..engine.train.data import DataSpec, check_model_fits
         manifest = self.manifest(dataset)
@@ -127,7 +128,7 @@ class RunConfigRoutes:
         gone = self.missing(dataset) if isinstance(dataset, str) else None
         if gone:  # the fit and the counts would be the default dataset's: name this first
             return {"ok": False, "errors": [["dataset", gone]]}
-        misfit = self._misfit(model, dataset) if isinstance(model, str) else None
+        misfit = self.misfit(model, dataset) if isinstance(model, str) else None
         if misfit:  # before the batch size: a model that cannot fit is no batch problem
             return {"ok": False, "errors": [["model", misfit]]}
         images = self.train_images(dataset)

@@ -6,7 +6,9 @@ Query: ``batch`` (1-65536, required), ``optimizer`` (one of the run config's, de
 sgd is counted without momentum), ``max_storage_buffer_binding_size`` and ``max_buffer_size``
 (the adapter's limits in bytes, optional; without them there is no largest batch). Answer:
 ``{"batch", "bytes", "parts": {part: bytes}, "largest": {"name", "bytes"}, "problems":
-[str] (the limits the batch exceeds), "max_batch": int or None}``. 400 naming the parameter
+[str] (the limits the batch exceeds), "max_batch": int or None}``; a batch too large for the
+kernels' 32-bit offsets is such an answer too: ``bytes`` null, ``parts`` {}, ``largest`` the
+tensor, its one problem naming the batch, tensor and bytes. 400 naming the parameter
 for a value out of its rule, 404 for an unknown model, 422 for a model the engine cannot plan.
 One count runs at a time (a plan build holds the GIL; ~1 s for a large model's largest batch),
 answers are cached by file, optimizer and batch or limits.
@@ -75,16 +77,25 @@ def memory_handler(models):
         path = models.path(request.path_params["name"])
         graph, _ = models.bundle(path)
         file = (str(path), path.stat().st_mtime_ns, optimizer)
+        def count():  # a batch too large for 32-bit offsets: a "does not fit" answer
+            try:
+                est = memory.estimate(graph, batch, optimizer=optimizer)
+            except memory.LimitError as exc:
+                if exc.problem is None:
+                    raise
+                return {"bytes": None, "parts": {}, "largest": exc.largest,
+                        "problems": [exc.problem]}
+            return {"bytes": est["bytes"], "parts": est["parts"], "largest": est["largest"],
+                    "problems": None}
         try:
-            est = cached((*file, "batch", batch),
-                         lambda: memory.estimate(graph, batch, optimizer=optimizer))
+            est = dict(cached((*file, "batch", batch), count))
+            if est["problems"] is None:
+                est["problems"] = memory.problems({**est, "batch": batch}, limits)
             top = cached((*file, "limits", tuple(sorted(limits.items()))),
                          lambda: memory.largest_batch(graph, limits, optimizer=optimizer)) \
                 if limits else None
         except (GraphError, NotImplementedError, ValueError) as exc:
             raise ApiError(422, f"{path.name}: {exc}") from None
-        return JSONResponse({"batch": batch, "bytes": est["bytes"], "parts": est["parts"],
-                             "largest": est["largest"],
-                             "problems": memory.problems(est, limits),
-                             "max_batch": top}, headers={"Cache-Control": "no-cache"})
+        return JSONResponse({"batch": batch, **est, "max_batch": top},
+                            headers={"Cache-Control": "no-cache"})
     return handler

@@ -42,7 +42,8 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     extra_routes: routes matched before the page files (classroom mode: host/classroom/);
     ``app.state.models`` gives them the model lookup (``model_routes.Models``: ``path(name)``,
     ``bundle(path)``, ``classes(name)``, ``dir``, ``uploads``), ``app.state.train_images()``
-    the training split's size.
+    the training split's size, ``app.state.model_misfit(model, dataset)`` why a model does
+    not fit a dataset (``RunConfigRoutes.misfit``) or None.
 
     The routes live with what they serve: ``static_routes.PageFiles`` (the page, vendored
     libraries, the engine wheel), ``model_routes.Models``, ``config_routes.RunConfigRoutes``,
@@ -67,10 +68,11 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     models = Models(models_dir, uploads_dir, public, max_upload_bytes)
     files, mnist = PageFiles(root, wheels_dir), Datasets(data_dir, data_root)
     datasets = DatasetUploads(data_root, public)
+    run_config = RunConfigRoutes(models, mnist.train_images, mnist.fit_manifest, mnist.missing)
     routes = [
         *files.routes(),
         *models.routes(),
-        *RunConfigRoutes(models, mnist.train_images, mnist.fit_manifest, mnist.missing).routes(),
+        *run_config.routes(),
         *mnist.routes(),
         *datasets.routes(),
         *extra_routes,
@@ -80,6 +82,7 @@ def create_app(root: Path, models_dir: Path | None = None, data_dir: Path | None
     app.state.models = models
     app.state.train_images = mnist.train_images
     app.state.dataset_missing = mnist.missing
+    app.state.model_misfit = run_config.misfit
     app.state.datasets = datasets
 
     if cross_origin_isolated:

@@ -73,7 +73,8 @@ class Checked:
     ``classes``; ``totals()`` sums the rows."""
 
     def __init__(self, input_shape, classes):
-        self.input, self.classes = list(input_shape), classes
+        self.classes = classes  # input: a copy of a list; anything else as given
+        self.input = list(input_shape) if isinstance(input_shape, list) else input_shape
         self.rows, self.errors, self.spec, self.output = [], [], [], None
         self.count = 0
 

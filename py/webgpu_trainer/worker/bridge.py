@@ -60,13 +60,23 @@ def to_bytes(value) -> bytes:
     return bytes(value)
 
 
+class HttpError(RuntimeError):
+    """A response that is not ok: ``status``, ``url``; the message names what was fetched,
+    the status, the URL and the start of the answer."""
+
+    def __init__(self, message: str, status: int, url: str):
+        super().__init__(message)
+        self.status, self.url = status, url
+
+
 async def fetch(url: str, what: str):
-    """``fetch(url)``'s response; RuntimeError naming ``what``, the status and the URL when it
-    is not ok."""
+    """``fetch(url)``'s response; HttpError (a RuntimeError) naming ``what``, the status and
+    the URL when it is not ok."""
     resp = await js.fetch(url)
     if not resp.ok:
         text = await resp.text()
-        raise RuntimeError(f"{what}: HTTP {resp.status} from {url}: {text[:200]}")
+        raise HttpError(f"{what}: HTTP {resp.status} from {url}: {text[:200]}", resp.status,
+                        url)
     return resp
 
 

@@ -16,10 +16,30 @@ from ..engine import config as run_config
 from ..engine.train import data_tokens
 from ..engine.train.data import DataSpec, Split, check_run, check_size
 from ..engine.train.gpu_engine import GpuEngine
-from .bridge import STATE, fetch, fetch_bytes, page_query, to_bytes
+from .bridge import STATE, HttpError, fetch, fetch_bytes, page_query, to_bytes
 
 MAX_DATA_BYTES = 2 ** 30  # the most this page holds of a dataset (as dataset.js MAX_BYTES)
 REPORT_S = 0.25  # seconds between two download messages of one shard
+
+
+class ModelGone(RuntimeError):
+    """The run's model answered 404: deleted on the server after the page listed it.
+    ``model``: its name (the page says so, and a resumed run keeps its checkpoint)."""
+
+    def __init__(self, model: str):
+        super().__init__(f"model {model!r} is no longer on the server (it was deleted after "
+                         "the page listed it); choose another model")
+        self.model = model
+
+
+async def _model_file(model: str, file: str, what: str):
+    """The response of ``/api/models/<model>/<file>``; ModelGone on a 404."""
+    try:
+        return await fetch(f"/api/models/{model}/{file}", what)
+    except HttpError as exc:
+        if exc.status == 404:
+            raise ModelGone(model) from None
+        raise
 
 
 def engine(dev) -> GpuEngine:
@@ -66,7 +86,8 @@ async def _splits(manifest: dict, spec: DataSpec, base: str, say) -> tuple:
 async def load(cfg: dict, model: str, say) -> tuple:
     """``(config, graph, weights, train split, test split)`` of a run of ``model``: the config
     checked (``run_config.parse``: ConfigError), the model and the dataset fetched (refused
-    first when it cannot fit: ValueError naming the numbers); ``say(kind, **fields)`` gets the
+    first when it cannot fit: ValueError naming the numbers; a model the server no longer has:
+    ModelGone); ``say(kind, **fields)`` gets the
     status lines and the download progress."""
     name = run_config.parse(cfg)["dataset"]  # checked: a plain name, safe in a URL
     base = f"/data/{name}"
@@ -74,14 +95,14 @@ async def load(cfg: dict, model: str, say) -> tuple:
     spec = DataSpec.from_manifest(manifest)
     data_tokens.refuse_in_page(spec)
     say("status", text=f"Loading model {model}…")
-    graph = json.loads(await (await fetch(f"/api/models/{model}/graph.json", "model")).text())
+    graph = json.loads(await (await _model_file(model, "graph.json", "model")).text())
     # the page checked it with the server; checked again here, with the same code: the fit
     # of the model first, then the config (the batch size) against the training split
     cfg, spec = check_run(cfg, graph, manifest)
     check_size(spec, {"training": manifest["splits"]["train"]["count"],
                       "test": manifest["splits"]["test"]["count"]},
                engine(STATE["device"]).data_limit, MAX_DATA_BYTES)
-    weights = to_bytes(await (await fetch(f"/api/models/{model}/weights.bin", "weights")
+    weights = to_bytes(await (await _model_file(model, "weights.bin", "weights")
                               ).arrayBuffer())
     say("status", text=f"Loading {spec.title} shards…")
     train, test = await _splits(manifest, spec, base, say)  # the trainer holds out validation

@@ -23,7 +23,7 @@ from ..engine.train.evaluate import VAL_POINTS
 from ..engine.train.loop import Trainer, TrainingDiverged
 from . import bench, kernels, storage, views
 from .bridge import STATE, array_buffer, float32_array, nulls_to_none, post, uint8_array
-from .load import engine, load
+from .load import ModelGone, engine, load
 
 
 async def boot():
@@ -196,6 +196,8 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
         post("error", message=f"Bad settings: {exc}", fields=[list(e) for e in exc.errors])
     except TrainingDiverged as exc:
         post("error", message=str(exc))
+    except ModelGone as exc:  # the page says it (a resume keeps its checkpoint)
+        post("error", message=str(exc), model_gone=exc.model)
     except Exception as exc:
         traceback.print_exc()
         if not await storage.lost_during(dev, exc):  # else device_lost said it

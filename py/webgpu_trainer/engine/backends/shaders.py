@@ -40,6 +40,16 @@ class ParamsError(ValueError):
     """Kernel parameters that do not fit the shader: names the shader and the field or slot."""
 
 
+class ParamsRangeError(ParamsError):
+    """A whole number outside its field's 32-bit type (a count or offset of a tensor too large
+    for the kernel): ``shader``, ``field``, ``value``. ``Builder.kernel`` turns it into an
+    ``errors.OffsetLimitError`` naming the tensor."""
+
+    def __init__(self, message: str, shader: str, field: str, value: int):
+        super().__init__(message)
+        self.shader, self.field, self.value = shader, field, value
+
+
 def shader_dir() -> Path:
     """The folder that holds the ``*.wgsl`` files. Raises FileNotFoundError when none is found."""
     for folder in _CANDIDATES:
@@ -191,8 +201,10 @@ def _put(shader: str, field: str, wgsl: str, value, out: bytearray, at: int):
                 v = int(value)
             struct.pack_into(fmt, out, at, v)
         except (TypeError, ValueError, struct.error):
-            raise ParamsError(f"shader {shader!r}: field {field!r} ({wgsl}) cannot hold "
-                              f"{str(value)[:40]!r}") from None
+            text = f"shader {shader!r}: field {field!r} ({wgsl}) cannot hold {str(value)[:40]!r}"
+            if fmt != "<f" and hasattr(value, "__index__") and not isinstance(value, float):
+                raise ParamsRangeError(text, shader, field, int(value)) from None
+            raise ParamsError(text) from None
         return
     values = list(value) if hasattr(value, "__iter__") else None
     count = size // stride

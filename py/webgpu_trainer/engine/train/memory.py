@@ -10,6 +10,7 @@ that passes ``check``. The uploaded dataset is not included (it is cut into chun
 """
 
 from ..backends.base import round_up
+from ..errors import OffsetLimitError
 from ..graph import Graph
 from ..plan import Plan
 from . import optim
@@ -22,7 +23,14 @@ PARTS = ("params", "gradients", "optimizer", "activations", "saved", "scratch", 
 
 
 class LimitError(ValueError):
-    """A model that does not fit the adapter's limits or the memory budget (names the numbers)."""
+    """A model that does not fit the adapter's limits or the memory budget (names the numbers).
+    From ``estimate`` (a batch too large for the kernels' 32-bit offsets): ``problem`` (the
+    message without its "does not fit" prefix) and ``largest`` ({"name", "bytes"}: the
+    tensor); else both None."""
+
+    def __init__(self, message: str, problem: str | None = None, largest: dict | None = None):
+        super().__init__(message)
+        self.problem, self.largest = problem, largest
 
 
 class _Buffer:
@@ -125,10 +133,16 @@ def estimate(desc: dict, batch: int, loss=None, trainable=None, optimizer: str =
     ``optim.make``'s (amsgrad adds a state); ``init``: count ``Plan.init_weights``'s uniform
     buffers too (a run from scratch); ``is_cpu``: the kernels a software adapter gets).
     Returns ``{"batch", "bytes" (total), "parts": {part: bytes} (``PARTS``), "largest":
-    {"name", "bytes"} (the biggest single buffer), "buffers": [(label, bytes)]}``."""
+    {"name", "bytes"} (the biggest single buffer), "buffers": [(label, bytes)]}``. Raises
+    ``LimitError`` naming the tensor and its bytes when the batch is too large for the
+    kernels' 32-bit offsets (the step cannot be planned, so there is no total)."""
     dev = CountingDevice(is_cpu=is_cpu)
     graph = Graph(desc)
-    plan = _run(Plan.build(dev, graph, int(batch), loss=loss, trainable=trainable))
+    try:
+        plan = _run(Plan.build(dev, graph, int(batch), loss=loss, trainable=trainable))
+    except OffsetLimitError as exc:
+        raise LimitError(f"the model does not fit this GPU: {exc}", str(exc),
+                         {"name": exc.tensor, "bytes": exc.nbytes}) from None
     if init:
         _run(plan.init_weights(0))
     _run(Guard.build(plan))
@@ -177,7 +191,7 @@ def largest_batch(desc: dict, limits: dict | None, budget: int | None = None, **
     def fits(b):
         try:
             return not problems(estimate(desc, b, **kw), limits, budget)
-        except ValueError:  # a kernel's u32 field cannot count that many elements
+        except ValueError:  # LimitError: a kernel's 32-bit offsets cannot count that many
             return False
     if not fits(1):
         return 0

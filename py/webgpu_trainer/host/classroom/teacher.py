@@ -47,12 +47,21 @@ POINTS_MARGIN_S = 10.0       # re-read points this far back (a late commit is no
 def _checked(request, config: dict, pinned) -> tuple[dict, list]:
     """The session's config checked against the server's models, the model's classes and the
     training images of its dataset (``check_config``) and its pinned keys; 422 naming each bad
-    field (a dataset this server does not have among them)."""
+    field (a dataset this server does not have among them). A model that does not fit the
+    dataset (its input against the dataset's sample shape, its outputs against the classes:
+    ``app.state.model_misfit``, the check of ``POST /api/config/validate``) is refused
+    before the options, naming both: its students could never press Start."""
     st = request.app.state.classroom
     dataset = config.get("dataset") if isinstance(config, dict) else None
     missing = request.app.state.dataset_missing(dataset) if isinstance(dataset, str) else None
     if missing:  # a session must not pin what no student can load
         raise ApiError(422, f"session config: dataset: {missing}", [f"dataset: {missing}"])
+    model = config.get("model", DEFAULTS["model"]) if isinstance(config, dict) else None
+    misfit = request.app.state.model_misfit(model, dataset) \
+        if isinstance(model, str) and model in st.model_names() else None
+    if misfit:
+        why = f"{model}: {misfit}"
+        raise ApiError(422, f"session config: model: {why}", [f"model: {why}"])
     try:
         return (check_config(config, st.model_names(),
                              train_images=request.app.state.train_images(dataset),
