@@ -166,3 +166,21 @@ def test_summary_and_messages_name_the_users_file(client, tmp_path):
     for p in root.rglob("*"):
         assert ".upload-" not in p.name
     _alive(c)
+
+
+def test_csv_label_names_that_hide_refused(client, tmp_path):
+    """A CSV's label values are its class names: one with a bidirectional override (U+202E) is
+    refused at upload like a class folder's (before: 201, the class shown reversed), the
+    dataset already there kept byte for byte; the same labels without it still go."""
+    c, root, _ = client
+    before = _keep_pets(c, root, tmp_path)
+    body = _GOOD_CSV.replace(b",x\n", f",x{RLO}y\n".encode())
+    r = c.post("/api/datasets?name=pets&file=rlo.csv", content=body)
+    assert (r.status_code, r.json()) == (400, {"error": (
+        "class 0 'x\\u202ey': the name has an invisible formatting character (U+202E "
+        "RIGHT-TO-LEFT OVERRIDE) that can make it show differently from what was typed; "
+        "rename it")}), r.text[:300]
+    assert _files(root) == before
+    r = c.post("/api/datasets?name=plain&file=plain.csv", content=_GOOD_CSV)
+    assert r.status_code == 201, r.text[:300]
+    _alive(c)

@@ -21,6 +21,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..classroom.names import hidden_character
 from ..datafiles import DataError
 from . import atomic, tokens
 from .arrays import MAX_SAMPLE_DIM, Arrays
@@ -123,6 +124,10 @@ def check_arrays(arrays: Arrays, all_classes: bool = True) -> None:
     ``all_classes=False`` lets classes go without training samples (the old own-digits
     folders, whose classes are always 0..9)."""
     k = _check_classes(arrays.classes)
+    for i, name in enumerate(arrays.classes):
+        hidden = hidden_character(name)
+        if hidden:  # the page and the summaries would show another name (a CSV's labels too)
+            raise DataError(f"class {i} {name!r}: the name has {hidden}; rename it")
     vocab = arrays.vocab_size
     shape = _check_split("train", arrays.train_x, arrays.train_y, k, None, vocab)
     _check_split("test", arrays.test_x, arrays.test_y, k, shape, vocab)
