@@ -78,7 +78,9 @@ async function update() {
     : ` Up to ${body.max_batch.toLocaleString()} fits this GPU.`;
   const big = body.largest;
   const most = lim ? Math.min(lim.maxStorageBufferBindingSize, lim.maxBufferSize) : null;
-  p.textContent = body.problems.length
+  p.textContent = body.problems.length && body.bytes == null  // not plannable: say why
+    ? `Batch ${batch.toLocaleString()} does not fit this GPU: ${body.problems[0]}${top}`
+    : body.problems.length
     ? `Batch ${batch.toLocaleString()} does not fit this GPU: ${big.name} needs ` +
       `${big.bytes.toLocaleString()} bytes, ${most ? `one buffer holds at most ` +
       `${most.toLocaleString()}` : "more than it has"}.${top}`

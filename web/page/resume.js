@@ -26,7 +26,10 @@ function cannotResume(rec, rebuilt = false) {
     (rebuilt ? " and could not be built again from its layers" : "") +
     "; the checkpoint is kept.";
   showError(why);
-  $("resume-banner").hidden = false;
+  // the banner again, its buttons wired to the stored record (a resume after a lost device
+  // came without them)
+  stored().then((r) => { if (r && !r.finished) offerResume(r); })
+    .catch((e) => log(`Could not read the stored checkpoint: ${e.message ?? e}`, "error"));
 }
 
 /** Whether the server still lists model ``name`` (GET /api/models now: it may have been

@@ -67,14 +67,12 @@ def check_query(q, takes: tuple, route: str) -> None:
 def shown_file(q) -> str | None:
     """The user's file name that the page sends as ``file=`` (its last path part, cut to
     ``FILE_SHOWN`` characters), for the summary's source and the messages in place of the
-    temp file's; None when not given. 400 for a name with a control or invisible formatting
-    character (``hidden_character``: it would show as another name)."""
+    temp file's; None when not given, or when the name has a control or invisible formatting
+    character (``hidden_character``: it would show as another name; the label is cosmetic,
+    so the upload goes on as "the upload")."""
     name = q.get("file", "").replace("\\", "/").rsplit("/", 1)[-1].strip()
-    if not name:
+    if not name or hidden_character(name):
         return None
-    problem = hidden_character(name)
-    if problem:
-        raise ApiError(400, f"file: the name has {problem}")
     return name if len(name) <= FILE_SHOWN else name[:FILE_SHOWN - 3] + "..."
 
 

@@ -58,7 +58,8 @@ def _checked(request, config: dict, pinned) -> tuple[dict, list]:
         raise ApiError(422, f"session config: dataset: {missing}", [f"dataset: {missing}"])
     model = config.get("model", DEFAULTS["model"]) if isinstance(config, dict) else None
     misfit = request.app.state.model_misfit(model, dataset) \
-        if isinstance(model, str) and model in st.model_names() else None
+        if isinstance(model, str) and model in st.model_names() \
+        and (dataset is None or isinstance(dataset, str)) else None
     if misfit:
         why = f"{model}: {misfit}"
         raise ApiError(422, f"session config: model: {why}", [f"model: {why}"])
