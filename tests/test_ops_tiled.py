@@ -322,3 +322,24 @@ def test_gpu_pipelines_build_in_chromium(chromium, server):
         assert page.evaluate(PIPELINES_JS, items) == []
     finally:
         ctx.close()
+
+
+def test_gemm_tiles_beyond_one_row_of_workgroups_take_the_untiled_kernel(monkeypatch):
+    """The tiled kernel's tiles are one row of workgroups (at most 65,535): a product of more
+    tiles takes the untiled kernel (2-D groups) instead of a dispatch WebGPU refuses; a tile
+    shape other than 8 / 16 threads a side is refused naming it. Counting device: nothing
+    allocated."""
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    from webgpu_trainer.engine.train.memory import CountingDevice
+    dev = CountingDevice()
+    b = Builder(types.SimpleNamespace(dev=dev, P=None, G=None, step=None))
+    b.TILED = True
+    a, bm, out = dev.buffer(4), dev.buffer(4), dev.buffer(4)
+    monkeypatch.setattr(gemm, "tile_shape", lambda *_: (8, 8))
+    run(gemm.matmul(b, a, (14080, 1), bm, (14080, 1), out, 19200, 14080, 64))  # 66,000 tiles
+    run(gemm.matmul(b, a, (14080, 1), bm, (14080, 1), out, 19200, 12800, 64))  # 60,000
+    assert [d[0][1] for d in b.current] == ["matmul", "matmul_tiled"]  # (shader, entry, _)
+    monkeypatch.setattr(gemm, "tile_shape", lambda *_: (32, 8))
+    with pytest.raises(ValueError, match="32 x 8 threads; each must be 8 or 16"):
+        run(gemm.matmul(b, a, (64, 1), bm, (64, 1), out, 640, 640, 64))

@@ -55,9 +55,14 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
     thin outputs). Splits the sum over k (split-K) when the output alone leaves the GPU idle.
     """
     shape = tile_shape(b, m, n, k)
-    if shape:
+    if shape:  # the tiles are one row of workgroups: at most 65,535 (else the untiled kernel)
         wm, wn = shape
+        if wm not in (8, 16) or wn not in (8, 16):  # BK 8 <= WM, WN; 32 (WM + WN) vec4 <= 16 KiB
+            raise ValueError(f"matmul_tiled: {wm} x {wn} threads; each must be 8 or 16")
         tiles = ((m + 8 * wm - 1) // (8 * wm)) * ((n + 8 * wn - 1) // (8 * wn))
+        if tiles > 65535:
+            shape = None
+    if shape:
         # enough workgroups for every multiprocessor, each split at least 2 steps of k (BK 8)
         target = 512
         splits = 1 if tiles >= target else max(1, min((target + tiles - 1) // tiles,
