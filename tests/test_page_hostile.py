@@ -145,7 +145,8 @@ UNUSED_PARAMS = [
      [NOT_BUILT + "not JSON (…"], {"seed": 7}),
     ("layers=__proto__&lr=0.05", [NOT_BUILT + "not JSON (…"], {"lr": 0.05}),
     ("layers=" + urllib.parse.quote('{"constructor":1}') + "&epochs=5",
-     [NOT_BUILT + 'layers: {"constructor": 1} is not a list of layers); using seednet'],
+     [NOT_BUILT + 'the layer list: layers: expected a list of layers [{"op": ...}, ...]; got '
+      '{"constructor": 1}); using seednet'],
      {"epochs": 5}),
     ("layers=" + "[" * 40 + "]" * 40 + "&lr=0.06",  # before: "not JSON (Maximum call stack…"
      [NOT_BUILT + "arrays or objects nest more than 32 levels deep (the limit)); using "
