@@ -79,7 +79,8 @@ async function update() {
   const big = body.largest;
   const most = lim ? Math.min(lim.maxStorageBufferBindingSize, lim.maxBufferSize) : null;
   p.textContent = body.problems.length && body.bytes == null  // not plannable: say why
-    ? `Batch ${batch.toLocaleString()} does not fit this GPU: ${body.problems[0]}${top}`
+    ? `Batch ${batch.toLocaleString()} does not fit this GPU: ` +
+      `${body.problems[0].replace(/[.\s]*$/, ".")}${top}`
     : body.problems.length
     ? `Batch ${batch.toLocaleString()} does not fit this GPU: ${big.name} needs ` +
       `${big.bytes.toLocaleString()} bytes, ${most ? `one buffer holds at most ` +
