@@ -136,6 +136,8 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--const", nargs="+", default=[""], metavar="NAME=VALUE,...",
                    help="time each shape with each of these override sets of matmul_tiled")
+    p.add_argument("--builder", nargs="+", default=[""], metavar="NAME=VALUE,...",
+                   help="time each shape with each of these Builder flag sets (zoo.py's)")
     p.add_argument("--cublas", action="store_true", help="also torch.matmul on CUDA")
     p.add_argument("--engine", type=Path, default=REPO / "py",
                    help="folder holding the webgpu_trainer package (default: this checkout's)")
@@ -144,18 +146,21 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     sys.path.insert(0, str(args.engine.resolve()))
     import gpu_timer
+    import zoo
     dev = gpu_timer.open_device()
     rows = []
     print(f"| shape | kernel ({args.label or 'engine'}) | ms | TFLOP/s | rel. error |")
     print("|---|---|---:|---:|---:|")
     for shape in args.shapes:
-        for force, const in [(None, c) for c in args.const] + [(f, "") for f in args.force]:
-            with constants(const):
+        runs = [(None, c, f) for c in args.const for f in args.builder] + \
+            [(f, "", "") for f in args.force]
+        for force, const, flags in runs:
+            with constants(const), zoo.builder(flags):
                 r = asyncio.run(engine(dev, shape, force, args.reps))
-            r["label"], r["const"] = args.label, const
+            r["label"], r["const"], r["builder"] = args.label, const, flags
             rows.append(r)
-            what = ("auto" if force is None else f"forced {force}") + (f" {const}" if const
-                                                                       else "")
+            what = ("auto" if force is None else f"forced {force}") + \
+                "".join(f" {v}" for v in (const, flags) if v)
             print(f"| {shape} | {what}: {' + '.join(r['kernels'])} | {r['ms']:.4f} | "
                   f"{r['tflops']:.2f} | {r['rel_err']:.1e} |", flush=True)
         if args.cublas:

@@ -11,6 +11,7 @@ struct Params {
   M: u32, N: u32, K: u32, splits: u32,
   sam: u32, sak: u32, sbk: u32, sbn: u32,
   bias_mode: u32, alpha: f32, beta: f32, relu: u32,
+  vec: u32,
 }
 
 //!include index
@@ -20,6 +21,10 @@ struct Params {
 @group(0) @binding(2) var<storage, read> bm: array<f32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// a and bm again as vec4 (matmul_tiled, when p.vec says they are aligned: one 16-byte load
+// instead of four 4-byte ones).
+@group(0) @binding(5) var<storage, read> a4: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read> b4: array<vec4<f32>>;
 
 const T: u32 = 4u;
 
@@ -142,6 +147,9 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
 // outputs 64 wide (a transformer's d_model); 8 x 8: 64 x 64 (small outputs, long sums). The
 // loads walk whichever dim of an operand is contiguous (sak == 1 or sam == 1; sbn == 1 or
 // sbk == 1). CPU adapters keep `matmul` (no workgroup memory: faster on SwiftShader).
+// p.vec bit 0 (1): a's four values of a vec4 load are one aligned vec4 of a4 (sak == 1 with
+// sam a multiple of 4, or sam == 1 with sak one); bit 1 (2) likewise for bm and b4. Each
+// split's k range then starts at a multiple of BK, so every load of a whole step is aligned.
 override WM: u32 = 16u;
 override WN: u32 = 16u;
 const BK: u32 = 8u;
@@ -171,6 +179,7 @@ fn load_a(m0: u32, k0: u32, k_end: u32, q: u32, inside: bool) -> vec4<f32> {
     let k = k0 + (q % (BK / 4u)) * 4u;
     if (inside) {
       let i = m * p.sam + k;
+      if ((p.vec & 1u) != 0u) { return a4[i / 4u]; }
       return vec4<f32>(a[i], a[i + 1u], a[i + 2u], a[i + 3u]);
     }
     return vec4<f32>(a_at(m, k, k_end), a_at(m, k + 1u, k_end), a_at(m, k + 2u, k_end),
@@ -180,6 +189,7 @@ fn load_a(m0: u32, k0: u32, k_end: u32, q: u32, inside: bool) -> vec4<f32> {
   let k = k0 + q / (2u * WM);
   if (inside) {
     let i = m * p.sam + k * p.sak;
+    if ((p.vec & 1u) != 0u) { return a4[i / 4u]; }
     return vec4<f32>(a[i], a[i + p.sam], a[i + 2u * p.sam], a[i + 3u * p.sam]);
   }
   return vec4<f32>(a_at(m, k, k_end), a_at(m + 1u, k, k_end), a_at(m + 2u, k, k_end),
@@ -204,6 +214,7 @@ fn load_b(n0: u32, k0: u32, k_end: u32, q: u32, inside: bool) -> vec4<f32> {
     let k = k0 + q / (2u * WN);
     if (inside) {
       let i = k * p.sbk + n * p.sbn;
+      if ((p.vec & 2u) != 0u) { return b4[i / 4u]; }
       return vec4<f32>(bm[i], bm[i + p.sbn], bm[i + 2u * p.sbn], bm[i + 3u * p.sbn]);
     }
     return vec4<f32>(b_at(k, n, k_end), b_at(k, n + 1u, k_end), b_at(k, n + 2u, k_end),
@@ -213,6 +224,7 @@ fn load_b(n0: u32, k0: u32, k_end: u32, q: u32, inside: bool) -> vec4<f32> {
   let k = k0 + (q % (BK / 4u)) * 4u;
   if (inside) {
     let i = k + n * p.sbn;
+    if ((p.vec & 2u) != 0u) { return b4[i / 4u]; }
     return vec4<f32>(bm[i], bm[i + 1u], bm[i + 2u], bm[i + 3u]);
   }
   return vec4<f32>(b_at(k, n, k_end), b_at(k + 1u, n, k_end), b_at(k + 2u, n, k_end),
@@ -270,7 +282,7 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
   let tiles_n = (p.N + 8u * WN - 1u) / (8u * WN);
   let m0 = (wid.x / tiles_n) * 8u * WM;
   let n0 = (wid.x % tiles_n) * 8u * WN;
-  let per = (p.K + p.splits - 1u) / p.splits;
+  let per = ((p.K + p.splits - 1u) / p.splits + BK - 1u) / BK * BK;  // whole steps a split
   let k_start = wid.z * per;
   let k_end = min(p.K, k_start + per);
   let tx = lid % WN;

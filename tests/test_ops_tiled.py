@@ -243,7 +243,21 @@ def test_gemm_tile_shapes(device, monkeypatch, shape, m, n, k, ta, tb):
     _check_gemm(device, m, n, k, ta, tb)
 
 
-def _check_gemm(device, m, n, k, ta, tb):
+# Aligned operands load as vec4 (gemm._vec_bits): the same values summed in the same order as
+# four scalar loads, so the result is bit-identical with Builder.GEMM_VEC4 off; each operand's
+# layout (k contiguous or rows/columns contiguous) takes its vec4 path here.
+@pytest.mark.parametrize("m,n,k", [(1024, 1152, 24), (300, 260, 900)])
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1), (0, 1), (1, 0)])
+def test_gemm_vec4_loads_bit_identical(device, monkeypatch, m, n, k, ta, tb):
+    from webgpu_trainer.engine.ops import gemm
+    monkeypatch.setattr(gemm, "tile_shape", lambda *_: (16, 16))
+    on = _check_gemm(device, m, n, k, ta, tb, want_vec=3)
+    with builder_patch({"GEMM_VEC4": False}):
+        off = _check_gemm(device, m, n, k, ta, tb, want_vec=0)
+    assert np.array_equal(on, off)
+
+
+def _check_gemm(device, m, n, k, ta, tb, want_vec=None):
     import types
     from webgpu_trainer.engine.ops import gemm
     rng = rng_for("gemm_tiled", m, n, k, ta, tb)
@@ -268,8 +282,11 @@ def _check_gemm(device, m, n, k, ta, tb):
     got = run(go())
     tiled = gemm.tile_shape(b, m, n, k) is not None
     assert any("matmul_tiled" in d[0][2] for d in b.current) == tiled
+    if want_vec is not None:
+        assert gemm._vec_bits(b, bufs[0], sa, bufs[1], sb) == want_vec
     want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (bm.T if tb else bm)) + bias
     assert rel_err(got, want) <= FWD_RTOL
+    return got
 
 
 # The GPU paths' pipelines (shader, entry, constants) as SeedNet and a padded, strided conv

@@ -156,6 +156,10 @@ class Builder:
     # outputs 33-64 wide summed over k >= 128; False: the untiled kernel there (A/B).
     GEMM_NARROW = True
 
+    # matmul_tiled loads aligned operands as vec4 (ops/gemm._vec_bits); False: four scalar
+    # loads each (A/B).
+    GEMM_VEC4 = True
+
     # MatMul products with no batch dims left (after folding) run on the Gemm's kernels on GPU
     # adapters (ops/matmul.batched); False: the batched kernel (A/B).
     MATMUL_GEMM = True

@@ -69,6 +69,7 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
                                                       k // 16, 256))
         counts = (tiles, 1, splits)
         entry, consts = "matmul_tiled", {"WM": wm, "WN": wn}
+        vec = _vec_bits(b, a, a_strides, bm, b_strides)
     else:
         wx = _threads_along_n(n)
         side_m, side_n = 4 * 64 // wx, 4 * wx
@@ -76,15 +77,37 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         splits = b.splits(((m + 3) // 4) * ((n + 3) // 4), k, min_per_split=64)
         gx, gy, _ = groups_1d(threads)
         counts, entry, consts = (gx, gy, splits), "matmul", {"WX": wx}
+        vec = 0
     target = b.temp(splits * m * n) if splits > 1 else out
     params = dict(M=m, N=n, K=k, splits=splits, sam=a_strides[0], sak=a_strides[1],
                   sbk=b_strides[0], sbn=b_strides[1], bias_mode=bias_mode if bias else 0,
-                  alpha=alpha, beta=beta, relu=relu)
+                  alpha=alpha, beta=beta, relu=relu, vec=vec)
     await b.kernel("gemm", entry, counts, params=params, constants=consts, a=a, bm=bm, bias=bias,
-                   out=target)
+                   out=target, a4=a if vec & 1 else None, b4=bm if vec & 2 else None)
     if splits > 1:
         await reduce_splits(b, target, out, splits, m * n, n=n, bias=bias,
                             bias_mode=bias_mode if bias else 0, beta=beta, relu=relu)
+
+
+def _vec_bits(b, a, a_strides, bm, b_strides) -> int:
+    """gemm.wgsl ``p.vec`` of ``matmul_tiled``: bit 0 when op(A)'s four values of a load
+    (four k of a row when sak == 1, else four rows at one k) are one aligned vec4 (the other
+    stride a multiple of 4, the binding >= 16 bytes; bindings start at multiples of 256
+    bytes), bit 1 likewise for op(B) (four columns when sbn == 1, else four k). Off with
+    ``b.GEMM_VEC4`` False (A/B)."""
+    if not getattr(b, "GEMM_VEC4", True):
+        return 0
+
+    def aligned(x, along, other) -> bool:
+        size = getattr(x, "nbytes", None)
+        size = getattr(x, "size", 0) if size is None else size
+        return along == 1 and other % 4 == 0 and size >= 16
+
+    sam, sak = a_strides
+    sbk, sbn = b_strides
+    va = aligned(a, sak, sam) if sak == 1 else aligned(a, sam, sak)
+    vb = aligned(bm, sbn, sbk) if sbn == 1 else aligned(bm, sbk, sbn)
+    return int(va) | 2 * int(vb)
 
 
 def _threads_along_n(n: int) -> int:
