@@ -6,6 +6,12 @@
 //     filter:   dx[n,c,p] = sum_(k,t) w[k, c, T-1-t] * im2col(dy)[(k,t), (n,p)]  (M = C)
 //   2 weight gradient: dw[m, tap] = sum_(n,p) dy[n,m,p] * im2col(x)[tap, (n,p)]  (M = K,
 //     N = C*KH*KW, the sum over batch*P split into `splits` parts, added by reduce.wgsl)
+//   3 input gradient of a strided convolution (dilation 1), one stride class (r, q) a z slice
+//     (sub-pixel decomposition): the dx pixels (r + sh*u, q + sw*v) take only the taps
+//     i = i0 + a*sh, j = j0 + b*sw with (r + ph - i) and (q + pw - j) multiples of the
+//     stride, from dy[n, k, u + eh - a, v + ew - b] (`Cls`): a stride-1 product over
+//     C_out * A * B terms, with none of the zeros a strided gather would multiply. Params:
+//     M = C, N = batch, C / H / W the channels and size of dy, OH / OW the size of dx.
 // with kk = c*T + i*KW + j (T = KH*KW), p = oh*OW + ow, im2col(img)[kk, (n,p)] =
 // img[n, c, oh*sh - ph + i*dh, ow*sw - pw + j*dw] (0 outside the image). The image is
 // [batch, C, H, W]; OH x OW is the window grid. Outputs of modes 0 and 1 are NCHW
@@ -41,6 +47,29 @@ override BK: u32 = TW / 2u;
 const FAR: i32 = -1048576;  // a row or column offset that every bounds test rejects
 
 var<private> acc: array<vec4<f32>, 16>;  // as gemm.wgsl: constant indices only
+
+// Mode 3's stride class: its pixel offsets (r, q), first taps (i0, j0), tap counts (A, B),
+// grid of dx pixels (hr, wr) and dy offsets (eh, ew); `cols` and `kd`, the product's N and K
+// (p.N and p.K in the other modes).
+struct Cls { r: u32, q: u32, i0: u32, j0: u32, A: u32, B: u32, hr: u32, wr: u32, eh: i32,
+             ew: i32 }
+var<private> cls: Cls;
+var<private> cols: u32;
+
+fn class_of(z: u32) -> Cls {
+  var c: Cls;
+  c.r = z / sw;
+  c.q = z % sw;
+  c.i0 = (c.r + ph) % sh;
+  c.j0 = (c.q + pw) % sw;
+  c.A = select(0u, (KH - c.i0 + sh - 1u) / sh, c.i0 < KH);
+  c.B = select(0u, (KW - c.j0 + sw - 1u) / sw, c.j0 < KW);
+  c.hr = select(0u, (p.OH - c.r + sh - 1u) / sh, c.r < p.OH);
+  c.wr = select(0u, (p.OW - c.q + sw - 1u) / sw, c.q < p.OW);
+  c.eh = i32((c.r + ph - c.i0) / sh);
+  c.ew = i32((c.q + pw - c.j0) / sw);
+  return c;
+}
 var<workgroup> tile_a: array<vec4<f32>, 512>;
 var<workgroup> tile_b: array<vec4<f32>, 512>;
 
@@ -50,6 +79,12 @@ fn a_at(m: u32, k: u32, k_end: u32) -> f32 {
   let t = KH * KW;
   if (MODE == 0u) { return a[m * p.K + k]; }
   if (MODE == 1u) { return a[(k / t) * p.M * t + m * t + (t - 1u - k % t)]; }
+  if (MODE == 3u) {
+    let ab = cls.A * cls.B;
+    let i = cls.i0 + ((k % ab) / cls.B) * sh;
+    let j = cls.j0 + (k % cls.B) * sw;
+    return a[((k / ab) * p.M + m) * t + i * KW + j];
+  }
   let pix = p.OH * p.OW;
   return a[(k / pix) * p.M * pix + m * pix + k % pix];
 }
@@ -59,7 +94,12 @@ struct Part { base: u32, ih: i32, iw: i32 }
 
 // The column's part (fixed for the thread): a pixel (n, oh, ow) in modes 0, 1; a tap in mode 2.
 fn col_part(j: u32) -> Part {
-  if (j >= p.N) { return Part(0u, FAR, FAR); }
+  if (j >= cols) { return Part(0u, FAR, FAR); }
+  if (MODE == 3u) {
+    let pix = cls.hr * cls.wr;
+    let q = j % pix;
+    return Part((j / pix) * p.C * p.H * p.W, i32(q / cls.wr), i32(q % cls.wr));
+  }
   if (MODE == 2u) {
     let t = j % (KH * KW);
     return Part((j / (KH * KW)) * p.H * p.W, i32((t / KW) * dh) - i32(ph),
@@ -74,6 +114,11 @@ fn col_part(j: u32) -> Part {
 // The row's part (per k step): a tap in modes 0, 1; a pixel in mode 2.
 fn row_part(k: u32, k_end: u32) -> Part {
   if (k >= k_end) { return Part(0u, FAR, FAR); }
+  if (MODE == 3u) {
+    let ab = cls.A * cls.B;
+    let t = k % ab;
+    return Part((k / ab) * p.H * p.W, cls.eh - i32(t / cls.B), cls.ew - i32(t % cls.B));
+  }
   if (MODE == 2u) {
     let pix = p.OH * p.OW;
     let q = k % pix;
@@ -108,8 +153,14 @@ fn store_b(v: vec4<f32>, buf: u32, lid: u32) {
   tile_b[buf * BK * 2u * TW + (lid / (2u * TW)) * 2u * TW + lid % (2u * TW)] = v;
 }
 
-// The output index of (m, column j) for modes 0 and 1 is colbase(j) + m * P.
+// The output index of (m, column j) for modes 0, 1 and 3 is colbase(j) + m * P.
 fn col_base(j: u32) -> u32 {
+  if (MODE == 3u) {
+    let pix = cls.hr * cls.wr;
+    let q = j % pix;
+    return (j / pix) * p.M * p.OH * p.OW + (cls.r + sh * (q / cls.wr)) * p.OW + cls.q +
+           sw * (q % cls.wr);
+  }
   let pix = p.OH * p.OW;
   return (j / pix) * p.M * pix + j % pix;
 }
@@ -119,9 +170,13 @@ fn put(z: u32, m: u32, cb: vec4<u32>, j: u32, v: vec4<f32>) {
   var b = 0.0;
   if (p.splits == 1u && p.has_bias == 1u) { b = bias[m]; }
   for (var i = 0u; i < 4u; i++) {
-    if (j + i < p.N) {
+    if (j + i < cols) {
       var at = z * p.M * p.N + m * p.N + j + i;
-      if (MODE != 2u) { at = z * p.M * p.N + cb[i] + m * p.OH * p.OW; }
+      if (MODE == 3u) {
+        at = cb[i] + m * p.OH * p.OW;
+      } else if (MODE != 2u) {
+        at = z * p.M * p.N + cb[i] + m * p.OH * p.OW;
+      }
       var o = v[i] + b;
       if (p.splits == 1u) {
         if (p.relu == 1u) { o = max(o, 0.0); }
@@ -135,12 +190,26 @@ fn put(z: u32, m: u32, cb: vec4<u32>, j: u32, v: vec4<f32>) {
 @compute @workgroup_size(TW * TW)
 fn conv_gemm(@builtin(workgroup_id) wid: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
-  let tiles_n = (p.N + 8u * TW - 1u) / (8u * TW);
+  // Loop bounds from locals (uniform: the barriers below need them so); the private copies
+  // `cls` and `cols` serve the load and store helpers.
+  var n_cols = p.N;
+  var kd = p.K;
+  var split = wid.z;
+  if (MODE == 3u) {  // a stride class a z slice, unsplit; its grid may need fewer tiles
+    let c = class_of(wid.z);
+    cls = c;
+    n_cols = p.N * c.hr * c.wr;
+    kd = p.C * c.A * c.B;
+    split = 0u;
+  }
+  cols = n_cols;
+  let tiles_n = (n_cols + 8u * TW - 1u) / (8u * TW);
+  if (wid.x >= tiles_n * ((p.M + 8u * TW - 1u) / (8u * TW))) { return; }
   let m0 = (wid.x / tiles_n) * 8u * TW;
   let n0 = (wid.x % tiles_n) * 8u * TW;
-  let per = ((p.K + p.splits - 1u) / p.splits + BK - 1u) / BK * BK;
-  let k_start = min(p.K, wid.z * per);
-  let k_end = min(p.K, k_start + per);
+  let per = ((kd + p.splits - 1u) / p.splits + BK - 1u) / BK * BK;
+  let k_start = min(kd, split * per);
+  let k_end = min(kd, k_start + per);
   let tx = lid % TW;
   let ty = lid / TW;
   // This thread's loads: A row am, 4 k from ak; B columns bj.. bj + 3 at k row bk.
@@ -196,7 +265,7 @@ fn conv_gemm(@builtin(workgroup_id) wid: vec3<u32>,
   let right = n0 + 4u * TW + tx * 4u;
   var cl = vec4<u32>(0u);
   var cr = vec4<u32>(0u);
-  if (MODE != 2u) {
+  if (MODE != 2u) {  // modes 0, 1, 3
     cl = vec4<u32>(col_base(left), col_base(left + 1u), col_base(left + 2u),
                    col_base(left + 3u));
     cr = vec4<u32>(col_base(right), col_base(right + 1u), col_base(right + 2u),

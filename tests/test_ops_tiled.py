@@ -34,13 +34,14 @@ def test_family_case_gpu_paths(device, case):
 
 
 # Every conv case with the implicit GEMM (ops/conv_gemm.py) taken by every layer it can take
-# (CONV_GEMM_MIN 1: group 1; groups > 1 and strided input gradients keep the direct kernels).
+# (CONV_GEMM_MIN 1 and CONV_GEMM_STRIDED_MIN 1: group 1; groups > 1 and dilated strided input
+# gradients keep the direct kernels).
 CONV_CASES = [c for c in family("conv").CASES if c.optimizer is None and c.steps == 1]
 
 
 @pytest.mark.parametrize("case", CONV_CASES, ids=[c.id for c in CONV_CASES])
 def test_conv_case_implicit_gemm(device, case):
-    with builder_patch({**GPU, "CONV_GEMM_MIN": 1}):
+    with builder_patch({**GPU, "CONV_GEMM_MIN": 1, "CONV_GEMM_STRIDED_MIN": 1}):
         check_case(device, case)
 
 
@@ -153,6 +154,40 @@ def _conv_wide(name, batch):
                 patch={"CONV_GEMM_MIN": 1})
 
 
+def _conv_strided(name, batch):
+    """Strided input gradients by stride classes (conv_gemm.strided_input_grad): 3x3 stride 2
+    on an even plane, a 3x2 window with strides (2, 3) and pads (0, 1, 1, 2) (a class that
+    no tap reaches: zeros), 1x1 stride 2 (three of four classes zero); the ReLUs' gradients
+    masked in the products' epilogues."""
+    rng = rng_for("tiled_strided", name)
+    shapes = [(10, 6, 1, 1), (12, 10, 3, 3), (9, 12, 3, 2), (7, 9, 1, 1)]
+    ws = [f32(rng.standard_normal(s) / np.sqrt(np.prod(s[1:]))) for s in shapes]
+    x = f32(rng.standard_normal((batch, 6, 11, 11)))
+    labels = rng.integers(0, 4, batch)
+    conv = dict(dilations=[1, 1], group=1)
+    nodes = [node("Conv", ["input", "w0"], ["c0"], kernel_shape=[1, 1], pads=[0, 0, 0, 0],
+                  strides=[1, 1], **conv),
+             node("Relu", ["c0"], ["r0"]),
+             node("Conv", ["r0", "w1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                  strides=[2, 2], **conv),
+             node("Relu", ["c1"], ["r1"]),
+             node("Conv", ["r1", "w2"], ["c2"], kernel_shape=[3, 2], pads=[0, 1, 1, 2],
+                  strides=[2, 3], **conv),
+             node("Conv", ["c2", "w3"], ["c3"], kernel_shape=[1, 1], pads=[0, 0, 0, 0],
+                  strides=[2, 2], **conv),
+             node("Flatten", ["c3"], ["flat"], axis=1)]
+    hn, ht = head("flat", 7 * 2 * 2, 4, rng)
+    tensors = [(f"w{i}", w, "param") for i, w in enumerate(ws)] + ht
+
+    def on_classes(res, want):
+        keys = [str(d[0]) for d in res["plan"].fwd_train + res["plan"].bwd]
+        assert sum("conv_gemm" in k and "MODE=3" in k for k in keys) == 3, keys
+        assert not any("backward_input" in k for k in keys), keys
+    return case(f"tiled/{name}", nodes + hn, tensors, x, labels, tag="Conv (stride classes)",
+                acts=("r0", "r1", "c2", "c3"), dacts=("c0", "c1", "c2", "c3"),
+                checks=(on_classes,), patch={"CONV_GEMM_STRIDED_MIN": 1})
+
+
 def _seednet():
     """models/seednet.onnx at batch 6, Dropout ratio 0; fc2.bias feeds a train-mode BatchNorm
     (its gradient is zero in exact arithmetic)."""
@@ -178,7 +213,7 @@ OWN_CASES = [_conv_relu("conv3_like_b40", 16, 24, 12, 40),
              _conv_bn("bn_b3_chunk64", 3, 64), _conv_bn("bn_b300_chunk64", 300, 64),
              _conv_bn("bn_b300_one_part", 300, None),
              _relu_fused("relu_fused_s1", 1), _relu_fused("relu_fused_s2", 2),
-             _conv_wide("conv_gemm_b2", 2),
+             _conv_wide("conv_gemm_b2", 2), _conv_strided("strided_b3", 3),
              # a batched activation times a weight large enough for the Gemm's tiles (ops/
              # matmul.py hands the plain product to gemm.matmul; dA reads W^T)
              matmul_case("tiled_3d_x_2d", ("act", [16, 64, 256]), ("param", [256, 256]), 16)]
@@ -306,6 +341,8 @@ GPU_PIPELINES = [
     ("conv_gemm", "conv_gemm", {**_WIN, "MODE": 0, "TW": 16}),
     ("conv_gemm", "conv_gemm", {**_WIN, "ph": 2, "pw": 2, "MODE": 1, "TW": 16}),
     ("conv_gemm", "conv_gemm", {**_WIN, "sh": 2, "sw": 2, "ph": 1, "MODE": 2, "TW": 8}),
+    ("conv_gemm", "conv_gemm", {**_WIN, "sh": 2, "sw": 2, "ph": 1, "MODE": 3, "TW": 16}),
+    ("conv_gemm", "conv_gemm", {**_WIN, "KW": 2, "sh": 2, "sw": 3, "pw": 1, "MODE": 3, "TW": 8}),
     ("batchnorm", "forward_fused", {}),
     ("batchnorm", "backward_fused", {}),
 ]

@@ -186,6 +186,12 @@ class Builder:
     # tiles made batch 1000 slower, 9.67 -> 12.91 ms/step; benchmarks/results/*-perfconv-*).
     CONV_GEMM_MIN = 128
 
+    # The input gradient of a strided convolution by stride classes on the implicit GEMM
+    # (conv_gemm.strided_input_grad) from this many dx channels (None: conv2d.wgsl
+    # backward_input, A/B). Lower than CONV_GEMM_MIN: backward_input reaches ~3 TFLOP/s on
+    # an H200 (ResNet-18's stride-2 3x3 layers at batch 1000, 12 ms each).
+    CONV_GEMM_STRIDED_MIN = 32
+
     # Elements per thread of the grid-stride elementwise kernels (ReLU, BatchNorm's normalize,
     # ...): one-element workgroups are launch-bound on GPUs (measured on an H200: 115 us for
     # 11.6 M elements, 5x the memory time) and on CPU adapters alike (lavapipe, SeedNet at batch

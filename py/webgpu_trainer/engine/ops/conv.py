@@ -196,7 +196,8 @@ async def backward(b, node, ins, outs, gins, gouts):
 
 async def input_grad(b, node, g, win, w, dy, dx, mask=0, mask_src=None, bias=None, relu=0):
     """dx of the convolution (geometry ``g``, window ``win``) for the output gradient dy:
-    stride 1 with pads inside the window as a forward convolution, else ``backward_input``.
+    stride 1 with pads inside the window as a forward convolution, else by stride classes on
+    GPU adapters (conv_gemm.strided_input_grad), else ``backward_input``.
     ``mask`` / ``mask_src``: a fused ReLU's gradient; ``bias`` / ``relu``: ConvTranspose's."""
     n, c, h, wd, k, oh, ow, grp = g
     kh, kw = win["KH"], win["KW"]
@@ -208,6 +209,12 @@ async def input_grad(b, node, g, win, w, dy, dx, mask=0, mask_src=None, bias=Non
                                        mask_src=mask_src if mask else None, bias=bias, relu=relu)
             return
         await _input_grad_as_forward(b, node, g, win, w, dy, dx, mask, mask_src, bias, relu)
+        return
+    tw = conv_gemm.strided_tile(b, g, win)
+    if tw:
+        await conv_gemm.strided_input_grad(b, g, win, tw, w, dy, dx,
+                                           mask_src=mask_src if mask else None, bias=bias,
+                                           relu=relu)
         return
     params = _params(g, mask=mask, has_bias=int(bias is not None), relu=relu)
     threads = n * grp * _cdiv(c // grp, 8) * h * _cdiv(wd, 4)

@@ -4,8 +4,9 @@ of the GEMM (gemm.wgsl ``matmul_tiled``: 128 x 128 or 64 x 64 per workgroup, 8 x
 double-buffered workgroup memory), gathering im2col values in the tile loads; NCHW stays the
 layout of every tensor. ops/conv.py asks ``gemm_tile`` per product and keeps its direct kernels
 for thin layers (under ``Builder.CONV_GEMM_MIN`` channels: the first layer's 3, ResNet-8's
-16-64), groups > 1, strided input gradients and CPU adapters (SwiftShader, lavapipe: their
-kernels are unchanged).
+16-64), groups > 1, dilated strided input gradients and CPU adapters (SwiftShader, lavapipe:
+their kernels are unchanged). The input gradient of a strided convolution runs one product per
+stride class (``strided_input_grad``).
 
 Geometry ``g`` = (N, C, H, W, K, OH, OW, G) and window ``win`` as ops/conv.py's ``_geometry``.
 """
@@ -16,11 +17,12 @@ MAX_TILES = 65535  # workgroups along x of one dispatch (WebGPU's default limit)
 TARGET = 512  # workgroups that keep an H200's 132 multiprocessors busy (gemm.py's target)
 
 
-def gemm_tile(b, m: int, n: int, kd: int, grp: int = 1) -> int:
+def gemm_tile(b, m: int, n: int, kd: int, grp: int = 1, least: int | None = -1) -> int:
     """TW of conv_gemm.wgsl for an [m, n] product summed over kd, or 0 for the direct kernel:
-    on GPU adapters (``b.tiled``), group 1, each of m, n, kd at least ``b.CONV_GEMM_MIN``;
-    16 (128 x 128 tiles) when m and n are at least 128, else 8 (64 x 64)."""
-    least = b.CONV_GEMM_MIN
+    on GPU adapters (``b.tiled``), group 1, each of m, n, kd at least ``least`` (default
+    ``b.CONV_GEMM_MIN``; None: never); 16 (128 x 128 tiles) when m and n are at least 128,
+    else 8 (64 x 64)."""
+    least = b.CONV_GEMM_MIN if least == -1 else least
     if not b.tiled or grp != 1 or least is None or min(m, n, kd) < least:
         return 0
     tw = 16 if min(m, n) >= 128 else 8
@@ -43,18 +45,20 @@ def _splits(tiles: int, m: int, n: int, kd: int, tw: int) -> int:
 
 
 async def _run(b, mode, tw, m, n, kd, win, image, geom, a, out, *, bias=None, relu=0,
-               mask_src=None, split=True):
+               mask_src=None, split=True, classes=None):
     """One conv_gemm dispatch (and the reduction of its split-K parts). ``geom`` = (C, H, W,
-    OH, OW) of the gathered image and window grid."""
+    OH, OW) of the gathered image and window grid. ``classes``: mode 3's (stride classes,
+    columns of the largest), its z slices and x extent; n is then the batch."""
     side = 8 * tw
-    tiles = _cdiv(m, side) * _cdiv(n, side)
+    tiles = _cdiv(m, side) * _cdiv(classes[1] if classes else n, side)
     fused = bias is not None or relu or mask_src is not None
-    splits = _splits(tiles, m, n, kd, tw) if split and not fused else 1
+    splits = _splits(tiles, m, n, kd, tw) if split and not fused and not classes else 1
     c, h, w, oh, ow = geom
     params = dict(M=m, N=n, K=kd, splits=splits, C=c, H=h, W=w, OH=oh, OW=ow,
                   has_bias=int(bias is not None), relu=relu, mask=int(mask_src is not None))
     target = b.temp(splits * m * n) if splits > 1 else out
-    await b.kernel("conv_gemm", "conv_gemm", (tiles, 1, splits), params=params,
+    await b.kernel("conv_gemm", "conv_gemm", (tiles, 1, classes[0] if classes else splits),
+                   params=params,
                    constants={**win, "MODE": mode, "TW": tw}, a=a, img=image, bias=bias,
                    src=mask_src, out=target)
     if splits > 1:
@@ -77,6 +81,29 @@ async def input_grad(b, g, win, tw, w, dy, dx, mask_src=None, bias=None, relu=0)
     tw_win = {**win, "ph": win["dh"] * (kh - 1) - win["ph"], "pw": win["dw"] * (kw - 1) - win["pw"]}
     await _run(b, 1, tw, c, n * h * wd, k * kh * kw, tw_win, dy, (k, oh, ow, h, wd), w, dx,
                bias=bias, relu=relu, mask_src=mask_src)
+
+
+def strided_tile(b, g, win) -> int:
+    """TW for ``strided_input_grad`` of geometry ``g`` (0: the direct kernel): dilation 1,
+    dx channels and the largest class's pixels at least ``b.CONV_GEMM_STRIDED_MIN``."""
+    n, c, h, wd, k, _, _, grp = g
+    if win["dh"] != 1 or win["dw"] != 1:
+        return 0
+    cols = n * _cdiv(h, win["sh"]) * _cdiv(wd, win["sw"])
+    return gemm_tile(b, c, cols, k, grp, least=b.CONV_GEMM_STRIDED_MIN)
+
+
+async def strided_input_grad(b, g, win, tw, w, dy, dx, mask_src=None, bias=None, relu=0):
+    """dx [N, C, H, W] of a convolution of any stride (dilation 1) by sub-pixel
+    decomposition: for each of the sh * sw stride classes (r, q) (dx pixels r + sh*u,
+    q + sw*v), a stride-1 product over the taps that reach them (mode 3, one z slice a
+    class; a class no tap reaches is written as zeros). Shi et al. 2016, "Real-Time Single
+    Image and Video Super-Resolution Using an Efficient Sub-Pixel Convolutional Neural
+    Network", sec. 2.2 (the strided transposed convolution as stride-1 sub-filters)."""
+    n, c, h, wd, k, oh, ow, _ = g
+    classes = (win["sh"] * win["sw"], n * _cdiv(h, win["sh"]) * _cdiv(wd, win["sw"]))
+    await _run(b, 3, tw, c, n, 0, win, dy, (k, oh, ow, h, wd), w, dx, bias=bias, relu=relu,
+               mask_src=mask_src, classes=classes)
 
 
 async def weight_grad(b, g, win, tw, x, dy, dw):
