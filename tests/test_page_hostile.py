@@ -33,17 +33,6 @@ MARKS = """() => ({
   start: document.querySelector('#start').title})"""
 
 
-@pytest.fixture()
-def page(chromium, server):
-    ctx = chromium.new_context(viewport={"width": 1280, "height": 800})
-    pg = ctx.new_page()
-    errors = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.errors = errors
-    yield pg
-    ctx.close()
-
-
 def open_link(pg, server, query, needle):
     """Open ``server/?query``; wait for the model list and ``needle`` among the marks."""
     pg.goto(f"{server}/?{query}")
@@ -103,11 +92,11 @@ FORM_AFTER = {"lr=0.01&valueOf=3": {"lr": 0.01}, "lr=0x10": {"lr": "0x10"},
               "trainable=fc2.weight,nope": {"trainable": None}}
 
 
-def test_hostile_share_links(page, server):
+def test_hostile_share_links(bare_page, server):
     """Every hostile link opens: the model list is filled, each problem is marked with the
     link's value and Start waits (names ignored are notices: Start may go); then a link of them
     all boots to a ready worker with Start enabled, and an edit drops the notice."""
-    pg = page
+    pg = bare_page
     for query, inline, rest in HOSTILE_LINKS:
         marks = open_link(pg, server, query, next(iter(inline.values()), None) or rest[0])
         start = "" if query in NOTICES_ONLY else BLOCKED
@@ -172,14 +161,14 @@ WAITS = {"layers": "layers= not built: choose a model",
 READY = "Ready. Choose settings and press Start."
 
 
-def test_share_link_parameters_not_used_are_marked(page, server):
+def test_share_link_parameters_not_used_are_marked(bare_page, server):
     """A link's `layers` that cannot be built (a bad op, not JSON, inherited names), a dataset
     or model the server lacks (or an empty one) and an empty `trainable` are marked below the
     form naming the parameter and the problem, Start waits, and the link's other settings are
     kept in the form; the run bar says why Start waits (the parameter, what to do) and its
     "Show" scrolls to the mark and focuses it; choosing a model (a dataset) by hand drops the
     mark, keeps them, and the run bar says "Ready" again."""
-    pg = page
+    pg = bare_page
     for query, want, kept in UNUSED_PARAMS:
         pg.goto(f"{server}/?{query}")
         needle = want[0].removesuffix("…")
@@ -240,10 +229,10 @@ def test_share_link_parameter_shown_on_a_phone(chromium, server):
         ctx.close()
 
 
-def test_share_link_keeps_the_fine_tuning_selection(page, server):
+def test_share_link_keeps_the_fine_tuning_selection(bare_page, server):
     """"Head only" (SeedNet's last layers) goes into the share link as `trainable`; opening
     the link ticks the same parameters."""
-    pg = page
+    pg = bare_page
     pg.goto(server)
     pg.wait_for_function("window.appState && window.appState.summary", timeout=WAIT_MS)
     pg.click("#tab-model")
@@ -322,11 +311,11 @@ IMPORTS = [
 ]
 
 
-def test_number_fields_and_imports(page, server, tmp_path):
+def test_number_fields_and_imports(bare_page, server, tmp_path):
     """A number field keeps what was typed and names it; an import with a bad value changes
     nothing (the form's values compared before / after) and names each bad field with the
     file's value; a good one that holds a command-line setting says it was left out."""
-    pg = page
+    pg = bare_page
     pg.goto(server)
     pg.wait_for_function("window.appState && window.appState.summary && "
                          "document.querySelector('#lr')",
