@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-# The browser fixtures (server, chromium, mnist_cache) for every test module.
-pytest_plugins = ["e2e_fixtures"]
+# The browser fixtures (server, chromium, mnist_cache, app, bare_page) and the in-process app's
+# (config_client, dataset_client) for every test module.
+pytest_plugins = ["e2e_fixtures", "app_fixtures"]
 
 # Tolerances: error = max |got - ref| / max(max |ref|, ABS_FLOOR).
 FWD_RTOL = 1e-5     # forward values (activations, loss, running statistics)

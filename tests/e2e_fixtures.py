@@ -198,6 +198,19 @@ def app(chromium, server):
     page.close()
 
 
+@pytest.fixture()
+def bare_page(chromium, server):
+    """A Playwright page of a fresh 1280x800 context, not opened yet (the test goes to its
+    URL); the page errors it raises are collected in ``pg.errors``."""
+    ctx = chromium.new_context(viewport={"width": 1280, "height": 800})
+    pg = ctx.new_page()
+    errors = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.errors = errors
+    yield pg
+    ctx.close()
+
+
 ARTIFACTS = REPO / "test-artifacts" / "screenshots"
 
 

@@ -8,15 +8,12 @@ import json
 import math
 import re
 import time
-from pathlib import Path
 
 import pytest
-from starlette.testclient import TestClient
 
 from webgpu_trainer.engine import config
 from webgpu_trainer.engine.config import FIELDS, ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
 
 # config.json's "config" as webgpu-trainer wrote it before the run configuration (commit
 # fdeef2b: `train --device cpu --train-images 96 --batch-size 32 --eval-images 32 --optimizer
@@ -301,55 +298,42 @@ def test_every_field_has_a_flag_and_help_lists_limits():
 
 # ------------------------------------------------------------------------------- server
 
-@pytest.fixture()
-def client(tmp_path):
-    from webgpu_trainer.host import server
-    root = tmp_path / "root"
-    (root / "web").mkdir(parents=True)
-    data = tmp_path / "mnist"
-    data.mkdir()
-    (data / "manifest.json").write_text(json.dumps(
-        {"splits": {"train": {"count": 640}, "test": {"count": 100}}}))
-    app = server.create_app(root, REPO / "models", data, tmp_path / "wheels")
-    return TestClient(app)
-
-
-def test_schema_route(client):
-    r = client.get("/api/config/schema")
+def test_schema_route(config_client):
+    r = config_client.get("/api/config/schema")
     assert r.status_code == 200
     assert r.json() == json.loads(json.dumps(config.schema()))
 
 
-def test_validate_route(client):
-    r = client.post("/api/config/validate", json={"config": {"optimizer": "sgd", "lr": 0.1,
-                                                            "scheduler": "onecycle",
-                                                            "val_images": 64}})
+def test_validate_route(config_client):
+    r = config_client.post("/api/config/validate", json={"config": {"optimizer": "sgd", "lr": 0.1,
+                                                                   "scheduler": "onecycle",
+                                                                   "val_images": 64}})
     body = r.json()
     assert r.status_code == 200 and body["ok"] is True, body
     # the manifest's 640 training images less 64 held out for validation, / 64
     assert body["config"]["total_steps"] == 9
     assert body["steps"] == {"per_epoch": 9, "total": 9, "train_images": 576, "val_images": 64}
-    r = client.post("/api/config/validate", json={"config": {}})  # default: a tenth held out
+    r = config_client.post("/api/config/validate", json={"config": {}})  # default: a tenth held out
     assert r.json()["steps"] == {"per_epoch": 9, "total": 9, "train_images": 576,
                                  "val_images": 64}
-    r = client.post("/api/config/validate", json={"config": {"val_images": 5000}})
+    r = config_client.post("/api/config/validate", json={"config": {"val_images": 5000}})
     assert r.json()["errors"] == [["val_images", "must be an integer in [0, 638] (the 640 "
                                    "training images less a batch of 2 to train on; 0 = no "
                                    "validation), got 5,000"]]
-    r = client.post("/api/config/validate", json={"config": {"seed": 1.5, "batch_size": 1000,
-                                                            "momentum": 0.9}})
+    r = config_client.post("/api/config/validate", json={"config": {"seed": 1.5, "batch_size": 1000,
+                                                                   "momentum": 0.9}})
     body = r.json()
     assert r.status_code == 200 and body["ok"] is False
     assert [e[0] for e in body["errors"]] == ["seed", "momentum"]
-    r = client.post("/api/config/validate", json={"config": {"batch_size": 1000,
-                                                            "val_images": 0}})
+    r = config_client.post("/api/config/validate", json={"config": {"batch_size": 1000,
+                                                                   "val_images": 0}})
     assert r.json()["errors"] == [["batch_size", "must be an integer in [2, 640] (at most the "
                                                  "640 training images), got 1,000"]]
     # with the model: class weights must match its classes
-    r = client.post("/api/config/validate", json={"model": "seednet", "config": {
+    r = config_client.post("/api/config/validate", json={"model": "seednet", "config": {
         "class_weights": [1.0, 2.0], "val_images": 0}})
     assert r.json()["errors"][0][0] == "class_weights"
-    assert client.post("/api/config/validate", content=b"[1]").status_code == 400
+    assert config_client.post("/api/config/validate", content=b"[1]").status_code == 400
 
 
 @pytest.mark.parametrize("model, message", [
@@ -358,12 +342,13 @@ def test_validate_route(client):
     ({"a": 1}, "must be a model's name"),
     (7, "must be a model's name"),
 ])
-def test_validate_route_names_an_unknown_model(client, model, message):
+def test_validate_route_names_an_unknown_model(config_client, model, message):
     """A config is not "ok" for a model the server does not have (before: ok true for any)."""
-    r = client.post("/api/config/validate", json={"model": model, "config": {"val_images": 0}})
+    r = config_client.post("/api/config/validate",
+                           json={"model": model, "config": {"val_images": 0}})
     assert r.status_code == 200 and r.json() == {"ok": False, "errors": [["model", message]]}
-    r = client.post("/api/config/validate", json={"model": "seednet",
-                                                  "config": {"val_images": 0}})
+    r = config_client.post("/api/config/validate", json={"model": "seednet",
+                                                         "config": {"val_images": 0}})
     assert r.json()["ok"] is True
 
 

@@ -4,26 +4,9 @@ the key, with the known key it is closest to, or, for a setting's name, where it
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from starlette.testclient import TestClient
 
-REPO = Path(__file__).resolve().parents[1]
 TAKES = 'it takes "config" and "model"'
-
-
-@pytest.fixture()
-def client(tmp_path):
-    from webgpu_trainer.host import server
-    root = tmp_path / "root"
-    (root / "web").mkdir(parents=True)
-    data = tmp_path / "mnist"
-    data.mkdir()
-    (data / "manifest.json").write_text(json.dumps(
-        {"splits": {"train": {"count": 640}, "test": {"count": 100}}}))
-    return TestClient(server.create_app(root, REPO / "models", data, tmp_path / "wheels"))
 
 
 @pytest.mark.parametrize("body,errors", [
@@ -53,13 +36,14 @@ def client(tmp_path):
      [["cfg", f'unknown key of the body (did you mean "config"?); {TAKES}'],
       ["seed", "must be an integer in [0, 4,294,967,295], got 1.5"]]),
 ])
-def test_unknown_top_level_keys_are_errors(client, body, errors):
-    r = client.post("/api/config/validate", json=body)
+def test_unknown_top_level_keys_are_errors(config_client, body, errors):
+    r = config_client.post("/api/config/validate", json=body)
     assert (r.status_code, r.json()) == (200, {"ok": False, "errors": errors})
 
 
-def test_known_keys_still_ok(client):
-    r = client.post("/api/config/validate", json={"config": {"lr": 0.01}, "model": "seednet"})
+def test_known_keys_still_ok(config_client):
+    r = config_client.post("/api/config/validate",
+                           json={"config": {"lr": 0.01}, "model": "seednet"})
     assert r.status_code == 200 and r.json()["ok"] is True, r.json()
     assert r.json()["config"]["lr"] == 0.01
-    assert client.post("/api/config/validate", json={}).json()["ok"] is True
+    assert config_client.post("/api/config/validate", json={}).json()["ok"] is True

@@ -8,24 +8,13 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from starlette.testclient import TestClient
 
-from webgpu_trainer.host import server
 
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("make_hostile_images",
                                                REPO / "scripts" / "make_hostile_images.py")
 fx = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fx)
-
-
-@pytest.fixture()
-def client(tmp_path):
-    root = tmp_path / "root"
-    (root / "web").mkdir(parents=True)
-    app = server.create_app(root, tmp_path / "models", tmp_path / "mnist", tmp_path / "wheels",
-                            data_root=tmp_path / "datasets")
-    return TestClient(app), tmp_path / "datasets", app
 
 
 def _files(folder: Path) -> dict:
@@ -38,8 +27,8 @@ def _alive(c) -> None:
     assert r.status_code == 200 and isinstance(r.json(), list)
 
 
-def test_zip_upload_prepared_then_replaced_atomically(client, tmp_path):
-    c, root, _ = client
+def test_zip_upload_prepared_then_replaced_atomically(dataset_client, tmp_path):
+    c, root, _ = dataset_client
     body = fx.make_good_zip(tmp_path).read_bytes()
     r = c.post("/api/datasets?name=pets&size=16&color=auto&test=0.2&title=My%20pets",
                content=body)
@@ -71,8 +60,9 @@ def test_zip_upload_prepared_then_replaced_atomically(client, tmp_path):
                                  "Pillow's limit of 89,478,485: refused as a decompression "
                                  "bomb"),
 ])
-def test_hostile_upload_400_previous_dataset_intact(client, tmp_path, maker, status, message):
-    c, root, _ = client
+def test_hostile_upload_400_previous_dataset_intact(dataset_client, tmp_path, maker, status,
+                                                   message):
+    c, root, _ = dataset_client
     good = fx.make_good_zip(tmp_path).read_bytes()
     assert c.post("/api/datasets?name=pets&size=8", content=good).status_code == 201
     before = _files(root)
@@ -83,8 +73,8 @@ def test_hostile_upload_400_previous_dataset_intact(client, tmp_path, maker, sta
     _alive(c)
 
 
-def test_csv_upload_and_bad_csv(client, tmp_path):
-    c, root, _ = client
+def test_csv_upload_and_bad_csv(dataset_client, tmp_path):
+    c, root, _ = dataset_client
     text = "a,b,label\n" + "".join(f"{i},{i % 3},{'xy'[i % 2]}\n" for i in range(20))
     r = c.post("/api/datasets?name=tab&test=0.25", content=text.encode())
     assert r.status_code == 201, r.text
@@ -113,15 +103,15 @@ def test_csv_upload_and_bad_csv(client, tmp_path):
     ("name=ok&color=pink", "color 'pink': use one of auto, rgb, grey"),
     ("name=ok&test=2", "test fraction 2.0: use a number above 0 and at most 0.9"),
 ])
-def test_bad_parameters_400(client, tmp_path, query, message):
-    c, root, _ = client
+def test_bad_parameters_400(dataset_client, tmp_path, query, message):
+    c, root, _ = dataset_client
     r = c.post(f"/api/datasets?{query}", content=fx.make_good_zip(tmp_path).read_bytes())
     assert r.status_code == 400 and r.json() == {"error": message}
     assert not root.exists() or not any(p.is_dir() for p in root.iterdir())
 
 
-def test_413_before_reading_and_empty_body(client, tmp_path):
-    c, root, app = client
+def test_413_before_reading_and_empty_body(dataset_client, tmp_path):
+    c, root, app = dataset_client
     app.state.datasets.max_bytes = 1000
     body = fx.make_good_zip(tmp_path).read_bytes()
     r = c.post("/api/datasets?name=pets", content=body)
@@ -136,8 +126,8 @@ def test_413_before_reading_and_empty_body(client, tmp_path):
     _alive(c)
 
 
-def test_scan_preview_writes_nothing(client, tmp_path):
-    c, root, _ = client
+def test_scan_preview_writes_nothing(dataset_client, tmp_path):
+    c, root, _ = dataset_client
     r = c.post("/api/datasets/scan", content=fx.make_mixed_zip(tmp_path).read_bytes())
     assert r.status_code == 200, r.text
     out = r.json()
@@ -151,8 +141,8 @@ def test_scan_preview_writes_nothing(client, tmp_path):
     assert list(root.iterdir()) == []
 
 
-def test_413_while_streaming_without_content_length(client, tmp_path):
-    c, root, app = client
+def test_413_while_streaming_without_content_length(dataset_client, tmp_path):
+    c, root, app = dataset_client
     app.state.datasets.max_bytes = 1000
     body = fx.make_good_zip(tmp_path).read_bytes()
 
@@ -178,10 +168,10 @@ _TABLE = ("a,b,label\n" + "".join(f"{i},{i % 3},{'xy'[i % 2]}\n" for i in range(
                                               "only, and the upload is a CSV table: leave it "
                                               "out"),
 ])
-def test_option_the_source_does_not_take_422(client, tmp_path, kind, query, message):
+def test_option_the_source_does_not_take_422(dataset_client, tmp_path, kind, query, message):
     """The rule of `webgpu-trainer data --source` (datasets.refused_option): an option the
     upload's kind does not take is refused, the dataset there stays byte for byte."""
-    c, root, _ = client
+    c, root, _ = dataset_client
     assert c.post("/api/datasets?name=pets&size=8",
                   content=fx.make_good_zip(tmp_path).read_bytes()).status_code == 201
     before = _files(root)
@@ -193,10 +183,10 @@ def test_option_the_source_does_not_take_422(client, tmp_path, kind, query, mess
     _alive(c)
 
 
-def test_seed_is_used_as_the_cli_uses_it(client, tmp_path):
+def test_seed_is_used_as_the_cli_uses_it(dataset_client, tmp_path):
     """seed= (ignored before) splits as `webgpu-trainer data --seed` does."""
     from webgpu_trainer.host.datasets import prepare_source
-    c, root, _ = client
+    c, root, _ = dataset_client
     (tmp_path / "t.csv").write_bytes(_TABLE)
     shards = {}
     for seed in (0, 3):
@@ -225,12 +215,12 @@ _TAKES = "name, title, file, label, size, color, test, seed"
     ("sizes=8", "unknown query parameter 'sizes'"),
     (f"{_LONG_KEY}=1", "unknown query parameter '" + "k" * 39 + "... (10,000 characters)"),
 ])
-def test_unknown_query_key_400_names_it(client, tmp_path, query, message):
+def test_unknown_query_key_400_names_it(dataset_client, tmp_path, query, message):
     """A query key neither route takes was ignored before (a typo like sizes=8 gave a 28-pixel
     dataset without a word); now 400 naming the key (ascii: a look-alike shows its code point;
     a 10 kB key cut, its length named) and what the route takes. Nothing written, the
     dataset there stays byte for byte."""
-    c, root, _ = client
+    c, root, _ = dataset_client
     assert c.post("/api/datasets?name=pets&size=8",
                   content=fx.make_good_zip(tmp_path).read_bytes()).status_code == 201
     before = _files(root)
@@ -245,9 +235,9 @@ def test_unknown_query_key_400_names_it(client, tmp_path, query, message):
 
 @pytest.mark.parametrize("query,key,times", [
     ("name=pets&name=other", "name", 2), ("name=pets&size=8&size=16&size=8", "size", 3)])
-def test_repeated_query_key_400(client, tmp_path, query, key, times):
+def test_repeated_query_key_400(dataset_client, tmp_path, query, key, times):
     """A key given twice (which one counted was Starlette's choice: the last) is refused."""
-    c, root, _ = client
+    c, root, _ = dataset_client
     r = c.post(f"/api/datasets?{query}", content=fx.make_good_zip(tmp_path).read_bytes())
     assert r.status_code == 400 and r.json() == {
         "error": f"POST /api/datasets: query parameter {key!r} is given {times} times; give it "

@@ -12,24 +12,13 @@ import json
 import zipfile
 
 import pytest
-from starlette.testclient import TestClient
 from test_dataset_upload import _alive, _files, fx
 
-from webgpu_trainer.host import server
 
 MAX_SAMPLE_DIM = 65536  # a manifest's largest sample dimension (store.check_manifest)
 
 _GOOD_CSV = ("a,b,label\n" + "".join(f"{i},{i % 3},{'xy'[i % 2]}\n"
                                      for i in range(20))).encode()
-
-
-@pytest.fixture()
-def client(tmp_path):
-    root = tmp_path / "root"
-    (root / "web").mkdir(parents=True)
-    app = server.create_app(root, tmp_path / "models", tmp_path / "mnist", tmp_path / "wheels",
-                            data_root=tmp_path / "datasets")
-    return TestClient(app), tmp_path / "datasets", app
 
 
 def _wide_csv(features: int, rows: int = 4) -> bytes:
@@ -58,11 +47,11 @@ def _keep_pets(c, root, tmp_path) -> dict:
     return _files(root)
 
 
-def test_csv_wider_than_a_sample_refused_at_upload(client, tmp_path):
+def test_csv_wider_than_a_sample_refused_at_upload(dataset_client, tmp_path):
     """100,000 feature columns: before, 201 and a dataset the server then listed as invalid
     (check_manifest's 65,536 per dimension); now 400 at the upload and the scan naming the
     file, the column count and the limit, nothing written. 65,536 features still go."""
-    c, root, _ = client
+    c, root, _ = dataset_client
     before = _keep_pets(c, root, tmp_path)
     wide = _wide_csv(100_000)
     want = ("wide.csv: 100,001 columns, 100,000 features besides the label; at most 65,536 "
@@ -102,8 +91,8 @@ HOSTILE_CLASSES = [
 
 
 @pytest.mark.parametrize("folder,nul,message", HOSTILE_CLASSES)
-def test_class_folder_names_that_hide_refused(client, tmp_path, folder, nul, message):
-    c, root, _ = client
+def test_class_folder_names_that_hide_refused(dataset_client, tmp_path, folder, nul, message):
+    c, root, _ = dataset_client
     before = _keep_pets(c, root, tmp_path)
     members = {k.replace("cat", folder) if k.startswith("cat/") else k: v
                for k, v in fx.good_members(per=2).items()}
@@ -115,10 +104,10 @@ def test_class_folder_names_that_hide_refused(client, tmp_path, folder, nul, mes
     _alive(c)
 
 
-def test_hidden_entries_skipped_and_counted(client, tmp_path):
+def test_hidden_entries_skipped_and_counted(dataset_client, tmp_path):
     """__MACOSX/, .DS_Store, a dot-file in a class folder and a dot-folder: skipped (no class,
     no image of them) and counted in the scan's and the upload's notes (before: silently)."""
-    c, root, _ = client
+    c, root, _ = dataset_client
     good = fx.good_members(per=2)
     hidden = {"__MACOSX/cat/._0.png": b"x", ".DS_Store": b"x", "cat/.thumb.png": b"x",
               ".git/HEAD": b"x", "dog/Thumbs.db": b"x"}
@@ -138,11 +127,11 @@ def test_hidden_entries_skipped_and_counted(client, tmp_path):
     assert plain["notes"] == [] and plain["ignored"] == 0
 
 
-def test_summary_and_messages_name_the_users_file(client, tmp_path):
+def test_summary_and_messages_name_the_users_file(dataset_client, tmp_path):
     """The summary's source and every message name the user's file (``file=``; a path keeps its
     last part), never the temp file ``.upload-...``; a file name with a bidirectional override
     is not shown (the upload goes on under the default label)."""
-    c, root, _ = client
+    c, root, _ = dataset_client
     r = c.post("/api/datasets?name=tab&file=my%20data.csv", content=_GOOD_CSV)
     assert r.status_code == 201, r.text
     assert r.json()["source"] == "my data.csv (20 rows, 2 features, 2 classes)"
@@ -168,11 +157,11 @@ def test_summary_and_messages_name_the_users_file(client, tmp_path):
     _alive(c)
 
 
-def test_csv_label_names_that_hide_refused(client, tmp_path):
+def test_csv_label_names_that_hide_refused(dataset_client, tmp_path):
     """A CSV's label values are its class names: one with a bidirectional override (U+202E) is
     refused at upload like a class folder's (before: 201, the class shown reversed), the
     dataset already there kept byte for byte; the same labels without it still go."""
-    c, root, _ = client
+    c, root, _ = dataset_client
     before = _keep_pets(c, root, tmp_path)
     body = _GOOD_CSV.replace(b",x\n", f",x{RLO}y\n".encode())
     r = c.post("/api/datasets?name=pets&file=rlo.csv", content=body)

@@ -157,6 +157,16 @@ def test_nothing_imports_the_worker():
     assert users == set()
 
 
+def test_only_classroom_mode_imports_the_classroom():
+    """host/classroom/ (classroom mode) is built on the host, not the other way: the dataset
+    code and the trainer's routes import nothing of it (before: the datasets' hidden-character
+    check came from classroom/names.py; it is host/text.py now); only its CLI command does."""
+    classroom = "webgpu_trainer.host.classroom"
+    users = {m for m, ts in IMPORTS.items() if not m.startswith(classroom)
+             and any(t.startswith(classroom) for t in ts)}
+    assert users == {"webgpu_trainer.cli.classroom"}
+
+
 def _members(protocol) -> dict:
     """``{method name: parameter names}`` of a Protocol's methods."""
     return {n: list(inspect.signature(f).parameters) for n, f in vars(protocol).items()

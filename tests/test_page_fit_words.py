@@ -24,22 +24,13 @@ def upload_csv(server: str, name: str, features: int) -> None:
         assert r.status == 201
 
 
-@pytest.fixture()
-def page(chromium, server):
-    ctx = chromium.new_context(viewport={"width": 1280, "height": 800})
-    pg = ctx.new_page()
-    errors = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.errors = errors
-    yield pg
-    ctx.close()
-
-
 @pytest.mark.parametrize("name,features,words", [
     ("pair", 2, "2 features, [N, 2]): choose a model made for 2 features"),
     ("single", 1, "1 feature, [N, 1]): choose a model made for 1 feature"),  # not "1 features"
 ])
-def test_table_misfit_names_features_and_the_build_tab(page, server, name, features, words):
+def test_table_misfit_names_features_and_the_build_tab(bare_page, server, name, features,
+                                                       words):
+    page = bare_page
     upload_csv(server, name, features)
     page.goto(server)
     page.wait_for_function(f"document.querySelector('#dataset option[value={name}]') && "

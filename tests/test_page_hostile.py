@@ -33,17 +33,6 @@ MARKS = """() => ({
   start: document.querySelector('#start').title})"""
 
 
-@pytest.fixture()
-def page(chromium, server):
-    ctx = chromium.new_context(viewport={"width": 1280, "height": 800})
-    pg = ctx.new_page()
-    errors = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.errors = errors
-    yield pg
-    ctx.close()
-
-
 def open_link(pg, server, query, needle):
     """Open ``server/?query``; wait for the model list and ``needle`` among the marks."""
     pg.goto(f"{server}/?{query}")
@@ -103,11 +92,11 @@ FORM_AFTER = {"lr=0.01&valueOf=3": {"lr": 0.01}, "lr=0x10": {"lr": "0x10"},
               "trainable=fc2.weight,nope": {"trainable": None}}
 
 
-def test_hostile_share_links(page, server):
+def test_hostile_share_links(bare_page, server):
     """Every hostile link opens: the model list is filled, each problem is marked with the
     link's value and Start waits (names ignored are notices: Start may go); then a link of them
     all boots to a ready worker with Start enabled, and an edit drops the notice."""
-    pg = page
+    pg = bare_page
     for query, inline, rest in HOSTILE_LINKS:
         marks = open_link(pg, server, query, next(iter(inline.values()), None) or rest[0])
         start = "" if query in NOTICES_ONLY else BLOCKED
@@ -162,12 +151,24 @@ UNUSED_PARAMS = [
 ]
 
 
-def test_share_link_parameters_not_used_are_marked(page, server):
+# the run bar's status line once the engine is ready, by the link's first parameter (before:
+# "Ready. Choose settings and press Start." with Start disabled, the mark out of view)
+WAITS = {"layers": "layers= not built: choose a model",
+         "dataset": "dataset= unknown: choose a dataset",
+         "model": "model= unknown: choose a model",
+         "trainable": "trainable= empty: tick what trains (Inside the model) or choose the "
+                      "model again"}
+READY = "Ready. Choose settings and press Start."
+
+
+def test_share_link_parameters_not_used_are_marked(bare_page, server):
     """A link's `layers` that cannot be built (a bad op, not JSON, inherited names), a dataset
     or model the server lacks (or an empty one) and an empty `trainable` are marked below the
     form naming the parameter and the problem, Start waits, and the link's other settings are
-    kept in the form; choosing a model (a dataset) by hand drops the mark and keeps them."""
-    pg = page
+    kept in the form; the run bar says why Start waits (the parameter, what to do) and its
+    "Show" scrolls to the mark and focuses it; choosing a model (a dataset) by hand drops the
+    mark, keeps them, and the run bar says "Ready" again."""
+    pg = bare_page
     for query, want, kept in UNUSED_PARAMS:
         pg.goto(f"{server}/?{query}")
         needle = want[0].removesuffix("…")
@@ -184,19 +185,54 @@ def test_share_link_parameters_not_used_are_marked(page, server):
         form = pg.evaluate("window.readFormForTests()")
         for k, v in kept.items():
             assert form.get(k) == v, (query, k, form)
-        chooser = "#dataset" if query.startswith("dataset=") else "#model"
+        param = query.split("=")[0]
+        pg.wait_for_function("window.appState.workerReady", timeout=BOOT_TIMEOUT_S * 1000)
+        pg.wait_for_function("document.querySelector('#show-link-mark')", timeout=WAIT_MS)
+        assert pg.text_content("#status") == f"Start waits. Link parameter {WAITS[param]}. Show"
+        assert pg.is_disabled("#start")
+        pg.evaluate("window.scrollTo(0, 0)")
+        pg.click("#show-link-mark")
+        focused = pg.evaluate("""() => { const e = document.activeElement;
+          const r = e.getBoundingClientRect();
+          return {mark: e.dataset.markFor ?? null, text: e.textContent,
+                  seen: r.top >= 0 && r.bottom <= innerHeight}; }""")
+        assert focused == {"mark": param, "text": marks["rest"][0], "seen": True}, query
+        chooser = "#dataset" if param == "dataset" else "#model"
         pg.select_option(chooser, pg.input_value(chooser))  # chosen by hand: the mark goes
         pg.wait_for_function("document.querySelectorAll('#config-errors li').length === 0",
                              timeout=WAIT_MS)
         form = pg.evaluate("window.readFormForTests()")
         assert all(form.get(k) == v for k, v in kept.items()), (query, form)
+        pg.wait_for_function("!document.querySelector('#start').disabled", timeout=WAIT_MS)
+        assert pg.text_content("#status") == READY, query
     assert not pg.errors, pg.errors
 
 
-def test_share_link_keeps_the_fine_tuning_selection(page, server):
+def test_share_link_parameter_shown_on_a_phone(chromium, server):
+    """At phone width the settings are folded: the run bar says why Start waits (before: the
+    status line hidden, the mark in folded settings) and "Show" unfolds them to the mark."""
+    ctx = chromium.new_context(viewport={"width": 390, "height": 844})
+    pg = ctx.new_page()
+    try:
+        pg.goto(f"{server}/?dataset=nope")
+        pg.wait_for_function("document.querySelector('#show-link-mark')",
+                             timeout=BOOT_TIMEOUT_S * 1000)
+        assert pg.is_visible("#status") and pg.is_visible("#show-link-mark")
+        assert pg.text_content("#status") == f"Start waits. Link parameter {WAITS['dataset']}." \
+                                             " Show"
+        assert pg.get_attribute("#settings-toggle", "aria-expanded") == "false"
+        pg.click("#show-link-mark")
+        assert pg.get_attribute("#settings-toggle", "aria-expanded") == "true"
+        assert pg.evaluate("document.activeElement.dataset.markFor") == "dataset"
+        assert pg.is_visible("#config-errors li[data-mark-for=dataset]")
+    finally:
+        ctx.close()
+
+
+def test_share_link_keeps_the_fine_tuning_selection(bare_page, server):
     """"Head only" (SeedNet's last layers) goes into the share link as `trainable`; opening
     the link ticks the same parameters."""
-    pg = page
+    pg = bare_page
     pg.goto(server)
     pg.wait_for_function("window.appState && window.appState.summary", timeout=WAIT_MS)
     pg.click("#tab-model")
@@ -275,11 +311,11 @@ IMPORTS = [
 ]
 
 
-def test_number_fields_and_imports(page, server, tmp_path):
+def test_number_fields_and_imports(bare_page, server, tmp_path):
     """A number field keeps what was typed and names it; an import with a bad value changes
     nothing (the form's values compared before / after) and names each bad field with the
     file's value; a good one that holds a command-line setting says it was left out."""
-    pg = page
+    pg = bare_page
     pg.goto(server)
     pg.wait_for_function("window.appState && window.appState.summary && "
                          "document.querySelector('#lr')",

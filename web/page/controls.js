@@ -2,10 +2,11 @@
 // evaluating), Pause / Resume, the settings (locked while a run goes on), Profile, Download.
 // They re-sync on every `state-changed` event (state.js) and on every phase change.
 
-import { $ } from "../lib/util.js";
+import { $, el } from "../lib/util.js";
 import { appState } from "./state.js";
 import { formState } from "./validation.js";
 import { own } from "./values.js";
+import { linkWait, showLinkMark } from "./share.js";
 
 const PHASE_LABEL = {
   booting: "starting up", ready: "ready", training: "training", paused: "paused", done: "done",
@@ -55,12 +56,7 @@ export function syncControls() {
     !$("model").value || !formState.valid || !!appState.fit || !!appState.blocked;
   $("start").title = appState.blocked ?? appState.fit ??
     (formState.valid ? "" : "Fix the settings marked in red first");
-  // a reason outside the settings (appState.blocked: classroom.js, the class's dataset gone)
-  // is said in the status line too, where it would say "Ready", whole (class "full": wrapped,
-  // and shown on a phone too, dashboard.css)
-  const blocked = !!appState.blocked && !training && appState.workerReady;
-  if (blocked) $("status").textContent = `Start is disabled: ${appState.blocked}`;
-  $("status").classList.toggle("full", blocked);
+  syncWait(training);
   // Stop, then Stop evaluating: the test evaluation ends after its current chunk
   $("stop").disabled = !training || appState.busy.skipping;
   $("stop").textContent = testing() ? "Stop evaluating" : "Stop";
@@ -78,6 +74,33 @@ export function syncControls() {
   $("profile-run").disabled = training || !appState.workerReady || appState.busy.profiling;
   $("download").disabled = training || !window.lastRun || !window.lastRun.weights ||
     appState.busy.downloading;
+}
+
+/** Why Start waits, said in the status line where it would say "Ready", whole (class "full":
+ * wrapped, and shown on a phone too, dashboard.css): a reason outside the settings
+ * (appState.blocked: classroom.js, the class's dataset gone), or a share link's parameter the
+ * page could not use (share.js), with a button to its mark (before: marked below the settings,
+ * out of view, the run bar saying "Ready"). When the reason goes, the last status returns. */
+function syncWait(training) {
+  const status = $("status");
+  const can = !training && appState.workerReady && !appState.noWebGPU;
+  const link = can && !appState.blocked ? linkWait() : null;
+  const text = can && appState.blocked ? `Start is disabled: ${appState.blocked}`
+    : link ? `Start waits. ${link.text}.` : null;
+  if (text === null) {
+    if (status.dataset.wait !== undefined) status.textContent = appState.status ?? "";
+    delete status.dataset.wait;
+  } else if (status.textContent !== (link ? `${text} Show` : text)) {  // set, or overwritten
+    status.textContent = text;
+    status.dataset.wait = text;
+    if (link) {
+      const show = el("button", { type: "button", className: "link-button",
+        id: "show-link-mark", textContent: "Show" });
+      show.addEventListener("click", () => showLinkMark(link.field));
+      status.append(" ", show);
+    }
+  }
+  status.classList.toggle("full", text !== null);
 }
 
 document.addEventListener("state-changed", syncControls);

@@ -23,12 +23,16 @@ import { loadedSummary, setTrainable, trainableConfig } from "./summary.js";
 import { datasetName, defaultDataset } from "./dataset.js";
 import { own, parseList, parseNumber, quote } from "./values.js";
 import { layersOf } from "./builder.js";
+import { showSettings } from "./layout.js";
 
 const NOT_SETTINGS = new Set(["class", "test", "chunk"]);  // ?class=ID (classroom), test hooks
 const IGNORED_SHOWN = 5;                   // the ignored names a message lists
-// {field, message, ignored}: what the link gave that the form could not take, until edited
+// {field, message, ignored, wait}: what the link gave that the form could not take, until
+// edited (wait: what is wrong and what to do, in the run bar's words: linkWait)
 let linkErrors = [];
 let linkTrainable = null;                  // the link's `trainable` names, once the model is known
+// what to do about a link's `trainable` the page could not use (the run bar's words, linkWait)
+const TRAINABLE = "tick what trains (Inside the model) or choose the model again";
 
 /** The share link of the current settings and model. */
 export function shareLink() {
@@ -51,7 +55,8 @@ export function shareLink() {
  * quoting the link's text (and ``{text}``: what a number field shows). */
 function parseValue(f, text) {
   const t = text.trim();
-  const bad = (what) => ({ error: `${f.name}: ${quote(text)} from the link ${what}` });
+  const bad = (what) => ({ error: `${f.name}: ${quote(text)} from the link ${what}`,
+    wait: `${what.split(" (")[0]}: fix the marked setting` });
   if (f.type === "int" || f.type === "float") {
     const n = parseNumber(t);
     return n.problem ? { ...bad(n.problem), text } : { value: n.value };
@@ -103,7 +108,9 @@ export function readLink(search = location.search) {
     }
     const text = all[0];
     if (all.length > 1) {
-      errors.push({ field: k, message: `${k}: the link gives it ${all.length} times ` +
+      errors.push({ field: k, wait: `given ${all.length} times: ${k === "model" ||
+        k === "dataset" ? `choose the ${k} again` : "fix the marked setting"}`,
+      message: `${k}: the link gives it ${all.length} times ` +
         `(${all.slice(0, IGNORED_SHOWN).map(quote).join(", ")}${all.length > IGNORED_SHOWN
           ? ", …" : ""}); using the first, ${quote(text)}` });
     }
@@ -113,14 +120,15 @@ export function readLink(search = location.search) {
     else if (k === "trainable") {
       trainable = text.split(",").map((n) => n.trim()).filter(Boolean);
       if (!trainable.length) {  // before: nothing trained, silently
-        errors.push({ field: k, message: `trainable: ${quote(text)} from the link names no ` +
+        errors.push({ field: k, wait: `empty: ${TRAINABLE}`,
+          message: `trainable: ${quote(text)} from the link names no ` +
           "parameter; every parameter trains" });
         trainable = null;
       }
     }
     else {
       const v = parseValue(f, text);
-      if (v.error) errors.unshift({ field: k, message: v.error });
+      if (v.error) errors.unshift({ field: k, message: v.error, wait: v.wait });
       else config[k] = v.value;
       if (v.text !== undefined) texts[k] = v.text;
     }
@@ -180,7 +188,8 @@ export function applyLink() {
  * setting (before: only a line in the log) until a dataset is chosen. */
 export function checkLinkDataset(dataset) {
   if (dataset != null && $("dataset").value !== dataset) {
-    linkErrors.push({ field: "dataset", message: `dataset: the link's dataset ` +
+    linkErrors.push({ field: "dataset", wait: "unknown: choose a dataset",
+      message: `dataset: the link's dataset ` +
       `${quote(dataset)} is not on this server; using ${$("dataset").value || "none"}` });
     settingsChanged(0);
   }
@@ -193,12 +202,14 @@ export function checkLinkDataset(dataset) {
  * lacks are marked (and every parameter trains). */
 export async function checkLinkModel(model, layersError = null) {
   if (layersError) {
-    linkErrors.push({ field: "layers", message: `layers: the link's network was not built ` +
+    linkErrors.push({ field: "layers", wait: "not built: choose a model",
+      message: `layers: the link's network was not built ` +
       `(${layersError}); using ${$("model").value || "none"}` });
     settingsChanged(0);
   }
   if (model != null && $("model").value !== model) {
-    linkErrors.push({ field: "model", message: `the link's model ${quote(model)} is not on ` +
+    linkErrors.push({ field: "model", wait: "unknown: choose a model",
+      message: `the link's model ${quote(model)} is not on ` +
       `this server; using ${$("model").value || "none"}` });
     settingsChanged(0);
   }
@@ -208,7 +219,8 @@ export async function checkLinkModel(model, layersError = null) {
   const params = new Set(summary.tensors.filter((t) => t.role === "param").map((t) => t.name));
   const unknown = linkTrainable.filter((n) => !params.has(n));
   if (unknown.length) {
-    linkErrors.push({ field: "trainable", message: `trainable: the link names ` +
+    linkErrors.push({ field: "trainable", wait: `names what ${$("model").value} lacks: ` +
+      TRAINABLE, message: `trainable: the link names ` +
       `${unknown.length} tensor(s) that ${$("model").value} has no parameter of: ` +
       `${unknown.slice(0, IGNORED_SHOWN).map(quote).join(", ")}` +
       `${unknown.length > IGNORED_SHOWN ? ", …" : ""}; every parameter trains` });
@@ -227,6 +239,31 @@ export const linkErrorList = () => linkErrors.filter((e) => !e.ignored)
 /** What the link gave that the page ignored, as [[field, message]]: listed, never blocking. */
 export const linkNotices = () => linkErrors.filter((e) => e.ignored)
   .map((e) => [e.field, e.message]);
+
+/** Why Start waits for the link (its first value the form could not take), as the run bar
+ * says it: ``{field, text}`` ("Link parameter dataset= unknown: choose a dataset", and how
+ * many more are marked), or null when no link value holds Start. */
+export function linkWait() {
+  const errors = linkErrors.filter((e) => !e.ignored);
+  if (!errors.length) return null;
+  const { field, wait } = errors[0];
+  const more = errors.length > 1 ? ` (and ${errors.length - 1} more marked)` : "";
+  return { field, text: `Link parameter ${field}= ${wait}${more}` };
+}
+
+/** Scroll to the mark of the link's ``field`` and focus it: the marked control (its message
+ * next to it), or the message listed below the form; the settings unfold first (a phone). */
+export function showLinkMark(field) {
+  showSettings();
+  const box = document.querySelector(`#settings [data-field="${CSS.escape(field)}"]`);
+  const target = box && !box.hidden ? box.querySelector("[aria-invalid]")
+    : document.querySelector(`#config-errors li[data-mark-for="${CSS.escape(field)}"]`);
+  if (!target) return;
+  const details = target.closest("details");
+  if (details) details.open = true;
+  target.scrollIntoView({ block: "center" });
+  target.focus({ preventScroll: true });
+}
 
 async function copyShareLink() {
   const link = shareLink();

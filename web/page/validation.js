@@ -88,13 +88,15 @@ function clearMarks() {
 export function markErrors(errors, notices = []) {
   clearMarks();
   // notices (what a share link gave that the page ignored) are listed, never marked in red
-  const rest = notices.map(([name, message]) =>
-    message.startsWith(`${name}: `) ? message : `${name}: ${message}`);
+  // [field, text]: the page's own messages start with the field's name
+  const named = ([name, message]) =>
+    [name, message.startsWith(`${name}: `) ? message : `${name}: ${message}`];
+  const rest = notices.map(named);
   let first = null;
   for (const [name, message] of errors) {
     const box = document.querySelector(`#settings [data-field="${CSS.escape(name)}"]`);
-    if (!box || box.hidden) {  // the page's own messages start with the field's name
-      rest.push(message.startsWith(`${name}: `) ? message : `${name}: ${message}`);
+    if (!box || box.hidden) {
+      rest.push(named([name, message]));
       continue;
     }
     box.classList.add("invalid");
@@ -109,8 +111,13 @@ export function markErrors(errors, notices = []) {
     if (details && !details.open) details.open = true;
   }
   const list = $("config-errors");
-  list.replaceChildren(...rest.map((t) => Object.assign(document.createElement("li"),
-    { textContent: t })));
+  // each item names its field (data-mark-for, not data-field: that is a control's box; the
+  // run bar's "Show" finds it, share.js)
+  list.replaceChildren(...rest.map(([name, t]) => {
+    const li = Object.assign(document.createElement("li"), { textContent: t, tabIndex: -1 });
+    li.dataset.markFor = name;
+    return li;
+  }));
   list.hidden = !rest.length;
   const steps = formState.steps;
   $("run-steps").textContent = !errors.length && steps

@@ -1,11 +1,28 @@
-"""Errors of the engine, shared by graph.py and the op families (no imports: no cycles)."""
+"""Errors of the engine, shared by graph.py and the op families (no imports: no cycles), and
+``UserError``: the mark of an error whose message is written for the person training (the
+page shows it as it is, ``user_message``)."""
 
 
-class GraphError(ValueError):
+class UserError(Exception):
+    """A mixin: an error whose message is for the user, in their words (the model, the batch,
+    the setting, the limit): ``user_message`` shows it without the exception's type. Every
+    other exception reaching the user is a bug, shown with its type for the report."""
+
+
+def user_message(exc: BaseException) -> str:
+    """What the user is shown for ``exc``: its message alone for a ``UserError`` (before:
+    "LimitError: the model does not fit ..."), else "TypeName: message" (an unexpected
+    exception, a bug: the type helps whoever reads the report)."""
+    if isinstance(exc, UserError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class GraphError(UserError, ValueError):
     """The model cannot be planned: names the node, its op and the problem."""
 
 
-class OffsetLimitError(ValueError):
+class OffsetLimitError(UserError, ValueError):
     """A tensor too large for the kernels' 32-bit counts and offsets (a batch too large for
     the engine on any GPU): ``tensor`` (its name), ``nbytes``, ``batch``, ``count`` (the
     number that did not fit in 32 bits). The message names the batch, the tensor and its

@@ -30,7 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .bodies import body_chunks
-from .classroom.names import hidden_character
+from .text import hidden_character
 from .datafiles import DataError
 from .datasets import BUILT_IN, OPTIONS, images, refused_option, table
 from .datasets.images import check_size

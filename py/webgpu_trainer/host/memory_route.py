@@ -2,14 +2,17 @@
 the largest batch within an adapter's buffer limits, before any work (the page's summary card;
 ``engine/train/memory.py`` counts the plan's own buffers, so the figure is what a run makes).
 
-Query: ``batch`` (1-65536, required), ``optimizer`` (one of the run config's, default adam;
+Query: ``batch`` (required: a batch size the run settings take, the schema's ``batch_size``
+range, 2-65,536), ``optimizer`` (one of the run config's, default adam;
 sgd is counted without momentum), ``max_storage_buffer_binding_size`` and ``max_buffer_size``
 (the adapter's limits in bytes, optional; without them there is no largest batch). Answer:
 ``{"batch", "bytes", "parts": {part: bytes}, "largest": {"name", "bytes"}, "problems":
 [str] (the limits the batch exceeds), "max_batch": int or None}``; a batch too large for the
 kernels' 32-bit offsets is such an answer too: ``bytes`` null, ``parts`` {}, ``largest`` the
 tensor, its one problem naming the batch, tensor and bytes. 400 naming the parameter
-for a value out of its rule, 404 for an unknown model, 422 for a model the engine cannot plan.
+for a value out of its rule (``batch`` not a whole number), 422 for a batch the run settings
+refuse (naming ``batch_size`` and its range: before, batch 1 was counted) and for a model the
+engine cannot plan, 404 for an unknown model.
 One count runs at a time (a plan build holds the GIL; ~1 s for a large model's largest batch),
 answers are cached by file, optimizer and batch or limits.
 """
@@ -29,6 +32,28 @@ MAX_LIMIT = 1 << 53  # bytes: beyond any adapter, within a float's integers
 CACHED = 256  # answers kept (a largest batch is up to ~32 plan builds, an estimate one)
 
 
+def _shown(text: str) -> str:
+    return ascii(text[:24]) + ("..." if len(text) > 24 else "")
+
+
+def _batch(q) -> int:
+    """The query's ``batch``: ApiError 400 when absent or not a whole number (plain ASCII
+    digits, as ``_int``), 422 when outside the run settings' range (the config schema's
+    ``batch_size`` bounds: a batch a run refuses is not counted)."""
+    from ..engine.config import BY_NAME
+    from ..engine.config.schema import describe
+    text = q.get("batch")
+    if text is None:
+        raise ApiError(400, "batch is required: the batch size to count the memory at")
+    if not (text.isascii() and text.isdigit()):
+        raise ApiError(400, f"batch must be a whole number, got {_shown(text)}")
+    field = BY_NAME["batch_size"]
+    if len(text) > 20 or not field.min <= int(text) <= field.max:
+        raise ApiError(422, f"batch: must be {describe(field)} (the run settings' "
+                            f"{field.name}), got {_shown(text)}")
+    return int(text)
+
+
 def _int(q, key: str, lo: int, hi: int):
     """The query's ``key`` as an int in [lo, hi], None when absent; ApiError 400 naming the key,
     the rule and the value (cut) otherwise. Plain ASCII digits only: no sign, no spaces, no
@@ -37,8 +62,8 @@ def _int(q, key: str, lo: int, hi: int):
     if text is None:
         return None
     if not (text.isascii() and text.isdigit()) or len(text) > 20 or not lo <= int(text) <= hi:
-        shown = ascii(text[:24]) + ("..." if len(text) > 24 else "")
-        raise ApiError(400, f"{key} must be a whole number from {lo:,} to {hi:,}, got {shown}")
+        raise ApiError(400, f"{key} must be a whole number from {lo:,} to {hi:,}, got "
+                            f"{_shown(text)}")
     return int(text)
 
 
@@ -66,9 +91,7 @@ def memory_handler(models):
         from ..engine.graph import GraphError
         q = request.query_params
         check_query(q, QUERY, "GET /api/models/{name}/memory")
-        batch = _int(q, "batch", 1, memory.MAX_BATCH)
-        if batch is None:
-            raise ApiError(400, "batch is required: the batch size to count the memory at")
+        batch = _batch(q)
         optimizer = q.get("optimizer", "adam")
         if optimizer not in OPTIMIZERS:
             raise ApiError(400, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got "

@@ -10,6 +10,8 @@ state of its own about the run.
 import js
 from pyodide.ffi import create_proxy, to_js
 
+from ..engine.errors import UserError
+
 # "device": the GPU device (``boot``); "trainer": the run being set up or trained; "stop" /
 # "pause": asked before the trainer exists; "selfcheck": this worker's self-check result;
 # "model": the model of the latest run; "last": {"trainer", "model", "untrained"} of the
@@ -60,7 +62,7 @@ def to_bytes(value) -> bytes:
     return bytes(value)
 
 
-class HttpError(RuntimeError):
+class HttpError(UserError, RuntimeError):
     """A response that is not ok: ``status``, ``url``; the message names what was fetched,
     the status, the URL and the start of the answer."""
 

@@ -10,6 +10,7 @@ wait for at most one convolution.
 import array
 import time
 
+from ..engine.errors import user_message
 from ..engine.tools.playground import Filter
 from .bridge import STATE, float32_array, post
 
@@ -42,7 +43,7 @@ async def convolve(data: dict):
         post("convolved", id=rid, error=str(exc))
         return
     except Exception as exc:  # the device's own errors (lost, out of memory), reported
-        post("convolved", id=rid, error=f"{type(exc).__name__}: {exc}")
+        post("convolved", id=rid, error=user_message(exc))
         return
     values = array.array("f", out)
     post("convolved", id=rid, output=float32_array(out), min=min(values),

@@ -13,6 +13,7 @@ import time
 from urllib.parse import parse_qs
 
 from ..engine import config as run_config
+from ..engine.errors import UserError
 from ..engine.train import data_tokens
 from ..engine.train.data import DataSpec, Split, check_run, check_size
 from ..engine.train.gpu_engine import GpuEngine
@@ -22,7 +23,7 @@ MAX_DATA_BYTES = 2 ** 30  # the most this page holds of a dataset (as dataset.js
 REPORT_S = 0.25  # seconds between two download messages of one shard
 
 
-class ModelGone(RuntimeError):
+class ModelGone(UserError, RuntimeError):
     """The run's model answered 404: deleted on the server after the page listed it.
     ``model``: its name (the page says so, and a resumed run keeps its checkpoint)."""
 

@@ -18,6 +18,7 @@ import traceback
 from ..engine import config as run_config
 from ..engine.backends import get_device
 from ..engine.backends.webgpu_js import NoWebGPU
+from ..engine.errors import user_message
 from ..engine.tools import parity, selfcheck
 from ..engine.train.evaluate import VAL_POINTS
 from ..engine.train.loop import Trainer, TrainingDiverged
@@ -83,7 +84,7 @@ async def _parity(data):
         post("parity", results=json.dumps(results))
     except Exception as exc:
         traceback.print_exc()
-        post("error", message=f"{type(exc).__name__}: {exc}")
+        post("error", message=user_message(exc))
 
 
 async def _selfcheck(data=None):
@@ -201,6 +202,6 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
     except Exception as exc:
         traceback.print_exc()
         if not await storage.lost_during(dev, exc):  # else device_lost said it
-            post("error", message=f"{type(exc).__name__}: {exc}")
+            post("error", message=user_message(exc))
     finally:
         STATE["trainer"] = None

@@ -10,6 +10,7 @@ The checkpoint's sections and header are ``engine/train/checkpoint.py``'s, the s
 import asyncio
 import traceback
 
+from ..engine.errors import user_message
 from ..engine.train import checkpoint
 from ..engine.train.loop import epochs_fraction
 from .bridge import STATE, on_settled, page_query, post, post_transfer, to_bytes
@@ -86,7 +87,7 @@ async def _snapshot(data):
         weights = await trainer.trained_weights()
     except Exception as exc:
         traceback.print_exc()
-        post("snapshot", error=f"{type(exc).__name__}: {exc}")
+        post("snapshot", error=user_message(exc))
         return
     post_transfer("snapshot", {"weights": weights}, model=STATE.get("model"),
                   step=trainer.step, epoch=trainer.step // max(trainer.per_epoch, 1),

@@ -43,6 +43,7 @@ import math
 import time
 from array import array
 
+from ..engine.errors import user_message
 from ..engine.train.loop import Trainer
 from ..engine.train.probe import (
     LOGP,
@@ -95,7 +96,7 @@ async def prepare(data: dict) -> None:
         trainer = Trainer(engine(STATE["device"]), graph, weights, cfg, train, test)
         await trainer.setup()
     except Exception as exc:  # bad settings, a model that does not fit: said in the views
-        post("prepared", id=rid, model=model, error=f"{type(exc).__name__}: {exc}")
+        post("prepared", id=rid, model=model, error=user_message(exc))
         return
     if STATE["runs"] == runs and STATE["prepare_id"] == rid:  # no run nor newer prepare since
         STATE["last"] = {"trainer": trainer, "model": model, "untrained": True}
@@ -200,7 +201,7 @@ async def inspect(data: dict) -> None:
              sample_shape=spec.sample_shape, count=trainer.test_set.count,
              ms=(time.perf_counter() - t0) * 1000)
     except Exception as exc:  # a bad index, a device error: shown in the panel
-        post("inspect", id=rid, error=f"{type(exc).__name__}: {exc}")
+        post("inspect", id=rid, error=user_message(exc))
 
 
 async def predict(data: dict) -> None:
@@ -225,7 +226,7 @@ async def predict(data: dict) -> None:
              model=run["model"], step=trainer.step, untrained=run["untrained"],
              ms=(time.perf_counter() - t0) * 1000)
     except Exception as exc:
-        post("prediction", id=rid, error=f"{type(exc).__name__}: {exc}")
+        post("prediction", id=rid, error=user_message(exc))
 
 
 def test_images(data: dict) -> None:
@@ -250,7 +251,7 @@ def test_images(data: dict) -> None:
              classes=spec.classes, labels=[label for _, label in got],
              images=uint8_array(b"".join(bytes(sample) for sample, _ in got)))
     except Exception as exc:  # a bad index: said where the image would be
-        post("test_images", id=rid, error=f"{type(exc).__name__}: {exc}", count=test.count)
+        post("test_images", id=rid, error=user_message(exc), count=test.count)
 
 
 HANDLERS = {

@@ -11,6 +11,7 @@ import js
 from pyodide.code import run_js
 from pyodide.ffi import to_js
 
+from ..errors import UserError
 from . import shaders
 from .base import ShaderError, View, round_up
 
@@ -46,7 +47,7 @@ const step = (device, program, uniform, data) => {
 """)
 
 
-class NoWebGPU(RuntimeError):
+class NoWebGPU(UserError, RuntimeError):
     """This browser exposes no WebGPU adapter (``navigator.gpu`` missing or no adapter)."""
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 
+from ..errors import UserError
 from .schema import (BY_NAME, F32_MAX, F32_TINY, FINETUNE, FIELDS, SCHEDULERS, applies,
                      default_for, describe)
 from .run import RunConfig, steps, train_used
@@ -56,7 +57,7 @@ def shown(value, most: int = SHOWN) -> str:
     return text if len(text) <= most else f"{text[:most]}..."
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """Bad configuration: ``errors`` lists every problem as ``(field, message)``; the message
     names the allowed values. ``str()`` joins them as "field: message; ..."."""
 

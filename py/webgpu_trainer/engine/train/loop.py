@@ -16,6 +16,7 @@ import random
 import time
 
 from .. import config as run_config
+from ..errors import UserError
 from ..graph import Graph
 from ..ops import losses
 from ..plan import METRICS_RING
@@ -28,7 +29,7 @@ from .verdict import LAST_STEPS, lower_lr, verdict
 REPORT_S = 2.0  # progress reports at least this often (wall seconds), besides every report_every
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(UserError, RuntimeError):
     """The loss or a gradient became NaN or infinite; the message names the step and the first
     layer (graph order) with a non-finite gradient, and suggests a fix. ``step``, ``layer``."""
 

@@ -10,7 +10,7 @@ that passes ``check``. The uploaded dataset is not included (it is cut into chun
 """
 
 from ..backends.base import round_up
-from ..errors import OffsetLimitError
+from ..errors import OffsetLimitError, UserError
 from ..graph import Graph
 from ..plan import Plan
 from . import optim
@@ -22,7 +22,7 @@ MAX_BATCH = 1 << 16  # the largest batch ``largest_batch`` tries
 PARTS = ("params", "gradients", "optimizer", "activations", "saved", "scratch", "shared")
 
 
-class LimitError(ValueError):
+class LimitError(UserError, ValueError):
     """A model that does not fit the adapter's limits or the memory budget (names the numbers).
     From ``estimate`` (a batch too large for the kernels' 32-bit offsets): ``problem`` (the
     message without its "does not fit" prefix) and ``largest`` ({"name", "bytes"}: the

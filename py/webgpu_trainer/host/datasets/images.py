@@ -5,7 +5,7 @@ every file sits under one common top folder (``photos/cat/1.png``, as zipping a 
 that folder is stepped into. Class names are the folder names, NFC-normalised and sorted;
 names that differ only by case or Unicode normalisation are refused, and so are names with a
 control character or an invisible formatting character such as U+202E RIGHT-TO-LEFT OVERRIDE
-(``classroom.names.hidden_character``, the display names' check). Files at the top level
+(``host.text.hidden_character``, the display names' check). Files at the top level
 and files that are not images are listed as refused (and skipped); hidden and system files are
 skipped and counted in ``notes`` (``members.py`` lists and reads with the zip-bomb and
 symlink checks).
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
-from ..classroom.names import hidden_character
+from ..text import hidden_character
 from ..datafiles import DataError
 from .arrays import Arrays
 from .members import Listing, Source

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..classroom.names import hidden_character
+from ..text import hidden_character
 from ..datafiles import DataError
 from . import atomic, tokens
 from .arrays import MAX_SAMPLE_DIM, Arrays
