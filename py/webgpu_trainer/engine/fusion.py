@@ -7,8 +7,7 @@ the same floats, and no reader of what the fusion no longer writes.
   sole reader of its input, through views too, and that input is not the graph output
   (``Plan._sole_reader``), so nothing reads the unrectified values.
 - ``relu_grads``: an op whose card says TAKES_RELU_GRAD (Conv, BatchNormalization, Dropout, the
-  pools, Gemm, MatMul) masks its input gradient by the in-place ReLU before it, its only
-  reader.
+  pools) masks its input gradient by the in-place ReLU before it, its only reader.
 - ``relu_sums``: the sum of the gradients of a multi-use in-place ReLU output masks by it.
 - ``passes_grad``: an Add of two same-shaped tensors hands its output gradient to its inputs
   (``Plan._allocate_grads``: shared buffers, no copy).
