@@ -8,14 +8,12 @@
 // broadcasts). Each thread owns a 4x4 block of one batch of out (as shaders/gemm.wgsl: vec4
 // accumulators, edge rows / columns clamped); threads are folded 1-D (gid.x + gid.y * 64 *
 // num_workgroups.x) over kept * tiles. gid.z = s splits the k range (split-K); partial sums
-// [splits, kept, M, N] are added by reduce.wgsl `reduce_splits`. mask (dA of a MatMul whose A
-// is an in-place ReLU's output: fusion.relu_grads; out has A's layout): 0 where src at the
-// same index is not > 0 (relu_backward's floats), here unsplit, else by reduce_splits.
+// [splits, kept, M, N] are added by reduce.wgsl `reduce_splits`.
 
 struct Params {
   M: u32, N: u32, K: u32, splits: u32,
   sam: u32, sak: u32, sbk: u32, sbn: u32,
-  kept: u32, reduced: u32, mask: u32, _p1: u32,
+  kept: u32, reduced: u32, _p0: u32, _p1: u32,
   ks: vec4<u32>, ksa: vec4<u32>, ksb: vec4<u32>,
   rs: vec4<u32>, rsa: vec4<u32>, rsb: vec4<u32>,
 }
@@ -26,7 +24,6 @@ struct Params {
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> bm: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(4) var<storage, read> src: array<f32>;  // the mask's source
 
 const T: u32 = 4u;
 
@@ -93,9 +90,7 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
     for (var j = 0u; j < T; j++) {
       let n = n0 + j;
       if (n >= p.N) { break; }
-      let at = base + m * p.N + n;
-      out[at] = select(row[j], select(0.0, row[j], src[at] > 0.0),
-                       p.mask != 0u && p.splits == 1u);
+      out[base + m * p.N + n] = row[j];
     }
   }
 }

@@ -6,10 +6,9 @@
 struct Params {
   outer: u32, C: u32, inner: u32, count: u32,
   splits: u32, N: u32, bias_mode: u32, beta: f32,
-  relu: u32, mask: u32, _p1: u32, _p2: u32,
+  relu: u32, _p0: u32, _p1: u32, _p2: u32,
 }
-// relu (reduce_splits): out[e] = max(sum, 0), a Gemm's fused ReLU (gemm.wgsl); mask: 0 where
-// src[e] is not > 0, a fused ReLU gradient (gemm.wgsl's mask).
+// relu (reduce_splits): out[e] = max(sum, 0), a Gemm's fused ReLU (gemm.wgsl).
 
 //!include index
 
@@ -17,7 +16,6 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(4) var<storage, read> src: array<f32>;  // the mask's source
 
 const WG: u32 = 256u;  // channel_sum's workgroup
 alias RedT = f32;
@@ -74,6 +72,5 @@ fn reduce_splits(@builtin(global_invocation_id) gid: vec3<u32>,
     default: {}
   }
   if (p.relu != 0u) { s = max(s, 0.0); }
-  if (p.mask != 0u) { s = select(0.0, s, src[e] > 0.0); }
   out[e] = s;
 }

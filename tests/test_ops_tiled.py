@@ -188,31 +188,6 @@ def _conv_strided(name, batch):
                 checks=(on_classes,), patch={"CONV_GEMM_STRIDED_MIN": 1})
 
 
-def _mlp_masked(name, batch, d_in, hidden):
-    """Gemm -> Relu -> Gemm: the second Gemm's dA masked by the ReLU's output (fusion.relu_grads;
-    no relu_backward dispatch), on the tiled kernel (batch 512: [512, 512] over k 256, split)
-    or the untiled one, split over k (batch 16: reduce_splits applies the mask) or not (64)."""
-    rng = rng_for("tiled_mlp_mask", name)
-    w1 = f32(rng.standard_normal((hidden, d_in)) / np.sqrt(d_in))
-    b1 = f32(rng.standard_normal(hidden) * 0.3)
-    w2 = f32(rng.standard_normal((256, hidden)) / np.sqrt(hidden))
-    x = f32(rng.standard_normal((batch, d_in)))
-    labels = rng.integers(0, 4, batch)
-    nodes = [node("Gemm", ["input", "w1", "b1"], ["h"], transB=1),
-             node("Relu", ["h"], ["r"]),
-             node("Gemm", ["r", "w2"], ["h2"], transB=1)]
-    hn, ht = head("h2", 256, 4, rng)
-    tensors = [("w1", w1, "param"), ("b1", b1, "param"), ("w2", w2, "param")] + ht
-
-    def on_mask(res, want):
-        keys = [str(d[0]) for d in res["plan"].bwd]
-        assert not any("relu_backward" in k for k in keys), keys
-        want_kernel = {512: "matmul_tiled", 16: "reduce_splits"}.get(batch, "matmul:")
-        assert any(want_kernel in k for k in keys), keys
-    return case(f"tiled/{name}", nodes + hn, tensors, x, labels, tag="Gemm dA masked",
-                acts=("r", "h2"), dacts=("h", "h2"), checks=(on_mask,))
-
-
 def _seednet():
     """models/seednet.onnx at batch 6, Dropout ratio 0; fc2.bias feeds a train-mode BatchNorm
     (its gradient is zero in exact arithmetic)."""
@@ -239,9 +214,6 @@ OWN_CASES = [_conv_relu("conv3_like_b40", 16, 24, 12, 40),
              _conv_bn("bn_b300_one_part", 300, None),
              _relu_fused("relu_fused_s1", 1), _relu_fused("relu_fused_s2", 2),
              _conv_wide("conv_gemm_b2", 2), _conv_strided("strided_b3", 3),
-             _mlp_masked("mlp_mask_tiled_b512", 512, 40, 512),
-             _mlp_masked("mlp_mask_split_b16", 16, 40, 512),
-             _mlp_masked("mlp_mask_unsplit_b64", 64, 40, 1024),
              # a batched activation times a weight large enough for the Gemm's tiles (ops/
              # matmul.py hands the plain product to gemm.matmul; dA reads W^T)
              matmul_case("tiled_3d_x_2d", ("act", [16, 64, 256]), ("param", [256, 256]), 16)]
@@ -320,20 +292,7 @@ def test_gemm_vec4_loads_bit_identical(device, monkeypatch, m, n, k, ta, tb):
     assert np.array_equal(on, off)
 
 
-# The fused ReLU gradient's mask (0 where src is not > 0) in the tiled kernel's own epilogue
-# (unsplit: k 24) and in reduce_splits (split: k 300), against float64.
-@pytest.mark.parametrize("m,n,k", [(1024, 1152, 24), (1024, 1100, 300)])
-def test_gemm_mask(device, m, n, k):
-    from webgpu_trainer.engine.ops import gemm
-    src = f32(rng_for("gemm_mask", m, n, k).standard_normal((m, n)))
-    got = _check_gemm(device, m, n, k, 0, 0, mask=src)
-    assert (got[src <= 0] == 0).all() and (got[src > 0] != 0).mean() > 0.99
-    b = Builder(__import__("types").SimpleNamespace(dev=device, P=None, G=None, step=None))
-    b.TILED = True
-    assert gemm.tile_shape(b, m, n, k) == (16, 16)
-
-
-def _check_gemm(device, m, n, k, ta, tb, want_vec=None, mask=None):
+def _check_gemm(device, m, n, k, ta, tb, want_vec=None):
     import types
     from webgpu_trainer.engine.ops import gemm
     rng = rng_for("gemm_tiled", m, n, k, ta, tb)
@@ -343,7 +302,7 @@ def _check_gemm(device, m, n, k, ta, tb, want_vec=None, mask=None):
     b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
     b.TILED = True
     bufs = []
-    for arr in (a, bm, bias) + (() if mask is None else (mask,)):
+    for arr in (a, bm, bias):
         buf = device.buffer(arr.nbytes)
         device.write(buf, arr.tobytes())
         bufs.append(buf)
@@ -352,8 +311,7 @@ def _check_gemm(device, m, n, k, ta, tb, want_vec=None, mask=None):
     sb = (1, k) if tb else (n, 1)
 
     async def go():
-        await gemm.matmul(b, bufs[0], sa, bufs[1], sb, out, m, n, k, 0.5, bufs[2], 1,
-                          mask_src=bufs[3] if mask is not None else None)
+        await gemm.matmul(b, bufs[0], sa, bufs[1], sb, out, m, n, k, 0.5, bufs[2], 1)
         device.submit([device.program(b.current)])
         return np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
     got = run(go())
@@ -362,8 +320,6 @@ def _check_gemm(device, m, n, k, ta, tb, want_vec=None, mask=None):
     if want_vec is not None:
         assert gemm._vec_bits(b, bufs[0], sa, bufs[1], sb) == want_vec
     want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (bm.T if tb else bm)) + bias
-    if mask is not None:
-        want = np.where(mask > 0, want, 0.0)
     assert rel_err(got, want) <= FWD_RTOL
     return got
 

@@ -13,7 +13,6 @@ from . import card
 
 TYPES = ("Gemm",)
 FUSES_RELU_FORWARD = True  # a following in-place Relu is applied by the product's last kernel
-TAKES_RELU_GRAD = True  # a preceding in-place Relu's backward is masked into dA's last kernel
 
 ATTRS = {"Gemm": {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}}
 
@@ -47,10 +46,9 @@ def init(node, graph):
 
 
 async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=None,
-                 bias_mode=0, beta=1.0, relu=0, mask_src=None):
+                 bias_mode=0, beta=1.0, relu=0):
     """out[m, n] = alpha * sum_k a[m*sam + k*sak] * bm[k*sbk + n*sbn] (+ beta * bias), then
-    max(out, 0) with ``relu`` (a fused ReLU: by the product, or ``reduce_splits`` when split),
-    or 0 where ``mask_src`` (same layout as out) is not > 0 (a fused ReLU gradient).
+    max(out, 0) with ``relu`` (a fused ReLU: by the product, or ``reduce_splits`` when split).
 
     Large outputs on GPU adapters (``tile_shape``): a workgroup-memory tiled kernel (128 x 128
     tiles, 8 x 8 per thread), else 4 x 4 per thread with no workgroup memory (CPU adapters,
@@ -83,14 +81,12 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
     target = b.temp(splits * m * n) if splits > 1 else out
     params = dict(M=m, N=n, K=k, splits=splits, sam=a_strides[0], sak=a_strides[1],
                   sbk=b_strides[0], sbn=b_strides[1], bias_mode=bias_mode if bias else 0,
-                  alpha=alpha, beta=beta, relu=relu, vec=vec, mask=int(mask_src is not None))
+                  alpha=alpha, beta=beta, relu=relu, vec=vec)
     await b.kernel("gemm", entry, counts, params=params, constants=consts, a=a, bm=bm, bias=bias,
-                   out=target, a4=a if vec & 1 else None, b4=bm if vec & 2 else None,
-                   src=mask_src)
+                   out=target, a4=a if vec & 1 else None, b4=bm if vec & 2 else None)
     if splits > 1:
         await reduce_splits(b, target, out, splits, m * n, n=n, bias=bias,
-                            bias_mode=bias_mode if bias else 0, beta=beta, relu=relu,
-                            mask_src=mask_src)
+                            bias_mode=bias_mode if bias else 0, beta=beta, relu=relu)
 
 
 def _vec_bits(b, a, a_strides, bm, b_strides) -> int:
@@ -151,13 +147,12 @@ def tile_shape(b, m: int, n: int, k: int) -> tuple[int, int] | None:
 
 
 async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=0, beta=1.0,
-                        relu=0, mask_src=None):
-    """out[e] = sum_s parts[s*count + e] (+ beta * bias by bias_mode; max(., 0) with relu;
-    0 where mask_src[e] is not > 0)."""
+                        relu=0):
+    """out[e] = sum_s parts[s*count + e] (+ beta * bias by bias_mode; max(., 0) with relu)."""
     params = dict(outer=0, C=0, inner=0, count=count, splits=splits, N=n, bias_mode=bias_mode,
-                  beta=beta, relu=relu, mask=int(mask_src is not None))
+                  beta=beta, relu=relu)
     await b.kernel("reduce", "reduce_splits", groups_1d(count), params=params, x=parts,
-                   bias=bias, out=out, src=mask_src)
+                   bias=bias, out=out)
 
 
 async def channel_sum(b, x, out, outer, channels, inner):
@@ -165,7 +160,7 @@ async def channel_sum(b, x, out, outer, channels, inner):
     ``b.reduce_parts`` parts per channel, added by ``reduce_splits`` when there are several."""
     parts = b.reduce_parts(outer * inner)
     params = dict(outer=outer, C=channels, inner=inner, count=0, splits=parts, N=0, bias_mode=0,
-                  beta=0.0, relu=0, mask=0)
+                  beta=0.0, relu=0)
     target = b.temp(parts * channels) if parts > 1 else out
     await b.kernel("reduce", "channel_sum", groups_per_channel(channels, parts), params=params, x=x,
                    out=target)
@@ -218,15 +213,11 @@ async def backward(b, node, ins, outs, gins, gouts):
     sam, sak = _op_strides(A.shape, ta)
     sbk, sbn = _b_strides(B.shape, tb)
     dy = gouts[0]
-    # an in-place ReLU before A: its backward masked into dA (stored as A: the same index)
-    mask_src = A if "backward" in b.fused(node) else None
     if gins[0] is not None:  # d op(A)[m,k] = alpha * sum_n dY[m,n] * op(B)[k,n]
         if not ta:
-            await matmul(b, dy, (n, 1), B, (sbn, sbk), gins[0], m, k, n, alpha,
-                         mask_src=mask_src)
+            await matmul(b, dy, (n, 1), B, (sbn, sbk), gins[0], m, k, n, alpha)
         else:
-            await matmul(b, B, (sbk, sbn), dy, (1, n), gins[0], k, m, n, alpha,
-                         mask_src=mask_src)
+            await matmul(b, B, (sbk, sbn), dy, (1, n), gins[0], k, m, n, alpha)
     if gins[1] is not None:  # d op(B)[k,n] = alpha * sum_m op(A)[m,k] * dY[m,n]
         if not tb:
             await matmul(b, A, (sak, sam), dy, (n, 1), gins[1], k, n, m, alpha)

@@ -23,7 +23,6 @@ from .gemm import reduce_splits
 from ..errors import GraphError
 
 TYPES = ("MatMul",)
-TAKES_RELU_GRAD = True  # a preceding in-place Relu's backward is masked into dA's last kernel
 ATTRS = {"MatMul": {}}
 
 
@@ -115,10 +114,9 @@ def _vec(dims, k):
     return [d[k] for d in pad]
 
 
-async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=None,
-                  mask_src=None):
+async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=None):
     """out[z, m, n] = sum_r sum_k a[A(z, r) + m*sam + k*sak] * bm[B(z, r) + k*sbk + n*sbn]
-    (r over the reduced batch dims); 0 where ``mask_src`` (out's layout) is not > 0.
+    (r over the reduced batch dims).
 
     ``a_mat`` = (sam, sak), ``b_mat`` = (sbk, sbn) element strides; ``dims``: batch dims
     ``(size, stride_a, stride_b, kept)`` in order, kept ones laid out contiguously in ``out``
@@ -164,8 +162,7 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
         # across rows for dX = dY @ W^T: 5x the forward's time on an H200; else its untiled
         # kernel, k unrolled by 4, with its own split-K rule). CPU adapters keep this kernel
         # (and its golden numbers).
-        await gemm.matmul(b, a, (sam, sak), bm, (sbk, sbn), out, rows, cols, inner,
-                          mask_src=mask_src)
+        await gemm.matmul(b, a, (sam, sak), bm, (sbk, sbn), out, rows, cols, inner)
         return
     nkept = math.prod([d[0] for d in kept])
     nred = math.prod([d[0] for d in red])
@@ -174,13 +171,11 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
     target = b.temp(splits * total) if splits > 1 else out
     params = dict(M=rows, N=cols, K=inner, splits=splits, sam=sam, sak=sak, sbk=sbk, sbn=sbn,
                   kept=nkept, reduced=nred, ks=_vec(kept, 0), ksa=_vec(kept, 1),
-                  ksb=_vec(kept, 2), rs=_vec(red, 0), rsa=_vec(red, 1), rsb=_vec(red, 2),
-                  mask=int(mask_src is not None))
+                  ksb=_vec(kept, 2), rs=_vec(red, 0), rsa=_vec(red, 1), rsb=_vec(red, 2))
     gx, gy, _ = groups_1d(threads)
-    await b.kernel("matmul", "matmul", (gx, gy, splits), params=params, a=a, bm=bm, out=target,
-                   src=mask_src)
+    await b.kernel("matmul", "matmul", (gx, gy, splits), params=params, a=a, bm=bm, out=target)
     if splits > 1:
-        await reduce_splits(b, target, out, splits, total, mask_src=mask_src)
+        await reduce_splits(b, target, out, splits, total)
 
 
 async def forward(b, node, ins, outs, train):
@@ -200,9 +195,7 @@ async def backward(b, node, ins, outs, gins, gouts):
     sy = _strides(batch, batch, n * m)
     if gins[0] is not None:  # dA[n, k] = sum_m dY[n, m] * B[k, m]
         dims = [(d, y, x, ab[i] == d) for i, (d, y, x) in enumerate(zip(batch, sy, sb))]
-        # an in-place ReLU before A: its backward masked into dA (A's layout: the same index)
-        await batched(b, dY, (m, 1), B, (1, m), gins[0], n, k, m, dims, node,
-                      mask_src=A if "backward" in b.fused(node) else None)
+        await batched(b, dY, (m, 1), B, (1, m), gins[0], n, k, m, dims, node)
     if len(gins) > 1 and gins[1] is not None:  # dB[k, m] = sum_n A[n, k] * dY[n, m]
         dims = [(d, x, y, bb[i] == d) for i, (d, x, y) in enumerate(zip(batch, sa, sy))]
         await batched(b, A, (1, k), dY, (m, 1), gins[1], k, m, n, dims, node)
