@@ -77,7 +77,7 @@ def test_a_budget_refuses_naming_the_total_and_the_budget():
     memory.check(est, None, budget=est["bytes"])
 
 
-@pytest.mark.parametrize("limit_batch", [1, 37, 300])
+@pytest.mark.parametrize("limit_batch", [2, 37, 300])
 def test_largest_batch_fits_and_one_more_does_not(limit_batch):
     desc = _mlp()
     budget = memory.estimate(desc, limit_batch)["bytes"]
@@ -89,6 +89,17 @@ def test_largest_batch_fits_and_one_more_does_not(limit_batch):
 
 def test_largest_batch_is_zero_when_nothing_fits():
     assert memory.largest_batch(_mlp(), {"max_buffer_size": 16}) == 0
+
+
+def test_largest_batch_is_zero_when_only_batch_1_fits():
+    """Batch 1 is outside the run settings' batch_size range (the schema's minimum, 2): a
+    budget that holds only batch 1 has no batch to offer."""
+    from webgpu_trainer.engine.config import BY_NAME
+    desc = _mlp()
+    assert memory.MIN_BATCH == BY_NAME["batch_size"].min == 2
+    budget = memory.estimate(desc, 1)["bytes"]
+    assert memory.estimate(desc, 2)["bytes"] > budget
+    assert memory.largest_batch(desc, None, budget) == 0
 
 
 class _TinyLimits:

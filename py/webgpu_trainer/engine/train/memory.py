@@ -10,13 +10,15 @@ that passes ``check``. The uploaded dataset is not included (it is cut into chun
 """
 
 from ..backends.base import round_up
+from ..config import BY_NAME
 from ..errors import OffsetLimitError, UserError
 from ..graph import Graph
 from ..plan import Plan
 from . import optim
 from .guard import Guard
 
-MAX_BATCH = 1 << 16  # the largest batch ``largest_batch`` tries
+# the batches ``largest_batch`` tries: the run settings' batch_size range (config schema)
+MIN_BATCH, MAX_BATCH = BY_NAME["batch_size"].min, BY_NAME["batch_size"].max
 
 # what each part of the estimate holds, by the buffer label's role in the plan
 PARTS = ("params", "gradients", "optimizer", "activations", "saved", "scratch", "shared")
@@ -186,16 +188,16 @@ def check(est: dict, limits: dict | None, budget: int | None = None) -> None:
 
 def largest_batch(desc: dict, limits: dict | None, budget: int | None = None, **kw) -> int:
     """The largest batch (at most ``MAX_BATCH``) whose ``estimate`` passes ``check``; 0 when
-    not even batch 1 fits. ``kw`` as ``estimate``'s. Memory grows with the batch, so a binary
-    search over real estimates finds it."""
+    not even ``MIN_BATCH`` (the smallest batch a run takes) fits. ``kw`` as ``estimate``'s.
+    Memory grows with the batch, so a binary search over real estimates finds it."""
     def fits(b):
         try:
             return not problems(estimate(desc, b, **kw), limits, budget)
         except ValueError:  # LimitError: a kernel's 32-bit offsets cannot count that many
             return False
-    if not fits(1):
+    if not fits(MIN_BATCH):
         return 0
-    lo, hi = 1, 2
+    lo, hi = MIN_BATCH, 2 * MIN_BATCH
     while hi <= MAX_BATCH and fits(hi):
         lo, hi = hi, hi * 2
     if hi > MAX_BATCH:
