@@ -108,22 +108,24 @@ fn forward_wide(@builtin(global_invocation_id) gid: vec3<u32>,
     let xbase = (n * p.C + g * Cg + c) * p.H;
     for (var i = 0u; i < KH; i++) {
       let ih = i32(oh * sh + i * dh) - i32(ph);
-      if (ih < 0 || ih >= i32(p.H)) { continue; }
-      let xrow = (xbase + u32(ih)) * p.W;
-      let x0 = cols4(xrow, c0.i, c0.ok);
-      let x1 = cols4(xrow, c1.i, c1.ok);
+      // rows in the padding load zeros (clamped): no branch, whose merge SwiftShader pays for
+      // every accumulator (a divergent `continue` was 1.2x slower)
+      let okr = vec4<bool>(ih >= 0 && ih < i32(p.H));
+      let xrow = (xbase + u32(clamp(ih, 0, i32(p.H) - 1))) * p.W;
+      let x0 = cols4(xrow, c0.i, c0.ok & okr);
+      let x1 = cols4(xrow, c1.i, c1.ok & okr);
       var x2 = vec4<f32>(0.0);
       var x3 = vec4<f32>(0.0);
       var x4 = vec4<f32>(0.0);
       if (WQ == 2u) {
-        x2 = cols2(xrow, c2.i, c2.ok);
+        x2 = cols2(xrow, c2.i, c2.ok & okr);
       } else if (WQ == 3u) {
-        x2 = cols4(xrow, c2.i, c2.ok);
-        x3 = cols2(xrow, c3.i, c3.ok);
+        x2 = cols4(xrow, c2.i, c2.ok & okr);
+        x3 = cols2(xrow, c3.i, c3.ok & okr);
       } else {
-        x2 = cols4(xrow, c2.i, c2.ok);
-        x3 = cols4(xrow, c3.i, c3.ok);
-        x4 = cols2(xrow, c4.i, c4.ok);
+        x2 = cols4(xrow, c2.i, c2.ok & okr);
+        x3 = cols4(xrow, c3.i, c3.ok & okr);
+        x4 = cols2(xrow, c4.i, c4.ok & okr);
       }
       let r0 = (c * KH + i) * KW * row4 + col4;
       wide_tap(&a0, &a1, &a2, &a3, r0, x0, x1, x2, x3);
