@@ -41,6 +41,7 @@ TAKES_RELU_GRAD = True  # a preceding in-place Relu's backward is masked into th
 WIDE = True  # CPU adapters: stride-1 3-wide windows through ``forward_wide`` (False: A/B)
 WIDE_QUADS = None  # forward_wide's column quads a thread (None: ``wide_quads`` picks; A/B)
 WIDE_WEIGHT = True  # CPU adapters: stride-1 3 x 3 weight gradients through ``weight_wide``
+WIDE_WC = 2  # ... with this many input channels a thread (1 or 2)
 
 
 def macs(node, shapes) -> int:
@@ -263,9 +264,10 @@ async def weight_grad(b, g, win, x, dy, dw):
         shader, entry = "conv2d", "backward_weight"
         if WIDE_WEIGHT and win["KH"] == win["KW"] == 3 and \
                 win["sh"] == win["sw"] == win["dh"] == win["dw"] == 1:
-            # the batch split as backward_weight's (the same sums): 8 channels x 9 taps a thread
-            threads, shader, entry = grp * _cdiv(k // grp, 8) * (c // grp), "conv2d_wide", \
-                "weight_wide"
+            # the batch split as backward_weight's (the same sums); 8 x WIDE_WC x 9 a thread
+            threads, shader, entry = grp * _cdiv(k // grp, 8) * _cdiv(c // grp, WIDE_WC), \
+                "conv2d_wide", "weight_wide"
+            win = {**win, "WC": WIDE_WC}
         gx, gy, _ = groups_1d(threads)
         counts = (gx, gy, splits)
     out = b.temp(splits * k * taps) if splits > 1 else dw
