@@ -3,12 +3,14 @@
 //   forward_wide: y[n,k,oh,ow] = b[k] + sum_{c,i,j} wt[(c,i,j), k] * x[n, g*Cg+c, ih, iw], the
 //     forward and, over dy with the flipped transposed weights, the input gradient;
 //   weight_wide:  dw[k,c,i,j]  = sum_{n,oh,ow} dy[n,k,oh,ow] * x[n, g*Cg+c, ih, iw]
-// with ih = oh*sh + i*dh - ph, iw = ow + j - pw (weight_wide: sh = 1, KH = 3). SwiftShader loads every value lane by lane (a
-// gather, whatever the addresses), so loads, not multiply-adds, bound these kernels: a thread
-// owns many outputs so that each loaded value feeds many of them, and the three taps of a row
-// share its loaded input columns. Each sum runs in the order of conv2d.wgsl's kernels (forward:
-// over (c, i, j); weight: over (n, oh, ow), the batch split as backward_weight splits it), so
-// both give the same numbers.
+// with ih = oh*sh + i*dh - ph, iw = ow + j - pw (weight_wide: sh = 1, KH = 3). SwiftShader
+// runs 4 invocations in SIMD lanes and loads every value lane by lane (a gather, whatever the
+// addresses); a branch the lanes may take apart costs a blend of every live value at its merge,
+// and a loop turn one of every value it carries. So here a thread owns many outputs (each
+// loaded value feeds many of them), the three taps of a row share its loaded input columns,
+// padding is zeros loaded, not branches, and a loop turn carries the accumulators 9 taps. Each
+// sum runs in the order of conv2d.wgsl's kernels (forward: over (c, i, j); weight: over
+// (n, oh, ow), the batch split as backward_weight splits it), so both give the same numbers.
 
 //!include conv_window
 //!include conv_acc
@@ -73,6 +75,36 @@ fn store_row(v: vec4<f32>, k: u32, ybase: u32, ncols: u32) {
 // Input channels a weight_wide thread owns: 1 or 2 (ops/conv.py).
 override WC: u32 = 1u;
 
+// One input row (ih, of the channel at xbase) through the three taps from packed row r0:
+// its 4 * WQ + 2 columns loaded once. Rows in the padding load zeros (clamped), with no branch,
+// whose merge SwiftShader pays for every accumulator (a divergent `continue`: 1.2x slower).
+fn wide_row(a0: ptr<function, Acc>, a1: ptr<function, Acc>, a2: ptr<function, Acc>,
+            a3: ptr<function, Acc>, xbase: u32, ih: i32, r0: u32, row4: u32, c0: Cols, c1: Cols,
+            c2: Cols, c3: Cols, c4: Cols) {
+  let okr = vec4<bool>(ih >= 0 && ih < i32(p.H));
+  let xrow = (xbase + u32(clamp(ih, 0, i32(p.H) - 1))) * p.W;
+  let x0 = cols4(xrow, c0.i, c0.ok & okr);
+  let x1 = cols4(xrow, c1.i, c1.ok & okr);
+  var x2 = vec4<f32>(0.0);
+  var x3 = vec4<f32>(0.0);
+  var x4 = vec4<f32>(0.0);
+  if (WQ == 2u) {
+    x2 = cols2(xrow, c2.i, c2.ok & okr);
+  } else if (WQ == 3u) {
+    x2 = cols4(xrow, c2.i, c2.ok & okr);
+    x3 = cols2(xrow, c3.i, c3.ok & okr);
+  } else {
+    x2 = cols4(xrow, c2.i, c2.ok & okr);
+    x3 = cols4(xrow, c3.i, c3.ok & okr);
+    x4 = cols2(xrow, c4.i, c4.ok & okr);
+  }
+  wide_tap(a0, a1, a2, a3, r0, x0, x1, x2, x3);
+  wide_tap(a0, a1, a2, a3, r0 + row4, vec4<f32>(x0.yzw, x1.x), vec4<f32>(x1.yzw, x2.x),
+           vec4<f32>(x2.yzw, x3.x), vec4<f32>(x3.yzw, x4.x));
+  wide_tap(a0, a1, a2, a3, r0 + 2u * row4, vec4<f32>(x0.zw, x1.xy), vec4<f32>(x1.zw, x2.xy),
+           vec4<f32>(x2.zw, x3.xy), vec4<f32>(x3.zw, x4.xy));
+}
+
 // Thread: 8 output channels x 4*WQ columns of one output row. A row's 4*WQ + 2 input columns
 // are loaded once for its three taps.
 @compute @workgroup_size(64)
@@ -109,33 +141,19 @@ fn forward_wide(@builtin(global_invocation_id) gid: vec3<u32>,
   var a3: Acc;
   for (var c = 0u; c < Cg; c++) {
     let xbase = (n * p.C + g * Cg + c) * p.H;
-    for (var i = 0u; i < KH; i++) {
-      let ih = i32(oh * sh + i * dh) - i32(ph);
-      // rows in the padding load zeros (clamped): no branch, whose merge SwiftShader pays for
-      // every accumulator (a divergent `continue` was 1.2x slower)
-      let okr = vec4<bool>(ih >= 0 && ih < i32(p.H));
-      let xrow = (xbase + u32(clamp(ih, 0, i32(p.H) - 1))) * p.W;
-      let x0 = cols4(xrow, c0.i, c0.ok & okr);
-      let x1 = cols4(xrow, c1.i, c1.ok & okr);
-      var x2 = vec4<f32>(0.0);
-      var x3 = vec4<f32>(0.0);
-      var x4 = vec4<f32>(0.0);
-      if (WQ == 2u) {
-        x2 = cols2(xrow, c2.i, c2.ok & okr);
-      } else if (WQ == 3u) {
-        x2 = cols4(xrow, c2.i, c2.ok & okr);
-        x3 = cols2(xrow, c3.i, c3.ok & okr);
-      } else {
-        x2 = cols4(xrow, c2.i, c2.ok & okr);
-        x3 = cols4(xrow, c3.i, c3.ok & okr);
-        x4 = cols2(xrow, c4.i, c4.ok & okr);
+    let ih0 = i32(oh * sh) - i32(ph);
+    let rc = c * KH * KW * row4 + col4;
+    if (KH == 3u) {  // rows written out: one loop turn carries the accumulators 9 taps
+      wide_row(&a0, &a1, &a2, &a3, xbase, ih0, rc, row4, c0, c1, c2, c3, c4);
+      wide_row(&a0, &a1, &a2, &a3, xbase, ih0 + i32(dh), rc + 3u * row4, row4, c0, c1, c2, c3,
+               c4);
+      wide_row(&a0, &a1, &a2, &a3, xbase, ih0 + 2 * i32(dh), rc + 6u * row4, row4, c0, c1, c2,
+               c3, c4);
+    } else {
+      for (var i = 0u; i < KH; i++) {
+        wide_row(&a0, &a1, &a2, &a3, xbase, ih0 + i32(i * dh), rc + i * KW * row4, row4, c0, c1,
+                 c2, c3, c4);
       }
-      let r0 = (c * KH + i) * KW * row4 + col4;
-      wide_tap(&a0, &a1, &a2, &a3, r0, x0, x1, x2, x3);
-      wide_tap(&a0, &a1, &a2, &a3, r0 + row4, vec4<f32>(x0.yzw, x1.x), vec4<f32>(x1.yzw, x2.x),
-               vec4<f32>(x2.yzw, x3.x), vec4<f32>(x3.yzw, x4.x));
-      wide_tap(&a0, &a1, &a2, &a3, r0 + 2u * row4, vec4<f32>(x0.zw, x1.xy), vec4<f32>(x1.zw, x2.xy),
-               vec4<f32>(x2.zw, x3.xy), vec4<f32>(x3.zw, x4.xy));
     }
   }
   for (var m = 0u; m < 8u; m++) {
