@@ -4,8 +4,8 @@ ConvTranspose 2-D on the same kernels: its forward is the input gradient of the 
 whose weight it holds, its backward that convolution's forward (dx) and weight gradient (dw).
 
 Threads own 8 channels x 4 columns (see the shader); on CPU adapters stride-1 3-wide windows
-run on conv2d_wide.wgsl (8 channels x 8-16 columns; the 3 x 3 weight gradient 8 channels x 9
-taps). The weight gradient splits the batch (split-K) when there are too few threads to fill
+run on conv2d_wide.wgsl (8 channels x 8-16 columns; the 3 x 3 weight gradient 8 channels x
+2 x 9 taps). The weight gradient splits the batch (split-K) when there are too few threads to fill
 the GPU, and reduce.wgsl adds the parts.
 A depthwise Conv (group == channels) runs on its own kernels (ops/conv_depthwise.py).
 """
