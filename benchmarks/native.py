@@ -189,7 +189,8 @@ def variant(name: str):
     every shape), "conv_fct8" (8 channels a forward thread at any batch), "wgrad_1" (one tap
     block a weight-gradient workgroup: dy read once per block), "elementwise_1" (one element a
     thread), "conv_row_loads" (CPU adapters: ``forward`` with ROW_LOADS, 4 columns a thread,
-    instead of ``forward_wide``)."""
+    instead of ``forward_wide``), "conv_wide_8" (CPU adapters: ``forward_wide`` with 8 columns a
+    thread at every width and ``backward_weight`` instead of ``weight_wide``)."""
     from webgpu_trainer.engine.ops import conv, gemm as gemm_op
     from webgpu_trainer.engine.plan import Builder
     saved = []
@@ -199,10 +200,13 @@ def variant(name: str):
     elif name == "conv_fct8":
         saved.append((conv, "_forward_threads", conv._forward_threads))
         conv._forward_threads = lambda b, n, grp, kg, oh, ow, win: (
-            n * grp * -(-kg // 8) * oh * -(-ow // 4), "forward", win)
+            n * grp * -(-kg // 8) * oh * -(-ow // 4), "conv2d", "forward", win)
     elif name == "conv_row_loads":
         saved.append((conv, "WIDE", conv.WIDE))
         conv.WIDE = False
+    elif name == "conv_wide_8":
+        saved += [(conv, "WIDE_QUADS", conv.WIDE_QUADS), (conv, "WIDE_WEIGHT", conv.WIDE_WEIGHT)]
+        conv.WIDE_QUADS, conv.WIDE_WEIGHT = 2, False
     elif name == "wgrad_1":
         saved.append((Builder, "WEIGHT_GRAD_BLOCKS", Builder.WEIGHT_GRAD_BLOCKS))
         Builder.WEIGHT_GRAD_BLOCKS = 1

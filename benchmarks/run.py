@@ -37,7 +37,8 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
 MB = 1 << 20
-VARIANTS = ("gemm_untiled", "conv_fct8", "wgrad_1", "elementwise_1", "conv_row_loads")
+VARIANTS = ("gemm_untiled", "conv_fct8", "wgrad_1", "elementwise_1", "conv_row_loads",
+            "conv_wide_8")
 
 
 def _versions(dev) -> dict:

@@ -9,9 +9,11 @@
 // pack_backward): on CPU adapters every scalar load is a gather, the dominant cost here.
 // backward_weight splits the batch into `splits` parts (grid z) writing partial sums
 // [split, K, Cg*KH*KW]; reduce.wgsl adds them. GPU adapters compute the weight gradient with
-// conv2d_wgrad.wgsl instead, and `forward` with 4 channels a thread for small batches (FCT).
+// conv2d_wgrad.wgsl instead, and `forward` with 4 channels a thread for small batches (FCT);
+// CPU adapters run stride-1 3-wide windows on conv2d_wide.wgsl (the packed weights of here).
 
 //!include conv_window
+//!include conv_acc
 //!include index
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -31,33 +33,6 @@ override ROW_LOADS: u32 = 0u;
 
 const WT: u32 = 4u;  // output columns per thread (forward, backward_input)
 const RT: u32 = 4u;  // weight taps per thread (backward_weight)
-// Accumulators are eight vec4 locals, not arrays: CPU adapters (SwiftShader, lavapipe) keep
-// them in vector registers, while a dynamically indexed private array spills to memory.
-
-struct Acc { a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>,
-             a4: vec4<f32>, a5: vec4<f32>, a6: vec4<f32>, a7: vec4<f32> }
-
-fn acc_get(acc: Acc, m: u32) -> vec4<f32> {
-  switch m {
-    case 0u: { return acc.a0; } case 1u: { return acc.a1; } case 2u: { return acc.a2; }
-    case 3u: { return acc.a3; } case 4u: { return acc.a4; } case 5u: { return acc.a5; }
-    case 6u: { return acc.a6; } default: { return acc.a7; }
-  }
-}
-
-// acc.a_m += s_m * v for the eight scalars s (one per channel).
-fn acc_fma(acc: ptr<function, Acc>, s0: f32, s1: f32, s2: f32, s3: f32, s4: f32, s5: f32,
-           s6: f32, s7: f32, v: vec4<f32>) {
-  (*acc).a0 = vec4(s0) * v + (*acc).a0;
-  (*acc).a1 = vec4(s1) * v + (*acc).a1;
-  (*acc).a2 = vec4(s2) * v + (*acc).a2;
-  (*acc).a3 = vec4(s3) * v + (*acc).a3;
-  (*acc).a4 = vec4(s4) * v + (*acc).a4;
-  (*acc).a5 = vec4(s5) * v + (*acc).a5;
-  (*acc).a6 = vec4(s6) * v + (*acc).a6;
-  (*acc).a7 = vec4(s7) * v + (*acc).a7;
-}
-
 // acc += (the FCT channels' weights at packed vec4 index r) x (4 columns xv), for `forward`.
 fn forward_tap(acc: ptr<function, Acc>, r: u32, xv: vec4<f32>) {
   let wa = wt[r];
@@ -70,14 +45,6 @@ fn forward_tap(acc: ptr<function, Acc>, r: u32, xv: vec4<f32>) {
     (*acc).a2 = vec4(wa.z) * xv + (*acc).a2;
     (*acc).a3 = vec4(wa.w) * xv + (*acc).a3;
   }
-}
-
-// v with the components q < valid where b[base + q] <= 0 set to 0 (the fused ReLU gradient).
-fn masked(v: vec4<f32>, base: u32, valid: u32) -> vec4<f32> {
-  let last = base + min(valid, 4u) - 1u;
-  let m = vec4<f32>(b[base], b[min(base + 1u, last)], b[min(base + 2u, last)],
-                    b[min(base + 3u, last)]);
-  return select(vec4<f32>(0.0), v, m > vec4<f32>(0.0));
 }
 
 fn flat(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
@@ -164,93 +131,6 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
     } else {
       for (var q = 0u; q < ncols; q++) { y[ybase + q] = v[q]; }
     }
-  }
-}
-
-// acc (columns 0-3) and acc2 (columns 4-7) += the 8 channels' weights at packed index r x xa / xb.
-fn forward_tap2(acc: ptr<function, Acc>, acc2: ptr<function, Acc>, r: u32, xa: vec4<f32>,
-                xb: vec4<f32>) {
-  let wa = wt[r];
-  let wb = wt[r + 1u];
-  acc_fma(acc, wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w, xa);
-  acc_fma(acc2, wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w, xb);
-}
-
-fn store_row(v: vec4<f32>, k: u32, ybase: u32, ncols: u32) {
-  var u = v + select(0.0, b[k], p.has_bias != 0u);
-  if (p.relu != 0u) { u = max(u, vec4<f32>(0.0)); }
-  if (p.mask != 0u) { u = masked(u, ybase, ncols); }
-  if (ncols >= 4u) {
-    y[ybase] = u.x; y[ybase + 1u] = u.y; y[ybase + 2u] = u.z; y[ybase + 3u] = u.w;
-  } else {
-    for (var q = 0u; q < ncols; q++) { y[ybase + q] = u[q]; }
-  }
-}
-
-// `forward` for CPU adapters at stride 1 and a 3-wide window (ops/conv.py): 8 channels x 8
-// columns a thread, so each weight loaded feeds 8 columns (SwiftShader loads every value lane
-// by lane: loads, not multiply-adds, bound these kernels). A row's 10 input columns are loaded
-// once for its three taps. Each output's sum runs over (c, i, j) in `forward`'s order.
-@compute @workgroup_size(64)
-fn forward_wide(@builtin(global_invocation_id) gid: vec3<u32>,
-                @builtin(num_workgroups) nwg: vec3<u32>) {
-  let t = flat(gid, nwg);
-  let Kg = p.K / p.G;
-  let Cg = p.C / p.G;
-  let cblocks = (Kg + 7u) / 8u;
-  let wblocks = (p.OW + 7u) / 8u;
-  if (t >= p.N * p.G * cblocks * p.OH * wblocks) { return; }
-  let ow0 = (t % wblocks) * 8u;
-  var r = t / wblocks;
-  let oh = r % p.OH;
-  r = r / p.OH;
-  let cb = r % (p.G * cblocks);
-  let n = r / (p.G * cblocks);
-  let g = cb / cblocks;
-  let k0 = g * Kg + (cb % cblocks) * 8u;
-  let kend = (g + 1u) * Kg;
-  let Kp = (Kg + 7u) / 8u * 8u;
-  let row4 = p.G * Kp / 4u;
-  let col4 = (g * Kp + (cb % cblocks) * 8u) / 4u;
-  let iw0 = i32(ow0) - i32(pw);
-  let ncols = min(p.OW - ow0, 8u);
-  let ca = vec4<i32>(iw0) + vec4<i32>(0, 1, 2, 3);
-  let cb4 = ca + 4;
-  let cc = vec2<i32>(iw0 + 8, iw0 + 9);
-  let wmax = i32(p.W);
-  let oka = (ca >= vec4<i32>(0)) & (ca < vec4<i32>(wmax));
-  let okb = (cb4 >= vec4<i32>(0)) & (cb4 < vec4<i32>(wmax));
-  let okc = (cc >= vec2<i32>(0)) & (cc < vec2<i32>(wmax));
-  let ia = vec4<u32>(clamp(ca, vec4<i32>(0), vec4<i32>(wmax - 1)));
-  let ib = vec4<u32>(clamp(cb4, vec4<i32>(0), vec4<i32>(wmax - 1)));
-  let ic = vec2<u32>(clamp(cc, vec2<i32>(0), vec2<i32>(wmax - 1)));
-  var acc: Acc;
-  var acc2: Acc;
-  for (var c = 0u; c < Cg; c++) {
-    let xbase = (n * p.C + g * Cg + c) * p.H;
-    for (var i = 0u; i < KH; i++) {
-      let ih = i32(oh * sh + i * dh) - i32(ph);
-      if (ih < 0 || ih >= i32(p.H)) { continue; }
-      let xrow = (xbase + u32(ih)) * p.W;
-      let xa = select(vec4<f32>(0.0),
-                      vec4<f32>(x[xrow + ia.x], x[xrow + ia.y], x[xrow + ia.z], x[xrow + ia.w]),
-                      oka);
-      let xb = select(vec4<f32>(0.0),
-                      vec4<f32>(x[xrow + ib.x], x[xrow + ib.y], x[xrow + ib.z], x[xrow + ib.w]),
-                      okb);
-      let xc = select(vec2<f32>(0.0), vec2<f32>(x[xrow + ic.x], x[xrow + ic.y]), okc);
-      let r0 = (c * KH + i) * KW * row4 + col4;
-      forward_tap2(&acc, &acc2, r0, xa, xb);
-      forward_tap2(&acc, &acc2, r0 + row4, vec4<f32>(xa.yzw, xb.x), vec4<f32>(xb.yzw, xc.x));
-      forward_tap2(&acc, &acc2, r0 + 2u * row4, vec4<f32>(xa.zw, xb.xy), vec4<f32>(xb.zw, xc));
-    }
-  }
-  for (var m = 0u; m < 8u; m++) {
-    let k = k0 + m;
-    if (k >= kend) { break; }
-    let ybase = ((n * p.K + k) * p.OH + oh) * p.OW + ow0;
-    store_row(acc_get(acc, m), k, ybase, ncols);
-    if (ncols > 4u) { store_row(acc_get(acc2, m), k, ybase + 4u, ncols - 4u); }
   }
 }
 

@@ -74,3 +74,28 @@ fn reduce_splits(@builtin(global_invocation_id) gid: vec3<u32>,
   if (p.relu != 0u) { s = max(s, 0.0); }
   out[e] = s;
 }
+
+// channel_sum on CPU adapters (ops/gemm.py): a thread per channel, no workgroup memory or
+// barriers (SwiftShader runs a workgroup with barriers as coroutines: ~0.2 ms each, whatever
+// its elements). Each plane (o, c) is summed in four running lanes (elements i, i+1, i+2, i+3
+// of a step), and the plane sums are added in order, so the rounding error grows with
+// inner / 4 + outer, not the count.
+@compute @workgroup_size(64)
+fn channel_sum_rows(@builtin(global_invocation_id) gid: vec3<u32>,
+                    @builtin(num_workgroups) nwg: vec3<u32>) {
+  let c = flat_index(gid, nwg);
+  if (c >= p.C) { return; }
+  var total = 0.0;
+  for (var o = 0u; o < p.outer; o++) {
+    let base = (o * p.C + c) * p.inner;
+    var s4 = vec4<f32>(0.0);
+    var i = 0u;
+    for (; i + 4u <= p.inner; i += 4u) {
+      s4 += vec4<f32>(x[base + i], x[base + i + 1u], x[base + i + 2u], x[base + i + 3u]);
+    }
+    var s = (s4.x + s4.y) + (s4.z + s4.w);
+    for (; i < p.inner; i++) { s += x[base + i]; }
+    total += s;
+  }
+  out[c] = total;
+}

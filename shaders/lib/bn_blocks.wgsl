@@ -128,3 +128,49 @@ fn between_blocks(c: u32, m: f32) -> f32 {
   }
   return t;
 }
+
+// normalize and backward_input on CPU adapters when 4 divides the inner size (ops/batchnorm.py):
+// a thread per 4 neighbouring elements of one channel, which loads the channel's parameters
+// and works out its channel once (the grid-stride kernels divide twice per element, and
+// SwiftShader divides vectors lane by lane); per element the same operations in the same order.
+fn quad_index(gid: vec3<u32>, nwg: vec3<u32>) -> vec2<u32> {
+  let i = 4u * flat_index(gid, nwg);
+  return vec2<u32>(i, (min(i, p.outer * p.C * p.inner - 1u) / p.inner) % p.C);
+}
+
+fn quad_out(i: u32, v: vec4<f32>) {
+  if (i < p.outer * p.C * p.inner) {
+    out[i] = v.x; out[i + 1u] = v.y; out[i + 2u] = v.z; out[i + 3u] = v.w;
+  }
+}
+
+@compute @workgroup_size(64)
+fn normalize4(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+  let ic = quad_index(gid, nwg);
+  let i = ic.x;
+  let c = ic.y;
+  let e = min(vec4<u32>(i) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(arrayLength(&x) - 1u));
+  let v = vec4<f32>(x[e.x], x[e.y], x[e.z], x[e.w]);
+  var y = (v - save[c]) * save[p.C + c] * P[p.gamma + c] + P[p.beta + c];
+  if (p.relu != 0u) { y = max(y, vec4<f32>(0.0)); }
+  quad_out(i, y);
+}
+
+@compute @workgroup_size(64)
+fn backward_input4(@builtin(global_invocation_id) gid: vec3<u32>,
+                   @builtin(num_workgroups) nwg: vec3<u32>) {
+  let ic = quad_index(gid, nwg);
+  let i = ic.x;
+  let c = ic.y;
+  let M = f32(p.outer * p.inner);
+  let e = min(vec4<u32>(i) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(arrayLength(&x) - 1u));
+  let xv = vec4<f32>(x[e.x], x[e.y], x[e.z], x[e.w]);
+  let dv = vec4<f32>(dy[e.x], dy[e.y], dy[e.z], dy[e.w]);
+  let invstd = save[p.C + c];
+  let xhat = (xv - save[c]) * invstd;
+  let dbeta = G[p.beta + c];
+  let dgamma = G[p.gamma + c];
+  let v = P[p.gamma + c] * invstd * (dv - dbeta / M - xhat * dgamma / M);
+  quad_out(i, select(vec4<f32>(0.0), v, vec4<bool>(p.mask == 0u) | (xv > vec4<f32>(0.0))));
+}

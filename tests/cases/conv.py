@@ -28,6 +28,10 @@ SHAPES = {
     "k17_rect_mixed": (3, 17, 7, 9, (2, 3), [0, 1, 1, 0], [2, 1], [1, 2], 1),
     "group3_k12": (6, 12, 5, 5, (3, 3), [1, 1, 1, 1], [1, 2], [1, 1], 3),
     "1x1": (5, 7, 4, 5, (1, 1), [0, 0, 0, 0], [1, 1], [1, 1], 1),
+    # CPU adapters (conv2d_wide.wgsl): 15 columns, 16 a forward_wide thread (WQ 4) with 3 in
+    # its last quad; 10 channels, two of a second block of 8; the padded weight_wide's last
+    # 4-column chunk holds 3
+    "3x3_w15_k10": (3, 10, 4, 15, (3, 3), [1, 1, 1, 1], [1, 1], [1, 1], 1),
 }
 
 

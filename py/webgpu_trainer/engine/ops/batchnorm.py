@@ -12,6 +12,7 @@ from . import card
 TYPES = ("BatchNormalization",)
 ATTRS = {"BatchNormalization": {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0}}
 TAKES_RELU_GRAD = True  # a preceding in-place Relu's backward is masked into the dx kernel
+QUADS = True  # CPU adapters: normalize4 / backward_input4 where 4 divides the inner size (A/B)
 FUSES_RELU_FORWARD = True  # a following in-place Relu is applied by normalize / forward_fused
 
 
@@ -120,7 +121,7 @@ async def forward(b, node, ins, outs, train):
         await b.kernel("batchnorm", "var_finish", groups_1d(c), **binds)
     else:
         await b.kernel("batchnorm", "stats_eval", groups_1d(c), **binds)
-    await b.kernel("batchnorm", "normalize", b.elementwise_groups(x.numel), **binds)
+    await b.kernel("batchnorm", *_elementwise(b, "normalize", x), **binds)
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -141,4 +142,14 @@ async def backward(b, node, ins, outs, gins, gouts):
         await b.kernel("batchnorm", "block_dy", groups_1d(c * parts), **binds)
         await b.kernel("batchnorm", "dy_block_finish", groups_1d(c), **binds)
     if gins[0] is not None:
-        await b.kernel("batchnorm", "backward_input", b.elementwise_groups(x.numel), **binds)
+        await b.kernel("batchnorm", *_elementwise(b, "backward_input", x), **binds)
+
+
+def _elementwise(b, entry, x):
+    """(entry, workgroups) of normalize / backward_input: on CPU adapters a thread per 4
+    neighbouring elements of a channel (``normalize4``, ``backward_input4``; lib/bn_blocks) when
+    4 divides the inner size, else the grid-stride kernel."""
+    inner = x.numel // (x.shape[0] * x.shape[1])
+    if not b.tiled and QUADS and inner % 4 == 0:
+        return entry + "4", groups_1d(x.numel // 4)
+    return entry, b.elementwise_groups(x.numel)

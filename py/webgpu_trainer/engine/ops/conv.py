@@ -3,8 +3,10 @@
 ConvTranspose 2-D on the same kernels: its forward is the input gradient of the convolution
 whose weight it holds, its backward that convolution's forward (dx) and weight gradient (dw).
 
-Threads own 8 channels x 4 columns (see the shader); the weight gradient splits the batch
-(split-K) when there are too few threads to fill the GPU, and reduce.wgsl adds the parts.
+Threads own 8 channels x 4 columns (see the shader); on CPU adapters stride-1 3-wide windows
+run on conv2d_wide.wgsl (8 channels x 8-16 columns; the 3 x 3 weight gradient 8 channels x
+2 x 9 taps). The weight gradient splits the batch (split-K) when there are too few threads to fill
+the GPU, and reduce.wgsl adds the parts.
 A depthwise Conv (group == channels) runs on its own kernels (ops/conv_depthwise.py).
 """
 
@@ -37,6 +39,9 @@ def normalize(node, opset, shapes) -> list:
 FUSES_RELU_FORWARD = True  # a following in-place Relu is applied by the Conv's forward
 TAKES_RELU_GRAD = True  # a preceding in-place Relu's backward is masked into the dx kernel
 WIDE = True  # CPU adapters: stride-1 3-wide windows through ``forward_wide`` (False: A/B)
+WIDE_QUADS = None  # forward_wide's column quads a thread (None: ``wide_quads`` picks; A/B)
+WIDE_WEIGHT = True  # CPU adapters: stride-1 3 x 3 weight gradients through ``weight_wide``
+WIDE_WC = 2  # ... with this many input channels a thread (1 or 2)
 
 
 def macs(node, shapes) -> int:
@@ -151,24 +156,36 @@ async def conv_forward(b, node, g, win, x, w, bias, y, relu=0, mask=0, mask_src=
     packed = b.save(node, (c // grp) * win["KH"] * win["KW"] * grp * _cdiv(kg, 8) * 8, "wfwd")
     await b.kernel("conv2d", "pack_forward", groups_1d(packed_numel(b, packed)), params=params,
                    constants=win, w=w, y=packed)
-    threads, entry, consts = _forward_threads(b, n, grp, kg, oh, ow, win)
-    await b.kernel("conv2d", entry, groups_1d(threads), params=params, constants=consts,
+    threads, shader, entry, consts = _forward_threads(b, n, grp, kg, oh, ow, win)
+    await b.kernel(shader, entry, groups_1d(threads), params=params, constants=consts,
                    x=x, wt=packed, b=bias if mask_src is None else mask_src, y=y)
 
 
 def _forward_threads(b, n, grp, kg, oh, ow, win):
-    """Threads of ``forward`` and its constants: 8 channels x 4 columns a thread, or 4 channels
-    on GPUs where 8 would leave fewer than 64 Ki threads (small batches; measured on an H200:
-    SeedNet at batch 64 0.533 ms/step against 0.550; 4 x 2 a thread was slower again). CPU
-    adapters load a 3-wide row's input columns once (``ROW_LOADS``)."""
+    """(threads, shader, entry, constants) of the forward: 8 channels x 4 columns a thread, or
+    4 channels on GPUs where 8 would leave fewer than 64 Ki threads (small batches; measured on
+    an H200: SeedNet at batch 64 0.533 ms/step against 0.550; 4 x 2 a thread was slower again).
+    CPU adapters: stride-1 3-wide rows through conv2d_wide.wgsl ``forward_wide`` (8 channels x
+    4 * WQ columns), else ``forward`` loading a row's input columns once (``ROW_LOADS``)."""
     threads = n * grp * _cdiv(kg, 8) * oh * _cdiv(ow, 4)
     if b.tiled and threads < 65536:
-        return n * grp * _cdiv(kg, 4) * oh * _cdiv(ow, 4), "forward", {**win, "FCT": 4}
+        return n * grp * _cdiv(kg, 4) * oh * _cdiv(ow, 4), "conv2d", "forward", {**win, "FCT": 4}
     if b.tiled:
-        return threads, "forward", win
+        return threads, "conv2d", "forward", win
     if WIDE and win["sw"] == win["dw"] == 1 and win["KW"] == 3:
-        return n * grp * _cdiv(kg, 8) * oh * _cdiv(ow, 8), "forward_wide", win
-    return threads, "forward", {**win, "ROW_LOADS": 1}
+        wq = wide_quads(ow)
+        return n * grp * _cdiv(kg, 8) * oh * _cdiv(ow, 4 * wq), "conv2d_wide", "forward_wide", \
+            {**win, "WQ": wq}
+    return threads, "conv2d", "forward", {**win, "ROW_LOADS": 1}
+
+
+def wide_quads(ow: int) -> int:
+    """Column quads a ``forward_wide`` thread owns for output rows ``ow`` wide (WIDE_QUADS when
+    set): the fewest loads a row, each thread loading 8 channels' weights at 3 taps (24) and
+    its 4 * WQ + 2 input columns (22-24 wide: 3, 26 wide: 4)."""
+    if WIDE_QUADS:
+        return WIDE_QUADS
+    return min((2, 3, 4), key=lambda q: (_cdiv(ow, 4 * q) * (24 + 4 * q + 2), q))
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -251,8 +268,15 @@ async def weight_grad(b, g, win, x, dy, dw):
     else:
         threads = grp * _cdiv(k // grp, 8) * _cdiv(taps, 4)
         splits = b.splits(threads, n, min_per_split=1)
+        shader, entry = "conv2d", "backward_weight"
+        if WIDE_WEIGHT and win["KH"] == win["KW"] == 3 and \
+                win["sh"] == win["sw"] == win["dh"] == win["dw"] == 1:
+            # the batch split as backward_weight's (the same sums); 8 x WIDE_WC x 9 a thread
+            threads, shader, entry = grp * _cdiv(k // grp, 8) * _cdiv(c // grp, WIDE_WC), \
+                "conv2d_wide", "weight_wide"
+            win = {**win, "WC": WIDE_WC}
         gx, gy, _ = groups_1d(threads)
-        counts, shader, entry = (gx, gy, splits), "conv2d", "backward_weight"
+        counts = (gx, gy, splits)
     out = b.temp(splits * k * taps) if splits > 1 else dw
     await b.kernel(shader, entry, counts, params=_params(g, splits=splits), constants=win,
                    x=dy, w=x, y=out)
@@ -287,8 +311,8 @@ async def _input_grad_as_forward(b, node, g, win, w, dy, dx, mask=0, mask_src=No
     packed = b.save(node, (k // grp) * kh * kw * grp * _cdiv(cg, 8) * 8, "wtrans")
     await b.kernel("conv2d", "pack_transposed", groups_1d(packed_numel(b, packed)),
                    params=params, constants=tw, w=w, y=packed)
-    threads, entry, consts = _forward_threads(b, n, grp, cg, h, wd, tw)
-    await b.kernel("conv2d", entry, groups_1d(threads), params=params, constants=consts,
+    threads, shader, entry, consts = _forward_threads(b, n, grp, cg, h, wd, tw)
+    await b.kernel(shader, entry, groups_1d(threads), params=params, constants=consts,
                    x=dy, wt=packed, b=bias if mask_src is None else mask_src, y=dx)
 
 

@@ -13,6 +13,7 @@ from . import card
 
 TYPES = ("Gemm",)
 FUSES_RELU_FORWARD = True  # a following in-place Relu is applied by the product's last kernel
+CHANNEL_SUM_ROWS = True  # CPU adapters: bias gradients by channel_sum_rows (reduce.wgsl; A/B)
 
 ATTRS = {"Gemm": {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}}
 
@@ -157,7 +158,15 @@ async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=
 
 async def channel_sum(b, x, out, outer, channels, inner):
     """out[c] = sum over outer and inner of x viewed as [outer, channels, inner]; in
-    ``b.reduce_parts`` parts per channel, added by ``reduce_splits`` when there are several."""
+    ``b.reduce_parts`` parts per channel, added by ``reduce_splits`` when there are several;
+    on CPU adapters a thread per channel (``channel_sum_rows``, no barriers) unless fewer than 8
+    channels hold more than 64 Ki elements each (a thread would then add them all alone)."""
+    if not b.tiled and CHANNEL_SUM_ROWS and (channels >= 8 or outer * inner <= 1 << 16):
+        params = dict(outer=outer, C=channels, inner=inner, count=0, splits=1, N=0,
+                      bias_mode=0, beta=0.0, relu=0)
+        await b.kernel("reduce", "channel_sum_rows", groups_1d(channels), params=params, x=x,
+                       out=out)
+        return
     parts = b.reduce_parts(outer * inner)
     params = dict(outer=outer, C=channels, inner=inner, count=0, splits=parts, N=0, bias_mode=0,
                   beta=0.0, relu=0)
