@@ -317,6 +317,11 @@ def _check_gemm(device, m, n, k, ta, tb, want_vec=None):
     got = run(go())
     tiled = gemm.tile_shape(b, m, n, k) is not None
     assert any("matmul_tiled" in d[0][2] for d in b.current) == tiled
+    for d in b.current:  # split-K parts as the kernel sizes them (whole k steps): none empty
+        if "matmul_tiled" in d[0][2]:
+            parts = d[2][2]
+            per = ((k + parts - 1) // parts + 7) // 8 * 8
+            assert per * (parts - 1) < k or parts == 1, (parts, k)
     if want_vec is not None:
         assert gemm._vec_bits(b, bufs[0], sa, bufs[1], sb) == want_vec
     want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (bm.T if tb else bm)) + bias

@@ -68,6 +68,9 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         target = 512
         splits = 1 if tiles >= target else max(1, min((target + tiles - 1) // tiles,
                                                       k // 16, 256))
+        # the kernel rounds each part up to whole k steps (BK 8): no parts left empty by it
+        per = (k + splits - 1) // splits
+        splits = (k + (per + 7) // 8 * 8 - 1) // ((per + 7) // 8 * 8)
         counts = (tiles, 1, splits)
         entry, consts = "matmul_tiled", {"WM": wm, "WN": wn}
         vec = _vec_bits(b, a, a_strides, bm, b_strides)
