@@ -11,7 +11,10 @@
 //   carry [D, N, H]       LSTM: dc of the later step; GRU: dh * z of the later step
 // One dispatch for the whole sequence forward (`forward_seq`) and one backward (`backward_seq`),
 // a workgroup per (d, n) stepping through time; unit j reads dh's R part of the later step
-// from dg, so no separate reduction.
+// from dg, so no separate reduction. With H <= SEQ_H the workgroup first copies the row every
+// unit's dot product reads (h of the step before; the later step's dg) into workgroup memory
+// (`hrow`, `grow`): one storage load a thread instead of one per multiply-add (those loads of
+// read_write buffers, written by the step before, are not cached near the cores).
 
 struct Params {
   T: u32, N: u32, I: u32, H: u32,
@@ -32,6 +35,10 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> b: array<f32>;
 @group(0) @binding(8) var<storage, read_write> c: array<f32>;
 @group(0) @binding(9) var<storage, read_write> out: array<f32>;
+
+const SEQ_H = 256u;
+var<workgroup> hrow: array<f32, 256>;   // SEQ_H: h of (d, n) before the step (forward_seq)
+var<workgroup> grow: array<f32, 1024>;  // 4 * SEQ_H: dg of (d, n)'s later step (backward_seq)
 
 fn time_of(s: u32, d: u32) -> u32 {
   if (d == 1u || p.rev0 == 1u) { return p.T - 1u - s; }
@@ -91,13 +98,22 @@ fn init_state(@builtin(global_invocation_id) gid: vec3<u32>,
 fn rdot(d: u32, g: u32, j: u32, hb: u32) -> f32 {
   let row = (d * p.G + g) * p.H + j;
   var acc = 0.0;
+  let near = p.H <= SEQ_H;  // h in hrow (forward_seq copied it)
   if ((p.flags & 4u) != 0u) {
     let gh = p.G * p.H;
     let col = d * p.H * gh + g * p.H + j;
-    for (var k = 0u; k < p.H; k++) { acc += w[col + k * gh] * a[hb + k]; }
+    if (near) {
+      for (var k = 0u; k < p.H; k++) { acc += w[col + k * gh] * hrow[k]; }
+    } else {
+      for (var k = 0u; k < p.H; k++) { acc += w[col + k * gh] * a[hb + k]; }
+    }
     return acc;
   }
-  for (var k = 0u; k < p.H; k++) { acc += r[row * p.H + k] * a[hb + k]; }
+  if (near) {
+    for (var k = 0u; k < p.H; k++) { acc += r[row * p.H + k] * hrow[k]; }
+  } else {
+    for (var k = 0u; k < p.H; k++) { acc += r[row * p.H + k] * a[hb + k]; }
+  }
   return acc;
 }
 
@@ -173,9 +189,16 @@ fn forward_seq(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
   let dn = wid.x + wid.y * nwg.x;
+  let near = p.H <= SEQ_H && dn < p.D * p.N;
   for (var s = p.s; s < min(p.s + p.steps, p.T); s++) {
+    if (near) {  // h of (d, n) before step s into hrow
+      let hb = ((dn / p.N) * (p.T + 1u) + s) * p.N * p.H + (dn % p.N) * p.H;
+      for (var k = lid; k < p.H; k += 64u) { hrow[k] = a[hb + k]; }
+    }
+    workgroupBarrier();
     seq_units(dn, lid, s, false);
     storageBarrier();
+    workgroupBarrier();  // every unit has read hrow before the next step rewrites it
   }
 }
 
@@ -207,9 +230,18 @@ fn dh_at(d: u32, n: u32, j: u32, t: u32, e: u32, s: u32) -> f32 {
   if (s + 1u == p.T) {
     if ((p.flags & 2u) != 0u) { dh += x[e]; }
   } else {
-    dh += dh_later(d, n, j, s + 1u) + select(0.0, out[e], p.rshift != 0u);
+    dh += dh_later_near(d, n, j, s + 1u) + select(0.0, out[e], p.rshift != 0u);
   }
   return dh;
+}
+
+// dh_later for backward_seq: from grow when backward_seq copied the later step's dg there.
+fn dh_later_near(d: u32, n: u32, j: u32, s1: u32) -> f32 {
+  if (p.H > SEQ_H) { return dh_later(d, n, j, s1); }
+  let gh = p.G * p.H;
+  var acc = 0.0;
+  for (var q = 0u; q < gh; q++) { acc += r[(d * gh + q) * p.H + j] * grow[rcol(q)]; }
+  return acc;
 }
 
 // LSTM backward step s for unit j of (d, n). Bindings: x (dY_h), r, dy (dY), bias (dY_c,
@@ -285,9 +317,17 @@ fn backward_seq(@builtin(workgroup_id) wid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
   let dn = wid.x + wid.y * nwg.x;
+  let near = p.H <= SEQ_H && dn < p.D * p.N;
   for (var k = 0u; k < min(p.steps, p.s + 1u); k++) {
-    seq_units(dn, lid, p.s - k, true);
+    let s = p.s - k;
+    if (near && s + 1u < p.T) {  // dg of (d, n)'s step s + 1 into grow
+      let base = (((dn / p.N) * p.T + s + 1u) * p.N + dn % p.N) * 4u * p.H;
+      for (var q = lid; q < 4u * p.H; q += 64u) { grow[q] = c[base + q]; }
+    }
+    workgroupBarrier();
+    seq_units(dn, lid, s, true);
     storageBarrier();
+    workgroupBarrier();  // every unit has read grow before the next step rewrites it
   }
 }
 

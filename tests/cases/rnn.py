@@ -85,4 +85,7 @@ CASES = [_rnn(op, direction) for op in ("LSTM", "GRU")
     # hidden 70 > 64 threads: a thread of the sequence's workgroup takes two units
     _rnn("LSTM", "bidirectional", init=True, use=("Y", "Y_h", "Y_c"), hidden=70),
     _rnn("GRU", "forward", use=("Y", "Y_h"), hidden=70),
+    # hidden 260 > SEQ_H (rnn.wgsl): the sequence kernels read h and dg from storage
+    _rnn("LSTM", "bidirectional", init=True, use=("Y_h", "Y_c"), hidden=260),
+    _rnn("GRU", "reverse", init=True, use=("Y_h",), hidden=260),
 ]
