@@ -78,6 +78,21 @@ fn xproj(@builtin(global_invocation_id) gid: vec3<u32>,
   out[e] = acc;
 }
 
+// out[d, q] = Wb[d, q] + Rb[d, q] (GRU's h gate, flags 1: Wb alone), xproj's bias for the
+// GEMM (rnn.py). Bindings: bias -> out.
+@compute @workgroup_size(64)
+fn bias_sum(@builtin(global_invocation_id) gid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>) {
+  let e = flat_index(gid, nwg);
+  let gh = p.G * p.H;
+  if (e >= p.D * gh) { return; }
+  let q = e % gh;
+  let d = e / gh;
+  var v = bias[d * 2u * gh + q];
+  if ((p.flags & 1u) == 0u || q < (p.G - 1u) * p.H) { v += bias[d * 2u * gh + gh + q]; }
+  out[e] = v;
+}
+
 // hs[d, 0] = initial_h (x) and cs[d, 0] = initial_c (dy) or zeros (flags 1: h given, 2: c given).
 // Bindings: x, dy -> a (hs), b (cs).
 @compute @workgroup_size(64)

@@ -166,6 +166,11 @@ class Builder:
 
     # LSTM/GRU forward steps read R transposed on GPU adapters (ops/rnn.forward); False: A/B.
     RNN_TRANSPOSED_R = True
+    # Chains of Slice / Concat / Transpose / views over one weight (torch's LSTM gate reorder)
+    # as one Gather each (engine/weight_layouts.py); False: op by op (A/B).
+    FOLD_WEIGHT_LAYOUTS = True
+    # LSTM/GRU x-projections as tiled GEMMs on GPU adapters (ops/rnn._xproj); False: A/B.
+    RNN_XPROJ_GEMM = True
     # A forward LSTM's dW and dR as products on the Gemm's kernels (GPU adapters); False: A/B.
     RNN_GEMM_GRADS = True
 

@@ -13,7 +13,7 @@ import struct
 from .backends.base import groups_1d, round_up
 from .builder import Builder, Tensor
 from .graph import Graph
-from . import fusion, init, pool
+from . import fusion, init, pool, weight_layouts
 from .ops import OPS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
@@ -49,6 +49,8 @@ class Plan:
     async def build(cls, dev, graph: Graph, batch: int, trainable=None, loss=None,
                     weights=None, keep_grads=()):
         self = cls()
+        if Builder.FOLD_WEIGHT_LAYOUTS:
+            graph = weight_layouts.fold(graph, graph.shapes(batch))
         self.dev, self.graph, self.batch = dev, graph, batch
         self.keep_grads = keep_grads
         self.shapes = graph.shapes(batch)
@@ -207,6 +209,8 @@ class Plan:
                 if not out or out in self.acts:
                     continue
                 src = self.acts.get(node["inputs"][0])
+                if src is None and k == 0 and node["op_type"] in VIEWS:
+                    src = self.weights.get(node["inputs"][0])  # a view of a weight: in P
                 alias = k == 0 and src is not None and (
                     node["op_type"] in VIEWS or (
                         node["op_type"] == "Relu" and src.buf is not self.input.buf
@@ -286,6 +290,9 @@ class Plan:
                 if self.acts[out].buf is self.acts.get(src, Tensor([], None)).buf and \
                         src in self.grads and src not in multi:
                     self.grads[out] = Tensor(self.shapes[out], self.grads[src].buf)
+                elif node["op_type"] in VIEWS and k == 0 and src in self.trainable and \
+                        src not in multi:  # a weight's only use is this view: its part of G
+                    self.grads[out] = Tensor(self.shapes[out], self.G, self.weights[src].offset)
                 else:
                     self.grads[out] = Tensor(self.shapes[out], self._grad_buffer(
                         out, uses.get(out, []), shared))
