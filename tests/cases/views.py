@@ -9,10 +9,13 @@ from conftest import f32, head, node, rng_for
 BATCH, CLASSES = 3, 4
 
 
-def _chain(name, body, feats, constants=None, opset=17, **opts):
-    """input [N, 6] -> Gemm -> h [N, 12] -> ``body`` (ending in "y") -> Flatten -> head."""
+def _chain(name, body, feats, constants=None, opset=17, weight=False, **opts):
+    """input [N, 6] -> Gemm -> h [N, 12] -> ``body`` (ending in "y") -> Flatten -> head;
+    ``weight``: body also reads a parameter "wv" [3, 4]."""
     rng = rng_for("views", name)
     pre, tensors = gemm_pre(6, 12, rng)
+    if weight:
+        tensors.append(("wv", f32(rng.standard_normal((3, 4))), "param"))
     hn, ht = head("flat", feats, CLASSES, rng)
     nodes = pre + body + [node("Flatten", ["y"], ["flat"], axis=1)] + hn
     x = f32(rng.standard_normal((BATCH, 6)))
@@ -22,6 +25,25 @@ def _chain(name, body, feats, constants=None, opset=17, **opts):
 
 
 CASES = [
+    # a view of a weight aliases it (its gradient is the weight's part of G), read once or twice
+    _chain("weight_view", [
+        node("Reshape", ["wv", "s"], ["r"]), node("Mul", ["h", "r"], ["y"])], 12,
+        constants={"s": shape_const([12])}, weight=True, acts=("h", "y"), dacts=("h",)),
+    _chain("weight_viewed_and_read", [
+        node("Reshape", ["wv", "s"], ["r"]), node("Mul", ["h", "r"], ["m"]),
+        node("Reshape", ["m", "s3"], ["m3"]), node("Add", ["m3", "wv"], ["y"])], 12,
+        constants={"s": shape_const([12]), "s3": shape_const([-1, 3, 4])}, weight=True,
+        acts=("h", "y"), dacts=("h",)),
+    # a rearrangement of one weight (engine/weight_layouts.py: folded into one Gather)
+    _chain("weight_rearranged", [
+        node("Transpose", ["wv"], ["t"], perm=[1, 0]),
+        node("Slice", ["t", "s2", "e4", "ax0"], ["lo"]),
+        node("Slice", ["t", "s0", "e2", "ax0"], ["hi"]),
+        node("Concat", ["lo", "hi"], ["cat"], axis=0),
+        node("Reshape", ["cat", "s"], ["r"]), node("Mul", ["h", "r"], ["y"])], 12,
+        constants={"s": shape_const([12]), "s0": shape_const([0]), "s2": shape_const([2]),
+                   "e2": shape_const([2]), "e4": shape_const([4]), "ax0": shape_const([0])},
+        weight=True, acts=("h", "y"), dacts=("h",)),
     # [N, 12] -> [N, 2, 2, 3] -> Flatten(axis 2) [2N, 6] -> [N, 12]
     _chain("reshape_zero_minus1_flatten_axis2", [
         node("Reshape", ["h", "s"], ["r"]), node("Flatten", ["r"], ["f"], axis=2),
