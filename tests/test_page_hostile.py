@@ -123,29 +123,32 @@ def test_hostile_share_links(bare_page, server):
 
 
 NOT_BUILT = "layers: the link's network was not built ("
+# what Start waits for, and what the picker shows meanwhile (before: "; using seednet", as if
+# the run went ahead with it while Start waited)
+CHOOSE_MODEL = ": choose a model (seednet is selected)"
+UNKNOWN_DATASET = ("dataset: the link's dataset “{}” is not on this server: choose one "
+                   "(MNIST is selected)")
 # share-link parameters the page could not use (before: a line in the log at most, the link's
 # network or dataset replaced by the default silently) -> the marks below the form (a message
 # ending in "…" is a prefix: V8's JSON.parse words) and what the form keeps of the rest
 UNUSED_PARAMS = [
     ("layers=" + urllib.parse.quote('[{"op":"nope"}]') + "&lr=0.02&optimizer=adam&epochs=3",
-     [f"{NOT_BUILT}layer 0 op: 'nope': expected one of {OPS}); using seednet"],
+     [f"{NOT_BUILT}layer 0 op: 'nope': expected one of {OPS}){CHOOSE_MODEL}"],
      {"lr": 0.02, "optimizer": "adam", "epochs": 3}),
     ("layers=" + urllib.parse.quote('[{"op":"conv"') + "&seed=7",
      [NOT_BUILT + "not JSON (…"], {"seed": 7}),
     ("layers=__proto__&lr=0.05", [NOT_BUILT + "not JSON (…"], {"lr": 0.05}),
     ("layers=" + urllib.parse.quote('{"constructor":1}') + "&epochs=5",
      [NOT_BUILT + 'the layer list: layers: expected a list of layers [{"op": ...}, ...]; got '
-      '{"constructor": 1}); using seednet'],
+      '{"constructor": 1})' + CHOOSE_MODEL],
      {"epochs": 5}),
     ("layers=" + "[" * 40 + "]" * 40 + "&lr=0.06",  # before: "not JSON (Maximum call stack…"
-     [NOT_BUILT + "arrays or objects nest more than 32 levels deep (the limit)); using "
-      "seednet"], {"lr": 0.06}),
-    ("dataset=nope&lr=0.03", ["dataset: the link's dataset “nope” is not on this server; using "
-                              "mnist"], {"lr": 0.03}),
-    ("dataset=constructor", ["dataset: the link's dataset “constructor” is not on this server; "
-                             "using mnist"], {}),
-    ("model=&lr=0.04", ["model: the link's model “” is not on this server; using seednet"],
-     {"lr": 0.04}),
+     [NOT_BUILT + "arrays or objects nest more than 32 levels deep (the limit))" +
+      CHOOSE_MODEL], {"lr": 0.06}),
+    ("dataset=nope&lr=0.03", [UNKNOWN_DATASET.format("nope")], {"lr": 0.03}),
+    ("dataset=constructor", [UNKNOWN_DATASET.format("constructor")], {}),
+    ("model=&lr=0.04", ["model: the link's model “” is not on this server: choose one "
+                        "(seednet is selected)"], {"lr": 0.04}),
     ("trainable=&epochs=4", ["trainable: “” from the link names no parameter; every parameter "
                              "trains"], {"epochs": 4, "trainable": None}),
 ]
@@ -206,6 +209,27 @@ def test_share_link_parameters_not_used_are_marked(bare_page, server):
         pg.wait_for_function("!document.querySelector('#start').disabled", timeout=WAIT_MS)
         assert pg.text_content("#status") == READY, query
     assert not pg.errors, pg.errors
+
+
+def test_unknown_dataset_says_what_is_selected(bare_page, server):
+    """A link's dataset the server lacks, named as markup: the mark says to choose one and which
+    is selected meanwhile (before: "; using mnist" while Start waited for a choice), the name
+    as literal text; the log says the same; Start waits."""
+    pg = bare_page
+    name = "<img src=x onerror=alert(1)>"
+    dialogs = []
+    pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    pg.goto(f"{server}/?dataset={urllib.parse.quote(name)}")
+    pg.wait_for_function("document.querySelector('#config-errors li')", timeout=WAIT_MS)
+    marks = pg.evaluate(MARKS)
+    assert (marks["inline"], marks["rest"], marks["start"]) == \
+        ({}, [UNKNOWN_DATASET.format(name)], BLOCKED)
+    assert pg.input_value("#dataset") == "mnist" and pg.is_disabled("#start")
+    assert pg.eval_on_selector_all("#config-errors img, #log img", "es => es.length") == 0
+    logged = pg.eval_on_selector_all("#log li.log-error", "ls => ls.map((l) => l.textContent)")
+    assert [t.split(" ", 1)[1] for t in logged] == \
+        [f'The dataset "{name}" is not on this server; MNIST is selected'], logged
+    assert dialogs == [] and not pg.errors, (dialogs, pg.errors)
 
 
 def test_share_link_parameter_shown_on_a_phone(chromium, server):

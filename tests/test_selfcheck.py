@@ -10,7 +10,8 @@ import pytest
 
 from conftest import backends, run
 from webgpu_trainer.cli import main as cli
-from webgpu_trainer.engine.tools import selfcheck
+from webgpu_trainer.engine.errors import UserError
+from webgpu_trainer.engine.tools import parity, selfcheck
 from webgpu_trainer.engine.backends import shaders
 from webgpu_trainer.engine.tools.parity import b64, unb64
 
@@ -87,7 +88,33 @@ def test_an_engine_error_is_a_wrong_row(device):
     doc["cases"][0]["graph"]["nodes"][0]["op_type"] = "NoSuchOp"
     result = run(selfcheck.run(device, doc))
     assert not result["ok"] and result["rows"][0]["check"] == "run"
-    assert "NoSuchOp" in result["rows"][0]["message"]
+    # a GraphError is written for the user: its message without "GraphError: "
+    assert result["rows"][0]["message"] == \
+        "unsupported ops for training: /Gemm_logits (NoSuchOp)"
+
+
+class _Bad(UserError, ValueError):
+    """An error written for the user, as the engine's own (LimitError, GraphError)."""
+
+
+@pytest.mark.parametrize("exc, shown", [
+    (_Bad("batch 4 is too large for this GPU"), "batch 4 is too large for this GPU"),
+    (KeyError("x"), "KeyError: 'x'"),             # a bug: its type helps the report
+    (RuntimeError("device lost"), "RuntimeError: device lost")])
+def test_run_rows_show_user_errors_without_their_type(monkeypatch, exc, shown):
+    """The self-check's "run" rows (the doctor's table, the page's worker) and the parity
+    cases' errors (web/dev/parity.html's rows) say a UserError as its message alone (before:
+    "_Bad: batch 4 ..."); any other exception keeps its type. No device: the case raises."""
+    async def raising(dev, case):
+        raise exc
+    monkeypatch.setattr(parity, "run_case", raising)
+    doc = _subset(MSE)
+    result = run(selfcheck.run(object(), doc))
+    assert [(r["check"], r["ok"], r["message"]) for r in result["rows"]] == \
+        [("run", False, shown)]
+    assert f"    {shown}" in selfcheck.table(result).split("\n")
+    assert run(parity.run_cases(object(), [{"name": "a"}, {"name": "b"}])) == \
+        [{"name": "a", "error": shown}, {"name": "b", "error": shown}]
 
 
 # ---------------------------------------------------------------- the commands (first backend)

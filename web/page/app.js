@@ -37,7 +37,8 @@ import { markErrors, validateNow } from "./validation.js";
 import { loadModels, onModelChange, setupDropzone } from "./models.js";
 import { buildFromLink, setupBuilder } from "./builder.js";
 import { setTrainable } from "./summary.js";
-import { chooseDefaultModel, loadDatasets, onDownload, setupDatasets } from "./dataset.js";
+import { chooseDefaultModel, datasetTitle, loadDatasets, onDownload, setupDatasets }
+  from "./dataset.js";
 import { setupDatasetUpload } from "./dataset-upload.js";
 import { setupMemory } from "./memory.js";
 import { setupOwnClasses } from "./own-classes.js";
@@ -234,10 +235,12 @@ async function boot() {
   setupDropzone();
   setupDatasets();
   setupMemory();
-  document.addEventListener("dataset-changed", () => {  // the header names the dataset
-    // a class session's dataset gone from the server: its name (the picker's value)
-    const title = appState.dataset?.title ?? ($("dataset").value || "MNIST");
-    $("tagline").textContent = `Train a neural network on ${title} on your GPU, in the browser`;
+  // the header names the chosen dataset as the picker does (its title; a class session's
+  // dataset gone from the server: its name), as text: a dataset's title is the user's words
+  document.addEventListener("dataset-changed", () => {
+    const title = datasetTitle();
+    $("tagline").textContent = `Train a neural network ${title ? `on ${title} ` : ""}on your ` +
+      "GPU, in the browser";
   });
   setupDatasetUpload();
   setupOwnClasses();

@@ -25,6 +25,10 @@ const graphs = new Map();  // model name -> its graph.json's {inputs, outputs}
 /** The chosen dataset's name ("mnist" before the list is there). */
 export const datasetName = () => appState.dataset?.name ?? defaultName;
 
+/** The chosen dataset's name as the picker shows it: its title ("Fashion-MNIST"); the picker's
+ * value when the server does not list it (a class session's dataset gone, no list). */
+export const datasetTitle = () => appState.dataset?.title ?? $("dataset").value;
+
 /** The dataset the server serves by default (the `--data-dir` one). */
 export const defaultDataset = () => defaultName;
 
@@ -80,12 +84,12 @@ export async function loadDatasets(select = null) {
     appState.datasets = [];
   }
   const names = appState.datasets.map((d) => d.name);
-  if (select && !names.includes(select)) {
-    log(`The dataset ${JSON.stringify(select).slice(0, 60)} is not on this server; ` +
-      `using ${defaultName}`, "error");
-  }
   sel.value = names.includes(select) ? select : defaultName;
   showDataset();
+  if (select && !names.includes(select)) {
+    log(`The dataset ${JSON.stringify(select).slice(0, 60)} is not on this server; ` +
+      `${datasetTitle() || "none"} is selected`, "error");
+  }
 }
 
 /** Choose dataset ``name`` (stored settings, classroom); false when it is not listed. */

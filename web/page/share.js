@@ -20,7 +20,7 @@ import { $ } from "../lib/util.js";
 import { appState, log, settingsChanged } from "./state.js";
 import { applyConfig, changedConfig, notApplying, pageField, readConfig } from "./form.js";
 import { loadedSummary, setTrainable, trainableConfig } from "./summary.js";
-import { datasetName, defaultDataset } from "./dataset.js";
+import { datasetName, datasetTitle, defaultDataset } from "./dataset.js";
 import { own, parseList, parseNumber, quote } from "./values.js";
 import { layersOf } from "./builder.js";
 import { showSettings } from "./layout.js";
@@ -184,13 +184,17 @@ export function applyLink() {
   return { model, dataset, layers };
 }
 
+/** What the picker shows while Start waits for a choice: " (NAME is selected)", or "" when
+ * nothing is (before: "; using NAME", which read as if the run went ahead with it). */
+const selected = (name) => name ? ` (${name} is selected)` : "";
+
 /** A dataset named by the link (an empty one too) that the picker lacks: marked like a bad
  * setting (before: only a line in the log) until a dataset is chosen. */
 export function checkLinkDataset(dataset) {
   if (dataset != null && $("dataset").value !== dataset) {
     linkErrors.push({ field: "dataset", wait: "unknown: choose a dataset",
-      message: `dataset: the link's dataset ` +
-      `${quote(dataset)} is not on this server; using ${$("dataset").value || "none"}` });
+      message: `dataset: the link's dataset ${quote(dataset)} is not on this server: ` +
+      `choose one${selected(datasetTitle())}` });
     settingsChanged(0);
   }
 }
@@ -204,13 +208,13 @@ export async function checkLinkModel(model, layersError = null) {
   if (layersError) {
     linkErrors.push({ field: "layers", wait: "not built: choose a model",
       message: `layers: the link's network was not built ` +
-      `(${layersError}); using ${$("model").value || "none"}` });
+      `(${layersError}): choose a model${selected($("model").value)}` });
     settingsChanged(0);
   }
   if (model != null && $("model").value !== model) {
     linkErrors.push({ field: "model", wait: "unknown: choose a model",
       message: `the link's model ${quote(model)} is not on ` +
-      `this server; using ${$("model").value || "none"}` });
+      `this server: choose one${selected($("model").value)}` });
     settingsChanged(0);
   }
   if (!linkTrainable) return;

@@ -99,8 +99,8 @@ async def _selfcheck(data=None):
             STATE["selfcheck"] = await selfcheck.run(STATE["device"])
         except Exception as exc:  # the reference file missing from the wheel, ...
             traceback.print_exc()
-            STATE["selfcheck"] = {"ok": False, "wrong": [f"self-check: {exc}"], "rows": [],
-                                  "seconds": 0.0, "adapter": STATE["device"].info}
+            STATE["selfcheck"] = {"ok": False, "wrong": [f"self-check: {user_message(exc)}"],
+                                  "rows": [], "seconds": 0.0, "adapter": STATE["device"].info}
     post("selfcheck", **STATE["selfcheck"])
 
 

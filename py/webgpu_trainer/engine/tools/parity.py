@@ -21,6 +21,7 @@ Standard library only.
 import base64
 import struct
 
+from ..errors import user_message
 from ..train import optim
 from ..graph import Graph
 from ..plan import METRICS_RING, Plan, pack_step
@@ -113,12 +114,13 @@ async def run_case(dev, case: dict) -> dict:
 
 
 async def run_cases(dev, cases: list) -> list:
-    """``run_case`` for each case; a failing case gives ``{"name", "error": "Type: message"}``
-    instead of stopping the others."""
+    """``run_case`` for each case; a failing case gives ``{"name", "error": message}``
+    (``errors.user_message``: a ``UserError``'s message alone, else "Type: message") instead of
+    stopping the others."""
     out = []
     for case in cases:
         try:
             out.append(await run_case(dev, case))
         except Exception as exc:  # reported per case, compared by the test
-            out.append({"name": case.get("name"), "error": f"{type(exc).__name__}: {exc}"})
+            out.append({"name": case.get("name"), "error": user_message(exc)})
     return out

@@ -11,7 +11,8 @@ Each case gives up to three rows: ``forward`` (model output, losses, running sta
 ``backward`` (the flat gradient buffer) and ``step`` (losses, output and weights over the
 optimizer steps), each the largest relative error ``max|got - ref| / max(max|ref|, 1e-6)`` of
 its arrays against its tolerance (``TOLERANCES``). A case the engine cannot run at all is one
-``run`` row with the error message.
+``run`` row with the error message (``errors.user_message``: an error written for the user
+as it is, an unexpected exception with its type).
 
     result = await selfcheck.run(dev)
     print(selfcheck.table(result))      # op, max relative error, tolerance, ok / WRONG
@@ -24,6 +25,7 @@ import struct
 import time
 from pathlib import Path
 
+from ..errors import user_message
 from . import parity
 
 FORMAT = "webgpu-trainer/selfcheck@1"
@@ -105,7 +107,7 @@ async def run(dev, doc: dict | None = None) -> dict:
         except Exception as exc:  # a shader that does not compile here, a device error, ...
             rows.append({"case": case["name"], "ops": case["ops"], "check": "run",
                          "error": math.inf, "tolerance": 0.0, "ok": False,
-                         "message": f"{type(exc).__name__}: {exc}"})
+                         "message": user_message(exc)})
             continue
         rows.extend(compare(case, got))
     wrong = [f"{r['case']} {r['check']} ({', '.join(r['ops'])})" for r in rows if not r["ok"]]
