@@ -62,7 +62,7 @@ def _moved(node, ins, consts, out_shape):
         outer *= d
     out = []
     for o in range(outer):
-        for part, pshape in ins:
+        for part, _ in ins:
             block = len(part) // outer
             out += part[o * block:(o + 1) * block]
     return out
@@ -116,7 +116,8 @@ def fold(graph: Graph, shapes: dict) -> Graph:
         if t in kept:
             continue
         kept.add(t)
-        todo += [i for i in graph.producer[t]["inputs"] if i in chain]
+        if t not in folded:  # a folded tensor's Gather reads the weight itself
+            todo += [i for i in graph.producer[t]["inputs"] if i in chain]
     nodes, constants, flat = [], dict(consts), {}
     for node in graph.nodes:
         out = node["outputs"][0] if node["outputs"] else None
