@@ -10,8 +10,9 @@ activations, ``clip``, ``input_forget``, ``layout`` 1, ``sequence_lens``, LSTM p
 GRU ``linear_before_reset`` 0.
 
 Dispatches: forward 3 or 4 (initial state, x-projections of every step, the whole sequence,
-final state; on GPU adapters two more: W and R transposed, so neighbouring threads read
-neighbouring values),
+final state; on GPU adapters R transposed, so neighbouring threads read neighbouring values,
+and the x-projections of a one-direction RNN as the tiled GEMM after its bias halves summed;
+a bidirectional one transposes W instead),
 backward 2 to 6 (the whole sequence in reverse, the initial states' gradients
 when wanted, dW, dR, dB, dX), each weight gradient split over its T * N sum (split-K) and its
 parts added by one more dispatch when its outputs alone leave the GPU idle. The sequence runs
