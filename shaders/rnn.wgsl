@@ -39,6 +39,9 @@ struct Params {
 const SEQ_H = 256u;
 var<workgroup> hrow: array<f32, 256>;   // SEQ_H: h of (d, n) before the step (forward_seq)
 var<workgroup> grow: array<f32, 1024>;  // 4 * SEQ_H: dg of (d, n)'s later step (backward_seq)
+// 4 * SEQ_H, the *_seq_wide kernels (flags 16): forward, R h of every gate row q; backward,
+// per gate g and unit j the part of dh's R sum over that gate's rows
+var<workgroup> rsum: array<f32, 1024>;
 
 fn time_of(s: u32, d: u32) -> u32 {
   if (d == 1u || p.rev0 == 1u) { return p.T - 1u - s; }
@@ -132,6 +135,12 @@ fn rdot(d: u32, g: u32, j: u32, hb: u32) -> f32 {
   return acc;
 }
 
+// rdot for a step of unit j: from rsum when forward_seq_wide computed it (flags 16).
+fn rdot_of(d: u32, g: u32, j: u32, hb: u32) -> f32 {
+  if ((p.flags & 16u) != 0u) { return rsum[g * p.H + j]; }
+  return rdot(d, g, j, hb);
+}
+
 // out[d, k, q] = r[d, q, k]: R^T [D, H, G*H] for `forward_seq` on GPU adapters, or with
 // flags 8 W^T [D, I, G*H] (r bound to W) for `xproj`. Bindings: r -> out.
 @compute @workgroup_size(64)
@@ -155,10 +164,10 @@ fn lstm_step(d: u32, n: u32, j: u32, s: u32) {
   let gh = 4u * p.H;
   let xb = ((d * p.T + t) * p.N + n) * gh;
   let hb = (d * (p.T + 1u) + s) * nh + n * p.H;
-  let ig = sigm(x[xb + j] + rdot(d, 0u, j, hb));
-  let og = sigm(x[xb + p.H + j] + rdot(d, 1u, j, hb));
-  let fg = sigm(x[xb + 2u * p.H + j] + rdot(d, 2u, j, hb));
-  let cg = det_tanh(x[xb + 3u * p.H + j] + rdot(d, 3u, j, hb));
+  let ig = sigm(x[xb + j] + rdot_of(d, 0u, j, hb));
+  let og = sigm(x[xb + p.H + j] + rdot_of(d, 1u, j, hb));
+  let fg = sigm(x[xb + 2u * p.H + j] + rdot_of(d, 2u, j, hb));
+  let cg = det_tanh(x[xb + 3u * p.H + j] + rdot_of(d, 3u, j, hb));
   let cell = fg * b[hb + j] + ig * cg;
   let h = og * det_tanh(cell);
   b[hb + nh + j] = cell;
@@ -180,9 +189,9 @@ fn gru_step(d: u32, n: u32, j: u32, s: u32) {
   let gh = 3u * p.H;
   let xb = ((d * p.T + t) * p.N + n) * gh;
   let hb = (d * (p.T + 1u) + s) * nh + n * p.H;
-  let zg = sigm(x[xb + j] + rdot(d, 0u, j, hb));
-  let rg = sigm(x[xb + p.H + j] + rdot(d, 1u, j, hb));
-  var hn = rdot(d, 2u, j, hb);
+  let zg = sigm(x[xb + j] + rdot_of(d, 0u, j, hb));
+  let rg = sigm(x[xb + p.H + j] + rdot_of(d, 1u, j, hb));
+  var hn = rdot_of(d, 2u, j, hb);
   if ((p.flags & 2u) != 0u) { hn += bias[d * 2u * gh + gh + 2u * p.H + j]; }
   let ng = det_tanh(x[xb + 2u * p.H + j] + rg * hn);
   let h = (1.0 - zg) * ng + zg * a[hb + j];
@@ -211,9 +220,35 @@ fn forward_seq(@builtin(workgroup_id) wid: vec3<u32>,
       for (var k = lid; k < p.H; k += 64u) { hrow[k] = a[hb + k]; }
     }
     workgroupBarrier();
-    seq_units(dn, lid, s, false);
+    seq_units(dn, lid, s, false, 64u);
     storageBarrier();
     workgroupBarrier();  // every unit has read hrow before the next step rewrites it
+  }
+}
+
+// forward_seq on GPU adapters (H <= SEQ_H, flags 16 and 4): a thread per gate row q first
+// sums R h of the step (rdot, the same order) into rsum, so a step's serial chain is H
+// multiply-adds instead of G * H; then a thread per unit as forward_seq.
+@compute @workgroup_size(256)
+fn forward_seq_wide(@builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(num_workgroups) nwg: vec3<u32>,
+                    @builtin(local_invocation_index) lid: u32) {
+  let dn = wid.x + wid.y * nwg.x;
+  let live = dn < p.D * p.N;
+  let d = dn / p.N;
+  for (var s = p.s; s < min(p.s + p.steps, p.T); s++) {
+    if (live) {
+      let hb = (d * (p.T + 1u) + s) * p.N * p.H + (dn % p.N) * p.H;
+      for (var k = lid; k < p.H; k += 256u) { hrow[k] = a[hb + k]; }
+    }
+    workgroupBarrier();
+    if (live) {
+      for (var q = lid; q < p.G * p.H; q += 256u) { rsum[q] = rdot(d, q / p.H, q % p.H, 0u); }
+    }
+    workgroupBarrier();
+    seq_units(dn, lid, s, false, 256u);
+    storageBarrier();
+    workgroupBarrier();  // every unit has read hrow and rsum before the next step
   }
 }
 
@@ -253,6 +288,11 @@ fn dh_at(d: u32, n: u32, j: u32, t: u32, e: u32, s: u32) -> f32 {
 // dh_later for backward_seq: from grow when backward_seq copied the later step's dg there.
 fn dh_later_near(d: u32, n: u32, j: u32, s1: u32) -> f32 {
   if (p.H > SEQ_H) { return dh_later(d, n, j, s1); }
+  if ((p.flags & 16u) != 0u) {  // backward_seq_wide's parts, in gate order
+    var sum = 0.0;
+    for (var g = 0u; g < p.G; g++) { sum += rsum[g * p.H + j]; }
+    return sum;
+  }
   let gh = p.G * p.H;
   var acc = 0.0;
   for (var q = 0u; q < gh; q++) { acc += r[(d * gh + q) * p.H + j] * grow[rcol(q)]; }
@@ -309,12 +349,12 @@ fn gru_back(d: u32, n: u32, j: u32, s: u32) {
 }
 
 // Step s (forward, or `back`) of pair dn = d * N + n of a *_seq workgroup, for its units
-// j = lid, lid + 64, ...; a workgroup past the D * N pairs idles (it still reaches the barrier).
-fn seq_units(dn: u32, lid: u32, s: u32, back: bool) {
+// j = lid, lid + stride, ...; a workgroup past the D * N pairs idles (it still reaches the barrier).
+fn seq_units(dn: u32, lid: u32, s: u32, back: bool, stride: u32) {
   if (dn >= p.D * p.N) { return; }
   let d = dn / p.N;
   let n = dn % p.N;
-  for (var j = lid; j < p.H; j += 64u) {
+  for (var j = lid; j < p.H; j += stride) {
     if (back) {
       if (p.G == 4u) { lstm_back(d, n, j, s); } else { gru_back(d, n, j, s); }
     } else {
@@ -340,9 +380,46 @@ fn backward_seq(@builtin(workgroup_id) wid: vec3<u32>,
       for (var q = lid; q < 4u * p.H; q += 64u) { grow[q] = c[base + q]; }
     }
     workgroupBarrier();
-    seq_units(dn, lid, s, true);
+    seq_units(dn, lid, s, true, 64u);
     storageBarrier();
     workgroupBarrier();  // every unit has read grow before the next step rewrites it
+  }
+}
+
+// backward_seq on GPU adapters (H <= SEQ_H, flags 16): dh's R sum over the later step's dg
+// split by gate, a thread per (gate g, unit j) into rsum, added in gate order by the unit
+// (dh_later_near); a step's serial chain is H multiply-adds instead of G * H.
+@compute @workgroup_size(256)
+fn backward_seq_wide(@builtin(workgroup_id) wid: vec3<u32>,
+                     @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+  let dn = wid.x + wid.y * nwg.x;
+  let live = dn < p.D * p.N;
+  let d = dn / p.N;
+  let gh = p.G * p.H;
+  for (var k = 0u; k < min(p.steps, p.s + 1u); k++) {
+    let s = p.s - k;
+    let later = live && s + 1u < p.T;
+    if (later) {
+      let base = ((d * p.T + s + 1u) * p.N + dn % p.N) * 4u * p.H;
+      for (var q = lid; q < 4u * p.H; q += 256u) { grow[q] = c[base + q]; }
+    }
+    workgroupBarrier();
+    if (later) {
+      for (var e = lid; e < gh; e += 256u) {
+        let g = e / p.H;
+        let j = e % p.H;
+        var acc = 0.0;
+        for (var q = g * p.H; q < (g + 1u) * p.H; q++) {
+          acc += r[(d * gh + q) * p.H + j] * grow[rcol(q)];
+        }
+        rsum[e] = acc;
+      }
+    }
+    workgroupBarrier();
+    seq_units(dn, lid, s, true, 256u);
+    storageBarrier();
+    workgroupBarrier();  // every unit has read grow and rsum before the next step
   }
 }
 

@@ -350,11 +350,15 @@ GPU_PIPELINES = [
     ("conv_gemm", "conv_gemm", {**_WIN, "KW": 2, "sh": 2, "sw": 3, "pw": 1, "MODE": 3, "TW": 8}),
     ("batchnorm", "forward_fused", {}),
     ("batchnorm", "backward_fused", {}),
+    ("rnn", "forward_seq_wide", {}),
+    ("rnn", "backward_seq_wide", {}),
 ]
 
 PIPELINES_JS = """async (items) => {
   const adapter = await navigator.gpu.requestAdapter();
-  const device = await adapter.requestDevice();
+  const device = await adapter.requestDevice({  // as the engine asks (backends/webgpu_js.py)
+    requiredLimits: { maxStorageBuffersPerShaderStage:
+                      Math.min(10, adapter.limits.maxStorageBuffersPerShaderStage) } });
   const out = [];
   for (const [name, code, entryPoint, constants] of items) {
     device.pushErrorScope("validation");

@@ -169,6 +169,8 @@ class Builder:
     # Chains of Slice / Concat / Transpose / views over one weight (torch's LSTM gate reorder)
     # as one Gather each (engine/weight_layouts.py); False: op by op (A/B).
     FOLD_WEIGHT_LAYOUTS = True
+    # LSTM/GRU sequences on the 256-thread *_seq_wide kernels on GPU adapters (ops/rnn._wide).
+    RNN_SEQ_WIDE = True
     # LSTM/GRU x-projections as tiled GEMMs on GPU adapters (ops/rnn._xproj); False: A/B.
     RNN_XPROJ_GEMM = True
     # A forward LSTM's dW and dR as products on the Gemm's kernels (GPU adapters); False: A/B.

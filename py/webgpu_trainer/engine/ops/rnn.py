@@ -197,8 +197,11 @@ async def forward(b, node, ins, outs, train):
                        out=rt)
         flags |= 4
     per = steps_per_dispatch(h, g)
+    entry = "forward_seq"
+    if _wide(b, h):
+        entry, flags = "forward_seq_wide", flags | 16
     for s0 in range(0, t, per):
-        await _kernel(b, node, "forward_seq", groups_1d(d * n, 1),
+        await _kernel(b, node, entry, groups_1d(d * n, 1),
                        params={**base, "flags": flags, "s": s0, "steps": per},
                        x=xp, w=rt, r=ins[2], bias=bias, a=sv["hs"], b=sv["cs"], c=sv["gates"],
                        out=y)
@@ -207,6 +210,17 @@ async def forward(b, node, ins, outs, train):
         await _kernel(b, node, "final_state", state,
                        params={**base, "flags": int(yh is not None) | 2 * int(yc is not None)},
                        x=sv["hs"], dy=sv["cs"], a=yh, b=yc)
+
+
+SEQ_H = 256  # rnn.wgsl: the hidden sizes whose sequence kernels keep rows in workgroup memory
+
+
+def _wide(b, h: int) -> bool:
+    """Whether the sequence runs on the 256-thread ``*_seq_wide`` kernels (GPU adapters,
+    ``Builder.RNN_SEQ_WIDE``, H <= SEQ_H): a thread per gate row, so a step's serial chain of
+    multiply-adds is H long instead of G * H. The backward's dh then sums its R part per gate
+    first (another order of the same sum)."""
+    return b.tiled and b.RNN_SEQ_WIDE and h <= SEQ_H
 
 
 async def _xproj(b, node, base, x, w, bias, xp):
@@ -247,17 +261,20 @@ async def backward(b, node, ins, outs, gins, gouts):
         return
     state = groups_1d(d * n * h)
     flags = int(dy is not None) | 2 * int(dyh is not None) | 4 * int(dyc is not None)
+    entry = "backward_seq"
+    if _wide(b, h):
+        entry, flags = "backward_seq_wide", flags | 16
     per = steps_per_dispatch(h, g)
     sv["dg"] = b.scratch(d * t * n * 4 * h, "rnn.dg")  # the gates' gradients, every step
     for s0 in reversed(range(0, t, per)):
         last = min(s0 + per, t) - 1  # this dispatch runs steps last, last - 1, ..., s0
         p = {**base, "flags": flags, "s": last, "steps": last - s0 + 1}
         if lstm:
-            await _kernel(b, node, "backward_seq", groups_1d(d * n, 1), params=p, x=dyh,
+            await _kernel(b, node, entry, groups_1d(d * n, 1), params=p, x=dyh,
                            r=ins[2], dy=dy, bias=dyc, a=sv["gates"], b=sv["cs"], c=sv["dg"],
                            out=sv["carry"])
         else:
-            await _kernel(b, node, "backward_seq", groups_1d(d * n, 1), params=p, x=dyh,
+            await _kernel(b, node, entry, groups_1d(d * n, 1), params=p, x=dyh,
                            r=ins[2], dy=dy, a=sv["gates"], b=sv["hs"], c=sv["dg"],
                            out=sv["carry"])
     gh0, gc0 = _get(gins, 5), _get(gins, 6) if lstm else None
