@@ -76,7 +76,8 @@ async def _one_step(dev, case) -> dict:
     plan = await parity.load(dev, case.graph, case.blob, len(case.labels),
                              np.ascontiguousarray(case.x, "<f4").tobytes(),
                              np.asarray(case.labels, "<u4").tobytes(), loss=case.loss,
-                             init_seed=case.init_seed, keep_grads=set(case.dacts))
+                             init_seed=case.init_seed, keep_grads=set(case.dacts),
+                             keep_acts=set(case.acts))
     parity.run_step(dev, plan, case.step, case.seed, case.train)
     out = {"output": digest(await _read(dev, plan.acts[plan.graph.output])),
            "acts": {n: digest(await _read(dev, plan.acts[n])) for n in case.acts}}

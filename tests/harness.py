@@ -39,7 +39,7 @@ def _input_bytes(graph, x) -> bytes:
 
 
 async def one_step(dev, graph, blob, x, labels, train=True, step=1, seed=0, plan=None,
-                   loss=None, init_seed=None):
+                   loss=None, init_seed=None, keep=()):
     """Build (unless ``plan``: then its weights stay as they are), upload, run step ``step``:
     forward (+ loss + backward when ``train``), read back.
 
@@ -50,7 +50,7 @@ async def one_step(dev, graph, blob, x, labels, train=True, step=1, seed=0, plan
     plan = await parity.load(dev, graph, blob if plan is None else None, len(labels),
                              _input_bytes(graph, x),
                              np.asarray(labels, np.uint32).tobytes(), loss=loss,
-                             init_seed=init_seed, plan=plan, keep_grads=True)
+                             init_seed=init_seed, plan=plan, keep_grads=True, keep_acts=keep)
     out = {"plan": plan, "acts": {}, "dacts": {}, "grads": {}, "P": {}}
     if init_seed is not None:
         out["P0"] = {name: await read_flat(dev, plan, plan.P, name) for name in plan.graph.tensors}
@@ -156,7 +156,7 @@ def check_case(device, case, plan=None):
     with builder_patch(case.patch):
         res = run(one_step(device, case.graph, case.blob, case.x, case.labels, train=case.train,
                            step=case.step, seed=case.seed, plan=plan, loss=case.loss,
-                           init_seed=case.init_seed))
+                           init_seed=case.init_seed, keep=(*case.acts, *case.dacts)))
     want = oracle(case, res)
     for name in case.acts:
         assert np.all(np.isfinite(want["acts"][name])), f"{case.id}: reference {name} not finite"

@@ -37,6 +37,7 @@ def test_matmul_folds_and_splits(device, monkeypatch, case, rows, cols, inner):
         return await orig(self, shader, entry, groups, **kw)
 
     monkeypatch.setattr(Builder, "kernel", spy)
+    monkeypatch.setattr(Builder, "FOLD_LINEARS", False)  # the MatMul itself, not a Gemm
     check_case(device, by_id(matmul.CASES, case))
     hits = [i for i, (e, (m, n, k, s), _) in enumerate(seen)
             if e == "matmul" and (m, n, k) == (rows, cols, inner)]

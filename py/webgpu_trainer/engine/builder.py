@@ -166,6 +166,9 @@ class Builder:
 
     # LSTM/GRU forward steps read R transposed on GPU adapters (ops/rnn.forward); False: A/B.
     RNN_TRANSPOSED_R = True
+    # MatMul (of a weight, or its Transpose) + bias Add as one Gemm between views
+    # (engine/linears.py); False: op by op (A/B).
+    FOLD_LINEARS = True
     # Chains of Slice / Concat / Transpose / views over one weight (torch's LSTM gate reorder)
     # as one Gather each (engine/weight_layouts.py); False: op by op (A/B).
     FOLD_WEIGHT_LAYOUTS = True

@@ -13,7 +13,7 @@ import struct
 from .backends.base import groups_1d, round_up
 from .builder import Builder, Tensor
 from .graph import Graph
-from . import fusion, init, pool, weight_layouts
+from . import fusion, init, linears, pool, weight_layouts
 from .ops import OPS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
@@ -43,12 +43,19 @@ class Plan:
     ``(pipeline, bind_group, workgroups)``. ``acts[logp]`` holds the log-probabilities after
     ``head``; ``loss_input`` names the activation the loss reads (``logp`` for
     cross_entropy, the raw output otherwise). ``weights``: an existing flat weight buffer to use
-    as ``P`` (an eval-only plan reading another plan's weights, ``GpuEngine.probe``)."""
+    as ``P`` (an eval-only plan reading another plan's weights, ``GpuEngine.probe``).
+    ``keep_acts``: activation names the caller reads after a step, which the plan's folds
+    (``linears``, ``weight_layouts``: ``graph`` is then the folded model, ``source`` the one
+    given) keep."""
 
     @classmethod
     async def build(cls, dev, graph: Graph, batch: int, trainable=None, loss=None,
-                    weights=None, keep_grads=()):
+                    weights=None, keep_grads=(), keep_acts=()):
         self = cls()
+        self.source = graph  # the model as given: init rules, names (the plan may fold)
+        if Builder.FOLD_LINEARS:
+            keep = set(keep_acts) | (set(keep_grads) if keep_grads is not True else set())
+            graph = linears.fold(graph, graph.shapes(batch), keep)
         if Builder.FOLD_WEIGHT_LAYOUTS:
             graph = weight_layouts.fold(graph, graph.shapes(batch))
         self.dev, self.graph, self.batch = dev, graph, batch
@@ -365,7 +372,7 @@ class Plan:
         the bits the numpy engine draws too. Other parameters keep the model's values."""
         b = self.builder
         b.current = []
-        for rule in init.rules(self.graph):
+        for rule in init.rules(self.source):
             t = self.weights[rule.name]
             if rule.kind == "uniform":
                 await b.kernel("init", "uniform_fill", groups_1d((t.numel + 3) // 4),

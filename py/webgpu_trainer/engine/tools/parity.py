@@ -36,15 +36,18 @@ def unb64(text: str) -> bytes:
 
 
 async def load(dev, graph: dict, weights: bytes, batch: int, x: bytes = None,
-               labels: bytes = None, loss=None, init_seed=None, plan=None, keep_grads=()):
+               labels: bytes = None, loss=None, init_seed=None, plan=None, keep_grads=(),
+               keep_acts=()):
     """A plan of ``graph`` (bundle dict) for ``batch`` samples with the loss spec ``loss``
     (unless ``plan`` is given), the weight blob ``weights`` uploaded (then re-initialised by
     ``Plan.init_weights(init_seed)`` when that is not None), the input ``x`` (float32 bytes)
     and ``labels`` (uint32 bytes); a None is not written; ``keep_grads``: the activation
-    gradients to read after the step (``Plan.build``). Returns the plan. Raises what
+    gradients to read after the step and ``keep_acts`` the activations (``Plan.build``: not
+    folded away). Returns the plan. Raises what
     ``Plan.build`` raises."""
     if plan is None:
-        plan = await Plan.build(dev, Graph(graph), batch, loss=loss, keep_grads=keep_grads)
+        plan = await Plan.build(dev, Graph(graph), batch, loss=loss, keep_grads=keep_grads,
+                                keep_acts=keep_acts)
     if weights is not None:
         dev.write(plan.P, weights + bytes(plan.wbytes - len(weights)))
     if init_seed is not None:  # PyTorch's default init on the GPU (Plan.init_weights)
