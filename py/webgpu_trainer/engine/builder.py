@@ -169,6 +169,8 @@ class Builder:
     # MatMul (of a weight, or its Transpose) + bias Add as one Gemm between views
     # (engine/linears.py); False: op by op (A/B).
     FOLD_LINEARS = True
+    # The erf GELU written as Div, Erf, Add, Mul, Mul as one Gelu (engine/gelu.py); False: A/B.
+    FOLD_GELU = True
     # Chains of Slice / Concat / Transpose / views over one weight (torch's LSTM gate reorder)
     # as one Gather each (engine/weight_layouts.py); False: op by op (A/B).
     FOLD_WEIGHT_LAYOUTS = True

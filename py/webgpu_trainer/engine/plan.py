@@ -13,7 +13,7 @@ import struct
 from .backends.base import groups_1d, round_up
 from .builder import Builder, Tensor
 from .graph import Graph
-from . import fusion, init, linears, pool, weight_layouts
+from . import fusion, gelu, init, linears, pool, weight_layouts
 from .ops import OPS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
@@ -45,17 +45,19 @@ class Plan:
     cross_entropy, the raw output otherwise). ``weights``: an existing flat weight buffer to use
     as ``P`` (an eval-only plan reading another plan's weights, ``GpuEngine.probe``).
     ``keep_acts``: activation names the caller reads after a step, which the plan's folds
-    (``linears``, ``weight_layouts``: ``graph`` is then the folded model, ``source`` the one
-    given) keep."""
+    (``linears``, ``gelu``, ``weight_layouts``: ``graph`` is then the folded model, ``source``
+    the one given) keep."""
 
     @classmethod
     async def build(cls, dev, graph: Graph, batch: int, trainable=None, loss=None,
                     weights=None, keep_grads=(), keep_acts=()):
         self = cls()
         self.source = graph  # the model as given: init rules, names (the plan may fold)
+        keep = set(keep_acts) | (set(keep_grads) if keep_grads is not True else set())
         if Builder.FOLD_LINEARS:
-            keep = set(keep_acts) | (set(keep_grads) if keep_grads is not True else set())
             graph = linears.fold(graph, graph.shapes(batch), keep)
+        if Builder.FOLD_GELU:
+            graph = gelu.fold(graph, graph.shapes(batch), keep)
         if Builder.FOLD_WEIGHT_LAYOUTS:
             graph = weight_layouts.fold(graph, graph.shapes(batch))
         self.dev, self.graph, self.batch = dev, graph, batch

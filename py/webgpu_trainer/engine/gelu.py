@@ -1,0 +1,86 @@
+"""The erf GELU written out as five ops folded into one Gelu (``Plan.build`` applies ``fold``).
+
+torch.onnx.export (opsets before 20, which have no Gelu) writes ``nn.GELU()`` as
+
+    Div(x, sqrt(2)) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)
+
+five elementwise dispatches forward and about as many backward, each reading and writing the
+whole activation (a transformer's widest, 4 x d_model). Folded it is ONNX's Gelu (opset 20,
+approximate "none": ``ops/unary.py``, the same erf), one dispatch each way. Each op may have
+its operands in either order; nothing else may read the four intermediates (nor a caller,
+``keep``), and the constants must be those numbers (float32-rounded).
+"""
+
+import math
+
+from .graph import Graph
+
+_NEAR = 1e-6  # relative: the float32 roundings of sqrt(2), 1 and 0.5 are within 1e-7
+
+
+def _scalar(graph, name, want) -> bool:
+    c = graph.constants.get(name)
+    if c is None or len(c["values"]) != 1:
+        return False
+    try:
+        return abs(float(c["values"][0]) - want) <= _NEAR * want
+    except (TypeError, ValueError):
+        return False
+
+
+def _only_user(graph, name, keep):
+    """The single node reading ``name`` (not the graph output, not kept), else None."""
+    users = graph.consumers.get(name, [])
+    if len(users) != 1 or name == graph.output or name in keep:
+        return None
+    return users[0]
+
+
+def _other(node, name):
+    """The other input of a two-input ``node`` that reads ``name``, else None."""
+    ins = node["inputs"]
+    if len(ins) != 2 or ins.count(name) != 1:
+        return None
+    return ins[1] if ins[0] == name else ins[0]
+
+
+def _match(graph, div, keep):
+    """(x, last Mul) when ``div`` starts the erf GELU of the module doc, else None."""
+    x, two = div["inputs"][:2] if len(div["inputs"]) == 2 else (None, None)
+    if x is None or not _scalar(graph, two, math.sqrt(2.0)):
+        return None
+    erf = _only_user(graph, div["outputs"][0], keep)
+    if erf is None or erf["op_type"] != "Erf":
+        return None
+    add = _only_user(graph, erf["outputs"][0], keep)
+    if add is None or add["op_type"] != "Add" or \
+            not _scalar(graph, _other(add, erf["outputs"][0]), 1.0):
+        return None
+    mul = _only_user(graph, add["outputs"][0], keep)
+    if mul is None or mul["op_type"] != "Mul" or _other(mul, add["outputs"][0]) != x:
+        return None
+    half = _only_user(graph, mul["outputs"][0], keep)
+    if half is None or half["op_type"] != "Mul" or \
+            not _scalar(graph, _other(half, mul["outputs"][0]), 0.5):
+        return None
+    return x, half, (div, erf, add, mul)
+
+
+def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
+    """``graph`` with every erf GELU (module doc) one Gelu node, named after its Erf;
+    ``graph`` itself when there is none. ``keep``: activation names a caller reads."""
+    put, drop = {}, set()
+    for node in graph.nodes:
+        if node["op_type"] != "Div":
+            continue
+        found = _match(graph, node, keep)
+        if found is None:
+            continue
+        x, half, parts = found
+        put[id(half)] = {"name": parts[1]["name"], "op_type": "Gelu", "inputs": [x],
+                         "outputs": [half["outputs"][0]], "attrs": {"approximate": "none"}}
+        drop.update(id(n) for n in parts)
+    if not put:
+        return graph
+    nodes = [put.get(id(n), n) for n in graph.nodes if id(n) not in drop]
+    return Graph({**graph.desc, "nodes": nodes})
