@@ -54,6 +54,18 @@ def test_fold_indices_are_numpys_rearrangement():
     assert folded.shapes(3)["r"] == [40]
 
 
+def test_kept_names_stay():
+    """A tensor of the chain a caller reads (``keep``) is still produced: folded into a
+    Gather of its own (it costs 2 dispatches) beside the root's."""
+    g = _chain_graph()
+    folded = weight_layouts.fold(g, g.shapes(3), keep={"rev"})
+    outs = {n["outputs"][0]: n["op_type"] for n in folded.nodes}
+    assert outs["rev"] == "Gather" and outs["r"] == "Gather"
+    t = np.arange(24).reshape(2, 3, 4).transpose(2, 0, 1)
+    rev = next(n for n in folded.nodes if n["outputs"] == ["rev"])
+    assert folded.constants[rev["inputs"][1]]["values"] == t[::-1].reshape(-1).tolist()
+
+
 def test_one_dispatch_chains_and_activations_are_left_alone():
     """A chain of one dispatch (a lone Transpose of a weight) is not folded, nor is a Concat
     of a weight with an activation: ``fold`` returns the graph itself."""

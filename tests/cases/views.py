@@ -2,6 +2,8 @@
 so no dispatch; the gradient flows through the alias, or through a buffer of its own when the
 viewed tensor has several consumers (the view's backward then hands it on)."""
 
+import numpy as np
+
 from cases import case
 from cases.blocks import gemm_pre, shape_const
 from conftest import f32, head, node, rng_for
@@ -11,11 +13,17 @@ BATCH, CLASSES = 3, 4
 
 def _chain(name, body, feats, constants=None, opset=17, weight=False, **opts):
     """input [N, 6] -> Gemm -> h [N, 12] -> ``body`` (ending in "y") -> Flatten -> head;
-    ``weight``: body also reads a parameter "wv" [3, 4]."""
+    ``weight``: body also reads a parameter "wv" [3, 4] ("unchanged": the step must leave it as
+    it was)."""
     rng = rng_for("views", name)
     pre, tensors = gemm_pre(6, 12, rng)
     if weight:
-        tensors.append(("wv", f32(rng.standard_normal((3, 4))), "param"))
+        wv = f32(rng.standard_normal((3, 4)))
+        tensors.append(("wv", wv, "param"))
+    if weight == "unchanged":
+        def unchanged(res, want):  # one step, no optimizer: the weight as it was
+            assert np.array_equal(res["P"]["wv"], wv), "wv changed by the step"
+        opts["checks"] = (unchanged,)
     hn, ht = head("flat", feats, CLASSES, rng)
     nodes = pre + body + [node("Flatten", ["y"], ["flat"], axis=1)] + hn
     x = f32(rng.standard_normal((BATCH, 6)))
@@ -34,6 +42,18 @@ CASES = [
         node("Reshape", ["m", "s3"], ["m3"]), node("Add", ["m3", "wv"], ["y"])], 12,
         constants={"s": shape_const([12]), "s3": shape_const([-1, 3, 4])}, weight=True,
         acts=("h", "y"), dacts=("h",)),
+    # a view of a view of a weight (its gradient at the weight's offset in G); a ReLU of a
+    # weight's view computes into a buffer of its own, never over the weight in P
+    _chain("weight_view_of_view", [
+        node("Unsqueeze", ["wv", "ax"], ["u"]), node("Reshape", ["u", "s"], ["r"]),
+        node("Mul", ["h", "r"], ["y"])], 12,
+        constants={"s": shape_const([12]), "ax": shape_const([0])}, weight=True,
+        acts=("h", "y"), dacts=("h",)),
+    _chain("weight_view_relu", [
+        node("Reshape", ["wv", "s"], ["r"]), node("Relu", ["r"], ["rr"]),
+        node("Mul", ["h", "rr"], ["y"])], 12,
+        constants={"s": shape_const([12])}, weight="unchanged", acts=("h", "y"),
+        dacts=("h",)),
     # a rearrangement of one weight (engine/weight_layouts.py: folded into one Gather)
     _chain("weight_rearranged", [
         node("Transpose", ["wv"], ["t"], perm=[1, 0]),

@@ -19,8 +19,8 @@ _NEAR = 1e-6  # relative: the float32 roundings of sqrt(2), 1 and 0.5 are within
 
 
 def _scalar(graph, name, want) -> bool:
-    c = graph.constants.get(name)
-    if c is None or len(c["values"]) != 1:
+    c = graph.constants.get(name)  # a scalar or [1]: a wider one would broadcast the output
+    if c is None or len(c["values"]) != 1 or len(c.get("shape", [])) > 1:
         return False
     try:
         return abs(float(c["values"][0]) - want) <= _NEAR * want

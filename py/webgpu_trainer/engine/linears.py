@@ -19,15 +19,15 @@ product, as the Add did); the gradients the Gemm's own.
 from .graph import Graph
 
 
-def _weight_b(graph, shapes, node):
+def _weight_b(graph, shapes, node, keep):
     """(W, transB) when the MatMul's B is a 2-D weight or a Transpose (perm [1, 0]) of one
-    that only this MatMul reads; else None."""
+    that only this MatMul reads (and no caller, ``keep``); else None."""
     b = node["inputs"][1]
     if b in graph.tensors:
         return (b, 0) if len(shapes[b]) == 2 else None
     t = graph.producer.get(b)
     if t is None or t["op_type"] != "Transpose" or len(graph.consumers.get(b, [])) != 1 \
-            or b == graph.output:
+            or b == graph.output or b in keep:
         return None
     w = t["inputs"][0]
     perm = (t.get("attrs") or {}).get("perm")
@@ -60,7 +60,7 @@ def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
     for node in graph.nodes:
         if node["op_type"] != "MatMul" or len(shapes[node["inputs"][0]]) < 2:
             continue
-        wb = _weight_b(graph, shapes, node)
+        wb = _weight_b(graph, shapes, node, keep)
         if wb is None:
             continue
         w, trans = wb

@@ -59,7 +59,7 @@ class Plan:
         if Builder.FOLD_GELU:
             graph = gelu.fold(graph, graph.shapes(batch), keep)
         if Builder.FOLD_WEIGHT_LAYOUTS:
-            graph = weight_layouts.fold(graph, graph.shapes(batch))
+            graph = weight_layouts.fold(graph, graph.shapes(batch), keep)
         self.dev, self.graph, self.batch = dev, graph, batch
         self.keep_grads = keep_grads
         self.shapes = graph.shapes(batch)
@@ -223,7 +223,7 @@ class Plan:
                 alias = k == 0 and src is not None and (
                     node["op_type"] in VIEWS or (
                         node["op_type"] == "Relu" and src.buf is not self.input.buf
-                        and self._sole_reader(node["inputs"][0])))
+                        and src.buf is not self.P and self._sole_reader(node["inputs"][0])))
                 if alias:
                     self.acts[out] = Tensor(shapes[out], src.buf, src.offset)
                 elif node["op_type"] == "BatchNormalization" and k > 0:
@@ -298,7 +298,8 @@ class Plan:
                 src = node["inputs"][0]
                 if self.acts[out].buf is self.acts.get(src, Tensor([], None)).buf and \
                         src in self.grads and src not in multi:
-                    self.grads[out] = Tensor(self.shapes[out], self.grads[src].buf)
+                    self.grads[out] = Tensor(self.shapes[out], self.grads[src].buf,
+                                             self.grads[src].offset)
                 elif node["op_type"] in VIEWS and k == 0 and src in self.trainable and \
                         src not in multi:  # a weight's only use is this view: its part of G
                     self.grads[out] = Tensor(self.shapes[out], self.G, self.weights[src].offset)

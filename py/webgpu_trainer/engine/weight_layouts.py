@@ -74,9 +74,10 @@ def _cost(node) -> int:
     return 0 if op in VIEWS else len(node["inputs"]) if op == "Concat" else 1
 
 
-def fold(graph: Graph, shapes: dict) -> Graph:
+def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
     """``graph`` with every weight rearrangement of at least two dispatches folded into a
-    Gather (module doc); ``graph`` itself when there is none. ``shapes``: ``graph.shapes``.
+    Gather (module doc); ``graph`` itself when there is none. ``shapes``: ``graph.shapes``;
+    ``keep``: tensor names a caller reads (each stays, as a Gather of its own if folded).
     Weights, inputs, outputs and every other node are kept as they are."""
     consts = graph.constants
     chain = {}  # tensor -> (weight, element indices, dispatches of the chain up to it)
@@ -104,7 +105,7 @@ def fold(graph: Graph, shapes: dict) -> Graph:
         idx = _moved(node, [(ix, shapes[name]) for (_, ix, _), name in zip(origin, data)],
                      values, shapes[out])
         chain[out] = (origin[0][0], idx, sum(c for _, _, c in origin) + _cost(node))
-    read_outside = {t for t in chain if t == graph.output or any(
+    read_outside = {t for t in chain if t == graph.output or t in keep or any(
         not (n["outputs"] and n["outputs"][0] in chain) for n in graph.consumers.get(t, []))}
     folded = {t for t in read_outside if chain[t][2] >= 2}
     if not folded:
