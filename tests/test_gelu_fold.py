@@ -1,6 +1,7 @@
-"""engine/gelu.py: the TorchScript exporter's erf GELU (Div, Erf, Add, Mul, Mul) folded into one
-Gelu node. The unary case of that pattern (tests/cases/unary.py) trained folded (nothing kept)
-against the float64 numpy engine of the five ops, with fewer dispatches; what is not folded."""
+"""engine/rewrites/gelu.py: the TorchScript exporter's erf GELU (Div, Erf, Add, Mul, Mul) folded
+into one Gelu node. The unary case of that pattern (tests/cases/unary.py) trained folded
+(nothing kept) against the float64 numpy engine of the five ops, with fewer dispatches; what is
+not folded."""
 
 import copy
 
@@ -9,7 +10,8 @@ import pytest
 from cases import by_id, unary
 from harness import compare, one_step, oracle
 from conftest import run
-from webgpu_trainer.engine import builder, gelu
+from webgpu_trainer.engine import builder
+from webgpu_trainer.engine.rewrites import gelu
 from webgpu_trainer.engine.graph import Graph
 
 CASE = by_id(unary.CASES, "gelu_torchscript_pattern_7")

@@ -20,7 +20,7 @@ PKG = pathlib.Path(__file__).resolve().parents[1] / "py" / "webgpu_trainer"
 # engine/'s root: the compiler, and the layers built on it as folders
 COMPILER = {"__init__.py", "builder.py", "errors.py", "fusion.py", "graph.py", "init.py",
             "plan.py", "pool.py"}
-ENGINE_FOLDERS = {"backends", "config", "ops", "tools", "train"}
+ENGINE_FOLDERS = {"backends", "config", "ops", "rewrites", "tools", "train"}
 # an import may only point to a lower rank (or inside its own layer)
 RANK = {"webgpu_trainer": 0, "engine": 1, "engine.train": 2, "engine.tools": 3, "cpu": 4,
         "onnx_io": 4, "worker": 5, "host": 5, "cli": 6}

@@ -1,4 +1,5 @@
-"""engine/linears.py: MatMul(x, Transpose(W) or W) + bias Add folded into one Gemm between views.
+"""engine/rewrites/linears.py: MatMul(x, Transpose(W) or W) + bias Add folded into one Gemm
+between views.
 The folded graph's shape, one training step of a folded block against the float64 numpy
 engine, what is not folded, and the dispatches
 the torch-exported ViT saves."""
@@ -12,7 +13,8 @@ from cases import case
 from conftest import f32, head, node, rng_for, run
 from harness import compare, one_step, oracle
 from webgpu_trainer import onnx_io
-from webgpu_trainer.engine import builder, linears
+from webgpu_trainer.engine import builder
+from webgpu_trainer.engine.rewrites import linears
 from webgpu_trainer.engine.graph import Graph
 
 ZOO = Path(__file__).parent / "fixtures" / "zoo"

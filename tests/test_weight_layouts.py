@@ -1,6 +1,6 @@
-"""engine/weight_layouts.py: chains of Slice / Concat / Transpose / views over one weight folded
-into one Gather each. The fold's indices against numpy doing the same ops to an arange; the
-torch-exported LSTM and GRU (tests/fixtures/zoo, the gate reorder) folded and not: the same
+"""engine/rewrites/weight_layouts.py: chains of Slice / Concat / Transpose / views over one weight
+folded into one Gather each. The fold's indices against numpy doing the same ops to an arange;
+the torch-exported LSTM and GRU (tests/fixtures/zoo, the gate reorder) folded and not: the same
 floats, far fewer dispatches. The folded case's numbers against the float64 numpy engine:
 tests/test_ops_views.py (``weight_rearranged``)."""
 
@@ -14,7 +14,8 @@ from cases.blocks import shape_const
 from conftest import make_graph, node, run
 from harness import one_step
 from webgpu_trainer import onnx_io
-from webgpu_trainer.engine import builder, weight_layouts
+from webgpu_trainer.engine import builder
+from webgpu_trainer.engine.rewrites import weight_layouts
 from webgpu_trainer.engine.graph import Graph
 
 ZOO = Path(__file__).parent / "fixtures" / "zoo"

@@ -54,7 +54,7 @@ CASES = [
         node("Mul", ["h", "rr"], ["y"])], 12,
         constants={"s": shape_const([12])}, weight="unchanged", acts=("h", "y"),
         dacts=("h",)),
-    # a rearrangement of one weight (engine/weight_layouts.py: folded into one Gather)
+    # a rearrangement of one weight (engine/rewrites/weight_layouts.py: folded into one Gather)
     _chain("weight_rearranged", [
         node("Transpose", ["wv"], ["t"], perm=[1, 0]),
         node("Slice", ["t", "s2", "e4", "ax0"], ["lo"]),

@@ -167,12 +167,13 @@ class Builder:
     # LSTM/GRU forward steps read R transposed on GPU adapters (ops/rnn.forward); False: A/B.
     RNN_TRANSPOSED_R = True
     # MatMul (of a weight, or its Transpose) + bias Add as one Gemm between views
-    # (engine/linears.py); False: op by op (A/B).
+    # (engine/rewrites/linears.py); False: op by op (A/B).
     FOLD_LINEARS = True
-    # The erf GELU written as Div, Erf, Add, Mul, Mul as one Gelu (engine/gelu.py); False: A/B.
+    # The erf GELU written as Div, Erf, Add, Mul, Mul as one Gelu (engine/rewrites/gelu.py);
+    # False: A/B.
     FOLD_GELU = True
     # Chains of Slice / Concat / Transpose / views over one weight (torch's LSTM gate reorder)
-    # as one Gather each (engine/weight_layouts.py); False: op by op (A/B).
+    # as one Gather each (engine/rewrites/weight_layouts.py); False: op by op (A/B).
     FOLD_WEIGHT_LAYOUTS = True
     # LSTM/GRU sequences on the 256-thread *_seq_wide kernels on GPU adapters (ops/rnn._wide).
     RNN_SEQ_WIDE = True

@@ -13,7 +13,8 @@ import struct
 from .backends.base import groups_1d, round_up
 from .builder import Builder, Tensor
 from .graph import Graph
-from . import fusion, gelu, init, linears, pool, weight_layouts
+from . import fusion, init, pool
+from .rewrites import gelu, linears, weight_layouts
 from .ops import OPS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks

@@ -16,7 +16,7 @@ product before its bias. The numbers are those of the same sums (the bias added 
 product, as the Add did); the gradients the Gemm's own.
 """
 
-from .graph import Graph
+from ..graph import Graph
 
 
 def _weight_b(graph, shapes, node, keep):

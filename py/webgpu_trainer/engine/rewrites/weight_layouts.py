@@ -16,9 +16,9 @@ host-made inverse, repeated indices summed in increasing order, as PyTorch's ``i
 backward). Copies only, so the same floats as the op-by-op chain.
 """
 
-from .graph import Graph
-from .ops import VIEWS
-from .ops.layout_rules import concat_axis, slice_spec, transpose_perm
+from ..graph import Graph
+from ..ops import VIEWS
+from ..ops.layout_rules import concat_axis, slice_spec, transpose_perm
 
 MOVES = ("Concat", "Slice", "Transpose")
 MAX_ELEMENTS = 1 << 18  # index lists are built in Python at plan build (Pyodide too)

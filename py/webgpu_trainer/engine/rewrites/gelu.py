@@ -13,7 +13,7 @@ its operands in either order; nothing else may read the four intermediates (nor 
 
 import math
 
-from .graph import Graph
+from ..graph import Graph
 
 _NEAR = 1e-6  # relative: the float32 roundings of sqrt(2), 1 and 0.5 are within 1e-7
 
