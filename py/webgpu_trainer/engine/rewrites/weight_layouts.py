@@ -18,18 +18,10 @@ backward). Copies only, so the same floats as the op-by-op chain.
 
 from ..graph import Graph
 from ..ops import VIEWS
-from ..ops.layout_rules import concat_axis, slice_spec, transpose_perm
+from ..ops.layout_rules import _strides, concat_axis, slice_spec, transpose_perm
 
 MOVES = ("Concat", "Slice", "Transpose")
 MAX_ELEMENTS = 1 << 18  # index lists are built in Python at plan build (Pyodide too)
-
-
-def _strides(shape) -> list:
-    out, s = [], 1
-    for d in reversed(shape):
-        out.append(s)
-        s *= d
-    return out[::-1]
 
 
 def _pick(idx, shape, axes) -> list:
