@@ -41,12 +41,17 @@ async def fixture_trainer(dev, name: str, batch: int):
     return tr
 
 
-async def profile(dev, path, batch: int, shape=(1, 28, 28)) -> dict:
+async def profile(dev, path, batch: int, shape=(1, 28, 28), marginal: bool = False) -> dict:
     """{"dispatches": [(phase, kernel, workgroups, ms)], "by_kernel": {kernel: ms}, "ms"};
-    ``path``: an ONNX file of benchmarks/zoo.py, or the name of a test-zoo model."""
+    ``path``: an ONNX file of benchmarks/zoo.py, or the name of a test-zoo model.
+
+    ``marginal``: each dispatch's ms is instead what it adds to the step where it stands: the
+    GPU time of the step's first i + 1 dispatches in one pass less that of its first i (median
+    of 7 each), so launch gaps and barriers count and overlap with neighbours does not; "ms"
+    is then the whole step's pass."""
     import native
     import zoo
-    from gpu_timer import Timer
+    from gpu_timer import Timer, median
     tr = await (zoo.trainer(dev, path, batch, shape) if isinstance(path, Path)
                 else fixture_trainer(dev, path, batch))
     if isinstance(tr, tuple):
@@ -57,6 +62,10 @@ async def profile(dev, path, batch: int, shape=(1, 28, 28)) -> dict:
     await dev.sync()
     eng._write_step(4, 0, 1e-3, eng.opt.scalars(4, 1e-3))
     rows = native._profile(eng, Timer(dev))
+    if marginal:
+        timer, prog = Timer(dev), eng.train_program
+        prefix = [0.0] + [median(timer.passes([prog[:i]] * 7)) for i in range(1, len(prog) + 1)]
+        rows = [(*r[:3], prefix[i + 1] - prefix[i]) for i, r in enumerate(rows)]
     by = {}
     for phase, key, _, ms in rows:
         name = f"{phase}:" + ":".join(str(key).split(":")[:2])
@@ -79,6 +88,8 @@ def main(argv=None) -> int:
                    help="the input shape of zoo.py's own models (make_zoo's have theirs)")
     p.add_argument("--builder", default="", metavar="NAME=VALUE,...",
                    help="set plan.Builder class attributes meanwhile (zoo.py --builder)")
+    p.add_argument("--marginal", action="store_true",
+                   help="each dispatch's share of the whole step's pass (profile's marginal)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     sys.path.insert(0, str(args.engine.resolve()))
@@ -90,7 +101,7 @@ def main(argv=None) -> int:
         path = name if args.fixtures else zoo.export(name, shape, folder)
         for batch in args.batch:
             with zoo.builder(args.builder):
-                r = asyncio.run(profile(dev, path, batch, shape))
+                r = asyncio.run(profile(dev, path, batch, shape, args.marginal))
             res.append({"model": name, "batch": batch, **r})
             print(f"== {name} batch {batch}: {r['ms']:.3f} ms summed, "
                   f"{len(r['dispatches'])} dispatches", flush=True)

@@ -13,8 +13,10 @@
 // a workgroup per (d, n) stepping through time; unit j reads dh's R part of the later step
 // from dg, so no separate reduction. With H <= SEQ_H the workgroup first copies the row every
 // unit's dot product reads (h of the step before; the later step's dg) into workgroup memory
-// (`hrow`, `grow`): one storage load a thread instead of one per multiply-add (those loads of
-// read_write buffers, written by the step before, are not cached near the cores).
+// (`row`): one storage load a thread instead of one per multiply-add (those loads of
+// read_write buffers, written by the step before, are not cached near the cores). The
+// *_seq_wide kernels (flags 16) load it from storage once a dispatch: each unit then writes its
+// h (forward) or dg (backward) into `row` itself, so a step waits on workgroup barriers only.
 
 struct Params {
   T: u32, N: u32, I: u32, H: u32,
@@ -37,11 +39,72 @@ struct Params {
 @group(0) @binding(9) var<storage, read_write> out: array<f32>;
 
 const SEQ_H = 256u;
-var<workgroup> hrow: array<f32, 256>;   // SEQ_H: h of (d, n) before the step (forward_seq)
-var<workgroup> grow: array<f32, 1024>;  // 4 * SEQ_H: dg of (d, n)'s later step (backward_seq)
+// 4 * SEQ_H: forward, h of (d, n) before the step (its first H); backward, dg of (d, n)'s
+// later step (4 * H)
+var<workgroup> row: array<f32, 1024>;
 // 4 * SEQ_H, the *_seq_wide kernels (flags 16): forward, R h of every gate row q; backward,
 // per gate g and unit j the part of dh's R sum over that gate's rows
 var<workgroup> rsum: array<f32, 1024>;
+
+// flags 32 (the *_seq_wide kernels; H a multiple of 4, at most 64, so G * H <= 256): thread lid
+// keeps the H values of R its dot product reads in registers for the whole dispatch (forward:
+// row q = lid; backward: gate g = lid / H's column j = lid % H), RV = H / 4 vec4 of them. Only
+// constant indices into rr (a dynamically indexed array would live in memory, not registers).
+override RV: u32 = 16u;
+var<private> rr: array<vec4<f32>, 16>;
+
+// r[at], r[at + step], r[at + 2 step], r[at + 3 step]
+fn r4(at: u32, step: u32) -> vec4<f32> {
+  return vec4<f32>(r[at], r[at + step], r[at + 2u * step], r[at + 3u * step]);
+}
+
+// rr[i] = R's values at base + (4 i + c) * step, c = 0..3, for i < RV
+fn load_rr(base: u32, step: u32) {
+  let v = 4u * step;
+  rr[0] = r4(base, step);
+  if (RV > 1u) { rr[1] = r4(base + v, step); }
+  if (RV > 2u) { rr[2] = r4(base + 2u * v, step); }
+  if (RV > 3u) { rr[3] = r4(base + 3u * v, step); }
+  if (RV > 4u) { rr[4] = r4(base + 4u * v, step); }
+  if (RV > 5u) { rr[5] = r4(base + 5u * v, step); }
+  if (RV > 6u) { rr[6] = r4(base + 6u * v, step); }
+  if (RV > 7u) { rr[7] = r4(base + 7u * v, step); }
+  if (RV > 8u) { rr[8] = r4(base + 8u * v, step); }
+  if (RV > 9u) { rr[9] = r4(base + 9u * v, step); }
+  if (RV > 10u) { rr[10] = r4(base + 10u * v, step); }
+  if (RV > 11u) { rr[11] = r4(base + 11u * v, step); }
+  if (RV > 12u) { rr[12] = r4(base + 12u * v, step); }
+  if (RV > 13u) { rr[13] = r4(base + 13u * v, step); }
+  if (RV > 14u) { rr[14] = r4(base + 14u * v, step); }
+  if (RV > 15u) { rr[15] = r4(base + 15u * v, step); }
+}
+
+// acc + the four products of v with row[k..k+3], added one at a time (rdot's order)
+fn acc4(acc: f32, v: vec4<f32>, k: u32) -> f32 {
+  return acc + v.x * row[k] + v.y * row[k + 1u] + v.z * row[k + 2u] + v.w * row[k + 3u];
+}
+
+// sum_i rr[i] . row[k + 4 i ..], in order: the dot product of the registers' R values with the
+// H values of row from k
+fn rdot_reg(k: u32) -> f32 {
+  var acc = acc4(0.0, rr[0], k);
+  if (RV > 1u) { acc = acc4(acc, rr[1], k + 4u); }
+  if (RV > 2u) { acc = acc4(acc, rr[2], k + 8u); }
+  if (RV > 3u) { acc = acc4(acc, rr[3], k + 12u); }
+  if (RV > 4u) { acc = acc4(acc, rr[4], k + 16u); }
+  if (RV > 5u) { acc = acc4(acc, rr[5], k + 20u); }
+  if (RV > 6u) { acc = acc4(acc, rr[6], k + 24u); }
+  if (RV > 7u) { acc = acc4(acc, rr[7], k + 28u); }
+  if (RV > 8u) { acc = acc4(acc, rr[8], k + 32u); }
+  if (RV > 9u) { acc = acc4(acc, rr[9], k + 36u); }
+  if (RV > 10u) { acc = acc4(acc, rr[10], k + 40u); }
+  if (RV > 11u) { acc = acc4(acc, rr[11], k + 44u); }
+  if (RV > 12u) { acc = acc4(acc, rr[12], k + 48u); }
+  if (RV > 13u) { acc = acc4(acc, rr[13], k + 52u); }
+  if (RV > 14u) { acc = acc4(acc, rr[14], k + 56u); }
+  if (RV > 15u) { acc = acc4(acc, rr[15], k + 60u); }
+  return acc;
+}
 
 fn time_of(s: u32, d: u32) -> u32 {
   if (d == 1u || p.rev0 == 1u) { return p.T - 1u - s; }
@@ -114,23 +177,23 @@ fn init_state(@builtin(global_invocation_id) gid: vec3<u32>,
 // is in w (`transpose_r`), so the units j of a workgroup read neighbouring values of it where
 // rows of R lie H apart (the same products, summed in the same order).
 fn rdot(d: u32, g: u32, j: u32, hb: u32) -> f32 {
-  let row = (d * p.G + g) * p.H + j;
+  let rq = (d * p.G + g) * p.H + j;
   var acc = 0.0;
-  let near = p.H <= SEQ_H;  // h in hrow (forward_seq copied it)
+  let near = p.H <= SEQ_H;  // h in row (forward_seq copied it)
   if ((p.flags & 4u) != 0u) {
     let gh = p.G * p.H;
     let col = d * p.H * gh + g * p.H + j;
     if (near) {
-      for (var k = 0u; k < p.H; k++) { acc += w[col + k * gh] * hrow[k]; }
+      for (var k = 0u; k < p.H; k++) { acc += w[col + k * gh] * row[k]; }
     } else {
       for (var k = 0u; k < p.H; k++) { acc += w[col + k * gh] * a[hb + k]; }
     }
     return acc;
   }
   if (near) {
-    for (var k = 0u; k < p.H; k++) { acc += r[row * p.H + k] * hrow[k]; }
+    for (var k = 0u; k < p.H; k++) { acc += r[rq * p.H + k] * row[k]; }
   } else {
-    for (var k = 0u; k < p.H; k++) { acc += r[row * p.H + k] * a[hb + k]; }
+    for (var k = 0u; k < p.H; k++) { acc += r[rq * p.H + k] * a[hb + k]; }
   }
   return acc;
 }
@@ -172,6 +235,7 @@ fn lstm_step(d: u32, n: u32, j: u32, s: u32) {
   let h = og * det_tanh(cell);
   b[hb + nh + j] = cell;
   a[hb + nh + j] = h;
+  if ((p.flags & 16u) != 0u) { row[j] = h; }  // the next step's h (forward_seq_wide)
   let gb = ((d * p.T + s) * p.N + n) * gh;
   c[gb + j] = ig;
   c[gb + p.H + j] = og;
@@ -196,6 +260,7 @@ fn gru_step(d: u32, n: u32, j: u32, s: u32) {
   let ng = det_tanh(x[xb + 2u * p.H + j] + rg * hn);
   let h = (1.0 - zg) * ng + zg * a[hb + j];
   a[hb + nh + j] = h;
+  if ((p.flags & 16u) != 0u) { row[j] = h; }
   let gb = ((d * p.T + s) * p.N + n) * 4u * p.H;
   c[gb + j] = zg;
   c[gb + p.H + j] = rg;
@@ -215,20 +280,22 @@ fn forward_seq(@builtin(workgroup_id) wid: vec3<u32>,
   let dn = wid.x + wid.y * nwg.x;
   let near = p.H <= SEQ_H && dn < p.D * p.N;
   for (var s = p.s; s < min(p.s + p.steps, p.T); s++) {
-    if (near) {  // h of (d, n) before step s into hrow
+    if (near) {  // h of (d, n) before step s into row
       let hb = ((dn / p.N) * (p.T + 1u) + s) * p.N * p.H + (dn % p.N) * p.H;
-      for (var k = lid; k < p.H; k += 64u) { hrow[k] = a[hb + k]; }
+      for (var k = lid; k < p.H; k += 64u) { row[k] = a[hb + k]; }
     }
     workgroupBarrier();
     seq_units(dn, lid, s, false, 64u);
     storageBarrier();
-    workgroupBarrier();  // every unit has read hrow before the next step rewrites it
+    workgroupBarrier();  // every unit has read row before the next step rewrites it
   }
 }
 
-// forward_seq on GPU adapters (H <= SEQ_H, flags 16 and 4): a thread per gate row q first
-// sums R h of the step (rdot, the same order) into rsum, so a step's serial chain is H
-// multiply-adds instead of G * H; then a thread per unit as forward_seq.
+// forward_seq on GPU adapters (H <= SEQ_H, flags 16): a thread per gate row q first sums R h
+// of the step (rdot, the same order; flags 32: rdot_reg from registers) into rsum, so a step's
+// serial chain is H multiply-adds instead of G * H; then a thread per unit as forward_seq,
+// which also writes its new h into row. A unit reads storage only where it wrote it itself
+// (its cell, GRU's h), so no storageBarrier.
 @compute @workgroup_size(256)
 fn forward_seq_wide(@builtin(workgroup_id) wid: vec3<u32>,
                     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -236,19 +303,24 @@ fn forward_seq_wide(@builtin(workgroup_id) wid: vec3<u32>,
   let dn = wid.x + wid.y * nwg.x;
   let live = dn < p.D * p.N;
   let d = dn / p.N;
+  let gh = p.G * p.H;
+  let reg = (p.flags & 32u) != 0u;
+  if (live) {  // h before the dispatch's first step into row; R's row lid into rr (flags 32)
+    let hb = (d * (p.T + 1u) + p.s) * p.N * p.H + (dn % p.N) * p.H;
+    for (var k = lid; k < p.H; k += 256u) { row[k] = a[hb + k]; }
+    if (reg && lid < gh) { load_rr((d * gh + lid) * p.H, 1u); }
+  }
   for (var s = p.s; s < min(p.s + p.steps, p.T); s++) {
+    workgroupBarrier();  // row holds h before step s
     if (live) {
-      let hb = (d * (p.T + 1u) + s) * p.N * p.H + (dn % p.N) * p.H;
-      for (var k = lid; k < p.H; k += 256u) { hrow[k] = a[hb + k]; }
+      if (reg) {
+        if (lid < gh) { rsum[lid] = rdot_reg(0u); }
+      } else {
+        for (var q = lid; q < gh; q += 256u) { rsum[q] = rdot(d, q / p.H, q % p.H, 0u); }
+      }
     }
-    workgroupBarrier();
-    if (live) {
-      for (var q = lid; q < p.G * p.H; q += 256u) { rsum[q] = rdot(d, q / p.H, q % p.H, 0u); }
-    }
-    workgroupBarrier();
+    workgroupBarrier();  // every thread has read row; rsum is complete
     seq_units(dn, lid, s, false, 256u);
-    storageBarrier();
-    workgroupBarrier();  // every unit has read hrow and rsum before the next step
   }
 }
 
@@ -285,7 +357,7 @@ fn dh_at(d: u32, n: u32, j: u32, t: u32, e: u32, s: u32) -> f32 {
   return dh;
 }
 
-// dh_later for backward_seq: from grow when backward_seq copied the later step's dg there.
+// dh_later for backward_seq: from row when backward_seq copied the later step's dg there.
 fn dh_later_near(d: u32, n: u32, j: u32, s1: u32) -> f32 {
   if (p.H > SEQ_H) { return dh_later(d, n, j, s1); }
   if ((p.flags & 16u) != 0u) {  // backward_seq_wide's parts, in gate order
@@ -295,8 +367,22 @@ fn dh_later_near(d: u32, n: u32, j: u32, s1: u32) -> f32 {
   }
   let gh = p.G * p.H;
   var acc = 0.0;
-  for (var q = 0u; q < gh; q++) { acc += r[(d * gh + q) * p.H + j] * grow[rcol(q)]; }
+  for (var q = 0u; q < gh; q++) { acc += r[(d * gh + q) * p.H + j] * row[rcol(q)]; }
   return acc;
+}
+
+// Unit j's four values of dg at gb (c), and of row for the step before (backward_seq_wide).
+fn store_dg(gb: u32, j: u32, v0: f32, v1: f32, v2: f32, v3: f32) {
+  c[gb + j] = v0;
+  c[gb + p.H + j] = v1;
+  c[gb + 2u * p.H + j] = v2;
+  c[gb + 3u * p.H + j] = v3;
+  if ((p.flags & 16u) != 0u) {
+    row[j] = v0;
+    row[p.H + j] = v1;
+    row[2u * p.H + j] = v2;
+    row[3u * p.H + j] = v3;
+  }
 }
 
 // LSTM backward step s for unit j of (d, n). Bindings: x (dY_h), r, dy (dY), bias (dY_c,
@@ -320,10 +406,8 @@ fn lstm_back(d: u32, n: u32, j: u32, s: u32) {
   let cb = (d * (p.T + 1u) + s) * nh + n * p.H + j;
   let tc = det_tanh(b[cb + nh]);
   dc += dh * og * (1.0 - tc * tc);
-  c[gb + j] = dc * cg * ig * (1.0 - ig);
-  c[gb + p.H + j] = dh * tc * og * (1.0 - og);
-  c[gb + 2u * p.H + j] = dc * b[cb] * fg * (1.0 - fg);
-  c[gb + 3u * p.H + j] = dc * ig * (1.0 - cg * cg);
+  store_dg(gb, j, dc * cg * ig * (1.0 - ig), dh * tc * og * (1.0 - og),
+           dc * b[cb] * fg * (1.0 - fg), dc * ig * (1.0 - cg * cg));
   out[e] = dc * fg;
 }
 
@@ -341,10 +425,8 @@ fn gru_back(d: u32, n: u32, j: u32, s: u32) {
   let hn = a[gb + 3u * p.H + j];
   let hprev = b[(d * (p.T + 1u) + s) * nh + n * p.H + j];
   let dan = dh * (1.0 - zg) * (1.0 - ng * ng);
-  c[gb + j] = dh * (hprev - ng) * zg * (1.0 - zg);
-  c[gb + p.H + j] = dan * hn * rg * (1.0 - rg);
-  c[gb + 2u * p.H + j] = dan;
-  c[gb + 3u * p.H + j] = dan * rg;
+  store_dg(gb, j, dh * (hprev - ng) * zg * (1.0 - zg), dan * hn * rg * (1.0 - rg), dan,
+           dan * rg);
   out[e] = dh * zg;
 }
 
@@ -375,20 +457,22 @@ fn backward_seq(@builtin(workgroup_id) wid: vec3<u32>,
   let near = p.H <= SEQ_H && dn < p.D * p.N;
   for (var k = 0u; k < min(p.steps, p.s + 1u); k++) {
     let s = p.s - k;
-    if (near && s + 1u < p.T) {  // dg of (d, n)'s step s + 1 into grow
+    if (near && s + 1u < p.T) {  // dg of (d, n)'s step s + 1 into row
       let base = (((dn / p.N) * p.T + s + 1u) * p.N + dn % p.N) * 4u * p.H;
-      for (var q = lid; q < 4u * p.H; q += 64u) { grow[q] = c[base + q]; }
+      for (var q = lid; q < 4u * p.H; q += 64u) { row[q] = c[base + q]; }
     }
     workgroupBarrier();
     seq_units(dn, lid, s, true, 64u);
     storageBarrier();
-    workgroupBarrier();  // every unit has read grow before the next step rewrites it
+    workgroupBarrier();  // every unit has read row before the next step rewrites it
   }
 }
 
 // backward_seq on GPU adapters (H <= SEQ_H, flags 16): dh's R sum over the later step's dg
-// split by gate, a thread per (gate g, unit j) into rsum, added in gate order by the unit
-// (dh_later_near); a step's serial chain is H multiply-adds instead of G * H.
+// split by gate, a thread per (gate g, unit j) into rsum (flags 32: rdot_reg from registers),
+// added in gate order by the unit (dh_later_near); a step's serial chain is H multiply-adds
+// instead of G * H. Units write their dg into row for the step before, and read storage only
+// where they wrote it themselves (the carry), so no storageBarrier.
 @compute @workgroup_size(256)
 fn backward_seq_wide(@builtin(workgroup_id) wid: vec3<u32>,
                      @builtin(num_workgroups) nwg: vec3<u32>,
@@ -397,29 +481,34 @@ fn backward_seq_wide(@builtin(workgroup_id) wid: vec3<u32>,
   let live = dn < p.D * p.N;
   let d = dn / p.N;
   let gh = p.G * p.H;
+  let reg = (p.flags & 32u) != 0u;
+  if (live) {  // dg of the step after the dispatch's first into row; R's column into rr
+    if (p.s + 1u < p.T) {
+      let base = ((d * p.T + p.s + 1u) * p.N + dn % p.N) * 4u * p.H;
+      for (var q = lid; q < 4u * p.H; q += 256u) { row[q] = c[base + q]; }
+    }
+    if (reg && lid < gh) { load_rr((d * gh + (lid / p.H) * p.H) * p.H + lid % p.H, p.H); }
+  }
   for (var k = 0u; k < min(p.steps, p.s + 1u); k++) {
     let s = p.s - k;
-    let later = live && s + 1u < p.T;
-    if (later) {
-      let base = ((d * p.T + s + 1u) * p.N + dn % p.N) * 4u * p.H;
-      for (var q = lid; q < 4u * p.H; q += 256u) { grow[q] = c[base + q]; }
-    }
-    workgroupBarrier();
-    if (later) {
-      for (var e = lid; e < gh; e += 256u) {
-        let g = e / p.H;
-        let j = e % p.H;
-        var acc = 0.0;
-        for (var q = g * p.H; q < (g + 1u) * p.H; q++) {
-          acc += r[(d * gh + q) * p.H + j] * grow[rcol(q)];
+    workgroupBarrier();  // row holds dg of step s + 1
+    if (live && s + 1u < p.T) {
+      if (reg) {
+        if (lid < gh) { rsum[lid] = rdot_reg(rcol((lid / p.H) * p.H)); }
+      } else {
+        for (var e = lid; e < gh; e += 256u) {
+          let g = e / p.H;
+          let j = e % p.H;
+          var acc = 0.0;
+          for (var q = g * p.H; q < (g + 1u) * p.H; q++) {
+            acc += r[(d * gh + q) * p.H + j] * row[rcol(q)];
+          }
+          rsum[e] = acc;
         }
-        rsum[e] = acc;
       }
     }
-    workgroupBarrier();
+    workgroupBarrier();  // every thread has read row; rsum is complete
     seq_units(dn, lid, s, true, 256u);
-    storageBarrier();
-    workgroupBarrier();  // every unit has read grow and rsum before the next step
   }
 }
 

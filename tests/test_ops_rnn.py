@@ -7,7 +7,7 @@ import pytest
 
 from cases import ids, rnn
 from conftest import node
-from harness import check_case
+from harness import builder_patch, check_case
 from webgpu_trainer.cpu import rnn as np_rnn
 from webgpu_trainer.cpu.engine import Context
 from webgpu_trainer.engine.graph import GraphError
@@ -34,6 +34,19 @@ def test_case_in_chunks(device, case, budget, per, monkeypatch):
     monkeypatch.setattr(card, "LOOP_BUDGET", budget)
     assert card.steps_per_dispatch(5, 4) == per and card.steps_per_dispatch(5, 3) == per
     check_case(device, case)
+
+
+# The GPU path's sequence kernels (*_seq_wide; hidden 8 and 64 with R in registers) a step a
+# dispatch: each dispatch loads the row its first step reads from storage, later steps the row
+# the units wrote into workgroup memory.
+WIDE_CHUNKED = [c for c in rnn.CASES if "bidirectional" in c.id and "_n160" not in c.id]
+
+
+@pytest.mark.parametrize("case", WIDE_CHUNKED, ids=ids(WIDE_CHUNKED))
+def test_case_in_chunks_gpu_paths(device, case, monkeypatch):
+    monkeypatch.setattr(card, "LOOP_BUDGET", 1)
+    with builder_patch({"TILED": True}):
+        check_case(device, case)
 
 
 SHAPES = [[4, 2, 3], [1, 20, 3], [1, 20, 5], None, None, None]

@@ -352,6 +352,8 @@ GPU_PIPELINES = [
     ("batchnorm", "backward_fused", {}),
     ("rnn", "forward_seq_wide", {}),
     ("rnn", "backward_seq_wide", {}),
+    ("rnn", "forward_seq_wide", {"RV": 16}),
+    ("rnn", "backward_seq_wide", {"RV": 2}),
 ]
 
 PIPELINES_JS = """async (items) => {

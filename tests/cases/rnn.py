@@ -88,4 +88,10 @@ CASES = [_rnn(op, direction) for op in ("LSTM", "GRU")
     # hidden 260 > SEQ_H (rnn.wgsl): the sequence kernels read h and dg from storage
     _rnn("LSTM", "bidirectional", init=True, use=("Y_h", "Y_c"), hidden=260),
     _rnn("GRU", "reverse", init=True, use=("Y_h",), hidden=260),
+    # hidden 8 and 64 (multiples of 4, at most 64): the GPU path's sequence kernels keep R in
+    # registers (rnn._registers)
+    _rnn("LSTM", "bidirectional", init=True, use=("Y", "Y_h", "Y_c"), hidden=8),
+    _rnn("GRU", "reverse", init=True, use=("Y", "Y_h"), hidden=8),
+    _rnn("LSTM", "forward", use=("Y",), hidden=64),
+    _rnn("GRU", "bidirectional", use=("Y_h",), hidden=64),
 ]

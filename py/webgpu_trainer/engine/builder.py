@@ -177,6 +177,9 @@ class Builder:
     FOLD_WEIGHT_LAYOUTS = True
     # LSTM/GRU sequences on the 256-thread *_seq_wide kernels on GPU adapters (ops/rnn._wide).
     RNN_SEQ_WIDE = True
+    # ... each thread's values of R in registers there, for H a multiple of 4 up to 64
+    # (ops/rnn._registers); False: read from storage every step (A/B).
+    RNN_R_REGISTERS = True
     # LSTM/GRU x-projections as tiled GEMMs on GPU adapters (ops/rnn._xproj); False: A/B.
     RNN_XPROJ_GEMM = True
     # A forward LSTM's dW and dR as products on the Gemm's kernels (GPU adapters); False: A/B.

@@ -126,13 +126,14 @@ def _get(seq, k):
     return seq[k] if len(seq) > k else None
 
 
-async def _kernel(bld, node, entry, groups, params, **slots):
-    """One dispatch of shaders/rnn.wgsl ``entry``; each writable slot left unbound gets a small
-    buffer of its own (WebGPU refuses two writable bindings of one placeholder buffer)."""
+async def _kernel(bld, node, entry, groups, params, constants=None, **slots):
+    """One dispatch of shaders/rnn.wgsl ``entry`` (``constants``: its override constants); each
+    writable slot left unbound gets a small buffer of its own (WebGPU refuses two writable
+    bindings of one placeholder buffer)."""
     for name in ("a", "b", "c", "out"):
         if slots.get(name) is None:
             slots[name] = bld.save(node, 4, "unused_" + name)
-    await bld.kernel("rnn", entry, groups, params=params, **slots)
+    await bld.kernel("rnn", entry, groups, params=params, constants=constants, **slots)
 
 
 # Loop iterations one thread may run in a dispatch: lavapipe (Mesa's llvmpipe) stops a shader
@@ -190,8 +191,8 @@ async def forward(b, node, ins, outs, train):
     await _xproj(b, node, base, ins[0], ins[1], bias, xp)
     y = _get(outs, 0)
     flags = int(y is not None) | 2 * int(bias is not None)
-    rt = None
-    if b.tiled and b.RNN_TRANSPOSED_R:  # R^T: units read neighbours
+    rt, consts = None, _registers(b, h)
+    if b.tiled and b.RNN_TRANSPOSED_R and not consts:  # R^T: units read neighbours
         rt = b.scratch(d * g * h * h, "rnn.rt")
         await _kernel(b, node, "transpose_r", groups_1d(d * g * h * h), params=base, r=ins[2],
                        out=rt)
@@ -199,10 +200,10 @@ async def forward(b, node, ins, outs, train):
     per = steps_per_dispatch(h, g)
     entry = "forward_seq"
     if _wide(b, h):
-        entry, flags = "forward_seq_wide", flags | 16
+        entry, flags = "forward_seq_wide", flags | 16 | 32 * bool(consts)
     for s0 in range(0, t, per):
         await _kernel(b, node, entry, groups_1d(d * n, 1),
-                       params={**base, "flags": flags, "s": s0, "steps": per},
+                       params={**base, "flags": flags, "s": s0, "steps": per}, constants=consts,
                        x=xp, w=rt, r=ins[2], bias=bias, a=sv["hs"], b=sv["cs"], c=sv["gates"],
                        out=y)
     yh, yc = _get(outs, 1), _get(outs, 2)
@@ -221,6 +222,16 @@ def _wide(b, h: int) -> bool:
     multiply-adds is H long instead of G * H. The backward's dh then sums its R part per gate
     first (another order of the same sum)."""
     return b.tiled and b.RNN_SEQ_WIDE and h <= SEQ_H
+
+
+def _registers(b, h: int) -> dict | None:
+    """The override constants of the ``*_seq_wide`` kernels keeping each thread's H values of R
+    in registers for the whole sequence (rnn.wgsl flags 32: ``RV`` vec4 of them), or None: H a
+    multiple of 4 and at most 64, ``Builder.RNN_R_REGISTERS``. The same products summed in the
+    same order as from R in storage; no R^T (``transpose_r``) needed."""
+    if _wide(b, h) and h % 4 == 0 and h <= 64 and b.RNN_R_REGISTERS:
+        return {"RV": h // 4}
+    return None
 
 
 async def _xproj(b, node, base, x, w, bias, xp):
@@ -261,21 +272,21 @@ async def backward(b, node, ins, outs, gins, gouts):
         return
     state = groups_1d(d * n * h)
     flags = int(dy is not None) | 2 * int(dyh is not None) | 4 * int(dyc is not None)
-    entry = "backward_seq"
+    entry, consts = "backward_seq", _registers(b, h)
     if _wide(b, h):
-        entry, flags = "backward_seq_wide", flags | 16
+        entry, flags = "backward_seq_wide", flags | 16 | 32 * bool(consts)
     per = steps_per_dispatch(h, g)
     sv["dg"] = b.scratch(d * t * n * 4 * h, "rnn.dg")  # the gates' gradients, every step
     for s0 in reversed(range(0, t, per)):
         last = min(s0 + per, t) - 1  # this dispatch runs steps last, last - 1, ..., s0
         p = {**base, "flags": flags, "s": last, "steps": last - s0 + 1}
         if lstm:
-            await _kernel(b, node, entry, groups_1d(d * n, 1), params=p, x=dyh,
-                           r=ins[2], dy=dy, bias=dyc, a=sv["gates"], b=sv["cs"], c=sv["dg"],
-                           out=sv["carry"])
+            await _kernel(b, node, entry, groups_1d(d * n, 1), params=p, constants=consts,
+                           x=dyh, r=ins[2], dy=dy, bias=dyc, a=sv["gates"], b=sv["cs"],
+                           c=sv["dg"], out=sv["carry"])
         else:
-            await _kernel(b, node, entry, groups_1d(d * n, 1), params=p, x=dyh,
-                           r=ins[2], dy=dy, a=sv["gates"], b=sv["hs"], c=sv["dg"],
+            await _kernel(b, node, entry, groups_1d(d * n, 1), params=p, constants=consts,
+                           x=dyh, r=ins[2], dy=dy, a=sv["gates"], b=sv["hs"], c=sv["dg"],
                            out=sv["carry"])
     gh0, gc0 = _get(gins, 5), _get(gins, 6) if lstm else None
     if gh0 is not None or gc0 is not None:
