@@ -71,7 +71,8 @@ def parse(shape: str):
 
 
 async def engine(dev, shape: str, force=None, reps: int = 20) -> dict:
-    """GPU ms and TFLOP/s of the engine's matmul on ``shape``; ``force`` a tile width."""
+    """GPU ms and TFLOP/s of the engine's matmul on ``shape`` (and each of its dispatches'
+    ms, timed alone); ``force`` a tile width."""
     import numpy as np
     from gpu_timer import Timer, median
     from webgpu_trainer.engine.ops import gemm as gemm_op
@@ -96,13 +97,15 @@ async def engine(dev, shape: str, force=None, reps: int = 20) -> dict:
     timer = Timer(dev)
     timer.passes([prog] * 3)
     ms = median(timer.passes([prog] * reps))
+    each = [median(v) for v in zip(*(timer.passes([[d] for d in prog]) for _ in range(5)))]
     rows = min(m, 64)
     got = np.frombuffer(await dev.read(bc, 0, rows * n * 4), np.float32).reshape(rows, n)
     a64 = (a.T if ta else a).astype(np.float64)
     ref = a64[:rows] @ (b.T if tb else b).astype(np.float64)
     return {"shape": shape, "force": force, "ms": ms, "tflops": 2 * m * n * k / ms / 1e9,
             "rel_err": float(np.abs(got - ref).max() / np.abs(ref).max()),
-            "kernels": [d[0][2].split(":")[1] for d in builder.current]}
+            "kernels": [d[0][2].split(":")[1] for d in builder.current],
+            "kernel_ms": each}
 
 
 def cublas(shape: str, reps: int = 20) -> dict:
@@ -161,7 +164,8 @@ def main(argv=None) -> int:
             rows.append(r)
             what = ("auto" if force is None else f"forced {force}") + \
                 "".join(f" {v}" for v in (const, flags) if v)
-            print(f"| {shape} | {what}: {' + '.join(r['kernels'])} | {r['ms']:.4f} | "
+            kernels = " + ".join(f"{k} ({ms:.4f})" for k, ms in zip(r["kernels"], r["kernel_ms"]))
+            print(f"| {shape} | {what}: {kernels} | {r['ms']:.4f} | "
                   f"{r['tflops']:.2f} | {r['rel_err']:.1e} |", flush=True)
         if args.cublas:
             r = cublas(shape, args.reps)

@@ -156,6 +156,10 @@ class Builder:
     # outputs 33-64 wide summed over k >= 128; False: the untiled kernel there (A/B).
     GEMM_NARROW = True
 
+    # Workgroups a tiled GEMM's split-K aims for (ops/gemm.matmul): an output of fewer tiles
+    # has its sum over k split into parts until it has about this many.
+    GEMM_TILE_TARGET = 512
+
     # matmul_tiled loads aligned operands as vec4 (ops/gemm._vec_bits); False: four scalar
     # loads each (A/B).
     GEMM_VEC4 = True
