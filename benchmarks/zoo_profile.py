@@ -47,8 +47,8 @@ async def profile(dev, path, batch: int, shape=(1, 28, 28), marginal: bool = Fal
 
     ``marginal``: each dispatch's ms is instead what it adds to the step where it stands: the
     GPU time of the step's first i + 1 dispatches in one pass less that of its first i (median
-    of 7 each), so launch gaps and barriers count and overlap with neighbours does not; "ms"
-    is then the whole step's pass."""
+    of 11 each, after 60 warm-up passes), so launch gaps and barriers count and overlap with
+    neighbours does not; "ms" is then the whole step's pass."""
     import native
     import zoo
     from gpu_timer import Timer, median
@@ -64,7 +64,10 @@ async def profile(dev, path, batch: int, shape=(1, 28, 28), marginal: bool = Fal
     rows = native._profile(eng, Timer(dev))
     if marginal:
         timer, prog = Timer(dev), eng.train_program
-        prefix = [0.0] + [median(timer.passes([prog[:i]] * 7)) for i in range(1, len(prog) + 1)]
+        for _ in range(3):  # the GPU's clocks up first
+            timer.passes([prog] * 20)
+        prefix = [0.0] + [median(timer.passes([prog[:i]] * 11))
+                          for i in range(1, len(prog) + 1)]
         rows = [(*r[:3], prefix[i + 1] - prefix[i]) for i, r in enumerate(rows)]
     by = {}
     for phase, key, _, ms in rows:

@@ -132,33 +132,35 @@ fn grad(dy: f32, t: f32, o: f32) -> f32 {
 @compute @workgroup_size(64)
 fn forward_same(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = flat_index(gid, nwg);
-  if (i < p.n) { out[i] = activated(f(x0[i], x1[i])); }
+  for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) {
+    out[i] = activated(f(x0[i], x1[i]));
+  }
 }
 
 @compute @workgroup_size(64)
 fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = flat_index(gid, nwg);
-  if (i >= p.n) { return; }
-  var rest = i;
-  var ia = 0u;
-  var ib = 0u;
-  for (var d = 0u; d < p.rank; d++) {
-    let dim = p.dims[d];
-    let c = rest % dim.x;
-    rest = rest / dim.x;
-    ia += c * dim.y;
-    ib += c * dim.z;
+  for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) {
+    var rest = i;
+    var ia = 0u;
+    var ib = 0u;
+    for (var d = 0u; d < p.rank; d++) {
+      let dim = p.dims[d];
+      let c = rest % dim.x;
+      rest = rest / dim.x;
+      ia += c * dim.y;
+      ib += c * dim.z;
+    }
+    out[i] = activated(f(x0[ia], x1[ib]));
   }
-  out[i] = activated(f(x0[ia], x1[ib]));
 }
 
 @compute @workgroup_size(64)
 fn backward_same(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = flat_index(gid, nwg);
-  if (i < p.n) { out[i] = grad(x2[i], x0[i], x1[i]); }
+  for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) {
+    out[i] = grad(x2[i], x0[i], x1[i]);
+  }
 }
 
 @compute @workgroup_size(64)

@@ -72,13 +72,13 @@ fn locate(i: u32) -> Loc {
 @compute @workgroup_size(64)
 fn strided(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = flat_index(gid, nwg);
-  if (i >= p.n) { return; }
-  let l = locate(i);
-  var v = p.value;
-  if (p.use_fill != 0u) { v = fill[0]; }
-  if (l.ok) { v = x[u32(l.src)]; }
-  out[l.dst] = v;
+  for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) {
+    let l = locate(i);
+    var v = p.value;
+    if (p.use_fill != 0u) { v = fill[0]; }
+    if (l.ok) { v = x[u32(l.src)]; }
+    out[l.dst] = v;
+  }
 }
 
 // Workgroup k of num_workgroups.x sums chunk k of [0, n).

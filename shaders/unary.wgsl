@@ -222,19 +222,20 @@ fn backward_value(v: f32, w: f32, g: f32, use_y: bool) -> f32 {
 @compute @workgroup_size(64)
 fn unary_forward(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = flat_index(gid, nwg);
-  if (i < p.n) { out[i] = forward_value(x[i]); }
+  for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) {
+    out[i] = forward_value(x[i]);
+  }
 }
 
 @compute @workgroup_size(64)
 fn unary_backward(@builtin(global_invocation_id) gid: vec3<u32>,
                   @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = flat_index(gid, nwg);
-  if (i >= p.n) { return; }
   let use_y = (p.flags & 1u) != 0u;
-  var w = 0.0;
-  if (use_y) { w = y[i]; }
-  out[i] = backward_value(x[i], w, dy[i], use_y);
+  for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) {
+    var w = 0.0;
+    if (use_y) { w = y[i]; }
+    out[i] = backward_value(x[i], w, dy[i], use_y);
+  }
 }
 
 // torch.clamp's gradient of a tensor bound (clamp_backward_min_max): min gets dy where

@@ -151,13 +151,13 @@ async def forward(b, node, ins, outs, train):
         if n == 0:
             continue
         if A.numel == n and B.numel == n:
-            await b.kernel("binary", "forward_same", groups_1d(n), params=_params(n, relu=relu),
-                           constants=consts, out=Y, x0=A, x1=B)
+            await b.kernel("binary", "forward_same", b.elementwise_groups(n),
+                           params=_params(n, relu=relu), constants=consts, out=Y, x0=A, x1=B)
             continue
         dims = [(size, st[0], st[1], 0)
                 for size, st, _, _ in collapse(Y.shape, [A.shape, B.shape])]
-        await b.kernel("binary", "forward", groups_1d(n), params=_params(n, dims, relu=relu),
-                       constants=consts, out=Y, x0=A, x1=B)
+        await b.kernel("binary", "forward", b.elementwise_groups(n),
+                       params=_params(n, dims, relu=relu), constants=consts, out=Y, x0=A, x1=B)
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -201,8 +201,8 @@ async def _gradient(b, consts, side, t, o, dy, g, out_shape):
     if count == 0:
         return
     if count == n_out and o.numel == n_out:
-        await b.kernel("binary", "backward_same", groups_1d(count), params=_params(count),
-                       constants=consts, out=g, x0=t, x1=o, x2=dy)
+        await b.kernel("binary", "backward_same", b.elementwise_groups(count),
+                       params=_params(count), constants=consts, out=g, x0=t, x1=o, x2=dy)
         return
     dims = collapse(out_shape, [t.shape, o.shape])
     kept = [(size, so, st[1], 0) for size, st, so, bc in dims if not bc[0]]

@@ -16,6 +16,7 @@ Short rows run one thread per row, long ones (or few rows) one workgroup per row
 import math
 
 from ..backends.base import groups_1d
+from . import gemm
 from .reduction import per_row_workgroup
 from ..errors import GraphError
 
@@ -125,6 +126,11 @@ async def backward(b, node, ins, outs, gins, gouts):
     if not direct:
         fold = _params(rows, d, s, eps, parts=parts)
         for g, part in ((gs, ps), (gb, pb)):
-            if g is not None:
+            if g is None:
+                continue
+            if b.tiled:  # GPU adapters: workgroups per scale value (H200, encoder at batch
+                # 1000: ``fold``'s thread per value, 437 parts, 68 us each of four)
+                await gemm.channel_sum(b, part, g, parts * (d // s), s, 1)
+            else:
                 await b.kernel("layernorm", "fold", groups_1d(s), params=fold, x=part, out=g,
                                stats=stats)

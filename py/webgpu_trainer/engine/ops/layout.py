@@ -130,7 +130,8 @@ async def gather(b, x, out, dims, src_off=0, dst_off=0, value=0.0, fill=None):
     if n == 0:
         return
     params = _pack(n, dims, src_off, dst_off, value, 1 if fill is not None else 0)
-    await b.kernel("layout", "strided", groups_1d(n), params=params, x=x, fill=fill, out=out)
+    await b.kernel("layout", "strided", b.elementwise_groups(n), params=params, x=x, fill=fill,
+                   out=out)
 
 
 def _plain(size, src_stride, dst_stride):

@@ -131,7 +131,7 @@ async def forward(b, node, ins, outs, train):
         params = _params(node, n, flags, 0, lo, hi)
     else:
         params = _params(node, n)
-    await b.kernel("unary", "unary_forward", groups_1d(n), params=params,
+    await b.kernel("unary", "unary_forward", b.elementwise_groups(n), params=params,
                    constants={"OP": params["op"]}, x=ins[0], lo_t=lo_t, hi_t=hi_t, out=outs[0])
 
 
@@ -144,7 +144,7 @@ async def backward(b, node, ins, outs, gins, gouts):
         lo, hi, flags, lo_t, hi_t = _clip_bounds(b, node, ins)
     if gins[0] is not None:
         use_y = op in _FROM_OUTPUT and _output_intact(b, node, outs[0])
-        await b.kernel("unary", "unary_backward", groups_1d(n),
+        await b.kernel("unary", "unary_backward", b.elementwise_groups(n),
                        params=_params(node, n, flags | int(use_y), 0, lo, hi),
                        constants={"OP": _code(node)}, x=ins[0],
                        y=outs[0] if use_y else None, dy=gouts[0], lo_t=lo_t, hi_t=hi_t,
