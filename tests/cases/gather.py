@@ -69,6 +69,27 @@ def _packed_qkv():
                        acts=("t", "q", "v"), dacts=("h", "t", "q", "v"))
 
 
+def _packed_qkv_all():
+    """Every index of the packed axis gathered: q by 0, k by [1] (the axis kept, then a
+    Squeeze), v by -1; y = (q + k) * v. The plan folds the three into one Split
+    (engine/rewrites/splits.py; tests/test_splits_fold.py)."""
+    rng = rng_for("gather_qkv_all")
+    pre, tensors = gemm_pre(7, 12, rng)
+    nodes = pre + [node("Reshape", ["h", "s3"], ["r"]),
+                   node("Transpose", ["r"], ["t"], perm=[1, 0, 2]),
+                   node("Gather", ["t", "i0"], ["q"], axis=0),
+                   node("Gather", ["t", "i1"], ["k1"], axis=0),
+                   node("Squeeze", ["k1"], ["k"], axes=[0]),
+                   node("Gather", ["t", "im1"], ["v"], axis=0),
+                   node("Add", ["q", "k"], ["qk"]),
+                   node("Mul", ["qk", "v"], ["y"])]
+    x = f32(rng.standard_normal((BATCH, 7)))
+    return gather_case("packed_qkv_all_axis0", nodes, tensors, x, 4,
+                       {"s3": _ints([0, 3, 4]), "i0": _ints([0], []), "i1": _ints([1]),
+                        "im1": _ints([-1], [])},
+                       acts=("t", "q", "k1", "v"), dacts=("h", "t", "q", "k1", "v"))
+
+
 def _param_table():
     """A trainable table p [5, 7] gathered with indices [3, 0, 3, -1] (its gradient: the
     scatter-add over repeats, zero rows 1, 2) and added to the activation [N, 4, 7]."""
@@ -96,4 +117,4 @@ def _chain():
 
 
 CASES = [_tensor_indices_repeated_negative(), _scalar_index_last_axis(), _packed_qkv(),
-         _param_table(), _chain()]
+         _packed_qkv_all(), _param_table(), _chain()]

@@ -179,6 +179,9 @@ class Builder:
     # Chains of Slice / Concat / Transpose / views over one weight (torch's LSTM gate reorder)
     # as one Gather each (engine/rewrites/weight_layouts.py); False: op by op (A/B).
     FOLD_WEIGHT_LAYOUTS = True
+    # Gathers of every index of an activation's axis, one constant index each (the packed q/k/v
+    # of nn.MultiheadAttention) as one Split (engine/rewrites/splits.py); False: A/B.
+    FOLD_SPLITS = True
     # LSTM/GRU sequences on the 256-thread *_seq_wide kernels on GPU adapters (ops/rnn._wide).
     RNN_SEQ_WIDE = True
     # ... each thread's values of R in registers there, for H a multiple of 4 up to 64

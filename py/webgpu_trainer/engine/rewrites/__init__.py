@@ -1,6 +1,7 @@
 """Graph rewrites ``Plan.build`` applies before it allocates, each the same numbers as the ops
 it replaces and each behind a ``Builder`` flag (A/B): ``linears`` (MatMul of a weight, or of
 its Transpose, + bias Add -> one Gemm between views), ``gelu`` (the erf GELU's five ops -> one
-Gelu), ``weight_layouts`` (a Slice / Concat / Transpose chain over one weight -> one Gather).
+Gelu), ``weight_layouts`` (a Slice / Concat / Transpose chain over one weight -> one Gather),
+``splits`` (Gathers of every index of an activation's axis -> one Split).
 Each takes and returns a ``graph.Graph`` (the same object when nothing changes) and leaves the
 activation names in ``keep`` (what a caller reads after a step)."""
