@@ -142,21 +142,33 @@ def test_same_seed_same_init_on_gpu_and_cpu(device, model):
             assert abs(a.std() / (bound / math.sqrt(3)) - 1) < 0.05, t["name"]
 
 
-def test_gpu_dropout_mask_is_numpy_mask(device):
+@pytest.mark.parametrize("gelu", [False, True])
+def test_gpu_dropout_mask_is_numpy_mask(device, gelu):
     """A training step's dropout mask on the GPU (shaders/dropout.wgsl) is cpu/philox.py's for
-    that (seed, step, node), including a tail that is not a multiple of four."""
+    that (seed, step, node), including a tail that is not a multiple of four. ``gelu``: the
+    erf GELU's five ops before the Dropout, which the plan folds into one node
+    (engine/rewrites/gelu.py): the salt is still the Dropout's index in the model as given."""
     rng = rng_for("dropout-mask")
     batch, hidden, ratio = 3, 511, 0.3
-    nodes = [node("Gemm", ["input", "pre.w", "pre.b"], ["h"], transB=1),
-             node("Dropout", ["h"], ["d"], ratio=ratio)]
+    nodes = [node("Gemm", ["input", "pre.w", "pre.b"], ["h"], transB=1)]
+    consts = {}
+    if gelu:
+        nodes += [node("Div", ["h", "sqrt2"], ["g1"]), node("Erf", ["g1"], ["g2"]),
+                  node("Add", ["g2", "one"], ["g3"]), node("Mul", ["h", "g3"], ["g4"]),
+                  node("Mul", ["g4", "half"], ["g"])]
+        consts = {k: {"dtype": "float32", "shape": [], "values": [v]}
+                  for k, v in (("sqrt2", 2 ** 0.5), ("one", 1.0), ("half", 0.5))}
+    nodes.append(node("Dropout", ["g" if gelu else "h"], ["d"], ratio=ratio))
     hn, ht = head("d", hidden, 4, rng)
     tensors = [("pre.w", f32(rng.standard_normal((hidden, 6))), "param"),
                ("pre.b", f32(5 + rng.random(hidden)), "param")] + ht
-    graph, blob = make_graph(nodes + hn, tensors, [("input", ["N", 6])], [("output", ["N", 4])])
+    graph, blob = make_graph(nodes + hn, tensors, [("input", ["N", 6])], [("output", ["N", 4])],
+                             constants=consts)
     x = f32(rng.random((batch, 6)))
     res = run(one_step(device, graph, blob, x, rng.integers(0, 4, batch), step=9, seed=77))
-    assert np.all(res["acts"]["h"] != 0)
-    keep = philox.dropout_keep(77, 9, 2, (batch, hidden), ratio)
+    assert ("Gelu" in [n["op_type"] for n in res["plan"].graph.nodes]) == gelu
+    assert np.all(res["acts"]["g" if gelu else "h"] != 0)
+    keep = philox.dropout_keep(77, 9, 7 if gelu else 2, (batch, hidden), ratio)
     assert np.array_equal(res["acts"]["d"] != 0, keep)
     assert 0.2 < 1 - keep.mean() < 0.4
 

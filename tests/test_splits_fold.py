@@ -50,10 +50,11 @@ def test_folded_split_trains_like_the_gathers(device, monkeypatch):
 
 
 @pytest.mark.parametrize("change", ["missing_index", "repeated_index", "other_axis",
-                                    "weight"])
+                                    "weight", "constant"])
 def test_not_folded(change):
-    """An index left out or taken twice, a Gather on another axis, or a weight gathered (a
-    [3, 2, 4] parameter in place of t) leave the Gathers as they are."""
+    """An index left out or taken twice, a Gather on another axis, or a weight or a constant
+    gathered (a [3, 2, 4] parameter or constant in place of t) leave the Gathers as they
+    are."""
     graph = copy.deepcopy(CASE.graph)
     shapes = Graph(CASE.graph).shapes(2)  # fold reads the gathered tensor's shape only
     if change == "missing_index":  # packed_qkv_axis0: 0 and 2 only
@@ -64,7 +65,12 @@ def test_not_folded(change):
     elif change == "other_axis":
         next(n for n in graph["nodes"] if n["op_type"] == "Gather")["attrs"]["axis"] = 2
     else:
-        graph["tensors"].append({"name": "w3", "shape": [3, 2, 4], "offset": 0, "nbytes": 96})
+        if change == "weight":
+            graph["tensors"].append({"name": "w3", "shape": [3, 2, 4], "offset": 0,
+                                     "nbytes": 96})
+        else:
+            graph["constants"]["w3"] = {"dtype": "float32", "shape": [3, 2, 4],
+                                        "values": [0.5] * 24}
         for n in graph["nodes"]:
             if n["op_type"] == "Gather":
                 n["inputs"][0] = "w3"

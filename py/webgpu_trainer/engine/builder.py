@@ -311,4 +311,11 @@ class Builder:
         return c["values"][0] if c and c.get("values") else default
 
     def salt(self, node) -> int:
+        """The Philox salt of ``node`` (a Dropout): its index + 1 in the model as given
+        (``plan.source``; the folds of engine/rewrites/ move nodes in ``plan.graph``), as the
+        numpy engine counts (cpu/engine.py), so both drop the same units."""
+        source = getattr(self.plan, "source", None) or self.plan.graph
+        for k, n in enumerate(source.nodes):
+            if n["name"] == node["name"] and n["op_type"] == node["op_type"]:
+                return k + 1
         return self.plan.graph.nodes.index(node) + 1

@@ -47,9 +47,11 @@ def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
     for node in graph.nodes:
         if node["op_type"] == "Gather":
             found = _index(graph, node, shapes)
-            if found is not None and found[0] not in graph.tensors:
+            if found is not None and found[0] not in graph.tensors and \
+                    found[0] not in graph.constants:
                 groups.setdefault(found[:2], []).append((found[2], found[3], node))
-    names = set(graph.producer) | set(graph.tensors) | set(graph.constants)
+    names = set(graph.producer) | set(graph.tensors) | set(graph.constants) | \
+        {graph.input["name"]}
     put, drop = {}, set()
     for (x, axis), items in groups.items():
         dim = shapes[x][axis]
