@@ -137,21 +137,26 @@ fn forward_same(@builtin(global_invocation_id) gid: vec3<u32>,
   }
 }
 
+// The two offsets of flat index i over p.dims[0..rank): sum of coordinate * dims[d].y and
+// sum of coordinate * dims[d].z (forward: a and b; backward: dY and o).
+fn offsets(i: u32) -> vec2<u32> {
+  var rest = i;
+  var o = vec2<u32>(0u);
+  for (var d = 0u; d < p.rank; d++) {
+    let dim = p.dims[d];
+    let c = rest % dim.x;
+    rest = rest / dim.x;
+    o += c * dim.yz;
+  }
+  return o;
+}
+
 @compute @workgroup_size(64)
 fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
   for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) {
-    var rest = i;
-    var ia = 0u;
-    var ib = 0u;
-    for (var d = 0u; d < p.rank; d++) {
-      let dim = p.dims[d];
-      let c = rest % dim.x;
-      rest = rest / dim.x;
-      ia += c * dim.y;
-      ib += c * dim.z;
-    }
-    out[i] = activated(f(x0[ia], x1[ib]));
+    let o = offsets(i);
+    out[i] = activated(f(x0[o.x], x1[o.y]));
   }
 }
 
@@ -169,16 +174,9 @@ fn backward(@builtin(global_invocation_id) gid: vec3<u32>,
   let j = flat_index(gid, nwg);
   if (j >= p.n) { return; }
   // Offsets of dY and o at the first broadcast position of t[j].
-  var rest = j;
-  var oy = 0u;
-  var oo = 0u;
-  for (var d = 0u; d < p.rank; d++) {
-    let dim = p.dims[d];
-    let c = rest % dim.x;
-    rest = rest / dim.x;
-    oy += c * dim.y;
-    oo += c * dim.z;
-  }
+  let first = offsets(j);
+  let oy = first.x;
+  let oo = first.y;
   let tv = x0[j];
   let inner = p.red[0].x;
   let sy = p.red[0].y;

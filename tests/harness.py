@@ -133,6 +133,11 @@ def oracle(case, res=None):
                                                        loss=case.loss)
 
 
+def op_types(graph) -> list:
+    """The op_type of each node of a ``graph.Graph`` (a plan's folded graph), in order."""
+    return [n["op_type"] for n in graph.nodes]
+
+
 @contextlib.contextmanager
 def builder_patch(attrs):
     """Set ``plan.Builder`` class attributes (e.g. REDUCE_CHUNK) for the duration."""

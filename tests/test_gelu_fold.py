@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from cases import by_id, unary
-from harness import compare, one_step, oracle
+from harness import compare, one_step, op_types, oracle
 from conftest import run
 from webgpu_trainer.engine import builder
 from webgpu_trainer.engine.rewrites import gelu
@@ -17,29 +17,25 @@ from webgpu_trainer.engine.graph import Graph
 CASE = by_id(unary.CASES, "gelu_torchscript_pattern_7")
 
 
-def _ops(graph):
-    return [n["op_type"] for n in graph.nodes]
-
-
 def test_fold_is_one_gelu_named_after_the_erf():
     g = Graph(CASE.graph)
     folded = gelu.fold(g, g.shapes(2))
-    ops = _ops(folded)
+    ops = op_types(folded)
     assert "Gelu" in ops and not {"Div", "Erf", "Mul"} & set(ops)
     node = next(n for n in folded.nodes if n["op_type"] == "Gelu")
     assert node["inputs"] == ["h"] and node["outputs"] == ["u"] and node["name"] == "/Erf_e"
     assert node["attrs"] == {"approximate": "none"}
 
 
-def test_folded_gelu_trains_like_the_five_ops(device, monkeypatch):
+def test_folded_gelu_trains_like_the_fiveop_types(device, monkeypatch):
     """Folded (nothing kept) against the numpy engine's five ops: loss, output, every
     parameter gradient; at least 6 fewer dispatches than op by op."""
     res = run(one_step(device, CASE.graph, CASE.blob, CASE.x, CASE.labels))
     compare(CASE.id, res, oracle(CASE))
-    assert "Gelu" in _ops(res["plan"].graph)
+    assert "Gelu" in op_types(res["plan"].graph)
     monkeypatch.setattr(builder.Builder, "FOLD_GELU", False)
     off = run(one_step(device, CASE.graph, CASE.blob, CASE.x, CASE.labels))
-    assert "Gelu" not in _ops(off["plan"].graph)
+    assert "Gelu" not in op_types(off["plan"].graph)
     n_on, n_off = (len(r["plan"].fwd_train) + len(r["plan"].bwd) for r in (res, off))
     assert n_on <= n_off - 6, (n_on, n_off)
 

@@ -11,7 +11,7 @@ import pytest
 
 from cases import case
 from conftest import f32, head, node, rng_for, run
-from harness import compare, one_step, oracle
+from harness import compare, one_step, op_types, oracle
 from webgpu_trainer import onnx_io
 from webgpu_trainer.engine import builder
 from webgpu_trainer.engine.rewrites import linears
@@ -43,7 +43,7 @@ def test_fold_is_views_around_one_gemm(transpose):
     (transB = 1 where the Transpose was); the Relu and the head stay."""
     g = Graph(_block(transpose).graph)
     folded = linears.fold(g, g.shapes(4))
-    ops = [n["op_type"] for n in folded.nodes]
+    ops = op_types(folded)
     assert ops[:5] == ["Reshape", "Gemm", "Reshape", "Relu", "Flatten"], ops
     gemm = folded.nodes[1]
     assert gemm["inputs"][1:] == ["w", "b"] and gemm["attrs"]["transB"] == int(transpose)
@@ -58,7 +58,7 @@ def test_folded_block_trains_like_numpy(device, monkeypatch, transpose, bias_fir
     res = run(one_step(device, c.graph, c.blob, c.x, c.labels))
     compare(c.id, res, oracle(c))
     p = res["plan"]
-    assert [n["op_type"] for n in p.graph.nodes].count("Gemm") == 2
+    assert op_types(p.graph).count("Gemm") == 2
     monkeypatch.setattr(builder.Builder, "FOLD_LINEARS", False)
     off = run(one_step(device, c.graph, c.blob, c.x, c.labels))
     compare(c.id, off, oracle(c))
@@ -72,7 +72,7 @@ def test_not_folded_where_something_else_reads():
     c = _block()
     g = Graph(c.graph)
     kept = linears.fold(g, g.shapes(4), keep={"m"})
-    assert [n["op_type"] for n in kept.nodes][:4] == ["Reshape", "Gemm", "Reshape", "Add"]
+    assert op_types(kept)[:4] == ["Reshape", "Gemm", "Reshape", "Add"]
     nodes = [dict(n) for n in c.graph["nodes"]]
     nodes.append(node("Flatten", ["wt"], ["wt_f"], axis=1))  # the transpose read again
     g2 = Graph({**c.graph, "nodes": nodes})

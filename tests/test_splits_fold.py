@@ -9,7 +9,7 @@ import pytest
 
 from cases import by_id, gather
 from conftest import run
-from harness import compare, one_step, oracle
+from harness import compare, one_step, op_types, oracle
 from webgpu_trainer.engine import builder
 from webgpu_trainer.engine.graph import Graph
 from webgpu_trainer.engine.rewrites import splits
@@ -17,14 +17,10 @@ from webgpu_trainer.engine.rewrites import splits
 CASE = by_id(gather.CASES, "packed_qkv_all_axis0")
 
 
-def _ops(graph):
-    return [n["op_type"] for n in graph.nodes]
-
-
 def test_fold_is_one_split_and_a_view_per_part():
     g = Graph(CASE.graph)
     folded = splits.fold(g, g.shapes(2))
-    assert "Gather" not in _ops(folded) and _ops(folded).count("Split") == 1
+    assert "Gather" not in op_types(folded) and op_types(folded).count("Split") == 1
     split = next(n for n in folded.nodes if n["op_type"] == "Split")
     assert split["inputs"] == ["t"] and split["attrs"] == {"axis": 0, "split": [1, 1, 1]}
     views = {n["outputs"][0]: n for n in folded.nodes if n["inputs"][:1] and
@@ -41,10 +37,10 @@ def test_folded_split_trains_like_the_gathers(device, monkeypatch):
     gradient; fewer dispatches backward than the three scatters and their sum."""
     res = run(one_step(device, CASE.graph, CASE.blob, CASE.x, CASE.labels))
     compare(CASE.id, res, oracle(CASE))
-    assert "Split" in _ops(res["plan"].graph)
+    assert "Split" in op_types(res["plan"].graph)
     monkeypatch.setattr(builder.Builder, "FOLD_SPLITS", False)
     off = run(one_step(device, CASE.graph, CASE.blob, CASE.x, CASE.labels))
-    assert "Split" not in _ops(off["plan"].graph)
+    assert "Split" not in op_types(off["plan"].graph)
     assert len(res["plan"].bwd) < len(off["plan"].bwd), (len(res["plan"].bwd),
                                                          len(off["plan"].bwd))
 
