@@ -11,13 +11,15 @@
 //     i = i0 + a*sh, j = j0 + b*sw with (r + ph - i) and (q + pw - j) multiples of the
 //     stride, from dy[n, k, u + eh - a, v + ew - b] (`Cls`): a stride-1 product over
 //     C_out * A * B terms, with none of the zeros a strided gather would multiply. Params:
-//     M = C, N = batch, C / H / W the channels and size of dy, OH / OW the size of dx.
+//     M = C, N = batch, C / H / W the channels and size of dy, OH / OW the size of dx; z
+//     slice class * splits + part.
 // with kk = c*T + i*KW + j (T = KH*KW), p = oh*OW + ow, im2col(img)[kk, (n,p)] =
 // img[n, c, oh*sh - ph + i*dh, ow*sw - pw + j*dw] (0 outside the image). The image is
 // [batch, C, H, W]; OH x OW is the window grid. Outputs of modes 0 and 1 are NCHW
 // [batch, M, OH, OW] (partial sums [splits, ...] likewise); mode 2's [splits, M, N].
-// Epilogue (splits == 1): + bias[m] (has_bias), max(., 0) (relu), 0 where src <= 0 (mask: a
-// fused ReLU's gradient, src the ReLU's output at the same index).
+// Epilogue (splits == 1; else reduce.wgsl reduce_splits applies it): + bias[m] (has_bias),
+// max(., 0) (relu), 0 where src <= 0 (mask: a fused ReLU's gradient, src the ReLU's output at
+// the same index).
 
 struct Params {
   M: u32, N: u32, K: u32, splits: u32,
@@ -165,18 +167,15 @@ fn col_base(j: u32) -> u32 {
   return (j / pix) * p.M * pix + j % pix;
 }
 
-fn put(z: u32, m: u32, cb: vec4<u32>, j: u32, v: vec4<f32>) {
+// `zb`: the offset of this workgroup's part (split-K) in the output.
+fn put(zb: u32, m: u32, cb: vec4<u32>, j: u32, v: vec4<f32>) {
   if (m >= p.M) { return; }
   var b = 0.0;
   if (p.splits == 1u && p.has_bias == 1u) { b = bias[m]; }
   for (var i = 0u; i < 4u; i++) {
     if (j + i < cols) {
-      var at = z * p.M * p.N + m * p.N + j + i;
-      if (MODE == 3u) {
-        at = cb[i] + m * p.OH * p.OW;
-      } else if (MODE != 2u) {
-        at = z * p.M * p.N + cb[i] + m * p.OH * p.OW;
-      }
+      var at = zb + m * p.N + j + i;
+      if (MODE != 2u) { at = zb + cb[i] + m * p.OH * p.OW; }
       var o = v[i] + b;
       if (p.splits == 1u) {
         if (p.relu == 1u) { o = max(o, 0.0); }
@@ -195,12 +194,14 @@ fn conv_gemm(@builtin(workgroup_id) wid: vec3<u32>,
   var n_cols = p.N;
   var kd = p.K;
   var split = wid.z;
-  if (MODE == 3u) {  // a stride class a z slice, unsplit; its grid may need fewer tiles
-    let c = class_of(wid.z);
+  var zb = wid.z * p.M * p.N;  // the part's offset in the output
+  if (MODE == 3u) {  // a stride class `splits` z slices; its grid may need fewer tiles
+    let c = class_of(wid.z / p.splits);
     cls = c;
     n_cols = p.N * c.hr * c.wr;
     kd = p.C * c.A * c.B;
-    split = 0u;
+    split = wid.z % p.splits;
+    zb = split * p.N * p.M * p.OH * p.OW;
   }
   cols = n_cols;
   let tiles_n = (n_cols + 8u * TW - 1u) / (8u * TW);
@@ -258,7 +259,6 @@ fn conv_gemm(@builtin(workgroup_id) wid: vec3<u32>,
     }
     workgroupBarrier();
   }
-  let z = wid.z;
   let top = m0 + ty * 4u;
   let bottom = m0 + 4u * TW + ty * 4u;
   let left = n0 + tx * 4u;
@@ -271,12 +271,12 @@ fn conv_gemm(@builtin(workgroup_id) wid: vec3<u32>,
     cr = vec4<u32>(col_base(right), col_base(right + 1u), col_base(right + 2u),
                    col_base(right + 3u));
   }
-  put(z, top, cl, left, acc[0]); put(z, top, cr, right, acc[1]);
-  put(z, top + 1u, cl, left, acc[2]); put(z, top + 1u, cr, right, acc[3]);
-  put(z, top + 2u, cl, left, acc[4]); put(z, top + 2u, cr, right, acc[5]);
-  put(z, top + 3u, cl, left, acc[6]); put(z, top + 3u, cr, right, acc[7]);
-  put(z, bottom, cl, left, acc[8]); put(z, bottom, cr, right, acc[9]);
-  put(z, bottom + 1u, cl, left, acc[10]); put(z, bottom + 1u, cr, right, acc[11]);
-  put(z, bottom + 2u, cl, left, acc[12]); put(z, bottom + 2u, cr, right, acc[13]);
-  put(z, bottom + 3u, cl, left, acc[14]); put(z, bottom + 3u, cr, right, acc[15]);
+  put(zb, top, cl, left, acc[0]); put(zb, top, cr, right, acc[1]);
+  put(zb, top + 1u, cl, left, acc[2]); put(zb, top + 1u, cr, right, acc[3]);
+  put(zb, top + 2u, cl, left, acc[4]); put(zb, top + 2u, cr, right, acc[5]);
+  put(zb, top + 3u, cl, left, acc[6]); put(zb, top + 3u, cr, right, acc[7]);
+  put(zb, bottom, cl, left, acc[8]); put(zb, bottom, cr, right, acc[9]);
+  put(zb, bottom + 1u, cl, left, acc[10]); put(zb, bottom + 1u, cr, right, acc[11]);
+  put(zb, bottom + 2u, cl, left, acc[12]); put(zb, bottom + 2u, cr, right, acc[13]);
+  put(zb, bottom + 3u, cl, left, acc[14]); put(zb, bottom + 3u, cr, right, acc[15]);
 }

@@ -6,9 +6,12 @@
 struct Params {
   outer: u32, C: u32, inner: u32, count: u32,
   splits: u32, N: u32, bias_mode: u32, beta: f32,
-  relu: u32, _p0: u32, _p1: u32, _p2: u32,
+  relu: u32, mask: u32, _p1: u32, _p2: u32,
 }
-// relu (reduce_splits): out[e] = max(sum, 0), a Gemm's fused ReLU (gemm.wgsl).
+// reduce_splits' epilogue, after the bias: relu: max(sum, 0), a Gemm's or a convolution's fused
+// ReLU (gemm.wgsl, conv_gemm.wgsl); mask: 0 where src[e] <= 0, a fused ReLU's gradient (src the
+// ReLU's output at the same index). bias_mode 5 is a convolution's per-channel bias of an NCHW
+// output: bias[(e / inner) % C] (inner the pixels of a plane, C the channels).
 
 //!include index
 
@@ -16,6 +19,7 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<storage, read> src: array<f32>;  // reduce_splits' mask source
 
 const WG: u32 = 256u;  // channel_sum's workgroup
 alias RedT = f32;
@@ -69,9 +73,11 @@ fn reduce_splits(@builtin(global_invocation_id) gid: vec3<u32>,
     case 2u: { s += p.beta * bias[m]; }
     case 3u: { s += p.beta * bias[e]; }
     case 4u: { s += p.beta * bias[0]; }
+    case 5u: { s += p.beta * bias[(e / max(p.inner, 1u)) % max(p.C, 1u)]; }
     default: {}
   }
   if (p.relu != 0u) { s = max(s, 0.0); }
+  if (p.mask != 0u && src[e] <= 0.0) { s = 0.0; }
   out[e] = s;
 }
 

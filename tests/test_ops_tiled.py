@@ -189,6 +189,43 @@ def _conv_strided(name, batch):
                 checks=(on_classes,), patch={"CONV_GEMM_STRIDED_MIN": 1})
 
 
+def _conv_split_fused(name, batch):
+    """Split-K products whose epilogue runs in reduce_splits (conv_gemm._run): a forward with
+    bias and fused ReLU, a stride-1 input gradient masked by the ReLU before it, and a stride-2
+    input gradient by stride classes (MODE 3, every class in several z slices) masked
+    likewise; sums of 160-216 terms, few tiles (CONV_GEMM_MIN 1)."""
+    rng = rng_for("tiled_split_fused", name)
+    shapes = [(20, 6, 1, 1), (40, 20, 3, 3), (24, 40, 3, 3)]
+    ws = [f32(rng.standard_normal(s) / np.sqrt(np.prod(s[1:]))) for s in shapes]
+    bs = [f32(rng.standard_normal(s[0]) * 0.1) for s in shapes]
+    x = f32(rng.standard_normal((batch, 6, 9, 9)))
+    labels = rng.integers(0, 4, batch)
+    conv = dict(dilations=[1, 1], group=1)
+    nodes = [node("Conv", ["input", "w0", "b0"], ["c0"], kernel_shape=[1, 1],
+                  pads=[0, 0, 0, 0], strides=[1, 1], **conv),
+             node("Relu", ["c0"], ["r0"]),
+             node("Conv", ["r0", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                  strides=[2, 2], **conv),
+             node("Relu", ["c1"], ["r1"]),
+             node("Conv", ["r1", "w2", "b2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                  strides=[1, 1], **conv),
+             node("Flatten", ["c2"], ["flat"], axis=1)]
+    hn, ht = head("flat", 24 * 5 * 5, 4, rng)
+    tensors = [(f"{p}{i}", t, "param") for i, (w, bb) in enumerate(zip(ws, bs))
+               for p, t in (("w", w), ("b", bb))] + ht
+
+    def split_with_epilogue(res, want):
+        keys = [(str(d[0]), d[-1]) for d in res["plan"].fwd_train + res["plan"].bwd]
+        gemms = [(k, g) for k, g in keys if "conv_gemm" in k]
+        assert any("MODE=3" in k and g[2] > 4 for k, g in gemms), gemms
+        assert any("MODE=1" in k and g[2] > 1 for k, g in gemms), gemms
+        assert any("MODE=0" in k and g[2] > 1 for k, g in gemms), gemms
+    return case(f"tiled/{name}", nodes + hn, tensors, x, labels, tag="Conv (split-K epilogue)",
+                acts=("r0", "r1", "c2"), dacts=("c0", "c1", "c2"),
+                checks=(split_with_epilogue,),
+                patch={"CONV_GEMM_MIN": 1, "CONV_GEMM_STRIDED_MIN": 1})
+
+
 def _seednet():
     """models/seednet.onnx at batch 6, Dropout ratio 0; fc2.bias feeds a train-mode BatchNorm
     (its gradient is zero in exact arithmetic)."""
@@ -215,6 +252,7 @@ OWN_CASES = [_conv_relu("conv3_like_b40", 16, 24, 12, 40),
              _conv_bn("bn_b300_one_part", 300, None),
              _relu_fused("relu_fused_s1", 1), _relu_fused("relu_fused_s2", 2),
              _conv_wide("conv_gemm_b2", 2), _conv_strided("strided_b3", 3),
+             _conv_split_fused("split_fused_b2", 2),
              # a batched activation times a weight large enough for the Gemm's tiles (ops/
              # matmul.py hands the plain product to gemm.matmul; dA reads W^T)
              matmul_case("tiled_3d_x_2d", ("act", [16, 64, 256]), ("param", [256, 256]), 16)]

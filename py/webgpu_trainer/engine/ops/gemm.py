@@ -153,12 +153,15 @@ def tile_shape(b, m: int, n: int, k: int) -> tuple[int, int] | None:
 
 
 async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=0, beta=1.0,
-                        relu=0):
-    """out[e] = sum_s parts[s*count + e] (+ beta * bias by bias_mode; max(., 0) with relu)."""
-    params = dict(outer=0, C=0, inner=0, count=count, splits=splits, N=n, bias_mode=bias_mode,
-                  beta=beta, relu=relu)
+                        relu=0, mask_src=None, channels=0, inner=0):
+    """out[e] = sum_s parts[s*count + e] (+ beta * bias by bias_mode; max(., 0) with relu; 0
+    where mask_src[e] <= 0). ``bias_mode`` (shaders/reduce.wgsl): 1 bias[n], 2 bias[m], 3
+    bias[e], 4 bias[0] (e = m * n_ + n), 5 an NCHW output's channel bias[(e // inner) %
+    channels]."""
+    params = dict(outer=0, C=channels, inner=inner, count=count, splits=splits, N=n,
+                  bias_mode=bias_mode, beta=beta, relu=relu, mask=int(mask_src is not None))
     await b.kernel("reduce", "reduce_splits", groups_1d(count), params=params, x=parts,
-                   bias=bias, out=out)
+                   bias=bias, src=mask_src, out=out)
 
 
 async def channel_sum(b, x, out, outer, channels, inner):
@@ -168,13 +171,13 @@ async def channel_sum(b, x, out, outer, channels, inner):
     channels hold more than 64 Ki elements each (a thread would then add them all alone)."""
     if not b.tiled and CHANNEL_SUM_ROWS and (channels >= 8 or outer * inner <= 1 << 16):
         params = dict(outer=outer, C=channels, inner=inner, count=0, splits=1, N=0,
-                      bias_mode=0, beta=0.0, relu=0)
+                      bias_mode=0, beta=0.0, relu=0, mask=0)
         await b.kernel("reduce", "channel_sum_rows", groups_1d(channels), params=params, x=x,
                        out=out)
         return
     parts = b.reduce_parts(outer * inner)
     params = dict(outer=outer, C=channels, inner=inner, count=0, splits=parts, N=0, bias_mode=0,
-                  beta=0.0, relu=0)
+                  beta=0.0, relu=0, mask=0)
     target = b.temp(parts * channels) if parts > 1 else out
     await b.kernel("reduce", "channel_sum", groups_per_channel(channels, parts), params=params, x=x,
                    out=target)
