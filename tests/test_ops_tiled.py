@@ -226,6 +226,37 @@ def _conv_split_fused(name, batch):
                 patch={"CONV_GEMM_MIN": 1, "CONV_GEMM_STRIDED_MIN": 1})
 
 
+def _depthwise(name, batch, hw, window, stride, want_entry, want_parts):
+    """1x1 Conv -> depthwise Conv (4 channels, ``window`` x ``window``, pads window // 2,
+    ``stride``) -> head: the weight gradient's GPU kernel (conv_depthwise ``backward_weight_wg``,
+    ``want_parts`` parts of the batch added by reduce_splits), or for windows beyond its
+    MAX_WINDOW (7 x 8) the thread-per-tap kernel."""
+    c, pad = 4, window // 2
+    rng = rng_for("tiled_depthwise", name)
+    pre_w = f32(rng.standard_normal((c, c, 1, 1)) / np.sqrt(c))
+    cw = f32(rng.standard_normal((c, 1, window, window)) / window)
+    cb = f32(rng.standard_normal(c) * 0.1)
+    x = f32(rng.standard_normal((batch, c, hw, hw)))
+    labels = rng.integers(0, 4, batch)
+    nodes = [node("Conv", ["input", "pre.w"], ["pre_out"], kernel_shape=[1, 1],
+                  pads=[0, 0, 0, 0], strides=[1, 1], dilations=[1, 1], group=1),
+             node("Conv", ["pre_out", "cw", "cb"], ["conv_out"], kernel_shape=[window] * 2,
+                  pads=[pad] * 4, strides=[stride] * 2, dilations=[1, 1], group=c),
+             node("Flatten", ["conv_out"], ["flat"], axis=1)]
+    o = (hw - 1) // stride + 1
+    hn, ht = head("flat", c * o * o, 4, rng)
+    tensors = [("pre.w", pre_w, "param"), ("cw", cw, "param"), ("cb", cb, "param")] + ht
+
+    def on_kernel(res, want):
+        got = [(str(d[0]), d[-1]) for d in res["plan"].bwd if "conv_depthwise:backward_w"
+               in str(d[0])]
+        assert len(got) == 1 and f":{want_entry}:" in got[0][0], got
+        if want_entry == "backward_weight_wg":
+            assert got[0][1][:2] == (c, want_parts), got
+    return case(f"tiled/{name}", nodes + hn, tensors, x, labels, tag="Conv (depthwise)",
+                acts=("conv_out",), dacts=("pre_out", "conv_out"), checks=(on_kernel,))
+
+
 def _seednet():
     """models/seednet.onnx at batch 6, Dropout ratio 0; fc2.bias feeds a train-mode BatchNorm
     (its gradient is zero in exact arithmetic)."""
@@ -253,6 +284,10 @@ OWN_CASES = [_conv_relu("conv3_like_b40", 16, 24, 12, 40),
              _relu_fused("relu_fused_s1", 1), _relu_fused("relu_fused_s2", 2),
              _conv_wide("conv_gemm_b2", 2), _conv_strided("strided_b3", 3),
              _conv_split_fused("split_fused_b2", 2),
+             _depthwise("depthwise_3x3_parts", 6, 24, 3, 1, "backward_weight_wg", 3),
+             _depthwise("depthwise_5x5_s2", 9, 25, 5, 2, "backward_weight_wg", 1),
+             _depthwise("depthwise_7x7", 2, 9, 7, 1, "backward_weight_wg", 1),
+             _depthwise("depthwise_9x9_thread_per_tap", 3, 11, 9, 1, "backward_weight", 0),
              # a batched activation times a weight large enough for the Gemm's tiles (ops/
              # matmul.py hands the plain product to gemm.matmul; dA reads W^T)
              matmul_case("tiled_3d_x_2d", ("act", [16, 64, 256]), ("param", [256, 256]), 16)]
@@ -393,6 +428,8 @@ GPU_PIPELINES = [
     ("rnn", "backward_seq_wide", {}),
     ("rnn", "forward_seq_wide", {"RV": 16}),
     ("rnn", "backward_seq_wide", {"RV": 2}),
+    ("conv_depthwise", "backward_weight_wg", {**_WIN, "KH": 5, "KW": 5, "sh": 2, "sw": 2}),
+    ("reduce", "reduce_splits", {}),
 ]
 
 PIPELINES_JS = """async (items) => {

@@ -66,13 +66,15 @@ def _kernels(plan) -> list:
 
 
 def _on_depthwise_kernels(res, want):
-    """A depthwise Conv runs on conv_depthwise.wgsl's three kernels; the other conv kernels
-    serve only the 1x1 Conv before it: one forward and one weight gradient (its input needs
+    """A depthwise Conv runs on conv_depthwise.wgsl's three kernels (the weight gradient
+    ``backward_weight`` on CPU adapters, ``backward_weight_wg`` on GPU ones); the other conv
+    kernels serve only the 1x1 Conv before it: one forward and one weight gradient (its input needs
     no gradient), by whichever path the adapter takes (direct, pixel-parallel weight gradient
     on GPU adapters, or the implicit GEMM)."""
     got = _kernels(res["plan"])
+    wgrad = "backward_weight_wg" if res["plan"].builder.tiled else "backward_weight"
     assert {"conv_depthwise:forward", "conv_depthwise:backward_input",
-            "conv_depthwise:backward_weight"} <= set(got), got
+            f"conv_depthwise:{wgrad}"} <= set(got), got
     others = [k for k in got if k.split(":")[0] in ("conv2d", "conv2d_wgrad", "conv_gemm")
               and k != "conv2d:pack_forward"]
     assert len(others) == 2 and not any("backward_input" in k for k in others), got

@@ -12,6 +12,9 @@ from .gemm import reduce_splits
 
 TARGET = 16384  # threads the weight gradient aims at (parts of the N*OH rows)
 MIN_TERMS = 256  # products a weight-gradient thread sums at least
+WG_TARGET = 1056  # workgroups of backward_weight_wg (8 of 256 threads on each of 132 SMs)
+WG_MIN_PIXELS = 1024  # dy values a workgroup of backward_weight_wg takes at least
+MAX_WINDOW = (7, 8)  # the largest KH x KW of backward_weight_wg (its named row registers)
 
 
 def applies(g) -> bool:
@@ -57,11 +60,21 @@ def splits(g, win) -> int:
 
 async def weight_grad(b, g, win, x, dy, dw):
     """dw [C, 1, KH, KW] = sum over the batch and output pixels of dy x the window of x: in
-    ``splits`` parts of the rows, added by reduce.wgsl when there are several."""
-    c, taps = g[1], win["KH"] * win["KW"]
-    parts = splits(g, win)
+    parts, added by reduce.wgsl when there are several. GPU adapters (``b.tiled``, windows of
+    at most ``MAX_WINDOW``): ``backward_weight_wg``, a workgroup per (channel, part of the
+    batch), about ``WG_TARGET`` workgroups of at least ``WG_MIN_PIXELS`` pixels (H200,
+    MobileNetV2 at batch 1000: 1.3 ms -> see CHANGELOG); else ``backward_weight``, a thread per
+    (part of the N*OH rows, channel, tap) (``splits``)."""
+    n, c, h, wd, k, oh, ow, grp = g
+    taps = win["KH"] * win["KW"]
+    if b.tiled and win["KH"] <= MAX_WINDOW[0] and win["KW"] <= MAX_WINDOW[1] and c <= 65535:
+        parts = max(1, min(n, _cdiv(WG_TARGET, c), n * oh * ow // WG_MIN_PIXELS))
+        entry, groups = "backward_weight_wg", (c, parts, 1)
+    else:
+        parts = splits(g, win)
+        entry, groups = "backward_weight", groups_1d(parts * c * taps)
     out = b.temp(parts * c * taps) if parts > 1 else dw
-    await b.kernel("conv_depthwise", "backward_weight", groups_1d(parts * c * taps),
-                   params=_params(g, splits=parts), constants=win, x=dy, w=x, y=out)
+    await b.kernel("conv_depthwise", entry, groups, params=_params(g, splits=parts),
+                   constants=win, x=dy, w=x, y=out)
     if parts > 1:
         await reduce_splits(b, out, dw, parts, c * taps)
