@@ -68,10 +68,9 @@ async def _run(b, mode, tw, m, n, kd, win, image, geom, a, out, *, bias=None, re
                    constants={**win, "MODE": mode, "TW": tw}, a=a, img=image, bias=bias,
                    src=mask_src, out=target)
     if splits > 1:
-        fused = dict(bias=bias, bias_mode=5 if bias is not None else 0, relu=relu,
-                     mask_src=mask_src, channels=m, inner=oh * ow)
-        await reduce_splits(b, target, out, splits, count,
-                            **(fused if mode != 2 else {}))
+        await reduce_splits(b, target, out, splits, count, bias=bias,
+                            bias_mode=5 if bias is not None else 0, relu=relu,
+                            mask_src=mask_src, channels=m, inner=oh * ow)
 
 
 async def forward(b, g, win, tw, x, w, bias, y, relu=0, mask_src=None):
