@@ -43,8 +43,10 @@ override ph: u32 = 0u;
 override pw: u32 = 0u;
 override dh: u32 = 1u;
 override dw: u32 = 1u;
-override TW: u32 = 16u;  // threads per tile side: 16 (128 x 128 tiles) or 8 (64 x 64)
+override TW: u32 = 16u;  // threads along n: 8 * TW columns a tile (16 or 8)
+override TM: u32 = TW;   // threads along m: 8 * TM rows a tile (TW, or TW / 2: 64 x 128 tiles)
 override BK: u32 = TW / 2u;
+
 
 const FAR: i32 = -1048576;  // a row or column offset that every bounds test rejects
 
@@ -144,15 +146,17 @@ fn load_a(m: u32, k: u32, k_end: u32) -> vec4<f32> {
 }
 
 fn store_a(v: vec4<f32>, buf: u32, lid: u32) {
-  let row = buf * BK * 2u * TW;
+  let row = buf * BK * 2u * TM;
   let q = BK / 4u;
   let m = lid / q;
   let k = (lid % q) * 4u;
-  for (var i = 0u; i < 4u; i++) { tile_a[row + (k + i) * 2u * TW + m / 4u][m % 4u] = v[i]; }
+  for (var i = 0u; i < 4u; i++) { tile_a[row + (k + i) * 2u * TM + m / 4u][m % 4u] = v[i]; }
 }
 
-fn store_b(v: vec4<f32>, buf: u32, lid: u32) {
-  tile_b[buf * BK * 2u * TW + (lid / (2u * TW)) * 2u * TW + lid % (2u * TW)] = v;
+// B's entry e (k row e / (2 TW), 4 columns from (e % (2 TW)) * 4): thread lid stores e = lid,
+// and with TM < TW also e = lid + TM * TW (the row TM / 2 further, the same columns).
+fn store_b(v: vec4<f32>, buf: u32, e: u32) {
+  tile_b[buf * BK * 2u * TW + e] = v;
 }
 
 // The output index of (m, column j) for modes 0, 1 and 3 is colbase(j) + m * P.
@@ -186,7 +190,7 @@ fn put(zb: u32, m: u32, cb: vec4<u32>, j: u32, v: vec4<f32>) {
   }
 }
 
-@compute @workgroup_size(TW * TW)
+@compute @workgroup_size(TM * TW)
 fn conv_gemm(@builtin(workgroup_id) wid: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
   // Loop bounds from locals (uniform: the barriers below need them so); the private copies
@@ -205,19 +209,22 @@ fn conv_gemm(@builtin(workgroup_id) wid: vec3<u32>,
   }
   cols = n_cols;
   let tiles_n = (n_cols + 8u * TW - 1u) / (8u * TW);
-  if (wid.x >= tiles_n * ((p.M + 8u * TW - 1u) / (8u * TW))) { return; }
-  let m0 = (wid.x / tiles_n) * 8u * TW;
+  if (wid.x >= tiles_n * ((p.M + 8u * TM - 1u) / (8u * TM))) { return; }
+  let m0 = (wid.x / tiles_n) * 8u * TM;
   let n0 = (wid.x % tiles_n) * 8u * TW;
   let per = ((kd + p.splits - 1u) / p.splits + BK - 1u) / BK * BK;
   let k_start = min(kd, split * per);
   let k_end = min(kd, k_start + per);
   let tx = lid % TW;
   let ty = lid / TW;
-  // This thread's loads: A row am, 4 k from ak; B columns bj.. bj + 3 at k row bk.
+  // This thread's loads: A row am, 4 k from ak; B columns bj.. bj + 3 at k row bk (and, on
+  // 64 x 128 tiles, at k row bk + TM / 2: `two`).
   let am = m0 + lid / (BK / 4u);
   let ak = (lid % (BK / 4u)) * 4u;
   let bj = n0 + (lid % (2u * TW)) * 4u;
   let bk = lid / (2u * TW);
+  let two = TM < TW;
+  let e2 = lid + TM * TW;
   let c0 = col_part(bj);
   let c1 = col_part(bj + 1u);
   let c2 = col_part(bj + 2u);
@@ -225,6 +232,12 @@ fn conv_gemm(@builtin(workgroup_id) wid: vec3<u32>,
   var r = row_part(k_start + bk, k_end);
   var va = load_a(am, k_start + ak, k_end);
   var vb = vec4<f32>(img_at(c0, r), img_at(c1, r), img_at(c2, r), img_at(c3, r));
+  var vb2 = vec4<f32>(0.0);
+  if (two) {
+    r = row_part(k_start + bk + TM / 2u, k_end);
+    vb2 = vec4<f32>(img_at(c0, r), img_at(c1, r), img_at(c2, r), img_at(c3, r));
+    store_b(vb2, 0u, e2);
+  }
   store_a(va, 0u, lid);
   store_b(vb, 0u, lid);
   workgroupBarrier();
@@ -235,12 +248,18 @@ fn conv_gemm(@builtin(workgroup_id) wid: vec3<u32>,
       va = load_a(am, k0 + BK + ak, k_end);
       r = row_part(k0 + BK + bk, k_end);
       vb = vec4<f32>(img_at(c0, r), img_at(c1, r), img_at(c2, r), img_at(c3, r));
+      if (two) {
+        r = row_part(k0 + BK + bk + TM / 2u, k_end);
+        vb2 = vec4<f32>(img_at(c0, r), img_at(c1, r), img_at(c2, r), img_at(c3, r));
+      }
     }
+    let rowa0 = cur * BK * 2u * TM;
     let row0 = cur * BK * 2u * TW;
     for (var k = 0u; k < BK; k++) {
+      let rowa = rowa0 + k * 2u * TM;
       let row = row0 + k * 2u * TW;
-      let a0 = tile_a[row + ty];
-      let a1 = tile_a[row + TW + ty];
+      let a0 = tile_a[rowa + ty];
+      let a1 = tile_a[rowa + TM + ty];
       let b0 = tile_b[row + tx];
       let b1 = tile_b[row + TW + tx];
       acc[0] = fma(vec4<f32>(a0.x), b0, acc[0]); acc[1] = fma(vec4<f32>(a0.x), b1, acc[1]);
@@ -256,11 +275,12 @@ fn conv_gemm(@builtin(workgroup_id) wid: vec3<u32>,
       cur = 1u - cur;
       store_a(va, cur, lid);
       store_b(vb, cur, lid);
+      if (two) { store_b(vb2, cur, e2); }
     }
     workgroupBarrier();
   }
   let top = m0 + ty * 4u;
-  let bottom = m0 + 4u * TW + ty * 4u;
+  let bottom = m0 + 4u * TM + ty * 4u;
   let left = n0 + tx * 4u;
   let right = n0 + 4u * TW + tx * 4u;
   var cl = vec4<u32>(0u);

@@ -14,26 +14,32 @@ def _b(tiled=True, least=128):
 
 
 @pytest.mark.parametrize("m,n,kd,grp,tiled,least,want", [
-    (256, 50176, 2304, 1, True, 128, 16),    # ResNet-18's 256-channel 3x3 forward
-    (64, 200704, 576, 1, True, 128, 0),      # its 64-channel stage: direct by default
-    (64, 200704, 576, 1, True, 32, 8),       # ... 64 x 64 tiles when allowed
-    (512, 4608, 4096, 1, False, 128, 0),     # CPU adapters (SwiftShader, lavapipe): direct
-    (512, 4608, 4096, 2, True, 128, 0),      # groups > 1: direct
-    (512, 4608, 4096, 1, True, None, 0),     # switched off
-    (130, 162, 333, 1, True, 1, 16),         # a test's edges (tests/test_ops_tiled.py)
-    (128, 128 * 65536, 64, 1, True, 1, 0),   # more tiles than one dispatch holds: direct
-    (128, 128 * 65535, 64, 1, True, 1, 16),  # ... the last count that fits
+    (256, 50176, 2304, 1, True, 128, (16, 16)),   # ResNet-18's 256-channel 3x3 forward
+    (64, 200704, 576, 1, True, 128, None),        # its 64-channel stage: direct by default
+    (64, 200704, 576, 1, True, 32, (8, 16)),      # ... 64 x 128 tiles when allowed
+    (127, 200704, 576, 1, True, 32, (8, 16)),     # ... up to 127 rows
+    (32, 200704, 288, 1, True, 32, (8, 8)),       # 32 rows: 64 x 64
+    (512, 100, 4096, 1, True, 1, (8, 8)),         # 100 columns: 64 x 64
+    (512, 4608, 4096, 1, False, 128, None),       # CPU adapters (SwiftShader, lavapipe)
+    (512, 4608, 4096, 2, True, 128, None),        # groups > 1: direct
+    (512, 4608, 4096, 1, True, None, None),       # switched off
+    (130, 162, 333, 1, True, 1, (16, 16)),        # a test's edges (tests/test_ops_tiled.py)
+    (128, 128 * 65536, 64, 1, True, 1, None),     # more tiles than one dispatch holds
+    (128, 128 * 65535, 64, 1, True, 1, (16, 16)),  # ... the last count that fits
+    (64, 128 * 65536, 64, 1, True, 1, None),      # ... on 64 x 128 tiles
 ])
 def test_gemm_tile(m, n, kd, grp, tiled, least, want):
     assert conv_gemm.gemm_tile(_b(tiled, least), m, n, kd, grp) == want
 
 
 def test_default_leaves_thin_layers_direct():
-    """The default sends only 128 x 128 tiles to the GEMM: ResNet-8's widest layer (64
-    channels, 7x7 at batch 1000) stays on the direct kernels (measured slower on 64 x 64
-    tiles, README)."""
-    assert Builder.CONV_GEMM_MIN == 128
-    assert conv_gemm.gemm_tile(_b(least=Builder.CONV_GEMM_MIN), 64, 49000, 576) == 0
+    """The default sends 64-channel layers to 64 x 128 tiles and leaves 32-channel ones on the
+    direct kernels (measured slower on 64 x 64 tiles: Builder.CONV_GEMM_MIN's comment)."""
+    assert Builder.CONV_GEMM_MIN == 64
+    b = _b(least=Builder.CONV_GEMM_MIN)
+    assert conv_gemm.gemm_tile(b, 64, 49000, 576) == (8, 16)
+    assert conv_gemm.gemm_tile(b, 32, 196000, 288) is None
+    assert conv_gemm.gemm_tile(b, 64, 49000, 32) is None  # a 1x1 layer of 32 in channels
 
 
 @pytest.mark.parametrize("tiles,m,n,kd,tw,want", [

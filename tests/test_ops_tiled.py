@@ -226,6 +226,39 @@ def _conv_split_fused(name, batch):
                 patch={"CONV_GEMM_MIN": 1, "CONV_GEMM_STRIDED_MIN": 1})
 
 
+def _conv_mid(name, batch):
+    """Conv 5 -> 70 (3x3, pad 1) -> Relu -> Conv 70 -> 64 (stride 2) -> Relu -> Conv 64 -> 100
+    -> head on 16 x 16 planes (CONV_GEMM_MIN 1): the 64 x 128 tiles (TM 8) of layers with 64 to
+    127 channels in every mode (forward, stride-1 input gradient with the ReLU's mask, weight
+    gradient, stride classes), rows at a tile's edge (70, 100), sums not a multiple of BK
+    (630), split-K parts, and the second row of B loads each thread makes on these tiles."""
+    rng = rng_for("tiled_mid", name)
+    shapes = [(70, 5, 3, 3), (64, 70, 3, 3), (100, 64, 3, 3)]
+    ws = [f32(rng.standard_normal(s) / np.sqrt(np.prod(s[1:]))) for s in shapes]
+    bs = [f32(rng.standard_normal(s[0]) * 0.1) for s in shapes]
+    x = f32(rng.standard_normal((batch, 5, 16, 16)))
+    labels = rng.integers(0, 4, batch)
+    conv = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], dilations=[1, 1], group=1)
+    nodes = [node("Conv", ["input", "w0", "b0"], ["c0"], strides=[1, 1], **conv),
+             node("Relu", ["c0"], ["r0"]),
+             node("Conv", ["r0", "w1", "b1"], ["c1"], strides=[2, 2], **conv),
+             node("Relu", ["c1"], ["r1"]),
+             node("Conv", ["r1", "w2", "b2"], ["c2"], strides=[1, 1], **conv),
+             node("Flatten", ["c2"], ["flat"], axis=1)]
+    hn, ht = head("flat", 100 * 8 * 8, 4, rng)
+    tensors = [(f"{p}{i}", t, "param") for i, (w, bb) in enumerate(zip(ws, bs))
+               for p, t in (("w", w), ("b", bb))] + ht
+
+    def on_mid_tiles(res, want):
+        keys = [str(d[0]) for d in res["plan"].fwd_train + res["plan"].bwd]
+        mid = [k for k in keys if "conv_gemm" in k and "TM=8" in k and "TW=16" in k]
+        for mode in range(4):
+            assert any(f"MODE={mode}" in k for k in mid), (mode, keys)
+    return case(f"tiled/{name}", nodes + hn, tensors, x, labels, tag="Conv (64 x 128 tiles)",
+                acts=("r0", "r1", "c2"), dacts=("c0", "c1", "c2"), checks=(on_mid_tiles,),
+                patch={"CONV_GEMM_MIN": 1, "CONV_GEMM_STRIDED_MIN": 1})
+
+
 def _depthwise(name, batch, hw, window, stride, want_entry, want_parts):
     """1x1 Conv -> depthwise Conv (4 channels, ``window`` x ``window``, pads window // 2,
     ``stride``) -> head: the weight gradient's GPU kernel (conv_depthwise ``backward_weight_wg``,
@@ -284,6 +317,7 @@ OWN_CASES = [_conv_relu("conv3_like_b40", 16, 24, 12, 40),
              _relu_fused("relu_fused_s1", 1), _relu_fused("relu_fused_s2", 2),
              _conv_wide("conv_gemm_b2", 2), _conv_strided("strided_b3", 3),
              _conv_split_fused("split_fused_b2", 2),
+             _conv_mid("conv_gemm_mid_b2", 2),
              _depthwise("depthwise_3x3_parts", 6, 24, 3, 1, "backward_weight_wg", 3),
              _depthwise("depthwise_5x5_s2", 9, 25, 5, 2, "backward_weight_wg", 1),
              _depthwise("depthwise_7x7", 2, 9, 7, 1, "backward_weight_wg", 1),
@@ -422,6 +456,8 @@ GPU_PIPELINES = [
     ("conv_gemm", "conv_gemm", {**_WIN, "sh": 2, "sw": 2, "ph": 1, "MODE": 2, "TW": 8}),
     ("conv_gemm", "conv_gemm", {**_WIN, "sh": 2, "sw": 2, "ph": 1, "MODE": 3, "TW": 16}),
     ("conv_gemm", "conv_gemm", {**_WIN, "KW": 2, "sh": 2, "sw": 3, "pw": 1, "MODE": 3, "TW": 8}),
+    ("conv_gemm", "conv_gemm", {**_WIN, "ph": 1, "pw": 1, "MODE": 0, "TW": 16, "TM": 8}),
+    ("conv_gemm", "conv_gemm", {**_WIN, "sh": 2, "sw": 2, "ph": 1, "MODE": 3, "TW": 16, "TM": 8}),
     ("batchnorm", "forward_fused", {}),
     ("batchnorm", "backward_fused", {}),
     ("rnn", "forward_seq_wide", {}),

@@ -204,10 +204,11 @@ class Builder:
     # Convolutions as implicit GEMM (shaders/conv_gemm.wgsl, ops/conv_gemm.py) on GPU adapters
     # where the product's rows, columns and sum are each at least this long (out channels,
     # batch x pixels or taps, taps x in channels); None: the direct kernels always. Tests set 1.
-    # 128: only 128 x 128 tiles (H200: ResNet-18 at batch 256 74.6 -> 66.6 ms/step with every
-    # layer of >= 32 channels on the GEMM, but ResNet-8's 32 / 64-channel layers on 64 x 64
-    # tiles made batch 1000 slower, 9.67 -> 12.91 ms/step; benchmarks/results/*-perfconv-*).
-    CONV_GEMM_MIN = 128
+    # 64: 64-127 channel layers on 64 x 128 tiles (H200, against 128: ResNet-18 at batch 64 /
+    # 256 17.07 / 56.84 -> 16.83 / 55.06 ms/step, ResNet-8 at 64 / 1000 2.19 / 11.23 -> 1.94 /
+    # 10.88; results *-s18-tile-*). 32 loses: 32-channel layers on 64 x 64 tiles made ResNet-8
+    # at batch 1000 14.37 and MobileNetV2 13.88 (against 13.21) ms/step.
+    CONV_GEMM_MIN = 64
 
     # The input gradient of a strided convolution by stride classes on the implicit GEMM
     # (conv_gemm.strided_input_grad) from this many dx channels (None: conv2d.wgsl

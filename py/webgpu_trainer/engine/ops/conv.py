@@ -146,9 +146,9 @@ async def conv_forward(b, node, g, win, x, w, bias, y, relu=0, mask=0, mask_src=
     """y = the convolution of x with w (+ bias; ReLU'd with ``relu``; masked where mask_src
     <= 0 with ``mask``, then bias must be None) for the geometry ``g`` and window ``win``."""
     n, c, h, wd, k, oh, ow, grp = g
-    tw = conv_gemm.gemm_tile(b, k, n * oh * ow, c * win["KH"] * win["KW"], grp)
-    if tw:
-        await conv_gemm.forward(b, g, win, tw, x, w, bias if mask_src is None else None, y,
+    tile = conv_gemm.gemm_tile(b, k, n * oh * ow, c * win["KH"] * win["KW"], grp)
+    if tile:
+        await conv_gemm.forward(b, g, win, tile, x, w, bias if mask_src is None else None, y,
                                 relu=relu, mask_src=mask_src if mask else None)
         return
     params = _params(g, has_bias=int(bias is not None), relu=relu, mask=mask)
@@ -220,16 +220,16 @@ async def input_grad(b, node, g, win, w, dy, dx, mask=0, mask_src=None, bias=Non
     kh, kw = win["KH"], win["KW"]
     full_pad_ok = win["ph"] <= win["dh"] * (kh - 1) and win["pw"] <= win["dw"] * (kw - 1)
     if win["sh"] == win["sw"] == 1 and full_pad_ok:
-        tw = conv_gemm.gemm_tile(b, c, n * h * wd, k * kh * kw, grp)
-        if tw:
-            await conv_gemm.input_grad(b, g, win, tw, w, dy, dx,
+        tile = conv_gemm.gemm_tile(b, c, n * h * wd, k * kh * kw, grp)
+        if tile:
+            await conv_gemm.input_grad(b, g, win, tile, w, dy, dx,
                                        mask_src=mask_src if mask else None, bias=bias, relu=relu)
             return
         await _input_grad_as_forward(b, node, g, win, w, dy, dx, mask, mask_src, bias, relu)
         return
-    tw = conv_gemm.strided_tile(b, g, win)
-    if tw:
-        await conv_gemm.strided_input_grad(b, g, win, tw, w, dy, dx,
+    tile = conv_gemm.strided_tile(b, g, win)
+    if tile:
+        await conv_gemm.strided_input_grad(b, g, win, tile, w, dy, dx,
                                            mask_src=mask_src if mask else None, bias=bias,
                                            relu=relu)
         return
@@ -250,9 +250,9 @@ async def weight_grad(b, g, win, x, dy, dw):
     split over the batch)."""
     n, c, h, wd, k, oh, ow, grp = g
     taps = (c // grp) * win["KH"] * win["KW"]
-    tw = conv_gemm.gemm_tile(b, k, taps, n * oh * ow, grp)
-    if tw:
-        await conv_gemm.weight_grad(b, g, win, tw, x, dy, dw)
+    tile = conv_gemm.gemm_tile(b, k, taps, n * oh * ow, grp)
+    if tile:
+        await conv_gemm.weight_grad(b, g, win, tile, x, dy, dw)
         return
     if b.tiled and (win["ph"] or win["pw"]) and b.PADDED_WEIGHT_GRAD:
         g, win, x = await _padded_input(b, g, win, x)
