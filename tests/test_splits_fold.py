@@ -8,7 +8,8 @@ import copy
 import pytest
 
 from cases import by_id, gather
-from conftest import run
+from cases.blocks import gemm_pre
+from conftest import f32, node, rng_for, run
 from harness import compare, one_step, op_types, oracle
 from webgpu_trainer.engine import builder
 from webgpu_trainer.engine.graph import Graph
@@ -75,3 +76,72 @@ def test_not_folded(change):
     assert splits.fold(g, shapes) is g
     control = Graph(CASE.graph)  # the case itself folds
     assert splits.fold(control, Graph(CASE.graph).shapes(2)) is not control
+
+
+def _aligned(relu=False):
+    """packed_qkv_all_axis0 with 64 features a part: h [2, 192] -> [2, 3, 64] -> Transpose
+    [3, 2, 64], each part 128 floats (512 bytes, a multiple of WebGPU's 256-byte binding
+    alignment), so the folded Split's parts are views of t and their gradients views of dt
+    (``fusion.split_offsets``). ``relu``: q goes through a Relu first (then not in place: t's
+    other parts share its buffer)."""
+    rng = rng_for("gather_qkv_views", relu)
+    pre, tensors = gemm_pre(7, 192, rng)
+    q = "q"
+    extra = []
+    if relu:
+        extra, q = [node("Relu", ["q"], ["qr"])], "qr"
+    nodes = pre + [node("Reshape", ["h", "s3"], ["r"]),
+                   node("Transpose", ["r"], ["t"], perm=[1, 0, 2]),
+                   node("Gather", ["t", "i0"], ["q"], axis=0),
+                   node("Gather", ["t", "i1"], ["k1"], axis=0),
+                   node("Squeeze", ["k1"], ["k"], axes=[0]),
+                   node("Gather", ["t", "im1"], ["v"], axis=0)] + extra + \
+        [node("Add", [q, "k"], ["qk"]), node("Mul", ["qk", "v"], ["y"])]
+    x = f32(rng.standard_normal((gather.BATCH, 7)))
+    ints = gather._ints
+    return gather.gather_case(f"packed_qkv_views_relu{int(relu)}", nodes, tensors, x, 64,
+                              {"s3": ints([0, 3, 64]), "i0": ints([0], []), "i1": ints([1]),
+                               "im1": ints([-1], [])},
+                              acts=("t", "q", "k1", "v"), dacts=("h", "t", "q", "k1", "v"))
+
+
+def _views(res):
+    """{part: (activation offset - t's, gradient offset - dt's)} of the Split's outputs that
+    share t's buffer (and dt's)."""
+    plan = res["plan"]
+    split = next(n for n in plan.graph.nodes if n["op_type"] == "Split")
+    t, dt = plan.acts["t"], plan.grads["t"]
+    return {o: (plan.acts[o].offset - t.offset, plan.grads[o].offset - dt.offset)
+            for o in split["outputs"]
+            if plan.acts[o].buf is t.buf and plan.grads[o].buf is dt.buf}
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_aligned_split_parts_are_views(device, monkeypatch, relu):
+    """Against the float64 numpy engine and bit for bit against the copying Split
+    (SPLIT_VIEWS False): the parts and their gradients at byte offsets 0, 512, 1024 of t and
+    dt, three dispatches fewer forward and backward; a Relu on a part is not done in place."""
+    case = _aligned(relu)
+    res = run(one_step(device, case.graph, case.blob, case.x, case.labels,
+                       keep=("t", "q", "k1", "v")))
+    compare(case.id, res, oracle(case), acts=("t", "q", "k1", "v"), dacts=("t", "q", "k1"))
+    assert sorted(_views(res).values()) == [(0, 0), (512, 512), (1024, 1024)]
+    if relu:
+        assert res["plan"].acts["qr"].buf is not res["plan"].acts["t"].buf
+    monkeypatch.setattr(builder.Builder, "SPLIT_VIEWS", False)
+    off = run(one_step(device, case.graph, case.blob, case.x, case.labels,
+                       keep=("t", "q", "k1", "v")))
+    assert _views(off) == {}
+    assert len(off["plan"].fwd_train) - len(res["plan"].fwd_train) == 3
+    # (with the Relu, the copying plan's in-place Relu costs one more backward dispatch)
+    assert len(off["plan"].bwd) - len(res["plan"].bwd) == 3 + relu
+    for part in ("grads", "dacts"):  # (the copying plan's in-place Relu overwrites dqr)
+        for name, v in off[part].items():
+            assert name == "qr" or (res[part][name] == v).all(), (part, name)
+    assert (res["acts"]["y"] == off["acts"]["y"]).all()
+
+
+def test_unaligned_split_parts_are_copies(device):
+    """packed_qkv_all_axis0's parts (8 floats, 32 bytes) cannot start a binding: copies."""
+    res = run(one_step(device, CASE.graph, CASE.blob, CASE.x, CASE.labels))
+    assert _views(res) == {}

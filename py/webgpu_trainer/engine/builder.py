@@ -210,6 +210,10 @@ class Builder:
     # at batch 1000 14.37 and MobileNetV2 13.88 (against 13.21) ms/step.
     CONV_GEMM_MIN = 64
 
+    # A Split whose parts are contiguous runs of its input (nn.MultiheadAttention's q/k/v)
+    # as views of it and of its gradient (fusion.split_offsets; False: copies, A/B).
+    SPLIT_VIEWS = True
+
     # The input gradient of a strided convolution by stride classes on the implicit GEMM
     # (conv_gemm.strided_input_grad) from this many dx channels (None: conv2d.wgsl
     # backward_input, A/B). Lower than CONV_GEMM_MIN: backward_input reaches ~3 TFLOP/s on

@@ -9,11 +9,18 @@ the same floats, and no reader of what the fusion no longer writes.
 - ``relu_grads``: an op whose card says TAKES_RELU_GRAD (Conv, BatchNormalization, Dropout, the
   pools) masks its input gradient by the in-place ReLU before it, its only reader.
 - ``relu_sums``: the sum of the gradients of a multi-use in-place ReLU output masks by it.
+- ``split_offsets``: a Split whose parts are contiguous runs of its input (every dimension
+  before the axis of size 1: nn.MultiheadAttention's packed q/k/v, ``rewrites/splits.py``)
+  makes its outputs views of the input at their byte offsets, and their gradients views of the
+  input's gradient (``Plan._split_part``): no copy either way.
 - ``passes_grad``: an Add of two same-shaped tensors hands its output gradient to its inputs
   (``Plan._allocate_grads``: shared buffers, no copy).
 """
 
+import math
+
 from .ops import OPS
+from .ops.layout_rules import split_spec
 
 
 def card_says(node, flag: str) -> bool:
@@ -74,3 +81,20 @@ def passes_grad(node, shapes) -> bool:
     ins = node["inputs"]
     return node["op_type"] == "Add" and len(ins) == 2 and ins[0] != ins[1] and \
         shapes[ins[0]] == shapes[ins[1]] == shapes[node["outputs"][0]]
+
+
+def split_offsets(node, shapes, constants) -> list | None:
+    """Byte offsets of a Split's outputs in its input when each is one contiguous run of it
+    (every input dimension before the axis of size 1) starting at a multiple of 256 bytes
+    (WebGPU's largest minStorageBufferOffsetAlignment, so a binding of any adapter may start
+    there); else None. The caller adds the input's own offset and checks it too."""
+    x = shapes.get(node["inputs"][0])
+    if x is None or not all(node["outputs"]):
+        return None
+    values = [constants[i]["values"] if i and i in constants else None for i in node["inputs"]]
+    axis, sizes = split_spec(node, x, values)
+    if math.prod(x[:axis]) != 1:
+        return None
+    inner = 4 * math.prod(x[axis + 1:])
+    offs = [inner * sum(sizes[:k]) for k in range(len(sizes))]
+    return None if any(o % 256 for o in offs) else offs

@@ -221,6 +221,10 @@ class Plan:
                 if not out or out in self.acts:
                     continue
                 src = self.acts.get(node["inputs"][0])
+                part = self._split_part(node, k, src)
+                if part is not None:  # a part of a Split: a view into its input
+                    self.acts[out] = Tensor(shapes[out], src.buf, src.offset + part)
+                    continue
                 if src is None and k == 0 and node["op_type"] in VIEWS:
                     src = self.weights.get(node["inputs"][0])  # a view of a weight: in P
                 alias = k == 0 and src is not None and (
@@ -299,7 +303,13 @@ class Plan:
                         or out not in self.acts or node is self.final_softmax:
                     continue
                 src = node["inputs"][0]
-                if self.acts[out].buf is self.acts.get(src, Tensor([], None)).buf and \
+                part = self._split_part(node, k, self.acts.get(src))
+                if part is not None and src in self.grads and src not in multi:
+                    # a Split part's gradient: its place in the input's (the Split then
+                    # writes nothing for it, ops/layout.py)
+                    self.grads[out] = Tensor(self.shapes[out], self.grads[src].buf,
+                                             self.grads[src].offset + part)
+                elif self.acts[out].buf is self.acts.get(src, Tensor([], None)).buf and \
                         src in self.grads and src not in multi:
                     self.grads[out] = Tensor(self.shapes[out], self.grads[src].buf,
                                              self.grads[src].offset)
@@ -339,13 +349,27 @@ class Plan:
                 return shared[total]
         return mine or self._gbuf(4 * math.prod(self.shapes[name]), "d" + name)
 
+    def _split_part(self, node, k, src):
+        """The byte offset of output ``k`` of ``node`` in its input ``src`` when ``node`` is a
+        Split whose outputs can be views of the input (``fusion.split_offsets``; the input an
+        activation, every part's offset a multiple of 256 bytes), else None."""
+        if node["op_type"] != "Split" or src is None or src.buf is self.P or \
+                not Builder.SPLIT_VIEWS:
+            return None
+        offs = fusion.split_offsets(node, self.shapes, self.graph.constants)
+        if offs is None or any((src.offset + o) % 256 for o in offs):
+            return None
+        return offs[k]
+
     def _sole_reader(self, name) -> bool:
         """Whether one node reads the data of ``name``: counting the readers of every tensor
-        that shares its buffer through views (Flatten, Reshape, ...), so an in-place ReLU never
-        overwrites what another node still reads. The model output is never overwritten."""
+        that shares its buffer through views (Flatten, Reshape, ..., a Split's parts), so an
+        in-place ReLU never overwrites what another node still reads. The model output is
+        never overwritten."""
         g = self.graph
         root = name
-        while root in g.producer and g.producer[root]["op_type"] in VIEWS:
+        while root in g.producer and (g.producer[root]["op_type"] in VIEWS or self._split_part(
+                g.producer[root], 0, self.acts.get(g.producer[root]["inputs"][0])) is not None):
             root = g.producer[root]["inputs"][0]
 
         def readers(t):
@@ -358,6 +382,8 @@ class Plan:
                         continue
                     if c["op_type"] in VIEWS and k == 0:
                         count += readers(c["outputs"][0])
+                    elif k == 0 and self._split_part(c, 0, self.acts.get(t)) is not None:
+                        count += sum(readers(o) for o in c["outputs"] if o)
                     else:
                         count += 1
             return count

@@ -17,7 +17,8 @@ and bounds; out-of-bounds cells get a fill value. The gradients follow PyTorch's
 - Expand: dx = dy summed over the broadcast dimensions (``sum_expanded``, split over
   workgroups when few outputs sum many values, the parts added by reduce.wgsl);
 - Split: one copy per output; dx = the outputs' gradients concatenated, zeros for an output
-  that has none (torch's ``split`` backward).
+  that has none (torch's ``split`` backward). Parts the plan made views of x (and of dx:
+  ``fusion.split_offsets``) need neither.
 
 Attribute-like inputs (Slice starts/ends/axes/steps, Pad pads/axes, Expand shape, Split split)
 must be constants of the model description; ``infer`` (layout_rules.py, with the per-op
@@ -230,11 +231,12 @@ async def backward(b, node, ins, outs, gins, gouts):
 
 
 async def _split(b, node, x, outs):
-    """Each output: its part of x along the axis (a copy)."""
+    """Each output: its part of x along the axis (a copy), unless the plan made it a view of
+    x there (``Plan._split_part``)."""
     axis, sizes = split_spec(node, x.shape, _values(b, node))
     xs, off = _strides(x.shape), 0
     for t, size in zip(outs, sizes):
-        if t is not None:
+        if t is not None and not _in_place(t, x, off * xs[axis]):
             dims = [_plain(d, s, o) for d, s, o in zip(t.shape, xs, _strides(t.shape))]
             await gather(b, x, t, dims, src_off=off * xs[axis])
         off += size
@@ -247,12 +249,20 @@ async def _split_grad(b, node, x, dx, gouts):
     xs, off = _strides(x.shape), 0
     for g, size in zip(gouts, sizes):
         shape = [size if d == axis else n for d, n in enumerate(x.shape)]
+        if g is not None and _in_place(g, dx, off * xs[axis]):
+            off += size  # the plan put this part's gradient in its place in dx
+            continue
         if g is not None:
             dims = [_plain(n, s, o) for n, s, o in zip(shape, _strides(shape), xs)]
         else:
             dims = [(n, 1, 0, 1, 0, 0, o) for n, o in zip(shape, xs)]
         await gather(b, g, dx, dims, dst_off=off * xs[axis], value=0.0)
         off += size
+
+
+def _in_place(part, whole, start) -> bool:
+    """Whether tensor ``part`` is the view of ``whole`` from element ``start``."""
+    return part.buf is whole.buf and part.offset == whole.offset + 4 * start
 
 
 _PAD_MODES = {"reflect": 0, "edge": 1}  # pad.wgsl's mode
