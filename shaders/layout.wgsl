@@ -23,7 +23,7 @@
 struct Params {
   n: u32, rank: u32, src_off: u32, dst_off: u32,
   value: f32, use_fill: u32, red: u32, splits: u32,
-  red_rank: u32, _p0: u32, _p1: u32, _p2: u32,
+  red_rank: u32, quad: u32, _p1: u32, _p2: u32,
   geo: array<vec4<i32>, 6>,
   ext: array<vec4<i32>, 6>,
 }
@@ -69,15 +69,46 @@ fn locate(i: u32) -> Loc {
   return Loc(src, dst, ok);
 }
 
+fn put(i: u32) {
+  let l = locate(i);
+  var v = p.value;
+  if (p.use_fill != 0u) { v = fill[0]; }
+  if (l.ok) { v = x[u32(l.src)]; }
+  out[l.dst] = v;
+}
+
+// With p.quad (ops/layout.py `gather`: the last dim a plain copy, at least 4 long) a thread
+// takes 4 consecutive i: inside one row of the last dim they share every other index, so one
+// `locate` serves the 4 (its divisions dominated the cost: an H200 moved ViT's head
+// transposes at ~1.1 TB/s).
 @compute @workgroup_size(64)
 fn strided(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
-  for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) {
-    let l = locate(i);
-    var v = p.value;
-    if (p.use_fill != 0u) { v = fill[0]; }
-    if (l.ok) { v = x[u32(l.src)]; }
-    out[l.dst] = v;
+  if (p.quad == 0u) {
+    for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) { put(i); }
+    return;
+  }
+  let r = i32(p.rank) - 1;
+  let size = u32(p.geo[r].x);
+  let ss = u32(p.ext[r].y);
+  let ds = u32(p.ext[r].z);
+  for (var q = flat_index(gid, nwg); q < (p.n + 3u) / 4u; q += grid_stride(nwg)) {
+    let i = q * 4u;
+    if (i % size + 3u < size && i + 3u < p.n) {
+      let l = locate(i);
+      var v = vec4<f32>(p.value);
+      if (p.use_fill != 0u) { v = vec4<f32>(fill[0]); }
+      if (l.ok) {
+        let s0 = u32(l.src);
+        v = vec4<f32>(x[s0], x[s0 + ss], x[s0 + 2u * ss], x[s0 + 3u * ss]);
+      }
+      out[l.dst] = v.x;
+      out[l.dst + ds] = v.y;
+      out[l.dst + 2u * ds] = v.z;
+      out[l.dst + 3u * ds] = v.w;
+    } else {
+      for (var k = i; k < min(i + 4u, p.n); k++) { put(k); }
+    }
   }
 }
 

@@ -114,7 +114,7 @@ def _pack(n, dims, src_off=0, dst_off=0, value=0.0, use_fill=0, red=0, splits=1,
             ext += [*dims[k][4:], 0] if k < len(dims) else [1, 0, 0, 0]
     return dict(n=int(n), rank=len(dims), src_off=int(src_off), dst_off=int(dst_off),
                 value=float(value), use_fill=int(use_fill), red=int(red), splits=int(splits),
-                red_rank=len(red_dims), geo=_rows(geo), ext=_rows(ext))
+                red_rank=len(red_dims), quad=0, geo=_rows(geo), ext=_rows(ext))
 
 
 def _rows(flat) -> list:
@@ -125,14 +125,22 @@ def _rows(flat) -> list:
 async def gather(b, x, out, dims, src_off=0, dst_off=0, value=0.0, fill=None):
     """One ``strided`` dispatch over the index space of ``dims`` (see layout.wgsl): writes
     every destination cell it indexes, ``value`` (or ``fill[0]``) where the source is out of
-    bounds."""
+    bounds. When the last dim (after ``_coalesce``) is a plain copy at least 4 long, each
+    thread takes 4 consecutive cells (``quad``: one index decomposition for the 4)."""
     dims = _coalesce(dims)
     n = math.prod([d[0] for d in dims])
     if n == 0:
         return
     params = _pack(n, dims, src_off, dst_off, value, 1 if fill is not None else 0)
-    await b.kernel("layout", "strided", b.elementwise_groups(n), params=params, x=x, fill=fill,
-                   out=out)
+    last = dims[-1]
+    quad = int(last[1:5] == (1, 0, 1, last[0]) and last[0] >= 4)  # plain, 4+ long
+    params["quad"] = quad
+    await b.kernel("layout", "strided", b.elementwise_groups(_cdiv(n, 4) if quad else n),
+                   params=params, x=x, fill=fill, out=out)
+
+
+def _cdiv(a, b):
+    return (a + b - 1) // b
 
 
 def _plain(size, src_stride, dst_stride):
