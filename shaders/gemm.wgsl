@@ -6,12 +6,14 @@
 // bias_mode 0 none, 1 bias[n] (a row vector, Linear's bias), 2 bias[m], 3 bias[m*N + n],
 // 4 bias[0] (a scalar). relu (Gemm + an in-place ReLU after it, fused: plan.fused_relu): the
 // unsplit kernels store max(v, 0) (elementwise.wgsl relu_forward's floats); split, reduce_splits.
+// mask (the gradient of an in-place ReLU before a Gemm, fused into its dA: plan.relu_grad_fused):
+// 0 where src[at] <= 0, src the ReLU's output (the same index as out); split, reduce_splits.
 
 struct Params {
   M: u32, N: u32, K: u32, splits: u32,
   sam: u32, sak: u32, sbk: u32, sbn: u32,
   bias_mode: u32, alpha: f32, beta: f32, relu: u32,
-  vec: u32,
+  vec: u32, mask: u32,
 }
 
 //!include index
@@ -25,6 +27,7 @@ struct Params {
 // instead of four 4-byte ones).
 @group(0) @binding(5) var<storage, read> a4: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read> b4: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read> src: array<f32>;  // the mask's source
 
 const T: u32 = 4u;
 
@@ -38,14 +41,18 @@ fn bias_at(m: u32, n: u32) -> f32 {
   }
 }
 
-// The stored value: ReLU'd when fused (only with splits == 1: the parts are not the result).
-fn act(v: f32) -> f32 {
-  if (p.relu != 0u && p.splits == 1u) { return max(v, 0.0); }
+// The value stored at out[at]: ReLU'd, or masked, when fused (only with splits == 1: the parts
+// are not the result).
+fn act(at: u32, v: f32) -> f32 {
+  if (p.splits != 1u) { return v; }
+  if (p.mask != 0u && src[at] <= 0.0) { return 0.0; }
+  if (p.relu != 0u) { return max(v, 0.0); }
   return v;
 }
 
 fn store4(at: u32, v: vec4<f32>) {
-  out[at] = act(v.x); out[at + 1u] = act(v.y); out[at + 2u] = act(v.z); out[at + 3u] = act(v.w);
+  out[at] = act(at, v.x); out[at + 1u] = act(at + 1u, v.y); out[at + 2u] = act(at + 2u, v.z);
+  out[at + 3u] = act(at + 3u, v.w);
 }
 
 // Threads along n in a workgroup of `matmul` (1 to 64, a power of two; 64 / WX along m): a
@@ -131,7 +138,7 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
       if (n >= p.N) { break; }
       var v = p.alpha * row[j];
       if (p.splits == 1u) { v += bias_at(m, n); }
-      out[base + m * p.N + n] = act(v);
+      out[base + m * p.N + n] = act(base + m * p.N + n, v);
     }
   }
 }
@@ -271,7 +278,7 @@ fn write_row(base: u32, m: u32, n: u32, v: vec4<f32>) {
     if (n + j < p.N) {
       var o = p.alpha * v[j];
       if (p.splits == 1u) { o += bias_at(m, n + j); }
-      out[base + m * p.N + n + j] = act(o);
+      out[base + m * p.N + n + j] = act(base + m * p.N + n + j, o);
     }
   }
 }

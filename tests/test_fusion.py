@@ -45,8 +45,8 @@ def _fused(plan) -> tuple:
 @pytest.mark.parametrize("name, forward, grad, summed", [
     ("fused_gemm_relu_dropout_k8", ["/Gemm_h"], ["/Relu_r"], []),
     ("fused_gemm_relu_dropout_k256", ["/Gemm_h"], ["/Relu_r"], []),
-    ("fused_matmul_add_relu", ["/Add_s"], [], []),
-    ("fused_residual_relu_three_uses", ["/Add_s2", "/Gemm_h"], [], ["/Relu_r"]),
+    ("fused_matmul_add_relu", ["/Add_s"], ["/Relu_r"], []),
+    ("fused_residual_relu_three_uses", ["/Add_s2", "/Gemm_h"], ["/Relu_r2"], ["/Relu_r"]),
     ("fused_conv_bn_relu_residual_train", ["/Add_s", "/BatchNormalization_b1"], [],
      ["/Relu_r"]),
     ("fused_conv_relu_pools", ["/Conv_c1", "/Conv_c2"], ["/Relu_r1", "/Relu_r2"], []),
@@ -54,7 +54,8 @@ def _fused(plan) -> tuple:
 def test_fused_cases_leave_no_relu_dispatch(device, entries, name, forward, grad, summed):
     """Each fusion case fuses what it says, computes the numpy engine's numbers and
     dispatches no ReLU kernel, except the ReLU backward of a ReLU whose gradient nothing can
-    absorb (a Gemm reads the Add's ReLU in the MatMul case; the head Gemm the others)."""
+    absorb. A Gemm reading an in-place ReLU's output as A masks its dA (the head Gemm after
+    the last ReLU of the MatMul and three-uses cases)."""
     res, _ = check_case(device, by_id(plan_cases.CASES, name))
     p = res["plan"]
     assert _fused(p) == (forward, grad, summed)
@@ -74,13 +75,14 @@ def test_bn_relu_eval_fused(device, entries):
 def test_second_consumer_is_not_fused(device, entries):
     """plan/residual_block: h feeds the ReLU and the residual Add, so the ReLU cannot run in
     place and the Gemm must not apply it (the Add still reads h unrectified): a ReLU of its
-    own forward and backward; the Add's ReLU (its only reader) is fused."""
+    own forward and backward; the Add's ReLU (its only reader) is fused, its gradient into the
+    head Gemm's dA."""
     res, _ = check_case(device, by_id(plan_cases.CASES, "residual_block"))
     p = res["plan"]
-    assert _fused(p) == (["/Add_s"], [], [])
+    assert _fused(p) == (["/Add_s"], ["/Relu_rs"], [])
     relus = _relu_dispatches(entries, p)
     assert relus["fwd_train"] == ["relu_forward_to"]
-    assert relus["bwd"] == ["relu_backward", "relu_backward_to"]
+    assert relus["bwd"] == ["relu_backward_to"]
 
 
 def _output_case(relu_is_output: bool):

@@ -259,6 +259,33 @@ def _conv_mid(name, batch):
                 patch={"CONV_GEMM_MIN": 1, "CONV_GEMM_STRIDED_MIN": 1})
 
 
+def _mlp_masked(name, batch):
+    """Gemm 64 -> 512 -> Relu -> Gemm 512 -> 512 -> Relu -> head: each Relu's gradient masked
+    in the next Gemm's dA (TAKES_RELU_GRAD): the second Gemm's dA [512, 512] (k 512) on the
+    tiled kernel split over k (the mask in reduce_splits), the head's (k 4) on the untiled one;
+    no ReLU backward dispatch."""
+    rng = rng_for("tiled_mlp_masked", name)
+    w1 = f32(rng.standard_normal((512, 64)) / 8)
+    w2 = f32(rng.standard_normal((512, 512)) / np.sqrt(512))
+    b1, b2 = f32(rng.standard_normal(512) * 0.1), f32(rng.standard_normal(512) * 0.1)
+    x = f32(rng.standard_normal((batch, 64)))
+    labels = rng.integers(0, 4, batch)
+    nodes = [node("Gemm", ["input", "w1", "b1"], ["h1"], transB=1), node("Relu", ["h1"], ["r1"]),
+             node("Gemm", ["r1", "w2", "b2"], ["h2"], transB=1), node("Relu", ["h2"], ["r2"])]
+    hn, ht = head("r2", 512, 4, rng)
+    tensors = [("w1", w1, "param"), ("b1", b1, "param"), ("w2", w2, "param"),
+               ("b2", b2, "param")] + ht
+
+    def masked(res, want):
+        plan = res["plan"]
+        assert sorted(plan.relu_grad_fused.values()) == ["/Relu_r1", "/Relu_r2"]
+        keys = [(str(d[0]), d[-1]) for d in plan.bwd]
+        assert not any("relu" in k for k, _ in keys), keys
+        assert any("matmul_tiled" in k and g[2] > 1 for k, g in keys), keys
+    return case(f"tiled/{name}", nodes + hn, tensors, x, labels, tag="Gemm (ReLU grad fused)",
+                acts=("r1", "r2"), dacts=("h1", "h2"), checks=(masked,))
+
+
 def _depthwise(name, batch, hw, window, stride, want_entry, want_parts):
     """1x1 Conv -> depthwise Conv (4 channels, ``window`` x ``window``, pads window // 2,
     ``stride``) -> head: the weight gradient's GPU kernel (conv_depthwise ``backward_weight_wg``,
@@ -318,6 +345,7 @@ OWN_CASES = [_conv_relu("conv3_like_b40", 16, 24, 12, 40),
              _conv_wide("conv_gemm_b2", 2), _conv_strided("strided_b3", 3),
              _conv_split_fused("split_fused_b2", 2),
              _conv_mid("conv_gemm_mid_b2", 2),
+             _mlp_masked("mlp_masked_b512", 512),
              _depthwise("depthwise_3x3_parts", 6, 24, 3, 1, "backward_weight_wg", 3),
              _depthwise("depthwise_5x5_s2", 9, 25, 5, 2, "backward_weight_wg", 1),
              _depthwise("depthwise_7x7", 2, 9, 7, 1, "backward_weight_wg", 1),

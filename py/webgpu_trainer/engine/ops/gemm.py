@@ -13,6 +13,7 @@ from . import card
 
 TYPES = ("Gemm",)
 FUSES_RELU_FORWARD = True  # a following in-place Relu is applied by the product's last kernel
+TAKES_RELU_GRAD = True  # a preceding in-place Relu's backward masks dA (the product's epilogue)
 CHANNEL_SUM_ROWS = True  # CPU adapters: bias gradients by channel_sum_rows (reduce.wgsl; A/B)
 
 ATTRS = {"Gemm": {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}}
@@ -47,9 +48,11 @@ def init(node, graph):
 
 
 async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=None,
-                 bias_mode=0, beta=1.0, relu=0):
+                 bias_mode=0, beta=1.0, relu=0, mask_src=None):
     """out[m, n] = alpha * sum_k a[m*sam + k*sak] * bm[k*sbk + n*sbn] (+ beta * bias), then
-    max(out, 0) with ``relu`` (a fused ReLU: by the product, or ``reduce_splits`` when split).
+    max(out, 0) with ``relu`` (a fused ReLU: by the product, or ``reduce_splits`` when split);
+    0 where ``mask_src`` (float32 [m * n], out's layout) <= 0 when given (a fused ReLU's
+    gradient).
 
     Large outputs on GPU adapters (``tile_shape``): a workgroup-memory tiled kernel (128 x 128
     tiles, 8 x 8 per thread), else 4 x 4 per thread with no workgroup memory (CPU adapters,
@@ -87,12 +90,14 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
     target = b.temp(splits * m * n) if splits > 1 else out
     params = dict(M=m, N=n, K=k, splits=splits, sam=a_strides[0], sak=a_strides[1],
                   sbk=b_strides[0], sbn=b_strides[1], bias_mode=bias_mode if bias else 0,
-                  alpha=alpha, beta=beta, relu=relu, vec=vec)
+                  alpha=alpha, beta=beta, relu=relu, vec=vec, mask=int(mask_src is not None))
     await b.kernel("gemm", entry, counts, params=params, constants=consts, a=a, bm=bm, bias=bias,
-                   out=target, a4=a if vec & 1 else None, b4=bm if vec & 2 else None)
+                   out=target, a4=a if vec & 1 else None, b4=bm if vec & 2 else None,
+                   src=mask_src)
     if splits > 1:
         await reduce_splits(b, target, out, splits, m * n, n=n, bias=bias,
-                            bias_mode=bias_mode if bias else 0, beta=beta, relu=relu)
+                            bias_mode=bias_mode if bias else 0, beta=beta, relu=relu,
+                            mask_src=mask_src)
 
 
 def _vec_bits(b, a, a_strides, bm, b_strides) -> int:
@@ -230,11 +235,13 @@ async def backward(b, node, ins, outs, gins, gouts):
     sam, sak = _op_strides(A.shape, ta)
     sbk, sbn = _b_strides(B.shape, tb)
     dy = gouts[0]
+    # an in-place ReLU before this Gemm (A its output): its backward masks dA here
+    mask = A if "backward" in b.fused(node) else None
     if gins[0] is not None:  # d op(A)[m,k] = alpha * sum_n dY[m,n] * op(B)[k,n]
         if not ta:
-            await matmul(b, dy, (n, 1), B, (sbn, sbk), gins[0], m, k, n, alpha)
+            await matmul(b, dy, (n, 1), B, (sbn, sbk), gins[0], m, k, n, alpha, mask_src=mask)
         else:
-            await matmul(b, B, (sbk, sbn), dy, (1, n), gins[0], k, m, n, alpha)
+            await matmul(b, B, (sbk, sbn), dy, (1, n), gins[0], k, m, n, alpha, mask_src=mask)
     if gins[1] is not None:  # d op(B)[k,n] = alpha * sum_m op(A)[m,k] * dY[m,n]
         if not tb:
             await matmul(b, A, (sak, sam), dy, (n, 1), gins[1], k, n, m, alpha)
