@@ -107,7 +107,7 @@ def test_picker_and_mismatch(rgb, app, server):
                            ".includes('#7')")
     label = RGB_CLASSES[int(np.asarray(rgb["test"][1])[7])]
     assert page.text_content("#kernel-image-note") == \
-        f"blobs test image #7 (a {label}): 8×8, RGB (convolved as its grey levels)"
+        f"Colour blobs test image #7 (a {label}): 8×8, RGB (convolved as its grey levels)"
     w, h, data = page.evaluate(CANVAS, "kernel-input")
     assert (w, h) == (SIDE, SIDE) and data == rgba(rgb["test"][0][7])
     screenshot(page, "datasets-kernels")

@@ -63,7 +63,8 @@ export async function testImage(index) {
   const side = Math.round(Math.sqrt(pixels));
   const [c, height, width] = set.shape.length === 3 ? set.shape : [1, side, side];
   const bytes = set.images[0];
-  const what = `${set.name === "mnist" ? "MNIST" : set.name} test image #${index} ` +
+  const title = set.title ?? (set.name === "mnist" ? "MNIST" : set.name);  // as the picker
+  const what = `${title} test image #${index} ` +
     `(a ${set.classes[set.labels[0]] ?? set.labels[0]}): ${width}×${height}`;
   if (c !== 3) {
     return { width, height, pixels: Float32Array.from(bytes, (b) => b / 255), note: what };
