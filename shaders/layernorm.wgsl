@@ -7,7 +7,8 @@
 //   dscale[s] = sum_{r, d % S == s} dy * xhat,  dbias[s] = sum_{r, d % S == s} dy
 // forward_* write y and stats = [mean (rows), rstd (rows)]; backward_* read stats.
 // *_rows: one thread per row (short rows); *_wg: one 64-thread workgroup per row (long rows),
-// row = wid.x + wid.y * num_workgroups.x. param_grad: thread (d, part) sums rows of its part into
+// row = wid.x + wid.y * num_workgroups.x; *_seg: SEG threads per row, 64 / SEG rows a workgroup
+// (GPU adapters, rows of 8-255 values: neighbouring threads read neighbouring values). param_grad: thread (d, part) sums rows of its part into
 // out[part * D + d] (dscale) and out2[...] (dbias); fold: out[s] = sum over parts and d == s mod S
 // of x[part * D + d]; stats_out copies the statistics to the Mean / InvStdDev outputs.
 // p.flags: bit 0 = dscale / Mean wanted, bit 1 = dbias / InvStdDev wanted.
@@ -122,6 +123,77 @@ fn backward_wg(@builtin(workgroup_id) wid: vec3<u32>,
   }
   let sums = wg_sum(lid, acc) / f32(p.D);
   for (var d = lid; d < p.D; d += WG) {
+    let xh = (x[base + d] - mean) * rstd;
+    out[base + d] = rstd * (dy[base + d] * scale[d % p.S] - sums.x - xh * sums.y);
+  }
+}
+
+override SEG: u32 = 16u;
+
+// The sum of v over the SEG invocations of lid's row, returned to each of them; pairwise
+// halving within the row's lanes. All invocations call it (uniformly).
+fn seg_sum(lid: u32, v: RedT) -> RedT {
+  red[lid] = v;
+  workgroupBarrier();
+  let lane = lid % SEG;
+  for (var h = SEG / 2u; h > 0u; h = h >> 1u) {
+    if (lane < h) { red[lid] += red[lid + h]; }
+    workgroupBarrier();
+  }
+  let total = red[lid - lane];
+  workgroupBarrier();
+  return total;
+}
+
+@compute @workgroup_size(64)
+fn forward_seg(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+  let r = (wid.x + wid.y * nwg.x) * (WG / SEG) + lid / SEG;
+  let lane = lid % SEG;
+  let live = r < p.rows;
+  let base = r * p.D;
+  var s = 0.0;
+  if (live) { for (var d = lane; d < p.D; d += SEG) { s += x[base + d]; } }
+  let mean = seg_sum(lid, vec2<f32>(s, 0.0)).x / f32(p.D);
+  var v = 0.0;
+  if (live) {
+    for (var d = lane; d < p.D; d += SEG) {
+      let t = x[base + d] - mean;
+      v += t * t;
+    }
+  }
+  let rstd = 1.0 / sqrt(seg_sum(lid, vec2<f32>(v, 0.0)).x / f32(p.D) + p.eps);
+  if (!live) { return; }
+  if (lane == 0u) {
+    stats[r] = mean;
+    stats[p.rows + r] = rstd;
+  }
+  for (var d = lane; d < p.D; d += SEG) { out[base + d] = affine((x[base + d] - mean) * rstd, d); }
+}
+
+@compute @workgroup_size(64)
+fn backward_seg(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+  let r = (wid.x + wid.y * nwg.x) * (WG / SEG) + lid / SEG;
+  let lane = lid % SEG;
+  let live = r < p.rows;
+  let base = r * p.D;
+  var mean = 0.0;
+  var rstd = 0.0;
+  var acc = vec2<f32>(0.0);
+  if (live) {
+    mean = stats[r];
+    rstd = stats[p.rows + r];
+    for (var d = lane; d < p.D; d += SEG) {
+      let gg = dy[base + d] * scale[d % p.S];
+      acc += vec2<f32>(gg, gg * (x[base + d] - mean) * rstd);
+    }
+  }
+  let sums = seg_sum(lid, acc) / f32(p.D);
+  if (!live) { return; }
+  for (var d = lane; d < p.D; d += SEG) {
     let xh = (x[base + d] - mean) * rstd;
     out[base + d] = rstd * (dy[base + d] * scale[d % p.S] - sums.x - xh * sums.y);
   }

@@ -494,6 +494,8 @@ GPU_PIPELINES = [
     ("rnn", "backward_seq_wide", {"RV": 2}),
     ("conv_depthwise", "backward_weight_wg", {**_WIN, "KH": 5, "KW": 5, "sh": 2, "sw": 2}),
     ("reduce", "reduce_splits", {}),
+    ("layernorm", "forward_seg", {"SEG": 16}),
+    ("layernorm", "backward_seg", {"SEG": 16}),
 ]
 
 PIPELINES_JS = """async (items) => {

@@ -22,13 +22,14 @@ def _layernorm(size, last):
 
 VARIANT_SHAPES = {"stats_no_bias": [3, 7], "scale_broadcast": [5, 33], "many_rows": [64, 7],
                   "many_rows_broadcast": [64, 2, 3], "frozen_scale": [3, 40],
-                  "row4096": [1, 4096]}
+                  "row4096": [1, 4096], "rows_in_parts": [37, 64]}
 
 
 def _variant(name):
     """Mean / InvStdDev outputs without B; Scale / B of the last dim over 2 normalised dims
     (the gradient sums fold); many rows (the parameter gradients in several parts); a frozen
-    Scale (role buffer) with a trained B; rows of 4096 values."""
+    Scale (role buffer) with a trained B; rows of 4096 values; rows of 64 in parts of 16+ rows,
+    the last one shorter, and a last workgroup of SEG rows half empty (the GPU path)."""
     rng = rng_for("layernorm_var", name)
     shape = VARIANT_SHAPES[name]
     axis = -2 if name in ("scale_broadcast", "many_rows_broadcast") else -1

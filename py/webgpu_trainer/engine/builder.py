@@ -210,6 +210,12 @@ class Builder:
     # at batch 1000 14.37 and MobileNetV2 13.88 (against 13.21) ms/step.
     CONV_GEMM_MIN = 64
 
+    # LayerNorm rows of 8-255 values on SEG threads each on GPU adapters (ops/layernorm.py;
+    # False: a thread a row, A/B), and its Scale / B gradients over this many threads there
+    # (parts of the rows; the CPU adapters keep ``splits``).
+    LN_SEG = True
+    LN_PARAM_THREADS = 1 << 18
+
     # A Split whose parts are contiguous runs of its input (nn.MultiheadAttention's q/k/v)
     # as views of it and of its gradient (fusion.split_offsets; False: copies, A/B).
     SPLIT_VIEWS = True

@@ -10,7 +10,8 @@ normalised dims), which get no gradient. ``stash_type`` is ignored (statistics a
 Gradients (PyTorch native_layer_norm_backward), with xhat = (x - mean) * rstd, g = dy * Scale:
   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))  over each row,
   dScale = sum of dy * xhat and dB = sum of dy over the rows (and broadcast dims).
-Short rows run one thread per row, long ones (or few rows) one workgroup per row.
+Short rows run one thread per row, long ones (or few rows) one workgroup per row; on GPU
+adapters rows of 8-255 values run SEG threads a row (``segmented``).
 """
 
 import math
@@ -76,6 +77,34 @@ def _setup(b, node, ins):
     return x, scale, bias, rows, d, s, eps, b.save(node, 2 * rows, "stats")
 
 
+SEG = 16  # threads per row of layernorm.wgsl's *_seg kernels
+
+
+def segmented(b, d: int) -> bool:
+    """True for rows of 8-255 values on GPU adapters (``b.tiled``, ``Builder.LN_SEG``): SEG
+    threads a row read neighbouring values, where one thread a row reads values D apart."""
+    return b.tiled and b.LN_SEG and 8 <= d < 256
+
+
+def _kernel(b, name, rows, d):
+    """(entry point, workgroups, constants) of ``name`` (forward / backward) for ``rows``
+    rows of ``d`` values."""
+    if segmented(b, d):
+        return f"{name}_seg", groups_1d(rows * SEG), {"SEG": SEG}
+    if per_row_workgroup(rows, d):
+        return f"{name}_wg", groups_1d(rows, 1), None
+    return f"{name}_rows", groups_1d(rows), None
+
+
+def param_parts(b, rows: int, d: int) -> int:
+    """Parts of the rows the Scale / B gradients sum separately (a thread per (part, value)):
+    on GPU adapters about ``Builder.LN_PARAM_THREADS`` threads of at least 16 rows each (the
+    sums are latency-bound: each thread's loop reads 4 values a row); else ``b.splits``."""
+    if not b.tiled:
+        return b.splits(d, rows, min_per_split=64)
+    return max(1, min(-(-b.LN_PARAM_THREADS // d), rows // 16, 8192))
+
+
 def _params(rows, d, s, eps, has_bias=0, parts=1, flags=0) -> dict:
     """layernorm.wgsl's Params."""
     return dict(rows=rows, D=d, S=s, has_bias=has_bias, eps=eps, parts=parts, flags=flags)
@@ -86,9 +115,8 @@ async def forward(b, node, ins, outs, train):
     backward and are copied to Mean / InvStdDev when those outputs exist."""
     x, scale, bias, rows, d, s, eps, stats = _setup(b, node, ins)
     params = _params(rows, d, s, eps, has_bias=int(bias is not None))
-    wg = per_row_workgroup(rows, d)
-    await b.kernel("layernorm", "forward_wg" if wg else "forward_rows",
-                   groups_1d(rows, 1) if wg else groups_1d(rows), params=params, x=x,
+    entry, groups, constants = _kernel(b, "forward", rows, d)
+    await b.kernel("layernorm", entry, groups, constants=constants, params=params, x=x,
                    scale=scale, bias=bias, out=outs[0], stats=stats)
     mean = outs[1] if len(outs) > 1 else None
     inv = outs[2] if len(outs) > 2 else None
@@ -106,16 +134,15 @@ async def backward(b, node, ins, outs, gins, gouts):
         return
     x, scale, _, rows, d, s, eps, stats = _setup(b, node, ins)
     if gins[0] is not None:
-        wg = per_row_workgroup(rows, d)
-        await b.kernel("layernorm", "backward_wg" if wg else "backward_rows",
-                       groups_1d(rows, 1) if wg else groups_1d(rows),
+        entry, groups, constants = _kernel(b, "backward", rows, d)
+        await b.kernel("layernorm", entry, groups, constants=constants,
                        params=_params(rows, d, s, eps), x=x, scale=scale, dy=dy, out=gins[0],
                        stats=stats)
     gs = gins[1] if len(gins) > 1 else None
     gb = gins[2] if len(gins) > 2 else None
     if gs is None and gb is None:
         return
-    parts = b.splits(d, rows, min_per_split=64)
+    parts = param_parts(b, rows, d)
     direct = parts == 1 and s == d
     ps = (gs if direct else b.scratch(parts * d)) if gs is not None else None
     pb = (gb if direct else b.scratch(parts * d)) if gb is not None else None
