@@ -2,6 +2,7 @@
 // partial results (gemm.wgsl, conv2d.wgsl backward_weight).
 //   channel_sum:   out[c] = sum_{o < outer, i < inner} x[(o*C + c)*inner + i]   (in parts)
 //   reduce_splits: out[e] = sum_{s < splits} x[s*count + e]  (+ beta*bias per bias_mode, e = m*N+n)
+//   column_parts:  out[k*C + c] = sum over the rows o of part k of x[o*C + c]   (inner 1)
 
 struct Params {
   outer: u32, C: u32, inner: u32, count: u32,
@@ -50,6 +51,29 @@ fn channel_sum(@builtin(workgroup_id) wid: vec3<u32>,
   red[lid] = (s4.x + s4.y) + (s4.z + s4.w);
   wg_tree_sum(lid);
   if (lid == 0u) { out[wid.y * p.C + c] = red[0]; }
+}
+
+// A thread per (part k, column c) of x viewed as [outer, C] (`splits` parts of the rows; GPU
+// adapters, ops/gemm.channel_sum, which folds the parts with channel_sum): neighbouring threads
+// read neighbouring columns of a row, where channel_sum's read values C apart.
+@compute @workgroup_size(64)
+fn column_parts(@builtin(global_invocation_id) gid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>) {
+  let t = flat_index(gid, nwg);
+  let c = t % p.C;
+  let k = t / p.C;
+  if (k >= p.splits) { return; }
+  let per = (p.outer + p.splits - 1u) / p.splits;
+  let end = min(p.outer, (k + 1u) * per);
+  var s4 = vec4<f32>(0.0);  // four loads in flight
+  var o = k * per;
+  for (; o + 4u <= end; o += 4u) {
+    let i = o * p.C + c;
+    s4 += vec4<f32>(x[i], x[i + p.C], x[i + 2u * p.C], x[i + 3u * p.C]);
+  }
+  var s = (s4.x + s4.y) + (s4.z + s4.w);
+  for (; o < end; o++) { s += x[o * p.C + c]; }
+  out[k * p.C + c] = s;
 }
 
 @compute @workgroup_size(64)

@@ -361,6 +361,13 @@ def test_gpu_path_case(device, case):
         check_case(device, case)
 
 
+def test_bias_gradients_by_column_parts_in_a_step(device):
+    """A whole training step (the 512-row MLP) with its bias gradients summed by column_parts
+    (Builder.COLUMN_SUMS 64: 512 rows in 32 parts) and channel_sum, against float64 numpy."""
+    with builder_patch({**GPU, "COLUMN_SUMS": 64}):
+        check_case(device, next(c for c in OWN_CASES if c.name == "mlp_masked_b512"))
+
+
 @pytest.mark.parametrize("name", ["relu_fused_s1", "relu_fused_s2"])
 def test_relu_gradient_fused_cpu_path(device, name):
     """The fused ReLU gradient on the CPU adapters' kernels (backward_input, forward on dy)."""
@@ -426,6 +433,36 @@ def test_gemm_vec4_loads_bit_identical(device, monkeypatch, m, n, k, ta, tb):
     with builder_patch({"GEMM_VEC4": False}):
         off = _check_gemm(device, m, n, k, ta, tb, want_vec=0)
     assert np.array_equal(on, off)
+
+
+# Bias gradients over many rows (gemm.channel_sum, inner 1) on GPU adapters: column_parts sums
+# parts of the rows (a last part shorter, parts capped by rows / 16 or by the thread target),
+# channel_sum folds them; against float64 numpy. Planes (inner > 1) keep channel_sum alone.
+@pytest.mark.parametrize("outer,channels,inner,threads,want_parts", [
+    (4999, 7, 1, 1 << 18, 312), (6000, 192, 1, 1 << 18, 375), (6000, 33, 1, 1024, 32),
+    (5000, 3, 8, 1 << 18, 0)])
+def test_column_parts_bias_gradient(device, outer, channels, inner, threads, want_parts):
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    rng = rng_for("column_parts", outer, channels, inner)
+    x = f32(rng.standard_normal((outer, channels, inner)) + 0.5)
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    b.TILED = True
+    b.COLUMN_SUM_THREADS = threads
+    tail = f32(np.full(64 * channels * inner, 1e6))  # past the rows (a pooled buffer's rest)
+    xb, out = device.buffer(x.nbytes + tail.nbytes), device.buffer(4 * channels)
+    device.write(xb, x.tobytes() + tail.tobytes())
+
+    async def go():
+        await gemm.channel_sum(b, xb, out, outer, channels, inner)
+        device.submit([device.program(b.current)])
+        return np.frombuffer(await device.read(out), np.float32)[:channels]
+    got = run(go())
+    from webgpu_trainer.engine.backends.base import groups_1d
+    groups = [d[2] for d in b.current if "column_parts" in d[0][2]]
+    assert groups == ([groups_1d(want_parts * channels)] if want_parts else [])
+    want = x.astype(np.float64).sum(axis=(0, 2))
+    assert rel_err(got, want) <= FWD_RTOL
 
 
 def _check_gemm(device, m, n, k, ta, tb, want_vec=None):
@@ -494,6 +531,7 @@ GPU_PIPELINES = [
     ("rnn", "backward_seq_wide", {"RV": 2}),
     ("conv_depthwise", "backward_weight_wg", {**_WIN, "KH": 5, "KW": 5, "sh": 2, "sw": 2}),
     ("reduce", "reduce_splits", {}),
+    ("reduce", "column_parts", {}),
     ("layernorm", "forward_seg", {"SEG": 16}),
     ("layernorm", "backward_seg", {"SEG": 16}),
 ]

@@ -215,6 +215,11 @@ class Builder:
     # (parts of the rows; the CPU adapters keep ``splits``).
     LN_SEG = True
     LN_PARAM_THREADS = 1 << 18
+    # Per-column sums of more than this many rows (bias gradients over tokens) in parts of the
+    # rows over COLUMN_SUM_THREADS threads first on GPU adapters (ops/gemm.column_parts; None:
+    # A/B; tests set small ones).
+    COLUMN_SUMS = 4096
+    COLUMN_SUM_THREADS = 1 << 18
 
     # A Split whose parts are contiguous runs of its input (nn.MultiheadAttention's q/k/v)
     # as views of it and of its gradient (fusion.split_offsets; False: copies, A/B).
