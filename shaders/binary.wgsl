@@ -8,6 +8,7 @@
 //   forward_same:  out[i] = f(x0[i], x1[i])                   (A, B and Y of one size)
 //   forward:       out[i] = f(x0[ia(i)], x1[ib(i)])           (x0 = A, x1 = B)
 //   backward_same: out[i] = x2[i] * df/dt(x0[i], x1[i])       (x0 = t, x1 = o, x2 = dY)
+//   backward_full: out[i] = x2[i] * df/dt(x0[i], x1[io(i)])   (t not broadcast: no sum)
 //   backward:      out[s*n + j] = sum over the positions r of split s of
 //                                 dY[y(j, r)] * df/dt(x0[j], x1[o(j, r)])
 // t is the operand whose gradient is computed, o the other one. Shapes come collapsed (size-1
@@ -165,6 +166,17 @@ fn backward_same(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
   for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) {
     out[i] = grad(x2[i], x0[i], x1[i]);
+  }
+}
+
+// t spans every dim of Y (o is broadcast): dims as backward's, no red; grid-stride, as forward.
+@compute @workgroup_size(64)
+fn backward_full(@builtin(global_invocation_id) gid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>) {
+  for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) {
+    let o = offsets(i);
+    let v = grad(x2[o.x], x0[i], x1[o.y]);
+    out[i] = select(v, 0.0, v == 0.0);  // -0 as +0, as backward's sum from 0.0 (same bits)
   }
 }
 

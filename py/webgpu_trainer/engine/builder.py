@@ -220,6 +220,9 @@ class Builder:
     # A/B; tests set small ones).
     COLUMN_SUMS = 4096
     COLUMN_SUM_THREADS = 1 << 18
+    # The gradient of a binary op's operand that spans the output (the other one broadcast)
+    # by binary.wgsl backward_full, grid-stride (False: the summing kernel, A/B).
+    BINARY_FULL = True
 
     # A Split whose parts are contiguous runs of its input (nn.MultiheadAttention's q/k/v)
     # as views of it and of its gradient (fusion.split_offsets; False: copies, A/B).

@@ -207,6 +207,11 @@ async def _gradient(b, consts, side, t, o, dy, g, out_shape):
     dims = collapse(out_shape, [t.shape, o.shape])
     kept = [(size, so, st[1], 0) for size, st, so, bc in dims if not bc[0]]
     red = [(size, so, st[1], 0) for size, st, so, bc in dims if bc[0]]
+    if not red and b.BINARY_FULL:  # t spans Y: one product an element (H200 ViT at batch
+        # 1000: the attention's q / k scaling's gradient, 4.2 M elements, 35-64 -> ... us)
+        await b.kernel("binary", "backward_full", b.elementwise_groups(count),
+                       params=_params(count, kept), constants=consts, out=g, x0=t, x1=o, x2=dy)
+        return
     total = 1
     for row in red:
         total *= row[0]
