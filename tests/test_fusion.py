@@ -158,8 +158,9 @@ def test_residual_add_passes_its_gradient(device, entries):
 
 def test_broadcast_add_writes_its_gradients(device, entries):
     """MatMul + Add(bias): the bias is broadcast, so the Add is no pass-through: it writes
-    m's gradient and sums the bias's (numbers: the numpy engine's)."""
+    m's gradient (backward_full: m spans the output) and sums the bias's (backward; numbers:
+    the numpy engine's)."""
     res, _ = check_case(device, by_id(plan_cases.CASES, "fused_matmul_add_relu"))
     p = res["plan"]
     assert p.grads["m"].buf is not p.grads["s"].buf
-    assert [e for s, e in entries[id(p.bwd)] if s == "binary"] == ["backward"] * 2
+    assert [e for s, e in entries[id(p.bwd)] if s == "binary"] == ["backward", "backward_full"]
