@@ -34,6 +34,17 @@ def test_family_case_gpu_paths(device, case):
         check_case(device, case)
 
 
+# Every matmul case with each batched product that fits matmul_wg's tile on it (MATMUL_WG 0:
+# any number of blocks; the operands' layouts take both staging orders of A and of B).
+MATMUL_CASES = [c for c in family("matmul").CASES if c.optimizer is None and c.steps == 1]
+
+
+@pytest.mark.parametrize("case", MATMUL_CASES, ids=[c.id for c in MATMUL_CASES])
+def test_matmul_case_workgroup_kernel(device, case):
+    with builder_patch({**GPU, "MATMUL_WG": 0}):
+        check_case(device, case)
+
+
 # Every conv case with the implicit GEMM (ops/conv_gemm.py) taken by every layer it can take
 # (CONV_GEMM_MIN 1 and CONV_GEMM_STRIDED_MIN 1: group 1; groups > 1 and dilated strided input
 # gradients keep the direct kernels).
@@ -352,7 +363,10 @@ OWN_CASES = [_conv_relu("conv3_like_b40", 16, 24, 12, 40),
              _depthwise("depthwise_9x9_thread_per_tap", 3, 11, 9, 1, "backward_weight", 0),
              # a batched activation times a weight large enough for the Gemm's tiles (ops/
              # matmul.py hands the plain product to gemm.matmul; dA reads W^T)
-             matmul_case("tiled_3d_x_2d", ("act", [16, 64, 256]), ("param", [256, 256]), 16)]
+             matmul_case("tiled_3d_x_2d", ("act", [16, 64, 256]), ("param", [256, 256]), 16),
+             # attention's per-head products at 65 tokens: the scores q k^T (289 blocks) on
+             # matmul_wg, their K-65 gradients on the per-thread kernel
+             matmul_case("heads_qk_65", ("act", [2, 3, 65, 16]), ("act", [2, 3, 16, 65]), 2)]
 
 
 @pytest.mark.parametrize("case", OWN_CASES, ids=[c.name for c in OWN_CASES])
@@ -532,6 +546,7 @@ GPU_PIPELINES = [
     ("conv_depthwise", "backward_weight_wg", {**_WIN, "KH": 5, "KW": 5, "sh": 2, "sw": 2}),
     ("reduce", "reduce_splits", {}),
     ("reduce", "column_parts", {}),
+    ("matmul", "matmul_wg", {}),
     ("layernorm", "forward_seg", {"SEG": 16}),
     ("layernorm", "backward_seg", {"SEG": 16}),
 ]

@@ -168,6 +168,11 @@ class Builder:
     # adapters (ops/matmul.batched); False: the batched kernel (A/B).
     MATMUL_GEMM = True
 
+    # Batched MatMul products of more than this many 4x4 blocks a batch index whose two
+    # operands fit 16 KiB (attention's per-head scores) on a workgroup per batch index from
+    # workgroup memory (ops/matmul._fits_wg; None: A/B; tests set 0).
+    MATMUL_WG = 128
+
     # LSTM/GRU forward steps read R transposed on GPU adapters (ops/rnn.forward); False: A/B.
     RNN_TRANSPOSED_R = True
     # MatMul (of a weight, or its Transpose) + bias Add as one Gemm between views

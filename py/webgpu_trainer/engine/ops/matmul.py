@@ -114,6 +114,22 @@ def _vec(dims, k):
     return [d[k] for d in pad]
 
 
+WG_TILE = 4096  # floats of matmul.wgsl matmul_wg's workgroup tile
+
+
+def _fits_wg(b, rows, cols, inner, red) -> bool:
+    """Whether a product takes ``matmul_wg`` (a 256-thread workgroup per batch index, operands
+    staged in workgroup memory): GPU adapters (``b.tiled``), no reduced batch dims, more than
+    ``Builder.MATMUL_WG`` 4x4 blocks of out a batch index, and A [rows, inner] plus B^T [cols,
+    inner] fitting the tile with rows padded to inner + 1: attention's per-head scores [65, 16]
+    x [16, 65] and their gradient dO V^T (H200 ViT at batch 1000: 7.34 -> 7.22-7.24 ms). At 28
+    tokens (the encoder block, 49 blocks) it lost with 64 or 256 threads (2.14 -> 2.29 / 2.20
+    ms): the per-thread kernel keeps those."""
+    return (b.tiled and b.MATMUL_WG is not None and not red and inner > 0
+            and -(-rows // 4) * -(-cols // 4) > b.MATMUL_WG
+            and (rows + cols) * (inner + 1) <= WG_TILE)
+
+
 async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=None):
     """out[z, m, n] = sum_r sum_k a[A(z, r) + m*sam + k*sak] * bm[B(z, r) + k*sbk + n*sbn]
     (r over the reduced batch dims).
@@ -166,6 +182,14 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
         return
     nkept = math.prod([d[0] for d in kept])
     nred = math.prod([d[0] for d in red])
+    if _fits_wg(b, rows, cols, inner, red):
+        params = dict(M=rows, N=cols, K=inner, splits=1, sam=sam, sak=sak, sbk=sbk, sbn=sbn,
+                      kept=nkept, reduced=1, ks=_vec(kept, 0), ksa=_vec(kept, 1),
+                      ksb=_vec(kept, 2), rs=_vec([], 0), rsa=_vec([], 1), rsb=_vec([], 2))
+        tile = -(-(rows + cols) * (inner + 1) // 64) * 64
+        await b.kernel("matmul", "matmul_wg", groups_1d(nkept, 1), params=params,
+                       constants={"TILE": tile}, a=a, bm=bm, out=out)
+        return
     threads = nkept * ((rows + 3) // 4) * ((cols + 3) // 4)
     splits = b.splits(threads, inner, min_per_split=64) if inner else 1
     target = b.temp(splits * total) if splits > 1 else out
