@@ -546,7 +546,7 @@ GPU_PIPELINES = [
     ("conv_depthwise", "backward_weight_wg", {**_WIN, "KH": 5, "KW": 5, "sh": 2, "sw": 2}),
     ("reduce", "reduce_splits", {}),
     ("reduce", "column_parts", {}),
-    ("matmul", "matmul_wg", {}),
+    ("matmul", "matmul_wg", {"TILE": 2240}),
     ("layernorm", "forward_seg", {"SEG": 16}),
     ("layernorm", "backward_seg", {"SEG": 16}),
 ]
