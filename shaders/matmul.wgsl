@@ -13,7 +13,7 @@
 struct Params {
   M: u32, N: u32, K: u32, splits: u32,
   sam: u32, sak: u32, sbk: u32, sbn: u32,
-  kept: u32, reduced: u32, _p0: u32, _p1: u32,
+  kept: u32, reduced: u32, kc: u32, _p1: u32,
   ks: vec4<u32>, ksa: vec4<u32>, ksb: vec4<u32>,
   rs: vec4<u32>, rsa: vec4<u32>, rsb: vec4<u32>,
 }
@@ -101,6 +101,8 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
 // different 4-row blocks hit different banks), loaded along whichever stride is 1. Each thread
 // then owns 4x4 blocks of out[z] in turn. The per-thread kernel above reads a batch's values
 // across cache lines (attention's [65, 16] x [16, 65] per head: ~5 TFLOP/s on an H200).
+// matmul_wg_chunks: the same with k staged p.kc values at a time (rows padded to kc + 1) for
+// at most 256 blocks, one a thread, summed over the chunks (few batch indices).
 override TILE: u32 = 4096u;  // floats staged: (M + N) * (K + 1) rounded up, <= 4096 (16 KiB)
 const WGT: u32 = 256u;
 var<workgroup> tile: array<f32, TILE>;
@@ -159,6 +161,70 @@ fn matmul_wg(@builtin(workgroup_id) wid: vec3<u32>,
         if (n >= p.N) { break; }
         out[base + m * p.N + n] = row[j];
       }
+    }
+  }
+}
+
+@compute @workgroup_size(256)
+fn matmul_wg_chunks(@builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(num_workgroups) nwg: vec3<u32>,
+                    @builtin(local_invocation_index) lid: u32) {
+  let zo = wid.x + wid.y * nwg.x;
+  if (zo >= p.kept) { return; }  // uniform: the whole workgroup
+  let zi = unflatten(zo, p.ks);
+  let a0 = offset(zi, p.ksa);
+  let b0 = offset(zi, p.ksb);
+  let ks = p.kc + 1u;
+  let bt = p.M * ks;
+  let am_fast = p.sam == 1u && p.sak != 1u;
+  let bn_fast = p.sbn == 1u && p.sbk != 1u;
+  let nb = (p.N + T - 1u) / T;
+  let live = lid < ((p.M + T - 1u) / T) * nb;  // this thread's block exists
+  let n0 = (lid % nb) * T;
+  let m0 = (lid / nb) * T;
+  let rows = min(vec4<u32>(m0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.M - 1u)) * ks;
+  let cols = min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.N - 1u)) * ks +
+             vec4<u32>(bt);
+  var c0 = vec4<f32>(0.0);
+  var c1 = vec4<f32>(0.0);
+  var c2 = vec4<f32>(0.0);
+  var c3 = vec4<f32>(0.0);
+  for (var k0 = 0u; k0 < p.K; k0 += p.kc) {
+    let kn = min(p.kc, p.K - k0);
+    for (var i = lid; i < p.M * kn; i += WGT) {
+      let m = select(i / kn, i % p.M, am_fast);
+      let k = select(i % kn, i / p.M, am_fast);
+      tile[m * ks + k] = a[a0 + m * p.sam + (k0 + k) * p.sak];
+    }
+    for (var i = lid; i < p.N * kn; i += WGT) {
+      let n = select(i / kn, i % p.N, bn_fast);
+      let k = select(i % kn, i / p.N, bn_fast);
+      tile[bt + n * ks + k] = bm[b0 + (k0 + k) * p.sbk + n * p.sbn];
+    }
+    workgroupBarrier();
+    if (live) {
+      for (var k = 0u; k < kn; k++) {
+        let bv = vec4<f32>(tile[cols.x + k], tile[cols.y + k], tile[cols.z + k],
+                           tile[cols.w + k]);
+        c0 += tile[rows.x + k] * bv;
+        c1 += tile[rows.y + k] * bv;
+        c2 += tile[rows.z + k] * bv;
+        c3 += tile[rows.w + k] * bv;
+      }
+    }
+    workgroupBarrier();
+  }
+  if (!live) { return; }
+  let base = zo * p.M * p.N;
+  for (var i = 0u; i < T; i++) {
+    let m = m0 + i;
+    if (m >= p.M) { break; }
+    var row = c3;
+    switch i { case 0u: { row = c0; } case 1u: { row = c1; } case 2u: { row = c2; } default: {} }
+    for (var j = 0u; j < T; j++) {
+      let n = n0 + j;
+      if (n >= p.N) { break; }
+      out[base + m * p.N + n] = row[j];
     }
   }
 }

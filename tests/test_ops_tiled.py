@@ -36,6 +36,7 @@ def test_family_case_gpu_paths(device, case):
 
 # Every matmul case with each batched product that fits matmul_wg's tile on it (MATMUL_WG 0:
 # any number of blocks; the operands' layouts take both staging orders of A and of B).
+# (The chunked k: tiled/heads_qk_65 and tiled/long_k_chunks.)
 MATMUL_CASES = [c for c in family("matmul").CASES if c.optimizer is None and c.steps == 1]
 
 
@@ -364,9 +365,12 @@ OWN_CASES = [_conv_relu("conv3_like_b40", 16, 24, 12, 40),
              # a batched activation times a weight large enough for the Gemm's tiles (ops/
              # matmul.py hands the plain product to gemm.matmul; dA reads W^T)
              matmul_case("tiled_3d_x_2d", ("act", [16, 64, 256]), ("param", [256, 256]), 16),
-             # attention's per-head products at 65 tokens: the scores q k^T (289 blocks) on
-             # matmul_wg, their K-65 gradients on the per-thread kernel
-             matmul_case("heads_qk_65", ("act", [2, 3, 65, 16]), ("act", [2, 3, 16, 65]), 2)]
+             # attention's per-head products at 65 tokens: the scores q k^T (289 blocks, the
+             # whole of k) and their K-65 gradients (68 blocks, few batch indices: k in chunks
+             # of 49 and 16, matmul_wg_chunks); then k 200 in chunks of 63, 63, 63 and 11
+             matmul_case("heads_qk_65", ("act", [2, 3, 65, 16]), ("act", [2, 3, 16, 65]), 2),
+             matmul_case("long_k_chunks", ("act", [2, 3, 40, 200]), ("act", [2, 3, 200, 24]),
+                         2)]
 
 
 @pytest.mark.parametrize("case", OWN_CASES, ids=[c.name for c in OWN_CASES])
@@ -547,6 +551,7 @@ GPU_PIPELINES = [
     ("reduce", "reduce_splits", {}),
     ("reduce", "column_parts", {}),
     ("matmul", "matmul_wg", {"TILE": 2240}),
+    ("matmul", "matmul_wg_chunks", {"TILE": 4032}),
     ("layernorm", "forward_seg", {"SEG": 16}),
     ("layernorm", "backward_seg", {"SEG": 16}),
 ]

@@ -168,9 +168,9 @@ class Builder:
     # adapters (ops/matmul.batched); False: the batched kernel (A/B).
     MATMUL_GEMM = True
 
-    # Batched MatMul products of more than this many 4x4 blocks a batch index whose two
-    # operands fit 16 KiB (attention's per-head scores) on a workgroup per batch index from
-    # workgroup memory (ops/matmul._fits_wg; None: A/B; tests set 0).
+    # Batched MatMul products of more than this many 4x4 blocks a batch index whose operands
+    # fit 16 KiB, whole or (few batch indices) in chunks of k, on a workgroup per batch index
+    # from workgroup memory (ops/matmul._wg_chunk; None: A/B; tests set 0).
     MATMUL_WG = 128
 
     # LSTM/GRU forward steps read R transposed on GPU adapters (ops/rnn.forward); False: A/B.

@@ -115,19 +115,32 @@ def _vec(dims, k):
 
 
 WG_TILE = 4096  # floats of matmul.wgsl matmul_wg's workgroup tile
+WG_THREADS = 256  # its workgroup
 
 
-def _fits_wg(b, rows, cols, inner, red) -> bool:
-    """Whether a product takes ``matmul_wg`` (a 256-thread workgroup per batch index, operands
-    staged in workgroup memory): GPU adapters (``b.tiled``), no reduced batch dims, more than
-    ``Builder.MATMUL_WG`` 4x4 blocks of out a batch index, and A [rows, inner] plus B^T [cols,
-    inner] fitting the tile with rows padded to inner + 1: attention's per-head scores [65, 16]
-    x [16, 65] and their gradient dO V^T (H200 ViT at batch 1000: 7.34 -> 7.22-7.24 ms). At 28
-    tokens (the encoder block, 49 blocks) it lost with 64 or 256 threads (2.14 -> 2.29 / 2.20
-    ms): the per-thread kernel keeps those."""
-    return (b.tiled and b.MATMUL_WG is not None and not red and inner > 0
-            and -(-rows // 4) * -(-cols // 4) > b.MATMUL_WG
-            and (rows + cols) * (inner + 1) <= WG_TILE)
+def _wg_chunk(b, rows, cols, inner, red, kept) -> int:
+    """The k values ``matmul_wg`` (a 256-thread workgroup per batch index, operands staged in
+    workgroup memory) stages at a time for a product of ``kept`` batch indices, or 0 for the
+    per-thread kernel. GPU adapters (``b.tiled``), no reduced batch dims, and A [rows, k] plus
+    B^T [cols, k] with rows padded to k + 1 fitting the 4096-float tile:
+
+    - the whole of k, with more than ``Builder.MATMUL_WG`` 4x4 blocks a batch index:
+      attention's per-head scores at 65 tokens (289 blocks; H200 ViT at batch 1000 7.39 ->
+      7.22 ms). At 28 tokens (49 blocks) it lost with 64 or 256 threads (the encoder 2.14 ->
+      2.29 / 2.20 ms).
+    - chunks of k (>= 8), with at most 256 blocks (one a thread, summed over the chunks), when
+      the per-thread kernel would run fewer than ``Builder.SPLIT_THREADS`` threads: attention's
+      K-65 products at batch 64 (ViT 1.94 -> 1.85 ms). At batch 1000 (68 of 256 threads busy)
+      it lost: 7.23 -> 8.23.
+    """
+    if not b.tiled or b.MATMUL_WG is None or red or inner <= 0:
+        return 0
+    blocks = -(-rows // 4) * -(-cols // 4)
+    if (rows + cols) * (inner + 1) <= WG_TILE:
+        return inner if blocks > b.MATMUL_WG else 0
+    kc = WG_TILE // (rows + cols) - 1
+    few = kept * blocks < b.SPLIT_THREADS
+    return kc if few and blocks <= WG_THREADS and kc >= 8 else 0
 
 
 async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=None):
@@ -182,19 +195,21 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
         return
     nkept = math.prod([d[0] for d in kept])
     nred = math.prod([d[0] for d in red])
-    if _fits_wg(b, rows, cols, inner, red):
+    kc = _wg_chunk(b, rows, cols, inner, red, nkept)
+    if kc:
         params = dict(M=rows, N=cols, K=inner, splits=1, sam=sam, sak=sak, sbk=sbk, sbn=sbn,
-                      kept=nkept, reduced=1, ks=_vec(kept, 0), ksa=_vec(kept, 1),
+                      kept=nkept, reduced=1, kc=kc, ks=_vec(kept, 0), ksa=_vec(kept, 1),
                       ksb=_vec(kept, 2), rs=_vec([], 0), rsa=_vec([], 1), rsb=_vec([], 2))
-        tile = -(-(rows + cols) * (inner + 1) // 64) * 64
-        await b.kernel("matmul", "matmul_wg", groups_1d(nkept, 1), params=params,
+        tile = -(-(rows + cols) * (kc + 1) // 64) * 64
+        entry = "matmul_wg" if kc == inner else "matmul_wg_chunks"
+        await b.kernel("matmul", entry, groups_1d(nkept, 1), params=params,
                        constants={"TILE": tile}, a=a, bm=bm, out=out)
         return
     threads = nkept * ((rows + 3) // 4) * ((cols + 3) // 4)
     splits = b.splits(threads, inner, min_per_split=64) if inner else 1
     target = b.temp(splits * total) if splits > 1 else out
     params = dict(M=rows, N=cols, K=inner, splits=splits, sam=sam, sak=sak, sbk=sbk, sbn=sbn,
-                  kept=nkept, reduced=nred, ks=_vec(kept, 0), ksa=_vec(kept, 1),
+                  kept=nkept, reduced=nred, kc=0, ks=_vec(kept, 0), ksa=_vec(kept, 1),
                   ksb=_vec(kept, 2), rs=_vec(red, 0), rsa=_vec(red, 1), rsb=_vec(red, 2))
     gx, gy, _ = groups_1d(threads)
     await b.kernel("matmul", "matmul", (gx, gy, splits), params=params, a=a, bm=bm, out=target)
