@@ -6,9 +6,10 @@
 //   dx = rstd * (g - mean_d(g) - xhat * mean_d(g * xhat)),  g = dy * scale[d % S]
 //   dscale[s] = sum_{r, d % S == s} dy * xhat,  dbias[s] = sum_{r, d % S == s} dy
 // forward_* write y and stats = [mean (rows), rstd (rows)]; backward_* read stats.
-// *_rows: one thread per row (short rows); *_wg: one 64-thread workgroup per row (long rows),
-// row = wid.x + wid.y * num_workgroups.x; *_seg: SEG threads per row, 64 / SEG rows a workgroup
-// (GPU adapters, rows of 8-255 values: neighbouring threads read neighbouring values). param_grad: thread (d, part) sums rows of its part into
+// *_rows: one thread per row (short rows); *_seg: SEG threads per row, 64 / SEG rows a
+// workgroup, row = (wid.x + wid.y * num_workgroups.x) * 64 / SEG + lid / SEG: SEG 16 for rows of
+// 8-255 values on GPU adapters (neighbouring threads read neighbouring values), SEG 64 (a
+// workgroup a row) for long rows or few rows. param_grad: thread (d, part) sums rows of its part into
 // out[part * D + d] (dscale) and out2[...] (dbias); fold: out[s] = sum over parts and d == s mod S
 // of x[part * D + d]; stats_out copies the statistics to the Mean / InvStdDev outputs.
 // p.flags: bit 0 = dscale / Mean wanted, bit 1 = dbias / InvStdDev wanted.
@@ -31,8 +32,7 @@ struct Params {
 
 const WG: u32 = 64u;
 alias RedT = vec2<f32>;
-var<workgroup> red: array<RedT, 64>;
-//!include wg_reduce
+var<workgroup> red: array<RedT, 64>;  // seg_sum's
 
 fn affine(xh: f32, d: u32) -> f32 {
   let s = d % p.S;
@@ -84,54 +84,11 @@ fn backward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
   }
 }
 
-@compute @workgroup_size(64)
-fn forward_wg(@builtin(workgroup_id) wid: vec3<u32>,
-              @builtin(num_workgroups) nwg: vec3<u32>,
-              @builtin(local_invocation_index) lid: u32) {
-  let r = wid.x + wid.y * nwg.x;
-  if (r >= p.rows) { return; }
-  let base = r * p.D;
-  var s = 0.0;
-  for (var d = lid; d < p.D; d += WG) { s += x[base + d]; }
-  let mean = wg_sum(lid, vec2<f32>(s, 0.0)).x / f32(p.D);
-  var v = 0.0;
-  for (var d = lid; d < p.D; d += WG) {
-    let t = x[base + d] - mean;
-    v += t * t;
-  }
-  let rstd = 1.0 / sqrt(wg_sum(lid, vec2<f32>(v, 0.0)).x / f32(p.D) + p.eps);
-  if (lid == 0u) {
-    stats[r] = mean;
-    stats[p.rows + r] = rstd;
-  }
-  for (var d = lid; d < p.D; d += WG) { out[base + d] = affine((x[base + d] - mean) * rstd, d); }
-}
-
-@compute @workgroup_size(64)
-fn backward_wg(@builtin(workgroup_id) wid: vec3<u32>,
-               @builtin(num_workgroups) nwg: vec3<u32>,
-               @builtin(local_invocation_index) lid: u32) {
-  let r = wid.x + wid.y * nwg.x;
-  if (r >= p.rows) { return; }
-  let base = r * p.D;
-  let mean = stats[r];
-  let rstd = stats[p.rows + r];
-  var acc = vec2<f32>(0.0);
-  for (var d = lid; d < p.D; d += WG) {
-    let gg = dy[base + d] * scale[d % p.S];
-    acc += vec2<f32>(gg, gg * (x[base + d] - mean) * rstd);
-  }
-  let sums = wg_sum(lid, acc) / f32(p.D);
-  for (var d = lid; d < p.D; d += WG) {
-    let xh = (x[base + d] - mean) * rstd;
-    out[base + d] = rstd * (dy[base + d] * scale[d % p.S] - sums.x - xh * sums.y);
-  }
-}
-
 override SEG: u32 = 16u;
 
 // The sum of v over the SEG invocations of lid's row, returned to each of them; pairwise
-// halving within the row's lanes. All invocations call it (uniformly).
+// halving within the row's lanes (with SEG 64, wg_reduce's wg_sum). All invocations call it
+// (uniformly).
 fn seg_sum(lid: u32, v: RedT) -> RedT {
   red[lid] = v;
   workgroupBarrier();

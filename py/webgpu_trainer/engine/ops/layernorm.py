@@ -11,7 +11,8 @@ Gradients (PyTorch native_layer_norm_backward), with xhat = (x - mean) * rstd, g
   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))  over each row,
   dScale = sum of dy * xhat and dB = sum of dy over the rows (and broadcast dims).
 Short rows run one thread per row, long ones (or few rows) one workgroup per row; on GPU
-adapters rows of 8-255 values run SEG threads a row (``segmented``).
+adapters rows of 8-255 values run SEG threads a row (``segmented``); the last two are one
+kernel (``*_seg``, SEG 64 or 16).
 """
 
 import math
@@ -88,11 +89,11 @@ def segmented(b, d: int) -> bool:
 
 def _kernel(b, name, rows, d):
     """(entry point, workgroups, constants) of ``name`` (forward / backward) for ``rows``
-    rows of ``d`` values."""
-    if segmented(b, d):
-        return f"{name}_seg", groups_1d(rows * SEG), {"SEG": SEG}
-    if per_row_workgroup(rows, d):
-        return f"{name}_wg", groups_1d(rows, 1), None
+    rows of ``d`` values: ``*_seg`` with SEG threads a row (16 when ``segmented``, 64 for
+    long rows or few rows), else ``*_rows``."""
+    seg = SEG if segmented(b, d) else 64 if per_row_workgroup(rows, d) else 0
+    if seg:
+        return f"{name}_seg", groups_1d(rows * seg), {"SEG": seg}
     return f"{name}_rows", groups_1d(rows), None
 
 
