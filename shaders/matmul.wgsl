@@ -95,7 +95,7 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
   }
 }
 
-// matmul_wg (GPU adapters, ops/matmul.py `_fits_wg`): a 256-thread workgroup per kept batch
+// matmul_wg (GPU adapters, ops/matmul.py `_wg_chunk`): a 256-thread workgroup per kept batch
 // index z (no reduced dims, no split) computes all of out[z] from workgroup memory: A [M, K]
 // and B^T [N, K] staged once, rows padded to K + 1 values (threads of a warp reading the rows of
 // different 4-row blocks hit different banks), loaded along whichever stride is 1. Each thread
@@ -106,6 +106,39 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
 override TILE: u32 = 4096u;  // floats staged: (M + N) * (K + 1) rounded up, <= 4096 (16 KiB)
 const WGT: u32 = 256u;
 var<workgroup> tile: array<f32, TILE>;
+
+// Stages k values k0 .. k0 + kn of the batch at offsets (a0, b0): A's row m at tile[m * ks],
+// B^T's row n at tile[bt + n * ks]; consecutive threads load along whichever stride is 1.
+fn stage(lid: u32, a0: u32, b0: u32, k0: u32, kn: u32, ks: u32, bt: u32) {
+  let am_fast = p.sam == 1u && p.sak != 1u;
+  for (var i = lid; i < p.M * kn; i += WGT) {
+    let m = select(i / kn, i % p.M, am_fast);
+    let k = select(i % kn, i / p.M, am_fast);
+    tile[m * ks + k] = a[a0 + m * p.sam + (k0 + k) * p.sak];
+  }
+  let bn_fast = p.sbn == 1u && p.sbk != 1u;
+  for (var i = lid; i < p.N * kn; i += WGT) {
+    let n = select(i / kn, i % p.N, bn_fast);
+    let k = select(i % kn, i / p.N, bn_fast);
+    tile[bt + n * ks + k] = bm[b0 + (k0 + k) * p.sbk + n * p.sbn];
+  }
+}
+
+// out[base + m * N + n] for the 4x4 block at (m0, n0), rows c0..c3, clipped at M and N.
+fn store_block(base: u32, m0: u32, n0: u32, c0: vec4<f32>, c1: vec4<f32>, c2: vec4<f32>,
+               c3: vec4<f32>) {
+  for (var i = 0u; i < T; i++) {
+    let m = m0 + i;
+    if (m >= p.M) { break; }
+    var row = c3;
+    switch i { case 0u: { row = c0; } case 1u: { row = c1; } case 2u: { row = c2; } default: {} }
+    for (var j = 0u; j < T; j++) {
+      let n = n0 + j;
+      if (n >= p.N) { break; }
+      out[base + m * p.N + n] = row[j];
+    }
+  }
+}
 
 @compute @workgroup_size(256)
 fn matmul_wg(@builtin(workgroup_id) wid: vec3<u32>,
@@ -118,18 +151,7 @@ fn matmul_wg(@builtin(workgroup_id) wid: vec3<u32>,
   let b0 = offset(zi, p.ksb);
   let ks = p.K + 1u;
   let bt = p.M * ks;  // B^T's first row in tile
-  let am_fast = p.sam == 1u && p.sak != 1u;
-  for (var i = lid; i < p.M * p.K; i += WGT) {
-    let m = select(i / p.K, i % p.M, am_fast);
-    let k = select(i % p.K, i / p.M, am_fast);
-    tile[m * ks + k] = a[a0 + m * p.sam + k * p.sak];
-  }
-  let bn_fast = p.sbn == 1u && p.sbk != 1u;
-  for (var i = lid; i < p.N * p.K; i += WGT) {
-    let n = select(i / p.K, i % p.N, bn_fast);
-    let k = select(i % p.K, i / p.N, bn_fast);
-    tile[bt + n * ks + k] = bm[b0 + k * p.sbk + n * p.sbn];
-  }
+  stage(lid, a0, b0, 0u, p.K, ks, bt);
   workgroupBarrier();
   let nb = (p.N + T - 1u) / T;
   let blocks = ((p.M + T - 1u) / T) * nb;
@@ -151,17 +173,7 @@ fn matmul_wg(@builtin(workgroup_id) wid: vec3<u32>,
       c2 += tile[rows.z + k] * bv;
       c3 += tile[rows.w + k] * bv;
     }
-    for (var i = 0u; i < T; i++) {
-      let m = m0 + i;
-      if (m >= p.M) { break; }
-      var row = c3;
-      switch i { case 0u: { row = c0; } case 1u: { row = c1; } case 2u: { row = c2; } default: {} }
-      for (var j = 0u; j < T; j++) {
-        let n = n0 + j;
-        if (n >= p.N) { break; }
-        out[base + m * p.N + n] = row[j];
-      }
-    }
+    store_block(base, m0, n0, c0, c1, c2, c3);
   }
 }
 
@@ -176,8 +188,6 @@ fn matmul_wg_chunks(@builtin(workgroup_id) wid: vec3<u32>,
   let b0 = offset(zi, p.ksb);
   let ks = p.kc + 1u;
   let bt = p.M * ks;
-  let am_fast = p.sam == 1u && p.sak != 1u;
-  let bn_fast = p.sbn == 1u && p.sbk != 1u;
   let nb = (p.N + T - 1u) / T;
   let live = lid < ((p.M + T - 1u) / T) * nb;  // this thread's block exists
   let n0 = (lid % nb) * T;
@@ -191,16 +201,7 @@ fn matmul_wg_chunks(@builtin(workgroup_id) wid: vec3<u32>,
   var c3 = vec4<f32>(0.0);
   for (var k0 = 0u; k0 < p.K; k0 += p.kc) {
     let kn = min(p.kc, p.K - k0);
-    for (var i = lid; i < p.M * kn; i += WGT) {
-      let m = select(i / kn, i % p.M, am_fast);
-      let k = select(i % kn, i / p.M, am_fast);
-      tile[m * ks + k] = a[a0 + m * p.sam + (k0 + k) * p.sak];
-    }
-    for (var i = lid; i < p.N * kn; i += WGT) {
-      let n = select(i / kn, i % p.N, bn_fast);
-      let k = select(i % kn, i / p.N, bn_fast);
-      tile[bt + n * ks + k] = bm[b0 + (k0 + k) * p.sbk + n * p.sbn];
-    }
+    stage(lid, a0, b0, k0, kn, ks, bt);
     workgroupBarrier();
     if (live) {
       for (var k = 0u; k < kn; k++) {
@@ -215,16 +216,5 @@ fn matmul_wg_chunks(@builtin(workgroup_id) wid: vec3<u32>,
     workgroupBarrier();
   }
   if (!live) { return; }
-  let base = zo * p.M * p.N;
-  for (var i = 0u; i < T; i++) {
-    let m = m0 + i;
-    if (m >= p.M) { break; }
-    var row = c3;
-    switch i { case 0u: { row = c0; } case 1u: { row = c1; } case 2u: { row = c2; } default: {} }
-    for (var j = 0u; j < T; j++) {
-      let n = n0 + j;
-      if (n >= p.N) { break; }
-      out[base + m * p.N + n] = row[j];
-    }
-  }
+  store_block(zo * p.M * p.N, m0, n0, c0, c1, c2, c3);
 }
