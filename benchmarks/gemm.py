@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     print("|---|---|---:|---:|---:|")
     for shape in args.shapes:
         runs = [(None, c, f) for c in args.const for f in args.builder] + \
-            [(f, "", "") for f in args.force]
+            [(f, "", b) for f in args.force for b in args.builder]
         for force, const, flags in runs:
             with constants(const), zoo.builder(flags):
                 r = asyncio.run(engine(dev, shape, force, args.reps))

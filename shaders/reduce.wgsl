@@ -2,6 +2,7 @@
 // partial results (gemm.wgsl, conv2d.wgsl backward_weight).
 //   channel_sum:   out[c] = sum_{o < outer, i < inner} x[(o*C + c)*inner + i]   (in parts)
 //   reduce_splits: out[e] = sum_{s < splits} x[s*count + e]  (+ beta*bias per bias_mode, e = m*N+n)
+//                  (reduce_splits_lanes: LANES threads an output)
 //   column_parts:  out[k*C + c] = sum over the rows o of part k of x[o*C + c]   (inner 1)
 
 struct Params {
@@ -76,6 +77,24 @@ fn column_parts(@builtin(global_invocation_id) gid: vec3<u32>,
   out[k * p.C + c] = s;
 }
 
+// reduce_splits' bias and epilogue on the sum s of output e.
+fn finish_split(e: u32, sum: f32) {
+  var s = sum;
+  let m = e / max(p.N, 1u);
+  let n = e % max(p.N, 1u);
+  switch p.bias_mode {
+    case 1u: { s += p.beta * bias[n]; }
+    case 2u: { s += p.beta * bias[m]; }
+    case 3u: { s += p.beta * bias[e]; }
+    case 4u: { s += p.beta * bias[0]; }
+    case 5u: { s += p.beta * bias[(e / max(p.inner, 1u)) % max(p.C, 1u)]; }
+    default: {}
+  }
+  if (p.relu != 0u) { s = max(s, 0.0); }
+  if (p.mask != 0u && src[e] <= 0.0) { s = 0.0; }
+  out[e] = s;
+}
+
 @compute @workgroup_size(64)
 fn reduce_splits(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -90,19 +109,40 @@ fn reduce_splits(@builtin(global_invocation_id) gid: vec3<u32>,
   }
   var s = (s4.x + s4.y) + (s4.z + s4.w);
   for (; k < p.splits; k++) { s += x[k * p.count + e]; }
-  let m = e / max(p.N, 1u);
-  let n = e % max(p.N, 1u);
-  switch p.bias_mode {
-    case 1u: { s += p.beta * bias[n]; }
-    case 2u: { s += p.beta * bias[m]; }
-    case 3u: { s += p.beta * bias[e]; }
-    case 4u: { s += p.beta * bias[0]; }
-    case 5u: { s += p.beta * bias[(e / max(p.inner, 1u)) % max(p.C, 1u)]; }
-    default: {}
+  finish_split(e, s);
+}
+
+// reduce_splits for few outputs of many parts on GPU adapters (ops/gemm.reduce_splits: the
+// split-K weight gradients of small matrices, e.g. [64, 64] over 256 parts, where a thread an
+// output ran ~4 K threads of 256 dependent loads). LANES threads an output: lane l sums parts
+// l, l + LANES, ...; the lanes' sums are added in lane order from workgroup memory. A workgroup
+// holds 256 / LANES outputs; neighbouring threads read neighbouring outputs of one part.
+override LANES: u32 = 16u;
+
+@compute @workgroup_size(256)
+fn reduce_splits_lanes(@builtin(workgroup_id) wid: vec3<u32>,
+                       @builtin(num_workgroups) nwg: vec3<u32>,
+                       @builtin(local_invocation_index) lid: u32) {
+  let per = 256u / LANES;
+  let e = (wid.x + wid.y * nwg.x) * per + lid % per;
+  let inside = e < p.count;
+  var s4 = vec4<f32>(0.0);
+  var k = lid / per;
+  if (inside) {
+    for (; k + 3u * LANES < p.splits; k += 4u * LANES) {
+      let i = k * p.count + e;
+      let d = LANES * p.count;
+      s4 += vec4<f32>(x[i], x[i + d], x[i + 2u * d], x[i + 3u * d]);
+    }
+    for (; k < p.splits; k += LANES) { s4.x += x[k * p.count + e]; }
   }
-  if (p.relu != 0u) { s = max(s, 0.0); }
-  if (p.mask != 0u && src[e] <= 0.0) { s = 0.0; }
-  out[e] = s;
+  red[lid] = (s4.x + s4.y) + (s4.z + s4.w);
+  workgroupBarrier();
+  if (lid < per && inside) {
+    var s = 0.0;
+    for (var l = 0u; l < LANES; l++) { s += red[l * per + lid]; }
+    finish_split(e, s);
+  }
 }
 
 // channel_sum on CPU adapters (ops/gemm.py): a thread per channel, no workgroup memory or

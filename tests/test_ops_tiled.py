@@ -483,6 +483,55 @@ def test_column_parts_bias_gradient(device, outer, channels, inner, threads, wan
     assert rel_err(got, want) <= FWD_RTOL
 
 
+# Split-K sums of few outputs on GPU adapters (gemm.split_lanes: reduce_splits_lanes, LANES
+# threads an output, from 32 parts) against float64 numpy: lanes with unequal part counts (splits
+# not a multiple of 4 * LANES), a half-empty last workgroup, every bias mode, the fused ReLU and the
+# ReLU-gradient mask; 1e6 garbage past the parts (a pooled buffer's rest) must not be read.
+@pytest.mark.parametrize("count,splits,n,want_lanes", [
+    (37, 33, 37, 16), (1000, 70, 100, 16), (4096, 256, 64, 16), (20000, 40, 100, 4),
+    (40000, 40, 200, 2), (70000, 64, 100, 1), (5000, 31, 50, 1)])
+@pytest.mark.parametrize("bias_mode,relu,mask", [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 0, 0),
+                                                 (4, 1, 1), (5, 0, 0)])
+def test_reduce_splits_lanes(device, count, splits, n, want_lanes, bias_mode, relu, mask):
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    rng = rng_for("reduce_splits_lanes", count, splits, bias_mode)
+    parts = f32(rng.standard_normal((splits, count)))
+    channels, inner = 3, 7  # bias_mode 5: an NCHW output's channel of element e
+    blen = {1: n, 2: count // n + 1, 3: count, 4: 1, 5: channels}.get(bias_mode, 1)
+    bias, src = f32(rng.standard_normal(blen)), f32(rng.standard_normal(count))
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    b.TILED = True
+    assert gemm.split_lanes(b, count, splits) == want_lanes
+    tail = f32(np.full(1024, 1e6))
+    xb, out = device.buffer(parts.nbytes + tail.nbytes), device.buffer(4 * count)
+    device.write(xb, parts.tobytes() + tail.tobytes())
+    bb, sb = device.buffer(bias.nbytes), device.buffer(src.nbytes)
+    device.write(bb, bias.tobytes())
+    device.write(sb, src.tobytes())
+
+    async def go():
+        await gemm.reduce_splits(b, xb, out, splits, count, n=n,
+                                 bias=bb if bias_mode else None, bias_mode=bias_mode, beta=0.5,
+                                 relu=relu, mask_src=sb if mask else None, channels=channels,
+                                 inner=inner)
+        device.submit([device.program(b.current)])
+        return np.frombuffer(await device.read(out), np.float32)[:count]
+    got = run(go())
+    entry = "reduce_splits_lanes" if want_lanes > 1 else "reduce_splits"
+    assert [d[0][2].split(":")[1] for d in b.current] == [entry]
+    e = np.arange(count)
+    want = parts.astype(np.float64).sum(axis=0)
+    if bias_mode:
+        at = {1: e % n, 2: e // n, 3: e, 4: 0 * e, 5: (e // inner) % channels}[bias_mode]
+        want = want + 0.5 * bias.astype(np.float64)[at]
+    if relu:
+        want = np.maximum(want, 0.0)
+    if mask:
+        want = np.where(src > 0, want, 0.0)
+    assert rel_err(got, want) <= FWD_RTOL
+
+
 def _check_gemm(device, m, n, k, ta, tb, want_vec=None):
     import types
     from webgpu_trainer.engine.ops import gemm
@@ -506,7 +555,7 @@ def _check_gemm(device, m, n, k, ta, tb, want_vec=None):
         device.submit([device.program(b.current)])
         return np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
     got = run(go())
-    tiled = gemm.tile_shape(b, m, n, k) is not None
+    tiled = gemm.tile_shape(b, m, n, k, sb) is not None
     assert any("matmul_tiled" in d[0][2] for d in b.current) == tiled
     for d in b.current:  # split-K parts as the kernel sizes them (whole k steps): none empty
         if "matmul_tiled" in d[0][2]:
@@ -549,6 +598,8 @@ GPU_PIPELINES = [
     ("rnn", "backward_seq_wide", {"RV": 2}),
     ("conv_depthwise", "backward_weight_wg", {**_WIN, "KH": 5, "KW": 5, "sh": 2, "sw": 2}),
     ("reduce", "reduce_splits", {}),
+    ("reduce", "reduce_splits_lanes", {"LANES": 16}),
+    ("reduce", "reduce_splits_lanes", {"LANES": 2}),
     ("reduce", "column_parts", {}),
     ("matmul", "matmul_wg", {"TILE": 2240}),
     ("matmul", "matmul_wg_chunks", {"TILE": 4032}),
@@ -608,3 +659,26 @@ def test_gemm_tiles_beyond_one_row_of_workgroups_take_the_untiled_kernel(monkeyp
     monkeypatch.setattr(gemm, "tile_shape", lambda *_: (32, 8))
     with pytest.raises(ValueError, match="32 x 8 threads; each must be 8 or 16"):
         run(gemm.matmul(b, a, (64, 1), bm, (64, 1), out, 640, 640, 64))
+
+
+@pytest.mark.parametrize("m,n,k,b_strides,want", [
+    (28000, 64, 192, (1, 192), (16, 8)),   # Y = X W^T: B = W^T read across W's rows
+    (28000, 64, 192, (64, 1), None),       # dX = dY W: B's rows contiguous, the untiled kernel
+    (65000, 64, 128, (64, 1), None),
+    (65000, 64, 128, None, (16, 8)),       # no strides given: the shape alone decides
+    (65000, 64, 64, (1, 64), None),        # k < 128
+    (2000, 64, 192, (1, 192), None),       # fewer than 4096 rows
+    (4096, 128, 4096, (128, 1), (16, 16)),
+])
+def test_gemm_tile_shape_rule(m, n, k, b_strides, want):
+    """ops/gemm.tile_shape on a GPU adapter: 128 x 64 tiles for tall outputs 33-64 wide over
+    k >= 128 only when op(B) is read across rows (H200 2026-12-04: the input gradient dY @ W
+    0.077 ms untiled against 0.108 tiled at [28000, 64] x k 192); 128 x 128 for large ones."""
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    from webgpu_trainer.engine.train.memory import CountingDevice
+    b = Builder(types.SimpleNamespace(dev=CountingDevice(), P=None, G=None, step=None))
+    b.TILED = True
+    assert gemm.tile_shape(b, m, n, k, b_strides) == want
+    b.GEMM_NARROW = False
+    assert gemm.tile_shape(b, m, n, k, b_strides) == (want if want == (16, 16) else None)

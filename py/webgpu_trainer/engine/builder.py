@@ -152,6 +152,10 @@ class Builder:
             return not getattr(self.dev, "is_cpu", False)
         return bool(self.TILED)
 
+    # Split-K sums of few outputs (ops/gemm.split_lanes) run several threads an output on GPU
+    # adapters (reduce.wgsl reduce_splits_lanes); False: a thread an output (A/B).
+    REDUCE_LANES = True
+
     # The GEMM's narrow workgroup-memory tiles (ops/gemm.tile_shape: 128 x 64) for tall
     # outputs 33-64 wide summed over k >= 128; False: the untiled kernel there (A/B).
     GEMM_NARROW = True

@@ -58,7 +58,7 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
     tiles, 8 x 8 per thread), else 4 x 4 per thread with no workgroup memory (CPU adapters,
     thin outputs). Splits the sum over k (split-K) when the output alone leaves the GPU idle.
     """
-    shape = tile_shape(b, m, n, k)
+    shape = tile_shape(b, m, n, k, b_strides)
     if shape:  # the tiles are one row of workgroups: at most 65,535 (else the untiled kernel)
         wm, wn = shape
         if wm not in (8, 16) or wn not in (8, 16):  # BK 8 <= WM, WN; 32 (WM + WN) vec4 <= 16 KiB
@@ -130,7 +130,7 @@ def _threads_along_n(n: int) -> int:
     return wx
 
 
-def tile_shape(b, m: int, n: int, k: int) -> tuple[int, int] | None:
+def tile_shape(b, m: int, n: int, k: int, b_strides=None) -> tuple[int, int] | None:
     """(WM, WN) threads along m and n of a ``matmul_tiled`` workgroup (an (8*WM) x (8*WN) tile of
     out) for an [m, n] output summed over k on GPU adapters, or None (the untiled kernel).
 
@@ -145,6 +145,11 @@ def tile_shape(b, m: int, n: int, k: int) -> tuple[int, int] | None:
       2026-12-03): [65000, 64] x k 128 (B read across rows) 0.16 ms tiled against 0.22
       untiled; at k 64 the untiled kernel was faster (28000 x 64: 0.031 against 0.081 ms), and
       for weight gradients ([64, 64..192] over k 28000-65000) the two were within 10%.
+      Only when op(B) is read across rows (``b_strides`` (sbk, sbn) with sbn != 1: the
+      forward's B = W^T of a Linear's W [out, in]): with B's rows contiguous (the input
+      gradient dY @ W) the untiled kernel was faster (H200, 2026-12-04,
+      ``2026-12-04-h200-s20-gemm-weight-grads.json``: [28000, 64] x k 192 0.077 against 0.108
+      ms, [65000, 64] x k 128 0.112 against 0.124).
     """
     if not b.tiled:
         return None
@@ -152,7 +157,7 @@ def tile_shape(b, m: int, n: int, k: int) -> tuple[int, int] | None:
         return (16, 16)
     if not getattr(b, "GEMM_NARROW", False):
         return None
-    if 32 < n <= 64 and m >= 4096 and k >= 128:
+    if 32 < n <= 64 and m >= 4096 and k >= 128 and (b_strides is None or b_strides[1] != 1):
         return (16, 8)
     return None
 
@@ -165,8 +170,32 @@ async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=
     channels]."""
     params = dict(outer=0, C=channels, inner=inner, count=count, splits=splits, N=n,
                   bias_mode=bias_mode, beta=beta, relu=relu, mask=int(mask_src is not None))
+    lanes = split_lanes(b, count, splits)
+    if lanes > 1:
+        await b.kernel("reduce", "reduce_splits_lanes", groups_1d(count * lanes, 256),
+                       params=params, constants={"LANES": lanes}, x=parts, bias=bias,
+                       src=mask_src, out=out)
+        return
     await b.kernel("reduce", "reduce_splits", groups_1d(count), params=params, x=parts,
                    bias=bias, src=mask_src, out=out)
+
+
+def split_lanes(b, count: int, splits: int) -> int:
+    """Threads an output of reduce.wgsl ``reduce_splits_lanes`` for ``count`` outputs of
+    ``splits`` parts, or 1 (``reduce_splits``, a thread an output: CPU adapters, whose golden
+    numbers it keeps, and outputs that fill the GPU alone). On GPU adapters (``b.tiled``) with
+    fewer than ``Builder.SPLIT_THREADS`` outputs of at least 32 parts: the power of two
+    (2..16) that brings the threads nearest that target, at most splits / 2 (each lane at
+    least two parts). H200 (2026-12-04, ``2026-12-04-h200-s20-lanes-*``): encoder / ViT at
+    batch 1000 2.148 / 7.227 -> 2.076 / 7.144 ms (weight gradients of [64, 64..256] over 64-256
+    parts); the MLP's 15-16 parts of [1000, 10] lost (0.873 -> 0.898), hence 32."""
+    if (not b.tiled or not getattr(b, "REDUCE_LANES", True) or count >= b.SPLIT_THREADS
+            or splits < 32):
+        return 1
+    lanes = 1
+    while lanes < 16 and count * lanes < b.SPLIT_THREADS and 2 * lanes * 2 <= splits:
+        lanes *= 2
+    return lanes
 
 
 async def channel_sum(b, x, out, outer, channels, inner):
