@@ -147,19 +147,26 @@ def _modules():
     return Residual, Encoder
 
 
-def export(name: str, shape, folder: Path) -> Path:
+def export(name: str, shape, folder: Path, zeros: bool = False) -> Path:
     """ONNX file of zoo model ``name`` (TorchScript exporter, opset 17, training mode, dynamic
-    batch); SeedNet at 1x28x28 is the checked-in models/seednet.onnx."""
+    batch); SeedNet at 1x28x28 is the checked-in models/seednet.onnx. ``zeros``: every
+    parameter 0 (a file that compresses to almost nothing, for a payload whose runs initialise
+    the weights themselves: init "scratch"; not for the checked-in files)."""
     import torch
-    if name == "seednet" and tuple(shape) == (1, 28, 28):
+    if name == "seednet" and tuple(shape) == (1, 28, 28) and not zeros:
         return REPO / "models" / "seednet.onnx"
     if name in SCRIPTED:
         return REPO / "tests" / "fixtures" / "zoo" / f"{name}-ts.onnx"
     torch.manual_seed(0)
     path = folder / f"{name}.onnx"
+    net = build(name, shape).train()
+    if zeros:
+        with torch.no_grad():
+            for t in net.parameters():
+                t.zero_()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(build(name, shape).train(), (torch.zeros(2, *shape),), str(path),
+        torch.onnx.export(net, (torch.zeros(2, *shape),), str(path),
                           dynamo=False, opset_version=17,
                           training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                           input_names=["input"], output_names=["output"],
