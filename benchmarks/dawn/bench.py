@@ -63,12 +63,14 @@ def spread(runs: list) -> dict:
 
 
 def dawn(site: Path, plan: dict, node: str | None, host: int = 5,
-         timeout: float = 400) -> dict:
-    """{model: {batch: {...}}} through the worker in Node (one process per model)."""
+         timeout: float = 400, profile: bool = False) -> dict:
+    """{model: {batch: {...}}} through the worker in Node (one process per model); with
+    ``profile`` each cell's last run also times every dispatch (``GpuEngine.profile``)."""
     out = {}
     for model, (dataset, cells) in plan.items():
         jobs = [{"type": "bench", "model": model, "config": cfg(dataset, b), "warmup": w,
-                 "steps": s, "host": host} for b, w, s, r in cells for _ in range(r)]
+                 "steps": s, "host": host, "profile": profile and i == r - 1}
+                for b, w, s, r in cells for i in range(r)]
         res = harness.node_jobs(site, jobs, node=node, timeout=timeout)
         out["adapter"], out["boot_s"] = res["adapter"], res["boot_s"]
         out[model] = {}
@@ -76,12 +78,16 @@ def dawn(site: Path, plan: dict, node: str | None, host: int = 5,
             rows = [r for r in res["results"] if r["job"]["config"]["batch_size"] == b]
             out[model][b] = {**spread([r["wall_ms"] for r in rows]),
                              "host_ms": [r["host_ms"] for r in rows]}
+            profiled = [r["profile"] for r in rows if r.get("profile")]
+            if profiled:
+                out[model][b]["profile"] = profiled[-1]
         print(f"[dawn] {model}: {json.dumps(out[model])[:400]}", flush=True)
     return out
 
 
-def native(site: Path, plan: dict, host: int = 5) -> dict:
-    """The same cells natively (wgpu-py), timed by worker/bench.py's ``bench``."""
+def native(site: Path, plan: dict, host: int = 5, profile: bool = False) -> dict:
+    """The same cells natively (wgpu-py), timed by worker/bench.py's ``bench`` (with
+    ``profile``: each cell's last run also times every dispatch)."""
     from webgpu_trainer.engine import config as run_config
     from webgpu_trainer.engine.backends.wgpu_native import Device
     from webgpu_trainer.engine.train.gpu_engine import GpuEngine
@@ -94,20 +100,49 @@ def native(site: Path, plan: dict, host: int = 5) -> dict:
         train, test = harness.site_splits(site, dataset)
         out[model] = {}
         for b, w, s, r in cells:
-            walls, hosts = [], []
-            for _ in range(r):
+            walls, hosts, prof = [], [], None
+            for i in range(r):
                 c = run_config.parse(cfg(dataset, b), train_images=train.count)
                 tr = Trainer(GpuEngine(dev), graph, weights, c, train, test)
 
-                async def go(tr=tr, w=w, s=s):
+                async def go(tr=tr, w=w, s=s, last=profile and i == r - 1):
                     await tr.setup()
-                    return await bench.bench(tr, dev, {"warmup": w, "steps": s, "host": host})
+                    return await bench.bench(tr, dev, {"warmup": w, "steps": s, "host": host,
+                                                       "profile": last})
                 res = asyncio.run(go())
                 walls.append(res["wall_ms"])
                 hosts.append(res["host_ms"])
+                prof = res.get("profile", prof)
             out[model][b] = {**spread(walls), "host_ms": hosts}
+            if prof:
+                out[model][b]["profile"] = prof
         print(f"[native] {model}: {json.dumps(out[model])[:400]}", flush=True)
     return out
+
+
+def kernel_diff(out: dict, top: int = 8) -> list:
+    """Lines comparing the profiled cells: per kernel (shader:entry) the summed ms through
+    Dawn and natively, the largest differences first."""
+    lines = []
+    for model, cells in out.get("native", {}).items():
+        if not isinstance(cells, dict):
+            continue
+        for b, cell in cells.items():
+            other = out.get("dawn", {}).get(model, {}).get(b, {})
+            if "profile" not in cell or "profile" not in other:
+                continue
+            sums = {}
+            for side, rows in (("dawn", other["profile"]), ("native", cell["profile"])):
+                for _, key, _, ms in rows:
+                    k = ":".join(str(key).split(":")[:2])
+                    sums.setdefault(k, {"dawn": 0.0, "native": 0.0})[side] += ms
+            tot = {side: sum(v[side] for v in sums.values()) for side in ("dawn", "native")}
+            lines.append(f"{model} {b}: summed dawn {tot['dawn']:.3f} native "
+                         f"{tot['native']:.3f} ms")
+            for k, v in sorted(sums.items(), key=lambda kv: kv[1]["native"] - kv[1]["dawn"],
+                               reverse=True)[:top]:
+                lines.append(f"  {k:40s} dawn {v['dawn']:8.4f}  native {v['native']:8.4f}")
+    return lines
 
 
 def peers(node: str | None, jobs: list, timeout: float = 300) -> dict:
@@ -126,6 +161,8 @@ def main(argv=None) -> int:
                     help="the cells: h200 (PLAN, PEERS), zoo (ZOO, PEERS), small (a CPU adapter:"
                          " SeedNet batch 64), quick (one batch-8 cell: a wiring check)")
     ap.add_argument("--models", nargs="+", help="only these models of the plan")
+    ap.add_argument("--profile", action="store_true",
+                    help="also every dispatch's time, both ways (each cell's last run)")
     ap.add_argument("--parts", default="dawn,native,peers")
     ap.add_argument("--node")
     ap.add_argument("--timeout", type=float, default=400, help="seconds per Node process")
@@ -151,12 +188,14 @@ def main(argv=None) -> int:
     except ImportError:
         pass
     if "dawn" in parts:
-        out["dawn"] = dawn(a.site, plan, a.node, HOST_STEPS[a.plan], a.timeout)
+        out["dawn"] = dawn(a.site, plan, a.node, HOST_STEPS[a.plan], a.timeout, a.profile)
     if "native" in parts:
-        out["native"] = native(a.site, plan, HOST_STEPS[a.plan])
+        out["native"] = native(a.site, plan, HOST_STEPS[a.plan], a.profile)
     if "peers" in parts:
         out["peers"] = peers(a.node, peer_jobs, a.timeout)
         print(f"[peers] {json.dumps(out['peers'])[:1500]}", flush=True)
+    for line in kernel_diff(out):
+        print(line, flush=True)
     out["seconds"] = time.time() - t0
     if a.json:
         a.json.write_text(json.dumps(out, indent=1))
