@@ -334,33 +334,37 @@ class GpuEngine:
                  "grad": math.sqrt(sums[2 * k + 1]) if name in self.plan.trainable else None}
                 for k, (name, layer) in enumerate(params)]
 
-    async def profile(self, repeats: int = 2, budget_ms: float = 2.0, most: int = 20) -> list:
+    async def profile(self, budget_ms: float = 100.0, most: int = 32) -> list:
         """Time every dispatch of one training step on its own.
 
-        Each dispatch runs once alone (submit, wait: ``first`` ms), then ``n`` copies of it in
-        one submit, n = ``first`` / ``budget_ms`` clamped to [``repeats``, ``most``]; its ms is
-        that submit's wall time (until the queue is idle) / n. The submit and the wait are
-        shared by the copies, so a small kernel reads near its GPU time plus a barrier where a
-        submit of one read ~10-50 us high; on a slow adapter (SwiftShader) n stays
-        ``repeats``. Returns ``[(phase, "shader:entry:", (x, y, z), ms)]``."""
+        Each dispatch runs once alone (submit, wait: ``first`` ms of wall time). Then, with
+        n = ``budget_ms`` / (3 ``first``) copies, at most ``most``: n copies in one submit and
+        2n in another, and its ms is the difference of the two wall times / n, so the submit,
+        the wait and its polling cancel out (they were ~0.05-1 ms a dispatch, more than most
+        kernels on a real GPU); where noise makes the difference negative, the n copies' wall
+        time / n. Where n < 2 (a slow adapter: SwiftShader) its ms is ``first``.
+        Returns ``[(phase, "shader:entry:", (x, y, z), ms)]``."""
         dev, plan = self.dev, self.plan
         self._write_step(1, 0, self.opt.lr, self.opt.scalars(1, self.opt.lr))
+
+        async def wall(prog) -> float:
+            start = time.perf_counter()
+            dev.submit([prog])
+            await dev.sync()
+            return (time.perf_counter() - start) * 1000
+
         rows = []
         for phase, dispatches in (("data", self.gather_train), ("forward", plan.fwd_train),
                                   ("loss", plan.loss), ("backward", plan.bwd),
                                   ("optimizer", self.opt.dispatches)):
             for d in dispatches:
-                start = time.perf_counter()
-                dev.submit([dev.program([d])])
-                await dev.sync()
-                first = (time.perf_counter() - start) * 1000
-                n = max(repeats, min(most, int(budget_ms / max(first, 1e-3))))
-                prog = dev.program([d] * n)
-                start = time.perf_counter()
-                dev.submit([prog])
-                await dev.sync()
-                rows.append((phase, d[0][2], list(d[2]),
-                             (time.perf_counter() - start) / n * 1000))
+                ms = await wall(dev.program([d]))
+                n = min(most, int(budget_ms / (3 * max(ms, 1e-3))))
+                if n >= 2:
+                    once = await wall(dev.program([d] * n))
+                    diff = await wall(dev.program([d] * (2 * n))) - once
+                    ms = (diff if diff > 0 else once) / n  # noise: n copies' wall time / n
+                rows.append((phase, d[0][2], list(d[2]), ms))
         return rows
 
 

@@ -376,9 +376,9 @@ class Trainer:
         return await evaluate(self.engine, self.evals[what], what, self.classes, self.emit,
                               limit, lambda: self.skip_test)
 
-    async def profile(self, repeats: int = 2) -> list:
+    async def profile(self) -> list:
         """The GPU engine's per-dispatch timings of one training step (``GpuEngine.profile``)."""
-        return await self.engine.profile(repeats)
+        return await self.engine.profile()
 
     async def trained_weights(self) -> bytes:
         """The weights (params and running statistics) in the bundle's blob layout."""
