@@ -339,10 +339,11 @@ class GpuEngine:
 
         Each dispatch runs once alone (submit, wait: ``first`` ms of wall time). Then, with
         n = ``budget_ms`` / (3 ``first``) copies, at most ``most``: n copies in one submit and
-        2n in another, and its ms is the difference of the two wall times / n, so the submit,
-        the wait and its polling cancel out (they were ~0.05-1 ms a dispatch, more than most
-        kernels on a real GPU); where noise makes the difference negative, the n copies' wall
-        time / n. Where n < 2 (a slow adapter: SwiftShader) its ms is ``first``.
+        2n in another, three times, and its ms is the median difference of the two wall times
+        / n, so the submit, the wait and its polling cancel out (they were ~0.05-1 ms a
+        dispatch, more than most kernels on a real GPU) and one stalled submit does not count;
+        where noise makes the difference negative, the n copies' shortest wall time / n. Where
+        n < 2 (a slow adapter: SwiftShader) its ms is ``first``.
         Returns ``[(phase, "shader:entry:", (x, y, z), ms)]``."""
         dev, plan = self.dev, self.plan
         self._write_step(1, 0, self.opt.lr, self.opt.scalars(1, self.opt.lr))
@@ -361,9 +362,13 @@ class GpuEngine:
                 ms = await wall(dev.program([d]))
                 n = min(most, int(budget_ms / (3 * max(ms, 1e-3))))
                 if n >= 2:
-                    once = await wall(dev.program([d] * n))
-                    diff = await wall(dev.program([d] * (2 * n))) - once
-                    ms = (diff if diff > 0 else once) / n  # noise: n copies' wall time / n
+                    single, double = dev.program([d] * n), dev.program([d] * (2 * n))
+                    onces, diffs = [], []
+                    for _ in range(3):  # the median difference: one stalled submit is noise
+                        onces.append(await wall(single))
+                        diffs.append(await wall(double) - onces[-1])
+                    diff = sorted(diffs)[1]
+                    ms = (diff if diff > 0 else min(onces)) / n
                 rows.append((phase, d[0][2], list(d[2]), ms))
         return rows
 
