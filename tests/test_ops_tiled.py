@@ -600,6 +600,7 @@ GPU_PIPELINES = [
     ("reduce", "reduce_splits", {}),
     ("reduce", "reduce_splits_lanes", {"LANES": 16}),
     ("reduce", "reduce_splits_lanes", {"LANES": 2}),
+    ("dropout", "apply4", {}),
     ("reduce", "column_parts", {}),
     ("matmul", "matmul_wg", {"TILE": 2240}),
     ("matmul", "matmul_wg_chunks", {"TILE": 4032}),
@@ -682,3 +683,38 @@ def test_gemm_tile_shape_rule(m, n, k, b_strides, want):
     assert gemm.tile_shape(b, m, n, k, b_strides) == want
     b.GEMM_NARROW = False
     assert gemm.tile_shape(b, m, n, k, b_strides) == (want if want == (16, 16) else None)
+
+
+def _odd_dropout():
+    from cases import dropout
+    return dropout._model("ratio03_odd_n", rng_for("dropout_odd"), 0.3, hidden=33, batch=3,
+                          step=5, seed=7, acts=("d",), dacts=("h",))
+
+
+# Dropout on GPU adapters (ops/dropout.py): apply4 (16-byte loads and stores) when n is a
+# multiple of 4 gives the floats of apply's four scalar accesses, forward and backward, and
+# with the fused ReLU gradient (batchnorm/conv_bn_relu_dropout_train); n = 99 keeps apply.
+DROPOUT_CASES = [c for c in family("dropout").CASES + family("batchnorm").CASES
+                 if "dropout" in c.id and c.optimizer is None and c.steps == 1] + [_odd_dropout()]
+
+
+@pytest.mark.parametrize("case", DROPOUT_CASES, ids=[c.id for c in DROPOUT_CASES])
+def test_dropout_vec4_bit_identical(device, monkeypatch, case):
+    seen, plain = [], Builder.kernel
+
+    async def spy(self, shader, entry, groups, **kw):
+        if shader == "dropout":
+            seen.append(entry)
+        return await plain(self, shader, entry, groups, **kw)
+    monkeypatch.setattr(Builder, "kernel", spy)
+    with builder_patch({**GPU, "DROPOUT_VEC4": True}):
+        on, _ = check_case(device, case)
+    vec = set(seen)
+    seen.clear()
+    with builder_patch({**GPU, "DROPOUT_VEC4": False}):
+        off, _ = check_case(device, case)
+    assert set(seen) == {"apply"}
+    assert vec == ({"apply"} if case.id.endswith("odd_n") else {"apply4"})
+    for part in ("acts", "dacts"):
+        for k in on[part]:
+            assert np.array_equal(on[part][k], off[part][k]), (part, k)

@@ -152,6 +152,10 @@ class Builder:
             return not getattr(self.dev, "is_cpu", False)
         return bool(self.TILED)
 
+    # Dropout on GPU adapters with n a multiple of 4 loads and stores vec4s (dropout.wgsl
+    # apply4, ops/dropout.py); False: apply's four scalar accesses a thread (A/B).
+    DROPOUT_VEC4 = True
+
     # Split-K sums of few outputs (ops/gemm.split_lanes) run several threads an output on GPU
     # adapters (reduce.wgsl reduce_splits_lanes); False: a thread an output (A/B).
     REDUCE_LANES = True

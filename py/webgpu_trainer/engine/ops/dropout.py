@@ -20,13 +20,23 @@ def _ratio(b, node) -> float:
     return ratio
 
 
+async def _apply(b, params, x, y, m=None):
+    """One dispatch of dropout.wgsl: ``apply4`` (16-byte loads and stores) on GPU adapters
+    when n is a multiple of 4 (``Builder.DROPOUT_VEC4``), else ``apply``; the same floats."""
+    n = params["n"]
+    groups = groups_1d((n + 3) // 4)
+    if b.tiled and n % 4 == 0 and getattr(b, "DROPOUT_VEC4", True):
+        await b.kernel("dropout", "apply4", groups, params=params, st=b.step, x4=x, y4=y, m4=m)
+    else:
+        await b.kernel("dropout", "apply", groups, params=params, st=b.step, x=x, y=y, m=m)
+
+
 async def forward(b, node, ins, outs, train):
     n = ins[0].numel
     ratio = _ratio(b, node) if train else 0.0
     scale = 1.0 / (1.0 - ratio) if ratio < 1.0 else 0.0
     params = dict(n=n, salt=b.salt(node), ratio=ratio, scale=scale, relu=0)
-    await b.kernel("dropout", "apply", groups_1d((n + 3) // 4), params=params, st=b.step,
-                   x=ins[0], y=outs[0])
+    await _apply(b, params, ins[0], outs[0])
 
 
 async def backward(b, node, ins, outs, gins, gouts):
@@ -37,5 +47,4 @@ async def backward(b, node, ins, outs, gins, gouts):
     scale = 1.0 / (1.0 - ratio) if ratio < 1.0 else 0.0
     relu = int("backward" in b.fused(node))  # dx = 0 where x <= 0: a ReLU before, fused
     params = dict(n=n, salt=b.salt(node), ratio=ratio, scale=scale, relu=relu)
-    await b.kernel("dropout", "apply", groups_1d((n + 3) // 4), params=params, st=b.step,
-                   x=gouts[0], y=gins[0], m=ins[0] if relu else None)
+    await _apply(b, params, gouts[0], gins[0], ins[0] if relu else None)
