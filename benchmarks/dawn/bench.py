@@ -122,14 +122,16 @@ def native(site: Path, plan: dict, host: int = 5, profile: bool = False) -> dict
 
 def kernel_diff(out: dict, top: int = 8) -> list:
     """Lines comparing the profiled cells: per kernel (shader:entry) the summed ms through
-    Dawn and natively, the largest differences first."""
+    Dawn and natively, the largest differences (either way) first."""
     lines = []
-    for model, cells in out.get("native", {}).items():
-        if not isinstance(cells, dict):
+    dawn_side = out.get("dawn") or {}
+    for model, cells in (out.get("native") or {}).items():
+        if model in ("adapter", "boot_s") or not isinstance(cells, dict):
             continue
         for b, cell in cells.items():
-            other = out.get("dawn", {}).get(model, {}).get(b, {})
-            if "profile" not in cell or "profile" not in other:
+            other = (dawn_side.get(model) or {}).get(b) if isinstance(dawn_side, dict) else None
+            if not isinstance(cell, dict) or not isinstance(other, dict) or \
+                    "profile" not in cell or "profile" not in other:
                 continue
             sums = {}
             for side, rows in (("dawn", other["profile"]), ("native", cell["profile"])):
@@ -139,7 +141,7 @@ def kernel_diff(out: dict, top: int = 8) -> list:
             tot = {side: sum(v[side] for v in sums.values()) for side in ("dawn", "native")}
             lines.append(f"{model} {b}: summed dawn {tot['dawn']:.3f} native "
                          f"{tot['native']:.3f} ms")
-            for k, v in sorted(sums.items(), key=lambda kv: kv[1]["native"] - kv[1]["dawn"],
+            for k, v in sorted(sums.items(), key=lambda kv: abs(kv[1]["native"] - kv[1]["dawn"]),
                                reverse=True)[:top]:
                 lines.append(f"  {k:40s} dawn {v['dawn']:8.4f}  native {v['native']:8.4f}")
     return lines
@@ -176,6 +178,8 @@ def main(argv=None) -> int:
     peer_jobs = {"h200": PEERS, "zoo": PEERS, "small": SMALL_PEERS,
                  "quick": [["jax-js", "seednet", 8, 2, 1]]}[a.plan]
     parts = a.parts.split(",")
+    if set(parts) - {"dawn", "native", "peers"}:
+        ap.error(f"--parts {a.parts!r}: each of dawn, native, peers")
     t0 = time.time()
     out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "what": "ms per training step (Adam), the page's worker in Node on Dawn vs native "

@@ -1,7 +1,8 @@
 // The per-kernel profile on demand (Dashboard, "Speed & machine"): the worker builds the run of
 // the current settings and times every dispatch of one training step on its own
-// (GpuEngine.profile: submit, wait, repeat), answering `profile {rows: [[phase, kernel, grid,
-// ms]]}`; the page shows the slowest kernels with their share of the step.
+// (GpuEngine.profile: n and 2n copies of it in one submit each, the difference / n; one lone
+// run on a slow adapter), answering `profile {rows: [[phase, kernel, grid, ms]]}`; the page
+// shows the slowest kernels with their share of the step.
 
 import { $ } from "../lib/util.js";
 import { appState, log, setStatus, stateChanged } from "./state.js";
@@ -49,12 +50,13 @@ export function onProfile(m) {
   const body = table.createTBody();
   for (const r of rows.slice(0, TOP)) {
     const tr = body.insertRow();
-    for (const v of [r.phase, r.kernel, `[${r.grid.join(", ")}]`, r.ms.toFixed(2),
+    for (const v of [r.phase, r.kernel, `[${r.grid.join(", ")}]`, r.ms.toFixed(r.ms < 0.1 ? 4 : 2),
       `${((100 * r.ms) / (total || 1)).toFixed(1)}%`]) tr.insertCell().textContent = v;
   }
   $("profile-out").replaceChildren(table);
   $("profile-note").textContent = `Sum of all ${rows.length} kernels: ${total.toFixed(1)} ms ` +
-    "(each timed alone with its own submit and wait, so small kernels read high).";
+    "(each timed alone; on a fast GPU as copies of it in one submit, the submit's own cost " +
+    "taken out).";
   setStatus("Profile ready (Dashboard, Speed & machine).");
   log(`Profile: ${rows.length} kernels, ${total.toFixed(1)} ms summed; slowest ` +
     (rows[0] ? `${rows[0].kernel} ${rows[0].ms.toFixed(2)} ms` : "–"));

@@ -184,11 +184,12 @@ def split_lanes(b, count: int, splits: int) -> int:
     """Threads an output of reduce.wgsl ``reduce_splits_lanes`` for ``count`` outputs of
     ``splits`` parts, or 1 (``reduce_splits``, a thread an output: CPU adapters, whose golden
     numbers it keeps, and outputs that fill the GPU alone). On GPU adapters (``b.tiled``) with
-    fewer than ``Builder.SPLIT_THREADS`` outputs of at least 32 parts: the power of two
-    (2..16) that brings the threads nearest that target, at most splits / 2 (each lane at
-    least two parts). H200 (2026-12-04, ``2026-12-04-h200-s20-lanes-*``): encoder / ViT at
-    batch 1000 2.148 / 7.227 -> 2.076 / 7.144 ms (weight gradients of [64, 64..256] over 64-256
-    parts); the MLP's 15-16 parts of [1000, 10] lost (0.873 -> 0.898), hence 32."""
+    fewer than ``Builder.SPLIT_THREADS`` outputs of at least 32 parts: the smallest power of
+    two (2..16) whose threads reach that target, or the largest that leaves each lane at least
+    two parts. H200 (2026-12-04, ``2026-12-04-h200-s20-lanes-*``): encoder / ViT at batch 1000
+    2.154 / 7.199 -> 2.062 / 7.153 ms (weight gradients of [64, 64..256] over 64-256 parts); a
+    first version from 2 parts cost the MLP's [1000, 10] over 15-16 parts 0.873 -> 0.898
+    (``*-lanes-v1-*``), hence 32."""
     if (not b.tiled or not getattr(b, "REDUCE_LANES", True) or count >= b.SPLIT_THREADS
             or splits < 32):
         return 1

@@ -377,7 +377,9 @@ class Trainer:
                               limit, lambda: self.skip_test)
 
     async def profile(self) -> list:
-        """The GPU engine's per-dispatch timings of one training step (``GpuEngine.profile``)."""
+        """The GPU engine's per-dispatch timings of one training step (``GpuEngine.profile``).
+        It changes the weights and the optimizer's state: profile a run set up for it, not
+        one in progress."""
         return await self.engine.profile()
 
     async def trained_weights(self) -> bytes:
