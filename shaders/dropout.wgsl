@@ -21,9 +21,17 @@ struct Params { n: u32, salt: u32, ratio: f32, scale: f32, relu: u32, _p0: u32, 
 
 //!include philox
 
-fn put(i: u32, bits: u32) {
+// The scale factors (0 or 1 / (1 - ratio)) of elements 4j .. 4j + 3: one Philox draw.
+fn keep4(j: u32) -> vec4<f32> {
+  let r = philox4x32(vec4<u32>(j, p.salt, st.step, 1u), vec2<u32>(st.seed, 0u));
+  return select(vec4<f32>(0.0), vec4<f32>(p.scale),
+                vec4<f32>(philox_unit(r.x), philox_unit(r.y), philox_unit(r.z),
+                          philox_unit(r.w)) >= vec4<f32>(p.ratio));
+}
+
+fn put(i: u32, keep: f32) {
   if (i >= p.n) { return; }
-  let v = x[i] * select(0.0, p.scale, philox_unit(bits) >= p.ratio);
+  let v = x[i] * keep;
   if (p.relu != 0u) { y[i] = select(0.0, v, m[i] > 0.0); } else { y[i] = v; }
 }
 
@@ -34,11 +42,11 @@ fn apply(@builtin(global_invocation_id) gid: vec3<u32>,
          @builtin(num_workgroups) nwg: vec3<u32>) {
   let j = flat_index(gid, nwg);
   if (4u * j >= p.n) { return; }
-  let r = philox4x32(vec4<u32>(j, p.salt, st.step, 1u), vec2<u32>(st.seed, 0u));
-  put(4u * j, r.x);
-  put(4u * j + 1u, r.y);
-  put(4u * j + 2u, r.z);
-  put(4u * j + 3u, r.w);
+  let keep = keep4(j);
+  put(4u * j, keep.x);
+  put(4u * j + 1u, keep.y);
+  put(4u * j + 2u, keep.z);
+  put(4u * j + 3u, keep.w);
 }
 
 // apply on GPU adapters when n is a multiple of 4 (ops/dropout.py, Builder.DROPOUT_VEC4): the
@@ -50,12 +58,7 @@ fn apply4(@builtin(global_invocation_id) gid: vec3<u32>,
           @builtin(num_workgroups) nwg: vec3<u32>) {
   let j = flat_index(gid, nwg);
   if (4u * j >= p.n) { return; }
-  let r = philox4x32(vec4<u32>(j, p.salt, st.step, 1u), vec2<u32>(st.seed, 0u));
-  let keep = vec4<f32>(select(0.0, p.scale, philox_unit(r.x) >= p.ratio),
-                       select(0.0, p.scale, philox_unit(r.y) >= p.ratio),
-                       select(0.0, p.scale, philox_unit(r.z) >= p.ratio),
-                       select(0.0, p.scale, philox_unit(r.w) >= p.ratio));
-  let v = x4[j] * keep;
+  let v = x4[j] * keep4(j);
   if (p.relu != 0u) {
     y4[j] = select(vec4<f32>(0.0), v, m4[j] > vec4<f32>(0.0));
   } else {
