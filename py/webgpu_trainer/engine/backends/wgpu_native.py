@@ -19,6 +19,35 @@ except (ImportError, AttributeError):  # another wgpu-py layout: the public API 
     _RAW = None
 
 
+# wgpu.h WGPUShaderRuntimeChecks for the engine's own shader modules: 1 = BoundsChecks alone (the
+# index clamps WebGPU's semantics need, as a plain module gets), without 2 = ForceLoopBounding:
+# naga then adds no 64-bit iteration counter to every loop (wgpu 25+, gfx-rs/wgpu#7080), which
+# is there against undefined behaviour of infinite loops; every loop of shaders/ ends (each is
+# bounded by a Params count). None: wgpu-py's plain create_shader_module (all checks).
+RUNTIME_CHECKS: int | None = 1
+
+
+def _shader_module(device, code: str, label: str):
+    """``device.create_shader_module(code=code, label=label)`` with ``RUNTIME_CHECKS`` through
+    wgpu-native's ``wgpuDeviceCreateShaderModuleTrusted`` (validated as the plain call is; its
+    errors raise through wgpu-py's error handler), or the plain call where this wgpu-py has no
+    such entry point."""
+    fn = getattr(_libf, "wgpuDeviceCreateShaderModuleTrusted", None) if _RAW else None
+    if RUNTIME_CHECKS is None or fn is None:
+        return device.create_shader_module(code=code, label=label)
+    from wgpu.backends.wgpu_native import _api
+    src = _api.new_struct_p("WGPUShaderSourceWGSL *", code=_api.to_c_string_view(code))
+    src[0].chain.next = _ffi.NULL
+    src[0].chain.sType = _lib.WGPUSType_ShaderSourceWGSL
+    desc = _api.new_struct_p("WGPUShaderModuleDescriptor *",
+                             nextInChain=_ffi.cast("WGPUChainedStruct *", src),
+                             label=_api.to_c_string_view(label))
+    handle = fn(device._internal, desc, RUNTIME_CHECKS)
+    if handle == _ffi.NULL:
+        raise RuntimeError("Shader module creation failed")
+    return _api.GPUShaderModule(label, handle, device)
+
+
 def _replay_raw(h, raw):
     """Encode ``raw`` (``_replay``'s list) into the compute pass of wgpu-native handle ``h``."""
     set_pipeline, set_bind_group, dispatch, null = _RAW
@@ -186,7 +215,7 @@ class Device:
                 print(f"// ---- {key}\n{code}")
             bgl, layout = self._layout(name)
             try:
-                module = self.device.create_shader_module(code=code, label=name)
+                module = _shader_module(self.device, code, name)
                 compute = {"module": module, "entry_point": entry}
                 if constants:
                     compute["constants"] = {k: float(v) for k, v in constants.items()}
