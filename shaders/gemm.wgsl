@@ -60,15 +60,54 @@ fn store4(at: u32, v: vec4<f32>) {
 // stay in cache while it runs (ops/gemm.py: 8, fewer for narrow outputs).
 override WX: u32 = 8u;
 
-@compute @workgroup_size(64)
-fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
-          @builtin(num_workgroups) nwg: vec3<u32>) {
-  let t = flat_index(gid, nwg);
+// (m0, n0): the first row and column of thread t's 4x4 block of out (`matmul`, `matmul_vec`).
+fn block_of(t: u32) -> vec2<u32> {
   let wy = 64u / WX;
   let blk = t / 64u;
   let nbh = (p.N + 4u * WX - 1u) / (4u * WX);  // workgroup blocks along n
-  let m0 = ((blk / nbh) * wy + (t / WX) % wy) * T;
-  let n0 = ((blk % nbh) * WX + t % WX) * T;
+  return vec2<u32>(((blk / nbh) * wy + (t / WX) % wy) * T, ((blk % nbh) * WX + t % WX) * T);
+}
+
+// Stores the 4x4 block at (m0, n0) of split z (rows c0..c3: alpha, the bias when not split,
+// the fused ReLU or mask; edges clipped).
+fn store_block(z: u32, m0: u32, n0: u32, c0: vec4<f32>, c1: vec4<f32>, c2: vec4<f32>,
+               c3: vec4<f32>) {
+  let base = z * p.M * p.N;
+  let bias_row = p.splits == 1u && p.bias_mode == 1u;
+  if (m0 + T <= p.M && n0 + T <= p.N && (p.splits != 1u || p.bias_mode <= 1u)) {
+    // A whole block with no bias or a row-vector bias: straight-line stores.
+    let bv = select(vec4<f32>(0.0),
+                    p.beta * vec4<f32>(bias[min(n0, arrayLength(&bias) - 1u)],
+                                       bias[min(n0 + 1u, arrayLength(&bias) - 1u)],
+                                       bias[min(n0 + 2u, arrayLength(&bias) - 1u)],
+                                       bias[min(n0 + 3u, arrayLength(&bias) - 1u)]), bias_row);
+    store4(base + m0 * p.N + n0, p.alpha * c0 + bv);
+    store4(base + (m0 + 1u) * p.N + n0, p.alpha * c1 + bv);
+    store4(base + (m0 + 2u) * p.N + n0, p.alpha * c2 + bv);
+    store4(base + (m0 + 3u) * p.N + n0, p.alpha * c3 + bv);
+    return;
+  }
+  for (var i = 0u; i < T; i++) {
+    let m = m0 + i;
+    if (m >= p.M) { break; }
+    var row = c3;
+    switch i { case 0u: { row = c0; } case 1u: { row = c1; } case 2u: { row = c2; } default: {} }
+    for (var j = 0u; j < T; j++) {
+      let n = n0 + j;
+      if (n >= p.N) { break; }
+      var v = p.alpha * row[j];
+      if (p.splits == 1u) { v += bias_at(m, n); }
+      out[base + m * p.N + n] = act(base + m * p.N + n, v);
+    }
+  }
+}
+
+@compute @workgroup_size(64)
+fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
+          @builtin(num_workgroups) nwg: vec3<u32>) {
+  let mn = block_of(flat_index(gid, nwg));
+  let m0 = mn.x;
+  let n0 = mn.y;
   if (m0 >= p.M || n0 >= p.N) { return; }
   let per = (p.K + p.splits - 1u) / p.splits;
   let k_start = gid.z * per;
@@ -113,34 +152,106 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
     c2 += a[ai.z + ka] * bv;
     c3 += a[ai.w + ka] * bv;
   }
-  let base = gid.z * p.M * p.N;
-  let bias_row = p.splits == 1u && p.bias_mode == 1u;
-  if (m0 + T <= p.M && n0 + T <= p.N && (p.splits != 1u || p.bias_mode <= 1u)) {
-    // A whole block with no bias or a row-vector bias: straight-line stores.
-    let bv = select(vec4<f32>(0.0),
-                    p.beta * vec4<f32>(bias[min(n0, arrayLength(&bias) - 1u)],
-                                       bias[min(n0 + 1u, arrayLength(&bias) - 1u)],
-                                       bias[min(n0 + 2u, arrayLength(&bias) - 1u)],
-                                       bias[min(n0 + 3u, arrayLength(&bias) - 1u)]), bias_row);
-    store4(base + m0 * p.N + n0, p.alpha * c0 + bv);
-    store4(base + (m0 + 1u) * p.N + n0, p.alpha * c1 + bv);
-    store4(base + (m0 + 2u) * p.N + n0, p.alpha * c2 + bv);
-    store4(base + (m0 + 3u) * p.N + n0, p.alpha * c3 + bv);
-    return;
-  }
-  for (var i = 0u; i < T; i++) {
-    let m = m0 + i;
-    if (m >= p.M) { break; }
-    var row = c3;
-    switch i { case 0u: { row = c0; } case 1u: { row = c1; } case 2u: { row = c2; } default: {} }
-    for (var j = 0u; j < T; j++) {
-      let n = n0 + j;
-      if (n >= p.N) { break; }
-      var v = p.alpha * row[j];
-      if (p.splits == 1u) { v += bias_at(m, n); }
-      out[base + m * p.N + n] = act(base + m * p.N + n, v);
+  store_block(gid.z, m0, n0, c0, c1, c2, c3);
+}
+
+// ---- matmul_vec: `matmul` on GPU adapters when both operands load as aligned vec4s (p.vec
+// == 3, ops/gemm.py): the same 4x4 block a thread, a and bm read 16 bytes at a time along
+// whichever dim is contiguous: four k of a row (sak == 1) or four rows at one k (sam == 1);
+// four k of a column (sbk == 1) or four columns at one k (sbn == 1). `matmul`'s 32 scalar
+// loads a step of four k were each a warp instruction touching 4-8 cache lines; these are 8
+// (H200: the transformers' [28000, 64] x k 64 products). Each split's k range starts at a
+// multiple of 4, so the loads along k stay aligned; a K not a multiple of 4 ends in scalars.
+@compute @workgroup_size(64)
+fn matmul_vec(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+  let mn = block_of(flat_index(gid, nwg));
+  let m0 = mn.x;
+  let n0 = mn.y;
+  if (m0 >= p.M || n0 >= p.N) { return; }
+  let per = ((p.K + p.splits - 1u) / p.splits + 3u) / 4u * 4u;
+  let k_start = gid.z * per;
+  let k_end = min(p.K, k_start + per);
+  let ai = min(vec4<u32>(m0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.M - 1u)) * p.sam;
+  let bi = min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.N - 1u)) * p.sbn;
+  var c0 = vec4<f32>(0.0);
+  var c1 = vec4<f32>(0.0);
+  var c2 = vec4<f32>(0.0);
+  var c3 = vec4<f32>(0.0);
+  var k = k_start;
+  if (p.sak == 1u && p.sbk == 1u) {  // rows of a, columns of bm (X W^T): 16 dot products
+    for (; k + 4u <= k_end; k += 4u) {
+      let a0 = a4[(ai.x + k) / 4u];
+      let a1 = a4[(ai.y + k) / 4u];
+      let a2 = a4[(ai.z + k) / 4u];
+      let a3 = a4[(ai.w + k) / 4u];
+      let b0 = b4[(bi.x + k) / 4u];
+      let b1 = b4[(bi.y + k) / 4u];
+      let b2 = b4[(bi.z + k) / 4u];
+      let b3 = b4[(bi.w + k) / 4u];
+      c0 += vec4<f32>(dot(a0, b0), dot(a0, b1), dot(a0, b2), dot(a0, b3));
+      c1 += vec4<f32>(dot(a1, b0), dot(a1, b1), dot(a1, b2), dot(a1, b3));
+      c2 += vec4<f32>(dot(a2, b0), dot(a2, b1), dot(a2, b2), dot(a2, b3));
+      c3 += vec4<f32>(dot(a3, b0), dot(a3, b1), dot(a3, b2), dot(a3, b3));
+    }
+  } else if (p.sak == 1u) {  // rows of a, rows of bm (dY W)
+    for (; k + 4u <= k_end; k += 4u) {
+      let a0 = a4[(ai.x + k) / 4u];
+      let a1 = a4[(ai.y + k) / 4u];
+      let a2 = a4[(ai.z + k) / 4u];
+      let a3 = a4[(ai.w + k) / 4u];
+      let kb = (k * p.sbk + n0) / 4u;
+      let s = p.sbk / 4u;
+      let b0 = b4[kb];
+      let b1 = b4[kb + s];
+      let b2 = b4[kb + 2u * s];
+      let b3 = b4[kb + 3u * s];
+      c0 += a0.x * b0 + a0.y * b1 + a0.z * b2 + a0.w * b3;
+      c1 += a1.x * b0 + a1.y * b1 + a1.z * b2 + a1.w * b3;
+      c2 += a2.x * b0 + a2.y * b1 + a2.z * b2 + a2.w * b3;
+      c3 += a3.x * b0 + a3.y * b1 + a3.z * b2 + a3.w * b3;
+    }
+  } else if (p.sbn == 1u) {  // columns of a (sam == 1), rows of bm (X^T dY): outer products
+    for (; k + 4u <= k_end; k += 4u) {
+      for (var r = 0u; r < 4u; r++) {
+        let av = a4[(m0 + (k + r) * p.sak) / 4u];
+        let bv = b4[((k + r) * p.sbk + n0) / 4u];
+        c0 += av.x * bv;
+        c1 += av.y * bv;
+        c2 += av.z * bv;
+        c3 += av.w * bv;
+      }
+    }
+  } else {  // columns of a, columns of bm (sbk == 1)
+    for (; k + 4u <= k_end; k += 4u) {
+      let b0 = b4[(bi.x + k) / 4u];
+      let b1 = b4[(bi.y + k) / 4u];
+      let b2 = b4[(bi.z + k) / 4u];
+      let b3 = b4[(bi.w + k) / 4u];
+      let a0 = a4[(m0 + k * p.sak) / 4u];
+      let a1 = a4[(m0 + (k + 1u) * p.sak) / 4u];
+      let a2 = a4[(m0 + (k + 2u) * p.sak) / 4u];
+      let a3 = a4[(m0 + (k + 3u) * p.sak) / 4u];
+      let bk0 = vec4<f32>(b0.x, b1.x, b2.x, b3.x);
+      let bk1 = vec4<f32>(b0.y, b1.y, b2.y, b3.y);
+      let bk2 = vec4<f32>(b0.z, b1.z, b2.z, b3.z);
+      let bk3 = vec4<f32>(b0.w, b1.w, b2.w, b3.w);
+      c0 += a0.x * bk0 + a1.x * bk1 + a2.x * bk2 + a3.x * bk3;
+      c1 += a0.y * bk0 + a1.y * bk1 + a2.y * bk2 + a3.y * bk3;
+      c2 += a0.z * bk0 + a1.z * bk1 + a2.z * bk2 + a3.z * bk3;
+      c3 += a0.w * bk0 + a1.w * bk1 + a2.w * bk2 + a3.w * bk3;
     }
   }
+  for (; k < k_end; k++) {
+    let ka = k * p.sak;
+    let kb = k * p.sbk;
+    let bv = vec4<f32>(bm[bi.x + kb], bm[bi.y + kb], bm[bi.z + kb], bm[bi.w + kb]);
+    c0 += a[ai.x + ka] * bv;
+    c1 += a[ai.y + ka] * bv;
+    c2 += a[ai.z + ka] * bv;
+    c3 += a[ai.w + ka] * bv;
+  }
+  store_block(gid.z, m0, n0, c0, c1, c2, c3);
 }
 
 // ---- matmul_tiled: the same product for GPU adapters (ops/gemm.py picks it) -----------------

@@ -453,6 +453,61 @@ def test_gemm_vec4_loads_bit_identical(device, monkeypatch, m, n, k, ta, tb):
     assert np.array_equal(on, off)
 
 
+# The untiled kernel's vec4 loads (gemm.wgsl matmul_vec: GPU adapters, both operands aligned):
+# operands stored with rows padded to a multiple of 4, so any m, n, k (edges, a k tail of
+# scalars, split-K parts rounded to 4) takes it; every layout branch (ta, tb); float64 reference.
+@pytest.mark.parametrize("m,n,k", [(37, 29, 13), (300, 36, 1001), (4097, 40, 9),
+                                   (64, 64, 4104), (5, 3, 2)])
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1), (0, 1), (1, 0)])
+def test_gemm_untiled_vec4_loads(device, monkeypatch, m, n, k, ta, tb):
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    monkeypatch.setattr(gemm, "tile_shape", lambda *_: None)
+    rng = rng_for("gemm_vec", m, n, k, ta, tb)
+
+    def padded(rows, cols):  # [rows, cols] inside a [rows, cols rounded up to 4, + 4] buffer
+        full = f32(rng.standard_normal((rows, (cols + 3) // 4 * 4 + 4)))
+        return full, full[:, :cols], (full.shape[1], 1)
+    a_full, a, sa = padded(k, m) if ta else padded(m, k)
+    b_full, bm, sb = padded(n, k) if tb else padded(k, n)
+    sa = sa[::-1] if ta else sa
+    sb = sb[::-1] if tb else sb
+    bias = f32(rng.standard_normal(n))
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    b.TILED = True
+    bufs = []
+    for arr in (a_full, b_full, bias):
+        buf = device.buffer(arr.nbytes)
+        device.write(buf, np.ascontiguousarray(arr).tobytes())
+        bufs.append(buf)
+    out = device.buffer(4 * m * n)
+
+    async def go():
+        await gemm.matmul(b, bufs[0], sa, bufs[1], sb, out, m, n, k, 0.5, bufs[2], 1)
+        device.submit([device.program(b.current)])
+        return np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
+    got = run(go())
+    assert b.current[0][0][2].split(":")[1] == "matmul_vec"  # (pipeline, layout, key)
+    want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (bm.T if tb else bm)) + bias
+    assert rel_err(got, want) <= FWD_RTOL
+
+
+def test_gemm_untiled_vec4_only_when_both_align(device, monkeypatch):
+    """An operand whose rows are not a multiple of 4 floats, or the flag off: matmul."""
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    monkeypatch.setattr(gemm, "tile_shape", lambda *_: None)
+    entries = []
+    for sa, flag in (((8, 1), True), ((7, 1), True), ((8, 1), False)):
+        b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+        b.TILED = True
+        b.GEMM_VEC_UNTILED = flag
+        a, bm, out = device.buffer(4 * 64), device.buffer(4 * 64), device.buffer(4 * 64)
+        run(gemm.matmul(b, a, sa, bm, (8, 1), out, 4, 8, 4))
+        entries.append(b.current[0][0][2].split(":")[1])
+    assert entries == ["matmul_vec", "matmul", "matmul"]
+
+
 # Bias gradients over many rows (gemm.channel_sum, inner 1) on GPU adapters: column_parts sums
 # parts of the rows (a last part shorter, parts capped by rows / 16 or by the thread target),
 # channel_sum folds them; against float64 numpy. Planes (inner > 1) keep channel_sum alone.
@@ -577,6 +632,7 @@ GPU_PIPELINES = [
     ("gemm", "matmul_tiled", {"WM": 16, "WN": 8}),
     ("gemm", "matmul_tiled", {"WM": 8, "WN": 16}),
     ("gemm", "matmul_tiled", {"WM": 8, "WN": 8}),
+    ("gemm", "matmul_vec", {"WX": 8}),
     ("conv2d", "forward", {**_WIN, "FCT": 4}),
     ("conv2d_wgrad", "weight_grad", {**_WIN, "WRB": 4}),
     ("conv2d_wgrad", "weight_grad", {**_WIN, "KH": 5, "sh": 2, "ph": 2, "pw": 1, "dw": 2,
@@ -656,7 +712,8 @@ def test_gemm_tiles_beyond_one_row_of_workgroups_take_the_untiled_kernel(monkeyp
     monkeypatch.setattr(gemm, "tile_shape", lambda *_: (8, 8))
     run(gemm.matmul(b, a, (14080, 1), bm, (14080, 1), out, 19200, 14080, 64))  # 66,000 tiles
     run(gemm.matmul(b, a, (14080, 1), bm, (14080, 1), out, 19200, 12800, 64))  # 60,000
-    assert [d[0][1] for d in b.current] == ["matmul", "matmul_tiled"]  # (shader, entry, _)
+    # (shader, entry, _); the untiled kernel from vec4 loads: both operands align
+    assert [d[0][1] for d in b.current] == ["matmul_vec", "matmul_tiled"]
     monkeypatch.setattr(gemm, "tile_shape", lambda *_: (32, 8))
     with pytest.raises(ValueError, match="32 x 8 threads; each must be 8 or 16"):
         run(gemm.matmul(b, a, (64, 1), bm, (64, 1), out, 640, 640, 64))

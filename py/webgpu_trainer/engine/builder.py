@@ -172,6 +172,10 @@ class Builder:
     # loads each (A/B).
     GEMM_VEC4 = True
 
+    # The untiled GEMM on GPU adapters reads operands that are both aligned as vec4s
+    # (gemm.wgsl matmul_vec); False: matmul's scalar loads (A/B).
+    GEMM_VEC_UNTILED = True
+
     # MatMul products with no batch dims left (after folding) run on the Gemm's kernels on GPU
     # adapters (ops/matmul.batched); False: the batched kernel (A/B).
     MATMUL_GEMM = True

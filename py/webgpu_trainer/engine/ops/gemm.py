@@ -56,7 +56,9 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
 
     Large outputs on GPU adapters (``tile_shape``): a workgroup-memory tiled kernel (128 x 128
     tiles, 8 x 8 per thread), else 4 x 4 per thread with no workgroup memory (CPU adapters,
-    thin outputs). Splits the sum over k (split-K) when the output alone leaves the GPU idle.
+    thin outputs; on GPU adapters with both operands aligned for vec4 loads, ``_vec_bits``
+    == 3, ``matmul_vec``). Splits the sum over k (split-K) when the output alone leaves the
+    GPU idle.
     """
     shape = tile_shape(b, m, n, k, b_strides)
     if shape:  # the tiles are one row of workgroups: at most 65,535 (else the untiled kernel)
@@ -85,8 +87,11 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         threads = 64 * ((m + side_m - 1) // side_m) * ((n + side_n - 1) // side_n)
         splits = b.splits(((m + 3) // 4) * ((n + 3) // 4), k, min_per_split=64)
         gx, gy, _ = groups_1d(threads)
-        counts, entry, consts = (gx, gy, splits), "matmul", {"WX": wx}
-        vec = 0
+        # GPU adapters, both operands aligned: the same blocks from vec4 loads (matmul_vec)
+        vec = _vec_bits(b, a, a_strides, bm, b_strides) \
+            if b.tiled and getattr(b, "GEMM_VEC_UNTILED", True) else 0
+        vec = 3 if vec == 3 else 0
+        counts, entry, consts = (gx, gy, splits), "matmul_vec" if vec else "matmul", {"WX": wx}
     target = b.temp(splits * m * n) if splits > 1 else out
     params = dict(M=m, N=n, K=k, splits=splits, sam=a_strides[0], sak=a_strides[1],
                   sbk=b_strides[0], sbn=b_strides[1], bias_mode=bias_mode if bias else 0,
