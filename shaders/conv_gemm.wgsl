@@ -115,7 +115,7 @@ fn col_part(j: u32) -> Part {
               i32((q % p.OW) * sw) - i32(pw));
 }
 
-// The row's part (per k step): a tap in modes 0, 1; a pixel in mode 2.
+// The row's part (per k step): a tap in modes 0, 1, 3 (mode 2: `row_part_pix`).
 fn row_part(k: u32, k_end: u32) -> Part {
   if (k >= k_end) { return Part(0u, FAR, FAR); }
   if (MODE == 3u) {
@@ -123,13 +123,33 @@ fn row_part(k: u32, k_end: u32) -> Part {
     let t = k % ab;
     return Part((k / ab) * p.H * p.W, cls.eh - i32(t / cls.B), cls.ew - i32(t % cls.B));
   }
-  if (MODE == 2u) {
-    let pix = p.OH * p.OW;
-    let q = k % pix;
-    return Part((k / pix) * p.C * p.H * p.W, i32((q / p.OW) * sh), i32((q % p.OW) * sw));
-  }
   let t = k % (KH * KW);
   return Part((k / (KH * KW)) * p.H * p.W, i32((t / KW) * dh), i32((t % KW) * dw));
+}
+
+// Mode 2's pixel of the batch at k, (n, q) = (k / (OH*OW), k % (OH*OW)), carried from step to
+// step by `pix_add` (one division by a uniform a step instead of two in `row_part`).
+struct Pix { n: u32, q: u32 }
+
+fn pix_of(k: u32) -> Pix {
+  let pix = p.OH * p.OW;
+  return Pix(k / pix, k % pix);
+}
+
+fn pix_add(v: Pix, d: u32) -> Pix {
+  let pix = p.OH * p.OW;
+  var r = Pix(v.n, v.q + d);
+  while (r.q >= pix) {  // at most d / pix + 1 times
+    r.q -= pix;
+    r.n += 1u;
+  }
+  return r;
+}
+
+// `row_part` of mode 2 at k (its pixel v = pix_of(k)).
+fn row_part_pix(v: Pix, k: u32, k_end: u32) -> Part {
+  if (k >= k_end) { return Part(0u, FAR, FAR); }
+  return Part(v.n * p.C * p.H * p.W, i32((v.q / p.OW) * sh), i32((v.q % p.OW) * sw));
 }
 
 fn img_at(c: Part, r: Part) -> f32 {
@@ -141,6 +161,14 @@ fn img_at(c: Part, r: Part) -> f32 {
 
 // This thread's 4 consecutive k of one row of A, stored k-major (gemm.wgsl store_a, sak = 1).
 fn load_a(m: u32, k: u32, k_end: u32) -> vec4<f32> {
+  if (MODE == 2u && m < p.M && k + 3u < k_end) {  // dy: four k of one plane are neighbours
+    let pix = p.OH * p.OW;
+    let q = k % pix;
+    if (q + 3u < pix) {
+      let i = (k / pix) * p.M * pix + m * pix + q;
+      return vec4<f32>(a[i], a[i + 1u], a[i + 2u], a[i + 3u]);
+    }
+  }
   return vec4<f32>(a_at(m, k, k_end), a_at(m, k + 1u, k_end), a_at(m, k + 2u, k_end),
                    a_at(m, k + 3u, k_end));
 }
@@ -229,12 +257,25 @@ fn conv_gemm(@builtin(workgroup_id) wid: vec3<u32>,
   let c1 = col_part(bj + 1u);
   let c2 = col_part(bj + 2u);
   let c3 = col_part(bj + 3u);
-  var r = row_part(k_start + bk, k_end);
+  var rp = Pix(0u, 0u);  // mode 2: the pixels of this thread's B rows
+  var rp2 = rp;
+  var r: Part;
+  if (MODE == 2u) {
+    rp = pix_of(k_start + bk);
+    rp2 = pix_add(rp, TM / 2u);
+    r = row_part_pix(rp, k_start + bk, k_end);
+  } else {
+    r = row_part(k_start + bk, k_end);
+  }
   var va = load_a(am, k_start + ak, k_end);
   var vb = vec4<f32>(img_at(c0, r), img_at(c1, r), img_at(c2, r), img_at(c3, r));
   var vb2 = vec4<f32>(0.0);
   if (two) {
-    r = row_part(k_start + bk + TM / 2u, k_end);
+    if (MODE == 2u) {
+      r = row_part_pix(rp2, k_start + bk + TM / 2u, k_end);
+    } else {
+      r = row_part(k_start + bk + TM / 2u, k_end);
+    }
     vb2 = vec4<f32>(img_at(c0, r), img_at(c1, r), img_at(c2, r), img_at(c3, r));
     store_b(vb2, 0u, e2);
   }
@@ -246,10 +287,20 @@ fn conv_gemm(@builtin(workgroup_id) wid: vec3<u32>,
     let more = k0 + BK < k_end;
     if (more) {
       va = load_a(am, k0 + BK + ak, k_end);
-      r = row_part(k0 + BK + bk, k_end);
+      if (MODE == 2u) {
+        rp = pix_add(rp, BK);
+        r = row_part_pix(rp, k0 + BK + bk, k_end);
+      } else {
+        r = row_part(k0 + BK + bk, k_end);
+      }
       vb = vec4<f32>(img_at(c0, r), img_at(c1, r), img_at(c2, r), img_at(c3, r));
       if (two) {
-        r = row_part(k0 + BK + bk + TM / 2u, k_end);
+        if (MODE == 2u) {
+          rp2 = pix_add(rp2, BK);
+          r = row_part_pix(rp2, k0 + BK + bk + TM / 2u, k_end);
+        } else {
+          r = row_part(k0 + BK + bk + TM / 2u, k_end);
+        }
         vb2 = vec4<f32>(img_at(c0, r), img_at(c1, r), img_at(c2, r), img_at(c3, r));
       }
     }

@@ -453,6 +453,43 @@ def test_gemm_vec4_loads_bit_identical(device, monkeypatch, m, n, k, ta, tb):
     assert np.array_equal(on, off)
 
 
+# conv_gemm's weight gradient (mode 2) alone: the sum over (image, pixel) carried from step to
+# step (pix_add: planes of 1 and 4 pixels wrap several times a step of 8, planes of 49 and 81
+# cut the four-k loads of dy), every tile shape (64 x 128 loads two B rows a thread), split-K;
+# against float64 numpy.
+@pytest.mark.parametrize("n,c,h,k,kh,s,pad,tile", [
+    (5, 3, 3, 64, 3, 1, 0, (8, 16)), (3, 4, 4, 64, 3, 1, 0, (8, 16)),
+    (2, 3, 9, 64, 3, 1, 1, (8, 16)), (4, 5, 7, 130, 3, 2, 1, (16, 16)),
+    (2, 3, 7, 20, 3, 1, 1, (8, 8)), (40, 2, 5, 64, 3, 1, 1, (8, 16))])
+def test_conv_gemm_weight_grad(device, n, c, h, k, kh, s, pad, tile):
+    import types
+    from webgpu_trainer.engine.ops import conv_gemm
+    rng = rng_for("conv_gemm_wgrad", n, c, h, k, kh, s, pad)
+    oh = (h + 2 * pad - kh) // s + 1
+    x = f32(rng.standard_normal((n, c, h, h)))
+    dy = f32(rng.standard_normal((n, k, oh, oh)))
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    b.TILED = True
+    bx, bdy = device.buffer(x.nbytes), device.buffer(dy.nbytes)
+    device.write(bx, x.tobytes())
+    device.write(bdy, dy.tobytes())
+    dw = device.buffer(4 * k * c * kh * kh)
+    win = {"KH": kh, "KW": kh, "sh": s, "sw": s, "ph": pad, "pw": pad, "dh": 1, "dw": 1}
+
+    async def go():
+        await conv_gemm.weight_grad(b, (n, c, h, h, k, oh, oh, 1), win, tile, bx, bdy, dw)
+        device.submit([device.program(b.current)])
+        return np.frombuffer(await device.read(dw), np.float32)[:k * c * kh * kh]
+    got = run(go()).reshape(k, c, kh, kh)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    want = np.zeros((k, c, kh, kh))
+    for i in range(kh):
+        for j in range(kh):
+            patch = xp[:, :, i:i + s * (oh - 1) + 1:s, j:j + s * (oh - 1) + 1:s]
+            want[:, :, i, j] = np.einsum("nkpq,ncpq->kc", dy, patch)
+    assert rel_err(got, want) <= FWD_RTOL
+
+
 # The untiled kernel's vec4 loads (gemm.wgsl matmul_vec: GPU adapters, both operands aligned):
 # operands stored with rows padded to a multiple of 4, so any m, n, k (edges, a k tail of
 # scalars, split-K parts rounded to 4) takes it; every layout branch (ta, tb); float64 reference.
