@@ -137,7 +137,7 @@ fn pix_of(k: u32) -> Pix {
 }
 
 fn pix_add(v: Pix, d: u32) -> Pix {
-  let pix = p.OH * p.OW;
+  let pix = max(p.OH * p.OW, 1u);  // an empty grid (never dispatched) must not loop forever
   var r = Pix(v.n, v.q + d);
   while (r.q >= pix) {  // at most d / pix + 1 times
     r.q -= pix;

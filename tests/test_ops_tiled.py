@@ -545,6 +545,35 @@ def test_gemm_untiled_vec4_only_when_both_align(device, monkeypatch):
     assert entries == ["matmul_vec", "matmul", "matmul"]
 
 
+@pytest.mark.parametrize("exact", [True, False])
+def test_gemm_untiled_vec4_needs_whole_blocks_bound(device, monkeypatch, exact):
+    """B [k 8, n 3] with rows of 8 floats: matmul_vec reads the last row's columns 0-3 as one
+    vec4, so a binding that ends at the last logical element (59 floats) keeps matmul; with
+    the row's padding bound (64 floats) it takes matmul_vec. Both against float64."""
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    monkeypatch.setattr(gemm, "tile_shape", lambda *_: None)
+    m, n, k = 6, 3, 8
+    rng = rng_for("gemm_vec_extent", exact)
+    a = f32(rng.standard_normal((m, k)))
+    b_full = f32(rng.standard_normal((k, 8)))
+    floats = (k - 1) * 8 + n if exact else k * 8
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    b.TILED = True
+    ba, bb, out = device.buffer(a.nbytes), device.buffer(4 * floats), device.buffer(4 * m * n)
+    device.write(ba, a.tobytes())
+    device.write(bb, b_full.reshape(-1)[:floats].tobytes())
+
+    async def go():
+        await gemm.matmul(b, ba, (k, 1), bb, (8, 1), out, m, n, k)
+        device.submit([device.program(b.current)])
+        return np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
+    got = run(go())
+    assert b.current[0][0][2].split(":")[1] == ("matmul" if exact else "matmul_vec")
+    want = a.astype(np.float64) @ b_full[:, :n]
+    assert rel_err(got, want) <= FWD_RTOL
+
+
 # Bias gradients over many rows (gemm.channel_sum, inner 1) on GPU adapters: column_parts sums
 # parts of the rows (a last part shorter, parts capped by rows / 16 or by the thread target),
 # channel_sum folds them; against float64 numpy. Planes (inner > 1) keep channel_sum alone.
@@ -749,8 +778,8 @@ def test_gemm_tiles_beyond_one_row_of_workgroups_take_the_untiled_kernel(monkeyp
     monkeypatch.setattr(gemm, "tile_shape", lambda *_: (8, 8))
     run(gemm.matmul(b, a, (14080, 1), bm, (14080, 1), out, 19200, 14080, 64))  # 66,000 tiles
     run(gemm.matmul(b, a, (14080, 1), bm, (14080, 1), out, 19200, 12800, 64))  # 60,000
-    # (shader, entry, _); the untiled kernel from vec4 loads: both operands align
-    assert [d[0][1] for d in b.current] == ["matmul_vec", "matmul_tiled"]
+    entries = [d[0][1] for d in b.current]  # (shader, entry, _)
+    assert entries[0] in ("matmul", "matmul_vec") and entries[1:] == ["matmul_tiled"], entries
     monkeypatch.setattr(gemm, "tile_shape", lambda *_: (32, 8))
     with pytest.raises(ValueError, match="32 x 8 threads; each must be 8 or 16"):
         run(gemm.matmul(b, a, (64, 1), bm, (64, 1), out, 640, 640, 64))

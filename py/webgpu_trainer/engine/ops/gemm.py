@@ -90,7 +90,8 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         # GPU adapters, both operands aligned: the same blocks from vec4 loads (matmul_vec)
         vec = _vec_bits(b, a, a_strides, bm, b_strides) \
             if b.tiled and getattr(b, "GEMM_VEC_UNTILED", True) else 0
-        vec = 3 if vec == 3 else 0
+        vec = 3 if vec == 3 and _covers_blocks(a, a_strides, m, k) and \
+            _covers_blocks(bm, b_strides[::-1], n, k) else 0
         counts, entry, consts = (gx, gy, splits), "matmul_vec" if vec else "matmul", {"WX": wx}
     target = b.temp(splits * m * n) if splits > 1 else out
     params = dict(M=m, N=n, K=k, splits=splits, sam=a_strides[0], sak=a_strides[1],
@@ -124,6 +125,20 @@ def _vec_bits(b, a, a_strides, bm, b_strides) -> int:
     va = aligned(a, sak, sam) if sak == 1 else aligned(a, sam, sak)
     vb = aligned(bm, sbn, sbk) if sbn == 1 else aligned(bm, sbk, sbn)
     return int(va) | 2 * int(vb)
+
+
+def _covers_blocks(x, strides, rows: int, k: int) -> bool:
+    """Whether binding ``x`` of an operand with ``rows`` rows (m of op(A), n of op(B)) summed
+    over ``k``, element (r, kk) at r * strides[0] + kk * strides[1], holds every vec4
+    ``matmul_vec`` reads: along a unit-stride row dim it reads whole blocks of 4 rows, so the
+    last k's row count rounded up to 4 must lie inside (a view bound to its last logical
+    element would not). Along k it reads only inside the rows."""
+    s_row, s_k = strides
+    if s_row != 1:
+        return True
+    size = getattr(x, "nbytes", None)
+    size = getattr(x, "size", 0) if size is None else size
+    return size >= 4 * ((k - 1) * s_k + (rows + 3) // 4 * 4)
 
 
 def _threads_along_n(n: int) -> int:
