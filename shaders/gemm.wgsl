@@ -68,10 +68,9 @@ fn block_of(t: u32) -> vec2<u32> {
   return vec2<u32>(((blk / nbh) * wy + (t / WX) % wy) * T, ((blk % nbh) * WX + t % WX) * T);
 }
 
-// Stores the 4x4 block at (m0, n0) of split z (rows c0..c3: alpha, the bias when not split,
+// Stores the 4x4 block c at (m0, n0) of split z (alpha, the bias when not split,
 // the fused ReLU or mask; edges clipped).
-fn store_block(z: u32, m0: u32, n0: u32, c0: vec4<f32>, c1: vec4<f32>, c2: vec4<f32>,
-               c3: vec4<f32>) {
+fn store_block(z: u32, m0: u32, n0: u32, c: Block) {
   let base = z * p.M * p.N;
   let bias_row = p.splits == 1u && p.bias_mode == 1u;
   if (m0 + T <= p.M && n0 + T <= p.N && (p.splits != 1u || p.bias_mode <= 1u)) {
@@ -81,17 +80,22 @@ fn store_block(z: u32, m0: u32, n0: u32, c0: vec4<f32>, c1: vec4<f32>, c2: vec4<
                                        bias[min(n0 + 1u, arrayLength(&bias) - 1u)],
                                        bias[min(n0 + 2u, arrayLength(&bias) - 1u)],
                                        bias[min(n0 + 3u, arrayLength(&bias) - 1u)]), bias_row);
-    store4(base + m0 * p.N + n0, p.alpha * c0 + bv);
-    store4(base + (m0 + 1u) * p.N + n0, p.alpha * c1 + bv);
-    store4(base + (m0 + 2u) * p.N + n0, p.alpha * c2 + bv);
-    store4(base + (m0 + 3u) * p.N + n0, p.alpha * c3 + bv);
+    store4(base + m0 * p.N + n0, p.alpha * c.c0 + bv);
+    store4(base + (m0 + 1u) * p.N + n0, p.alpha * c.c1 + bv);
+    store4(base + (m0 + 2u) * p.N + n0, p.alpha * c.c2 + bv);
+    store4(base + (m0 + 3u) * p.N + n0, p.alpha * c.c3 + bv);
     return;
   }
   for (var i = 0u; i < T; i++) {
     let m = m0 + i;
     if (m >= p.M) { break; }
-    var row = c3;
-    switch i { case 0u: { row = c0; } case 1u: { row = c1; } case 2u: { row = c2; } default: {} }
+    var row = c.c3;
+    switch i {
+      case 0u: { row = c.c0; }
+      case 1u: { row = c.c1; }
+      case 2u: { row = c.c2; }
+      default: {}
+    }
     for (var j = 0u; j < T; j++) {
       let n = n0 + j;
       if (n >= p.N) { break; }
@@ -100,6 +104,25 @@ fn store_block(z: u32, m0: u32, n0: u32, c0: vec4<f32>, c1: vec4<f32>, c2: vec4<
       out[base + m * p.N + n] = act(base + m * p.N + n, v);
     }
   }
+}
+
+// A thread's 4x4 block of sums (rows c0..c3).
+struct Block { c0: vec4<f32>, c1: vec4<f32>, c2: vec4<f32>, c3: vec4<f32> }
+
+// `c` plus the products of k in [k_from, k_end), one k at a time with scalar loads (rows ai of
+// a, columns bi of bm): the k left after the steps of four of `matmul` and `matmul_vec`.
+fn add_rest(c: Block, k_from: u32, k_end: u32, ai: vec4<u32>, bi: vec4<u32>) -> Block {
+  var r = c;
+  for (var k = k_from; k < k_end; k++) {
+    let ka = k * p.sak;
+    let kb = k * p.sbk;
+    let bv = vec4<f32>(bm[bi.x + kb], bm[bi.y + kb], bm[bi.z + kb], bm[bi.w + kb]);
+    r.c0 += a[ai.x + ka] * bv;
+    r.c1 += a[ai.y + ka] * bv;
+    r.c2 += a[ai.z + ka] * bv;
+    r.c3 += a[ai.w + ka] * bv;
+  }
+  return r;
 }
 
 @compute @workgroup_size(64)
@@ -143,16 +166,7 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
     c2 += a[ai.z + ka] * b0 + a[ai.z + ka1] * b1 + a[ai.z + ka2] * b2 + a[ai.z + ka3] * b3;
     c3 += a[ai.w + ka] * b0 + a[ai.w + ka1] * b1 + a[ai.w + ka2] * b2 + a[ai.w + ka3] * b3;
   }
-  for (; k < k_end; k++) {
-    let ka = k * sak;
-    let kb = k * sbk;
-    let bv = vec4<f32>(bm[bi.x + kb], bm[bi.y + kb], bm[bi.z + kb], bm[bi.w + kb]);
-    c0 += a[ai.x + ka] * bv;
-    c1 += a[ai.y + ka] * bv;
-    c2 += a[ai.z + ka] * bv;
-    c3 += a[ai.w + ka] * bv;
-  }
-  store_block(gid.z, m0, n0, c0, c1, c2, c3);
+  store_block(gid.z, m0, n0, add_rest(Block(c0, c1, c2, c3), k, k_end, ai, bi));
 }
 
 // ---- matmul_vec: `matmul` on GPU adapters when both operands load as aligned vec4s (p.vec
@@ -242,16 +256,7 @@ fn matmul_vec(@builtin(global_invocation_id) gid: vec3<u32>,
       c3 += a0.w * bk0 + a1.w * bk1 + a2.w * bk2 + a3.w * bk3;
     }
   }
-  for (; k < k_end; k++) {
-    let ka = k * p.sak;
-    let kb = k * p.sbk;
-    let bv = vec4<f32>(bm[bi.x + kb], bm[bi.y + kb], bm[bi.z + kb], bm[bi.w + kb]);
-    c0 += a[ai.x + ka] * bv;
-    c1 += a[ai.y + ka] * bv;
-    c2 += a[ai.z + ka] * bv;
-    c3 += a[ai.w + ka] * bv;
-  }
-  store_block(gid.z, m0, n0, c0, c1, c2, c3);
+  store_block(gid.z, m0, n0, add_rest(Block(c0, c1, c2, c3), k, k_end, ai, bi));
 }
 
 // ---- matmul_tiled: the same product for GPU adapters (ops/gemm.py picks it) -----------------

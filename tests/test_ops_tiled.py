@@ -497,7 +497,6 @@ def test_conv_gemm_weight_grad(device, n, c, h, k, kh, s, pad, tile):
                                    (64, 64, 4104), (5, 3, 2)])
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1), (0, 1), (1, 0)])
 def test_gemm_untiled_vec4_loads(device, monkeypatch, m, n, k, ta, tb):
-    import types
     from webgpu_trainer.engine.ops import gemm
     monkeypatch.setattr(gemm, "tile_shape", lambda *_: None)
     rng = rng_for("gemm_vec", m, n, k, ta, tb)
@@ -510,20 +509,7 @@ def test_gemm_untiled_vec4_loads(device, monkeypatch, m, n, k, ta, tb):
     sa = sa[::-1] if ta else sa
     sb = sb[::-1] if tb else sb
     bias = f32(rng.standard_normal(n))
-    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
-    b.TILED = True
-    bufs = []
-    for arr in (a_full, b_full, bias):
-        buf = device.buffer(arr.nbytes)
-        device.write(buf, np.ascontiguousarray(arr).tobytes())
-        bufs.append(buf)
-    out = device.buffer(4 * m * n)
-
-    async def go():
-        await gemm.matmul(b, bufs[0], sa, bufs[1], sb, out, m, n, k, 0.5, bufs[2], 1)
-        device.submit([device.program(b.current)])
-        return np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
-    got = run(go())
+    got, b = _gemm_on_gpu(device, a_full, sa, b_full, sb, m, n, k, 0.5, bias)
     assert b.current[0][0][2].split(":")[1] == "matmul_vec"  # (pipeline, layout, key)
     want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (bm.T if tb else bm)) + bias
     assert rel_err(got, want) <= FWD_RTOL
@@ -550,7 +536,6 @@ def test_gemm_untiled_vec4_needs_whole_blocks_bound(device, monkeypatch, exact):
     """B [k 8, n 3] with rows of 8 floats: matmul_vec reads the last row's columns 0-3 as one
     vec4, so a binding that ends at the last logical element (59 floats) keeps matmul; with
     the row's padding bound (64 floats) it takes matmul_vec. Both against float64."""
-    import types
     from webgpu_trainer.engine.ops import gemm
     monkeypatch.setattr(gemm, "tile_shape", lambda *_: None)
     m, n, k = 6, 3, 8
@@ -558,17 +543,7 @@ def test_gemm_untiled_vec4_needs_whole_blocks_bound(device, monkeypatch, exact):
     a = f32(rng.standard_normal((m, k)))
     b_full = f32(rng.standard_normal((k, 8)))
     floats = (k - 1) * 8 + n if exact else k * 8
-    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
-    b.TILED = True
-    ba, bb, out = device.buffer(a.nbytes), device.buffer(4 * floats), device.buffer(4 * m * n)
-    device.write(ba, a.tobytes())
-    device.write(bb, b_full.reshape(-1)[:floats].tobytes())
-
-    async def go():
-        await gemm.matmul(b, ba, (k, 1), bb, (8, 1), out, m, n, k)
-        device.submit([device.program(b.current)])
-        return np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
-    got = run(go())
+    got, b = _gemm_on_gpu(device, a, (k, 1), b_full.reshape(-1)[:floats], (8, 1), m, n, k)
     assert b.current[0][0][2].split(":")[1] == ("matmul" if exact else "matmul_vec")
     want = a.astype(np.float64) @ b_full[:, :n]
     assert rel_err(got, want) <= FWD_RTOL
@@ -653,29 +628,38 @@ def test_reduce_splits_lanes(device, count, splits, n, want_lanes, bias_mode, re
     assert rel_err(got, want) <= FWD_RTOL
 
 
-def _check_gemm(device, m, n, k, ta, tb, want_vec=None):
+def _gemm_on_gpu(device, a, sa, bm, sb, m, n, k, alpha=1.0, bias=None):
+    """ops/gemm.matmul on the GPU paths (Builder.TILED) of float32 arrays ``a`` and ``bm``
+    (uploaded flat, read through strides ``sa`` / ``sb``), optionally alpha and a row bias:
+    (out [m, n], the Builder with its dispatches)."""
     import types
+    from webgpu_trainer.engine.ops import gemm
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    b.TILED = True
+    bufs = []
+    for arr in (a, bm) + ((bias,) if bias is not None else ()):
+        buf = device.buffer(arr.nbytes)
+        device.write(buf, np.ascontiguousarray(arr).tobytes())
+        bufs.append(buf)
+    out = device.buffer(4 * m * n)
+
+    async def go():
+        await gemm.matmul(b, bufs[0], sa, bufs[1], sb, out, m, n, k, alpha,
+                          bufs[2] if bias is not None else None, 1 if bias is not None else 0)
+        device.submit([device.program(b.current)])
+        return np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
+    return run(go()), b
+
+
+def _check_gemm(device, m, n, k, ta, tb, want_vec=None):
     from webgpu_trainer.engine.ops import gemm
     rng = rng_for("gemm_tiled", m, n, k, ta, tb)
     a = f32(rng.standard_normal((k, m) if ta else (m, k)))
     bm = f32(rng.standard_normal((n, k) if tb else (k, n)))
     bias = f32(rng.standard_normal(n))
-    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
-    b.TILED = True
-    bufs = []
-    for arr in (a, bm, bias):
-        buf = device.buffer(arr.nbytes)
-        device.write(buf, arr.tobytes())
-        bufs.append(buf)
-    out = device.buffer(4 * m * n)
     sa = (1, m) if ta else (k, 1)
     sb = (1, k) if tb else (n, 1)
-
-    async def go():
-        await gemm.matmul(b, bufs[0], sa, bufs[1], sb, out, m, n, k, 0.5, bufs[2], 1)
-        device.submit([device.program(b.current)])
-        return np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
-    got = run(go())
+    got, b = _gemm_on_gpu(device, a, sa, bm, sb, m, n, k, 0.5, bias)
     tiled = gemm.tile_shape(b, m, n, k, sb) is not None
     assert any("matmul_tiled" in d[0][2] for d in b.current) == tiled
     for d in b.current:  # split-K parts as the kernel sizes them (whole k steps): none empty
@@ -684,7 +668,7 @@ def _check_gemm(device, m, n, k, ta, tb, want_vec=None):
             per = ((k + parts - 1) // parts + 7) // 8 * 8
             assert per * (parts - 1) < k or parts == 1, (parts, k)
     if want_vec is not None:
-        assert gemm._vec_bits(b, bufs[0], sa, bufs[1], sb) == want_vec
+        assert gemm._vec_bits(b, a, sa, bm, sb) == want_vec
     want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (bm.T if tb else bm)) + bias
     assert rel_err(got, want) <= FWD_RTOL
     return got
