@@ -12,6 +12,7 @@ _LAYOUT_TYPES = {"uniform": "uniform", "storage": "storage",
 
 
 try:  # wgpu-py's cffi handles: replaying a validated program skips its per-call wrappers
+    from wgpu.backends.wgpu_native import _api
     from wgpu.backends.wgpu_native._api import ffi as _ffi, lib as _lib, libf as _libf
     _RAW = (_lib.wgpuComputePassEncoderSetPipeline, _lib.wgpuComputePassEncoderSetBindGroup,
             _lib.wgpuComputePassEncoderDispatchWorkgroups, _ffi.NULL)
@@ -35,7 +36,6 @@ def _shader_module(device, code: str, label: str):
     fn = getattr(_libf, "wgpuDeviceCreateShaderModuleTrusted", None) if _RAW else None
     if RUNTIME_CHECKS is None or fn is None:
         return device.create_shader_module(code=code, label=label)
-    from wgpu.backends.wgpu_native import _api
     src = _api.new_struct_p("WGPUShaderSourceWGSL *", code=_api.to_c_string_view(code))
     src[0].chain.next = _ffi.NULL
     src[0].chain.sType = _lib.WGPUSType_ShaderSourceWGSL

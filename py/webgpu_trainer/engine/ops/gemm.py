@@ -116,9 +116,7 @@ def _vec_bits(b, a, a_strides, bm, b_strides) -> int:
         return 0
 
     def aligned(x, along, other) -> bool:
-        size = getattr(x, "nbytes", None)
-        size = getattr(x, "size", 0) if size is None else size
-        return along == 1 and other % 4 == 0 and size >= 16
+        return along == 1 and other % 4 == 0 and _binding_bytes(x) >= 16
 
     sam, sak = a_strides
     sbk, sbn = b_strides
@@ -136,9 +134,13 @@ def _covers_blocks(x, strides, rows: int, k: int) -> bool:
     s_row, s_k = strides
     if s_row != 1:
         return True
+    return _binding_bytes(x) >= 4 * ((k - 1) * s_k + (rows + 3) // 4 * 4)
+
+
+def _binding_bytes(x) -> int:
+    """Bytes of a bound operand: a Tensor / View's ``nbytes``, else a buffer's ``size``."""
     size = getattr(x, "nbytes", None)
-    size = getattr(x, "size", 0) if size is None else size
-    return size >= 4 * ((k - 1) * s_k + (rows + 3) // 4 * 4)
+    return getattr(x, "size", 0) if size is None else size
 
 
 def _threads_along_n(n: int) -> int:
