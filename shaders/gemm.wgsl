@@ -8,6 +8,12 @@
 // unsplit kernels store max(v, 0) (elementwise.wgsl relu_forward's floats); split, reduce_splits.
 // mask (the gradient of an in-place ReLU before a Gemm, fused into its dA: plan.relu_grad_fused):
 // 0 where src[at] <= 0, src the ReLU's output (the same index as out); split, reduce_splits.
+// BSUM (ops/gemm.py, GPU adapters): a Linear's bias gradient beside its weight gradient, the
+// sums over k of the operand that is dY: 1 the rows of op(A) (M sums, stored by the threads at
+// n0 == 0; matmul_tiled: its first column of workgroups, threads tx == 0), 2 the columns of
+// op(B) (N sums, m0 == 0 / ty == 0). Not scaled by alpha. Unsplit into bsum; split into out
+// after the partial products (out[splits*M*N + z*L + i], L = M or N), which reduce.wgsl
+// `reduce_splits` adds as its tail.
 
 struct Params {
   M: u32, N: u32, K: u32, splits: u32,
@@ -28,6 +34,9 @@ struct Params {
 @group(0) @binding(5) var<storage, read> a4: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read> b4: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read> src: array<f32>;  // the mask's source
+@group(0) @binding(8) var<storage, read_write> bsum: array<f32>;  // BSUM's sums, unsplit
+
+override BSUM: u32 = 0u;
 
 const T: u32 = 4u;
 
@@ -68,10 +77,26 @@ fn block_of(t: u32) -> vec2<u32> {
   return vec2<u32>(((blk / nbh) * wy + (t / WX) % wy) * T, ((blk % nbh) * WX + t % WX) * T);
 }
 
+// BSUM's sums v of rows (1) or columns (2) first.. first + 3 of split z (edges clipped).
+fn store_sums(z: u32, first: u32, v: vec4<f32>) {
+  let count = select(p.N, p.M, BSUM == 1u);
+  for (var i = 0u; i < T; i++) {
+    if (first + i >= count) { break; }
+    if (p.splits == 1u) {
+      bsum[first + i] = v[i];
+    } else {
+      out[p.splits * p.M * p.N + z * count + first + i] = v[i];
+    }
+  }
+}
+
 // Stores the 4x4 block c at (m0, n0) of split z (alpha, the bias when not split,
 // the fused ReLU or mask; edges clipped).
 fn store_block(z: u32, m0: u32, n0: u32, c: Block) {
   let base = z * p.M * p.N;
+  if ((BSUM == 1u && n0 == 0u) || (BSUM == 2u && m0 == 0u)) {
+    store_sums(z, select(n0, m0, BSUM == 1u), c.s);
+  }
   let bias_row = p.splits == 1u && p.bias_mode == 1u;
   if (m0 + T <= p.M && n0 + T <= p.N && (p.splits != 1u || p.bias_mode <= 1u)) {
     // A whole block with no bias or a row-vector bias: straight-line stores.
@@ -106,8 +131,10 @@ fn store_block(z: u32, m0: u32, n0: u32, c: Block) {
   }
 }
 
-// A thread's 4x4 block of sums (rows c0..c3).
-struct Block { c0: vec4<f32>, c1: vec4<f32>, c2: vec4<f32>, c3: vec4<f32> }
+// A thread's 4x4 block of sums (rows c0..c3) and BSUM's four sums (s).
+struct Block { c0: vec4<f32>, c1: vec4<f32>, c2: vec4<f32>, c3: vec4<f32>, s: vec4<f32> }
+
+fn hsum(v: vec4<f32>) -> f32 { return (v.x + v.y) + (v.z + v.w); }
 
 // `c` plus the products of k in [k_from, k_end), one k at a time with scalar loads (rows ai of
 // a, columns bi of bm): the k left after the steps of four of `matmul` and `matmul_vec`.
@@ -121,6 +148,11 @@ fn add_rest(c: Block, k_from: u32, k_end: u32, ai: vec4<u32>, bi: vec4<u32>) -> 
     r.c1 += a[ai.y + ka] * bv;
     r.c2 += a[ai.z + ka] * bv;
     r.c3 += a[ai.w + ka] * bv;
+    if (BSUM == 1u) {
+      r.s += vec4<f32>(a[ai.x + ka], a[ai.y + ka], a[ai.z + ka], a[ai.w + ka]);
+    } else if (BSUM == 2u) {
+      r.s += bv;
+    }
   }
   return r;
 }
@@ -145,6 +177,7 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
   var c1 = vec4<f32>(0.0);
   var c2 = vec4<f32>(0.0);
   var c3 = vec4<f32>(0.0);
+  var bs = vec4<f32>(0.0);
   // k unrolled by 4 (as jax-js's generated matmuls): each accumulator takes one sum of four
   // products a step, a quarter of the loop and index work (SwiftShader: 1.6-2x the GFLOP/s).
   var k = k_start;
@@ -165,8 +198,16 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
     c1 += a[ai.y + ka] * b0 + a[ai.y + ka1] * b1 + a[ai.y + ka2] * b2 + a[ai.y + ka3] * b3;
     c2 += a[ai.z + ka] * b0 + a[ai.z + ka1] * b1 + a[ai.z + ka2] * b2 + a[ai.z + ka3] * b3;
     c3 += a[ai.w + ka] * b0 + a[ai.w + ka1] * b1 + a[ai.w + ka2] * b2 + a[ai.w + ka3] * b3;
+    if (BSUM == 1u) {
+      bs += vec4<f32>(a[ai.x + ka] + a[ai.x + ka1] + a[ai.x + ka2] + a[ai.x + ka3],
+                     a[ai.y + ka] + a[ai.y + ka1] + a[ai.y + ka2] + a[ai.y + ka3],
+                     a[ai.z + ka] + a[ai.z + ka1] + a[ai.z + ka2] + a[ai.z + ka3],
+                     a[ai.w + ka] + a[ai.w + ka1] + a[ai.w + ka2] + a[ai.w + ka3]);
+    } else if (BSUM == 2u) {
+      bs += (b0 + b1) + (b2 + b3);
+    }
   }
-  store_block(gid.z, m0, n0, add_rest(Block(c0, c1, c2, c3), k, k_end, ai, bi));
+  store_block(gid.z, m0, n0, add_rest(Block(c0, c1, c2, c3, bs), k, k_end, ai, bi));
 }
 
 // ---- matmul_vec: `matmul` on GPU adapters when both operands load as aligned vec4s (p.vec
@@ -192,6 +233,7 @@ fn matmul_vec(@builtin(global_invocation_id) gid: vec3<u32>,
   var c1 = vec4<f32>(0.0);
   var c2 = vec4<f32>(0.0);
   var c3 = vec4<f32>(0.0);
+  var bs = vec4<f32>(0.0);
   var k = k_start;
   if (p.sak == 1u && p.sbk == 1u) {  // rows of a, columns of bm (X W^T): 16 dot products
     for (; k + 4u <= k_end; k += 4u) {
@@ -207,6 +249,11 @@ fn matmul_vec(@builtin(global_invocation_id) gid: vec3<u32>,
       c1 += vec4<f32>(dot(a1, b0), dot(a1, b1), dot(a1, b2), dot(a1, b3));
       c2 += vec4<f32>(dot(a2, b0), dot(a2, b1), dot(a2, b2), dot(a2, b3));
       c3 += vec4<f32>(dot(a3, b0), dot(a3, b1), dot(a3, b2), dot(a3, b3));
+      if (BSUM == 1u) {
+        bs += vec4<f32>(hsum(a0), hsum(a1), hsum(a2), hsum(a3));
+      } else if (BSUM == 2u) {
+        bs += vec4<f32>(hsum(b0), hsum(b1), hsum(b2), hsum(b3));
+      }
     }
   } else if (p.sak == 1u) {  // rows of a, rows of bm (dY W)
     for (; k + 4u <= k_end; k += 4u) {
@@ -224,6 +271,11 @@ fn matmul_vec(@builtin(global_invocation_id) gid: vec3<u32>,
       c1 += a1.x * b0 + a1.y * b1 + a1.z * b2 + a1.w * b3;
       c2 += a2.x * b0 + a2.y * b1 + a2.z * b2 + a2.w * b3;
       c3 += a3.x * b0 + a3.y * b1 + a3.z * b2 + a3.w * b3;
+      if (BSUM == 1u) {
+        bs += vec4<f32>(hsum(a0), hsum(a1), hsum(a2), hsum(a3));
+      } else if (BSUM == 2u) {
+        bs += (b0 + b1) + (b2 + b3);
+      }
     }
   } else if (p.sbn == 1u) {  // columns of a (sam == 1), rows of bm (X^T dY): outer products
     for (; k + 4u <= k_end; k += 4u) {
@@ -234,6 +286,11 @@ fn matmul_vec(@builtin(global_invocation_id) gid: vec3<u32>,
         c1 += av.y * bv;
         c2 += av.z * bv;
         c3 += av.w * bv;
+        if (BSUM == 1u) {
+          bs += av;
+        } else if (BSUM == 2u) {
+          bs += bv;
+        }
       }
     }
   } else {  // columns of a, columns of bm (sbk == 1)
@@ -254,9 +311,14 @@ fn matmul_vec(@builtin(global_invocation_id) gid: vec3<u32>,
       c1 += a0.y * bk0 + a1.y * bk1 + a2.y * bk2 + a3.y * bk3;
       c2 += a0.z * bk0 + a1.z * bk1 + a2.z * bk2 + a3.z * bk3;
       c3 += a0.w * bk0 + a1.w * bk1 + a2.w * bk2 + a3.w * bk3;
+      if (BSUM == 1u) {
+        bs += (a0 + a1) + (a2 + a3);
+      } else if (BSUM == 2u) {
+        bs += vec4<f32>(hsum(b0), hsum(b1), hsum(b2), hsum(b3));
+      }
     }
   }
-  store_block(gid.z, m0, n0, add_rest(Block(c0, c1, c2, c3), k, k_end, ai, bi));
+  store_block(gid.z, m0, n0, add_rest(Block(c0, c1, c2, c3, bs), k, k_end, ai, bi));
 }
 
 // ---- matmul_tiled: the same product for GPU adapters (ops/gemm.py picks it) -----------------
@@ -411,6 +473,10 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
   let tx = lid % WN;
   let ty = lid / WN;
   let tile_in = m0 + 8u * WM <= p.M && n0 + 8u * WN <= p.N;
+  // BSUM: the first workgroup row or column (uniform) also sums its rows of A / columns of B
+  let sums = (BSUM == 1u && n0 == 0u) || (BSUM == 2u && m0 == 0u);
+  var bs0 = vec4<f32>(0.0);
+  var bs1 = vec4<f32>(0.0);
   var l = load_step(m0, n0, k_start, k_end, lid, tile_in && k_start + BK <= k_end);
   store_step(l, 0u, lid);
   workgroupBarrier();
@@ -437,6 +503,10 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
       acc[10] = fma(vec4<f32>(a1.y), b0, acc[10]); acc[11] = fma(vec4<f32>(a1.y), b1, acc[11]);
       acc[12] = fma(vec4<f32>(a1.z), b0, acc[12]); acc[13] = fma(vec4<f32>(a1.z), b1, acc[13]);
       acc[14] = fma(vec4<f32>(a1.w), b0, acc[14]); acc[15] = fma(vec4<f32>(a1.w), b1, acc[15]);
+      if (sums) {
+        bs0 += select(b0, a0, BSUM == 1u);
+        bs1 += select(b1, a1, BSUM == 1u);
+      }
     }
     if (more) {
       cur = 1u - cur;
@@ -449,6 +519,10 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
   let bottom = m0 + 4u * WM + ty * 4u;
   let left = n0 + tx * 4u;
   let right = n0 + 4u * WN + tx * 4u;
+  if (sums && select(ty, tx, BSUM == 1u) == 0u) {  // rows top, bottom / columns left, right
+    store_sums(wid.z, select(left, top, BSUM == 1u), bs0);
+    store_sums(wid.z, select(right, bottom, BSUM == 1u), bs1);
+  }
   if (tile_in && (p.splits != 1u || p.bias_mode <= 1u)) {
     // The whole tile inside out, no bias or a row-vector bias: straight-line stores, no
     // bounds tests (H200: 2-16% faster on the MLP's split-K products, benchmarks/gemm.py).

@@ -2,13 +2,16 @@
 // partial results (gemm.wgsl, conv2d.wgsl backward_weight).
 //   channel_sum:   out[c] = sum_{o < outer, i < inner} x[(o*C + c)*inner + i]   (in parts)
 //   reduce_splits: out[e] = sum_{s < splits} x[s*count + e]  (+ beta*bias per bias_mode, e = m*N+n)
-//                  (reduce_splits_lanes: LANES threads an output)
+//                  (reduce_splits_lanes: LANES threads an output); and a tail of `tail` more
+//                  sums after the parts, [splits, tail] at x[splits*count], into out2 (plain
+//                  sums: a Linear's bias gradient beside its split-K weight gradient, gemm.wgsl
+//                  BSUM)
 //   column_parts:  out[k*C + c] = sum over the rows o of part k of x[o*C + c]   (inner 1)
 
 struct Params {
   outer: u32, C: u32, inner: u32, count: u32,
   splits: u32, N: u32, bias_mode: u32, beta: f32,
-  relu: u32, mask: u32, _p1: u32, _p2: u32,
+  relu: u32, mask: u32, tail: u32, _p2: u32,
 }
 // reduce_splits' epilogue, after the bias: relu: max(sum, 0), a Gemm's or a convolution's fused
 // ReLU (gemm.wgsl, conv_gemm.wgsl); mask: 0 where src[e] <= 0, a fused ReLU's gradient (src the
@@ -22,6 +25,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 @group(0) @binding(4) var<storage, read> src: array<f32>;  // reduce_splits' mask source
+@group(0) @binding(5) var<storage, read_write> out2: array<f32>;  // reduce_splits' tail
 
 const WG: u32 = 256u;  // channel_sum's workgroup
 alias RedT = f32;
@@ -99,17 +103,30 @@ fn finish_split(e: u32, sum: f32) {
 fn reduce_splits(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
   let e = flat_index(gid, nwg);
-  if (e >= p.count) { return; }
+  if (e >= p.count + p.tail) { return; }
+  // the parts of output e: x[first + k * stride], k < splits (the tail's after all parts)
+  let in_tail = e >= p.count;
+  let stride = select(p.count, p.tail, in_tail);
+  let first = select(e, p.splits * p.count + e - p.count, in_tail);
   // four independent running sums: four loads in flight (latency-bound with many splits)
   var s4 = vec4<f32>(0.0);
   var k = 0u;
   for (; k + 4u <= p.splits; k += 4u) {
-    let i = k * p.count + e;
-    s4 += vec4<f32>(x[i], x[i + p.count], x[i + 2u * p.count], x[i + 3u * p.count]);
+    let i = k * stride + first;
+    s4 += vec4<f32>(x[i], x[i + stride], x[i + 2u * stride], x[i + 3u * stride]);
   }
   var s = (s4.x + s4.y) + (s4.z + s4.w);
-  for (; k < p.splits; k++) { s += x[k * p.count + e]; }
-  finish_split(e, s);
+  for (; k < p.splits; k++) { s += x[k * stride + first]; }
+  finish(e, s);
+}
+
+// out[e] by finish_split, or the tail's out2[e - count] (a plain sum).
+fn finish(e: u32, s: f32) {
+  if (e >= p.count) {
+    out2[e - p.count] = s;
+  } else {
+    finish_split(e, s);
+  }
 }
 
 // reduce_splits for few outputs of many parts on GPU adapters (ops/gemm.reduce_splits: the
@@ -125,23 +142,26 @@ fn reduce_splits_lanes(@builtin(workgroup_id) wid: vec3<u32>,
                        @builtin(local_invocation_index) lid: u32) {
   let per = 256u / LANES;
   let e = (wid.x + wid.y * nwg.x) * per + lid % per;
-  let inside = e < p.count;
+  let inside = e < p.count + p.tail;
+  let in_tail = e >= p.count;
+  let stride = select(p.count, p.tail, in_tail);
+  let first = select(e, p.splits * p.count + e - p.count, in_tail);
   var s4 = vec4<f32>(0.0);
   var k = lid / per;
   if (inside) {
     for (; k + 3u * LANES < p.splits; k += 4u * LANES) {
-      let i = k * p.count + e;
-      let d = LANES * p.count;
+      let i = k * stride + first;
+      let d = LANES * stride;
       s4 += vec4<f32>(x[i], x[i + d], x[i + 2u * d], x[i + 3u * d]);
     }
-    for (; k < p.splits; k += LANES) { s4.x += x[k * p.count + e]; }
+    for (; k < p.splits; k += LANES) { s4.x += x[k * stride + first]; }
   }
   red[lid] = (s4.x + s4.y) + (s4.z + s4.w);
   workgroupBarrier();
   if (lid < per && inside) {
     var s = 0.0;
     for (var l = 0u; l < LANES; l++) { s += red[l * per + lid]; }
-    finish_split(e, s);
+    finish(e, s);
   }
 }
 

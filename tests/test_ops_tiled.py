@@ -628,10 +628,11 @@ def test_reduce_splits_lanes(device, count, splits, n, want_lanes, bias_mode, re
     assert rel_err(got, want) <= FWD_RTOL
 
 
-def _gemm_on_gpu(device, a, sa, bm, sb, m, n, k, alpha=1.0, bias=None):
+def _gemm_on_gpu(device, a, sa, bm, sb, m, n, k, alpha=1.0, bias=None, bsum_of=0):
     """ops/gemm.matmul on the GPU paths (Builder.TILED) of float32 arrays ``a`` and ``bm``
     (uploaded flat, read through strides ``sa`` / ``sb``), optionally alpha and a row bias:
-    (out [m, n], the Builder with its dispatches)."""
+    (out [m, n], the Builder with its dispatches); with ``bsum_of`` 1 or 2 also its BSUM sums
+    ([m] or [n]): (out, sums, Builder)."""
     import types
     from webgpu_trainer.engine.ops import gemm
     b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
@@ -642,12 +643,22 @@ def _gemm_on_gpu(device, a, sa, bm, sb, m, n, k, alpha=1.0, bias=None):
         device.write(buf, np.ascontiguousarray(arr).tobytes())
         bufs.append(buf)
     out = device.buffer(4 * m * n)
+    count = m if bsum_of == 1 else n
+    sums = device.buffer(4 * count) if bsum_of else None
 
     async def go():
-        await gemm.matmul(b, bufs[0], sa, bufs[1], sb, out, m, n, k, alpha,
-                          bufs[2] if bias is not None else None, 1 if bias is not None else 0)
+        done = await gemm.matmul(b, bufs[0], sa, bufs[1], sb, out, m, n, k, alpha,
+                                 bufs[2] if bias is not None else None,
+                                 1 if bias is not None else 0, bsum=sums, bsum_of=bsum_of or 1)
         device.submit([device.program(b.current)])
-        return np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
+        got = np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
+        if not bsum_of:
+            return got
+        assert done
+        return got, np.frombuffer(await device.read(sums), np.float32)[:count]
+    if bsum_of:
+        got, sums_got = run(go())
+        return got, sums_got, b
     return run(go()), b
 
 
@@ -683,6 +694,10 @@ GPU_PIPELINES = [
     ("gemm", "matmul_tiled", {"WM": 8, "WN": 16}),
     ("gemm", "matmul_tiled", {"WM": 8, "WN": 8}),
     ("gemm", "matmul_vec", {"WX": 8}),
+    ("gemm", "matmul_vec", {"WX": 8, "BSUM": 1}),
+    ("gemm", "matmul", {"WX": 4, "BSUM": 2}),
+    ("gemm", "matmul_tiled", {"WM": 16, "WN": 16, "BSUM": 1}),
+    ("gemm", "matmul_tiled", {"WM": 16, "WN": 8, "BSUM": 2}),
     ("conv2d", "forward", {**_WIN, "FCT": 4}),
     ("conv2d_wgrad", "weight_grad", {**_WIN, "WRB": 4}),
     ("conv2d_wgrad", "weight_grad", {**_WIN, "KH": 5, "sh": 2, "ph": 2, "pw": 1, "dw": 2,
@@ -825,3 +840,44 @@ def test_dropout_vec4_bit_identical(device, monkeypatch, case):
     for part in ("acts", "dacts"):
         for k in on[part]:
             assert np.array_equal(on[part][k], off[part][k]), (part, k)
+
+
+# A Linear's bias gradient from its weight gradient's loads (gemm.wgsl BSUM, GPU adapters):
+# the sums over k of op(A)'s rows (1) or op(B)'s columns (2) on each kernel (matmul: a row
+# stride not a multiple of 4; matmul_vec; matmul_tiled 128 x 128 and 128 x 64), unsplit and
+# split (the sums added as reduce_splits' tail, with lanes from 32 parts), every layout, edges
+# (m, n not multiples of 4 or of the tile), against float64. The product must be unchanged.
+@pytest.mark.parametrize("kernel,m,n,k,want_split", [
+    ("matmul", 37, 29, 13, False), ("matmul", 30, 22, 3001, True),
+    ("matmul_vec", 37, 29, 13, False), ("matmul_vec", 64, 64, 4104, True),
+    ("matmul_vec", 6, 5, 70000, True),
+    ("tiled16", 300, 260, 40, False), ("tiled16", 130, 200, 900, True),
+    ("tiled8", 4100, 60, 130, False)])
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1), (0, 1), (1, 0)])
+@pytest.mark.parametrize("bsum_of", [1, 2])
+def test_gemm_bias_sums(device, monkeypatch, kernel, m, n, k, want_split, ta, tb, bsum_of):
+    from webgpu_trainer.engine.ops import gemm
+    shape = {"tiled16": (16, 16), "tiled8": (16, 8)}.get(kernel)
+    monkeypatch.setattr(gemm, "tile_shape", lambda *_: shape)
+    if shape and not want_split:  # few tiles: split-K unless the target is met
+        monkeypatch.setattr(Builder, "GEMM_TILE_TARGET", 2)
+    rng = rng_for("gemm_bsum", kernel, m, n, k, ta, tb, bsum_of)
+    pad = 3 if kernel == "matmul" else 4  # matmul: rows of odd floats (no vec4 loads)
+
+    def stored(rows, cols):  # [rows, cols] inside rows of cols + pad floats
+        full = f32(rng.standard_normal((rows, (cols + 3) // 4 * 4 + pad)))
+        return full, full[:, :cols], (full.shape[1], 1)
+    a_full, a, sa = stored(k, m) if ta else stored(m, k)
+    b_full, bm, sb = stored(n, k) if tb else stored(k, n)
+    sa = sa[::-1] if ta else sa
+    sb = sb[::-1] if tb else sb
+    got, sums, b = _gemm_on_gpu(device, a_full, sa, b_full, sb, m, n, k, 0.5, bsum_of=bsum_of)
+    keys = [d[0][2] for d in b.current]
+    entry = "matmul_tiled" if shape else kernel
+    assert keys[0].split(":")[1] == entry and f"BSUM={bsum_of}" in keys[0], keys
+    assert (len(keys) == 2) == want_split, keys  # split: one reduce_splits adds both
+    op_a = (a.T if ta else a).astype(np.float64)
+    op_b = (bm.T if tb else bm).astype(np.float64)
+    assert rel_err(got, 0.5 * op_a @ op_b) <= FWD_RTOL
+    want = op_a.sum(axis=1) if bsum_of == 1 else op_b.sum(axis=0)
+    assert rel_err(sums, want) <= FWD_RTOL

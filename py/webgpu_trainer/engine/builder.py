@@ -176,6 +176,11 @@ class Builder:
     # (gemm.wgsl matmul_vec); False: matmul's scalar loads (A/B).
     GEMM_VEC_UNTILED = True
 
+    # A Linear's bias gradient summed by its weight gradient's GEMM from the dY values it loads
+    # (gemm.wgsl BSUM, ops/gemm.matmul) on GPU adapters, the split parts by the same
+    # reduce_splits; False: channel_sum, its own pass over dY (A/B).
+    GEMM_BIAS_SUM = True
+
     # MatMul products with no batch dims left (after folding) run on the Gemm's kernels on GPU
     # adapters (ops/matmul.batched); False: the batched kernel (A/B).
     MATMUL_GEMM = True

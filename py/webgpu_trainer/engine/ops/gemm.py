@@ -48,7 +48,7 @@ def init(node, graph):
 
 
 async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=None,
-                 bias_mode=0, beta=1.0, relu=0, mask_src=None):
+                 bias_mode=0, beta=1.0, relu=0, mask_src=None, bsum=None, bsum_of=1) -> bool:
     """out[m, n] = alpha * sum_k a[m*sam + k*sak] * bm[k*sbk + n*sbn] (+ beta * bias), then
     max(out, 0) with ``relu`` (a fused ReLU: by the product, or ``reduce_splits`` when split);
     0 where ``mask_src`` (float32 [m * n], out's layout) <= 0 when given (a fused ReLU's
@@ -59,6 +59,13 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
     thin outputs; on GPU adapters with both operands aligned for vec4 loads, ``_vec_bits``
     == 3, ``matmul_vec``). Splits the sum over k (split-K) when the output alone leaves the
     GPU idle.
+
+    ``bsum`` (float32 [m] when ``bsum_of`` is 1, [n] when 2): the sums over k of op(A)'s rows
+    (1) or op(B)'s columns (2), unscaled: a Linear's bias gradient, the sum of dY over the
+    batch, taken from the dY values its weight gradient loads anyway (gemm.wgsl ``BSUM``; the
+    split parts added by the same ``reduce_splits`` as the product's). Only on GPU adapters
+    (``Builder.GEMM_BIAS_SUM``); returns whether ``bsum`` was written (else the caller sums dY
+    itself: CPU adapters keep channel_sum_rows and their golden numbers).
     """
     shape = tile_shape(b, m, n, k, b_strides)
     if shape:  # the tiles are one row of workgroups: at most 65,535 (else the untiled kernel)
@@ -93,17 +100,22 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         vec = 3 if vec == 3 and _covers_blocks(a, a_strides, m, k) and \
             _covers_blocks(bm, b_strides[::-1], n, k) else 0
         counts, entry, consts = (gx, gy, splits), "matmul_vec" if vec else "matmul", {"WX": wx}
-    target = b.temp(splits * m * n) if splits > 1 else out
+    sums = bsum is not None and b.tiled and getattr(b, "GEMM_BIAS_SUM", True)
+    tail = (m if bsum_of == 1 else n) if sums and splits > 1 else 0
+    if sums:
+        consts = {**consts, "BSUM": bsum_of}
+    target = b.temp(splits * (m * n + tail)) if splits > 1 else out
     params = dict(M=m, N=n, K=k, splits=splits, sam=a_strides[0], sak=a_strides[1],
                   sbk=b_strides[0], sbn=b_strides[1], bias_mode=bias_mode if bias else 0,
                   alpha=alpha, beta=beta, relu=relu, vec=vec, mask=int(mask_src is not None))
     await b.kernel("gemm", entry, counts, params=params, constants=consts, a=a, bm=bm, bias=bias,
                    out=target, a4=a if vec & 1 else None, b4=bm if vec & 2 else None,
-                   src=mask_src)
+                   src=mask_src, bsum=bsum if sums and splits == 1 else None)
     if splits > 1:
         await reduce_splits(b, target, out, splits, m * n, n=n, bias=bias,
                             bias_mode=bias_mode if bias else 0, beta=beta, relu=relu,
-                            mask_src=mask_src)
+                            mask_src=mask_src, tail=tail, out2=bsum if tail else None)
+    return sums
 
 
 def _vec_bits(b, a, a_strides, bm, b_strides) -> int:
@@ -185,21 +197,23 @@ def tile_shape(b, m: int, n: int, k: int, b_strides=None) -> tuple[int, int] | N
 
 
 async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=0, beta=1.0,
-                        relu=0, mask_src=None, channels=0, inner=0):
+                        relu=0, mask_src=None, channels=0, inner=0, tail=0, out2=None):
     """out[e] = sum_s parts[s*count + e] (+ beta * bias by bias_mode; max(., 0) with relu; 0
     where mask_src[e] <= 0). ``bias_mode`` (shaders/reduce.wgsl): 1 bias[n], 2 bias[m], 3
     bias[e], 4 bias[0] (e = m * n_ + n), 5 an NCHW output's channel bias[(e // inner) %
-    channels]."""
+    channels]. ``tail`` > 0: also out2[t] = sum_s parts[splits*count + s*tail + t] (float32
+    [tail], plain sums: gemm.wgsl BSUM's bias gradient) in the same dispatch."""
     params = dict(outer=0, C=channels, inner=inner, count=count, splits=splits, N=n,
-                  bias_mode=bias_mode, beta=beta, relu=relu, mask=int(mask_src is not None))
-    lanes = split_lanes(b, count, splits)
+                  bias_mode=bias_mode, beta=beta, relu=relu, mask=int(mask_src is not None),
+                  tail=tail)
+    lanes = split_lanes(b, count + tail, splits)
     if lanes > 1:
-        await b.kernel("reduce", "reduce_splits_lanes", groups_1d(count * lanes, 256),
+        await b.kernel("reduce", "reduce_splits_lanes", groups_1d((count + tail) * lanes, 256),
                        params=params, constants={"LANES": lanes}, x=parts, bias=bias,
-                       src=mask_src, out=out)
+                       src=mask_src, out=out, out2=out2)
         return
-    await b.kernel("reduce", "reduce_splits", groups_1d(count), params=params, x=parts,
-                   bias=bias, src=mask_src, out=out)
+    await b.kernel("reduce", "reduce_splits", groups_1d(count + tail), params=params, x=parts,
+                   bias=bias, src=mask_src, out=out, out2=out2)
 
 
 def split_lanes(b, count: int, splits: int) -> int:
@@ -230,7 +244,7 @@ async def channel_sum(b, x, out, outer, channels, inner):
     gradient over tokens) are first summed in parts by ``column_parts``."""
     if not b.tiled and CHANNEL_SUM_ROWS and (channels >= 8 or outer * inner <= 1 << 16):
         params = dict(outer=outer, C=channels, inner=inner, count=0, splits=1, N=0,
-                      bias_mode=0, beta=0.0, relu=0, mask=0)
+                      bias_mode=0, beta=0.0, relu=0, mask=0, tail=0)
         await b.kernel("reduce", "channel_sum_rows", groups_1d(channels), params=params, x=x,
                        out=out)
         return
@@ -238,7 +252,7 @@ async def channel_sum(b, x, out, outer, channels, inner):
         x, outer = await column_parts(b, x, outer, channels)
     parts = b.reduce_parts(outer * inner)
     params = dict(outer=outer, C=channels, inner=inner, count=0, splits=parts, N=0, bias_mode=0,
-                  beta=0.0, relu=0, mask=0)
+                  beta=0.0, relu=0, mask=0, tail=0)
     target = b.temp(parts * channels) if parts > 1 else out
     await b.kernel("reduce", "channel_sum", groups_per_channel(channels, parts), params=params, x=x,
                    out=target)
@@ -257,7 +271,7 @@ async def column_parts(b, x, outer, channels):
     parts = max(1, min(-(-b.COLUMN_SUM_THREADS // channels), outer // 16, 4096))
     out = b.temp(parts * channels, "column_parts")
     params = dict(outer=outer, C=channels, inner=1, count=0, splits=parts, N=0, bias_mode=0,
-                  beta=0.0, relu=0, mask=0)
+                  beta=0.0, relu=0, mask=0, tail=0)
     await b.kernel("reduce", "column_parts", groups_1d(parts * channels), params=params, x=x,
                    out=out)
     return out, parts
@@ -315,20 +329,28 @@ async def backward(b, node, ins, outs, gins, gouts):
             await matmul(b, dy, (n, 1), B, (sbn, sbk), gins[0], m, k, n, alpha, mask_src=mask)
         else:
             await matmul(b, B, (sbk, sbn), dy, (1, n), gins[0], k, m, n, alpha, mask_src=mask)
+    db = gins[2] if C is not None and len(gins) > 2 else None
+    if db is not None and a_.get("beta", 1.0) != 1.0:
+        raise NotImplementedError(f"{node['name']}: gradient of C with beta != 1")
+    mode = _bias_mode(node, C, m, n) if db is not None else 0
+    # a row-vector bias's gradient (the sum of dY over m) from the weight gradient's loads
+    row_sums = db if mode == 1 else None
     if gins[1] is not None:  # d op(B)[k,n] = alpha * sum_m op(A)[m,k] * dY[m,n]
         if not tb:
-            await matmul(b, A, (sak, sam), dy, (n, 1), gins[1], k, n, m, alpha)
+            done = await matmul(b, A, (sak, sam), dy, (n, 1), gins[1], k, n, m, alpha,
+                                bsum=row_sums, bsum_of=2)
         else:
-            await matmul(b, dy, (1, n), A, (sam, sak), gins[1], n, k, m, alpha)
-    if C is not None and len(gins) > 2 and gins[2] is not None:
-        mode = _bias_mode(node, C, m, n)
-        if a_.get("beta", 1.0) != 1.0:
-            raise NotImplementedError(f"{node['name']}: gradient of C with beta != 1")
-        if mode == 1:
-            await channel_sum(b, dy, gins[2], outer=m, channels=n, inner=1)
-        elif mode == 2:
-            await channel_sum(b, dy, gins[2], outer=1, channels=m, inner=n)
-        elif mode == 4:
-            await channel_sum(b, dy, gins[2], outer=1, channels=1, inner=m * n)
-        else:
-            await reduce_splits(b, dy, gins[2], 1, m * n)
+            done = await matmul(b, dy, (1, n), A, (sam, sak), gins[1], n, k, m, alpha,
+                                bsum=row_sums, bsum_of=1)
+        if done:
+            db = None
+    if db is None:
+        return
+    if mode == 1:
+        await channel_sum(b, dy, db, outer=m, channels=n, inner=1)
+    elif mode == 2:
+        await channel_sum(b, dy, db, outer=1, channels=m, inner=n)
+    elif mode == 4:
+        await channel_sum(b, dy, db, outer=1, channels=1, inner=m * n)
+    else:
+        await reduce_splits(b, dy, db, 1, m * n)
