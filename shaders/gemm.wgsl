@@ -8,10 +8,10 @@
 // unsplit kernels store max(v, 0) (elementwise.wgsl relu_forward's floats); split, reduce_splits.
 // mask (the gradient of an in-place ReLU before a Gemm, fused into its dA: plan.relu_grad_fused):
 // 0 where src[at] <= 0, src the ReLU's output (the same index as out); split, reduce_splits.
-// BSUM (ops/gemm.py, GPU adapters): a Linear's bias gradient beside its weight gradient, the
-// sums over k of the operand that is dY: 1 the rows of op(A) (M sums, stored by the threads at
-// n0 == 0; matmul_tiled: its first column of workgroups, threads tx == 0), 2 the columns of
-// op(B) (N sums, m0 == 0 / ty == 0). Not scaled by alpha. Unsplit into bsum; split into out
+// BSUM (`matmul`, `matmul_vec`; ops/gemm.py, GPU adapters): a Linear's bias gradient beside its
+// weight gradient, the sums over k of the operand that is dY: 1 the rows of op(A) (M sums,
+// stored by the threads at n0 == 0), 2 the columns of op(B) (N sums, m0 == 0). Not scaled by
+// alpha. Unsplit into bsum; split into out
 // after the partial products (out[splits*M*N + z*L + i], L = M or N), which reduce.wgsl
 // `reduce_splits` adds as its tail.
 
@@ -473,10 +473,6 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
   let tx = lid % WN;
   let ty = lid / WN;
   let tile_in = m0 + 8u * WM <= p.M && n0 + 8u * WN <= p.N;
-  // BSUM: the first workgroup row or column (uniform) also sums its rows of A / columns of B
-  let sums = (BSUM == 1u && n0 == 0u) || (BSUM == 2u && m0 == 0u);
-  var bs0 = vec4<f32>(0.0);
-  var bs1 = vec4<f32>(0.0);
   var l = load_step(m0, n0, k_start, k_end, lid, tile_in && k_start + BK <= k_end);
   store_step(l, 0u, lid);
   workgroupBarrier();
@@ -503,10 +499,6 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
       acc[10] = fma(vec4<f32>(a1.y), b0, acc[10]); acc[11] = fma(vec4<f32>(a1.y), b1, acc[11]);
       acc[12] = fma(vec4<f32>(a1.z), b0, acc[12]); acc[13] = fma(vec4<f32>(a1.z), b1, acc[13]);
       acc[14] = fma(vec4<f32>(a1.w), b0, acc[14]); acc[15] = fma(vec4<f32>(a1.w), b1, acc[15]);
-      if (sums) {
-        bs0 += select(b0, a0, BSUM == 1u);
-        bs1 += select(b1, a1, BSUM == 1u);
-      }
     }
     if (more) {
       cur = 1u - cur;
@@ -519,10 +511,6 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
   let bottom = m0 + 4u * WM + ty * 4u;
   let left = n0 + tx * 4u;
   let right = n0 + 4u * WN + tx * 4u;
-  if (sums && select(ty, tx, BSUM == 1u) == 0u) {  // rows top, bottom / columns left, right
-    store_sums(wid.z, select(left, top, BSUM == 1u), bs0);
-    store_sums(wid.z, select(right, bottom, BSUM == 1u), bs1);
-  }
   if (tile_in && (p.splits != 1u || p.bias_mode <= 1u)) {
     // The whole tile inside out, no bias or a row-vector bias: straight-line stores, no
     // bounds tests (H200: 2-16% faster on the MLP's split-K products, benchmarks/gemm.py).

@@ -696,8 +696,6 @@ GPU_PIPELINES = [
     ("gemm", "matmul_vec", {"WX": 8}),
     ("gemm", "matmul_vec", {"WX": 8, "BSUM": 1}),
     ("gemm", "matmul", {"WX": 4, "BSUM": 2}),
-    ("gemm", "matmul_tiled", {"WM": 16, "WN": 16, "BSUM": 1}),
-    ("gemm", "matmul_tiled", {"WM": 16, "WN": 8, "BSUM": 2}),
     ("conv2d", "forward", {**_WIN, "FCT": 4}),
     ("conv2d_wgrad", "weight_grad", {**_WIN, "WRB": 4}),
     ("conv2d_wgrad", "weight_grad", {**_WIN, "KH": 5, "sh": 2, "ph": 2, "pw": 1, "dw": 2,
@@ -843,24 +841,19 @@ def test_dropout_vec4_bit_identical(device, monkeypatch, case):
 
 
 # A Linear's bias gradient from its weight gradient's loads (gemm.wgsl BSUM, GPU adapters):
-# the sums over k of op(A)'s rows (1) or op(B)'s columns (2) on each kernel (matmul: a row
-# stride not a multiple of 4; matmul_vec; matmul_tiled 128 x 128 and 128 x 64), unsplit and
-# split (the sums added as reduce_splits' tail, with lanes from 32 parts), every layout, edges
-# (m, n not multiples of 4 or of the tile), against float64. The product must be unchanged.
+# the sums over k of op(A)'s rows (1) or op(B)'s columns (2) on the untiled kernels (matmul: a
+# row stride not a multiple of 4; matmul_vec), unsplit and split (the sums added as
+# reduce_splits' tail, with lanes from 32 parts), every layout, edges (m, n not multiples of
+# 4), against float64. The product must be unchanged. matmul_tiled leaves them to the caller.
 @pytest.mark.parametrize("kernel,m,n,k,want_split", [
     ("matmul", 37, 29, 13, False), ("matmul", 30, 22, 3001, True),
     ("matmul_vec", 37, 29, 13, False), ("matmul_vec", 64, 64, 4104, True),
-    ("matmul_vec", 6, 5, 70000, True),
-    ("tiled16", 300, 260, 40, False), ("tiled16", 130, 200, 900, True),
-    ("tiled8", 4100, 60, 130, False)])
+    ("matmul_vec", 6, 5, 70000, True)])
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1), (0, 1), (1, 0)])
 @pytest.mark.parametrize("bsum_of", [1, 2])
 def test_gemm_bias_sums(device, monkeypatch, kernel, m, n, k, want_split, ta, tb, bsum_of):
     from webgpu_trainer.engine.ops import gemm
-    shape = {"tiled16": (16, 16), "tiled8": (16, 8)}.get(kernel)
-    monkeypatch.setattr(gemm, "tile_shape", lambda *_: shape)
-    if shape and not want_split:  # few tiles: split-K unless the target is met
-        monkeypatch.setattr(Builder, "GEMM_TILE_TARGET", 2)
+    monkeypatch.setattr(gemm, "tile_shape", lambda *_: None)
     rng = rng_for("gemm_bsum", kernel, m, n, k, ta, tb, bsum_of)
     pad = 3 if kernel == "matmul" else 4  # matmul: rows of odd floats (no vec4 loads)
 
@@ -873,11 +866,37 @@ def test_gemm_bias_sums(device, monkeypatch, kernel, m, n, k, want_split, ta, tb
     sb = sb[::-1] if tb else sb
     got, sums, b = _gemm_on_gpu(device, a_full, sa, b_full, sb, m, n, k, 0.5, bsum_of=bsum_of)
     keys = [d[0][2] for d in b.current]
-    entry = "matmul_tiled" if shape else kernel
-    assert keys[0].split(":")[1] == entry and f"BSUM={bsum_of}" in keys[0], keys
+    assert keys[0].split(":")[1] == kernel and f"BSUM={bsum_of}" in keys[0], keys
     assert (len(keys) == 2) == want_split, keys  # split: one reduce_splits adds both
     op_a = (a.T if ta else a).astype(np.float64)
     op_b = (bm.T if tb else bm).astype(np.float64)
     assert rel_err(got, 0.5 * op_a @ op_b) <= FWD_RTOL
     want = op_a.sum(axis=1) if bsum_of == 1 else op_b.sum(axis=0)
     assert rel_err(sums, want) <= FWD_RTOL
+
+
+def test_gemm_bias_sums_not_on_tiles(device, monkeypatch):
+    """A product on matmul_tiled computes no BSUM sums: gemm.matmul returns False (the caller
+    then runs channel_sum), binds no bsum and leaves the product right."""
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    monkeypatch.setattr(gemm, "tile_shape", lambda *_: (16, 16))
+    rng = rng_for("gemm_bsum_tiled")
+    m, n, k = 300, 260, 40
+    a, bm = f32(rng.standard_normal((m, k))), f32(rng.standard_normal((k, n)))
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    b.TILED = True
+    bufs = [device.buffer(a.nbytes), device.buffer(bm.nbytes)]
+    device.write(bufs[0], a.tobytes())
+    device.write(bufs[1], bm.tobytes())
+    out, sums = device.buffer(4 * m * n), device.buffer(4 * m)
+
+    async def go():
+        done = await gemm.matmul(b, bufs[0], (k, 1), bufs[1], (n, 1), out, m, n, k,
+                                 bsum=sums, bsum_of=1)
+        device.submit([device.program(b.current)])
+        return done, np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
+    done, got = run(go())
+    assert not done
+    assert all("BSUM" not in d[0][2] for d in b.current) and "matmul_tiled" in b.current[0][0][2]
+    assert rel_err(got, a.astype(np.float64) @ bm) <= FWD_RTOL

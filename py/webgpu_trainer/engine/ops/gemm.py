@@ -63,9 +63,11 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
     ``bsum`` (float32 [m] when ``bsum_of`` is 1, [n] when 2): the sums over k of op(A)'s rows
     (1) or op(B)'s columns (2), unscaled: a Linear's bias gradient, the sum of dY over the
     batch, taken from the dY values its weight gradient loads anyway (gemm.wgsl ``BSUM``; the
-    split parts added by the same ``reduce_splits`` as the product's). Only on GPU adapters
-    (``Builder.GEMM_BIAS_SUM``); returns whether ``bsum`` was written (else the caller sums dY
-    itself: CPU adapters keep channel_sum_rows and their golden numbers).
+    split parts added by the same ``reduce_splits`` as the product's). Only on the untiled
+    kernels of GPU adapters (``Builder.GEMM_BIAS_SUM``); returns whether ``bsum`` was written
+    (else the caller sums dY itself: CPU adapters keep channel_sum_rows and their golden
+    numbers). In ``matmul_tiled`` the sums cost more than the pass they save (H200, the MLP at
+    batch 1000: 0.844 -> 0.876 ms, ``2026-12-04-h200-s22-bsum-*``).
     """
     shape = tile_shape(b, m, n, k, b_strides)
     if shape:  # the tiles are one row of workgroups: at most 65,535 (else the untiled kernel)
@@ -100,7 +102,7 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         vec = 3 if vec == 3 and _covers_blocks(a, a_strides, m, k) and \
             _covers_blocks(bm, b_strides[::-1], n, k) else 0
         counts, entry, consts = (gx, gy, splits), "matmul_vec" if vec else "matmul", {"WX": wx}
-    sums = bsum is not None and b.tiled and getattr(b, "GEMM_BIAS_SUM", True)
+    sums = bsum is not None and not shape and b.tiled and getattr(b, "GEMM_BIAS_SUM", True)
     tail = (m if bsum_of == 1 else n) if sums and splits > 1 else 0
     if sums:
         consts = {**consts, "BSUM": bsum_of}
