@@ -190,7 +190,7 @@ fn backward(@builtin(global_invocation_id) gid: vec3<u32>,
   let oy = first.x;
   let oo = first.y;
   let tv = x0[j];
-  let inner = p.red[0].x;
+  let inner = max(p.red[0].x, 1u);  // 0 (nothing to sum: total 0) must not stall the loop
   let sy = p.red[0].y;
   let so = p.red[0].z;
   let r_end = min(p.total, (gid.z + 1u) * p.chunk);

@@ -183,7 +183,7 @@ fn fold(@builtin(global_invocation_id) gid: vec3<u32>,
   if (s >= p.S) { return; }
   var acc = 0.0;
   for (var part = 0u; part < p.parts; part++) {
-    for (var d = s; d < p.D; d += p.S) { acc += x[part * p.D + d]; }
+    for (var d = s; d < p.D; d += max(p.S, 1u)) { acc += x[part * p.D + d]; }
   }
   out[s] = acc;
 }

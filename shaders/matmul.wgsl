@@ -199,8 +199,8 @@ fn matmul_wg_chunks(@builtin(workgroup_id) wid: vec3<u32>,
   var c1 = vec4<f32>(0.0);
   var c2 = vec4<f32>(0.0);
   var c3 = vec4<f32>(0.0);
-  for (var k0 = 0u; k0 < p.K; k0 += p.kc) {
-    let kn = min(p.kc, p.K - k0);
+  for (var k0 = 0u; k0 < p.K; k0 += max(p.kc, 1u)) {  // a step of 0 would never end
+    let kn = min(max(p.kc, 1u), p.K - k0);
     stage(lid, a0, b0, k0, kn, ks, bt);
     workgroupBarrier();
     if (live) {

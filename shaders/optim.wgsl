@@ -50,7 +50,7 @@ var<workgroup> red: array<RedT, 256>;
 fn grad_sumsq(@builtin(workgroup_id) wid: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
   var s = 0.0;
-  for (var e = wid.x * 256u + lid; e < p.n; e += p.parts * 256u) {
+  for (var e = wid.x * 256u + lid; e < p.n; e += max(p.parts, 1u) * 256u) {
     let g = G[e] * mask[e];
     s += g * g;
   }

@@ -900,3 +900,31 @@ def test_gemm_bias_sums_not_on_tiles(device, monkeypatch):
     assert not done
     assert all("BSUM" not in d[0][2] for d in b.current) and "matmul_tiled" in b.current[0][0][2]
     assert rel_err(got, a.astype(np.float64) @ bm) <= FWD_RTOL
+
+
+def test_matmul_wg_chunks_step_of_zero_ends(device):
+    """matmul.wgsl matmul_wg_chunks given a chunk of 0 (p.kc; ops/matmul never passes it) steps
+    one k at a time instead of looping forever (natively no loop counter stops it: the shader
+    modules run without naga's), and the product is right against float64."""
+    import types
+    from webgpu_trainer.engine.ops import matmul
+    rng = rng_for("wg_chunks_zero")
+    z, m, n, k = 3, 5, 6, 7
+    a, bm = f32(rng.standard_normal((z, m, k))), f32(rng.standard_normal((z, k, n)))
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    bufs = [device.buffer(a.nbytes), device.buffer(bm.nbytes), device.buffer(4 * z * m * n)]
+    device.write(bufs[0], a.tobytes())
+    device.write(bufs[1], bm.tobytes())
+    params = dict(M=m, N=n, K=k, splits=1, sam=k, sak=1, sbk=n, sbn=1, kept=z, reduced=1,
+                  kc=0, ks=matmul._vec([(z, m * k, k * n)], 0),
+                  ksa=matmul._vec([(z, m * k, k * n)], 1),
+                  ksb=matmul._vec([(z, m * k, k * n)], 2), rs=matmul._vec([], 0),
+                  rsa=matmul._vec([], 1), rsb=matmul._vec([], 2))
+
+    async def go():
+        await b.kernel("matmul", "matmul_wg_chunks", (z, 1, 1), params=params,
+                       constants={"TILE": 64 * 4}, a=bufs[0], bm=bufs[1], out=bufs[2])
+        device.submit([device.program(b.current)])
+        return np.frombuffer(await device.read(bufs[2]), np.float32)[:z * m * n]
+    got = run(go()).reshape(z, m, n)
+    assert rel_err(got, a.astype(np.float64) @ bm) <= FWD_RTOL
