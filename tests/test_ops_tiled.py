@@ -928,3 +928,17 @@ def test_matmul_wg_chunks_step_of_zero_ends(device):
         return np.frombuffer(await device.read(bufs[2]), np.float32)[:z * m * n]
     got = run(go()).reshape(z, m, n)
     assert rel_err(got, a.astype(np.float64) @ bm) <= FWD_RTOL
+
+
+def test_unbound_writable_slots_get_a_sink_per_dispatch(device):
+    """GPU adapters: each unbound read_write slot a 16-byte sink of its own (no two dispatches
+    write one buffer they do not otherwise share: no barrier between them for it); CPU adapters
+    and SINK_PER_DISPATCH False: one per binding index, distinct across indices."""
+    import types
+    for tiled, per in ((True, True), (False, True), (True, False)):
+        b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+        b.TILED = tiled
+        b.SINK_PER_DISPATCH = per
+        first, again, other = b._sink(8), b._sink(8), b._sink(5)
+        assert (first is not again) == (tiled and per)
+        assert first is not other and again is not other

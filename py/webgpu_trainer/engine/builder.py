@@ -134,12 +134,21 @@ class Builder:
 
     def _sink(self, binding: int):
         """The placeholder of an unbound read_write slot: one buffer per binding index, as
-        WebGPU refuses a dispatch whose writable bindings alias (loss.wgsl: metrics, rows)."""
+        WebGPU refuses a dispatch whose writable bindings alias (loss.wgsl: metrics, rows);
+        with ``SINK_PER_DISPATCH`` (GPU adapters) a 16-byte buffer of the dispatch's own, so
+        that no two dispatches write one buffer they do not share otherwise (a shared sink is
+        a write-after-write hazard: the backend orders the dispatches by a barrier)."""
+        if self.SINK_PER_DISPATCH and self.tiled:
+            return self.dev.buffer(16, f"sink{binding}")
         if not self._sinks:
             self._sinks[binding] = self.sink
         if binding not in self._sinks:
             self._sinks[binding] = self.dev.buffer(16, f"sink{binding}")
         return self._sinks[binding]
+
+    # Unbound read_write slots get a sink of their own per dispatch on GPU adapters (_sink);
+    # False: one per binding index (A/B).
+    SINK_PER_DISPATCH = True
 
     # Workgroup-memory tiled kernels (GEMM, convolution) instead of the register-blocked ones
     # with no workgroup memory. None: on GPUs, not on CPU adapters (SwiftShader, lavapipe),
