@@ -8,7 +8,9 @@
 // broadcasts). Each thread owns a 4x4 block of one batch of out (as shaders/gemm.wgsl: vec4
 // accumulators, edge rows / columns clamped); threads are folded 1-D (gid.x + gid.y * 64 *
 // num_workgroups.x) over kept * tiles. gid.z = s splits the k range (split-K); partial sums
-// [splits, kept, M, N] are added by reduce.wgsl `reduce_splits`.
+// [splits, kept, M, N] are added by reduce.wgsl `reduce_splits`. With p.strided (one part,
+// ops/matmul.py: an output written already transposed, or a transposed operand's gradient)
+// out[z, m, n] is at offset(z, kso) + m*som + n*son instead of contiguous.
 
 struct Params {
   M: u32, N: u32, K: u32, splits: u32,
@@ -16,6 +18,7 @@ struct Params {
   kept: u32, reduced: u32, kc: u32, _p1: u32,
   ks: vec4<u32>, ksa: vec4<u32>, ksb: vec4<u32>,
   rs: vec4<u32>, rsa: vec4<u32>, rsb: vec4<u32>,
+  kso: vec4<u32>, som: u32, son: u32, strided: u32, _p2: u32,
 }
 
 //!include index
@@ -41,6 +44,13 @@ fn unflatten(i: u32, s: vec4<u32>) -> vec4<u32> {
 fn offset(idx: vec4<u32>, strides: vec4<u32>) -> u32 {
   let v = idx * strides;
   return v.x + v.y + v.z + v.w;
+}
+
+// Where out[z, m, n] of a part starting at `base` (z's contiguous [M, N] block) is stored:
+// there, or at the strided place (p.strided; zi = z's multi-index).
+fn out_at(base: u32, zi: vec4<u32>, m: u32, n: u32) -> u32 {
+  if (p.strided != 0u) { return offset(zi, p.kso) + m * p.som + n * p.son; }
+  return base + m * p.N + n;
 }
 
 @compute @workgroup_size(64)
@@ -90,7 +100,7 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
     for (var j = 0u; j < T; j++) {
       let n = n0 + j;
       if (n >= p.N) { break; }
-      out[base + m * p.N + n] = row[j];
+      out[out_at(base, zi, m, n)] = row[j];
     }
   }
 }
@@ -124,9 +134,9 @@ fn stage(lid: u32, a0: u32, b0: u32, k0: u32, kn: u32, ks: u32, bt: u32) {
   }
 }
 
-// out[base + m * N + n] for the 4x4 block at (m0, n0), rows c0..c3, clipped at M and N.
-fn store_block(base: u32, m0: u32, n0: u32, c0: vec4<f32>, c1: vec4<f32>, c2: vec4<f32>,
-               c3: vec4<f32>) {
+// out[base + m * N + n] (out_at) for the 4x4 block at (m0, n0), rows c0..c3, clipped at M, N.
+fn store_block(base: u32, zi: vec4<u32>, m0: u32, n0: u32, c0: vec4<f32>, c1: vec4<f32>,
+               c2: vec4<f32>, c3: vec4<f32>) {
   for (var i = 0u; i < T; i++) {
     let m = m0 + i;
     if (m >= p.M) { break; }
@@ -135,7 +145,7 @@ fn store_block(base: u32, m0: u32, n0: u32, c0: vec4<f32>, c1: vec4<f32>, c2: ve
     for (var j = 0u; j < T; j++) {
       let n = n0 + j;
       if (n >= p.N) { break; }
-      out[base + m * p.N + n] = row[j];
+      out[out_at(base, zi, m, n)] = row[j];
     }
   }
 }
@@ -173,7 +183,7 @@ fn matmul_wg(@builtin(workgroup_id) wid: vec3<u32>,
       c2 += tile[rows.z + k] * bv;
       c3 += tile[rows.w + k] * bv;
     }
-    store_block(base, m0, n0, c0, c1, c2, c3);
+    store_block(base, zi, m0, n0, c0, c1, c2, c3);
   }
 }
 
@@ -216,5 +226,5 @@ fn matmul_wg_chunks(@builtin(workgroup_id) wid: vec3<u32>,
     workgroupBarrier();
   }
   if (!live) { return; }
-  store_block(zo * p.M * p.N, m0, n0, c0, c1, c2, c3);
+  store_block(zo * p.M * p.N, zi, m0, n0, c0, c1, c2, c3);
 }

@@ -213,6 +213,9 @@ class Builder:
     # Gathers of every index of an activation's axis, one constant index each (the packed q/k/v
     # of nn.MultiheadAttention) as one Split (engine/rewrites/splits.py); False: A/B.
     FOLD_SPLITS = True
+    # Transposes (rank >= 3) that only feed MatMuls, or that only read one, as the product's
+    # strides (engine/rewrites/transposes.py: attention's head split and merge); False: A/B.
+    FOLD_TRANSPOSES = True
     # LSTM/GRU sequences on the 256-thread *_seq_wide kernels on GPU adapters (ops/rnn._wide).
     RNN_SEQ_WIDE = True
     # ... each thread's values of R in registers there, for H a multiple of 4 up to 64

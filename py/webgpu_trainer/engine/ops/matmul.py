@@ -60,11 +60,29 @@ def out_shape(a, b):
     return batch + ([n] if len(a) > 1 else []) + ([m] if len(b) > 1 else [])
 
 
+def _perms(node):
+    """The folded Transposes (engine/rewrites/transposes.py): (perm of operand 0, of operand 1,
+    of the output), each a list or None."""
+    a = node.get("attrs") or {}
+    return a.get("_perm0"), a.get("_perm1"), a.get("_perm_y")
+
+
+def _permuted(shape, perm):
+    """``shape`` transposed by ``perm`` (numpy.transpose's axes); ``shape`` when None."""
+    if perm is None:
+        return list(shape)
+    if sorted(perm) != list(range(len(shape))):
+        raise ValueError(f"perm {perm} does not fit shape {list(shape)}")
+    return [shape[p] for p in perm]
+
+
 def infer(node, ins, consts):
-    """numpy.matmul's output shape; raises GraphError naming the node when the shapes do not
-    fit (inner sizes, batch broadcasting, a 0-D operand)."""
+    """numpy.matmul's output shape (operands and output transposed by the node's folded
+    Transposes); raises GraphError naming the node when the shapes do not fit (inner sizes,
+    batch broadcasting, a 0-D operand, a perm of the wrong rank)."""
+    p0, p1, py = _perms(node)
     try:
-        return [out_shape(ins[0], ins[1])]
+        return [_permuted(out_shape(_permuted(ins[0], p0), _permuted(ins[1], p1)), py)]
     except ValueError as exc:
         raise GraphError(f"node {node['name']} (MatMul): {exc}") from exc
 
@@ -96,23 +114,24 @@ def _strides(batch, own, mat):
 
 
 def _merge(dims):
-    """Merge adjacent dims (size, stride_a, stride_b) whose strides chain for both operands."""
+    """Merge adjacent dims (size, stride_a, stride_b[, stride_out]) whose strides all chain."""
     out = []
     for d in dims:
-        if out:
-            size, sa, sb = out[-1]
-            if sa == d[1] * d[0] and sb == d[2] * d[0]:
-                out[-1] = (size * d[0], d[1], d[2])
-                continue
-        out.append(d)
+        if out and all(p == c * d[0] for p, c in zip(out[-1][1:], d[1:])):
+            out[-1] = (out[-1][0] * d[0], *d[1:])
+            continue
+        out.append(tuple(d))
     return out
 
 
 def _vec(dims, k):
-    """Component ``k`` (0 size, 1 stride a, 2 stride b) of up to 4 dims, right-aligned."""
-    pad = [(1, 0, 0)] * (MAX_DIMS - len(dims)) + list(dims)
+    """Component ``k`` (0 size, 1 stride a, 2 stride b, 3 stride out) of up to 4 dims,
+    right-aligned."""
+    pad = [(1, 0, 0, 0)] * (MAX_DIMS - len(dims)) + list(dims)
     return [d[k] for d in pad]
 
+
+_CONTIGUOUS = dict(kso=[0, 0, 0, 0], som=0, son=0, strided=0)  # matmul.wgsl: out contiguous
 
 WG_TILE = 4096  # floats of matmul.wgsl matmul_wg's workgroup tile
 WG_THREADS = 256  # its workgroup
@@ -143,14 +162,31 @@ def _wg_chunk(b, rows, cols, inner, red, kept) -> int:
     return kc if few and blocks <= WG_THREADS and kc >= 8 else 0
 
 
-async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=None):
+async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=None,
+                  out_mat=None):
     """out[z, m, n] = sum_r sum_k a[A(z, r) + m*sam + k*sak] * bm[B(z, r) + k*sbk + n*sbn]
     (r over the reduced batch dims).
 
     ``a_mat`` = (sam, sak), ``b_mat`` = (sbk, sbn) element strides; ``dims``: batch dims
     ``(size, stride_a, stride_b, kept)`` in order, kept ones laid out contiguously in ``out``
     (outermost first) ahead of [rows, cols]. One dispatch (+ a split-K reduction).
+    ``out_mat`` = (som, son): out is strided instead (a folded Transpose, rewrites/transposes):
+    out[z, m, n] at z . (the kept dims' 5th entry, their out stride) + m*som + n*son; then one
+    dispatch of the per-thread or workgroup kernel, unsplit.
     """
+    if out_mat is not None:
+        kept_so = [d[4] for d in dims if d[3] and d[0] != 1]
+        want, size = [], rows * cols
+        for d in reversed([d for d in dims if d[3] and d[0] != 1]):
+            want.append(size)
+            size *= d[0]
+        if tuple(out_mat) == (cols, 1) and kept_so == want[::-1]:
+            out_mat = None  # the strides are out's contiguous ones
+        dims = [d[:4] for d in dims] if out_mat is None else dims
+    if out_mat is not None:
+        await _batched_strided(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node,
+                               out_mat)
+        return
     sam, sak = a_mat
     sbk, sbn = b_mat
     dims = [d for d in dims if d[0] != 1]
@@ -199,7 +235,8 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
     if kc:
         params = dict(M=rows, N=cols, K=inner, splits=1, sam=sam, sak=sak, sbk=sbk, sbn=sbn,
                       kept=nkept, reduced=1, kc=kc, ks=_vec(kept, 0), ksa=_vec(kept, 1),
-                      ksb=_vec(kept, 2), rs=_vec([], 0), rsa=_vec([], 1), rsb=_vec([], 2))
+                      ksb=_vec(kept, 2), rs=_vec([], 0), rsa=_vec([], 1), rsb=_vec([], 2),
+                      **_CONTIGUOUS)
         tile = -(-(rows + cols) * (kc + 1) // 64) * 64
         entry = "matmul_wg" if kc == inner else "matmul_wg_chunks"
         await b.kernel("matmul", entry, groups_1d(nkept, 1), params=params,
@@ -210,16 +247,133 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
     target = b.temp(splits * total) if splits > 1 else out
     params = dict(M=rows, N=cols, K=inner, splits=splits, sam=sam, sak=sak, sbk=sbk, sbn=sbn,
                   kept=nkept, reduced=nred, kc=0, ks=_vec(kept, 0), ksa=_vec(kept, 1),
-                  ksb=_vec(kept, 2), rs=_vec(red, 0), rsa=_vec(red, 1), rsb=_vec(red, 2))
+                  ksb=_vec(kept, 2), rs=_vec(red, 0), rsa=_vec(red, 1), rsb=_vec(red, 2),
+                  **_CONTIGUOUS)
     gx, gy, _ = groups_1d(threads)
     await b.kernel("matmul", "matmul", (gx, gy, splits), params=params, a=a, bm=bm, out=target)
     if splits > 1:
         await reduce_splits(b, target, out, splits, total)
 
 
+async def _batched_strided(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node, out_mat):
+    """``batched`` into a strided out (``out_mat``; dims (size, sa, sb, kept, so)): reduced
+    dims contiguous with k folded into k, kept dims merged where all three strides chain, the
+    innermost kept dims folded into the rows where they walk A's and out's rows only; one
+    dispatch, unsplit (matmul_wg / matmul_wg_chunks by ``_wg_chunk``, else ``matmul``)."""
+    sam, sak = a_mat
+    sbk, sbn = b_mat
+    som, son = out_mat
+    dims = [d for d in dims if d[0] != 1]
+    if math.prod(out.shape) == 0:
+        return
+    red = [d[:3] for d in dims if not d[3]]
+    if any(d[0] == 0 for d in red):
+        inner, red = 0, []
+    changed = True
+    while changed:
+        changed = False
+        for d in red:
+            if d[1] == inner * sak and d[2] == inner * sbk:
+                inner *= d[0]
+                red.remove(d)
+                changed = True
+                break
+    kept = _merge([(d[0], d[1], d[2], d[4]) for d in dims if d[3]])
+    while kept:
+        size, sa, sb, so = kept[-1]
+        if sb == 0 and sa == rows * sam and so == rows * som:
+            rows *= size
+            kept.pop()
+        else:
+            break
+    red = _merge(red)
+    if len(kept) > MAX_DIMS or len(red) > MAX_DIMS:
+        raise NotImplementedError(
+            f"{node['name'] if node else 'MatMul'}: more than {MAX_DIMS} kept or reduced batch "
+            f"dims after merging ({kept}, {red})")
+    nkept = math.prod([d[0] for d in kept])
+    strided = dict(kso=_vec(kept, 3), som=som, son=son, strided=1)
+    kc = _wg_chunk(b, rows, cols, inner, red, nkept)
+    base = dict(M=rows, N=cols, K=inner, splits=1, sam=sam, sak=sak, sbk=sbk, sbn=sbn,
+                kept=nkept, ks=_vec(kept, 0), ksa=_vec(kept, 1), ksb=_vec(kept, 2), **strided)
+    if kc:
+        params = dict(base, reduced=1, kc=kc, rs=_vec([], 0), rsa=_vec([], 1), rsb=_vec([], 2))
+        tile = -(-(rows + cols) * (kc + 1) // 64) * 64
+        entry = "matmul_wg" if kc == inner else "matmul_wg_chunks"
+        await b.kernel("matmul", entry, groups_1d(nkept, 1), params=params,
+                       constants={"TILE": tile}, a=a, bm=bm, out=out)
+        return
+    params = dict(base, reduced=math.prod([d[0] for d in red]), kc=0, rs=_vec(red, 0),
+                  rsa=_vec(red, 1), rsb=_vec(red, 2))
+    threads = nkept * ((rows + 3) // 4) * ((cols + 3) // 4)
+    gx, gy, _ = groups_1d(threads)
+    await b.kernel("matmul", "matmul", (gx, gy, 1), params=params, a=a, bm=bm, out=out)
+
+
+def _logical(shape, perm):
+    """(shape, element strides) of a contiguous tensor of ``shape`` seen through ``perm``
+    (numpy.transpose(x, perm)); ``perm`` None: itself."""
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * shape[i + 1]
+    if perm is None:
+        return list(shape), strides
+    return [shape[p] for p in perm], [strides[p] for p in perm]
+
+
+def _operands(node, A, B):
+    """The layout of a MatMul with folded Transposes (rank >= 2 operands): (batch, n, k, m,
+    A's batch strides, (sam, sak), B's batch strides, (sbk, sbn), Y's logical batch strides,
+    (sym, syn)); a stride is 0 on a batch dim the operand broadcasts along."""
+    p0, p1, py = _perms(node)
+    la, sa = _logical(A.shape, p0)
+    lb, sb = _logical(B.shape, p1)
+    batch, ab, bb, n, k, m = _split(la, lb)
+    ly = batch + [n, m]
+    if py is None:
+        _, sy = _logical(ly, None)
+    else:  # Y is stored as transpose(logical, py): logical dim py[j] has storage stride j's
+        _, zs = _logical(_permuted(ly, py), None)
+        sy = [0] * len(ly)
+        for j, d in enumerate(py):
+            sy[d] = zs[j]
+
+    def batch_strides(own, strides):
+        pad = len(batch) - len(own)
+        full = [0] * pad + list(strides[:-2])
+        return [full[i] if i >= pad and own[i - pad] == batch[i] and batch[i] > 1 else 0
+                for i in range(len(batch))]
+    return (batch, n, k, m, batch_strides(la[:-2], sa), (sa[-2], sa[-1]),
+            batch_strides(lb[:-2], sb), (sb[-2], sb[-1]), sy[:-2], (sy[-2], sy[-1]))
+
+
+async def _forward_folded(b, node, A, B, Y):
+    batch, n, k, m, sa, a_mat, sb, b_mat, sy, y_mat = _operands(node, A, B)
+    dims = [(d, x, y, True, o) for d, x, y, o in zip(batch, sa, sb, sy)]
+    await batched(b, A, a_mat, B, b_mat, Y, n, m, k, dims, node, out_mat=y_mat)
+
+
+async def _backward_folded(b, node, A, B, dY, gins):
+    """dA = dY @ B^T and dB = A^T @ dY through the folded Transposes' strides: dY read as Y
+    was written, each gradient written in its operand's own layout (summed over the batch
+    dims it broadcasts along)."""
+    batch, n, k, m, sa, (sam, sak), sb, (sbk, sbn), sy, (sym, syn) = _operands(node, A, B)
+    if gins[0] is not None:  # dA[n, k] = sum_m dY[n, m] * B[k, m]
+        dims = [(d, y, x, sa_ != 0 or d == 1, sa_) for d, y, x, sa_ in zip(batch, sy, sb, sa)]
+        await batched(b, dY, (sym, syn), B, (sbn, sbk), gins[0], n, k, m, dims, node,
+                      out_mat=(sam, sak))
+    if len(gins) > 1 and gins[1] is not None:  # dB[k, m] = sum_n A[n, k] * dY[n, m]
+        dims = [(d, x, y, sb_ != 0 or d == 1, sb_) for d, x, y, sb_ in zip(batch, sa, sy, sb)]
+        await batched(b, A, (sak, sam), dY, (sym, syn), gins[1], k, m, n, dims, node,
+                      out_mat=(sbk, sbn))
+
+
 async def forward(b, node, ins, outs, train):
     """Y = A @ B (numpy.matmul): one batched dispatch."""
     A, B, Y = ins[0], ins[1], outs[0]
+    if any(p is not None for p in _perms(node)):
+        await _forward_folded(b, node, A, B, Y)
+        return
     batch, ab, bb, n, k, m = _split(A.shape, B.shape)
     sa, sb = _strides(batch, ab, n * k), _strides(batch, bb, k * m)
     dims = [(d, x, y, True) for d, x, y in zip(batch, sa, sb)]
@@ -229,6 +383,9 @@ async def forward(b, node, ins, outs, train):
 async def backward(b, node, ins, outs, gins, gouts):
     """dA = dY @ B^T summed over the batch dims A broadcasts along; dB = A^T @ dY likewise."""
     A, B, dY = ins[0], ins[1], gouts[0]
+    if any(p is not None for p in _perms(node)):
+        await _backward_folded(b, node, A, B, dY, gins)
+        return
     batch, ab, bb, n, k, m = _split(A.shape, B.shape)
     sa, sb = _strides(batch, ab, n * k), _strides(batch, bb, k * m)
     sy = _strides(batch, batch, n * m)
