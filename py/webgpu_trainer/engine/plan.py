@@ -46,8 +46,8 @@ class Plan:
     cross_entropy, the raw output otherwise). ``weights``: an existing flat weight buffer to use
     as ``P`` (an eval-only plan reading another plan's weights, ``GpuEngine.probe``).
     ``keep_acts``: activation names the caller reads after a step, which the plan's folds
-    (``linears``, ``gelu``, ``weight_layouts``, ``splits``, ``transposes``: ``graph`` is then the folded
-    model, ``source`` the one given) keep."""
+    (``linears``, ``gelu``, ``weight_layouts``, ``splits``, ``transposes``: ``graph`` is then
+    the folded model, ``source`` the one given) keep."""
 
     @classmethod
     async def build(cls, dev, graph: Graph, batch: int, trainable=None, loss=None,
