@@ -109,7 +109,7 @@ class Builder:
                     raise shaders.ParamsError(f"shader {shader!r}: uniform slot {name!r} "
                                               "is not bound")
                 buf = self.dummy_u32 if "u32>" in wgsl else \
-                    self._sink(binding) if kind == "storage" else self.dummy
+                    self._sink(binding, shader) if kind == "storage" else self.dummy
             binds.append(buf.binding() if isinstance(buf, Tensor) else buf)
         if slots:
             names = ", ".join(name for _, _, name, _ in layout[1:])
@@ -132,13 +132,14 @@ class Builder:
         label = str(getattr(t.buf, "label", "") or "")
         return label.split(":", 1)[-1] if label else str(t.shape)
 
-    def _sink(self, binding: int):
+    def _sink(self, binding: int, shader: str = ""):
         """The placeholder of an unbound read_write slot: one buffer per binding index, as
         WebGPU refuses a dispatch whose writable bindings alias (loss.wgsl: metrics, rows);
         with ``SINK_PER_DISPATCH`` (GPU adapters) a 16-byte buffer of the dispatch's own, so
         that no two dispatches write one buffer they do not share otherwise (a shared sink is
         a write-after-write hazard: the backend orders the dispatches by a barrier)."""
-        if self.SINK_PER_DISPATCH and self.tiled:
+        per = self.SINK_PER_DISPATCH
+        if self.tiled and (per is True or (per and shader in per)):
             return self.dev.buffer(16, f"sink{binding}")
         if not self._sinks:
             self._sinks[binding] = self.sink
@@ -146,8 +147,8 @@ class Builder:
             self._sinks[binding] = self.dev.buffer(16, f"sink{binding}")
         return self._sinks[binding]
 
-    # Unbound read_write slots get a sink of their own per dispatch on GPU adapters (_sink);
-    # False: one per binding index (A/B).
+    # Unbound read_write slots get a sink of their own per dispatch on GPU adapters (_sink):
+    # True for every shader, a tuple for those shaders; False: one per binding index (A/B).
     SINK_PER_DISPATCH = True
 
     # Workgroup-memory tiled kernels (GEMM, convolution) instead of the register-blocked ones
