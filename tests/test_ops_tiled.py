@@ -931,14 +931,17 @@ def test_matmul_wg_chunks_step_of_zero_ends(device):
 
 
 def test_unbound_writable_slots_get_a_sink_per_dispatch(device):
-    """GPU adapters: each unbound read_write slot a 16-byte sink of its own (no two dispatches
-    write one buffer they do not otherwise share: no barrier between them for it); CPU adapters
-    and SINK_PER_DISPATCH False: one per binding index, distinct across indices."""
+    """GPU adapters: each unbound read_write slot of the shaders SINK_PER_DISPATCH names (True:
+    all) a 16-byte sink of its own (no two dispatches write one buffer they do not otherwise
+    share: no barrier between them for it); other shaders, CPU adapters and False: one per
+    binding index, distinct across indices."""
     import types
-    for tiled, per in ((True, True), (False, True), (True, False)):
+    for tiled, per, shader, own in ((True, True, "conv2d", True), (False, True, "gemm", False),
+                                    (True, False, "gemm", False), (True, ("gemm",), "gemm", True),
+                                    (True, ("gemm",), "reduce", False)):
         b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
         b.TILED = tiled
         b.SINK_PER_DISPATCH = per
-        first, again, other = b._sink(8), b._sink(8), b._sink(5)
-        assert (first is not again) == (tiled and per)
+        first, again, other = b._sink(8, shader), b._sink(8, shader), b._sink(5, shader)
+        assert (first is not again) == own
         assert first is not other and again is not other

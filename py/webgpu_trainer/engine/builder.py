@@ -149,7 +149,10 @@ class Builder:
 
     # Unbound read_write slots get a sink of their own per dispatch on GPU adapters (_sink):
     # True for every shader, a tuple for those shaders; False: one per binding index (A/B).
-    SINK_PER_DISPATCH = True
+    # H200 (``2026-12-04-h200-s22-fold-transposes-sinks.json``), ms, ("gemm",) / True / False:
+    # encoder 64 0.498 / 0.488 / 0.522, encoder 1000 1.628 / 1.585 / 1.639, ResNet-18 64
+    # 14.32 / 14.83 / 14.32 (every shader cost ResNet-18 3.5%), ViT within 1%.
+    SINK_PER_DISPATCH = ("gemm",)
 
     # Workgroup-memory tiled kernels (GEMM, convolution) instead of the register-blocked ones
     # with no workgroup memory. None: on GPUs, not on CPU adapters (SwiftShader, lavapipe),
