@@ -131,8 +131,6 @@ def _vec(dims, k):
     return [d[k] for d in pad]
 
 
-_CONTIGUOUS = dict(kso=[0, 0, 0, 0], som=0, son=0, strided=0)  # matmul.wgsl: out contiguous
-
 WG_TILE = 4096  # floats of matmul.wgsl matmul_wg's workgroup tile
 WG_THREADS = 256  # its workgroup
 
@@ -170,26 +168,23 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
     ``a_mat`` = (sam, sak), ``b_mat`` = (sbk, sbn) element strides; ``dims``: batch dims
     ``(size, stride_a, stride_b, kept)`` in order, kept ones laid out contiguously in ``out``
     (outermost first) ahead of [rows, cols]. One dispatch (+ a split-K reduction).
-    ``out_mat`` = (som, son): out is strided instead (a folded Transpose, rewrites/transposes):
-    out[z, m, n] at z . (the kept dims' 5th entry, their out stride) + m*som + n*son; then one
-    dispatch of the per-thread or workgroup kernel, unsplit.
+    ``out_mat`` = (som, son): out is strided instead (a folded Transpose, rewrites/transposes;
+    each dim a 5th entry, its out stride): out[z, m, n] at z . so + m*som + n*son, one
+    dispatch, unsplit, never on the Gemm's kernels.
     """
-    if out_mat is not None:
-        kept_so = [d[4] for d in dims if d[3] and d[0] != 1]
-        want, size = [], rows * cols
-        for d in reversed([d for d in dims if d[3] and d[0] != 1]):
-            want.append(size)
-            size *= d[0]
-        if tuple(out_mat) == (cols, 1) and kept_so == want[::-1]:
-            out_mat = None  # the strides are out's contiguous ones
-        dims = [d[:4] for d in dims] if out_mat is None else dims
-    if out_mat is not None:
-        await _batched_strided(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node,
-                               out_mat)
-        return
     sam, sak = a_mat
     sbk, sbn = b_mat
+    if out_mat is None:  # contiguous: kept dims outermost first ahead of [rows, cols]
+        out_mat, so, full = (cols, 1), rows * cols, []
+        for d in reversed(dims):
+            full.append((*d[:4], so if d[3] else 0))
+            so *= d[0] if d[3] else 1
+        dims = full[::-1]
+    som, son = out_mat
     dims = [d for d in dims if d[0] != 1]
+    strided = (som, son) != (cols, 1) or any(
+        d[4] != rows * cols * math.prod(e[0] for e in dims[i + 1:] if e[3])
+        for i, d in enumerate(dims) if d[3])
     total = math.prod(out.shape)
     if total == 0:
         return  # nothing to write (an empty output)
@@ -206,79 +201,9 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
                 red.remove(d)
                 changed = True
                 break
-    kept = _merge([d[:3] for d in dims if d[3]])
-    # the innermost kept dims walk one operand's rows contiguously, the other not at all:
-    # they become rows (out is contiguous over [kept, rows, cols])
-    while kept:
-        size, sa, sb = kept[-1]
-        if sb == 0 and sa == rows * sam:
-            rows *= size
-            kept.pop()
-        else:
-            break
-    red = _merge(red)
-    if len(kept) > MAX_DIMS or len(red) > MAX_DIMS:
-        raise NotImplementedError(
-            f"{node['name'] if node else 'MatMul'}: more than {MAX_DIMS} kept or reduced batch "
-            f"dims after merging ({kept}, {red})")
-    if not kept and not red and inner and b.tiled and getattr(b, "MATMUL_GEMM", True):
-        # one plain product on a GPU adapter: the Gemm's kernels (workgroup-memory tiles that
-        # read either operand along its contiguous dim, where this kernel read a Linear's W
-        # across rows for dX = dY @ W^T: 5x the forward's time on an H200; else its untiled
-        # kernel, k unrolled by 4, with its own split-K rule). CPU adapters keep this kernel
-        # (and its golden numbers).
-        await gemm.matmul(b, a, (sam, sak), bm, (sbk, sbn), out, rows, cols, inner)
-        return
-    nkept = math.prod([d[0] for d in kept])
-    nred = math.prod([d[0] for d in red])
-    kc = _wg_chunk(b, rows, cols, inner, red, nkept)
-    if kc:
-        params = dict(M=rows, N=cols, K=inner, splits=1, sam=sam, sak=sak, sbk=sbk, sbn=sbn,
-                      kept=nkept, reduced=1, kc=kc, ks=_vec(kept, 0), ksa=_vec(kept, 1),
-                      ksb=_vec(kept, 2), rs=_vec([], 0), rsa=_vec([], 1), rsb=_vec([], 2),
-                      **_CONTIGUOUS)
-        tile = -(-(rows + cols) * (kc + 1) // 64) * 64
-        entry = "matmul_wg" if kc == inner else "matmul_wg_chunks"
-        await b.kernel("matmul", entry, groups_1d(nkept, 1), params=params,
-                       constants={"TILE": tile}, a=a, bm=bm, out=out)
-        return
-    threads = nkept * ((rows + 3) // 4) * ((cols + 3) // 4)
-    splits = b.splits(threads, inner, min_per_split=64) if inner else 1
-    target = b.temp(splits * total) if splits > 1 else out
-    params = dict(M=rows, N=cols, K=inner, splits=splits, sam=sam, sak=sak, sbk=sbk, sbn=sbn,
-                  kept=nkept, reduced=nred, kc=0, ks=_vec(kept, 0), ksa=_vec(kept, 1),
-                  ksb=_vec(kept, 2), rs=_vec(red, 0), rsa=_vec(red, 1), rsb=_vec(red, 2),
-                  **_CONTIGUOUS)
-    gx, gy, _ = groups_1d(threads)
-    await b.kernel("matmul", "matmul", (gx, gy, splits), params=params, a=a, bm=bm, out=target)
-    if splits > 1:
-        await reduce_splits(b, target, out, splits, total)
-
-
-async def _batched_strided(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node, out_mat):
-    """``batched`` into a strided out (``out_mat``; dims (size, sa, sb, kept, so)): reduced
-    dims contiguous with k folded into k, kept dims merged where all three strides chain, the
-    innermost kept dims folded into the rows where they walk A's and out's rows only; one
-    dispatch, unsplit (matmul_wg / matmul_wg_chunks by ``_wg_chunk``, else ``matmul``)."""
-    sam, sak = a_mat
-    sbk, sbn = b_mat
-    som, son = out_mat
-    dims = [d for d in dims if d[0] != 1]
-    if math.prod(out.shape) == 0:
-        return
-    red = [d[:3] for d in dims if not d[3]]
-    if any(d[0] == 0 for d in red):
-        inner, red = 0, []
-    changed = True
-    while changed:
-        changed = False
-        for d in red:
-            if d[1] == inner * sak and d[2] == inner * sbk:
-                inner *= d[0]
-                red.remove(d)
-                changed = True
-                break
     kept = _merge([(d[0], d[1], d[2], d[4]) for d in dims if d[3]])
+    # the innermost kept dims walk A's rows and out's contiguously, B not at all: they
+    # become rows
     while kept:
         size, sa, sb, so = kept[-1]
         if sb == 0 and sa == rows * sam and so == rows * som:
@@ -291,23 +216,37 @@ async def _batched_strided(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims,
         raise NotImplementedError(
             f"{node['name'] if node else 'MatMul'}: more than {MAX_DIMS} kept or reduced batch "
             f"dims after merging ({kept}, {red})")
+    if not kept and not red and inner and not strided and b.tiled and \
+            getattr(b, "MATMUL_GEMM", True):
+        # one plain product on a GPU adapter: the Gemm's kernels (workgroup-memory tiles that
+        # read either operand along its contiguous dim, where this kernel read a Linear's W
+        # across rows for dX = dY @ W^T: 5x the forward's time on an H200; else its untiled
+        # kernel, k unrolled by 4, with its own split-K rule). CPU adapters keep this kernel
+        # (and its golden numbers).
+        await gemm.matmul(b, a, (sam, sak), bm, (sbk, sbn), out, rows, cols, inner)
+        return
     nkept = math.prod([d[0] for d in kept])
-    strided = dict(kso=_vec(kept, 3), som=som, son=son, strided=1)
+    base = dict(M=rows, N=cols, K=inner, sam=sam, sak=sak, sbk=sbk, sbn=sbn, kept=nkept,
+                ks=_vec(kept, 0), ksa=_vec(kept, 1), ksb=_vec(kept, 2), kso=_vec(kept, 3),
+                som=som, son=son, strided=int(strided))
     kc = _wg_chunk(b, rows, cols, inner, red, nkept)
-    base = dict(M=rows, N=cols, K=inner, splits=1, sam=sam, sak=sak, sbk=sbk, sbn=sbn,
-                kept=nkept, ks=_vec(kept, 0), ksa=_vec(kept, 1), ksb=_vec(kept, 2), **strided)
     if kc:
-        params = dict(base, reduced=1, kc=kc, rs=_vec([], 0), rsa=_vec([], 1), rsb=_vec([], 2))
+        params = dict(base, splits=1, reduced=1, kc=kc, rs=_vec([], 0), rsa=_vec([], 1),
+                      rsb=_vec([], 2))
         tile = -(-(rows + cols) * (kc + 1) // 64) * 64
         entry = "matmul_wg" if kc == inner else "matmul_wg_chunks"
         await b.kernel("matmul", entry, groups_1d(nkept, 1), params=params,
                        constants={"TILE": tile}, a=a, bm=bm, out=out)
         return
-    params = dict(base, reduced=math.prod([d[0] for d in red]), kc=0, rs=_vec(red, 0),
-                  rsa=_vec(red, 1), rsb=_vec(red, 2))
     threads = nkept * ((rows + 3) // 4) * ((cols + 3) // 4)
+    splits = b.splits(threads, inner, min_per_split=64) if inner and not strided else 1
+    target = b.temp(splits * total) if splits > 1 else out
+    params = dict(base, splits=splits, reduced=math.prod([d[0] for d in red]), kc=0,
+                  rs=_vec(red, 0), rsa=_vec(red, 1), rsb=_vec(red, 2))
     gx, gy, _ = groups_1d(threads)
-    await b.kernel("matmul", "matmul", (gx, gy, 1), params=params, a=a, bm=bm, out=out)
+    await b.kernel("matmul", "matmul", (gx, gy, splits), params=params, a=a, bm=bm, out=target)
+    if splits > 1:
+        await reduce_splits(b, target, out, splits, total)
 
 
 def _logical(shape, perm):
