@@ -109,10 +109,13 @@ def test_includes_resolve_once_and_name_a_missing_one():
 
 
 class _Dev:
-    """Records what a Builder hands the device (no GPU)."""
+    """Records what a Builder hands the device (no GPU). A CPU adapter unless ``is_cpu`` is
+    False: the Builder's choices that depend on the adapter (``Builder.tiled``, sinks per
+    dispatch) are then the CPU adapters' ones, whatever the class defaults."""
 
-    def __init__(self):
+    def __init__(self, is_cpu=True):
         self.written = []
+        self.is_cpu = is_cpu
 
     async def pipeline(self, shader, entry, constants):
         return (shader, entry)
@@ -127,9 +130,9 @@ class _Dev:
         return list(binds)
 
 
-def _builder():
+def _builder(is_cpu=True):
     from webgpu_trainer.engine.builder import Builder
-    plan = type("P", (), {"dev": _Dev(), "P": "P", "G": "G", "step": "step"})()
+    plan = type("P", (), {"dev": _Dev(is_cpu), "P": "P", "G": "G", "step": "step"})()
     return Builder(plan)
 
 
@@ -155,6 +158,19 @@ def test_kernel_fills_unbound_slots_and_binds_by_name():
     assert binds[:4] == ["X", b.dummy, "P", "S"] and binds[6] == "T"
     # two unbound read_write slots: a sink each (Dawn refuses aliased writable bindings)
     assert binds[4] is b.sink and binds[5] is not b.sink and binds[5] == "sink6:16"
+
+
+def test_gpu_adapter_gemm_sinks_are_per_dispatch():
+    """On a GPU adapter the gemm shader's unbound read_write slot (bsum) gets a sink of its own
+    in each dispatch (Builder.SINK_PER_DISPATCH); other shaders keep one per binding."""
+    b = _builder(is_cpu=False)
+    params = dict(M=4, N=4, K=4, splits=1, sam=4, sak=1, sbk=4, sbn=1, bias_mode=0, alpha=1.0,
+                  beta=1.0, relu=0, vec=0, mask=0)
+    for _ in range(2):
+        run(b.kernel("gemm", "matmul", (1, 1, 1), params=params, constants={"WX": 1}, a="A",
+                     bm="B", out="O"))
+    first, second = b.current[0][1][8], b.current[1][1][8]
+    assert first == second == "sink8:16" and first is not second
 
 
 def test_kernel_errors_name_the_shader_and_slot():
