@@ -10,9 +10,11 @@
 // workgroup, row = (wid.x + wid.y * num_workgroups.x) * 64 / SEG + lid / SEG: SEG 16 for rows of
 // 8-255 values on GPU adapters (neighbouring threads read neighbouring values), SEG 64 (a
 // workgroup a row) for long rows or few rows. param_grad: thread (d, part) sums rows of its part into
-// out[part * D + d] (dscale) and out2[...] (dbias); fold: out[s] = sum over parts and d == s mod S
-// of x[part * D + d]; stats_out copies the statistics to the Mean / InvStdDev outputs.
-// p.flags: bit 0 = dscale / Mean wanted, bit 1 = dbias / InvStdDev wanted.
+// out[part * D + d] (dscale) and out2[...] (dbias), or with flags bit 2 both into out, dbias
+// after the parts at out[(parts + part) * D + d] (reduce.wgsl reduce_splits' tail: one dispatch
+// folds both); fold: out[s] = sum over parts and d == s mod S of x[part * D + d]; stats_out
+// copies the statistics to the Mean / InvStdDev outputs.
+// p.flags: bit 0 = dscale / Mean wanted, bit 1 = dbias / InvStdDev wanted, bit 2 = one buffer.
 
 struct Params {
   rows: u32, D: u32, S: u32, has_bias: u32,
@@ -173,7 +175,11 @@ fn param_grad(@builtin(global_invocation_id) gid: vec3<u32>,
     sb += dy[i];
   }
   if ((p.flags & 1u) != 0u) { out[part * p.D + d] = sg; }
-  if ((p.flags & 2u) != 0u) { out2[part * p.D + d] = sb; }
+  if ((p.flags & 6u) == 6u) {
+    out[(p.parts + part) * p.D + d] = sb;
+  } else if ((p.flags & 2u) != 0u) {
+    out2[part * p.D + d] = sb;
+  }
 }
 
 @compute @workgroup_size(64)

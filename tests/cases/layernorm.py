@@ -22,26 +22,29 @@ def _layernorm(size, last):
 
 VARIANT_SHAPES = {"stats_no_bias": [3, 7], "scale_broadcast": [5, 33], "many_rows": [64, 7],
                   "many_rows_broadcast": [64, 2, 3], "frozen_scale": [3, 40],
-                  "row4096": [1, 4096], "rows_in_parts": [37, 64]}
+                  "row4096": [1, 4096], "rows_in_parts": [37, 64],
+                  "no_bias_parts": [40, 24], "frozen_scale_parts": [96, 8],
+                  "rows_in_many_parts": [300, 16]}
 
 
 def _variant(name):
     """Mean / InvStdDev outputs without B; Scale / B of the last dim over 2 normalised dims
     (the gradient sums fold); many rows (the parameter gradients in several parts); a frozen
     Scale (role buffer) with a trained B; rows of 4096 values; rows of 64 in parts of 16+ rows,
-    the last one shorter, and a last workgroup of SEG rows half empty (the GPU path)."""
+    the last one shorter, and a last workgroup of SEG rows half empty (the GPU path); the GPU
+    path's one fold of the parts (only Scale, only B, both in 37 parts: 16 threads a sum)."""
     rng = rng_for("layernorm_var", name)
     shape = VARIANT_SHAPES[name]
     axis = -2 if name in ("scale_broadcast", "many_rows_broadcast") else -1
     pshape = shape[-1:]
     nodes, tensors, consts = gemm_to(rng, shape)
     tensors.append(("ln.g", f32(1 + 0.3 * rng.standard_normal(pshape)),
-                    "buffer" if name == "frozen_scale" else "param"))
+                    "buffer" if name.startswith("frozen_scale") else "param"))
     inputs = ["h", "ln.g"]
     outputs = ["ln"]
     if name == "stats_no_bias":
         outputs += ["ln_mean", "ln_inv"]
-    else:
+    if "no_bias" not in name:
         tensors.append(("ln.b", f32(0.3 * rng.standard_normal(pshape)), "param"))
         inputs.append("ln.b")
     nodes.append(node("LayerNormalization", inputs, outputs, axis=axis, epsilon=1e-3))

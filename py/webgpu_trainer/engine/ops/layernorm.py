@@ -144,12 +144,15 @@ async def backward(b, node, ins, outs, gins, gouts):
     if gs is None and gb is None:
         return
     parts = param_parts(b, rows, d)
+    flags = (1 if gs is not None else 0) | (2 if gb is not None else 0)
+    params = _params(rows, d, s, eps, parts=parts, flags=flags)
+    if parts > 1 and s == d and b.tiled and b.LN_PARAM_TAIL:
+        await _param_grads_one_fold(b, params, x, dy, stats, gs, gb)
+        return
     direct = parts == 1 and s == d
     ps = (gs if direct else b.scratch(parts * d)) if gs is not None else None
     pb = (gb if direct else b.scratch(parts * d)) if gb is not None else None
-    flags = (1 if gs is not None else 0) | (2 if gb is not None else 0)
-    await b.kernel("layernorm", "param_grad", groups_1d(d * parts),
-                   params=_params(rows, d, s, eps, parts=parts, flags=flags), x=x, dy=dy,
+    await b.kernel("layernorm", "param_grad", groups_1d(d * parts), params=params, x=x, dy=dy,
                    out=ps, stats=stats, out2=pb)
     if not direct:
         fold = _params(rows, d, s, eps, parts=parts)
@@ -162,3 +165,21 @@ async def backward(b, node, ins, outs, gins, gouts):
             else:
                 await b.kernel("layernorm", "fold", groups_1d(s), params=fold, x=part, out=g,
                                stats=stats)
+
+
+async def _param_grads_one_fold(b, params, x, dy, stats, gs, gb):
+    """dScale / dB of a Scale as long as the row (S == D) summed in ``params["parts"]`` parts:
+    ``param_grad`` writes float32 [parts, D] of dScale then [parts, D] of dB into one scratch
+    buffer (flags bit 2), and one ``gemm.reduce_splits`` adds the first into ``gs`` and the
+    second, as its tail, into ``gb`` (when only one is wanted, its parts alone). GPU adapters
+    (``Builder.LN_PARAM_TAIL``): 2 dispatches where the two ``channel_sum`` folds took 3."""
+    parts, d = params["parts"], params["D"]
+    both = gs is not None and gb is not None
+    part = b.scratch((2 if both else 1) * parts * d)
+    if both:
+        params = {**params, "flags": params["flags"] | 4}
+    await b.kernel("layernorm", "param_grad", groups_1d(d * parts), params=params, x=x, dy=dy,
+                   out=part if gs is not None else None, stats=stats,
+                   out2=part if gs is None else None)
+    await gemm.reduce_splits(b, part, gs if gs is not None else gb, parts, d,
+                             tail=d if both else 0, out2=gb if both else None)
