@@ -12,7 +12,9 @@
 //   mse:             loss = sum (x - t)^2 / N, dx = 2 (x - t) / N        (t = onehot(label))
 //   bce_with_logits: loss = sum max(x, 0) - x t + log(1 + exp(-|x|)) / N, dx = (sigmoid(x) - t) / N
 //          N = B * C (mean) or 1 (sum).
-// The loss entry points read Params as {B, C, flags (1: mean, 2: weighted), eps}.
+// The loss entry points read Params as {B, C, flags (1: mean, 2: weighted), eps}; nll's flag 8
+// writes the gradient through the LogSoftmax x came from (x = log_softmax(z), out = dz: the
+// cross_entropy / nll_log head's backward in the loss's own dispatch).
 // Each loss is one workgroup of 256 threads (the batch's loss needs all of it before dx), a
 // thread taking whole rows. Wide rows (ops/losses.py: WIDE classes or more) go through two
 // dispatches instead: nll_rows / mse_rows / bce_with_logits_rows, one workgroup per row (its
@@ -47,6 +49,7 @@ var<workgroup> red_bad: array<f32, 256>;
 var<workgroup> red_val: array<f32, 256>;
 var<workgroup> red_idx: array<u32, 256>;
 const NONE: u32 = 0xffffffffu;
+const THROUGH_LOG_SOFTMAX: u32 = 8u;  // nll's flag
 
 @compute @workgroup_size(64)
 fn log_softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
@@ -145,7 +148,14 @@ fn class_weight(c: u32) -> f32 {
   return 1.0;
 }
 
-// x = log-probabilities [B, C], y = class weights [C] (when flag 2), out = dx [B, C].
+// d loss / d x[b, c] of nll (0 for a label >= C).
+fn nll_grad(c: u32, label: u32, keep: f32, spread: f32, scale: f32) -> f32 {
+  let on = select(0.0, keep, c == label);
+  return select(-(on * class_weight(c) + spread * class_weight(c)) * scale, 0.0, label >= p.C);
+}
+
+// x = log-probabilities [B, C], y = class weights [C] (when flag 2), out = dx [B, C], or with
+// flag 8 (THROUGH_LOG_SOFTMAX) the gradient of the LogSoftmax's input z (x = log_softmax(z)).
 @compute @workgroup_size(256)
 fn nll(@builtin(local_invocation_index) lid: u32) {
   let B = p.outer;
@@ -182,12 +192,22 @@ fn nll(@builtin(local_invocation_index) lid: u32) {
   let scale = 1.0 / d;
   let keep = 1.0 - eps;
   let spread = eps / f32(C);
-  for (var i = lid; i < B * C; i += 256u) {
-    let c = i % C;
-    let label = labels[i / C];
-    let on = select(0.0, keep, c == label);
-    out[i] = select(-(on * class_weight(c) + spread * class_weight(c)) * scale, 0.0,
-                    label >= C);
+  if ((p.inner & THROUGH_LOG_SOFTMAX) != 0u) {
+    // x = log_softmax(z): out = dz = g - exp(x) * sum_c g (log_softmax_backward), a row a
+    // thread, the same sums in the same order as that kernel.
+    for (var b = lid; b < B; b += 256u) {
+      let label = labels[b];
+      var s = 0.0;
+      for (var c = 0u; c < C; c++) { s += nll_grad(c, label, keep, spread, scale); }
+      for (var c = 0u; c < C; c++) {
+        let i = b * C + c;
+        out[i] = nll_grad(c, label, keep, spread, scale) - det_exp(x[i]) * s;
+      }
+    }
+  } else {
+    for (var i = lid; i < B * C; i += 256u) {
+      out[i] = nll_grad(i % C, labels[i / C], keep, spread, scale);
+    }
   }
   if (lid == 0u) {
     write_metrics((keep * red_loss[0] + spread * red_aux[0]) * scale);

@@ -22,7 +22,7 @@ from webgpu_trainer.engine.plan import Builder
 pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 
 GPU = {"TILED": True}
-FAMILIES = ("activation", "batchnorm", "conv", "gemm", "layernorm", "matmul", "plan", "rnn",
+FAMILIES = ("activation", "batchnorm", "conv", "gemm", "layernorm", "losses", "matmul", "plan", "rnn",
             "softmax")
 FAMILY_CASES = [c for f in FAMILIES for c in family(f).CASES
                 if c.optimizer is None and c.steps == 1]

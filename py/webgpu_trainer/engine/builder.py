@@ -248,11 +248,18 @@ class Builder:
     # at batch 1000 14.37 and MobileNetV2 13.88 (against 13.21) ms/step.
     CONV_GEMM_MIN = 64
 
+    # The cross_entropy / nll_log head's LogSoftmax backward inside the loss's dispatch
+    # (plan.Plan.build, losses.nll_loss through_log_softmax; False: its own dispatch, A/B).
+    FUSE_LOSS_HEAD = True
+
     # LayerNorm rows of 8-255 values on SEG threads each on GPU adapters (ops/layernorm.py;
     # False: a thread a row, A/B), and its Scale / B gradients over this many threads there
     # (parts of the rows; the CPU adapters keep ``splits``).
     LN_SEG = True
     LN_PARAM_THREADS = 1 << 18
+    # Those parts of a Scale / B as long as the row folded by one reduce_splits with a tail
+    # (ops/layernorm._param_grads_one_fold; False: two channel_sum folds, A/B).
+    LN_PARAM_TAIL = True
     # Per-column sums of more than this many rows (bias gradients over tokens) in parts of the
     # rows over COLUMN_SUM_THREADS threads first on GPU adapters (ops/gemm.column_parts; None:
     # A/B; tests set small ones).

@@ -99,21 +99,29 @@ class Plan:
                                   [self.acts[self.logp]], True)
         self.head = list(b.current)
         spec, src = self.loss_spec, self.acts[self.loss_input]
+        dscores = self._grad_of(self.scores, self.final_softmax, 0) if self.final_softmax \
+            else self._grad_of(self.scores, self._loss_use(self.scores))
+        through = self.loss_input == self.logp and self.head_node is not None
+        # The head's LogSoftmax backward inside the loss's dispatch (losses.nll_loss
+        # through_log_softmax): the loss writes the scores' gradient.
+        self.head_fused = fused = (through and dscores is not None and Builder.FUSE_LOSS_HEAD
+                                   and losses.fuses_head(b, *src.shape))
+        if fused:  # no d loss / d logp buffer: the loss writes the scores' gradient
+            self.grads.pop(self.logp, None)
         # Where the loss writes its gradient: a scratch buffer when nothing upstream trains.
-        dsrc = self._grad_of(self.loss_input, self._loss_use(self.loss_input)) or \
+        dsrc = dscores if fused else \
+            self._grad_of(self.loss_input, self._loss_use(self.loss_input)) or \
             Tensor(src.shape, b.scratch(src.numel))
         # CrossEntropy = the head's LogSoftmax, then NLL; the others read the raw output.
         b.current = list(self.head) if self.loss_input == self.logp else []
         if spec["loss"] in ("cross_entropy", "nll", "nll_log"):
             await losses.nll_loss(b, spec, src, self.labels, dsrc, self.metrics,
-                                  self.class_weight)
+                                  self.class_weight, through_log_softmax=fused)
         else:
             await losses.elementwise_loss(b, spec, src, self.labels, dsrc, self.metrics)
         self.loss = b.current
         b.current = []
-        dscores = self._grad_of(self.scores, self.final_softmax, 0) if self.final_softmax \
-            else self._grad_of(self.scores, self._loss_use(self.scores))
-        if self.loss_input == self.logp and self.head_node and dscores is not None:
+        if through and dscores is not None and not fused:
             await softmax.backward(b, self.head_node, [self.acts[self.scores]],
                                    [self.acts[self.logp]], [dscores], [self.grads[self.logp]])
         for node in reversed(graph.nodes):

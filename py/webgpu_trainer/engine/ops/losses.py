@@ -38,6 +38,7 @@ import math
 
 from ..backends.base import groups_1d
 from ..config import BY_NAME, ConfigError, parse
+from .reduction import per_row_workgroup
 
 LOSSES = BY_NAME["loss"].choices
 SMOOTHING = BY_NAME["label_smoothing"].losses  # the losses that take label_smoothing
@@ -48,7 +49,7 @@ _FIELD = {"loss": "loss", "reduction": "reduction", "label_smoothing": "label_sm
 DEFAULT = {k: BY_NAME[f].default for k, f in _FIELD.items()}
 
 # Flags of the loss kernels (Params.inner in shaders/loss.wgsl).
-_MEAN, _WEIGHTED, _ELEMENTWISE = 1, 2, 4
+_MEAN, _WEIGHTED, _ELEMENTWISE, _THROUGH_LOG_SOFTMAX = 1, 2, 4, 8
 # Rows of WIDE classes or more: one workgroup per row, then rows_total (shaders/loss.wgsl):
 # one thread looping over a whole row passes lavapipe's 65,535 loop iterations per shader.
 WIDE = 1024
@@ -144,14 +145,32 @@ def _flags(spec) -> int:
         (_WEIGHTED if spec.get("weight") is not None else 0)
 
 
-async def nll_loss(b, spec, logp, labels, dlogp, metrics, weight=None):
+def fuses_head(b, batch: int, classes: int) -> bool:
+    """True when ``nll_loss(..., through_log_softmax=True)`` should replace the head's
+    LogSoftmax backward for ``batch`` rows of ``classes``: rows shorter than 256 (the one
+    workgroup loops over each row twice; softmax.py runs longer rows a workgroup each), and on
+    CPU adapters only where that backward sums each row in order (one thread a row), so the
+    golden numbers keep their bits (tests/test_golden.py)."""
+    return classes < 256 and (b.tiled or not per_row_workgroup(batch, classes))
+
+
+async def nll_loss(b, spec, logp, labels, dlogp, metrics, weight=None,
+                   through_log_softmax=False):
     """NLLLoss of ``logp`` [B, C] (float32) against ``labels`` [B] (uint32), with label
     smoothing ``spec["label_smoothing"]`` (CrossEntropyLoss after a LogSoftmax; 0 for NLLLoss)
     and class weights ``weight`` (a [C] Tensor, or None): writes ``dlogp`` [B, C] = d loss /
-    d logp and ``metrics[slot] = (loss, accuracy)``. One workgroup."""
+    d logp and ``metrics[slot] = (loss, accuracy)``. One workgroup.
+
+    ``through_log_softmax`` (C below ``WIDE``; see ``fuses_head``): ``logp`` is log_softmax(z) over
+    the classes and ``dlogp`` receives d loss / d z instead, dz = g - exp(logp) * sum_c g
+    (PyTorch's _log_softmax_backward_data; g the gradient above), the same values and sums in
+    the same order as softmax.backward would compute from g, one dispatch fewer."""
     batch, classes = logp.shape
-    params = dict(outer=batch, C=classes, inner=_flags(spec),
-                  eps=spec.get("label_smoothing", 0.0))
+    flags = _flags(spec) | (_THROUGH_LOG_SOFTMAX if through_log_softmax else 0)
+    params = dict(outer=batch, C=classes, inner=flags, eps=spec.get("label_smoothing", 0.0))
+    if through_log_softmax and classes >= WIDE:
+        raise ValueError(f"nll_loss: {classes} classes take the two-dispatch loss, which "
+                         "cannot write the LogSoftmax input's gradient")
     if classes >= WIDE:
         rows = b.temp(5 * batch, "loss_rows")
         await b.kernel("loss", "nll_rows", groups_1d(batch, 1), params=params, st=b.step,

@@ -1,0 +1,56 @@
+"""The cross_entropy head's LogSoftmax backward inside the loss's dispatch (plan.Plan.build,
+ops/losses.nll_loss ``through_log_softmax``, shaders/loss.wgsl ``nll`` flag 8): the fused step
+gives the same bits as the LogSoftmax backward it replaces where that kernel sums each row in
+order (CPU adapters, rows of < 32 classes), one dispatch fewer; where it is not taken (no
+upstream gradient, wide rows, CPU adapters' workgroup rows). The values against the float64
+numpy engine: tests/test_ops_losses.py (CPU adapters' kernels) and tests/test_ops_tiled.py's
+losses family (GPU adapters' kernels, every row length fused)."""
+
+import numpy as np
+import pytest
+
+from cases import by_id, losses
+from conftest import run
+from harness import builder_patch, one_step
+
+FUSED = ["ce_mean_64x10", "ce_sum_weight_ls_64x10", "auto_ls_1x7",
+         "ce_mean_weight_ls_7x2", "one_gemm_cross_entropy"]
+
+
+def _step(device, case, fuse, tiled=False):
+    with builder_patch({"FUSE_LOSS_HEAD": fuse, "TILED": tiled}):
+        return run(one_step(device, case.graph, case.blob, case.x, case.labels, loss=case.loss))
+
+
+@pytest.mark.parametrize("case_id", FUSED)
+def test_fused_head_gives_the_same_bits_with_one_dispatch_fewer(device, case_id):
+    case = by_id(losses.CASES, case_id)
+    on, off = _step(device, case, True), _step(device, case, False)
+    assert on["plan"].head_fused and not off["plan"].head_fused
+    assert len(on["plan"].bwd) == len(off["plan"].bwd) - 1
+    assert len(on["plan"].loss) == len(off["plan"].loss)
+    assert on["loss"] == off["loss"] and on["acc"] == off["acc"]
+    out = case.graph["outputs"][0]["name"]
+    assert np.array_equal(on["dacts"][out], off["dacts"][out]), "d loss / d scores"
+    for name, g in off["grads"].items():
+        assert np.array_equal(on["grads"][name], g), name
+    assert "loss/log_softmax" not in on["dacts"]
+
+
+def test_gpu_kernels_fuse_rows_the_cpu_kernels_do_not(device):
+    """7 x 33: the CPU adapters' LogSoftmax backward takes a workgroup a row there (its sums
+    in another order), so only the GPU adapters' plan fuses; both within float32 rounding."""
+    case = by_id(losses.CASES, "ce_mean_ls_7x33")
+    cpu, gpu = _step(device, case, True), _step(device, case, True, tiled=True)
+    assert not cpu["plan"].head_fused and gpu["plan"].head_fused
+    out = case.graph["outputs"][0]["name"]
+    np.testing.assert_allclose(gpu["dacts"][out], cpu["dacts"][out], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("case_id", ["ce_sum_ls_5x1030", "mse_mean_7x2",
+                                     "nll_mean_7x2"])
+def test_not_fused(device, case_id):
+    """Wide rows (the two-dispatch loss), a loss without the head, NLL of the raw output."""
+    case = by_id(losses.CASES, case_id)
+    res = _step(device, case, True, tiled=True)
+    assert not res["plan"].head_fused
