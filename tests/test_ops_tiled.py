@@ -22,8 +22,8 @@ from webgpu_trainer.engine.plan import Builder
 pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 
 GPU = {"TILED": True}
-FAMILIES = ("activation", "batchnorm", "conv", "gemm", "layernorm", "losses", "matmul", "plan", "rnn",
-            "softmax")
+FAMILIES = ("activation", "batchnorm", "conv", "gemm", "layernorm", "losses", "matmul", "plan",
+            "rnn", "softmax")
 FAMILY_CASES = [c for f in FAMILIES for c in family(f).CASES
                 if c.optimizer is None and c.steps == 1]
 
