@@ -13,8 +13,8 @@
 //   bce_with_logits: loss = sum max(x, 0) - x t + log(1 + exp(-|x|)) / N, dx = (sigmoid(x) - t) / N
 //          N = B * C (mean) or 1 (sum).
 // The loss entry points read Params as {B, C, flags (1: mean, 2: weighted), eps}; nll's flag 8
-// writes the gradient through the LogSoftmax x came from (x = log_softmax(z), out = dz: the
-// cross_entropy / nll_log head's backward in the loss's own dispatch).
+// writes the gradient through the LogSoftmax x came from (x = log_softmax(z), out = dz: that
+// LogSoftmax's backward in the loss's own dispatch), flag 16 also dx itself into gout.
 // Each loss is one workgroup of 256 threads (the batch's loss needs all of it before dx), a
 // thread taking whole rows. Wide rows (ops/losses.py: WIDE classes or more) go through two
 // dispatches instead: nll_rows / mse_rows / bce_with_logits_rows, one workgroup per row (its
@@ -40,6 +40,7 @@ struct Params { outer: u32, C: u32, inner: u32, eps: f32 }  // losses: inner = f
 @group(0) @binding(5) var<storage, read> labels: array<u32>;
 @group(0) @binding(6) var<storage, read_write> metrics: array<f32>;
 @group(0) @binding(7) var<storage, read_write> rows: array<f32>;  // *_rows: 5 per row
+@group(0) @binding(8) var<storage, read_write> gout: array<f32>;  // nll's flag 16: dx too
 
 var<workgroup> red_loss: array<f32, 256>;
 var<workgroup> red_hit: array<f32, 256>;
@@ -49,7 +50,8 @@ var<workgroup> red_bad: array<f32, 256>;
 var<workgroup> red_val: array<f32, 256>;
 var<workgroup> red_idx: array<u32, 256>;
 const NONE: u32 = 0xffffffffu;
-const THROUGH_LOG_SOFTMAX: u32 = 8u;  // nll's flag
+const THROUGH_LOG_SOFTMAX: u32 = 8u;  // nll's flags
+const ALSO_DX: u32 = 16u;
 
 @compute @workgroup_size(64)
 fn log_softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
@@ -155,7 +157,8 @@ fn nll_grad(c: u32, label: u32, keep: f32, spread: f32, scale: f32) -> f32 {
 }
 
 // x = log-probabilities [B, C], y = class weights [C] (when flag 2), out = dx [B, C], or with
-// flag 8 (THROUGH_LOG_SOFTMAX) the gradient of the LogSoftmax's input z (x = log_softmax(z)).
+// flag 8 (THROUGH_LOG_SOFTMAX) the gradient of the LogSoftmax's input z (x = log_softmax(z)),
+// and with flag 16 (ALSO_DX) dx into gout as well.
 @compute @workgroup_size(256)
 fn nll(@builtin(local_invocation_index) lid: u32) {
   let B = p.outer;
@@ -201,7 +204,9 @@ fn nll(@builtin(local_invocation_index) lid: u32) {
       for (var c = 0u; c < C; c++) { s += nll_grad(c, label, keep, spread, scale); }
       for (var c = 0u; c < C; c++) {
         let i = b * C + c;
-        out[i] = nll_grad(c, label, keep, spread, scale) - det_exp(x[i]) * s;
+        let g = nll_grad(c, label, keep, spread, scale);
+        out[i] = g - det_exp(x[i]) * s;
+        if ((p.inner & ALSO_DX) != 0u) { gout[i] = g; }
       }
     }
   } else {

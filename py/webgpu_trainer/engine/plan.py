@@ -101,34 +101,38 @@ class Plan:
         spec, src = self.loss_spec, self.acts[self.loss_input]
         dscores = self._grad_of(self.scores, self.final_softmax, 0) if self.final_softmax \
             else self._grad_of(self.scores, self._loss_use(self.scores))
-        through = self.loss_input == self.logp and self.head_node is not None
-        # The head's LogSoftmax backward inside the loss's dispatch (losses.nll_loss
-        # through_log_softmax): the loss writes the scores' gradient.
-        self.head_fused = fused = (through and dscores is not None and Builder.FUSE_LOSS_HEAD
-                                   and losses.fuses_head(b, *src.shape))
-        if fused:  # no d loss / d logp buffer: the loss writes the scores' gradient
+        head_backward = self.loss_input == self.logp and self.head_node is not None \
+            and dscores is not None
+        # A LogSoftmax's backward inside the loss's dispatch (losses.nll_loss
+        # through_log_softmax): the head's, or the model's own final one under "nll".
+        through, dz = self._loss_through(b, src, dscores if head_backward else None)
+        self.loss_through = through
+        also = None
+        if through is self.head_node and through is not None:  # no d loss / d logp buffer
             self.grads.pop(self.logp, None)
         # Where the loss writes its gradient: a scratch buffer when nothing upstream trains.
-        dsrc = dscores if fused else \
-            self._grad_of(self.loss_input, self._loss_use(self.loss_input)) or \
-            Tensor(src.shape, b.scratch(src.numel))
+        dsrc = self._grad_of(self.loss_input, self._loss_use(self.loss_input))
+        if through is not None:
+            dsrc, also = dz, (dsrc if through is not self.head_node else None)
+        dsrc = dsrc or Tensor(src.shape, b.scratch(src.numel))
         # CrossEntropy = the head's LogSoftmax, then NLL; the others read the raw output.
         b.current = list(self.head) if self.loss_input == self.logp else []
         if spec["loss"] in ("cross_entropy", "nll", "nll_log"):
             await losses.nll_loss(b, spec, src, self.labels, dsrc, self.metrics,
-                                  self.class_weight, through_log_softmax=fused)
+                                  self.class_weight, through_log_softmax=through is not None,
+                                  also_dlogp=also)
         else:
             await losses.elementwise_loss(b, spec, src, self.labels, dsrc, self.metrics)
         self.loss = b.current
         b.current = []
-        if through and dscores is not None and not fused:
+        if head_backward and through is None:
             await softmax.backward(b, self.head_node, [self.acts[self.scores]],
                                    [self.acts[self.logp]], [dscores], [self.grads[self.logp]])
         for node in reversed(graph.nodes):
             for o in node["outputs"]:
                 if o in self.contrib_of:
                     await self._sum_contributions(b, o, self.grads[o])
-            if any(self.grads.get(o) for o in node["outputs"] if o):
+            if node is not through and any(self.grads.get(o) for o in node["outputs"] if o):
                 await OPS[node["op_type"]].backward(
                     b, node, self._ins(node), self._outs(node),
                     [self._grad_of(name, node, k) for k, name in enumerate(node["inputs"])],
@@ -142,6 +146,28 @@ class Plan:
                                       [*self.grads.values(), *self.contrib.values()])
         b.pooling = False
         return self
+
+    def _loss_through(self, b, src, dscores):
+        """``(node, dz)``: the LogSoftmax whose backward the loss's dispatch does and where
+        it writes that LogSoftmax's input gradient, else ``(None, None)``. ``dscores``: the
+        head's input gradient when the head's backward would run. Otherwise, under "nll", the
+        model's own final LogSoftmax when the loss alone reads its output and its input gets
+        a gradient (the loss then writes both gradients). Rows short enough for the loss's one
+        workgroup, and on CPU adapters the rows its backward would sum in order
+        (``losses.fuses_head``); ``Builder.FUSE_LOSS_HEAD``."""
+        if not Builder.FUSE_LOSS_HEAD or self.loss_spec["loss"] not in (
+                "cross_entropy", "nll", "nll_log") or not losses.fuses_head(b, *src.shape):
+            return None, None
+        if dscores is not None:
+            return self.head_node, dscores
+        g = self.graph
+        node = g.producer.get(g.output)
+        if (self.loss_spec["loss"] != "nll" or self.head_node is not None or node is None
+                or losses.final_op(g.desc) != "LogSoftmax"
+                or any(g.output in n["inputs"] for n in g.nodes)):
+            return None, None
+        dz = self._grad_of(node["inputs"][0], node, 0)
+        return (node, dz) if dz is not None else (None, None)
 
     def _gbuf(self, nbytes: int, label: str):
         """The gradient buffer named ``label``: a ``pool.Slot`` shared with gradients live at

@@ -49,7 +49,7 @@ _FIELD = {"loss": "loss", "reduction": "reduction", "label_smoothing": "label_sm
 DEFAULT = {k: BY_NAME[f].default for k, f in _FIELD.items()}
 
 # Flags of the loss kernels (Params.inner in shaders/loss.wgsl).
-_MEAN, _WEIGHTED, _ELEMENTWISE, _THROUGH_LOG_SOFTMAX = 1, 2, 4, 8
+_MEAN, _WEIGHTED, _ELEMENTWISE, _THROUGH_LOG_SOFTMAX, _ALSO_DX = 1, 2, 4, 8, 16
 # Rows of WIDE classes or more: one workgroup per row, then rows_total (shaders/loss.wgsl):
 # one thread looping over a whole row passes lavapipe's 65,535 loop iterations per shader.
 WIDE = 1024
@@ -155,7 +155,7 @@ def fuses_head(b, batch: int, classes: int) -> bool:
 
 
 async def nll_loss(b, spec, logp, labels, dlogp, metrics, weight=None,
-                   through_log_softmax=False):
+                   through_log_softmax=False, also_dlogp=None):
     """NLLLoss of ``logp`` [B, C] (float32) against ``labels`` [B] (uint32), with label
     smoothing ``spec["label_smoothing"]`` (CrossEntropyLoss after a LogSoftmax; 0 for NLLLoss)
     and class weights ``weight`` (a [C] Tensor, or None): writes ``dlogp`` [B, C] = d loss /
@@ -164,9 +164,11 @@ async def nll_loss(b, spec, logp, labels, dlogp, metrics, weight=None,
     ``through_log_softmax`` (C below ``WIDE``; see ``fuses_head``): ``logp`` is log_softmax(z) over
     the classes and ``dlogp`` receives d loss / d z instead, dz = g - exp(logp) * sum_c g
     (PyTorch's _log_softmax_backward_data; g the gradient above), the same values and sums in
-    the same order as softmax.backward would compute from g, one dispatch fewer."""
+    the same order as softmax.backward would compute from g, one dispatch fewer;
+    ``also_dlogp`` (a [B, C] Tensor or None) then receives g too."""
     batch, classes = logp.shape
-    flags = _flags(spec) | (_THROUGH_LOG_SOFTMAX if through_log_softmax else 0)
+    flags = _flags(spec) | (_THROUGH_LOG_SOFTMAX if through_log_softmax else 0) | \
+        (_ALSO_DX if through_log_softmax and also_dlogp is not None else 0)
     params = dict(outer=batch, C=classes, inner=flags, eps=spec.get("label_smoothing", 0.0))
     if through_log_softmax and classes >= WIDE:
         raise ValueError(f"nll_loss: {classes} classes take the two-dispatch loss, which "
@@ -179,7 +181,8 @@ async def nll_loss(b, spec, logp, labels, dlogp, metrics, weight=None,
                        metrics=metrics)
         return
     await b.kernel("loss", "nll", (1, 1, 1), params=params, st=b.step, x=logp, y=weight,
-                   out=dlogp, labels=labels, metrics=metrics)
+                   out=dlogp, labels=labels, metrics=metrics,
+                   gout=also_dlogp if through_log_softmax else None)
 
 
 async def elementwise_loss(b, spec, x, labels, dx, metrics):
