@@ -248,6 +248,9 @@ class Builder:
     # at batch 1000 14.37 and MobileNetV2 13.88 (against 13.21) ms/step.
     CONV_GEMM_MIN = 64
 
+    # A residual Add's gradient shared with its input through views (plan._passing_add: a
+    # Linear's product reshaped back to tokens; False: a copy, A/B).
+    GRAD_THROUGH_VIEWS = True
     # The cross_entropy / nll_log head's LogSoftmax backward inside the loss's dispatch
     # (plan.Plan.build, losses.nll_loss through_log_softmax; False: its own dispatch, A/B).
     FUSE_LOSS_HEAD = True

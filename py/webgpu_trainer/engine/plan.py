@@ -354,7 +354,7 @@ class Plan:
                     self.grads[out] = Tensor(self.shapes[out], self.G, self.weights[src].offset)
                 else:
                     self.grads[out] = Tensor(self.shapes[out], self._grad_buffer(
-                        out, uses.get(out, []), shared))
+                        out, uses, shared))
         for name in multi:
             shape = self.shapes[name]
             self.contrib_of[name] = []
@@ -372,18 +372,43 @@ class Plan:
 
     def _grad_buffer(self, name, uses, shared):
         """A gradient buffer of its own for tensor ``name``, or, when its one use is an Add
-        that passes its gradient through (``fusion.passes_grad``), the buffer of that Add's output
-        gradient (``shared``: Add output -> buffer, made by the first of its inputs; the Add's
-        backward then writes nothing for it, ops/binary.py)."""
+        that passes its gradient through (``fusion.passes_grad``), directly or through views
+        (``_passing_add``), the buffer of that Add's output gradient (``shared``: Add output
+        -> buffer, made by the first of its inputs; the Add's backward then writes nothing
+        for it, ops/binary.py). ``uses``: tensor -> its [(node, input index)]."""
         mine = shared.get(name)
-        if len(uses) == 1 and fusion.passes_grad(uses[0][0], self.shapes):
-            total = uses[0][0]["outputs"][0]
+        add = self._passing_add(name, uses)
+        if add is not None:
+            total = add["outputs"][0]
             if total not in shared:
                 shared[total] = mine or self._gbuf(4 * math.prod(self.shapes[total]),
                                                    "d" + total)
             if mine is None or mine is shared[total]:
                 return shared[total]
         return mine or self._gbuf(4 * math.prod(self.shapes[name]), "d" + name)
+
+    def _passing_add(self, name, uses):
+        """The Add that passes its output gradient through (``fusion.passes_grad``) to
+        ``name``: the one use of ``name``, or of the last of a chain of views from it (each
+        view the one use of the tensor before it, its output that tensor's buffer: a
+        Linear's product reshaped back to tokens before a residual Add), else None. The views'
+        gradients are then that buffer too (``_allocate_grads``), so the Add copies nothing.
+        ``Builder.GRAD_THROUGH_VIEWS`` False: the Add's own inputs only (A/B)."""
+        for _ in range(16):
+            u = uses.get(name, [])
+            if len(u) != 1:
+                return None
+            node, k = u[0]
+            if fusion.passes_grad(node, self.shapes):
+                return node
+            out = node["outputs"][0] if node["outputs"] else None
+            act, view = self.acts.get(name), self.acts.get(out)
+            if (not Builder.GRAD_THROUGH_VIEWS or node["op_type"] not in VIEWS or k != 0
+                    or act is None or view is None or view.buf is not act.buf
+                    or view.offset != act.offset):
+                return None
+            name = out
+        return None
 
     def _split_part(self, node, k, src):
         """The byte offset of output ``k`` of ``node`` in its input ``src`` when ``node`` is a
