@@ -10,12 +10,13 @@
 // num_workgroups.x) over kept * tiles. gid.z = s splits the k range (split-K); partial sums
 // [splits, kept, M, N] are added by reduce.wgsl `reduce_splits`. With p.strided (one part,
 // ops/matmul.py: an output written already transposed, or a transposed operand's gradient)
-// out[z, m, n] is at offset(z, kso) + m*som + n*son instead of contiguous.
+// out[z, m, n] is at offset(z, kso) + m*som + n*son instead of contiguous. Every value stored
+// is scaled by p.alpha (a scalar Mul folded into the product, rewrites/scales.py; 1 otherwise).
 
 struct Params {
   M: u32, N: u32, K: u32, splits: u32,
   sam: u32, sak: u32, sbk: u32, sbn: u32,
-  kept: u32, reduced: u32, kc: u32, _p1: u32,
+  kept: u32, reduced: u32, kc: u32, alpha: f32,
   ks: vec4<u32>, ksa: vec4<u32>, ksb: vec4<u32>,
   rs: vec4<u32>, rsa: vec4<u32>, rsb: vec4<u32>,
   kso: vec4<u32>, som: u32, son: u32, strided: u32, _p2: u32,
@@ -100,7 +101,7 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>,
     for (var j = 0u; j < T; j++) {
       let n = n0 + j;
       if (n >= p.N) { break; }
-      out[out_at(base, zi, m, n)] = row[j];
+      out[out_at(base, zi, m, n)] = p.alpha * row[j];
     }
   }
 }
@@ -145,7 +146,7 @@ fn store_block(base: u32, zi: vec4<u32>, m0: u32, n0: u32, c0: vec4<f32>, c1: ve
     for (var j = 0u; j < T; j++) {
       let n = n0 + j;
       if (n >= p.N) { break; }
-      out[out_at(base, zi, m, n)] = row[j];
+      out[out_at(base, zi, m, n)] = p.alpha * row[j];
     }
   }
 }

@@ -52,10 +52,13 @@ def test_gpu_kernels_fuse_rows_the_cpu_kernels_do_not(device):
     np.testing.assert_allclose(gpu["dacts"][out], cpu["dacts"][out], rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("case_id", ["ce_sum_ls_5x1030", "mse_mean_7x2", "nll_mean_7x2"])
-def test_not_fused(device, case_id):
+@pytest.mark.parametrize("case_id", ["ce_sum_ls_5x1030", "mse_mean_7x2", "nll_mean_7x2",
+                                     "ce_mean_64x10"])
+def test_not_fused(device, case_id, monkeypatch):
     """Wide rows (the two-dispatch loss), a loss without the head, NLL of the raw output (no
-    LogSoftmax)."""
+    LogSoftmax), more values than the one workgroup takes (``FUSED_VALUES``, lowered here)."""
+    from webgpu_trainer.engine.ops import losses as loss_ops
+    monkeypatch.setattr(loss_ops, "FUSED_VALUES", 639)
     case = by_id(losses.CASES, case_id)
     res = _step(device, case, True, tiled=True)
     assert res["plan"].loss_through is None

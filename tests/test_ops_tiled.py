@@ -920,7 +920,7 @@ def test_matmul_wg_chunks_step_of_zero_ends(device):
                   ksa=matmul._vec([(z, m * k, k * n)], 1),
                   ksb=matmul._vec([(z, m * k, k * n)], 2), rs=matmul._vec([], 0),
                   rsa=matmul._vec([], 1), rsb=matmul._vec([], 2), kso=[0] * 4, som=0, son=0,
-                  strided=0)
+                  strided=0, alpha=1.0)
 
     async def go():
         await b.kernel("matmul", "matmul_wg_chunks", (z, 1, 1), params=params,

@@ -217,6 +217,9 @@ class Builder:
     # Gathers of every index of an activation's axis, one constant index each (the packed q/k/v
     # of nn.MultiheadAttention) as one Split (engine/rewrites/splits.py); False: A/B.
     FOLD_SPLITS = True
+    # Muls by a scalar constant before or after a MatMul as its scale (engine/rewrites/
+    # scales.py: attention's 1 / sqrt(d)); False: A/B.
+    FOLD_SCALES = True
     # Transposes (rank >= 3) that only feed MatMuls, or that only read one, as the product's
     # strides (engine/rewrites/transposes.py: attention's head split and merge); False: A/B.
     FOLD_TRANSPOSES = True

@@ -14,7 +14,7 @@ from .backends.base import groups_1d, round_up
 from .builder import Builder, Tensor
 from .graph import Graph
 from . import fusion, init, pool
-from .rewrites import gelu, linears, splits, transposes, weight_layouts
+from .rewrites import gelu, linears, scales, splits, transposes, weight_layouts
 from .ops import OPS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
@@ -46,8 +46,8 @@ class Plan:
     cross_entropy, the raw output otherwise). ``weights``: an existing flat weight buffer to use
     as ``P`` (an eval-only plan reading another plan's weights, ``GpuEngine.probe``).
     ``keep_acts``: activation names the caller reads after a step, which the plan's folds
-    (``linears``, ``gelu``, ``weight_layouts``, ``splits``, ``transposes``: ``graph`` is then
-    the folded model, ``source`` the one given) keep."""
+    (``linears``, ``gelu``, ``weight_layouts``, ``splits``, ``scales``, ``transposes``:
+    ``graph`` is then the folded model, ``source`` the one given) keep."""
 
     @classmethod
     async def build(cls, dev, graph: Graph, batch: int, trainable=None, loss=None,
@@ -63,6 +63,8 @@ class Plan:
             graph = weight_layouts.fold(graph, graph.shapes(batch), keep)
         if Builder.FOLD_SPLITS:
             graph = splits.fold(graph, graph.shapes(batch), keep)
+        if Builder.FOLD_SCALES:
+            graph = scales.fold(graph, graph.shapes(batch), keep)
         if Builder.FOLD_TRANSPOSES:
             graph = transposes.fold(graph, graph.shapes(batch), keep)
         self.dev, self.graph, self.batch = dev, graph, batch

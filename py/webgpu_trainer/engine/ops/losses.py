@@ -145,13 +145,19 @@ def _flags(spec) -> int:
         (_WEIGHTED if spec.get("weight") is not None else 0)
 
 
+# Values at most that nll_loss's one workgroup takes through the LogSoftmax: it loops over each
+# row twice more, where the LogSoftmax backward spreads the rows over the whole GPU.
+FUSED_VALUES = 1 << 16
+
+
 def fuses_head(b, batch: int, classes: int) -> bool:
     """True when ``nll_loss(..., through_log_softmax=True)`` should replace the head's
-    LogSoftmax backward for ``batch`` rows of ``classes``: rows shorter than 256 (the one
-    workgroup loops over each row twice; softmax.py runs longer rows a workgroup each), and on
-    CPU adapters only where that backward sums each row in order (one thread a row), so the
+    LogSoftmax backward for ``batch`` rows of ``classes``: rows shorter than 256 (softmax.py
+    runs longer rows a workgroup each) and at most ``FUSED_VALUES`` values, and on CPU
+    adapters only where that backward sums each row in order (one thread a row), so the
     golden numbers keep their bits (tests/test_golden.py)."""
-    return classes < 256 and (b.tiled or not per_row_workgroup(batch, classes))
+    return classes < 256 and batch * classes <= FUSED_VALUES and \
+        (b.tiled or not per_row_workgroup(batch, classes))
 
 
 async def nll_loss(b, spec, logp, labels, dlogp, metrics, weight=None,

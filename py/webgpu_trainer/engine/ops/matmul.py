@@ -161,7 +161,7 @@ def _wg_chunk(b, rows, cols, inner, red, kept) -> int:
 
 
 async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=None,
-                  out_mat=None):
+                  out_mat=None, alpha=1.0):
     """out[z, m, n] = sum_r sum_k a[A(z, r) + m*sam + k*sak] * bm[B(z, r) + k*sbk + n*sbn]
     (r over the reduced batch dims).
 
@@ -170,7 +170,8 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
     (outermost first) ahead of [rows, cols]. One dispatch (+ a split-K reduction).
     ``out_mat`` = (som, son): out is strided instead (a folded Transpose, rewrites/transposes;
     each dim a 5th entry, its out stride): out[z, m, n] at z . so + m*som + n*son, one
-    dispatch, unsplit, never on the Gemm's kernels.
+    dispatch, unsplit, never on the Gemm's kernels. ``alpha``: every output value scaled by
+    it (a folded scalar Mul, ``_alpha``).
     """
     sam, sak = a_mat
     sbk, sbn = b_mat
@@ -223,12 +224,13 @@ async def batched(b, a, a_mat, bm, b_mat, out, rows, cols, inner, dims, node=Non
         # across rows for dX = dY @ W^T: 5x the forward's time on an H200; else its untiled
         # kernel, k unrolled by 4, with its own split-K rule). CPU adapters keep this kernel
         # (and its golden numbers).
-        await gemm.matmul(b, a, (sam, sak), bm, (sbk, sbn), out, rows, cols, inner)
+        await gemm.matmul(b, a, (sam, sak), bm, (sbk, sbn), out, rows, cols, inner,
+                          alpha=alpha)
         return
     nkept = math.prod([d[0] for d in kept])
     base = dict(M=rows, N=cols, K=inner, sam=sam, sak=sak, sbk=sbk, sbn=sbn, kept=nkept,
                 ks=_vec(kept, 0), ksa=_vec(kept, 1), ksb=_vec(kept, 2), kso=_vec(kept, 3),
-                som=som, son=son, strided=int(strided))
+                som=som, son=son, strided=int(strided), alpha=float(alpha))
     kc = _wg_chunk(b, rows, cols, inner, red, nkept)
     if kc:
         params = dict(base, splits=1, reduced=1, kc=kc, rs=_vec([], 0), rsa=_vec([], 1),
@@ -286,10 +288,16 @@ def _operands(node, A, B):
             batch_strides(lb[:-2], sb), (sb[-2], sb[-1]), sy[:-2], (sy[-2], sy[-1]))
 
 
+def _alpha(node) -> float:
+    """The scale of a MatMul with folded scalar Muls (rewrites/scales.py ``_alpha``), else 1."""
+    return float(node.get("attrs", {}).get("_alpha", 1.0))
+
+
 async def _forward_folded(b, node, A, B, Y):
     batch, n, k, m, sa, a_mat, sb, b_mat, sy, y_mat = _operands(node, A, B)
     dims = [(d, x, y, True, o) for d, x, y, o in zip(batch, sa, sb, sy)]
-    await batched(b, A, a_mat, B, b_mat, Y, n, m, k, dims, node, out_mat=y_mat)
+    await batched(b, A, a_mat, B, b_mat, Y, n, m, k, dims, node, out_mat=y_mat,
+                  alpha=_alpha(node))
 
 
 async def _backward_folded(b, node, A, B, dY, gins):
@@ -300,15 +308,16 @@ async def _backward_folded(b, node, A, B, dY, gins):
     if gins[0] is not None:  # dA[n, k] = sum_m dY[n, m] * B[k, m]
         dims = [(d, y, x, sa_ != 0 or d == 1, sa_) for d, y, x, sa_ in zip(batch, sy, sb, sa)]
         await batched(b, dY, (sym, syn), B, (sbn, sbk), gins[0], n, k, m, dims, node,
-                      out_mat=(sam, sak))
+                      out_mat=(sam, sak), alpha=_alpha(node))
     if len(gins) > 1 and gins[1] is not None:  # dB[k, m] = sum_n A[n, k] * dY[n, m]
         dims = [(d, x, y, sb_ != 0 or d == 1, sb_) for d, x, y, sb_ in zip(batch, sa, sy, sb)]
         await batched(b, A, (sak, sam), dY, (sym, syn), gins[1], k, m, n, dims, node,
-                      out_mat=(sbk, sbn))
+                      out_mat=(sbk, sbn), alpha=_alpha(node))
 
 
 async def forward(b, node, ins, outs, train):
-    """Y = A @ B (numpy.matmul): one batched dispatch."""
+    """Y = alpha * A @ B (numpy.matmul; alpha 1 unless scalar Muls were folded in): one
+    batched dispatch."""
     A, B, Y = ins[0], ins[1], outs[0]
     if any(p is not None for p in _perms(node)):
         await _forward_folded(b, node, A, B, Y)
@@ -316,11 +325,12 @@ async def forward(b, node, ins, outs, train):
     batch, ab, bb, n, k, m = _split(A.shape, B.shape)
     sa, sb = _strides(batch, ab, n * k), _strides(batch, bb, k * m)
     dims = [(d, x, y, True) for d, x, y in zip(batch, sa, sb)]
-    await batched(b, A, (k, 1), B, (m, 1), Y, n, m, k, dims, node)
+    await batched(b, A, (k, 1), B, (m, 1), Y, n, m, k, dims, node, alpha=_alpha(node))
 
 
 async def backward(b, node, ins, outs, gins, gouts):
-    """dA = dY @ B^T summed over the batch dims A broadcasts along; dB = A^T @ dY likewise."""
+    """dA = alpha * dY @ B^T summed over the batch dims A broadcasts along; dB = alpha * A^T @
+    dY likewise."""
     A, B, dY = ins[0], ins[1], gouts[0]
     if any(p is not None for p in _perms(node)):
         await _backward_folded(b, node, A, B, dY, gins)
@@ -330,7 +340,9 @@ async def backward(b, node, ins, outs, gins, gouts):
     sy = _strides(batch, batch, n * m)
     if gins[0] is not None:  # dA[n, k] = sum_m dY[n, m] * B[k, m]
         dims = [(d, y, x, ab[i] == d) for i, (d, y, x) in enumerate(zip(batch, sy, sb))]
-        await batched(b, dY, (m, 1), B, (1, m), gins[0], n, k, m, dims, node)
+        await batched(b, dY, (m, 1), B, (1, m), gins[0], n, k, m, dims, node,
+                      alpha=_alpha(node))
     if len(gins) > 1 and gins[1] is not None:  # dB[k, m] = sum_n A[n, k] * dY[n, m]
         dims = [(d, x, y, bb[i] == d) for i, (d, x, y) in enumerate(zip(batch, sa, sy))]
-        await batched(b, A, (1, k), dY, (m, 1), gins[1], k, m, n, dims, node)
+        await batched(b, A, (1, k), dY, (m, 1), gins[1], k, m, n, dims, node,
+                      alpha=_alpha(node))
