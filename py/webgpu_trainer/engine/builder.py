@@ -223,6 +223,9 @@ class Builder:
     # Transposes (rank >= 3) that only feed MatMuls, or that only read one, as the product's
     # strides (engine/rewrites/transposes.py: attention's head split and merge); False: A/B.
     FOLD_TRANSPOSES = True
+    # ... after moving Transposes past the Reshapes that split their dims and composing
+    # consecutive ones (transposes._commute: MultiheadAttention's head split); False: A/B.
+    COMMUTE_TRANSPOSES = True
     # LSTM/GRU sequences on the 256-thread *_seq_wide kernels on GPU adapters (ops/rnn._wide).
     RNN_SEQ_WIDE = True
     # ... each thread's values of R in registers there, for H a multiple of 4 up to 64

@@ -16,6 +16,7 @@ the caller keeps; operands and outputs of rank >= 3 (a 2-D Transpose of a weight
 ``linears``' and ``weight_layouts``').
 """
 
+from ..builder import Builder
 from ..graph import Graph
 
 
@@ -33,9 +34,87 @@ def _perm(node, rank):
     return list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
 
 
+def _groups(src, dst):
+    """For each dim of ``src`` the consecutive dims of ``dst`` it splits into (a dim of size 1
+    may split into none), when ``dst`` only splits dims of ``src``; else None."""
+    out, j = [], 0
+    for size in src:
+        group, prod = [], 1
+        while prod < size and j < len(dst):
+            group.append(dst[j])
+            prod *= dst[j]
+            j += 1
+        if prod != size:
+            return None
+        out.append(group)
+    return out if j == len(dst) else None
+
+
+def _commute(graph: Graph, shapes: dict, keep):
+    """(graph, shapes): each Transpose whose one reader is a Reshape that only splits its
+    output's dims (nn.MultiheadAttention's export: [65, 32, 16] -> [32, 65, 16] -> [8, 4, 65,
+    16]) as a Reshape of the input splitting the same dims (a view) and then one Transpose of
+    the finer dims; and each Transpose that is the one reader of another Transpose as one of
+    the two perms composed. The Transposes then stand next to the MatMuls ``fold`` folds."""
+    nodes, consts, shapes = list(graph.nodes), dict(graph.constants), dict(shapes)
+    changed = False
+    for t in graph.nodes:
+        if t["op_type"] != "Transpose":
+            continue
+        x, mid = t["inputs"][0], t["outputs"][0]
+        r = _sole_reader(graph, mid, keep)
+        src = shapes.get(x)
+        if r is None or r["op_type"] != "Reshape" or src is None or x in graph.tensors or \
+                x in graph.constants:
+            continue
+        perm = _perm(t, len(src))
+        groups = _groups([src[q] for q in perm], shapes.get(r["outputs"][0], []))
+        if groups is None or all(len(g) == 1 for g in groups):
+            continue
+        of_input = [None] * len(src)  # input dim -> the group of dims it splits into
+        for i, q in enumerate(perm):
+            of_input[q] = groups[i]
+        split = [d for g in of_input for d in g]
+        starts = [sum(len(g) for g in of_input[:q]) for q in range(len(src))]
+        fine = [starts[q] + k for q in perm for k in range(len(of_input[q]))]
+        name = f"{mid}::split"
+        consts[f"{name}/shape"] = {"dtype": "int64", "shape": [len(split)], "values": split}
+        shapes[name] = split
+        pre = {"name": f"{r['name']}::split", "op_type": "Reshape",
+               "inputs": [x, f"{name}/shape"], "outputs": [name], "attrs": {}}
+        post = {"name": t["name"], "op_type": "Transpose", "inputs": [name],
+                "outputs": list(r["outputs"]), "attrs": {"perm": fine}}
+        at = next(i for i, n in enumerate(nodes) if n is r)
+        nodes[at:at + 1] = [pre, post]
+        del nodes[next(i for i, n in enumerate(nodes) if n is t)]
+        changed = True
+    if changed:
+        graph = Graph({**graph.desc, "nodes": nodes, "constants": consts})
+    composed, drop = {}, set()
+    for t2 in graph.nodes:
+        t1 = graph.producer.get(t2["inputs"][0]) if t2["op_type"] == "Transpose" else None
+        if t1 is None or t1["op_type"] != "Transpose" or id(t1) in drop or \
+                _sole_reader(graph, t1["outputs"][0], keep) is not t2 or \
+                t1["inputs"][0] not in shapes:
+            continue
+        t1 = composed.get(id(t1), t1)
+        rank = len(shapes[t1["inputs"][0]])
+        p1, p2 = _perm(t1, rank), _perm(t2, rank)
+        composed[id(t2)] = {**t2, "inputs": [t1["inputs"][0]],
+                            "attrs": {**t2.get("attrs", {}), "perm": [p1[q] for q in p2]}}
+        drop.add(id(t1))
+    if drop:
+        graph = Graph({**graph.desc, "nodes": [composed.get(id(n), n) for n in graph.nodes
+                                               if id(n) not in drop]})
+    return graph, shapes
+
+
 def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
-    """``graph`` with the Transposes of the module doc folded into their MatMuls; ``graph``
-    itself when there is none."""
+    """``graph`` with the Transposes of the module doc folded into their MatMuls (after
+    ``_commute`` moved them past the Reshapes that split their dims); ``graph`` itself when
+    there is none."""
+    if Builder.COMMUTE_TRANSPOSES:
+        graph, shapes = _commute(graph, shapes, keep)
     put, drop = {}, set()  # id(MatMul) -> its new node; ids of Transposes dropped
     for t in graph.nodes:
         if t["op_type"] != "Transpose" or t["inputs"][0] in graph.tensors or \
