@@ -50,13 +50,17 @@ def test_scales_before_and_after_fold_into_alpha():
 
 
 def test_scale_before_a_transpose_folds():
-    """Mul(k, c) -> Transpose -> MatMul: the Transpose reads k itself."""
+    """Mul(k, c) -> Transpose -> MatMul: the Transpose reads k itself, and its output (now
+    unscaled) takes a new name, so no caller reads it as the scaled one."""
     nodes = [node("Mul", ["kt", "c1"], ["ks"]), node("Transpose", ["ks"], ["k"], perm=[0, 1, 3, 2]),
              node("MatMul", ["q", "k"], ["s"]), node("Relu", ["s"], ["z"])]
     shapes = {**SHAPES, "kt": [3, 2, 5, 4], "ks": [3, 2, 5, 4]}
     out = scales.fold(_graph(nodes, {"c1": _scalar(0.5)}), shapes)
     assert [n["op_type"] for n in out.nodes] == ["Transpose", "MatMul", "Relu"]
     assert out.nodes[0]["inputs"] == ["kt"] and out.nodes[1]["attrs"]["_alpha"] == 0.5
+    assert out.nodes[0]["outputs"] == ["k::unscaled"] and out.nodes[1]["inputs"][1] == \
+        "k::unscaled"
+    assert "k" not in out.producer
 
 
 @pytest.mark.parametrize("change", ["vector", "second_reader", "kept", "output",

@@ -57,6 +57,27 @@ def test_two_transposes_compose():
     assert out.nodes[1]["attrs"]["_perm1"] == [1, 2, 3, 0]
 
 
+def test_a_product_written_permuted_is_not_commuted():
+    """MatMul -> Transpose [1, 0, 2] -> Reshape (split): the product writes the Transpose's
+    layout itself (_perm_y); commuting would leave a Transpose of the Reshape's output."""
+    nodes = [node("MatMul", ["a", "b"], ["x"]), node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
+             node("Reshape", ["t", "s"], ["r"]), node("Relu", ["r"], ["z"])]
+    shapes = {**SHAPES, "a": [6, 8, 5], "b": [6, 5, 16], "z": [2, 4, 6, 16]}
+    out = transposes.fold(_graph(nodes, {"s": _shape([2, 4, 6, 16])}), shapes)
+    assert [n["op_type"] for n in out.nodes] == ["MatMul", "Reshape", "Relu"]
+    assert out.nodes[0]["attrs"]["_perm_y"] == [1, 0, 2]
+
+
+def test_a_product_of_a_vector_is_not_written_permuted():
+    """MatMul(x [6, 8, 16, 5], w [5]) -> [6, 8, 16] -> Transpose: the product's layout code
+    takes operands of rank 2 or more, so the Transpose stays."""
+    nodes = [node("MatMul", ["a", "w"], ["x"]), node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
+             node("Relu", ["t"], ["z"])]
+    shapes = {**SHAPES, "a": [6, 8, 16, 5], "w": [5], "z": [8, 6, 16]}
+    out = transposes.fold(_graph(nodes, {}), shapes)
+    assert [n["op_type"] for n in out.nodes] == ["MatMul", "Transpose", "Relu"]
+
+
 @pytest.mark.parametrize("change", ["merge", "second_reader", "kept"])
 def test_what_stays(change):
     """A Reshape that merges dims, a Transpose read twice, a kept Transpose output: no

@@ -13,8 +13,9 @@ constants; ``shaders/matmul.wgsl`` ``alpha``); its gradients are scaled the same
 (ops/matmul.py). A Mul is folded when its other input is a one-element constant of the model
 description and the tensor it writes (or, after the product, the product) has the one reader
 the fold removes, is not the graph output and not a name the caller keeps; between the Mul and
-the product there may be layout ops (``LAYOUT``), each the only reader of its input; the one
-next to the Mul then reads the unscaled tensor. The numbers are
+the product there may be layout ops (``LAYOUT``), each the only reader of its input: they then
+move the unscaled values, under new names (``<name>::unscaled``), so that nothing reads them
+under the old names as if scaled. The numbers are
 those of alpha * (a @ b) instead of (c1 a) @ (c2 b): equal in exact arithmetic, within
 float32 rounding otherwise.
 """
@@ -69,10 +70,11 @@ def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
             if ins[0] == ins[1]:
                 break
             # back from the operand through layout ops, each its input's only reader
-            reader, name = m, ins[i]
+            path, reader, name = [], m, ins[i]
             mul = graph.producer.get(name)
             while mul is not None and mul["op_type"] in LAYOUT and \
                     _only_reader(graph, name, keep) is reader:
+                path.append(mul)
                 reader, name = mul, mul["inputs"][0]
                 mul = graph.producer.get(name)
             found = _scaling(graph, shapes, mul)
@@ -80,11 +82,15 @@ def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
                 continue
             alpha *= found[1]
             drop.add(id(mul))
-            if reader is m:
-                ins[i] = found[0]
-            else:  # the layout op next to the Mul reads the unscaled tensor
-                rewired = put.get(id(reader), reader)
-                put[id(reader)] = {**rewired, "inputs": [found[0], *rewired["inputs"][1:]]}
+            src = found[0]
+            for op in reversed(path):  # from the Mul's side: the layout ops move unscaled
+                # values now, under new names (no caller reads the old ones as if scaled)
+                cur = put.get(id(op), op)
+                out = f"{cur['outputs'][0]}::unscaled"
+                put[id(op)] = {**cur, "inputs": [src, *cur["inputs"][1:]],
+                               "outputs": [out, *cur["outputs"][1:]]}
+                src = out
+            ins[i] = src
         y = m["outputs"][0]
         mul = _only_reader(graph, y, keep)
         found = _scaling(graph, shapes, mul)

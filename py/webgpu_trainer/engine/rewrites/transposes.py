@@ -67,6 +67,10 @@ def _commute(graph: Graph, shapes: dict, keep):
         if r is None or r["op_type"] != "Reshape" or src is None or x in graph.tensors or \
                 x in graph.constants:
             continue
+        made = graph.producer.get(x)
+        if made is not None and made["op_type"] == "MatMul" and \
+                _sole_reader(graph, x, keep) is t:
+            continue  # the product writes it permuted already (``fold``'s _perm_y)
         perm = _perm(t, len(src))
         groups = _groups([src[q] for q in perm], shapes.get(r["outputs"][0], []))
         if groups is None or all(len(g) == 1 for g in groups):
@@ -127,7 +131,9 @@ def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
             continue
         # the product's output, permuted: MatMul -> Transpose, the MatMul's only reader
         src = graph.producer.get(x)
-        if src is not None and src["op_type"] == "MatMul" and _sole_reader(graph, x, keep) is t:
+        if src is not None and src["op_type"] == "MatMul" and \
+                _sole_reader(graph, x, keep) is t and \
+                all(len(shapes.get(n, ())) >= 2 for n in src["inputs"][:2]):
             m = put.get(id(src), src)
             if "_perm_y" not in m.get("attrs", {}):
                 put[id(src)] = {**m, "outputs": [out], "attrs": {**m.get("attrs", {}),
