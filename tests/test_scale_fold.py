@@ -92,6 +92,18 @@ def test_what_does_not_fold(change):
     assert out is g
 
 
+def _count_muls(monkeypatch) -> list:
+    """A list that gets [Muls before, Muls after] of each ``scales.fold`` the plan runs."""
+    counts, fold = [], scales.fold
+
+    def counting(graph, shapes, keep=()):
+        out = fold(graph, shapes, keep)
+        counts.append([sum(n["op_type"] == "Mul" for n in g.nodes) for g in (graph, out)])
+        return out
+    monkeypatch.setattr(scales, "fold", counting)
+    return counts
+
+
 class ScaledAttention(nn.Module):
     """28 rows as tokens -> q, k, v Linears (28 -> 16) -> 2 heads of 8 -> q and k each scaled
     by 8^-1/4 before the product (as nn.MultiheadAttention's export), softmax, @ v, the
@@ -127,14 +139,7 @@ def test_scaled_attention_trains_like_torch(device, tmp_path, monkeypatch, tiled
     from torch_models import export_and_step
     if dynamo:
         pytest.importorskip("onnxscript")
-    counts = []
-    fold = scales.fold
-
-    def counting(graph, shapes, keep=()):
-        out = fold(graph, shapes, keep)
-        counts.append([sum(n["op_type"] == "Mul" for n in g.nodes) for g in (graph, out)])
-        return out
-    monkeypatch.setattr(scales, "fold", counting)
+    counts = _count_muls(monkeypatch)
     torch.manual_seed(7)
     with builder_patch({"TILED": tiled}):
         export_and_step(device, ScaledAttention(reuse), tmp_path / "att.onnx", dynamo,
@@ -172,14 +177,7 @@ class ScaledGram(nn.Module):
 @pytest.mark.parametrize("tiled", [False, True])
 def test_scaled_plain_products(device, tmp_path, monkeypatch, tiled):
     from torch_models import export_and_step
-    counts = []
-    fold = scales.fold
-
-    def counting(graph, shapes, keep=()):
-        out = fold(graph, shapes, keep)
-        counts.append([sum(n["op_type"] == "Mul" for n in g.nodes) for g in (graph, out)])
-        return out
-    monkeypatch.setattr(scales, "fold", counting)
+    counts = _count_muls(monkeypatch)
     torch.manual_seed(9)
     with builder_patch({"TILED": tiled}):
         export_and_step(device, ScaledGram(), tmp_path / "gram.onnx", False, 17,

@@ -166,7 +166,7 @@ class Plan:
         node = g.producer.get(g.output)
         if (self.loss_spec["loss"] != "nll" or self.head_node is not None or node is None
                 or losses.final_op(g.desc) != "LogSoftmax"
-                or any(g.output in n["inputs"] for n in g.nodes)):
+                or g.consumers.get(g.output)):
             return None, None
         dz = self._grad_of(node["inputs"][0], node, 0)
         return (node, dz) if dz is not None else (None, None)

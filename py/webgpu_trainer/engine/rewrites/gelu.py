@@ -14,6 +14,7 @@ its operands in either order; nothing else may read the four intermediates (nor 
 import math
 
 from ..graph import Graph
+from . import sole_reader
 
 _NEAR = 1e-6  # relative: the float32 roundings of sqrt(2), 1 and 0.5 are within 1e-7
 
@@ -26,14 +27,6 @@ def _scalar(graph, name, want) -> bool:
         return abs(float(c["values"][0]) - want) <= _NEAR * want
     except (TypeError, ValueError):
         return False
-
-
-def _only_user(graph, name, keep):
-    """The single node reading ``name`` (not the graph output, not kept), else None."""
-    users = graph.consumers.get(name, [])
-    if len(users) != 1 or name == graph.output or name in keep:
-        return None
-    return users[0]
 
 
 def _other(node, name):
@@ -49,17 +42,17 @@ def _match(graph, div, keep):
     x, two = div["inputs"][:2] if len(div["inputs"]) == 2 else (None, None)
     if x is None or not _scalar(graph, two, math.sqrt(2.0)):
         return None
-    erf = _only_user(graph, div["outputs"][0], keep)
+    erf = sole_reader(graph, div["outputs"][0], keep)
     if erf is None or erf["op_type"] != "Erf":
         return None
-    add = _only_user(graph, erf["outputs"][0], keep)
+    add = sole_reader(graph, erf["outputs"][0], keep)
     if add is None or add["op_type"] != "Add" or \
             not _scalar(graph, _other(add, erf["outputs"][0]), 1.0):
         return None
-    mul = _only_user(graph, add["outputs"][0], keep)
+    mul = sole_reader(graph, add["outputs"][0], keep)
     if mul is None or mul["op_type"] != "Mul" or _other(mul, add["outputs"][0]) != x:
         return None
-    half = _only_user(graph, mul["outputs"][0], keep)
+    half = sole_reader(graph, mul["outputs"][0], keep)
     if half is None or half["op_type"] != "Mul" or \
             not _scalar(graph, _other(half, mul["outputs"][0]), 0.5):
         return None

@@ -21,6 +21,7 @@ float32 rounding otherwise.
 """
 
 from ..graph import Graph
+from . import sole_reader
 
 
 # Ops that move values without changing them: a scale commutes with them.
@@ -50,13 +51,6 @@ def _scaling(graph, shapes, node):
     return None
 
 
-def _only_reader(graph, name, keep):
-    users = graph.consumers.get(name, [])
-    if len(users) != 1 or name == graph.output or name in keep:
-        return None
-    return users[0]
-
-
 def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
     """``graph`` with the scalar Muls of the module doc folded into their MatMuls; ``graph``
     itself when there is none."""
@@ -73,12 +67,12 @@ def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
             path, reader, name = [], m, ins[i]
             mul = graph.producer.get(name)
             while mul is not None and mul["op_type"] in LAYOUT and \
-                    _only_reader(graph, name, keep) is reader:
+                    sole_reader(graph, name, keep) is reader:
                 path.append(mul)
                 reader, name = mul, mul["inputs"][0]
                 mul = graph.producer.get(name)
             found = _scaling(graph, shapes, mul)
-            if found is None or id(mul) in drop or _only_reader(graph, name, keep) is not reader:
+            if found is None or id(mul) in drop or sole_reader(graph, name, keep) is not reader:
                 continue
             alpha *= found[1]
             drop.add(id(mul))
@@ -92,7 +86,7 @@ def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
                 src = out
             ins[i] = src
         y = m["outputs"][0]
-        mul = _only_reader(graph, y, keep)
+        mul = sole_reader(graph, y, keep)
         found = _scaling(graph, shapes, mul)
         if found is not None and found[0] == y:
             new["outputs"] = list(mul["outputs"])

@@ -18,14 +18,7 @@ the caller keeps; operands and outputs of rank >= 3 (a 2-D Transpose of a weight
 
 from ..builder import Builder
 from ..graph import Graph
-
-
-def _sole_reader(graph, name, keep):
-    """The one node that reads ``name``, when it is not an output or kept; else None."""
-    users = graph.consumers.get(name, [])
-    if len(users) != 1 or name == graph.output or name in keep:
-        return None
-    return users[0]
+from . import sole_reader
 
 
 def _perm(node, rank):
@@ -62,14 +55,14 @@ def _commute(graph: Graph, shapes: dict, keep):
         if t["op_type"] != "Transpose":
             continue
         x, mid = t["inputs"][0], t["outputs"][0]
-        r = _sole_reader(graph, mid, keep)
+        r = sole_reader(graph, mid, keep)
         src = shapes.get(x)
         if r is None or r["op_type"] != "Reshape" or src is None or x in graph.tensors or \
                 x in graph.constants:
             continue
         made = graph.producer.get(x)
         if made is not None and made["op_type"] == "MatMul" and \
-                _sole_reader(graph, x, keep) is t:
+                sole_reader(graph, x, keep) is t:
             continue  # the product writes it permuted already (``fold``'s _perm_y)
         perm = _perm(t, len(src))
         groups = _groups([src[q] for q in perm], shapes.get(r["outputs"][0], []))
@@ -98,7 +91,7 @@ def _commute(graph: Graph, shapes: dict, keep):
     for t2 in graph.nodes:
         t1 = graph.producer.get(t2["inputs"][0]) if t2["op_type"] == "Transpose" else None
         if t1 is None or t1["op_type"] != "Transpose" or id(t1) in drop or \
-                _sole_reader(graph, t1["outputs"][0], keep) is not t2 or \
+                sole_reader(graph, t1["outputs"][0], keep) is not t2 or \
                 t1["inputs"][0] not in shapes:
             continue
         t1 = composed.get(id(t1), t1)
@@ -132,7 +125,7 @@ def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
         # the product's output, permuted: MatMul -> Transpose, the MatMul's only reader
         src = graph.producer.get(x)
         if src is not None and src["op_type"] == "MatMul" and \
-                _sole_reader(graph, x, keep) is t and \
+                sole_reader(graph, x, keep) is t and \
                 all(len(shapes.get(n, ())) >= 2 for n in src["inputs"][:2]):
             m = put.get(id(src), src)
             if "_perm_y" not in m.get("attrs", {}):
