@@ -48,8 +48,8 @@ def measure(path: Path, batch: int) -> dict:
         dev = memory.CountingDevice()
         with zoo.builder(spec):
             plan = memory._run(Plan.build(dev, Graph(desc), batch))
-        memory._run(Guard.build(plan))
-        memory._run(optim.make("adam", 1e-3).attach(plan))
+        guard = memory._run(Guard.build(plan))
+        memory._run(optim.make("adam", 1e-3).attach(plan, guard))
         parts = dict.fromkeys(memory.PARTS, 0)
         for b in dev.buffers:
             parts[memory._part(b.label, plan)] += b.size

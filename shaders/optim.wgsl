@@ -9,9 +9,12 @@
 // grad_sumsq + grad_norm run before the update and every update reads g = G * clip[1].
 //   clip[0] = ||G * mask||_2, clip[1] = min(1, max_norm / (clip[0] + 1e-6)),
 //   clip[2 + k] = partial sum of squares of workgroup k (k < p.parts).
+// The numerical guard (flags bit 4, GUARD; guard.wgsl's check otherwise): mask holds 1 + the
+// guard's index k of each trainable element's tensor, and a NaN / Inf in G[i] sets
+// flags[k] = min(flags[k], step) as it is read for the update, one dispatch fewer a step.
 
 struct Params {
-  n: u32, nesterov: u32, decoupled: u32, flags: u32,  // flags: 1 amsgrad, 2 centered
+  n: u32, nesterov: u32, decoupled: u32, flags: u32,  // flags: 1 amsgrad, 2 centered, 4 guard
   momentum: f32, dampening: f32, weight_decay: f32, eps: f32,
   beta1: f32, beta2: f32, max_norm: f32, parts: u32,  // beta2 is alpha (RMSprop), rho (Adadelta)
 }
@@ -24,18 +27,26 @@ struct Params {
 @group(0) @binding(3) var<storage, read> G: array<f32>;
 @group(0) @binding(4) var<storage, read_write> S1: array<f32>;
 @group(0) @binding(5) var<storage, read_write> S2: array<f32>;
-@group(0) @binding(6) var<storage, read> mask: array<f32>;  // 1 trainable, 0 frozen or buffer
+// 0 frozen or buffer; trainable: 1, or with GUARD 1 + the guard's tensor index (exact below 2^24)
+@group(0) @binding(6) var<storage, read> mask: array<f32>;
 @group(0) @binding(7) var<storage, read_write> S3: array<f32>;
 @group(0) @binding(8) var<storage, read_write> clip: array<f32>;
+@group(0) @binding(9) var<storage, read_write> flags: array<atomic<u32>>;  // the guard's
 
 const AMSGRAD: u32 = 1u;
 const CENTERED: u32 = 2u;
+const GUARD: u32 = 4u;
 
+// Exponent bits all ones: Inf or NaN (a bit test, immune to fast-math assumptions).
+fn not_finite(x: f32) -> bool { return (bitcast<u32>(x) & 0x7f800000u) == 0x7f800000u; }
 
-// The gradient of element i after clipping by the global norm (when enabled).
+// The gradient of trainable element i after clipping by the global norm (when enabled); with
+// GUARD, a non-finite G[i] (before clipping, as guard.wgsl tests it) flags its tensor.
 fn grad(i: u32) -> f32 {
-  if (p.max_norm > 0.0) { return G[i] * clip[1]; }
-  return G[i];
+  let g = G[i];
+  if ((p.flags & GUARD) != 0u && not_finite(g)) { atomicMin(&flags[u32(mask[i]) - 1u], st.step); }
+  if (p.max_norm > 0.0) { return g * clip[1]; }
+  return g;
 }
 
 const WG: u32 = 256u;  // the norm kernels' workgroup
@@ -51,7 +62,7 @@ fn grad_sumsq(@builtin(workgroup_id) wid: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
   var s = 0.0;
   for (var e = wid.x * 256u + lid; e < p.n; e += max(p.parts, 1u) * 256u) {
-    let g = G[e] * mask[e];
+    let g = select(0.0, G[e], mask[e] != 0.0);
     s += g * g;
   }
   red[lid] = s;

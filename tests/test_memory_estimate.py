@@ -35,8 +35,8 @@ def test_estimate_is_the_native_plans_allocated_bytes(device, opt):
     est = memory.estimate(desc, 16, optimizer=opt, momentum=0.9, is_cpu=device.is_cpu)
     before = device.allocated
     plan = run(Plan.build(device, Graph(desc), 16))
-    run(Guard.build(plan))
-    run(optim.make(opt, 0.01, momentum=0.9).attach(plan))
+    guard = run(Guard.build(plan))
+    run(optim.make(opt, 0.01, momentum=0.9).attach(plan, guard))
     assert est["bytes"] == device.allocated - before
     assert sum(est["parts"].values()) == est["bytes"]
     # params: the flat weight blob (4 * (32*8 + 32 + 3*32 + 3) floats, 256-aligned tensors)

@@ -261,6 +261,10 @@ class Builder:
     # (plan.Plan.build, losses.nll_loss through_log_softmax; False: its own dispatch, A/B).
     FUSE_LOSS_HEAD = True
 
+    # The numerical guard inside the optimizer's update, which reads every gradient anyway
+    # (train/guard.Guard.in_update, optim.wgsl GUARD; False: guard.wgsl's own dispatch, A/B).
+    GUARD_IN_UPDATE = True
+
     # LayerNorm rows of 8-255 values on SEG threads each on GPU adapters (ops/layernorm.py;
     # False: a thread a row, A/B), and its Scale / B gradients over this many threads there
     # (parts of the rows; the CPU adapters keep ``splits``).

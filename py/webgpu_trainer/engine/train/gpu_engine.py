@@ -94,7 +94,7 @@ class GpuEngine:
     async def attach(self, opt) -> None:
         """Attach the optimizer ``opt`` (of ``self.optim``): its state buffers and update."""
         self.opt = opt
-        await opt.attach(self.plan)
+        await opt.attach(self.plan, self.guard)
 
     async def load_data(self, train, evals: dict, table) -> None:
         """Upload the training split and each split of ``evals`` (name -> ``train.Split``,

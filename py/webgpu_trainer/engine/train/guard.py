@@ -1,8 +1,10 @@
 """The numerical guard (standard library only: it runs in the browser too).
 
-One dispatch after backward flags, per parameter tensor, the first step whose gradient holds a
-NaN or an Inf (``shaders/guard.wgsl``); the trainer reads the flags together with the metrics
-ring, so a healthy step costs one small dispatch and no readback stall. ``tensors`` lists the
+Per parameter tensor, the first step whose gradient holds a NaN or an Inf: flagged by the
+optimizer's update as it reads each gradient (``shaders/optim.wgsl`` GUARD, ``Builder.
+GUARD_IN_UPDATE``), or by one dispatch of its own after backward (``shaders/guard.wgsl``). The
+trainer reads the flags together with the metrics ring, so a healthy step has no readback
+stall. ``tensors`` lists the
 trainable tensors in graph order (of the first node that uses each), with that node's name.
 """
 
@@ -29,7 +31,8 @@ def watched(graph, trainable) -> list:
 
 
 class Guard:
-    """``await Guard.build(plan)``; ``dispatches`` go after the backward pass."""
+    """``await Guard.build(plan)``; ``dispatches`` go after the backward pass (none once
+    ``in_update`` handed the test to the optimizer)."""
 
     @classmethod
     async def build(cls, plan):
@@ -57,6 +60,22 @@ class Guard:
                            table=self.table, flags=self.flags)
         self.dispatches = b.current
         return self
+
+    def in_update(self, plan) -> bytes | None:
+        """Hand the test to the optimizer's update (``Builder.GUARD_IN_UPDATE``; drops this
+        guard's dispatch): the optimizer's mask, float32 per weight element, 0.0 where not
+        trainable and 1 + the index in ``tensors`` of each trainable element's tensor. None
+        (and the guard keeps its dispatch) when the flag is off or the indices would not be
+        exact in float32."""
+        if not plan.builder.GUARD_IN_UPDATE or len(self.tensors) >= 1 << 24:
+            return None
+        out = bytearray(plan.wbytes)
+        for k, (name, _) in enumerate(self.tensors):
+            t = plan.graph.tensors[name]
+            out[t["offset"]:t["offset"] + t["nbytes"]] = struct.pack("<f", k + 1.0) * (
+                t["nbytes"] // 4)
+        self.dispatches = []
+        return bytes(out)
 
     def reset(self):
         self.dev.write(self.flags, struct.pack("<I", NONE) * max(len(self.tensors), 1))

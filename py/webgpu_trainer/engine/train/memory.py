@@ -147,9 +147,9 @@ def estimate(desc: dict, batch: int, loss=None, trainable=None, optimizer: str =
                          {"name": exc.tensor, "bytes": exc.nbytes}) from None
     if init:
         _run(plan.init_weights(0))
-    _run(Guard.build(plan))
+    guard = _run(Guard.build(plan))
     _run(optim.make(optimizer, 0.01, momentum=momentum,
-                         **(optimizer_args or {})).attach(plan))
+                    **(optimizer_args or {})).attach(plan, guard))
     parts = dict.fromkeys(PARTS, 0)
     for b in dev.buffers:
         parts[_part(b.label, plan)] += b.size

@@ -23,7 +23,7 @@ import struct
 
 from ..backends.base import groups_1d
 
-AMSGRAD, CENTERED = 1, 2  # Params.flags bits of shaders/optim.wgsl
+AMSGRAD, CENTERED, GUARD = 1, 2, 4  # Params.flags bits of shaders/optim.wgsl
 _MAGIC = b"WGTOPT1\n"
 _PARTS = 256  # most level-1 workgroups of the gradient-norm reduction
 
@@ -105,7 +105,11 @@ class Optimizer:
         step's momentum / beta1."""
         return (0.0, 1.0, self.momentum_of(t))
 
-    async def attach(self, plan):
+    async def attach(self, plan, guard=None):
+        """Make the state buffers and record the update (``dispatches``: the clipping norm's two,
+        then the update). ``guard`` (``guard.Guard`` of ``plan``, or None): the update flags
+        its non-finite gradients when ``guard.in_update`` allows, and the guard records no
+        dispatch of its own."""
         dev, n = plan.dev, plan.wbytes // 4
         self.n = n
         self.slots = []
@@ -116,13 +120,18 @@ class Optimizer:
             self.slots.append(buf)
         self.s1, self.s2, self.s3 = self.slots
         self.mask = dev.buffer(4 * n, "optim.mask")
-        dev.write(self.mask, plan.mask_bytes())
+        watch = guard.in_update(plan) if guard is not None else None
+        dev.write(self.mask, plan.mask_bytes() if watch is None else watch)
         self.clip = dev.buffer(4 * (2 + _PARTS), "optim.clip")
         b = plan.builder
         b.current = []
         params = self.uniform(n)
+        if watch is not None:
+            params["flags"] |= GUARD
+        # unread without GUARD, but bound: a guard's flags, else 16 bytes
+        flags = guard.flags if guard is not None else dev.buffer(16, "optim.flags")
         binds = dict(params=params, st=plan.step, P=plan.P, G=plan.G, S1=self.s1, S2=self.s2,
-                     mask=self.mask, S3=self.s3, clip=self.clip)
+                     mask=self.mask, S3=self.s3, clip=self.clip, flags=flags)
         if self.clip_grad_norm > 0:
             await b.kernel("optim", "grad_sumsq", (self._parts(n), 1, 1), **binds)
             await b.kernel("optim", "grad_norm", (1, 1, 1), **binds)
