@@ -208,6 +208,9 @@ class Builder:
     # MatMul (of a weight, or its Transpose) + bias Add as one Gemm between views
     # (engine/rewrites/linears.py); False: op by op (A/B).
     FOLD_LINEARS = True
+    # Dropouts of constant ratio 0 as Identity views (engine/rewrites/dropouts.py: no dispatch
+    # forward or backward); False: A/B.
+    FOLD_DROPOUTS = True
     # The erf GELU written as Div, Erf, Add, Mul, Mul as one Gelu (engine/rewrites/gelu.py);
     # False: A/B.
     FOLD_GELU = True

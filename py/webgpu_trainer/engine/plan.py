@@ -14,7 +14,7 @@ from .backends.base import groups_1d, round_up
 from .builder import Builder, Tensor
 from .graph import Graph
 from . import fusion, init, pool
-from .rewrites import gelu, linears, scales, splits, transposes, weight_layouts
+from .rewrites import dropouts, gelu, linears, scales, splits, transposes, weight_layouts
 from .ops import OPS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
@@ -55,6 +55,8 @@ class Plan:
         self = cls()
         self.source = graph  # the model as given: init rules, names (the plan may fold)
         keep = set(keep_acts) | (set(keep_grads) if keep_grads is not True else set())
+        if Builder.FOLD_DROPOUTS:
+            graph = dropouts.fold(graph, graph.shapes(batch), keep)
         if Builder.FOLD_LINEARS:
             graph = linears.fold(graph, graph.shapes(batch), keep)
         if Builder.FOLD_GELU:

@@ -1,5 +1,6 @@
 """Graph rewrites ``Plan.build`` applies before it allocates, each the same numbers as the ops
-it replaces and each behind a ``Builder`` flag (A/B): ``linears`` (MatMul of a weight, or of
+it replaces and each behind a ``Builder`` flag (A/B): ``dropouts`` (a Dropout of ratio 0 ->
+an Identity view), ``linears`` (MatMul of a weight, or of
 its Transpose, + bias Add -> one Gemm between views), ``gelu`` (the erf GELU's five ops -> one
 Gelu), ``weight_layouts`` (a Slice / Concat / Transpose chain over one weight -> one Gather),
 ``splits`` (Gathers of every index of an activation's axis -> one Split), ``scales`` (a Mul by
