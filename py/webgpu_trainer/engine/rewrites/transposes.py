@@ -18,7 +18,9 @@ the caller keeps; operands and outputs of rank >= 3 (a 2-D Transpose of a weight
 
 from ..builder import Builder
 from ..graph import Graph
-from . import sole_reader
+from . import rows, sole_reader
+
+_ROUNDS = 8  # commute passes at most (each moves a Transpose one op group further)
 
 
 def _perm(node, rank):
@@ -43,12 +45,49 @@ def _groups(src, dst):
     return out if j == len(dst) else None
 
 
+_VIEWS = ("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+
+
+def _collapse_views(graph: Graph, shapes: dict, keep):
+    """(graph, shapes): two views in a row (the first read only by the second) as one Reshape
+    to the second's concrete shape; a Transpose read only by a view of its own output shape
+    writes that view's output (dynamo's head merge and split back: [3, 2, 28, 8] -> [6, 28, 8]
+    -> [3, 2, 28, 8]). What stands between Transposes then goes, and they compose."""
+    nodes, consts = list(graph.nodes), dict(graph.constants)
+    put, drop = {}, set()
+    for r in graph.nodes:
+        if r["op_type"] not in _VIEWS or r["outputs"][0] not in shapes or not r["inputs"]:
+            continue
+        x = r["inputs"][0]
+        first = graph.producer.get(x)
+        if first is None or id(first) in drop or sole_reader(graph, x, keep) is not r:
+            continue
+        first = put.get(id(first), first)
+        out = r["outputs"][0]
+        if first["op_type"] == "Transpose" and list(shapes[out]) == list(shapes.get(x, ())):
+            put[id(first)] = {**first, "outputs": [out]}
+            drop.add(id(r))
+        elif first["op_type"] in _VIEWS and first["inputs"][0] not in graph.tensors and \
+                first["inputs"][0] not in graph.constants:
+            name = f"{out}/shape"
+            consts[name] = {"dtype": "int64", "shape": [len(shapes[out])],
+                            "values": [int(d) for d in shapes[out]]}
+            put[id(r)] = {"name": r["name"], "op_type": "Reshape",
+                          "inputs": [first["inputs"][0], name], "outputs": [out], "attrs": {}}
+            drop.add(id(first))
+    if not drop:
+        return graph
+    nodes = [put.get(id(n), n) for n in graph.nodes if id(n) not in drop]
+    return Graph({**graph.desc, "nodes": nodes, "constants": consts})
+
+
 def _commute(graph: Graph, shapes: dict, keep):
     """(graph, shapes): each Transpose whose one reader is a Reshape that only splits its
     output's dims (nn.MultiheadAttention's export: [65, 32, 16] -> [32, 65, 16] -> [8, 4, 65,
     16]) as a Reshape of the input splitting the same dims (a view) and then one Transpose of
     the finer dims; and each Transpose that is the one reader of another Transpose as one of
-    the two perms composed. The Transposes then stand next to the MatMuls ``fold`` folds."""
+    the two perms composed (an Identity where they undo each other). The Transposes then stand
+    next to the MatMuls ``fold`` folds."""
     nodes, consts, shapes = list(graph.nodes), dict(graph.constants), dict(shapes)
     changed = False
     for t in graph.nodes:
@@ -57,7 +96,7 @@ def _commute(graph: Graph, shapes: dict, keep):
         x, mid = t["inputs"][0], t["outputs"][0]
         r = sole_reader(graph, mid, keep)
         src = shapes.get(x)
-        if r is None or r["op_type"] != "Reshape" or src is None or x in graph.tensors or \
+        if r is None or r["op_type"] not in ("Reshape", "Unsqueeze", "Squeeze") or src is None or x in graph.tensors or \
                 x in graph.constants:
             continue
         made = graph.producer.get(x)
@@ -87,18 +126,22 @@ def _commute(graph: Graph, shapes: dict, keep):
         changed = True
     if changed:
         graph = Graph({**graph.desc, "nodes": nodes, "constants": consts})
-    composed, drop = {}, set()
+    composed, drop, perms = {}, set(), {}  # perms: id(Transpose) -> its composed perm
     for t2 in graph.nodes:
         t1 = graph.producer.get(t2["inputs"][0]) if t2["op_type"] == "Transpose" else None
         if t1 is None or t1["op_type"] != "Transpose" or id(t1) in drop or \
                 sole_reader(graph, t1["outputs"][0], keep) is not t2 or \
                 t1["inputs"][0] not in shapes:
             continue
-        t1 = composed.get(id(t1), t1)
-        rank = len(shapes[t1["inputs"][0]])
-        p1, p2 = _perm(t1, rank), _perm(t2, rank)
-        composed[id(t2)] = {**t2, "inputs": [t1["inputs"][0]],
-                            "attrs": {**t2.get("attrs", {}), "perm": [p1[q] for q in p2]}}
+        src = composed.get(id(t1), t1)["inputs"][0]
+        rank = len(shapes[src])
+        p1, p2 = perms.get(id(t1)) or _perm(t1, rank), _perm(t2, rank)
+        perm = perms[id(t2)] = [p1[q] for q in p2]
+        composed[id(t2)] = {**t2, "inputs": [src], "attrs": {**t2.get("attrs", {}),
+                                                             "perm": perm}}
+        if perm == list(range(rank)):  # the two undo each other: a view
+            composed[id(t2)] = {"name": t2["name"], "op_type": "Identity", "inputs": [src],
+                                "outputs": list(t2["outputs"]), "attrs": {}}
         drop.add(id(t1))
     if drop:
         graph = Graph({**graph.desc, "nodes": [composed.get(id(n), n) for n in graph.nodes
@@ -111,7 +154,13 @@ def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
     ``_commute`` moved them past the Reshapes that split their dims); ``graph`` itself when
     there is none."""
     if Builder.COMMUTE_TRANSPOSES:
-        graph, shapes = _commute(graph, shapes, keep)
+        for _ in range(_ROUNDS):
+            before = graph
+            graph, shapes = rows.commute(graph, shapes, keep)
+            graph = _collapse_views(graph, shapes, keep)
+            graph, shapes = _commute(graph, shapes, keep)
+            if graph is before:
+                break
     put, drop = {}, set()  # id(MatMul) -> its new node; ids of Transposes dropped
     for t in graph.nodes:
         if t["op_type"] != "Transpose" or t["inputs"][0] in graph.tensors or \
