@@ -96,8 +96,8 @@ def _commute(graph: Graph, shapes: dict, keep):
         x, mid = t["inputs"][0], t["outputs"][0]
         r = sole_reader(graph, mid, keep)
         src = shapes.get(x)
-        if r is None or r["op_type"] not in ("Reshape", "Unsqueeze", "Squeeze") or src is None or x in graph.tensors or \
-                x in graph.constants:
+        if r is None or r["op_type"] not in ("Reshape", "Unsqueeze", "Squeeze") or \
+                src is None or x in graph.tensors or x in graph.constants:
             continue
         made = graph.producer.get(x)
         if made is not None and made["op_type"] == "MatMul" and \
