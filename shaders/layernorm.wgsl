@@ -14,7 +14,9 @@
 // after the parts at out[(parts + part) * D + d] (reduce.wgsl reduce_splits' tail: one dispatch
 // folds both); fold: out[s] = sum over parts and d == s mod S of x[part * D + d]; stats_out
 // copies the statistics to the Mean / InvStdDev outputs.
-// p.flags: bit 0 = dscale / Mean wanted, bit 1 = dbias / InvStdDev wanted, bit 2 = one buffer.
+// p.flags: bit 0 = dscale / Mean wanted, bit 1 = dbias / InvStdDev wanted, bit 2 = one buffer,
+// bit 3 (backward_*: ADDEND) = dx plus out2, the other use's gradient of x (plan: a tensor read
+// twice gets the sum of its two contributions from its first reader's backward, no add_to).
 
 struct Params {
   rows: u32, D: u32, S: u32, has_bias: u32,
@@ -40,6 +42,15 @@ fn affine(xh: f32, d: u32) -> f32 {
   let s = d % p.S;
   var v = xh * scale[s];
   if (p.has_bias == 1u) { v += bias[s]; }
+  return v;
+}
+
+const ADDEND: u32 = 8u;
+
+// dx of element i, plus the other contribution out2[i] with flags bit 3 (the same float32 sum
+// as elementwise.wgsl's add_to of the two).
+fn with_addend(v: f32, i: u32) -> f32 {
+  if ((p.flags & ADDEND) != 0u) { return v + out2[i]; }
   return v;
 }
 
@@ -82,7 +93,7 @@ fn backward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
   let c = sgx / f32(p.D);
   for (var d = 0u; d < p.D; d++) {
     let xh = (x[base + d] - mean) * rstd;
-    out[base + d] = rstd * (dy[base + d] * scale[d % p.S] - a - xh * c);
+    out[base + d] = with_addend(rstd * (dy[base + d] * scale[d % p.S] - a - xh * c), base + d);
   }
 }
 
@@ -154,7 +165,8 @@ fn backward_seg(@builtin(workgroup_id) wid: vec3<u32>,
   if (!live) { return; }
   for (var d = lane; d < p.D; d += SEG) {
     let xh = (x[base + d] - mean) * rstd;
-    out[base + d] = rstd * (dy[base + d] * scale[d % p.S] - sums.x - xh * sums.y);
+    out[base + d] = with_addend(rstd * (dy[base + d] * scale[d % p.S] - sums.x - xh * sums.y),
+                                base + d);
   }
 }
 

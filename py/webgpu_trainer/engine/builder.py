@@ -264,6 +264,10 @@ class Builder:
     # (plan.Plan.build, losses.nll_loss through_log_softmax; False: its own dispatch, A/B).
     FUSE_LOSS_HEAD = True
 
+    # A tensor read twice (a residual stream: LayerNorm and the Add) gets the sum of its two
+    # gradient contributions from its first reader's backward when that op's card says
+    # GRAD_ADDEND (Plan._sum_in_backward; False: elementwise add_to, A/B).
+    SUM_IN_BACKWARD = True
     # The numerical guard inside the optimizer's update, which reads every gradient anyway
     # (train/guard.Guard.in_update, optim.wgsl GUARD; False: guard.wgsl's own dispatch, A/B).
     GUARD_IN_UPDATE = True
@@ -346,6 +350,11 @@ class Builder:
     # buffers of their own. POOL False: a buffer per gradient and scratch (benchmarks' A/B).
     POOL = True
     pooling = False
+
+    def grad_addend(self, node, k: int):
+        """The gradient tensor ``node``'s backward adds to the gradient it writes for input
+        ``k`` (the sum of that input's two uses, ``Plan._sum_in_backward``), else None."""
+        return self.plan.addends.get((node["name"], k))
 
     def scratch(self, nfloats: int, label: str = "scratch"):
         """``nfloats`` float32 of scratch for what one op's dispatches pass between them in a

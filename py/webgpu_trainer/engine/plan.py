@@ -359,12 +359,16 @@ class Plan:
                 else:
                     self.grads[out] = Tensor(self.shapes[out], self._grad_buffer(
                         out, uses, shared))
+        self.addends = {}
         for name in multi:
             shape = self.shapes[name]
             self.contrib_of[name] = []
+            first = self._sums_in_backward(name, uses[name])
             for node, k in uses[name]:
                 out = node["outputs"][0]
-                if node["op_type"] in VIEWS and k == 0 and out in self.grads:
+                if first and (node, k) == uses[name][0]:
+                    part = self.grads[name]  # it writes the sum (``addends``)
+                elif node["op_type"] in VIEWS and k == 0 and out in self.grads:
                     part = self.grads[out]  # a view's contribution is its output gradient
                 elif fusion.passes_grad(node, self.shapes) and out in self.grads:
                     part = self.grads[out]  # so is a residual Add's (ops/binary.py skips it)
@@ -373,6 +377,26 @@ class Plan:
                                                     f"d{name}@{node['name']}"))
                 self.contrib[(node["name"], k)] = part
                 self.contrib_of[name].append(part)
+            if first:
+                self.addends[(uses[name][0][0]["name"], uses[name][0][1])] = \
+                    self.contrib_of.pop(name)[1]
+
+    def _sums_in_backward(self, name, uses) -> bool:
+        """Whether the first reader of ``name`` (the last backward among its ``uses``, [(node,
+        input index)] in graph order) writes the sum of the two uses' gradients itself: two
+        uses of an activation by different nodes, the first an op whose card says
+        GRAD_ADDEND at input 0 (``Builder.grad_addend`` hands it the second's gradient),
+        ``name`` not an in-place ReLU's output (whose sum masks, ``fusion.relu_sums``).
+        ``Builder.SUM_IN_BACKWARD``; False: elementwise add_to (A/B)."""
+        if not Builder.SUM_IN_BACKWARD or len(uses) != 2 or name not in self.grads:
+            return False
+        (node, k), (other, _) = uses
+        made = self.graph.producer.get(name)
+        if node is LOSS_USE or other is node or k != 0 or made is None or \
+                not fusion.card_says(node, "GRAD_ADDEND"):
+            return False
+        return not (made["op_type"] == "Relu" and
+                    self.acts[name].buf is self.acts[made["inputs"][0]].buf)
 
     def _grad_buffer(self, name, uses, shared):
         """A gradient buffer of its own for tensor ``name``, or, when its one use is an Add

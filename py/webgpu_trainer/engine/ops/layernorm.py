@@ -24,6 +24,10 @@ from ..errors import GraphError
 
 TYPES = ("LayerNormalization",)
 ATTRS = {"LayerNormalization": {"axis": -1, "epsilon": 1e-5, "stash_type": 1}}
+# The backward adds the other use's gradient of X to dX when the plan asks (``Builder.
+# grad_addend``; layernorm.wgsl flags bit 3): a residual stream read by LayerNorm and an Add.
+GRAD_ADDEND = True
+ADDEND = 8
 
 
 def _axis(node, rank):
@@ -136,9 +140,10 @@ async def backward(b, node, ins, outs, gins, gouts):
     x, scale, _, rows, d, s, eps, stats = _setup(b, node, ins)
     if gins[0] is not None:
         entry, groups, constants = _kernel(b, "backward", rows, d)
+        addend = b.grad_addend(node, 0)  # the other use's gradient of X: dX is their sum
         await b.kernel("layernorm", entry, groups, constants=constants,
-                       params=_params(rows, d, s, eps), x=x, scale=scale, dy=dy, out=gins[0],
-                       stats=stats)
+                       params=_params(rows, d, s, eps, flags=ADDEND if addend else 0), x=x,
+                       scale=scale, dy=dy, out=gins[0], stats=stats, out2=addend)
     gs = gins[1] if len(gins) > 1 else None
     gb = gins[2] if len(gins) > 2 else None
     if gs is None and gb is None:
