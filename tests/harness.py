@@ -53,13 +53,14 @@ async def one_step(dev, graph, blob, x, labels, train=True, step=1, seed=0, plan
                              init_seed=init_seed, plan=plan, keep_grads=True, keep_acts=keep)
     out = {"plan": plan, "acts": {}, "dacts": {}, "grads": {}, "P": {}}
     if init_seed is not None:
-        out["P0"] = {name: await read_flat(dev, plan, plan.P, name) for name in plan.graph.tensors}
+        out["P0"] = {name: await read_flat(dev, plan, plan.P, name)
+                     for name in plan.source.tensors}
     parity.run_step(dev, plan, step, seed, train)
     for name, t in plan.acts.items():
         out["acts"][name] = await read_f32(dev, t)
     for name, t in plan.grads.items():
         out["dacts"][name] = await read_f32(dev, t)
-    for name in plan.graph.tensors:
+    for name in plan.source.tensors:  # the model's own, not the plan's spans
         out["P"][name] = await read_flat(dev, plan, plan.P, name)
         if name in plan.trainable:
             out["grads"][name] = await read_flat(dev, plan, plan.G, name)

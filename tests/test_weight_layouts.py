@@ -113,3 +113,87 @@ def test_torch_rnn_gate_reorder_folds_to_the_same_floats(device, name, monkeypat
 
 def graph_weights(graph) -> set:
     return {t["name"] for t in graph["tensors"]}
+
+
+def _bias_graph(between=False, read_outside=False):
+    """Two biases b1, b2 [6] (a third weight between them when ``between``), each reversed by
+    a Slice, Concat-ed [12] and added to the input [N, 12]; ``read_outside``: b1 also added to
+    the result (a reader outside the chain)."""
+    nodes = [node("Slice", ["b1", "m1", "big", "a0", "m1"], ["r1"]),
+             node("Slice", ["b2", "m1", "big", "a0", "m1"], ["r2"]),
+             node("Concat", ["r1", "r2"], ["cat"], axis=0),
+             node("Add", ["input", "cat"], ["y"])]
+    if read_outside:
+        nodes += [node("Concat", ["b1", "b1"], ["b11"], axis=0), node("Add", ["y", "b11"], ["z"])]
+    consts = {"m1": shape_const([-1]), "big": shape_const([-100]), "a0": shape_const([0])}
+    rng = np.random.default_rng(3)
+    tensors = [("b1", rng.standard_normal(6), "param")]
+    if between:
+        tensors.append(("other", rng.standard_normal(12), "param"))
+        nodes.append(node("Mul", [nodes[-1]["outputs"][0], "other"], ["o"]))
+    tensors.append(("b2", rng.standard_normal(6), "param"))
+    out = nodes[-1]["outputs"][0]
+    return make_graph(nodes, tensors, [("input", ["N", 12])], [(out, ["N", 12])],
+                      constants=consts)
+
+
+def _spans(g):
+    return [t for t in g.tensors.values() if "members" in t]
+
+
+def test_adjacent_weights_join_in_one_span():
+    graph, _ = _bias_graph()
+    g = Graph(graph)
+    out = weight_layouts.fold(g, g.shapes(2))
+    (span,) = _spans(out)
+    assert span["members"] == ["b1", "b2"] and span["name"] == "b1::span"
+    assert span["offset"] == g.tensors["b1"]["offset"]
+    assert span["offset"] + span["nbytes"] == g.tensors["b2"]["offset"] + 24
+    (gather,) = [n for n in out.nodes if n["op_type"] == "Gather"]
+    assert gather["inputs"][0] == "b1::span"
+    pad = (g.tensors["b2"]["offset"] - g.tensors["b1"]["offset"]) // 4  # b2's first element
+    assert out.constants[gather["inputs"][1]]["values"] == [5, 4, 3, 2, 1, 0] + [
+        pad + 5 - k for k in range(6)]
+
+
+@pytest.mark.parametrize("kw", [dict(between=True), dict(read_outside=True)],
+                         ids=["another_weight_between", "a_member_read_outside"])
+def test_spans_not_taken(kw, monkeypatch):
+    graph, _ = _bias_graph(**kw)
+    g = Graph(graph)
+    assert not _spans(weight_layouts.fold(g, g.shapes(2)))
+    monkeypatch.setattr(builder.Builder, "WEIGHT_SPANS", False)
+    graph, _ = _bias_graph()
+    assert not _spans(weight_layouts.fold(Graph(graph), Graph(graph).shapes(2)))
+
+
+@pytest.mark.parametrize("name", ["lstm", "gru"])
+def test_rnn_biases_in_one_span_same_bits(device, name, monkeypatch):
+    """The torch-exported LSTM / GRU: its two biases' reorder and Concat read one span, the
+    same floats as without it, 3 dispatches fewer each way; the guard watches the members and
+    the optimizer's mask covers the members alone."""
+    from webgpu_trainer.engine.train.guard import watched
+    graph, blob = onnx_io.load_bundle(ZOO / f"{name}-ts.onnx")
+    dims = [d for d in graph["inputs"][0]["shape"][1:]]
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((4, *dims)).astype(np.float32)
+    labels = rng.integers(0, 10, 4)
+    res = {}
+    for spans in (True, False):
+        monkeypatch.setattr(builder.Builder, "WEIGHT_SPANS", spans)
+        res[spans] = run(one_step(device, graph, blob, x, labels))
+    on, off = res[True], res[False]
+    (span,) = _spans(on["plan"].graph)
+    assert [m.split(".")[-1] for m in span["members"]] == ["bias_ih_l0", "bias_hh_l0"]
+    assert not _spans(off["plan"].graph)
+    assert len(on["plan"].fwd_train) == len(off["plan"].fwd_train) - 3
+    assert len(on["plan"].bwd) == len(off["plan"].bwd) - 3
+    assert on["loss"] == off["loss"]
+    assert on["grads"].keys() == off["grads"].keys() == set(graph_weights(graph))
+    for w in off["grads"]:
+        assert np.array_equal(on["grads"][w], off["grads"][w]), w
+    plan = on["plan"]
+    names = [t for t, _ in watched(plan.graph, plan.trainable)]
+    assert sorted(names) == sorted(graph_weights(graph)) and span["name"] not in names
+    mask = np.frombuffer(plan.mask_bytes(), np.float32)
+    assert mask.sum() == sum(t["nbytes"] // 4 for t in graph["tensors"])

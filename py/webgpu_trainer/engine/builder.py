@@ -217,6 +217,9 @@ class Builder:
     # Chains of Slice / Concat / Transpose / views over one weight (torch's LSTM gate reorder)
     # as one Gather each (engine/rewrites/weight_layouts.py); False: op by op (A/B).
     FOLD_WEIGHT_LAYOUTS = True
+    # ... also chains joining weights next to each other in the blob (an LSTM's two biases
+    # Concat-ed) as one Gather over a span tensor (weight_layouts._span); False: A/B.
+    WEIGHT_SPANS = True
     # Gathers of every index of an activation's axis, one constant index each (the packed q/k/v
     # of nn.MultiheadAttention) as one Split (engine/rewrites/splits.py); False: A/B.
     FOLD_SPLITS = True

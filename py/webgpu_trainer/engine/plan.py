@@ -81,8 +81,10 @@ class Plan:
         self.wbytes = wbytes
         self.weights = {n: Tensor(t["shape"], self.P, t["offset"])
                         for n, t in graph.tensors.items()}
+        # a span (rewrites/weight_layouts) trains when any of its members does
         self.trainable = {n for n, t in graph.tensors.items() if t["role"] == "param"
-                          and (trainable is None or n in trainable)}
+                          and (trainable is None or n in trainable or
+                               any(m in trainable for m in t.get("members", ())))}
         self.const_tensors = {}
         self._allocate()
         self.fused_relu = fusion.relu_forwards(self)
@@ -484,6 +486,8 @@ class Plan:
         one = struct.pack("<f", 1.0)
         for name in self.trainable:
             t = self.graph.tensors[name]
+            if "members" in t:  # a span: its members' elements only, not the padding
+                continue
             out[t["offset"]:t["offset"] + t["nbytes"]] = one * (t["nbytes"] // 4)
         return bytes(out)
 

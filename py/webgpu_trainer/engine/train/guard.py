@@ -22,10 +22,14 @@ def watched(graph, trainable) -> list:
     out, seen = [], set()
     for node in graph.nodes:
         for name in node["inputs"]:
-            if name in trainable and name not in seen:
-                seen.add(name)
-                out.append((name, node["name"]))
-    for name in sorted(set(trainable) - seen):  # a parameter no node uses (should not happen)
+            # a span (rewrites/weight_layouts): its trainable members, in blob order
+            members = graph.tensors.get(name, {}).get("members", [name])
+            for m in members:
+                if m in trainable and m not in seen:
+                    seen.add(m)
+                    out.append((m, node["name"]))
+    spans = {n for n in trainable if "members" in graph.tensors.get(n, {})}
+    for name in sorted(set(trainable) - seen - spans):  # a parameter no node uses
         out.append((name, "?"))
     return out
 
