@@ -31,8 +31,8 @@ SHAPES = {"x": [5, 6, 4], "t": [6, 5, 4], "r": [30, 4], "g": [30, 3], "y": [6, 5
 CONSTS = {"rows": _shape([30, 4]), "back": _shape([6, 5, 3]), "backu": _shape([5, 6, 3])}
 
 
-def _graph(nodes, out=None, extra_inputs=()):
-    return Graph({"name": "m", "nodes": nodes, "tensors": [], "constants": CONSTS,
+def _graph(nodes, out=None, extra_inputs=(), consts=None):
+    return Graph({"name": "m", "nodes": nodes, "tensors": [], "constants": consts or CONSTS,
                   "inputs": [{"name": "x", "dims": [5, 6, 4]}] + [
                       {"name": n, "dims": SHAPES[n]} for n in ("w", "b", "b2", *extra_inputs)],
                   "outputs": [{"name": out or nodes[-1]["outputs"][0], "dims": [1]}],
@@ -68,12 +68,20 @@ def test_down_moves_the_transpose_after_the_gemm():
 
 
 def test_up_moves_the_transpose_before_the_gemm():
-    g, shapes = rows.commute(_graph(_up()), SHAPES)
+    """(Gemm 4 -> 6 here: the copy before it is no wider.)"""
+    wide = {**SHAPES, "w": [6, 4], "b": [6], "g": [30, 6], "yu": [5, 6, 6], "z": [6, 5, 6]}
+    g, shapes = rows.commute(_graph(_up(), consts={**CONSTS, "backu": _shape([5, 6, 6])}),
+                             wide)
     assert _ops(g) == ["Transpose", "Reshape", "Gemm", "Reshape"]
     t, _, gemm, r2 = g.nodes
     assert t["inputs"] == ["x"] and shapes[t["outputs"][0]] == [6, 5, 4]
     assert gemm["outputs"] == ["g::permuted"] and r2["outputs"] == ["z"]
-    assert g.constants[r2["inputs"][1]]["values"] == [6, 5, 3]
+    assert g.constants[r2["inputs"][1]]["values"] == [6, 5, 6]
+
+
+def test_a_narrower_gemm_keeps_a_lone_transpose_after_it():
+    g = _graph(_up())  # Gemm 4 -> 3: moved before it the copy would be wider, and meet nothing
+    assert rows.commute(g, SHAPES)[0] is g
 
 
 def test_transposes_that_undo_each_other_become_a_view():
@@ -173,3 +181,24 @@ def test_seq_first_models_train_like_torch(device, tmp_path, monkeypatch, tiled,
                             17 if not dynamo else 18, f"{model} {'dynamo' if dynamo else 'ts'}",
                             batch=3, dynamic=True)
     assert left[True] <= most < left[False], left
+
+
+def test_a_wider_copy_moves_only_to_meet_a_transpose():
+    """Gemm 4 -> 12: moved after it, the Transpose would copy 3x the values, so it moves only
+    when a Transpose waits there (through views) to compose with."""
+    shapes = {**SHAPES, "w": [12, 4], "b": [12], "g": [30, 12], "y": [6, 5, 12],
+              "y2": [6, 5, 3, 4], "z": [5, 6, 3, 4], "yr": [6, 5, 12]}
+    consts = {**CONSTS, "back": _shape([6, 5, 12]), "split": _shape([6, 5, 3, 4])}
+
+    def graph(tail):
+        nodes = _down() + tail
+        return Graph({"name": "m", "nodes": nodes, "tensors": [], "constants": consts,
+                      "inputs": [{"name": n, "dims": shapes[n]} for n in ("x", "w", "b")],
+                      "outputs": [{"name": nodes[-1]["outputs"][0], "dims": [1]}],
+                      "opset": 17})
+    alone = graph([_node("Relu", ["y"], ["yr"])])
+    assert rows.commute(alone, shapes)[0] is alone
+    meets = graph([_node("Reshape", ["y", "split"], ["y2"]),
+                   _node("Transpose", ["y2"], ["z"], perm=[1, 0, 2, 3])])
+    out = transposes.fold(meets, shapes)
+    assert [n["op_type"] for n in out.nodes] == ["Reshape", "Gemm", "Reshape"]

@@ -15,7 +15,9 @@ Moved down, the first meets the qkv Transpose (``transposes._commute`` composes 
 up, the second meets the head merge that the attention product already writes permuted
 (``_perm_y``): two copies fewer forward and two backward in every attention layer.
 
-Moved only where nothing else reads what changes order (the Transpose's output, the Gemm's
+A move that makes the copy wider (the Gemm widens or narrows the rows) is made only where the
+Transpose then meets another Transpose or a MatMul (``_meets``). Moved only where nothing else
+reads what changes order (the Transpose's output, the Gemm's
 input and output rows: ``sole_reader``; not a name the caller keeps), the Gemm has transA = 0
 and a bias of one row (or none), and the row axes line up: the leading axes of the tensor on
 the Transpose's side multiply to the Gemm's rows, the Reshape on the other side keeps them.
@@ -68,6 +70,26 @@ def _gemm_of(graph, shapes, rows_out, keep):
     return g, r2
 
 
+_VIEWS = ("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+
+
+def _meets(graph, name, keep, down: bool) -> bool:
+    """Whether a Transpose put at ``name`` would meet, through views each the only reader
+    (``down``) or the only producer of the next, a Transpose to compose with or a MatMul to
+    fold into (``transposes``): then moving it wider costs nothing."""
+    for _ in range(8):
+        node = sole_reader(graph, name, keep) if down else graph.producer.get(name)
+        if node is None:
+            return False
+        if node["op_type"] in ("Transpose", "MatMul"):
+            return True
+        if node["op_type"] not in _VIEWS or (not down and sole_reader(
+                graph, node["outputs"][0], keep) is None):
+            return False
+        name = node["outputs"][0] if down else node["inputs"][0]
+    return False
+
+
 def _shape_const(consts, name, shape):
     consts[name] = {"dtype": "int64", "shape": [len(shape)], "values": [int(d) for d in shape]}
     return name
@@ -116,6 +138,9 @@ def _down(graph, shapes, keep, t, x, y, perm, consts):
     out = shapes.get(r2["outputs"][0], [])
     if list(out[:j]) != list(shapes[y][:j]) or math.prod(out[j:]) != shapes[g["outputs"][0]][1]:
         return None
+    if rows_shape[1] < shapes[g["outputs"][0]][1] and \
+            not _meets(graph, r2["outputs"][0], keep, down=True):
+        return None  # a wider copy after the Gemm, and nothing to compose with there
     rows, gy = f"{r1['outputs'][0]}::unpermuted", f"{g['outputs'][0]}::unpermuted"
     mid = f"{r2['outputs'][0]}::unpermuted"
     lead = [shapes[x][q] for q in range(j)]
@@ -153,6 +178,8 @@ def _up(graph, shapes, keep, t, x, perm, consts):
     if j is None or j < 2 or not _row_perm(perm, j) or list(shapes[src][:j]) != \
             list(shapes[x][:j]):
         return None
+    if rows_shape[1] > shapes[g["outputs"][0]][1] and not _meets(graph, src, keep, down=False):
+        return None  # a wider copy before the Gemm, and nothing to compose with there
     permuted = f"{src}::permuted"
     rows, gy = f"{r1['outputs'][0]}::permuted", f"{g['outputs'][0]}::permuted"
     if permuted in shapes:  # src read by two such chains: one move this call

@@ -59,13 +59,13 @@ def _collapse_views(graph: Graph, shapes: dict, keep):
         if r["op_type"] not in _VIEWS or r["outputs"][0] not in shapes or not r["inputs"]:
             continue
         x = r["inputs"][0]
-        first = graph.producer.get(x)
-        if first is None or id(first) in drop or sole_reader(graph, x, keep) is not r:
+        orig = graph.producer.get(x)
+        if orig is None or id(orig) in drop or sole_reader(graph, x, keep) is not r:
             continue
-        first = put.get(id(first), first)
+        first = put.get(id(orig), orig)  # as an earlier collapse of this pass left it
         out = r["outputs"][0]
         if first["op_type"] == "Transpose" and list(shapes[out]) == list(shapes.get(x, ())):
-            put[id(first)] = {**first, "outputs": [out]}
+            put[id(orig)] = {**first, "outputs": [out]}
             drop.add(id(r))
         elif first["op_type"] in _VIEWS and first["inputs"][0] not in graph.tensors and \
                 first["inputs"][0] not in graph.constants:
@@ -74,7 +74,7 @@ def _collapse_views(graph: Graph, shapes: dict, keep):
                             "values": [int(d) for d in shapes[out]]}
             put[id(r)] = {"name": r["name"], "op_type": "Reshape",
                           "inputs": [first["inputs"][0], name], "outputs": [out], "attrs": {}}
-            drop.add(id(first))
+            drop.add(id(orig))
     if not drop:
         return graph
     nodes = [put.get(id(n), n) for n in graph.nodes if id(n) not in drop]
