@@ -57,6 +57,7 @@ MODELS = {  # name -> (file, sample shape)
     "SeedNet": (REPO / "models" / "seednet.onnx", (1, 28, 28)),
     "ResNet-8": (REPO / "tests" / "fixtures" / "zoo" / "resnet8-ts.onnx", (3, 32, 32)),
     "ViT": (REPO / "tests" / "fixtures" / "zoo" / "vit-ts.onnx", (3, 32, 32)),
+    "LSTM": (REPO / "tests" / "fixtures" / "zoo" / "lstm-ts.onnx", (1, 28, 28)),
     # the zoo's most dispatches a step (scripts/make_zoo.py)
     "ResNet-18n": (REPO / "tests" / "fixtures" / "zoo" / "resnet18n-ts.onnx", (3, 32, 32)),
     "MobileNetV2": (REPO / "tests" / "fixtures" / "zoo" / "mobilenetv2-ts.onnx", (3, 32, 32)),
