@@ -70,3 +70,35 @@ def test_same_numbers_as_without_the_sharing(device):
     for name, g in off["grads"].items():
         assert np.array_equal(on["grads"][name], g), name
     assert np.array_equal(on["dacts"]["a"], off["dacts"]["a"])
+
+
+def _broadcast_case(first):
+    """input [N, 5] -> Gemm -> Reshape [N, 6, 8] (a) -> Add with a learned [1, 6, 8] (a
+    position embedding; ``first``: it is the Add's first input) (s) -> Flatten -> head."""
+    rng = rng_for("broadcast_add", first)
+    nodes, tensors, consts = gemm_to(rng, [TOKENS, D], name="a")
+    ins = ["pos", "a"] if first else ["a", "pos"]
+    nodes += [node("Add", ins, ["s"])]
+    tensors += [("pos", f32(rng.standard_normal((1, TOKENS, D)) * 0.5), "param")]
+    return flat_head_case(f"residual_views/broadcast_{'first' if first else 'second'}", rng,
+                          nodes, tensors, consts, "s", [TOKENS, D], batch=3,
+                          tag="Add of a broadcast parameter", acts=("a", "s"),
+                          dacts=("a", "s"))
+
+
+@pytest.mark.parametrize("first", [False, True], ids=["pos_second", "pos_first"])
+def test_broadcast_add_passes_its_full_inputs_gradient(device, first):
+    """Against the float64 numpy engine (check_case); the full-shaped input's gradient is the
+    Add's output gradient (no copy, Builder.GRAD_THROUGH_BROADCAST_ADD), the same bits as the
+    copy; the broadcast parameter's gradient still summed over the batch."""
+    case = _broadcast_case(first)
+    res, _ = check_case(device, case)
+    plan = res["plan"]
+    assert plan.grads["a"].buf is plan.grads["s"].buf
+    on = run(one_step(device, case.graph, case.blob, case.x, case.labels))
+    with builder_patch({"GRAD_THROUGH_BROADCAST_ADD": False}):
+        off = run(one_step(device, case.graph, case.blob, case.x, case.labels))
+    assert _copies(off["plan"]) == 2 and _copies(on["plan"]) == 1
+    for name, g in off["grads"].items():
+        assert np.array_equal(on["grads"][name], g), name
+    assert np.array_equal(on["dacts"]["a"], off["dacts"]["a"])

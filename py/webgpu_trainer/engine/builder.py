@@ -263,6 +263,9 @@ class Builder:
     # A residual Add's gradient shared with its input through views (plan._passing_add: a
     # Linear's product reshaped back to tokens; False: a copy, A/B).
     GRAD_THROUGH_VIEWS = True
+    # ... and an Add's gradient shared with its input of the output's shape when the other
+    # input broadcasts (fusion.passes_grad: a position embedding; False: a copy, A/B).
+    GRAD_THROUGH_BROADCAST_ADD = True
     # The cross_entropy / nll_log head's LogSoftmax backward inside the loss's dispatch
     # (plan.Plan.build, losses.nll_loss through_log_softmax; False: its own dispatch, A/B).
     FUSE_LOSS_HEAD = True

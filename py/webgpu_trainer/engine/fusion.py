@@ -13,12 +13,13 @@ the same floats, and no reader of what the fusion no longer writes.
   before the axis of size 1: nn.MultiheadAttention's packed q/k/v, ``rewrites/splits.py``)
   makes its outputs views of the input at their byte offsets, and their gradients views of the
   input's gradient (``Plan._split_part``): no copy either way.
-- ``passes_grad``: an Add of two same-shaped tensors hands its output gradient to its inputs
+- ``passes_grad``: an Add hands its output gradient to each input of the output's shape
   (``Plan._allocate_grads``: shared buffers, no copy).
 """
 
 import math
 
+from .builder import Builder
 from .ops import OPS
 from .ops.layout_rules import split_spec
 
@@ -75,12 +76,19 @@ def relu_sums(plan) -> dict:
     return {u: node["name"] for node, u in _in_place_relus(plan) if u in plan.contrib_of}
 
 
-def passes_grad(node, shapes) -> bool:
-    """Whether ``node`` is an Add of two different tensors of its output's shape: the gradient
-    of each input is the output's, which the plan then uses in place of a copy."""
+def passes_grad(node, shapes, k: int) -> bool:
+    """Whether ``node`` is an Add of two different tensors whose input ``k`` has the output's
+    shape: that input's gradient is the output's, which the plan then uses in place of a copy.
+    The other input may broadcast (a position embedding, a bias added by hand: its gradient
+    is still summed) under ``Builder.GRAD_THROUGH_BROADCAST_ADD``; else both must have the
+    output's shape (A/B)."""
     ins = node["inputs"]
-    return node["op_type"] == "Add" and len(ins) == 2 and ins[0] != ins[1] and \
-        shapes[ins[0]] == shapes[ins[1]] == shapes[node["outputs"][0]]
+    if node["op_type"] != "Add" or len(ins) != 2 or ins[0] == ins[1] or k not in (0, 1):
+        return False
+    out = shapes[node["outputs"][0]]
+    if not Builder.GRAD_THROUGH_BROADCAST_ADD:
+        return shapes[ins[0]] == shapes[ins[1]] == out
+    return shapes[ins[k]] == out
 
 
 def split_offsets(node, shapes, constants) -> list | None:

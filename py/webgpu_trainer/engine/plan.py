@@ -372,7 +372,7 @@ class Plan:
                     part = self.grads[name]  # it writes the sum (``addends``)
                 elif node["op_type"] in VIEWS and k == 0 and out in self.grads:
                     part = self.grads[out]  # a view's contribution is its output gradient
-                elif fusion.passes_grad(node, self.shapes) and out in self.grads:
+                elif fusion.passes_grad(node, self.shapes, k) and out in self.grads:
                     part = self.grads[out]  # so is a residual Add's (ops/binary.py skips it)
                 else:
                     part = Tensor(shape, self._gbuf(4 * math.prod(shape),
@@ -429,7 +429,7 @@ class Plan:
             if len(u) != 1:
                 return None
             node, k = u[0]
-            if fusion.passes_grad(node, self.shapes):
+            if fusion.passes_grad(node, self.shapes, k):
                 return node
             out = node["outputs"][0] if node["outputs"] else None
             act, view = self.acts.get(name), self.acts.get(out)
