@@ -57,6 +57,26 @@ def test_two_transposes_compose():
     assert out.nodes[1]["attrs"]["_perm1"] == [1, 2, 3, 0]
 
 
+@pytest.mark.parametrize("perm, axis, index, folds", [
+    ([1, 0, 2], 1, {"dtype": "int64", "shape": [], "values": [-1]}, True),  # out[:, -1]
+    ([1, 0, 2], 0, {"dtype": "int64", "shape": [], "values": [2]}, True),
+    ([2, 0, 1], 2, {"dtype": "int64", "shape": [], "values": [0]}, False),  # rest reordered
+    ([1, 0, 2], 1, {"dtype": "int64", "shape": [1], "values": [3]}, False),  # not a scalar
+], ids=["last_step", "axis_0", "others_reordered", "index_list"])
+def test_transpose_into_a_scalar_gather(perm, axis, index, folds):
+    """Transpose then Gather of one scalar index: the Gather along the input's axis perm[axis]
+    when the Transpose keeps the other dims' order."""
+    nodes = [node("Transpose", ["x"], ["t"], perm=perm),
+             node("Gather", ["t", "i"], ["g"], axis=axis), node("Relu", ["g"], ["z"])]
+    shapes = {"x": [6, 8, 16], "t": [SHAPES["x"][q] for q in perm]}
+    out = transposes.fold(_graph(nodes, {"i": index}), shapes)
+    ops = [n["op_type"] for n in out.nodes]
+    assert ops == (["Gather", "Relu"] if folds else ["Transpose", "Gather", "Relu"])
+    if folds:
+        g = out.nodes[0]
+        assert g["inputs"] == ["x", "i"] and g["attrs"]["axis"] == perm[axis]
+
+
 def test_a_product_written_permuted_is_not_commuted():
     """MatMul -> Transpose [1, 0, 2] -> Reshape (split): the product writes the Transpose's
     layout itself (_perm_y); commuting would leave a Transpose of the Reshape's output."""
@@ -142,3 +162,37 @@ def test_multihead_attention_trains_like_torch(device, tmp_path, monkeypatch, ti
                             17 if not dynamo else 18, f"MultiheadAttention "
                             f"{'dynamo' if dynamo else 'ts'}", batch=3, dynamic=True)
     assert left[True] < left[False], left
+
+
+class LastColumn(nn.Module):
+    """x [N, 1, 28, 28] -> [N, 28, 28] -> transpose(1, 2) -> [:, -1] (each image's last
+    column: a Transpose then a scalar Gather) -> Linear to 10."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(28, 10)
+
+    def forward(self, x):
+        return self.fc(torch.relu(x.squeeze(1).transpose(1, 2)[:, -1]))
+
+
+@pytest.mark.parametrize("tiled", [False, True])
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_transpose_into_gather_trains_like_torch(device, tmp_path, monkeypatch, tiled, dynamo):
+    from torch_models import export_and_step
+    if dynamo:
+        pytest.importorskip("onnxscript")
+    left = []
+    fold = transposes.fold
+
+    def counting(graph, shapes, keep=()):
+        out = fold(graph, shapes, keep)
+        left.append(sum(n["op_type"] == "Transpose" for n in out.nodes))
+        return out
+    monkeypatch.setattr(transposes, "fold", counting)
+    torch.manual_seed(4)
+    with builder_patch({"TILED": tiled}):
+        export_and_step(device, LastColumn(), tmp_path / "m.onnx", dynamo,
+                        17 if not dynamo else 18, f"LastColumn {'dynamo' if dynamo else 'ts'}",
+                        batch=3, dynamic=True)
+    assert left and max(left) == 0, left

@@ -81,6 +81,35 @@ def _collapse_views(graph: Graph, shapes: dict, keep):
     return Graph({**graph.desc, "nodes": nodes, "constants": consts})
 
 
+def _into_gather(graph: Graph, shapes: dict, keep) -> Graph:
+    """Each Transpose read only by a Gather of one constant scalar index, where the Transpose
+    keeps the order of the other dims, as that Gather along the input's axis: an LSTM's last
+    step of a batch-first output (Transpose [1, 0, 2] of [T, N, H], then Gather index -1 along
+    axis 1) is Gather index -1 along axis 0 of [T, N, H], no copy."""
+    put, drop = {}, set()
+    for t in graph.nodes:
+        if t["op_type"] != "Transpose" or t["inputs"][0] not in shapes:
+            continue
+        g = sole_reader(graph, t["outputs"][0], keep)
+        if g is None or g["op_type"] != "Gather" or g["inputs"][0] != t["outputs"][0]:
+            continue
+        idx = graph.constants.get(g["inputs"][1]) if len(g["inputs"]) > 1 else None
+        rank = len(shapes[t["inputs"][0]])
+        axis = int((g.get("attrs") or {}).get("axis", 0)) % max(rank, 1)
+        perm = _perm(t, rank)
+        rest = perm[:axis] + perm[axis + 1:]
+        if idx is None or idx.get("shape") or len(idx.get("values") or ()) != 1 or \
+                rest != sorted(rest):
+            continue
+        put[id(g)] = {**g, "inputs": [t["inputs"][0], *g["inputs"][1:]],
+                      "attrs": {**(g.get("attrs") or {}), "axis": perm[axis]}}
+        drop.add(id(t))
+    if not drop:
+        return graph
+    return Graph({**graph.desc, "nodes": [put.get(id(n), n) for n in graph.nodes
+                                           if id(n) not in drop]})
+
+
 def _commute(graph: Graph, shapes: dict, keep):
     """(graph, shapes): each Transpose whose one reader is a Reshape that only splits its
     output's dims (nn.MultiheadAttention's export: [65, 32, 16] -> [32, 65, 16] -> [8, 4, 65,
@@ -158,6 +187,7 @@ def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
             before = graph
             graph, shapes = rows.commute(graph, shapes, keep)
             graph = _collapse_views(graph, shapes, keep)
+            graph = _into_gather(graph, shapes, keep)
             graph, shapes = _commute(graph, shapes, keep)
             if graph is before:
                 break
