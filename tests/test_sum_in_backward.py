@@ -20,14 +20,14 @@ class PreNorm(nn.Module):
     """x [N, T, F] -> h = Linear(F -> d) -> y = h + Linear(LayerNorm(h)) (the pre-norm
     residual block) -> mean over T -> Linear to 4 -> LogSoftmax. ``reads``: 3 adds a third
     reader of h (h * 0.5 into the sum); ``add_first``: the residual sum is taken before the
-    LayerNorm reads h."""
+    LayerNorm reads h; ``direct``: y = h + LayerNorm(h) (no Linear between)."""
 
-    def __init__(self, d, reads=2, add_first=False, relu=False):
+    def __init__(self, d, reads=2, add_first=False, relu=False, direct=False):
         super().__init__()
         torch.manual_seed(2)
         self.inp, self.mix, self.out = nn.Linear(6, d), nn.Linear(d, d), nn.Linear(d, 4)
         self.norm = nn.LayerNorm(d)
-        self.reads, self.add_first, self.relu = reads, add_first, relu
+        self.reads, self.add_first, self.relu, self.direct = reads, add_first, relu, direct
         with torch.no_grad():
             for p in self.norm.parameters():
                 p.add_(torch.randn_like(p), alpha=0.2)
@@ -36,7 +36,9 @@ class PreNorm(nn.Module):
         h = self.inp(x)
         if self.relu:
             h = torch.relu(h)
-        if self.add_first:
+        if self.direct:  # the LayerNorm's output is the Add's other input
+            y = h + self.norm(h)
+        elif self.add_first:
             s = h + 1.5
             y = s * self.mix(self.norm(h))
         else:
@@ -97,9 +99,13 @@ def test_layernorm_writes_the_sum(device, tmp_path, d, tiled):
                                    atol=1e-6 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("kw", [dict(reads=3), dict(add_first=True), dict(relu=True)],
-                         ids=["three_reads", "add_first", "relu_output"])
+@pytest.mark.parametrize("kw", [dict(reads=3), dict(add_first=True), dict(relu=True),
+                                dict(direct=True)],
+                         ids=["three_reads", "add_first", "relu_output", "layernorm_into_add"])
 def test_not_taken(device, tmp_path, kw):
+    """... and y = h + LayerNorm(h), where the Add hands dY to both of its inputs: the other
+    part would be the LayerNorm's own dY, which its dispatch cannot also bind as the addend
+    (a WebGPU validation error before the check)."""
     tokens = 3
     graph, blob = _export(PreNorm(8, **kw), tmp_path / "m.onnx", tokens)
     on = _step(device, graph, blob, tokens, True, True)

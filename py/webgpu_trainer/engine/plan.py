@@ -369,7 +369,7 @@ class Plan:
             for node, k in uses[name]:
                 out = node["outputs"][0]
                 if first and (node, k) == uses[name][0]:
-                    part = self.grads[name]  # it writes the sum (``addends``)
+                    part = None  # decided below, once the other use's part is known
                 elif node["op_type"] in VIEWS and k == 0 and out in self.grads:
                     part = self.grads[out]  # a view's contribution is its output gradient
                 elif fusion.passes_grad(node, self.shapes, k) and out in self.grads:
@@ -380,8 +380,23 @@ class Plan:
                 self.contrib[(node["name"], k)] = part
                 self.contrib_of[name].append(part)
             if first:
-                self.addends[(uses[name][0][0]["name"], uses[name][0][1])] = \
-                    self.contrib_of.pop(name)[1]
+                self._first_sums(name, uses[name][0], shape)
+
+    def _first_sums(self, name, use, shape):
+        """Make the first reader ``use`` (node, input index) of ``name`` write the sum of the
+        two uses' gradients into ``name``'s gradient, reading the other use's part as its
+        addend (``addends``); unless that part is the reader's own output gradient (y = h +
+        LayerNorm(h): the Add passes dY to both), which one dispatch cannot bind twice: then
+        the reader gets a buffer of its own and the parts are added as before."""
+        node, k = use
+        other = self.contrib_of[name][1]
+        dy = self.grads.get(node["outputs"][0])
+        if dy is None or other.buf is dy.buf:
+            own = Tensor(shape, self._gbuf(4 * math.prod(shape), f"d{name}@{node['name']}"))
+            self.contrib[(node["name"], k)] = self.contrib_of[name][0] = own
+            return
+        self.contrib[(node["name"], k)] = self.contrib_of[name][0] = self.grads[name]
+        self.addends[(node["name"], k)] = self.contrib_of.pop(name)[1]
 
     def _sums_in_backward(self, name, uses) -> bool:
         """Whether the first reader of ``name`` (the last backward among its ``uses``, [(node,
