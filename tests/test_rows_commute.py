@@ -202,3 +202,21 @@ def test_a_wider_copy_moves_only_to_meet_a_transpose():
                    _node("Transpose", ["y2"], ["z"], perm=[1, 0, 2, 3])])
     out = transposes.fold(meets, shapes)
     assert [n["op_type"] for n in out.nodes] == ["Reshape", "Gemm", "Reshape"]
+
+
+def test_a_transpose_next_to_its_partner_stays():
+    """MatMul -> Transpose -> [rows] -> Gemm (4 -> 3, narrower) -> Reshape: the Transpose
+    already meets the product (which then writes it permuted, _perm_y), so it does not move
+    down, and nothing moves back and forth between the fixpoint loop's rounds."""
+    shapes = {**SHAPES, "q": [5, 6, 2], "k": [5, 2, 4], "m": [5, 6, 4], "t": [6, 5, 4],
+              "y": [6, 5, 3], "yr": [6, 5, 3]}
+    nodes = [_node("MatMul", ["q", "k"], ["m"]),
+             _node("Transpose", ["m"], ["t"], perm=[1, 0, 2]),
+             *_down()[1:], _node("Relu", ["y"], ["yr"])]
+    g = Graph({"name": "m", "nodes": nodes, "tensors": [], "constants": CONSTS,
+               "inputs": [{"name": n, "dims": shapes[n]} for n in ("q", "k", "w", "b")],
+               "outputs": [{"name": "yr", "dims": [1]}], "opset": 17})
+    assert rows.commute(g, shapes)[0] is g
+    out = transposes.fold(g, shapes)
+    assert [n["op_type"] for n in out.nodes] == ["MatMul", "Reshape", "Gemm", "Reshape", "Relu"]
+    assert out.nodes[0]["attrs"]["_perm_y"] == [1, 0, 2]

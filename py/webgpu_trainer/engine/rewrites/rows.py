@@ -15,12 +15,13 @@ Moved down, the first meets the qkv Transpose (``transposes._commute`` composes 
 up, the second meets the head merge that the attention product already writes permuted
 (``_perm_y``): two copies fewer forward and two backward in every attention layer.
 
-A move that makes the copy wider (the Gemm widens or narrows the rows) is made only where the
-Transpose then meets another Transpose or a MatMul (``_meets``). Moved only where nothing else
-reads what changes order (the Transpose's output, the Gemm's
-input and output rows: ``sole_reader``; not a name the caller keeps), the Gemm has transA = 0
-and a bias of one row (or none), and the row axes line up: the leading axes of the tensor on
-the Transpose's side multiply to the Gemm's rows, the Reshape on the other side keeps them.
+A Transpose moves only toward a partner (another Transpose to compose with, a MatMul to fold
+into: ``_meets``), or to where its copy is narrower, and never away from a partner it already
+meets (``_worth``). Moved only where nothing else reads what changes order (the Transpose's
+output, the Gemm's input and output rows: ``sole_reader``; not a name the caller keeps), the
+Gemm has transA = 0 and a bias of one row (or none), and the row axes line up: the leading
+axes of the tensor on the Transpose's side multiply to the Gemm's rows, the Reshape on the
+other side keeps them.
 Tensors whose rows change order take new names (``::unpermuted`` / ``::permuted``).
 """
 
@@ -90,6 +91,16 @@ def _meets(graph, name, keep, down: bool) -> bool:
     return False
 
 
+def _worth(graph, keep, here, there, narrows: bool, down: bool) -> bool:
+    """Whether to move a Transpose from ``here`` (its input when moving ``down``, its output
+    when moving up) to ``there``: not when it already meets a partner where it is; else when
+    it meets one there, or its copy gets narrower. So a Transpose never moves back (it met a
+    partner where it went, or it would widen), and the fixpoint loop ends."""
+    if _meets(graph, here, keep, down=not down):
+        return False
+    return narrows or _meets(graph, there, keep, down=down)
+
+
 def _shape_const(consts, name, shape):
     consts[name] = {"dtype": "int64", "shape": [len(shape)], "values": [int(d) for d in shape]}
     return name
@@ -138,9 +149,9 @@ def _down(graph, shapes, keep, t, x, y, perm, consts):
     out = shapes.get(r2["outputs"][0], [])
     if list(out[:j]) != list(shapes[y][:j]) or math.prod(out[j:]) != shapes[g["outputs"][0]][1]:
         return None
-    if rows_shape[1] < shapes[g["outputs"][0]][1] and \
-            not _meets(graph, r2["outputs"][0], keep, down=True):
-        return None  # a wider copy after the Gemm, and nothing to compose with there
+    if not _worth(graph, keep, x, r2["outputs"][0], rows_shape[1] > shapes[g["outputs"][0]][1],
+                  down=True):
+        return None
     rows, gy = f"{r1['outputs'][0]}::unpermuted", f"{g['outputs'][0]}::unpermuted"
     mid = f"{r2['outputs'][0]}::unpermuted"
     lead = [shapes[x][q] for q in range(j)]
@@ -178,8 +189,9 @@ def _up(graph, shapes, keep, t, x, perm, consts):
     if j is None or j < 2 or not _row_perm(perm, j) or list(shapes[src][:j]) != \
             list(shapes[x][:j]):
         return None
-    if rows_shape[1] > shapes[g["outputs"][0]][1] and not _meets(graph, src, keep, down=False):
-        return None  # a wider copy before the Gemm, and nothing to compose with there
+    if not _worth(graph, keep, t["outputs"][0], src,
+                  rows_shape[1] < shapes[g["outputs"][0]][1], down=False):
+        return None
     permuted = f"{src}::permuted"
     rows, gy = f"{r1['outputs'][0]}::permuted", f"{g['outputs'][0]}::permuted"
     if permuted in shapes:  # src read by two such chains: one move this call
