@@ -197,3 +197,6 @@ def test_rnn_biases_in_one_span_same_bits(device, name, monkeypatch):
     assert sorted(names) == sorted(graph_weights(graph)) and span["name"] not in names
     mask = np.frombuffer(plan.mask_bytes(), np.float32)
     assert mask.sum() == sum(t["nbytes"] // 4 for t in graph["tensors"])
+    from webgpu_trainer.engine.train.guard import Guard
+    guard = run(Guard.build(plan))  # the tensors and nodes the numpy engine's guard names
+    assert guard.tensors == watched(Graph(graph), set(graph_weights(graph)))

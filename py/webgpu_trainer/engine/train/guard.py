@@ -43,7 +43,10 @@ class Guard:
         self = cls()
         dev, graph = plan.dev, plan.graph
         self.dev = dev
-        self.tensors = watched(graph, plan.trainable)
+        # the model as given (plan.source): the tensors and node names the numpy engine
+        # reports, whatever the rewrites folded (spans are not the model's own tensors)
+        own = {n for n in plan.trainable if "members" not in graph.tensors[n]}
+        self.tensors = watched(getattr(plan, "source", None) or graph, own)
         n = max(len(self.tensors), 1)
         table = []
         for name, _ in self.tensors:
