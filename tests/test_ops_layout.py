@@ -23,6 +23,18 @@ def test_case(device, case):
     check_case(device, case)
 
 
+@pytest.mark.parametrize("fold", [False, True], ids=["copies", "one_gather"])
+def test_concat_one_element(device, fold):
+    """A Concat input of one element copied op by op (the weight chain not folded into a
+    Gather): its copy has no dim larger than 1 (it once failed to build), and folded."""
+    from harness import builder_patch
+    case = next(c for c in layout.CASES if c.id == "layout/concat_one_element")
+    with builder_patch({"FOLD_WEIGHT_LAYOUTS": fold}):
+        res, _ = check_case(device, case)
+    ops = [n["op_type"] for n in res["plan"].graph.nodes]
+    assert ("Concat" in ops) != fold and ("Gather" in ops) == fold
+
+
 # ---- refusals (no device work) ---------------------------------------------------------------
 
 def _graph_of(nodes, constants, tensors=()):

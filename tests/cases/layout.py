@@ -114,6 +114,18 @@ def _concat_constant_and_gemm():
                        acts=("h", "c", "y"), dacts=("h", "c", "y"))
 
 
+def _concat_one_element():
+    """Concat of a one-element param [1] and a [3] param on axis 0, added to h [N, 4]: every
+    dim of the first input's copy has size 1 (it once left the copy no dims at all)."""
+    rng = rng_for("concat_one")
+    pre, tensors = gemm_pre(7, 4, rng)
+    tensors += [("pa", f32(rng.standard_normal(1)), "param"),
+                ("pb", f32(rng.standard_normal(3)), "param")]
+    nodes = pre + [node("Concat", ["pa", "pb"], ["p"], axis=0), node("Add", ["h", "p"], ["y"])]
+    return layout_case("concat_one_element", "Concat", nodes, tensors,
+                       f32(rng.standard_normal((BATCH, 7))), acts=("h", "p", "y"))
+
+
 # ---- Slice ------------------------------------------------------------------------------------
 
 SLICES = {
@@ -380,7 +392,7 @@ TRANSPOSE = [_transpose(perm, chw) for chw in [(3, 7, 33), (7, 1, 5)]
              for perm in [[0, 2, 3, 1], [0, 3, 1, 2], [3, 1, 0, 2], [1, 0, 2, 3], [2, 3, 0, 1],
                           [0, 1, 2, 3], None]]
 CASES = TRANSPOSE + [_transpose_2d_after_gemm()] + [_concat(a) for a in (1, -1, 2)] + \
-    [_concat_constant_and_gemm()] + [_slice(name) for name in SLICES] + \
+    [_concat_constant_and_gemm(), _concat_one_element()] + [_slice(name) for name in SLICES] + \
     [_slice_opset9_attributes(), _slice_2d_after_gemm()] + [_pad(name) for name in PADS] + \
     [_pad_opset2_attributes(), _pad_value_tensor(None), _pad_value_tensor(64),
      _expand_3x1_to_2x3x4(), _expand_middle_dim_bidirectional(), _expand_param_then_concat(),

@@ -127,7 +127,8 @@ async def gather(b, x, out, dims, src_off=0, dst_off=0, value=0.0, fill=None):
     every destination cell it indexes, ``value`` (or ``fill[0]``) where the source is out of
     bounds. When the last dim (after ``_coalesce``) is a plain copy at least 4 long, each
     thread takes 4 consecutive cells (``quad``: one index decomposition for the 4)."""
-    dims = _coalesce(dims)
+    # every dim of size 1 (a one-element Concat input): one cell
+    dims = _coalesce(dims) or [_plain(1, 0, 0)]
     n = math.prod([d[0] for d in dims])
     if n == 0:
         return
