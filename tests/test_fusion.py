@@ -156,11 +156,15 @@ def test_residual_add_passes_its_gradient(device, entries):
     assert [e for s, e in entries[id(p.bwd)] if s == "binary"] == []
 
 
-def test_broadcast_add_writes_its_gradients(device, entries):
-    """MatMul + Add(bias): the bias is broadcast, so the Add is no pass-through: it writes
-    m's gradient (backward_full: m spans the output) and sums the bias's (backward; numbers:
-    the numpy engine's)."""
-    res, _ = check_case(device, by_id(plan_cases.CASES, "fused_matmul_add_relu"))
+@pytest.mark.parametrize("through", [True, False], ids=["shared", "copied"])
+def test_broadcast_add_writes_its_gradients(device, entries, through):
+    """MatMul + Add(bias): the bias is broadcast. m spans the output, so m's gradient is the
+    Add's output gradient (Builder.GRAD_THROUGH_BROADCAST_ADD; off: backward_full writes a
+    copy); the bias's is summed (backward). Numbers: the numpy engine's."""
+    from harness import builder_patch
+    with builder_patch({"GRAD_THROUGH_BROADCAST_ADD": through}):
+        res, _ = check_case(device, by_id(plan_cases.CASES, "fused_matmul_add_relu"))
     p = res["plan"]
-    assert p.grads["m"].buf is not p.grads["s"].buf
-    assert [e for s, e in entries[id(p.bwd)] if s == "binary"] == ["backward", "backward_full"]
+    assert (p.grads["m"].buf is p.grads["s"].buf) == through
+    assert [e for s, e in entries[id(p.bwd)] if s == "binary"] == \
+        ["backward"] + ([] if through else ["backward_full"])
