@@ -176,3 +176,22 @@ def check_case(device, case, plan=None):
     for extra in case.checks:
         extra(res, want)
     return res, want
+
+
+def count_transposes_left(monkeypatch) -> dict:
+    """Wrap ``rewrites.transposes.fold`` so each plan built records, under the value of
+    ``Builder.COMMUTE_TRANSPOSES`` at the time (first plan only), how many Transposes of rank
+    >= 3 its folded graph keeps. Returns that dict (filled as plans are built)."""
+    from webgpu_trainer.engine.plan import Builder
+    from webgpu_trainer.engine.rewrites import transposes
+    left, fold = {}, transposes.fold
+
+    def counting(graph, shapes, keep=()):
+        out = fold(graph, shapes, keep)
+        sh = out.shapes(3)
+        left.setdefault(Builder.COMMUTE_TRANSPOSES, sum(
+            n["op_type"] == "Transpose" and len(sh.get(n["inputs"][0], ())) >= 3
+            for n in out.nodes))
+        return out
+    monkeypatch.setattr(transposes, "fold", counting)
+    return left

@@ -6,7 +6,7 @@ Transposes gone (or one per attention layer left) where the rewrite is on."""
 
 import pytest
 
-from harness import builder_patch
+from harness import builder_patch, count_transposes_left
 from webgpu_trainer.engine.graph import Graph
 from webgpu_trainer.engine.rewrites import rows, transposes
 
@@ -150,11 +150,6 @@ class Encoder(nn.Module):
         return self.fc(h.mean(1))
 
 
-def _transposes(graph, shapes):
-    return sum(n["op_type"] == "Transpose" and len(shapes.get(n["inputs"][0], ())) >= 3
-               for n in graph.nodes)
-
-
 @pytest.mark.parametrize("tiled", [False, True], ids=["cpu_kernels", "gpu_kernels"])
 @pytest.mark.parametrize("dynamo", [False, True], ids=["ts", "dynamo"])
 @pytest.mark.parametrize("model, most", [("seq_first", 0), ("encoder_seq_first", 3),
@@ -164,15 +159,7 @@ def test_seq_first_models_train_like_torch(device, tmp_path, monkeypatch, tiled,
     from torch_models import export_and_step
     if dynamo:
         pytest.importorskip("onnxscript")
-    left = {}
-    fold = transposes.fold
-
-    def counting(graph, shapes, keep=()):
-        out = fold(graph, shapes, keep)
-        from webgpu_trainer.engine.plan import Builder
-        left.setdefault(Builder.COMMUTE_TRANSPOSES, _transposes(out, out.shapes(3)))
-        return out
-    monkeypatch.setattr(transposes, "fold", counting)
+    left = count_transposes_left(monkeypatch)
     for commute in (False, True):
         torch.manual_seed(5)
         net = SeqFirst() if model == "seq_first" else Encoder(model.endswith("batch_first"))

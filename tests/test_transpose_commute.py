@@ -8,7 +8,7 @@ left than without the rewrite."""
 import pytest
 
 from conftest import node
-from harness import builder_patch
+from harness import builder_patch, count_transposes_left
 from webgpu_trainer.engine.graph import Graph
 from webgpu_trainer.engine.rewrites import transposes
 
@@ -135,26 +135,13 @@ class MHA(nn.Module):
         return self.fc(self.att(h, h, h, need_weights=False)[0].mean(1))
 
 
-def _transposes(graph, shapes):
-    return sum(n["op_type"] == "Transpose" and len(shapes.get(n["inputs"][0], ())) >= 3
-               for n in graph.nodes)
-
-
 @pytest.mark.parametrize("tiled", [False, True])
 @pytest.mark.parametrize("dynamo", [False, True])
 def test_multihead_attention_trains_like_torch(device, tmp_path, monkeypatch, tiled, dynamo):
     from torch_models import export_and_step
     if dynamo:
         pytest.importorskip("onnxscript")
-    left = {}
-    fold = transposes.fold
-
-    def counting(graph, shapes, keep=()):
-        out = fold(graph, shapes, keep)
-        from webgpu_trainer.engine.plan import Builder
-        left.setdefault(Builder.COMMUTE_TRANSPOSES, _transposes(out, out.shapes(3)))
-        return out
-    monkeypatch.setattr(transposes, "fold", counting)
+    left = count_transposes_left(monkeypatch)
     for commute in (False, True):
         torch.manual_seed(11)
         with builder_patch({"TILED": tiled, "COMMUTE_TRANSPOSES": commute}):
