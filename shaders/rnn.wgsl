@@ -53,6 +53,13 @@ var<workgroup> rsum: array<f32, 1024>;
 override RV: u32 = 16u;
 var<private> rr: array<vec4<f32>, 16>;
 
+// The *_seq_wide kernels with registers (flags 32) run NB samples n0 .. n0 + NB - 1 of one
+// direction a workgroup (rnn.py `_rows`: fewer workgroups resident at once, each R value in
+// registers used NB times a step). Sample n0 + `slot` keeps its row at slot * H (forward) or
+// slot * 4H (backward) of `row` and its rsum at slot * G * H: NB * 4 * H <= 1024.
+override NB: u32 = 1u;
+var<private> slot: u32 = 0u;
+
 // r[at], r[at + step], r[at + 2 step], r[at + 3 step]
 fn r4(at: u32, step: u32) -> vec4<f32> {
   return vec4<f32>(r[at], r[at + step], r[at + 2u * step], r[at + 3u * step]);
@@ -200,7 +207,7 @@ fn rdot(d: u32, g: u32, j: u32, hb: u32) -> f32 {
 
 // rdot for a step of unit j: from rsum when forward_seq_wide computed it (flags 16).
 fn rdot_of(d: u32, g: u32, j: u32, hb: u32) -> f32 {
-  if ((p.flags & 16u) != 0u) { return rsum[g * p.H + j]; }
+  if ((p.flags & 16u) != 0u) { return rsum[slot * p.G * p.H + g * p.H + j]; }
   return rdot(d, g, j, hb);
 }
 
@@ -235,7 +242,7 @@ fn lstm_step(d: u32, n: u32, j: u32, s: u32) {
   let h = og * det_tanh(cell);
   b[hb + nh + j] = cell;
   a[hb + nh + j] = h;
-  if ((p.flags & 16u) != 0u) { row[j] = h; }  // the next step's h (forward_seq_wide)
+  if ((p.flags & 16u) != 0u) { row[slot * p.H + j] = h; }  // the next step's h (*_wide)
   let gb = ((d * p.T + s) * p.N + n) * gh;
   c[gb + j] = ig;
   c[gb + p.H + j] = og;
@@ -260,7 +267,7 @@ fn gru_step(d: u32, n: u32, j: u32, s: u32) {
   let ng = det_tanh(x[xb + 2u * p.H + j] + rg * hn);
   let h = (1.0 - zg) * ng + zg * a[hb + j];
   a[hb + nh + j] = h;
-  if ((p.flags & 16u) != 0u) { row[j] = h; }
+  if ((p.flags & 16u) != 0u) { row[slot * p.H + j] = h; }
   let gb = ((d * p.T + s) * p.N + n) * 4u * p.H;
   c[gb + j] = zg;
   c[gb + p.H + j] = rg;
@@ -292,35 +299,44 @@ fn forward_seq(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 // forward_seq on GPU adapters (H <= SEQ_H, flags 16): a thread per gate row q first sums R h
-// of the step (rdot, the same order; flags 32: rdot_reg from registers) into rsum, so a step's
-// serial chain is H multiply-adds instead of G * H; then a thread per unit as forward_seq,
-// which also writes its new h into row. A unit reads storage only where it wrote it itself
-// (its cell, GRU's h), so no storageBarrier.
+// of the step (rdot, the same order; flags 32: rdot_reg from registers, for each of the
+// workgroup's NB samples) into rsum, so a step's serial chain is H multiply-adds instead of
+// G * H; then a thread per (sample, unit) as forward_seq, which also writes its new h into row.
+// A unit reads storage only where it wrote it itself (its cell, GRU's h), so no storageBarrier.
 @compute @workgroup_size(256)
 fn forward_seq_wide(@builtin(workgroup_id) wid: vec3<u32>,
                     @builtin(num_workgroups) nwg: vec3<u32>,
                     @builtin(local_invocation_index) lid: u32) {
-  let dn = wid.x + wid.y * nwg.x;
-  let live = dn < p.D * p.N;
-  let d = dn / p.N;
+  let blocks = (p.N + NB - 1u) / NB;  // workgroups a direction
+  let wg = wid.x + wid.y * nwg.x;
+  let d = wg / blocks;
+  let n0 = (wg % blocks) * NB;
+  let live = d < p.D;
   let gh = p.G * p.H;
   let reg = (p.flags & 32u) != 0u;
-  if (live) {  // h before the dispatch's first step into row; R's row lid into rr (flags 32)
-    let hb = (d * (p.T + 1u) + p.s) * p.N * p.H + (dn % p.N) * p.H;
-    for (var k = lid; k < p.H; k += 256u) { row[k] = a[hb + k]; }
-    if (reg && lid < gh) { load_rr((d * gh + lid) * p.H, 1u); }
+  let copies = 256u / gh;  // threads a gate row q (flags 32): sample slots lid / gh + copies k
+  if (live) {  // h before the dispatch's first step into row; R's row q into rr (flags 32)
+    for (var e = lid; e < NB * p.H; e += 256u) {
+      let n = min(n0 + e / p.H, p.N - 1u);
+      row[e] = a[(d * (p.T + 1u) + p.s) * p.N * p.H + n * p.H + e % p.H];
+    }
+    if (reg && lid < copies * gh) { load_rr((d * gh + lid % gh) * p.H, 1u); }
   }
   for (var s = p.s; s < min(p.s + p.steps, p.T); s++) {
     workgroupBarrier();  // row holds h before step s
     if (live) {
       if (reg) {
-        if (lid < gh) { rsum[lid] = rdot_reg(0u); }
+        if (lid < copies * gh) {
+          for (var k = lid / gh; k < NB; k += copies) {
+            rsum[k * gh + lid % gh] = rdot_reg(k * p.H);
+          }
+        }
       } else {
         for (var q = lid; q < gh; q += 256u) { rsum[q] = rdot(d, q / p.H, q % p.H, 0u); }
       }
     }
     workgroupBarrier();  // every thread has read row; rsum is complete
-    seq_units(dn, lid, s, false, 256u);
+    wide_units(d, n0, lid, s, false);
   }
 }
 
@@ -362,7 +378,7 @@ fn dh_later_near(d: u32, n: u32, j: u32, s1: u32) -> f32 {
   if (p.H > SEQ_H) { return dh_later(d, n, j, s1); }
   if ((p.flags & 16u) != 0u) {  // backward_seq_wide's parts, in gate order
     var sum = 0.0;
-    for (var g = 0u; g < p.G; g++) { sum += rsum[g * p.H + j]; }
+    for (var g = 0u; g < p.G; g++) { sum += rsum[slot * p.G * p.H + g * p.H + j]; }
     return sum;
   }
   let gh = p.G * p.H;
@@ -378,10 +394,11 @@ fn store_dg(gb: u32, j: u32, v0: f32, v1: f32, v2: f32, v3: f32) {
   c[gb + 2u * p.H + j] = v2;
   c[gb + 3u * p.H + j] = v3;
   if ((p.flags & 16u) != 0u) {
-    row[j] = v0;
-    row[p.H + j] = v1;
-    row[2u * p.H + j] = v2;
-    row[3u * p.H + j] = v3;
+    let o = slot * 4u * p.H + j;
+    row[o] = v0;
+    row[o + p.H] = v1;
+    row[o + 2u * p.H] = v2;
+    row[o + 3u * p.H] = v3;
   }
 }
 
@@ -445,6 +462,23 @@ fn seq_units(dn: u32, lid: u32, s: u32, back: bool, stride: u32) {
   }
 }
 
+// Step s (forward, or `back`) of a *_seq_wide workgroup: its threads take the units
+// (sample n0 + slot, unit j) of its NB samples, slot * H + j = lid, lid + 256, ...
+fn wide_units(d: u32, n0: u32, lid: u32, s: u32, back: bool) {
+  if (d >= p.D) { return; }
+  for (var u = lid; u < NB * p.H; u += 256u) {
+    let n = n0 + u / p.H;
+    if (n >= p.N) { break; }
+    slot = u / p.H;
+    let j = u % p.H;
+    if (back) {
+      if (p.G == 4u) { lstm_back(d, n, j, s); } else { gru_back(d, n, j, s); }
+    } else {
+      if (p.G == 4u) { lstm_step(d, n, j, s); } else { gru_step(d, n, j, s); }
+    }
+  }
+}
+
 // Backpropagation through steps p.s, p.s - 1, ..., p.s - p.steps + 1 (in reverse; all T in
 // one dispatch unless lavapipe's cap says otherwise), one workgroup per (d, n) as forward_seq:
 // step s reads the gate gradients of (d, n)'s step s + 1, written by this workgroup
@@ -469,32 +503,46 @@ fn backward_seq(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 // backward_seq on GPU adapters (H <= SEQ_H, flags 16): dh's R sum over the later step's dg
-// split by gate, a thread per (gate g, unit j) into rsum (flags 32: rdot_reg from registers),
-// added in gate order by the unit (dh_later_near); a step's serial chain is H multiply-adds
-// instead of G * H. Units write their dg into row for the step before, and read storage only
-// where they wrote it themselves (the carry), so no storageBarrier.
+// split by gate, a thread per (gate g, unit j) into rsum (flags 32: rdot_reg from registers,
+// for each of the workgroup's NB samples), added in gate order by the unit (dh_later_near); a
+// step's serial chain is H multiply-adds instead of G * H. Units write their dg into row for the
+// step before, and read storage only where they wrote it themselves (the carry), so no
+// storageBarrier.
 @compute @workgroup_size(256)
 fn backward_seq_wide(@builtin(workgroup_id) wid: vec3<u32>,
                      @builtin(num_workgroups) nwg: vec3<u32>,
                      @builtin(local_invocation_index) lid: u32) {
-  let dn = wid.x + wid.y * nwg.x;
-  let live = dn < p.D * p.N;
-  let d = dn / p.N;
+  let blocks = (p.N + NB - 1u) / NB;
+  let wg = wid.x + wid.y * nwg.x;
+  let d = wg / blocks;
+  let n0 = (wg % blocks) * NB;
+  let live = d < p.D;
   let gh = p.G * p.H;
   let reg = (p.flags & 32u) != 0u;
+  let copies = 256u / gh;
   if (live) {  // dg of the step after the dispatch's first into row; R's column into rr
     if (p.s + 1u < p.T) {
-      let base = ((d * p.T + p.s + 1u) * p.N + dn % p.N) * 4u * p.H;
-      for (var q = lid; q < 4u * p.H; q += 256u) { row[q] = c[base + q]; }
+      for (var e = lid; e < NB * 4u * p.H; e += 256u) {
+        let n = min(n0 + e / (4u * p.H), p.N - 1u);
+        row[e] = c[((d * p.T + p.s + 1u) * p.N + n) * 4u * p.H + e % (4u * p.H)];
+      }
     }
-    if (reg && lid < gh) { load_rr((d * gh + (lid / p.H) * p.H) * p.H + lid % p.H, p.H); }
+    if (reg && lid < copies * gh) {
+      let q = lid % gh;
+      load_rr((d * gh + (q / p.H) * p.H) * p.H + q % p.H, p.H);
+    }
   }
   for (var k = 0u; k < min(p.steps, p.s + 1u); k++) {
     let s = p.s - k;
     workgroupBarrier();  // row holds dg of step s + 1
     if (live && s + 1u < p.T) {
       if (reg) {
-        if (lid < gh) { rsum[lid] = rdot_reg(rcol((lid / p.H) * p.H)); }
+        if (lid < copies * gh) {
+          let q = lid % gh;
+          for (var m = lid / gh; m < NB; m += copies) {
+            rsum[m * gh + q] = rdot_reg(m * 4u * p.H + rcol((q / p.H) * p.H));
+          }
+        }
       } else {
         for (var e = lid; e < gh; e += 256u) {
           let g = e / p.H;
@@ -508,7 +556,7 @@ fn backward_seq_wide(@builtin(workgroup_id) wid: vec3<u32>,
       }
     }
     workgroupBarrier();  // every thread has read row; rsum is complete
-    seq_units(dn, lid, s, true, 256u);
+    wide_units(d, n0, lid, s, true);
   }
 }
 

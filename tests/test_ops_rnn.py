@@ -49,6 +49,49 @@ def test_case_in_chunks_gpu_paths(device, case, monkeypatch):
         check_case(device, case)
 
 
+# Several samples a workgroup of the *_seq_wide kernels with R in registers (rnn._rows,
+# rnn.wgsl NB: up to 2 or 4 of them, the floor lowered to 1 workgroup): against float64, then
+# the same bits as one sample a workgroup (the same products in the same order).
+ROWS = [c for c in rnn.CASES if any(f"_h{h}" in c.id for h in (8, 12, 64))]
+
+
+@pytest.mark.parametrize("most", [2, 4])
+@pytest.mark.parametrize("case", ROWS, ids=ids(ROWS))
+def test_case_rows_a_workgroup(device, case, most, monkeypatch):
+    seen = []
+    monkeypatch.setattr(card, "ROWS_MAX", most)
+    rows = card._rows
+    monkeypatch.setattr(card, "_rows", lambda *a: seen.append(rows(*a)) or seen[-1])
+    with builder_patch({"TILED": True, "RNN_ROWS_MIN_GROUPS": 1}):
+        many, _ = check_case(device, case)
+    assert seen and all(c["NB"] == min(most, 1024 // (4 * case_h(case))) for c, _ in seen), seen
+    with builder_patch({"TILED": True, "RNN_ROWS_MIN_GROUPS": None}):
+        one, _ = check_case(device, case)
+    for name in case.acts:
+        assert np.array_equal(many["acts"][name], one["acts"][name]), name
+    for name, g in one["grads"].items():
+        assert np.array_equal(many["grads"][name], g), name
+
+
+def case_h(case) -> int:
+    return int(case.id.rsplit("_h", 1)[1])
+
+
+def test_rows_rule():
+    """NB: the largest power of 2 up to 4 that fits `row` and leaves the floor of workgroups."""
+    class B:
+        RNN_ROWS_MIN_GROUPS = 128
+    b = B()
+    nb = lambda d, n, h: (card._rows(b, {"RV": 1}, d, n, h)[0] or {}).get("NB", 1)
+    assert nb(1, 1000, 64) == 4 and nb(1, 512, 64) == 4 and nb(1, 508, 64) == 2
+    assert nb(1, 256, 64) == 2 and nb(1, 254, 64) == 1 and nb(1, 64, 64) == 1
+    assert nb(2, 256, 64) == 4 and nb(1, 1000, 128) == 2 and nb(1, 1000, 256) == 1
+    assert card._rows(b, None, 1, 1000, 64)[0] is None  # no registers: one a workgroup
+    assert card._rows(b, {"RV": 16}, 1, 1000, 64)[1][0] == 250
+    b.RNN_ROWS_MIN_GROUPS = None
+    assert nb(1, 1000, 64) == 1
+
+
 SHAPES = [[4, 2, 3], [1, 20, 3], [1, 20, 5], None, None, None]
 
 

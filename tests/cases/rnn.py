@@ -94,4 +94,8 @@ CASES = [_rnn(op, direction) for op in ("LSTM", "GRU")
     _rnn("GRU", "reverse", init=True, use=("Y", "Y_h"), hidden=8),
     _rnn("LSTM", "forward", use=("Y",), hidden=64),
     _rnn("GRU", "bidirectional", use=("Y_h",), hidden=64),
+    # 7 samples: with several a workgroup (rnn._rows, rnn.wgsl NB) the last block is partial;
+    # hidden 12: 36 GRU gate rows, 7 threads a row of R
+    _rnn("LSTM", "bidirectional", init=True, use=("Y", "Y_h", "Y_c"), batch=7, hidden=8),
+    _rnn("GRU", "reverse", init=True, use=("Y", "Y_h"), batch=7, hidden=12),
 ]

@@ -237,6 +237,10 @@ class Builder:
     # ... each thread's values of R in registers there, for H a multiple of 4 up to 64
     # (ops/rnn._registers); False: read from storage every step (A/B).
     RNN_R_REGISTERS = True
+    # ... and then up to 4 samples a workgroup (rnn.wgsl NB) while at least this many
+    # workgroups remain: each R value read from registers NB times a step, fewer workgroups to
+    # keep resident (ops/rnn._rows); None: one sample a workgroup (A/B).
+    RNN_ROWS_MIN_GROUPS = 128
     # LSTM/GRU x-projections as tiled GEMMs on GPU adapters (ops/rnn._xproj); False: A/B.
     RNN_XPROJ_GEMM = True
     # A forward LSTM's dW and dR as products on the Gemm's kernels (GPU adapters); False: A/B.

@@ -198,11 +198,12 @@ async def forward(b, node, ins, outs, train):
                        out=rt)
         flags |= 4
     per = steps_per_dispatch(h, g)
-    entry = "forward_seq"
+    entry, groups = "forward_seq", groups_1d(d * n, 1)
     if _wide(b, h):
         entry, flags = "forward_seq_wide", flags | 16 | 32 * bool(consts)
+        consts, groups = _rows(b, consts, d, n, h)
     for s0 in range(0, t, per):
-        await _kernel(b, node, entry, groups_1d(d * n, 1),
+        await _kernel(b, node, entry, groups,
                        params={**base, "flags": flags, "s": s0, "steps": per}, constants=consts,
                        x=xp, w=rt, r=ins[2], bias=bias, a=sv["hs"], b=sv["cs"], c=sv["gates"],
                        out=y)
@@ -232,6 +233,28 @@ def _registers(b, h: int) -> dict | None:
     if _wide(b, h) and h % 4 == 0 and h <= 64 and b.RNN_R_REGISTERS:
         return {"RV": h // 4}
     return None
+
+
+ROW_FLOATS = 1024  # rnn.wgsl: the floats of its workgroup arrays `row` and `rsum`
+ROWS_MAX = 4  # samples a *_seq_wide workgroup at most
+
+
+def _rows(b, consts: dict | None, d: int, n: int, h: int) -> tuple:
+    """(constants, groups) of a ``*_seq_wide`` dispatch: with registers (``consts``), NB
+    samples a workgroup, the largest power of 2 up to ``ROWS_MAX`` whose rows fit `row` (NB * 4H floats)
+    and that leaves at least ``Builder.RNN_ROWS_MIN_GROUPS`` workgroups (an H200 holds two of
+    these 256-thread workgroups per SM: the zoo's LSTM at batch 1000 runs 250 instead of 1,000,
+    all resident at once). Each workgroup's loads of R into registers serve NB samples. The same
+    products in the same order as one sample a workgroup, so the same bits."""
+    nb = 1
+    floor = b.RNN_ROWS_MIN_GROUPS
+    if consts and floor is not None:
+        while (nb < ROWS_MAX and 2 * nb * 4 * h <= ROW_FLOATS
+               and d * -(-n // (2 * nb)) >= floor):
+            nb *= 2
+    if nb == 1:
+        return consts, groups_1d(d * n, 1)
+    return {**consts, "NB": nb}, groups_1d(d * -(-n // nb), 1)
 
 
 async def _xproj(b, node, base, x, w, bias, xp):
@@ -273,19 +296,21 @@ async def backward(b, node, ins, outs, gins, gouts):
     state = groups_1d(d * n * h)
     flags = int(dy is not None) | 2 * int(dyh is not None) | 4 * int(dyc is not None)
     entry, consts = "backward_seq", _registers(b, h)
+    groups = groups_1d(d * n, 1)
     if _wide(b, h):
         entry, flags = "backward_seq_wide", flags | 16 | 32 * bool(consts)
+        consts, groups = _rows(b, consts, d, n, h)
     per = steps_per_dispatch(h, g)
     sv["dg"] = b.scratch(d * t * n * 4 * h, "rnn.dg")  # the gates' gradients, every step
     for s0 in reversed(range(0, t, per)):
         last = min(s0 + per, t) - 1  # this dispatch runs steps last, last - 1, ..., s0
         p = {**base, "flags": flags, "s": last, "steps": last - s0 + 1}
         if lstm:
-            await _kernel(b, node, entry, groups_1d(d * n, 1), params=p, constants=consts,
+            await _kernel(b, node, entry, groups, params=p, constants=consts,
                            x=dyh, r=ins[2], dy=dy, bias=dyc, a=sv["gates"], b=sv["cs"],
                            c=sv["dg"], out=sv["carry"])
         else:
-            await _kernel(b, node, entry, groups_1d(d * n, 1), params=p, constants=consts,
+            await _kernel(b, node, entry, groups, params=p, constants=consts,
                            x=dyh, r=ins[2], dy=dy, a=sv["gates"], b=sv["hs"], c=sv["dg"],
                            out=sv["carry"])
     gh0, gc0 = _get(gins, 5), _get(gins, 6) if lstm else None
