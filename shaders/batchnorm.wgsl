@@ -18,12 +18,18 @@ struct Params {
   beta: u32, rmean: u32, rvar: u32, parts: u32,
   eps: f32, momentum: f32, mask: u32, want_dx: u32,
   relu: u32, bw: u32, bg: u32, bpp: u32,
+  clip: u32, lo: f32, hi: f32, _p0: u32,
 }
 // want_dx: backward_fused writes dx (else only the gamma / beta gradients).
 // relu (normalize, forward_fused): y = max(y, 0), an in-place ReLU after this layer fused here
 // (the same max as elementwise.wgsl's relu_forward: the same floats).
 // mask (backward_input): dx = 0 where x <= 0 (x is the output of an in-place ReLU whose backward
 // the plan fused here).
+// clip: a Clip(lo, hi) that alone reads this layer's output y is fused here (fusion.clips_after):
+// normalize / forward_fused also write its output min(max(y, lo), hi) (unary.wgsl's Clip: the
+// same floats) into aux; the backward kernels read the Clip's output gradient as dy, each value
+// kept where lo <= y <= hi (aux = y: torch.clamp's gradient, as unary.wgsl's), so neither the
+// Clip's dispatches nor y's gradient are made.
 // bw, bg, bpp: the blocks of the CPU adapters' kernels (block_stats, block_dy; lib/bn_blocks):
 // width along the inner axis, planes a block, blocks a plane; parts blocks a channel.
 
@@ -37,6 +43,7 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<storage, read_write> G: array<f32>;
 @group(0) @binding(7) var<storage, read_write> part: array<f32>;  // [C, parts] (x2 for dy)
+@group(0) @binding(8) var<storage, read_write> aux: array<f32>;  // clip: its output / y
 
 const WG: u32 = 256u;  // the summing kernels' workgroup
 alias RedT = vec2<f32>;  // two sums at once (x: the first, y: the second)
@@ -46,6 +53,23 @@ var<workgroup> red: array<RedT, 256>;
 
 fn at(c: u32, e: u32) -> u32 {
   return ((e / p.inner) * p.C + c) * p.inner + e % p.inner;
+}
+
+// dy[i], or with a fused Clip its gradient: kept where lo <= y <= hi
+fn dy_at(i: u32) -> f32 {
+  if (p.clip == 0u) { return dy[i]; }
+  let y = aux[i];
+  return select(0.0, dy[i], p.lo <= y && y <= p.hi);
+}
+
+fn dy4(i: vec4<u32>) -> vec4<f32> {
+  return vec4<f32>(dy_at(i.x), dy_at(i.y), dy_at(i.z), dy_at(i.w));
+}
+
+// out[i] = y, and the fused Clip's output
+fn put(i: u32, y: f32) {
+  out[i] = y;
+  if (p.clip != 0u) { aux[i] = min(max(y, p.lo), p.hi); }
 }
 
 // sum_{k < parts} part[base + k*step]: four independent running sums, so that a GPU has four
@@ -127,14 +151,14 @@ fn normalize(@builtin(global_invocation_id) gid: vec3<u32>,
   let S = grid_stride(nwg);
   let i0 = flat_index(gid, nwg);
   if (S >= n) {  // a thread per element (CPU adapters)
-    if (i0 < n) { out[i0] = normalized(i0, x[i0]); }
+    if (i0 < n) { put(i0, normalized(i0, x[i0])); }
     return;
   }
   // grid-stride, elements i + q*S (q < 4) an iteration: their loads are issued together
   for (var i = i0; i < n; i += 4u * S) {
     let e = min(vec4<u32>(i) + vec4<u32>(0u, 1u, 2u, 3u) * S, vec4<u32>(n - 1u));
     let v = vec4<f32>(x[e.x], x[e.y], x[e.z], x[e.w]);
-    for (var q = 0u; q < 4u; q++) { if (i + q * S < n) { out[e[q]] = normalized(e[q], v[q]); } }
+    for (var q = 0u; q < 4u; q++) { if (i + q * S < n) { put(e[q], normalized(e[q], v[q])); } }
   }
 }
 
@@ -180,14 +204,14 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
   let S = grid_stride(nwg);
   let i0 = flat_index(gid, nwg);
   if (S >= n) {  // a thread per element (CPU adapters)
-    if (i0 < n) { out[i0] = input_grad(i0, x[i0], dy[i0], M); }
+    if (i0 < n) { out[i0] = input_grad(i0, x[i0], dy_at(i0), M); }
     return;
   }
   // grid-stride, elements i + q*S (q < 4) an iteration: their loads are issued together
   for (var i = i0; i < n; i += 4u * S) {
     let e = min(vec4<u32>(i) + vec4<u32>(0u, 1u, 2u, 3u) * S, vec4<u32>(n - 1u));
     let xv = vec4<f32>(x[e.x], x[e.y], x[e.z], x[e.w]);
-    let dv = vec4<f32>(dy[e.x], dy[e.y], dy[e.z], dy[e.w]);
+    let dv = dy4(e);
     for (var q = 0u; q < 4u; q++) {
       if (i + q * S < n) { out[e[q]] = input_grad(e[q], xv[q], dv[q], M); }
     }
@@ -266,7 +290,7 @@ fn thread_sum_dy(c: u32, r: vec2<u32>, lid: u32) -> vec2<f32> {
     var bx4 = vec4<f32>(0.0);
     for (var k = 0u; k < BLOCK && e + 768u < r.y; k++) {
       let i = vec4<u32>(at(c, e), at(c, e + 256u), at(c, e + 512u), at(c, e + 768u));
-      let d = vec4<f32>(dy[i.x], dy[i.y], dy[i.z], dy[i.w]);
+      let d = dy4(i);
       b4 += d;
       bx4 += d * (vec4<f32>(x[i.x], x[i.y], x[i.z], x[i.w]) - mean) * invstd;
       e += 1024u;
@@ -276,8 +300,9 @@ fn thread_sum_dy(c: u32, r: vec2<u32>, lid: u32) -> vec2<f32> {
   }
   for (; e < r.y; e += 256u) {
     let i = at(c, e);
-    s4.x += dy[i];
-    sx4.x += dy[i] * (x[i] - mean) * invstd;
+    let d = dy_at(i);
+    s4.x += d;
+    sx4.x += d * (x[i] - mean) * invstd;
   }
   return vec2<f32>((s4.x + s4.y) + (s4.z + s4.w), (sx4.x + sx4.y) + (sx4.z + sx4.w));
 }
@@ -348,7 +373,7 @@ fn forward_fused(@builtin(workgroup_id) wid: vec3<u32>,
   let invstd = inverseSqrt(red[0].x / f32(p.outer * p.inner) + p.eps);  // = finish_var's
   for (var e = r.x + lid; e < r.y; e += 256u) {
     let i = at(c, e);
-    out[i] = normalized_c(c, x[i], mean, invstd);
+    put(i, normalized_c(c, x[i], mean, invstd));
   }
 }
 
@@ -372,6 +397,6 @@ fn backward_fused(@builtin(workgroup_id) wid: vec3<u32>,
   let M = f32(p.outer * p.inner);
   for (var e = r.x + lid; e < r.y; e += 256u) {
     let i = at(c, e);
-    out[i] = input_grad_c(c, x[i], dy[i], M, dbeta, dgamma);
+    out[i] = input_grad_c(c, x[i], dy_at(i), M, dbeta, dgamma);
   }
 }

@@ -152,12 +152,13 @@ def test_kernel_fills_unbound_slots_and_binds_by_name():
     assert b.current[1][1][1:] == ["S", "D", b.dummy_u32, b.dummy]
     run(b.kernel("batchnorm", "sum_x", (1, 1, 1), params=dict(
         outer=1, C=1, inner=1, gamma=0, beta=0, rmean=0, rvar=0, parts=1, eps=0.0,
-        momentum=0.0, mask=0, want_dx=0, relu=0, bw=0, bg=0, bpp=0), x="X", P="P", save="S",
-        part="T"))
+        momentum=0.0, mask=0, want_dx=0, relu=0, bw=0, bg=0, bpp=0, clip=0, lo=0.0, hi=0.0),
+        x="X", P="P", save="S", part="T"))
     binds = b.current[2][1][1:]
     assert binds[:4] == ["X", b.dummy, "P", "S"] and binds[6] == "T"
-    # two unbound read_write slots: a sink each (Dawn refuses aliased writable bindings)
+    # three unbound read_write slots: a sink each (Dawn refuses aliased writable bindings)
     assert binds[4] is b.sink and binds[5] is not b.sink and binds[5] == "sink6:16"
+    assert binds[7] not in (b.sink, binds[5]) and binds[7] == "sink8:16"
 
 
 def test_gpu_adapter_gemm_sinks_are_per_dispatch():

@@ -80,7 +80,7 @@ fn block_sum_dy(c: u32, b: Blk) -> vec2<f32> {
       var b4 = vec4<f32>(0.0);
       var bx4 = vec4<f32>(0.0);
       for (; i + 4u <= stop; i += 4u) {
-        let d = vec4<f32>(dy[i], dy[i + 1u], dy[i + 2u], dy[i + 3u]);
+        let d = dy4(vec4<u32>(i, i + 1u, i + 2u, i + 3u));
         b4 += d;
         bx4 += d * (vec4<f32>(x[i], x[i + 1u], x[i + 2u], x[i + 3u]) - mean) * invstd;
       }
@@ -88,7 +88,8 @@ fn block_sum_dy(c: u32, b: Blk) -> vec2<f32> {
       sx4 += bx4;
     }
     for (; i < end; i++) {
-      s += vec2<f32>(dy[i], dy[i] * (x[i] - mean) * invstd);
+      let d = dy_at(i);
+      s += vec2<f32>(d, d * (x[i] - mean) * invstd);
     }
   }
   return vec2<f32>((s4.x + s4.y) + (s4.z + s4.w), (sx4.x + sx4.y) + (sx4.z + sx4.w)) + s;
@@ -155,6 +156,10 @@ fn normalize4(@builtin(global_invocation_id) gid: vec3<u32>,
   var y = (v - save[c]) * save[p.C + c] * P[p.gamma + c] + P[p.beta + c];
   if (p.relu != 0u) { y = max(y, vec4<f32>(0.0)); }
   quad_out(i, y);
+  if (p.clip != 0u && i < p.outer * p.C * p.inner) {
+    let z = min(max(y, vec4<f32>(p.lo)), vec4<f32>(p.hi));
+    aux[i] = z.x; aux[i + 1u] = z.y; aux[i + 2u] = z.z; aux[i + 3u] = z.w;
+  }
 }
 
 @compute @workgroup_size(64)
@@ -166,7 +171,7 @@ fn backward_input4(@builtin(global_invocation_id) gid: vec3<u32>,
   let M = f32(p.outer * p.inner);
   let e = min(vec4<u32>(i) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(arrayLength(&x) - 1u));
   let xv = vec4<f32>(x[e.x], x[e.y], x[e.z], x[e.w]);
-  let dv = vec4<f32>(dy[e.x], dy[e.y], dy[e.z], dy[e.w]);
+  let dv = dy4(e);
   let invstd = save[p.C + c];
   let xhat = (xv - save[c]) * invstd;
   let dbeta = G[p.beta + c];

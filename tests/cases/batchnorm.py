@@ -2,7 +2,9 @@
 (after a Gemm), training (batch statistics, running statistics updated) and eval (running
 statistics, unchanged), eps / momentum, a batch larger than one reduction part, SeedNet's
 Conv -> ReLU -> BatchNorm with per-channel variances around eps, and a Conv -> BatchNorm ->
-ReLU -> Dropout block after PyTorch's default init on the GPU."""
+ReLU -> Dropout block after PyTorch's default init on the GPU; BatchNorm -> Clip (ReLU6), which
+the plan fuses (fusion.clips_after), 2-D and 1-D, train and eval, one and several reduction
+parts, with channels whose output is exactly a bound."""
 
 import numpy as np
 
@@ -186,6 +188,58 @@ def _conv_bn_relu_dropout(train):
                 zero_grads=("cb",), selfcheck=True)
 
 
+def _scalar(v):
+    return {"dtype": "float32", "shape": [], "values": [v]}
+
+
+def _bn_clip(dims, train=True, batch=3, patch=None, lo=0.0, hi=6.0, attrs=False):
+    """Conv (2-D) or Gemm (1-D) -> BatchNorm -> Clip(lo, hi) -> head. gamma / beta put some
+    values past each bound; channel 1 is exactly beta = hi for every element (gamma 0) and
+    channel 2 exactly lo: torch.clamp's gradient passes at the bounds (lo <= y <= hi), so
+    their dgamma / dbeta are the plain sums; channel 3 lies above hi (no gradient)."""
+    rng = rng_for("bn_clip", dims, train, batch, lo, hi, attrs)
+    k, classes = 5, 3
+    if dims == 2:
+        c, h, w = 2, 4, 4
+        nodes = [node("Conv", ["input", "pre.w"], ["pre_out"], kernel_shape=[3, 3],
+                      pads=[1, 1, 1, 1], strides=[1, 1], dilations=[1, 1], group=1)]
+        tensors = [("pre.w", f32(rng.standard_normal((k, c, 3, 3)) / 3), "param")]
+        x, flat = rng.standard_normal((batch, c, h, w)), k * h * w
+    else:
+        nodes = [node("Gemm", ["input", "pre.w"], ["pre_out"], transB=1)]
+        tensors = [("pre.w", f32(rng.standard_normal((k, 7))), "param")]
+        x, flat = rng.standard_normal((batch, 7)), k
+    gamma = f32([3.0, 0.0, 0.0, 0.5, 4.0])
+    beta = f32([2.0, hi, lo, hi + 1.0, 0.5])
+    tensors += [("bn.gamma", gamma, "param"), ("bn.beta", beta, "param"),
+                ("bn.mean", f32(0.2 * rng.standard_normal(k)), "buffer"),
+                ("bn.var", f32(0.5 + rng.random(k)), "buffer")]
+    nodes.append(bn_node("pre_out", "bn_out"))
+    if attrs:  # opset 6-10: the bounds as attributes
+        nodes.append(node("Clip", ["bn_out"], ["clip_out"], min=lo, max=hi))
+        consts = None
+    else:
+        nodes.append(node("Clip", ["bn_out", "lo", "hi"], ["clip_out"]))
+        consts = {"lo": _scalar(lo), "hi": _scalar(hi)}
+    last = "clip_out"
+    if dims == 2:
+        nodes.append(node("Flatten", ["clip_out"], ["flat"], axis=1))
+        last = "flat"
+    hn, ht = head(last, flat, classes, rng)
+    name = f"bn{dims}d_clip" + ("" if train else "_eval") + (f"_n{batch}" if batch != 3 else "") \
+        + ("_attrs" if attrs else "")
+    return case(f"batchnorm/{name}", nodes + hn, tensors + ht, f32(x * 2),
+                rng.integers(0, classes, batch), constants=consts, opset=10 if attrs else 17,
+                tag="BatchNormalization", train=train, acts=("clip_out",),
+                dacts=("pre_out",) if train else (), patch=patch or {},
+                browser=patch is None)
+
+
+CLIP_CASES = [_bn_clip(2), _bn_clip(1), _bn_clip(2, train=False), _bn_clip(1, attrs=True),
+              _bn_clip(2, lo=-1.0, hi=1.5),
+              # several reduction parts a channel: sum_dy / backward_input (REDUCE_CHUNK)
+              _bn_clip(1, batch=9000, patch={"REDUCE_CHUNK": 4096})]
+
 CASES = [_bn2d_train(False, 1e-5, 0.9), _bn2d_train(True, 1e-3, 0.8), _bn1d_train(),
          _eval(2), _eval(1), _two_level_sums(), _conv_relu_bn_small_var(),
          _conv_bn_relu_dropout(True),
@@ -195,4 +249,4 @@ CASES = [_bn2d_train(False, 1e-5, 0.9), _bn2d_train(True, 1e-3, 0.8), _bn1d_trai
          _blocked_sums("blocks_offset", (5, 3, 9, 10), [100.0, -30.0, 0.5], [1.0, 0.3, 2.0]),
          _blocked_sums("blocks_planes", (7, 2, 5, 5), [2.0, -300.0], [0.5, 3.0]),
          _blocked_sums("blocks_tiny", (3, 2, 1, 7), [1.0, 10.0], [1.0, 0.1],
-                       patch={"BN_BLOCK": 5})]
+                       patch={"BN_BLOCK": 5})] + CLIP_CASES

@@ -273,6 +273,10 @@ class Builder:
     # The cross_entropy / nll_log head's LogSoftmax backward inside the loss's dispatch
     # (plan.Plan.build, losses.nll_loss through_log_softmax; False: its own dispatch, A/B).
     FUSE_LOSS_HEAD = True
+    # A Clip of constant bounds that alone reads a BatchNormalization's output (ReLU6 in a
+    # MobileNet) applied by that layer's forward and its gradient by the layer's backward
+    # (fusion.clips_after; False: the Clip's own dispatches, A/B).
+    FUSE_CLIP = True
 
     # A tensor read twice (a residual stream: LayerNorm and the Add) gets the sum of its two
     # gradient contributions from its first reader's backward when that op's card says

@@ -13,6 +13,9 @@ the same floats, and no reader of what the fusion no longer writes.
   before the axis of size 1: nn.MultiheadAttention's packed q/k/v, ``rewrites/splits.py``)
   makes its outputs views of the input at their byte offsets, and their gradients views of the
   input's gradient (``Plan._split_part``): no copy either way.
+- ``clips_after``: a BatchNormalization (FUSES_CLIP) writes the output of the Clip of constant
+  bounds that alone reads its output, and its backward reads that Clip's output gradient,
+  kept where lo <= y <= hi: the Clip dispatches nothing either way.
 - ``passes_grad``: an Add hands its output gradient to each input of the output's shape
   (``Plan._allocate_grads``: shared buffers, no copy).
 """
@@ -74,6 +77,29 @@ def relu_sums(plan) -> dict:
     of the uses' gradients masks by output > 0 in its last dispatch, and the ReLU's backward
     dispatch is dropped."""
     return {u: node["name"] for node, u in _in_place_relus(plan) if u in plan.contrib_of}
+
+
+def clips_after(plan) -> dict:
+    """{producer node name: (Clip node, lo, hi)}: Clips whose input is output 0 of an op whose
+    card says FUSES_CLIP, read by nothing else (nor the graph output), with constant bounds
+    (``unary.clip_constants``). ``Builder.FUSE_CLIP``; False: none (A/B)."""
+    from .ops.unary import clip_constants
+    if not Builder.FUSE_CLIP:
+        return {}
+    g, out = plan.graph, {}
+    for node in g.nodes:
+        if node["op_type"] != "Clip":
+            continue
+        src = node["inputs"][0]
+        made = g.producer.get(src)
+        if made is None or made["outputs"][0] != src or not card_says(made, "FUSES_CLIP") \
+                or src == g.output or len(g.consumers.get(src, [])) != 1 \
+                or src in node["inputs"][1:]:
+            continue
+        bounds = clip_constants(node, g.constants)
+        if bounds is not None and plan.acts[src].buf is not plan.acts[node["outputs"][0]].buf:
+            out[made["name"]] = (node, *bounds)
+    return out
 
 
 def passes_grad(node, shapes, k: int) -> bool:

@@ -90,6 +90,9 @@ class Plan:
         self.fused_relu = fusion.relu_forwards(self)
         self.relu_grad_fused = fusion.relu_grads(self)
         self.relu_sum_fused = fusion.relu_sums(self)
+        self.clip_fused = fusion.clips_after(self)
+        for clip, _, _ in self.clip_fused.values():  # never made: the layer reads dClip's
+            self.grads.pop(clip["inputs"][0], None)
         b = self.builder = Builder(self)
         b.pooling = Builder.POOL
         for mode in ("train", "eval"):
@@ -138,7 +141,8 @@ class Plan:
             for o in node["outputs"]:
                 if o in self.contrib_of:
                     await self._sum_contributions(b, o, self.grads[o])
-            if node is not through and any(self.grads.get(o) for o in node["outputs"] if o):
+            if node is not through and (any(self.grads.get(o) for o in node["outputs"] if o)
+                                        or self.clip_grad(node) is not None):
                 await OPS[node["op_type"]].backward(
                     b, node, self._ins(node), self._outs(node),
                     [self._grad_of(name, node, k) for k, name in enumerate(node["inputs"])],
@@ -152,6 +156,12 @@ class Plan:
                                       [*self.grads.values(), *self.contrib.values()])
         b.pooling = False
         return self
+
+    def clip_grad(self, node):
+        """The output gradient of the Clip that ``node`` runs (``fusion.clips_after``), or
+        None."""
+        fused = self.clip_fused.get(node["name"])
+        return None if fused is None else self.grads.get(fused[0]["outputs"][0])
 
     def _loss_through(self, b, src, dscores):
         """``(node, dz)``: the LogSoftmax whose backward the loss's dispatch does and where

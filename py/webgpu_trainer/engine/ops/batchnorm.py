@@ -14,6 +14,7 @@ ATTRS = {"BatchNormalization": {"epsilon": 1e-5, "momentum": 0.9, "training_mode
 TAKES_RELU_GRAD = True  # a preceding in-place Relu's backward is masked into the dx kernel
 QUADS = True  # CPU adapters: normalize4 / backward_input4 where 4 divides the inner size (A/B)
 FUSES_RELU_FORWARD = True  # a following in-place Relu is applied by normalize / forward_fused
+FUSES_CLIP = True  # the Clip that alone reads the output runs here both ways (fusion.clips_after)
 
 
 def normalize(node, opset, shapes) -> list:
@@ -83,7 +84,16 @@ def _params(b, node, x, ins, mask=0, want_dx=0, relu=0):
     return c, parts, dict(outer=shape[0], C=c, inner=inner, gamma=offs[0], beta=offs[1],
                           rmean=offs[2], rvar=offs[3], parts=parts,
                           eps=float(a["epsilon"]), momentum=float(a["momentum"]), mask=mask,
-                          want_dx=want_dx, relu=relu, bw=bw, bg=bg, bpp=bpp)
+                          want_dx=want_dx, relu=relu, bw=bw, bg=bg, bpp=bpp,
+                          **_clip(b, node))
+
+
+def _clip(b, node) -> dict:
+    """The uniform's clip fields: the fused Clip's bounds (``fusion.clips_after``), if any."""
+    fused = b.plan.clip_fused.get(node["name"])
+    if fused is None:
+        return dict(clip=0, lo=0.0, hi=0.0)
+    return dict(clip=1, lo=fused[1], hi=fused[2])
 
 
 def _blocked(b, elements: int) -> bool:
@@ -107,7 +117,7 @@ async def forward(b, node, ins, outs, train):
     save = b.save(node, 2 * c)
     blocked = _blocked(b, x.numel // c)
     binds = dict(params=params, x=x, P=b.P, save=save, out=outs[0],
-                 part=_part(b, node, c, parts, blocked))
+                 part=_part(b, node, c, parts, blocked), aux=_clip_out(b, node))
     if train and parts == 1 and b.tiled:  # GPUs, small channels: one dispatch
         await b.kernel("batchnorm", "forward_fused", groups_per_channel(c), **binds)
         return
@@ -130,8 +140,11 @@ async def backward(b, node, ins, outs, gins, gouts):
                                int(gins[0] is not None))
     save = b.save(node, 2 * c)
     blocked = _blocked(b, x.numel // c)
-    binds = dict(params=params, x=x, dy=gouts[0], P=b.P, save=save, G=b.G,
-                 part=_part(b, node, c, parts, blocked), out=gins[0])
+    dy, aux = gouts[0], None
+    if node["name"] in b.plan.clip_fused:  # the Clip's output gradient, masked by y
+        dy, aux = b.plan.clip_grad(node), outs[0]
+    binds = dict(params=params, x=x, dy=dy, P=b.P, save=save, G=b.G,
+                 part=_part(b, node, c, parts, blocked), out=gins[0], aux=aux)
     if parts == 1 and b.tiled:  # GPUs, small channels: one dispatch
         await b.kernel("batchnorm", "backward_fused", groups_per_channel(c), **binds)
         return
@@ -143,6 +156,12 @@ async def backward(b, node, ins, outs, gins, gouts):
         await b.kernel("batchnorm", "dy_block_finish", groups_1d(c), **binds)
     if gins[0] is not None:
         await b.kernel("batchnorm", *_elementwise(b, "backward_input", x), **binds)
+
+
+def _clip_out(b, node):
+    """The fused Clip's output (``fusion.clips_after``), or None."""
+    fused = b.plan.clip_fused.get(node["name"])
+    return None if fused is None else b.plan.acts[fused[0]["outputs"][0]]
 
 
 def _elementwise(b, entry, x):

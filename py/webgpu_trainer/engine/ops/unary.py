@@ -81,6 +81,29 @@ def infer(node, ins, consts):
     return [list(ins[0])]
 
 
+def clip_constants(node, consts) -> tuple | None:
+    """(lo, hi) of a Clip whose given bounds are all constants of the description (an absent
+    bound: -FLT_MAX / FLT_MAX), else None."""
+    a = node.get("attrs", {})
+    lo, hi = float(a.get("min", -FLT_MAX)), float(a.get("max", FLT_MAX))
+    for k in (1, 2):
+        name = node["inputs"][k] if len(node["inputs"]) > k else ""
+        if not name:
+            continue
+        c = consts.get(name)
+        if c is None or not c.get("values"):
+            return None
+        v = float(c["values"][0])
+        lo, hi = (v, hi) if k == 1 else (lo, v)
+    return lo, hi
+
+
+def _fused(b, node) -> bool:
+    """Whether the BatchNormalization before this Clip runs it (``fusion.clips_after``)."""
+    return node["op_type"] == "Clip" and any(
+        c is node for c, _, _ in b.plan.clip_fused.values())
+
+
 def _clip_bounds(b, node, ins):
     """(lo, hi, flags, lo_tensor, hi_tensor): constant bounds as floats; a non-constant bound
     as its tensor (flags bit 1 min, bit 2 max); bits 3 / 4 say min / max is given at all."""
@@ -123,7 +146,10 @@ def _output_intact(b, node, out) -> bool:
 
 
 async def forward(b, node, ins, outs, train):
-    """y = f(x): one dispatch over the ``numel`` elements (any shape, float32)."""
+    """y = f(x): one dispatch over the ``numel`` elements (any shape, float32); nothing for a
+    Clip its BatchNormalization applies."""
+    if _fused(b, node):
+        return
     n = outs[0].numel
     lo_t = hi_t = None
     if node["op_type"] == "Clip":
@@ -136,7 +162,10 @@ async def forward(b, node, ins, outs, train):
 
 
 async def backward(b, node, ins, outs, gins, gouts):
-    """gins[0] = dy * f'(x); for Clip also the gradients of tensor bounds (torch.clamp)."""
+    """gins[0] = dy * f'(x); for Clip also the gradients of tensor bounds (torch.clamp).
+    Nothing for a Clip whose BatchNormalization's backward reads its output gradient."""
+    if _fused(b, node):
+        return
     n = outs[0].numel
     op = node["op_type"]
     lo, hi, flags, lo_t, hi_t = (-FLT_MAX, FLT_MAX, 0, None, None)
