@@ -428,6 +428,21 @@ def test_gemm_kernel_tiled(device, m, n, k, ta, tb):
     _check_gemm(device, m, n, k, ta, tb)
 
 
+# Which products tile (ops/gemm.tile_shape): a wide output too few tiles for the GPU, which
+# split-K would follow, stays untiled when k is short (GEMM_SPLIT_MIN_K: the MLP's weight
+# gradient at batch 64); with enough tiles, or k long enough, or the rule off, it tiles.
+@pytest.mark.parametrize("m,n,k,floor,tiled", [
+    (1024, 1024, 64, 128, False), (1024, 1024, 127, 128, False), (1024, 1024, 128, 128, True),
+    (1024, 1024, 64, None, True), (4096, 4096, 64, 128, True), (1000, 1024, 1024, 128, True),
+    (64, 1024, 1024, 128, False)])
+def test_gemm_tiles_short_k(m, n, k, floor, tiled):
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    b = types.SimpleNamespace(tiled=True, GEMM_TILE_TARGET=256, GEMM_SPLIT_MIN_K=floor,
+                              GEMM_NARROW=True)
+    assert (gemm.tile_shape(b, m, n, k) == (16, 16)) is tiled
+
+
 # Every workgroup shape of matmul_tiled (threads along m x along n) on outputs with partial
 # tiles at both edges, k not a multiple of the step (8), unsplit (k 37) and split (k 900).
 @pytest.mark.parametrize("shape", [(16, 16), (16, 8), (8, 16), (8, 8)])

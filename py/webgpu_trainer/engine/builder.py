@@ -178,8 +178,14 @@ class Builder:
     GEMM_NARROW = True
 
     # Workgroups a tiled GEMM's split-K aims for (ops/gemm.matmul): an output of fewer tiles
-    # has its sum over k split into parts until it has about this many.
-    GEMM_TILE_TARGET = 512
+    # has its sum over k split into parts until it has about this many (H200, 2026-12-05: 256
+    # against 512, the MLP's four tiled products at batch 1000 0.095-0.117 ms against
+    # 0.114-0.133, its step 0.789 -> 0.743 ms, the other zoo models within their spread).
+    GEMM_TILE_TARGET = 256
+    # ... but an output that would need split-K with k below this runs on the untiled kernel
+    # (H200, 2026-12-05: the MLP's dW at batch 64, [1024, 1024] over k 64, 0.040 ms tiled in
+    # 4 parts, 0.018 untiled; ops/gemm.matmul); None: tiled (A/B).
+    GEMM_SPLIT_MIN_K = 128
 
     # matmul_tiled loads aligned operands as vec4 (ops/gemm._vec_bits); False: four scalar
     # loads each (A/B).

@@ -171,7 +171,9 @@ def tile_shape(b, m: int, n: int, k: int, b_strides=None) -> tuple[int, int] | N
     out) for an [m, n] output summed over k on GPU adapters, or None (the untiled kernel).
 
     - (16, 16), 128 x 128 tiles: outputs of at least 128 x 128 and 2^20 values, or 2^18
-      values with k >= 256. At 4096^3 on an H200 they reach 26 TFLOP/s, the untiled kernel
+      values with k >= 256; not when the tiles are too few for the GPU (split-K would follow)
+      and k is below ``b.GEMM_SPLIT_MIN_K`` (H200: [1024, 1024] over k 64, the MLP's weight
+      gradient at batch 64, 0.040 ms tiled in 4 parts, 0.018 untiled). At 4096^3 on an H200 they reach 26 TFLOP/s, the untiled kernel
       12; on SeedNet's thin products ([1000, 11616] x [11616, 32] and its gradients) the
       untiled kernel with split-K is faster; on the wide MLP's at batch 1000 the tiles with
       split-K are (1.1-2.9x, benchmarks/gemm.py), at batch 64 ([1024, 784], k 64) they are not.
@@ -190,6 +192,9 @@ def tile_shape(b, m: int, n: int, k: int, b_strides=None) -> tuple[int, int] | N
     if not b.tiled:
         return None
     if min(m, n) >= 128 and m * n >= (1 << 18) and (m * n >= (1 << 20) or k >= 256):
+        few = 2 * (-(-m // 128)) * (-(-n // 128)) < b.GEMM_TILE_TARGET  # split-K would follow
+        if few and b.GEMM_SPLIT_MIN_K is not None and k < b.GEMM_SPLIT_MIN_K:
+            return None
         return (16, 16)
     if not getattr(b, "GEMM_NARROW", False):
         return None
