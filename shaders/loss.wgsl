@@ -16,7 +16,9 @@
 // writes the gradient through the LogSoftmax x came from (x = log_softmax(z), out = dz: that
 // LogSoftmax's backward in the loss's own dispatch), flag 16 also dx itself into gout.
 // Each loss is one workgroup of 256 threads (the batch's loss needs all of it before dx), a
-// thread taking whole rows. Wide rows (ops/losses.py: WIDE classes or more) go through two
+// thread taking whole rows; on GPU adapters nll runs as several (ops/losses.py NLL_GROUPS):
+// each sums the whole batch as one would (the same sums in the same order, so the same
+// divisor), then writes its share of dx, a thread an element; workgroup 0 writes the metrics. Wide rows (ops/losses.py: WIDE classes or more) go through two
 // dispatches instead: nll_rows / mse_rows / bce_with_logits_rows, one workgroup per row (its
 // argmax, sums and gradient strided over the 256 threads), write the row's terms into rows[5b
 // ..] (loss, hit, smoothing sum, weight, bad), and rows_total sums them into the metrics. A
@@ -160,7 +162,8 @@ fn nll_grad(c: u32, label: u32, keep: f32, spread: f32, scale: f32) -> f32 {
 // flag 8 (THROUGH_LOG_SOFTMAX) the gradient of the LogSoftmax's input z (x = log_softmax(z)),
 // and with flag 16 (ALSO_DX) dx into gout as well.
 @compute @workgroup_size(256)
-fn nll(@builtin(local_invocation_index) lid: u32) {
+fn nll(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
+       @builtin(num_workgroups) nwg: vec3<u32>) {
   let B = p.outer;
   let C = p.C;
   let eps = p.eps;
@@ -195,7 +198,19 @@ fn nll(@builtin(local_invocation_index) lid: u32) {
   let scale = 1.0 / d;
   let keep = 1.0 - eps;
   let spread = eps / f32(C);
-  if ((p.inner & THROUGH_LOG_SOFTMAX) != 0u) {
+  let first = wid.x * 256u + lid;  // this thread's first element (several workgroups)
+  let stride = nwg.x * 256u;
+  if ((p.inner & THROUGH_LOG_SOFTMAX) != 0u && nwg.x > 1u) {
+    // as below, a thread an element: its row's sum of g recomputed (the same order)
+    for (var i = first; i < B * C; i += stride) {
+      let label = labels[i / C];
+      var s = 0.0;
+      for (var c = 0u; c < C; c++) { s += nll_grad(c, label, keep, spread, scale); }
+      let g = nll_grad(i % C, label, keep, spread, scale);
+      out[i] = g - det_exp(x[i]) * s;
+      if ((p.inner & ALSO_DX) != 0u) { gout[i] = g; }
+    }
+  } else if ((p.inner & THROUGH_LOG_SOFTMAX) != 0u) {
     // x = log_softmax(z): out = dz = g - exp(x) * sum_c g (log_softmax_backward), a row a
     // thread, the same sums in the same order as that kernel.
     for (var b = lid; b < B; b += 256u) {
@@ -210,11 +225,11 @@ fn nll(@builtin(local_invocation_index) lid: u32) {
       }
     }
   } else {
-    for (var i = lid; i < B * C; i += 256u) {
+    for (var i = first; i < B * C; i += stride) {
       out[i] = nll_grad(i % C, labels[i / C], keep, spread, scale);
     }
   }
-  if (lid == 0u) {
+  if (lid == 0u && wid.x == 0u) {
     write_metrics((keep * red_loss[0] + spread * red_aux[0]) * scale);
   }
 }

@@ -279,6 +279,9 @@ class Builder:
     # The cross_entropy / nll_log head's LogSoftmax backward inside the loss's dispatch
     # (plan.Plan.build, losses.nll_loss through_log_softmax; False: its own dispatch, A/B).
     FUSE_LOSS_HEAD = True
+    # nll (loss.wgsl) as several workgroups on GPU adapters, each writing a share of dx
+    # (ops/losses.nll_groups); False: one workgroup (A/B).
+    NLL_WIDE = True
     # A Clip of constant bounds that alone reads a BatchNormalization's output (ReLU6 in a
     # MobileNet) applied by that layer's forward and its gradient by the layer's backward
     # (fusion.clips_after; False: the Clip's own dispatches, A/B).
