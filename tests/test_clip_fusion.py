@@ -12,6 +12,7 @@ from cases import batchnorm, ids
 from conftest import f32, head, node, run
 from cases import case
 from harness import builder_patch, one_step
+from webgpu_trainer.engine.tools import parity
 
 pytestmark = pytest.mark.every_backend
 
@@ -50,15 +51,21 @@ def test_same_bits_fewer_dispatches(device, c, tiled):
     assert not any("unary" in e for e in _entries(getattr(plan_on, phase)))
 
 
-def _model(second_reader=False, bound_weight=False, conv_clip=False):
-    """Gemm -> BatchNorm -> Clip(0, 6) -> head, or a variant the fusion must leave alone."""
+def _model(second_reader=False, bound_weight=False, conv_clip=False, relu_before=False,
+           relu_after=False, clip_twice=False):
+    """Gemm -> BatchNorm -> Clip(0, 6) -> head, or a variant the fusion must leave alone
+    (``second_reader``, ``bound_weight``, ``conv_clip``) or still takes (an in-place ReLU
+    before the BatchNorm or after the Clip, the Clip's output read twice)."""
     rng = np.random.default_rng(7)
     k = 4
     nodes = [node("Gemm", ["input", "pre.w"], ["pre_out"], transB=1)]
     tensors = [("pre.w", f32(rng.standard_normal((k, 5))), "param")]
     src = "pre_out"
+    if relu_before:
+        nodes.append(node("Relu", ["pre_out"], ["r"]))
+        src = "r"
     if not conv_clip:
-        nodes.append(batchnorm.bn_node("pre_out", "bn_out"))
+        nodes.append(batchnorm.bn_node(src, "bn_out"))
         tensors += [("bn.gamma", f32(2 + rng.random(k)), "param"),
                     ("bn.beta", f32(rng.standard_normal(k)), "param"),
                     ("bn.mean", f32(np.zeros(k)), "buffer"), ("bn.var", f32(np.ones(k)), "buffer")]
@@ -72,6 +79,13 @@ def _model(second_reader=False, bound_weight=False, conv_clip=False):
     last = "clip_out"
     if second_reader:
         nodes.append(node("Add", ["clip_out", src], ["sum"]))
+        last = "sum"
+    if relu_after:
+        nodes.append(node("Relu", ["clip_out"], ["ra"]))
+        last = "ra"
+    if clip_twice:
+        nodes += [node("Mul", ["clip_out", "clip_out"], ["sq"]),
+                  node("Add", ["sq", "clip_out"], ["sum"])]
         last = "sum"
     hn, ht = head(last, k, 3, rng)
     return case("clip/variant", nodes + hn, tensors + ht, f32(rng.standard_normal((6, 5))),
@@ -89,10 +103,30 @@ def test_not_fused(device, variant):
     assert any("unary" in e for e in _entries(res["plan"].bwd))
 
 
-def test_fused_model_trains_like_unfused(device):
-    """The plain variant fuses; the variants above differ from it in one thing each."""
-    c = _model()
-    on, off = _step(device, c, TILED=True), _step(device, c, TILED=True, FUSE_CLIP=False)
+@pytest.mark.parametrize("tiled", [False, True], ids=["cpu_path", "gpu_path"])
+@pytest.mark.parametrize("variant", [
+    {}, dict(relu_before=True), dict(relu_after=True), dict(clip_twice=True)],
+    ids=["plain", "relu_before_bn", "relu_after_clip", "clip_output_read_twice"])
+def test_fused_variants_train_like_unfused(device, variant, tiled):
+    """The plain model and its neighbours that still fuse (the variants above differ from the
+    plain one in one thing each): the same loss and gradient bits as unfused."""
+    c = _model(**variant)
+    on = _step(device, c, TILED=tiled)
+    off = _step(device, c, TILED=tiled, FUSE_CLIP=False)
     assert len(on["plan"].clip_fused) == 1
+    assert on["loss"] == off["loss"]
+    for name in c.acts:
+        assert np.array_equal(on["acts"][name], off["acts"][name]), name
     for name, g in off["grads"].items():
         assert np.array_equal(on["grads"][name], g), name
+
+
+def test_kept_gradient_is_not_fused_away(device):
+    """A BatchNorm output whose gradient the caller names to keep (parity.load's keep_grads,
+    tests/golden.py's dacts) stays unfused (found by review)."""
+    c = batchnorm.CLIP_CASES[1]
+    plan = run(parity.load(device, c.graph, c.blob, len(c.labels),
+                           np.ascontiguousarray(c.x, "<f4").tobytes(),
+                           np.asarray(c.labels, "<u4").tobytes(), loss=c.loss,
+                           keep_grads={"bn_out"}, keep_acts=set(c.acts)))
+    assert plan.clip_fused == {} and "bn_out" in plan.grads

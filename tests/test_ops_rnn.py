@@ -73,6 +73,21 @@ def test_case_rows_a_workgroup(device, case, most, monkeypatch):
         assert np.array_equal(many["grads"][name], g), name
 
 
+@pytest.mark.parametrize("case", ROWS, ids=ids(ROWS))
+def test_case_rows_in_chunks(device, case, monkeypatch):
+    """Several samples a workgroup and a step a dispatch (LOOP_BUDGET 1; found untested by
+    review): the same bits as one sample a workgroup."""
+    monkeypatch.setattr(card, "LOOP_BUDGET", 1)
+    with builder_patch({"TILED": True, "RNN_ROWS_MIN_GROUPS": 1}):
+        many, _ = check_case(device, case)
+    with builder_patch({"TILED": True, "RNN_ROWS_MIN_GROUPS": None}):
+        one, _ = check_case(device, case)
+    for name in case.acts:
+        assert np.array_equal(many["acts"][name], one["acts"][name]), name
+    for name, g in one["grads"].items():
+        assert np.array_equal(many["grads"][name], g), name
+
+
 def case_h(case) -> int:
     return int(case.id.rsplit("_h", 1)[1])
 

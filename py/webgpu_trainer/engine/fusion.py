@@ -82,7 +82,9 @@ def relu_sums(plan) -> dict:
 def clips_after(plan) -> dict:
     """{producer node name: (Clip node, lo, hi)}: Clips whose input is output 0 of an op whose
     card says FUSES_CLIP, read by nothing else (nor the graph output), with constant bounds
-    (``unary.clip_constants``). ``Builder.FUSE_CLIP``; False: none (A/B)."""
+    (``unary.clip_constants``), and its input's gradient not one the caller named to keep
+    (``keep_grads``; with ``keep_grads=True``, every gradient the plan makes, the fused
+    input's gradient is not made). ``Builder.FUSE_CLIP``; False: none (A/B)."""
     from .ops.unary import clip_constants
     if not Builder.FUSE_CLIP:
         return {}
@@ -94,7 +96,8 @@ def clips_after(plan) -> dict:
         made = g.producer.get(src)
         if made is None or made["outputs"][0] != src or not card_says(made, "FUSES_CLIP") \
                 or src == g.output or len(g.consumers.get(src, [])) != 1 \
-                or src in node["inputs"][1:]:
+                or src in node["inputs"][1:] \
+                or (plan.keep_grads is not True and src in plan.keep_grads):
             continue
         bounds = clip_constants(node, g.constants)
         if bounds is not None and plan.acts[src].buf is not plan.acts[node["outputs"][0]].buf:
