@@ -97,7 +97,9 @@ def test_rows_rule():
     class B:
         RNN_ROWS_MIN_GROUPS = 128
     b = B()
-    nb = lambda d, n, h: (card._rows(b, {"RV": 1}, d, n, h)[0] or {}).get("NB", 1)
+
+    def nb(d, n, h):
+        return (card._rows(b, {"RV": 1}, d, n, h)[0] or {}).get("NB", 1)
     assert nb(1, 1000, 64) == 4 and nb(1, 512, 64) == 4 and nb(1, 508, 64) == 2
     assert nb(1, 256, 64) == 2 and nb(1, 254, 64) == 1 and nb(1, 64, 64) == 1
     assert nb(2, 256, 64) == 4 and nb(1, 1000, 128) == 2 and nb(1, 1000, 256) == 1

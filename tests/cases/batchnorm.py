@@ -227,7 +227,7 @@ def _bn_clip(dims, train=True, batch=3, patch=None, lo=0.0, hi=6.0, attrs=False)
         last = "flat"
     hn, ht = head(last, flat, classes, rng)
     name = f"bn{dims}d_clip" + ("" if train else "_eval") + (f"_n{batch}" if batch != 3 else "") \
-        + ("_attrs" if attrs else "")
+        + ("_attrs" if attrs else "") + ("" if (lo, hi) == (0.0, 6.0) else f"_{lo:g}_{hi:g}")
     return case(f"batchnorm/{name}", nodes + hn, tensors + ht, f32(x * 2),
                 rng.integers(0, classes, batch), constants=consts, opset=10 if attrs else 17,
                 tag="BatchNormalization", train=train, acts=("clip_out",),

@@ -173,10 +173,11 @@ def tile_shape(b, m: int, n: int, k: int, b_strides=None) -> tuple[int, int] | N
     - (16, 16), 128 x 128 tiles: outputs of at least 128 x 128 and 2^20 values, or 2^18
       values with k >= 256; not when the tiles are too few for the GPU (split-K would follow)
       and k is below ``b.GEMM_SPLIT_MIN_K`` (H200: [1024, 1024] over k 64, the MLP's weight
-      gradient at batch 64, 0.040 ms tiled in 4 parts, 0.018 untiled). At 4096^3 on an H200 they reach 26 TFLOP/s, the untiled kernel
-      12; on SeedNet's thin products ([1000, 11616] x [11616, 32] and its gradients) the
-      untiled kernel with split-K is faster; on the wide MLP's at batch 1000 the tiles with
-      split-K are (1.1-2.9x, benchmarks/gemm.py), at batch 64 ([1024, 784], k 64) they are not.
+      gradient at batch 64, 0.040 ms tiled in 4 parts, 0.018 untiled). At 4096^3 on an H200
+      they reach 26 TFLOP/s, the untiled kernel 12; on SeedNet's thin products
+      ([1000, 11616] x [11616, 32] and its gradients) the untiled kernel with split-K is
+      faster; on the wide MLP's at batch 1000 the tiles with split-K are (1.1-2.9x,
+      benchmarks/gemm.py), at batch 64 ([1024, 784], k 64) they are not.
     - ``b.GEMM_NARROW`` (Builder): (16, 8), 128 x 64 tiles, for outputs 33-64 wide, at least
       4096 tall, summed over k >= 128 (a transformer's [tokens, d_model] products after the
       MLP's up-projection or the attention's concatenated heads). H200 (benchmarks/gemm.py,

@@ -241,11 +241,12 @@ ROWS_MAX = 4  # samples a *_seq_wide workgroup at most
 
 def _rows(b, consts: dict | None, d: int, n: int, h: int) -> tuple:
     """(constants, groups) of a ``*_seq_wide`` dispatch: with registers (``consts``), NB
-    samples a workgroup, the largest power of 2 up to ``ROWS_MAX`` whose rows fit `row` (NB * 4H floats)
-    and that leaves at least ``Builder.RNN_ROWS_MIN_GROUPS`` workgroups (an H200 holds two of
-    these 256-thread workgroups per SM: the zoo's LSTM at batch 1000 runs 250 instead of 1,000,
-    all resident at once). Each workgroup's loads of R into registers serve NB samples. The same
-    products in the same order as one sample a workgroup, so the same bits."""
+    samples a workgroup, the largest power of 2 up to ``ROWS_MAX`` whose rows fit `row`
+    (NB * 4H floats) and that leaves at least ``Builder.RNN_ROWS_MIN_GROUPS`` workgroups (an
+    H200 holds two of these 256-thread workgroups per SM: the zoo's LSTM at batch 1000 runs
+    250 instead of 1,000, all resident at once). Each workgroup's loads of R into registers
+    serve NB samples. The same products in the same order as one sample a workgroup, so the
+    same bits."""
     nb = 1
     floor = b.RNN_ROWS_MIN_GROUPS
     if consts and floor is not None:
