@@ -7,7 +7,9 @@
 //   hs/cs [D, T+1, N, H]  hidden / cell state before step 0 (the initial state) and after each step
 //   gates [D, T, N, 4H]   LSTM: i, o, f, c~ (activated); GRU: z, r, n, hn = R_h h + Rb_h
 //   dg    [D, T, N, 4H]   pre-activation gradients: LSTM the 4 gates; GRU z, r, n (W side) and
-//                         r * da_n (R side of the h gate, column 3H + j): rcol(q) maps R rows
+//                         r * da_n (R side of the h gate, column 3H + j): rcol(q) maps R rows.
+//                         Backward flags 64: written over gates (bound as c; unit j of step s
+//                         reads its four gates, then writes its four dg at the same offsets)
 //   carry [D, N, H]       LSTM: dc of the later step; GRU: dh * z of the later step
 // One dispatch for the whole sequence forward (`forward_seq`) and one backward (`backward_seq`),
 // a workgroup per (d, n) stepping through time; unit j reads dh's R part of the later step
@@ -402,6 +404,12 @@ fn store_dg(gb: u32, j: u32, v0: f32, v1: f32, v2: f32, v3: f32) {
   }
 }
 
+// The saved gate value at i: a, or c when dg is written over the gates (flags 64).
+fn gate_at(i: u32) -> f32 {
+  if ((p.flags & 64u) != 0u) { return c[i]; }
+  return a[i];
+}
+
 // LSTM backward step s for unit j of (d, n). Bindings: x (dY_h), r, dy (dY), bias (dY_c,
 // flags 4) -> a (gates), b (cs), c (dg), out (carry: dc).
 fn lstm_back(d: u32, n: u32, j: u32, s: u32) {
@@ -416,10 +424,10 @@ fn lstm_back(d: u32, n: u32, j: u32, s: u32) {
     dc = out[e];
   }
   let gb = ((d * p.T + s) * p.N + n) * 4u * p.H;
-  let ig = a[gb + j];
-  let og = a[gb + p.H + j];
-  let fg = a[gb + 2u * p.H + j];
-  let cg = a[gb + 3u * p.H + j];
+  let ig = gate_at(gb + j);
+  let og = gate_at(gb + p.H + j);
+  let fg = gate_at(gb + 2u * p.H + j);
+  let cg = gate_at(gb + 3u * p.H + j);
   let cb = (d * (p.T + 1u) + s) * nh + n * p.H + j;
   let tc = det_tanh(b[cb + nh]);
   dc += dh * og * (1.0 - tc * tc);
@@ -436,10 +444,10 @@ fn gru_back(d: u32, n: u32, j: u32, s: u32) {
   let t = time_of(s, d);
   let dh = dh_at(d, n, j, t, e, s);
   let gb = ((d * p.T + s) * p.N + n) * 4u * p.H;
-  let zg = a[gb + j];
-  let rg = a[gb + p.H + j];
-  let ng = a[gb + 2u * p.H + j];
-  let hn = a[gb + 3u * p.H + j];
+  let zg = gate_at(gb + j);
+  let rg = gate_at(gb + p.H + j);
+  let ng = gate_at(gb + 2u * p.H + j);
+  let hn = gate_at(gb + 3u * p.H + j);
   let hprev = b[(d * (p.T + 1u) + s) * nh + n * p.H + j];
   let dan = dh * (1.0 - zg) * (1.0 - ng * ng);
   store_dg(gb, j, dh * (hprev - ng) * zg * (1.0 - zg), dan * hn * rg * (1.0 - rg), dan,

@@ -2,6 +2,8 @@
 is refused, and the numpy engine against torch in float64 (skipped without torch). The
 torch-exported classifiers over the 28 rows of an MNIST image: tests/test_rnn_models.py."""
 
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ from webgpu_trainer.cpu.engine import Context
 from webgpu_trainer.engine.graph import GraphError
 from webgpu_trainer.engine.ops import rnn as card
 
+ZOO_LSTM = pathlib.Path(__file__).parent / "fixtures" / "zoo" / "lstm-ts.onnx"
 pytestmark = pytest.mark.every_backend  # the device tests run on every wgpu backend
 
 
@@ -87,6 +90,46 @@ def test_case_rows_in_chunks(device, case, monkeypatch):
     review): the same bits as one sample a workgroup."""
     monkeypatch.setattr(card, "LOOP_BUDGET", 1)
     _same_bits_as_one_a_workgroup(device, case)
+
+
+# The gates' gradients written over the saved gates (Builder.RNN_DG_IN_PLACE, rnn.wgsl flags
+# 64) on both kernel families (CPU adapters' *_seq, GPU adapters' *_seq_wide with several
+# samples a workgroup) and a step a dispatch: against float64, then the same bits as a buffer of
+# their own (every unit reads its gates before it writes their gradients).
+IN_PLACE = [c for c in rnn.CASES if "bidirectional" in c.id or any(
+    f"_h{h}" in c.id for h in (8, 64))]
+
+
+@pytest.mark.parametrize("budget", [None, 1])
+@pytest.mark.parametrize("tiled", [False, True])
+@pytest.mark.parametrize("case", IN_PLACE, ids=ids(IN_PLACE))
+def test_dg_in_place_same_bits(device, case, tiled, budget, monkeypatch):
+    if budget:
+        monkeypatch.setattr(card, "LOOP_BUDGET", budget)
+    runs = {}
+    for on in (True, False):
+        with builder_patch({"TILED": tiled, "RNN_DG_IN_PLACE": on, "RNN_ROWS_MIN_GROUPS": 1}):
+            runs[on], _ = check_case(device, case)
+    for name in case.acts:
+        assert np.array_equal(runs[True]["acts"][name], runs[False]["acts"][name]), name
+    assert runs[True]["grads"].keys() == runs[False]["grads"].keys()
+    for name, g in runs[False]["grads"].items():
+        assert np.array_equal(runs[True]["grads"][name], g), name
+
+
+def test_dg_in_place_memory():
+    """The zoo-shaped LSTM's step keeps no [T, N, 4H] buffer of gate gradients beside the gates
+    (28 x 64 x 256 floats) when they are written in place, and one when they are not."""
+    from webgpu_trainer import onnx_io
+    from webgpu_trainer.engine.train import memory
+    desc, _ = onnx_io.load_bundle(ZOO_LSTM)
+    sizes = {}
+    for on in (True, False):
+        with builder_patch({"RNN_DG_IN_PLACE": on}):
+            est = memory.estimate(desc, 64)
+        sizes[on] = est["bytes"]
+    dg = 4 * 28 * 64 * 256  # the pool's packing of what remains moves by a few KiB
+    assert 0.99 * dg <= sizes[False] - sizes[True] <= dg, sizes
 
 
 def case_h(case) -> int:

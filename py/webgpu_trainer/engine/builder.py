@@ -251,6 +251,10 @@ class Builder:
     RNN_XPROJ_GEMM = True
     # A forward LSTM's dW and dR as products on the Gemm's kernels (GPU adapters); False: A/B.
     RNN_GEMM_GRADS = True
+    # LSTM/GRU backward writes the gates' gradients over the saved gates (rnn.wgsl flags 64:
+    # each unit reads its step's gates before writing their gradients at the same offsets), no
+    # [D, T, N, 4H] scratch (28.7 MB of the zoo's LSTM at batch 1000); False: A/B.
+    RNN_DG_IN_PLACE = True
 
     # Tap blocks of 8 per workgroup of conv2d.wgsl weight_grad (1, 2 or 4): they share the
     # workgroup's dy tile, read once from memory instead of once per block.

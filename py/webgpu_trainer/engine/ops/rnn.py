@@ -19,7 +19,8 @@ parts added by one more dispatch when its outputs alone leave the GPU idle. The 
 as one workgroup per (direction, sample) stepping through time (samples are independent; a
 step needs only its own sample's previous state), where a dispatch per step cost ~20 us each
 on an H200. The hidden states, cell states and activated gates of every step stay in save
-buffers for the backward.
+buffers for the backward, which writes the gates' gradients over the gates
+(``Builder.RNN_DG_IN_PLACE``).
 """
 
 from ..backends.base import groups_1d
@@ -302,17 +303,21 @@ async def backward(b, node, ins, outs, gins, gouts):
         entry, flags = "backward_seq_wide", flags | 16 | 32 * bool(consts)
         consts, groups = _rows(b, consts, d, n, h)
     per = steps_per_dispatch(h, g)
-    sv["dg"] = b.scratch(d * t * n * 4 * h, "rnn.dg")  # the gates' gradients, every step
+    gates = sv["gates"]
+    if b.RNN_DG_IN_PLACE:  # the gates' gradients over the gates (rnn.wgsl flags 64)
+        sv["dg"], gates, flags = gates, None, flags | 64
+    else:
+        sv["dg"] = b.scratch(d * t * n * 4 * h, "rnn.dg")  # the gates' gradients, every step
     for s0 in reversed(range(0, t, per)):
         last = min(s0 + per, t) - 1  # this dispatch runs steps last, last - 1, ..., s0
         p = {**base, "flags": flags, "s": last, "steps": last - s0 + 1}
         if lstm:
             await _kernel(b, node, entry, groups, params=p, constants=consts,
-                           x=dyh, r=ins[2], dy=dy, bias=dyc, a=sv["gates"], b=sv["cs"],
+                           x=dyh, r=ins[2], dy=dy, bias=dyc, a=gates, b=sv["cs"],
                            c=sv["dg"], out=sv["carry"])
         else:
             await _kernel(b, node, entry, groups, params=p, constants=consts,
-                           x=dyh, r=ins[2], dy=dy, a=sv["gates"], b=sv["hs"], c=sv["dg"],
+                           x=dyh, r=ins[2], dy=dy, a=gates, b=sv["hs"], c=sv["dg"],
                            out=sv["carry"])
     gh0, gc0 = _get(gins, 5), _get(gins, 6) if lstm else None
     if gh0 is not None or gc0 is not None:
