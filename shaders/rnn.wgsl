@@ -10,6 +10,8 @@
 //                         r * da_n (R side of the h gate, column 3H + j): rcol(q) maps R rows.
 //                         Backward flags 64: written over gates (bound as c; unit j of step s
 //                         reads its four gates, then writes its four dg at the same offsets)
+// LSTM forward flags 64 (one direction, not reversed, so t = s): xp is the gates buffer (bound
+// as c), unit j of step s reading its four x-projections before writing its four gates there.
 //   carry [D, N, H]       LSTM: dc of the later step; GRU: dh * z of the later step
 // One dispatch for the whole sequence forward (`forward_seq`) and one backward (`backward_seq`),
 // a workgroup per (d, n) stepping through time; unit j reads dh's R part of the later step
@@ -228,18 +230,24 @@ fn transpose_r(@builtin(global_invocation_id) gid: vec3<u32>,
   out[e] = r[(d * gh + q) * inner + k];
 }
 
+// The x-projection at i: x, or c when the gates are written over them (flags 64).
+fn xp_at(i: u32) -> f32 {
+  if ((p.flags & 64u) != 0u) { return c[i]; }
+  return x[i];
+}
+
 // One LSTM step s for unit j of (d, n). Bindings: x (xp), r (or w: R^T, flags 4) -> a (hs),
-// b (cs), c (gates), out (Y [T, D, N, H], flags 1).
+// b (cs), c (gates; flags 64: xp too), out (Y [T, D, N, H], flags 1).
 fn lstm_step(d: u32, n: u32, j: u32, s: u32) {
   let nh = p.N * p.H;
   let t = time_of(s, d);
   let gh = 4u * p.H;
   let xb = ((d * p.T + t) * p.N + n) * gh;
   let hb = (d * (p.T + 1u) + s) * nh + n * p.H;
-  let ig = sigm(x[xb + j] + rdot_of(d, 0u, j, hb));
-  let og = sigm(x[xb + p.H + j] + rdot_of(d, 1u, j, hb));
-  let fg = sigm(x[xb + 2u * p.H + j] + rdot_of(d, 2u, j, hb));
-  let cg = det_tanh(x[xb + 3u * p.H + j] + rdot_of(d, 3u, j, hb));
+  let ig = sigm(xp_at(xb + j) + rdot_of(d, 0u, j, hb));
+  let og = sigm(xp_at(xb + p.H + j) + rdot_of(d, 1u, j, hb));
+  let fg = sigm(xp_at(xb + 2u * p.H + j) + rdot_of(d, 2u, j, hb));
+  let cg = det_tanh(xp_at(xb + 3u * p.H + j) + rdot_of(d, 3u, j, hb));
   let cell = fg * b[hb + j] + ig * cg;
   let h = og * det_tanh(cell);
   b[hb + nh + j] = cell;

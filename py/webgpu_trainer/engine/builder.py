@@ -255,6 +255,9 @@ class Builder:
     # each unit reads its step's gates before writing their gradients at the same offsets), no
     # [D, T, N, 4H] scratch (28.7 MB of the zoo's LSTM at batch 1000); False: A/B.
     RNN_DG_IN_PLACE = True
+    # A one-direction, not reversed LSTM's x-projections made in its gates buffer, each step's
+    # gates written over its own (rnn.wgsl forward flags 64): no [T, N, 4H] scratch; False: A/B.
+    RNN_XP_IN_PLACE = True
 
     # Tap blocks of 8 per workgroup of conv2d.wgsl weight_grad (1, 2 or 4): they share the
     # workgroup's dy tile, read once from memory instead of once per block.

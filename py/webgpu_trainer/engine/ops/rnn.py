@@ -20,7 +20,8 @@ as one workgroup per (direction, sample) stepping through time (samples are inde
 step needs only its own sample's previous state), where a dispatch per step cost ~20 us each
 on an H200. The hidden states, cell states and activated gates of every step stay in save
 buffers for the backward, which writes the gates' gradients over the gates
-(``Builder.RNN_DG_IN_PLACE``).
+(``Builder.RNN_DG_IN_PLACE``); a one-direction forward LSTM's x-projections are made in the
+gates buffer and each step's gates written over its own (``Builder.RNN_XP_IN_PLACE``).
 """
 
 from ..backends.base import groups_1d
@@ -188,10 +189,13 @@ async def forward(b, node, ins, outs, train):
     await _kernel(b, node, "init_state", state,
                    params={**base, "flags": int(h0 is not None) | 2 * int(c0 is not None)},
                    x=h0, dy=c0, a=sv["hs"], b=sv["cs"])
-    xp = b.scratch(d * t * n * g * h)
-    await _xproj(b, node, base, ins[0], ins[1], bias, xp)
     y = _get(outs, 0)
     flags = int(y is not None) | 2 * int(bias is not None)
+    if lstm and d == 1 and not base["rev0"] and b.RNN_XP_IN_PLACE:  # t = s: xp in the gates
+        xp, flags = sv["gates"], flags | 64
+    else:
+        xp = b.scratch(d * t * n * g * h)
+    await _xproj(b, node, base, ins[0], ins[1], bias, xp)
     rt, consts = None, _registers(b, h)
     if b.tiled and b.RNN_TRANSPOSED_R and not consts:  # R^T: units read neighbours
         rt = b.scratch(d * g * h * h, "rnn.rt")
@@ -206,8 +210,8 @@ async def forward(b, node, ins, outs, train):
     for s0 in range(0, t, per):
         await _kernel(b, node, entry, groups,
                        params={**base, "flags": flags, "s": s0, "steps": per}, constants=consts,
-                       x=xp, w=rt, r=ins[2], bias=bias, a=sv["hs"], b=sv["cs"], c=sv["gates"],
-                       out=y)
+                       x=None if flags & 64 else xp, w=rt, r=ins[2], bias=bias, a=sv["hs"],
+                       b=sv["cs"], c=sv["gates"], out=y)
     yh, yc = _get(outs, 1), _get(outs, 2)
     if yh is not None or yc is not None:
         await _kernel(b, node, "final_state", state,
