@@ -6,7 +6,8 @@ them sharing buffers by their live ranges (engine/pool.py, "shared", the default
 minimum.
 
 The minimum of a trainer that keeps every activation for the backward pass: parameters, their
-gradients, the optimizer's state (Adam: two per parameter), the activations and what the
+gradients, the optimizer's state (Adam: two floats per parameter; the update's mask and the
+guard's flags are overhead), the activations and what the
 ops keep of the forward for the backward (batch statistics, RNN gates and states), and the most
 activation-gradient bytes live at any one dispatch of the step. Scratch (split-K parts, padded
 copies, batch statistics) is not in it, so "shared / minimum" also shows what the kernels'
@@ -56,8 +57,9 @@ def measure(path: Path, batch: int) -> dict:
         out[mode] = {"bytes": dev.allocated, "parts": parts}
         if mode == "shared":
             p = parts
-            out["minimum"] = p["params"] + p["optimizer"] + p["activations"] + p["saved"] \
-                + plan.wbytes \
+            # parameters, their gradients, Adam's two moments (not the update's mask or the
+            # clipping norm's partials)
+            out["minimum"] = 4 * plan.wbytes + p["activations"] + p["saved"] \
                 + plan.grad_pool["grad_peak"]
             out["pool"] = plan.grad_pool
     return out

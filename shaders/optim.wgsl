@@ -1,5 +1,6 @@
 // Optimizer updates over the flat weight buffer P with gradients G, one dispatch for every
-// parameter of the model (elements whose mask is 0 — buffers, frozen tensors — are left alone),
+// parameter of the model (elements whose owner is 0 — buffers, frozen tensors, padding — are
+// left alone),
 // with torch.optim's semantics (PyTorch 2.x docs, "Algorithm" boxes).
 // Per-step scalars come from the Step uniform: lr, a0, a1 (see each entry point) and a2, the
 // step's momentum (SGD, RMSprop) or beta1 (Adam): a schedule may change them every step (torch's
@@ -9,14 +10,15 @@
 // grad_sumsq + grad_norm run before the update and every update reads g = G * clip[1].
 //   clip[0] = ||G * mask||_2, clip[1] = min(1, max_norm / (clip[0] + 1e-6)),
 //   clip[2 + k] = partial sum of squares of workgroup k (k < p.parts).
-// The numerical guard (flags bit 4, GUARD; guard.wgsl's check otherwise): mask holds 1 + the
-// guard's index k of each trainable element's tensor, and a NaN / Inf in G[i] sets
+// The numerical guard (flags bit 4, GUARD; guard.wgsl's check otherwise): the owner of each
+// trainable element is 1 + the guard's index k of its tensor, and a NaN / Inf in G[i] sets
 // flags[k] = min(flags[k], step) as it is read for the update, one dispatch fewer a step.
 
 struct Params {
   n: u32, nesterov: u32, decoupled: u32, flags: u32,  // flags: 1 amsgrad, 2 centered, 4 guard
   momentum: f32, dampening: f32, weight_decay: f32, eps: f32,
   beta1: f32, beta2: f32, max_norm: f32, parts: u32,  // beta2 is alpha (RMSprop), rho (Adadelta)
+  shift: u32, _p0: u32, _p1: u32, _p2: u32,  // mask: a u32 per 2^shift elements
 }
 //!include step
 //!include index
@@ -27,8 +29,10 @@ struct Params {
 @group(0) @binding(3) var<storage, read> G: array<f32>;
 @group(0) @binding(4) var<storage, read_write> S1: array<f32>;
 @group(0) @binding(5) var<storage, read_write> S2: array<f32>;
-// 0 frozen or buffer; trainable: 1, or with GUARD 1 + the guard's tensor index (exact below 2^24)
-@group(0) @binding(6) var<storage, read> mask: array<f32>;
+// A u32 per block of 2^p.shift elements (plan.owners): 0, no trainable element; else
+// owner << 7 | count, the block's first count elements being one tensor's, owner 1 (with GUARD
+// 1 + the guard's index of the tensor)
+@group(0) @binding(6) var<storage, read> mask: array<u32>;
 @group(0) @binding(7) var<storage, read_write> S3: array<f32>;
 @group(0) @binding(8) var<storage, read_write> clip: array<f32>;
 @group(0) @binding(9) var<storage, read_write> flags: array<atomic<u32>>;  // the guard's
@@ -37,6 +41,12 @@ const AMSGRAD: u32 = 1u;
 const CENTERED: u32 = 2u;
 const GUARD: u32 = 4u;
 
+// Element i's owner: 0 where it is not trainable (see mask).
+fn owner(i: u32) -> u32 {
+  let m = mask[i >> p.shift];
+  return select(0u, m >> 7u, (i & ((1u << p.shift) - 1u)) < (m & 127u));
+}
+
 // Exponent bits all ones: Inf or NaN (a bit test, immune to fast-math assumptions).
 fn not_finite(x: f32) -> bool { return (bitcast<u32>(x) & 0x7f800000u) == 0x7f800000u; }
 
@@ -44,7 +54,7 @@ fn not_finite(x: f32) -> bool { return (bitcast<u32>(x) & 0x7f800000u) == 0x7f80
 // GUARD, a non-finite G[i] (before clipping, as guard.wgsl tests it) flags its tensor.
 fn grad(i: u32) -> f32 {
   let g = G[i];
-  if ((p.flags & GUARD) != 0u && not_finite(g)) { atomicMin(&flags[u32(mask[i]) - 1u], st.step); }
+  if ((p.flags & GUARD) != 0u && not_finite(g)) { atomicMin(&flags[owner(i) - 1u], st.step); }
   if (p.max_norm > 0.0) { return g * clip[1]; }
   return g;
 }
@@ -62,7 +72,7 @@ fn grad_sumsq(@builtin(workgroup_id) wid: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
   var s = 0.0;
   for (var e = wid.x * 256u + lid; e < p.n; e += max(p.parts, 1u) * 256u) {
-    let g = select(0.0, G[e], mask[e] != 0.0);
+    let g = select(0.0, G[e], owner(e) != 0u);
     s += g * g;
   }
   red[lid] = s;
@@ -89,7 +99,7 @@ fn grad_norm(@builtin(local_invocation_index) lid: u32) {
 @compute @workgroup_size(64)
 fn sgd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let i = flat_index(gid, nwg);
-  if (i >= p.n || mask[i] == 0.0) { return; }
+  if (i >= p.n || owner(i) == 0u) { return; }
   var g = grad(i) + p.weight_decay * P[i];
   let momentum = st.a2;
   if (momentum != 0.0) {
@@ -107,7 +117,7 @@ fn sgd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
 @compute @workgroup_size(64)
 fn adam(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let i = flat_index(gid, nwg);
-  if (i >= p.n || mask[i] == 0.0) { return; }
+  if (i >= p.n || owner(i) == 0u) { return; }
   var w = P[i];
   var g = grad(i);
   if (p.decoupled != 0u) { w = w * (1.0 - st.lr * p.weight_decay); }
@@ -131,7 +141,7 @@ fn adam(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 fn adagrad(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
   let i = flat_index(gid, nwg);
-  if (i >= p.n || mask[i] == 0.0) { return; }
+  if (i >= p.n || owner(i) == 0u) { return; }
   let g = grad(i) + p.weight_decay * P[i];
   let s = S1[i] + g * g;
   S1[i] = s;
@@ -146,7 +156,7 @@ fn adagrad(@builtin(global_invocation_id) gid: vec3<u32>,
 fn rmsprop(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
   let i = flat_index(gid, nwg);
-  if (i >= p.n || mask[i] == 0.0) { return; }
+  if (i >= p.n || owner(i) == 0u) { return; }
   let g = grad(i) + p.weight_decay * P[i];
   let alpha = p.beta2;
   let v = alpha * S1[i] + (1.0 - alpha) * g * g;
@@ -176,7 +186,7 @@ fn rmsprop(@builtin(global_invocation_id) gid: vec3<u32>,
 fn adadelta(@builtin(global_invocation_id) gid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>) {
   let i = flat_index(gid, nwg);
-  if (i >= p.n || mask[i] == 0.0) { return; }
+  if (i >= p.n || owner(i) == 0u) { return; }
   let g = grad(i) + p.weight_decay * P[i];
   let rho = p.beta2;
   let v = rho * S1[i] + (1.0 - rho) * g * g;

@@ -195,8 +195,10 @@ def test_rnn_biases_in_one_span_same_bits(device, name, monkeypatch):
     plan = on["plan"]
     names = [t for t, _ in watched(plan.graph, plan.trainable)]
     assert sorted(names) == sorted(graph_weights(graph)) and span["name"] not in names
-    mask = np.frombuffer(plan.mask_bytes(), np.float32)
-    assert mask.sum() == sum(t["nbytes"] // 4 for t in graph["tensors"])
+    shift, owners = plan.owners()
+    words = np.frombuffer(owners, np.uint32)
+    assert shift == 6 and set(words >> 7) <= {0, 1}
+    assert (words & 127).sum() == sum(t["nbytes"] // 4 for t in graph["tensors"])
     from webgpu_trainer.engine.train.guard import Guard
     guard = run(Guard.build(plan))  # the tensors and nodes the numpy engine's guard names
     assert guard.tensors == watched(Graph(graph), set(graph_weights(graph)))

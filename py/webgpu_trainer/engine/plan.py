@@ -4,7 +4,7 @@
 and eval mode, loss, backward) over buffers allocated once. The trainer wraps them with the data
 and optimizer dispatches into programs and replays one program per step, so per-step Python work
 is O(1) bridge calls. Weights, running statistics and gradients live in two flat buffers laid out
-exactly like the bundle's weight blob (``P`` and ``G``); ``mask`` marks trainable elements.
+exactly like the bundle's weight blob (``P`` and ``G``); ``owners`` marks trainable elements.
 """
 
 import math
@@ -505,16 +505,33 @@ class Plan:
             return count
         return readers(root) == 1
 
-    def mask_bytes(self) -> bytes:
-        """float32 per weight element: 1.0 where trainable, else 0.0 (buffers, frozen, padding)."""
-        out = bytearray(self.wbytes)
-        one = struct.pack("<f", 1.0)
-        for name in self.trainable:
-            t = self.graph.tensors[name]
-            if "members" in t:  # a span: its members' elements only, not the padding
-                continue
-            out[t["offset"]:t["offset"] + t["nbytes"]] = one * (t["nbytes"] // 4)
-        return bytes(out)
+    def owners(self, index: dict | None = None) -> tuple[int, bytes]:
+        """The update's ``mask`` (shaders/optim.wgsl ``owner``): one u32 per block of
+        2**``shift`` weight elements, 0 where the block holds no trainable element (buffers,
+        frozen tensors, padding), else ``(1 + index[name]) << 7 | count`` (``index``: the
+        guard's tensor indices; None: 0 for every tensor) for the tensor whose elements are the
+        block's first ``count``. ``shift`` is the largest up to 6 (64 elements: the weight
+        blob's 256-byte alignment, onnx_io ALIGN) that every trainable tensor's element offset
+        is a multiple of, so no block holds two tensors. Returns ``(shift, bytes)``: 1/64 of
+        a float per element where the blob is aligned. Raises ValueError past 2^25 tensors."""
+        own = sorted((self.graph.tensors[n] for n in self.trainable
+                      if "members" not in self.graph.tensors[n]), key=lambda t: t["offset"])
+        shift = 6
+        for t in own:
+            while (t["offset"] // 4) % (1 << shift):
+                shift -= 1
+        size = 1 << shift
+        out = bytearray(4 * -(-(self.wbytes // 4) // size))
+        for t in own:
+            k = (index or {}).get(t["name"], 0)
+            if k + 1 >= 1 << 25:
+                raise ValueError(f"{k + 1} trainable tensors: the update's mask holds < 2^25")
+            first, count = t["offset"] // 4 // size, t["nbytes"] // 4
+            full, rest = divmod(count, size)
+            out[4 * first:4 * (first + full)] = struct.pack("<I", (k + 1) << 7 | size) * full
+            if rest:
+                struct.pack_into("<I", out, 4 * (first + full), (k + 1) << 7 | rest)
+        return shift, bytes(out)
 
     async def init_weights(self, seed: int):
         """PyTorch's default init of every parameter an op family defines it for

@@ -68,21 +68,16 @@ class Guard:
         self.dispatches = b.current
         return self
 
-    def in_update(self, plan) -> bytes | None:
+    def in_update(self, plan) -> dict | None:
         """Hand the test to the optimizer's update (``Builder.GUARD_IN_UPDATE``; drops this
-        guard's dispatch): the optimizer's mask, float32 per weight element, 0.0 where not
-        trainable and 1 + the index in ``tensors`` of each trainable element's tensor. None
-        (and the guard keeps its dispatch) when the flag is off or the indices would not be
-        exact in float32."""
+        guard's dispatch): ``{tensor name: index in tensors}`` for the update's mask
+        (``plan.owners``), which flags a non-finite gradient element with 1 + its tensor's
+        index. None (and the guard keeps its dispatch) when the flag is off or the indices would
+        not fit the mask."""
         if not plan.builder.GUARD_IN_UPDATE or len(self.tensors) >= 1 << 24:
             return None
-        out = bytearray(plan.wbytes)
-        for k, (name, _) in enumerate(self.tensors):
-            t = plan.graph.tensors[name]
-            out[t["offset"]:t["offset"] + t["nbytes"]] = struct.pack("<f", k + 1.0) * (
-                t["nbytes"] // 4)
         self.dispatches = []
-        return bytes(out)
+        return {name: k for k, (name, _) in enumerate(self.tensors)}
 
     def reset(self):
         self.dev.write(self.flags, struct.pack("<I", NONE) * max(len(self.tensors), 1))

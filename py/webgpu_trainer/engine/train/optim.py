@@ -119,13 +119,14 @@ class Optimizer:
                 dev.write(buf, struct.pack("<f", init) * n)
             self.slots.append(buf)
         self.s1, self.s2, self.s3 = self.slots
-        self.mask = dev.buffer(4 * n, "optim.mask")
         watch = guard.in_update(plan) if guard is not None else None
-        dev.write(self.mask, plan.mask_bytes() if watch is None else watch)
+        shift, owners = plan.owners(watch)
+        self.mask = dev.buffer(len(owners), "optim.mask")
+        dev.write(self.mask, owners)
         self.clip = dev.buffer(4 * (2 + _PARTS), "optim.clip")
         b = plan.builder
         b.current = []
-        params = self.uniform(n)
+        params = dict(self.uniform(n), shift=shift)
         if watch is not None:
             params["flags"] |= GUARD
         # unread without GUARD, but bound: a guard's flags, else 16 bytes
