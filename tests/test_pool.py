@@ -15,6 +15,7 @@ from conftest import rng_for, run
 from harness import _input_bytes, builder_patch
 from webgpu_trainer import onnx_io
 from webgpu_trainer.engine import pool
+from webgpu_trainer.engine.backends.base import ALIGN
 from webgpu_trainer.engine.tools import parity
 from webgpu_trainer.engine.train import memory
 
@@ -36,18 +37,42 @@ def _ranges(rng, n):
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_overlapping_live_ranges_never_share_a_buffer(seed):
-    ranges = _ranges(np.random.default_rng(seed), 60)
-    groups, owner = pool.assign(ranges)
-    assert set(owner) == set(ranges)
+def test_overlapping_live_ranges_never_share_bytes(seed):
+    """Slots live at once lie in different buffers or in disjoint byte ranges of one, at
+    ALIGN-ed offsets inside it; slots a dispatch binds together (``apart``) never share a
+    buffer; no buffer is larger than the largest slot."""
+    rng = np.random.default_rng(seed)
+    ranges = _ranges(rng, 60)
+    slots = list(ranges)
+    apart = frozenset(frozenset((slots[i], slots[j])) for i, j in
+                      rng.integers(0, len(slots), (40, 2)) if i != j)
+    groups, place = pool.assign(ranges, apart)
+    assert set(place) == set(ranges)
     for a in ranges:
-        assert groups[owner[a]] >= a.size
+        g, at = place[a]
+        assert at % ALIGN == 0 and at + a.size <= groups[g]
         for b in ranges:
-            if a is not b and owner[a] == owner[b]:
-                (fa, la), (fb, lb) = ranges[a], ranges[b]
-                assert la < fb or lb < fa, (a.label, ranges[a], b.label, ranges[b])
+            if a is b or place[b][0] != g:
+                continue
+            assert frozenset((a, b)) not in apart, (a.label, b.label)
+            (fa, la), (fb, lb) = ranges[a], ranges[b]
+            if not (la < fb or lb < fa):
+                bt = place[b][1]
+                assert at + a.size <= bt or bt + b.size <= at, (a.label, b.label)
     # never more than one buffer per slot, never less than the peak of live bytes
     assert pool.peak_bytes(ranges) <= sum(groups) <= sum(s.size for s in ranges)
+    assert max(groups) == max(s.size for s in ranges)
+
+
+def test_smaller_slots_live_at_once_share_a_larger_buffer():
+    """Two slots live together beside a larger one that is dead then fit into its buffer at
+    different offsets; bound together by one dispatch, the second gets a buffer of its own."""
+    big, a, b = pool.Slot(4096, "big"), pool.Slot(1000, "a"), pool.Slot(1500, "b")
+    ranges = {big: (0, 2), a: (3, 6), b: (4, 8)}
+    groups, place = pool.assign(ranges)
+    assert groups == [4096] and place == {big: (0, 0), b: (0, 0), a: (0, 1536)}
+    groups, place = pool.assign(ranges, frozenset([frozenset((a, b))]))
+    assert groups == [4096, 1000] and place == {big: (0, 0), b: (0, 0), a: (1, 0)}
 
 
 def test_peak_of_live_bytes():

@@ -19,7 +19,7 @@ the optimizer's state, the activations, and the most gradient bytes live at one 
 total against it. Standard library only.
 """
 
-from .backends.base import View, round_up
+from .backends.base import ALIGN, View, round_up
 
 
 class Slot:
@@ -27,10 +27,11 @@ class Slot:
     least 16; ``label``: as the device buffer would be named) that ``resolve`` maps onto a
     shared device buffer."""
 
-    __slots__ = ("size", "label", "buffer", "keep")
+    __slots__ = ("size", "label", "buffer", "offset", "keep")
 
     def __init__(self, nbytes: int, label: str):
         self.size, self.label, self.buffer = max(16, round_up(nbytes)), label, None
+        self.offset = 0  # bytes into ``buffer`` (resolve)
         self.keep = False  # True: read after the step, so a buffer of its own
 
 
@@ -60,26 +61,42 @@ def _slots_of(entry) -> list:
             if isinstance(b, Slot) or isinstance(b, View) and isinstance(b.buffer, Slot)]
 
 
-def assign(ranges: dict) -> tuple:
+def assign(ranges: dict, apart=frozenset()) -> tuple:
     """Pack live ranges into shared buffers. ``ranges``: {slot: (first, last)} dispatch
-    indices, inclusive. Returns ``(groups, owner)``: ``groups`` the byte size of each shared
-    buffer, ``owner`` {slot: group index}. Greedy by size (the "shared objects" strategy of
-    Pisarchyk and Lee, "Efficient Memory Management for Deep Neural Net Inference", 2020):
-    the largest slot first, each into the first buffer none of whose slots' ranges overlap
-    its own, else into a new buffer of its size; so a buffer is as large as its first slot."""
-    groups, owner, members = [], {}, []
+    indices, inclusive; ``apart``: frozensets of two slots one dispatch binds together (WebGPU
+    refuses a buffer bound writable and read-only in one dispatch, whatever the ranges, so
+    these never share a buffer). Returns ``(groups, place)``: ``groups`` the byte size of each
+    shared buffer, ``place`` {slot: (group index, byte offset, a multiple of ALIGN)}. Greedy by
+    size (Pisarchyk and Lee, "Efficient Memory Management for Deep Neural Net Inference",
+    2020): the largest slot first, each at the lowest offset of the first buffer where it fits
+    beside the slots whose ranges overlap its own, else into a new buffer of its size; so a
+    buffer is as large as its first slot (none is larger than a buffer of one slot would be),
+    and smaller slots live at the same time share it ("shared objects" with offsets)."""
+    groups, place, members = [], {}, []
     for slot in sorted(ranges, key=lambda s: (-s.size, ranges[s][0], s.label)):
         first, last = ranges[slot]
-        for g, taken in enumerate(members):  # noqa: B007  g is the group found
-            if all(last < lo or hi < first for lo, hi in taken):
+        spot = None
+        for g, taken in enumerate(members):
+            if any(frozenset((slot, other)) in apart for other, _, _ in taken):
+                continue
+            busy = sorted((off, off + other.size) for other, off, (lo, hi) in
+                          ((o, off, ranges[o]) for o, off, _ in taken)
+                          if not (last < lo or hi < first))
+            at = 0
+            for lo, hi in busy:
+                if at + slot.size <= lo:
+                    break
+                at = max(at, round_up(hi, ALIGN))
+            if at + slot.size <= groups[g]:
+                spot = (g, at)
                 break
-        else:
-            g = len(groups)
+        if spot is None:
+            spot = (len(groups), 0)
             groups.append(slot.size)
             members.append([])
-        members[g].append((first, last))
-        owner[slot] = g
-    return groups, owner
+        members[spot[0]].append((slot, spot[1], None))
+        place[slot] = spot
+    return groups, place
 
 
 def peak_bytes(ranges: dict) -> int:
@@ -107,24 +124,26 @@ def resolve(dev, lists: list, tensors) -> dict:
     slot>"), "peak" (peak_bytes of every shared slot), "grad_peak" (of the gradients'),
     "unshared" (the shared slots' own sizes summed)}``."""
     grad_slots = {t.buf for t in tensors if isinstance(t.buf, Slot)}
-    ranges, zero = {}, set()
+    ranges, zero, apart = {}, set(), set()
     for i, entry in enumerate(e for lst in lists for e in lst):
-        for slot, writable in _slots_of(entry):
+        bound = _slots_of(entry)
+        for slot, writable in bound:
             if slot not in ranges and not writable or slot.keep:
                 zero.add(slot)  # read before anything writes it (it must stay all zeros), or
                 # read after the step: a buffer of its own
             first, _ = ranges.get(slot, (i, i))
             ranges[slot] = (first, i)
+        apart.update(frozenset((a, b)) for a, _ in bound for b, _ in bound if a is not b)
     for slot in zero:
         del ranges[slot]
-    groups, owner = assign(ranges)
+    groups, place = assign(ranges, frozenset(apart))
     largest = {}  # group -> its largest slot, whose label the buffer carries
-    for slot, g in owner.items():
+    for slot, (g, _) in place.items():
         if g not in largest or slot.size > largest[g].size:
             largest[g] = slot
     bufs = [dev.buffer(size, f"pool.{k}:{largest[k].label}") for k, size in enumerate(groups)]
-    for slot, g in owner.items():
-        slot.buffer = bufs[g]
+    for slot, (g, at) in place.items():
+        slot.buffer, slot.offset = bufs[g], at
     for slot in zero:
         slot.buffer = dev.buffer(slot.size, slot.label)
     bound = {}  # one bind group per deferred dispatch, however many lists hold it
@@ -136,14 +155,14 @@ def resolve(dev, lists: list, tensors) -> dict:
                 lst[k] = bound[id(entry)]
     for t in tensors:
         if isinstance(t.buf, Slot):
-            t.buf = t.buf.buffer
+            t.buf, t.offset = t.buf.buffer, t.offset + t.buf.offset
     return {"slots": len(ranges) + len(zero), "bytes": sum(groups), "peak": peak_bytes(ranges),
             "grad_peak": peak_bytes({s: r for s, r in ranges.items() if s in grad_slots}),
             "unshared": sum(s.size for s in ranges)}
 
 
 def _bind(dev, entry):
-    binds = [b.buffer if isinstance(b, Slot) else
-             View(b.buffer.buffer, b.offset, b.nbytes) if isinstance(b, View) and
-             isinstance(b.buffer, Slot) else b for b in entry.binds]
+    binds = [View(b.buffer, b.offset, b.size) if isinstance(b, Slot) else
+             View(b.buffer.buffer, b.buffer.offset + b.offset, b.nbytes) if isinstance(b, View)
+             and isinstance(b.buffer, Slot) else b for b in entry.binds]
     return (entry.pipe, dev.bind(entry.pipe, binds), entry.groups)
