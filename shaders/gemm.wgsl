@@ -14,12 +14,15 @@
 // alpha. Unsplit into bsum; split into out
 // after the partial products (out[splits*M*N + z*L + i], L = M or N), which reduce.wgsl
 // `reduce_splits` adds as its tail.
+// part0 (`matmul_tiled` split, ops/gemm.py): part 0 into out0, the output itself, and part z > 0
+// at (z - 1) * M * N of out; reduce_splits (part0) then adds the others to out0 in place, in the
+// same order: a part's scratch fewer.
 
 struct Params {
   M: u32, N: u32, K: u32, splits: u32,
   sam: u32, sak: u32, sbk: u32, sbn: u32,
   bias_mode: u32, alpha: f32, beta: f32, relu: u32,
-  vec: u32, mask: u32,
+  vec: u32, mask: u32, part0: u32,
 }
 
 //!include index
@@ -35,6 +38,7 @@ struct Params {
 @group(0) @binding(6) var<storage, read> b4: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read> src: array<f32>;  // the mask's source
 @group(0) @binding(8) var<storage, read_write> bsum: array<f32>;  // BSUM's sums, unsplit
+@group(0) @binding(9) var<storage, read_write> out0: array<f32>;  // part 0 (part0)
 
 override BSUM: u32 = 0u;
 
@@ -449,6 +453,18 @@ fn store_step(l: Loads, buf: u32, lid: u32) {
   if (lid + nt < 2u * WN * BK) { store_b(l.b1, buf, lid + nt); }
 }
 
+// matmul_tiled's workgroup writes part 0 into out0 (part0).
+var<private> into0: bool = false;
+
+fn put(at: u32, v: f32) {
+  if (into0) { out0[at] = v; } else { out[at] = v; }
+}
+
+fn put4(at: u32, v: vec4<f32>) {
+  put(at, act(at, v.x)); put(at + 1u, act(at + 1u, v.y)); put(at + 2u, act(at + 2u, v.z));
+  put(at + 3u, act(at + 3u, v.w));
+}
+
 // Writes one 4-wide row segment of the tile (alpha, bias when not split, edges clipped).
 fn write_row(base: u32, m: u32, n: u32, v: vec4<f32>) {
   if (m >= p.M) { return; }
@@ -456,7 +472,7 @@ fn write_row(base: u32, m: u32, n: u32, v: vec4<f32>) {
     if (n + j < p.N) {
       var o = p.alpha * v[j];
       if (p.splits == 1u) { o += bias_at(m, n + j); }
-      out[base + m * p.N + n + j] = act(base + m * p.N + n + j, o);
+      put(base + m * p.N + n + j, act(base + m * p.N + n + j, o));
     }
   }
 }
@@ -506,7 +522,8 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
     }
     workgroupBarrier();
   }
-  let base = wid.z * p.M * p.N;
+  into0 = p.part0 != 0u && wid.z == 0u;
+  let base = select((wid.z - p.part0) * p.M * p.N, 0u, into0);
   let top = m0 + ty * 4u;
   let bottom = m0 + 4u * WM + ty * 4u;
   let left = n0 + tx * 4u;
@@ -527,17 +544,17 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
     let n1 = p.N;
     let n2 = 2u * p.N;
     let n3 = 3u * p.N;
-    store4(r0 + left, p.alpha * acc[0] + bl); store4(r0 + right, p.alpha * acc[1] + br);
-    store4(r0 + n1 + left, p.alpha * acc[2] + bl); store4(r0 + n1 + right, p.alpha * acc[3] + br);
-    store4(r0 + n2 + left, p.alpha * acc[4] + bl); store4(r0 + n2 + right, p.alpha * acc[5] + br);
-    store4(r0 + n3 + left, p.alpha * acc[6] + bl); store4(r0 + n3 + right, p.alpha * acc[7] + br);
-    store4(r1 + left, p.alpha * acc[8] + bl); store4(r1 + right, p.alpha * acc[9] + br);
-    store4(r1 + n1 + left, p.alpha * acc[10] + bl);
-    store4(r1 + n1 + right, p.alpha * acc[11] + br);
-    store4(r1 + n2 + left, p.alpha * acc[12] + bl);
-    store4(r1 + n2 + right, p.alpha * acc[13] + br);
-    store4(r1 + n3 + left, p.alpha * acc[14] + bl);
-    store4(r1 + n3 + right, p.alpha * acc[15] + br);
+    put4(r0 + left, p.alpha * acc[0] + bl); put4(r0 + right, p.alpha * acc[1] + br);
+    put4(r0 + n1 + left, p.alpha * acc[2] + bl); put4(r0 + n1 + right, p.alpha * acc[3] + br);
+    put4(r0 + n2 + left, p.alpha * acc[4] + bl); put4(r0 + n2 + right, p.alpha * acc[5] + br);
+    put4(r0 + n3 + left, p.alpha * acc[6] + bl); put4(r0 + n3 + right, p.alpha * acc[7] + br);
+    put4(r1 + left, p.alpha * acc[8] + bl); put4(r1 + right, p.alpha * acc[9] + br);
+    put4(r1 + n1 + left, p.alpha * acc[10] + bl);
+    put4(r1 + n1 + right, p.alpha * acc[11] + br);
+    put4(r1 + n2 + left, p.alpha * acc[12] + bl);
+    put4(r1 + n2 + right, p.alpha * acc[13] + br);
+    put4(r1 + n3 + left, p.alpha * acc[14] + bl);
+    put4(r1 + n3 + right, p.alpha * acc[15] + br);
     return;
   }
   write_row(base, top, left, acc[0]); write_row(base, top, right, acc[1]);

@@ -5,13 +5,14 @@
 //                  (reduce_splits_lanes: LANES threads an output); and a tail of `tail` more
 //                  sums after the parts, [splits, tail] at x[splits*count], into out2 (plain
 //                  sums: a Linear's bias gradient beside its split-K weight gradient, gemm.wgsl
-//                  BSUM)
+//                  BSUM); part0 (no tail): part 0 is out itself (gemm.wgsl part0), part
+//                  s > 0 at x[(s - 1)*count + e], added in the same order
 //   column_parts:  out[k*C + c] = sum over the rows o of part k of x[o*C + c]   (inner 1)
 
 struct Params {
   outer: u32, C: u32, inner: u32, count: u32,
   splits: u32, N: u32, bias_mode: u32, beta: f32,
-  relu: u32, mask: u32, tail: u32, _p2: u32,
+  relu: u32, mask: u32, tail: u32, part0: u32,
 }
 // reduce_splits' epilogue, after the bias: relu: max(sum, 0), a Gemm's or a convolution's fused
 // ReLU (gemm.wgsl, conv_gemm.wgsl); mask: 0 where src[e] <= 0, a fused ReLU's gradient (src the
@@ -81,6 +82,14 @@ fn column_parts(@builtin(global_invocation_id) gid: vec3<u32>,
   out[k * p.C + c] = s;
 }
 
+// Part k of output e: x[k * stride + first], or with part0 out[e] for k 0 and the rest one
+// part lower in x.
+fn part(k: u32, stride: u32, first: u32, e: u32) -> f32 {
+  if (p.part0 == 0u) { return x[k * stride + first]; }
+  if (k == 0u) { return out[e]; }
+  return x[(k - 1u) * stride + first];
+}
+
 // reduce_splits' bias and epilogue on the sum s of output e.
 fn finish_split(e: u32, sum: f32) {
   var s = sum;
@@ -112,11 +121,11 @@ fn reduce_splits(@builtin(global_invocation_id) gid: vec3<u32>,
   var s4 = vec4<f32>(0.0);
   var k = 0u;
   for (; k + 4u <= p.splits; k += 4u) {
-    let i = k * stride + first;
-    s4 += vec4<f32>(x[i], x[i + stride], x[i + 2u * stride], x[i + 3u * stride]);
+    s4 += vec4<f32>(part(k, stride, first, e), part(k + 1u, stride, first, e),
+                    part(k + 2u, stride, first, e), part(k + 3u, stride, first, e));
   }
   var s = (s4.x + s4.y) + (s4.z + s4.w);
-  for (; k < p.splits; k++) { s += x[k * stride + first]; }
+  for (; k < p.splits; k++) { s += part(k, stride, first, e); }
   finish(e, s);
 }
 
@@ -150,11 +159,11 @@ fn reduce_splits_lanes(@builtin(workgroup_id) wid: vec3<u32>,
   var k = lid / per;
   if (inside) {
     for (; k + 3u * LANES < p.splits; k += 4u * LANES) {
-      let i = k * stride + first;
-      let d = LANES * stride;
-      s4 += vec4<f32>(x[i], x[i + d], x[i + 2u * d], x[i + 3u * d]);
+      s4 += vec4<f32>(part(k, stride, first, e), part(k + LANES, stride, first, e),
+                      part(k + 2u * LANES, stride, first, e),
+                      part(k + 3u * LANES, stride, first, e));
     }
-    for (; k < p.splits; k += LANES) { s4.x += x[k * stride + first]; }
+    for (; k < p.splits; k += LANES) { s4.x += part(k, stride, first, e); }
   }
   red[lid] = (s4.x + s4.y) + (s4.z + s4.w);
   workgroupBarrier();

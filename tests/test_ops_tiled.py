@@ -645,6 +645,73 @@ def test_reduce_splits_lanes(device, count, splits, n, want_lanes, bias_mode, re
     assert rel_err(got, want) <= FWD_RTOL
 
 
+# reduce_splits with part 0 in the output itself (part0: gemm.wgsl matmul_tiled's split-K) adds
+# the same values in the same order as with every part in x: the same bits, lanes or not, with
+# a bias, the fused ReLU and the ReLU-gradient mask.
+@pytest.mark.parametrize("count,splits,n", [(37, 33, 37), (20000, 40, 100), (5000, 31, 50),
+                                             (1000, 4, 100)])
+@pytest.mark.parametrize("bias_mode,relu,mask", [(0, 0, 0), (1, 1, 0), (2, 0, 1)])
+def test_reduce_splits_part0_same_bits(device, count, splits, n, bias_mode, relu, mask):
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    rng = rng_for("reduce_splits_part0", count, splits, bias_mode)
+    parts = f32(rng.standard_normal((splits, count)))
+    bias = f32(rng.standard_normal({1: n, 2: count // n + 1}.get(bias_mode, 1)))
+    src = f32(rng.standard_normal(count))
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    b.TILED = True
+    bb, sb = device.buffer(bias.nbytes), device.buffer(src.nbytes)
+    device.write(bb, bias.tobytes())
+    device.write(sb, src.tobytes())
+    got = {}
+    for part0 in (0, 1):
+        xb, out = device.buffer(parts.nbytes), device.buffer(4 * count)
+        device.write(xb, parts[part0:].tobytes())
+        device.write(out, parts[0].tobytes() if part0 else bytes(4 * count))
+
+        async def go(xb, out, part0):
+            b.current = []
+            await gemm.reduce_splits(b, xb, out, splits, count, n=n,
+                                     bias=bb if bias_mode else None, bias_mode=bias_mode,
+                                     beta=0.5, relu=relu, mask_src=sb if mask else None,
+                                     part0=part0)
+            device.submit([device.program(b.current)])
+            return np.frombuffer(await device.read(out), np.float32)[:count]
+        got[part0] = run(go(xb, out, part0))
+    assert np.array_equal(got[0], got[1])
+    want = parts.astype(np.float64).sum(axis=0)
+    if bias_mode:
+        want = want + 0.5 * bias.astype(np.float64)[{1: np.arange(count) % n,
+                                                     2: np.arange(count) // n}[bias_mode]]
+    want = np.maximum(want, 0.0) if relu else want
+    want = np.where(src > 0, want, 0.0) if mask else want
+    assert rel_err(got[1], want) <= FWD_RTOL
+
+
+# A tiled GEMM's split-K part 0 straight into its output (Builder.GEMM_PART0_IN_OUT): the same
+# bits as every part in scratch; edges and whole tiles, 2 to 64 parts (the last through
+# reduce_splits_lanes), transposed operands; against float64 too (_check_gemm).
+@pytest.mark.parametrize("m,n,k", [(1030, 1025, 37), (1024, 1100, 300), (300, 130, 900),
+                                   (130, 129, 4000)])
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1)])
+def test_gemm_part0_in_out_same_bits(device, monkeypatch, m, n, k, ta, tb):
+    from webgpu_trainer.engine.ops import gemm
+    monkeypatch.setattr(gemm, "tile_shape", lambda *_: (16, 16))
+    seen, reduce = [], gemm.reduce_splits
+
+    async def spy(*args, **kw):
+        seen.append((args[3], kw["part0"]))
+        await reduce(*args, **kw)
+    monkeypatch.setattr(gemm, "reduce_splits", spy)
+    got = {}
+    for on in (True, False):
+        with builder_patch({"GEMM_PART0_IN_OUT": on}):
+            got[on] = _check_gemm(device, m, n, k, ta, tb)
+    (splits, part0), (splits2, off) = seen
+    assert splits == splits2 > 1 and (part0, off) == (1, 0), seen
+    assert np.array_equal(got[True], got[False])
+
+
 def _gemm_on_gpu(device, a, sa, bm, sb, m, n, k, alpha=1.0, bias=None, bsum_of=0):
     """ops/gemm.matmul on the GPU paths (Builder.TILED) of float32 arrays ``a`` and ``bm``
     (uploaded flat, read through strides ``sa`` / ``sb``), optionally alpha and a row bias:

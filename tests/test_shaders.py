@@ -162,16 +162,18 @@ def test_kernel_fills_unbound_slots_and_binds_by_name():
 
 
 def test_gpu_adapter_gemm_sinks_are_per_dispatch():
-    """On a GPU adapter the gemm shader's unbound read_write slot (bsum) gets a sink of its own
-    in each dispatch (Builder.SINK_PER_DISPATCH); other shaders keep one per binding."""
+    """On a GPU adapter the gemm shader's unbound read_write slots (bsum, out0) get a sink of
+    their own in each dispatch (Builder.SINK_PER_DISPATCH); other shaders keep one per
+    binding."""
     b = _builder(is_cpu=False)
     params = dict(M=4, N=4, K=4, splits=1, sam=4, sak=1, sbk=4, sbn=1, bias_mode=0, alpha=1.0,
-                  beta=1.0, relu=0, vec=0, mask=0)
+                  beta=1.0, relu=0, vec=0, mask=0, part0=0)
     for _ in range(2):
         run(b.kernel("gemm", "matmul", (1, 1, 1), params=params, constants={"WX": 1}, a="A",
                      bm="B", out="O"))
-    first, second = b.current[0][1][8], b.current[1][1][8]
-    assert first == second == "sink8:16" and first is not second
+    for k in (8, 9):
+        first, second = b.current[0][1][k], b.current[1][1][k]
+        assert first == second == f"sink{k}:16" and first is not second
 
 
 def test_kernel_errors_name_the_shader_and_slot():

@@ -186,6 +186,10 @@ class Builder:
     # (H200, 2026-12-05: the MLP's dW at batch 64, [1024, 1024] over k 64, 0.040 ms tiled in
     # 4 parts, 0.018 untiled; ops/gemm.matmul); None: tiled (A/B).
     GEMM_SPLIT_MIN_K = 128
+    # A tiled GEMM's split-K part 0 written straight into the output, the other parts added to
+    # it in place in the same order (gemm.wgsl / reduce.wgsl part0): a part's scratch fewer
+    # (the MLP at batch 1000: 4.1 MB of its 16.4); False: every part in scratch (A/B).
+    GEMM_PART0_IN_OUT = True
 
     # matmul_tiled loads aligned operands as vec4 (ops/gemm._vec_bits); False: four scalar
     # loads each (A/B).

@@ -106,17 +106,22 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
     tail = (m if bsum_of == 1 else n) if sums and splits > 1 else 0
     if sums:
         consts = {**consts, "BSUM": bsum_of}
-    target = b.temp(splits * (m * n + tail)) if splits > 1 else out
+    # the tiles' part 0 straight into out (gemm.wgsl part0): a part's scratch fewer
+    part0 = int(bool(shape) and splits > 1 and not tail and b.GEMM_PART0_IN_OUT)
+    target = b.temp((splits - part0) * (m * n + tail)) if splits > 1 else out
     params = dict(M=m, N=n, K=k, splits=splits, sam=a_strides[0], sak=a_strides[1],
                   sbk=b_strides[0], sbn=b_strides[1], bias_mode=bias_mode if bias else 0,
-                  alpha=alpha, beta=beta, relu=relu, vec=vec, mask=int(mask_src is not None))
+                  alpha=alpha, beta=beta, relu=relu, vec=vec, mask=int(mask_src is not None),
+                  part0=part0)
     await b.kernel("gemm", entry, counts, params=params, constants=consts, a=a, bm=bm, bias=bias,
                    out=target, a4=a if vec & 1 else None, b4=bm if vec & 2 else None,
-                   src=mask_src, bsum=bsum if sums and splits == 1 else None)
+                   src=mask_src, bsum=bsum if sums and splits == 1 else None,
+                   out0=out if part0 else None)
     if splits > 1:
         await reduce_splits(b, target, out, splits, m * n, n=n, bias=bias,
                             bias_mode=bias_mode if bias else 0, beta=beta, relu=relu,
-                            mask_src=mask_src, tail=tail, out2=bsum if tail else None)
+                            mask_src=mask_src, tail=tail, out2=bsum if tail else None,
+                            part0=part0)
     return sums
 
 
@@ -205,15 +210,18 @@ def tile_shape(b, m: int, n: int, k: int, b_strides=None) -> tuple[int, int] | N
 
 
 async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=0, beta=1.0,
-                        relu=0, mask_src=None, channels=0, inner=0, tail=0, out2=None):
+                        relu=0, mask_src=None, channels=0, inner=0, tail=0, out2=None,
+                        part0=0):
     """out[e] = sum_s parts[s*count + e] (+ beta * bias by bias_mode; max(., 0) with relu; 0
     where mask_src[e] <= 0). ``bias_mode`` (shaders/reduce.wgsl): 1 bias[n], 2 bias[m], 3
     bias[e], 4 bias[0] (e = m * n_ + n), 5 an NCHW output's channel bias[(e // inner) %
     channels]. ``tail`` > 0: also out2[t] = sum_s parts[splits*count + s*tail + t] (float32
-    [tail], plain sums: gemm.wgsl BSUM's bias gradient) in the same dispatch."""
+    [tail], plain sums: gemm.wgsl BSUM's bias gradient) in the same dispatch. ``part0`` 1 (no
+    tail): part 0 is ``out`` itself and part s > 0 at parts[(s - 1)*count + e] (gemm.wgsl
+    part0), added in place in the same order."""
     params = dict(outer=0, C=channels, inner=inner, count=count, splits=splits, N=n,
                   bias_mode=bias_mode, beta=beta, relu=relu, mask=int(mask_src is not None),
-                  tail=tail)
+                  tail=tail, part0=part0)
     lanes = split_lanes(b, count + tail, splits)
     if lanes > 1:
         await b.kernel("reduce", "reduce_splits_lanes", groups_1d((count + tail) * lanes, 256),
@@ -252,7 +260,7 @@ async def channel_sum(b, x, out, outer, channels, inner):
     gradient over tokens) are first summed in parts by ``column_parts``."""
     if not b.tiled and CHANNEL_SUM_ROWS and (channels >= 8 or outer * inner <= 1 << 16):
         params = dict(outer=outer, C=channels, inner=inner, count=0, splits=1, N=0,
-                      bias_mode=0, beta=0.0, relu=0, mask=0, tail=0)
+                      bias_mode=0, beta=0.0, relu=0, mask=0, tail=0, part0=0)
         await b.kernel("reduce", "channel_sum_rows", groups_1d(channels), params=params, x=x,
                        out=out)
         return
@@ -260,7 +268,7 @@ async def channel_sum(b, x, out, outer, channels, inner):
         x, outer = await column_parts(b, x, outer, channels)
     parts = b.reduce_parts(outer * inner)
     params = dict(outer=outer, C=channels, inner=inner, count=0, splits=parts, N=0, bias_mode=0,
-                  beta=0.0, relu=0, mask=0, tail=0)
+                  beta=0.0, relu=0, mask=0, tail=0, part0=0)
     target = b.temp(parts * channels) if parts > 1 else out
     await b.kernel("reduce", "channel_sum", groups_per_channel(channels, parts), params=params, x=x,
                    out=target)
@@ -279,7 +287,7 @@ async def column_parts(b, x, outer, channels):
     parts = max(1, min(-(-b.COLUMN_SUM_THREADS // channels), outer // 16, 4096))
     out = b.temp(parts * channels, "column_parts")
     params = dict(outer=outer, C=channels, inner=1, count=0, splits=parts, N=0, bias_mode=0,
-                  beta=0.0, relu=0, mask=0, tail=0)
+                  beta=0.0, relu=0, mask=0, tail=0, part0=0)
     await b.kernel("reduce", "column_parts", groups_1d(parts * channels), params=params, x=x,
                    out=out)
     return out, parts
