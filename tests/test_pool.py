@@ -36,17 +36,18 @@ def _ranges(rng, n):
     return out
 
 
+@pytest.mark.parametrize("offsets", [True, False])
 @pytest.mark.parametrize("seed", range(20))
-def test_overlapping_live_ranges_never_share_bytes(seed):
+def test_overlapping_live_ranges_never_share_bytes(seed, offsets):
     """Slots live at once lie in different buffers or in disjoint byte ranges of one, at
-    ALIGN-ed offsets inside it; slots a dispatch binds together (``apart``) never share a
-    buffer; no buffer is larger than the largest slot."""
+    ALIGN-ed offsets inside it (``offsets`` False: never in one buffer); slots a dispatch binds
+    together (``apart``) never share a buffer; no buffer is larger than the largest slot."""
     rng = np.random.default_rng(seed)
     ranges = _ranges(rng, 60)
     slots = list(ranges)
     apart = frozenset(frozenset((slots[i], slots[j])) for i, j in
                       rng.integers(0, len(slots), (40, 2)) if i != j)
-    groups, place = pool.assign(ranges, apart)
+    groups, place = pool.assign(ranges, apart, offsets)
     assert set(place) == set(ranges)
     for a in ranges:
         g, at = place[a]
@@ -57,6 +58,7 @@ def test_overlapping_live_ranges_never_share_bytes(seed):
             assert frozenset((a, b)) not in apart, (a.label, b.label)
             (fa, la), (fb, lb) = ranges[a], ranges[b]
             if not (la < fb or lb < fa):
+                assert offsets, (a.label, b.label)
                 bt = place[b][1]
                 assert at + a.size <= bt or bt + b.size <= at, (a.label, b.label)
     # never more than one buffer per slot, never less than the peak of live bytes
@@ -101,11 +103,13 @@ def _step(device, name, keep):
 def test_a_step_is_bit_identical_with_shared_gradients(device, name):
     with builder_patch({"POOL": False}):
         own, want = _step(device, name, ())
-    shared, got = _step(device, name, ())
-    assert own.grad_pool["slots"] == 0 and shared.grad_pool["slots"] > 0
-    assert shared.grad_pool["bytes"] < shared.grad_pool["unshared"]
-    for k in want:
-        assert got[k] == want[k], f"{name}: {k} differs with shared gradient buffers"
+    for offsets in (True, False):
+        with builder_patch({"POOL_OFFSETS": offsets}):
+            shared, got = _step(device, name, ())
+        assert own.grad_pool["slots"] == 0 and shared.grad_pool["slots"] > 0
+        assert shared.grad_pool["bytes"] < shared.grad_pool["unshared"]
+        for k in want:
+            assert got[k] == want[k], f"{name}: {k} differs with shared buffers ({offsets})"
 
 
 def test_a_gradient_read_before_written_keeps_a_zeroed_buffer(device):
@@ -156,3 +160,15 @@ def test_gpu_paths_are_bit_identical_with_shared_gradients(device, case):
         shared = _case_step(device, case, ())
         with builder_patch({"POOL": False}):
             assert shared == _case_step(device, case, ()), case.id
+
+
+def test_offsets_shrink_the_shared_buffers():
+    """ResNet-8 at batch 64 (GPU kernels): placing smaller slots at offsets inside larger
+    buffers (Builder.POOL_OFFSETS) needs at least 10% fewer shared bytes than a slot at a
+    time a buffer (measured 31.5 -> 25.6 MB)."""
+    graph, _ = onnx_io.load_bundle(MODELS["resnet8"])
+    shared = {}
+    for offsets in (True, False):
+        with builder_patch({"POOL_OFFSETS": offsets, "TILED": True}):
+            shared[offsets] = memory.estimate(graph, 64, optimizer="adam")["parts"]["shared"]
+    assert shared[True] < 0.9 * shared[False], shared

@@ -153,7 +153,8 @@ class Plan:
         self.bwd = b.current
         self.grad_pool = pool.resolve(dev, [self.fwd_train, self.loss, self.bwd,
                                             self.fwd_eval, self.head],
-                                      [*self.grads.values(), *self.contrib.values()])
+                                      [*self.grads.values(), *self.contrib.values()],
+                                      b.POOL_OFFSETS)
         b.pooling = False
         return self
 

@@ -61,7 +61,7 @@ def _slots_of(entry) -> list:
             if isinstance(b, Slot) or isinstance(b, View) and isinstance(b.buffer, Slot)]
 
 
-def assign(ranges: dict, apart=frozenset()) -> tuple:
+def assign(ranges: dict, apart=frozenset(), offsets: bool = True) -> tuple:
     """Pack live ranges into shared buffers. ``ranges``: {slot: (first, last)} dispatch
     indices, inclusive; ``apart``: frozensets of two slots one dispatch binds together (WebGPU
     refuses a buffer bound writable and read-only in one dispatch, whatever the ranges, so
@@ -71,7 +71,10 @@ def assign(ranges: dict, apart=frozenset()) -> tuple:
     2020): the largest slot first, each at the lowest offset of the first buffer where it fits
     beside the slots whose ranges overlap its own, else into a new buffer of its size; so a
     buffer is as large as its first slot (none is larger than a buffer of one slot would be),
-    and smaller slots live at the same time share it ("shared objects" with offsets)."""
+    and smaller slots live at the same time share it ("shared objects" with offsets).
+    ``offsets`` False: a buffer holds one slot at a time, at offset 0 (``Builder.POOL_OFFSETS``,
+    the A/B: slots live at once in one buffer make the backend order the dispatches that write
+    them by a barrier, as SINK_PER_DISPATCH found for shared sinks; not timed yet)."""
     groups, place, members = [], {}, []
     for slot in sorted(ranges, key=lambda s: (-s.size, ranges[s][0], s.label)):
         first, last = ranges[slot]
@@ -82,6 +85,8 @@ def assign(ranges: dict, apart=frozenset()) -> tuple:
             busy = sorted((off, off + other.size) for other, off, (lo, hi) in
                           ((o, off, ranges[o]) for o, off, _ in taken)
                           if not (last < lo or hi < first))
+            if busy and not offsets:
+                continue
             at = 0
             for lo, hi in busy:
                 if at + slot.size <= lo:
@@ -112,7 +117,7 @@ def peak_bytes(ranges: dict) -> int:
     return peak
 
 
-def resolve(dev, lists: list, tensors) -> dict:
+def resolve(dev, lists: list, tensors, offsets: bool = True) -> dict:
     """Give every Slot a device buffer and bind every Pending dispatch, in place.
 
     ``lists``: every dispatch list of the plan, those of the training step first in the order
@@ -136,7 +141,7 @@ def resolve(dev, lists: list, tensors) -> dict:
         apart.update(frozenset((a, b)) for a, _ in bound for b, _ in bound if a is not b)
     for slot in zero:
         del ranges[slot]
-    groups, place = assign(ranges, frozenset(apart))
+    groups, place = assign(ranges, frozenset(apart), offsets)
     largest = {}  # group -> its largest slot, whose label the buffer carries
     for slot, (g, _) in place.items():
         if g not in largest or slot.size > largest[g].size:
