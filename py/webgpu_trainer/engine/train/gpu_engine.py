@@ -347,6 +347,10 @@ class GpuEngine:
         n < 2 (a slow adapter: SwiftShader) its ms is ``first``. It runs the backward and
         optimizer dispatches up to ~3 * ``most`` times each: the weights and the optimizer's
         state are not those of a training run afterwards (callers profile a throwaway run).
+        Dispatches that work in place read their own output when repeated (LSTM / GRU gates
+        and their gradients, a tiled GEMM's split-K part 0 in its output: ``Builder.
+        RNN_DG_IN_PLACE``, ``RNN_XP_IN_PLACE``, ``GEMM_PART0_IN_OUT``), so their values drift;
+        the work, and so the time, is the same.
         Returns ``[(phase, "shader:entry:", (x, y, z), ms)]``."""
         dev, plan = self.dev, self.plan
         self._write_step(1, 0, self.opt.lr, self.opt.scalars(1, self.opt.lr))
