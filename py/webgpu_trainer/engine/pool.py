@@ -7,8 +7,9 @@ are dead; so are an op's scratch buffers (split-K parts, padded copies) outside 
 While ``Plan.build`` runs, each of them is a ``Slot`` (a buffer not made yet) and
 ``Builder.kernel`` defers the bind groups that name one (``Pending``); ``resolve`` then
 measures each slot's live range (first to last dispatch that binds it) and packs the slots
-into shared device buffers (``assign``: slots whose ranges overlap get different buffers),
-then makes the deferred bind groups. Every kernel writes the whole of what it makes each step
+into shared device buffers (``assign``: slots whose ranges overlap get different buffers or
+disjoint byte ranges of one, never one buffer when a dispatch binds both), then makes the
+deferred bind groups, each slot bound as a View of its bytes. Every kernel writes the whole of what it makes each step
 (a buffer also carries the previous step's values otherwise), and a slot read before anything
 writes it keeps a zeroed buffer of its own, so sharing changes no number:
 tests/test_pool.py checks bit-identical steps against unshared buffers.
