@@ -9,10 +9,10 @@ While ``Plan.build`` runs, each of them is a ``Slot`` (a buffer not made yet) an
 measures each slot's live range (first to last dispatch that binds it) and packs the slots
 into shared device buffers (``assign``: slots whose ranges overlap get different buffers or
 disjoint byte ranges of one, never one buffer when a dispatch binds both), then makes the
-deferred bind groups, each slot bound as a View of its bytes. Every kernel writes the whole of what it makes each step
-(a buffer also carries the previous step's values otherwise), and a slot read before anything
-writes it keeps a zeroed buffer of its own, so sharing changes no number:
-tests/test_pool.py checks bit-identical steps against unshared buffers.
+deferred bind groups, each slot bound as a View of its bytes. Every kernel writes the whole
+of what it makes each step (a buffer also carries the previous step's values otherwise), and
+a slot read before anything writes it keeps a zeroed buffer of its own, so sharing changes no
+number: tests/test_pool.py checks bit-identical steps against unshared buffers.
 
 Minimum GPU memory of a trainer that keeps every activation: parameters, their gradients,
 the optimizer's state, the activations, and the most gradient bytes live at one dispatch;
