@@ -453,7 +453,9 @@ fn store_step(l: Loads, buf: u32, lid: u32) {
   if (lid + nt < 2u * WN * BK) { store_b(l.b1, buf, lid + nt); }
 }
 
-// matmul_tiled's workgroup writes part 0 into out0 (part0).
+// matmul_tiled's workgroup writes part 0 into out0 (part0). put / put4 are store4's for
+// matmul_tiled only: the untiled kernels do not use out0, so their layouts bind one storage
+// buffer fewer (vec4 matmul_vec would reach 9 of the 10 the backends ask for).
 var<private> into0: bool = false;
 
 fn put(at: u32, v: f32) {

@@ -81,11 +81,10 @@ def assign(ranges: dict, apart=frozenset(), offsets: bool = True) -> tuple:
         first, last = ranges[slot]
         spot = None
         for g, taken in enumerate(members):
-            if any(frozenset((slot, other)) in apart for other, _, _ in taken):
+            if any(frozenset((slot, other)) in apart for other in taken):
                 continue
-            busy = sorted((off, off + other.size) for other, off, (lo, hi) in
-                          ((o, off, ranges[o]) for o, off, _ in taken)
-                          if not (last < lo or hi < first))
+            busy = sorted((place[o][1], place[o][1] + o.size) for o in taken
+                          if not (last < ranges[o][0] or ranges[o][1] < first))
             if busy and not offsets:
                 continue
             at = 0
@@ -100,7 +99,7 @@ def assign(ranges: dict, apart=frozenset(), offsets: bool = True) -> tuple:
             spot = (len(groups), 0)
             groups.append(slot.size)
             members.append([])
-        members[spot[0]].append((slot, spot[1], None))
+        members[spot[0]].append(slot)
         place[slot] = spot
     return groups, place
 
