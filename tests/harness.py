@@ -139,6 +139,14 @@ def op_types(graph) -> list:
     return [n["op_type"] for n in graph.nodes]
 
 
+def same_memory(*tensors) -> bool:
+    """Whether plan Tensors are the same bytes: one buffer at one byte offset. Pooled slots
+    share buffers at different offsets (``pool.assign``), so ``.buf is`` alone is not."""
+    first = tensors[0]
+    return all(t.buf is first.buf and t.offset == first.offset and t.numel == first.numel
+               for t in tensors[1:])
+
+
 @contextlib.contextmanager
 def builder_patch(attrs):
     """Set ``plan.Builder`` class attributes (e.g. REDUCE_CHUNK) for the duration."""

@@ -70,3 +70,15 @@ def test_too_many_tensors_refused():
     plan = _plan([("a", 0, 1)], "a")
     with pytest.raises(ValueError, match="2\\^25"):
         Plan.owners(plan, {"a": (1 << 25) - 1})
+
+
+@pytest.mark.parametrize("layout", [
+    [("a", 0, 70), ("b", 64, 10)],  # b starts inside a's last block
+    [("a", 0, 8), ("b", 4, 2)],  # b inside a, offsets aligned less
+])
+def test_overlapping_tensors_refused(layout):
+    """Two trainable tensors over the same elements would share a block's owner: refused,
+    naming both (a span over members is the one sanctioned overlap, above)."""
+    plan = _plan(layout, "ab")
+    with pytest.raises(ValueError, match="a and b overlap"):
+        Plan.owners(plan)

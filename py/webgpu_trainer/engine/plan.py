@@ -514,7 +514,8 @@ class Plan:
         block's first ``count``. ``shift`` is the largest up to 6 (64 elements: the weight
         blob's 256-byte alignment, onnx_io ALIGN) that every trainable tensor's element offset
         is a multiple of, so no block holds two tensors. Returns ``(shift, bytes)``: 1/64 of
-        a float per element where the blob is aligned. Raises ValueError past 2^25 tensors."""
+        a float per element where the blob is aligned. Raises ValueError past 2^25 tensors, or
+        when two trainable tensors (spans' members aside) overlap in the blob."""
         own = sorted((self.graph.tensors[n] for n in self.trainable
                       if "members" not in self.graph.tensors[n]), key=lambda t: t["offset"])
         shift = 6
@@ -523,6 +524,11 @@ class Plan:
                 shift -= 1
         size = 1 << shift
         out = bytearray(4 * -(-(self.wbytes // 4) // size))
+        for before, t in zip(own, own[1:]):
+            if t["offset"] < before["offset"] + before["nbytes"]:
+                raise ValueError(f"trainable tensors {before['name']} and {t['name']} overlap "
+                                 f"in the weight blob (byte offsets {before['offset']} and "
+                                 f"{t['offset']})")
         for t in own:
             k = (index or {}).get(t["name"], 0)
             if k + 1 >= 1 << 25:
