@@ -504,3 +504,16 @@ def test_resume_of_a_run_with_an_old_config_json(tmp_path):
     assert a["weights"] == b["weights"] and a["optimizer"] == b["optimizer"]
     stored = json.loads((old / "config.json").read_text())["config"]
     assert stored == json.loads((whole / "config.json").read_text())["config"]
+
+
+@pytest.mark.parametrize("module", ["webgpu_trainer", "webgpu_trainer.cli"])
+def test_python_dash_m_runs_the_command(module):
+    """``python -m webgpu_trainer`` (and ``.cli``) is the ``webgpu-trainer`` command: its
+    usage names the subcommands, and an unknown one fails with argparse's exit status 2."""
+    ok = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
+                        text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "train" in ok.stdout and "serve" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", module, "no-such-command"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "no-such-command" in bad.stderr

@@ -45,7 +45,7 @@ def test_upload_seednet_then_listed_and_summarised(client):
     r = c.post("/api/models/upload?filename=My%20Net%20(v2).onnx", content=SEEDNET.read_bytes())
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["name"] == "My-Net--v2"
+    assert body["name"] == body["summary"]["name"] == "My-Net--v2"
     assert (uploads / "My-Net--v2.onnx").read_bytes() == SEEDNET.read_bytes()
     totals = body["summary"]["totals"]
     # SeedNet: 376,870 parameters (torch: sum(p.numel() for p in model.parameters()))
@@ -58,7 +58,8 @@ def test_upload_seednet_then_listed_and_summarised(client):
     assert body["summary"]["head"] == ["fc2.weight", "fc2.bias", "norm2.weight", "norm2.bias"]
     listed = {m["name"]: m for m in c.get("/api/models").json()}
     assert listed["My-Net--v2"]["uploaded"] is True and "error" not in listed["My-Net--v2"]
-    assert c.get("/api/models/My-Net--v2/summary").json()["totals"] == totals
+    summary = c.get("/api/models/My-Net--v2/summary").json()
+    assert summary["totals"] == totals and summary["name"] == "My-Net--v2"
     assert len(c.get("/api/models/My-Net--v2/weights.bin").content) > 376870 * 4
 
 

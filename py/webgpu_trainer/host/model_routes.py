@@ -188,7 +188,7 @@ class Models:
             tmp.replace(self.uploads / f"{name}.onnx")
         finally:
             tmp.unlink(missing_ok=True)
-        graph["name"] = graph.get("name") or name
+        graph["name"] = name  # the loader named it after the temporary file
         return JSONResponse({"name": name, "summary": summarize(graph)})
 
     async def export(self, request: Request) -> Response:
