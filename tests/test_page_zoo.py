@@ -253,10 +253,17 @@ def test_zoo_model_against_a_dataset_it_does_not_fit_is_refused(app, datasets):
         "images, [N, 3, 32, 32]): choose a model made for 3x32x32 images, make one in the "
         "Build tab, or choose another dataset.")
     assert page.is_disabled("#start")
+    page.wait_for_function("window.appState.workerReady", timeout=WAIT_MS)
+    assert page.text_content("#status") == ("Start waits: the model does not fit the dataset "
+                                            "(the note under the dataset says why).")
     page.click("#start", force=True)  # a click anyway: nothing starts
     page.wait_for_timeout(500)
     assert page.evaluate("appState.steps.length") == steps
     assert app.state()["phase"] in ("ready", "done"), app.state()
+    page.select_option("#dataset", "rows28")  # a dataset it fits: Start, and the status, back
+    page.wait_for_function("appState.fit === null && !document.getElementById('start').disabled",
+                           timeout=WAIT_MS)
+    assert "Start waits" not in page.text_content("#status")
     # the page takes the input shapes the worker takes (engine/train/data.py check_fits)
     fits = page.evaluate("""async () => {
         const { fitProblem } = await import('/page/dataset.js');

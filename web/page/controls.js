@@ -80,13 +80,19 @@ export function syncControls() {
  * wrapped, and shown on a phone too, dashboard.css): a reason outside the settings
  * (appState.blocked: classroom.js, the class's dataset gone), or a share link's parameter the
  * page could not use (share.js), with a button to its mark (before: marked below the settings,
- * out of view, the run bar saying "Ready"). When the reason goes, the last status returns. */
+ * out of view, the run bar saying "Ready"), or a model that does not fit the dataset
+ * (appState.fit). When the reason goes, the last status returns. */
+// the run bar while the chosen model does not fit the chosen dataset (dataset.js checkFit)
+const FIT_WAIT = "Start waits: the model does not fit the dataset (the note under the dataset " +
+  "says why).";
+
 function syncWait(training) {
   const status = $("status");
   const can = !training && appState.workerReady && !appState.noWebGPU;
   const link = can && !appState.blocked ? linkWait() : null;
   const text = can && appState.blocked ? `Start is disabled: ${appState.blocked}`
-    : link ? `Start waits. ${link.text}.` : null;
+    : link ? `Start waits. ${link.text}.`
+      : can && appState.fit ? FIT_WAIT : null;
   if (text === null) {
     if (status.dataset.wait !== undefined) status.textContent = appState.status ?? "";
     delete status.dataset.wait;
