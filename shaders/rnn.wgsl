@@ -64,6 +64,19 @@ var<private> rr: array<vec4<f32>, 16>;
 override NB: u32 = 1u;
 var<private> slot: u32 = 0u;
 
+// flags 128 (LSTM *_seq_wide with NB * H <= 256, so a thread owns at most one unit: u = lid):
+// the unit's values that do not depend on the recurrence are loaded one step ahead, at the end
+// of the step before, into `pre` (forward: the step's four x-projections; backward: its four
+// saved gates) and `pre_c` (backward: the cell after and before the step, and dY), so their
+// loads are in flight across the barriers and the R sums instead of on the step's serial path;
+// and the unit's cell (forward) or dc carry (backward) stays in `held` from step to step
+// instead of a store and a load of storage. The same floats in the same order.
+var<private> pre: vec4<f32>;
+var<private> pre_c: vec3<f32>;
+var<private> held: f32;
+
+fn ahead() -> bool { return (p.flags & 128u) != 0u; }
+
 // r[at], r[at + step], r[at + 2 step], r[at + 3 step]
 fn r4(at: u32, step: u32) -> vec4<f32> {
   return vec4<f32>(r[at], r[at + step], r[at + 2u * step], r[at + 3u * step]);
@@ -244,11 +257,18 @@ fn lstm_step(d: u32, n: u32, j: u32, s: u32) {
   let gh = 4u * p.H;
   let xb = ((d * p.T + t) * p.N + n) * gh;
   let hb = (d * (p.T + 1u) + s) * nh + n * p.H;
-  let ig = sigm(xp_at(xb + j) + rdot_of(d, 0u, j, hb));
-  let og = sigm(xp_at(xb + p.H + j) + rdot_of(d, 1u, j, hb));
-  let fg = sigm(xp_at(xb + 2u * p.H + j) + rdot_of(d, 2u, j, hb));
-  let cg = det_tanh(xp_at(xb + 3u * p.H + j) + rdot_of(d, 3u, j, hb));
-  let cell = fg * b[hb + j] + ig * cg;
+  var xv = pre;
+  var before = held;
+  if (!ahead()) {
+    xv = vec4<f32>(xp_at(xb + j), xp_at(xb + p.H + j), xp_at(xb + 2u * p.H + j),
+                   xp_at(xb + 3u * p.H + j));
+    before = b[hb + j];
+  }
+  let ig = sigm(xv.x + rdot_of(d, 0u, j, hb));
+  let og = sigm(xv.y + rdot_of(d, 1u, j, hb));
+  let fg = sigm(xv.z + rdot_of(d, 2u, j, hb));
+  let cg = det_tanh(xv.w + rdot_of(d, 3u, j, hb));
+  let cell = fg * before + ig * cg;
   let h = og * det_tanh(cell);
   b[hb + nh + j] = cell;
   a[hb + nh + j] = h;
@@ -259,6 +279,18 @@ fn lstm_step(d: u32, n: u32, j: u32, s: u32) {
   c[gb + 2u * p.H + j] = fg;
   c[gb + 3u * p.H + j] = cg;
   if ((p.flags & 1u) != 0u) { out[((t * p.D + d) * p.N + n) * p.H + j] = h; }
+  if (ahead()) {
+    held = cell;
+    if (s + 1u < min(p.s + p.steps, p.T)) { step_ahead(d, n, j, s + 1u); }
+  }
+}
+
+// flags 128, forward: step s's four x-projections of unit (n, j) into pre (written over by
+// the step's gates with flags 64 only after the unit has read them, in that step).
+fn step_ahead(d: u32, n: u32, j: u32, s: u32) {
+  let xb = ((d * p.T + time_of(s, d)) * p.N + n) * 4u * p.H;
+  pre = vec4<f32>(xp_at(xb + j), xp_at(xb + p.H + j), xp_at(xb + 2u * p.H + j),
+                  xp_at(xb + 3u * p.H + j));
 }
 
 // One GRU step s (linear_before_reset = 1) for unit j of (d, n); Rb of the h gate is bias's.
@@ -331,6 +363,11 @@ fn forward_seq_wide(@builtin(workgroup_id) wid: vec3<u32>,
       row[e] = a[(d * (p.T + 1u) + p.s) * p.N * p.H + n * p.H + e % p.H];
     }
     if (reg && lid < copies * gh) { load_rr((d * gh + lid % gh) * p.H, 1u); }
+    if (ahead() && lid < NB * p.H && n0 + lid / p.H < p.N) {  // the first step's, the cell
+      let n = n0 + lid / p.H;
+      held = b[(d * (p.T + 1u) + p.s) * p.N * p.H + n * p.H + lid % p.H];
+      step_ahead(d, n, lid % p.H, p.s);
+    }
   }
   for (var s = p.s; s < min(p.s + p.steps, p.T); s++) {
     workgroupBarrier();  // row holds h before step s
@@ -374,13 +411,21 @@ fn dh_later(d: u32, n: u32, j: u32, s1: u32) -> f32 {
 // dh at step s: dY (flags 1) plus, at the last step, dY_h (x; flags 2), else the later step's.
 fn dh_at(d: u32, n: u32, j: u32, t: u32, e: u32, s: u32) -> f32 {
   var dh = 0.0;
-  if ((p.flags & 1u) != 0u) { dh = dy[((t * p.D + d) * p.N + n) * p.H + j]; }
+  if ((p.flags & 1u) != 0u) {
+    if (ahead()) { dh = pre_c.z; } else { dh = dy[((t * p.D + d) * p.N + n) * p.H + j]; }
+  }
   if (s + 1u == p.T) {
     if ((p.flags & 2u) != 0u) { dh += x[e]; }
   } else {
-    dh += dh_later_near(d, n, j, s + 1u) + select(0.0, out[e], p.rshift != 0u);
+    dh += dh_later_near(d, n, j, s + 1u) + select(0.0, carry(e), p.rshift != 0u);
   }
   return dh;
+}
+
+// The carry of the later step: out[e], or held (flags 128).
+fn carry(e: u32) -> f32 {
+  if (ahead()) { return held; }
+  return out[e];
 }
 
 // dh_later for backward_seq: from row when backward_seq copied the later step's dg there.
@@ -429,19 +474,43 @@ fn lstm_back(d: u32, n: u32, j: u32, s: u32) {
   if (s + 1u == p.T) {
     if ((p.flags & 4u) != 0u) { dc = bias[e]; }
   } else {
-    dc = out[e];
+    dc = carry(e);
   }
   let gb = ((d * p.T + s) * p.N + n) * 4u * p.H;
-  let ig = gate_at(gb + j);
-  let og = gate_at(gb + p.H + j);
-  let fg = gate_at(gb + 2u * p.H + j);
-  let cg = gate_at(gb + 3u * p.H + j);
   let cb = (d * (p.T + 1u) + s) * nh + n * p.H + j;
-  let tc = det_tanh(b[cb + nh]);
+  var gv = pre;
+  var cv = pre_c.xy;
+  if (!ahead()) {
+    gv = vec4<f32>(gate_at(gb + j), gate_at(gb + p.H + j), gate_at(gb + 2u * p.H + j),
+                   gate_at(gb + 3u * p.H + j));
+    cv = vec2<f32>(b[cb + nh], b[cb]);
+  }
+  let ig = gv.x;
+  let og = gv.y;
+  let fg = gv.z;
+  let cg = gv.w;
+  let tc = det_tanh(cv.x);
   dc += dh * og * (1.0 - tc * tc);
   store_dg(gb, j, dc * cg * ig * (1.0 - ig), dh * tc * og * (1.0 - og),
-           dc * b[cb] * fg * (1.0 - fg), dc * ig * (1.0 - cg * cg));
+           dc * cv.y * fg * (1.0 - fg), dc * ig * (1.0 - cg * cg));
   out[e] = dc * fg;
+  if (ahead()) {
+    held = dc * fg;
+    if (s > 0u && p.s - s + 1u < p.steps) { back_ahead(d, n, j, s - 1u); }
+  }
+}
+
+// flags 128, backward: step s's saved gates of unit (n, j) into pre (read before the unit
+// writes its dg over them, flags 64), its cell after and before the step and dY into pre_c.
+fn back_ahead(d: u32, n: u32, j: u32, s: u32) {
+  let nh = p.N * p.H;
+  let gb = ((d * p.T + s) * p.N + n) * 4u * p.H;
+  let cb = (d * (p.T + 1u) + s) * nh + n * p.H + j;
+  pre = vec4<f32>(gate_at(gb + j), gate_at(gb + p.H + j), gate_at(gb + 2u * p.H + j),
+                  gate_at(gb + 3u * p.H + j));
+  var dyv = 0.0;
+  if ((p.flags & 1u) != 0u) { dyv = dy[((time_of(s, d) * p.D + d) * p.N + n) * p.H + j]; }
+  pre_c = vec3<f32>(b[cb + nh], b[cb], dyv);
 }
 
 // GRU backward step s for unit j of (d, n). Bindings: x (dY_h), r, dy (dY) -> a (gates),
@@ -546,6 +615,11 @@ fn backward_seq_wide(@builtin(workgroup_id) wid: vec3<u32>,
     if (reg && lid < copies * gh) {
       let q = lid % gh;
       load_rr((d * gh + (q / p.H) * p.H) * p.H + q % p.H, p.H);
+    }
+    if (ahead() && lid < NB * p.H && n0 + lid / p.H < p.N) {  // the first step's, the carry
+      let n = n0 + lid / p.H;
+      if (p.s + 1u < p.T) { held = out[(d * p.N + n) * p.H + lid % p.H]; }
+      back_ahead(d, n, lid % p.H, p.s);
     }
   }
   for (var k = 0u; k < min(p.steps, p.s + 1u); k++) {

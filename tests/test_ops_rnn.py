@@ -119,6 +119,41 @@ def test_dg_in_place_same_bits(device, case, tiled, budget, monkeypatch):
         assert np.array_equal(runs[True]["grads"][name], g), name
 
 
+# An LSTM's values a step ahead and its cell / dc carry in a register (Builder.RNN_AHEAD,
+# rnn.wgsl flags 128; GPU adapters' *_seq_wide kernels, one to four samples a workgroup, every
+# step in one dispatch or a step a dispatch, gates in place or not): the same bits as loading
+# them in the step.
+AHEAD = [c for c in rnn.CASES if "/LSTM" in c.id and not c.id.endswith("_h260")]  # H <= 256
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+@pytest.mark.parametrize("budget", [None, 1])
+@pytest.mark.parametrize("case", AHEAD, ids=ids(AHEAD))
+def test_ahead_same_bits(device, case, budget, in_place, monkeypatch):
+    if budget:
+        monkeypatch.setattr(card, "LOOP_BUDGET", budget)
+    seen = []
+    kernel = card._kernel
+
+    async def spy(bld, node, entry, groups, /, **kw):
+        seen.append((entry, kw["params"]["flags"]))
+        return await kernel(bld, node, entry, groups, **kw)
+
+    monkeypatch.setattr(card, "_kernel", spy)
+    runs = {}
+    for on in (True, False):
+        with builder_patch({"TILED": True, "RNN_AHEAD": on, "RNN_DG_IN_PLACE": in_place,
+                            "RNN_XP_IN_PLACE": in_place, "RNN_ROWS_MIN_GROUPS": 1}):
+            runs[on], _ = check_case(device, case)
+    wide = [f for e, f in seen if e.endswith("_seq_wide")]
+    assert wide and [f & 128 for f in wide] == [128] * (len(wide) // 2) + [0] * (len(wide) // 2)
+    for name in case.acts:
+        assert np.array_equal(runs[True]["acts"][name], runs[False]["acts"][name]), name
+    assert runs[True]["grads"].keys() == runs[False]["grads"].keys()
+    for name, g in runs[False]["grads"].items():
+        assert np.array_equal(runs[True]["grads"][name], g), name
+
+
 @pytest.mark.parametrize("flag", ["RNN_DG_IN_PLACE", "RNN_XP_IN_PLACE"])
 def test_in_place_memory(flag):
     """The zoo-shaped LSTM's step (T 28, H 64, GPU kernels) at batch 1000 keeps no [T, N, 4H]

@@ -262,6 +262,9 @@ class Builder:
     # A one-direction, not reversed LSTM's x-projections made in its gates buffer, each step's
     # gates written over its own (rnn.wgsl forward flags 64): no [T, N, 4H] scratch; False: A/B.
     RNN_XP_IN_PLACE = True
+    # An LSTM's sequence kernels load each step's inputs a step ahead and keep the cell / dc
+    # carry in a register (ops/rnn._ahead, rnn.wgsl flags 128). False: loaded in the step (A/B).
+    RNN_AHEAD = True
 
     # Tap blocks of 8 per workgroup of conv2d.wgsl weight_grad (1, 2 or 4): they share the
     # workgroup's dy tile, read once from memory instead of once per block.

@@ -207,6 +207,7 @@ async def forward(b, node, ins, outs, train):
     if _wide(b, h):
         entry, flags = "forward_seq_wide", flags | 16 | 32 * bool(consts)
         consts, groups = _rows(b, consts, d, n, h)
+        flags |= 128 * _ahead(b, lstm, consts, h)
     for s0 in range(0, t, per):
         await _kernel(b, node, entry, groups,
                        params={**base, "flags": flags, "s": s0, "steps": per}, constants=consts,
@@ -263,6 +264,15 @@ def _rows(b, consts: dict | None, d: int, n: int, h: int) -> tuple:
     return {**consts, "NB": nb}, groups_1d(d * -(-n // nb), 1)
 
 
+def _ahead(b, lstm: bool, consts: dict | None, h: int) -> bool:
+    """Whether an LSTM's ``*_seq_wide`` kernels load each step's values that do not depend on
+    the recurrence (x-projections; saved gates, cells and dY) one step ahead and keep the cell
+    or the dc carry in a register (rnn.wgsl flags 128, ``Builder.RNN_AHEAD``): when every
+    thread owns at most one unit (NB * H <= 256). The same floats in the same order."""
+    nb = (consts or {}).get("NB", 1)
+    return lstm and b.RNN_AHEAD and nb * h <= 256
+
+
 async def _xproj(b, node, base, x, w, bias, xp):
     """xp = X [T*N, I] W[d]^T + Wb[d] (+ Rb[d], except GRU's h gate). One direction on GPU
     adapters (``Builder.RNN_XPROJ_GEMM``): one tiled GEMM, the bias halves summed first by
@@ -306,6 +316,7 @@ async def backward(b, node, ins, outs, gins, gouts):
     if _wide(b, h):
         entry, flags = "backward_seq_wide", flags | 16 | 32 * bool(consts)
         consts, groups = _rows(b, consts, d, n, h)
+        flags |= 128 * _ahead(b, lstm, consts, h)
     per = steps_per_dispatch(h, g)
     gates = sv["gates"]
     if b.RNN_DG_IN_PLACE:  # the gates' gradients over the gates (rnn.wgsl flags 64)
