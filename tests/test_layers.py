@@ -23,7 +23,7 @@ COMPILER = {"__init__.py", "builder.py", "errors.py", "fusion.py", "graph.py", "
 ENGINE_FOLDERS = {"backends", "config", "ops", "rewrites", "tools", "train"}
 # an import may only point to a lower rank (or inside its own layer)
 RANK = {"webgpu_trainer": 0, "engine": 1, "engine.train": 2, "engine.tools": 3, "cpu": 4,
-        "onnx_io": 4, "worker": 5, "host": 5, "cli": 6}
+        "onnx_io": 4, "worker": 5, "host": 5, "cli": 6, "__main__": 7}  # python -m: the CLI
 JS_MODULES = {"js", "pyodide"}
 JS_ALLOWED = {"webgpu_trainer.worker.bridge", "webgpu_trainer.engine.backends.webgpu_js"}
 
