@@ -255,15 +255,13 @@ fn lstm_step(d: u32, n: u32, j: u32, s: u32) {
   let nh = p.N * p.H;
   let t = time_of(s, d);
   let gh = 4u * p.H;
-  let xb = ((d * p.T + t) * p.N + n) * gh;
   let hb = (d * (p.T + 1u) + s) * nh + n * p.H;
-  var xv = pre;
   var before = held;
   if (!ahead()) {
-    xv = vec4<f32>(xp_at(xb + j), xp_at(xb + p.H + j), xp_at(xb + 2u * p.H + j),
-                   xp_at(xb + 3u * p.H + j));
+    step_ahead(d, n, j, s);
     before = b[hb + j];
   }
+  let xv = pre;
   let ig = sigm(xv.x + rdot_of(d, 0u, j, hb));
   let og = sigm(xv.y + rdot_of(d, 1u, j, hb));
   let fg = sigm(xv.z + rdot_of(d, 2u, j, hb));
@@ -285,8 +283,9 @@ fn lstm_step(d: u32, n: u32, j: u32, s: u32) {
   }
 }
 
-// flags 128, forward: step s's four x-projections of unit (n, j) into pre (written over by
-// the step's gates with flags 64 only after the unit has read them, in that step).
+// Step s's four x-projections of unit (n, j) into pre (written over by the step's gates with
+// flags 64 only after the unit has read them, in that step): at the step itself, or a step
+// ahead (flags 128).
 fn step_ahead(d: u32, n: u32, j: u32, s: u32) {
   let xb = ((d * p.T + time_of(s, d)) * p.N + n) * 4u * p.H;
   pre = vec4<f32>(xp_at(xb + j), xp_at(xb + p.H + j), xp_at(xb + 2u * p.H + j),
