@@ -8,6 +8,9 @@
 // unsplit kernels store max(v, 0) (elementwise.wgsl relu_forward's floats); split, reduce_splits.
 // mask (the gradient of an in-place ReLU before a Gemm, fused into its dA: plan.relu_grad_fused):
 // 0 where src[at] <= 0, src the ReLU's output (the same index as out); split, reduce_splits.
+// With GELU_GRAD (a Gelu before the Gemm, its backward fused into dA: plan.gelu_grad_fused) the
+// mask is the Gelu's slope instead: v * gelu_slope(src[at]), src the Gelu's input
+// (lib/gelu.wgsl, unary.wgsl's formula: the same bits as its own backward).
 // BSUM (`matmul`, `matmul_vec`; ops/gemm.py, GPU adapters): a Linear's bias gradient beside its
 // weight gradient, the sums over k of the operand that is dY: 1 the rows of op(A) (M sums,
 // stored by the threads at n0 == 0), 2 the columns of op(B) (N sums, m0 == 0). Not scaled by
@@ -26,6 +29,8 @@ struct Params {
 }
 
 //!include index
+//!include detmath
+//!include gelu
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
@@ -41,6 +46,7 @@ struct Params {
 @group(0) @binding(9) var<storage, read_write> out0: array<f32>;  // part 0 (part0)
 
 override BSUM: u32 = 0u;
+override GELU_GRAD: u32 = 0u;  // see mask in the header
 
 const T: u32 = 4u;
 
@@ -58,7 +64,10 @@ fn bias_at(m: u32, n: u32) -> f32 {
 // are not the result).
 fn act(at: u32, v: f32) -> f32 {
   if (p.splits != 1u) { return v; }
-  if (p.mask != 0u && src[at] <= 0.0) { return 0.0; }
+  if (p.mask != 0u) {
+    if (GELU_GRAD != 0u) { return v * gelu_slope(src[at]); }
+    if (src[at] <= 0.0) { return 0.0; }
+  }
   if (p.relu != 0u) { return max(v, 0.0); }
   return v;
 }

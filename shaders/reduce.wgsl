@@ -16,10 +16,15 @@ struct Params {
 }
 // reduce_splits' epilogue, after the bias: relu: max(sum, 0), a Gemm's or a convolution's fused
 // ReLU (gemm.wgsl, conv_gemm.wgsl); mask: 0 where src[e] <= 0, a fused ReLU's gradient (src the
-// ReLU's output at the same index). bias_mode 5 is a convolution's per-channel bias of an NCHW
+// ReLU's output at the same index), or with GELU_GRAD times gelu_slope(src[e]), a fused Gelu's
+// gradient (src the Gelu's input; gemm.wgsl). bias_mode 5 is a convolution's per-channel bias of an NCHW
 // output: bias[(e / inner) % C] (inner the pixels of a plane, C the channels).
 
 //!include index
+//!include detmath
+//!include gelu
+
+override GELU_GRAD: u32 = 0u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -104,7 +109,9 @@ fn finish_split(e: u32, sum: f32) {
     default: {}
   }
   if (p.relu != 0u) { s = max(s, 0.0); }
-  if (p.mask != 0u && src[e] <= 0.0) { s = 0.0; }
+  if (p.mask != 0u) {
+    if (GELU_GRAD != 0u) { s = s * gelu_slope(src[e]); } else if (src[e] <= 0.0) { s = 0.0; }
+  }
   out[e] = s;
 }
 

@@ -13,15 +13,10 @@
 // op codes: the constants UNARY_<OP> of the generated include unary_ops (ops/unary.py CODES;
 // UNARY_GELU is the erf form, UNARY_GELUTANH the tanh form); Clip is the default case.
 //
-// erf: WGSL has none. |x| < 1: the Maclaurin series erf(x) = 2/sqrt(pi) * sum_n (-1)^n
-// x^(2n+1) / (n! (2n+1)) (Abramowitz & Stegun 7.1.5), 11 terms (truncation < 2e-8 relative);
-// |x| >= 1: erf = 1 - erfc, erfc(z) = t * exp(-z^2 + P(t)), t = 1 / (1 + z/2), with the
-// Chebyshev-fitted P of Numerical Recipes in C, 2nd ed. (Press et al. 1992), sec. 6.2 `erfcc`
-// (fractional error < 1.2e-7 for all z >= 0; erfc(z) <= 0.16 there, so erf's error stays a
-// fraction of that). Measured in float32 against math.erf (tests/test_ops_unary.py
-// test_erf_kernel_accuracy): max relative error 1.7e-7 over [-6, 6] and tiny |x|.
+// erf, Phi and the erf GELU's slope: lib/gelu.wgsl.
 
 //!include detmath
+//!include gelu
 //!include unary_ops
 
 override OP: u32 = 0u;
@@ -41,65 +36,9 @@ struct Params {
 @group(0) @binding(5) var<storage, read> hi_t: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
 
-const TWO_OVER_SQRT_PI: f32 = 1.1283791670955126;
-const INV_SQRT2: f32 = 0.7071067811865476;
-const INV_SQRT_2PI: f32 = 0.3989422804014327;
 const SQRT_2_OVER_PI: f32 = 0.7978845608028654;
 const GELU_C: f32 = 0.044715;
 
-
-// erf(x) / (2/sqrt(pi) * x) for |x| < 1: Maclaurin coefficients (-1)^n / (n! (2n+1)) in s = x^2.
-fn erf_series(x: f32) -> f32 {
-  let s = x * x;
-  var r = 1.0 / 76204800.0;                    // n = 10: 1 / (10! * 21)
-  r = r * s - 1.0 / 6894720.0;                 // n = 9:  1 / (9! * 19)
-  r = r * s + 1.0 / 685440.0;                  // n = 8
-  r = r * s - 1.0 / 75600.0;                   // n = 7
-  r = r * s + 1.0 / 9360.0;                    // n = 6
-  r = r * s - 1.0 / 1320.0;                    // n = 5
-  r = r * s + 1.0 / 216.0;                     // n = 4
-  r = r * s - 1.0 / 42.0;                      // n = 3
-  r = r * s + 0.1;                             // n = 2
-  r = r * s - 1.0 / 3.0;                       // n = 1
-  r = r * s + 1.0;                             // n = 0
-  return TWO_OVER_SQRT_PI * x * r;
-}
-
-// erfc(z) for z >= 0 (Numerical Recipes `erfcc`, see the header); z is capped at 10, where
-// erfc is below float32's smallest normal.
-fn erfc_pos(z_in: f32) -> f32 {
-  let z = min(z_in, 10.0);
-  let t = 1.0 / (1.0 + 0.5 * z);
-  var q = 0.17087277;
-  q = q * t - 0.82215223;
-  q = q * t + 1.48851587;
-  q = q * t - 1.13520398;
-  q = q * t + 0.27886807;
-  q = q * t - 0.18628806;
-  q = q * t + 0.09678418;
-  q = q * t + 0.37409196;
-  q = q * t + 1.00002368;
-  q = q * t - 1.26551223;
-  // exp(-z^2) as exp(-zh^2) * exp(-(z - zh)(z + zh)), zh = z with its low 12 mantissa bits
-  // cleared so zh^2 is exact in float32 (the splitting of fdlibm's s_erf.c): keeps the
-  // rounding of z^2 (up to 8e-6 relative at z = 9) out of the result.
-  let zh = bitcast<f32>(bitcast<u32>(z) & 0xFFFFF000u);
-  return t * det_exp(-zh * zh) * det_exp(q - (z - zh) * (z + zh));
-}
-
-fn erf_(v: f32) -> f32 {
-  let a = abs(v);
-  if (a < 1.0) { return erf_series(v); }
-  return sign(v) * (1.0 - erfc_pos(a));
-}
-
-// Phi(v) = P(N(0,1) <= v) = (1 + erf(v/sqrt2)) / 2, through erfc in the left tail (no
-// cancellation of 1 + erf when erf is near -1).
-fn normal_cdf(v: f32) -> f32 {
-  let u = v * INV_SQRT2;
-  if (u < -1.0) { return 0.5 * erfc_pos(-u); }
-  return 0.5 * (1.0 + erf_(u));
-}
 
 // tanh with the argument capped at +-10 (tanh(10) rounds to 1 in float32), so that
 // implementations through exp(2x) never see an overflow.
@@ -178,7 +117,7 @@ fn backward_value(v: f32, w: f32, g: f32, use_y: bool) -> f32 {
       let t = select(tanh_(v), w, use_y);
       return g * (1.0 - t * t);
     }
-    case UNARY_GELU: { return g * (normal_cdf(v) + v * INV_SQRT_2PI * det_exp(-0.5 * v * v)); }
+    case UNARY_GELU: { return g * gelu_slope(v); }
     case UNARY_GELUTANH: {
       let t = tanh_(SQRT_2_OVER_PI * (v + GELU_C * v * v * v));
       let inner = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * v * v);

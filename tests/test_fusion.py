@@ -168,3 +168,143 @@ def test_broadcast_add_writes_its_gradients(device, entries, through):
     assert same_memory(p.grads["m"], p.grads["s"]) == through
     assert [e for s, e in entries[id(p.bwd)] if s == "binary"] == \
         ["backward"] + ([] if through else ["backward_full"])
+
+
+# ---- a Gelu's backward taken by the Gemm after it (fusion.gelu_grads) ---------------------
+
+def _ffn(batch, feats, hidden, classes, key):
+    """input -> Gemm fc1 -> Gelu -> Gemm fc2 -> LogSoftmax (a transformer's FFN shape), its
+    bundle, input, labels and the float64 gradients of its four tensors (NLL, mean)."""
+    import math
+
+    import numpy as np
+    from conftest import make_graph
+    rng = rng_for("gelu_grad_fused", key)
+    w1, b1 = 0.5 * rng.standard_normal((hidden, feats)), 0.1 * rng.standard_normal(hidden)
+    w2, b2 = 0.5 * rng.standard_normal((classes, hidden)), 0.1 * rng.standard_normal(classes)
+    nodes = [node("Gemm", ["input", "fc1.weight", "fc1.bias"], ["t"], transB=1),
+             node("Gelu", ["t"], ["u"]),
+             node("Gemm", ["u", "fc2.weight", "fc2.bias"], ["logits"], transB=1),
+             node("LogSoftmax", ["logits"], ["output"], axis=-1)]
+    tensors = [("fc1.weight", w1, "param"), ("fc1.bias", b1, "param"),
+               ("fc2.weight", w2, "param"), ("fc2.bias", b2, "param")]
+    graph, blob = make_graph(nodes, tensors, [("input", ["N", feats])],
+                             [("output", ["N", classes])])
+    x = f32(rng.standard_normal((batch, feats)))
+    labels = rng.integers(0, classes, batch)
+    # float64 reference (torch's GeluBackward: Phi(t) + t * phi(t))
+    w1, b1, w2, b2 = (f32(a).astype(np.float64) for a in (w1, b1, w2, b2))
+    t = x.astype(np.float64) @ w1.T + b1
+    cdf = 0.5 * (1.0 + np.vectorize(math.erf)(t / math.sqrt(2.0)))
+    u = t * cdf
+    z = u @ w2.T + b2
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    dz = (p - np.eye(classes)[labels]) / batch
+    dt = (dz @ w2) * (cdf + t * np.exp(-0.5 * t * t) / math.sqrt(2.0 * math.pi))
+    want = {"fc2.weight": dz.T @ u, "fc2.bias": dz.sum(0), "fc1.weight": dt.T @ x,
+            "fc1.bias": dt.sum(0)}
+    return graph, blob, x, labels, want
+
+
+# (batch, features, hidden, classes): fc2's input gradient unsplit, and summed over 600
+# classes in parts (reduce.wgsl takes the slope); the GPU paths (TILED) and the CPU ones.
+@pytest.mark.parametrize("shape", [(8, 12, 20, 5), (4, 12, 16, 600)], ids=["whole", "split"])
+@pytest.mark.parametrize("tiled", [False, True], ids=["cpu-paths", "gpu-paths"])
+def test_gelu_backward_fused_into_gemm(device, monkeypatch, shape, tiled):
+    """fc2's dA kernel multiplies by the Gelu's slope and writes dt: no unary_backward
+    dispatch, du never made, fc2's Gemm (or its split sum) specialised GELU_GRAD; the
+    parameter gradients match float64 within GRAD_RTOL and the unfused plan's bit for bit."""
+    import numpy as np
+    from conftest import GRAD_RTOL, rel_err
+    from harness import builder_patch, read_flat
+    from webgpu_trainer.engine.tools import parity
+    graph, blob, x, labels, want = _ffn(*shape, key=f"{shape}")
+    seen = []
+    kernel = builder.Builder.kernel
+
+    async def recording(self, shader, entry, groups, **kw):
+        await kernel(self, shader, entry, groups, **kw)
+        seen.append((id(self.current), entry, (kw.get("constants") or {}).get("GELU_GRAD")))
+    monkeypatch.setattr(builder.Builder, "kernel", recording)
+
+    async def go(fuse):
+        seen.clear()
+        with builder_patch({"FUSE_GELU_GRAD": fuse, "TILED": tiled}):
+            plan = await parity.load(device, graph, blob, len(labels), x.tobytes(),
+                                     np.asarray(labels, np.uint32).tobytes())
+        parity.run_step(device, plan, 1)
+        grads = {n: await read_flat(device, plan, plan.G, n) for n in want}
+        bwd = [(e, g) for i, e, g in seen if i == id(plan.bwd)]
+        return plan, grads, bwd
+
+    plan, fused, bwd = run(go(True))
+    assert [(g["name"], c) for g, c in plan.gelu_grad_fused.values()] == [("/Gelu_u", ["u"])]
+    assert list(plan.gelu_grad_fused) == ["/Gemm_logits"] and "u" not in plan.grads
+    assert "unary_backward" not in [e for e, _ in bwd], bwd
+    assert any(g == 1 for _, g in bwd), bwd  # the slope's pipeline
+    if shape[3] == 600:
+        assert any(e.startswith("reduce_splits") and g == 1 for e, g in bwd), bwd
+    for name, ref in want.items():
+        assert rel_err(fused[name], ref) <= GRAD_RTOL, name
+    plain, unfused, bwd = run(go(False))
+    assert plain.gelu_grad_fused == {} and "unary_backward" in [e for e, _ in bwd]
+    for name in want:
+        assert np.array_equal(fused[name], unfused[name]), name
+
+
+def test_gelu_backward_not_fused_when_its_input_is_read_twice(device):
+    """A Gelu whose input also feeds a residual Add keeps its own backward (the Gemm cannot
+    write a gradient that is a sum), as does one whose output the caller keeps."""
+    import numpy as np
+    from conftest import make_graph
+    from webgpu_trainer.engine.tools import parity
+    nodes = [node("Gemm", ["input", "fc1.weight", "fc1.bias"], ["t"], transB=1),
+             node("Gelu", ["t"], ["u"]),
+             node("Gemm", ["u", "fc2.weight", "fc2.bias"], ["v"], transB=1),
+             node("Add", ["v", "t"], ["s"]),
+             node("LogSoftmax", ["s"], ["output"], axis=-1)]
+    rng = rng_for("gelu_grad_not_fused")
+    tensors = [("fc1.weight", rng.standard_normal((6, 4)), "param"),
+               ("fc1.bias", rng.standard_normal(6), "param"),
+               ("fc2.weight", rng.standard_normal((6, 6)), "param"),
+               ("fc2.bias", rng.standard_normal(6), "param")]
+    graph, blob = make_graph(nodes, tensors, [("input", ["N", 4])], [("output", ["N", 6])])
+    x = f32(rng.standard_normal((2, 4))).tobytes()
+    labels = np.zeros(2, np.uint32).tobytes()
+    plan = run(parity.load(device, graph, blob, 2, x, labels))
+    assert plan.gelu_grad_fused == {}
+    chain, blob2 = _ffn(2, 4, 6, 3, key="kept")[:2]
+    kept = run(parity.load(device, chain, blob2, 2, x, labels, keep_grads=["u"]))
+    assert kept.gelu_grad_fused == {} and "u" in kept.grads
+
+
+def test_gelu_backward_fused_in_the_zoo_vit(device):
+    """The test zoo's ViT (TorchScript export: each FFN's Gelu feeds its second Linear through
+    a Reshape into rows) fuses both Gelus' backward through that view; every parameter
+    gradient is the unfused plan's bit for bit (the unfused one is checked against PyTorch in
+    tests/test_zoo.py)."""
+    import numpy as np
+    from harness import builder_patch, read_flat
+    from webgpu_trainer import onnx_io
+    from webgpu_trainer.engine.tools import parity
+    graph, blob = onnx_io.load_bundle(Path(__file__).parent / "fixtures" / "zoo" / "vit-ts.onnx")
+    shape = [d for d in graph["inputs"][0]["shape"][1:]]
+    classes = graph["outputs"][0]["shape"][-1]
+    rng = rng_for("gelu_grad_vit")
+    x = f32(rng.standard_normal((2, *shape))).tobytes()
+    labels = rng.integers(0, classes, 2).astype(np.uint32).tobytes()
+
+    async def go(fuse):
+        with builder_patch({"FUSE_GELU_GRAD": fuse}):
+            plan = await parity.load(device, graph, blob, 2, x, labels)
+        parity.run_step(device, plan, 1)
+        return plan, {n: await read_flat(device, plan, plan.G, n) for n in plan.trainable}
+
+    fused_plan, fused = run(go(True))
+    assert len(fused_plan.gelu_grad_fused) == 2
+    assert all(len(chain) == 2 for _, chain in fused_plan.gelu_grad_fused.values())  # u, rows
+    _, plain = run(go(False))
+    assert fused.keys() == plain.keys() and len(fused) > 10
+    for name in fused:
+        assert np.array_equal(fused[name], plain[name]), name

@@ -779,6 +779,8 @@ GPU_PIPELINES = [
     ("gemm", "matmul_tiled", {"WM": 8, "WN": 8}),
     ("gemm", "matmul_vec", {"WX": 8}),
     ("gemm", "matmul_vec", {"WX": 8, "BSUM": 1}),
+    ("gemm", "matmul_vec", {"WX": 8, "GELU_GRAD": 1}),
+    ("reduce", "reduce_splits_lanes", {"LANES": 16, "GELU_GRAD": 1}),
     ("gemm", "matmul", {"WX": 4, "BSUM": 2}),
     ("conv2d", "forward", {**_WIN, "FCT": 4}),
     ("conv2d_wgrad", "weight_grad", {**_WIN, "WRB": 4}),

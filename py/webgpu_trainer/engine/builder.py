@@ -191,6 +191,10 @@ class Builder:
     # (the MLP at batch 1000: 4.1 MB of its 16.4); False: every part in scratch (A/B).
     GEMM_PART0_IN_OUT = True
 
+    # A Gelu's backward taken by the Gemm after it: its input gradient kernel multiplies dA by
+    # the Gelu's slope (fusion.gelu_grads, gemm.wgsl GELU_GRAD); False: the Gelu's own pass (A/B).
+    FUSE_GELU_GRAD = True
+
     # matmul_tiled loads aligned operands as vec4 (ops/gemm._vec_bits); False: four scalar
     # loads each (A/B).
     GEMM_VEC4 = True

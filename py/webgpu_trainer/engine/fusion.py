@@ -105,6 +105,50 @@ def clips_after(plan) -> dict:
     return out
 
 
+def gelu_grads(plan) -> dict:
+    """{Gemm node name: (Gelu node, [u, ...])}: erf Gelus (approximate "none") whose output u
+    is read by one Gemm alone, as its input A, directly or through views of u's own memory
+    (a Reshape of 3-D tokens into rows, each read by the next alone), and whose input t by
+    that Gelu alone. None of these tensors is the graph output or summed from several uses;
+    all have gradients; none is a gradient the caller named to keep (nor are all kept:
+    ``keep_grads=True``, the parity tools' every gradient). The Gemm's input gradient kernel
+    multiplies dA by the Gelu's slope at t and writes dt (gemm.wgsl GELU_GRAD): the Gelu's
+    backward pass over the activation is dropped, and the gradients of u and its views (the
+    list) are never made. ``Builder.FUSE_GELU_GRAD``; False: none (A/B)."""
+    from .ops import VIEWS
+    from .ops.unary import CODES, _code
+    if not Builder.FUSE_GELU_GRAD or plan.keep_grads is True:
+        return {}
+    g, out = plan.graph, {}
+    for node in g.nodes:
+        if node["op_type"] != "Gelu" or _code(node) != CODES["Gelu"]:
+            continue
+        t, chain = node["inputs"][0], [node["outputs"][0]]
+        users = g.consumers.get(chain[-1], [])
+        while len(users) == 1 and users[0]["op_type"] in VIEWS \
+                and users[0]["inputs"][0] == chain[-1] and _same_memory(plan, users[0]):
+            chain.append(users[0]["outputs"][0])
+            users = g.consumers.get(chain[-1], [])
+        a = chain[-1]
+        if len(users) != 1 or users[0]["op_type"] != "Gemm" or users[0]["inputs"][0] != a \
+                or a in users[0]["inputs"][1:] or len(g.consumers.get(t, [])) != 1 \
+                or plan.grads.get(t) is None or t in plan.contrib_of or t == g.output \
+                or any(x == g.output or x in plan.contrib_of or x in plan.keep_grads
+                       or plan.grads.get(x) is None for x in chain):
+            continue
+        out[users[0]["name"]] = (node, chain)
+    return out
+
+
+def _same_memory(plan, view) -> bool:
+    """Whether a view node's output is its input's memory (activation and gradient alike)."""
+    src, dst = view["inputs"][0], view["outputs"][0]
+    a, b = plan.acts.get(src), plan.acts.get(dst)
+    ga, gb = plan.grads.get(src), plan.grads.get(dst)
+    return None not in (a, b, ga, gb) and a.buf is b.buf and a.offset == b.offset \
+        and ga.buf is gb.buf and ga.offset == gb.offset
+
+
 def passes_grad(node, shapes, k: int) -> bool:
     """Whether ``node`` is an Add of two different tensors whose input ``k`` has the output's
     shape: that input's gradient is the output's, which the plan then uses in place of a copy.

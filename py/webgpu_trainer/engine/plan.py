@@ -93,6 +93,10 @@ class Plan:
         self.clip_fused = fusion.clips_after(self)
         for clip, _, _ in self.clip_fused.values():  # never made: the layer reads dClip's
             self.grads.pop(clip["inputs"][0], None)
+        self.gelu_grad_fused = fusion.gelu_grads(self)
+        for _, chain in self.gelu_grad_fused.values():  # never made: the Gemm writes dt
+            for name in chain:
+                self.grads.pop(name, None)
         b = self.builder = Builder(self)
         b.pooling = Builder.POOL
         for mode in ("train", "eval"):

@@ -48,7 +48,8 @@ def init(node, graph):
 
 
 async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=None,
-                 bias_mode=0, beta=1.0, relu=0, mask_src=None, bsum=None, bsum_of=1) -> bool:
+                 bias_mode=0, beta=1.0, relu=0, mask_src=None, bsum=None, bsum_of=1,
+                 gelu_grad=False) -> bool:
     """out[m, n] = alpha * sum_k a[m*sam + k*sak] * bm[k*sbk + n*sbn] (+ beta * bias), then
     max(out, 0) with ``relu`` (a fused ReLU: by the product, or ``reduce_splits`` when split);
     0 where ``mask_src`` (float32 [m * n], out's layout) <= 0 when given (a fused ReLU's
@@ -102,6 +103,8 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         vec = 3 if vec == 3 and _covers_blocks(a, a_strides, m, k) and \
             _covers_blocks(bm, b_strides[::-1], n, k) else 0
         counts, entry, consts = (gx, gy, splits), "matmul_vec" if vec else "matmul", {"WX": wx}
+    if gelu_grad:  # mask_src is a Gelu's input: times its slope (gemm.wgsl GELU_GRAD)
+        consts = {**consts, "GELU_GRAD": 1}
     sums = bsum is not None and not shape and b.tiled and getattr(b, "GEMM_BIAS_SUM", True)
     tail = (m if bsum_of == 1 else n) if sums and splits > 1 else 0
     if sums:
@@ -121,7 +124,7 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         await reduce_splits(b, target, out, splits, m * n, n=n, bias=bias,
                             bias_mode=bias_mode if bias else 0, beta=beta, relu=relu,
                             mask_src=mask_src, tail=tail, out2=bsum if tail else None,
-                            part0=part0)
+                            part0=part0, gelu_grad=gelu_grad)
     return sums
 
 
@@ -211,25 +214,27 @@ def tile_shape(b, m: int, n: int, k: int, b_strides=None) -> tuple[int, int] | N
 
 async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=0, beta=1.0,
                         relu=0, mask_src=None, channels=0, inner=0, tail=0, out2=None,
-                        part0=0):
+                        part0=0, gelu_grad=False):
     """out[e] = sum_s parts[s*count + e] (+ beta * bias by bias_mode; max(., 0) with relu; 0
     where mask_src[e] <= 0). ``bias_mode`` (shaders/reduce.wgsl): 1 bias[n], 2 bias[m], 3
     bias[e], 4 bias[0] (e = m * n_ + n), 5 an NCHW output's channel bias[(e // inner) %
     channels]. ``tail`` > 0: also out2[t] = sum_s parts[splits*count + s*tail + t] (float32
     [tail], plain sums: gemm.wgsl BSUM's bias gradient) in the same dispatch. ``part0`` 1 (no
     tail): part 0 is ``out`` itself and part s > 0 at parts[(s - 1)*count + e] (gemm.wgsl
-    part0), added in place in the same order."""
+    part0), added in place in the same order. ``gelu_grad``: times gelu_slope(mask_src[e])
+    instead of the ReLU mask (a Gelu's fused backward, gemm.wgsl GELU_GRAD)."""
     params = dict(outer=0, C=channels, inner=inner, count=count, splits=splits, N=n,
                   bias_mode=bias_mode, beta=beta, relu=relu, mask=int(mask_src is not None),
                   tail=tail, part0=part0)
+    gelu = {"GELU_GRAD": 1} if gelu_grad else {}
     lanes = split_lanes(b, count + tail, splits)
     if lanes > 1:
         await b.kernel("reduce", "reduce_splits_lanes", groups_1d((count + tail) * lanes, 256),
-                       params=params, constants={"LANES": lanes}, x=parts, bias=bias,
+                       params=params, constants={"LANES": lanes, **gelu}, x=parts, bias=bias,
                        src=mask_src, out=out, out2=out2)
         return
     await b.kernel("reduce", "reduce_splits", groups_1d(count + tail), params=params, x=parts,
-                   bias=bias, src=mask_src, out=out, out2=out2)
+                   bias=bias, src=mask_src, out=out, out2=out2, constants=gelu or None)
 
 
 def split_lanes(b, count: int, splits: int) -> int:
@@ -340,11 +345,17 @@ async def backward(b, node, ins, outs, gins, gouts):
     dy = gouts[0]
     # an in-place ReLU before this Gemm (A its output): its backward masks dA here
     mask = A if "backward" in b.fused(node) else None
-    if gins[0] is not None:  # d op(A)[m,k] = alpha * sum_n dY[m,n] * op(B)[k,n]
+    da, gelu = gins[0], b.plan.gelu_grad_fused.get(node["name"])
+    if gelu is not None:  # a Gelu before it (A its output): dA times its slope, into dGelu's input
+        t = gelu[0]["inputs"][0]
+        da, mask = b.plan.grads[t], b.plan.acts[t]
+    if da is not None:  # d op(A)[m,k] = alpha * sum_n dY[m,n] * op(B)[k,n]
         if not ta:
-            await matmul(b, dy, (n, 1), B, (sbn, sbk), gins[0], m, k, n, alpha, mask_src=mask)
+            await matmul(b, dy, (n, 1), B, (sbn, sbk), da, m, k, n, alpha, mask_src=mask,
+                         gelu_grad=gelu is not None)
         else:
-            await matmul(b, B, (sbk, sbn), dy, (1, n), gins[0], k, m, n, alpha, mask_src=mask)
+            await matmul(b, B, (sbk, sbn), dy, (1, n), da, k, m, n, alpha, mask_src=mask,
+                         gelu_grad=gelu is not None)
     db = gins[2] if C is not None and len(gins) > 2 else None
     if db is not None and a_.get("beta", 1.0) != 1.0:
         raise NotImplementedError(f"{node['name']}: gradient of C with beta != 1")

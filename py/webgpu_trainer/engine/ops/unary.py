@@ -104,6 +104,12 @@ def _fused(b, node) -> bool:
         c is node for c, _, _ in b.plan.clip_fused.values())
 
 
+def _grad_fused(b, node) -> bool:
+    """Whether the Gemm after this Gelu runs its backward (``fusion.gelu_grads``)."""
+    return node["op_type"] == "Gelu" and any(
+        g is node for g, _ in b.plan.gelu_grad_fused.values())
+
+
 def _clip_bounds(b, node, ins):
     """(lo, hi, flags, lo_tensor, hi_tensor): constant bounds as floats; a non-constant bound
     as its tensor (flags bit 1 min, bit 2 max); bits 3 / 4 say min / max is given at all."""
@@ -163,8 +169,9 @@ async def forward(b, node, ins, outs, train):
 
 async def backward(b, node, ins, outs, gins, gouts):
     """gins[0] = dy * f'(x); for Clip also the gradients of tensor bounds (torch.clamp).
-    Nothing for a Clip whose BatchNormalization's backward reads its output gradient."""
-    if _fused(b, node):
+    Nothing for a Clip whose BatchNormalization's backward reads its output gradient, nor for
+    a Gelu whose consumer's (a Gemm's) input gradient kernel applies its slope."""
+    if _fused(b, node) or _grad_fused(b, node):
         return
     n = outs[0].numel
     op = node["op_type"]
