@@ -55,3 +55,28 @@ def test_not_folded(change):
         keep = {"a"}
     g = Graph(graph)
     assert gelu.fold(g, g.shapes(2), keep) is g
+
+
+def _dynamo_order(graph):
+    """The pattern as the dynamo exporter writes it: Mul(., 0.5) before Mul(x, .)."""
+    graph = copy.deepcopy(graph)
+    nodes = graph["nodes"]
+    mx = next(n for n in nodes if n["op_type"] == "Mul" and n["outputs"] == ["m"])
+    mh = next(n for n in nodes if n["op_type"] == "Mul" and n["outputs"] == ["u"])
+    mx.update(inputs=["half", "a"], outputs=["m"])  # 0.5 * (1 + erf)
+    mh.update(inputs=["h", "m"])                     # x * that
+    return graph
+
+
+def test_dynamo_order_folds_and_trains_like_the_five_ops(device):
+    """0.5 * (1 + erf) first, then x (torch.onnx.export(dynamo=True)): one Gelu as well, whose
+    step matches the float64 numpy engine of the five ops in that order."""
+    import dataclasses
+    dyn = dataclasses.replace(CASE, graph=_dynamo_order(CASE.graph))
+    g = Graph(dyn.graph)
+    folded = gelu.fold(g, g.shapes(2))
+    assert op_types(folded).count("Gelu") == 1
+    assert not {"Div", "Erf", "Mul"} & set(op_types(folded))
+    res = run(one_step(device, dyn.graph, dyn.blob, dyn.x, dyn.labels))
+    assert "Gelu" in op_types(res["plan"].graph)
+    compare("gelu dynamo order", res, oracle(dyn))

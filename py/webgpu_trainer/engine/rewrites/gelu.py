@@ -4,6 +4,8 @@ torch.onnx.export (opsets before 20, which have no Gelu) writes ``nn.GELU()`` as
 
     Div(x, sqrt(2)) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)
 
+(TorchScript; the dynamo exporter multiplies by 0.5 first, then by x)
+
 five elementwise dispatches forward and about as many backward, each reading and writing the
 whole activation (a transformer's widest, 4 x d_model). Folded it is ONNX's Gelu (opset 20,
 approximate "none": ``ops/unary.py``, the same erf), one dispatch each way. Each op may have
@@ -49,14 +51,21 @@ def _match(graph, div, keep):
     if add is None or add["op_type"] != "Add" or \
             not _scalar(graph, _other(add, erf["outputs"][0]), 1.0):
         return None
-    mul = sole_reader(graph, add["outputs"][0], keep)
-    if mul is None or mul["op_type"] != "Mul" or _other(mul, add["outputs"][0]) != x:
+    # x * (1 + erf) then * 0.5 (TorchScript), or 0.5 * (1 + erf) then * x (dynamo): the same
+    # floats, as a product with 0.5 is exact (subnormals aside)
+    first = sole_reader(graph, add["outputs"][0], keep)
+    if first is None or first["op_type"] != "Mul":
         return None
-    half = sole_reader(graph, mul["outputs"][0], keep)
-    if half is None or half["op_type"] != "Mul" or \
-            not _scalar(graph, _other(half, mul["outputs"][0]), 0.5):
+    by = _other(first, add["outputs"][0])
+    if by != x and not _scalar(graph, by, 0.5):
         return None
-    return x, half, (div, erf, add, mul)
+    last = sole_reader(graph, first["outputs"][0], keep)
+    if last is None or last["op_type"] != "Mul":
+        return None
+    other = _other(last, first["outputs"][0])
+    if not (_scalar(graph, other, 0.5) if by == x else other == x):
+        return None
+    return x, last, (div, erf, add, first)
 
 
 def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
