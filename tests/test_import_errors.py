@@ -215,8 +215,30 @@ def test_missing_external_data(tmp_path):
     assert graph["weights_nbytes"] == len(blob) > 784 * 10 * 4
     (tmp_path / "ext.weights").unlink()
     msg, problems = _problems(p)
-    assert "external data file 'ext.weights' is missing" in msg
-    assert "initializer 'w'" in msg and "initializer 'b'" in msg  # every tensor listed
+    # one problem for the file, naming its tensors and how to make the model one file
+    assert problems[0].startswith("external data file 'ext.weights' is missing: the weights "
+                                  "of 2 tensor(s) (initializer 'w', initializer 'b') are")
+    assert "torch.onnx.export(..., external_data=False)" in problems[0]
+    assert sum("ext.weights" in p for p in problems) == 1
+
+
+def test_missing_external_data_no_knock_on_problems(tmp_path):
+    """The dynamo exporter's layout: every initializer in NAME.onnx.data, an int64 axes
+    tensor among them. Without the file: one problem, naming it, and none about the axes
+    tensor (whose values are unknown, not a float tensor used as data)."""
+    axes = numpy_helper.from_array(np.array([1], np.int64), "node_mean.axes")
+    model = _mlp(opset=18, extra_inits=[axes], nodes_after=[
+        helper.make_node("Unsqueeze", ["h", "node_mean.axes"], ["u"], name="node_unsqueeze"),
+        helper.make_node("ReduceMean", ["u", "node_mean.axes"], ["y"], name="node_mean",
+                         keepdims=0)])
+    p = tmp_path / "dyn.onnx"
+    onnx.save(model, str(p), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="dyn.onnx.data", size_threshold=0)
+    onnx_io.load_bundle(p)  # present: it imports
+    (tmp_path / "dyn.onnx.data").unlink()
+    msg, problems = _problems(p)
+    assert problems == [problems[0]] and "'dyn.onnx.data' is missing" in problems[0], problems
+    assert "3 tensor(s)" in problems[0] and "node_mean.axes" in problems[0]
 
 
 def test_external_data_outside_folder(tmp_path):

@@ -99,9 +99,10 @@ def test_upload_several_problems_one_message_no_paths(env):
     _no_server_paths(r.text, tmp)
     assert body["error"].startswith(f"my-model.onnx cannot be imported ({len(body['problems'])} "
                                     "problems): ")
-    assert body["problems"][0] == ("initializer 'w': external data file 'weights.bin' is "
-                                   "missing (looked for weights.bin); keep it next to the .onnx "
-                                   "file")
+    assert body["problems"][0].startswith(
+        "external data file 'weights.bin' is missing: the weights of 1 tensor(s) "
+        "(initializer 'w') are stored in it, not in the .onnx file. Keep it next to the .onnx "
+        "file, or make the model one file (what an upload needs): ")
     assert any(p.startswith("opset 99 is newer than the importer knows") for p in
                body["problems"])
 

@@ -286,8 +286,9 @@ def test_missing_external_data(tmp_path):
               location="ext.data", size_threshold=0)
     assert onnx_io.load_bundle(p)[1] == w.tobytes()
     (tmp_path / "ext.data").unlink()
-    with pytest.raises(OnnxImportError, match=r"ext.onnx: initializer 'w': external data file "
-                                              r"'ext.data' is missing"):
+    with pytest.raises(OnnxImportError, match=r"ext.onnx: external data file 'ext.data' is "
+                                              r"missing: the weights of 1 tensor\(s\) "
+                                              r"\(initializer 'w'\)"):
         onnx_io.load_bundle(p)
 
 

@@ -273,6 +273,8 @@ def _pack(s: ImportState, roles: dict, extra: dict) -> None:
     converted = []
     for tname, src in s.final_order:
         t = s.init[src]
+        if not s.tensors_ok and t.data_location == TensorProto.EXTERNAL:
+            continue  # its data is missing (read.py said so): what it holds is unknown
         if not check_dtype(s, t, tname, s.uses.get(tname, [])):
             continue
         if not s.tensors_ok:

@@ -43,21 +43,53 @@ def read_stage(s: ImportState) -> None:
 
 
 def _check_tensor_data(s: ImportState) -> bool:
-    """Every stored tensor (initializers, tensor attributes) against its declared size."""
-    found = []
+    """Every stored tensor (initializers, tensor attributes) against its declared size; the
+    tensors of each missing external data file as one problem (``_missing_files``)."""
+    found, missing = [], {}
     g = s.model.graph
-    for t in g.initializer:
-        found += _tensor_problems(t, f"initializer {t.name!r}", s.base, s.file_size)
-    for n in g.node:
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.TENSOR:
-                found += _tensor_problems(a.t, f"node {n.name or n.op_type} attribute "
-                                          f"{a.name!r}", s.base, s.file_size)
+    stored = [(t, f"initializer {t.name!r}") for t in g.initializer]
+    stored += [(a.t, f"node {n.name or n.op_type} attribute {a.name!r}") for n in g.node
+               for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
+    for t, what in stored:
+        loc = _missing_file(t, s.base)
+        if loc:
+            missing.setdefault(loc, []).append(what)
+        else:
+            found += _tensor_problems(t, what, s.base, s.file_size)
+    found[:0] = _missing_files(missing)
     if g.sparse_initializer:
         found.append(f"sparse initializers are not supported: "
                      f"{[x.values.name for x in g.sparse_initializer]}")
     s.problems += found
     return not found
+
+
+def _missing_file(t: TensorProto, base: str) -> str:
+    """The external data file ``t`` names when it lies inside ``base`` but is not there,
+    else ""."""
+    if t.data_location != TensorProto.EXTERNAL:
+        return ""
+    loc = {e.key: e.value for e in t.external_data}.get("location", "")
+    full = os.path.normpath(os.path.join(base, loc))
+    if not loc or os.path.isabs(loc) or not full.startswith(os.path.join(base, "")):
+        return ""
+    return "" if os.path.isfile(full) else loc
+
+
+def _missing_files(missing: dict) -> list[str]:
+    """One problem per missing external data file: the tensors stored in it (the first
+    three named) and how to make the model one file. torch.onnx.export's dynamo exporter
+    writes its weights beside the model as ``NAME.onnx.data`` by default, and a page
+    upload carries one file only."""
+    out = []
+    for loc, whats in missing.items():
+        some = ", ".join(whats[:3]) + (f" and {len(whats) - 3:,} more" if len(whats) > 3 else "")
+        out.append(f"external data file {loc!r} is missing: the weights of {len(whats):,} "
+                   f"tensor(s) ({some}) are stored in it, not in the .onnx file. Keep it next "
+                   "to the .onnx file, or make the model one file (what an upload needs): "
+                   "torch.onnx.export(..., external_data=False), or onnx.save(onnx.load(PATH), "
+                   "NEW_PATH, save_as_external_data=False)")
+    return out
 
 
 def _load_external(s: ImportState) -> None:
@@ -115,9 +147,6 @@ def _tensor_problems(t: TensorProto, what: str, base: str, file_size: int) -> li
         full = os.path.normpath(os.path.join(base, loc))
         if os.path.isabs(loc) or not full.startswith(os.path.join(base, "")):
             return [f"{what}: external data file {loc!r} is outside the model's folder"]
-        if not os.path.isfile(full):
-            return [f"{what}: external data file {loc!r} is missing (looked for {full}); "
-                    "keep it next to the .onnx file"]
         try:
             offset = int(info.get("offset", 0) or 0)
             length = int(info["length"]) if info.get("length") else None
