@@ -64,16 +64,23 @@ def _check_tensor_data(s: ImportState) -> bool:
     return not found
 
 
+def _external_path(loc: str, base: str) -> str:
+    """The path of external data file ``loc`` in the model's folder ``base``, or "" when
+    ``loc`` is empty, absolute or leads outside ``base``."""
+    full = os.path.normpath(os.path.join(base, loc))
+    if not loc or os.path.isabs(loc) or not full.startswith(os.path.join(base, "")):
+        return ""
+    return full
+
+
 def _missing_file(t: TensorProto, base: str) -> str:
     """The external data file ``t`` names when it lies inside ``base`` but is not there,
     else ""."""
     if t.data_location != TensorProto.EXTERNAL:
         return ""
     loc = {e.key: e.value for e in t.external_data}.get("location", "")
-    full = os.path.normpath(os.path.join(base, loc))
-    if not loc or os.path.isabs(loc) or not full.startswith(os.path.join(base, "")):
-        return ""
-    return "" if os.path.isfile(full) else loc
+    full = _external_path(loc, base)
+    return loc if full and not os.path.isfile(full) else ""
 
 
 def _missing_files(missing: dict) -> list[str]:
@@ -144,8 +151,8 @@ def _tensor_problems(t: TensorProto, what: str, base: str, file_size: int) -> li
         loc = info.get("location", "")
         if not loc:
             return [f"{what} is stored as external data but names no file"]
-        full = os.path.normpath(os.path.join(base, loc))
-        if os.path.isabs(loc) or not full.startswith(os.path.join(base, "")):
+        full = _external_path(loc, base)
+        if not full:
             return [f"{what}: external data file {loc!r} is outside the model's folder"]
         try:
             offset = int(info.get("offset", 0) or 0)
