@@ -9,8 +9,8 @@
 // mask (the gradient of an in-place ReLU before a Gemm, fused into its dA: plan.relu_grad_fused):
 // 0 where src[at] <= 0, src the ReLU's output (the same index as out); split, reduce_splits.
 // With GELU_GRAD (a Gelu before the Gemm, its backward fused into dA: plan.gelu_grad_fused) the
-// mask is the Gelu's slope instead: v * gelu_slope(src[at]), src the Gelu's input
-// (lib/gelu.wgsl, unary.wgsl's formula: the same bits as its own backward).
+// mask is the Gelu's slope instead: v * src[at], src the Gelu's input buffer, where the
+// training forward's unary.wgsl gelu_forward_slope left the slope in place of the input.
 // BSUM (`matmul`, `matmul_vec`; ops/gemm.py, GPU adapters): a Linear's bias gradient beside its
 // weight gradient, the sums over k of the operand that is dY: 1 the rows of op(A) (M sums,
 // stored by the threads at n0 == 0), 2 the columns of op(B) (N sums, m0 == 0). Not scaled by
@@ -29,8 +29,6 @@ struct Params {
 }
 
 //!include index
-//!include detmath
-//!include gelu
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
@@ -65,7 +63,7 @@ fn bias_at(m: u32, n: u32) -> f32 {
 fn act(at: u32, v: f32) -> f32 {
   if (p.splits != 1u) { return v; }
   if (p.mask != 0u) {
-    if (GELU_GRAD != 0u) { return v * gelu_slope(src[at]); }
+    if (GELU_GRAD != 0u) { return v * src[at]; }
     if (src[at] <= 0.0) { return 0.0; }
   }
   if (p.relu != 0u) { return max(v, 0.0); }

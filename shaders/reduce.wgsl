@@ -16,13 +16,12 @@ struct Params {
 }
 // reduce_splits' epilogue, after the bias: relu: max(sum, 0), a Gemm's or a convolution's fused
 // ReLU (gemm.wgsl, conv_gemm.wgsl); mask: 0 where src[e] <= 0, a fused ReLU's gradient (src the
-// ReLU's output at the same index), or with GELU_GRAD times gelu_slope(src[e]), a fused Gelu's
-// gradient (src the Gelu's input; gemm.wgsl). bias_mode 5 is a convolution's per-channel bias of an NCHW
-// output: bias[(e / inner) % C] (inner the pixels of a plane, C the channels).
+// ReLU's output at the same index), or with GELU_GRAD times src[e], a fused Gelu's gradient
+// (src the Gelu's input buffer, holding its slope: gemm.wgsl). bias_mode 5 is a convolution's
+// per-channel bias of an NCHW output: bias[(e / inner) % C] (inner the pixels of a plane, C the
+// channels).
 
 //!include index
-//!include detmath
-//!include gelu
 
 override GELU_GRAD: u32 = 0u;
 
@@ -110,7 +109,7 @@ fn finish_split(e: u32, sum: f32) {
   }
   if (p.relu != 0u) { s = max(s, 0.0); }
   if (p.mask != 0u) {
-    if (GELU_GRAD != 0u) { s = s * gelu_slope(src[e]); } else if (src[e] <= 0.0) { s = 0.0; }
+    if (GELU_GRAD != 0u) { s = s * src[e]; } else if (src[e] <= 0.0) { s = 0.0; }
   }
   out[e] = s;
 }

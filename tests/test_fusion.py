@@ -279,6 +279,68 @@ def test_gelu_backward_not_fused_when_its_input_is_read_twice(device):
     assert kept.gelu_grad_fused == {} and "u" in kept.grads
 
 
+def test_gelu_training_forward_keeps_the_slope_and_evaluation_the_input(device, entries):
+    """Fused, the training forward's Gelu (unary.wgsl gelu_forward_slope) leaves GELU'(t) in
+    t's buffer and u = GELU(t) in its own (float64 within 1e-5 relative); the evaluation
+    forward runs the plain Gelu and leaves t itself there, for the probes."""
+    import math
+
+    import numpy as np
+    from harness import read_f32
+    from webgpu_trainer.engine.tools import parity
+    graph, blob, x, labels, _ = _ffn(8, 12, 20, 5, key="slope")
+    plan = run(parity.load(device, graph, blob, len(labels), x.tobytes(),
+                           np.asarray(labels, np.uint32).tobytes()))
+    assert [e for s, e in entries[id(plan.fwd_train)] if s == "unary"] == ["gelu_forward_slope"]
+    assert [e for s, e in entries[id(plan.fwd_eval)] if s == "unary"] == ["unary_forward"]
+    w1, b1 = (run(read_flat_f64(device, plan, n)) for n in ("fc1.weight", "fc1.bias"))
+    t = x.astype(np.float64) @ w1.T + b1
+    cdf = 0.5 * (1.0 + np.vectorize(math.erf)(t / math.sqrt(2.0)))
+    slope = cdf + t * np.exp(-0.5 * t * t) / math.sqrt(2.0 * math.pi)
+    parity.run_step(device, plan, 1)
+    kept, u = (run(read_f32(device, plan.acts[n])) for n in ("t", "u"))
+    assert np.abs(kept - slope).max() <= 1e-5 * np.abs(slope).max()
+    assert np.abs(u - t * cdf).max() <= 1e-5 * np.abs(t * cdf).max()
+    parity.run_step(device, plan, 2, train=False)
+    w1, b1 = (run(read_flat_f64(device, plan, n)) for n in ("fc1.weight", "fc1.bias"))
+    t = x.astype(np.float64) @ w1.T + b1
+    assert np.abs(run(read_f32(device, plan.acts["t"])) - t).max() <= 1e-5 * np.abs(t).max()
+
+
+async def read_flat_f64(device, plan, name):
+    from harness import read_flat
+    return (await read_flat(device, plan, plan.P, name)).astype("float64")
+
+
+def test_gelu_backward_not_fused_after_an_op_that_reads_its_output(device):
+    """A Gelu after a Sigmoid (whose backward reads its saved output, which the slope would
+    overwrite) keeps its own backward; after a Gemm seen through a Reshape (3-D tokens) it
+    fuses, the Gemm after it reading its output through a Reshape back into rows."""
+    import numpy as np
+    from conftest import make_graph
+    from webgpu_trainer.engine.tools import parity
+    rng = rng_for("gelu_grad_after_sigmoid")
+    tensors = [("fc1.weight", rng.standard_normal((6, 4)), "param"),
+               ("fc2.weight", rng.standard_normal((3, 6)), "param")]
+    consts = {"tokens": {"dtype": "int64", "shape": [3], "values": [2, 1, 6]},
+              "rows": {"dtype": "int64", "shape": [2], "values": [2, 6]}}
+    x = f32(rng.standard_normal((2, 4))).tobytes()
+    labels = np.zeros(2, np.uint32).tobytes()
+    for first, fused in (("Sigmoid", False), ("Reshape", True)):
+        mid = node("Sigmoid", ["h"], ["s"]) if first == "Sigmoid" else \
+            node("Identity", ["h"], ["s"])
+        nodes = [node("Gemm", ["input", "fc1.weight"], ["h"], transB=1), mid,
+                 node("Reshape", ["s", "tokens"], ["t"]),
+                 node("Gelu", ["t"], ["u"]),
+                 node("Reshape", ["u", "rows"], ["r"]),
+                 node("Gemm", ["r", "fc2.weight"], ["v"], transB=1),
+                 node("LogSoftmax", ["v"], ["output"], axis=-1)]
+        graph, blob = make_graph(nodes, tensors, [("input", [2, 4])], [("output", [2, 3])],
+                                 constants=consts)
+        plan = run(parity.load(device, graph, blob, 2, x, labels))
+        assert bool(plan.gelu_grad_fused) == fused, first
+
+
 def test_gelu_backward_fused_in_the_zoo_vit(device):
     """The test zoo's ViT (TorchScript export: each FFN's Gelu feeds its second Linear through
     a Reshape into rows) fuses both Gelus' backward through that view; every parameter

@@ -192,7 +192,8 @@ class Builder:
     GEMM_PART0_IN_OUT = True
 
     # A Gelu's backward taken by the Gemm after it: its input gradient kernel multiplies dA by
-    # the Gelu's slope (fusion.gelu_grads, gemm.wgsl GELU_GRAD); False: the Gelu's own pass (A/B).
+    # the slope the Gelu's training forward left in its input's buffer (fusion.gelu_grads,
+    # gemm.wgsl GELU_GRAD, unary.wgsl gelu_forward_slope); False: the Gelu's own pass (A/B).
     FUSE_GELU_GRAD = True
 
     # matmul_tiled loads aligned operands as vec4 (ops/gemm._vec_bits); False: four scalar

@@ -109,12 +109,18 @@ def gelu_grads(plan) -> dict:
     """{Gemm node name: (Gelu node, [u, ...])}: erf Gelus (approximate "none") whose output u
     is read by one Gemm alone, as its input A, directly or through views of u's own memory
     (a Reshape of 3-D tokens into rows, each read by the next alone), and whose input t by
-    that Gelu alone. None of these tensors is the graph output or summed from several uses;
-    all have gradients; none is a gradient the caller named to keep (nor are all kept:
-    ``keep_grads=True``, the parity tools' every gradient). The Gemm's input gradient kernel
-    multiplies dA by the Gelu's slope at t and writes dt (gemm.wgsl GELU_GRAD): the Gelu's
+    that Gelu alone, t made by a Gemm, MatMul or Add (whose backward passes never read their
+    output), directly or through views of its memory each read by the next alone. None of
+    these tensors is the graph output or summed from several uses; all have gradients; none
+    is a gradient the caller named to keep (nor are all kept: ``keep_grads=True``, the parity
+    tools' every gradient). The training forward's Gelu
+    leaves its slope GELU'(t) in t's buffer (unary.wgsl gelu_forward_slope); the Gemm's input
+    gradient kernel multiplies dA by it and writes dt (gemm.wgsl GELU_GRAD): the Gelu's
     backward pass over the activation is dropped, and the gradients of u and its views (the
-    list) are never made. ``Builder.FUSE_GELU_GRAD``; False: none (A/B)."""
+    list) are never made. ``Builder.FUSE_GELU_GRAD``; False: none (A/B).
+
+    The slope is computed in the forward, not in the Gemm's epilogue: 64 inlined copies of
+    erf in matmul_tiled's stores made the encoder's dA product ~5x slower (H100, 2026-12-06)."""
     from .ops import VIEWS
     from .ops.unary import CODES, _code
     if not Builder.FUSE_GELU_GRAD or plan.keep_grads is True:
@@ -130,8 +136,14 @@ def gelu_grads(plan) -> dict:
             chain.append(users[0]["outputs"][0])
             users = g.consumers.get(chain[-1], [])
         a = chain[-1]
+        made = g.producer.get(t)
+        while made is not None and made["op_type"] in VIEWS and _same_memory(plan, made) \
+                and len(g.consumers.get(made["inputs"][0], [])) == 1 \
+                and made["inputs"][0] != g.output:
+            made = g.producer.get(made["inputs"][0])  # t is a view of that output's memory
         if len(users) != 1 or users[0]["op_type"] != "Gemm" or users[0]["inputs"][0] != a \
                 or a in users[0]["inputs"][1:] or len(g.consumers.get(t, [])) != 1 \
+                or made is None or made["op_type"] not in ("Gemm", "MatMul", "Add") \
                 or plan.grads.get(t) is None or t in plan.contrib_of or t == g.output \
                 or any(x == g.output or x in plan.contrib_of or x in plan.keep_grads
                        or plan.grads.get(x) is None for x in chain):
