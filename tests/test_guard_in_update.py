@@ -46,16 +46,20 @@ async def _update(dev, in_update: bool, name: str, clip: float, bad_steps: dict,
     values, except ``bad_steps[t] = [(tensor, element, value)]``. Returns ``(per-tensor flags,
     first_bad, P bytes, update dispatches)``."""
     graph, blob = _model()
-    saved = Builder.GUARD_IN_UPDATE
+    saved = Builder.GUARD_IN_UPDATE, Builder.TILED
     Builder.GUARD_IN_UPDATE = in_update
+    if name == "adam-vec4":  # GPU adapters' adam4 (optim.wgsl), forced on this adapter
+        name, Builder.TILED = "adam", True
     try:
         plan = await Plan.build(dev, Graph(graph), BATCH)
         await parity.load(dev, graph, blob, BATCH, plan=plan)
         guard = await Guard.build(plan)
         opt = optim.make(name, 0.01, momentum=0.9, clip_grad_norm=clip)
         await opt.attach(plan, guard)
+        vec4 = Builder.OPTIM_VEC4 and plan.builder.tiled and name == "adam"
     finally:
-        Builder.GUARD_IN_UPDATE = saved
+        Builder.GUARD_IN_UPDATE, Builder.TILED = saved
+    assert opt.dispatches[-1][0][2].split(":")[1] == ("adam4" if vec4 else name)  # pipeline key
     assert [t for t, _ in guard.tensors] == WATCHED
     updates = guard.dispatches + opt.dispatches
     prog = dev.program(updates)
@@ -95,11 +99,11 @@ def _expected(bad_steps):
     return want
 
 
-@pytest.mark.parametrize("name", ["sgd", "adam", "adagrad", "rmsprop", "adadelta"])
+@pytest.mark.parametrize("name", ["sgd", "adam", "adam-vec4", "adagrad", "rmsprop", "adadelta"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_update_flags_what_the_guard_dispatch_flags(device, name, case):
     bad = CASES[case]
-    clip = 1.0 if name in ("adam", "sgd") else 0.0
+    clip = 1.0 if name in ("adam", "adam-vec4", "sgd") else 0.0
     flags, first, weights, n_in = run(_update(device, True, name, clip, bad, 5))
     old_flags, old_first, old_weights, n_old = run(_update(device, False, name, clip, bad, 5))
     want = _expected(bad)

@@ -76,7 +76,7 @@ async def _replay(dev, cfg):
     # garbage in the padding of P and G: an update that touched it would move P there
     pad = _padding(plan)
     assert pad[:64].any()  # fc.weight's 15 values share their 64-element block with padding
-    p = np.frombuffer(await dev.read(plan.P), np.float32).copy()
+    p = np.frombuffer(await dev.read(plan.P, 0, plan.wbytes), np.float32).copy()
     p[pad] = PAD_VALUE
     dev.write(plan.P, p.tobytes())
     g = np.zeros_like(p)
@@ -91,7 +91,7 @@ async def _replay(dev, cfg):
         slot = 8 * parity.metrics_slot(t)
         losses.append(float(np.frombuffer(await dev.read(plan.metrics, slot, 4), np.float32)[0]))
         norms.append(float(np.frombuffer(await dev.read(opt.clip, 0, 4), np.float32)[0]))
-    whole = np.frombuffer(await dev.read(plan.P), np.float32)
+    whole = np.frombuffer(await dev.read(plan.P, 0, plan.wbytes), np.float32)
     return params, losses, plan, whole, norms
 
 
@@ -121,6 +121,35 @@ def test_optimizer_matches_torch(device, name):
                    enumerate(cfg["momenta"], 1)) <= SCHED_ATOL
         assert abs(opt.scalars(3, 0.1)[2] - cfg["momenta"][2]) <= SCHED_ATOL
     MAX_ERR[tag_of(name)] = worst
+
+
+@pytest.mark.parametrize("name", [k for k, c in FIXTURE["configs"].items()
+                                  if c["engine"]["class"] == "Adam"])
+def test_adam_vec4_is_adam_bit_for_bit(device, monkeypatch, name):
+    """GPU adapters' Adam / AdamW four elements a thread (optim.wgsl adam4, forced here with
+    the tiled kernels on this adapter) store adam's bits at every step, amsgrad, clipping and
+    schedules included, and leave the padding that shares a vec4 with fc.weight alone."""
+    from harness import builder_patch
+    from webgpu_trainer.engine import builder
+    seen = []
+    kernel = builder.Builder.kernel
+
+    async def recording(self, shader, entry, groups, **kw):
+        await kernel(self, shader, entry, groups, **kw)
+        seen.append(entry)
+    monkeypatch.setattr(builder.Builder, "kernel", recording)
+    cfg = FIXTURE["configs"][name]
+    got = {}
+    for vec4 in (True, False):
+        seen.clear()
+        with builder_patch({"TILED": True, "OPTIM_VEC4": vec4}):
+            params, _, plan, whole, _ = run(_replay(device, cfg))
+        assert seen[-1] == ("adam4" if vec4 else "adam")
+        got[vec4] = params, whole
+        assert np.all(whole[_padding(plan)] == PAD_VALUE)
+    assert np.array_equal(got[True][1], got[False][1])
+    for a, b in zip(got[True][0], got[False][0]):
+        assert all(np.array_equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.parametrize("name", list(FIXTURE["schedulers"]))
@@ -210,17 +239,18 @@ def test_state_round_trip(device, name):
         plan, opt, prog = await _setup(device, cfg)
         for t in range(1, 11):
             _step(device, plan, opt, prog, t, lr_at)
-        want_p, want_s = await device.read(plan.P), await opt.state_bytes(device)
+        want_p, want_s = await device.read(plan.P, 0, plan.wbytes), await opt.state_bytes(device)
         plan, opt, prog = await _setup(device, cfg)
         for t in range(1, 6):
             _step(device, plan, opt, prog, t, lr_at)
-        weights, state = await device.read(plan.P), await opt.state_bytes(device)
+        weights, state = await device.read(plan.P, 0, plan.wbytes), await opt.state_bytes(device)
         plan, opt, prog = await _setup(device, cfg, weights)
         opt.load_state_bytes(device, state)
         assert await opt.state_bytes(device) == state
         for t in range(6, 11):
             _step(device, plan, opt, prog, t, lr_at)
-        return want_p, want_s, await device.read(plan.P), await opt.state_bytes(device), opt
+        got_p = await device.read(plan.P, 0, plan.wbytes)
+        return want_p, want_s, got_p, await opt.state_bytes(device), opt
 
     want_p, want_s, got_p, got_s, opt = run(go())
     assert got_p == want_p

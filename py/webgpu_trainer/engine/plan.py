@@ -74,8 +74,9 @@ class Plan:
         self.shapes = graph.shapes(batch)
         self.loss_request = loss
         wbytes = round_up(max(graph.weight_nbytes(), 16), 4)
-        self.P = weights if weights is not None else dev.buffer(wbytes, "weights")
-        self.G = dev.buffer(wbytes, "grads")
+        # P and G as whole vec4s (adam_vec4.wgsl reads them so); wbytes of them are the blob's
+        self.P = weights if weights is not None else dev.buffer(round_up(wbytes, 16), "weights")
+        self.G = dev.buffer(round_up(wbytes, 16), "grads")
         self.step = dev.buffer(STEP_BYTES, "step", uniform=True)
         self.metrics = dev.buffer(8 * METRICS_RING, "metrics")
         self.wbytes = wbytes

@@ -21,7 +21,7 @@ by ``engine/config`` (``config.parse``); the constructors trust them, as the tra
 import json
 import struct
 
-from ..backends.base import groups_1d
+from ..backends.base import groups_1d, round_up
 
 AMSGRAD, CENTERED, GUARD = 1, 2, 4  # Params.flags bits of shaders/optim.wgsl
 _MAGIC = b"WGTOPT1\n"
@@ -114,7 +114,7 @@ class Optimizer:
         self.n = n
         self.slots = []
         for k, (used, init) in enumerate(zip(self.states, self.state_init)):
-            buf = dev.buffer(4 * n if used else 16, f"optim.s{k + 1}")
+            buf = dev.buffer(round_up(4 * n, 16) if used else 16, f"optim.s{k + 1}")
             if used and init:
                 dev.write(buf, struct.pack("<f", init) * n)
             self.slots.append(buf)
@@ -136,7 +136,12 @@ class Optimizer:
         if self.clip_grad_norm > 0:
             await b.kernel("optim", "grad_sumsq", (self._parts(n), 1, 1), **binds)
             await b.kernel("optim", "grad_norm", (1, 1, 1), **binds)
-        await b.kernel("optim", self.entry, groups_1d(n), **binds)
+        if self.entry == "adam" and b.tiled and b.OPTIM_VEC4:  # P, G, S1-3 whole vec4s
+            await b.kernel("adam_vec4", "adam4", groups_1d((n + 3) // 4), params=params,
+                           st=plan.step, P4=plan.P, G4=plan.G, S14=self.s1, S24=self.s2,
+                           mask=self.mask, S34=self.s3, clip=self.clip, flags=flags)
+        else:
+            await b.kernel("optim", self.entry, groups_1d(n), **binds)
         self.dispatches = b.current
         self.attached = True
 
