@@ -10,7 +10,7 @@
 // 0 where src[at] <= 0, src the ReLU's output (the same index as out); split, reduce_splits.
 // With GELU_GRAD (a Gelu before the Gemm, its backward fused into dA: plan.gelu_grad_fused) the
 // mask is the Gelu's slope instead: v * src[at], src the Gelu's input buffer, where the
-// training forward's unary.wgsl gelu_forward_slope left the slope in place of the input.
+// training forward's gelu_slope.wgsl left the slope in place of the input.
 // BSUM (`matmul`, `matmul_vec`; ops/gemm.py, GPU adapters): a Linear's bias gradient beside its
 // weight gradient, the sums over k of the operand that is dY: 1 the rows of op(A) (M sums,
 // stored by the threads at n0 == 0), 2 the columns of op(B) (N sums, m0 == 0). Not scaled by

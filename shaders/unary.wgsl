@@ -8,11 +8,6 @@
 //                    cheaper (Sigmoid, Tanh, Exp, Sqrt, Reciprocal: flags bit 0), y[i]
 //   clip_bound_grad: out[i] = dy[i] where x[i] is clipped to min (aux 0) / max (aux 1), else 0;
 //                    summed by reduce.wgsl into the gradient of a tensor bound (torch.clamp)
-//   gelu_forward_slope: the erf Gelu's training forward when the Gemm after it takes its
-//                    backward (engine/fusion.py gelu_grads): out[i] = GELU(v) and, in place
-//                    of the input v = slope[i], its slope GELU'(v), which that Gemm's dA
-//                    kernel multiplies by (gemm.wgsl GELU_GRAD): the same bits as
-//                    unary_backward's dy * GELU'(v), and no erf in the backward pass
 // Clip's bounds are p.lo / p.hi, or lo_t[0] / hi_t[0] when flags bit 1 / bit 2 is set.
 //
 // op codes: the constants UNARY_<OP> of the generated include unary_ops (ops/unary.py CODES;
@@ -40,7 +35,6 @@ struct Params {
 @group(0) @binding(4) var<storage, read> lo_t: array<f32>;
 @group(0) @binding(5) var<storage, read> hi_t: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
-@group(0) @binding(7) var<storage, read_write> slope: array<f32>;  // gelu_forward_slope's x
 
 const SQRT_2_OVER_PI: f32 = 0.7978845608028654;
 const GELU_C: f32 = 0.044715;
@@ -180,16 +174,6 @@ fn unary_backward(@builtin(global_invocation_id) gid: vec3<u32>,
     var w = 0.0;
     if (use_y) { w = y[i]; }
     out[i] = backward_value(x[i], w, dy[i], use_y);
-  }
-}
-
-@compute @workgroup_size(64)
-fn gelu_forward_slope(@builtin(global_invocation_id) gid: vec3<u32>,
-                      @builtin(num_workgroups) nwg: vec3<u32>) {
-  for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) {
-    let v = slope[i];
-    out[i] = v * normal_cdf(v);
-    slope[i] = gelu_slope(v);
   }
 }
 

@@ -782,7 +782,7 @@ GPU_PIPELINES = [
     ("gemm", "matmul_vec", {"WX": 8, "GELU_GRAD": 1}),
     ("gemm", "matmul_tiled", {"WM": 16, "WN": 16, "GELU_GRAD": 1}),
     ("reduce", "reduce_splits_lanes", {"LANES": 16, "GELU_GRAD": 1}),
-    ("unary", "gelu_forward_slope", {"OP": 3}),
+    ("gelu_slope", "gelu_forward_slope", {}),
     ("adam_vec4", "adam4", {}),
     ("gemm", "matmul", {"WX": 4, "BSUM": 2}),
     ("conv2d", "forward", {**_WIN, "FCT": 4}),

@@ -1,7 +1,7 @@
 // erf, the standard normal CDF and the erf GELU's derivative, from IEEE add / multiply and
 // lib/detmath's exp (the same bits on every host; include detmath first). unary.wgsl's Erf
-// and Gelu use them (its gelu_forward_slope keeps the slope for a Gemm's dA epilogue,
-// engine/fusion.py gelu_grads).
+// and Gelu use them, and gelu_slope.wgsl, which keeps the slope for a Gemm's dA epilogue
+// (engine/fusion.py gelu_grads).
 //
 // erf: WGSL has none. |x| < 1: the Maclaurin series erf(x) = 2/sqrt(pi) * sum_n (-1)^n
 // x^(2n+1) / (n! (2n+1)) (Abramowitz & Stegun 7.1.5), 11 terms (truncation < 2e-8 relative);

@@ -193,7 +193,7 @@ class Builder:
 
     # A Gelu's backward taken by the Gemm after it: its input gradient kernel multiplies dA by
     # the slope the Gelu's training forward left in its input's buffer (fusion.gelu_grads,
-    # gemm.wgsl GELU_GRAD, unary.wgsl gelu_forward_slope); False: the Gelu's own pass (A/B).
+    # gemm.wgsl GELU_GRAD, gelu_slope.wgsl); False: the Gelu's own pass (A/B).
     FUSE_GELU_GRAD = True
 
     # matmul_tiled loads aligned operands as vec4 (ops/gemm._vec_bits); False: four scalar

@@ -114,7 +114,7 @@ def gelu_grads(plan) -> dict:
     these tensors is the graph output or summed from several uses; all have gradients; none
     is a gradient the caller named to keep (nor are all kept: ``keep_grads=True``, the parity
     tools' every gradient). The training forward's Gelu
-    leaves its slope GELU'(t) in t's buffer (unary.wgsl gelu_forward_slope); the Gemm's input
+    leaves its slope GELU'(t) in t's buffer (gelu_slope.wgsl); the Gemm's input
     gradient kernel multiplies dA by it and writes dt (gemm.wgsl GELU_GRAD): the Gelu's
     backward pass over the activation is dropped, and the gradients of u and its views (the
     list) are never made. ``Builder.FUSE_GELU_GRAD``; False: none (A/B).

@@ -103,7 +103,7 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         vec = 3 if vec == 3 and _covers_blocks(a, a_strides, m, k) and \
             _covers_blocks(bm, b_strides[::-1], n, k) else 0
         counts, entry, consts = (gx, gy, splits), "matmul_vec" if vec else "matmul", {"WX": wx}
-    if gelu_grad:  # mask_src is a Gelu's input: times its slope (gemm.wgsl GELU_GRAD)
+    if gelu_grad:  # mask_src holds a Gelu's slope: times it (gemm.wgsl GELU_GRAD)
         consts = {**consts, "GELU_GRAD": 1}
     sums = bsum is not None and not shape and b.tiled and getattr(b, "GEMM_BIAS_SUM", True)
     tail = (m if bsum_of == 1 else n) if sums and splits > 1 else 0
@@ -221,8 +221,8 @@ async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=
     channels]. ``tail`` > 0: also out2[t] = sum_s parts[splits*count + s*tail + t] (float32
     [tail], plain sums: gemm.wgsl BSUM's bias gradient) in the same dispatch. ``part0`` 1 (no
     tail): part 0 is ``out`` itself and part s > 0 at parts[(s - 1)*count + e] (gemm.wgsl
-    part0), added in place in the same order. ``gelu_grad``: times gelu_slope(mask_src[e])
-    instead of the ReLU mask (a Gelu's fused backward, gemm.wgsl GELU_GRAD)."""
+    part0), added in place in the same order. ``gelu_grad``: times mask_src[e], a Gelu's slope
+    (gelu_slope.wgsl), instead of the ReLU mask (its fused backward, gemm.wgsl GELU_GRAD)."""
     params = dict(outer=0, C=channels, inner=inner, count=count, splits=splits, N=n,
                   bias_mode=bias_mode, beta=beta, relu=relu, mask=int(mask_src is not None),
                   tail=tail, part0=part0)

@@ -156,15 +156,14 @@ async def forward(b, node, ins, outs, train):
     """y = f(x): one dispatch over the ``numel`` elements (any shape, float32); nothing for a
     Clip its BatchNormalization applies. A Gelu whose backward the Gemm after it takes
     (``fusion.gelu_grads``) also leaves, when training, its slope GELU'(x) in x's buffer
-    (unary.wgsl gelu_forward_slope): x is read by this Gelu alone, and that Gemm's dA kernel
+    (gelu_slope.wgsl): x is read by this Gelu alone, and that Gemm's dA kernel
     multiplies by the slope; the evaluation forward leaves x intact (probes read it)."""
     if _fused(b, node):
         return
     n = outs[0].numel
     if train and _grad_fused(b, node):
-        await b.kernel("unary", "gelu_forward_slope", b.elementwise_groups(n),
-                       params=_params(node, n), constants={"OP": CODES["Gelu"]},
-                       slope=ins[0], out=outs[0])
+        await b.kernel("gelu_slope", "gelu_forward_slope", b.elementwise_groups(n),
+                       params=dict(n=n), slope=ins[0], out=outs[0])
         return
     lo_t = hi_t = None
     if node["op_type"] == "Clip":
