@@ -255,7 +255,8 @@ def test_gelu_backward_fused_into_gemm(device, monkeypatch, shape, tiled):
 
 def test_gelu_backward_not_fused_when_its_input_is_read_twice(device):
     """A Gelu whose input also feeds a residual Add keeps its own backward (the Gemm cannot
-    write a gradient that is a sum), as does one whose output the caller keeps."""
+    write a gradient that is a sum), as do one whose output gradient the caller keeps and one
+    whose input activation the caller reads."""
     import numpy as np
     from conftest import make_graph
     from webgpu_trainer.engine.tools import parity
@@ -277,6 +278,8 @@ def test_gelu_backward_not_fused_when_its_input_is_read_twice(device):
     chain, blob2 = _ffn(2, 4, 6, 3, key="kept")[:2]
     kept = run(parity.load(device, chain, blob2, 2, x, labels, keep_grads=["u"]))
     assert kept.gelu_grad_fused == {} and "u" in kept.grads
+    read = run(parity.load(device, chain, blob2, 2, x, labels, keep_acts=["t"]))
+    assert read.gelu_grad_fused == {}  # t read after the step: no slope in its place
 
 
 def test_gelu_training_forward_keeps_the_slope_and_evaluation_the_input(device, entries):

@@ -113,7 +113,7 @@ def gelu_grads(plan) -> dict:
     output), directly or through views of its memory each read by the next alone. None of
     these tensors is the graph output or summed from several uses; all have gradients; none
     is a gradient the caller named to keep (nor are all kept: ``keep_grads=True``, the parity
-    tools' every gradient). The training forward's Gelu
+    tools' every gradient), and t (and what it views) no activation the caller reads. The training forward's Gelu
     leaves its slope GELU'(t) in t's buffer (gelu_slope.wgsl); the Gemm's input
     gradient kernel multiplies dA by it and writes dt (gemm.wgsl GELU_GRAD): the Gelu's
     backward pass over the activation is dropped, and the gradients of u and its views (the
@@ -136,14 +136,16 @@ def gelu_grads(plan) -> dict:
             chain.append(users[0]["outputs"][0])
             users = g.consumers.get(chain[-1], [])
         a = chain[-1]
-        made = g.producer.get(t)
+        made, held = g.producer.get(t), [t]
         while made is not None and made["op_type"] in VIEWS and _same_memory(plan, made) \
                 and len(g.consumers.get(made["inputs"][0], [])) == 1 \
                 and made["inputs"][0] != g.output:
-            made = g.producer.get(made["inputs"][0])  # t is a view of that output's memory
+            held.append(made["inputs"][0])  # t is a view of that output's memory
+            made = g.producer.get(held[-1])
         if len(users) != 1 or users[0]["op_type"] != "Gemm" or users[0]["inputs"][0] != a \
                 or a in users[0]["inputs"][1:] or len(g.consumers.get(t, [])) != 1 \
                 or made is None or made["op_type"] not in ("Gemm", "MatMul", "Add") \
+                or any(x in plan.keep_acts for x in held) \
                 or plan.grads.get(t) is None or t in plan.contrib_of or t == g.output \
                 or any(x == g.output or x in plan.contrib_of or x in plan.keep_grads
                        or plan.grads.get(x) is None for x in chain):

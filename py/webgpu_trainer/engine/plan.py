@@ -70,7 +70,7 @@ class Plan:
         if Builder.FOLD_TRANSPOSES:
             graph = transposes.fold(graph, graph.shapes(batch), keep)
         self.dev, self.graph, self.batch = dev, graph, batch
-        self.keep_grads = keep_grads
+        self.keep_grads, self.keep_acts = keep_grads, set(keep_acts)
         self.shapes = graph.shapes(batch)
         self.loss_request = loss
         wbytes = round_up(max(graph.weight_nbytes(), 16), 4)
