@@ -1,5 +1,10 @@
 """Native backend on wgpu-py (Vulkan / Metal / D3D12; Mesa lavapipe on a machine with no GPU)."""
 
+import atexit
+import os
+import shutil
+import tempfile
+
 import wgpu
 
 from . import shaders
@@ -128,8 +133,22 @@ BACKENDS = ("Vulkan", "Metal", "D3D12", "OpenGL", "OpenGLES")
 _KIND_ORDER = ("DiscreteGPU", "IntegratedGPU", "VirtualGPU", "CPU", "Unknown")
 
 
+def _runtime_dir() -> None:
+    """Give the process a private, empty XDG_RUNTIME_DIR (removed at exit) when it has none or
+    one that is not a directory, before wgpu looks for adapters: on a machine with no desktop
+    session (a server, CI, ssh) Mesa's drivers otherwise print "error: XDG_RUNTIME_DIR is
+    invalid or not set in the environment." (libwayland, probing for a display) twice per
+    process, an error line for a run that works. Nothing is looked for in it."""
+    if os.path.isdir(os.environ.get("XDG_RUNTIME_DIR", "")):
+        return
+    path = tempfile.mkdtemp(prefix="webgpu-trainer-runtime-")  # 0700, as the spec asks
+    os.environ["XDG_RUNTIME_DIR"] = path
+    atexit.register(shutil.rmtree, path, True)
+
+
 def adapters() -> list:
     """``[(backend_type, adapter summary)]`` of every adapter wgpu can reach here."""
+    _runtime_dir()
     return [(a.info["backend_type"], a.summary) for a in wgpu.gpu.enumerate_adapters_sync()]
 
 
@@ -154,6 +173,7 @@ class Device:
         adapter, e.g. "OpenGL" for llvmpipe through EGL; None lets wgpu choose (the
         environment variable WGPU_BACKEND_TYPE forces one then). RuntimeError when there is no
         adapter (for ``backend``: naming the adapters there are)."""
+        _runtime_dir()
         if backend:
             adapter = _adapter_of(backend)
         else:
