@@ -310,7 +310,7 @@ class Builder:
     # gradient contributions from its first reader's backward when that op's card says
     # GRAD_ADDEND (Plan._sum_in_backward; False: elementwise add_to, A/B).
     SUM_IN_BACKWARD = True
-    # Adam / AdamW on GPU adapters four elements a thread from vec4 loads (optim.wgsl adam4,
+    # Adam / AdamW on GPU adapters four elements a thread from vec4 loads (adam_vec4.wgsl,
     # train/optim.py; the same bits as adam's one a thread); False: adam (A/B).
     OPTIM_VEC4 = True
     # The numerical guard inside the optimizer's update, which reads every gradient anyway
