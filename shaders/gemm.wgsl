@@ -575,3 +575,61 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
   write_row(base, bottom + 2u, left, acc[12]); write_row(base, bottom + 2u, right, acc[13]);
   write_row(base, bottom + 3u, left, acc[14]); write_row(base, bottom + 3u, right, acc[15]);
 }
+
+// ---- matmul_kpar: small outputs summed over long k on GPU adapters (a classifier's head:
+// [batch, classes] over the hidden width; ops/gemm.kpar_lanes picks it) ---------------------
+// A workgroup of 256 threads: KL lanes along k for each of its 256 / KL 4x4 blocks of out.
+// Lane l of a block adds the products of k = l, l + KL, l + 2 KL, ... (neighbouring lanes read
+// neighbouring k); the KL partial blocks then meet in workgroup memory, and one thread per
+// value adds its KL partials in lane order (a fixed order: the same bits every run) and
+// stores it with alpha, the bias and the fused ReLU or mask. One dispatch: no split-K parts,
+// no reduce_splits, and no thread walks the whole k alone (`matmul`'s 4x4 blocks of a
+// [64, 10] head are 48 threads, each adding every k in turn). Not split (p.splits 1), no BSUM.
+override KL: u32 = 16u;
+
+@compute @workgroup_size(256)
+fn matmul_kpar(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+  let per_wg = 256u / KL;  // blocks a workgroup
+  let nbn = (p.N + 3u) / 4u;
+  let blocks = ((p.M + 3u) / 4u) * nbn;
+  let lane = lid % KL;
+  let blk = wid.x * per_wg + lid / KL;
+  let m0 = (blk / nbn) * 4u;
+  let n0 = (blk % nbn) * 4u;
+  var c0 = vec4<f32>(0.0);
+  var c1 = vec4<f32>(0.0);
+  var c2 = vec4<f32>(0.0);
+  var c3 = vec4<f32>(0.0);
+  if (blk < blocks) {
+    let ai = min(vec4<u32>(m0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.M - 1u)) * p.sam;
+    let bi = min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.N - 1u)) * p.sbn;
+    for (var k = lane; k < p.K; k += KL) {
+      let ka = k * p.sak;
+      let kb = k * p.sbk;
+      let bv = vec4<f32>(bm[bi.x + kb], bm[bi.y + kb], bm[bi.z + kb], bm[bi.w + kb]);
+      c0 = fma(vec4<f32>(a[ai.x + ka]), bv, c0);
+      c1 = fma(vec4<f32>(a[ai.y + ka]), bv, c1);
+      c2 = fma(vec4<f32>(a[ai.z + ka]), bv, c2);
+      c3 = fma(vec4<f32>(a[ai.w + ka]), bv, c3);
+    }
+  }
+  // thread t's rows at tile[4t ..]: 256 threads x 4 vec4 = the whole 16 KiB tile
+  tile[4u * lid] = c0;
+  tile[4u * lid + 1u] = c1;
+  tile[4u * lid + 2u] = c2;
+  tile[4u * lid + 3u] = c3;
+  workgroupBarrier();
+  for (var o = lid; o < 16u * per_wg; o += 256u) {  // value o % 16 of the workgroup's block o / 16
+    let ob = wid.x * per_wg + o / 16u;
+    let m = (ob / nbn) * 4u + (o % 16u) / 4u;
+    let n = (ob % nbn) * 4u + o % 4u;
+    if (ob < blocks && m < p.M && n < p.N) {
+      let first = (o / 16u) * KL * 4u + (o % 16u) / 4u;
+      var s = 0.0;
+      for (var l = 0u; l < KL; l++) { s += tile[first + 4u * l][o % 4u]; }
+      let at = m * p.N + n;
+      out[at] = act(at, p.alpha * s + bias_at(m, n));
+    }
+  }
+}

@@ -208,10 +208,13 @@ def _ffn(batch, feats, hidden, classes, key):
 
 
 # (batch, features, hidden, classes): fc2's input gradient unsplit, and summed over 600
-# classes in parts (reduce.wgsl takes the slope); the GPU paths (TILED) and the CPU ones.
-@pytest.mark.parametrize("shape", [(8, 12, 20, 5), (4, 12, 16, 600)], ids=["whole", "split"])
+# classes in parts (reduce.wgsl takes the slope; matmul_kpar off), and over them on the GPU
+# paths' matmul_kpar (its stores take the slope); the GPU paths (TILED) and the CPU ones.
+@pytest.mark.parametrize("shape,kpar", [((8, 12, 20, 5), None), ((4, 12, 16, 600), None),
+                                        ((4, 12, 16, 600), 16384)],
+                         ids=["whole", "split", "kpar"])
 @pytest.mark.parametrize("tiled", [False, True], ids=["cpu-paths", "gpu-paths"])
-def test_gelu_backward_fused_into_gemm(device, monkeypatch, shape, tiled):
+def test_gelu_backward_fused_into_gemm(device, monkeypatch, shape, kpar, tiled):
     """fc2's dA kernel multiplies by the Gelu's slope and writes dt: no unary_backward
     dispatch, du never made, fc2's Gemm (or its split sum) specialised GELU_GRAD; the
     parameter gradients match float64 within GRAD_RTOL and the unfused plan's bit for bit."""
@@ -230,7 +233,7 @@ def test_gelu_backward_fused_into_gemm(device, monkeypatch, shape, tiled):
 
     async def go(fuse):
         seen.clear()
-        with builder_patch({"FUSE_GELU_GRAD": fuse, "TILED": tiled}):
+        with builder_patch({"FUSE_GELU_GRAD": fuse, "TILED": tiled, "GEMM_KPAR": kpar}):
             plan = await parity.load(device, graph, blob, len(labels), x.tobytes(),
                                      np.asarray(labels, np.uint32).tobytes())
         parity.run_step(device, plan, 1)
@@ -244,7 +247,8 @@ def test_gelu_backward_fused_into_gemm(device, monkeypatch, shape, tiled):
     assert "unary_backward" not in [e for e, _ in bwd], bwd
     assert any(g == 1 for _, g in bwd), bwd  # the slope's pipeline
     if shape[3] == 600:
-        assert any(e.startswith("reduce_splits") and g == 1 for e, g in bwd), bwd
+        entry = "matmul_kpar" if kpar and tiled else "reduce_splits"
+        assert any(e.startswith(entry) and g == 1 for e, g in bwd), bwd
     for name, ref in want.items():
         assert rel_err(fused[name], ref) <= GRAD_RTOL, name
     plain, unfused, bwd = run(go(False))

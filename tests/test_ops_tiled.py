@@ -516,6 +516,7 @@ def test_conv_gemm_weight_grad(device, n, c, h, k, kh, s, pad, tile):
 def test_gemm_untiled_vec4_loads(device, monkeypatch, m, n, k, ta, tb):
     from webgpu_trainer.engine.ops import gemm
     monkeypatch.setattr(gemm, "tile_shape", lambda *_: None)
+    monkeypatch.setattr(Builder, "GEMM_KPAR", None)  # small outputs: matmul_kpar otherwise
     rng = rng_for("gemm_vec", m, n, k, ta, tb)
 
     def padded(rows, cols):  # [rows, cols] inside a [rows, cols rounded up to 4, + 4] buffer
@@ -530,6 +531,81 @@ def test_gemm_untiled_vec4_loads(device, monkeypatch, m, n, k, ta, tb):
     assert b.current[0][0][2].split(":")[1] == "matmul_vec"  # (pipeline, layout, key)
     want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (bm.T if tb else bm)) + bias
     assert rel_err(got, want) <= FWD_RTOL
+
+
+# Small outputs over long sums (gemm.wgsl matmul_kpar, a classifier's head): KL lanes a 4x4
+# block, partial blocks added in workgroup memory. Every layout, edges (m, n not multiples of
+# 4), a last workgroup with idle blocks, KL 4 to 64 (more outputs a workgroup than threads at
+# KL 4), alpha and a row bias, against float64; one dispatch, no split-K.
+@pytest.mark.parametrize("m,n,k,lanes", [(64, 10, 64, 16), (1000, 10, 1024, 64),
+                                         (37, 29, 100, 16), (5, 3, 33, 8), (130, 7, 40, 8),
+                                         (64, 64, 4104, 64), (9, 250, 16, 0),
+                                         (130, 127, 500, 0)])
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1), (0, 1), (1, 0)])
+def test_gemm_kpar(device, m, n, k, lanes, ta, tb):
+    from webgpu_trainer.engine.ops import gemm
+    rng = rng_for("gemm_kpar", m, n, k, ta, tb)
+    a = f32(rng.standard_normal((k, m) if ta else (m, k)))
+    bm = f32(rng.standard_normal((n, k) if tb else (k, n)))
+    bias = f32(rng.standard_normal(n))
+    sa = (1, m) if ta else (k, 1)
+    sb = (1, k) if tb else (n, 1)
+    got, b = _gemm_on_gpu(device, a, sa, bm, sb, m, n, k, 0.5, bias)
+    keys = [d[0][2] for d in b.current]
+    assert gemm.kpar_lanes(b, m, n, k) == lanes
+    if lanes:
+        assert keys == [f"gemm:matmul_kpar:KL={lanes}"], keys
+    else:
+        assert not any("matmul_kpar" in key for key in keys), keys
+    want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (bm.T if tb else bm)) + bias
+    assert rel_err(got, want) <= FWD_RTOL
+
+
+# matmul_kpar's stores go through act(): the fused ReLU of the forward (relu), and the mask of
+# a ReLU's gradient (mask_src <= 0 -> 0), against float64.
+@pytest.mark.parametrize("fused", ["relu", "mask"])
+def test_gemm_kpar_fused_relu_and_mask(device, fused):
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    m, n, k = 50, 10, 300
+    rng = rng_for("gemm_kpar_fused", fused)
+    a, bm = f32(rng.standard_normal((m, k))), f32(rng.standard_normal((n, k)))
+    src = f32(rng.standard_normal((m, n)))
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    b.TILED = True
+    bufs = []
+    for arr in (a, bm, src):
+        bufs.append(device.buffer(arr.nbytes))
+        device.write(bufs[-1], arr.tobytes())
+    out = device.buffer(4 * m * n)
+
+    async def go():
+        await gemm.matmul(b, bufs[0], (k, 1), bufs[1], (1, k), out, m, n, k,
+                          relu=int(fused == "relu"),
+                          mask_src=bufs[2] if fused == "mask" else None)
+        device.submit([device.program(b.current)])
+        return np.frombuffer(await device.read(out), np.float32)[:m * n].reshape(m, n)
+    got = run(go())
+    assert [d[0][2].split(":")[1] for d in b.current] == ["matmul_kpar"]
+    want = a.astype(np.float64) @ bm.T.astype(np.float64)
+    want = np.maximum(want, 0) if fused == "relu" else np.where(src <= 0, 0, want)
+    assert np.all(got[want == 0] == 0)
+    assert rel_err(got, want) <= FWD_RTOL
+
+
+# Which products take matmul_kpar (ops/gemm.kpar_lanes): GPU adapters, at most GEMM_KPAR
+# outputs, k >= 32, no bias sums; lanes leave each at least 4 of the k, 4 to 64.
+@pytest.mark.parametrize("m,n,k,tiled,limit,bsum,want", [
+    (64, 10, 64, True, 16384, False, 16), (64, 10, 31, True, 16384, False, 0),
+    (64, 10, 32, True, 16384, False, 8), (64, 10, 1 << 20, True, 16384, False, 64),
+    (128, 128, 512, True, 16384, False, 64), (128, 129, 512, True, 16384, False, 0),
+    (64, 10, 64, False, 16384, False, 0), (64, 10, 64, True, None, False, 0),
+    (64, 10, 64, True, 16384, True, 0)])
+def test_gemm_kpar_rule(m, n, k, tiled, limit, bsum, want):
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    b = types.SimpleNamespace(tiled=tiled, GEMM_KPAR=limit)
+    assert gemm.kpar_lanes(b, m, n, k, bsum) == want
 
 
 def test_gemm_untiled_vec4_only_when_both_align(device, monkeypatch):
@@ -780,6 +856,8 @@ GPU_PIPELINES = [
     ("gemm", "matmul_vec", {"WX": 8}),
     ("gemm", "matmul_vec", {"WX": 8, "BSUM": 1}),
     ("gemm", "matmul_vec", {"WX": 8, "GELU_GRAD": 1}),
+    ("gemm", "matmul_kpar", {"KL": 16}),
+    ("gemm", "matmul_kpar", {"KL": 64, "GELU_GRAD": 1}),
     ("gemm", "matmul_tiled", {"WM": 16, "WN": 16, "GELU_GRAD": 1}),
     ("reduce", "reduce_splits_lanes", {"LANES": 16, "GELU_GRAD": 1}),
     ("gelu_slope", "gelu_forward_slope", {}),

@@ -209,6 +209,11 @@ class Builder:
     # reduce_splits; False: channel_sum, its own pass over dY (A/B).
     GEMM_BIAS_SUM = True
 
+    # Outputs of at most this many values summed over k >= 32 (a classifier's head) run on
+    # gemm.wgsl matmul_kpar on GPU adapters: KL threads share each 4x4 block's sum, one
+    # dispatch (ops/gemm.kpar_lanes); None: the untiled kernel, split-K and reduce_splits (A/B).
+    GEMM_KPAR = 16384
+
     # MatMul products with no batch dims left (after folding) run on the Gemm's kernels on GPU
     # adapters (ops/matmul.batched); False: the batched kernel (A/B).
     MATMUL_GEMM = True
