@@ -584,7 +584,9 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
 // value adds its KL partials in lane order (a fixed order: the same bits every run) and
 // stores it with alpha, the bias and the fused ReLU or mask. One dispatch: no split-K parts,
 // no reduce_splits, and no thread walks the whole k alone (`matmul`'s 4x4 blocks of a
-// [64, 10] head are 48 threads, each adding every k in turn). Not split (p.splits 1), no BSUM.
+// [64, 10] head are 48 threads, each adding every k in turn). Not split (p.splits 1). BSUM's
+// sums (a head's bias gradient beside its weight gradient) likewise: lanes' partial sums in
+// registers, added through the tile after the products, one thread per block.
 override KL: u32 = 16u;
 
 @compute @workgroup_size(256)
@@ -601,17 +603,24 @@ fn matmul_kpar(@builtin(workgroup_id) wid: vec3<u32>,
   var c1 = vec4<f32>(0.0);
   var c2 = vec4<f32>(0.0);
   var c3 = vec4<f32>(0.0);
+  var bs = vec4<f32>(0.0);
   if (blk < blocks) {
     let ai = min(vec4<u32>(m0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.M - 1u)) * p.sam;
     let bi = min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.N - 1u)) * p.sbn;
     for (var k = lane; k < p.K; k += KL) {
       let ka = k * p.sak;
       let kb = k * p.sbk;
+      let av = vec4<f32>(a[ai.x + ka], a[ai.y + ka], a[ai.z + ka], a[ai.w + ka]);
       let bv = vec4<f32>(bm[bi.x + kb], bm[bi.y + kb], bm[bi.z + kb], bm[bi.w + kb]);
-      c0 = fma(vec4<f32>(a[ai.x + ka]), bv, c0);
-      c1 = fma(vec4<f32>(a[ai.y + ka]), bv, c1);
-      c2 = fma(vec4<f32>(a[ai.z + ka]), bv, c2);
-      c3 = fma(vec4<f32>(a[ai.w + ka]), bv, c3);
+      c0 = fma(vec4<f32>(av.x), bv, c0);
+      c1 = fma(vec4<f32>(av.y), bv, c1);
+      c2 = fma(vec4<f32>(av.z), bv, c2);
+      c3 = fma(vec4<f32>(av.w), bv, c3);
+      if (BSUM == 1u) {
+        bs += av;
+      } else if (BSUM == 2u) {
+        bs += bv;
+      }
     }
   }
   // thread t's rows at tile[4t ..]: 256 threads x 4 vec4 = the whole 16 KiB tile
@@ -630,6 +639,19 @@ fn matmul_kpar(@builtin(workgroup_id) wid: vec3<u32>,
       for (var l = 0u; l < KL; l++) { s += tile[first + 4u * l][o % 4u]; }
       let at = m * p.N + n;
       out[at] = act(at, p.alpha * s + bias_at(m, n));
+    }
+  }
+  if (BSUM != 0u) {  // the lanes' sums through the tile again: thread o adds block o's
+    workgroupBarrier();
+    tile[lid] = bs;
+    workgroupBarrier();
+    let ob = wid.x * per_wg + lid;
+    let first = select((ob % nbn) * 4u, (ob / nbn) * 4u, BSUM == 1u);
+    let owner = select((ob / nbn) == 0u, (ob % nbn) == 0u, BSUM == 1u);
+    if (lid < per_wg && ob < blocks && owner) {
+      var v = vec4<f32>(0.0);
+      for (var l = 0u; l < KL; l++) { v += tile[lid * KL + l]; }
+      store_sums(0u, first, v);
     }
   }
 }

@@ -594,18 +594,17 @@ def test_gemm_kpar_fused_relu_and_mask(device, fused):
 
 
 # Which products take matmul_kpar (ops/gemm.kpar_lanes): GPU adapters, at most GEMM_KPAR
-# outputs, k >= 32, no bias sums; lanes leave each at least 4 of the k, 4 to 64.
-@pytest.mark.parametrize("m,n,k,tiled,limit,bsum,want", [
-    (64, 10, 64, True, 16384, False, 16), (64, 10, 31, True, 16384, False, 0),
-    (64, 10, 32, True, 16384, False, 8), (64, 10, 1 << 20, True, 16384, False, 64),
-    (128, 128, 512, True, 16384, False, 64), (128, 129, 512, True, 16384, False, 0),
-    (64, 10, 64, False, 16384, False, 0), (64, 10, 64, True, None, False, 0),
-    (64, 10, 64, True, 16384, True, 0)])
-def test_gemm_kpar_rule(m, n, k, tiled, limit, bsum, want):
+# outputs, k >= 32; lanes leave each at least 4 of the k, 4 to 64.
+@pytest.mark.parametrize("m,n,k,tiled,limit,want", [
+    (64, 10, 64, True, 16384, 16), (64, 10, 31, True, 16384, 0), (64, 10, 32, True, 16384, 8),
+    (64, 10, 1 << 20, True, 16384, 64), (128, 128, 512, True, 16384, 64),
+    (128, 129, 512, True, 16384, 0), (64, 10, 64, False, 16384, 0),
+    (64, 10, 64, True, None, 0)])
+def test_gemm_kpar_rule(m, n, k, tiled, limit, want):
     import types
     from webgpu_trainer.engine.ops import gemm
     b = types.SimpleNamespace(tiled=tiled, GEMM_KPAR=limit)
-    assert gemm.kpar_lanes(b, m, n, k, bsum) == want
+    assert gemm.kpar_lanes(b, m, n, k) == want
 
 
 def test_gemm_untiled_vec4_only_when_both_align(device, monkeypatch):
@@ -858,6 +857,8 @@ GPU_PIPELINES = [
     ("gemm", "matmul_vec", {"WX": 8, "GELU_GRAD": 1}),
     ("gemm", "matmul_kpar", {"KL": 16}),
     ("gemm", "matmul_kpar", {"KL": 64, "GELU_GRAD": 1}),
+    ("gemm", "matmul_kpar", {"KL": 16, "BSUM": 1}),
+    ("gemm", "matmul_kpar", {"KL": 8, "BSUM": 2}),
     ("gemm", "matmul_tiled", {"WM": 16, "WN": 16, "GELU_GRAD": 1}),
     ("reduce", "reduce_splits_lanes", {"LANES": 16, "GELU_GRAD": 1}),
     ("gelu_slope", "gelu_forward_slope", {}),
@@ -1012,17 +1013,21 @@ def test_dropout_vec4_bit_identical(device, monkeypatch, case):
 # A Linear's bias gradient from its weight gradient's loads (gemm.wgsl BSUM, GPU adapters):
 # the sums over k of op(A)'s rows (1) or op(B)'s columns (2) on the untiled kernels (matmul: a
 # row stride not a multiple of 4; matmul_vec), unsplit and split (the sums added as
-# reduce_splits' tail, with lanes from 32 parts), every layout, edges (m, n not multiples of
-# 4), against float64. The product must be unchanged. matmul_tiled leaves them to the caller.
+# reduce_splits' tail, with lanes from 32 parts), and on matmul_kpar (one dispatch: the lanes'
+# sums added through workgroup memory), every layout, edges (m, n not multiples of 4), against
+# float64. The product must be unchanged. matmul_tiled leaves them to the caller.
 @pytest.mark.parametrize("kernel,m,n,k,want_split", [
     ("matmul", 37, 29, 13, False), ("matmul", 30, 22, 3001, True),
     ("matmul_vec", 37, 29, 13, False), ("matmul_vec", 64, 64, 4104, True),
-    ("matmul_vec", 6, 5, 70000, True)])
+    ("matmul_vec", 6, 5, 70000, True), ("matmul_kpar", 30, 22, 3001, False),
+    ("matmul_kpar", 37, 29, 100, False), ("matmul_kpar", 6, 5, 70000, False)])
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1), (0, 1), (1, 0)])
 @pytest.mark.parametrize("bsum_of", [1, 2])
 def test_gemm_bias_sums(device, monkeypatch, kernel, m, n, k, want_split, ta, tb, bsum_of):
     from webgpu_trainer.engine.ops import gemm
     monkeypatch.setattr(gemm, "tile_shape", lambda *_: None)
+    if kernel != "matmul_kpar":
+        monkeypatch.setattr(Builder, "GEMM_KPAR", None)
     rng = rng_for("gemm_bsum", kernel, m, n, k, ta, tb, bsum_of)
     pad = 3 if kernel == "matmul" else 4  # matmul: rows of odd floats (no vec4 loads)
 

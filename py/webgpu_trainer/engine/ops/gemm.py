@@ -91,8 +91,8 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         counts = (tiles, 1, splits)
         entry, consts = "matmul_tiled", {"WM": wm, "WN": wn}
         vec = _vec_bits(b, a, a_strides, bm, b_strides)
-    elif kpar_lanes(b, m, n, k, bsum is not None):
-        lanes = kpar_lanes(b, m, n, k, bsum is not None)
+    elif kpar_lanes(b, m, n, k):
+        lanes = kpar_lanes(b, m, n, k)
         blocks = ((m + 3) // 4) * ((n + 3) // 4)
         splits, vec = 1, 0
         counts = ((blocks + 256 // lanes - 1) // (256 // lanes), 1, 1)
@@ -134,15 +134,16 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
     return sums
 
 
-def kpar_lanes(b, m: int, n: int, k: int, bsum: bool = False) -> int:
+def kpar_lanes(b, m: int, n: int, k: int) -> int:
     """Lanes along k (KL) of gemm.wgsl ``matmul_kpar`` for an [m, n] output summed over k,
     or 0 (the other kernels). On GPU adapters (``b.tiled``) an output of at most
-    ``Builder.GEMM_KPAR`` values (a classifier's head: [batch, classes]) over k >= 32, without
-    a bias sum (BSUM): the largest power of two from 4 to 64 that leaves each lane at least 4
-    of the k, so a 4x4 block's sum is spread over KL threads instead of one thread walking all
-    of k (``matmul``) or split-K parts and a ``reduce_splits`` pass. None: off (A/B)."""
+    ``Builder.GEMM_KPAR`` values (a classifier's head: [batch, classes], its weight gradient
+    [classes, hidden] with the bias sums) over k >= 32: the largest power of two from 4 to 64
+    that leaves each lane at least 4 of the k, so a 4x4 block's sum is spread over KL threads
+    instead of one thread walking all of k (``matmul``) or split-K parts and a
+    ``reduce_splits`` pass. None: off (A/B)."""
     limit = getattr(b, "GEMM_KPAR", None)
-    if not b.tiled or limit is None or bsum or m * n > limit or k < 32:
+    if not b.tiled or limit is None or m * n > limit or k < 32:
         return 0
     lanes = 4
     while lanes < 64 and 2 * lanes * 4 <= k:
