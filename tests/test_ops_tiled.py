@@ -534,15 +534,16 @@ def test_gemm_untiled_vec4_loads(device, monkeypatch, m, n, k, ta, tb):
 
 
 # Small outputs over long sums (gemm.wgsl matmul_kpar, a classifier's head): KL lanes a 4x4
-# block, partial blocks added in workgroup memory. Every layout, edges (m, n not multiples of
-# 4), a last workgroup with idle blocks, KL 4 to 64 (more outputs a workgroup than threads at
-# KL 4), alpha and a row bias, against float64; one dispatch, no split-K.
-@pytest.mark.parametrize("m,n,k,lanes", [(64, 10, 64, 16), (1000, 10, 1024, 64),
-                                         (37, 29, 100, 16), (5, 3, 33, 8), (130, 7, 40, 8),
-                                         (64, 64, 4104, 64), (9, 250, 16, 0),
-                                         (130, 127, 500, 0)])
+# block, partial blocks added in workgroup memory. Every layout (k contiguous in both, X W^T:
+# lanes_nt; the others only from operands of at most GEMM_KPAR_BYTES: lanes_other), edges (m,
+# n not multiples of 4), a last workgroup with idle blocks, KL 4 to 64 (more outputs a
+# workgroup than threads at KL 4), alpha and a row bias, against float64; one dispatch.
+@pytest.mark.parametrize("m,n,k,lanes_nt,lanes_other", [
+    (64, 10, 64, 16, 16), (1000, 10, 1024, 64, 0), (37, 29, 100, 16, 16), (5, 3, 33, 8, 8),
+    (130, 7, 40, 8, 8), (64, 64, 4096, 64, 0), (64, 1024, 784, 64, 0), (9, 250, 16, 0, 0),
+    (64, 64, 4104, 0, 0), (300, 260, 500, 0, 0)])
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1), (0, 1), (1, 0)])
-def test_gemm_kpar(device, m, n, k, lanes, ta, tb):
+def test_gemm_kpar(device, m, n, k, lanes_nt, lanes_other, ta, tb):
     from webgpu_trainer.engine.ops import gemm
     rng = rng_for("gemm_kpar", m, n, k, ta, tb)
     a = f32(rng.standard_normal((k, m) if ta else (m, k)))
@@ -552,7 +553,8 @@ def test_gemm_kpar(device, m, n, k, lanes, ta, tb):
     sb = (1, k) if tb else (n, 1)
     got, b = _gemm_on_gpu(device, a, sa, bm, sb, m, n, k, 0.5, bias)
     keys = [d[0][2] for d in b.current]
-    assert gemm.kpar_lanes(b, m, n, k) == lanes
+    lanes = lanes_nt if (ta, tb) == (0, 1) else lanes_other
+    assert gemm.kpar_lanes(b, m, n, k, (ta, tb) == (0, 1)) == lanes
     if lanes:
         assert keys == [f"gemm:matmul_kpar:KL={lanes}"], keys
     else:
@@ -594,17 +596,20 @@ def test_gemm_kpar_fused_relu_and_mask(device, fused):
 
 
 # Which products take matmul_kpar (ops/gemm.kpar_lanes): GPU adapters, at most GEMM_KPAR
-# outputs, k >= 32; lanes leave each at least 4 of the k, 4 to 64.
-@pytest.mark.parametrize("m,n,k,tiled,limit,want", [
-    (64, 10, 64, True, 16384, 16), (64, 10, 31, True, 16384, 0), (64, 10, 32, True, 16384, 8),
-    (64, 10, 1 << 20, True, 16384, 64), (128, 128, 512, True, 16384, 64),
-    (128, 129, 512, True, 16384, 0), (64, 10, 64, False, 16384, 0),
-    (64, 10, 64, True, None, 0)])
-def test_gemm_kpar_rule(m, n, k, tiled, limit, want):
+# outputs, 32 <= k <= 4096, k contiguous in both operands or at most GEMM_KPAR_BYTES of them;
+# lanes leave each at least 4 of the k, 4 to 64.
+@pytest.mark.parametrize("m,n,k,contiguous,tiled,limit,want", [
+    (64, 10, 64, True, True, 16384, 16), (64, 10, 31, True, True, 16384, 0),
+    (64, 10, 32, True, True, 16384, 8), (64, 10, 4096, True, True, 16384, 64),
+    (64, 10, 4097, True, True, 16384, 0), (128, 128, 512, True, True, 16384, 64),
+    (128, 129, 512, True, True, 16384, 0), (64, 10, 64, True, False, 16384, 0),
+    (64, 10, 64, True, True, None, 0), (64, 64, 2048, False, True, 16384, 64),
+    (64, 64, 2049, False, True, 16384, 0), (64, 64, 28000, False, True, 16384, 0)])
+def test_gemm_kpar_rule(m, n, k, contiguous, tiled, limit, want):
     import types
     from webgpu_trainer.engine.ops import gemm
-    b = types.SimpleNamespace(tiled=tiled, GEMM_KPAR=limit)
-    assert gemm.kpar_lanes(b, m, n, k) == want
+    b = types.SimpleNamespace(tiled=tiled, GEMM_KPAR=limit, GEMM_KPAR_BYTES=1 << 20)
+    assert gemm.kpar_lanes(b, m, n, k, contiguous) == want
 
 
 def test_gemm_untiled_vec4_only_when_both_align(device, monkeypatch):
@@ -1020,7 +1025,7 @@ def test_dropout_vec4_bit_identical(device, monkeypatch, case):
     ("matmul", 37, 29, 13, False), ("matmul", 30, 22, 3001, True),
     ("matmul_vec", 37, 29, 13, False), ("matmul_vec", 64, 64, 4104, True),
     ("matmul_vec", 6, 5, 70000, True), ("matmul_kpar", 30, 22, 3001, False),
-    ("matmul_kpar", 37, 29, 100, False), ("matmul_kpar", 6, 5, 70000, False)])
+    ("matmul_kpar", 37, 29, 100, False), ("matmul_kpar", 6, 5, 4000, False)])
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1), (0, 1), (1, 0)])
 @pytest.mark.parametrize("bsum_of", [1, 2])
 def test_gemm_bias_sums(device, monkeypatch, kernel, m, n, k, want_split, ta, tb, bsum_of):

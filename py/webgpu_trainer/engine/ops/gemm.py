@@ -91,8 +91,8 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         counts = (tiles, 1, splits)
         entry, consts = "matmul_tiled", {"WM": wm, "WN": wn}
         vec = _vec_bits(b, a, a_strides, bm, b_strides)
-    elif kpar_lanes(b, m, n, k):
-        lanes = kpar_lanes(b, m, n, k)
+    elif kpar_lanes(b, m, n, k, a_strides[1] == 1 and b_strides[0] == 1):
+        lanes = kpar_lanes(b, m, n, k, True)
         blocks = ((m + 3) // 4) * ((n + 3) // 4)
         splits, vec = 1, 0
         counts = ((blocks + 256 // lanes - 1) // (256 // lanes), 1, 1)
@@ -134,16 +134,24 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
     return sums
 
 
-def kpar_lanes(b, m: int, n: int, k: int) -> int:
+def kpar_lanes(b, m: int, n: int, k: int, k_contiguous: bool) -> int:
     """Lanes along k (KL) of gemm.wgsl ``matmul_kpar`` for an [m, n] output summed over k,
-    or 0 (the other kernels). On GPU adapters (``b.tiled``) an output of at most
-    ``Builder.GEMM_KPAR`` values (a classifier's head: [batch, classes], its weight gradient
-    [classes, hidden] with the bias sums) over k >= 32: the largest power of two from 4 to 64
-    that leaves each lane at least 4 of the k, so a 4x4 block's sum is spread over KL threads
-    instead of one thread walking all of k (``matmul``) or split-K parts and a
-    ``reduce_splits`` pass. None: off (A/B)."""
+    or 0 (the other kernels). On GPU adapters (``b.tiled``): an output of at most
+    ``Builder.GEMM_KPAR`` values summed over 32 <= k <= 4096, where either k is contiguous in
+    both operands (``k_contiguous``: sak == 1 and sbk == 1, X W^T, so neighbouring lanes read
+    neighbouring floats: a classifier's head, the MLP's products at batch 64), or both
+    operands together are at most ``Builder.GEMM_KPAR_BYTES`` (strided lanes, but from cache:
+    a head's weight gradient [classes, hidden] over the batch, with its bias sums). The lanes:
+    the largest power of two from 4 to 64 that leaves each at least 4 of the k.
+
+    H100 (``2026-12-06-h100-s30-kpar-*``, benchmarks/gemm.py): [64, 10] x k 1024 17.3 -> 10.1
+    us, k 64 13.5 -> 6.6 us, [64, 1024] x k 784 28.3 -> 20.2 us (cuBLAS 25.9); but [1000, 32]
+    x k 11616 119 -> 190 us, and weight gradients over 28000 tokens (k strided, 7 MB operands)
+    made the encoder's step 3.3x slower: hence the k and layout bounds. None: off (A/B)."""
     limit = getattr(b, "GEMM_KPAR", None)
-    if not b.tiled or limit is None or m * n > limit or k < 32:
+    if not b.tiled or limit is None or m * n > limit or not 32 <= k <= 4096:
+        return 0
+    if not k_contiguous and 4 * (m + n) * k > getattr(b, "GEMM_KPAR_BYTES", 0):
         return 0
     lanes = 4
     while lanes < 64 and 2 * lanes * 4 <= k:
