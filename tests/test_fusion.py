@@ -208,10 +208,10 @@ def _ffn(batch, feats, hidden, classes, key):
 
 
 # (batch, features, hidden, classes): fc2's input gradient unsplit, and summed over 600
-# classes in parts (reduce.wgsl takes the slope; matmul_kpar off), and over them on the GPU
+# classes in parts (reduce.wgsl takes the slope; matmul_kpar off), and over 200 on the GPU
 # paths' matmul_kpar (its stores take the slope); the GPU paths (TILED) and the CPU ones.
 @pytest.mark.parametrize("shape,kpar", [((8, 12, 20, 5), None), ((4, 12, 16, 600), None),
-                                        ((4, 12, 16, 600), 16384)],
+                                        ((4, 12, 16, 200), 16384)],
                          ids=["whole", "split", "kpar"])
 @pytest.mark.parametrize("tiled", [False, True], ids=["cpu-paths", "gpu-paths"])
 def test_gelu_backward_fused_into_gemm(device, monkeypatch, shape, kpar, tiled):
@@ -246,7 +246,7 @@ def test_gelu_backward_fused_into_gemm(device, monkeypatch, shape, kpar, tiled):
     assert list(plan.gelu_grad_fused) == ["/Gemm_logits"] and "u" not in plan.grads
     assert "unary_backward" not in [e for e, _ in bwd], bwd
     assert any(g == 1 for _, g in bwd), bwd  # the slope's pipeline
-    if shape[3] == 600:
+    if shape[3] >= 200:
         entry = "matmul_kpar" if kpar and tiled else "reduce_splits"
         assert any(e.startswith(entry) and g == 1 for e, g in bwd), bwd
     for name, ref in want.items():

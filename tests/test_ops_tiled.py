@@ -535,7 +535,7 @@ def test_gemm_untiled_vec4_loads(device, monkeypatch, m, n, k, ta, tb):
 
 # Small outputs over long sums (gemm.wgsl matmul_kpar, a classifier's head): KL lanes a 4x4
 # block, partial blocks added in workgroup memory. Every layout (k contiguous in both, X W^T:
-# lanes_nt; the others only from operands of at most GEMM_KPAR_BYTES: lanes_other), edges (m,
+# lanes_nt; the others only over k <= GEMM_KPAR_STRIDED_K: lanes_other), edges (m,
 # n not multiples of 4), a last workgroup with idle blocks, KL 4 to 64 (more outputs a
 # workgroup than threads at KL 4), alpha and a row bias, against float64; one dispatch.
 @pytest.mark.parametrize("m,n,k,lanes_nt,lanes_other", [
@@ -596,19 +596,19 @@ def test_gemm_kpar_fused_relu_and_mask(device, fused):
 
 
 # Which products take matmul_kpar (ops/gemm.kpar_lanes): GPU adapters, at most GEMM_KPAR
-# outputs, 32 <= k <= 4096, k contiguous in both operands or at most GEMM_KPAR_BYTES of them;
+# outputs, 32 <= k <= 4096, k contiguous in both operands or at most GEMM_KPAR_STRIDED_K;
 # lanes leave each at least 4 of the k, 4 to 64.
 @pytest.mark.parametrize("m,n,k,contiguous,tiled,limit,want", [
     (64, 10, 64, True, True, 16384, 16), (64, 10, 31, True, True, 16384, 0),
     (64, 10, 32, True, True, 16384, 8), (64, 10, 4096, True, True, 16384, 64),
     (64, 10, 4097, True, True, 16384, 0), (128, 128, 512, True, True, 16384, 64),
     (128, 129, 512, True, True, 16384, 0), (64, 10, 64, True, False, 16384, 0),
-    (64, 10, 64, True, True, None, 0), (64, 64, 2048, False, True, 16384, 64),
-    (64, 64, 2049, False, True, 16384, 0), (64, 64, 28000, False, True, 16384, 0)])
+    (64, 10, 64, True, True, None, 0), (64, 64, 256, False, True, 16384, 64),
+    (64, 64, 257, False, True, 16384, 0), (10, 1024, 1000, False, True, 16384, 0)])
 def test_gemm_kpar_rule(m, n, k, contiguous, tiled, limit, want):
     import types
     from webgpu_trainer.engine.ops import gemm
-    b = types.SimpleNamespace(tiled=tiled, GEMM_KPAR=limit, GEMM_KPAR_BYTES=1 << 20)
+    b = types.SimpleNamespace(tiled=tiled, GEMM_KPAR=limit, GEMM_KPAR_STRIDED_K=256)
     assert gemm.kpar_lanes(b, m, n, k, contiguous) == want
 
 
@@ -1024,8 +1024,8 @@ def test_dropout_vec4_bit_identical(device, monkeypatch, case):
 @pytest.mark.parametrize("kernel,m,n,k,want_split", [
     ("matmul", 37, 29, 13, False), ("matmul", 30, 22, 3001, True),
     ("matmul_vec", 37, 29, 13, False), ("matmul_vec", 64, 64, 4104, True),
-    ("matmul_vec", 6, 5, 70000, True), ("matmul_kpar", 30, 22, 3001, False),
-    ("matmul_kpar", 37, 29, 100, False), ("matmul_kpar", 6, 5, 4000, False)])
+    ("matmul_vec", 6, 5, 70000, True), ("matmul_kpar", 30, 22, 256, False),
+    ("matmul_kpar", 37, 29, 100, False), ("matmul_kpar", 6, 5, 33, False)])
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1), (0, 1), (1, 0)])
 @pytest.mark.parametrize("bsum_of", [1, 2])
 def test_gemm_bias_sums(device, monkeypatch, kernel, m, n, k, want_split, ta, tb, bsum_of):

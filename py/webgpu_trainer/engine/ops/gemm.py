@@ -137,21 +137,21 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
 def kpar_lanes(b, m: int, n: int, k: int, k_contiguous: bool) -> int:
     """Lanes along k (KL) of gemm.wgsl ``matmul_kpar`` for an [m, n] output summed over k,
     or 0 (the other kernels). On GPU adapters (``b.tiled``): an output of at most
-    ``Builder.GEMM_KPAR`` values summed over 32 <= k <= 4096, where either k is contiguous in
-    both operands (``k_contiguous``: sak == 1 and sbk == 1, X W^T, so neighbouring lanes read
-    neighbouring floats: a classifier's head, the MLP's products at batch 64), or both
-    operands together are at most ``Builder.GEMM_KPAR_BYTES`` (strided lanes, but from cache:
-    a head's weight gradient [classes, hidden] over the batch, with its bias sums). The lanes:
-    the largest power of two from 4 to 64 that leaves each at least 4 of the k.
+    ``Builder.GEMM_KPAR`` values summed over 32 <= k <= 4096 with k contiguous in both
+    operands (``k_contiguous``: sak == 1 and sbk == 1, X W^T, so neighbouring lanes read
+    neighbouring floats: a classifier's head, the MLP's products at batch 64), or over
+    k <= ``Builder.GEMM_KPAR_STRIDED_K`` otherwise (a head's weight gradient at batch 64 with
+    its bias sums). The lanes: the largest power of two from 4 to 64 that leaves each at
+    least 4 of the k.
 
     H100 (``2026-12-06-h100-s30-kpar-*``, benchmarks/gemm.py): [64, 10] x k 1024 17.3 -> 10.1
     us, k 64 13.5 -> 6.6 us, [64, 1024] x k 784 28.3 -> 20.2 us (cuBLAS 25.9); but [1000, 32]
-    x k 11616 119 -> 190 us, and weight gradients over 28000 tokens (k strided, 7 MB operands)
-    made the encoder's step 3.3x slower: hence the k and layout bounds. None: off (A/B)."""
+    x k 11616 119 -> 190 us, and weight gradients over 1792-28000 tokens (k strided) made the
+    encoder's step 1.4x (batch 64) and 3.3x (1000) slower: hence the bounds. None: off."""
     limit = getattr(b, "GEMM_KPAR", None)
     if not b.tiled or limit is None or m * n > limit or not 32 <= k <= 4096:
         return 0
-    if not k_contiguous and 4 * (m + n) * k > getattr(b, "GEMM_KPAR_BYTES", 0):
+    if not k_contiguous and k > getattr(b, "GEMM_KPAR_STRIDED_K", 0):
         return 0
     lanes = 4
     while lanes < 64 and 2 * lanes * 4 <= k:
