@@ -545,13 +545,7 @@ def test_gemm_untiled_vec4_loads(device, monkeypatch, m, n, k, ta, tb):
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1), (0, 1), (1, 0)])
 def test_gemm_kpar(device, m, n, k, lanes_nt, lanes_other, ta, tb):
     from webgpu_trainer.engine.ops import gemm
-    rng = rng_for("gemm_kpar", m, n, k, ta, tb)
-    a = f32(rng.standard_normal((k, m) if ta else (m, k)))
-    bm = f32(rng.standard_normal((n, k) if tb else (k, n)))
-    bias = f32(rng.standard_normal(n))
-    sa = (1, m) if ta else (k, 1)
-    sb = (1, k) if tb else (n, 1)
-    got, b = _gemm_on_gpu(device, a, sa, bm, sb, m, n, k, 0.5, bias)
+    got, b, want, _ = _random_gemm(device, "gemm_kpar", m, n, k, ta, tb)
     keys = [d[0][2] for d in b.current]
     lanes = lanes_nt if (ta, tb) == (0, 1) else lanes_other
     assert gemm.kpar_lanes(b, m, n, k, (ta, tb) == (0, 1)) == lanes
@@ -559,7 +553,6 @@ def test_gemm_kpar(device, m, n, k, lanes_nt, lanes_other, ta, tb):
         assert keys == [f"gemm:matmul_kpar:KL={lanes}"], keys
     else:
         assert not any("matmul_kpar" in key for key in keys), keys
-    want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (bm.T if tb else bm)) + bias
     assert rel_err(got, want) <= FWD_RTOL
 
 
@@ -826,15 +819,25 @@ def _gemm_on_gpu(device, a, sa, bm, sb, m, n, k, alpha=1.0, bias=None, bsum_of=0
     return run(go()), b
 
 
-def _check_gemm(device, m, n, k, ta, tb, want_vec=None):
-    from webgpu_trainer.engine.ops import gemm
-    rng = rng_for("gemm_tiled", m, n, k, ta, tb)
+def _random_gemm(device, key, m, n, k, ta, tb):
+    """ops/gemm.matmul on the GPU paths of random A and B stored for transA ``ta`` / transB
+    ``tb``, alpha 0.5 and a row bias: (out [m, n], the Builder, the float64 reference, the
+    operands as gemm.matmul took them: (a, sa, bm, sb))."""
+    rng = rng_for(key, m, n, k, ta, tb)
     a = f32(rng.standard_normal((k, m) if ta else (m, k)))
     bm = f32(rng.standard_normal((n, k) if tb else (k, n)))
     bias = f32(rng.standard_normal(n))
     sa = (1, m) if ta else (k, 1)
     sb = (1, k) if tb else (n, 1)
     got, b = _gemm_on_gpu(device, a, sa, bm, sb, m, n, k, 0.5, bias)
+    want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (bm.T if tb else bm)) + bias
+    return got, b, want, (a, sa, bm, sb)
+
+
+def _check_gemm(device, m, n, k, ta, tb, want_vec=None):
+    from webgpu_trainer.engine.ops import gemm
+    got, b, want, operands = _random_gemm(device, "gemm_tiled", m, n, k, ta, tb)
+    sb = operands[3]
     tiled = gemm.tile_shape(b, m, n, k, sb) is not None
     assert any("matmul_tiled" in d[0][2] for d in b.current) == tiled
     for d in b.current:  # split-K parts as the kernel sizes them (whole k steps): none empty
@@ -843,8 +846,7 @@ def _check_gemm(device, m, n, k, ta, tb, want_vec=None):
             per = ((k + parts - 1) // parts + 7) // 8 * 8
             assert per * (parts - 1) < k or parts == 1, (parts, k)
     if want_vec is not None:
-        assert gemm._vec_bits(b, a, sa, bm, sb) == want_vec
-    want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (bm.T if tb else bm)) + bias
+        assert gemm._vec_bits(b, *operands) == want_vec
     assert rel_err(got, want) <= FWD_RTOL
     return got
 
