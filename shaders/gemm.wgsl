@@ -578,7 +578,7 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
 
 // ---- matmul_kpar: small outputs summed over long k on GPU adapters (a classifier's head:
 // [batch, classes] over the hidden width; ops/gemm.kpar_lanes picks it) ---------------------
-// A workgroup of 256 threads: KL lanes along k for each of its 256 / KL 4x4 blocks of out.
+// A workgroup of 256 threads: KL lanes (8 to 64) along k for each of its 256 / KL 4x4 blocks.
 // Lane l of a block adds the products of k = l, l + KL, l + 2 KL, ... (neighbouring lanes read
 // neighbouring k); the KL partial blocks then meet in workgroup memory, and one thread per
 // value adds its KL partials in lane order (a fixed order: the same bits every run) and

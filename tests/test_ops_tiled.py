@@ -536,8 +536,8 @@ def test_gemm_untiled_vec4_loads(device, monkeypatch, m, n, k, ta, tb):
 # Small outputs over long sums (gemm.wgsl matmul_kpar, a classifier's head): KL lanes a 4x4
 # block, partial blocks added in workgroup memory. Every layout (k contiguous in both, X W^T:
 # lanes_nt; the others only over k <= GEMM_KPAR_STRIDED_K: lanes_other), edges (m,
-# n not multiples of 4), a last workgroup with idle blocks, KL 4 to 64 (more outputs a
-# workgroup than threads at KL 4), alpha and a row bias, against float64; one dispatch.
+# n not multiples of 4), a last workgroup with idle blocks, KL 8 to 64 (more outputs a
+# workgroup than threads at KL 8), alpha and a row bias, against float64; one dispatch.
 @pytest.mark.parametrize("m,n,k,lanes_nt,lanes_other", [
     (64, 10, 64, 16, 16), (1000, 10, 1024, 64, 0), (37, 29, 100, 16, 16), (5, 3, 33, 8, 8),
     (130, 7, 40, 8, 8), (64, 64, 4096, 64, 0), (64, 1024, 784, 64, 0), (9, 250, 16, 0, 0),
@@ -589,15 +589,16 @@ def test_gemm_kpar_fused_relu_and_mask(device, fused):
 
 
 # Which products take matmul_kpar (ops/gemm.kpar_lanes): GPU adapters, at most GEMM_KPAR
-# outputs, 32 <= k <= 4096, k contiguous in both operands or at most GEMM_KPAR_STRIDED_K;
-# lanes leave each at least 4 of the k, 4 to 64.
+# outputs (none empty), 32 <= k <= 4096, k contiguous in both operands or at most
+# GEMM_KPAR_STRIDED_K; lanes leave each at least 4 of the k, 8 to 64.
 @pytest.mark.parametrize("m,n,k,contiguous,tiled,limit,want", [
     (64, 10, 64, True, True, 16384, 16), (64, 10, 31, True, True, 16384, 0),
     (64, 10, 32, True, True, 16384, 8), (64, 10, 4096, True, True, 16384, 64),
     (64, 10, 4097, True, True, 16384, 0), (128, 128, 512, True, True, 16384, 64),
     (128, 129, 512, True, True, 16384, 0), (64, 10, 64, True, False, 16384, 0),
     (64, 10, 64, True, True, None, 0), (64, 64, 256, False, True, 16384, 64),
-    (64, 64, 257, False, True, 16384, 0), (10, 1024, 1000, False, True, 16384, 0)])
+    (64, 64, 257, False, True, 16384, 0), (10, 1024, 1000, False, True, 16384, 0),
+    (0, 10, 64, True, True, 16384, 0)])
 def test_gemm_kpar_rule(m, n, k, contiguous, tiled, limit, want):
     import types
     from webgpu_trainer.engine.ops import gemm

@@ -141,19 +141,19 @@ def kpar_lanes(b, m: int, n: int, k: int, k_contiguous: bool) -> int:
     operands (``k_contiguous``: sak == 1 and sbk == 1, X W^T, so neighbouring lanes read
     neighbouring floats: a classifier's head, the MLP's products at batch 64), or over
     k <= ``Builder.GEMM_KPAR_STRIDED_K`` otherwise (a head's weight gradient at batch 64 with
-    its bias sums). The lanes: the largest power of two from 4 to 64 that leaves each at
-    least 4 of the k.
+    its bias sums). The lanes: the largest power of two from 8 to 64 that leaves each at
+    least 4 of the k. An empty output takes the other kernels.
 
     H100 (``2026-12-06-h100-s30-kpar-*``, benchmarks/gemm.py): [64, 10] x k 1024 17.3 -> 10.1
     us, k 64 13.5 -> 6.6 us, [64, 1024] x k 784 28.3 -> 20.2 us (cuBLAS 25.9); but [1000, 32]
     x k 11616 119 -> 190 us, and weight gradients over 1792-28000 tokens (k strided) made the
     encoder's step 1.4x (batch 64) and 3.3x (1000) slower: hence the bounds. None: off."""
     limit = getattr(b, "GEMM_KPAR", None)
-    if not b.tiled or limit is None or m * n > limit or not 32 <= k <= 4096:
+    if not b.tiled or limit is None or not 0 < m * n <= limit or not 32 <= k <= 4096:
         return 0
     if not k_contiguous and k > getattr(b, "GEMM_KPAR_STRIDED_K", 0):
         return 0
-    lanes = 4
+    lanes = 8
     while lanes < 64 and 2 * lanes * 4 <= k:
         lanes *= 2
     return lanes
