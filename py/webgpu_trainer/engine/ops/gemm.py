@@ -91,8 +91,7 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         counts = (tiles, 1, splits)
         entry, consts = "matmul_tiled", {"WM": wm, "WN": wn}
         vec = _vec_bits(b, a, a_strides, bm, b_strides)
-    elif kpar_lanes(b, m, n, k, a_strides[1] == 1 and b_strides[0] == 1):
-        lanes = kpar_lanes(b, m, n, k, True)
+    elif lanes := kpar_lanes(b, m, n, k, a_strides[1] == 1 and b_strides[0] == 1):
         blocks = ((m + 3) // 4) * ((n + 3) // 4)
         splits, vec = 1, 0
         counts = ((blocks + 256 // lanes - 1) // (256 // lanes), 1, 1)
