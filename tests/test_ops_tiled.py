@@ -507,6 +507,55 @@ def test_conv_gemm_weight_grad(device, n, c, h, k, kh, s, pad, tile):
     assert rel_err(got, want) <= FWD_RTOL
 
 
+# conv2d_wgrad.wgsl weight_grad alone (ops/conv.weight_grad on GPU adapters) with 8, 12 and 16
+# output channels a thread (CQ 2-4, Builder.WEIGHT_GRAD_QUADS): channel counts that fill the
+# thread's channels (24 on 3 quads, 16 on 4) and that do not (20, 10: the last quad or pair
+# partly past the group's channels), groups (a group's channels end mid-block), padding (the
+# zero-padded copy), a stride and a 1x1 window; pixels in several split chunks and tiles
+# (T = 64 * WRB) with a partial last one. Against float64 numpy; each CQ is checked, and the
+# rule's own pick too.
+@pytest.mark.parametrize("n,c,h,k,kh,s,pad,grp", [
+    (3, 16, 12, 24, 3, 1, 0, 1), (2, 8, 13, 16, 3, 1, 1, 1), (2, 5, 9, 20, 3, 2, 1, 1),
+    (3, 6, 10, 10, 1, 1, 0, 1), (2, 12, 9, 24, 3, 1, 1, 2), (40, 3, 6, 12, 3, 1, 0, 3)])
+@pytest.mark.parametrize("most", [2, 3, 4])
+def test_conv_weight_grad_quads(device, n, c, h, k, kh, s, pad, grp, most):
+    import types
+    from webgpu_trainer.engine.ops import conv
+    rng = rng_for("conv_wgrad_quads", n, c, h, k, kh, s, pad, grp)
+    oh = (h + 2 * pad - kh) // s + 1
+    x = f32(rng.standard_normal((n, c, h, h)))
+    dy = f32(rng.standard_normal((n, k, oh, oh)))
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    b.TILED = True
+    b.CONV_GEMM_MIN = None
+    b.WEIGHT_GRAD_QUADS = most
+    bx, bdy = device.buffer(x.nbytes), device.buffer(dy.nbytes)
+    device.write(bx, x.tobytes())
+    device.write(bdy, dy.tobytes())
+    cg = c // grp
+    dw = device.buffer(4 * k * cg * kh * kh)
+    win = {"KH": kh, "KW": kh, "sh": s, "sw": s, "ph": pad, "pw": pad, "dh": 1, "dw": 1}
+
+    async def go():
+        await conv.weight_grad(b, (n, c, h, h, k, oh, oh, grp), win, bx, bdy, dw)
+        device.submit([device.program(b.current)])
+        return np.frombuffer(await device.read(dw), np.float32)[:k * cg * kh * kh]
+    got = run(go()).reshape(k, cg, kh, kh)
+    picks = {24: (2, 3, 3), 16: (2, 2, 4), 20: (2, 3, 3), 10: (2, 3, 3), 12: (2, 3, 3),
+             4: (2, 2, 2)}  # kg: the pick at most 2, 3, 4 (the least padding, then the most)
+    assert conv.weight_grad_quads(k // grp, most) == picks[k // grp][most - 2]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    want = np.zeros((k, cg, kh, kh))
+    kg = k // grp
+    for i in range(kh):
+        for j in range(kh):
+            patch = xp[:, :, i:i + s * (oh - 1) + 1:s, j:j + s * (oh - 1) + 1:s]
+            for gi in range(grp):
+                want[gi * kg:(gi + 1) * kg, :, i, j] = np.einsum(
+                    "nkpq,ncpq->kc", dy[:, gi * kg:(gi + 1) * kg], patch[:, gi * cg:(gi + 1) * cg])
+    assert rel_err(got, want) <= FWD_RTOL
+
+
 # The untiled kernel's vec4 loads (gemm.wgsl matmul_vec: GPU adapters, both operands aligned):
 # operands stored with rows padded to a multiple of 4, so any m, n, k (edges, a k tail of
 # scalars, split-K parts rounded to 4) takes it; every layout branch (ta, tb); float64 reference.

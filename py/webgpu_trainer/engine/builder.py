@@ -282,6 +282,11 @@ class Builder:
     # Tap blocks of 8 per workgroup of conv2d.wgsl weight_grad (1, 2 or 4): they share the
     # workgroup's dy tile, read once from memory instead of once per block.
     WEIGHT_GRAD_BLOCKS = 4
+    # Channel quads a thread of that kernel at most (ops/conv.weight_grad_quads: 2, 3 or 4, so 8
+    # to 16 output channels; 2: the 8 channels a thread of before, A/B). More channels a thread
+    # use each tap value loaded from memory more times; with 3 or 4 a workgroup holds at most
+    # 2 tap blocks.
+    WEIGHT_GRAD_QUADS = 4
 
     # The GPU weight gradient of a padded convolution reads a zero-padded copy of the input
     # (one pass) instead of testing the bounds of every tap (ops/conv.py; False: A/B). The

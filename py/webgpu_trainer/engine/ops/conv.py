@@ -243,11 +243,19 @@ async def input_grad(b, node, g, win, w, dy, dx, mask=0, mask_src=None, bias=Non
                    y=dx)
 
 
+def weight_grad_quads(kg: int, most: int) -> int:
+    """Channel quads a thread of conv2d_wgrad.wgsl ``weight_grad`` (CQ: 4 * CQ output channels
+    of 8 taps) for ``kg`` output channels a group: of 2 to ``most`` (Builder.WEIGHT_GRAD_QUADS),
+    the one that pads the channels least (24: 3, no padding), the larger on ties (16: 4). Each
+    tap value loaded is used 4 * CQ times."""
+    return min(range(2, max(2, most) + 1), key=lambda q: (_cdiv(kg, 4 * q) * 4 * q, -q))
+
+
 async def weight_grad(b, g, win, x, dy, dw):
     """dw = sum over the batch and output pixels of dy x (im2col x): on GPU adapters
-    conv2d_wgrad.wgsl (threads over pixels, 8 channels x 8 taps each, chunks of pixels added by
-    ``reduce_splits``), else conv2d.wgsl ``backward_weight`` (threads over (channels, taps),
-    split over the batch)."""
+    conv2d_wgrad.wgsl (threads over pixels, 8 to 16 channels x 8 taps each, chunks of pixels
+    added by ``reduce_splits``), else conv2d.wgsl ``backward_weight`` (threads over (channels,
+    taps), split over the batch)."""
     n, c, h, wd, k, oh, ow, grp = g
     taps = (c // grp) * win["KH"] * win["KW"]
     tile = conv_gemm.gemm_tile(b, k, taps, n * oh * ow, grp)
@@ -258,13 +266,15 @@ async def weight_grad(b, g, win, x, dy, dw):
         g, win, x = await _padded_input(b, g, win, x)
     if b.tiled:
         rblocks = _cdiv(taps, 8)
+        cq = weight_grad_quads(k // grp, b.WEIGHT_GRAD_QUADS)
         wrb = b.WEIGHT_GRAD_BLOCKS if rblocks >= b.WEIGHT_GRAD_BLOCKS else min(rblocks, 2)
-        groups = grp * _cdiv(k // grp, 8) * _cdiv(rblocks, wrb)
+        wrb = min(wrb, 8 // cq)  # the dy tiles [2][cq][64 wrb] vec4 fill the 16 KiB
+        groups = grp * _cdiv(k // grp, 4 * cq) * _cdiv(rblocks, wrb)
         pixels = n * oh * ow
         # ~2048 x 64 threads, each thread at least 16 pixels
         splits = max(1, min(_cdiv(2048, groups * wrb), pixels // (64 * 16), 65535))
         counts, shader, entry = (groups, splits, 1), "conv2d_wgrad", "weight_grad"
-        win = {**win, "WRB": wrb}
+        win = {**win, "WRB": wrb, "CQ": cq}
     else:
         threads = grp * _cdiv(k // grp, 8) * _cdiv(taps, 4)
         splits = b.splits(threads, n, min_per_split=1)
