@@ -22,10 +22,16 @@
 // (reduce.wgsl adds the chunks). Every accumulator is a named struct member (no array, no
 // dynamic index), so they stay in registers. Each value's sum is the same whatever CQ is: the
 // same pixels in the same order, the same lanes added in the same order.
+// BIAS (the layer's bias gradient fused, ops/conv.backward): each thread also adds up the dy it
+// loads (its pixels of the chunk, 4*CQ channels); the first workgroup of each channel block
+// adds its threads' sums in thread order and writes them after the weight parts, at
+// y[splits*K*R + chunk*K + k], which reduce_splits adds as its tail: no channel_sum pass
+// over dy.
 override WRB: u32 = 4u;                        // tap blocks a workgroup: 1, 2 or 4
 // Channel quads a thread (ops/conv.weight_grad_quads): 2 (8 channels), 3 (12) or 4 (16);
 // WRB * CQ <= 8 (the dy tiles fill wbuf).
 override CQ: u32 = 2u;
+override BIAS: bool = false;
 var<workgroup> wbuf: array<vec4<f32>, 1024>;   // dy tiles [2][CQ][T], then the sums [16][64]
 
 fn wslot(a: u32, lid: u32) -> u32 { return a * 64u + (a + lid) % 64u; }
@@ -157,10 +163,14 @@ fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
   // dy of the loader's pixel, 4*CQ channels (zero past the chunk)
   var e = min(ld.n * p.K * plane + ld.oh * p.OW + ld.ow, p.N * p.K * plane - 1u);
   var ok = ld.q < end;
-  wbuf[lid] = dy4(e, d0, ok);
-  wbuf[T + lid] = dy4(e, d1, ok);
-  if (CQ > 2u) { wbuf[2u * T + lid] = dy4(e, d2, ok); }
-  if (CQ > 3u) { wbuf[3u * T + lid] = dy4(e, d3, ok); }
+  var s0 = dy4(e, d0, ok);  // BIAS: this loader's sums of dy
+  var s1 = dy4(e, d1, ok);
+  var s2 = vec4<f32>(0.0);
+  var s3 = vec4<f32>(0.0);
+  wbuf[lid] = s0;
+  wbuf[T + lid] = s1;
+  if (CQ > 2u) { s2 = dy4(e, d2, ok); wbuf[2u * T + lid] = s2; }
+  if (CQ > 3u) { s3 = dy4(e, d3, ok); wbuf[3u * T + lid] = s3; }
   walk_next(&ld, T);
   workgroupBarrier();
   var cur = 0u;
@@ -177,6 +187,7 @@ fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
       n1 = dy4(e, d1, ok);
       if (CQ > 2u) { n2 = dy4(e, d2, ok); }
       if (CQ > 3u) { n3 = dy4(e, d3, ok); }
+      if (BIAS) { s0 += n0; s1 += n1; s2 += n2; s3 += n3; }
       walk_next(&ld, T);
     }
     for (var j = 0u; j < WRB; j++) {
@@ -221,6 +232,19 @@ fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
         }
       }
       workgroupBarrier();
+    }
+  }
+  if (BIAS && wid.x % rgroups == 0u) {
+    wbuf[lid] = s0;
+    wbuf[T + lid] = s1;
+    if (CQ > 2u) { wbuf[2u * T + lid] = s2; }
+    if (CQ > 3u) { wbuf[3u * T + lid] = s3; }
+    workgroupBarrier();
+    let k = k0 + lid;
+    if (lid < KC && k < (g + 1u) * Kg) {
+      var sum = 0.0;
+      for (var u = 0u; u < T; u++) { sum += wbuf[(lid / 4u) * T + u][lid % 4u]; }
+      y[p.splits * p.K * R + wid.y * p.K + k] = sum;
     }
   }
 }

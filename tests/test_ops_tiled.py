@@ -512,11 +512,13 @@ def test_conv_gemm_weight_grad(device, n, c, h, k, kh, s, pad, tile):
 # thread's channels (24 on 3 quads, 16 on 4) and that do not (20, 10: the last quad or pair
 # partly past the group's channels), groups (a group's channels end mid-block), padding (the
 # zero-padded copy), a stride and a 1x1 window; pixels in several split chunks and tiles
-# (T = 64 * WRB) with a partial last one. Against float64 numpy; each CQ is checked, and the
-# rule's own pick too.
+# (T = 64 * WRB) with a partial last one. The bias gradient summed beside it (BIAS, the tail
+# of its reduce_splits; also with one chunk). Against float64 numpy; each CQ is checked, and
+# the rule's own pick too.
 @pytest.mark.parametrize("n,c,h,k,kh,s,pad,grp", [
     (3, 16, 12, 24, 3, 1, 0, 1), (2, 8, 13, 16, 3, 1, 1, 1), (2, 5, 9, 20, 3, 2, 1, 1),
-    (3, 6, 10, 10, 1, 1, 0, 1), (2, 12, 9, 24, 3, 1, 1, 2), (40, 3, 6, 12, 3, 1, 0, 3)])
+    (3, 6, 10, 10, 1, 1, 0, 1), (2, 12, 9, 24, 3, 1, 1, 2), (40, 3, 6, 12, 3, 1, 0, 3),
+    (1, 4, 4, 16, 3, 1, 0, 1)])
 @pytest.mark.parametrize("most", [2, 3, 4])
 def test_conv_weight_grad_quads(device, n, c, h, k, kh, s, pad, grp, most):
     import types
@@ -533,14 +535,18 @@ def test_conv_weight_grad_quads(device, n, c, h, k, kh, s, pad, grp, most):
     device.write(bx, x.tobytes())
     device.write(bdy, dy.tobytes())
     cg = c // grp
-    dw = device.buffer(4 * k * cg * kh * kh)
+    dw, db = device.buffer(4 * k * cg * kh * kh), device.buffer(4 * k)
     win = {"KH": kh, "KW": kh, "sh": s, "sw": s, "ph": pad, "pw": pad, "dh": 1, "dw": 1}
 
     async def go():
-        await conv.weight_grad(b, (n, c, h, h, k, oh, oh, grp), win, bx, bdy, dw)
+        fused = await conv.weight_grad(b, (n, c, h, h, k, oh, oh, grp), win, bx, bdy, dw, db)
+        assert fused
         device.submit([device.program(b.current)])
-        return np.frombuffer(await device.read(dw), np.float32)[:k * cg * kh * kh]
-    got = run(go()).reshape(k, cg, kh, kh)
+        return (np.frombuffer(await device.read(dw), np.float32)[:k * cg * kh * kh],
+                np.frombuffer(await device.read(db), np.float32)[:k])
+    got, got_db = run(go())
+    got = got.reshape(k, cg, kh, kh)
+    assert rel_err(got_db, dy.astype(np.float64).sum(axis=(0, 2, 3))) <= FWD_RTOL
     picks = {24: (2, 3, 3), 16: (2, 2, 4), 20: (2, 3, 3), 10: (2, 3, 3), 12: (2, 3, 3),
              4: (2, 2, 2)}  # kg: the pick at most 2, 3, 4 (the least padding, then the most)
     assert conv.weight_grad_quads(k // grp, most) == picks[k // grp][most - 2]

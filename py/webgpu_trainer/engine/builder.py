@@ -287,6 +287,9 @@ class Builder:
     # use each tap value loaded from memory more times; with 3 or 4 a workgroup holds at most
     # 2 tap blocks.
     WEIGHT_GRAD_QUADS = 4
+    # A convolution's bias gradient summed by that kernel from the dy it loads anyway
+    # (conv2d_wgrad.wgsl BIAS; False: channel_sum's own pass over dy, A/B).
+    FUSE_CONV_BIAS_GRAD = True
 
     # The GPU weight gradient of a padded convolution reads a zero-padded copy of the input
     # (one pass) instead of testing the bounds of every tap (ops/conv.py; False: A/B). The
