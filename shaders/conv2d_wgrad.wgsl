@@ -24,7 +24,7 @@
 // same pixels in the same order, the same lanes added in the same order.
 // BIAS (the layer's bias gradient fused, ops/conv.backward): each thread also adds up the dy it
 // loads (its pixels of the chunk, 4*CQ channels); the first workgroup of each channel block
-// adds its threads' sums in thread order and writes them after the weight parts, at
+// adds its threads' sums (a tree, fixed order) and writes them after the weight parts, at
 // y[splits*K*R + chunk*K + k], which reduce_splits adds as its tail: no channel_sum pass
 // over dy.
 override WRB: u32 = 4u;                        // tap blocks a workgroup: 1, 2 or 4
@@ -240,11 +240,19 @@ fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
     if (CQ > 2u) { wbuf[2u * T + lid] = s2; }
     if (CQ > 3u) { wbuf[3u * T + lid] = s3; }
     workgroupBarrier();
+    // a tree over the T (a power of two) threads' sums: thread i adds i + half, a fixed order
+    for (var half = T / 2u; half > 0u; half /= 2u) {
+      if (lid < half) {
+        wbuf[lid] += wbuf[lid + half];
+        wbuf[T + lid] += wbuf[T + lid + half];
+        if (CQ > 2u) { wbuf[2u * T + lid] += wbuf[2u * T + lid + half]; }
+        if (CQ > 3u) { wbuf[3u * T + lid] += wbuf[3u * T + lid + half]; }
+      }
+      workgroupBarrier();
+    }
     let k = k0 + lid;
     if (lid < KC && k < (g + 1u) * Kg) {
-      var sum = 0.0;
-      for (var u = 0u; u < T; u++) { sum += wbuf[(lid / 4u) * T + u][lid % 4u]; }
-      y[p.splits * p.K * R + wid.y * p.K + k] = sum;
+      y[p.splits * p.K * R + wid.y * p.K + k] = wbuf[(lid / 4u) * T][lid % 4u];
     }
   }
 }
