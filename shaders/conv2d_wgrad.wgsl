@@ -12,27 +12,17 @@
 @group(0) @binding(2) var<storage, read> w: array<f32>;        // x [N,C,H,W]
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;  // partial dw [splits,K,Cg*KH*KW]
 
-// Workgroup (wid.x = (group, 4*CQ output channels, WRB blocks of 8 taps), wid.y = chunk of the
+// Workgroup (wid.x = (group, 8 output channels, WRB blocks of 8 taps), wid.y = chunk of the
 // output pixels (n, oh, ow) flattened into `splits` chunks), 64 threads a tap block. The chunk
-// advances a tile of T = 64*WRB pixels at a time: every thread loads one pixel's 4*CQ values of
-// dy into workgroup memory (double-buffered, one barrier a tile), then each thread accumulates
-// 4*CQ channels x 8 taps over WRB pixels of the tile (dy from workgroup memory, shared by the
-// WRB tap blocks; 8 loads of x, each used 4*CQ times). The threads' sums are added through
-// workgroup memory, one tap block and 8 channels at a time, and written to y[chunk, k, r]
-// (reduce.wgsl adds the chunks). Every accumulator is a named struct member (no array, no
-// dynamic index), so they stay in registers. Each value's sum is the same whatever CQ is: the
-// same pixels in the same order, the same lanes added in the same order.
-// BIAS (the layer's bias gradient fused, ops/conv.backward): each thread also adds up the dy it
-// loads (its pixels of the chunk, 4*CQ channels); the first workgroup of each channel block
-// adds its threads' sums (a tree, fixed order) and writes them after the weight parts, at
-// y[splits*K*R + chunk*K + k], which reduce_splits adds as its tail: no channel_sum pass
-// over dy.
+// advances a tile of T = 64*WRB pixels at a time: every thread loads one pixel's 8 values of dy
+// into workgroup memory (double-buffered, one barrier a tile), then each thread accumulates
+// 8 channels x 8 taps over WRB pixels of the tile (dy from workgroup memory, shared by the WRB
+// tap blocks; 8 loads of x). The threads' sums are added through workgroup memory, one tap
+// block at a time, and written to y[chunk, k, r] (reduce.wgsl adds the chunks). Every index
+// into the accumulators is a constant (written out), so they stay in registers.
 override WRB: u32 = 4u;                        // tap blocks a workgroup: 1, 2 or 4
-// Channel quads a thread (ops/conv.weight_grad_quads): 2 (8 channels), 3 (12) or 4 (16);
-// WRB * CQ <= 8 (the dy tiles fill wbuf).
-override CQ: u32 = 2u;
-override BIAS: bool = false;
-var<workgroup> wbuf: array<vec4<f32>, 1024>;   // dy tiles [2][CQ][T], then the sums [16][64]
+var<workgroup> wbuf: array<vec4<f32>, 1024>;   // dy tiles [2][2][T], then the sums [16][64]
+// Every accumulator and tap offset is a named local (no array, no index): they stay in registers.
 
 fn wslot(a: u32, lid: u32) -> u32 { return a * 64u + (a + lid) % 64u; }
 
@@ -90,40 +80,6 @@ fn walk_next(w_: ptr<function, Walk>, stride: u32) {
   (*w_).n += (*w_).dn;
 }
 
-// A thread's sums for one quad of channels: tap t (0..7) of its block, 4 channels each.
-struct Acc { t0: vec4<f32>, t1: vec4<f32>, t2: vec4<f32>, t3: vec4<f32>,
-             t4: vec4<f32>, t5: vec4<f32>, t6: vec4<f32>, t7: vec4<f32> }
-
-// c plus one pixel's products: taps va (0..3) and vb (4..7) times the quad's dy d.
-fn mac(c: Acc, va: vec4<f32>, vb: vec4<f32>, d: vec4<f32>) -> Acc {
-  return Acc(fma(vec4<f32>(va.x), d, c.t0), fma(vec4<f32>(va.y), d, c.t1),
-             fma(vec4<f32>(va.z), d, c.t2), fma(vec4<f32>(va.w), d, c.t3),
-             fma(vec4<f32>(vb.x), d, c.t4), fma(vec4<f32>(vb.y), d, c.t5),
-             fma(vec4<f32>(vb.z), d, c.t6), fma(vec4<f32>(vb.w), d, c.t7));
-}
-
-// Offsets into dy of channels k, k + 1, k + 2, k + 3 (clamped to the last channel).
-fn chan4(k: u32, last: u32, plane: u32) -> vec4<u32> {
-  return min(vec4<u32>(k) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(last)) * plane;
-}
-
-// dy at e + the four channel offsets d, or zeros when !ok.
-fn dy4(e: u32, d: vec4<u32>, ok: bool) -> vec4<f32> {
-  return select(vec4<f32>(0.0), vec4<f32>(x[e + d.x], x[e + d.y], x[e + d.z], x[e + d.w]), ok);
-}
-
-// Writes a pair of quads' sums (lo: channels +0..3, hi: +4..7) into wbuf's 16 slots.
-fn put_pair(lane: u32, lo: Acc, hi: Acc) {
-  wbuf[wslot(0u, lane)] = lo.t0; wbuf[wslot(1u, lane)] = hi.t0;
-  wbuf[wslot(2u, lane)] = lo.t1; wbuf[wslot(3u, lane)] = hi.t1;
-  wbuf[wslot(4u, lane)] = lo.t2; wbuf[wslot(5u, lane)] = hi.t2;
-  wbuf[wslot(6u, lane)] = lo.t3; wbuf[wslot(7u, lane)] = hi.t3;
-  wbuf[wslot(8u, lane)] = lo.t4; wbuf[wslot(9u, lane)] = hi.t4;
-  wbuf[wslot(10u, lane)] = lo.t5; wbuf[wslot(11u, lane)] = hi.t5;
-  wbuf[wslot(12u, lane)] = lo.t6; wbuf[wslot(13u, lane)] = hi.t6;
-  wbuf[wslot(14u, lane)] = lo.t7; wbuf[wslot(15u, lane)] = hi.t7;
-}
-
 @compute @workgroup_size(64 * WRB)
 fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
@@ -133,44 +89,43 @@ fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
   let Kg = p.K / p.G;
   let Cg = p.C / p.G;
   let R = Cg * KH * KW;
-  let KC = 4u * CQ;
-  let kblocks = (Kg + KC - 1u) / KC;
+  let kblocks = (Kg + 7u) / 8u;
   let rblocks = (R + 7u) / 8u;
   let rgroups = (rblocks + WRB - 1u) / WRB;
   let kb = wid.x / rgroups;
   let rb = (wid.x % rgroups) * WRB + grp;  // >= rblocks: this tap block idles (and writes none)
   let g = kb / kblocks;
-  let k0 = g * Kg + (kb % kblocks) * KC;
+  let k0 = g * Kg + (kb % kblocks) * 8u;
   let r0 = min(rb, rblocks - 1u) * 8u;
   let ta = taps4(r0, R, g * Cg);
   let tb = taps4(r0 + 4u, R, g * Cg);
-  // q<c>: channels k0 + 4c .. k0 + 4c + 3 (q2 with CQ >= 3, q3 with CQ 4)
-  var q0 = Acc(); var q1 = Acc(); var q2 = Acc(); var q3 = Acc();
+  // acc_tc: tap t (0..7), channels k0..k0+3 (c = 0) or k0+4..k0+7 (c = 1)
+  var a00 = vec4<f32>(0.0); var a01 = vec4<f32>(0.0); var a10 = vec4<f32>(0.0);
+  var a11 = vec4<f32>(0.0); var a20 = vec4<f32>(0.0); var a21 = vec4<f32>(0.0);
+  var a30 = vec4<f32>(0.0); var a31 = vec4<f32>(0.0); var a40 = vec4<f32>(0.0);
+  var a41 = vec4<f32>(0.0); var a50 = vec4<f32>(0.0); var a51 = vec4<f32>(0.0);
+  var a60 = vec4<f32>(0.0); var a61 = vec4<f32>(0.0); var a70 = vec4<f32>(0.0);
+  var a71 = vec4<f32>(0.0);
   let plane = p.OH * p.OW;
   let last = p.K - 1u;
-  let d0 = chan4(k0, last, plane);
-  let d1 = chan4(k0 + 4u, last, plane);
-  let d2 = chan4(k0 + 8u, last, plane);
-  let d3 = chan4(k0 + 12u, last, plane);
+  let dk = vec4<u32>(min(k0, last), min(k0 + 1u, last), min(k0 + 2u, last),
+                     min(k0 + 3u, last)) * plane;
+  let dk4 = vec4<u32>(min(k0 + 4u, last), min(k0 + 5u, last), min(k0 + 6u, last),
+                      min(k0 + 7u, last)) * plane;
   let total = p.N * plane;
   let per = (total + p.splits - 1u) / p.splits;
   let start = wid.y * per;
   let end = min(total, start + per);
   let img = p.C * p.H * p.W;
-  let tile = CQ * T;  // one buffer of dy: [CQ][T]
   var ld = walk_start(start + lid, T);   // the pixel whose dy this thread loads
   var cw = walk_start(start + lane, 64u);  // the pixels this thread multiplies
-  // dy of the loader's pixel, 4*CQ channels (zero past the chunk)
+  // dy of the loader's pixel, 8 channels (zero past the chunk)
   var e = min(ld.n * p.K * plane + ld.oh * p.OW + ld.ow, p.N * p.K * plane - 1u);
   var ok = ld.q < end;
-  var s0 = dy4(e, d0, ok);  // BIAS: this loader's sums of dy
-  var s1 = dy4(e, d1, ok);
-  var s2 = vec4<f32>(0.0);
-  var s3 = vec4<f32>(0.0);
-  wbuf[lid] = s0;
-  wbuf[T + lid] = s1;
-  if (CQ > 2u) { s2 = dy4(e, d2, ok); wbuf[2u * T + lid] = s2; }
-  if (CQ > 3u) { s3 = dy4(e, d3, ok); wbuf[3u * T + lid] = s3; }
+  wbuf[lid] = select(vec4<f32>(0.0), vec4<f32>(x[e + dk.x], x[e + dk.y], x[e + dk.z],
+                                                x[e + dk.w]), ok);
+  wbuf[T + lid] = select(vec4<f32>(0.0), vec4<f32>(x[e + dk4.x], x[e + dk4.y], x[e + dk4.z],
+                                                    x[e + dk4.w]), ok);
   walk_next(&ld, T);
   workgroupBarrier();
   var cur = 0u;
@@ -178,82 +133,64 @@ fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
     let more = t0 + T < end;
     var n0 = vec4<f32>(0.0);
     var n1 = vec4<f32>(0.0);
-    var n2 = vec4<f32>(0.0);
-    var n3 = vec4<f32>(0.0);
     if (more) {  // the next tile's dy is in flight while this tile multiplies
       e = min(ld.n * p.K * plane + ld.oh * p.OW + ld.ow, p.N * p.K * plane - 1u);
       ok = ld.q < end;
-      n0 = dy4(e, d0, ok);
-      n1 = dy4(e, d1, ok);
-      if (CQ > 2u) { n2 = dy4(e, d2, ok); }
-      if (CQ > 3u) { n3 = dy4(e, d3, ok); }
-      if (BIAS) { s0 += n0; s1 += n1; s2 += n2; s3 += n3; }
+      n0 = select(vec4<f32>(0.0), vec4<f32>(x[e + dk.x], x[e + dk.y], x[e + dk.z],
+                                            x[e + dk.w]), ok);
+      n1 = select(vec4<f32>(0.0), vec4<f32>(x[e + dk4.x], x[e + dk4.y], x[e + dk4.z],
+                                            x[e + dk4.w]), ok);
       walk_next(&ld, T);
     }
     for (var j = 0u; j < WRB; j++) {
       if (cw.q < end) {
-        let slot = cur * tile + lane + 64u * j;
+        let slot = cur * 2u * T + lane + 64u * j;
+        let d0 = wbuf[slot];
+        let d1 = wbuf[slot + T];
         let xn = cw.n * img;
         let va = tap_values(ta, xn, cw.oh, cw.ow);
         let vb = tap_values(tb, xn, cw.oh, cw.ow);
-        q0 = mac(q0, va, vb, wbuf[slot]);
-        q1 = mac(q1, va, vb, wbuf[slot + T]);
-        if (CQ > 2u) { q2 = mac(q2, va, vb, wbuf[slot + 2u * T]); }
-        if (CQ > 3u) { q3 = mac(q3, va, vb, wbuf[slot + 3u * T]); }
+        a00 = fma(vec4<f32>(va.x), d0, a00); a01 = fma(vec4<f32>(va.x), d1, a01);
+        a10 = fma(vec4<f32>(va.y), d0, a10); a11 = fma(vec4<f32>(va.y), d1, a11);
+        a20 = fma(vec4<f32>(va.z), d0, a20); a21 = fma(vec4<f32>(va.z), d1, a21);
+        a30 = fma(vec4<f32>(va.w), d0, a30); a31 = fma(vec4<f32>(va.w), d1, a31);
+        a40 = fma(vec4<f32>(vb.x), d0, a40); a41 = fma(vec4<f32>(vb.x), d1, a41);
+        a50 = fma(vec4<f32>(vb.y), d0, a50); a51 = fma(vec4<f32>(vb.y), d1, a51);
+        a60 = fma(vec4<f32>(vb.z), d0, a60); a61 = fma(vec4<f32>(vb.z), d1, a61);
+        a70 = fma(vec4<f32>(vb.w), d0, a70); a71 = fma(vec4<f32>(vb.w), d1, a71);
       }
       walk_next(&cw, 64u);
     }
     if (more) {
       cur = 1u - cur;
-      wbuf[cur * tile + lid] = n0;
-      wbuf[cur * tile + T + lid] = n1;
-      if (CQ > 2u) { wbuf[cur * tile + 2u * T + lid] = n2; }
-      if (CQ > 3u) { wbuf[cur * tile + 3u * T + lid] = n3; }
+      wbuf[cur * 2u * T + lid] = n0;
+      wbuf[cur * 2u * T + T + lid] = n1;
     }
     workgroupBarrier();
   }
-  // add each tap block's 64 threads' sums, one block and one pair of quads at a time through
-  // wbuf: thread lane then owns value lane = (tap lane/8, channel lane%8 of the pair)
+  // add each tap block's 64 threads' sums (one block at a time through wbuf): thread lane then
+  // owns value lane = (tap lane/8, channel lane%8)
   for (var b = 0u; b < WRB; b++) {
-    for (var h = 0u; 2u * h < CQ; h++) {
-      if (grp == b) {
-        if (h == 0u) { put_pair(lane, q0, q1); } else { put_pair(lane, q2, q3); }
-      }
-      workgroupBarrier();
-      if (grp == b) {
-        let a = lane / 4u;
-        var sum = 0.0;
-        for (var u = 0u; u < 64u; u++) { sum += wbuf[wslot(a, u)][lane % 4u]; }
-        let kq = 8u * h + (a % 2u) * 4u + lane % 4u;  // channel within the thread's 4*CQ
-        let k = k0 + kq;
-        let r = r0 + a / 2u;
-        if (rb < rblocks && kq < KC && k < (g + 1u) * Kg && r < R) {
-          y[(wid.y * p.K + k) * R + r] = sum;
-        }
-      }
-      workgroupBarrier();
+    if (grp == b) {
+      wbuf[wslot(0u, lane)] = a00; wbuf[wslot(1u, lane)] = a01;
+      wbuf[wslot(2u, lane)] = a10; wbuf[wslot(3u, lane)] = a11;
+      wbuf[wslot(4u, lane)] = a20; wbuf[wslot(5u, lane)] = a21;
+      wbuf[wslot(6u, lane)] = a30; wbuf[wslot(7u, lane)] = a31;
+      wbuf[wslot(8u, lane)] = a40; wbuf[wslot(9u, lane)] = a41;
+      wbuf[wslot(10u, lane)] = a50; wbuf[wslot(11u, lane)] = a51;
+      wbuf[wslot(12u, lane)] = a60; wbuf[wslot(13u, lane)] = a61;
+      wbuf[wslot(14u, lane)] = a70; wbuf[wslot(15u, lane)] = a71;
     }
-  }
-  if (BIAS && wid.x % rgroups == 0u) {
-    wbuf[lid] = s0;
-    wbuf[T + lid] = s1;
-    if (CQ > 2u) { wbuf[2u * T + lid] = s2; }
-    if (CQ > 3u) { wbuf[3u * T + lid] = s3; }
     workgroupBarrier();
-    // a tree over the T (a power of two) threads' sums: thread i adds i + half, a fixed order
-    for (var half = T / 2u; half > 0u; half /= 2u) {
-      if (lid < half) {
-        wbuf[lid] += wbuf[lid + half];
-        wbuf[T + lid] += wbuf[T + lid + half];
-        if (CQ > 2u) { wbuf[2u * T + lid] += wbuf[2u * T + lid + half]; }
-        if (CQ > 3u) { wbuf[3u * T + lid] += wbuf[3u * T + lid + half]; }
-      }
-      workgroupBarrier();
+    if (grp == b) {
+      let a = lane / 4u;
+      var sum = 0.0;
+      for (var u = 0u; u < 64u; u++) { sum += wbuf[wslot(a, u)][lane % 4u]; }
+      let k = k0 + (a % 2u) * 4u + lane % 4u;
+      let r = r0 + a / 2u;
+      if (rb < rblocks && k < (g + 1u) * Kg && r < R) { y[(wid.y * p.K + k) * R + r] = sum; }
     }
-    let k = k0 + lid;
-    if (lid < KC && k < (g + 1u) * Kg) {
-      y[p.splits * p.K * R + wid.y * p.K + k] = wbuf[(lid / 4u) * T][lid % 4u];
-    }
+    workgroupBarrier();
   }
 }
 

@@ -282,14 +282,11 @@ class Builder:
     # Tap blocks of 8 per workgroup of conv2d.wgsl weight_grad (1, 2 or 4): they share the
     # workgroup's dy tile, read once from memory instead of once per block.
     WEIGHT_GRAD_BLOCKS = 4
-    # Channel quads a thread of that kernel at most (ops/conv.weight_grad_quads: 2, 3 or 4, so 8
-    # to 16 output channels; 2: the 8 channels a thread of before, A/B). More channels a thread
-    # use each tap value loaded from memory more times; with 3 or 4 a workgroup holds at most
-    # 2 tap blocks.
-    WEIGHT_GRAD_QUADS = 4
-    # A convolution's bias gradient summed by that kernel from the dy it loads anyway
-    # (conv2d_wgrad.wgsl BIAS; False: channel_sum's own pass over dy, A/B).
-    FUSE_CONV_BIAS_GRAD = True
+    # Threads of that kernel to aim for: the output pixels split into chunks (split-K, added by
+    # reduce_splits) until about this many run. 12 or 16 output channels a thread, not 8,
+    # and the bias gradient summed in it, were measured slower (H100, SeedNet at batch 1000:
+    # the 3rd layer's 316 us -> 335-338 and 556; results 2026-12-06-h100-s31-wgrad-*).
+    WEIGHT_GRAD_THREADS = 2048 * 64
 
     # The GPU weight gradient of a padded convolution reads a zero-padded copy of the input
     # (one pass) instead of testing the bounds of every tap (ops/conv.py; False: A/B). The

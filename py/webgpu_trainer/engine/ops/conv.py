@@ -203,13 +203,12 @@ async def backward(b, node, ins, outs, gins, gouts):
         await conv_depthwise.input_grad(b, g, win, w, dy, gins[0], mask_src=mask_src)
     elif gins[0] is not None:
         await input_grad(b, node, g, win, w, dy, gins[0], mask=mask, mask_src=mask_src)
-    db = gins[2] if len(ins) > 2 and ins[2] is not None else None
     if gins[1] is not None and depthwise:
         await conv_depthwise.weight_grad(b, g, win, x, dy, gins[1])
-    elif gins[1] is not None and await weight_grad(b, g, win, x, dy, gins[1], db):
-        db = None  # summed beside the weight gradient
-    if db is not None:
-        await gemm.channel_sum(b, dy, db, outer=n, channels=k, inner=oh * ow)
+    elif gins[1] is not None:
+        await weight_grad(b, g, win, x, dy, gins[1])
+    if len(ins) > 2 and ins[2] is not None and gins[2] is not None:
+        await gemm.channel_sum(b, dy, gins[2], outer=n, channels=k, inner=oh * ow)
 
 
 async def input_grad(b, node, g, win, w, dy, dx, mask=0, mask_src=None, bias=None, relu=0):
@@ -244,46 +243,29 @@ async def input_grad(b, node, g, win, w, dy, dx, mask=0, mask_src=None, bias=Non
                    y=dx)
 
 
-def weight_grad_quads(kg: int, most: int) -> int:
-    """Channel quads a thread of conv2d_wgrad.wgsl ``weight_grad`` (CQ: 4 * CQ output channels
-    of 8 taps) for ``kg`` output channels a group: of 2 to ``most`` (Builder.WEIGHT_GRAD_QUADS),
-    the one that pads the channels least (24: 3, no padding), the larger on ties (16: 4). Each
-    tap value loaded is used 4 * CQ times."""
-    return min(range(2, max(2, most) + 1), key=lambda q: (_cdiv(kg, 4 * q) * 4 * q, -q))
-
-
-async def weight_grad(b, g, win, x, dy, dw, db=None) -> bool:
+async def weight_grad(b, g, win, x, dy, dw):
     """dw = sum over the batch and output pixels of dy x (im2col x): on GPU adapters
-    conv2d_wgrad.wgsl (threads over pixels, 8 to 16 channels x 8 taps each, chunks of pixels
-    added by ``reduce_splits``), else conv2d.wgsl ``backward_weight`` (threads over (channels,
-    taps), split over the batch). With ``db`` (float32 [K], the bias gradient) and
-    ``Builder.FUSE_CONV_BIAS_GRAD``, conv2d_wgrad.wgsl also sums dy per channel into it (BIAS,
-    the tail of the same reduce_splits). True when db was written (else the caller sums it)."""
+    conv2d_wgrad.wgsl (threads over pixels, 8 channels x 8 taps each, chunks of pixels added by
+    ``reduce_splits``), else conv2d.wgsl ``backward_weight`` (threads over (channels, taps),
+    split over the batch)."""
     n, c, h, wd, k, oh, ow, grp = g
     taps = (c // grp) * win["KH"] * win["KW"]
     tile = conv_gemm.gemm_tile(b, k, taps, n * oh * ow, grp)
     if tile:
         await conv_gemm.weight_grad(b, g, win, tile, x, dy, dw)
-        return False
+        return
     if b.tiled and (win["ph"] or win["pw"]) and b.PADDED_WEIGHT_GRAD:
         g, win, x = await _padded_input(b, g, win, x)
     if b.tiled:
         rblocks = _cdiv(taps, 8)
-        cq = weight_grad_quads(k // grp, b.WEIGHT_GRAD_QUADS)
         wrb = b.WEIGHT_GRAD_BLOCKS if rblocks >= b.WEIGHT_GRAD_BLOCKS else min(rblocks, 2)
-        wrb = min(wrb, 8 // cq)  # the dy tiles [2][cq][64 wrb] vec4 fill the 16 KiB
-        groups = grp * _cdiv(k // grp, 4 * cq) * _cdiv(rblocks, wrb)
+        groups = grp * _cdiv(k // grp, 8) * _cdiv(rblocks, wrb)
         pixels = n * oh * ow
-        # ~2048 x 64 threads, each thread at least 16 pixels
-        splits = max(1, min(_cdiv(2048, groups * wrb), pixels // (64 * 16), 65535))
+        # about WEIGHT_GRAD_THREADS threads, each thread at least 16 pixels
+        splits = max(1, min(_cdiv(b.WEIGHT_GRAD_THREADS, 64 * groups * wrb),
+                            pixels // (64 * 16), 65535))
         counts, shader, entry = (groups, splits, 1), "conv2d_wgrad", "weight_grad"
-        win = {**win, "WRB": wrb, "CQ": cq}
-        if db is not None and b.FUSE_CONV_BIAS_GRAD:
-            out = b.temp(splits * (k * taps + k))
-            await b.kernel(shader, entry, counts, params=_params(g, splits=splits),
-                           constants={**win, "BIAS": True}, x=dy, w=x, y=out)
-            await gemm.reduce_splits(b, out, dw, splits, k * taps, tail=k, out2=db)
-            return True
+        win = {**win, "WRB": wrb}
     else:
         threads = grp * _cdiv(k // grp, 8) * _cdiv(taps, 4)
         splits = b.splits(threads, n, min_per_split=1)
@@ -301,7 +283,6 @@ async def weight_grad(b, g, win, x, dy, dw, db=None) -> bool:
                    x=dy, w=x, y=out)
     if splits > 1:
         await gemm.reduce_splits(b, out, dw, splits, k * taps)
-    return False
 
 
 async def _padded_input(b, g, win, x):
