@@ -9,7 +9,8 @@
 // a finish kernel adds the `parts` partial sums (one workgroup a channel: forward_fused,
 // backward_fused). CPU adapters sum without barriers, a thread a block (block_stats, block_dy;
 // lib/bn_blocks.wgsl).
-//   sum_x -> mean_finish (mean), sum_sq -> var_finish (invstd, running statistics),
+//   sum_x -> mean_finish (mean), sum_sq -> var_finish (invstd, running statistics), or on
+//   GPU adapters stats_parts -> stats_finish (one pass over x),
 //   sum_dy -> dy_finish: G[dgamma] = sum(dy * xhat), G[dbeta] = sum(dy),
 //   backward_input: dx = gamma*invstd * (dy - dbeta/M - xhat*dgamma/M), M = outer*inner
 
@@ -42,7 +43,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> save: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<storage, read_write> G: array<f32>;
-@group(0) @binding(7) var<storage, read_write> part: array<f32>;  // [C, parts] (x2 for dy)
+@group(0) @binding(7) var<storage, read_write> part: array<f32>;  // [C, parts] (x2 dy, x4)
 @group(0) @binding(8) var<storage, read_write> aux: array<f32>;  // clip: its output / y
 
 const WG: u32 = 256u;  // the summing kernels' workgroup
@@ -125,6 +126,64 @@ fn var_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
   let c = gid.x;
   if (c >= p.C) { return; }
   finish_var(c, sum_parts(c * p.parts, 1u));
+}
+
+// One pass over x for the statistics on GPU adapters (ops/batchnorm.py, Builder.BN_STATS_PARTS):
+// workgroup (c, k) writes part k's sum s_k (sum_x's), its mean a_k = s_k / n_k as rounded, and
+// the squares and the sum of x - a_k (its elements read a second time, from cache): part[4
+// (c parts + k) + 0..3] = (s_k, a_k, q_k, r_k). stats_finish adds them: mean = sum s_k / M
+// (sum_x -> mean_finish's bits), q = sum_k q_k + n_k (a_k - mean)^2 + 2 (a_k - mean) r_k, which
+// is sum (x - mean)^2 exactly in exact arithmetic: r_k = -n_k (a_k's rounding error) carries
+// that error out to second order (Chan, Golub & LeVeque 1979's pairwise update of the sums of
+// squares, with the parts' means as rounded). Two dispatches and one read of x from memory
+// instead of sum_x, mean_finish, sum_sq, var_finish's four and two.
+@compute @workgroup_size(256)
+fn stats_parts(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+  let c = channel_of(wid, nwg);
+  if (c >= p.C) { return; }  // uniform: the whole workgroup
+  let r = part_range(wid.y);
+  red[lid] = vec2<f32>(thread_sum_x(c, r, lid), 0.0);
+  wg_tree_sum(lid);
+  let s = red[0].x;
+  workgroupBarrier();  // everyone read red[0]
+  let a = s / f32(max(part_count(r), 1u));
+  red[lid] = thread_dev(c, r, lid, a);
+  wg_tree_sum(lid);
+  if (lid == 0u) {
+    let at = 4u * (c * p.parts + wid.y);
+    part[at] = s;
+    part[at + 1u] = a;
+    part[at + 2u] = red[0].x;
+    part[at + 3u] = red[0].y;
+  }
+}
+
+// The elements in part range r (0 for an empty part past the end).
+fn part_count(r: vec2<u32>) -> u32 { return select(0u, r.y - r.x, r.y > r.x); }
+
+// Part k of channel c's share of sum (x - mean)^2 beyond its own q_k (0 when empty).
+fn between_part(c: u32, k: u32, mean: f32) -> f32 {
+  let at = 4u * (c * p.parts + k);
+  let d = part[at + 1u] - mean;
+  return f32(part_count(part_range(k))) * d * d + 2.0 * d * part[at + 3u];
+}
+
+@compute @workgroup_size(64)
+fn stats_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let c = gid.x;
+  if (c >= p.C) { return; }
+  let mean = sum_parts(4u * c * p.parts, 4u) / f32(p.outer * p.inner);
+  save[c] = mean;
+  var b4 = vec4<f32>(0.0);  // four independent sums: four parts' loads in flight
+  var k = 0u;
+  for (; k + 4u <= p.parts; k += 4u) {
+    b4 += vec4<f32>(between_part(c, k, mean), between_part(c, k + 1u, mean),
+                    between_part(c, k + 2u, mean), between_part(c, k + 3u, mean));
+  }
+  var b = (b4.x + b4.y) + (b4.z + b4.w);
+  for (; k < p.parts; k++) { b += between_part(c, k, mean); }
+  finish_var(c, sum_parts(4u * c * p.parts + 2u, 4u) + b);
 }
 
 // invstd (save) and the running statistics of channel c from q = sum (x - mean)^2.
@@ -276,6 +335,32 @@ fn thread_sum_sq(c: u32, r: vec2<u32>, lid: u32, mean: f32) -> f32 {
     q4.x += d * d;
   }
   return (q4.x + q4.y) + (q4.z + q4.w);
+}
+
+// (sum (x - a)^2, sum (x - a)) over the thread's elements, as thread_sum_sq's loop.
+fn thread_dev(c: u32, r: vec2<u32>, lid: u32, a: f32) -> vec2<f32> {
+  var q4 = vec4<f32>(0.0);
+  var d4 = vec4<f32>(0.0);
+  var e = r.x + lid;
+  while (e + 768u < r.y) {
+    var b4 = vec4<f32>(0.0);
+    var bd4 = vec4<f32>(0.0);
+    for (var k = 0u; k < BLOCK && e + 768u < r.y; k++) {
+      let d = vec4<f32>(x[at(c, e)], x[at(c, e + 256u)], x[at(c, e + 512u)],
+                        x[at(c, e + 768u)]) - a;
+      b4 += d * d;
+      bd4 += d;
+      e += 1024u;
+    }
+    q4 += b4;
+    d4 += bd4;
+  }
+  for (; e < r.y; e += 256u) {
+    let d = x[at(c, e)] - a;
+    q4.x += d * d;
+    d4.x += d;
+  }
+  return vec2<f32>((q4.x + q4.y) + (q4.z + q4.w), (d4.x + d4.y) + (d4.z + d4.w));
 }
 
 // (sum dy, sum dy * xhat) with the saved mean / invstd.

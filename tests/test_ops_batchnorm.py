@@ -120,3 +120,48 @@ def test_more_channels_than_one_dispatch_dimension(device):
         got, ref = res["grads"][name][MAX_GROUPS:], want["grads"][name][MAX_GROUPS:]
         assert np.abs(ref).max() > 0
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+# The batch statistics' kernels alone on a GPU adapter's path: stats_parts -> stats_finish (one
+# pass, Builder.BN_STATS_PARTS) and sum_x -> mean_finish -> sum_sq -> var_finish, for values
+# far from zero (mean 1000, std 0.5: the squares about a rounded mean), channels of uneven
+# parts and a part past the end (M 9 in 4 parts of 3), against float64 numpy: mean, invstd
+# and the running statistics (momentum 0.9, the unbiased variance).
+@pytest.mark.parametrize("outer,c,inner,parts", [(64, 3, 1000, 7), (3, 2, 3, 4), (5, 1, 1, 1),
+                                                 (2, 70, 33, 16)])
+@pytest.mark.parametrize("one_pass", [True, False])
+def test_batch_statistics_kernels(device, outer, c, inner, parts, one_pass):
+    import types
+    from conftest import f32, rel_err, rng_for, run
+    from webgpu_trainer.engine.backends.base import groups_1d, groups_per_channel
+    from webgpu_trainer.engine.plan import Builder
+    rng = rng_for("bn_stats", outer, c, inner, parts)
+    x = f32(1000 + 0.5 * rng.standard_normal((outer, c, inner)))
+    rm, rv = f32(rng.standard_normal(c)), f32(1 + rng.random(c))
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    bx, bp = device.buffer(x.nbytes), device.buffer(16 * c)
+    save, part = device.buffer(8 * c), device.buffer(16 * c * parts)
+    device.write(bx, x.tobytes())
+    device.write(bp, np.concatenate([np.ones(c), np.zeros(c), rm, rv]).astype(np.float32).tobytes())
+    params = dict(outer=outer, C=c, inner=inner, gamma=0, beta=c, rmean=2 * c, rvar=3 * c,
+                  parts=parts, eps=1e-5, momentum=0.9, mask=0, want_dx=0, relu=0, bw=0, bg=0,
+                  bpp=0, clip=0, lo=0.0, hi=0.0)
+    binds = dict(params=params, x=bx, P=bp, save=save, part=part)
+    steps = [("stats_parts", "stats_finish")] if one_pass else \
+        [("sum_x", "mean_finish"), ("sum_sq", "var_finish")]
+
+    async def go():
+        for sums, finish in steps:
+            await b.kernel("batchnorm", sums, groups_per_channel(c, parts), **binds)
+            await b.kernel("batchnorm", finish, groups_1d(c), **binds)
+        device.submit([device.program(b.current)])
+        return (np.frombuffer(await device.read(save), np.float32)[:2 * c],
+                np.frombuffer(await device.read(bp), np.float32)[:4 * c])
+    got_save, got_p = run(go())
+    x64 = x.astype(np.float64)
+    mean, var = x64.mean(axis=(0, 2)), x64.var(axis=(0, 2))
+    m = outer * inner
+    assert rel_err(got_save[:c], mean) <= 1e-6
+    assert rel_err(got_save[c:], 1 / np.sqrt(var + 1e-5)) <= 1e-5
+    assert rel_err(got_p[2 * c:3 * c], rm * 0.9 + mean * 0.1) <= 1e-6
+    assert rel_err(got_p[3 * c:], rv * 0.9 + var * m / max(m - 1, 1) * 0.1) <= 1e-5

@@ -928,6 +928,8 @@ GPU_PIPELINES = [
     ("conv_gemm", "conv_gemm", {**_WIN, "ph": 1, "pw": 1, "MODE": 0, "TW": 16, "TM": 8}),
     ("conv_gemm", "conv_gemm", {**_WIN, "sh": 2, "sw": 2, "ph": 1, "MODE": 3, "TW": 16, "TM": 8}),
     ("batchnorm", "forward_fused", {}),
+    ("batchnorm", "stats_parts", {}),
+    ("batchnorm", "stats_finish", {}),
     ("batchnorm", "backward_fused", {}),
     ("rnn", "forward_seq_wide", {}),
     ("rnn", "backward_seq_wide", {}),

@@ -288,6 +288,12 @@ class Builder:
     # the 3rd layer's 316 us -> 335-338 and 556; results 2026-12-06-h100-s31-wgrad-*).
     WEIGHT_GRAD_THREADS = 2048 * 64
 
+    # A BatchNormalization's batch statistics on GPU adapters in one pass over x: each part's
+    # sum and squares about its own mean, added by Chan et al.'s update (batchnorm.wgsl
+    # stats_parts, stats_finish: 2 dispatches). False: the mean, then the squares about it
+    # (sum_x, mean_finish, sum_sq, var_finish: 4 dispatches, x read twice; A/B).
+    BN_STATS_PARTS = True
+
     # The GPU weight gradient of a padded convolution reads a zero-padded copy of the input
     # (one pass) instead of testing the bounds of every tap (ops/conv.py; False: A/B). The
     # forward measured slower so (H200, ResNet-8 batch 1000: 10.2 against 9.6 ms/step).

@@ -103,11 +103,11 @@ def _blocked(b, elements: int) -> bool:
 
 
 def _part(b, node, c, parts, blocked):
-    """The partial sums' buffer, [C, parts, 2]: per layer for the workgroup kernels; for the
-    block sums (up to ~2 * MAX_PARTS a channel) the plan's shared scratch, which the next
-    dispatch reads."""
-    if not blocked:
-        return b.save(node, 2 * c * parts, "parts")
+    """The partial sums' buffer, [C, parts, 2] ([C, parts, 4] for stats_parts): per layer
+    for the workgroup kernels; for the block sums (up to ~2 * MAX_PARTS a channel) the plan's
+    shared scratch, which the next dispatch reads."""
+    if not blocked:  # x4: stats_parts' (GPU adapters)
+        return b.save(node, 4 * c * parts, "parts")
     return b.temp(2 * c * parts)
 
 
@@ -124,6 +124,9 @@ async def forward(b, node, ins, outs, train):
     if train and blocked:  # CPU adapters: no barriers
         await b.kernel("batchnorm", "block_stats", groups_1d(c * parts), **binds)
         await b.kernel("batchnorm", "block_finish", groups_1d(c), **binds)
+    elif train and b.tiled and b.BN_STATS_PARTS:  # GPUs: one pass over x
+        await b.kernel("batchnorm", "stats_parts", groups_per_channel(c, parts), **binds)
+        await b.kernel("batchnorm", "stats_finish", groups_1d(c), **binds)
     elif train:
         await b.kernel("batchnorm", "sum_x", groups_per_channel(c, parts), **binds)
         await b.kernel("batchnorm", "mean_finish", groups_1d(c), **binds)
