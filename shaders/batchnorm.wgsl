@@ -183,7 +183,8 @@ fn stats_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
   }
   var b = (b4.x + b4.y) + (b4.z + b4.w);
   for (; k < p.parts; k++) { b += between_part(c, k, mean); }
-  finish_var(c, sum_parts(4u * c * p.parts + 2u, 4u) + b);
+  // >= 0 in exact arithmetic; rounding may leave a constant channel's a hair below
+  finish_var(c, max(sum_parts(4u * c * p.parts + 2u, 4u) + b, 0.0));
 }
 
 // invstd (save) and the running statistics of channel c from q = sum (x - mean)^2.

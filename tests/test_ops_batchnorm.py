@@ -125,7 +125,8 @@ def test_more_channels_than_one_dispatch_dimension(device):
 # The batch statistics' kernels alone on a GPU adapter's path: stats_parts -> stats_finish (one
 # pass, Builder.BN_STATS_PARTS) and sum_x -> mean_finish -> sum_sq -> var_finish, for values
 # far from zero (mean 1000, std 0.5: the squares about a rounded mean), channels of uneven
-# parts and a part past the end (M 9 in 4 parts of 3), against float64 numpy: mean, invstd
+# parts and a part past the end (M 9 in 4 parts of 3), a constant channel (variance 0 up to
+# the f32 mean's rounding), against float64 numpy: mean, invstd
 # and the running statistics (momentum 0.9, the unbiased variance).
 @pytest.mark.parametrize("outer,c,inner,parts", [(64, 3, 1000, 7), (3, 2, 3, 4), (5, 1, 1, 1),
                                                  (2, 70, 33, 16)])
@@ -137,6 +138,7 @@ def test_batch_statistics_kernels(device, outer, c, inner, parts, one_pass):
     from webgpu_trainer.engine.plan import Builder
     rng = rng_for("bn_stats", outer, c, inner, parts)
     x = f32(1000 + 0.5 * rng.standard_normal((outer, c, inner)))
+    x[:, -1] = f32(1000.1)  # a constant channel: variance 0 (the last; c 1 keeps none)
     rm, rv = f32(rng.standard_normal(c)), f32(1 + rng.random(c))
     b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
     bx, bp = device.buffer(x.nbytes), device.buffer(16 * c)
@@ -161,7 +163,11 @@ def test_batch_statistics_kernels(device, outer, c, inner, parts, one_pass):
     x64 = x.astype(np.float64)
     mean, var = x64.mean(axis=(0, 2)), x64.var(axis=(0, 2))
     m = outer * inner
+    v = slice(0, max(c - 1, 1))  # the varying channels
     assert rel_err(got_save[:c], mean) <= 1e-6
-    assert rel_err(got_save[c:], 1 / np.sqrt(var + 1e-5)) <= 1e-5
+    assert rel_err(got_save[c:][v], 1 / np.sqrt(var[v] + 1e-5)) <= 1e-5
     assert rel_err(got_p[2 * c:3 * c], rm * 0.9 + mean * 0.1) <= 1e-6
-    assert rel_err(got_p[3 * c:], rv * 0.9 + var * m / max(m - 1, 1) * 0.1) <= 1e-5
+    assert rel_err(got_p[3 * c:][v], (rv * 0.9 + var * m / max(m - 1, 1) * 0.1)[v]) <= 1e-5
+    if c > 1:  # the constant channel: a variance of at most the f32 mean's rounding
+        assert abs(got_p[-1] - f32(rv[-1] * 0.9)) <= 1e-7
+        assert got_save[-1] * np.sqrt(1e-5) >= 0.99
