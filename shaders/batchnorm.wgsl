@@ -116,7 +116,7 @@ fn sum_sq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
           @builtin(local_invocation_index) lid: u32) {
   let c = channel_of(wid, nwg);
   if (c >= p.C) { return; }  // uniform: the whole workgroup
-  red[lid] = vec2<f32>(thread_sum_sq(c, part_range(wid.y), lid, save[c]), 0.0);
+  red[lid] = vec2<f32>(thread_dev(c, part_range(wid.y), lid, save[c]).x, 0.0);
   wg_tree_sum(lid);
   if (lid == 0u) { part[c * p.parts + wid.y] = red[0].x; }
 }
@@ -318,27 +318,8 @@ fn thread_sum_x(c: u32, r: vec2<u32>, lid: u32) -> f32 {
   return (s4.x + s4.y) + (s4.z + s4.w);
 }
 
-fn thread_sum_sq(c: u32, r: vec2<u32>, lid: u32, mean: f32) -> f32 {
-  var q4 = vec4<f32>(0.0);
-  var e = r.x + lid;
-  while (e + 768u < r.y) {
-    var b4 = vec4<f32>(0.0);
-    for (var k = 0u; k < BLOCK && e + 768u < r.y; k++) {
-      let d = vec4<f32>(x[at(c, e)], x[at(c, e + 256u)], x[at(c, e + 512u)],
-                        x[at(c, e + 768u)]) - mean;
-      b4 += d * d;
-      e += 1024u;
-    }
-    q4 += b4;
-  }
-  for (; e < r.y; e += 256u) {
-    let d = x[at(c, e)] - mean;
-    q4.x += d * d;
-  }
-  return (q4.x + q4.y) + (q4.z + q4.w);
-}
-
-// (sum (x - a)^2, sum (x - a)) over the thread's elements, as thread_sum_sq's loop.
+// (sum (x - a)^2, sum (x - a)) over the thread's elements: the squares about the mean
+// (sum_sq, forward_fused: .x) or about a part's own mean with its residual (stats_parts).
 fn thread_dev(c: u32, r: vec2<u32>, lid: u32, a: f32) -> vec2<f32> {
   var q4 = vec4<f32>(0.0);
   var d4 = vec4<f32>(0.0);
@@ -453,7 +434,7 @@ fn forward_fused(@builtin(workgroup_id) wid: vec3<u32>,
   let mean = red[0].x / f32(p.outer * p.inner);
   if (lid == 0u) { save[c] = mean; }
   workgroupBarrier();  // everyone read red[0]
-  red[lid] = vec2<f32>(thread_sum_sq(c, r, lid, mean), 0.0);
+  red[lid] = vec2<f32>(thread_dev(c, r, lid, mean).x, 0.0);
   wg_tree_sum(lid);
   if (lid == 0u) { finish_var(c, red[0].x); }
   let invstd = inverseSqrt(red[0].x / f32(p.outer * p.inner) + p.eps);  // = finish_var's
