@@ -165,8 +165,9 @@ fn part_count(r: vec2<u32>) -> u32 { return select(0u, r.y - r.x, r.y > r.x); }
 // Part k of channel c's share of sum (x - mean)^2 beyond its own q_k (0 when empty).
 fn between_part(c: u32, k: u32, mean: f32) -> f32 {
   let at = 4u * (c * p.parts + k);
+  let n = part_count(part_range(k));
   let d = part[at + 1u] - mean;
-  return f32(part_count(part_range(k))) * d * d + 2.0 * d * part[at + 3u];
+  return select(0.0, f32(n) * d * d + 2.0 * d * part[at + 3u], n > 0u);
 }
 
 @compute @workgroup_size(64)

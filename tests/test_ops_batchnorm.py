@@ -126,10 +126,11 @@ def test_more_channels_than_one_dispatch_dimension(device):
 # pass, Builder.BN_STATS_PARTS) and sum_x -> mean_finish -> sum_sq -> var_finish, for values
 # far from zero (mean 1000, std 0.5: the squares about a rounded mean), channels of uneven
 # parts and a part past the end (M 9 in 4 parts of 3), a constant channel (variance 0 up to
-# the f32 mean's rounding), against float64 numpy: mean, invstd
-# and the running statistics (momentum 0.9, the unbiased variance).
+# the f32 mean's rounding), 70,000 channels (past 65,535: folded into the dispatch's z),
+# against float64 numpy: mean, invstd and the running statistics (momentum 0.9, the unbiased
+# variance).
 @pytest.mark.parametrize("outer,c,inner,parts", [(64, 3, 1000, 7), (3, 2, 3, 4), (5, 1, 1, 1),
-                                                 (2, 70, 33, 16)])
+                                                 (2, 70, 33, 16), (8, 70_000, 1, 2)])
 @pytest.mark.parametrize("one_pass", [True, False])
 def test_batch_statistics_kernels(device, outer, c, inner, parts, one_pass):
     import types

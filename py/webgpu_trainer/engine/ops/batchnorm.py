@@ -107,7 +107,7 @@ def _part(b, node, c, parts, blocked):
     for the workgroup kernels; for the block sums (up to ~2 * MAX_PARTS a channel) the plan's
     shared scratch, which the next dispatch reads."""
     if not blocked:  # x4: stats_parts' (GPU adapters)
-        return b.save(node, 4 * c * parts, "parts")
+        return b.save(node, (4 if b.tiled and b.BN_STATS_PARTS else 2) * c * parts, "parts")
     return b.temp(2 * c * parts)
 
 
