@@ -498,13 +498,23 @@ def test_conv_gemm_weight_grad(device, n, c, h, k, kh, s, pad, tile):
         device.submit([device.program(b.current)])
         return np.frombuffer(await device.read(dw), np.float32)[:k * c * kh * kh]
     got = run(go()).reshape(k, c, kh, kh)
+    assert rel_err(got, _weight_grad_ref(x, dy, kh, s, pad)) <= FWD_RTOL
+
+
+def _weight_grad_ref(x, dy, kh, s, pad, grp=1):
+    """float64 dw [K, C/grp, kh, kh] of a square convolution (stride s, padding pad, grp
+    groups) for input x [N, C, H, H] and output gradient dy [N, K, OH, OH]."""
+    k, oh, cg = dy.shape[1], dy.shape[2], x.shape[1] // grp
+    kg = k // grp
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    want = np.zeros((k, c, kh, kh))
+    want = np.zeros((k, cg, kh, kh))
     for i in range(kh):
         for j in range(kh):
             patch = xp[:, :, i:i + s * (oh - 1) + 1:s, j:j + s * (oh - 1) + 1:s]
-            want[:, :, i, j] = np.einsum("nkpq,ncpq->kc", dy, patch)
-    assert rel_err(got, want) <= FWD_RTOL
+            for gi in range(grp):
+                want[gi * kg:(gi + 1) * kg, :, i, j] = np.einsum(
+                    "nkpq,ncpq->kc", dy[:, gi * kg:(gi + 1) * kg], patch[:, gi * cg:(gi + 1) * cg])
+    return want
 
 
 # conv2d_wgrad.wgsl weight_grad alone (ops/conv.weight_grad on GPU adapters): output channels
@@ -529,7 +539,7 @@ def test_conv_weight_grad_direct(device, n, c, h, k, kh, s, pad, grp):
     bx, bdy = device.buffer(x.nbytes), device.buffer(dy.nbytes)
     device.write(bx, x.tobytes())
     device.write(bdy, dy.tobytes())
-    cg, kg = c // grp, k // grp
+    cg = c // grp
     dw = device.buffer(4 * k * cg * kh * kh)
     win = {"KH": kh, "KW": kh, "sh": s, "sw": s, "ph": pad, "pw": pad, "dh": 1, "dw": 1}
 
@@ -538,15 +548,7 @@ def test_conv_weight_grad_direct(device, n, c, h, k, kh, s, pad, grp):
         device.submit([device.program(b.current)])
         return np.frombuffer(await device.read(dw), np.float32)[:k * cg * kh * kh]
     got = run(go()).reshape(k, cg, kh, kh)
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    want = np.zeros((k, cg, kh, kh))
-    for i in range(kh):
-        for j in range(kh):
-            patch = xp[:, :, i:i + s * (oh - 1) + 1:s, j:j + s * (oh - 1) + 1:s]
-            for gi in range(grp):
-                want[gi * kg:(gi + 1) * kg, :, i, j] = np.einsum(
-                    "nkpq,ncpq->kc", dy[:, gi * kg:(gi + 1) * kg], patch[:, gi * cg:(gi + 1) * cg])
-    assert rel_err(got, want) <= FWD_RTOL
+    assert rel_err(got, _weight_grad_ref(x, dy, kh, s, pad, grp)) <= FWD_RTOL
 
 
 # The untiled kernel's vec4 loads (gemm.wgsl matmul_vec: GPU adapters, both operands aligned):

@@ -102,12 +102,17 @@ def _blocked(b, elements: int) -> bool:
     return not b.tiled and elements <= b.BN_BLOCKED_MAX
 
 
+def _one_pass(b) -> bool:
+    """The batch statistics by stats_parts -> stats_finish (GPU adapters, BN_STATS_PARTS)."""
+    return b.tiled and b.BN_STATS_PARTS
+
+
 def _part(b, node, c, parts, blocked):
     """The partial sums' buffer, [C, parts, 2] ([C, parts, 4] for stats_parts): per layer
     for the workgroup kernels; for the block sums (up to ~2 * MAX_PARTS a channel) the plan's
     shared scratch, which the next dispatch reads."""
     if not blocked:  # x4: stats_parts' (GPU adapters)
-        return b.save(node, (4 if b.tiled and b.BN_STATS_PARTS else 2) * c * parts, "parts")
+        return b.save(node, (4 if _one_pass(b) else 2) * c * parts, "parts")
     return b.temp(2 * c * parts)
 
 
@@ -124,7 +129,7 @@ async def forward(b, node, ins, outs, train):
     if train and blocked:  # CPU adapters: no barriers
         await b.kernel("batchnorm", "block_stats", groups_1d(c * parts), **binds)
         await b.kernel("batchnorm", "block_finish", groups_1d(c), **binds)
-    elif train and b.tiled and b.BN_STATS_PARTS:  # GPUs: one pass over x
+    elif train and _one_pass(b):  # GPUs: one pass over x
         await b.kernel("batchnorm", "stats_parts", groups_per_channel(c, parts), **binds)
         await b.kernel("batchnorm", "stats_finish", groups_1d(c), **binds)
     elif train:
