@@ -124,6 +124,9 @@ class Page:
         self.console: list[str] = []
         self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text[:500]}"))
         self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        # which resource a "Failed to load resource" names (the console message does not)
+        self.page.on("response", lambda r: r.status >= 400 and self.console.append(
+            f"http {r.status}: {r.request.method} {r.url[:300]}"))
         self.page.goto(url)
 
     def state(self) -> dict:

@@ -247,6 +247,11 @@ def test_delete_an_uploaded_model(app, server_uploads):
     page.wait_for_function("document.querySelector('#model').value === 'lenet5-ts17'",
                            timeout=60_000)
     assert (uploads / "lenet5-ts17.onnx").is_file()
+    # what the page asks about the chosen model (its summary, its memory after a 400 ms
+    # debounce) is answered before the delete: an ask sent after it would get a 404
+    page.wait_for_function("document.querySelector('#summary-card').dataset.model === "
+                           "'lenet5-ts17' && window.appState.memoryEstimate?.model === "
+                           "'lenet5-ts17'", timeout=60_000)
     assert page.is_visible("#model-delete-ask")
     page.click("#model-delete-ask")
     assert "Delete “lenet5-ts17”" in page.text_content("#model-delete-question")

@@ -68,7 +68,7 @@ async function update() {
     body = null;
   }
   if (mine !== asked) return;
-  appState.memoryEstimate = body;
+  appState.memoryEstimate = body && { ...body, model };  // the model it is for
   if (!body) {
     p.hidden = true;
     return;
