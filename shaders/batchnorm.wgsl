@@ -43,7 +43,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> save: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<storage, read_write> G: array<f32>;
-@group(0) @binding(7) var<storage, read_write> part: array<f32>;  // [C, parts] (x2 dy, x4)
+@group(0) @binding(7) var<storage, read_write> part: array<f32>;  // [C, parts] (x2: dy, sum_sq; x4)
 @group(0) @binding(8) var<storage, read_write> aux: array<f32>;  // clip: its output / y
 
 const WG: u32 = 256u;  // the summing kernels' workgroup
@@ -116,23 +116,38 @@ fn sum_sq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
           @builtin(local_invocation_index) lid: u32) {
   let c = channel_of(wid, nwg);
   if (c >= p.C) { return; }  // uniform: the whole workgroup
-  red[lid] = vec2<f32>(thread_dev(c, part_range(wid.y), lid, save[c]).x, 0.0);
+  red[lid] = thread_dev(c, part_range(wid.y), lid, save[c]);
   wg_tree_sum(lid);
-  if (lid == 0u) { part[c * p.parts + wid.y] = red[0].x; }
+  if (lid == 0u) {
+    part[c * p.parts + wid.y] = red[0].x;
+    part[(p.C + c) * p.parts + wid.y] = red[0].y;
+  }
 }
 
 @compute @workgroup_size(64)
 fn var_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
   let c = gid.x;
   if (c >= p.C) { return; }
-  finish_var(c, sum_parts(c * p.parts, 1u));
+  correct_mean(c, sum_parts(c * p.parts, 1u), sum_parts((p.C + c) * p.parts, 1u));
+}
+
+// save[c] (the mean m0 as summed) moved by the deviations' sum d = sum (x - m0), and invstd and
+// the running statistics from q = sum (x - m0)^2 about the moved mean: sum (x - m)^2 = q - d^2 / M
+// for m = m0 + d / M. The f32 sum of a channel far from zero loses its mean's low bits (a
+// constant 1e6 + 0.3 over 4.2 M elements summed 0.25 off); the x - m0 are small and exact, so d
+// puts them back.
+fn correct_mean(c: u32, q: f32, d: f32) {
+  let M = f32(p.outer * p.inner);
+  save[c] += d / M;
+  finish_var(c, max(q - d * d / M, 0.0));
 }
 
 // One pass over x for the statistics on GPU adapters (ops/batchnorm.py, Builder.BN_STATS_PARTS):
 // workgroup (c, k) writes part k's sum s_k (sum_x's), its mean a_k = s_k / n_k as rounded, and
 // the squares and the sum of x - a_k (its elements read a second time, from cache): part[4
-// (c parts + k) + 0..3] = (s_k, a_k, q_k, r_k). stats_finish adds them: mean = sum s_k / M
-// (sum_x -> mean_finish's bits), q = sum_k q_k + n_k (a_k - mean)^2 + 2 (a_k - mean) r_k, which
+// (c parts + k) + 0..3] = (s_k, a_k, q_k, r_k). stats_finish adds them: m0 = sum s_k / M
+// (sum_x -> mean_finish's bits) moved by sum (x - m0) = sum_k r_k + n_k (a_k - m0) (as
+// correct_mean), q = sum_k q_k + n_k (a_k - mean)^2 + 2 (a_k - mean) r_k, which
 // is sum (x - mean)^2 exactly in exact arithmetic: r_k = -n_k (a_k's rounding error) carries
 // that error out to second order (Chan, Golub & LeVeque 1979's pairwise update of the sums of
 // squares, with the parts' means as rounded). Two dispatches and one read of x from memory
@@ -170,14 +185,31 @@ fn between_part(c: u32, k: u32, mean: f32) -> f32 {
   return select(0.0, f32(n) * d * d + 2.0 * d * part[at + 3u], n > 0u);
 }
 
+// Part k of channel c's sum of x - m0 (0 when empty).
+fn deviation_part(c: u32, k: u32, m0: f32) -> f32 {
+  let at = 4u * (c * p.parts + k);
+  let n = part_count(part_range(k));
+  return select(0.0, part[at + 3u] + f32(n) * (part[at + 1u] - m0), n > 0u);
+}
+
 @compute @workgroup_size(64)
 fn stats_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
   let c = gid.x;
   if (c >= p.C) { return; }
-  let mean = sum_parts(4u * c * p.parts, 4u) / f32(p.outer * p.inner);
+  let M = f32(p.outer * p.inner);
+  let m0 = sum_parts(4u * c * p.parts, 4u) / M;
+  var d4 = vec4<f32>(0.0);  // sum (x - m0) = sum_k r_k + n_k (a_k - m0): correct_mean's d
+  var k = 0u;
+  for (; k + 4u <= p.parts; k += 4u) {
+    d4 += vec4<f32>(deviation_part(c, k, m0), deviation_part(c, k + 1u, m0),
+                    deviation_part(c, k + 2u, m0), deviation_part(c, k + 3u, m0));
+  }
+  var d = (d4.x + d4.y) + (d4.z + d4.w);
+  for (; k < p.parts; k++) { d += deviation_part(c, k, m0); }
+  let mean = m0 + d / M;
   save[c] = mean;
   var b4 = vec4<f32>(0.0);  // four independent sums: four parts' loads in flight
-  var k = 0u;
+  k = 0u;
   for (; k + 4u <= p.parts; k += 4u) {
     b4 += vec4<f32>(between_part(c, k, mean), between_part(c, k + 1u, mean),
                     between_part(c, k + 2u, mean), between_part(c, k + 3u, mean));
@@ -435,13 +467,16 @@ fn forward_fused(@builtin(workgroup_id) wid: vec3<u32>,
   let mean = red[0].x / f32(p.outer * p.inner);
   if (lid == 0u) { save[c] = mean; }
   workgroupBarrier();  // everyone read red[0]
-  red[lid] = vec2<f32>(thread_dev(c, r, lid, mean).x, 0.0);
+  red[lid] = thread_dev(c, r, lid, mean);
   wg_tree_sum(lid);
-  if (lid == 0u) { finish_var(c, red[0].x); }
-  let invstd = inverseSqrt(red[0].x / f32(p.outer * p.inner) + p.eps);  // = finish_var's
+  if (lid == 0u) { correct_mean(c, red[0].x, red[0].y); }
+  let M = f32(p.outer * p.inner);  // correct_mean's arithmetic
+  let d = red[0].y;
+  let mean_c = mean + d / M;
+  let invstd = inverseSqrt(max(red[0].x - d * d / M, 0.0) / M + p.eps);  // = finish_var's
   for (var e = r.x + lid; e < r.y; e += 256u) {
     let i = at(c, e);
-    put(i, normalized_c(c, x[i], mean, invstd));
+    put(i, normalized_c(c, x[i], mean_c, invstd));
   }
 }
 

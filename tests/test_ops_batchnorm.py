@@ -172,3 +172,59 @@ def test_batch_statistics_kernels(device, outer, c, inner, parts, one_pass):
     if c > 1:  # the constant channel: a variance of at most the f32 mean's rounding
         assert abs(got_p[-1] - f32(rv[-1] * 0.9)) <= 1e-7
         assert got_save[-1] * np.sqrt(1e-5) >= 0.99
+
+
+# Channels far from zero on the GPU adapters' three paths (one pass, the four part kernels, and
+# forward_fused when a channel is one part), 131,072 elements a channel: the f32 sum alone puts
+# the mean of a constant 1e6 + 0.3 some 0.1 off (and its normalized outputs at +-1, not 0); the
+# deviations' sum must correct it. Against float64: the mean within 1 ulp of its f32 value,
+# a constant channel normalized to exactly 0 with invstd 1/sqrt(eps), invstd of a channel at
+# 1e4 with std 0.1 within 1e-5.
+@pytest.mark.parametrize("path", ["one_pass", "parts", "fused"])
+def test_batch_statistics_far_from_zero(device, path):
+    import types
+    from conftest import f32, rng_for, run
+    from webgpu_trainer.engine.backends.base import groups_1d, groups_per_channel
+    from webgpu_trainer.engine.plan import Builder
+    outer, c, inner = 32, 4, 4096
+    parts = 1 if path == "fused" else 16
+    rng = rng_for("bn_far", path)
+    x = np.empty((outer, c, inner), np.float32)
+    x[:, 0] = f32(1e6 + 0.3)
+    x[:, 1] = f32(1e4 + 0.1 * rng.standard_normal((outer, inner)))
+    x[:, 2] = f32(3e7 + 1)
+    x[:, 3] = f32(-2e5 + 0.05 * rng.standard_normal((outer, inner)))
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    bx, bp, bo = device.buffer(x.nbytes), device.buffer(16 * c), device.buffer(x.nbytes)
+    save, part = device.buffer(8 * c), device.buffer(16 * c * parts)
+    device.write(bx, x.tobytes())
+    device.write(bp, np.concatenate([np.ones(c), np.zeros(c), np.zeros(c), np.ones(c)])
+                 .astype(np.float32).tobytes())
+    params = dict(outer=outer, C=c, inner=inner, gamma=0, beta=c, rmean=2 * c, rvar=3 * c,
+                  parts=parts, eps=1e-5, momentum=0.9, mask=0, want_dx=0, relu=0, bw=0, bg=0,
+                  bpp=0, clip=0, lo=0.0, hi=0.0)
+    binds = dict(params=params, x=bx, P=bp, save=save, part=part, out=bo)
+    steps = {"one_pass": ["stats_parts", "stats_finish"],
+             "parts": ["sum_x", "mean_finish", "sum_sq", "var_finish"],
+             "fused": ["forward_fused"]}[path]
+
+    async def go():
+        for entry in steps:
+            per_channel = entry in ("stats_parts", "sum_x", "sum_sq", "forward_fused")
+            await b.kernel("batchnorm", entry, groups_per_channel(c, parts) if per_channel
+                           else groups_1d(c), **binds)
+        if path != "fused":
+            await b.kernel("batchnorm", "normalize", b.elementwise_groups(x.size), **binds)
+        device.submit([device.program(b.current)])
+        return (np.frombuffer(await device.read(save), np.float32)[:2 * c],
+                np.frombuffer(await device.read(bo), np.float32).reshape(x.shape))
+    got_save, out = run(go())
+    x64 = x.astype(np.float64)
+    mean, var = x64.mean(axis=(0, 2)), x64.var(axis=(0, 2))
+    ulp = np.spacing(np.abs(mean).astype(np.float32)).astype(np.float64)
+    assert np.all(np.abs(got_save[:c] - mean) <= ulp), (got_save[:c], mean)
+    for k in (0, 2):  # the constant channels
+        assert np.all(out[:, k] == 0), (k, np.abs(out[:, k]).max())
+        assert abs(got_save[c + k] * np.sqrt(1e-5) - 1) <= 1e-3
+    for k in (1, 3):
+        assert abs(got_save[c + k] * np.sqrt(var[k] + 1e-5) - 1) <= 1e-5, (k, got_save[c + k])
