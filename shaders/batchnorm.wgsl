@@ -146,10 +146,10 @@ fn correct_mean(c: u32, q: f32, d: f32) {
 // workgroup (c, k) writes part k's sum s_k (sum_x's), its mean a_k = s_k / n_k as rounded, and
 // the squares and the sum of x - a_k (its elements read a second time, from cache): part[4
 // (c parts + k) + 0..3] = (s_k, a_k, q_k, r_k). stats_finish adds them: m0 = sum s_k / M
-// (sum_x -> mean_finish's bits) moved by sum (x - m0) = sum_k r_k + n_k (a_k - m0) (as
-// correct_mean), q = sum_k q_k + n_k (a_k - mean)^2 + 2 (a_k - mean) r_k, which
-// is sum (x - mean)^2 exactly in exact arithmetic: r_k = -n_k (a_k's rounding error) carries
-// that error out to second order (Chan, Golub & LeVeque 1979's pairwise update of the sums of
+// (sum_x -> mean_finish's bits), and about m0 q = sum_k q_k + n_k (a_k - m0)^2 + 2 (a_k - m0)
+// r_k and d = sum_k r_k + n_k (a_k - m0), which are sum (x - m0)^2 and sum (x - m0) exactly in
+// exact arithmetic (then correct_mean): r_k = -n_k (a_k's rounding error) carries that error
+// out to second order (Chan, Golub & LeVeque 1979's pairwise update of the sums of
 // squares, with the parts' means as rounded). Two dispatches and one read of x from memory
 // instead of sum_x, mean_finish, sum_sq, var_finish's four and two.
 @compute @workgroup_size(256)
@@ -177,47 +177,33 @@ fn stats_parts(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 // The elements in part range r (0 for an empty part past the end).
 fn part_count(r: vec2<u32>) -> u32 { return select(0u, r.y - r.x, r.y > r.x); }
 
-// Part k of channel c's share of sum (x - mean)^2 beyond its own q_k (0 when empty).
-fn between_part(c: u32, k: u32, mean: f32) -> f32 {
+// Part k of channel c's (sum (x - m0)^2, sum (x - m0)) from its (a_k, q_k, r_k): with
+// e = a_k - m0, (q_k + n_k e^2 + 2 e r_k, r_k + n_k e) ((0, 0) when empty).
+fn part_about(c: u32, k: u32, m0: f32) -> vec2<f32> {
   let at = 4u * (c * p.parts + k);
-  let n = part_count(part_range(k));
-  let d = part[at + 1u] - mean;
-  return select(0.0, f32(n) * d * d + 2.0 * d * part[at + 3u], n > 0u);
-}
-
-// Part k of channel c's sum of x - m0 (0 when empty).
-fn deviation_part(c: u32, k: u32, m0: f32) -> f32 {
-  let at = 4u * (c * p.parts + k);
-  let n = part_count(part_range(k));
-  return select(0.0, part[at + 3u] + f32(n) * (part[at + 1u] - m0), n > 0u);
+  let n = f32(part_count(part_range(k)));
+  let e = part[at + 1u] - m0;
+  let r = part[at + 3u];
+  return select(vec2<f32>(0.0), vec2<f32>(part[at + 2u] + n * e * e + 2.0 * e * r, r + n * e),
+                n > 0.0);
 }
 
 @compute @workgroup_size(64)
 fn stats_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
   let c = gid.x;
   if (c >= p.C) { return; }
-  let M = f32(p.outer * p.inner);
-  let m0 = sum_parts(4u * c * p.parts, 4u) / M;
-  var d4 = vec4<f32>(0.0);  // sum (x - m0) = sum_k r_k + n_k (a_k - m0): correct_mean's d
+  let m0 = sum_parts(4u * c * p.parts, 4u) / f32(p.outer * p.inner);
+  save[c] = m0;
+  var s01 = vec4<f32>(0.0);  // four independent sums: four parts' loads in flight
+  var s23 = vec4<f32>(0.0);
   var k = 0u;
   for (; k + 4u <= p.parts; k += 4u) {
-    d4 += vec4<f32>(deviation_part(c, k, m0), deviation_part(c, k + 1u, m0),
-                    deviation_part(c, k + 2u, m0), deviation_part(c, k + 3u, m0));
+    s01 += vec4<f32>(part_about(c, k, m0), part_about(c, k + 1u, m0));
+    s23 += vec4<f32>(part_about(c, k + 2u, m0), part_about(c, k + 3u, m0));
   }
-  var d = (d4.x + d4.y) + (d4.z + d4.w);
-  for (; k < p.parts; k++) { d += deviation_part(c, k, m0); }
-  let mean = m0 + d / M;
-  save[c] = mean;
-  var b4 = vec4<f32>(0.0);  // four independent sums: four parts' loads in flight
-  k = 0u;
-  for (; k + 4u <= p.parts; k += 4u) {
-    b4 += vec4<f32>(between_part(c, k, mean), between_part(c, k + 1u, mean),
-                    between_part(c, k + 2u, mean), between_part(c, k + 3u, mean));
-  }
-  var b = (b4.x + b4.y) + (b4.z + b4.w);
-  for (; k < p.parts; k++) { b += between_part(c, k, mean); }
-  // >= 0 in exact arithmetic; rounding may leave a constant channel's a hair below
-  finish_var(c, max(sum_parts(4u * c * p.parts + 2u, 4u) + b, 0.0));
+  var s = (s01.xy + s01.zw) + (s23.xy + s23.zw);
+  for (; k < p.parts; k++) { s += part_about(c, k, m0); }
+  correct_mean(c, s.x, s.y);
 }
 
 // invstd (save) and the running statistics of channel c from q = sum (x - mean)^2.
