@@ -9,7 +9,8 @@
 // a finish kernel adds the `parts` partial sums (one workgroup a channel: forward_fused,
 // backward_fused). CPU adapters sum without barriers, a thread a block (block_stats, block_dy;
 // lib/bn_blocks.wgsl).
-//   sum_x -> mean_finish (mean), sum_sq -> var_finish (invstd, running statistics), or on
+//   sum_x -> mean_finish (mean m0), sum_sq -> var_finish (m0 corrected, invstd, running
+//   statistics: correct_mean), or on
 //   GPU adapters stats_parts -> stats_finish (one pass over x),
 //   sum_dy -> dy_finish: G[dgamma] = sum(dy * xhat), G[dbeta] = sum(dy),
 //   backward_input: dx = gamma*invstd * (dy - dbeta/M - xhat*dgamma/M), M = outer*inner
@@ -133,13 +134,14 @@ fn var_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 // save[c] (the mean m0 as summed) moved by the deviations' sum d = sum (x - m0), and invstd and
 // the running statistics from q = sum (x - m0)^2 about the moved mean: sum (x - m)^2 = q - d^2 / M
-// for m = m0 + d / M. The f32 sum of a channel far from zero loses its mean's low bits (a
-// constant 1e6 + 0.3 over 4.2 M elements summed 0.25 off); the x - m0 are small and exact, so d
-// puts them back.
+// for m = m0 + d / M (d * (d / M): d * d alone overflows f32 while q is finite, e.g. values at
+// 1e22 with std 1e16). The f32 sum of a channel far from zero loses its mean's low bits (a
+// constant 1e6 + 0.3 over 4.2 M elements summed 0.25 off); the x - m0 are small and, near m0,
+// exact, so d puts them back.
 fn correct_mean(c: u32, q: f32, d: f32) {
   let M = f32(p.outer * p.inner);
   save[c] += d / M;
-  finish_var(c, max(q - d * d / M, 0.0));
+  finish_var(c, max(q - d * (d / M), 0.0));
 }
 
 // One pass over x for the statistics on GPU adapters (ops/batchnorm.py, Builder.BN_STATS_PARTS):
@@ -337,8 +339,8 @@ fn thread_sum_x(c: u32, r: vec2<u32>, lid: u32) -> f32 {
   return (s4.x + s4.y) + (s4.z + s4.w);
 }
 
-// (sum (x - a)^2, sum (x - a)) over the thread's elements: the squares about the mean
-// (sum_sq, forward_fused: .x) or about a part's own mean with its residual (stats_parts).
+// (sum (x - a)^2, sum (x - a)) over the thread's elements: about the first mean m0 (sum_sq,
+// forward_fused: then correct_mean) or about a part's own mean (stats_parts).
 fn thread_dev(c: u32, r: vec2<u32>, lid: u32, a: f32) -> vec2<f32> {
   var q4 = vec4<f32>(0.0);
   var d4 = vec4<f32>(0.0);
@@ -459,7 +461,7 @@ fn forward_fused(@builtin(workgroup_id) wid: vec3<u32>,
   let M = f32(p.outer * p.inner);  // correct_mean's arithmetic
   let d = red[0].y;
   let mean_c = mean + d / M;
-  let invstd = inverseSqrt(max(red[0].x - d * d / M, 0.0) / M + p.eps);  // = finish_var's
+  let invstd = inverseSqrt(max(red[0].x - d * (d / M), 0.0) / M + p.eps);  // = finish_var's
   for (var e = r.x + lid; e < r.y; e += 256u) {
     let i = at(c, e);
     put(i, normalized_c(c, x[i], mean_c, invstd));

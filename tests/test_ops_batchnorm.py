@@ -176,17 +176,19 @@ def test_batch_statistics_kernels(device, outer, c, inner, parts, one_pass):
 
 # Channels far from zero on the GPU adapters' three paths (one pass, the four part kernels, and
 # forward_fused when a channel is one part), 131,072 elements a channel: the f32 sum alone puts
-# the mean of a constant 1e6 + 0.3 some 0.1 off (and its normalized outputs at +-1, not 0); the
+# the mean of a constant 1e6 + 0.3 some 0.19 off (and its normalized outputs at -1, not 0); the
 # deviations' sum must correct it. Against float64: the mean within 1 ulp of its f32 value,
-# a constant channel normalized to exactly 0 with invstd 1/sqrt(eps), invstd of a channel at
-# 1e4 with std 0.1 within 1e-5.
+# a constant channel normalized to exactly 0 with invstd 1/sqrt(eps), invstd of channels at
+# 1e4 with std 0.1, -2e5 with std 0.05 and 1e22 with std 1e16 (the squared deviations' sum
+# overflows f32 unless divided first) within 1e-5, the running statistics (momentum 0.9, the
+# unbiased variance) within 1e-5. The parts buffer has the size ops/batchnorm._part gives.
 @pytest.mark.parametrize("path", ["one_pass", "parts", "fused"])
 def test_batch_statistics_far_from_zero(device, path):
     import types
-    from conftest import f32, rng_for, run
+    from conftest import f32, rel_err, rng_for, run
     from webgpu_trainer.engine.backends.base import groups_1d, groups_per_channel
     from webgpu_trainer.engine.plan import Builder
-    outer, c, inner = 32, 4, 4096
+    outer, c, inner = 32, 5, 4096
     parts = 1 if path == "fused" else 16
     rng = rng_for("bn_far", path)
     x = np.empty((outer, c, inner), np.float32)
@@ -194,9 +196,11 @@ def test_batch_statistics_far_from_zero(device, path):
     x[:, 1] = f32(1e4 + 0.1 * rng.standard_normal((outer, inner)))
     x[:, 2] = f32(3e7 + 1)
     x[:, 3] = f32(-2e5 + 0.05 * rng.standard_normal((outer, inner)))
+    x[:, 4] = f32(1e22 + 1e16 * rng.standard_normal((outer, inner)))
     b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
     bx, bp, bo = device.buffer(x.nbytes), device.buffer(16 * c), device.buffer(x.nbytes)
-    save, part = device.buffer(8 * c), device.buffer(16 * c * parts)
+    save = device.buffer(8 * c)
+    part = device.buffer(4 * (4 if path == "one_pass" else 2) * c * parts)
     device.write(bx, x.tobytes())
     device.write(bp, np.concatenate([np.ones(c), np.zeros(c), np.zeros(c), np.ones(c)])
                  .astype(np.float32).tobytes())
@@ -217,8 +221,9 @@ def test_batch_statistics_far_from_zero(device, path):
             await b.kernel("batchnorm", "normalize", b.elementwise_groups(x.size), **binds)
         device.submit([device.program(b.current)])
         return (np.frombuffer(await device.read(save), np.float32)[:2 * c],
-                np.frombuffer(await device.read(bo), np.float32).reshape(x.shape))
-    got_save, out = run(go())
+                np.frombuffer(await device.read(bo), np.float32).reshape(x.shape),
+                np.frombuffer(await device.read(bp), np.float32)[2 * c:4 * c])
+    got_save, out, running = run(go())
     x64 = x.astype(np.float64)
     mean, var = x64.mean(axis=(0, 2)), x64.var(axis=(0, 2))
     ulp = np.spacing(np.abs(mean).astype(np.float32)).astype(np.float64)
@@ -226,5 +231,9 @@ def test_batch_statistics_far_from_zero(device, path):
     for k in (0, 2):  # the constant channels
         assert np.all(out[:, k] == 0), (k, np.abs(out[:, k]).max())
         assert abs(got_save[c + k] * np.sqrt(1e-5) - 1) <= 1e-3
-    for k in (1, 3):
+    for k in (1, 3, 4):
         assert abs(got_save[c + k] * np.sqrt(var[k] + 1e-5) - 1) <= 1e-5, (k, got_save[c + k])
+    m = outer * inner
+    assert rel_err(running[:c], 0.1 * mean) <= 1e-6
+    want_rv = 0.9 + 0.1 * var * m / (m - 1)
+    assert np.all(np.abs(running[c:] / want_rv - 1) <= 1e-5), (running[c:], want_rv)

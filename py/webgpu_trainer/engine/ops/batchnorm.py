@@ -108,9 +108,10 @@ def _one_pass(b) -> bool:
 
 
 def _part(b, node, c, parts, blocked):
-    """The partial sums' buffer, [C, parts, 2] ([C, parts, 4] for stats_parts): per layer
-    for the workgroup kernels; for the block sums (up to ~2 * MAX_PARTS a channel) the plan's
-    shared scratch, which the next dispatch reads."""
+    """The partial sums' buffer: per layer for the workgroup kernels ([2, C, parts]: sum_x's
+    sums, then sum_sq's squares and deviations; [C, parts, 2]: the backward's dy sums;
+    [C, parts, 4]: stats_parts'); for the block sums (up to ~2 * MAX_PARTS a channel) the
+    plan's shared scratch, which the next dispatch reads."""
     if not blocked:  # x4: stats_parts' (GPU adapters)
         return b.save(node, (4 if _one_pass(b) else 2) * c * parts, "parts")
     return b.temp(2 * c * parts)
