@@ -44,7 +44,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> save: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<storage, read_write> G: array<f32>;
-@group(0) @binding(7) var<storage, read_write> part: array<f32>;  // [C, parts] (x2: dy, sum_sq; x4)
+@group(0) @binding(7) var<storage, read_write> part: array<f32>;  // ops/batchnorm._part
 @group(0) @binding(8) var<storage, read_write> aux: array<f32>;  // clip: its output / y
 
 const WG: u32 = 256u;  // the summing kernels' workgroup
@@ -139,9 +139,15 @@ fn var_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
 // constant 1e6 + 0.3 over 4.2 M elements summed 0.25 off); the x - m0 are small and, near m0,
 // exact, so d puts them back.
 fn correct_mean(c: u32, q: f32, d: f32) {
+  let v = moved(save[c], q, d);
+  save[c] = v.x;
+  finish_var(c, v.y);
+}
+
+// (m, sum (x - m)^2) for m = m0 + d / M: correct_mean's arithmetic (forward_fused's too).
+fn moved(m0: f32, q: f32, d: f32) -> vec2<f32> {
   let M = f32(p.outer * p.inner);
-  save[c] += d / M;
-  finish_var(c, max(q - d * (d / M), 0.0));
+  return vec2<f32>(m0 + d / M, max(q - d * (d / M), 0.0));
 }
 
 // One pass over x for the statistics on GPU adapters (ops/batchnorm.py, Builder.BN_STATS_PARTS):
@@ -458,13 +464,11 @@ fn forward_fused(@builtin(workgroup_id) wid: vec3<u32>,
   red[lid] = thread_dev(c, r, lid, mean);
   wg_tree_sum(lid);
   if (lid == 0u) { correct_mean(c, red[0].x, red[0].y); }
-  let M = f32(p.outer * p.inner);  // correct_mean's arithmetic
-  let d = red[0].y;
-  let mean_c = mean + d / M;
-  let invstd = inverseSqrt(max(red[0].x - d * (d / M), 0.0) / M + p.eps);  // = finish_var's
+  let v = moved(mean, red[0].x, red[0].y);
+  let invstd = inverseSqrt(v.y / f32(p.outer * p.inner) + p.eps);  // = finish_var's
   for (var e = r.x + lid; e < r.y; e += 256u) {
     let i = at(c, e);
-    put(i, normalized_c(c, x[i], mean_c, invstd));
+    put(i, normalized_c(c, x[i], v.x, invstd));
   }
 }
 
