@@ -194,6 +194,145 @@ fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
   }
 }
 
+// ---- weight_grad_rows: 3x3 stride-1 windows of narrow layers (ops/conv.py picks it) ---------
+// dw as above, for KH = KW = 3, strides and dilations 1, any padding. Threads over (8 output
+// channels, 1 input channel) pairs, each owning those 8 channels x the channel's 9 taps (72
+// sums), so every thread of a workgroup works on the same output pixel at once: the pixel's dy
+// (8 channels, two vec4) is read by all threads of a channel block from one workgroup address
+// (a broadcast), and the 9 taps from the staged input rows. A workgroup walks a chunk of the
+// flattened output rows (n, oh), one row at a time: the row's dy [OW, 8 * KBW] and the three
+// input rows it reads ([CW channels][3 rows][OW + 2 columns], zero outside the image) are
+// staged in workgroup memory, where consecutive output rows of one image share two of the
+// three input rows (a ring of 3: only the new row is loaded). Each thread writes its 72 sums
+// to y[chunk, k, (c, i, j)] (reduce.wgsl adds the chunks). The pixel index math of `weight_grad`
+// (a walk per pixel, 8 loads from memory for 64 products) is gone: 5 workgroup reads for 72
+// (the window slides along the row, 3 new input values a pixel).
+// wid.x = (group, block of KBW channel blocks, block of CW input channels), wid.y = chunk.
+override KBW: u32 = 3u;   // blocks of 8 output channels a workgroup
+override CW: u32 = 16u;   // input channels a workgroup
+override WGS: u32 = 64u;  // threads (>= KBW * CW, >= OW + 2; the extra ones only stage)
+var<workgroup> xs: array<f32, 3072>;           // [CW][3 ring rows][WS], channel stride CS
+var<workgroup> ds: array<vec4<f32>, 256>;      // [OW][2 * KBW] vec4 of 4 channels
+
+@compute @workgroup_size(WGS)
+fn weight_grad_rows(@builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(local_invocation_index) lid: u32) {
+  let Kg = p.K / p.G;
+  let Cg = p.C / p.G;
+  let kgroups = ((Kg + 7u) / 8u + KBW - 1u) / KBW;
+  let cgroups = (Cg + CW - 1u) / CW;
+  let g = wid.x / (kgroups * cgroups);
+  let kq = (wid.x / cgroups) % kgroups;
+  let c0 = g * Cg + (wid.x % cgroups) * CW;   // this workgroup's first input channel
+  let kg0 = kq * KBW * 8u;                     // its first output channel within the group
+  let ccount = min(CW, (g + 1u) * Cg - c0);
+  let WS = p.OW + 2u;                          // staged columns: ow - pw .. ow + 2 - pw
+  let CS = 3u * WS + 1u - (3u * WS) % 2u;      // odd: a warp's channels hit distinct banks
+  let KV = 2u * KBW;                           // vec4 of dy a pixel
+  let rows = p.N * p.OH;
+  let per = (rows + p.splits - 1u) / p.splits;
+  let start = wid.y * per;
+  let end = min(rows, start + per);
+  // this thread's pair: channel block kb (of the workgroup's), input channel cl
+  let kb = lid / CW;
+  let cl = lid % CW;
+  let works = kb < KBW && cl < ccount;
+  // staging roles (threads past the last whole set of columns stage nothing): column `col` of
+  // lines line0, line0 + lstep, ...; dy column `dcol` of channels kl0, kl0 + kstep, ...
+  let col = lid % WS;
+  let lstep = WGS / WS;
+  let line0 = select(lid / WS, 3u * CW, lid >= lstep * WS);
+  let dcol = lid % p.OW;
+  let kstep = WGS / p.OW;
+  let kl0 = select(lid / p.OW, KBW * 8u, lid >= kstep * p.OW);
+  let plane = p.H * p.W;
+  let oplane = p.OH * p.OW;
+  var a00 = vec4<f32>(0.0); var a01 = vec4<f32>(0.0); var a02 = vec4<f32>(0.0);
+  var a10 = vec4<f32>(0.0); var a11 = vec4<f32>(0.0); var a12 = vec4<f32>(0.0);
+  var a20 = vec4<f32>(0.0); var a21 = vec4<f32>(0.0); var a22 = vec4<f32>(0.0);
+  var b00 = vec4<f32>(0.0); var b01 = vec4<f32>(0.0); var b02 = vec4<f32>(0.0);
+  var b10 = vec4<f32>(0.0); var b11 = vec4<f32>(0.0); var b12 = vec4<f32>(0.0);
+  var b20 = vec4<f32>(0.0); var b21 = vec4<f32>(0.0); var b22 = vec4<f32>(0.0);
+  var n = start / max(p.OH, 1u);
+  var oh = start % max(p.OH, 1u);
+  var fresh = true;  // the ring holds nothing of this image yet
+  for (var rho = start; rho < end; rho++) {
+    // stage the input rows: all three of a new image's first row (or the chunk's), else the
+    // one the window moves onto (padded row oh + 2 into ring slot (oh + 2) % 3)
+    let lines = select(ccount, 3u * ccount, fresh);
+    let iw = i32(col) - i32(pw);
+    for (var line = line0; line < lines; line += lstep) {
+      let cc = select(line, line / 3u, fresh);
+      let i = select(2u, line % 3u, fresh);
+      let ih = i32(oh + i) - i32(ph);
+      let ok = ih >= 0 && ih < i32(p.H) && iw >= 0 && iw < i32(p.W);
+      let at = (n * p.C + c0 + cc) * plane + u32(max(ih, 0)) * p.W + u32(max(iw, 0));
+      xs[cc * CS + ((oh + i) % 3u) * WS + col] = select(0.0, w[select(0u, at, ok)], ok);
+    }
+    // stage the row's dy, [OW][KBW * 8] (zero past the group's channels)
+    for (var kl = kl0; kl < KBW * 8u; kl += kstep) {
+      let k = kg0 + kl;
+      let ok = k < Kg;
+      let at = (n * p.K + g * Kg + min(k, Kg - 1u)) * oplane + oh * p.OW + dcol;
+      ds[dcol * KV + kl / 4u][kl % 4u] = select(0.0, x[at], ok);
+    }
+    workgroupBarrier();
+    if (works) {
+      let r0 = cl * CS + (oh % 3u) * WS;
+      let r1 = cl * CS + ((oh + 1u) % 3u) * WS;
+      let r2 = cl * CS + ((oh + 2u) % 3u) * WS;
+      // the window slides along the row: columns ow and ow + 1 of each input row carried over
+      var u0 = xs[r0]; var u1 = xs[r0 + 1u];
+      var v0 = xs[r1]; var v1 = xs[r1 + 1u];
+      var w0 = xs[r2]; var w1 = xs[r2 + 1u];
+      for (var ow = 0u; ow < p.OW; ow++) {
+        let d0 = ds[ow * KV + 2u * kb];
+        let d1 = ds[ow * KV + 2u * kb + 1u];
+        let u2 = xs[r0 + ow + 2u];
+        let v2 = xs[r1 + ow + 2u];
+        let w2 = xs[r2 + ow + 2u];
+        a00 = fma(vec4<f32>(u0), d0, a00); b00 = fma(vec4<f32>(u0), d1, b00);
+        a01 = fma(vec4<f32>(u1), d0, a01); b01 = fma(vec4<f32>(u1), d1, b01);
+        a02 = fma(vec4<f32>(u2), d0, a02); b02 = fma(vec4<f32>(u2), d1, b02);
+        a10 = fma(vec4<f32>(v0), d0, a10); b10 = fma(vec4<f32>(v0), d1, b10);
+        a11 = fma(vec4<f32>(v1), d0, a11); b11 = fma(vec4<f32>(v1), d1, b11);
+        a12 = fma(vec4<f32>(v2), d0, a12); b12 = fma(vec4<f32>(v2), d1, b12);
+        a20 = fma(vec4<f32>(w0), d0, a20); b20 = fma(vec4<f32>(w0), d1, b20);
+        a21 = fma(vec4<f32>(w1), d0, a21); b21 = fma(vec4<f32>(w1), d1, b21);
+        a22 = fma(vec4<f32>(w2), d0, a22); b22 = fma(vec4<f32>(w2), d1, b22);
+        u0 = u1; u1 = u2; v0 = v1; v1 = v2; w0 = w1; w1 = w2;
+      }
+    }
+    workgroupBarrier();
+    oh += 1u;
+    fresh = oh == p.OH;
+    if (fresh) { oh = 0u; n += 1u; }
+  }
+  if (!works) { return; }
+  // y[chunk, k, (c, i, j)]: channels kg0 + 8 kb + 0..7 of the group, taps of channel c0 + cl
+  let R = Cg * 9u;
+  let kbase = kg0 + 8u * kb;
+  let r = (c0 - g * Cg + cl) * 9u;
+  let ybase = wid.y * p.K * R + r;
+  store_taps(ybase, g * Kg, kbase, Kg, R, a00, a01, a02, a10, a11, a12, a20, a21, a22);
+  store_taps(ybase, g * Kg, kbase + 4u, Kg, R, b00, b01, b02, b10, b11, b12, b20, b21, b22);
+}
+
+// The 9 taps' sums of 4 output channels kl..kl + 3 (of the group's Kg; those past it skipped):
+// t_ij[q] is dw[group first + kl + q, c, i, j], at y[ybase + (first + kl + q) * R + 3 i + j].
+fn store_taps(ybase: u32, first: u32, kl: u32, Kg: u32, R: u32, t00: vec4<f32>,
+              t01: vec4<f32>, t02: vec4<f32>, t10: vec4<f32>, t11: vec4<f32>, t12: vec4<f32>,
+              t20: vec4<f32>, t21: vec4<f32>, t22: vec4<f32>) {
+  for (var q = 0u; q < 4u; q++) {
+    if (kl + q < Kg) {
+      let at = ybase + (first + kl + q) * R;
+      y[at] = t00[q]; y[at + 1u] = t01[q]; y[at + 2u] = t02[q];
+      y[at + 3u] = t10[q]; y[at + 4u] = t11[q]; y[at + 5u] = t12[q];
+      y[at + 6u] = t20[q]; y[at + 7u] = t21[q]; y[at + 8u] = t22[q];
+    }
+  }
+}
+
 // A zero-padded copy of the forward input for `weight_grad` of a padded layer, which then runs
 // UNPADDED (no bounds test per tap): w = x [N,C,H,W], y = [N,C,OH,OW] where here OH, OW are
 // the padded sizes H + ph + bottom pad, W + pw + right pad (ops/conv.py). Grid-stride.
