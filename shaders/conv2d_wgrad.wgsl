@@ -210,9 +210,7 @@ fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
 // wid.x = (group, block of KBW channel blocks, block of CW input channels), wid.y = chunk.
 override KBW: u32 = 3u;   // blocks of 8 output channels a workgroup
 override CW: u32 = 16u;   // input channels a workgroup
-override WGS: u32 = 64u;  // threads (>= KBW * CW, >= OW + 2; the extra ones only stage):
-// 8 lstep >= CW and 8 kstep >= 8 KBW (ops/conv._rows_plan), each thread's share of a row's
-// staging is at most 8 + 8 values
+override WGS: u32 = 64u;  // threads (>= KBW * CW, >= OW + 2; the extra ones only stage)
 var<workgroup> xs: array<f32, 3072>;           // [CW][3 ring rows][WS], channel stride CS
 var<workgroup> ds: array<vec4<f32>, 256>;      // [OW][2 * KBW] vec4 of 4 channels
 
@@ -255,30 +253,30 @@ fn weight_grad_rows(@builtin(workgroup_id) wid: vec3<u32>,
   var b00 = vec4<f32>(0.0); var b01 = vec4<f32>(0.0); var b02 = vec4<f32>(0.0);
   var b10 = vec4<f32>(0.0); var b11 = vec4<f32>(0.0); var b12 = vec4<f32>(0.0);
   var b20 = vec4<f32>(0.0); var b21 = vec4<f32>(0.0); var b22 = vec4<f32>(0.0);
-  let iw = i32(col) - i32(pw);
-  var n = start / p.OH;
-  var oh = start % p.OH;
-  if (start < end) {  // the chunk's first row: its three input rows and its dy
-    stage_top(n, oh, c0, line0, lstep, ccount, col, CS, WS);
-    put_x(load_x(n, c0, line0, lstep, ccount, i32(oh + 2u) - i32(ph), iw), line0, lstep, ccount,
-          ((oh + 2u) % 3u) * WS + col, CS);
-    put_dy(load_dy(n, g * Kg + kg0, Kg - min(kg0, Kg), kl0, kstep, oh, dcol, oplane), kl0, kstep,
-           dcol * KV);
-  }
-  workgroupBarrier();
+  var n = start / max(p.OH, 1u);
+  var oh = start % max(p.OH, 1u);
+  var fresh = true;  // the ring holds nothing of this image yet
   for (var rho = start; rho < end; rho++) {
-    // the next row's new input row and dy are loaded while this row multiplies (8 + 8 loads a
-    // thread at most, in flight together), stored after it
-    let more = rho + 1u < end;
-    let wrap = oh + 1u == p.OH;
-    let n2 = select(n, n + 1u, wrap);
-    let oh2 = select(oh + 1u, 0u, wrap);
-    var nx: Eight;
-    var nd: Eight;
-    if (more) {
-      nx = load_x(n2, c0, line0, lstep, ccount, i32(oh2 + 2u) - i32(ph), iw);
-      nd = load_dy(n2, g * Kg + kg0, Kg - min(kg0, Kg), kl0, kstep, oh2, dcol, oplane);
+    // stage the input rows: all three of a new image's first row (or the chunk's), else the
+    // one the window moves onto (padded row oh + 2 into ring slot (oh + 2) % 3)
+    let lines = select(ccount, 3u * ccount, fresh);
+    let iw = i32(col) - i32(pw);
+    for (var line = line0; line < lines; line += lstep) {
+      let cc = select(line, line / 3u, fresh);
+      let i = select(2u, line % 3u, fresh);
+      let ih = i32(oh + i) - i32(ph);
+      let ok = ih >= 0 && ih < i32(p.H) && iw >= 0 && iw < i32(p.W);
+      let at = (n * p.C + c0 + cc) * plane + u32(max(ih, 0)) * p.W + u32(max(iw, 0));
+      xs[cc * CS + ((oh + i) % 3u) * WS + col] = select(0.0, w[select(0u, at, ok)], ok);
     }
+    // stage the row's dy, [OW][KBW * 8] (zero past the group's channels)
+    for (var kl = kl0; kl < KBW * 8u; kl += kstep) {
+      let k = kg0 + kl;
+      let ok = k < Kg;
+      let at = (n * p.K + g * Kg + min(k, Kg - 1u)) * oplane + oh * p.OW + dcol;
+      ds[dcol * KV + kl / 4u][kl % 4u] = select(0.0, x[at], ok);
+    }
+    workgroupBarrier();
     if (works) {
       let r0 = cl * CS + (oh % 3u) * WS;
       let r1 = cl * CS + ((oh + 1u) % 3u) * WS;
@@ -306,14 +304,9 @@ fn weight_grad_rows(@builtin(workgroup_id) wid: vec3<u32>,
       }
     }
     workgroupBarrier();
-    if (more) {
-      if (wrap) { stage_top(n2, 0u, c0, line0, lstep, ccount, col, CS, WS); }  // a new image
-      put_x(nx, line0, lstep, ccount, ((oh2 + 2u) % 3u) * WS + col, CS);
-      put_dy(nd, kl0, kstep, dcol * KV);
-    }
-    workgroupBarrier();
-    n = n2;
-    oh = oh2;
+    oh += 1u;
+    fresh = oh == p.OH;
+    if (fresh) { oh = 0u; n += 1u; }
   }
   if (!works) { return; }
   // y[chunk, k, (c, i, j)]: channels kg0 + 8 kb + 0..7 of the group, taps of channel c0 + cl
@@ -321,116 +314,23 @@ fn weight_grad_rows(@builtin(workgroup_id) wid: vec3<u32>,
   let kbase = kg0 + 8u * kb;
   let r = (c0 - g * Cg + cl) * 9u;
   let ybase = wid.y * p.K * R + r;
-  let first = g * Kg;
-  // constant component indices only: a vector indexed at run time would move the sums from
-  // registers to memory for the whole kernel
-  store9(ybase, first, kbase, Kg, R, a00.x, a01.x, a02.x, a10.x, a11.x, a12.x, a20.x, a21.x,
-         a22.x);
-  store9(ybase, first, kbase + 1u, Kg, R, a00.y, a01.y, a02.y, a10.y, a11.y, a12.y, a20.y, a21.y,
-         a22.y);
-  store9(ybase, first, kbase + 2u, Kg, R, a00.z, a01.z, a02.z, a10.z, a11.z, a12.z, a20.z, a21.z,
-         a22.z);
-  store9(ybase, first, kbase + 3u, Kg, R, a00.w, a01.w, a02.w, a10.w, a11.w, a12.w, a20.w, a21.w,
-         a22.w);
-  store9(ybase, first, kbase + 4u, Kg, R, b00.x, b01.x, b02.x, b10.x, b11.x, b12.x, b20.x, b21.x,
-         b22.x);
-  store9(ybase, first, kbase + 5u, Kg, R, b00.y, b01.y, b02.y, b10.y, b11.y, b12.y, b20.y, b21.y,
-         b22.y);
-  store9(ybase, first, kbase + 6u, Kg, R, b00.z, b01.z, b02.z, b10.z, b11.z, b12.z, b20.z, b21.z,
-         b22.z);
-  store9(ybase, first, kbase + 7u, Kg, R, b00.w, b01.w, b02.w, b10.w, b11.w, b12.w, b20.w, b21.w,
-         b22.w);
+  store_taps(ybase, g * Kg, kbase, Kg, R, a00, a01, a02, a10, a11, a12, a20, a21, a22);
+  store_taps(ybase, g * Kg, kbase + 4u, Kg, R, b00, b01, b02, b10, b11, b12, b20, b21, b22);
 }
 
-// The 9 taps' sums t_ij of output channel kl of the group (skipped past its Kg): dw[first + kl,
-// c, i, j] at y[ybase + (first + kl) * R + 3 i + j].
-fn store9(ybase: u32, first: u32, kl: u32, Kg: u32, R: u32, t00: f32, t01: f32, t02: f32,
-          t10: f32, t11: f32, t12: f32, t20: f32, t21: f32, t22: f32) {
-  if (kl >= Kg) { return; }
-  let at = ybase + (first + kl) * R;
-  y[at] = t00; y[at + 1u] = t01; y[at + 2u] = t02;
-  y[at + 3u] = t10; y[at + 4u] = t11; y[at + 5u] = t12;
-  y[at + 6u] = t20; y[at + 7u] = t21; y[at + 8u] = t22;
-}
-
-// Up to 8 staged values of one thread (named fields: registers, not memory).
-struct Eight { v0: f32, v1: f32, v2: f32, v3: f32, v4: f32, v5: f32, v6: f32, v7: f32 }
-
-// x (the forward input, bound as `w`) at input channel c, row ih, column iw of image n; 0
-// outside the image or for a line past `lines`.
-fn x_line(n: u32, c: u32, line: u32, lines: u32, ih: i32, iw: i32) -> f32 {
-  let ok = line < lines && ih >= 0 && ih < i32(p.H) && iw >= 0 && iw < i32(p.W);
-  let at = ((n * p.C + c + line) * p.H + u32(max(ih, 0))) * p.W + u32(max(iw, 0));
-  return select(0.0, w[select(0u, at, ok)], ok);
-}
-
-// One input row ih of lines line0, line0 + lstep, ... (< lines; channels c0 + line) at this
-// thread's column: 8 loads issued together (the host keeps lines <= 8 lstep).
-fn load_x(n: u32, c0: u32, line0: u32, lstep: u32, lines: u32, ih: i32, iw: i32) -> Eight {
-  return Eight(x_line(n, c0, line0, lines, ih, iw), x_line(n, c0, line0 + lstep, lines, ih, iw),
-               x_line(n, c0, line0 + 2u * lstep, lines, ih, iw),
-               x_line(n, c0, line0 + 3u * lstep, lines, ih, iw),
-               x_line(n, c0, line0 + 4u * lstep, lines, ih, iw),
-               x_line(n, c0, line0 + 5u * lstep, lines, ih, iw),
-               x_line(n, c0, line0 + 6u * lstep, lines, ih, iw),
-               x_line(n, c0, line0 + 7u * lstep, lines, ih, iw));
-}
-
-fn put_x1(v: f32, line: u32, lines: u32, at: u32, CS: u32) {
-  if (line < lines) { xs[line * CS + at] = v; }
-}
-
-// load_x's values into the ring: xs[line * CS + at] (at: ring slot * WS + column).
-fn put_x(e: Eight, line0: u32, lstep: u32, lines: u32, at: u32, CS: u32) {
-  put_x1(e.v0, line0, lines, at, CS); put_x1(e.v1, line0 + lstep, lines, at, CS);
-  put_x1(e.v2, line0 + 2u * lstep, lines, at, CS); put_x1(e.v3, line0 + 3u * lstep, lines, at, CS);
-  put_x1(e.v4, line0 + 4u * lstep, lines, at, CS); put_x1(e.v5, line0 + 5u * lstep, lines, at, CS);
-  put_x1(e.v6, line0 + 6u * lstep, lines, at, CS); put_x1(e.v7, line0 + 7u * lstep, lines, at, CS);
-}
-
-// The first two input rows of output row oh of image n (a chunk's first row, a new image's):
-// ring slots (oh + i) % 3, i = 0, 1. Once per image a workgroup: a plain loop.
-fn stage_top(n: u32, oh: u32, c0: u32, line0: u32, lstep: u32, lines: u32, col: u32, CS: u32,
-             WS: u32) {
-  let iw = i32(col) - i32(pw);
-  for (var line = line0; line < 2u * lines; line += lstep) {
-    let i = line % 2u;
-    xs[(line / 2u) * CS + ((oh + i) % 3u) * WS + col] =
-        x_line(n, c0, line / 2u, lines, i32(oh + i) - i32(ph), iw);
+// The 9 taps' sums of 4 output channels kl..kl + 3 (of the group's Kg; those past it skipped):
+// t_ij[q] is dw[group first + kl + q, c, i, j], at y[ybase + (first + kl + q) * R + 3 i + j].
+fn store_taps(ybase: u32, first: u32, kl: u32, Kg: u32, R: u32, t00: vec4<f32>,
+              t01: vec4<f32>, t02: vec4<f32>, t10: vec4<f32>, t11: vec4<f32>, t12: vec4<f32>,
+              t20: vec4<f32>, t21: vec4<f32>, t22: vec4<f32>) {
+  for (var q = 0u; q < 4u; q++) {
+    if (kl + q < Kg) {
+      let at = ybase + (first + kl + q) * R;
+      y[at] = t00[q]; y[at + 1u] = t01[q]; y[at + 2u] = t02[q];
+      y[at + 3u] = t10[q]; y[at + 4u] = t11[q]; y[at + 5u] = t12[q];
+      y[at + 6u] = t20[q]; y[at + 7u] = t21[q]; y[at + 8u] = t22[q];
+    }
   }
-}
-
-// dy (bound as `x`) of channel first + kl (0 from the group's count `left` on) at row oh,
-// column dcol of image n.
-fn dy_at(n: u32, first: u32, left: u32, kl: u32, oh: u32, dcol: u32, oplane: u32) -> f32 {
-  let ok = kl < left && kl < KBW * 8u;
-  let at = (n * p.K + first + min(kl, max(left, 1u) - 1u)) * oplane + oh * p.OW + dcol;
-  return select(0.0, x[at], ok);
-}
-
-// This thread's dy values of a row: channels kl0, kl0 + kstep, ... (< 8 KBW) at column dcol.
-fn load_dy(n: u32, first: u32, left: u32, kl0: u32, kstep: u32, oh: u32, dcol: u32,
-           oplane: u32) -> Eight {
-  return Eight(dy_at(n, first, left, kl0, oh, dcol, oplane),
-               dy_at(n, first, left, kl0 + kstep, oh, dcol, oplane),
-               dy_at(n, first, left, kl0 + 2u * kstep, oh, dcol, oplane),
-               dy_at(n, first, left, kl0 + 3u * kstep, oh, dcol, oplane),
-               dy_at(n, first, left, kl0 + 4u * kstep, oh, dcol, oplane),
-               dy_at(n, first, left, kl0 + 5u * kstep, oh, dcol, oplane),
-               dy_at(n, first, left, kl0 + 6u * kstep, oh, dcol, oplane),
-               dy_at(n, first, left, kl0 + 7u * kstep, oh, dcol, oplane));
-}
-
-fn put_dy1(v: f32, kl: u32, at: u32) {
-  if (kl < KBW * 8u) { ds[at + kl / 4u][kl % 4u] = v; }
-}
-
-// load_dy's values into ds[dcol][kl] (at = dcol * KV).
-fn put_dy(e: Eight, kl0: u32, kstep: u32, at: u32) {
-  put_dy1(e.v0, kl0, at); put_dy1(e.v1, kl0 + kstep, at); put_dy1(e.v2, kl0 + 2u * kstep, at);
-  put_dy1(e.v3, kl0 + 3u * kstep, at); put_dy1(e.v4, kl0 + 4u * kstep, at);
-  put_dy1(e.v5, kl0 + 5u * kstep, at); put_dy1(e.v6, kl0 + 6u * kstep, at);
-  put_dy1(e.v7, kl0 + 7u * kstep, at);
 }
 
 // A zero-padded copy of the forward input for `weight_grad` of a padded layer, which then runs

@@ -309,12 +309,9 @@ def _rows_plan(b, g, win):
     cs = 3 * ws + 1 - (3 * ws) % 2
     kbw = min(_cdiv(k // grp, 8), 128 // ow)
     cw = min(c // grp, 3072 // cs, 256 // kbw)
-    # threads: every pair, a row's columns, and a thread's share of a row's staging (its new
-    # input row, its dy) at most 8 + 8 values
-    wgs = next((t for t in (64, 128, 256) if t >= max(kbw * cw, ws)
-                and 8 * (t // ws) >= cw and 8 * (t // ow) >= 8 * kbw), None)
-    if kbw * cw < 16 or wgs is None:
+    if kbw * cw < 16:
         return None
+    wgs = max(64, _cdiv(max(kbw * cw, ws), 32) * 32)
     groups_x = grp * _cdiv(_cdiv(k // grp, 8), kbw) * _cdiv(c // grp, cw)
     return kbw, cw, wgs, groups_x
 
