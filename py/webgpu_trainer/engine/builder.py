@@ -287,12 +287,6 @@ class Builder:
     # and the bias gradient summed in it, were measured slower (H100, SeedNet at batch 1000:
     # the 3rd layer's 316 us -> 335-338 and 556; results 2026-12-06-h100-s31-wgrad-*).
     WEIGHT_GRAD_THREADS = 2048 * 64
-    # 3x3 stride-1 weight gradients as conv2d_wgrad.wgsl weight_grad_rows (ops/conv._rows_plan;
-    # False: weight_grad, A/B), its threads to aim for (chunks of output rows, each at least
-    # WEIGHT_GRAD_ROWS_MIN rows, added by reduce_splits).
-    WEIGHT_GRAD_ROWS = True
-    WEIGHT_GRAD_ROWS_THREADS = 64 * 1024
-    WEIGHT_GRAD_ROWS_MIN = 8
 
     # A BatchNormalization's batch statistics on GPU adapters in one pass over x: each part's
     # sum and squares about its own mean, added by Chan et al.'s update (batchnorm.wgsl

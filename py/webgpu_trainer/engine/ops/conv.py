@@ -244,28 +244,19 @@ async def input_grad(b, node, g, win, w, dy, dx, mask=0, mask_src=None, bias=Non
 
 
 async def weight_grad(b, g, win, x, dy, dw):
-    """dw = sum over the batch and output pixels of dy x (im2col x): on GPU adapters the
-    implicit GEMM for wide layers (conv_gemm), else conv2d_wgrad.wgsl ``weight_grad_rows``
-    (3x3 stride-1 windows: threads over (8 channels, input channel) pairs, output rows staged;
-    ``_rows_plan``) or ``weight_grad`` (threads over pixels, 8 channels x 8 taps each), chunks
-    of pixels added by ``reduce_splits``; on CPU adapters conv2d.wgsl ``backward_weight``
-    (threads over (channels, taps), split over the batch)."""
+    """dw = sum over the batch and output pixels of dy x (im2col x): on GPU adapters
+    conv2d_wgrad.wgsl (threads over pixels, 8 channels x 8 taps each, chunks of pixels added by
+    ``reduce_splits``), else conv2d.wgsl ``backward_weight`` (threads over (channels, taps),
+    split over the batch)."""
     n, c, h, wd, k, oh, ow, grp = g
     taps = (c // grp) * win["KH"] * win["KW"]
     tile = conv_gemm.gemm_tile(b, k, taps, n * oh * ow, grp)
     if tile:
         await conv_gemm.weight_grad(b, g, win, tile, x, dy, dw)
         return
-    rows = _rows_plan(b, g, win)
-    if rows:
-        kbw, cw, wgs, groups_x = rows
-        splits = max(1, min(_cdiv(b.WEIGHT_GRAD_ROWS_THREADS, groups_x * wgs),
-                            _cdiv(n * oh, b.WEIGHT_GRAD_ROWS_MIN), 65535))
-        counts, shader, entry = (groups_x, splits, 1), "conv2d_wgrad", "weight_grad_rows"
-        win = {**win, "KBW": kbw, "CW": cw, "WGS": wgs}
-    elif b.tiled:
-        if (win["ph"] or win["pw"]) and b.PADDED_WEIGHT_GRAD:
-            g, win, x = await _padded_input(b, g, win, x)
+    if b.tiled and (win["ph"] or win["pw"]) and b.PADDED_WEIGHT_GRAD:
+        g, win, x = await _padded_input(b, g, win, x)
+    if b.tiled:
         rblocks = _cdiv(taps, 8)
         wrb = b.WEIGHT_GRAD_BLOCKS if rblocks >= b.WEIGHT_GRAD_BLOCKS else min(rblocks, 2)
         groups = grp * _cdiv(k // grp, 8) * _cdiv(rblocks, wrb)
@@ -292,28 +283,6 @@ async def weight_grad(b, g, win, x, dy, dw):
                    x=dy, w=x, y=out)
     if splits > 1:
         await gemm.reduce_splits(b, out, dw, splits, k * taps)
-
-
-def _rows_plan(b, g, win):
-    """(KBW, CW, WGS, workgroups along x) of conv2d_wgrad.wgsl ``weight_grad_rows`` for the
-    layer, or None where it does not apply: CPU adapters, windows other than 3x3 with strides
-    and dilations 1, output rows wider than 126, fewer than 16 (channel block, input channel)
-    pairs a workgroup (a 1-channel input layer: ``weight_grad``'s pixel threads fill the GPU
-    better), or ``Builder.WEIGHT_GRAD_ROWS`` off. Workgroup memory: dy [OW][8 KBW] <= 1024
-    floats and the input rows [CW][3][OW + 2] (channel stride odd) <= 3072 floats."""
-    n, c, h, wd, k, oh, ow, grp = g
-    if not (b.tiled and b.WEIGHT_GRAD_ROWS) or win["KH"] != 3 or win["KW"] != 3 or \
-            any(win[s] != 1 for s in ("sh", "sw", "dh", "dw")) or ow + 2 > 128:
-        return None
-    ws = ow + 2
-    cs = 3 * ws + 1 - (3 * ws) % 2
-    kbw = min(_cdiv(k // grp, 8), 128 // ow)
-    cw = min(c // grp, 3072 // cs, 256 // kbw)
-    if kbw * cw < 16:
-        return None
-    wgs = max(64, _cdiv(max(kbw * cw, ws), 32) * 32)
-    groups_x = grp * _cdiv(_cdiv(k // grp, 8), kbw) * _cdiv(c // grp, cw)
-    return kbw, cw, wgs, groups_x
 
 
 async def _padded_input(b, g, win, x):
