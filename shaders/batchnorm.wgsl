@@ -52,6 +52,7 @@ alias RedT = vec2<f32>;  // two sums at once (x: the first, y: the second)
 var<workgroup> red: array<RedT, 256>;
 //!include wg_reduce
 //!include bn_blocks
+//!include moved_mean
 
 fn at(c: u32, e: u32) -> u32 {
   return ((e / p.inner) * p.C + c) * p.inner + e % p.inner;
@@ -133,11 +134,7 @@ fn var_finish(@builtin(global_invocation_id) gid: vec3<u32>) {
 }
 
 // save[c] (the mean m0 as summed) moved by the deviations' sum d = sum (x - m0), and invstd and
-// the running statistics from q = sum (x - m0)^2 about the moved mean: sum (x - m)^2 = q - d^2 / M
-// for m = m0 + d / M (d * (d / M): d * d alone overflows f32 while q is finite, e.g. values at
-// 1e22 with std 1e16). The f32 sum of a channel far from zero loses its mean's low bits (a
-// constant 1e6 + 0.3 over 4.2 M elements summed 0.25 off); the x - m0 are small and, near m0,
-// exact, so d puts them back.
+// the running statistics from q = sum (x - m0)^2 about the moved mean (lib/moved_mean).
 fn correct_mean(c: u32, q: f32, d: f32) {
   let v = moved(save[c], q, d);
   save[c] = v.x;
@@ -146,8 +143,7 @@ fn correct_mean(c: u32, q: f32, d: f32) {
 
 // (m, sum (x - m)^2) for m = m0 + d / M: correct_mean's arithmetic (forward_fused's too).
 fn moved(m0: f32, q: f32, d: f32) -> vec2<f32> {
-  let M = f32(p.outer * p.inner);
-  return vec2<f32>(m0 + d / M, max(q - d * (d / M), 0.0));
+  return moved_mean(m0, q, d, f32(p.outer * p.inner));
 }
 
 // One pass over x for the statistics on GPU adapters (ops/batchnorm.py, Builder.BN_STATS_PARTS):

@@ -2,6 +2,8 @@
 // on), with Scale / B of S values broadcast over the row (index d % S), and its gradients
 // (PyTorch native_layer_norm_backward; population variance):
 //   mean = sum(x) / D,  var = sum((x - mean)^2) / D,  rstd = 1 / sqrt(var + eps)
+// (in f32: m0 = sum(x) / D, then the mean and var moved by sum(x - m0), lib/moved_mean: rows far
+// from zero keep their mean's low bits)
 //   xhat = (x - mean) * rstd,  y = xhat * scale[d % S] + bias[d % S]
 //   dx = rstd * (g - mean_d(g) - xhat * mean_d(g * xhat)),  g = dy * scale[d % S]
 //   dscale[s] = sum_{r, d % S == s} dy * xhat,  dbias[s] = sum_{r, d % S == s} dy
@@ -24,6 +26,7 @@ struct Params {
 }
 
 //!include index
+//!include moved_mean
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -62,13 +65,16 @@ fn forward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
   let base = r * p.D;
   var s = 0.0;
   for (var d = 0u; d < p.D; d++) { s += x[base + d]; }
-  let mean = s / f32(p.D);
   var v = 0.0;
+  var e = 0.0;
   for (var d = 0u; d < p.D; d++) {
-    let t = x[base + d] - mean;
+    let t = x[base + d] - s / f32(p.D);
     v += t * t;
+    e += t;
   }
-  let rstd = 1.0 / sqrt(v / f32(p.D) + p.eps);
+  let mv = moved_mean(s / f32(p.D), v, e, f32(p.D));
+  let mean = mv.x;
+  let rstd = 1.0 / sqrt(mv.y / f32(p.D) + p.eps);
   stats[r] = mean;
   stats[p.rows + r] = rstd;
   for (var d = 0u; d < p.D; d++) { out[base + d] = affine((x[base + d] - mean) * rstd, d); }
@@ -125,15 +131,18 @@ fn forward_seg(@builtin(workgroup_id) wid: vec3<u32>,
   let base = r * p.D;
   var s = 0.0;
   if (live) { for (var d = lane; d < p.D; d += SEG) { s += x[base + d]; } }
-  let mean = seg_sum(lid, vec2<f32>(s, 0.0)).x / f32(p.D);
-  var v = 0.0;
+  let m0 = seg_sum(lid, vec2<f32>(s, 0.0)).x / f32(p.D);
+  var v = vec2<f32>(0.0);  // sum (x - m0)^2, sum (x - m0)
   if (live) {
     for (var d = lane; d < p.D; d += SEG) {
-      let t = x[base + d] - mean;
-      v += t * t;
+      let t = x[base + d] - m0;
+      v += vec2<f32>(t * t, t);
     }
   }
-  let rstd = 1.0 / sqrt(seg_sum(lid, vec2<f32>(v, 0.0)).x / f32(p.D) + p.eps);
+  let q = seg_sum(lid, v);
+  let mv = moved_mean(m0, q.x, q.y, f32(p.D));
+  let mean = mv.x;
+  let rstd = 1.0 / sqrt(mv.y / f32(p.D) + p.eps);
   if (!live) { return; }
   if (lane == 0u) {
     stats[r] = mean;

@@ -66,3 +66,59 @@ def test_numpy_layernorm_matches_torch():
     for got, want in zip(layernorm_backward(x, g, dy, mean, inv, axis=-2),
                          (xt.grad, gt.grad, bt.grad)):
         assert np.allclose(got, want.numpy(), rtol=1e-10, atol=1e-12)
+
+
+# Rows far from zero through each forward kernel (forward_rows: one thread a row; forward_seg
+# with SEG 16 and 64), against float64: with the f32 sum alone (the kernels before
+# lib/moved_mean) the mean of a constant 1e6 + 0.3 came out 0.25 off (its outputs +-1, not 0)
+# and rstd of the rows near 1e4 (std 0.1) and -2e5 (std 0.05) 2-12% off; the deviations' sum
+# corrects both, and every case here fails without it. Rows: a
+# constant 1e6 + 0.3 (normalized to exactly 0, the mean exact), 1e4 + 0.1 N(0, 1), -2e5 + 0.05
+# N(0, 1), 1e24 + 1e18 N(0, 1) (test_ops_batchnorm's far-from-zero test holds the case where
+# d * d overflows), and N(0, 1): the mean within 1 ulp of its f32 value (plus 1e-7 std: a mean
+# near 0 is as exact as the values' sum allows),
+# rstd within 1e-5, and the outputs within what the mean's f32 rounding allows (half its ulp
+# times rstd, + 1e-4: PyTorch's f32 mean has the same bound) of float64.
+@pytest.mark.parametrize("entry,seg", [("forward_rows", 0), ("forward_seg", 16),
+                                       ("forward_seg", 64)])
+def test_rows_far_from_zero(device, entry, seg):
+    import types
+    from conftest import run
+    from webgpu_trainer.engine.backends.base import groups_1d
+    from webgpu_trainer.engine.ops import layernorm as ln
+    from webgpu_trainer.engine.plan import Builder
+    rows, d = 5, 64
+    rng = rng_for("ln_far", entry, seg)
+    x = np.empty((rows, d), np.float32)
+    x[0] = f32(1e6 + 0.3)
+    x[1] = f32(1e4 + 0.1 * rng.standard_normal(d))
+    x[2] = f32(-2e5 + 0.05 * rng.standard_normal(d))
+    x[3] = f32(1e24 + 1e18 * rng.standard_normal(d))
+    x[4] = f32(rng.standard_normal(d))
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    bx, bs, bb = device.buffer(x.nbytes), device.buffer(4 * d), device.buffer(4 * d)
+    out, stats = device.buffer(x.nbytes), device.buffer(8 * rows)
+    device.write(bx, x.tobytes())
+    device.write(bs, np.ones(d, np.float32).tobytes())
+    device.write(bb, np.zeros(d, np.float32).tobytes())
+    groups = groups_1d(rows * seg) if seg else groups_1d(rows)
+
+    async def go():
+        await b.kernel("layernorm", entry, groups, constants={"SEG": seg} if seg else None,
+                       params=ln._params(rows, d, d, 1e-5, has_bias=1), x=bx, scale=bs,
+                       bias=bb, out=out, stats=stats)
+        device.submit([device.program(b.current)])
+        return (np.frombuffer(await device.read(out), np.float32).reshape(rows, d),
+                np.frombuffer(await device.read(stats), np.float32)[:2 * rows])
+    y, st = run(go())
+    x64 = x.astype(np.float64)
+    mean, var = x64.mean(axis=1), x64.var(axis=1)
+    ulp = np.spacing(np.abs(mean).astype(np.float32)).astype(np.float64)
+    assert np.all(np.abs(st[:rows] - mean) <= ulp + 1e-7 * np.sqrt(var)), (st[:rows], mean)
+    assert np.all(y[0] == 0), np.abs(y[0]).max()
+    rstd = 1 / np.sqrt(var + 1e-5)
+    assert np.all(np.abs(st[rows:] / rstd - 1) <= 1e-5), (st[rows:], rstd)
+    want = (x64 - mean[:, None]) * rstd[:, None]
+    tol = (ulp / 2 + 1e-7 * np.sqrt(var)) * rstd + 1e-4  # the mean's f32 rounding, at most
+    err = np.abs(y - want).max(axis=1)
+    assert np.all(err <= tol), (err, tol)
