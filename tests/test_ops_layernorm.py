@@ -69,16 +69,15 @@ def test_numpy_layernorm_matches_torch():
 
 
 # Rows far from zero through each forward kernel (forward_rows: one thread a row; forward_seg
-# with SEG 16 and 64), against float64: with the f32 sum alone (the kernels before
-# lib/moved_mean) the mean of a constant 1e6 + 0.3 came out 0.25 off (its outputs +-1, not 0)
-# and rstd of the rows near 1e4 (std 0.1) and -2e5 (std 0.05) 2-12% off; the deviations' sum
-# corrects both, and every case here fails without it. Rows: a
+# with SEG 16 and 64), against float64. On the kernels with a plain f32 sum (before
+# lib/moved_mean) the -2e5 row's rstd was 1.1-3.5% off and forward_rows put a constant 1e6 + 0.3
+# row's mean 0.25 off (its outputs +-1, not 0): every case here fails on them (review). Rows: a
 # constant 1e6 + 0.3 (normalized to exactly 0, the mean exact), 1e4 + 0.1 N(0, 1), -2e5 + 0.05
 # N(0, 1), 1e24 + 1e18 N(0, 1) (test_ops_batchnorm's far-from-zero test holds the case where
 # d * d overflows), and N(0, 1): the mean within 1 ulp of its f32 value (plus 1e-7 std: a mean
-# near 0 is as exact as the values' sum allows),
-# rstd within 1e-5, and the outputs within what the mean's f32 rounding allows (half its ulp
-# times rstd, + 1e-4: PyTorch's f32 mean has the same bound) of float64.
+# near 0 is as exact as the values' sum allows), rstd within 1e-5, and the outputs within what
+# the mean's f32 rounding allows (half its ulp times rstd, + 1e-4: PyTorch's f32 mean has the
+# same bound) of float64.
 @pytest.mark.parametrize("entry,seg", [("forward_rows", 0), ("forward_seg", 16),
                                        ("forward_seg", 64)])
 def test_rows_far_from_zero(device, entry, seg):
