@@ -65,14 +65,15 @@ fn forward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
   let base = r * p.D;
   var s = 0.0;
   for (var d = 0u; d < p.D; d++) { s += x[base + d]; }
+  let m0 = s / f32(p.D);
   var v = 0.0;
   var e = 0.0;
   for (var d = 0u; d < p.D; d++) {
-    let t = x[base + d] - s / f32(p.D);
+    let t = x[base + d] - m0;
     v += t * t;
     e += t;
   }
-  let mv = moved_mean(s / f32(p.D), v, e, f32(p.D));
+  let mv = moved_mean(m0, v, e, f32(p.D));
   let mean = mv.x;
   let rstd = 1.0 / sqrt(mv.y / f32(p.D) + p.eps);
   stats[r] = mean;
