@@ -348,6 +348,7 @@ fn matmul_vec(@builtin(global_invocation_id) gid: vec3<u32>,
 // split's k range then starts at a multiple of BK, so every load of a whole step is aligned.
 override WM: u32 = 16u;
 override WN: u32 = 16u;
+override EDGE_CLAMP: u32 = 1u;
 const BK: u32 = 8u;
 // acc[2*r + h]: row r of the thread's 8, column half h. Only constant indices (the epilogue is
 // written out): a dynamically indexed array would live in memory, not registers.
@@ -367,11 +368,15 @@ fn b_at(k: u32, n: u32, k_end: u32) -> f32 {
   return select(0.0, bm[select(0u, k * p.sbk + n * p.sbn, ok)], ok);
 }
 
-// vec4 number q (< 2 * WM * BK) of the A tile at k0. `inside`: the whole tile and k step lie
-// inside A (most steps of a large product): plain loads, no bounds tests.
+// vec4 number q (< 2 * WM * BK) of the A tile at k0. `inside`: the k step lies inside the
+// split's k range (every step but a K's ragged last): plain loads, no bounds tests. Rows past
+// M read row M - 1 again (or, as aligned vec4s, the last whole group of 4): they feed only
+// rows of out past M, which are never stored, so a tile at the edge of out loads as fast as
+// one inside it (the MLP's [1000, 1024]: its eighth row of tiles).
 fn load_a(m0: u32, k0: u32, k_end: u32, q: u32, inside: bool) -> vec4<f32> {
+  let last = p.M - 1u;
   if (p.sak == 1u) {  // 4 consecutive k of one row
-    let m = m0 + q / (BK / 4u);
+    let m = min(m0 + q / (BK / 4u), last);
     let k = k0 + (q % (BK / 4u)) * 4u;
     if (inside) {
       let i = m * p.sam + k;
@@ -384,9 +389,10 @@ fn load_a(m0: u32, k0: u32, k_end: u32, q: u32, inside: bool) -> vec4<f32> {
   let m = m0 + (q % (2u * WM)) * 4u;  // 4 consecutive rows at one k
   let k = k0 + q / (2u * WM);
   if (inside) {
-    let i = m * p.sam + k * p.sak;
-    if ((p.vec & 1u) != 0u) { return a4[i / 4u]; }
-    return vec4<f32>(a[i], a[i + p.sam], a[i + 2u * p.sam], a[i + 3u * p.sam]);
+    let ka = k * p.sak;
+    if ((p.vec & 1u) != 0u) { return a4[(min(m, last & ~3u) + ka) / 4u]; }
+    return vec4<f32>(a[min(m, last) * p.sam + ka], a[min(m + 1u, last) * p.sam + ka],
+                     a[min(m + 2u, last) * p.sam + ka], a[min(m + 3u, last) * p.sam + ka]);
   }
   return vec4<f32>(a_at(m, k, k_end), a_at(m + 1u, k, k_end), a_at(m + 2u, k, k_end),
                    a_at(m + 3u, k, k_end));
@@ -403,20 +409,22 @@ fn store_a(v: vec4<f32>, buf: u32, q: u32) {
   }
 }
 
-// vec4 number q (< 2 * WN * BK) of the B tile at k0.
+// vec4 number q (< 2 * WN * BK) of the B tile at k0 (columns past N as load_a's rows).
 fn load_b(n0: u32, k0: u32, k_end: u32, q: u32, inside: bool) -> vec4<f32> {
+  let last = p.N - 1u;
   if (p.sbn == 1u || p.sbk != 1u) {  // 4 consecutive columns at one k
     let n = n0 + (q % (2u * WN)) * 4u;
     let k = k0 + q / (2u * WN);
     if (inside) {
-      let i = k * p.sbk + n * p.sbn;
-      if ((p.vec & 2u) != 0u) { return b4[i / 4u]; }
-      return vec4<f32>(bm[i], bm[i + p.sbn], bm[i + 2u * p.sbn], bm[i + 3u * p.sbn]);
+      let kb = k * p.sbk;
+      if ((p.vec & 2u) != 0u) { return b4[(kb + min(n, last & ~3u) * p.sbn) / 4u]; }
+      return vec4<f32>(bm[kb + min(n, last) * p.sbn], bm[kb + min(n + 1u, last) * p.sbn],
+                       bm[kb + min(n + 2u, last) * p.sbn], bm[kb + min(n + 3u, last) * p.sbn]);
     }
     return vec4<f32>(b_at(k, n, k_end), b_at(k, n + 1u, k_end), b_at(k, n + 2u, k_end),
                      b_at(k, n + 3u, k_end));
   }
-  let n = n0 + q / (BK / 4u);  // 4 consecutive k of one column
+  let n = min(n0 + q / (BK / 4u), last);  // 4 consecutive k of one column
   let k = k0 + (q % (BK / 4u)) * 4u;
   if (inside) {
     let i = k + n * p.sbn;
@@ -498,14 +506,15 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
   let tx = lid % WN;
   let ty = lid / WN;
   let tile_in = m0 + 8u * WM <= p.M && n0 + 8u * WN <= p.N;
-  var l = load_step(m0, n0, k_start, k_end, lid, tile_in && k_start + BK <= k_end);
+  let fast = EDGE_CLAMP != 0u || tile_in;
+  var l = load_step(m0, n0, k_start, k_end, lid, fast && k_start + BK <= k_end);
   store_step(l, 0u, lid);
   workgroupBarrier();
   var cur = 0u;
   for (var k0 = k_start; k0 < k_end; k0 += BK) {
     let more = k0 + BK < k_end;
     if (more) {  // the next step's values are in flight while this step multiplies
-      l = load_step(m0, n0, k0 + BK, k_end, lid, tile_in && k0 + 2u * BK <= k_end);
+      l = load_step(m0, n0, k0 + BK, k_end, lid, fast && k0 + 2u * BK <= k_end);
     }
     let row_a = cur * BK * 2u * WM;
     let row_b = 32u * WM + cur * BK * 2u * WN;

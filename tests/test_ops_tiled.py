@@ -470,6 +470,21 @@ def test_gemm_vec4_loads_bit_identical(device, monkeypatch, m, n, k, ta, tb):
     assert np.array_equal(on, off)
 
 
+# Tiles at the edge of out load with rows / columns past it clamped to the last
+# (Builder.GEMM_EDGE_CLAMP, gemm.wgsl EDGE_CLAMP): only outputs past the edge, never stored,
+# see other values, so the result is bit-identical with every edge load tested instead; edges
+# in m and n, vec4 and scalar loads, each layout, k ragged (37) and split (900).
+@pytest.mark.parametrize("m,n,k", [(300, 260, 900), (70, 45, 37), (1000, 1030, 64)])
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1), (0, 1), (1, 0)])
+def test_gemm_edge_tiles_clamped_bit_identical(device, monkeypatch, m, n, k, ta, tb):
+    from webgpu_trainer.engine.ops import gemm
+    monkeypatch.setattr(gemm, "tile_shape", lambda *_: (16, 16))
+    on = _check_gemm(device, m, n, k, ta, tb)
+    with builder_patch({"GEMM_EDGE_CLAMP": False}):
+        off = _check_gemm(device, m, n, k, ta, tb)
+    assert np.array_equal(on, off)
+
+
 # conv_gemm's weight gradient (mode 2) alone: the sum over (image, pixel) carried from step to
 # step (pix_add: planes of 1 and 4 pixels wrap several times a step of 8, planes of 49 and 81
 # cut the four-k loads of dy), every tile shape (64 x 128 loads two B rows a thread), split-K;

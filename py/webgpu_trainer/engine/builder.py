@@ -200,6 +200,11 @@ class Builder:
     # loads each (A/B).
     GEMM_VEC4 = True
 
+    # matmul_tiled's tiles at the edge of out load as those inside it, rows / columns past the
+    # edge clamped to the last (gemm.wgsl EDGE_CLAMP); False: every load of an edge tile
+    # tested and selected value by value (A/B).
+    GEMM_EDGE_CLAMP = True
+
     # The untiled GEMM on GPU adapters reads operands that are both aligned as vec4s
     # (gemm.wgsl matmul_vec); False: matmul's scalar loads (A/B).
     GEMM_VEC_UNTILED = True

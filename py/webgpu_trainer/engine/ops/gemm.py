@@ -90,6 +90,8 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         splits = (k + (per + 7) // 8 * 8 - 1) // ((per + 7) // 8 * 8)
         counts = (tiles, 1, splits)
         entry, consts = "matmul_tiled", {"WM": wm, "WN": wn}
+        if not b.GEMM_EDGE_CLAMP:
+            consts["EDGE_CLAMP"] = 0
         vec = _vec_bits(b, a, a_strides, bm, b_strides)
     elif lanes := kpar_lanes(b, m, n, k, a_strides[1] == 1 and b_strides[0] == 1):
         blocks = ((m + 3) // 4) * ((n + 3) // 4)
