@@ -735,7 +735,7 @@ def test_column_parts_bias_gradient(device, outer, channels, inner, threads, wan
 # ReLU-gradient mask; 1e6 garbage past the parts (a pooled buffer's rest) must not be read.
 @pytest.mark.parametrize("count,splits,n,want_lanes", [
     (37, 33, 37, 16), (1000, 70, 100, 16), (4096, 256, 64, 16), (20000, 40, 100, 4),
-    (40000, 40, 200, 2), (70000, 64, 100, 1), (5000, 31, 50, 1)])
+    (40000, 40, 200, 2), (70000, 64, 100, 1), (5000, 31, 50, 1), (5001, 31, 41, 1)])
 @pytest.mark.parametrize("bias_mode,relu,mask", [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 0, 0),
                                                  (4, 1, 1), (5, 0, 0)])
 def test_reduce_splits_lanes(device, count, splits, n, want_lanes, bias_mode, relu, mask):
@@ -764,7 +764,8 @@ def test_reduce_splits_lanes(device, count, splits, n, want_lanes, bias_mode, re
         device.submit([device.program(b.current)])
         return np.frombuffer(await device.read(out), np.float32)[:count]
     got = run(go())
-    entry = "reduce_splits_lanes" if want_lanes > 1 else "reduce_splits"
+    entry = "reduce_splits_lanes" if want_lanes > 1 else \
+        "reduce_splits4" if count % 4 == 0 else "reduce_splits"
     assert [d[0][2].split(":")[1] for d in b.current] == [entry]
     e = np.arange(count)
     want = parts.astype(np.float64).sum(axis=0)
@@ -819,6 +820,59 @@ def test_reduce_splits_part0_same_bits(device, count, splits, n, bias_mode, relu
     want = np.maximum(want, 0.0) if relu else want
     want = np.where(src > 0, want, 0.0) if mask else want
     assert rel_err(got[1], want) <= FWD_RTOL
+
+
+# reduce_splits4 (four outputs a thread from vec4 loads: GPU adapters, count a multiple of 4,
+# no tail) adds each output's parts in reduce_splits' order: the same bits as Builder.REDUCE_VEC4
+# off, for 1 to 9 parts (none, some and all in the four running sums), part 0 in x or in out,
+# every bias mode, the fused ReLU, the ReLU-gradient mask and the Gelu slope; against float64.
+@pytest.mark.parametrize("count,splits,n", [(4, 1, 4), (1000, 4, 100), (4096, 7, 64),
+                                             (20000, 9, 100)])
+@pytest.mark.parametrize("bias_mode,relu,mask,gelu,part0", [
+    (0, 0, 0, 0, 0), (1, 1, 0, 0, 1), (2, 0, 1, 0, 0), (3, 0, 1, 1, 1), (4, 1, 0, 0, 0),
+    (5, 0, 0, 0, 1)])
+def test_reduce_splits4_same_bits(device, count, splits, n, bias_mode, relu, mask, gelu, part0):
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    rng = rng_for("reduce_splits4", count, splits, bias_mode)
+    parts = f32(rng.standard_normal((splits, count)))
+    channels, inner = 3, 7  # bias_mode 5: an NCHW output's channel of element e
+    blen = {1: n, 2: count // n + 1, 3: count, 4: 1, 5: channels}.get(bias_mode, 1)
+    bias, src = f32(rng.standard_normal(blen)), f32(rng.standard_normal(count))
+    bb, sb = device.buffer(bias.nbytes), device.buffer(src.nbytes)
+    device.write(bb, bias.tobytes())
+    device.write(sb, src.tobytes())
+    got = {}
+    for vec in (True, False):
+        b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+        b.TILED = True
+        b.REDUCE_VEC4 = vec
+        rest = f32(np.full(1024, 1e6))  # past the parts (a pooled buffer's rest)
+        xb, out = device.buffer(parts.nbytes + rest.nbytes), device.buffer(4 * count)
+        device.write(xb, parts[part0:].tobytes() + rest.tobytes())
+        device.write(out, parts[0].tobytes() if part0 else bytes(4 * count))
+
+        async def go(b, xb, out):
+            await gemm.reduce_splits(b, xb, out, splits, count, n=n,
+                                     bias=bb if bias_mode else None, bias_mode=bias_mode,
+                                     beta=0.5, relu=relu, mask_src=sb if mask else None,
+                                     channels=channels, inner=inner, part0=part0,
+                                     gelu_grad=bool(gelu))
+            device.submit([device.program(b.current)])
+            return np.frombuffer(await device.read(out), np.float32)[:count]
+        got[vec] = run(go(b, xb, out))
+        entry = "reduce_splits4" if vec else "reduce_splits"
+        assert [d[0][2].split(":")[1] for d in b.current] == [entry]
+    assert np.array_equal(got[True], got[False])
+    e = np.arange(count)
+    want = parts.astype(np.float64).sum(axis=0)
+    if bias_mode:
+        at = {1: e % n, 2: e // n, 3: e, 4: 0 * e, 5: (e // inner) % channels}[bias_mode]
+        want = want + 0.5 * bias.astype(np.float64)[at]
+    want = np.maximum(want, 0.0) if relu else want
+    if mask:
+        want = want * src if gelu else np.where(src > 0, want, 0.0)
+    assert rel_err(got[True], want) <= FWD_RTOL
 
 
 # A tiled GEMM's split-K part 0 straight into its output (Builder.GEMM_PART0_IN_OUT): the same
@@ -928,6 +982,8 @@ GPU_PIPELINES = [
     ("gemm", "matmul_kpar", {"KL": 8, "BSUM": 2}),
     ("gemm", "matmul_tiled", {"WM": 16, "WN": 16, "GELU_GRAD": 1}),
     ("reduce", "reduce_splits_lanes", {"LANES": 16, "GELU_GRAD": 1}),
+    ("reduce", "reduce_splits4", {}),
+    ("reduce", "reduce_splits4", {"GELU_GRAD": 1}),
     ("gelu_slope", "gelu_forward_slope", {}),
     ("adam_vec4", "adam4", {}),
     ("gemm", "matmul", {"WX": 4, "BSUM": 2}),

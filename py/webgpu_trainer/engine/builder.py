@@ -173,6 +173,11 @@ class Builder:
     # adapters (reduce.wgsl reduce_splits_lanes); False: a thread an output (A/B).
     REDUCE_LANES = True
 
+    # reduce.wgsl reduce_splits4 (four outputs a thread from vec4 loads) on GPU adapters where
+    # the outputs are a multiple of 4 and there is no tail (ops/gemm.reduce_splits); False: a
+    # thread an output (A/B).
+    REDUCE_VEC4 = True
+
     # The GEMM's narrow workgroup-memory tiles (ops/gemm.tile_shape: 128 x 64) for tall
     # outputs 33-64 wide summed over k >= 128; False: the untiled kernel there (A/B).
     GEMM_NARROW = True

@@ -254,7 +254,10 @@ async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=
     [tail], plain sums: gemm.wgsl BSUM's bias gradient) in the same dispatch. ``part0`` 1 (no
     tail): part 0 is ``out`` itself and part s > 0 at parts[(s - 1)*count + e] (gemm.wgsl
     part0), added in place in the same order. ``gelu_grad``: times mask_src[e], a Gelu's slope
-    (gelu_slope.wgsl), instead of the ReLU mask (its fused backward, gemm.wgsl GELU_GRAD)."""
+    (gelu_slope.wgsl), instead of the ReLU mask (its fused backward, gemm.wgsl GELU_GRAD).
+    On GPU adapters ``count`` a multiple of 4 with no tail takes ``reduce_splits4`` (four
+    outputs a thread, vec4 loads; the same bits), few outputs of many parts
+    ``reduce_splits_lanes``."""
     params = dict(outer=0, C=channels, inner=inner, count=count, splits=splits, N=n,
                   bias_mode=bias_mode, beta=beta, relu=relu, mask=int(mask_src is not None),
                   tail=tail, part0=part0)
@@ -264,6 +267,11 @@ async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=
         await b.kernel("reduce", "reduce_splits_lanes", groups_1d((count + tail) * lanes, 256),
                        params=params, constants={"LANES": lanes, **gelu}, x=parts, bias=bias,
                        src=mask_src, out=out, out2=out2)
+        return
+    if b.tiled and b.REDUCE_VEC4 and tail == 0 and count % 4 == 0:
+        # four outputs a thread from 16-byte loads (bindings start at multiples of 256 bytes)
+        await b.kernel("reduce", "reduce_splits4", groups_1d(count // 4), params=params,
+                       x4=parts, bias=bias, src=mask_src, out4=out, constants=gelu or None)
         return
     await b.kernel("reduce", "reduce_splits", groups_1d(count + tail), params=params, x=parts,
                    bias=bias, src=mask_src, out=out, out2=out2, constants=gelu or None)
