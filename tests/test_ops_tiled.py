@@ -764,8 +764,7 @@ def test_reduce_splits_lanes(device, count, splits, n, want_lanes, bias_mode, re
         device.submit([device.program(b.current)])
         return np.frombuffer(await device.read(out), np.float32)[:count]
     got = run(go())
-    entry = "reduce_splits_lanes" if want_lanes > 1 else \
-        "reduce_splits4" if count % 4 == 0 else "reduce_splits"
+    entry = "reduce_splits_lanes" if want_lanes > 1 else "reduce_splits"
     assert [d[0][2].split(":")[1] for d in b.current] == [entry]
     e = np.arange(count)
     want = parts.astype(np.float64).sum(axis=0)
@@ -847,6 +846,7 @@ def test_reduce_splits4_same_bits(device, count, splits, n, bias_mode, relu, mas
         b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
         b.TILED = True
         b.REDUCE_VEC4 = vec
+        b.SPLIT_THREADS = 1  # reduce_splits4 from 4 outputs (else from 4 * 65536)
         rest = f32(np.full(1024, 1e6))  # past the parts (a pooled buffer's rest)
         xb, out = device.buffer(parts.nbytes + rest.nbytes), device.buffer(4 * count)
         device.write(xb, parts[part0:].tobytes() + rest.tobytes())
@@ -873,6 +873,34 @@ def test_reduce_splits4_same_bits(device, count, splits, n, bias_mode, relu, mas
     if mask:
         want = want * src if gelu else np.where(src > 0, want, 0.0)
     assert rel_err(got[True], want) <= FWD_RTOL
+
+
+# Which split-K sum takes vec4 loads (ops/gemm.reduce_splits): GPU adapters, at least
+# 4 * SPLIT_THREADS outputs (a quarter of the threads of reduce_splits: fewer outputs lost 2-5% on
+# the batch-64 steps), a multiple of 4, no tail; the sum itself checked against float64.
+@pytest.mark.parametrize("count,tail,tiled,want", [
+    (1 << 18, 0, True, "reduce_splits4"), ((1 << 18) - 4, 0, True, "reduce_splits"),
+    ((1 << 18) + 2, 0, True, "reduce_splits"), (1 << 18, 8, True, "reduce_splits"),
+    (1 << 18, 0, False, "reduce_splits")])
+def test_reduce_splits4_rule(device, count, tail, tiled, want):
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    splits = 3
+    parts = f32(rng_for("reduce_splits4_rule", count).standard_normal(splits * (count + tail)))
+    b = Builder(types.SimpleNamespace(dev=device, P=None, G=None, step=None))
+    b.TILED = tiled
+    xb, out, out2 = device.buffer(parts.nbytes), device.buffer(4 * count), device.buffer(64)
+    device.write(xb, parts.tobytes())
+
+    async def go():
+        await gemm.reduce_splits(b, xb, out, splits, count, tail=tail,
+                                 out2=out2 if tail else None)
+        device.submit([device.program(b.current)])
+        return np.frombuffer(await device.read(out), np.float32)[:count]
+    got = run(go())
+    assert [d[0][2].split(":")[1] for d in b.current] == [want]
+    want_sum = parts[:splits * count].astype(np.float64).reshape(splits, count).sum(axis=0)
+    assert rel_err(got, want_sum) <= FWD_RTOL
 
 
 # A tiled GEMM's split-K part 0 straight into its output (Builder.GEMM_PART0_IN_OUT): the same

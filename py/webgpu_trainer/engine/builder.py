@@ -173,9 +173,9 @@ class Builder:
     # adapters (reduce.wgsl reduce_splits_lanes); False: a thread an output (A/B).
     REDUCE_LANES = True
 
-    # reduce.wgsl reduce_splits4 (four outputs a thread from vec4 loads) on GPU adapters where
-    # the outputs are a multiple of 4 and there is no tail (ops/gemm.reduce_splits); False: a
-    # thread an output (A/B).
+    # reduce.wgsl reduce_splits4 (four outputs a thread from vec4 loads) on GPU adapters for
+    # at least 4 * SPLIT_THREADS outputs, a multiple of 4, with no tail (ops/gemm.reduce_splits);
+    # False: a thread an output (A/B).
     REDUCE_VEC4 = True
 
     # The GEMM's narrow workgroup-memory tiles (ops/gemm.tile_shape: 128 x 64) for tall
@@ -356,8 +356,10 @@ class Builder:
     LN_PARAM_TAIL = True
     # Per-column sums of more than this many rows (bias gradients over tokens) in parts of the
     # rows over COLUMN_SUM_THREADS threads first on GPU adapters (ops/gemm.column_parts; None:
-    # A/B; tests set small ones).
-    COLUMN_SUMS = 4096
+    # A/B; tests set small ones). 512 (was 4096; H100 2026-12-06, ``*-s34-reduce4-*``): the
+    # MLP's bias gradients over 1000 rows, its step at batch 1000 0.630-0.633 -> 0.627 ms of
+    # GPU time, the other models unchanged.
+    COLUMN_SUMS = 512
     COLUMN_SUM_THREADS = 1 << 18
     # The gradient of a binary op's operand that spans the output (the other one broadcast)
     # by binary.wgsl backward_full, grid-stride (False: the summing kernel, A/B).

@@ -255,9 +255,12 @@ async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=
     tail): part 0 is ``out`` itself and part s > 0 at parts[(s - 1)*count + e] (gemm.wgsl
     part0), added in place in the same order. ``gelu_grad``: times mask_src[e], a Gelu's slope
     (gelu_slope.wgsl), instead of the ReLU mask (its fused backward, gemm.wgsl GELU_GRAD).
-    On GPU adapters ``count`` a multiple of 4 with no tail takes ``reduce_splits4`` (four
-    outputs a thread, vec4 loads; the same bits), few outputs of many parts
-    ``reduce_splits_lanes``."""
+    On GPU adapters, few outputs of many parts take ``reduce_splits_lanes``; at least
+    4 * ``Builder.SPLIT_THREADS`` outputs, a multiple of 4, with no tail ``reduce_splits4``
+    (four outputs a thread from vec4 loads; the same bits). H100 (2026-12-06,
+    ``2026-12-06-h100-s34-reduce4-*``): the MLP's [1000, 1024] over 4 parts 15.6 -> 10.5-11.2
+    us, its step at batch 1000 0.656 -> 0.632 ms of GPU time; used for every count (a quarter
+    of the threads), the batch-64 steps of the MLP, SeedNet and the LSTM lost 2-5%."""
     params = dict(outer=0, C=channels, inner=inner, count=count, splits=splits, N=n,
                   bias_mode=bias_mode, beta=beta, relu=relu, mask=int(mask_src is not None),
                   tail=tail, part0=part0)
@@ -268,7 +271,8 @@ async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=
                        params=params, constants={"LANES": lanes, **gelu}, x=parts, bias=bias,
                        src=mask_src, out=out, out2=out2)
         return
-    if b.tiled and b.REDUCE_VEC4 and tail == 0 and count % 4 == 0:
+    if b.tiled and b.REDUCE_VEC4 and tail == 0 and count % 4 == 0 and \
+            count >= 4 * b.SPLIT_THREADS:
         # four outputs a thread from 16-byte loads (bindings start at multiples of 256 bytes)
         await b.kernel("reduce", "reduce_splits4", groups_1d(count // 4), params=params,
                        x4=parts, bias=bias, src=mask_src, out4=out, constants=gelu or None)
