@@ -9,11 +9,7 @@
 //                  s > 0 at x[(s - 1)*count + e], added in the same order
 //   column_parts:  out[k*C + c] = sum over the rows o of part k of x[o*C + c]   (inner 1)
 
-struct Params {
-  outer: u32, C: u32, inner: u32, count: u32,
-  splits: u32, N: u32, bias_mode: u32, beta: f32,
-  relu: u32, mask: u32, tail: u32, part0: u32,
-}
+//!include split_epilogue
 // reduce_splits' epilogue, after the bias: relu: max(sum, 0), a Gemm's or a convolution's fused
 // ReLU (gemm.wgsl, conv_gemm.wgsl); mask: 0 where src[e] <= 0, a fused ReLU's gradient (src the
 // ReLU's output at the same index), or with GELU_GRAD times src[e], a fused Gelu's gradient
@@ -97,26 +93,6 @@ fn part(k: u32, stride: u32, first: u32, e: u32) -> f32 {
 // reduce_splits' bias and epilogue on the sum s of output e.
 fn finish_split(e: u32, sum: f32) { out[e] = epilogue(e, sum); }
 
-// Output e's value from its sum: the bias, then the fused ReLU or mask.
-fn epilogue(e: u32, sum: f32) -> f32 {
-  var s = sum;
-  let m = e / max(p.N, 1u);
-  let n = e % max(p.N, 1u);
-  switch p.bias_mode {
-    case 1u: { s += p.beta * bias[n]; }
-    case 2u: { s += p.beta * bias[m]; }
-    case 3u: { s += p.beta * bias[e]; }
-    case 4u: { s += p.beta * bias[0]; }
-    case 5u: { s += p.beta * bias[(e / max(p.inner, 1u)) % max(p.C, 1u)]; }
-    default: {}
-  }
-  if (p.relu != 0u) { s = max(s, 0.0); }
-  if (p.mask != 0u) {
-    if (GELU_GRAD != 0u) { s = s * src[e]; } else if (src[e] <= 0.0) { s = 0.0; }
-  }
-  return s;
-}
-
 @compute @workgroup_size(64)
 fn reduce_splits(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -136,45 +112,6 @@ fn reduce_splits(@builtin(global_invocation_id) gid: vec3<u32>,
   var s = (s4.x + s4.y) + (s4.z + s4.w);
   for (; k < p.splits; k++) { s += part(k, stride, first, e); }
   finish(e, s);
-}
-
-// reduce_splits on four neighbouring outputs a thread, from 16-byte loads and stores (GPU
-// adapters; count a multiple of 4, no tail: ops/gemm.reduce_splits): x4 and out4 are x and out
-// as vec4s. Each output's parts are added in reduce_splits' order (four running sums of every
-// fourth part, then the rest), so its bits are reduce_splits'. H100, the MLP's [1000, 1024]
-// over 4 parts: a thread an output moved 20 MB in 15.6 us (1.3 TB/s).
-@group(0) @binding(6) var<storage, read> x4: array<vec4<f32>>;
-@group(0) @binding(7) var<storage, read_write> out4: array<vec4<f32>>;
-
-// Part k of outputs 4q .. 4q + 3 (part0 as `part`).
-fn part4(k: u32, q: u32) -> vec4<f32> {
-  let c4 = p.count / 4u;
-  if (p.part0 == 0u) { return x4[k * c4 + q]; }
-  if (k == 0u) { return out4[q]; }
-  return x4[(k - 1u) * c4 + q];
-}
-
-@compute @workgroup_size(64)
-fn reduce_splits4(@builtin(global_invocation_id) gid: vec3<u32>,
-                  @builtin(num_workgroups) nwg: vec3<u32>) {
-  let q = flat_index(gid, nwg);
-  if (q >= p.count / 4u) { return; }
-  var s0 = vec4<f32>(0.0);  // parts k = 0, 4, 8, ... (reduce_splits' s4.x, four outputs)
-  var s1 = vec4<f32>(0.0);
-  var s2 = vec4<f32>(0.0);
-  var s3 = vec4<f32>(0.0);
-  var k = 0u;
-  for (; k + 4u <= p.splits; k += 4u) {
-    s0 += part4(k, q);
-    s1 += part4(k + 1u, q);
-    s2 += part4(k + 2u, q);
-    s3 += part4(k + 3u, q);
-  }
-  var s = (s0 + s1) + (s2 + s3);
-  for (; k < p.splits; k++) { s += part4(k, q); }
-  let e = 4u * q;
-  out4[q] = vec4<f32>(epilogue(e, s.x), epilogue(e + 1u, s.y), epilogue(e + 2u, s.z),
-                      epilogue(e + 3u, s.w));
 }
 
 // out[e] by finish_split, or the tail's out2[e - count] (a plain sum).

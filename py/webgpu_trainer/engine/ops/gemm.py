@@ -274,7 +274,7 @@ async def reduce_splits(b, parts, out, splits, count, n=1, bias=None, bias_mode=
     if b.tiled and b.REDUCE_VEC4 and tail == 0 and count % 4 == 0 and \
             count >= 4 * b.SPLIT_THREADS:
         # four outputs a thread from 16-byte loads (bindings start at multiples of 256 bytes)
-        await b.kernel("reduce", "reduce_splits4", groups_1d(count // 4), params=params,
+        await b.kernel("reduce_vec4", "reduce_splits4", groups_1d(count // 4), params=params,
                        x4=parts, bias=bias, src=mask_src, out4=out, constants=gelu or None)
         return
     await b.kernel("reduce", "reduce_splits", groups_1d(count + tail), params=params, x=parts,
