@@ -370,9 +370,11 @@ fn b_at(k: u32, n: u32, k_end: u32) -> f32 {
 
 // vec4 number q (< 2 * WM * BK) of the A tile at k0. `inside`: the k step lies inside the
 // split's k range (every step but a K's ragged last): plain loads, no bounds tests. Rows past
-// M read row M - 1 again (or, as aligned vec4s, the last whole group of 4): they feed only
-// rows of out past M, which are never stored, so a tile at the edge of out loads as fast as
-// one inside it (the MLP's [1000, 1024]: its eighth row of tiles).
+// M read row M - 1 again: they feed only rows of out past M, which are never stored, so a
+// tile at the edge of out loads as fast as one inside it (the MLP's [1000, 1024]: its eighth
+// row of tiles). Four rows at one k are one vec4 only when all four lie inside: with M not a
+// multiple of 4 the group of the last row may run past the binding (a view ending at its
+// last element), so such a group loads row by row.
 fn load_a(m0: u32, k0: u32, k_end: u32, q: u32, inside: bool) -> vec4<f32> {
   let last = p.M - 1u;
   if (p.sak == 1u) {  // 4 consecutive k of one row
@@ -390,7 +392,7 @@ fn load_a(m0: u32, k0: u32, k_end: u32, q: u32, inside: bool) -> vec4<f32> {
   let k = k0 + q / (2u * WM);
   if (inside) {
     let ka = k * p.sak;
-    if ((p.vec & 1u) != 0u) { return a4[(min(m, last & ~3u) + ka) / 4u]; }
+    if ((p.vec & 1u) != 0u && m + 3u <= last) { return a4[(m + ka) / 4u]; }
     return vec4<f32>(a[min(m, last) * p.sam + ka], a[min(m + 1u, last) * p.sam + ka],
                      a[min(m + 2u, last) * p.sam + ka], a[min(m + 3u, last) * p.sam + ka]);
   }
@@ -417,7 +419,7 @@ fn load_b(n0: u32, k0: u32, k_end: u32, q: u32, inside: bool) -> vec4<f32> {
     let k = k0 + q / (2u * WN);
     if (inside) {
       let kb = k * p.sbk;
-      if ((p.vec & 2u) != 0u) { return b4[(kb + min(n, last & ~3u) * p.sbn) / 4u]; }
+      if ((p.vec & 2u) != 0u && n + 3u <= last) { return b4[(kb + n) / 4u]; }
       return vec4<f32>(bm[kb + min(n, last) * p.sbn], bm[kb + min(n + 1u, last) * p.sbn],
                        bm[kb + min(n + 2u, last) * p.sbn], bm[kb + min(n + 3u, last) * p.sbn]);
     }

@@ -821,6 +821,30 @@ def test_reduce_splits_part0_same_bits(device, count, splits, n, bias_mode, relu
     assert rel_err(got[1], want) <= FWD_RTOL
 
 
+# An edge tile's vec4 loads across rows (op(A) with sam 1) or columns (op(B) with sbn 1) when
+# the row stride is a multiple of 4 but M (N) is not, the binding ending at the last element:
+# the group of four holding the last row runs past the binding, so those rows load one by one
+# (clamped) and the last row keeps its own value; against float64. (A load past a binding is
+# the implementation's choice in WGSL: lavapipe keeps the in-bounds components of such a vec4,
+# so a whole-group load passed here too; an index clamp would give the last row another's.)
+@pytest.mark.parametrize("m,n,k", [(1001, 300, 64), (300, 1029, 37), (133, 1001, 900)])
+def test_gemm_edge_tiles_vec4_past_the_binding(device, monkeypatch, m, n, k):
+    from webgpu_trainer.engine.ops import gemm
+    monkeypatch.setattr(gemm, "tile_shape", lambda *_: (16, 16))
+    rng = rng_for("gemm_edge_binding", m, n, k)
+    sak, sbk = (m + 3) // 4 * 4, (n + 3) // 4 * 4
+    a_full = f32(rng.standard_normal((k, sak)))  # op(A)[i, kk] at kk * sak + i (sam 1)
+    b_full = f32(rng.standard_normal((k, sbk)))  # op(B)[kk, j] at kk * sbk + j (sbn 1)
+    a_flat = a_full.reshape(-1)[:(k - 1) * sak + m]  # the binding ends at the last element
+    b_flat = b_full.reshape(-1)[:(k - 1) * sbk + n]
+    got, b = _gemm_on_gpu(device, a_flat, (1, sak), b_flat, (sbk, 1), m, n, k)
+    assert gemm._vec_bits(b, a_flat, (1, sak), b_flat, (sbk, 1)) == 3
+    want = a_full[:, :m].T.astype(np.float64) @ b_full[:, :n].astype(np.float64)
+    assert rel_err(got, want) <= FWD_RTOL
+    assert np.abs(got[-1] - want[-1]).max() <= 1e-4 * np.abs(want).max()
+    assert np.abs(got[:, -1] - want[:, -1]).max() <= 1e-4 * np.abs(want).max()
+
+
 # reduce_splits4 (four outputs a thread from vec4 loads: GPU adapters, count a multiple of 4,
 # no tail) adds each output's parts in reduce_splits' order: the same bits as Builder.REDUCE_VEC4
 # off, for 1 to 9 parts (none, some and all in the four running sums), part 0 in x or in out,
