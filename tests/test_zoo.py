@@ -315,19 +315,46 @@ BROWSER_RTOL = 1e-5  # browser (Pyodide, SwiftShader) vs native (wgpu-py, lavapi
 BROWSER = ["resnet8", "mobilenetv2", "vit", "lstm", "gru", "resnet18n", "conv1d", "textbag"]
 
 
+def open_parity_page(chromium, server):
+    """``(context, page)``: web/dev/parity.html booted (its worker ready)."""
+    ctx = chromium.new_context()
+    try:
+        page = ctx.new_page()
+        page.goto(server + "/dev/parity.html")
+        page.wait_for_function("window.parityState && (window.parityState.ready || "
+                               "window.parityState.error)", timeout=180_000)
+        assert not page.evaluate("window.parityState.error")
+    except BaseException:
+        ctx.close()
+        raise
+    return ctx, page
+
+
+@pytest.fixture(scope="module")
+def parity_page(chromium, server):
+    """One booted parity page for the module's browser cases (as tests/test_parity.py's): each
+    ``runParity`` call is a case of its own (``parity.run_case``: its own plan, weights and
+    optimizer on the worker's device), so a test depends on no other's; only the boot (Pyodide,
+    the engine wheel, the adapter: ~5 s a page) is shared."""
+    ctx, page = open_parity_page(chromium, server)
+    yield page
+    ctx.close()
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("name", BROWSER)
-def test_trains_in_the_browser_like_natively(chromium, server, device, name):
+def test_trains_in_the_browser_like_natively(chromium, server, device, parity_page, name):
     """The TorchScript file trains 3 Adam steps at batch 4 in headless Chromium (Pyodide,
     web/dev/parity.html) and natively through the same ``parity.run_case``: losses, output
     and weights agree within BROWSER_RTOL, and the weights moved. The ViT: the class token's
     Expand to the batch, attention's Gathers; ``textbag``: int64 token ids (u32 on the GPU);
     ``mobilenetv2``: depthwise Convs (conv_depthwise.wgsl), ReLU6 as Clip."""
-    browser_parity(chromium, server, device, name, ZOO / f"{name}-ts.onnx")
+    browser_parity(chromium, server, device, name, ZOO / f"{name}-ts.onnx", page=parity_page)
 
 
-def browser_parity(chromium, server, device, name, path):
-    """``test_trains_in_the_browser_like_natively`` for zoo model ``name`` from ``path``."""
+def browser_parity(chromium, server, device, name, path, page=None):
+    """``test_trains_in_the_browser_like_natively`` for zoo model ``name`` from ``path``, on
+    ``page`` (a booted parity page), else on a parity page of its own."""
     import asyncio
     import base64
     import json
@@ -344,16 +371,14 @@ def browser_parity(chromium, server, device, name, path):
             "steps": 3, "optimizer": {"name": "adam", "lr": 0.003}, "train": True, "seed": 1}
     with ThreadPoolExecutor(1) as pool:  # Playwright's event loop owns this thread
         (native,) = pool.submit(asyncio.run, parity.run_cases(device, [case])).result()
-    ctx = chromium.new_context()
+    ctx = None
+    if page is None:
+        ctx, page = open_parity_page(chromium, server)
     try:
-        page = ctx.new_page()
-        page.goto(server + "/dev/parity.html")
-        page.wait_for_function("window.parityState && (window.parityState.ready || "
-                               "window.parityState.error)", timeout=180_000)
-        assert not page.evaluate("window.parityState.error")
         (got,) = json.loads(page.evaluate("c => window.runParity(c)", json.dumps([case])))
     finally:
-        ctx.close()
+        if ctx is not None:
+            ctx.close()
     assert "error" not in native and "error" not in got, (native.get("error"), got.get("error"))
     assert len(got["losses"]) == 3 and np.isfinite(native["losses"]).all()
     assert rel_err(got["losses"], native["losses"]) <= BROWSER_RTOL
