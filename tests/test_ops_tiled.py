@@ -826,8 +826,12 @@ def test_reduce_splits_part0_same_bits(device, count, splits, n, bias_mode, relu
 # the group of four holding the last row runs past the binding, so those rows load one by one
 # (clamped) and the last row keeps its own value; against float64. (A load past a binding is
 # the implementation's choice in WGSL: lavapipe keeps the in-bounds components of such a vec4,
-# so a whole-group load passed here too; an index clamp would give the last row another's.)
-@pytest.mark.parametrize("m,n,k", [(1001, 300, 64), (300, 1029, 37), (133, 1001, 900)])
+# so a whole-group load passed here too; an index clamp would give the last row another's. A
+# review imitated that clamp in the shader (a4 / b4 indices min'd with arrayLength - 1): with
+# either guard removed, a case whose last k step is whole, (1001, 300, 64), (300, 1029, 64) or
+# (133, 1001, 896), then fails.)
+@pytest.mark.parametrize("m,n,k", [(1001, 300, 64), (300, 1029, 37), (133, 1001, 900),
+                                   (300, 1029, 64), (133, 1001, 896)])
 def test_gemm_edge_tiles_vec4_past_the_binding(device, monkeypatch, m, n, k):
     from webgpu_trainer.engine.ops import gemm
     monkeypatch.setattr(gemm, "tile_shape", lambda *_: (16, 16))

@@ -173,7 +173,7 @@ class Builder:
     # adapters (reduce.wgsl reduce_splits_lanes); False: a thread an output (A/B).
     REDUCE_LANES = True
 
-    # reduce.wgsl reduce_splits4 (four outputs a thread from vec4 loads) on GPU adapters for
+    # reduce_vec4.wgsl reduce_splits4 (four outputs a thread from vec4 loads) on GPU adapters for
     # at least 4 * SPLIT_THREADS outputs, a multiple of 4, with no tail (ops/gemm.reduce_splits);
     # False: a thread an output (A/B).
     REDUCE_VEC4 = True
