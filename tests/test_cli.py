@@ -14,9 +14,9 @@ The option checks (test_option_errors) fail before any training, on `--device cp
 device's training runs are tests/test_cpu_backend.py's.
 
 Fine-tuning, loss options and `summary` (the last section) use their own tiny runs (96 training
-images, 3 steps of 32 per epoch, 32 eval images): `--head-only` on the GPU, `--freeze` with
-`--loss mse --reduction sum` on the CPU, each resumed once; their option errors and `summary`
-start no training.
+images, 3 steps of 32 per epoch, 32 validation and 32 eval images): `--head-only` on the GPU,
+`--freeze` with `--loss mse --reduction sum` on the CPU, each resumed once; their option errors
+and `summary` start no training.
 """
 
 import hashlib
@@ -311,8 +311,10 @@ def test_scheduler_options_recorded(tmp_path):
 # ------------------------------------------------------------------ fine-tuning, loss, summary
 
 LOSS_KEYS = ("loss", "reduction", "label_smoothing", "class_weights")
-TINY = ["--train-images", "96", "--batch-size", "32", "--eval-images", "32", "--optimizer",
-        "sgd", "--seed", "1", "--no-progress"]
+# (32 validation images: the default 5,000 held-out images cost a tiny run ~25 s of evaluation
+# on the CPU at each epoch's end, ~10 s on lavapipe)
+TINY = ["--train-images", "96", "--batch-size", "32", "--eval-images", "32", "--val-images",
+        "32", "--optimizer", "sgd", "--seed", "1", "--no-progress"]
 
 
 def initializers(path: Path) -> dict:
@@ -490,7 +492,7 @@ def test_resume_with_nothing_left_to_train_is_an_error(tmp_path):
     --max-steps, has nothing to train: exit 2 naming the limit, checkpoint untouched (CPU)."""
     out = tmp_path / "r"
     cli("train", MODEL, "--device", "cpu", "--train-images", "256", "--eval-images", "32",
-        "--batch-size", "32", "--max-steps", "3", "--out", out)
+        "--val-images", "32", "--batch-size", "32", "--max-steps", "3", "--out", out)
     ckpts = sorted((out / "checkpoints").iterdir())
     before = {p.name: sha256(p) for p in ckpts}
     proc = cli("train", MODEL, "--resume", out, "--epochs", "2", check=False)

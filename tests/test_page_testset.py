@@ -44,7 +44,7 @@ def test_kernels_try_it_and_results_use_the_workers_test_split(chromium, server,
         pg = app.page
         app.wait_ready()
         app.configure(optimizer="adam", lr="0.01", batch=32, epochs=1, max_steps=3,
-                      eval_images=64)
+                      eval_images=64, val_images=64)  # (not the default 5,000: ~20 s)
         # Kernels: test image 7, as numpy reads it
         pg.click("#tab-kernels")
         pg.fill("#kernel-digit", "7")

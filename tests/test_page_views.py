@@ -26,6 +26,7 @@ pytestmark = pytest.mark.e2e
 SEEDNET_TRAINABLE = 376_870   # sum(p.numel() for p in SeedNet().parameters() if p.requires_grad)
 MAX_STEPS = 20
 EVAL_IMAGES = 100
+VAL_IMAGES = 64  # (the form's default, 5,000, costs the run's end ~20 s on SwiftShader)
 TRAIN_TIMEOUT_S = 300
 PROB_SUM_TOL = 1e-5           # the probabilities of one image sum to 1
 PROB_TOL = 1e-4               # Try it's probabilities vs exp(the run's log-probabilities)
@@ -59,7 +60,7 @@ def trained(app):
     """The module's run; the live views are asked for only once their tab is shown, and they
     answer while the model trains."""
     page = app.page
-    app.configure(max_steps=MAX_STEPS, eval_images=EVAL_IMAGES)
+    app.configure(max_steps=MAX_STEPS, eval_images=EVAL_IMAGES, val_images=VAL_IMAGES)
     page.click("#tab-dashboard")
     before = page.evaluate("window.viewsState.requests")  # the initial weights' views, if shown
     page.click("#start")
