@@ -179,8 +179,9 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
     STATE["stop"] = STATE["pause"] = False
     # The worker's first run checks the GPU before its first step; the check's pipelines
     # compile in the browser's GPU process while this task fetches the model and the data and
-    # builds the training step (its Python and its uploads; measured on SwiftShader: the first
-    # step comes about 2-3 s sooner of ~14 s).
+    # builds the training step (its Python and its uploads; measured on SwiftShader, SeedNet:
+    # "Training" 12.4 -> 11.6-12.2 s after Start; Chromium compiles the pipelines one at a
+    # time, so the overlap is small).
     check = _selfcheck() if STATE["selfcheck"] is None else None
     try:
         cfg, graph, weights, train, test = await load(cfg, model, post)
