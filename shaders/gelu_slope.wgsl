@@ -21,7 +21,8 @@ fn gelu_forward_slope(@builtin(global_invocation_id) gid: vec3<u32>,
                       @builtin(num_workgroups) nwg: vec3<u32>) {
   for (var i = flat_index(gid, nwg); i < p.n; i += grid_stride(nwg)) {
     let v = slope[i];
-    out[i] = v * normal_cdf(v);
-    slope[i] = gelu_slope(v);
+    let cdf = normal_cdf(v);  // once for both (erf's branches: a warp may take all three)
+    out[i] = v * cdf;
+    slope[i] = gelu_slope_cdf(v, cdf);
   }
 }

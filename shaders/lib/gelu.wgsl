@@ -70,6 +70,9 @@ fn normal_cdf(v: f32) -> f32 {
 
 // d/dv GELU(v) = Phi(v) + v * phi(v) for the erf GELU v * Phi(v) (ONNX Gelu, approximate
 // "none"; torch's GeluBackward), phi the standard normal density.
-fn gelu_slope(v: f32) -> f32 {
-  return normal_cdf(v) + v * INV_SQRT_2PI * det_exp(-0.5 * v * v);
+fn gelu_slope(v: f32) -> f32 { return gelu_slope_cdf(v, normal_cdf(v)); }
+
+// gelu_slope(v) from cdf = normal_cdf(v) already taken (gelu_slope.wgsl: the forward's Phi).
+fn gelu_slope_cdf(v: f32, cdf: f32) -> f32 {
+  return cdf + v * INV_SQRT_2PI * det_exp(-0.5 * v * v);
 }
