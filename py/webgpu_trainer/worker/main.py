@@ -87,27 +87,14 @@ async def _parity(data):
         post("error", message=user_message(exc))
 
 
-CHECKING = "Checking this GPU's results (self-check)…"  # the status line while it runs
-_CHECKING: list = []  # the self-check's task while it runs (at most one)
-
-
-def _selfcheck(data=None):
-    """The GPU self-check (selfcheck.py) on this adapter, once per worker, as one task shared
-    by every caller (a run started while the ``selfcheck`` message's own check runs waits on
-    the same one): returns it to await."""
-    if not _CHECKING or _CHECKING[0].done():
-        _CHECKING[:] = [asyncio.ensure_future(_run_selfcheck())]
-    return _CHECKING[0]
-
-
-async def _run_selfcheck():
-    """Post ``selfcheck {ok, wrong, rows, seconds, adapter}``, running the check first unless
-    this worker has its result; the page warns when ``ok`` is false (training stays
-    allowed)."""
+async def _selfcheck(data=None):
+    """The GPU self-check (selfcheck.py) on this adapter, once per worker: posts
+    ``selfcheck {ok, wrong, rows, seconds, adapter}``; the page warns when ``ok`` is false
+    (training stays allowed)."""
     if STATE["selfcheck"] is None:
         if STATE["device"] is None:
             return
-        post("status", text=CHECKING)
+        post("status", text="Checking this GPU's results (self-check)…")
         try:
             STATE["selfcheck"] = await selfcheck.run(STATE["device"])
         except Exception as exc:  # the reference file missing from the wheel, ...
@@ -177,12 +164,8 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
     model = cfg.pop("model", None) or model or "seednet"  # config.model: classroom's pin
     STATE["model"] = model
     STATE["stop"] = STATE["pause"] = False
-    # The worker's first run checks the GPU before its first step; the check's pipelines
-    # compile in the browser's GPU process while this task fetches the model and the data and
-    # builds the training step (its Python and its uploads; measured on SwiftShader, SeedNet:
-    # "Training" 12.4 -> 11.6-12.2 s after Start; Chromium compiles the pipelines one at a
-    # time, so the overlap is small).
-    check = _selfcheck() if STATE["selfcheck"] is None else None
+    if STATE["selfcheck"] is None:
+        await _selfcheck()
     try:
         cfg, graph, weights, train, test = await load(cfg, model, post)
         trainer = Trainer(engine(dev), graph, weights, cfg, train, test,
@@ -193,10 +176,6 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
         if STATE["pause"]:
             trainer.pause()
         await trainer.setup()
-        if check is not None:  # ``selfcheck`` comes before any step (the page shows it)
-            if not check.done():
-                post("status", text=CHECKING)
-            await check
         if then is not None:
             await then(trainer)
             return
