@@ -348,9 +348,12 @@ class Builder:
 
     # LayerNorm rows of 8-255 values on SEG threads each on GPU adapters (ops/layernorm.py;
     # False: a thread a row, A/B), and its Scale / B gradients over this many threads there
-    # (parts of the rows; the CPU adapters keep ``splits``).
+    # (parts of the rows; the CPU adapters keep ``splits``). H100 (2026-12-07,
+    # ``2026-12-07-h100-s36-ln-*``), ms of GPU time at batch 1000, 2^18 / 2^16 / 2^14 threads:
+    # ViT 5.09 / 5.04 / 5.12, encoder 1.429 / 1.423 / 1.436 (d 64: 4,062 or 1,750 parts of
+    # 16 rows against 1,024 / 256 of more); batch 64 the same (too few rows to differ).
     LN_SEG = True
-    LN_PARAM_THREADS = 1 << 18
+    LN_PARAM_THREADS = 1 << 16
     # Those parts of a Scale / B as long as the row folded by one reduce_splits with a tail
     # (ops/layernorm._param_grads_one_fold; False: two channel_sum folds, A/B).
     LN_PARAM_TAIL = True
