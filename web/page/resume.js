@@ -189,6 +189,7 @@ async function recoverDevice() {
 export async function setupResume() {
   if (new URLSearchParams(location.search).get("test") === "1") {  // the tests' device loss
     window.loseDeviceForTests = () => post({ type: "debug_lose_device" });
+    window.gpuErrorForTests = () => post({ type: "debug_gpu_error" });
   }
   $("device-lost-go").addEventListener("click", recoverDevice);
   try {

@@ -1,8 +1,8 @@
 """The Web Worker's Python entry (web/worker.js imports this module and calls ``boot`` once,
 then ``handle`` for every message from the page). Messages in: start, stop, pause, resume,
-skip_test, profile, bench, parity, selfcheck (here), snapshot and debug_lose_device
-(storage.py), inspect, predict and prepare (views.py), convolve (kernels.py); messages out: see
-docs/ARCHITECTURE.md, "Worker protocol". Runs only in Pyodide.
+skip_test, profile, bench, parity, selfcheck (here), snapshot, debug_lose_device and
+debug_gpu_error (storage.py), inspect, predict and prepare (views.py), convolve (kernels.py);
+messages out: see docs/ARCHITECTURE.md, "Worker protocol". Runs only in Pyodide.
 
 One handler convention: each module has ``HANDLERS``, message type -> ``handler(data: dict)``;
 it acts at once (stop, pause), and an awaitable it returns (a coroutine function's) runs as a

@@ -103,7 +103,18 @@ def _lose_device(data):
     STATE["device"].device.destroy()
 
 
+def _gpu_error(data):
+    """``debug_gpu_error``: an uncaptured WebGPU validation error on the device (webgpu_js
+    ``provoke_validation_error``): the next submit fails with it, the one after must not.
+    Accepted only from a worker started with ``?test=1``."""
+    if "test=1" not in page_query():
+        post("error", message="debug_gpu_error is a test hook (open the page with ?test=1)")
+        return
+    STATE["device"].provoke_validation_error()
+
+
 HANDLERS = {
     "snapshot": _snapshot,
     "debug_lose_device": _lose_device,
+    "debug_gpu_error": _gpu_error,
 }

@@ -109,6 +109,22 @@ class Device:
     def _on_error(self, event):
         self._errors.append(str(event.error.message))
 
+    def _raise_errors(self):
+        """RuntimeError naming the uncaptured errors (``onuncapturederror``) reported since the
+        last call, once: the list is emptied first, so the work after the failed one (the next
+        run, a self-check) is judged by its own errors, not by those of a run that ended."""
+        if self._errors:
+            errors, self._errors = self._errors, []
+            raise RuntimeError("WebGPU error: " + "; ".join(errors[:3]))
+
+    def provoke_validation_error(self):
+        """Test hook (the worker's ``debug_gpu_error``): ask for a buffer WebGPU must refuse
+        (MAP_READ beside STORAGE usage), so the device reports an uncaptured validation error
+        as a driver or engine bug would."""
+        u = js.GPUBufferUsage
+        self.device.createBuffer(_js({"size": 16, "usage": u.MAP_READ | u.STORAGE,
+                                      "label": "debug_gpu_error"}))
+
     def buffer(self, nbytes: int, label: str = "", uniform: bool = False):
         """A zero-filled buffer of ``nbytes`` (rounded up to 4) for storage or uniform use."""
         u = js.GPUBufferUsage
@@ -199,8 +215,7 @@ class Device:
     def submit(self, programs: list, copies=()):
         """Encode every program (one compute pass each), then ``copies``; one queue submit."""
         _REPLAY(self.device, to_js(programs), to_js([list(c) for c in copies]))
-        if self._errors:
-            raise RuntimeError("WebGPU error: " + "; ".join(self._errors[:3]))
+        self._raise_errors()
 
     def run_step(self, program, uniform, data):
         """Write ``data`` at the start of ``uniform``, submit ``program`` alone; ``fence()``.
@@ -212,8 +227,7 @@ class Device:
             arr = self._step_bytes[len(data)] = js.Uint8Array.new(len(data))
         arr.assign(data)
         fence = _STEP(self.device, program, uniform, arr)
-        if self._errors:
-            raise RuntimeError("WebGPU error: " + "; ".join(self._errors[:3]))
+        self._raise_errors()
         return fence
 
     async def read(self, buf, offset: int = 0, nbytes: int | None = None) -> bytes:
