@@ -187,7 +187,7 @@ async function recoverDevice() {
 // ------------------------------------------------------------------------------ set-up
 /** Wire the device-lost banner and look for a stored run to offer (the resume banner). */
 export async function setupResume() {
-  if (new URLSearchParams(location.search).get("test") === "1") {  // the tests' device loss
+  if (new URLSearchParams(location.search).get("test") === "1") {  // the tests' GPU faults
     window.loseDeviceForTests = () => post({ type: "debug_lose_device" });
     window.gpuErrorForTests = () => post({ type: "debug_gpu_error" });
   }

@@ -27,7 +27,7 @@ export function testChunkBytes() {
 export function startWorker(handler = onMessage) {
   onMessage = handler;
   try {
-    // ?test=1: the worker accepts the test hooks (debug_lose_device; &chunk=N: data buffers
+    // ?test=1: the worker accepts the test hooks (debug_lose_device, debug_gpu_error; &chunk=N: data buffers
     // of at most N bytes, worker/load.py)
     const test = new URLSearchParams(location.search).get("test") === "1";
     const chunk = testChunkBytes() ? `&chunk=${testChunkBytes()}` : "";

@@ -95,6 +95,7 @@ async def _selfcheck(data=None):
         if STATE["device"] is None:
             return
         post("status", text="Checking this GPU's results (self-check)…")
+        STATE["device"].clear_errors()  # judged by its own errors (webgpu_js.Device)
         try:
             STATE["selfcheck"] = await selfcheck.run(STATE["device"])
         except Exception as exc:  # the reference file missing from the wheel, ...
@@ -134,7 +135,7 @@ HANDLERS = {
     "parity": _parity,
     "selfcheck": _selfcheck,
     **kernels.HANDLERS,  # convolve (the kernels playground)
-    **storage.HANDLERS,  # snapshot, debug_lose_device (keep your work)
+    **storage.HANDLERS,  # snapshot, debug_lose_device, debug_gpu_error (keep your work)
     **views.HANDLERS,  # inspect, predict, prepare, test_images (the live views)
 }
 
@@ -166,6 +167,7 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
     STATE["stop"] = STATE["pause"] = False
     if STATE["selfcheck"] is None:
         await _selfcheck()
+    dev.clear_errors()  # a run fails on errors reported during it, not on earlier ones
     try:
         cfg, graph, weights, train, test = await load(cfg, model, post)
         trainer = Trainer(engine(dev), graph, weights, cfg, train, test,

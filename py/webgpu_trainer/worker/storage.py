@@ -1,7 +1,7 @@
 """Keep your work, the worker's side (Pyodide only; the page's side is web/storage.js): the
 checkpoint posted after every epoch (and inside one: by time and on Stop), resuming a run from
 one, the current weights on request (``snapshot``), the GPU device's loss (``device_lost``) and
-its test hook.
+the test hooks (``debug_lose_device``, ``debug_gpu_error``).
 
 The checkpoint's sections and header are ``engine/train/checkpoint.py``'s, the same as the CLI's
 ``.ckpt`` files: ``weights`` (the engine's flat weight buffer) and ``optimizer``

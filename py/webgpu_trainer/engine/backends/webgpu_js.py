@@ -110,12 +110,17 @@ class Device:
         self._errors.append(str(event.error.message))
 
     def _raise_errors(self):
-        """RuntimeError naming the uncaptured errors (``onuncapturederror``) reported since the
-        last call, once: the list is emptied first, so the work after the failed one (the next
-        run, a self-check) is judged by its own errors, not by those of a run that ended."""
+        """RuntimeError naming the uncaptured errors (``onuncapturederror``) reported since
+        ``clear_errors``: every submit after one fails (the run in progress, and a live view's
+        probe between its steps) until the next job clears them."""
         if self._errors:
-            errors, self._errors = self._errors, []
-            raise RuntimeError("WebGPU error: " + "; ".join(errors[:3]))
+            raise RuntimeError("WebGPU error: " + "; ".join(self._errors[:3]))
+
+    def clear_errors(self):
+        """Forget the uncaptured errors reported so far: the worker calls it as a job starts
+        (the self-check, each run), so one error fails the job it came in and not every later
+        one on this device (it lives as long as the worker)."""
+        self._errors = []
 
     def provoke_validation_error(self):
         """Test hook (the worker's ``debug_gpu_error``): ask for a buffer WebGPU must refuse
