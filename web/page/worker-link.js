@@ -27,8 +27,8 @@ export function testChunkBytes() {
 export function startWorker(handler = onMessage) {
   onMessage = handler;
   try {
-    // ?test=1: the worker accepts the test hooks (debug_lose_device, debug_gpu_error; &chunk=N: data buffers
-    // of at most N bytes, worker/load.py)
+    // ?test=1: the worker accepts the test hooks (debug_lose_device, debug_gpu_error;
+    // &chunk=N: data buffers of at most N bytes, worker/load.py)
     const test = new URLSearchParams(location.search).get("test") === "1";
     const chunk = testChunkBytes() ? `&chunk=${testChunkBytes()}` : "";
     worker = new Worker(test ? `/lib/worker.js?test=1${chunk}` : "/lib/worker.js",
