@@ -105,8 +105,9 @@ def _lose_device(data):
 
 def _gpu_error(data):
     """``debug_gpu_error``: an uncaptured WebGPU validation error on the device (webgpu_js
-    ``provoke_validation_error``): the next submit fails with it, the one after must not.
-    Accepted only from a worker started with ``?test=1``."""
+    ``provoke_validation_error``): the run in progress fails with it at its next submit, the
+    next run (which clears the device's errors as it starts) must not. Accepted only from a
+    worker started with ``?test=1``."""
     if "test=1" not in page_query():
         post("error", message="debug_gpu_error is a test hook (open the page with ?test=1)")
         return
