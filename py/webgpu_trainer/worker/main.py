@@ -207,3 +207,6 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
             post("error", message=user_message(exc))
     finally:
         STATE["trainer"] = None
+        # its errors were this run's (reported above when it failed): the kernels view and
+        # the live views between runs are judged by their own (webgpu_js.Device)
+        dev.clear_errors()

@@ -117,9 +117,9 @@ class Device:
             raise RuntimeError("WebGPU error: " + "; ".join(self._errors[:3]))
 
     def clear_errors(self):
-        """Forget the uncaptured errors reported so far: the worker calls it as a job starts
-        (the self-check, each run), so one error fails the job it came in and not every later
-        one on this device (it lives as long as the worker)."""
+        """Forget the uncaptured errors reported so far: the worker calls it as the self-check
+        and each run start and as each run ends, so one error fails the job it came in and not
+        every later one on this device (it lives as long as the worker)."""
         self._errors = []
 
     def provoke_validation_error(self):
