@@ -7,6 +7,8 @@ Every handler module reads and writes ``STATE`` and answers through ``post``; no
 state of its own about the run.
 """
 
+from urllib.parse import parse_qs
+
 import js
 from pyodide.ffi import create_proxy, to_js
 
@@ -108,6 +110,12 @@ async def fetch_bytes(url: str, what: str, total: int, progress):
 def page_query() -> str:
     """The worker's URL query (``?test=1`` allows the test hooks)."""
     return str(js.location.search)
+
+
+def test_hooks_allowed() -> bool:
+    """Whether the worker was started with ``test=1`` in its query (the page does that when its
+    own URL has it): the parameter itself, not a substring (``?notest=1``, ``?test=10``)."""
+    return parse_qs(page_query().lstrip("?")).get("test") == ["1"]
 
 
 def on_settled(promise, callback) -> None:

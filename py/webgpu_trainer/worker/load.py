@@ -17,7 +17,8 @@ from ..engine.errors import UserError
 from ..engine.train import data_tokens
 from ..engine.train.data import DataSpec, Split, check_run, check_size
 from ..engine.train.gpu_engine import GpuEngine
-from .bridge import STATE, HttpError, fetch, fetch_bytes, page_query, to_bytes
+from .bridge import (STATE, HttpError, fetch, fetch_bytes, page_query, test_hooks_allowed,
+                     to_bytes)
 
 MAX_DATA_BYTES = 2 ** 30  # the most this page holds of a dataset (as dataset.js MAX_BYTES)
 REPORT_S = 0.25  # seconds between two download messages of one shard
@@ -47,7 +48,7 @@ def engine(dev) -> GpuEngine:
     """A ``GpuEngine`` on ``dev``; a worker started with ``?test=1&chunk=N`` cuts the data
     into buffers of at most N bytes (the browser tests' chunked path)."""
     query = parse_qs(page_query().lstrip("?"))
-    chunk = query.get("chunk", [""])[0] if query.get("test") == ["1"] else ""
+    chunk = query.get("chunk", [""])[0] if test_hooks_allowed() else ""
     return GpuEngine(dev, chunk_bytes=int(chunk) if chunk.isdigit() and int(chunk) else None)
 
 

@@ -13,7 +13,7 @@ import traceback
 from ..engine.errors import user_message
 from ..engine.train import checkpoint
 from ..engine.train.loop import epochs_fraction
-from .bridge import STATE, on_settled, page_query, post, post_transfer, to_bytes
+from .bridge import STATE, on_settled, post, post_transfer, test_hooks_allowed, to_bytes
 
 LOST_WAIT_S = 2.0  # after a GPU error: how long to wait for the device's `lost` to settle
 
@@ -97,7 +97,7 @@ async def _snapshot(data):
 def _lose_device(data):
     """``debug_lose_device``: destroy the GPU device, as a driver reset would lose it. Accepted
     only from a worker started with ``?test=1`` (the page does that when its own URL has it)."""
-    if "test=1" not in page_query():
+    if not test_hooks_allowed():
         post("error", message="debug_lose_device is a test hook (open the page with ?test=1)")
         return
     STATE["device"].device.destroy()
@@ -108,7 +108,7 @@ def _gpu_error(data):
     ``provoke_validation_error``): the run in progress fails with it at its next submit, the
     next run (which clears the device's errors as it starts) must not. Accepted only from a
     worker started with ``?test=1``."""
-    if "test=1" not in page_query():
+    if not test_hooks_allowed():
         post("error", message="debug_gpu_error is a test hook (open the page with ?test=1)")
         return
     STATE["device"].provoke_validation_error()
