@@ -191,14 +191,6 @@ class Builder:
     # (H200, 2026-12-05: the MLP's dW at batch 64, [1024, 1024] over k 64, 0.040 ms tiled in
     # 4 parts, 0.018 untiled; ops/gemm.matmul); None: tiled (A/B).
     GEMM_SPLIT_MIN_K = 128
-    # On GPU adapters an untiled GEMM summed over at least this many values (weight gradients
-    # over batch x tokens) splits its sum for twice ``SPLIT_THREADS`` (``splits``); None: the
-    # plain target. Off until measured as such: with SPLIT_THREADS 128k for every untiled
-    # GEMM (H100, ``2026-12-07-h100-s36-sp-*-gemm``), the LSTM at batch 1000 0.657 -> 0.619 ms
-    # of GPU time (its [28, 256] and [64, 256] weight gradients over 28,000), the encoder at
-    # 1000 1.43 -> 1.48 (that also split its [28000, 64] input gradient over k 256 in two,
-    # which this rule leaves whole).
-    GEMM_LONG_K = None
     # A tiled GEMM's split-K part 0 written straight into the output, the other parts added to
     # it in place in the same order (gemm.wgsl / reduce.wgsl part0): a part's scratch fewer
     # (the MLP at batch 1000: 4.1 MB of its 16.4); False: every part in scratch (A/B).

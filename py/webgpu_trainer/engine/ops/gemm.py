@@ -103,9 +103,7 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         side_m, side_n = 4 * 64 // wx, 4 * wx
         threads = 64 * ((m + side_m - 1) // side_m) * ((n + side_n - 1) // side_n)
         blocks = ((m + 3) // 4) * ((n + 3) // 4)
-        # sums of at least Builder.GEMM_LONG_K values aim at twice the threads (b.splits)
-        long = b.tiled and b.GEMM_LONG_K is not None and k >= b.GEMM_LONG_K
-        splits = b.splits(max(1, blocks // 2) if long else blocks, k, min_per_split=64)
+        splits = b.splits(blocks, k, min_per_split=64)
         gx, gy, _ = groups_1d(threads)
         # GPU adapters, both operands aligned: the same blocks from vec4 loads (matmul_vec)
         vec = _vec_bits(b, a, a_strides, bm, b_strides) \
