@@ -180,6 +180,7 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
         await trainer.setup()
         if then is not None:
             await then(trainer)
+            dev.check_errors()  # an error of its last submits fails it (cleared below)
             return
         STATE["last"] = {"trainer": trainer, "model": model,  # for inspect / predict
                          "untrained": False}
@@ -191,6 +192,7 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
         post("status", text="Training…")
         result = await trainer.run()
         trained = await trainer.trained_weights()
+        dev.check_errors()  # an error of the last submits fails the run (cleared below)
         logits = float32_array(result.pop("logits"))
         post("done", model=model, weights=array_buffer(trained), logits=logits,
              labels=uint8_array(test.labels_host[:trainer.n_eval]),
@@ -207,6 +209,6 @@ async def _run(cfg: dict, model=None, then=None, resume: dict | None = None):
             post("error", message=user_message(exc))
     finally:
         STATE["trainer"] = None
-        # its errors were this run's (reported above when it failed): the kernels view and
-        # the live views between runs are judged by their own (webgpu_js.Device)
+        # its errors were this run's (checked after its last read, reported above when it
+        # failed): later probes between runs do not fail on them (webgpu_js.Device)
         dev.clear_errors()

@@ -109,10 +109,12 @@ class Device:
     def _on_error(self, event):
         self._errors.append(str(event.error.message))
 
-    def _raise_errors(self):
+    def check_errors(self):
         """RuntimeError naming the uncaptured errors (``onuncapturederror``) reported since
-        ``clear_errors``: every submit after one fails (the run in progress, and a live view's
-        probe between its steps) until the next job clears them."""
+        ``clear_errors``. Every submit calls it, so every submit after one fails (the run in
+        progress, and a live view's probe between its steps); the worker also calls it after
+        a run's last read, so an error of its last submits fails the run instead of being
+        cleared as the run ends."""
         if self._errors:
             raise RuntimeError("WebGPU error: " + "; ".join(self._errors[:3]))
 
@@ -220,7 +222,7 @@ class Device:
     def submit(self, programs: list, copies=()):
         """Encode every program (one compute pass each), then ``copies``; one queue submit."""
         _REPLAY(self.device, to_js(programs), to_js([list(c) for c in copies]))
-        self._raise_errors()
+        self.check_errors()
 
     def run_step(self, program, uniform, data):
         """Write ``data`` at the start of ``uniform``, submit ``program`` alone; ``fence()``.
@@ -232,7 +234,7 @@ class Device:
             arr = self._step_bytes[len(data)] = js.Uint8Array.new(len(data))
         arr.assign(data)
         fence = _STEP(self.device, program, uniform, arr)
-        self._raise_errors()
+        self.check_errors()
         return fence
 
     async def read(self, buf, offset: int = 0, nbytes: int | None = None) -> bytes:

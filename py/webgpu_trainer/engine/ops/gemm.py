@@ -102,8 +102,7 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         wx = _threads_along_n(n)
         side_m, side_n = 4 * 64 // wx, 4 * wx
         threads = 64 * ((m + side_m - 1) // side_m) * ((n + side_n - 1) // side_n)
-        blocks = ((m + 3) // 4) * ((n + 3) // 4)
-        splits = b.splits(blocks, k, min_per_split=64)
+        splits = b.splits(((m + 3) // 4) * ((n + 3) // 4), k, min_per_split=64)
         gx, gy, _ = groups_1d(threads)
         # GPU adapters, both operands aligned: the same blocks from vec4 loads (matmul_vec)
         vec = _vec_bits(b, a, a_strides, bm, b_strides) \
