@@ -12,6 +12,12 @@
 #ifndef MINB
 #define MINB 1
 #endif
+#ifndef LAYOUT
+#define LAYOUT 0  // 1: each warp a compact 4 x 8 block of threads (ty x tx)
+#endif
+#ifndef SPLITPF
+#define SPLITPF 0  // 1: the next step's second half loaded after the first half is stored
+#endif
 #define WM 16
 #define WN 16
 #define TILE_V4 (2 * 2 * BK * 2 * WM)  // A and B, two buffers each, vec4s
@@ -44,7 +50,12 @@ tile_nn(const float4* __restrict__ A4, const float4* __restrict__ B4, float* __r
   const unsigned lid = threadIdx.x;
   const unsigned tiles_n = (N + 8 * WN - 1) / (8 * WN);
   const unsigned m0 = (blockIdx.x / tiles_n) * 8 * WM, n0 = (blockIdx.x % tiles_n) * 8 * WN;
+#if LAYOUT == 1
+  const unsigned w = lid / 32, lane = lid % 32;
+  const unsigned ty = (w / (WN / 8)) * 4 + lane / 8, tx = (w % (WN / 8)) * 8 + lane % 8;
+#else
   const unsigned tx = lid % WN, ty = lid / WN;
+#endif
   const unsigned nt = WM * WN;
   const unsigned QA = 2 * WM * BK, QB = 2 * WN * BK;  // vec4s of a step's A / B tile
   float4 acc[16];
@@ -58,13 +69,16 @@ tile_nn(const float4* __restrict__ A4, const float4* __restrict__ B4, float* __r
   auto b_at = [&](unsigned k0, unsigned q) {
     return B4[GB(((k0 + q / (2 * WN)) * N + n0 + (q % (2 * WN)) * 4) / 4)];
   };
-  auto load = [&](unsigned k0) {
+  auto load0 = [&](unsigned k0) {
     if (lid < QA) la0 = a_at(k0, lid);
-    if (lid + nt < QA) la1 = a_at(k0, lid + nt);
     if (lid < QB) lb0 = b_at(k0, lid);
+  };
+  auto load1 = [&](unsigned k0) {
+    if (lid + nt < QA) la1 = a_at(k0, lid + nt);
     if (lid + nt < QB) lb1 = b_at(k0, lid + nt);
   };
-  auto store = [&](unsigned buf) {
+  auto load = [&](unsigned k0) { load0(k0); load1(k0); };
+  auto store = [&](unsigned buf, int half) {  // half 0, 1 or 2 (both)
     const unsigned ra = buf * BK * 2 * WM, rb = 2 * BK * 2 * WM + buf * BK * 2 * WN;
     auto sa = [&](float4 v, unsigned q) {
       unsigned m = q / (BK / 4), k = (q % (BK / 4)) * 4;
@@ -73,24 +87,35 @@ tile_nn(const float4* __restrict__ A4, const float4* __restrict__ B4, float* __r
       tf[SI(ra + (k + 2) * 2 * WM + m / 4) * 4 + m % 4] = v.z;
       tf[SI(ra + (k + 3) * 2 * WM + m / 4) * 4 + m % 4] = v.w;
     };
-    if (lid < QA) sa(la0, lid);
-    if (lid + nt < QA) sa(la1, lid + nt);
     auto sb = [&](float4 v, unsigned q) {
       tile[SI(rb + (q / (2 * WN)) * 2 * WN + q % (2 * WN))] = v;
     };
-    if (lid < QB) sb(lb0, lid);
-    if (lid + nt < QB) sb(lb1, lid + nt);
+    if (half != 1) {
+      if (lid < QA) sa(la0, lid);
+      if (lid < QB) sb(lb0, lid);
+    }
+    if (half != 0) {
+      if (lid + nt < QA) sa(la1, lid + nt);
+      if (lid + nt < QB) sb(lb1, lid + nt);
+    }
   };
   load(0);
-  store(0);
+  store(0, 2);
   __syncthreads();
   unsigned cur = 0;
   for (unsigned k0 = 0; k0 < K; k0 += BK) {
     const bool more = k0 + BK < K;
+#if SPLITPF
+    if (more) load0(k0 + BK);
+#else
     if (more) load(k0 + BK);
+#endif
     const unsigned row_a = cur * BK * 2 * WM, row_b = 2 * BK * 2 * WM + cur * BK * 2 * WN;
 #pragma unroll
     for (unsigned k = 0; k < BK; k++) {
+#if SPLITPF
+      if (k == BK / 2 && more) { store(1 - cur, 0); load1(k0 + BK); }
+#endif
       const unsigned ra = row_a + k * 2 * WM, rb = row_b + k * 2 * WN;
       float4 a0 = tile[SI(ra + ty)], a1 = tile[SI(ra + WM + ty)];
       float4 b0 = tile[SI(rb + tx)], b1 = tile[SI(rb + WN + tx)];
@@ -101,7 +126,11 @@ tile_nn(const float4* __restrict__ A4, const float4* __restrict__ B4, float* __r
         fma4(acc[2 * r + 1], av[r], b1);
       }
     }
-    if (more) { cur = 1 - cur; store(cur); }
+#if SPLITPF
+    if (more) { cur = 1 - cur; store(cur, 1); }
+#else
+    if (more) { cur = 1 - cur; store(cur, 2); }
+#endif
     __syncthreads();
   }
   const unsigned top = m0 + ty * 4, bottom = m0 + 4 * WM + ty * 4;

@@ -26,7 +26,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = open(os.path.join(HERE, "gemm_cuda_tile.cu")).read()
 VARIANTS = {"mirror": [], "clamp-smem": ["-DCLAMP=1"], "clamp-global": ["-DCLAMP=2"],
             "clamp-both": ["-DCLAMP=3"], "minb2": ["-DMINB=2"],
-            "bk16": ["-DBK=16"], "bk16-minb2": ["-DBK=16", "-DMINB=2"]}
+            "bk16": ["-DBK=16"], "bk16-minb2": ["-DBK=16", "-DMINB=2"],
+            "warp": ["-DLAYOUT=1"], "warp-minb2": ["-DLAYOUT=1", "-DMINB=2"],
+            "bk16-split": ["-DBK=16", "-DSPLITPF=1"],
+            "bk16-split-warp": ["-DBK=16", "-DSPLITPF=1", "-DLAYOUT=1"]}
 
 
 def find_nvrtc():
@@ -97,9 +100,15 @@ def launcher(cu, torch, func, a, b, c):
 
 
 def main():
-    if "--check-only" in sys.argv:
+    dump = sys.argv[sys.argv.index("--dump") + 1] if "--dump" in sys.argv else None
+    if "--check-only" in sys.argv or dump:
         for name, opts in VARIANTS.items():
-            print(name, len(compile_cubin(opts)), "bytes")
+            cub = compile_cubin(opts)
+            print(name, len(cub), "bytes")
+            if dump:
+                os.makedirs(dump, exist_ok=True)
+                with open(os.path.join(dump, name + ".cubin"), "wb") as f:
+                    f.write(cub)
         return
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -58,7 +58,49 @@ def test_dynamo_attention_trains_like_torch(device, tmp_path, name, opset):
     from torch_models import export_and_step
     torch.manual_seed(3)
     model = Encoder() if name == "encoder" else Sdpa(name == "sdpa_causal")
+    plan_ops = {}
     graph = export_and_step(device, model, tmp_path / f"{name}.onnx", True, opset,
-                            f"dynamo {name} opset {opset}", dynamic=True)
+                            f"dynamo {name} opset {opset}", dynamic=True, plan_ops=plan_ops)
     ops = {n["op_type"] for n in graph["nodes"]}
     assert {"MatMul", "Softmax"} <= ops
+    # the plan runs MatMul -> Softmax -> MatMul as one FusedAttention (rewrites/attention.py),
+    # except under the causal mask, which an Add puts between the scores and the Softmax
+    assert plan_ops.get("FusedAttention", 0) == (0 if name == "sdpa_causal" else 1), plan_ops
+    assert plan_ops.get("Softmax", 0) == (1 if name == "sdpa_causal" else 0), plan_ops
+
+
+class Cross(nn.Module):
+    """Attention of the image's 28 rows (queries) over 14 tokens of two rows each (keys and
+    values), by hand: 2 heads, query / key heads of ``dq``, value heads of ``dv`` (the fused
+    kernel's TQ != TK, DQ != DV), the scale after the product."""
+
+    def __init__(self, dq, dv):
+        super().__init__()
+        self.dq, self.dv = dq, dv
+        self.q, self.k = nn.Linear(28, 2 * dq), nn.Linear(56, 2 * dq, bias=False)
+        self.v = nn.Linear(56, 2 * dv)
+        self.fc = nn.Linear(2 * dv, 10)
+
+    def forward(self, x):
+        n = x.shape[0]
+        rows, pairs = x.reshape(n, 28, 28), x.reshape(n, 14, 56)
+        q = self.q(rows).reshape(n, 28, 2, self.dq).transpose(1, 2)
+        k = self.k(pairs).reshape(n, 14, 2, self.dq).transpose(1, 2)
+        v = self.v(pairs).reshape(n, 14, 2, self.dv).transpose(1, 2)
+        att = (q @ k.transpose(-1, -2) * self.dq ** -0.5).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(n, 28, 2 * self.dv)
+        return self.fc(y.mean(1))
+
+
+@pytest.mark.parametrize("dq, dv, fused", [(8, 12, 1), (64, 3, 1), (72, 8, 0)])
+def test_cross_attention_trains_like_torch(device, tmp_path, dq, dv, fused):
+    """Queries and keys of different lengths (28 and 14) and head widths (dq, dv) on the fused
+    kernel (heads up to 64 wide, ops/attention.DMAX); a wider query head keeps the three ops.
+    Either way the step matches torch (TorchScript exporter, opset 17)."""
+    from torch_models import export_and_step
+    torch.manual_seed(5)
+    plan_ops = {}
+    export_and_step(device, Cross(dq, dv), tmp_path / "cross.onnx", False, 17,
+                    f"cross attention dq {dq} dv {dv}", plan_ops=plan_ops)
+    assert plan_ops.get("FusedAttention", 0) == fused, plan_ops
+    assert plan_ops.get("Softmax", 0) == 1 - fused, plan_ops

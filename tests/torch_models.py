@@ -13,12 +13,14 @@ from harness import read_f32, read_flat
 RTOL = 1e-4  # eval output vs onnxruntime, loss and every parameter gradient vs torch
 
 
-def export_and_step(device, model, path, dynamo, opset, tag, batch=4, seed=0, dynamic=False):
+def export_and_step(device, model, path, dynamo, opset, tag, batch=4, seed=0, dynamic=False,
+                    plan_ops=None):
     """Export ``model`` (input [N, 1, 28, 28], output [N, 10] logits) to ``path``, import it
     (strict: every op trainable), and check on ``device``: the eval output against
     onnxruntime's, one training step's cross-entropy loss and every parameter gradient against
     torch's in float64 (each within ``RTOL`` relative); ``dynamic``: exported with a dynamic
-    batch axis. Returns the imported graph."""
+    batch axis; ``plan_ops``: a dict the op types of the plan's (rewritten) graph are counted
+    into. Returns the imported graph."""
     torch = pytest.importorskip("torch")
     if dynamo:
         pytest.importorskip("onnxscript")
@@ -43,6 +45,8 @@ def export_and_step(device, model, path, dynamo, opset, tag, batch=4, seed=0, dy
     want = sess.run(None, {"input": x})[0]
     plan = run(parity.load(device, graph, blob, batch, x.tobytes(),
                            labels.astype(np.uint32).tobytes(), loss="cross_entropy"))
+    for n in plan.graph.nodes if plan_ops is not None else ():
+        plan_ops[n["op_type"]] = plan_ops.get(n["op_type"], 0) + 1
     parity.run_step(device, plan, 1, seed, train=False)
     err = rel_err(run(read_f32(device, plan.acts[plan.graph.output])), want)
     _record(tag, "fwd", err)

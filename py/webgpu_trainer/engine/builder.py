@@ -265,6 +265,9 @@ class Builder:
     # ... after moving Transposes past the Reshapes that split their dims and composing
     # consecutive ones (transposes._commute: MultiheadAttention's head split); False: A/B.
     COMMUTE_TRANSPOSES = True
+    # MatMul -> Softmax -> MatMul as one FusedAttention node (engine/rewrites/attention.py,
+    # ops/attention.py: one dispatch forward, two backward); False: the three ops (A/B).
+    FUSE_ATTENTION = True
     # LSTM/GRU sequences on the 256-thread *_seq_wide kernels on GPU adapters (ops/rnn._wide).
     RNN_SEQ_WIDE = True
     # ... each thread's values of R in registers there, for H a multiple of 4 up to 64

@@ -23,14 +23,14 @@ the same floats, and no reader of what the fusion no longer writes.
 import math
 
 from .builder import Builder
-from .ops import OPS
+from .ops import RUNS
 from .ops.layout_rules import split_spec
 
 
 def card_says(node, flag: str) -> bool:
     """Whether the card of ``node``'s op sets the fusion ``flag`` (``engine/ops``): True for
     every op of the card, or a tuple of the op_types it holds for."""
-    value = getattr(OPS.get(node["op_type"]), flag, False)
+    value = getattr(RUNS.get(node["op_type"]), flag, False)
     return node["op_type"] in value if isinstance(value, tuple) else bool(value)
 
 

@@ -5,7 +5,7 @@ Runs in Pyodide: standard library only. Shapes come from each op family's ``infe
 """
 
 from .errors import GraphError
-from .ops import OPS
+from .ops import OPS, RUNS
 from .ops import embed as lookup
 from .ops.layout_rules import with_batch
 
@@ -16,10 +16,12 @@ class Graph:
     """Nodes, tensors and constants of a model description, and its shapes for a batch size.
 
     ``graph``: the JSON dict of ``onnx_io.load_bundle``. Raises GraphError listing every node
-    whose op is not supported, before any GPU work.
+    whose op is not supported, before any GPU work. ``internal``: the graph of a rewrite
+    (``engine/rewrites``), whose nodes may also be the op types only rewrites make
+    (``ops.RUNS``).
     """
 
-    def __init__(self, graph: dict):
+    def __init__(self, graph: dict, internal: bool = False):
         self.desc = graph
         self.name = graph.get("name", "model")
         self.nodes = graph["nodes"]
@@ -27,7 +29,9 @@ class Graph:
         self.constants = graph.get("constants", {})
         self.input = graph["inputs"][0]
         self.output = graph["outputs"][0]["name"]
-        bad = [f"{n['name']} ({n['op_type']})" for n in self.nodes if n["op_type"] not in OPS]
+        known = RUNS if internal else OPS
+        bad = [f"{n['name']} ({n['op_type']})" for n in self.nodes
+               if n["op_type"] not in known]
         if bad:
             raise GraphError("unsupported ops for training: " + ", ".join(bad))
         self.consumers: dict = {}
@@ -59,7 +63,7 @@ class Graph:
             if n["op_type"] == "Expand":  # an Expand to the batch (``batch_axes``)
                 consts[1] = with_batch(n, consts[1], batch)
             try:
-                outs = OPS[n["op_type"]].infer(n, ins, consts)
+                outs = RUNS[n["op_type"]].infer(n, ins, consts)
             except GraphError:
                 raise
             except (IndexError, KeyError, TypeError, ValueError, ZeroDivisionError) as exc:

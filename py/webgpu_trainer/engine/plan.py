@@ -14,8 +14,9 @@ from .backends.base import groups_1d, round_up
 from .builder import Builder, Tensor
 from .graph import Graph
 from . import fusion, init, pool
-from .rewrites import dropouts, gelu, linears, scales, splits, transposes, weight_layouts
-from .ops import OPS, VIEWS, losses, softmax
+from .rewrites import (attention, dropouts, gelu, linears, scales, splits, transposes,
+                       weight_layouts)
+from .ops import RUNS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
 STEP_BYTES = 32  # the Step uniform (shaders/lib/step.wgsl)
@@ -69,6 +70,8 @@ class Plan:
             graph = scales.fold(graph, graph.shapes(batch), keep)
         if Builder.FOLD_TRANSPOSES:
             graph = transposes.fold(graph, graph.shapes(batch), keep)
+        if Builder.FUSE_ATTENTION:
+            graph = attention.fold(graph, graph.shapes(batch), keep)
         self.dev, self.graph, self.batch = dev, graph, batch
         self.keep_grads, self.keep_acts = keep_grads, set(keep_acts)
         self.shapes = graph.shapes(batch)
@@ -103,8 +106,8 @@ class Plan:
         for mode in ("train", "eval"):
             b.current = []
             for node in graph.nodes:
-                if node["op_type"] in OPS:
-                    await OPS[node["op_type"]].forward(b, node, self._ins(node), self._outs(node),
+                if node["op_type"] in RUNS:
+                    await RUNS[node["op_type"]].forward(b, node, self._ins(node), self._outs(node),
                                                        mode == "train")
             setattr(self, f"fwd_{mode}", b.current)
         b.current = []
@@ -148,7 +151,7 @@ class Plan:
                     await self._sum_contributions(b, o, self.grads[o])
             if node is not through and (any(self.grads.get(o) for o in node["outputs"] if o)
                                         or self.clip_grad(node) is not None):
-                await OPS[node["op_type"]].backward(
+                await RUNS[node["op_type"]].backward(
                     b, node, self._ins(node), self._outs(node),
                     [self._grad_of(name, node, k) for k, name in enumerate(node["inputs"])],
                     [self.grads.get(o) for o in node["outputs"]])

@@ -33,18 +33,21 @@ and exposes:
   value)]``: PyTorch's default init of the node's parameters (``engine/init.py``; both engines
   draw it with the same generator).
 
-OPS maps ONNX op_type -> module; VIEWS are the op_types whose output aliases the input;
+OPS maps ONNX op_type -> module; RUNS adds the op types only rewrites make (never imported:
+attention.py's FusedAttention); VIEWS are the op_types whose output aliases the input;
 CARDS maps every op_type with ATTRS (OPS' and the import-only ones) -> module.
 """
 
 from . import (activation, batchnorm, binary, card, conv, dropout, gather, gemm, layernorm,
                layout, pool, reduction, rnn, softmax, views, unary, matmul)
 from . import resize
+from . import attention
 
 _MODULES = (activation, batchnorm, binary, conv, dropout, gather, gemm, layernorm, layout, pool,
             reduction, rnn, softmax, views, unary, matmul, resize)
 
 OPS = {t: m for m in _MODULES for t in m.TYPES}
+RUNS = {**OPS, **{t: attention for t in attention.TYPES}}
 VIEWS = views.TYPES
 CARDS = {t: m for m in _MODULES for t in m.ATTRS}
 

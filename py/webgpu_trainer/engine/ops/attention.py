@@ -1,0 +1,117 @@
+"""Attention as one op, forward and backward (shaders/attention.wgsl): the fused form of
+
+    S = alpha_s * MatMul(Q, K^T);  P = Softmax(S, axis=-1);  Y = alpha_y * MatMul(P, V)
+
+that ``rewrites/attention.py`` makes of those three nodes. It is not an ONNX op (ONNX's own
+Attention of opset 23 has other inputs and attributes): only the rewrite makes it, and
+``graph.Graph`` accepts it only from there (``internal=True``). The node keeps what the two
+MatMuls had: ``scores`` / ``values`` are their attrs (folded Transposes ``_perm0`` /
+``_perm1`` / ``_perm_y`` and scale ``_alpha``, rewrites/transposes.py and scales.py), so Q, K
+and V are read and Y written through the strides of a head split, and the gradients are
+written in Q's, K's and V's own layouts. Inputs ``[q, kt, v]`` (the first MatMul's two and
+the second's B), outputs ``[y, p]``: Y (its gradient is the op's only one) and P, which only
+this op's backward reads and which it stores as [z, TK, TQ] (transposed).
+
+Same numbers as the three ops within float32 rounding (softmax's maximum and sum online).
+float32; the batch dims (before the last two) must match between the products with no
+operand broadcast along them; the head width (Q's and V's last dim) at most ``DMAX``.
+"""
+
+import math
+from types import SimpleNamespace
+
+from ..backends.base import groups_1d
+from . import matmul
+
+TYPES = ("FusedAttention",)
+DMAX = 64  # shaders/attention.wgsl DMAX: the widest q / v row a thread holds
+
+
+def _operands(attrs, a_shape, b_shape):
+    node = {"attrs": attrs or {}}
+    return matmul._operands(node, SimpleNamespace(shape=list(a_shape)),
+                            SimpleNamespace(shape=list(b_shape)))
+
+
+def layout(scores, values, q_shape, kt_shape, v_shape) -> dict:
+    """The kernel's sizes and strides for the products of attrs ``scores`` and ``values``
+    (each MatMul's attrs) over inputs of these shapes: a dict of shaders/attention.wgsl
+    Params fields (less ``write_p``) and ``DQ`` / ``DV``. Raises ValueError saying why they
+    cannot be one op: a transposed score output (``_perm_y`` of the first product) or a
+    transposed P (``_perm0`` of the second), batch dims that differ or broadcast, more than
+    4 of them, a head wider than ``DMAX``."""
+    if (scores or {}).get("_perm_y") is not None or (values or {}).get("_perm0") is not None:
+        raise ValueError("the scores are stored transposed")
+    batch, tq, dq, tk, qb, (q_r, q_c), kb, (k_c, k_r), _, _ = _operands(scores, q_shape,
+                                                                       kt_shape)
+    p_shape = batch + [tq, tk]
+    batch2, n2, k2, dv, _, _, vb, (v_r, v_c), yb, (y_r, y_c) = _operands(values, p_shape,
+                                                                         v_shape)
+    if batch2 != batch or n2 != tq or k2 != tk:
+        raise ValueError(f"the products' shapes differ: {batch + [tq, tk]} vs "
+                         f"{batch2 + [n2, k2]}")
+    dims = [i for i, d in enumerate(batch) if d > 1]
+    if any(s[i] == 0 for s in (qb, kb, vb, yb) for i in dims):
+        raise ValueError("an operand broadcasts along a batch dim")
+    if len(dims) > 4:
+        raise ValueError(f"{len(dims)} batch dims (at most 4)")
+    if not (0 < dq <= DMAX and 0 < dv <= DMAX) or tq < 1 or tk < 1:
+        raise ValueError(f"head widths {dq}, {dv} (1 to {DMAX})")
+
+    def vec(s):
+        return [0] * (4 - len(dims)) + [s[i] for i in dims]
+    zs = [1] * (4 - len(dims)) + [batch[i] for i in dims]
+    z = math.prod(zs)
+    return dict(TQ=tq, TK=tk, rows=z * tq, keys=z * tk, zs=zs, q_b=vec(qb), k_b=vec(kb),
+                v_b=vec(vb), y_b=vec(yb), q_r=q_r, q_c=q_c, k_r=k_r, k_c=k_c, v_r=v_r,
+                v_c=v_c, y_r=y_r, y_c=y_c, DQ=dq, DV=dv,
+                alpha_s=float((scores or {}).get("_alpha", 1.0)),
+                alpha_y=float((values or {}).get("_alpha", 1.0)))
+
+
+ATTRS = {"FusedAttention": {}}
+
+
+def infer(node, ins, consts):
+    """[Y's shape, P's shape]: the second product's output (through its ``_perm_y``) and the
+    scores' [batch..., TQ, TK]."""
+    a = node["attrs"]
+    s = matmul.infer({"name": node["name"], "attrs": a["scores"]}, ins[:2], consts[:2])[0]
+    y = matmul.infer({"name": node["name"], "attrs": a["values"]}, [s, ins[2]], consts[1:])[0]
+    return [y, s]
+
+
+def macs(node, shapes) -> int:
+    """Multiply-adds of one sample: the two products'."""
+    p = shapes[node["outputs"][1]]
+    return math.prod(p[1:]) * (shapes[node["inputs"][0]][-1] + shapes[node["inputs"][2]][-1])
+
+
+def _params(node, ins):
+    a = node["attrs"]
+    lay = layout(a["scores"], a["values"], ins[0].shape, ins[1].shape, ins[2].shape)
+    consts = {"DQ": lay.pop("DQ"), "DV": lay.pop("DV")}
+    return lay, consts
+
+
+async def forward(b, node, ins, outs, train):
+    """Y (and, when training, P for the backward) in one dispatch: a thread a query row."""
+    params, consts = _params(node, ins)
+    await b.kernel("attention", "attention_forward", groups_1d(params["rows"]),
+                   params={**params, "write_p": int(train)}, constants=consts,
+                   q=ins[0], k=ins[1], v=ins[2], pt=outs[1], out=outs[0])
+
+
+async def backward(b, node, ins, outs, gins, gouts):
+    """dQ (with D = rowsum(P * dP) into scratch), then dK and dV: two dispatches."""
+    if gouts[0] is None or all(g is None for g in gins):
+        return
+    params, consts = _params(node, ins)
+    dsum = b.scratch(params["rows"], "attention.dsum")
+    params = {**params, "write_p": 0}
+    common = dict(q=ins[0], k=ins[1], v=ins[2], dy=gouts[0], pt=outs[1], dsum=dsum)
+    await b.kernel("attention", "attention_dq", groups_1d(params["rows"]), params=params,
+                   constants=consts, out=gins[0], **common)
+    if gins[1] is not None or gins[2] is not None:
+        await b.kernel("attention", "attention_dkv", groups_1d(params["keys"]),
+                       params=params, constants=consts, out=gins[1], out2=gins[2], **common)

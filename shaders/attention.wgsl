@@ -1,0 +1,184 @@
+// Scaled dot-product attention as one op (ops/attention.py; rewrites/attention.py folds
+// MatMul -> Softmax(last axis) -> MatMul into it), forward and backward:
+//   S[z, i, j] = alpha_s * sum_d Q[z, i, d] K[z, j, d]      (i < TQ, j < TK, d < DQ)
+//   P[z, i, j] = exp(S[z, i, j] - max_j S) / sum_j exp(...)  (softmax along j)
+//   Y[z, i, e] = alpha_y * sum_j P[z, i, j] V[z, j, e]      (e < DV)
+// z runs over the batch dims (up to 4, sizes p.zs; each tensor's batch strides q_b, k_b, v_b,
+// y_b, none 0: no operand broadcasts). Q, K, V, Y are read and written through strides (the
+// folded Transposes of a head split: Q[z, i, d] at offset(z, q_b) + i * q_r + d * q_c), so
+// the layout ops around the products stay views. P is this op's own: stored transposed,
+// pt[(z * TK + j) * TQ + i], so that the threads of one z (one row i each) store and load
+// neighbouring floats. Only the backward reads it.
+// One thread a row (z, i) forward: its q row in registers, two passes over the keys (the
+// row's maximum and sum online, then P and Y), K and V rows read by all threads of a z
+// alike (one load serves them). The three dispatches of the products and the softmax were
+// each 12-42 us on an H100 at the encoder's 28 x 16 x 28 per head (batch 64); they were
+// dispatch- and latency-bound, not bound by their 3 MFLOP.
+// Backward (PyTorch's softmax and matmul gradients):
+//   dP = alpha_y * dY V^T, D[z, i] = sum_j P dP, dS = P * (dP - D),
+//   dQ = alpha_s * dS K, dK = alpha_s * dS^T Q, dV = alpha_y * P^T dY.
+// `attention_dq`: a thread a row (z, i): D (stored in dsum for the next dispatch) and dQ.
+// `attention_dkv`: a thread a key (z, j): dK and dV, dP recomputed from dY and V.
+// DQ, DV <= 64 (override constants: the loops over d and e are unrolled, the rows held in
+// registers).
+
+struct Params {
+  TQ: u32, TK: u32, rows: u32, keys: u32,
+  alpha_s: f32, alpha_y: f32, write_p: u32, _p: u32,
+  zs: vec4<u32>, q_b: vec4<u32>, k_b: vec4<u32>, v_b: vec4<u32>, y_b: vec4<u32>,
+  q_r: u32, q_c: u32, k_r: u32, k_c: u32,
+  v_r: u32, v_c: u32, y_r: u32, y_c: u32,
+}
+
+//!include index
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+@group(0) @binding(2) var<storage, read> k: array<f32>;
+@group(0) @binding(3) var<storage, read> v: array<f32>;
+@group(0) @binding(4) var<storage, read> dy: array<f32>;
+@group(0) @binding(5) var<storage, read_write> pt: array<f32>;
+@group(0) @binding(6) var<storage, read_write> dsum: array<f32>;
+// Y (attention_forward), dQ (attention_dq), dK (attention_dkv)
+@group(0) @binding(7) var<storage, read_write> out: array<f32>;
+@group(0) @binding(8) var<storage, read_write> out2: array<f32>;  // dV (attention_dkv)
+
+override DQ: u32 = 16u;
+override DV: u32 = 16u;
+const DMAX: u32 = 64u;
+const LOWEST: f32 = -3.40282347e38;
+
+// The multi-index of flat batch index z over sizes s (w fastest).
+fn unflatten(z: u32, s: vec4<u32>) -> vec4<u32> {
+  var r = z;
+  let i3 = r % s.w;
+  r = r / s.w;
+  let i2 = r % s.z;
+  r = r / s.z;
+  let i1 = r % s.y;
+  return vec4<u32>(r / s.y, i1, i2, i3);
+}
+
+fn offset(idx: vec4<u32>, strides: vec4<u32>) -> u32 {
+  let o = idx * strides;
+  return o.x + o.y + o.z + o.w;
+}
+
+@compute @workgroup_size(64)
+fn attention_forward(@builtin(global_invocation_id) gid: vec3<u32>,
+                     @builtin(num_workgroups) nwg: vec3<u32>) {
+  let r = flat_index(gid, nwg);
+  if (r >= p.rows) { return; }
+  let z = r / p.TQ;
+  let i = r % p.TQ;
+  let zi = unflatten(z, p.zs);
+  let q0 = offset(zi, p.q_b) + i * p.q_r;
+  let k0 = offset(zi, p.k_b);
+  let v0 = offset(zi, p.v_b);
+  var qr: array<f32, DMAX>;
+  for (var d = 0u; d < DQ; d++) { qr[d] = q[q0 + d * p.q_c]; }
+  var mx = LOWEST;
+  var l = 0.0;
+  for (var j = 0u; j < p.TK; j++) {  // the row's maximum and sum(exp(s - max)), online
+    var s = 0.0;
+    let kj = k0 + j * p.k_r;
+    for (var d = 0u; d < DQ; d++) { s = fma(qr[d], k[kj + d * p.k_c], s); }
+    s *= p.alpha_s;
+    if (s > mx) {
+      l = l * exp(mx - s) + 1.0;
+      mx = s;
+    } else {
+      l += exp(s - mx);
+    }
+  }
+  let inv = 1.0 / l;
+  var acc: array<f32, DMAX>;
+  for (var e = 0u; e < DV; e++) { acc[e] = 0.0; }
+  let pt0 = z * p.TK * p.TQ + i;
+  for (var j = 0u; j < p.TK; j++) {
+    var s = 0.0;
+    let kj = k0 + j * p.k_r;
+    for (var d = 0u; d < DQ; d++) { s = fma(qr[d], k[kj + d * p.k_c], s); }
+    let pij = exp(s * p.alpha_s - mx) * inv;
+    if (p.write_p != 0u) { pt[pt0 + j * p.TQ] = pij; }
+    let vj = v0 + j * p.v_r;
+    for (var e = 0u; e < DV; e++) { acc[e] = fma(pij, v[vj + e * p.v_c], acc[e]); }
+  }
+  let y0 = offset(zi, p.y_b) + i * p.y_r;
+  for (var e = 0u; e < DV; e++) { out[y0 + e * p.y_c] = p.alpha_y * acc[e]; }
+}
+
+// dQ rows (into out) and D (dsum[z * TQ + i], for attention_dkv).
+@compute @workgroup_size(64)
+fn attention_dq(@builtin(global_invocation_id) gid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>) {
+  let r = flat_index(gid, nwg);
+  if (r >= p.rows) { return; }
+  let z = r / p.TQ;
+  let i = r % p.TQ;
+  let zi = unflatten(z, p.zs);
+  let k0 = offset(zi, p.k_b);
+  let v0 = offset(zi, p.v_b);
+  let y0 = offset(zi, p.y_b) + i * p.y_r;
+  var g: array<f32, DMAX>;
+  for (var e = 0u; e < DV; e++) { g[e] = p.alpha_y * dy[y0 + e * p.y_c]; }
+  let pt0 = z * p.TK * p.TQ + i;
+  var dsm = 0.0;  // D = sum_j P dP
+  for (var j = 0u; j < p.TK; j++) {
+    let vj = v0 + j * p.v_r;
+    var dp = 0.0;
+    for (var e = 0u; e < DV; e++) { dp = fma(g[e], v[vj + e * p.v_c], dp); }
+    dsm = fma(pt[pt0 + j * p.TQ], dp, dsm);
+  }
+  dsum[r] = dsm;
+  var acc: array<f32, DMAX>;
+  for (var d = 0u; d < DQ; d++) { acc[d] = 0.0; }
+  for (var j = 0u; j < p.TK; j++) {
+    let vj = v0 + j * p.v_r;
+    var dp = 0.0;
+    for (var e = 0u; e < DV; e++) { dp = fma(g[e], v[vj + e * p.v_c], dp); }
+    let ds = pt[pt0 + j * p.TQ] * (dp - dsm);
+    let kj = k0 + j * p.k_r;
+    for (var d = 0u; d < DQ; d++) { acc[d] = fma(ds, k[kj + d * p.k_c], acc[d]); }
+  }
+  let q0 = offset(zi, p.q_b) + i * p.q_r;
+  for (var d = 0u; d < DQ; d++) { out[q0 + d * p.q_c] = p.alpha_s * acc[d]; }
+}
+
+// dK (into out) and dV (out2) rows of key (z, j): the dS column recomputed as
+// P * (alpha_y dY . V_j - D).
+@compute @workgroup_size(64)
+fn attention_dkv(@builtin(global_invocation_id) gid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>) {
+  let r = flat_index(gid, nwg);
+  if (r >= p.keys) { return; }
+  let z = r / p.TK;
+  let j = r % p.TK;
+  let zi = unflatten(z, p.zs);
+  let q0 = offset(zi, p.q_b);
+  let y0 = offset(zi, p.y_b);
+  let vj = offset(zi, p.v_b) + j * p.v_r;
+  var vr: array<f32, DMAX>;
+  for (var e = 0u; e < DV; e++) { vr[e] = v[vj + e * p.v_c]; }
+  var ak: array<f32, DMAX>;
+  var av: array<f32, DMAX>;
+  for (var d = 0u; d < DQ; d++) { ak[d] = 0.0; }
+  for (var e = 0u; e < DV; e++) { av[e] = 0.0; }
+  let pt0 = (z * p.TK + j) * p.TQ;
+  for (var i = 0u; i < p.TQ; i++) {
+    let pij = pt[pt0 + i];
+    let yi = y0 + i * p.y_r;
+    var dp = 0.0;
+    for (var e = 0u; e < DV; e++) {
+      let g = dy[yi + e * p.y_c];
+      dp = fma(g, vr[e], dp);
+      av[e] = fma(pij, g, av[e]);
+    }
+    let ds = pij * (p.alpha_y * dp - dsum[z * p.TQ + i]);
+    let qi = q0 + i * p.q_r;
+    for (var d = 0u; d < DQ; d++) { ak[d] = fma(ds, q[qi + d * p.q_c], ak[d]); }
+  }
+  let kj = offset(zi, p.k_b) + j * p.k_r;
+  for (var d = 0u; d < DQ; d++) { out[kj + d * p.k_c] = p.alpha_s * ak[d]; }
+  for (var e = 0u; e < DV; e++) { out2[vj + e * p.v_c] = p.alpha_y * av[e]; }
+}
