@@ -1072,6 +1072,10 @@ GPU_PIPELINES = [
     ("matmul", "matmul_wg_chunks", {"TILE": 4032}),
     ("layernorm", "forward_seg", {"SEG": 16}),
     ("layernorm", "backward_seg", {"SEG": 16}),
+    # on every adapter, but a browser test's models never fuse an attention (rewrites/attention)
+    ("attention", "attention_forward", {"DQ": 16, "DV": 16}),
+    ("attention", "attention_dq", {"DQ": 64, "DV": 3}),
+    ("attention", "attention_dkv", {"DQ": 8, "DV": 12}),
 ]
 
 # 64 x 128 tiles (TM < TW: two B rows a thread): SwiftShader compiles each of these in 90-110 s
