@@ -46,7 +46,7 @@ struct Params {
 override DQ: u32 = 16u;
 override DV: u32 = 16u;
 const DMAX: u32 = 64u;
-const LOWEST: f32 = bitcast<f32>(0xff7fffffu);  // the lowest finite float
+const LOWEST: f32 = -3.4028234e38;  // the lowest finite float (rounded to it)
 
 // The multi-index of flat batch index z over sizes s (w fastest).
 fn unflatten(z: u32, s: vec4<u32>) -> vec4<u32> {
