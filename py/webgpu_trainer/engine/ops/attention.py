@@ -81,12 +81,6 @@ def infer(node, ins, consts):
     return [y, s]
 
 
-def macs(node, shapes) -> int:
-    """Multiply-adds of one sample: the two products'."""
-    p = shapes[node["outputs"][1]]
-    return math.prod(p[1:]) * (shapes[node["inputs"][0]][-1] + shapes[node["inputs"][2]][-1])
-
-
 def _params(node, ins):
     a = node["attrs"]
     lay = layout(a["scores"], a["values"], ins[0].shape, ins[1].shape, ins[2].shape)
