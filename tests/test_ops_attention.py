@@ -104,3 +104,35 @@ def test_cross_attention_trains_like_torch(device, tmp_path, dq, dv, fused):
                     f"cross attention dq {dq} dv {dv}", plan_ops=plan_ops)
     assert plan_ops.get("FusedAttention", 0) == fused, plan_ops
     assert plan_ops.get("Softmax", 0) == 1 - fused, plan_ops
+
+
+class Chained(nn.Module):
+    """Two attentions where the first's output is the second's scores (its values 28 wide):
+    the first folds, the second keeps its Softmax and MatMul (its first MatMul is inside the
+    first fold)."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k = nn.Linear(28, 16), nn.Linear(28, 16, bias=False)  # (zero gradient)
+        self.v1, self.v2 = nn.Linear(28, 56), nn.Linear(28, 16)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        n = x.shape[0]
+        x = x.reshape(n, 28, 28)
+
+        def heads(t, d):
+            return t.reshape(n, 28, 2, d).transpose(1, 2)
+        att = (heads(self.q(x), 8) @ heads(self.k(x), 8).transpose(-1, -2)).softmax(-1)
+        y = (att @ heads(self.v1(x), 28)).softmax(-1) @ heads(self.v2(x), 8)
+        return self.fc(y.transpose(1, 2).reshape(n, 28, 16).mean(1))
+
+
+def test_chained_attentions_fold_once(device, tmp_path):
+    from torch_models import export_and_step
+    torch.manual_seed(6)
+    plan_ops = {}
+    export_and_step(device, Chained(), tmp_path / "chained.onnx", False, 17, "chained attention",
+                    plan_ops=plan_ops)
+    assert (plan_ops.get("FusedAttention"), plan_ops.get("Softmax"),
+            plan_ops.get("MatMul")) == (1, 1, 1), plan_ops

@@ -172,3 +172,47 @@ def test_cpu_engine_probe_and_norms(seednet, splits):
         assert by["fc2.bias"]["grad"] < 1e-4 * by["fc2.weight"]["grad"], by["fc2.bias"]
         assert by["conv3.bias"]["grad"] > 1e-2 * by["conv3.weight"]["grad"], by["conv3.bias"]
     asyncio.run(go())
+
+
+def test_gpu_probe_reads_an_attention_map(device, splits, tmp_path):
+    """A model whose attention trains fused (rewrites/attention.py) still shows its attention
+    map: the probe's plan keeps the Softmax, and the map matches the float64 numpy engine on
+    the engine's weights (rows summing to 1)."""
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    class Attend(torch.nn.Module):  # the image's rows as 28 tokens, 2 heads of 8
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = (torch.nn.Linear(28, 16) for _ in range(3))
+            self.fc = torch.nn.Linear(16, 10)
+
+        def forward(self, x):
+            n = x.shape[0]
+            x = x.reshape(n, 28, 28)
+            q, k, v = (f(x).reshape(n, 28, 2, 8).transpose(1, 2) for f in (self.q, self.k,
+                                                                          self.v))
+            att = (q @ k.transpose(-1, -2) * 8 ** -0.5).softmax(-1)
+            return self.fc((att @ v).transpose(1, 2).reshape(n, 28, 16).mean(1))
+
+    torch.manual_seed(0)
+    path = tmp_path / "attend.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Attend(), (torch.zeros(2, 1, 28, 28),), str(path), dynamo=False,
+                          opset_version=17, input_names=["input"], output_names=["output"],
+                          dynamic_axes={"input": {0: "N"}, "output": {0: "N"}})
+    bundle = onnx_io.load_bundle(path)
+
+    async def go():
+        eng = GpuEngine(device)
+        tr = await _trained(eng, bundle, splits)
+        assert {n["op_type"] for n in eng.plan.graph.nodes} >= {"FusedAttention"}
+        _, name = probe.attention_softmax(tr.graph)
+        images = np.frombuffer(splits[1].images, np.uint8).reshape(-1, 784)[:N_PROBE]
+        got = await eng.probe(images.tobytes(), [name])
+        vals, _ = _reference(tr.graph.desc, await eng.read_weights(), images)
+        return np.frombuffer(got[name], np.float32).reshape(vals[name].shape), vals[name]
+    got, want = run(go())
+    assert_close(got, want, FWD_RTOL, "probe attention map")
+    assert np.allclose(got.sum(-1), 1.0, atol=1e-5)

@@ -10,7 +10,8 @@ MatMuls had: ``scores`` / ``values`` are their attrs (folded Transposes ``_perm0
 and V are read and Y written through the strides of a head split, and the gradients are
 written in Q's, K's and V's own layouts. Inputs ``[q, kt, v]`` (the first MatMul's two and
 the second's B), outputs ``[y, p]``: Y (its gradient is the op's only one) and P, which only
-this op's backward reads and which it stores as [z, TK, TQ] (transposed).
+this op's backward reads: stored as [z, TK, TQ] (transposed), and only by a training
+forward (a probe's plan keeps its Softmaxes unfused, ``GpuEngine._probe_plan``).
 
 Same numbers as the three ops within float32 rounding (softmax's maximum and sum online).
 float32; the batch dims (before the last two) must match between the products with no
@@ -77,7 +78,8 @@ def infer(node, ins, consts):
     scores' [batch..., TQ, TK]."""
     a = node["attrs"]
     s = matmul.infer({"name": node["name"], "attrs": a["scores"]}, ins[:2], consts[:2])[0]
-    y = matmul.infer({"name": node["name"], "attrs": a["values"]}, [s, ins[2]], consts[1:])[0]
+    y = matmul.infer({"name": node["name"], "attrs": a["values"]}, [s, ins[2]],
+                     [None, consts[2]])[0]
     return [y, s]
 
 

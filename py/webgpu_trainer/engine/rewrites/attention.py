@@ -35,6 +35,8 @@ def _match(graph, shapes, sm, keep):
     if (opset < 13 and rank != 2) or softmax.axis_of(sm, rank, opset) != rank - 1:
         return None
     q, kt, v = m1["inputs"][0], m1["inputs"][1], m2["inputs"][1]
+    if min(len(shapes[q]), len(shapes[kt]), len(shapes[v])) < 2:
+        return None  # numpy.matmul's 1-D operands
     try:
         attention.layout(m1.get("attrs"), m2.get("attrs"), shapes[q], shapes[kt], shapes[v])
     except (ValueError, KeyError):
@@ -51,6 +53,8 @@ def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
         if found is None:
             continue
         m1, m2 = found
+        if {id(m1), id(m2)} & (set(put) | drop):  # chained: Y of one is S of the next
+            continue
         put[id(m2)] = {"name": sm["name"], "op_type": "FusedAttention",
                        "inputs": [m1["inputs"][0], m1["inputs"][1], m2["inputs"][1]],
                        "outputs": [m2["outputs"][0], sm["outputs"][0]],

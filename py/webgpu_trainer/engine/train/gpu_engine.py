@@ -278,9 +278,12 @@ class GpuEngine:
 
     async def _probe_plan(self, spec):
         """The probe's eval-only plan over the training plan's weights, its program (gather ->
-        eval forward -> head) and its image upload buffer."""
+        eval forward -> head) and its image upload buffer. Every Softmax output is kept
+        (``keep_acts``): the attention maps a probe reads are then not folded into a
+        FusedAttention (rewrites/attention.py), whose eval forward stores no P."""
+        keep = [n["outputs"][0] for n in self.graph.nodes if n["op_type"] == "Softmax"]
         plan = await Plan.build(self.dev, self.graph, PROBE_BATCH, trainable=set(),
-                                loss=self.loss_request, weights=self.plan.P)
+                                loss=self.loss_request, weights=self.plan.P, keep_acts=keep)
         order = self.dev.buffer(4 * PROBE_BATCH, "probe.order")
         self.dev.write(order, array("I", range(PROBE_BATCH)).tobytes())
         split = SimpleNamespace(images=bytes(round_up(PROBE_BATCH * spec.sample_bytes)),
@@ -298,6 +301,10 @@ class GpuEngine:
         t = plan.acts.get(name)
         if t is None:
             raise ValueError(f"probe: no activation named {name!r} in the model")
+        made = plan.graph.producer.get(name)
+        if made is not None and made["op_type"] == "FusedAttention" and \
+                made["outputs"][0] != name:  # P: not stored by an eval forward
+            raise ValueError(f"probe: {name} is inside the fused attention {made['name']}")
         for node in plan.graph.consumers.get(name, []):
             if node["op_type"] == "Relu" and plan.acts[node["outputs"][0]].buf is t.buf:
                 raise ValueError(f"probe: {name} is overwritten in place by the ReLU "
