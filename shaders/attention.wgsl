@@ -20,11 +20,11 @@
 // `attention_dq`: a thread a row (z, i): D (stored in dsum for the next dispatch) and dQ.
 // `attention_dkv`: a thread a key (z, j): dK and dV, dP recomputed from dY and V.
 // DQ, DV <= 64 (override constants: the loops over d and e are unrolled, the rows held in
-// registers).
+// registers). p.want (backward): bit 0 dQ, 1 dK, 2 dV are stored (the others are not needed).
 
 struct Params {
   TQ: u32, TK: u32, rows: u32, keys: u32,
-  alpha_s: f32, alpha_y: f32, write_p: u32, _p: u32,
+  alpha_s: f32, alpha_y: f32, write_p: u32, want: u32,
   zs: vec4<u32>, q_b: vec4<u32>, k_b: vec4<u32>, v_b: vec4<u32>, y_b: vec4<u32>,
   q_r: u32, q_c: u32, k_r: u32, k_c: u32,
   v_r: u32, v_c: u32, y_r: u32, y_c: u32,
@@ -131,6 +131,7 @@ fn attention_dq(@builtin(global_invocation_id) gid: vec3<u32>,
     dsm = fma(pt[pt0 + j * p.TQ], dp, dsm);
   }
   dsum[r] = dsm;
+  if ((p.want & 1u) == 0u) { return; }  // no dQ wanted: D was all the next dispatch needs
   var acc: array<f32, DMAX>;
   for (var d = 0u; d < DQ; d++) { acc[d] = 0.0; }
   for (var j = 0u; j < p.TK; j++) {
@@ -179,6 +180,10 @@ fn attention_dkv(@builtin(global_invocation_id) gid: vec3<u32>,
     for (var d = 0u; d < DQ; d++) { ak[d] = fma(ds, q[qi + d * p.q_c], ak[d]); }
   }
   let kj = offset(zi, p.k_b) + j * p.k_r;
-  for (var d = 0u; d < DQ; d++) { out[kj + d * p.k_c] = p.alpha_s * ak[d]; }
-  for (var e = 0u; e < DV; e++) { out2[vj + e * p.v_c] = p.alpha_y * av[e]; }
+  if ((p.want & 2u) != 0u) {
+    for (var d = 0u; d < DQ; d++) { out[kj + d * p.k_c] = p.alpha_s * ak[d]; }
+  }
+  if ((p.want & 4u) != 0u) {
+    for (var e = 0u; e < DV; e++) { out2[vj + e * p.v_c] = p.alpha_y * av[e]; }
+  }
 }

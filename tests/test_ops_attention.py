@@ -136,3 +136,36 @@ def test_chained_attentions_fold_once(device, tmp_path):
                     plan_ops=plan_ops)
     assert (plan_ops.get("FusedAttention"), plan_ops.get("Softmax"),
             plan_ops.get("MatMul")) == (1, 1, 1), plan_ops
+
+
+class RawQueries(nn.Module):
+    """Queries (and, with ``raw_v``, values) straight from the image's rows, 2 heads of 14: the
+    fused backward has no dQ (dV) to write, only what the Linears before it need."""
+
+    def __init__(self, raw_v):
+        super().__init__()
+        self.raw_v = raw_v
+        self.k = nn.Linear(28, 28, bias=False)  # a key bias has a zero gradient
+        self.v = None if raw_v else nn.Linear(28, 28)
+        self.fc = nn.Linear(28, 10)
+
+    def forward(self, x):
+        n = x.shape[0]
+        x = x.reshape(n, 28, 28)
+
+        def heads(t):
+            return t.reshape(n, 28, 2, 14).transpose(1, 2)
+        v = heads(x if self.raw_v else self.v(x))
+        att = (heads(x) @ heads(self.k(x)).transpose(-1, -2) * 0.25).softmax(-1)
+        return self.fc((att @ v).transpose(1, 2).reshape(n, 28, 28).mean(1))
+
+
+@pytest.mark.parametrize("raw_v", [False, True])
+def test_attention_without_every_gradient(device, tmp_path, raw_v):
+    from torch_models import export_and_step
+    torch.manual_seed(7)
+    plan_ops = {}
+    export_and_step(device, RawQueries(raw_v), tmp_path / "raw.onnx", False, 17,
+                    f"attention, raw queries{' and values' if raw_v else ''}",
+                    plan_ops=plan_ops)
+    assert plan_ops.get("FusedAttention") == 1, plan_ops

@@ -94,7 +94,7 @@ async def forward(b, node, ins, outs, train):
     """Y (and, when training, P for the backward) in one dispatch: a thread a query row."""
     params, consts = _params(node, ins)
     await b.kernel("attention", "attention_forward", groups_1d(params["rows"]),
-                   params={**params, "write_p": int(train)}, constants=consts,
+                   params={**params, "write_p": int(train), "want": 0}, constants=consts,
                    q=ins[0], k=ins[1], v=ins[2], pt=outs[1], out=outs[0])
 
 
@@ -104,7 +104,8 @@ async def backward(b, node, ins, outs, gins, gouts):
         return
     params, consts = _params(node, ins)
     dsum = b.scratch(params["rows"], "attention.dsum")
-    params = {**params, "write_p": 0}
+    want = sum(1 << k for k, g in enumerate(gins[:3]) if g is not None)
+    params = {**params, "write_p": 0, "want": want}
     common = dict(q=ins[0], k=ins[1], v=ins[2], dy=gouts[0], pt=outs[1], dsum=dsum)
     await b.kernel("attention", "attention_dq", groups_1d(params["rows"]), params=params,
                    constants=consts, out=gins[0], **common)
