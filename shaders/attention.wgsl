@@ -5,10 +5,12 @@
 //   Y[z, i, e] = alpha_y * sum_j P[z, i, j] V[z, j, e]      (e < DV)
 // z runs over the batch dims (up to 4, sizes p.zs; each tensor's batch strides q_b, k_b, v_b,
 // y_b, none 0: no operand broadcasts). Q, K, V, Y are read and written through strides (the
-// folded Transposes of a head split: Q[z, i, d] at offset(z, q_b) + i * q_r + d * q_c), so
-// the layout ops around the products stay views. P is this op's own: stored transposed,
-// pt[(z * TK + j) * TQ + i], so that the threads of one z (one row i each) store and load
-// neighbouring floats. Only the backward reads it.
+// folded Transposes of a head split: Q[z, i, d] at offset(z, q_b) + i * q_r + d), so the
+// layout ops around the products stay views. Rows are contiguous and every stride and width
+// a multiple of 4 (ops/attention.layout): Q, K, V, dY and the outputs are read and written as
+// vec4s, strides in vec4s (a thread's row of 16 values is 4 loads, not 16). P is this op's
+// own: stored transposed, pt[(z * TK + j) * TQ + i], so that the threads of one z (one row i
+// each) store and load neighbouring floats. Only the backward reads it.
 // One thread a row (z, i) forward: its q row in registers, two passes over the keys (the
 // row's maximum and sum online, then P and Y), K and V rows read by all threads of a z
 // alike (one load serves them). The three dispatches of the products and the softmax were
@@ -19,33 +21,33 @@
 //   dQ = alpha_s * dS K, dK = alpha_s * dS^T Q, dV = alpha_y * P^T dY.
 // `attention_dq`: a thread a row (z, i): D (stored in dsum for the next dispatch) and dQ.
 // `attention_dkv`: a thread a key (z, j): dK and dV, dP recomputed from dY and V.
-// DQ, DV <= 64 (override constants: the loops over d and e are unrolled, the rows held in
-// registers). p.want (backward): bit 0 dQ, 1 dK, 2 dV are stored (the others are not needed).
+// DQ, DV <= 64 (override constants, in vec4s DQ4 = DQ / 4, DV4: the loops over d and e are
+// unrolled, the rows held in registers). p.want (backward): bit 0 dQ, 1 dK, 2 dV are stored
+// (the others are not needed).
 
 struct Params {
   TQ: u32, TK: u32, rows: u32, keys: u32,
   alpha_s: f32, alpha_y: f32, write_p: u32, want: u32,
   zs: vec4<u32>, q_b: vec4<u32>, k_b: vec4<u32>, v_b: vec4<u32>, y_b: vec4<u32>,
-  q_r: u32, q_c: u32, k_r: u32, k_c: u32,
-  v_r: u32, v_c: u32, y_r: u32, y_c: u32,
+  q_r: u32, k_r: u32, v_r: u32, y_r: u32,
 }
 
 //!include index
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
-@group(0) @binding(4) var<storage, read> dy: array<f32>;
+@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> v: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> dy: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read_write> pt: array<f32>;
 @group(0) @binding(6) var<storage, read_write> dsum: array<f32>;
 // Y (attention_forward), dQ (attention_dq), dK (attention_dkv)
-@group(0) @binding(7) var<storage, read_write> out: array<f32>;
-@group(0) @binding(8) var<storage, read_write> out2: array<f32>;  // dV (attention_dkv)
+@group(0) @binding(7) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(8) var<storage, read_write> out2: array<vec4<f32>>;  // dV (attention_dkv)
 
-override DQ: u32 = 16u;
-override DV: u32 = 16u;
-const DMAX: u32 = 64u;
+override DQ4: u32 = 4u;
+override DV4: u32 = 4u;
+const DMAX4: u32 = 16u;
 const LOWEST: f32 = -3.4028234e38;  // the lowest finite float (rounded to it)
 
 // The multi-index of flat batch index z over sizes s (w fastest).
@@ -75,14 +77,14 @@ fn attention_forward(@builtin(global_invocation_id) gid: vec3<u32>,
   let q0 = offset(zi, p.q_b) + i * p.q_r;
   let k0 = offset(zi, p.k_b);
   let v0 = offset(zi, p.v_b);
-  var qr: array<f32, DMAX>;
-  for (var d = 0u; d < DQ; d++) { qr[d] = q[q0 + d * p.q_c]; }
+  var qr: array<vec4<f32>, DMAX4>;
+  for (var d = 0u; d < DQ4; d++) { qr[d] = q[q0 + d]; }
   var mx = LOWEST;
   var l = 0.0;
   for (var j = 0u; j < p.TK; j++) {  // the row's maximum and sum(exp(s - max)), online
-    var s = 0.0;
     let kj = k0 + j * p.k_r;
-    for (var d = 0u; d < DQ; d++) { s = fma(qr[d], k[kj + d * p.k_c], s); }
+    var s = 0.0;
+    for (var d = 0u; d < DQ4; d++) { s += dot(qr[d], k[kj + d]); }
     s *= p.alpha_s;
     if (s > mx) {
       l = l * exp(mx - s) + 1.0;
@@ -92,20 +94,20 @@ fn attention_forward(@builtin(global_invocation_id) gid: vec3<u32>,
     }
   }
   let inv = 1.0 / l;
-  var acc: array<f32, DMAX>;
-  for (var e = 0u; e < DV; e++) { acc[e] = 0.0; }
+  var acc: array<vec4<f32>, DMAX4>;
+  for (var e = 0u; e < DV4; e++) { acc[e] = vec4<f32>(0.0); }
   let pt0 = z * p.TK * p.TQ + i;
   for (var j = 0u; j < p.TK; j++) {
-    var s = 0.0;
     let kj = k0 + j * p.k_r;
-    for (var d = 0u; d < DQ; d++) { s = fma(qr[d], k[kj + d * p.k_c], s); }
+    var s = 0.0;
+    for (var d = 0u; d < DQ4; d++) { s += dot(qr[d], k[kj + d]); }
     let pij = exp(s * p.alpha_s - mx) * inv;
     if (p.write_p != 0u) { pt[pt0 + j * p.TQ] = pij; }
     let vj = v0 + j * p.v_r;
-    for (var e = 0u; e < DV; e++) { acc[e] = fma(pij, v[vj + e * p.v_c], acc[e]); }
+    for (var e = 0u; e < DV4; e++) { acc[e] = fma(vec4<f32>(pij), v[vj + e], acc[e]); }
   }
   let y0 = offset(zi, p.y_b) + i * p.y_r;
-  for (var e = 0u; e < DV; e++) { out[y0 + e * p.y_c] = p.alpha_y * acc[e]; }
+  for (var e = 0u; e < DV4; e++) { out[y0 + e] = p.alpha_y * acc[e]; }
 }
 
 // dQ rows (into out) and D (dsum[z * TQ + i], for attention_dkv).
@@ -120,30 +122,30 @@ fn attention_dq(@builtin(global_invocation_id) gid: vec3<u32>,
   let k0 = offset(zi, p.k_b);
   let v0 = offset(zi, p.v_b);
   let y0 = offset(zi, p.y_b) + i * p.y_r;
-  var g: array<f32, DMAX>;
-  for (var e = 0u; e < DV; e++) { g[e] = p.alpha_y * dy[y0 + e * p.y_c]; }
+  var g: array<vec4<f32>, DMAX4>;
+  for (var e = 0u; e < DV4; e++) { g[e] = p.alpha_y * dy[y0 + e]; }
   let pt0 = z * p.TK * p.TQ + i;
   var dsm = 0.0;  // D = sum_j P dP
   for (var j = 0u; j < p.TK; j++) {
     let vj = v0 + j * p.v_r;
     var dp = 0.0;
-    for (var e = 0u; e < DV; e++) { dp = fma(g[e], v[vj + e * p.v_c], dp); }
+    for (var e = 0u; e < DV4; e++) { dp += dot(g[e], v[vj + e]); }
     dsm = fma(pt[pt0 + j * p.TQ], dp, dsm);
   }
   dsum[r] = dsm;
   if ((p.want & 1u) == 0u) { return; }  // no dQ wanted: D was all the next dispatch needs
-  var acc: array<f32, DMAX>;
-  for (var d = 0u; d < DQ; d++) { acc[d] = 0.0; }
+  var acc: array<vec4<f32>, DMAX4>;
+  for (var d = 0u; d < DQ4; d++) { acc[d] = vec4<f32>(0.0); }
   for (var j = 0u; j < p.TK; j++) {
     let vj = v0 + j * p.v_r;
     var dp = 0.0;
-    for (var e = 0u; e < DV; e++) { dp = fma(g[e], v[vj + e * p.v_c], dp); }
+    for (var e = 0u; e < DV4; e++) { dp += dot(g[e], v[vj + e]); }
     let ds = pt[pt0 + j * p.TQ] * (dp - dsm);
     let kj = k0 + j * p.k_r;
-    for (var d = 0u; d < DQ; d++) { acc[d] = fma(ds, k[kj + d * p.k_c], acc[d]); }
+    for (var d = 0u; d < DQ4; d++) { acc[d] = fma(vec4<f32>(ds), k[kj + d], acc[d]); }
   }
   let q0 = offset(zi, p.q_b) + i * p.q_r;
-  for (var d = 0u; d < DQ; d++) { out[q0 + d * p.q_c] = p.alpha_s * acc[d]; }
+  for (var d = 0u; d < DQ4; d++) { out[q0 + d] = p.alpha_s * acc[d]; }
 }
 
 // dK (into out) and dV (out2) rows of key (z, j): the dS column recomputed as
@@ -159,31 +161,31 @@ fn attention_dkv(@builtin(global_invocation_id) gid: vec3<u32>,
   let q0 = offset(zi, p.q_b);
   let y0 = offset(zi, p.y_b);
   let vj = offset(zi, p.v_b) + j * p.v_r;
-  var vr: array<f32, DMAX>;
-  for (var e = 0u; e < DV; e++) { vr[e] = v[vj + e * p.v_c]; }
-  var ak: array<f32, DMAX>;
-  var av: array<f32, DMAX>;
-  for (var d = 0u; d < DQ; d++) { ak[d] = 0.0; }
-  for (var e = 0u; e < DV; e++) { av[e] = 0.0; }
+  var vr: array<vec4<f32>, DMAX4>;
+  for (var e = 0u; e < DV4; e++) { vr[e] = v[vj + e]; }
+  var ak: array<vec4<f32>, DMAX4>;
+  var av: array<vec4<f32>, DMAX4>;
+  for (var d = 0u; d < DQ4; d++) { ak[d] = vec4<f32>(0.0); }
+  for (var e = 0u; e < DV4; e++) { av[e] = vec4<f32>(0.0); }
   let pt0 = (z * p.TK + j) * p.TQ;
   for (var i = 0u; i < p.TQ; i++) {
     let pij = pt[pt0 + i];
     let yi = y0 + i * p.y_r;
     var dp = 0.0;
-    for (var e = 0u; e < DV; e++) {
-      let g = dy[yi + e * p.y_c];
-      dp = fma(g, vr[e], dp);
-      av[e] = fma(pij, g, av[e]);
+    for (var e = 0u; e < DV4; e++) {
+      let gy = dy[yi + e];
+      dp += dot(gy, vr[e]);
+      av[e] = fma(vec4<f32>(pij), gy, av[e]);
     }
     let ds = pij * (p.alpha_y * dp - dsum[z * p.TQ + i]);
     let qi = q0 + i * p.q_r;
-    for (var d = 0u; d < DQ; d++) { ak[d] = fma(ds, q[qi + d * p.q_c], ak[d]); }
+    for (var d = 0u; d < DQ4; d++) { ak[d] = fma(vec4<f32>(ds), q[qi + d], ak[d]); }
   }
   let kj = offset(zi, p.k_b) + j * p.k_r;
   if ((p.want & 2u) != 0u) {
-    for (var d = 0u; d < DQ; d++) { out[kj + d * p.k_c] = p.alpha_s * ak[d]; }
+    for (var d = 0u; d < DQ4; d++) { out[kj + d] = p.alpha_s * ak[d]; }
   }
   if ((p.want & 4u) != 0u) {
-    for (var e = 0u; e < DV; e++) { out2[vj + e * p.v_c] = p.alpha_y * av[e]; }
+    for (var e = 0u; e < DV4; e++) { out2[vj + e] = p.alpha_y * av[e]; }
   }
 }

@@ -1073,9 +1073,9 @@ GPU_PIPELINES = [
     ("layernorm", "forward_seg", {"SEG": 16}),
     ("layernorm", "backward_seg", {"SEG": 16}),
     # on every adapter, but a browser test's models never fuse an attention (rewrites/attention)
-    ("attention", "attention_forward", {"DQ": 16, "DV": 16}),
-    ("attention", "attention_dq", {"DQ": 64, "DV": 3}),
-    ("attention", "attention_dkv", {"DQ": 8, "DV": 12}),
+    ("attention", "attention_forward", {"DQ4": 4, "DV4": 4}),
+    ("attention", "attention_dq", {"DQ4": 16, "DV4": 1}),
+    ("attention", "attention_dkv", {"DQ4": 2, "DV4": 3}),
 ]
 
 # 64 x 128 tiles (TM < TW: two B rows a thread): SwiftShader compiles each of these in 90-110 s

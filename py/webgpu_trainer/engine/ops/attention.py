@@ -15,7 +15,8 @@ forward (a probe's plan keeps its Softmaxes unfused, ``GpuEngine._probe_plan``).
 
 Same numbers as the three ops within float32 rounding (softmax's maximum and sum online).
 float32; the batch dims (before the last two) must match between the products with no
-operand broadcast along them; the head width (Q's and V's last dim) at most ``DMAX``.
+operand broadcast along them; the head width (Q's and V's last dim) at most ``DMAX``; rows
+contiguous and every width and stride a multiple of 4 (the kernels read and write vec4s).
 """
 
 import math
@@ -25,7 +26,7 @@ from ..backends.base import groups_1d
 from . import matmul
 
 TYPES = ("FusedAttention",)
-DMAX = 64  # shaders/attention.wgsl DMAX: the widest q / v row a thread holds
+DMAX = 64  # 4 x shaders/attention.wgsl DMAX4: the widest q / v row a thread holds
 
 
 def _operands(attrs, a_shape, b_shape):
@@ -37,10 +38,12 @@ def _operands(attrs, a_shape, b_shape):
 def layout(scores, values, q_shape, kt_shape, v_shape) -> dict:
     """The kernel's sizes and strides for the products of attrs ``scores`` and ``values``
     (each MatMul's attrs) over inputs of these shapes: a dict of shaders/attention.wgsl
-    Params fields (less ``write_p``) and ``DQ`` / ``DV``. Raises ValueError saying why they
+    Params fields (less ``write_p`` and ``want``; strides in vec4s) and ``DQ4`` / ``DV4``
+    (the head widths in vec4s). Raises ValueError saying why they
     cannot be one op: a transposed score output (``_perm_y`` of the first product) or a
     transposed P (``_perm0`` of the second), batch dims that differ or broadcast, more than
-    4 of them, a head wider than ``DMAX``."""
+    4 of them, a head wider than ``DMAX``, rows not contiguous or a width or stride not a
+    multiple of 4."""
     if (scores or {}).get("_perm_y") is not None or (values or {}).get("_perm0") is not None:
         raise ValueError("the scores are stored transposed")
     batch, tq, dq, tk, qb, (q_r, q_c), kb, (k_c, k_r), _, _ = _operands(scores, q_shape,
@@ -58,14 +61,19 @@ def layout(scores, values, q_shape, kt_shape, v_shape) -> dict:
         raise ValueError(f"{len(dims)} batch dims (at most 4)")
     if not (0 < dq <= DMAX and 0 < dv <= DMAX) or tq < 1 or tk < 1:
         raise ValueError(f"head widths {dq}, {dv} (1 to {DMAX})")
+    if (q_c, k_c, v_c, y_c) != (1, 1, 1, 1):
+        raise ValueError("rows not contiguous")
+    strides = [dq, dv, q_r, k_r, v_r, y_r] + [s[i] for s in (qb, kb, vb, yb) for i in dims]
+    if any(s % 4 for s in strides):
+        raise ValueError("a width or stride not a multiple of 4 (the kernel reads vec4s)")
 
-    def vec(s):
-        return [0] * (4 - len(dims)) + [s[i] for i in dims]
+    def vec(s):  # batch strides in vec4s
+        return [0] * (4 - len(dims)) + [s[i] // 4 for i in dims]
     zs = [1] * (4 - len(dims)) + [batch[i] for i in dims]
     z = math.prod(zs)
     return dict(TQ=tq, TK=tk, rows=z * tq, keys=z * tk, zs=zs, q_b=vec(qb), k_b=vec(kb),
-                v_b=vec(vb), y_b=vec(yb), q_r=q_r, q_c=q_c, k_r=k_r, k_c=k_c, v_r=v_r,
-                v_c=v_c, y_r=y_r, y_c=y_c, DQ=dq, DV=dv,
+                v_b=vec(vb), y_b=vec(yb), q_r=q_r // 4, k_r=k_r // 4, v_r=v_r // 4,
+                y_r=y_r // 4, DQ4=dq // 4, DV4=dv // 4,
                 alpha_s=float((scores or {}).get("_alpha", 1.0)),
                 alpha_y=float((values or {}).get("_alpha", 1.0)))
 
@@ -86,7 +94,7 @@ def infer(node, ins, consts):
 def _params(node, ins):
     a = node["attrs"]
     lay = layout(a["scores"], a["values"], ins[0].shape, ins[1].shape, ins[2].shape)
-    consts = {"DQ": lay.pop("DQ"), "DV": lay.pop("DV")}
+    consts = {"DQ4": lay.pop("DQ4"), "DV4": lay.pop("DV4")}
     return lay, consts
 
 
