@@ -14,6 +14,13 @@ pytest.importorskip("onnxscript")
 nn, F = torch.nn, torch.nn.functional
 
 
+@pytest.fixture(autouse=True)
+def fuse_small(monkeypatch):
+    """Fold attentions at these tests' batch of 4 too (Builder.ATTENTION_MIN_ROWS)."""
+    from webgpu_trainer.engine.plan import Builder
+    monkeypatch.setattr(Builder, "ATTENTION_MIN_ROWS", 0)
+
+
 class Sdpa(nn.Module):
     """The image's 28 rows as tokens -> q, k, v Linears -> 4 heads of SDPA -> mean -> Linear."""
 
@@ -173,3 +180,18 @@ def test_attention_without_every_gradient(device, tmp_path, raw_v):
                     f"attention, raw queries{' and values' if raw_v else ''}",
                     plan_ops=plan_ops)
     assert plan_ops.get("FusedAttention") == 1, plan_ops
+
+
+def test_small_attentions_stay_unfused(device, tmp_path, monkeypatch):
+    """Below ``Builder.ATTENTION_MIN_ROWS`` query rows the three ops run (they were as fast):
+    the cross attention's 4 x 2 x 28 rows against a minimum of 225 and of 224."""
+    from torch_models import export_and_step
+
+    from webgpu_trainer.engine.plan import Builder
+    for rows, fused in ((225, 0), (224, 1)):
+        monkeypatch.setattr(Builder, "ATTENTION_MIN_ROWS", rows)
+        torch.manual_seed(5)
+        plan_ops = {}
+        export_and_step(device, Cross(8, 12), tmp_path / "cross.onnx", False, 17,
+                        f"cross attention, at least {rows} rows", plan_ops=plan_ops)
+        assert plan_ops.get("FusedAttention", 0) == fused, (rows, plan_ops)

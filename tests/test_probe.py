@@ -174,12 +174,15 @@ def test_cpu_engine_probe_and_norms(seednet, splits):
     asyncio.run(go())
 
 
-def test_gpu_probe_reads_an_attention_map(device, splits, tmp_path):
+def test_gpu_probe_reads_an_attention_map(device, splits, tmp_path, monkeypatch):
     """A model whose attention trains fused (rewrites/attention.py) still shows its attention
     map: the probe's plan keeps the Softmax, and the map matches the float64 numpy engine on
     the engine's weights (rows summing to 1)."""
     torch = pytest.importorskip("torch")
     import warnings
+
+    from webgpu_trainer.engine.plan import Builder
+    monkeypatch.setattr(Builder, "ATTENTION_MIN_ROWS", 0)  # fused at this test's batch 64
 
     class Attend(torch.nn.Module):  # the image's rows as 28 tokens, 2 heads of 8
         def __init__(self):

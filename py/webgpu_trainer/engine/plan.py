@@ -71,7 +71,8 @@ class Plan:
         if Builder.FOLD_TRANSPOSES:
             graph = transposes.fold(graph, graph.shapes(batch), keep)
         if Builder.FUSE_ATTENTION:
-            graph = attention.fold(graph, graph.shapes(batch), keep)
+            graph = attention.fold(graph, graph.shapes(batch), keep,
+                                   min_rows=Builder.ATTENTION_MIN_ROWS)
         self.dev, self.graph, self.batch = dev, graph, batch
         self.keep_grads, self.keep_acts = keep_grads, set(keep_acts)
         self.shapes = graph.shapes(batch)

@@ -5,13 +5,13 @@
     MatMul(q, kt) -> s -> Softmax(axis = last) -> p -> MatMul(p, v) -> y
 
 becomes FusedAttention(q, kt, v) -> [y, p]: one dispatch forward instead of three, two
-backward instead of five (attention's per-head products are small: at 28 tokens and heads of
-16 each dispatch waited on its launch, not on its arithmetic). Folded when nothing else
-reads s or p (nor a caller, ``keep``), p is the second product's first operand, the Softmax
-normalises along the last axis (opset >= 13, or a 2-D input before it) and
-``ops/attention.layout`` accepts the shapes (same batch dims, none broadcast, heads of at
-most 64). An additive mask between the product and the Softmax (a causal model's) keeps the
-three ops as they are.
+backward instead of five (H100: the encoder and the ViT at batch 1000 -7% a step). Folded
+when nothing else reads s or p (nor a caller, ``keep``), p is the second product's first
+operand, the Softmax normalises along the last axis (opset >= 13, or a 2-D input before
+it), ``ops/attention.layout`` accepts the shapes (same batch dims, none broadcast, heads of
+at most 64, vec4-aligned) and there are at least ``min_rows`` query rows
+(``Builder.ATTENTION_MIN_ROWS``: below that the three ops were as fast). An additive mask
+between the product and the Softmax (a causal model's) keeps the three ops as they are.
 """
 
 from ..graph import Graph
@@ -19,7 +19,7 @@ from ..ops import attention, softmax
 from . import sole_reader
 
 
-def _match(graph, shapes, sm, keep):
+def _match(graph, shapes, sm, keep, min_rows):
     """(first MatMul, second MatMul) around Softmax ``sm`` when they fold, else None."""
     if sm["op_type"] != "Softmax" or not sm["inputs"]:
         return None
@@ -38,18 +38,19 @@ def _match(graph, shapes, sm, keep):
     if min(len(shapes[q]), len(shapes[kt]), len(shapes[v])) < 2:
         return None  # numpy.matmul's 1-D operands
     try:
-        attention.layout(m1.get("attrs"), m2.get("attrs"), shapes[q], shapes[kt], shapes[v])
+        lay = attention.layout(m1.get("attrs"), m2.get("attrs"), shapes[q], shapes[kt],
+                               shapes[v])
     except (ValueError, KeyError):
         return None
-    return m1, m2
+    return (m1, m2) if lay["rows"] >= min_rows else None
 
 
-def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
+def fold(graph: Graph, shapes: dict, keep=(), min_rows: int = 0) -> Graph:
     """``graph`` with every attention of the module doc one FusedAttention node (named after
     its Softmax, at the second product's place); ``graph`` itself when there is none."""
     put, drop = {}, set()
     for sm in graph.nodes:
-        found = _match(graph, shapes, sm, keep)
+        found = _match(graph, shapes, sm, keep, min_rows)
         if found is None:
             continue
         m1, m2 = found
