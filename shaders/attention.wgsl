@@ -48,6 +48,7 @@ struct Params {
 override DQ4: u32 = 4u;
 override DV4: u32 = 4u;
 const DMAX4: u32 = 16u;
+const U: u32 = 4u;  // keys (queries in attention_dkv) a loop step
 const LOWEST: f32 = -3.4028234e38;  // the lowest finite float (rounded to it)
 
 // The multi-index of flat batch index z over sizes s (w fastest).
@@ -66,6 +67,20 @@ fn offset(idx: vec4<u32>, strides: vec4<u32>) -> u32 {
   return o.x + o.y + o.z + o.w;
 }
 
+// alpha_s * q . k_j for the U keys j0 .. j0 + U - 1 (past the last key: the last one again).
+// U keys a step: their loads are in flight together (at batch 64 a few warps an SM run these
+// kernels, so each thread's chain of loads over the keys is their time).
+fn scores(qr: array<vec4<f32>, DMAX4>, k0: u32, j0: u32) -> vec4<f32> {
+  var sv = vec4<f32>(0.0);
+  for (var u = 0u; u < U; u++) {
+    let kj = k0 + min(j0 + u, p.TK - 1u) * p.k_r;
+    var s = 0.0;
+    for (var d = 0u; d < DQ4; d++) { s += dot(qr[d], k[kj + d]); }
+    sv[u] = s * p.alpha_s;
+  }
+  return sv;
+}
+
 @compute @workgroup_size(64)
 fn attention_forward(@builtin(global_invocation_id) gid: vec3<u32>,
                      @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -81,33 +96,48 @@ fn attention_forward(@builtin(global_invocation_id) gid: vec3<u32>,
   for (var d = 0u; d < DQ4; d++) { qr[d] = q[q0 + d]; }
   var mx = LOWEST;
   var l = 0.0;
-  for (var j = 0u; j < p.TK; j++) {  // the row's maximum and sum(exp(s - max)), online
-    let kj = k0 + j * p.k_r;
-    var s = 0.0;
-    for (var d = 0u; d < DQ4; d++) { s += dot(qr[d], k[kj + d]); }
-    s *= p.alpha_s;
-    if (s > mx) {
-      l = l * exp(mx - s) + 1.0;
-      mx = s;
-    } else {
-      l += exp(s - mx);
+  for (var j0 = 0u; j0 < p.TK; j0 += U) {  // the row's maximum and sum(exp(s - max)), online
+    let sv = scores(qr, k0, j0);
+    for (var u = 0u; u < U; u++) {
+      let s = sv[u];
+      if (j0 + u < p.TK) {
+        if (s > mx) {
+          l = l * exp(mx - s) + 1.0;
+          mx = s;
+        } else {
+          l += exp(s - mx);
+        }
+      }
     }
   }
   let inv = 1.0 / l;
   var acc: array<vec4<f32>, DMAX4>;
   for (var e = 0u; e < DV4; e++) { acc[e] = vec4<f32>(0.0); }
   let pt0 = z * p.TK * p.TQ + i;
-  for (var j = 0u; j < p.TK; j++) {
-    let kj = k0 + j * p.k_r;
-    var s = 0.0;
-    for (var d = 0u; d < DQ4; d++) { s += dot(qr[d], k[kj + d]); }
-    let pij = exp(s * p.alpha_s - mx) * inv;
-    if (p.write_p != 0u) { pt[pt0 + j * p.TQ] = pij; }
-    let vj = v0 + j * p.v_r;
-    for (var e = 0u; e < DV4; e++) { acc[e] = fma(vec4<f32>(pij), v[vj + e], acc[e]); }
+  for (var j0 = 0u; j0 < p.TK; j0 += U) {
+    let sv = scores(qr, k0, j0);
+    for (var u = 0u; u < U; u++) {
+      let j = j0 + u;
+      let pij = select(0.0, exp(sv[u] - mx) * inv, j < p.TK);  // 0 past the last key
+      if (p.write_p != 0u && j < p.TK) { pt[pt0 + j * p.TQ] = pij; }
+      let vj = v0 + min(j, p.TK - 1u) * p.v_r;
+      for (var e = 0u; e < DV4; e++) { acc[e] = fma(vec4<f32>(pij), v[vj + e], acc[e]); }
+    }
   }
   let y0 = offset(zi, p.y_b) + i * p.y_r;
   for (var e = 0u; e < DV4; e++) { out[y0 + e] = p.alpha_y * acc[e]; }
+}
+
+// dP[i, j] = g . v_j (g = alpha_y dY row) for the U keys j0 .. (clamped as `scores`).
+fn dscores(g: array<vec4<f32>, DMAX4>, v0: u32, j0: u32) -> vec4<f32> {
+  var dp = vec4<f32>(0.0);
+  for (var u = 0u; u < U; u++) {
+    let vj = v0 + min(j0 + u, p.TK - 1u) * p.v_r;
+    var s = 0.0;
+    for (var e = 0u; e < DV4; e++) { s += dot(g[e], v[vj + e]); }
+    dp[u] = s;
+  }
+  return dp;
 }
 
 // dQ rows (into out) and D (dsum[z * TQ + i], for attention_dkv).
@@ -126,23 +156,25 @@ fn attention_dq(@builtin(global_invocation_id) gid: vec3<u32>,
   for (var e = 0u; e < DV4; e++) { g[e] = p.alpha_y * dy[y0 + e]; }
   let pt0 = z * p.TK * p.TQ + i;
   var dsm = 0.0;  // D = sum_j P dP
-  for (var j = 0u; j < p.TK; j++) {
-    let vj = v0 + j * p.v_r;
-    var dp = 0.0;
-    for (var e = 0u; e < DV4; e++) { dp += dot(g[e], v[vj + e]); }
-    dsm = fma(pt[pt0 + j * p.TQ], dp, dsm);
+  for (var j0 = 0u; j0 < p.TK; j0 += U) {
+    let dp = dscores(g, v0, j0);
+    for (var u = 0u; u < U; u++) {
+      let j = min(j0 + u, p.TK - 1u);
+      dsm = fma(select(0.0, pt[pt0 + j * p.TQ], j0 + u < p.TK), dp[u], dsm);
+    }
   }
   dsum[r] = dsm;
   if ((p.want & 1u) == 0u) { return; }  // no dQ wanted: D was all the next dispatch needs
   var acc: array<vec4<f32>, DMAX4>;
   for (var d = 0u; d < DQ4; d++) { acc[d] = vec4<f32>(0.0); }
-  for (var j = 0u; j < p.TK; j++) {
-    let vj = v0 + j * p.v_r;
-    var dp = 0.0;
-    for (var e = 0u; e < DV4; e++) { dp += dot(g[e], v[vj + e]); }
-    let ds = pt[pt0 + j * p.TQ] * (dp - dsm);
-    let kj = k0 + j * p.k_r;
-    for (var d = 0u; d < DQ4; d++) { acc[d] = fma(vec4<f32>(ds), k[kj + d], acc[d]); }
+  for (var j0 = 0u; j0 < p.TK; j0 += U) {
+    let dp = dscores(g, v0, j0);
+    for (var u = 0u; u < U; u++) {
+      let j = min(j0 + u, p.TK - 1u);
+      let ds = select(0.0, pt[pt0 + j * p.TQ] * (dp[u] - dsm), j0 + u < p.TK);
+      let kj = k0 + j * p.k_r;
+      for (var d = 0u; d < DQ4; d++) { acc[d] = fma(vec4<f32>(ds), k[kj + d], acc[d]); }
+    }
   }
   let q0 = offset(zi, p.q_b) + i * p.q_r;
   for (var d = 0u; d < DQ4; d++) { out[q0 + d] = p.alpha_s * acc[d]; }
@@ -168,18 +200,21 @@ fn attention_dkv(@builtin(global_invocation_id) gid: vec3<u32>,
   for (var d = 0u; d < DQ4; d++) { ak[d] = vec4<f32>(0.0); }
   for (var e = 0u; e < DV4; e++) { av[e] = vec4<f32>(0.0); }
   let pt0 = (z * p.TK + j) * p.TQ;
-  for (var i = 0u; i < p.TQ; i++) {
-    let pij = pt[pt0 + i];
-    let yi = y0 + i * p.y_r;
-    var dp = 0.0;
-    for (var e = 0u; e < DV4; e++) {
-      let gy = dy[yi + e];
-      dp += dot(gy, vr[e]);
-      av[e] = fma(vec4<f32>(pij), gy, av[e]);
+  for (var i0 = 0u; i0 < p.TQ; i0 += U) {
+    for (var u = 0u; u < U; u++) {  // U queries a step (past the last: the last, weight 0)
+      let i = min(i0 + u, p.TQ - 1u);
+      let pij = select(0.0, pt[pt0 + i], i0 + u < p.TQ);
+      let yi = y0 + i * p.y_r;
+      var dp = 0.0;
+      for (var e = 0u; e < DV4; e++) {
+        let gy = dy[yi + e];
+        dp += dot(gy, vr[e]);
+        av[e] = fma(vec4<f32>(pij), gy, av[e]);
+      }
+      let ds = pij * (p.alpha_y * dp - dsum[z * p.TQ + i]);
+      let qi = q0 + i * p.q_r;
+      for (var d = 0u; d < DQ4; d++) { ak[d] = fma(vec4<f32>(ds), q[qi + d], ak[d]); }
     }
-    let ds = pij * (p.alpha_y * dp - dsum[z * p.TQ + i]);
-    let qi = q0 + i * p.q_r;
-    for (var d = 0u; d < DQ4; d++) { ak[d] = fma(vec4<f32>(ds), q[qi + d], ak[d]); }
   }
   let kj = offset(zi, p.k_b) + j * p.k_r;
   if ((p.want & 2u) != 0u) {

@@ -84,35 +84,37 @@ class Cross(nn.Module):
     kernel's TQ != TK, DQ != DV), the scale after the product. A head wider than 64 or not a
     multiple of 4 keeps the three ops."""
 
-    def __init__(self, dq, dv):
+    def __init__(self, dq, dv, tq=28):
         super().__init__()
-        self.dq, self.dv = dq, dv
-        self.q, self.k = nn.Linear(28, 2 * dq), nn.Linear(56, 2 * dq, bias=False)
+        self.dq, self.dv, self.tq = dq, dv, tq
+        self.q, self.k = nn.Linear(784 // tq, 2 * dq), nn.Linear(56, 2 * dq, bias=False)
         self.v = nn.Linear(56, 2 * dv)
         self.fc = nn.Linear(2 * dv, 10)
 
     def forward(self, x):
         n = x.shape[0]
-        rows, pairs = x.reshape(n, 28, 28), x.reshape(n, 14, 56)
-        q = self.q(rows).reshape(n, 28, 2, self.dq).transpose(1, 2)
+        rows, pairs = x.reshape(n, self.tq, 784 // self.tq), x.reshape(n, 14, 56)
+        q = self.q(rows).reshape(n, self.tq, 2, self.dq).transpose(1, 2)
         k = self.k(pairs).reshape(n, 14, 2, self.dq).transpose(1, 2)
         v = self.v(pairs).reshape(n, 14, 2, self.dv).transpose(1, 2)
         att = (q @ k.transpose(-1, -2) * self.dq ** -0.5).softmax(-1)
-        y = (att @ v).transpose(1, 2).reshape(n, 28, 2 * self.dv)
+        y = (att @ v).transpose(1, 2).reshape(n, self.tq, 2 * self.dv)
         return self.fc(y.mean(1))
 
 
-@pytest.mark.parametrize("dq, dv, fused", [(8, 12, 1), (64, 4, 1), (72, 8, 0), (8, 6, 0)])
-def test_cross_attention_trains_like_torch(device, tmp_path, dq, dv, fused):
-    """Queries and keys of different lengths (28 and 14) and head widths (dq, dv) on the fused
-    kernel (heads up to 64 wide, ops/attention.DMAX, multiples of 4); a wider query head or a
-    value head of 6 keeps the three ops.
-    Either way the step matches torch (TorchScript exporter, opset 17)."""
+@pytest.mark.parametrize("dq, dv, tq, fused", [(8, 12, 28, 1), (64, 4, 28, 1), (4, 8, 7, 1),
+                                               (72, 8, 28, 0), (8, 6, 28, 0)])
+def test_cross_attention_trains_like_torch(device, tmp_path, dq, dv, tq, fused):
+    """Queries and keys of different lengths (28 or 7 queries, 14 keys: 7 and 14 leave a
+    partial step of the kernels' 4 a step) and head widths (dq, dv) on the fused kernel
+    (heads up to 64 wide, ops/attention.DMAX, multiples of 4); a wider query head or a value
+    head of 6 keeps the three ops. Either way the step matches torch (TorchScript exporter,
+    opset 17)."""
     from torch_models import export_and_step
     torch.manual_seed(5)
     plan_ops = {}
-    export_and_step(device, Cross(dq, dv), tmp_path / "cross.onnx", False, 17,
-                    f"cross attention dq {dq} dv {dv}", plan_ops=plan_ops)
+    export_and_step(device, Cross(dq, dv, tq), tmp_path / "cross.onnx", False, 17,
+                    f"cross attention dq {dq} dv {dv} tq {tq}", plan_ops=plan_ops)
     assert plan_ops.get("FusedAttention", 0) == fused, plan_ops
     assert plan_ops.get("Softmax", 0) == 1 - fused, plan_ops
 
