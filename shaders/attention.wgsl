@@ -48,7 +48,7 @@ struct Params {
 override DQ4: u32 = 4u;
 override DV4: u32 = 4u;
 const DMAX4: u32 = 16u;
-const U: u32 = 4u;  // keys (queries in attention_dkv) a loop step
+override U: u32 = 4u;  // keys (queries in attention_dkv) a loop step, 1 to 4
 const LOWEST: f32 = -3.4028234e38;  // the lowest finite float (rounded to it)
 
 // The multi-index of flat batch index z over sizes s (w fastest).
@@ -69,7 +69,8 @@ fn offset(idx: vec4<u32>, strides: vec4<u32>) -> u32 {
 
 // alpha_s * q . k_j for the U keys j0 .. j0 + U - 1 (past the last key: the last one again).
 // U keys a step: their loads are in flight together (at batch 64 a few warps an SM run these
-// kernels, so each thread's chain of loads over the keys is their time).
+// kernels, so each thread's chain of loads over the keys is their time; ops/attention.py
+// takes 1 where many rows keep the GPU busy).
 fn scores(qr: array<vec4<f32>, DMAX4>, k0: u32, j0: u32) -> vec4<f32> {
   var sv = vec4<f32>(0.0);
   for (var u = 0u; u < U; u++) {

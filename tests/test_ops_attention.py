@@ -16,7 +16,8 @@ nn, F = torch.nn, torch.nn.functional
 
 @pytest.fixture(autouse=True)
 def fuse_small(monkeypatch):
-    """Fold attentions at these tests' batch of 4 too (Builder.ATTENTION_MIN_ROWS)."""
+    """Fold attentions at these tests' batch of 4 whatever the default
+    (Builder.ATTENTION_MIN_ROWS)."""
     from webgpu_trainer.engine.plan import Builder
     monkeypatch.setattr(Builder, "ATTENTION_MIN_ROWS", 0)
 
@@ -185,8 +186,8 @@ def test_attention_without_every_gradient(device, tmp_path, raw_v):
 
 
 def test_small_attentions_stay_unfused(device, tmp_path, monkeypatch):
-    """Below ``Builder.ATTENTION_MIN_ROWS`` query rows the three ops run (they were as fast):
-    the cross attention's 4 x 2 x 28 rows against a minimum of 225 and of 224."""
+    """Below ``Builder.ATTENTION_MIN_ROWS`` query rows the three ops run: the cross
+    attention's 4 x 2 x 28 rows against a minimum of 225 and of 224."""
     from torch_models import export_and_step
 
     from webgpu_trainer.engine.plan import Builder
@@ -197,3 +198,18 @@ def test_small_attentions_stay_unfused(device, tmp_path, monkeypatch):
         export_and_step(device, Cross(8, 12), tmp_path / "cross.onnx", False, 17,
                         f"cross attention, at least {rows} rows", plan_ops=plan_ops)
         assert plan_ops.get("FusedAttention", 0) == fused, (rows, plan_ops)
+
+
+@pytest.mark.parametrize("dq, dv, tq", [(8, 12, 28), (4, 8, 7)])
+def test_attention_one_key_a_step(device, tmp_path, monkeypatch, dq, dv, tq):
+    """The kernels' loop of one key (query) a step, which they take from
+    ``ops/attention.UNROLL_ROWS`` rows (many rows: the ViT at batch 1000), here at 4."""
+    from torch_models import export_and_step
+
+    from webgpu_trainer.engine.ops import attention
+    monkeypatch.setattr(attention, "UNROLL_ROWS", 0)
+    torch.manual_seed(5)
+    plan_ops = {}
+    export_and_step(device, Cross(dq, dv, tq), tmp_path / "cross.onnx", False, 17,
+                    f"cross attention dq {dq} dv {dv} tq {tq}, U 1", plan_ops=plan_ops)
+    assert plan_ops.get("FusedAttention", 0) == 1, plan_ops

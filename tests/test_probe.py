@@ -182,7 +182,7 @@ def test_gpu_probe_reads_an_attention_map(device, splits, tmp_path, monkeypatch)
     import warnings
 
     from webgpu_trainer.engine.plan import Builder
-    monkeypatch.setattr(Builder, "ATTENTION_MIN_ROWS", 0)  # fused at this test's batch 64
+    monkeypatch.setattr(Builder, "ATTENTION_MIN_ROWS", 0)  # fused whatever the default
 
     class Attend(torch.nn.Module):  # the image's rows as 28 tokens, 2 heads of 8
         def __init__(self):

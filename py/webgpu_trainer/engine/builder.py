@@ -269,11 +269,10 @@ class Builder:
     # ops/attention.py: one dispatch forward, two backward); False: the three ops (A/B).
     FUSE_ATTENTION = True
     # ... only where it has at least this many query rows (samples x heads x queries, a thread
-    # each): H100, 2026-12-07, ms a step fused / not: encoder (28 tokens, 4 heads) at batch
-    # 1000 (112,000 rows) 1.40 / 1.51, ViT (65 tokens, 4 heads) at 1000 4.79 / 5.13; at batch
-    # 64 (7,168 and 16,640 rows, a few warps an SM, each thread's pass over the keys its
-    # latency) 0.44 / 0.44 and 1.18 / 1.14.
-    ATTENTION_MIN_ROWS = 65536
+    # each; 0: always). H100, 2026-12-07, ms a step fused / not: encoder (28 tokens, 4 heads)
+    # at 64 / 1000 0.432 / 1.384 against 0.448 / 1.514, ViT (65 tokens) 1.110 / 4.77 against
+    # 1.132 / 5.14 (ops/attention._params: 4 keys a loop step below 131,072 rows).
+    ATTENTION_MIN_ROWS = 0
     # LSTM/GRU sequences on the 256-thread *_seq_wide kernels on GPU adapters (ops/rnn._wide).
     RNN_SEQ_WIDE = True
     # ... each thread's values of R in registers there, for H a multiple of 4 up to 64
