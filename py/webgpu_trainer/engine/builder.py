@@ -269,9 +269,9 @@ class Builder:
     # ops/attention.py: one dispatch forward, two backward); False: the three ops (A/B).
     FUSE_ATTENTION = True
     # ... only where it has at least this many query rows (samples x heads x queries, a thread
-    # each; 0: always). H100, 2026-12-07, ms a step fused / not: encoder (28 tokens, 4 heads)
-    # at 64 / 1000 0.432 / 1.384 against 0.448 / 1.514, ViT (65 tokens) 1.110 / 4.77 against
-    # 1.132 / 5.14 (ops/attention._params: 4 keys a loop step below 131,072 rows).
+    # each; 0: always). H100, 2026-12-07, GPU ms a step fused / not: encoder (28 tokens, 4
+    # heads) at 64 / 1000 0.369 / 1.305 against 0.387 / 1.425, ViT (65 tokens) 1.036 / 4.632
+    # against 1.052 / 5.035 (ops/attention._params: 4 keys a loop step below 131,072 rows).
     ATTENTION_MIN_ROWS = 0
     # LSTM/GRU sequences on the 256-thread *_seq_wide kernels on GPU adapters (ops/rnn._wide).
     RNN_SEQ_WIDE = True

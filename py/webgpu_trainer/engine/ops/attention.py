@@ -96,9 +96,9 @@ UNROLL_ROWS = 1 << 17  # fewer query rows: 4 keys a loop step (attention.wgsl U)
 
 def _params(node, ins):
     """(Params, override constants) of the node's dispatches. U, keys a step: 4 below
-    ``UNROLL_ROWS`` rows (H100, ms a step with 4 / with 1: encoder at 64 (7,168 rows) 0.432
-    / 0.440, ViT at 64 (16,640) 1.110 / 1.170, encoder at 1000 (112,000) 1.384 / 1.398), 1
-    from there (ViT at 1000, 260,000 rows: 4.88 / 4.77)."""
+    ``UNROLL_ROWS`` rows (H100, GPU ms a step with 4 / with 1: encoder at 64 (7,168 rows)
+    0.375 / 0.387, ViT at 64 (16,640) 1.040 / 1.091, encoder at 1000 (112,000) 1.306 /
+    1.315), 1 from there (ViT at 1000, 260,000 rows: 4.77 / 4.68)."""
     a = node["attrs"]
     lay = layout(a["scores"], a["values"], ins[0].shape, ins[1].shape, ins[2].shape)
     consts = {"DQ4": lay.pop("DQ4"), "DV4": lay.pop("DV4"),

@@ -5,8 +5,8 @@
     MatMul(q, kt) -> s -> Softmax(axis = last) -> p -> MatMul(p, v) -> y
 
 becomes FusedAttention(q, kt, v) -> [y, p]: one dispatch forward instead of three, two
-backward instead of five (H100: the encoder and the ViT at batch 1000 -9% / -7% a step,
-at 64 -4% / -2%). Folded
+backward instead of five (H100: the encoder and the ViT at batch 1000 -8% a step, at 64
+-5% / -1.5%). Folded
 when nothing else reads s or p (nor a caller, ``keep``), p is the second product's first
 operand, the Softmax normalises along the last axis (opset >= 13, or a 2-D input before
 it), ``ops/attention.layout`` accepts the shapes (same batch dims, none broadcast, heads of
