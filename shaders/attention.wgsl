@@ -33,6 +33,7 @@ struct Params {
 }
 
 //!include index
+//!include batch_dims
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
@@ -50,22 +51,6 @@ override DV4: u32 = 4u;
 const DMAX4: u32 = 16u;
 override U: u32 = 4u;  // keys (queries in attention_dkv) a loop step, 1 to 4
 const LOWEST: f32 = -3.4028234e38;  // the lowest finite float (rounded to it)
-
-// The multi-index of flat batch index z over sizes s (w fastest).
-fn unflatten(z: u32, s: vec4<u32>) -> vec4<u32> {
-  var r = z;
-  let i3 = r % s.w;
-  r = r / s.w;
-  let i2 = r % s.z;
-  r = r / s.z;
-  let i1 = r % s.y;
-  return vec4<u32>(r / s.y, i1, i2, i3);
-}
-
-fn offset(idx: vec4<u32>, strides: vec4<u32>) -> u32 {
-  let o = idx * strides;
-  return o.x + o.y + o.z + o.w;
-}
 
 // alpha_s * q . k_j for the U keys j0 .. j0 + U - 1 (past the last key: the last one again).
 // U keys a step: their loads are in flight together (at batch 64 a few warps an SM run these

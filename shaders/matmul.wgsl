@@ -31,21 +31,7 @@ struct Params {
 
 const T: u32 = 4u;
 
-// The multi-index of flat index i over sizes s (w fastest).
-fn unflatten(i: u32, s: vec4<u32>) -> vec4<u32> {
-  var z = i;
-  let i3 = z % s.w;
-  z = z / s.w;
-  let i2 = z % s.z;
-  z = z / s.z;
-  let i1 = z % s.y;
-  return vec4<u32>(z / s.y, i1, i2, i3);
-}
-
-fn offset(idx: vec4<u32>, strides: vec4<u32>) -> u32 {
-  let v = idx * strides;
-  return v.x + v.y + v.z + v.w;
-}
+//!include batch_dims
 
 // Where out[z, m, n] of a part starting at `base` (z's contiguous [M, N] block) is stored:
 // there, or at the strided place (p.strided; zi = z's multi-index).
