@@ -7,6 +7,8 @@ trains one step like torch (forward vs onnxruntime, every parameter gradient vs 
 float64). The ops are those of their own families (matmul, softmax, binary, layernorm,
 gather); this file checks the exporter's composition of them."""
 
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -213,3 +215,34 @@ def test_attention_one_key_a_step(device, tmp_path, monkeypatch, dq, dv, tq):
     export_and_step(device, Cross(dq, dv, tq), tmp_path / "cross.onnx", False, 17,
                     f"cross attention dq {dq} dv {dv} tq {tq}, U 1", plan_ops=plan_ops)
     assert plan_ops.get("FusedAttention", 0) == 1, plan_ops
+
+
+class Divided(nn.Module):
+    """Attention as often written by hand: the scores divided by sqrt(d) (a Div, which
+    rewrites/scales.py folds as the product's 1 / sqrt(d)), 2 heads of 16."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(28, 32), nn.Linear(28, 32, bias=False), \
+            nn.Linear(28, 32)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x):
+        n = x.shape[0]
+        x = x.reshape(n, 28, 28)
+
+        def heads(t):
+            return t.reshape(n, 28, 2, 16).transpose(1, 2)
+        s = heads(self.q(x)) @ heads(self.k(x)).transpose(-1, -2) / math.sqrt(16)
+        y = s.softmax(-1) @ heads(self.v(x))
+        return self.fc(y.transpose(1, 2).reshape(n, 28, 32).mean(1))
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_divided_scores_fuse(device, tmp_path, dynamo):
+    from torch_models import export_and_step
+    torch.manual_seed(8)
+    plan_ops = {}
+    export_and_step(device, Divided(), tmp_path / "divided.onnx", dynamo, 18 if dynamo else 17,
+                    f"attention / sqrt(d){' dynamo' if dynamo else ''}", plan_ops=plan_ops)
+    assert plan_ops.get("FusedAttention") == 1 and "Div" not in plan_ops, plan_ops

@@ -49,6 +49,22 @@ def test_scales_before_and_after_fold_into_alpha():
     assert m["attrs"]["_alpha"] == pytest.approx(0.375)
 
 
+@pytest.mark.parametrize("c, folds", [(4.0, True), (0.0, False)])
+def test_division_by_a_scalar_folds(c, folds):
+    """(q @ k^T) / c folds as alpha 1 / c (attention written with / sqrt(d)); a division by
+    zero or of the constant by the product stays."""
+    for numerator in (True, False):
+        div = node("Div", ["s", "c"] if numerator else ["c", "s"], ["y"])
+        nodes = [node("MatMul", ["q", "k"], ["s"]), div, node("Relu", ["y"], ["z"])]
+        g = _graph(nodes, {"c": _scalar(c)})
+        out = scales.fold(g, SHAPES)
+        if folds and numerator:
+            assert [n["op_type"] for n in out.nodes] == ["MatMul", "Relu"]
+            assert out.nodes[0]["outputs"] == ["y"] and out.nodes[0]["attrs"]["_alpha"] == 0.25
+        else:
+            assert out is g
+
+
 def test_scale_before_a_transpose_folds():
     """Mul(k, c) -> Transpose -> MatMul: the Transpose reads k itself, and its output (now
     unscaled) takes a new name, so no caller reads it as the scaled one."""

@@ -1,10 +1,12 @@
-"""Scalar Muls next to MatMul folded into the product's scale (``Plan.build`` applies ``fold``).
+"""Scalar Muls (and Divs by a scalar) next to MatMul folded into the product's scale
+(``Plan.build`` applies ``fold``).
 
 Attention scales its scores by 1 / sqrt(d), before the product or after it:
 
     MatMul(Mul(q, c1), Mul(k^T, c2))      (PyTorch's MultiheadAttention export: c = d^-1/4)
     MatMul(q, Transpose(Mul(k, c)))       (a scale before the layout ops of a head split)
     Mul(MatMul(q, k^T), c)                (attention written by hand)
+    Div(MatMul(q, k^T), sqrt(d))          (likewise: scale 1 / sqrt(d))
 
 Each Mul is a pass over a tensor forward and another backward, and a Mul between a Transpose
 and the MatMul keeps ``transposes`` from folding that Transpose. Folded, the MatMul reads the
@@ -38,16 +40,17 @@ def _scalar(graph, name):
 
 
 def _scaling(graph, shapes, node):
-    """(tensor, scale) when ``node`` is Mul(tensor, c) or Mul(c, tensor) with ``c`` a scalar
-    constant and the output of the tensor's shape (no broadcast beyond the scalar); else
-    None."""
-    if node is None or node["op_type"] != "Mul" or len(node["inputs"]) != 2:
+    """(tensor, scale) when ``node`` is Mul(tensor, c), Mul(c, tensor) or Div(tensor, c)
+    (scale 1 / c) with ``c`` a nonzero scalar constant and the output of the tensor's shape
+    (no broadcast beyond the scalar); else None."""
+    if node is None or node["op_type"] not in ("Mul", "Div") or len(node["inputs"]) != 2:
         return None
-    for i in (0, 1):
+    div = node["op_type"] == "Div"
+    for i in (1,) if div else (0, 1):
         c, x = _scalar(graph, node["inputs"][i]), node["inputs"][1 - i]
         if c is not None and _scalar(graph, x) is None and x not in graph.constants and \
-                shapes.get(x) == shapes.get(node["outputs"][0]):
-            return x, c
+                shapes.get(x) == shapes.get(node["outputs"][0]) and not (div and c == 0.0):
+            return x, (1.0 / c if div else c)
     return None
 
 
