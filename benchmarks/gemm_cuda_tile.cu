@@ -3,6 +3,8 @@
 // 128 tile, 8 x 8 values a thread in two vec4 halves, BK along k through double-buffered
 // shared memory, one register prefetch.
 // CLAMP adds what WGSL robustness adds: min(index, last) on every shared (1) / global (2) index.
+// LAYOUT 1: warp-tiled thread layout; SPLITPF 1: the two halves of a BK 16 step's prefetch
+// loaded and stored one after the other (benchmarks/gemm_cuda_tile.py's variants).
 #ifndef BK
 #define BK 8
 #endif

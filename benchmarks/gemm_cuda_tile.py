@@ -7,14 +7,18 @@ registers a thread and TFLOP/s (2 M N K / median time of 20 launches, CUDA event
 
     python benchmarks/gemm_cuda_tile.py               # a CUDA GPU, PyTorch with its NVRTC
     python benchmarks/gemm_cuda_tile.py --check-only  # compile every variant for sm_90 only
+    python benchmarks/gemm_cuda_tile.py --dump cubins # ... and write the cubins there
 
 Variants (-D macros of the .cu): ``mirror`` the WGSL kernel's tile (128 x 128, 16 x 16 threads,
 8 x 8 values a thread, BK 8, double-buffered shared memory, one register prefetch);
 ``clamp-*`` plus WGSL robustness's min(index, last) on shared / global / both indices;
 ``minb2`` asks for two workgroups an SM (``__launch_bounds__(256, 2)``), which WGSL cannot;
-``bk16`` 16 k a step. nn only, M and N multiples of 128, K of BK, no split-K: shapes of few
-tiles are not comparable with cuBLAS. Raises SystemExit when no libnvrtc is found or a
-variant does not compile.
+``bk16`` 16 k a step; ``warp`` each warp a compact 4 x 8 block of threads (siboehm's warp
+tiling); ``bk16-split`` the next step's second half loaded only after its first half is
+stored (half the prefetch registers live across the k loop). nn only, M and N multiples of
+128, K of BK, no split-K: shapes of few tiles are not comparable with cuBLAS. ``--dump DIR``
+writes each variant's cubin (for ``cuobjdump -res-usage``). Raises SystemExit when no
+libnvrtc is found or a variant does not compile.
 """
 import ctypes
 import glob
