@@ -34,6 +34,7 @@ struct Params {
 
 //!include index
 //!include batch_dims
+//!include detmath
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
@@ -52,6 +53,12 @@ const DMAX4: u32 = 16u;
 override U: u32 = 4u;  // keys (queries in attention_dkv) a loop step, 1 to 4
 const LOWEST: f32 = -3.4028234e38;  // the lowest finite float (rounded to it)
 
+// a . b in a fixed order of IEEE multiply-adds (WGSL's dot leaves the order to the
+// implementation; with detmath's det_exp the kernels give the same bits on every host).
+fn dot4(a: vec4<f32>, b: vec4<f32>) -> f32 {
+  return fma(a.w, b.w, fma(a.z, b.z, fma(a.y, b.y, a.x * b.x)));
+}
+
 // alpha_s * q . k_j for the U keys j0 .. j0 + U - 1 (past the last key: the last one again).
 // U keys a step: their loads are in flight together (at batch 64 a few warps an SM run these
 // kernels, so each thread's chain of loads over the keys is their time; ops/attention.py
@@ -61,7 +68,7 @@ fn scores(qr: array<vec4<f32>, DMAX4>, k0: u32, j0: u32) -> vec4<f32> {
   for (var u = 0u; u < U; u++) {
     let kj = k0 + min(j0 + u, p.TK - 1u) * p.k_r;
     var s = 0.0;
-    for (var d = 0u; d < DQ4; d++) { s += dot(qr[d], k[kj + d]); }
+    for (var d = 0u; d < DQ4; d++) { s += dot4(qr[d], k[kj + d]); }
     sv[u] = s * p.alpha_s;
   }
   return sv;
@@ -88,10 +95,10 @@ fn attention_forward(@builtin(global_invocation_id) gid: vec3<u32>,
       let s = sv[u];
       if (j0 + u < p.TK) {
         if (s > mx) {
-          l = l * exp(mx - s) + 1.0;
+          l = l * det_exp(mx - s) + 1.0;
           mx = s;
         } else {
-          l += exp(s - mx);
+          l += det_exp(s - mx);
         }
       }
     }
@@ -104,7 +111,7 @@ fn attention_forward(@builtin(global_invocation_id) gid: vec3<u32>,
     let sv = scores(qr, k0, j0);
     for (var u = 0u; u < U; u++) {
       let j = j0 + u;
-      let pij = select(0.0, exp(sv[u] - mx) * inv, j < p.TK);  // 0 past the last key
+      let pij = select(0.0, det_exp(sv[u] - mx) * inv, j < p.TK);  // 0 past the last key
       if (p.write_p != 0u && j < p.TK) { pt[pt0 + j * p.TQ] = pij; }
       let vj = v0 + min(j, p.TK - 1u) * p.v_r;
       for (var e = 0u; e < DV4; e++) { acc[e] = fma(vec4<f32>(pij), v[vj + e], acc[e]); }
@@ -120,7 +127,7 @@ fn dscores(g: array<vec4<f32>, DMAX4>, v0: u32, j0: u32) -> vec4<f32> {
   for (var u = 0u; u < U; u++) {
     let vj = v0 + min(j0 + u, p.TK - 1u) * p.v_r;
     var s = 0.0;
-    for (var e = 0u; e < DV4; e++) { s += dot(g[e], v[vj + e]); }
+    for (var e = 0u; e < DV4; e++) { s += dot4(g[e], v[vj + e]); }
     dp[u] = s;
   }
   return dp;
@@ -194,7 +201,7 @@ fn attention_dkv(@builtin(global_invocation_id) gid: vec3<u32>,
       var dp = 0.0;
       for (var e = 0u; e < DV4; e++) {
         let gy = dy[yi + e];
-        dp += dot(gy, vr[e]);
+        dp += dot4(gy, vr[e]);
         av[e] = fma(vec4<f32>(pij), gy, av[e]);
       }
       let ds = pij * (p.alpha_y * dp - dsum[z * p.TQ + i]);
