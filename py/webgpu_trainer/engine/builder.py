@@ -269,10 +269,12 @@ class Builder:
     # ops/attention.py: one dispatch forward, two backward); False: the three ops (A/B).
     FUSE_ATTENTION = True
     # ... only where it has at least this many query rows (samples x heads x queries, a thread
-    # each; 0: always). H100, 2026-12-07, GPU ms a step fused / not: encoder (28 tokens, 4
-    # heads) at 64 / 1000 0.369 / 1.305 against 0.387 / 1.425, ViT (65 tokens) 1.036 / 4.632
-    # against 1.052 / 5.035 (ops/attention._params: 4 keys a loop step below 131,072 rows).
-    ATTENTION_MIN_ROWS = 0
+    # each; 0: always). H100, 2026-12-07, GPU ms a step fused / not (attention.wgsl with
+    # det_exp, the same bits on every host): encoder (28 tokens, 4 heads) at 1000 (112,000
+    # rows) 1.317 / 1.431, ViT (65 tokens) 4.80 / 5.04; at batch 64 (7,168 and 16,640 rows,
+    # a few warps an SM: each thread's chain over the keys is the time) 0.381 / 0.388 and
+    # 1.092 / 1.057 (ops/attention._params: 4 keys a loop step below 131,072 rows).
+    ATTENTION_MIN_ROWS = 65536
     # LSTM/GRU sequences on the 256-thread *_seq_wide kernels on GPU adapters (ops/rnn._wide).
     RNN_SEQ_WIDE = True
     # ... each thread's values of R in registers there, for H a multiple of 4 up to 64
