@@ -352,9 +352,20 @@ def test_trains_in_the_browser_like_natively(chromium, server, device, parity_pa
     browser_parity(chromium, server, device, name, ZOO / f"{name}-ts.onnx", page=parity_page)
 
 
-def browser_parity(chromium, server, device, name, path, page=None):
+@pytest.mark.e2e
+def test_vit_fused_attention_in_the_browser_like_natively(chromium, server, device,
+                                                         parity_page):
+    """The ViT with its attentions as FusedAttention (attention.wgsl, forced at this batch of
+    4): the same 3 Adam steps in Chromium (Tint, SwiftShader) and natively (naga, lavapipe)
+    within BROWSER_RTOL. With WGSL's exp instead of det_exp the weights differed by 2.1e-3."""
+    browser_parity(chromium, server, device, "vit", ZOO / "vit-ts.onnx", page=parity_page,
+                   fuse_all_attention=True)
+
+
+def browser_parity(chromium, server, device, name, path, page=None, **extra):
     """``test_trains_in_the_browser_like_natively`` for zoo model ``name`` from ``path``, on
-    ``page`` (a booted parity page), else on a parity page of its own."""
+    ``page`` (a booted parity page), else on a parity page of its own; ``extra``: more keys
+    of the case (parity's module doc)."""
     import asyncio
     import base64
     import json
@@ -368,7 +379,8 @@ def browser_parity(chromium, server, device, name, path, page=None):
     case = {"name": f"{name}-ts", "graph": graph, "weights": parity.b64(blob),
             "x": parity.b64(x.tobytes()),
             "labels": parity.b64(np.asarray(labels[:4], np.uint32).tobytes()), "batch": 4,
-            "steps": 3, "optimizer": {"name": "adam", "lr": 0.003}, "train": True, "seed": 1}
+            "steps": 3, "optimizer": {"name": "adam", "lr": 0.003}, "train": True, "seed": 1,
+            **extra}
     with ThreadPoolExecutor(1) as pool:  # Playwright's event loop owns this thread
         (native,) = pool.submit(asyncio.run, parity.run_cases(device, [case])).result()
     ctx = None

@@ -11,7 +11,9 @@ of ops/losses.py or None}``.
 output after the last step's forward, "grads": b64 float32 of the flat gradient buffer (bundle
 layout), "weights": b64 float32 of the flat parameter buffer after the last step}``. A case may
 also have "init_seed": int, which re-initialises the weights first (Plan.init_weights), and
-"step": int, the number of its first step (default 1; Dropout masks depend on it).
+"step": int, the number of its first step (default 1; Dropout masks depend on it), and
+"fuse_all_attention": true, which folds attention into FusedAttention at any size
+(``Builder.ATTENTION_MIN_ROWS`` 0 while the plan is built: the test batches are below it).
 
 ``load`` and ``run_step`` are the one way every host and every test runs a plan step:
 build and upload, then write the step's uniform (``plan.pack_step``) and submit one program.
@@ -24,7 +26,7 @@ import struct
 from ..errors import user_message
 from ..train import optim
 from ..graph import Graph
-from ..plan import METRICS_RING, Plan, pack_step
+from ..plan import METRICS_RING, Builder, Plan, pack_step
 
 
 def b64(data: bytes) -> str:
@@ -92,9 +94,15 @@ def metrics_slot(t: int) -> int:
 async def run_case(dev, case: dict) -> dict:
     """Run one case on ``dev`` (see the module docstring). Raises what the engine raises."""
     batch, seed = int(case["batch"]), int(case.get("seed", 0))
-    plan = await load(dev, case["graph"], unb64(case["weights"]), batch, unb64(case["x"]),
-                      unb64(case["labels"]), loss=case.get("loss"),
-                      init_seed=case.get("init_seed"))
+    min_rows = Builder.ATTENTION_MIN_ROWS
+    if case.get("fuse_all_attention") is True:
+        Builder.ATTENTION_MIN_ROWS = 0
+    try:
+        plan = await load(dev, case["graph"], unb64(case["weights"]), batch, unb64(case["x"]),
+                          unb64(case["labels"]), loss=case.get("loss"),
+                          init_seed=case.get("init_seed"))
+    finally:
+        Builder.ATTENTION_MIN_ROWS = min_rows
     train = case.get("train", True)
     opt = None
     if case.get("optimizer"):
