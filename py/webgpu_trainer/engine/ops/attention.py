@@ -78,9 +78,6 @@ def layout(scores, values, q_shape, kt_shape, v_shape) -> dict:
                 alpha_y=float((values or {}).get("_alpha", 1.0)))
 
 
-ATTRS = {"FusedAttention": {}}
-
-
 def infer(node, ins, consts):
     """[Y's shape, P's shape]: the second product's output (through its ``_perm_y``) and the
     scores' [batch..., TQ, TK]."""
