@@ -121,8 +121,11 @@ def weights_or_none(case, vec):
 
 
 def ops_of(case) -> list:
-    """What a case checks, for the doctor's messages: op types, loss, optimizer, init."""
+    """What a case checks, for the doctor's messages: op types (and FusedAttention where the
+    case folds attention into it), loss, optimizer, init."""
     ops = list(dict.fromkeys(n["op_type"] for n in case["graph"]["nodes"]))
+    if case.get("fuse_all_attention"):
+        ops.append("FusedAttention")
     if case.get("loss"):
         ops.append(f"loss {case['loss']['loss']}")
     if case.get("optimizer"):

@@ -21,6 +21,8 @@ REPORT = []
 # Cases of tests/cases marked ``selfcheck`` (cases.selfcheck_cases)
 SLICE, MSE, ADAM, SGD = ("layout/chain_slice_steps", "losses/one_gemm_mse", "optim/2_adam",
                          "optim/0_sgd")
+# ... and those of shaders/attention.wgsl (FusedAttention, forced at their size)
+ATTENTION, ATTENTION_STEPS = "matmul/chain_attention", "optim/7_sgd_attention"
 
 
 def _subset(*names) -> dict:
@@ -81,6 +83,52 @@ def test_broken_kernel_names_the_op(device, monkeypatch):
     assert bad == [(SLICE, "forward"), (SLICE, "backward")], \
         selfcheck.table(result)
     assert all("Slice" in w for w in result["wrong"])
+
+
+def test_attention_cases_run_the_fused_kernels(device, monkeypatch):
+    """The self-check has attention cases (forward and backward; 3 SGD steps) and they pass;
+    their plans run FusedAttention (attention.wgsl's forward, dQ and dK / dV kernels), not
+    MatMul, Softmax, MatMul: the cases ask for it (``fuse_all_attention``) below
+    ``Builder.ATTENTION_MIN_ROWS``."""
+    from webgpu_trainer.engine.plan import Builder
+    doc = _subset(ATTENTION, ATTENTION_STEPS)
+    assert all(c["fuse_all_attention"] is True and "FusedAttention" in c["ops"]
+               for c in doc["cases"])
+    plans, load = [], parity.load
+
+    async def spy(*args, **kw):
+        plans.append(await load(*args, **kw))
+        return plans[-1]
+    monkeypatch.setattr(parity, "load", spy)
+    result = run(selfcheck.run(device, doc))
+    assert result["ok"], selfcheck.table(result)
+    assert [(r["case"], r["check"]) for r in result["rows"]] == [
+        (ATTENTION, "forward"), (ATTENTION, "backward"), (ATTENTION_STEPS, "step")]
+    assert Builder.ATTENTION_MIN_ROWS == 65536  # restored after each plan
+    for plan in plans:
+        ops = [n["op_type"] for n in plan.graph.nodes]
+        assert ops.count("FusedAttention") == 1 and "Softmax" not in ops, ops
+        kernels = [":".join(d[0][2].split(":")[:2]) for d in plan.fwd_train + plan.bwd]
+        assert [k for k in kernels if k.startswith(("attention:", "softmax:"))] == [
+            "attention:attention_forward", "attention:attention_dq",
+            "attention:attention_dkv"], kernels
+
+
+def test_broken_attention_kernel_names_fused_attention(device, monkeypatch):
+    """attention.wgsl's dK 1.01 x too large (attention_dkv): the attention case's backward
+    (3.8e-3 on lavapipe) and its SGD steps (5.8e-4) are WRONG, naming FusedAttention; its
+    forward and the cases without attention stay ok."""
+    src = shaders.source("attention")
+    line = "out[kj + d] = p.alpha_s * ak[d];"
+    assert src.count(line) == 1
+    monkeypatch.setitem(shaders._SOURCES, "attention",
+                        src.replace(line, "out[kj + d] = 1.01 * p.alpha_s * ak[d];"))
+    monkeypatch.setattr(device, "_pipelines", {})  # as test_broken_kernel_names_the_op
+    result = run(selfcheck.run(device, _subset(MSE, ATTENTION, ATTENTION_STEPS)))
+    bad = [(r["case"], r["check"]) for r in result["rows"] if not r["ok"]]
+    assert bad == [(ATTENTION, "backward"), (ATTENTION_STEPS, "step")], \
+        selfcheck.table(result)
+    assert all("FusedAttention" in w for w in result["wrong"])
 
 
 def test_an_engine_error_is_a_wrong_row(device):

@@ -44,7 +44,9 @@ class Case:
     bias before a BatchNorm: only rounding noise is compared, see ``harness.compare``);
     ``checks``: extra assertions ``f(res, want)`` after the comparison;
     ``browser``: False keeps a case out of the browser (say why where it is set);
-    ``selfcheck``: one of the GPU self-check's cases (``selfcheck_cases``).
+    ``selfcheck``: one of the GPU self-check's cases (``selfcheck_cases``);
+    ``fuse_all_attention``: fold attention into FusedAttention at this small size (parity's
+    case key; natively a ``patch`` of ``Builder.ATTENTION_MIN_ROWS`` 0).
     """
     id: str
     graph: dict
@@ -66,6 +68,11 @@ class Case:
     checks: tuple = ()
     browser: bool = True
     selfcheck: bool = False
+    fuse_all_attention: bool = False
+
+    def __post_init__(self):
+        if self.fuse_all_attention:
+            self.patch = {**self.patch, "ATTENTION_MIN_ROWS": 0}
 
     @property
     def name(self) -> str:
@@ -77,13 +84,15 @@ class Case:
         return self.graph["outputs"][0]["name"]
 
     def parity(self) -> dict:
-        """This case as a case of ``webgpu_trainer.engine.tools.parity`` (JSON-able)."""
+        """This case as a case of ``webgpu_trainer.engine.tools.parity`` (JSON-able; the key
+        ``fuse_all_attention`` only where it is set)."""
+        extra = {"fuse_all_attention": True} if self.fuse_all_attention else {}
         return {"name": self.id, "graph": self.graph, "weights": b64(self.blob),
                 "x": b64(f32(self.x).tobytes()),
                 "labels": b64(np.asarray(self.labels, "<u4").tobytes()),
                 "batch": len(self.labels), "steps": self.steps, "step": self.step,
                 "optimizer": self.optimizer, "train": self.train, "seed": self.seed,
-                "loss": self.loss, "init_seed": self.init_seed}
+                "loss": self.loss, "init_seed": self.init_seed, **extra}
 
 
 def case(id, nodes, tensors, x, labels, constants=None, opset=17, output=None, input_dims=None,

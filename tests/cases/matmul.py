@@ -6,7 +6,7 @@ import numpy as np
 
 from cases import case
 from cases.blocks import chain, head2, shape_const
-from conftest import f32, node, rng_for
+from conftest import f32, head, node, rng_for
 
 # id: (A, B, batch) with each operand ("param" | "act", shape); an activation's element count
 # is a multiple of batch.
@@ -88,6 +88,44 @@ def _batched_weight():
         tag="MatMul", acts=("pre", "body_out"), dacts=("pre", "body_out"))
 
 
+def attention(id, rng, tokens=6, heads=2, width=16, features=8, batch=2, classes=3, **opts):
+    """Scaled dot-product attention by hand: input [N, tokens, features] -> q, k, v (MatMuls
+    by weights, no key bias: its gradient is zero) -> ``heads`` heads of ``width`` (Reshape,
+    Transpose) -> MatMul(q, k^T) * width^-1/2 -> Softmax(-1) -> MatMul(., v) -> Transpose,
+    Reshape -> Gemm -> LogSoftmax. With ``fuse_all_attention`` the plan runs the product,
+    Softmax and product as one FusedAttention (shaders/attention.wgsl's three kernels);
+    6 tokens leave a partial step of the kernels' 4 keys (queries) a step."""
+    d = heads * width
+    nodes, tensors = [], []
+    for name, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        nodes += [node("MatMul", ["input", f"{name}.w"], [f"{name}.lin"]),
+                  node("Reshape", [f"{name}.lin", "heads.shape"], [f"{name}.split"]),
+                  node("Transpose", [f"{name}.split"], [name], perm=perm)]
+        tensors.append((f"{name}.w", f32(rng.standard_normal((features, d))
+                                         / np.sqrt(features)), "param"))
+    nodes += [node("MatMul", ["q", "k"], ["s"]), node("Mul", ["s", "scale"], ["s2"]),
+              node("Softmax", ["s2"], ["p"], axis=-1), node("MatMul", ["p", "v"], ["y"]),
+              node("Transpose", ["y"], ["yt"], perm=[0, 2, 1, 3]),
+              node("Reshape", ["yt", "flat.shape"], ["flat"])]
+    hn, ht = head("flat", tokens * d, classes, rng)
+    consts = {"heads.shape": shape_const([0, tokens, heads, width]),
+              "flat.shape": shape_const([0, -1]),
+              "scale": {"dtype": "float32", "shape": [], "values": [width ** -0.5]}}
+    x = rng.standard_normal((batch, tokens, features))
+    return case(id, nodes + hn, tensors + ht, x, np.arange(batch) % classes, constants=consts,
+                fuse_all_attention=True, **opts)
+
+
+def runs_fused_attention(res, want):
+    """The plan ran the attention as one FusedAttention, not MatMul, Softmax, MatMul."""
+    ops = [n["op_type"] for n in res["plan"].graph.nodes]
+    assert ops.count("FusedAttention") == 1 and "Softmax" not in ops, ops
+
+
 CASES = [matmul_case(name, *SHAPES[name]) for name in SHAPES] + \
     [matmul_case("same_operand", ("act", [3, 7, 7]), ("act", [3, 7, 7]), 3, same=True),
-     _batched_weight()]
+     _batched_weight(),
+     # the GPU self-check's case of shaders/attention.wgsl (forward, backward)
+     attention("matmul/chain_attention", rng_for("matmul_attention"), tag="MatMul",
+               acts=("flat",), dacts=("flat",), checks=(runs_fused_attention,),
+               selfcheck=True)]

@@ -1,12 +1,15 @@
 """Optimizer steps (engine/train/optim.py, shaders/optim.wgsl) for the browser: an MLP trained
 5 steps by each optimizer; the browser's numbers must match the native engine's
-(tests/test_parity.py).
+(tests/test_parity.py); and SGD with momentum on ``matmul/chain_attention``'s attention run as
+FusedAttention (the GPU self-check's steps of shaders/attention.wgsl: SGD, as Adam's steps
+barely move when a kernel scales a gradient wrong, dividing out its scale).
 The native optimizers are checked against torch.optim trajectories in tests/test_optim.py, so
 these cases have no float64 reference (harness.check_case refuses them)."""
 
 import numpy as np
 
 from cases import case
+from cases.matmul import attention
 from conftest import f32, head, node, rng_for
 
 OPTIMIZERS = [
@@ -32,4 +35,7 @@ def _mlp(k, opt, steps=5):
                 np.arange(batch) % classes, optimizer=opt, steps=steps, seed=3, selfcheck=True)
 
 
-CASES = [_mlp(k, opt) for k, opt in enumerate(OPTIMIZERS)]
+CASES = [_mlp(k, opt) for k, opt in enumerate(OPTIMIZERS)] + [
+    attention(f"optim/{len(OPTIMIZERS)}_sgd_attention", rng_for("optim", "attention"),
+              optimizer={"name": "sgd", "lr": 0.1, "momentum": 0.9}, steps=3, seed=3,
+              selfcheck=True)]
