@@ -598,7 +598,14 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
 // [64, 10] head are 48 threads, each adding every k in turn). Not split (p.splits 1). BSUM's
 // sums (a head's bias gradient beside its weight gradient) likewise: lanes' partial sums in
 // registers, added through the tile after the products, one thread per block.
+// KORDER 0: a block's KL lanes are neighbouring threads (k contiguous in both operands: a
+// warp reads runs of k). 1: the workgroup's blocks are (k strided: a weight gradient dY^T X,
+// where a warp then reads neighbouring blocks' vec4 at one k; with p.vec bit 0 / 1 op(A)'s four
+// rows / op(B)'s four columns of a block at one k are one aligned vec4 of a4 / b4). Either way
+// lane l of block j keeps its partials at slot j * KL + l of the tile, so the sums below add
+// the same values in the same order.
 override KL: u32 = 16u;
+override KORDER: u32 = 0u;
 
 @compute @workgroup_size(256)
 fn matmul_kpar(@builtin(workgroup_id) wid: vec3<u32>,
@@ -606,8 +613,10 @@ fn matmul_kpar(@builtin(workgroup_id) wid: vec3<u32>,
   let per_wg = 256u / KL;  // blocks a workgroup
   let nbn = (p.N + 3u) / 4u;
   let blocks = ((p.M + 3u) / 4u) * nbn;
-  let lane = lid % KL;
-  let blk = wid.x * per_wg + lid / KL;
+  let lane = select(lid % KL, lid / per_wg, KORDER == 1u);
+  let own = select(lid / KL, lid % per_wg, KORDER == 1u);  // the block, in the workgroup
+  let slot = own * KL + lane;
+  let blk = wid.x * per_wg + own;
   let m0 = (blk / nbn) * 4u;
   let n0 = (blk % nbn) * 4u;
   var c0 = vec4<f32>(0.0);
@@ -621,8 +630,18 @@ fn matmul_kpar(@builtin(workgroup_id) wid: vec3<u32>,
     for (var k = lane; k < p.K; k += KL) {
       let ka = k * p.sak;
       let kb = k * p.sbk;
-      let av = vec4<f32>(a[ai.x + ka], a[ai.y + ka], a[ai.z + ka], a[ai.w + ka]);
-      let bv = vec4<f32>(bm[bi.x + kb], bm[bi.y + kb], bm[bi.z + kb], bm[bi.w + kb]);
+      var av: vec4<f32>;
+      var bv: vec4<f32>;
+      if ((p.vec & 1u) != 0u) {
+        av = a4[(m0 + ka) / 4u];
+      } else {
+        av = vec4<f32>(a[ai.x + ka], a[ai.y + ka], a[ai.z + ka], a[ai.w + ka]);
+      }
+      if ((p.vec & 2u) != 0u) {
+        bv = b4[(n0 + kb) / 4u];
+      } else {
+        bv = vec4<f32>(bm[bi.x + kb], bm[bi.y + kb], bm[bi.z + kb], bm[bi.w + kb]);
+      }
       c0 = fma(vec4<f32>(av.x), bv, c0);
       c1 = fma(vec4<f32>(av.y), bv, c1);
       c2 = fma(vec4<f32>(av.z), bv, c2);
@@ -634,11 +653,11 @@ fn matmul_kpar(@builtin(workgroup_id) wid: vec3<u32>,
       }
     }
   }
-  // thread t's rows at tile[4t ..]: 256 threads x 4 vec4 = the whole 16 KiB tile
-  tile[4u * lid] = c0;
-  tile[4u * lid + 1u] = c1;
-  tile[4u * lid + 2u] = c2;
-  tile[4u * lid + 3u] = c3;
+  // slot s's rows at tile[4s ..]: 256 threads x 4 vec4 = the whole 16 KiB tile
+  tile[4u * slot] = c0;
+  tile[4u * slot + 1u] = c1;
+  tile[4u * slot + 2u] = c2;
+  tile[4u * slot + 3u] = c3;
   workgroupBarrier();
   for (var o = lid; o < 16u * per_wg; o += 256u) {  // value o % 16 of the workgroup's block o / 16
     let ob = wid.x * per_wg + o / 16u;
@@ -654,7 +673,7 @@ fn matmul_kpar(@builtin(workgroup_id) wid: vec3<u32>,
   }
   if (BSUM != 0u) {  // the lanes' sums through the tile again: thread o adds block o's
     workgroupBarrier();
-    tile[lid] = bs;
+    tile[slot] = bs;
     workgroupBarrier();
     let ob = wid.x * per_wg + lid;
     let first = select((ob % nbn) * 4u, (ob / nbn) * 4u, BSUM == 1u);

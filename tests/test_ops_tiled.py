@@ -600,18 +600,37 @@ def test_gemm_untiled_vec4_loads(device, monkeypatch, m, n, k, ta, tb):
 @pytest.mark.parametrize("m,n,k,lanes_nt,lanes_other", [
     (64, 10, 64, 16, 16), (1000, 10, 1024, 64, 0), (37, 29, 100, 16, 16), (5, 3, 33, 8, 8),
     (130, 7, 40, 8, 8), (64, 64, 4096, 64, 0), (64, 1024, 784, 64, 0), (9, 250, 16, 0, 0),
-    (64, 64, 4104, 0, 0), (300, 260, 500, 0, 0)])
+    (64, 64, 4104, 0, 0), (300, 260, 500, 0, 0), (64, 64, 200, 32, 32),
+    (36, 128, 256, 64, 64)])
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1), (0, 1), (1, 0)])
 def test_gemm_kpar(device, m, n, k, lanes_nt, lanes_other, ta, tb):
     from webgpu_trainer.engine.ops import gemm
-    got, b, want, _ = _random_gemm(device, "gemm_kpar", m, n, k, ta, tb)
+    got, b, want, operands = _random_gemm(device, "gemm_kpar", m, n, k, ta, tb)
     keys = [d[0][2] for d in b.current]
     lanes = lanes_nt if (ta, tb) == (0, 1) else lanes_other
     assert gemm.kpar_lanes(b, m, n, k, (ta, tb) == (0, 1)) == lanes
-    if lanes:
-        assert keys == [f"gemm:matmul_kpar:KL={lanes}"], keys
+    if lanes:  # k strided: the blocks as neighbouring threads (KORDER 1)
+        order = "" if (ta, tb) == (0, 1) else ",KORDER=1"
+        assert keys == [f"gemm:matmul_kpar:KL={lanes}{order}"], keys
+        # ... then vec4 loads of op(A)'s rows (m contiguous) / op(B)'s columns (n contiguous)
+        vec = int(ta == 1 and m % 4 == 0) | 2 * int(tb == 0 and n % 4 == 0)
+        assert gemm._kpar_vec_bits(b, *operands, m, n, k) == vec
     else:
         assert not any("matmul_kpar" in key for key in keys), keys
+    assert rel_err(got, want) <= FWD_RTOL
+
+
+# Weight gradients over long strided sums (dY^T X over a batch of tokens) on matmul_kpar when
+# the Builder lets them (GEMM_KPAR_STRIDED_K, up to GEMM_KPAR_STRIDED_LANES lanes): KORDER 1,
+# KL up to 256 (one block a workgroup, the sums through the whole tile), edges, against float64.
+@pytest.mark.parametrize("m,n,k,most,lanes", [(64, 64, 16640, 256, 256), (60, 36, 1792, 128, 128),
+                                              (37, 29, 5000, 64, 64), (8, 8, 100, 256, 16)])
+@pytest.mark.parametrize("ta,tb", [(1, 0), (0, 0), (1, 1)])
+def test_gemm_kpar_long_strided(device, monkeypatch, m, n, k, most, lanes, ta, tb):
+    monkeypatch.setattr(Builder, "GEMM_KPAR_STRIDED_K", 1 << 20)
+    monkeypatch.setattr(Builder, "GEMM_KPAR_STRIDED_LANES", most)
+    got, b, want, _ = _random_gemm(device, "gemm_kpar_long", m, n, k, ta, tb)
+    assert [d[0][2] for d in b.current] == [f"gemm:matmul_kpar:KL={lanes},KORDER=1"]
     assert rel_err(got, want) <= FWD_RTOL
 
 
@@ -1035,6 +1054,7 @@ GPU_PIPELINES = [
     ("gemm", "matmul_kpar", {"KL": 16}),
     ("gemm", "matmul_kpar", {"KL": 64, "GELU_GRAD": 1}),
     ("gemm", "matmul_kpar", {"KL": 16, "BSUM": 1}),
+    ("gemm", "matmul_kpar", {"KL": 256, "KORDER": 1, "BSUM": 2}),
     ("gemm", "matmul_kpar", {"KL": 8, "BSUM": 2}),
     ("gemm", "matmul_tiled", {"WM": 16, "WN": 16, "GELU_GRAD": 1}),
     ("reduce", "reduce_splits_lanes", {"LANES": 16, "GELU_GRAD": 1}),
@@ -1243,7 +1263,8 @@ def test_dropout_vec4_bit_identical(device, monkeypatch, case):
     ("matmul", 37, 29, 13, False), ("matmul", 30, 22, 3001, True),
     ("matmul_vec", 37, 29, 13, False), ("matmul_vec", 64, 64, 4104, True),
     ("matmul_vec", 6, 5, 70000, True), ("matmul_kpar", 30, 22, 256, False),
-    ("matmul_kpar", 37, 29, 100, False), ("matmul_kpar", 6, 5, 33, False)])
+    ("matmul_kpar", 37, 29, 100, False), ("matmul_kpar", 6, 5, 33, False),
+    ("matmul_kpar", 64, 36, 200, False)])
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1), (0, 1), (1, 0)])
 @pytest.mark.parametrize("bsum_of", [1, 2])
 def test_gemm_bias_sums(device, monkeypatch, kernel, m, n, k, want_split, ta, tb, bsum_of):

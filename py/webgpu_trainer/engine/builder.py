@@ -226,6 +226,10 @@ class Builder:
     # over k 1024 17.3 -> 10.1 us. None: the untiled kernel, split-K, reduce_splits (A/B).
     GEMM_KPAR = 65536
     GEMM_KPAR_STRIDED_K = 256
+    # ... with k strided, the workgroup's blocks as neighbouring threads (gemm.wgsl KORDER 1:
+    # a warp reads neighbouring blocks' vec4 at one k) rather than a block's lanes (A/B: False).
+    GEMM_KPAR_ORDER = True
+    GEMM_KPAR_STRIDED_LANES = 64  # at most (8 to 256) with k strided
 
     # MatMul products with no batch dims left (after folding) run on the Gemm's kernels on GPU
     # adapters (ops/matmul.batched); False: the batched kernel (A/B).

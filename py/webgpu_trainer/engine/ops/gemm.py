@@ -95,9 +95,13 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         vec = _vec_bits(b, a, a_strides, bm, b_strides)
     elif lanes := kpar_lanes(b, m, n, k, a_strides[1] == 1 and b_strides[0] == 1):
         blocks = ((m + 3) // 4) * ((n + 3) // 4)
-        splits, vec = 1, 0
+        splits = 1
         counts = ((blocks + 256 // lanes - 1) // (256 // lanes), 1, 1)
         entry, consts = "matmul_kpar", {"KL": lanes}
+        vec = 0
+        if not (a_strides[1] == 1 and b_strides[0] == 1) and getattr(b, "GEMM_KPAR_ORDER", True):
+            consts["KORDER"] = 1
+            vec = _kpar_vec_bits(b, a, a_strides, bm, b_strides, m, n, k)
     else:
         wx = _threads_along_n(n)
         side_m, side_n = 4 * 64 // wx, 4 * wx
@@ -150,14 +154,31 @@ def kpar_lanes(b, m: int, n: int, k: int, k_contiguous: bool) -> int:
     x k 11616 119 -> 190 us, and weight gradients over 1792-28000 tokens (k strided) made the
     encoder's step 1.4x (batch 64) and 3.3x (1000) slower: hence the bounds. None: off."""
     limit = getattr(b, "GEMM_KPAR", None)
-    if not b.tiled or limit is None or not 0 < m * n <= limit or not 32 <= k <= 4096:
+    if not b.tiled or limit is None or not 0 < m * n <= limit or k < 32:
         return 0
-    if not k_contiguous and k > getattr(b, "GEMM_KPAR_STRIDED_K", 0):
+    if k > (4096 if k_contiguous else getattr(b, "GEMM_KPAR_STRIDED_K", 0)):
         return 0
+    most = 64 if k_contiguous else getattr(b, "GEMM_KPAR_STRIDED_LANES", 64)
     lanes = 8
-    while lanes < 64 and 2 * lanes * 4 <= k:
+    while lanes < most and 2 * lanes * 4 <= k:
         lanes *= 2
     return lanes
+
+
+def _kpar_vec_bits(b, a, a_strides, bm, b_strides, m: int, n: int, k: int) -> int:
+    """gemm.wgsl ``p.vec`` of ``matmul_kpar`` with KORDER 1: bit 0 when op(A)'s four rows of a
+    block at one k are one aligned vec4 (sam == 1, sak a multiple of 4, and the binding holds
+    the last block's whole vec4: ``_covers_blocks``), bit 1 likewise for op(B)'s four columns
+    (sbn == 1). Rows and columns past the edge that such a vec4 reads feed only values past
+    the output's edge, never stored. Off with ``b.GEMM_VEC4`` False."""
+    if not getattr(b, "GEMM_VEC4", True):
+        return 0
+    (sam, sak), (sbk, sbn) = a_strides, b_strides
+    va = sam == 1 and sak != 1 and sak % 4 == 0 and _binding_bytes(a) >= 16 and \
+        _covers_blocks(a, a_strides, m, k)
+    vb = sbn == 1 and sbk != 1 and sbk % 4 == 0 and _binding_bytes(bm) >= 16 and \
+        _covers_blocks(bm, b_strides[::-1], n, k)
+    return int(va) | 2 * int(vb)
 
 
 def _vec_bits(b, a, a_strides, bm, b_strides) -> int:
