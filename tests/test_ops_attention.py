@@ -107,13 +107,21 @@ class Cross(nn.Module):
 
 @pytest.mark.parametrize("dq, dv, tq, fused", [(8, 12, 28, 1), (64, 4, 28, 1), (4, 8, 7, 1),
                                                (72, 8, 28, 0), (8, 6, 28, 0)])
-def test_cross_attention_trains_like_torch(device, tmp_path, dq, dv, tq, fused):
+@pytest.mark.parametrize("split", [True, False], ids=["lanes", "one_lane"])
+def test_cross_attention_trains_like_torch(device, tmp_path, monkeypatch, dq, dv, tq, fused,
+                                           split):
     """Queries and keys of different lengths (28 or 7 queries, 14 keys: 7 and 14 leave a
     partial step of the kernels' 4 a step) and head widths (dq, dv) on the fused kernel
     (heads up to 64 wide, ops/attention.DMAX, multiples of 4); a wider query head or a value
     head of 6 keeps the three ops. Either way the step matches torch (TorchScript exporter,
-    opset 17)."""
+    opset 17). At this batch the kernels split each row's keys over 4 threads (dkv: a key's
+    queries over 2 or 4, ops/attention.lanes); ``one_lane``: a thread a row, as at batch
+    1000."""
     from torch_models import export_and_step
+
+    from webgpu_trainer.engine.plan import Builder
+    if not split:
+        monkeypatch.setattr(Builder, "ATTENTION_LANE_THREADS", None)
     torch.manual_seed(5)
     plan_ops = {}
     export_and_step(device, Cross(dq, dv, tq), tmp_path / "cross.onnx", False, 17,
@@ -246,3 +254,17 @@ def test_divided_scores_fuse(device, tmp_path, dynamo):
     export_and_step(device, Divided(), tmp_path / "divided.onnx", dynamo, 18 if dynamo else 17,
                     f"attention / sqrt(d){' dynamo' if dynamo else ''}", plan_ops=plan_ops)
     assert plan_ops.get("FusedAttention") == 1 and "Div" not in plan_ops, plan_ops
+
+
+@pytest.mark.parametrize("rows, length, target, want", [
+    (7168, 28, 65536, 8), (16640, 65, 65536, 4), (260000, 65, 65536, 1), (7168, 7, 65536, 2),
+    (7168, 8, 65536, 4), (7168, 3, 65536, 1), (100, 1, 65536, 1), (7168, 28, None, 1),
+    (40000, 28, 65536, 2)])
+def test_attention_lanes_rule(rows, length, target, want):
+    """Threads a row (ops/attention.lanes): doubled up to 8 while the rows' threads are below
+    the target and each lane keeps at least 2 keys (4 * lanes <= length)."""
+    import types
+
+    from webgpu_trainer.engine.ops import attention
+    b = types.SimpleNamespace(ATTENTION_LANE_THREADS=target)
+    assert attention.lanes(b, rows, length) == want

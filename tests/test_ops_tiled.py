@@ -598,7 +598,7 @@ def test_gemm_untiled_vec4_loads(device, monkeypatch, m, n, k, ta, tb):
 # n not multiples of 4), a last workgroup with idle blocks, KL 8 to 64 (more outputs a
 # workgroup than threads at KL 8), alpha and a row bias, against float64; one dispatch.
 @pytest.mark.parametrize("m,n,k,lanes_nt,lanes_other", [
-    (64, 10, 64, 16, 16), (1000, 10, 1024, 64, 0), (37, 29, 100, 16, 16), (5, 3, 33, 8, 8),
+    (64, 10, 64, 16, 16), (1000, 10, 1024, 64, 64), (37, 29, 100, 16, 16), (5, 3, 33, 8, 8),
     (130, 7, 40, 8, 8), (64, 64, 4096, 64, 0), (64, 1024, 784, 64, 0), (9, 250, 16, 0, 0),
     (64, 64, 4104, 0, 0), (300, 260, 500, 0, 0), (64, 64, 200, 32, 32),
     (36, 128, 256, 64, 64)])
@@ -681,6 +681,18 @@ def test_gemm_kpar_rule(m, n, k, contiguous, tiled, limit, want):
     import types
     from webgpu_trainer.engine.ops import gemm
     b = types.SimpleNamespace(tiled=tiled, GEMM_KPAR=limit, GEMM_KPAR_STRIDED_K=256)
+    assert gemm.kpar_lanes(b, m, n, k, contiguous) == want
+
+
+@pytest.mark.parametrize("m,n,k,contiguous,want", [
+    (64, 256, 1792, False, 64), (64, 257, 1792, False, 0), (64, 1024, 1024, True, 64),
+    (64, 64, 2048, False, 64), (64, 64, 2049, False, 0)])
+def test_gemm_kpar_strided_bounds(m, n, k, contiguous, want):
+    """k strided: at most GEMM_KPAR_STRIDED_OUT outputs (the MLP's [64, 1024] input gradient
+    stays on split-K) over at most GEMM_KPAR_STRIDED_K (the Builder's defaults)."""
+    from webgpu_trainer.engine.ops import gemm
+    b = Builder.__new__(Builder)
+    b.TILED = True
     assert gemm.kpar_lanes(b, m, n, k, contiguous) == want
 
 
@@ -1096,6 +1108,9 @@ GPU_PIPELINES = [
     ("attention", "attention_forward", {"DQ4": 4, "DV4": 4}),
     ("attention", "attention_dq", {"DQ4": 16, "DV4": 1}),
     ("attention", "attention_dkv", {"DQ4": 2, "DV4": 3}),
+    ("attention", "attention_forward", {"DQ4": 16, "DV4": 5, "LANES": 8}),
+    ("attention", "attention_dq", {"DQ4": 4, "DV4": 4, "LANES": 4, "U": 1}),
+    ("attention", "attention_dkv", {"DQ4": 9, "DV4": 16, "LANES": 2}),
 ]
 
 # 64 x 128 tiles (TM < TW: two B rows a thread): SwiftShader compiles each of these in 90-110 s

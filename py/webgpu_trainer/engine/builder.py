@@ -225,11 +225,18 @@ class Builder:
     # share each 4x4 block's sum, one dispatch (ops/gemm.kpar_lanes). H100: a [64, 10] head
     # over k 1024 17.3 -> 10.1 us. None: the untiled kernel, split-K, reduce_splits (A/B).
     GEMM_KPAR = 65536
-    GEMM_KPAR_STRIDED_K = 256
-    # ... with k strided, the workgroup's blocks as neighbouring threads (gemm.wgsl KORDER 1:
-    # a warp reads neighbouring blocks' vec4 at one k) rather than a block's lanes (A/B: False).
+    # ... k strided (a weight gradient dY^T X over the batch's tokens): at most this many k and
+    # GEMM_KPAR_STRIDED_OUT outputs, the workgroup's blocks as neighbouring threads (gemm.wgsl
+    # KORDER 1: a warp reads neighbouring blocks' vec4 at one k) rather than a block's lanes
+    # (GEMM_KPAR_ORDER False, A/B), up to GEMM_KPAR_STRIDED_LANES lanes (8 to 256). H100,
+    # 2026-12-07, GPU ms a step at batch 64 with k up to 256 / 2048 (all outputs): encoder
+    # (dW over 1,792 tokens) 0.368-0.370 / 0.356, LSTM 0.227 / 0.221, MLP (dX [64, 1024]
+    # over 1024, 65,536 outputs) 0.167 / 0.171; with k to 20,000 and 256 lanes the ViT
+    # (16,640 tokens) 0.994 -> 1.166 (``2026-12-07-h100-s39-kp-*``).
+    GEMM_KPAR_STRIDED_K = 2048
+    GEMM_KPAR_STRIDED_OUT = 16384
     GEMM_KPAR_ORDER = True
-    GEMM_KPAR_STRIDED_LANES = 64  # at most (8 to 256) with k strided
+    GEMM_KPAR_STRIDED_LANES = 64
 
     # MatMul products with no batch dims left (after folding) run on the Gemm's kernels on GPU
     # adapters (ops/matmul.batched); False: the batched kernel (A/B).
@@ -278,7 +285,10 @@ class Builder:
     # rows) 1.317 / 1.431, ViT (65 tokens) 4.80 / 5.04; at batch 64 (7,168 and 16,640 rows,
     # a few warps an SM: each thread's chain over the keys is the time) 0.381 / 0.388 and
     # 1.092 / 1.057 (ops/attention._params: 4 keys a loop step below 131,072 rows).
-    ATTENTION_MIN_ROWS = 65536
+    ATTENTION_MIN_ROWS = 0
+    # ... with up to 8 threads a row (keys split between them, attention.wgsl LANES) while
+    # the rows alone are fewer threads than this (ops/attention.lanes); None: one a row (A/B).
+    ATTENTION_LANE_THREADS = 65536
     # LSTM/GRU sequences on the 256-thread *_seq_wide kernels on GPU adapters (ops/rnn._wide).
     RNN_SEQ_WIDE = True
     # ... each thread's values of R in registers there, for H a multiple of 4 up to 64

@@ -91,6 +91,18 @@ def infer(node, ins, consts):
 UNROLL_ROWS = 1 << 17  # fewer query rows: 4 keys a loop step (attention.wgsl U), else 1
 
 
+def lanes(b, rows: int, length: int) -> int:
+    """Threads a row (attention.wgsl LANES: 1, 2, 4 or 8) for ``rows`` rows (queries, or keys
+    in attention_dkv) each over ``length`` keys (queries): doubled while the rows' threads
+    stay below ``Builder.ATTENTION_LANE_THREADS`` and each lane keeps at least 2 of the
+    length. 1 with the target None (A/B)."""
+    target = getattr(b, "ATTENTION_LANE_THREADS", None)
+    n = 1
+    while target and n < 8 and rows * n < target and 4 * n <= length:
+        n *= 2
+    return n
+
+
 def _params(node, ins):
     """(Params, override constants) of the node's dispatches. U, keys a step: 4 below
     ``UNROLL_ROWS`` rows (H100, GPU ms a step with 4 / with 1: encoder at 64 (7,168 rows)
@@ -104,10 +116,13 @@ def _params(node, ins):
 
 
 async def forward(b, node, ins, outs, train):
-    """Y (and, when training, P for the backward) in one dispatch: a thread a query row."""
+    """Y (and, when training, P for the backward) in one dispatch: ``lanes`` threads a query
+    row."""
     params, consts = _params(node, ins)
-    await b.kernel("attention", "attention_forward", groups_1d(params["rows"]),
-                   params={**params, "write_p": int(train), "want": 0}, constants=consts,
+    n = lanes(b, params["rows"], params["TK"])
+    await b.kernel("attention", "attention_forward", groups_1d(params["rows"] * n),
+                   params={**params, "write_p": int(train), "want": 0},
+                   constants={**consts, "LANES": n} if n > 1 else consts,
                    q=ins[0], k=ins[1], v=ins[2], pt=outs[1], out=outs[0])
 
 
@@ -120,8 +135,12 @@ async def backward(b, node, ins, outs, gins, gouts):
     want = sum(1 << k for k, g in enumerate(gins[:3]) if g is not None)
     params = {**params, "write_p": 0, "want": want}
     common = dict(q=ins[0], k=ins[1], v=ins[2], dy=gouts[0], pt=outs[1], dsum=dsum)
-    await b.kernel("attention", "attention_dq", groups_1d(params["rows"]), params=params,
-                   constants=consts, out=gins[0], **common)
+    n = lanes(b, params["rows"], params["TK"])
+    await b.kernel("attention", "attention_dq", groups_1d(params["rows"] * n), params=params,
+                   constants={**consts, "LANES": n} if n > 1 else consts, out=gins[0],
+                   **common)
     if gins[1] is not None or gins[2] is not None:
-        await b.kernel("attention", "attention_dkv", groups_1d(params["keys"]),
-                       params=params, constants=consts, out=gins[1], out2=gins[2], **common)
+        n = lanes(b, params["keys"], params["TQ"])
+        await b.kernel("attention", "attention_dkv", groups_1d(params["keys"] * n),
+                       params=params, constants={**consts, "LANES": n} if n > 1 else consts,
+                       out=gins[1], out2=gins[2], **common)

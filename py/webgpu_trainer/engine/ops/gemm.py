@@ -158,6 +158,8 @@ def kpar_lanes(b, m: int, n: int, k: int, k_contiguous: bool) -> int:
         return 0
     if k > (4096 if k_contiguous else getattr(b, "GEMM_KPAR_STRIDED_K", 0)):
         return 0
+    if not k_contiguous and m * n > getattr(b, "GEMM_KPAR_STRIDED_OUT", limit):
+        return 0
     most = 64 if k_contiguous else getattr(b, "GEMM_KPAR_STRIDED_LANES", 64)
     lanes = 8
     while lanes < most and 2 * lanes * 4 <= k:
