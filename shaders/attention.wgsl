@@ -11,16 +11,19 @@
 // vec4s, strides in vec4s (a thread's row of 16 values is 4 loads, not 16). P is this op's
 // own: stored transposed, pt[(z * TK + j) * TQ + i], so that the threads of one z (one row i
 // each) store and load neighbouring floats. Only the backward reads it.
-// One thread a row (z, i) forward: its q row in registers, two passes over the keys (the
-// row's maximum and sum online, then P and Y), K and V rows read by all threads of a z
-// alike (one load serves them). The three dispatches of the products and the softmax were
-// each 12-42 us on an H100 at the encoder's 28 x 16 x 28 per head (batch 64); they were
-// dispatch- and latency-bound, not bound by their 3 MFLOP.
+// LANES threads a row (z, i) forward (1 to 8, ops/attention.lanes): each its q row in
+// registers, two passes over its keys (the row's maximum and sum online, then P and Y), K
+// and V rows read by all threads of a z alike (one load serves them); the lanes' maxima,
+// sums and partial Y rows meet in workgroup memory. The three dispatches of the products and
+// the softmax were each 12-42 us on an H100 at the encoder's 28 x 16 x 28 per head (batch
+// 64); they were dispatch- and latency-bound, not bound by their 3 MFLOP, and so is a thread
+// a row there: its chain over the keys is the time, which the lanes cut.
 // Backward (PyTorch's softmax and matmul gradients):
 //   dP = alpha_y * dY V^T, D[z, i] = sum_j P dP, dS = P * (dP - D),
 //   dQ = alpha_s * dS K, dK = alpha_s * dS^T Q, dV = alpha_y * P^T dY.
-// `attention_dq`: a thread a row (z, i): D (stored in dsum for the next dispatch) and dQ.
-// `attention_dkv`: a thread a key (z, j): dK and dV, dP recomputed from dY and V.
+// `attention_dq`: LANES threads a row (z, i): D (stored in dsum for the next dispatch) and dQ.
+// `attention_dkv`: LANES threads a key (z, j), the queries split: dK and dV, dP recomputed
+// from dY and V.
 // DQ, DV <= 64 (override constants, in vec4s DQ4 = DQ / 4, DV4: the loops over d and e are
 // unrolled, the rows held in registers). p.want (backward): bit 0 dQ, 1 dK, 2 dV are stored
 // (the others are not needed).

@@ -114,12 +114,13 @@ def test_cross_attention_trains_like_torch(device, tmp_path, monkeypatch, dq, dv
     partial step of the kernels' 4 a step) and head widths (dq, dv) on the fused kernel
     (heads up to 64 wide, ops/attention.DMAX, multiples of 4); a wider query head or a value
     head of 6 keeps the three ops. Either way the step matches torch (TorchScript exporter,
-    opset 17). At this batch the kernels split each row's keys over 4 threads (dkv: a key's
-    queries over 2 or 4, ops/attention.lanes); ``one_lane``: a thread a row, as at batch
-    1000."""
+    opset 17). ``lanes``: the GPU adapters' kernels (Builder.TILED), which at this batch split
+    each row's keys over 4 threads (dkv: a key's queries over 2 or 4, ops/attention.lanes);
+    ``one_lane``: a thread a row, as at batch 1000 and on CPU adapters."""
     from torch_models import export_and_step
 
     from webgpu_trainer.engine.plan import Builder
+    monkeypatch.setattr(Builder, "TILED", True if split else None)
     if not split:
         monkeypatch.setattr(Builder, "ATTENTION_LANE_THREADS", None)
     torch.manual_seed(5)
@@ -266,5 +267,7 @@ def test_attention_lanes_rule(rows, length, target, want):
     import types
 
     from webgpu_trainer.engine.ops import attention
-    b = types.SimpleNamespace(ATTENTION_LANE_THREADS=target)
+    b = types.SimpleNamespace(ATTENTION_LANE_THREADS=target, tiled=True)
     assert attention.lanes(b, rows, length) == want
+    assert attention.lanes(types.SimpleNamespace(ATTENTION_LANE_THREADS=target, tiled=False),
+                           rows, length) == 1  # CPU adapters

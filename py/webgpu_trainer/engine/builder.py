@@ -279,15 +279,18 @@ class Builder:
     # MatMul -> Softmax -> MatMul as one FusedAttention node (engine/rewrites/attention.py,
     # ops/attention.py: one dispatch forward, two backward); False: the three ops (A/B).
     FUSE_ATTENTION = True
-    # ... only where it has at least this many query rows (samples x heads x queries, a thread
-    # each; 0: always). H100, 2026-12-07, GPU ms a step fused / not (attention.wgsl with
-    # det_exp, the same bits on every host): encoder (28 tokens, 4 heads) at 1000 (112,000
-    # rows) 1.317 / 1.431, ViT (65 tokens) 4.80 / 5.04; at batch 64 (7,168 and 16,640 rows,
-    # a few warps an SM: each thread's chain over the keys is the time) 0.381 / 0.388 and
-    # 1.092 / 1.057 (ops/attention._params: 4 keys a loop step below 131,072 rows).
+    # ... only where it has at least this many query rows (samples x heads x queries; 0:
+    # always). H100, 2026-12-07, GPU ms a step fused / not (attention.wgsl with det_exp, the
+    # same bits on every host): encoder (28 tokens, 4 heads) at 1000 (112,000 rows) 1.317 /
+    # 1.431, ViT (65 tokens) 4.80 / 5.04. At batch 64 (7,168 and 16,640 rows, a few warps an
+    # SM: each thread's chain over the keys is the time) a thread a row was 0.381 / 0.388 and
+    # 1.092 / 1.057; with the keys split over 8 and 4 threads (ATTENTION_LANE_THREADS) 0.369
+    # / 0.387 and 0.992 / 1.060 (``2026-12-07-h100-s39-att-*``), hence 0.
     ATTENTION_MIN_ROWS = 0
     # ... with up to 8 threads a row (keys split between them, attention.wgsl LANES) while
-    # the rows alone are fewer threads than this (ops/attention.lanes); None: one a row (A/B).
+    # the rows alone are fewer threads than this, on GPU adapters (ops/attention.lanes); None:
+    # one a row (A/B). 131,072 (8 lanes for the ViT at 64) 1.190; 262,144 (2 and 4 lanes at
+    # batch 1000) ViT 4.93 -> 5.15, encoder 1.36 -> 1.47.
     ATTENTION_LANE_THREADS = 65536
     # LSTM/GRU sequences on the 256-thread *_seq_wide kernels on GPU adapters (ops/rnn._wide).
     RNN_SEQ_WIDE = True

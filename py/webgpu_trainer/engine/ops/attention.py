@@ -14,6 +14,8 @@ this op's backward reads: stored as [z, TK, TQ] (transposed), and only by a trai
 forward (a probe's plan keeps its Softmaxes unfused, ``GpuEngine._probe_plan``).
 
 Same numbers as the three ops within float32 rounding (softmax's maximum and sum online).
+Where the rows alone are too few threads for the GPU (batch 64), each row's keys are split
+over up to 8 threads (``lanes``), whose partials are added in a fixed order.
 float32; the batch dims (before the last two) must match between the products with no
 operand broadcast along them; the head width (Q's and V's last dim) at most ``DMAX``; rows
 contiguous and every width and stride a multiple of 4 (the kernels read and write vec4s).
@@ -95,8 +97,9 @@ def lanes(b, rows: int, length: int) -> int:
     """Threads a row (attention.wgsl LANES: 1, 2, 4 or 8) for ``rows`` rows (queries, or keys
     in attention_dkv) each over ``length`` keys (queries): doubled while the rows' threads
     stay below ``Builder.ATTENTION_LANE_THREADS`` and each lane keeps at least 2 of the
-    length. 1 with the target None (A/B)."""
-    target = getattr(b, "ATTENTION_LANE_THREADS", None)
+    length, on GPU adapters (``b.tiled``; a CPU adapter runs few threads at once anyway).
+    1 with the target None (A/B)."""
+    target = getattr(b, "ATTENTION_LANE_THREADS", None) if b.tiled else None
     n = 1
     while target and n < 8 and rows * n < target and 4 * n <= length:
         n *= 2
