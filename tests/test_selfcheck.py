@@ -88,9 +88,10 @@ def test_broken_kernel_names_the_op(device, monkeypatch):
 def test_attention_cases_run_the_fused_kernels(device, monkeypatch):
     """The self-check has attention cases (forward and backward; 3 SGD steps) and they pass;
     their plans run FusedAttention (attention.wgsl's forward, dQ and dK / dV kernels), not
-    MatMul, Softmax, MatMul: the cases ask for it (``fuse_all_attention``) below
-    ``Builder.ATTENTION_MIN_ROWS``."""
+    MatMul, Softmax, MatMul: the cases ask for it (``fuse_all_attention``), also where
+    ``Builder.ATTENTION_MIN_ROWS`` would leave them unfused."""
     from webgpu_trainer.engine.plan import Builder
+    monkeypatch.setattr(Builder, "ATTENTION_MIN_ROWS", 65536)  # above the cases' rows
     doc = _subset(ATTENTION, ATTENTION_STEPS)
     assert all(c["fuse_all_attention"] is True and "FusedAttention" in c["ops"]
                for c in doc["cases"])

@@ -5,13 +5,13 @@
     MatMul(q, kt) -> s -> Softmax(axis = last) -> p -> MatMul(p, v) -> y
 
 becomes FusedAttention(q, kt, v) -> [y, p]: one dispatch forward instead of three, two
-backward instead of five (H100: the encoder and the ViT at batch 1000 -8% / -5% a step).
+backward instead of five (H100: the encoder and the ViT at batch 1000 -8% / -5% a step, at
+64 -5% / -6% with the keys split over threads, ops/attention.lanes).
 Folded when nothing else reads s or p (nor a caller, ``keep``), p is the second product's
 first operand, the Softmax normalises along the last axis (opset >= 13, or a 2-D input
 before it), ``ops/attention.layout`` accepts the shapes (same batch dims, none broadcast,
 heads of at most 64, vec4-aligned) and there are at least ``min_rows`` query rows
-(``Builder.ATTENTION_MIN_ROWS``: below it the ViT at batch 64 was 4% slower fused on an
-H100). An additive mask between the product and the Softmax (a causal model's) keeps the
+(``Builder.ATTENTION_MIN_ROWS``, 0: always). An additive mask between the product and the Softmax (a causal model's) keeps the
 three ops as they are.
 """
 

@@ -13,7 +13,7 @@ layout), "weights": b64 float32 of the flat parameter buffer after the last step
 also have "init_seed": int, which re-initialises the weights first (Plan.init_weights), and
 "step": int, the number of its first step (default 1; Dropout masks depend on it), and
 "fuse_all_attention": true, which folds attention into FusedAttention at any size
-(``Builder.ATTENTION_MIN_ROWS`` 0 while the plan is built: the test batches are below it).
+(``Builder.ATTENTION_MIN_ROWS`` 0 while the plan is built, whatever the Builder's default).
 
 ``load`` and ``run_step`` are the one way every host and every test runs a plan step:
 build and upload, then write the step's uniform (``plan.pack_step``) and submit one program.
