@@ -271,3 +271,23 @@ def test_attention_lanes_rule(rows, length, target, want):
     assert attention.lanes(b, rows, length) == want
     assert attention.lanes(types.SimpleNamespace(ATTENTION_LANE_THREADS=target, tiled=False),
                            rows, length) == 1  # CPU adapters
+
+
+def test_large_scores_split_over_lanes(device, tmp_path, monkeypatch):
+    """Scores in the hundreds (q and k weights x 30: near one-hot rows) with each row's keys
+    split over threads (GPU adapters' kernels): the lanes' maxima must meet before any
+    exponential, else exp overflows (mutation: lane 0's maximum left out gives NaN). Same step
+    as torch."""
+    from torch_models import export_and_step
+
+    from webgpu_trainer.engine.plan import Builder
+    monkeypatch.setattr(Builder, "TILED", True)
+    torch.manual_seed(5)
+    model = Cross(8, 12)
+    with torch.no_grad():
+        model.q.weight.mul_(30.0)
+        model.k.weight.mul_(30.0)
+    plan_ops = {}
+    export_and_step(device, model, tmp_path / "large.onnx", False, 17,
+                    "cross attention, scores x 900", plan_ops=plan_ops)
+    assert plan_ops.get("FusedAttention") == 1, plan_ops
