@@ -255,15 +255,25 @@ def tile_shape(b, m: int, n: int, k: int, b_strides=None) -> tuple[int, int] | N
     """
     if not b.tiled:
         return None
+    across = b_strides is None or b_strides[1] != 1  # op(B) read across its rows (X W^T)
+    short = getattr(b, "GEMM_SHORT_K", None)
     if min(m, n) >= 128 and m * n >= (1 << 18) and (m * n >= (1 << 20) or k >= 256):
         few = 2 * (-(-m // 128)) * (-(-n // 128)) < b.GEMM_TILE_TARGET  # split-K would follow
         if few and b.GEMM_SPLIT_MIN_K is not None and k < b.GEMM_SPLIT_MIN_K:
             return None
+        if short is not None and k <= short and not across:
+            return None
         return (16, 16)
+    wgrad = getattr(b, "GEMM_WGRAD_TILES", None)
+    if wgrad is not None and k >= wgrad[0] and m * n >= wgrad[1] and min(m, n) >= 64:
+        return (16, 8) if n <= 64 else (16, 16)
     if not getattr(b, "GEMM_NARROW", False):
         return None
-    if 32 < n <= 64 and m >= 4096 and k >= 128 and (b_strides is None or b_strides[1] != 1):
-        return (16, 8)
+    if 32 < n <= 64 and m >= 4096 and across:
+        if k >= 128:
+            return (16, 8)
+        if short is not None and k <= short:
+            return (16, 16)
     return None
 
 
