@@ -1214,33 +1214,30 @@ def test_gemm_tiles_beyond_one_row_of_workgroups_take_the_untiled_kernel(monkeyp
     (65000, 64, 128, (64, 1), None),
     (65000, 64, 128, None, (16, 8)),       # no strides given: the shape alone decides
     (65000, 64, 64, (1, 64), (16, 16)),    # k <= GEMM_SHORT_K, B across rows: 128 x 128
+    (16256, 64, 64, (1, 64), None),        # ... not when too few tiles (split-K)
+    (16257, 64, 64, (1, 64), (16, 16)),
     (65000, 64, 96, (1, 96), None),        # 64 < k < 128
     (2000, 64, 192, (1, 192), None),       # fewer than 4096 rows
     (4096, 128, 4096, (128, 1), (16, 16)),
     (28000, 256, 64, (256, 1), None),      # k <= GEMM_SHORT_K, B's rows contiguous: untiled
     (28000, 256, 64, (1, 64), (16, 16)),
     (28000, 256, 65, (256, 1), (16, 16)),
-    (256, 64, 28000, (64, 1), (16, 8)),    # weight gradients over many tokens
-    (64, 256, 28000, (256, 1), (16, 16)),
-    (64, 64, 28000, (64, 1), None),        # fewer than GEMM_WGRAD_TILES' outputs
-    (256, 64, 16383, (64, 1), None),       # over fewer tokens
-    (256, 32, 28000, (32, 1), None),       # narrower than 64
+    (256, 64, 28000, (64, 1), None),       # weight gradients over many tokens: untiled
 ])
 def test_gemm_tile_shape_rule(m, n, k, b_strides, want):
     """ops/gemm.tile_shape on a GPU adapter: 128 x 64 tiles for tall outputs 33-64 wide over
     k >= 128 only when op(B) is read across rows (H200 2026-12-04: the input gradient dY @ W
     0.077 ms untiled against 0.108 tiled at [28000, 64] x k 192), 128 x 128 over k <= 64
     (``GEMM_SHORT_K``); 128 x 128 for large ones, except over k <= 64 with B's rows
-    contiguous; weight gradients over many tokens (``GEMM_WGRAD_TILES``) tiled. The rules off
-    (``GEMM_NARROW`` False, ``GEMM_SHORT_K`` and ``GEMM_WGRAD_TILES`` None): 128 x 128 tiles
-    for large outputs only."""
+    contiguous. The rules off (``GEMM_NARROW`` False, ``GEMM_SHORT_K`` None): 128 x 128
+    tiles for large outputs only."""
     import types
     from webgpu_trainer.engine.ops import gemm
     from webgpu_trainer.engine.train.memory import CountingDevice
     b = Builder(types.SimpleNamespace(dev=CountingDevice(), P=None, G=None, step=None))
     b.TILED = True
     assert gemm.tile_shape(b, m, n, k, b_strides) == want
-    b.GEMM_NARROW, b.GEMM_SHORT_K, b.GEMM_WGRAD_TILES = False, None, None
+    b.GEMM_NARROW, b.GEMM_SHORT_K = False, None
     large = min(m, n) >= 128 and m * n >= (1 << 18) and (m * n >= (1 << 20) or k >= 256)
     assert gemm.tile_shape(b, m, n, k, b_strides) == ((16, 16) if large else None)
 

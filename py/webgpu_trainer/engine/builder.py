@@ -189,16 +189,14 @@ class Builder:
     GEMM_TILE_TARGET = 256
     # Products summed over at most this many k (a transformer's d_model of 64): with op(B)'s
     # rows contiguous (dY W: an input gradient) the untiled kernel even for large outputs;
-    # read across its rows (X W^T), outputs 33-64 wide and 4096 tall take 128 x 128 tiles
-    # (ops/gemm.tile_shape). H100, 2026-12-07 (``2026-12-07-h100-s39-gemm-enc.json``, us):
-    # [28000, 256] x 64 nn 99.5 tiled / 69.6 untiled; [28000, 64] x 64 nt 45.8 untiled / 34.3
-    # tiled (cuBLAS 33.7). None: off (A/B).
+    # read across its rows (X W^T), outputs 33-64 wide take 128 x 128 tiles where they are at
+    # least GEMM_TILE_TARGET / 2 (ops/gemm.tile_shape). H100, 2026-12-07, us
+    # (``2026-12-07-h100-s39-gemm-enc.json``): [28000, 256] x 64 nn 99.5 tiled / 69.6
+    # untiled; [28000, 64] x 64 nt 45.8 untiled / 34.3 tiled (cuBLAS 33.7). GPU ms a step
+    # (``*-s39-sk-*``): encoder at 1000 1.328 -> 1.277, ViT at 1000 4.874 -> 4.737. None: off.
+    # (Weight gradients over 28,000 tokens on tiles were faster alone, [256, 64] 100.7 -> 67.4
+    # us, but the encoder's step at 1000 went 1.277 -> 1.339: not kept.)
     GEMM_SHORT_K = 64
-    # (k, outputs): weight gradients summed over at least k (tokens) with at least this many
-    # outputs, none under 64 wide, on tiles (16 x 8 when 64 wide, else 16 x 16) with split-K,
-    # not untiled. H100: [256, 64] over 28,000 100.7 -> 67.4 us, [64, 256] 103.9 -> 91.2; [64,
-    # 64] stays untiled (28.9 against 37.7). None: off (A/B).
-    GEMM_WGRAD_TILES = (16384, 16384)
     # ... but an output that would need split-K with k below this runs on the untiled kernel
     # (H200, 2026-12-05: the MLP's dW at batch 64, [1024, 1024] over k 64, 0.040 ms tiled in
     # 4 parts, 0.018 untiled; ops/gemm.matmul); None: tiled (A/B).

@@ -11,8 +11,8 @@ Folded when nothing else reads s or p (nor a caller, ``keep``), p is the second 
 first operand, the Softmax normalises along the last axis (opset >= 13, or a 2-D input
 before it), ``ops/attention.layout`` accepts the shapes (same batch dims, none broadcast,
 heads of at most 64, vec4-aligned) and there are at least ``min_rows`` query rows
-(``Builder.ATTENTION_MIN_ROWS``, 0: always). An additive mask between the product and the Softmax (a causal model's) keeps the
-three ops as they are.
+(``Builder.ATTENTION_MIN_ROWS``, 0: always). An additive mask between the product and the
+Softmax (a causal model's) keeps the three ops as they are.
 """
 
 from ..graph import Graph
