@@ -598,14 +598,48 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
 // [64, 10] head are 48 threads, each adding every k in turn). Not split (p.splits 1). BSUM's
 // sums (a head's bias gradient beside its weight gradient) likewise: lanes' partial sums in
 // registers, added through the tile after the products, one thread per block.
-// KORDER 0: a block's KL lanes are neighbouring threads (k contiguous in both operands: a
-// warp reads runs of k). 1: the workgroup's blocks are (k strided: a weight gradient dY^T X,
-// where a warp then reads neighbouring blocks' vec4 at one k; with p.vec bit 0 / 1 op(A)'s four
-// rows / op(B)'s four columns of a block at one k are one aligned vec4 of a4 / b4). Either way
-// lane l of block j keeps its partials at slot j * KL + l of the tile, so the sums below add
-// the same values in the same order.
 override KL: u32 = 16u;
-override KORDER: u32 = 0u;
+
+// The partial blocks c0..c3 (rows of 4) and BSUM's partial sums bs of lane l of block j at
+// slot j * KL + l of the tile, then one thread a value adds its KL partials in lane order and
+// stores it (alpha, the bias, the fused ReLU or mask), and BSUM's sums likewise.
+fn kpar_finish(wx: u32, lid: u32, slot: u32, c0: vec4<f32>, c1: vec4<f32>, c2: vec4<f32>,
+               c3: vec4<f32>, bs: vec4<f32>) {
+  let per_wg = 256u / KL;
+  let nbn = (p.N + 3u) / 4u;
+  let blocks = ((p.M + 3u) / 4u) * nbn;
+  // slot s's rows at tile[4s ..]: 256 threads x 4 vec4 = the whole 16 KiB tile
+  tile[4u * slot] = c0;
+  tile[4u * slot + 1u] = c1;
+  tile[4u * slot + 2u] = c2;
+  tile[4u * slot + 3u] = c3;
+  workgroupBarrier();
+  for (var o = lid; o < 16u * per_wg; o += 256u) {  // value o % 16 of the workgroup's block o / 16
+    let ob = wx * per_wg + o / 16u;
+    let m = (ob / nbn) * 4u + (o % 16u) / 4u;
+    let n = (ob % nbn) * 4u + o % 4u;
+    if (ob < blocks && m < p.M && n < p.N) {
+      let first = (o / 16u) * KL * 4u + (o % 16u) / 4u;
+      var s = 0.0;
+      for (var l = 0u; l < KL; l++) { s += tile[first + 4u * l][o % 4u]; }
+      let at = m * p.N + n;
+      out[at] = act(at, p.alpha * s + bias_at(m, n));
+    }
+  }
+  if (BSUM != 0u) {  // the lanes' sums through the tile again: thread o adds block o's
+    workgroupBarrier();
+    tile[slot] = bs;
+    workgroupBarrier();
+    let ob = wx * per_wg + lid;
+    let first = select((ob % nbn) * 4u, (ob / nbn) * 4u, BSUM == 1u);
+    let owner = select((ob / nbn) == 0u, (ob % nbn) == 0u, BSUM == 1u);
+    if (lid < per_wg && ob < blocks && owner) {
+      var v = vec4<f32>(0.0);
+      for (var l = 0u; l < KL; l++) { v += tile[lid * KL + l]; }
+      store_sums(0u, first, v);
+    }
+  }
+}
 
 @compute @workgroup_size(256)
 fn matmul_kpar(@builtin(workgroup_id) wid: vec3<u32>,
@@ -613,9 +647,52 @@ fn matmul_kpar(@builtin(workgroup_id) wid: vec3<u32>,
   let per_wg = 256u / KL;  // blocks a workgroup
   let nbn = (p.N + 3u) / 4u;
   let blocks = ((p.M + 3u) / 4u) * nbn;
-  let lane = select(lid % KL, lid / per_wg, KORDER == 1u);
-  let own = select(lid / KL, lid % per_wg, KORDER == 1u);  // the block, in the workgroup
-  let slot = own * KL + lane;
+  let lane = lid % KL;
+  let blk = wid.x * per_wg + lid / KL;
+  let m0 = (blk / nbn) * 4u;
+  let n0 = (blk % nbn) * 4u;
+  var c0 = vec4<f32>(0.0);
+  var c1 = vec4<f32>(0.0);
+  var c2 = vec4<f32>(0.0);
+  var c3 = vec4<f32>(0.0);
+  var bs = vec4<f32>(0.0);
+  if (blk < blocks) {
+    let ai = min(vec4<u32>(m0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.M - 1u)) * p.sam;
+    let bi = min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.N - 1u)) * p.sbn;
+    for (var k = lane; k < p.K; k += KL) {
+      let ka = k * p.sak;
+      let kb = k * p.sbk;
+      let av = vec4<f32>(a[ai.x + ka], a[ai.y + ka], a[ai.z + ka], a[ai.w + ka]);
+      let bv = vec4<f32>(bm[bi.x + kb], bm[bi.y + kb], bm[bi.z + kb], bm[bi.w + kb]);
+      c0 = fma(vec4<f32>(av.x), bv, c0);
+      c1 = fma(vec4<f32>(av.y), bv, c1);
+      c2 = fma(vec4<f32>(av.z), bv, c2);
+      c3 = fma(vec4<f32>(av.w), bv, c3);
+      if (BSUM == 1u) {
+        bs += av;
+      } else if (BSUM == 2u) {
+        bs += bv;
+      }
+    }
+  }
+  kpar_finish(wid.x, lid, lid, c0, c1, c2, c3, bs);
+}
+
+// ---- matmul_kpar_t: matmul_kpar for k strided (a weight gradient dY^T X over a batch's
+// tokens; ops/gemm.py). The workgroup's blocks, not a block's lanes, are neighbouring threads,
+// so a warp reads neighbouring blocks' values at one k; with KVEC bit 0 / 1 op(A)'s four rows
+// / op(B)'s four columns of a block at one k are one aligned vec4 of a4 / b4 (sam == 1 /
+// sbn == 1). The same sums in the same order as matmul_kpar (its epilogue, kpar_finish).
+override KVEC: u32 = 0u;
+
+@compute @workgroup_size(256)
+fn matmul_kpar_t(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+  let per_wg = 256u / KL;
+  let nbn = (p.N + 3u) / 4u;
+  let blocks = ((p.M + 3u) / 4u) * nbn;
+  let lane = lid / per_wg;
+  let own = lid % per_wg;  // the block, in the workgroup
   let blk = wid.x * per_wg + own;
   let m0 = (blk / nbn) * 4u;
   let n0 = (blk % nbn) * 4u;
@@ -632,12 +709,12 @@ fn matmul_kpar(@builtin(workgroup_id) wid: vec3<u32>,
       let kb = k * p.sbk;
       var av: vec4<f32>;
       var bv: vec4<f32>;
-      if ((p.vec & 1u) != 0u) {
+      if ((KVEC & 1u) != 0u) {
         av = a4[(m0 + ka) / 4u];
       } else {
         av = vec4<f32>(a[ai.x + ka], a[ai.y + ka], a[ai.z + ka], a[ai.w + ka]);
       }
-      if ((p.vec & 2u) != 0u) {
+      if ((KVEC & 2u) != 0u) {
         bv = b4[(n0 + kb) / 4u];
       } else {
         bv = vec4<f32>(bm[bi.x + kb], bm[bi.y + kb], bm[bi.z + kb], bm[bi.w + kb]);
@@ -653,35 +730,5 @@ fn matmul_kpar(@builtin(workgroup_id) wid: vec3<u32>,
       }
     }
   }
-  // slot s's rows at tile[4s ..]: 256 threads x 4 vec4 = the whole 16 KiB tile
-  tile[4u * slot] = c0;
-  tile[4u * slot + 1u] = c1;
-  tile[4u * slot + 2u] = c2;
-  tile[4u * slot + 3u] = c3;
-  workgroupBarrier();
-  for (var o = lid; o < 16u * per_wg; o += 256u) {  // value o % 16 of the workgroup's block o / 16
-    let ob = wid.x * per_wg + o / 16u;
-    let m = (ob / nbn) * 4u + (o % 16u) / 4u;
-    let n = (ob % nbn) * 4u + o % 4u;
-    if (ob < blocks && m < p.M && n < p.N) {
-      let first = (o / 16u) * KL * 4u + (o % 16u) / 4u;
-      var s = 0.0;
-      for (var l = 0u; l < KL; l++) { s += tile[first + 4u * l][o % 4u]; }
-      let at = m * p.N + n;
-      out[at] = act(at, p.alpha * s + bias_at(m, n));
-    }
-  }
-  if (BSUM != 0u) {  // the lanes' sums through the tile again: thread o adds block o's
-    workgroupBarrier();
-    tile[slot] = bs;
-    workgroupBarrier();
-    let ob = wid.x * per_wg + lid;
-    let first = select((ob % nbn) * 4u, (ob / nbn) * 4u, BSUM == 1u);
-    let owner = select((ob / nbn) == 0u, (ob % nbn) == 0u, BSUM == 1u);
-    if (lid < per_wg && ob < blocks && owner) {
-      var v = vec4<f32>(0.0);
-      for (var l = 0u; l < KL; l++) { v += tile[lid * KL + l]; }
-      store_sums(0u, first, v);
-    }
-  }
+  kpar_finish(wid.x, lid, own * KL + lane, c0, c1, c2, c3, bs);
 }

@@ -609,19 +609,20 @@ def test_gemm_kpar(device, m, n, k, lanes_nt, lanes_other, ta, tb):
     keys = [d[0][2] for d in b.current]
     lanes = lanes_nt if (ta, tb) == (0, 1) else lanes_other
     assert gemm.kpar_lanes(b, m, n, k, (ta, tb) == (0, 1)) == lanes
-    if lanes:  # k strided: the blocks as neighbouring threads (KORDER 1)
-        order = "" if (ta, tb) == (0, 1) else ",KORDER=1"
-        assert keys == [f"gemm:matmul_kpar:KL={lanes}{order}"], keys
-        # ... then vec4 loads of op(A)'s rows (m contiguous) / op(B)'s columns (n contiguous)
+    if lanes:  # k strided: the blocks as neighbouring threads (matmul_kpar_t), then vec4 loads
+        # of op(A)'s rows (m contiguous) / op(B)'s columns (n contiguous): KVEC
         vec = int(ta == 1 and m % 4 == 0) | 2 * int(tb == 0 and n % 4 == 0)
         assert gemm._kpar_vec_bits(b, *operands, m, n, k) == vec
+        entry = "matmul_kpar" if (ta, tb) == (0, 1) else "matmul_kpar_t"
+        tail = f",KVEC={vec}" if vec and entry == "matmul_kpar_t" else ""
+        assert keys == [f"gemm:{entry}:KL={lanes}{tail}"], keys
     else:
         assert not any("matmul_kpar" in key for key in keys), keys
     assert rel_err(got, want) <= FWD_RTOL
 
 
 # Weight gradients over long strided sums (dY^T X over a batch of tokens) on matmul_kpar when
-# the Builder lets them (GEMM_KPAR_STRIDED_K, up to GEMM_KPAR_STRIDED_LANES lanes): KORDER 1,
+# the Builder lets them (GEMM_KPAR_STRIDED_K, up to GEMM_KPAR_STRIDED_LANES lanes): kpar_t,
 # KL up to 256 (one block a workgroup, the sums through the whole tile), edges, against float64.
 @pytest.mark.parametrize("m,n,k,most,lanes", [(64, 64, 16640, 256, 256), (60, 36, 1792, 128, 128),
                                               (37, 29, 5000, 64, 64), (8, 8, 100, 256, 16)])
@@ -630,7 +631,8 @@ def test_gemm_kpar_long_strided(device, monkeypatch, m, n, k, most, lanes, ta, t
     monkeypatch.setattr(Builder, "GEMM_KPAR_STRIDED_K", 1 << 20)
     monkeypatch.setattr(Builder, "GEMM_KPAR_STRIDED_LANES", most)
     got, b, want, _ = _random_gemm(device, "gemm_kpar_long", m, n, k, ta, tb)
-    assert [d[0][2] for d in b.current] == [f"gemm:matmul_kpar:KL={lanes},KORDER=1"]
+    keys = [d[0][2] for d in b.current]
+    assert len(keys) == 1 and keys[0].startswith(f"gemm:matmul_kpar_t:KL={lanes}"), keys
     assert rel_err(got, want) <= FWD_RTOL
 
 
@@ -1066,7 +1068,8 @@ GPU_PIPELINES = [
     ("gemm", "matmul_kpar", {"KL": 16}),
     ("gemm", "matmul_kpar", {"KL": 64, "GELU_GRAD": 1}),
     ("gemm", "matmul_kpar", {"KL": 16, "BSUM": 1}),
-    ("gemm", "matmul_kpar", {"KL": 256, "KORDER": 1, "BSUM": 2}),
+    ("gemm", "matmul_kpar_t", {"KL": 256, "BSUM": 2, "KVEC": 3}),
+    ("gemm", "matmul_kpar_t", {"KL": 8, "BSUM": 1}),
     ("gemm", "matmul_kpar", {"KL": 8, "BSUM": 2}),
     ("gemm", "matmul_tiled", {"WM": 16, "WN": 16, "GELU_GRAD": 1}),
     ("reduce", "reduce_splits_lanes", {"LANES": 16, "GELU_GRAD": 1}),
@@ -1310,6 +1313,8 @@ def test_gemm_bias_sums(device, monkeypatch, kernel, m, n, k, want_split, ta, tb
     sb = sb[::-1] if tb else sb
     got, sums, b = _gemm_on_gpu(device, a_full, sa, b_full, sb, m, n, k, 0.5, bsum_of=bsum_of)
     keys = [d[0][2] for d in b.current]
+    if kernel == "matmul_kpar" and (ta, tb) != (0, 1):  # k strided
+        kernel = "matmul_kpar_t"
     assert keys[0].split(":")[1] == kernel and f"BSUM={bsum_of}" in keys[0], keys
     assert (len(keys) == 2) == want_split, keys  # split: one reduce_splits adds both
     op_a = (a.T if ta else a).astype(np.float64)

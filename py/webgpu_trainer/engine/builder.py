@@ -237,8 +237,8 @@ class Builder:
     GEMM_KPAR = 65536
     # ... k strided (a weight gradient dY^T X over the batch's tokens): at most this many k and
     # GEMM_KPAR_STRIDED_OUT outputs, the workgroup's blocks as neighbouring threads (gemm.wgsl
-    # KORDER 1: a warp reads neighbouring blocks' vec4 at one k) rather than a block's lanes
-    # (GEMM_KPAR_ORDER False, A/B), up to GEMM_KPAR_STRIDED_LANES lanes (8 to 256). H100,
+    # matmul_kpar_t: a warp reads neighbouring blocks' vec4 at one k) rather than a block's
+    # lanes (GEMM_KPAR_ORDER False, A/B), up to GEMM_KPAR_STRIDED_LANES lanes (8 to 256). H100,
     # 2026-12-07, GPU ms a step at batch 64 with k up to 256 / 2048 (all outputs): encoder
     # (dW over 1,792 tokens) 0.368-0.370 / 0.356, LSTM 0.227 / 0.221, MLP (dX [64, 1024]
     # over 1024, 65,536 outputs) 0.167 / 0.171; with k to 20,000 and 256 lanes the ViT

@@ -100,8 +100,10 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
         entry, consts = "matmul_kpar", {"KL": lanes}
         vec = 0
         if not (a_strides[1] == 1 and b_strides[0] == 1) and getattr(b, "GEMM_KPAR_ORDER", True):
-            consts["KORDER"] = 1
+            entry = "matmul_kpar_t"  # k strided: neighbouring threads take neighbouring blocks
             vec = _kpar_vec_bits(b, a, a_strides, bm, b_strides, m, n, k)
+            if vec:
+                consts["KVEC"] = vec
     else:
         wx = _threads_along_n(n)
         side_m, side_n = 4 * 64 // wx, 4 * wx
@@ -168,7 +170,7 @@ def kpar_lanes(b, m: int, n: int, k: int, k_contiguous: bool) -> int:
 
 
 def _kpar_vec_bits(b, a, a_strides, bm, b_strides, m: int, n: int, k: int) -> int:
-    """gemm.wgsl ``p.vec`` of ``matmul_kpar`` with KORDER 1: bit 0 when op(A)'s four rows of a
+    """gemm.wgsl ``KVEC`` of ``matmul_kpar_t``: bit 0 when op(A)'s four rows of a
     block at one k are one aligned vec4 (sam == 1, sak a multiple of 4, and the binding holds
     the last block's whole vec4: ``_covers_blocks``), bit 1 likewise for op(B)'s four columns
     (sbn == 1). Rows and columns past the edge that such a vec4 reads feed only values past
