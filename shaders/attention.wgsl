@@ -13,7 +13,8 @@
 // each) store and load neighbouring floats. Only the backward reads it.
 // LANES threads a row (z, i) forward (1 to 8, ops/attention.lanes): each its q row in
 // registers, two passes over its keys (the row's maximum and sum online, then P and Y), K
-// and V rows read by all threads of a z alike (one load serves them); the lanes' maxima,
+// and V rows read alike by the threads of a z with the same lane (one load serves them); the
+// lanes' maxima,
 // sums and partial Y rows meet in workgroup memory. The three dispatches of the products and
 // the softmax were each 12-42 us on an H100 at the encoder's 28 x 16 x 28 per head (batch
 // 64); they were dispatch- and latency-bound, not bound by their 3 MFLOP, and so is a thread

@@ -35,8 +35,8 @@ struct Params {
 @group(0) @binding(2) var<storage, read> bm: array<f32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
-// a and bm again as vec4 (matmul_tiled, when p.vec says they are aligned: one 16-byte load
-// instead of four 4-byte ones).
+// a and bm again as vec4 (matmul_tiled and matmul_vec when p.vec says they are aligned,
+// matmul_kpar_t when KVEC does: one 16-byte load instead of four 4-byte ones).
 @group(0) @binding(5) var<storage, read> a4: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read> b4: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read> src: array<f32>;  // the mask's source
@@ -589,7 +589,8 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>,
 
 // ---- matmul_kpar: small outputs summed over long k on GPU adapters (a classifier's head:
 // [batch, classes] over the hidden width; ops/gemm.kpar_lanes picks it) ---------------------
-// A workgroup of 256 threads: KL lanes (8 to 64) along k for each of its 256 / KL 4x4 blocks.
+// A workgroup of 256 threads: KL lanes (8 to 64; to 256 in matmul_kpar_t) along k for each
+// of its 256 / KL 4x4 blocks.
 // Lane l of a block adds the products of k = l, l + KL, l + 2 KL, ... (neighbouring lanes read
 // neighbouring k); the KL partial blocks then meet in workgroup memory, and one thread per
 // value adds its KL partials in lane order (a fixed order: the same bits every run) and

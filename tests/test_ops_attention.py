@@ -115,7 +115,7 @@ def test_cross_attention_trains_like_torch(device, tmp_path, monkeypatch, dq, dv
     (heads up to 64 wide, ops/attention.DMAX, multiples of 4); a wider query head or a value
     head of 6 keeps the three ops. Either way the step matches torch (TorchScript exporter,
     opset 17). ``lanes``: the GPU adapters' kernels (Builder.TILED), which at this batch split
-    each row's keys over 4 threads (dkv: a key's queries over 2 or 4, ops/attention.lanes);
+    each row's keys over 4 threads (dkv: a key's queries over 8 or 2, ops/attention.lanes);
     ``one_lane``: a thread a row, as at batch 1000 and on CPU adapters."""
     from torch_models import export_and_step
 
@@ -290,4 +290,24 @@ def test_large_scores_split_over_lanes(device, tmp_path, monkeypatch):
     plan_ops = {}
     export_and_step(device, model, tmp_path / "large.onnx", False, 17,
                     "cross attention, scores x 900", plan_ops=plan_ops)
+    assert plan_ops.get("FusedAttention") == 1, plan_ops
+
+
+@pytest.mark.parametrize("unroll", [True, False], ids=["U4", "U1"])
+def test_more_lanes_than_keys(device, tmp_path, monkeypatch, unroll):
+    """8 threads a row whatever the size (ops/attention.lanes patched): 7 queries over 14
+    keys, so attention_dkv's 8 lanes of a key share 7 queries (one lane has none), with 4
+    keys (queries) a loop step and with 1. Same step as torch."""
+    from torch_models import export_and_step
+
+    from webgpu_trainer.engine.ops import attention
+    from webgpu_trainer.engine.plan import Builder
+    monkeypatch.setattr(Builder, "TILED", True)
+    monkeypatch.setattr(attention, "lanes", lambda b, rows, length: 8)
+    if not unroll:
+        monkeypatch.setattr(attention, "UNROLL_ROWS", 0)
+    torch.manual_seed(5)
+    plan_ops = {}
+    export_and_step(device, Cross(4, 8, 7), tmp_path / "lanes.onnx", False, 17,
+                    f"cross attention, 8 lanes, U {4 if unroll else 1}", plan_ops=plan_ops)
     assert plan_ops.get("FusedAttention") == 1, plan_ops

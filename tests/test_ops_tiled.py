@@ -636,6 +636,34 @@ def test_gemm_kpar_long_strided(device, monkeypatch, m, n, k, most, lanes, ta, t
     assert rel_err(got, want) <= FWD_RTOL
 
 
+@pytest.mark.parametrize("exact", [True, False])
+@pytest.mark.parametrize("bsum_of", [0, 1, 2])
+def test_gemm_kpar_t_vec4_needs_whole_blocks_bound(device, exact, bsum_of):
+    """matmul_kpar_t's vec4 loads (KVEC) read a block's four rows / columns at one k as one
+    vec4, past the edge when m or n is not a multiple of 4: dY^T [6, k] and X [k, 5] stored in
+    rows of 8 floats whose padding is NaN. Bound with the padding (k * 8 floats) it takes KVEC
+    3, and the NaN reach no stored value; bound to the last logical element it takes scalar
+    loads (``_covers_blocks``). The product and BSUM's sums against float64."""
+    m, n, k = 6, 5, 300
+    rng = rng_for("gemm_kpar_t_extent", exact, bsum_of)
+    a_full = np.full((k, 8), np.nan, np.float32)
+    b_full = np.full((k, 8), np.nan, np.float32)
+    a_full[:, :m] = rng.standard_normal((k, m))
+    b_full[:, :n] = rng.standard_normal((k, n))
+    a_flat = a_full.reshape(-1)[:(k - 1) * 8 + m] if exact else a_full.reshape(-1)
+    b_flat = b_full.reshape(-1)[:(k - 1) * 8 + n] if exact else b_full.reshape(-1)
+    res = _gemm_on_gpu(device, a_flat, (1, 8), b_flat, (8, 1), m, n, k, bsum_of=bsum_of)
+    got, b = res[0], res[-1]
+    key = b.current[0][0][2]
+    assert key.split(":")[1] == "matmul_kpar_t", key
+    assert ("KVEC" not in key) if exact else ("KVEC=3" in key), key
+    op_a, op_b = a_full[:, :m].T.astype(np.float64), b_full[:, :n].astype(np.float64)
+    assert rel_err(got, op_a @ op_b) <= FWD_RTOL
+    if bsum_of:
+        want = op_a.sum(axis=1) if bsum_of == 1 else op_b.sum(axis=0)
+        assert rel_err(res[1], want) <= FWD_RTOL
+
+
 # matmul_kpar's stores go through act(): the fused ReLU of the forward (relu), and the mask of
 # a ReLU's gradient (mask_src <= 0 -> 0), against float64.
 @pytest.mark.parametrize("fused", ["relu", "mask"])
@@ -1395,3 +1423,15 @@ def test_unbound_writable_slots_get_a_sink_per_dispatch(device):
         first, again, other = b._sink(8, shader), b._sink(8, shader), b._sink(5, shader)
         assert (first is not again) == own
         assert first is not other and again is not other
+
+
+def test_gemm_short_k_rule_spares_weight_gradients():
+    """GEMM_SHORT_K's untiled rule is for input gradients dY W (op(A)'s k contiguous): a weight
+    gradient X^T dY of the same size over k 64 (op(A) = X^T, k strided) keeps its tiles."""
+    import types
+    from webgpu_trainer.engine.ops import gemm
+    from webgpu_trainer.engine.train.memory import CountingDevice
+    b = Builder(types.SimpleNamespace(dev=CountingDevice(), P=None, G=None, step=None))
+    b.TILED = True
+    assert gemm.tile_shape(b, 28000, 256, 64, (256, 1), (64, 1)) is None  # dY W
+    assert gemm.tile_shape(b, 2048, 1024, 64, (1024, 1), (1, 2048)) == (16, 16)  # X^T dY

@@ -231,7 +231,8 @@ class Builder:
 
     # Outputs of at most this many values summed over 32..4096 k with k contiguous in both
     # operands (a classifier's head, the MLP's products at batch 64), or over at most
-    # GEMM_KPAR_STRIDED_K otherwise, run on gemm.wgsl matmul_kpar on GPU adapters: KL threads
+    # GEMM_KPAR_STRIDED_K otherwise, run on gemm.wgsl matmul_kpar (k strided: matmul_kpar_t)
+    # on GPU adapters: KL threads
     # share each 4x4 block's sum, one dispatch (ops/gemm.kpar_lanes). H100: a [64, 10] head
     # over k 1024 17.3 -> 10.1 us. None: the untiled kernel, split-K, reduce_splits (A/B).
     GEMM_KPAR = 65536

@@ -70,7 +70,7 @@ async def matmul(b, a, a_strides, bm, b_strides, out, m, n, k, alpha=1.0, bias=N
     numbers). In ``matmul_tiled`` the sums cost more than the pass they save (H200, the MLP at
     batch 1000: 0.844 -> 0.876 ms, ``2026-12-04-h200-s22-bsum-*``).
     """
-    shape = tile_shape(b, m, n, k, b_strides)
+    shape = tile_shape(b, m, n, k, b_strides, a_strides)
     if shape:  # the tiles are one row of workgroups: at most 65,535 (else the untiled kernel)
         wm, wn = shape
         if wm not in (8, 16) or wn not in (8, 16):  # BK 8 <= WM, WN; 32 (WM + WN) vec4 <= 16 KiB
@@ -147,14 +147,19 @@ def kpar_lanes(b, m: int, n: int, k: int, k_contiguous: bool) -> int:
     ``Builder.GEMM_KPAR`` values summed over 32 <= k <= 4096 with k contiguous in both
     operands (``k_contiguous``: sak == 1 and sbk == 1, X W^T, so neighbouring lanes read
     neighbouring floats: a classifier's head, the MLP's products at batch 64), or over
-    k <= ``Builder.GEMM_KPAR_STRIDED_K`` otherwise (a head's weight gradient at batch 64 with
-    its bias sums). The lanes: the largest power of two from 8 to 64 that leaves each at
-    least 4 of the k. An empty output takes the other kernels.
+    k <= ``Builder.GEMM_KPAR_STRIDED_K`` and at most ``GEMM_KPAR_STRIDED_OUT`` outputs
+    otherwise (weight gradients over a batch's tokens, with their bias sums: the caller runs
+    ``matmul_kpar_t`` there, its blocks rather than a block's lanes neighbouring threads).
+    The lanes: the largest power of two from 8 to 64 (strided: to
+    ``GEMM_KPAR_STRIDED_LANES``) that leaves each at least 4 of the k. An empty output takes
+    the other kernels.
 
     H100 (``2026-12-06-h100-s30-kpar-*``, benchmarks/gemm.py): [64, 10] x k 1024 17.3 -> 10.1
     us, k 64 13.5 -> 6.6 us, [64, 1024] x k 784 28.3 -> 20.2 us (cuBLAS 25.9); but [1000, 32]
-    x k 11616 119 -> 190 us, and weight gradients over 1792-28000 tokens (k strided) made the
-    encoder's step 1.4x (batch 64) and 3.3x (1000) slower: hence the bounds. None: off."""
+    x k 11616 119 -> 190 us. Weight gradients over 1792-28000 tokens on ``matmul_kpar``'s
+    lane order made the encoder's step 1.4x (batch 64) and 3.3x (1000) slower; on
+    ``matmul_kpar_t`` over up to 2,048 tokens its step at 64 is 3% faster
+    (``2026-12-07-h100-s39-kp-*``). None: off."""
     limit = getattr(b, "GEMM_KPAR", None)
     if not b.tiled or limit is None or not 0 < m * n <= limit or k < 32:
         return 0
@@ -231,7 +236,8 @@ def _threads_along_n(n: int) -> int:
     return wx
 
 
-def tile_shape(b, m: int, n: int, k: int, b_strides=None) -> tuple[int, int] | None:
+def tile_shape(b, m: int, n: int, k: int, b_strides=None,
+               a_strides=None) -> tuple[int, int] | None:
     """(WM, WN) threads along m and n of a ``matmul_tiled`` workgroup (an (8*WM) x (8*WN) tile of
     out) for an [m, n] output summed over k on GPU adapters, or None (the untiled kernel).
 
@@ -254,6 +260,13 @@ def tile_shape(b, m: int, n: int, k: int, b_strides=None) -> tuple[int, int] | N
       gradient dY @ W) the untiled kernel was faster (H200, 2026-12-04,
       ``2026-12-04-h200-s20-gemm-weight-grads.json``: [28000, 64] x k 192 0.077 against 0.108
       ms, [65000, 64] x k 128 0.112 against 0.124).
+    - Over k <= ``b.GEMM_SHORT_K`` (64; H100, 2026-12-07, ``*-s39-gemm-enc.json``, the
+      kernels since then): an input gradient dY W (op(A)'s k contiguous, ``a_strides``
+      (sam, 1); op(B)'s rows contiguous) stays untiled even when large ([28000, 256] x 64:
+      99.5 us tiled, 69.6 untiled); X W^T 33-64 wide (B read across rows) takes 128 x 128
+      tiles where they are at least ``GEMM_TILE_TARGET`` / 2, no split-K ([28000, 64] x 64:
+      45.8 untiled, 34.3 tiled; cuBLAS 33.7; split, the ViT's [4160, 64] at batch 64 made its
+      step 5% slower). Weight gradients X^T dY keep the rules above (not measured here).
     """
     if not b.tiled:
         return None
@@ -263,7 +276,8 @@ def tile_shape(b, m: int, n: int, k: int, b_strides=None) -> tuple[int, int] | N
         few = 2 * (-(-m // 128)) * (-(-n // 128)) < b.GEMM_TILE_TARGET  # split-K would follow
         if few and b.GEMM_SPLIT_MIN_K is not None and k < b.GEMM_SPLIT_MIN_K:
             return None
-        if short is not None and k <= short and not across:
+        if short is not None and k <= short and not across and \
+                (a_strides is None or a_strides[1] == 1):
             return None
         return (16, 16)
     if not getattr(b, "GEMM_NARROW", False):
