@@ -23,6 +23,8 @@ SLICE, MSE, ADAM, SGD = ("layout/chain_slice_steps", "losses/one_gemm_mse", "opt
                          "optim/0_sgd")
 # ... and those of shaders/attention.wgsl (FusedAttention, forced at their size)
 ATTENTION, ATTENTION_STEPS = "matmul/chain_attention", "optim/7_sgd_attention"
+# ... and of gemm.wgsl matmul_kpar_t on GPU adapters (weight gradients over 300 rows)
+GEMM_ROWS = "gemm/weight_grads_over_300_rows"
 
 
 def _subset(*names) -> dict:
@@ -117,7 +119,7 @@ def test_attention_cases_run_the_fused_kernels(device, monkeypatch):
 
 def test_broken_attention_kernel_names_fused_attention(device, monkeypatch):
     """attention.wgsl's dK 1.01 x too large (attention_dkv): the attention case's backward
-    (3.8e-3 on lavapipe) and its SGD steps (5.8e-4) are WRONG, naming FusedAttention; its
+    (1.8e-3 on lavapipe) and its SGD steps (5.8e-4) are WRONG, naming FusedAttention; its
     forward and the cases without attention stay ok."""
     src = shaders.source("attention")
     line = "out[kj + d] = p.alpha_s * ak[d];"
@@ -130,6 +132,81 @@ def test_broken_attention_kernel_names_fused_attention(device, monkeypatch):
     assert bad == [(ATTENTION, "backward"), (ATTENTION_STEPS, "step")], \
         selfcheck.table(result)
     assert all("FusedAttention" in w for w in result["wrong"])
+
+
+def _kernels(plan) -> list:
+    """The pipeline keys (shader:entry:constants) of a plan's training dispatches."""
+    return [d[0][2] for d in plan.fwd_train + plan.bwd]
+
+
+def test_gpu_adapters_run_attention_lanes_and_kpar_t(device, monkeypatch):
+    """On GPU adapters (Builder.TILED, forced here: lavapipe is a CPU adapter) the self-check
+    runs the kernels only they take, and passes: the attention case's three attention.wgsl
+    dispatches with 8 threads a row (LANES=8: 38 tokens, one head of 64; the SGD case's 6
+    tokens take 2), and the 300-row case's weight gradients on gemm.wgsl ``matmul_kpar_t``
+    with the bias gradient summed beside (BSUM), the hidden Linear's with vec4 loads of both
+    operands (KVEC=3)."""
+    from webgpu_trainer.engine.plan import Builder
+    monkeypatch.setattr(Builder, "TILED", True)
+    plans, load = {}, parity.load
+
+    async def spy(dev, graph, *args, **kw):
+        plans[graph["name"]] = await load(dev, graph, *args, **kw)
+        return plans[graph["name"]]
+    monkeypatch.setattr(parity, "load", spy)
+    result = run(selfcheck.run(device, _subset(GEMM_ROWS, ATTENTION, ATTENTION_STEPS)))
+    assert result["ok"], selfcheck.table(result)
+    assert [(r["case"], r["check"]) for r in result["rows"]] == [
+        (GEMM_ROWS, "forward"), (GEMM_ROWS, "backward"), (ATTENTION, "forward"),
+        (ATTENTION, "backward"), (ATTENTION_STEPS, "step")]
+    for name, lanes in ((ATTENTION, 8), (ATTENTION_STEPS, 2)):
+        kernels = [k for k in _kernels(plans[name.replace("/", "_")])
+                   if k.startswith("attention:")]
+        assert [k.split(":")[1] for k in kernels] == [
+            "attention_forward", "attention_dq", "attention_dkv"], kernels
+        assert all(f"LANES={lanes}," in k for k in kernels), kernels
+    kpar = [k for k in _kernels(plans[GEMM_ROWS.replace("/", "_")])
+            if k.startswith("gemm:matmul_kpar_t:")]
+    # the head's [3, 12] (dY's rows of 3 are no vec4s), then the hidden Linear's [12, 8]
+    assert kpar == ["gemm:matmul_kpar_t:BSUM=1,KL=64,KVEC=2",
+                    "gemm:matmul_kpar_t:BSUM=1,KL=64,KVEC=3"], kpar
+
+
+# attention.wgsl lane_sums leaving lane 0's partials out; matmul_kpar_t's partials stored at
+# the thread's own slot (matmul_kpar's, lid) instead of its block's lane slot; its bias
+# gradient's likewise (kpar_finish, BSUM only)
+_LANE_SUMS = ("attention", "for (var y = 0u; y < LANES; y++) { v += part[first + 4u * y + x]; }",
+              "for (var y = 1u; y < LANES; y++) { v += part[first + 4u * y + x]; }")
+_KPAR_T_SLOT = ("gemm", "kpar_finish(wid.x, lid, own * KL + lane, c0, c1, c2, c3, bs);",
+                "kpar_finish(wid.x, lid, lid, c0, c1, c2, c3, bs);")
+_BSUM_SLOT = ("gemm", "tile[slot] = bs;", "tile[lid] = bs;")
+
+
+@pytest.mark.parametrize("mutation, wrong, named", [
+    # lavapipe: forward 8.7e-2, backward 2.9e-1, steps (2 lanes) 7.6e-1
+    (_LANE_SUMS, [(ATTENTION, "forward"), (ATTENTION, "backward"), (ATTENTION_STEPS, "step")],
+     "FusedAttention"),
+    # 7.8e-1; the attention case's q / k / v weight gradients (kpar_t over 76 rows) 2.2e-1
+    (_KPAR_T_SLOT, [(GEMM_ROWS, "backward"), (ATTENTION, "backward")], "Gemm"),
+    (_BSUM_SLOT, [(GEMM_ROWS, "backward")], "Gemm")],  # 6.4e-1
+    ids=["lane_sums_without_lane_0", "kpar_t_partials_at_lid", "kpar_t_bias_sums_at_lid"])
+def test_broken_gpu_adapter_kernels_are_wrong(device, monkeypatch, mutation, wrong, named):
+    """The kernels only GPU adapters run (Builder.TILED forced), broken: attention.wgsl's
+    lanes summed without lane 0, gemm.wgsl matmul_kpar_t's partial blocks or bias sums meeting
+    at the wrong slots. The self-check's rows of the cases that run them go WRONG; the Gemm
+    case of 4 rows (no kpar) and the forward of the weight gradients' case stay ok."""
+    from webgpu_trainer.engine.plan import Builder
+    shader, line, broken = mutation
+    src = shaders.source(shader)
+    assert src.count(line) == 1
+    monkeypatch.setitem(shaders._SOURCES, shader, src.replace(line, broken))
+    monkeypatch.setattr(Builder, "TILED", True)
+    monkeypatch.setattr(device, "_pipelines", {})  # as test_broken_kernel_names_the_op
+    result = run(selfcheck.run(device, _subset(GEMM_ROWS, MSE, ATTENTION, ATTENTION_STEPS)))
+    bad = [(r["case"], r["check"]) for r in result["rows"] if not r["ok"]]
+    assert bad == wrong, selfcheck.table(result)
+    assert all(r["error"] > 10 * r["tolerance"] for r in result["rows"] if not r["ok"])
+    assert all(named in w for w in result["wrong"])
 
 
 def test_an_engine_error_is_a_wrong_row(device):

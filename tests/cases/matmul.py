@@ -93,8 +93,10 @@ def attention(id, rng, tokens=6, heads=2, width=16, features=8, batch=2, classes
     by weights, no key bias: its gradient is zero) -> ``heads`` heads of ``width`` (Reshape,
     Transpose) -> MatMul(q, k^T) * width^-1/2 -> Softmax(-1) -> MatMul(., v) -> Transpose,
     Reshape -> Gemm -> LogSoftmax. With ``fuse_all_attention`` the plan runs the product,
-    Softmax and product as one FusedAttention (shaders/attention.wgsl's three kernels);
-    6 tokens leave a partial step of the kernels' 4 keys (queries) a step."""
+    Softmax and product as one FusedAttention (shaders/attention.wgsl's three kernels).
+    6 tokens leave a partial step of the kernels' 4 keys (queries) a step; on GPU adapters
+    (Builder.TILED) each row's keys (dK / dV: each key's queries) are split over
+    ``ops/attention.lanes`` threads (attention.wgsl LANES): 2 at 6 tokens, 8 from 32."""
     d = heads * width
     nodes, tensors = [], []
     for name, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
@@ -125,7 +127,12 @@ def runs_fused_attention(res, want):
 CASES = [matmul_case(name, *SHAPES[name]) for name in SHAPES] + \
     [matmul_case("same_operand", ("act", [3, 7, 7]), ("act", [3, 7, 7]), 3, same=True),
      _batched_weight(),
-     # the GPU self-check's case of shaders/attention.wgsl (forward, backward)
-     attention("matmul/chain_attention", rng_for("matmul_attention"), tag="MatMul",
-               acts=("flat",), dacts=("flat",), checks=(runs_fused_attention,),
-               selfcheck=True)]
+     # the GPU self-check's case of shaders/attention.wgsl (forward, backward): 38 tokens, 8
+     # threads a row on GPU adapters (LANES 8: forward and dQ over the keys, dK / dV over the
+     # queries), whose loop of 4 x 8 keys a step leaves a partial step of 6 (one thread a row:
+     # 38 = 9 x 4 + 2); one head of 64 (ops/attention.DMAX): the lanes' partial rows meet in
+     # 4 rounds (lane_sums) and each lane stores 2 of a row's 16 vec4; 2 classes keep the
+     # head's weights (38 x 64 x 2) and selfcheck.json small
+     attention("matmul/chain_attention", rng_for("matmul_attention"), tokens=38, heads=1,
+               width=64, classes=2, tag="MatMul", acts=("flat",), dacts=("flat",),
+               checks=(runs_fused_attention,), selfcheck=True)]
