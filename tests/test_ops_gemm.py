@@ -39,23 +39,10 @@ def _wide_hidden(hidden):
     """input [4, 8] -> Gemm (tested: 8 -> ``hidden``) -> Relu -> Gemm (hidden -> 10) ->
     LogSoftmax: a hidden layer wider than one dispatch dimension (the 10 classes keep the loss
     and the labels small)."""
-    from conftest import f32, node, rng_for
-    from cases import case
-    batch, features, classes = 4, 8, 10
-    rng = rng_for("gemm_wide", hidden)
-    w = f32(rng.standard_normal((hidden, features)) / np.sqrt(features))
-    b = f32(rng.standard_normal(hidden) * 0.1)
-    w2 = f32(rng.standard_normal((classes, hidden)) / np.sqrt(hidden))
-    b2 = f32(rng.standard_normal(classes) * 0.1)
-    nodes = [node("Gemm", ["input", "w", "b"], ["h"], transB=1),
-             node("Relu", ["h"], ["r"]),
-             node("Gemm", ["r", "w2", "b2"], ["logits"], transB=1),
-             node("LogSoftmax", ["logits"], ["output"], axis=-1)]
-    tensors = [("w", w, "param"), ("b", b, "param"), ("w2", w2, "param"), ("b2", b2, "param")]
-    x = f32(rng.standard_normal((batch, features)))
-    return case(f"gemm/wide_hidden_{hidden}", nodes, tensors, x,
-                rng.integers(0, classes, batch), tag="Gemm", acts=("r", "logits"),
-                dacts=("h", "logits"))
+    from conftest import rng_for
+    from cases.gemm import two_layers
+    return two_layers(f"gemm/wide_hidden_{hidden}", rng_for("gemm_wide", hidden), 4, 8, hidden,
+                      10)
 
 
 def test_more_channels_than_one_dispatch_dimension(device):

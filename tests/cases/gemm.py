@@ -102,16 +102,10 @@ def _c_column_square(c_shape):
     return case(f"gemm/{name}_square", nodes, tensors, x, labels, tag="Gemm", acts=("logits",))
 
 
-def _weight_grads_over_rows(batch=300, features=8, hidden=12, classes=3):
-    """input [300, 8] -> Gemm(8 -> 12, bias) -> Relu -> Gemm(12 -> 3, bias) -> LogSoftmax: the
-    weight gradients dY^T X sum over the batch's 300 rows (k strided; 300 > 256, not a
-    multiple of the lanes). On GPU adapters (Builder.TILED) ops/gemm.kpar_lanes gives both
-    ``matmul_kpar_t`` with 64 lanes along the rows and the bias gradient summed beside
-    (gemm.wgsl BSUM): the hidden Linear's [12, 8] (6 blocks, 2 workgroups) with vec4 loads
-    of dY and X (KVEC 3: in and out features multiples of 4), the head's [3, 12] with those
-    of X only (KVEC 2). The GPU self-check's case of that kernel (CPU adapters run
-    ``matmul``)."""
-    rng = rng_for("gemm_rows", batch)
+def two_layers(id, rng, batch, features, hidden, classes, **opts):
+    """input [batch, features] -> Gemm(features -> hidden, bias) -> Relu -> Gemm(hidden ->
+    classes, bias) -> LogSoftmax, weights and data drawn from ``rng`` (w, b, w2, b2, x,
+    labels, in that order)."""
     w = f32(rng.standard_normal((hidden, features)) / np.sqrt(features))
     b = f32(rng.standard_normal(hidden) * 0.1)
     w2 = f32(rng.standard_normal((classes, hidden)) / np.sqrt(hidden))
@@ -122,9 +116,20 @@ def _weight_grads_over_rows(batch=300, features=8, hidden=12, classes=3):
              node("LogSoftmax", ["logits"], ["output"], axis=-1)]
     tensors = [("w", w, "param"), ("b", b, "param"), ("w2", w2, "param"), ("b2", b2, "param")]
     x = f32(rng.standard_normal((batch, features)))
-    return case(f"gemm/weight_grads_over_{batch}_rows", nodes, tensors, x,
-                rng.integers(0, classes, batch), tag="Gemm", acts=("r", "logits"),
-                dacts=("h", "logits"), selfcheck=True)
+    return case(id, nodes, tensors, x, rng.integers(0, classes, batch), tag="Gemm",
+                acts=("r", "logits"), dacts=("h", "logits"), **opts)
+
+
+def _weight_grads_over_rows(batch=300, features=8, hidden=12, classes=3):
+    """``two_layers`` over 300 rows, 8 -> 12 -> 3: the weight gradients dY^T X sum over the
+    batch's 300 rows (k strided; 300 > 256, not a multiple of the lanes). On GPU adapters
+    (Builder.TILED) ops/gemm.kpar_lanes gives both ``matmul_kpar_t`` with 64 lanes along the
+    rows and the bias gradient summed beside (gemm.wgsl BSUM): the hidden Linear's [12, 8]
+    (6 blocks, 2 workgroups) with vec4 loads of dY and X (KVEC 3: in and out features
+    multiples of 4), the head's [3, 12] with those of X only (KVEC 2). The GPU self-check's
+    case of that kernel (CPU adapters run ``matmul``)."""
+    return two_layers(f"gemm/weight_grads_over_{batch}_rows", rng_for("gemm_rows", batch), batch,
+                      features, hidden, classes, selfcheck=True)
 
 
 LINEAR = [_linear(f, o, t) for f, o in [(1, 7), (7, 33), (33, 70), (70, 7), (33, 1), (260, 5)]
