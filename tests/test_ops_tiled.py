@@ -1068,8 +1068,8 @@ def _random_gemm(device, key, m, n, k, ta, tb):
 def _check_gemm(device, m, n, k, ta, tb, want_vec=None):
     from webgpu_trainer.engine.ops import gemm
     got, b, want, operands = _random_gemm(device, "gemm_tiled", m, n, k, ta, tb)
-    sb = operands[3]
-    tiled = gemm.tile_shape(b, m, n, k, sb) is not None
+    sa, sb = operands[1], operands[3]
+    tiled = gemm.tile_shape(b, m, n, k, sb, sa) is not None
     assert any("matmul_tiled" in d[0][2] for d in b.current) == tiled
     for d in b.current:  # split-K parts as the kernel sizes them (whole k steps): none empty
         if "matmul_tiled" in d[0][2]:
