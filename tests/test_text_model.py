@@ -230,3 +230,53 @@ def test_bool_mask_on_activations_refused(tmp_path):
                                               r"\(Equal\) reads it as input 0"):
         load_bundle(path)
     assert path.read_bytes() == before
+
+
+class PositionsNet(torch.nn.Module):
+    """Token and position embeddings, the positions from ``torch.arange(x.shape[1])``: a Shape
+    node reads the int64 ids (their dims only) -> mean over T -> Linear(8, 4)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(VOCAB, 8)
+        self.pos = torch.nn.Embedding(LENGTH, 8)
+        self.fc = torch.nn.Linear(8, CLASSES)
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1], device=x.device)
+        return self.fc((self.emb(x) + self.pos(positions)).mean(1))
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_shape_of_the_ids_is_read(device, tmp_path, dynamo):
+    """A Shape reading the ids imports (only Gathers read them once it is folded); forward vs
+    onnxruntime, loss and first-step gradients of both tables vs torch in float64."""
+    if dynamo:
+        pytest.importorskip("onnxscript")
+    from webgpu_trainer.onnx_io import load_bundle
+    torch.manual_seed(2)
+    net = PositionsNet()
+    path = tmp_path / "positions.onnx"
+    _export(net, path, dynamo)
+    graph, blob = load_bundle(path)
+    assert [n["op_type"] for n in graph["nodes"] if "tokens" in n["inputs"]] == ["Gather"]
+    x = _markers(6, 2).train_x.astype(np.int64)
+    labels = np.arange(6) % CLASSES
+    res = run(one_step(device, graph, blob, x, labels))
+    want = ort.InferenceSession(str(path)).run(None, {"tokens": x})[0]
+    assert_close(res["acts"][graph["outputs"][0]["name"]], want, FWD_RTOL, "forward vs ort")
+    net64 = PositionsNet().double()
+    net64.load_state_dict(net.state_dict())
+    loss = torch.nn.functional.cross_entropy(net64(torch.tensor(x)), torch.tensor(labels))
+    loss.backward()
+    assert_close(res["loss"], loss.item(), FWD_RTOL, "loss")
+    grads = dict(res["grads"])
+    if "pos.weight" not in grads:
+        # the dynamo exporter folds pos.weight[arange(16)] (a static length) into an
+        # initializer of its own: the same [16, 8] values, trained under another name
+        (other,) = set(grads) - {"emb.weight", "fc.weight", "fc.bias"}
+        grads["pos.weight"] = grads.pop(other)
+    assert set(grads) == {n for n, _ in net64.named_parameters()}
+    for name, p in net64.named_parameters():
+        assert_close(grads[name], p.grad.numpy().reshape(grads[name].shape), GRAD_RTOL,
+                     f"gradient of {name}")

@@ -155,11 +155,12 @@ def _check_inputs(s: ImportState) -> dict | None:
 
 def _check_token_input(s: ImportState, name: str) -> bool:
     """An integer input holds token ids: every node reading it must be a Gather reading it
-    as its indices (input 1: ``nn.Embedding``'s lookup into a table); a problem naming the
-    first other reader otherwise."""
+    as its indices (input 1: ``nn.Embedding``'s lookup into a table) or a Shape (which reads
+    only its dims, e.g. ``torch.arange(x.shape[1])`` for positions; folded with the batch's
+    dims later); a problem naming the first other reader otherwise."""
     for n in s.g.node:
         for k, i in enumerate(n.input):
-            if i == name and not (n.op_type == "Gather" and k == 1):
+            if i == name and not (n.op_type == "Gather" and k == 1 or n.op_type == "Shape"):
                 s.problems.append(f"input {name!r} holds integers (token ids); the engine "
                                   f"reads them only as the indices of a Gather (nn.Embedding), "
                                   f"but node {n.name or n.op_type} ({n.op_type}) reads it as "
