@@ -103,3 +103,27 @@ def test_vit_folds_its_linears():
                         n["inputs"][1], {}).get("op_type") == "Transpose")]
             assert not left
     assert counts[True] <= counts[False] - 25, counts
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_one_by_one_linear_on_tokens_trains(device, tmp_path, dynamo):
+    """``nn.Linear(1, 1)`` on [N, 5, 1]: the TorchScript exporter writes its weight as a
+    one-value initializer ``onnx::MatMul_*`` (an exporter-generated name), which still trains
+    (the product's operand rule, onnx_io/initializers.py); one GPU step against torch float64
+    (torch_models.export_and_step: every parameter's gradient, the weight's included)."""
+    torch = pytest.importorskip("torch")
+    from torch_models import export_and_step
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.fc = torch.nn.Linear(784, 5), torch.nn.Linear(1, 1)
+            self.out = torch.nn.Linear(5, 10)
+
+        def forward(self, x):
+            return self.out(self.fc(self.a(x.flatten(1)).unsqueeze(-1)).squeeze(-1))
+
+    torch.manual_seed(3)
+    graph = export_and_step(device, Net(), tmp_path / "one.onnx", dynamo, 18 if dynamo else 13,
+                            "one_by_one_linear")
+    assert not [f for f in graph["frozen"] if f["dtype"] == "float32"]

@@ -13,7 +13,8 @@ graph: it stays a frozen constant when
 3. its name is one an exporter generates for constants (``val_12``, ``onnx::Div_7``,
    ``/Constant_output_0``, ``scalar_tensor_default``, ``const_fold_opt__3``, ``ortshared_*``),
    unless it is the slope of a PRelu (``nn.PReLU()``'s one weight, which the dynamo exporter's
-   optimizer renames ``val_7``);
+   optimizer renames ``val_7``) or an operand of a product (MatMul's A or B, Gemm's A or B,
+   Conv's W: ``nn.Linear(1, 1)`` on a 3-D input exports its weight as ``onnx::MatMul_12``);
 
 otherwise it is a parameter and trains, as a scalar ``nn.Parameter`` does in PyTorch (torch's
 exporters name parameters by their ``state_dict`` key, e.g. ``scale``). Larger float
@@ -37,6 +38,8 @@ GENERATED_NAME = re.compile(r"^(_?val_\d+|onnx::.*|/.*|.*Constant(_\d+)?_output_
                             r"scalar_tensor.*|const_fold_opt__\d+|ortshared_.*)$")
 _GELU = {"sqrt2": math.sqrt(2.0), "inv_sqrt2": 1 / math.sqrt(2.0), "one": 1.0, "half": 0.5,
          "cube": 0.044715, "sqrt_2_over_pi": math.sqrt(2 / math.pi), "three": 3.0, "two": 2.0}
+# the inputs of a product that hold weights (a one-value one is still a weight, renamed)
+_WEIGHT_SLOTS = {"MatMul": (0, 1), "Gemm": (0, 1), "Conv": (1,), "ConvTranspose": (1,)}
 _SLOT_NAMES = {"Reshape": {1: "shape"}, "Expand": {1: "shape"}, "Tile": {1: "repeats"}}
 _QUANTIZED = {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16,
               TensorProto.INT32, TensorProto.INT4, TensorProto.UINT4}
@@ -158,8 +161,9 @@ def classify_scalars(s: ImportState) -> None:
                 break
         if why is None and x in gelu:
             why = f"a constant ({v:g}) of the GELU written out around node {gelu[x]}"
-        slope = any(n.op_type == "PRelu" and k == 1 for n, _, k in uses[x])
-        if why is None and GENERATED_NAME.match(x) and not slope:  # nn.PReLU(): one slope
+        weight = any(n.op_type == "PRelu" and k == 1 or _WEIGHT_SLOTS.get(n.op_type, ()) and
+                     k in _WEIGHT_SLOTS[n.op_type] for n, _, k in uses[x])
+        if why is None and GENERATED_NAME.match(x) and not weight:
             why = f"a constant ({v:g}) with an exporter-generated name"
         if why:
             s.scalar_reason[x] = why
