@@ -76,7 +76,7 @@ def _infer(s: ImportState, batch: int, known: dict | None = None) -> dict:
 
 def _const_sources(s: ImportState) -> dict[str, np.ndarray]:
     """Values known without running the model: Constant nodes and the initializers that
-    are not data (non-float ones, one-value floats that stay constants: ``scalar_reason``,
+    are not data (non-float ones, one-value floats that stay constants: ``constant_reason``,
     see initializers.py; float ones read only in setting slots, e.g. Resize's scales)."""
     vals = {}
     settings, data = set(), set()
@@ -84,7 +84,7 @@ def _const_sources(s: ImportState) -> dict[str, np.ndarray]:
         for k, x in enumerate(n.input):
             (settings if k in _CONST_SLOTS.get(n.op_type, ()) else data).add(x)
     for t in s.g.initializer:
-        if t.data_type not in _FLOAT_TYPES or t.name in s.scalar_reason \
+        if t.data_type not in _FLOAT_TYPES or t.name in s.constant_reason \
                 or (t.name in settings and t.name not in data):
             try:
                 vals[t.name] = numpy_helper.to_array(t)

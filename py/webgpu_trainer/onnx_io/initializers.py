@@ -18,7 +18,9 @@ graph: it stays a frozen constant when
 
 otherwise it is a parameter and trains, as a scalar ``nn.Parameter`` does in PyTorch (torch's
 exporters name parameters by their ``state_dict`` key, e.g. ``scale``). Larger float
-initializers always train (BatchNorm running statistics are buffers).
+initializers train (BatchNorm running statistics are buffers) unless they hold an infinity or
+NaN: an additive attention mask, e.g. a registered buffer ``triu(full((T, T), -inf), 1)``,
+which Adam would turn into a learned bias (and weight decay into NaN).
 """
 from __future__ import annotations
 
@@ -135,8 +137,9 @@ def note_dequantized(s: ImportState, done: list[dict]) -> None:
 
 
 def classify_scalars(s: ImportState) -> None:
-    """``s.scalar_reason``: {name: why it stays a constant} and ``s.scalar_params``
-    (the one-element float initializers that train), by the module docstring's rule."""
+    """``s.constant_reason``: {name: why it stays a constant} and ``s.scalar_params``
+    (the one-element float initializers that train), by the module docstring's rule; larger
+    float initializers holding an infinity or NaN (masks) are constants too."""
     g = s.g
     uses: dict[str, list] = {}
     for n, name in zip(g.node, s.names):
@@ -147,7 +150,15 @@ def classify_scalars(s: ImportState) -> None:
                for t in g.initializer
                if t.data_type in _FLOAT_TYPES and _numel(t.dims) == 1 and t.name in uses}
     gelu = _gelu_constants(s, scalars, uses)
-    s.scalar_reason, s.scalar_params = {}, []
+    s.constant_reason, s.scalar_params = {}, []
+    for t in g.initializer:
+        if t.data_type in _FLOAT_TYPES and _numel(t.dims) > 1 and t.name in uses:
+            v = numpy_helper.to_array(t)
+            if not np.isfinite(v).all():
+                kinds = [k for k, bad in (("-inf", np.isneginf(v)), ("+inf", np.isposinf(v)),
+                                          ("NaN", np.isnan(v))) if bad.any()]
+                s.constant_reason[t.name] = (f"holds {' and '.join(kinds)} (a mask, e.g. a "
+                                             "registered attention-mask buffer): a constant")
     for x, v in scalars.items():
         why = None
         for n, name, k in uses[x]:
@@ -166,7 +177,7 @@ def classify_scalars(s: ImportState) -> None:
         if why is None and GENERATED_NAME.match(x) and not weight:
             why = f"a constant ({v:g}) with an exporter-generated name"
         if why:
-            s.scalar_reason[x] = why
+            s.constant_reason[x] = why
         else:
             s.scalar_params.append(x)
     if s.scalar_params:
@@ -247,8 +258,8 @@ def frozen_list(s: ImportState, tensor_names: set, constants: dict) -> list[dict
             d = deq_inputs[t.name]
             why = (f"dequantized by node {d['node']} into the float32 parameter "
                    f"{d['output']!r}")
-        elif t.name in s.scalar_reason:
-            why = s.scalar_reason[t.name]
+        elif t.name in s.constant_reason:
+            why = s.constant_reason[t.name]
         elif t.name in constants:
             why = _constant_reason(s, t.name)
         elif t.name in s.scalar_params:

@@ -36,7 +36,7 @@ class ImportState:
 
     # checks (checks.check_graph)
     structure_ok: bool = False
-    scalar_reason: dict[str, str] = field(default_factory=dict)  # one-value constant -> why
+    constant_reason: dict[str, str] = field(default_factory=dict)  # float constant -> why
     scalar_params: list[str] = field(default_factory=list)  # one-value floats that train
     input: dict | None = None  # the one data input (checks._check_inputs)
     dead: set[str] = field(default_factory=set)  # nodes no output depends on
