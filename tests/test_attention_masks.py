@@ -1,7 +1,11 @@
 """Attention masks a PyTorch model keeps as registered buffers, exported by torch and trained
-natively: an additive causal mask ``triu(full((T, T), -inf), 1)`` imports as a constant (not a
-parameter: Adam would learn it, weight decay would make it NaN; onnx_io/initializers.py), and
-one GPU step matches torch in float64 (torch_models.export_and_step)."""
+natively, one GPU step against torch in float64 each (torch_models.export_and_step):
+
+- an additive causal mask ``triu(full((T, T), -inf), 1)`` imports as a constant, not a parameter
+  (Adam would learn it, weight decay would make it NaN; onnx_io/initializers.py);
+- ``masked_fill(bias[:, :T, :T] == 0, value)`` of a ``tril(ones)`` buffer (nanoGPT's style) and
+  ``torch.where(mask, scores, value)``: a Where of a constant condition, imported as
+  x * keep + fill (onnx_io/masked_fill.py)."""
 
 import numpy as np
 import pytest
@@ -14,7 +18,7 @@ T = 28
 
 class CausalNet(torch.nn.Module):
     """[N, 1, 28, 28] as 28 tokens of 28 -> one causal attention head of 16 (the mask a
-    buffer) -> Linear(448, 10)."""
+    buffer) -> Linear(448, 10); ``mask_scores`` applies the mask (here: adds it)."""
 
     def __init__(self):
         super().__init__()
@@ -25,8 +29,27 @@ class CausalNet(torch.nn.Module):
 
     def forward(self, x):
         x = x.flatten(1, 2)
-        scores = self.q(x) @ self.k(x).transpose(1, 2) / 4 + self.mask
+        scores = self.mask_scores(self.q(x) @ self.k(x).transpose(1, 2) / 4)
         return self.out((scores.softmax(-1) @ self.v(x)).flatten(1))
+
+    def mask_scores(self, scores):
+        return scores + self.mask
+
+
+class FilledNet(CausalNet):
+    """CausalNet masked by ``masked_fill`` of a ``tril(ones)`` buffer (``where``: by
+    ``torch.where(bias == 1, scores, value)``, the scores as Where's X)."""
+
+    def __init__(self, value, where=False):
+        super().__init__()
+        self.value, self.where = value, where
+        self.register_buffer("bias", torch.tril(torch.ones(T, T)).view(1, T, T))
+
+    def mask_scores(self, scores):
+        t = scores.shape[-1]
+        if self.where:
+            return torch.where(self.bias[:, :t, :t] == 1, scores, self.value)
+        return scores.masked_fill(self.bias[:, :t, :t] == 0, self.value)
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
@@ -39,3 +62,42 @@ def test_additive_mask_buffer_is_a_constant(device, tmp_path, dynamo):
     assert mask["shape"] == [T, T]
     assert mask["reason"].startswith("holds -inf (a mask")
     assert np.isinf(CausalNet().mask.numpy()).sum() == T * (T - 1) // 2
+
+
+@pytest.mark.parametrize("value,where", [(float("-inf"), False), (-3.0, False),
+                                         (float("-inf"), True)],
+                         ids=["masked_fill_inf", "masked_fill_minus3", "where_inf"])
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_masked_fill_by_a_constant_mask(device, tmp_path, dynamo, value, where):
+    torch.manual_seed(5)
+    net = FilledNet(value, where)
+    graph = export_and_step(device, net, tmp_path / "filled.onnx", dynamo, 18 if dynamo else 13,
+                            "masked_fill_buffer", dynamic=True)
+    ops = [n["op_type"] for n in graph["nodes"]]
+    assert "Where" not in ops and ops.count("Mul") == 1
+    assert any(n.startswith("masked_fill by a constant mask") for n in graph["notes"])
+    assert "bias" not in {t["name"] for t in graph["tensors"]}
+    reasons = {f["name"]: f["reason"] for f in graph["frozen"]}
+    if not dynamo:  # (the dynamo exporter folds the buffer's slice and == itself)
+        assert reasons["bias"].startswith("read only to compute the mask of node /Where")
+
+
+def test_where_of_the_input_is_still_refused(tmp_path):
+    """A Where whose condition depends on the input is no masked_fill: refused by name."""
+    from webgpu_trainer import onnx_io
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(784, 10)
+
+        def forward(self, x):
+            x = x.flatten(1)
+            return self.fc(x.masked_fill(x > 0, 0.0))
+
+    path = tmp_path / "relu_like.onnx"
+    torch.onnx.export(Net(), (torch.zeros(2, 1, 28, 28),), str(path), dynamo=False,
+                      input_names=["input"], dynamic_axes={"input": {0: "N"}})
+    with pytest.raises(onnx_io.OnnxImportError, match=r"node /Where \(Where, ai.onnx opset "
+                                                      r"\d+\) could not be folded"):
+        onnx_io.load_bundle(path)

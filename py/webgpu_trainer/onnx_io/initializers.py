@@ -150,7 +150,7 @@ def classify_scalars(s: ImportState) -> None:
                for t in g.initializer
                if t.data_type in _FLOAT_TYPES and _numel(t.dims) == 1 and t.name in uses}
     gelu = _gelu_constants(s, scalars, uses)
-    s.constant_reason, s.scalar_params = {}, []
+    s.scalar_params = []  # constant_reason may hold masks already (masked_fill.py)
     for t in g.initializer:
         if t.data_type in _FLOAT_TYPES and _numel(t.dims) > 1 and t.name in uses:
             v = numpy_helper.to_array(t)

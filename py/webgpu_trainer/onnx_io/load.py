@@ -11,13 +11,15 @@ from .bundle import bundle, weights
 from .checks import check_graph, check_ops
 from .errors import OnnxImportError, _error
 from .fold import fold
+from .masked_fill import masked_fill
 from .read import read_stage
 from .state import ImportState
 from .token_masks import token_masks
 
-STAGES = (read_stage, token_masks, check_graph, fold, batch_shapes, check_ops, weights,
+STAGES = (read_stage, token_masks, masked_fill, check_graph, fold, batch_shapes, check_ops, weights,
           attributes, bundle)
-"""read the file -> mask chains of the token ids as lookups -> check the graph -> fold
+"""read the file -> mask chains of the token ids as lookups -> masked_fill by constant masks
+as x * keep + fill -> check the graph -> fold
 constants -> shapes for any batch -> check the ops -> the weights (tensors, blob) -> the
 nodes' attributes -> the bundle."""
 
