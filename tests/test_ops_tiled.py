@@ -599,8 +599,8 @@ def test_gemm_untiled_vec4_loads(device, monkeypatch, m, n, k, ta, tb):
 # workgroup than threads at KL 8), alpha and a row bias, against float64; one dispatch.
 @pytest.mark.parametrize("m,n,k,lanes_nt,lanes_other", [
     (64, 10, 64, 16, 16), (1000, 10, 1024, 64, 64), (37, 29, 100, 16, 16), (5, 3, 33, 8, 8),
-    (130, 7, 40, 8, 8), (64, 64, 4096, 64, 0), (64, 1024, 784, 64, 0), (9, 250, 16, 0, 0),
-    (64, 64, 4104, 0, 0), (300, 260, 500, 0, 0), (64, 64, 200, 32, 32),
+    (130, 7, 40, 8, 8), (64, 64, 4096, 64, 64), (64, 1024, 784, 64, 0), (9, 250, 16, 0, 0),
+    (64, 64, 4104, 0, 64), (64, 64, 8200, 0, 0), (300, 260, 500, 0, 0), (64, 64, 200, 32, 32),
     (36, 128, 256, 64, 64)])
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1), (0, 1), (1, 0)])
 def test_gemm_kpar(device, m, n, k, lanes_nt, lanes_other, ta, tb):
@@ -716,7 +716,7 @@ def test_gemm_kpar_rule(m, n, k, contiguous, tiled, limit, want):
 
 @pytest.mark.parametrize("m,n,k,contiguous,want", [
     (64, 256, 1792, False, 64), (64, 257, 1792, False, 0), (64, 1024, 1024, True, 64),
-    (64, 64, 2048, False, 64), (64, 64, 2049, False, 0)])
+    (64, 64, 2048, False, 64), (64, 64, 8192, False, 64), (64, 64, 8193, False, 0)])
 def test_gemm_kpar_strided_bounds(m, n, k, contiguous, want):
     """k strided: at most GEMM_KPAR_STRIDED_OUT outputs (the MLP's [64, 1024] input gradient
     stays on split-K) over at most GEMM_KPAR_STRIDED_K (the Builder's defaults)."""

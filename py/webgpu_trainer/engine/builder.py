@@ -243,8 +243,10 @@ class Builder:
     # 2026-12-07, GPU ms a step at batch 64 with k up to 256 / 2048 (all outputs): encoder
     # (dW over 1,792 tokens) 0.368-0.370 / 0.356, LSTM 0.227 / 0.221, MLP (dX [64, 1024]
     # over 1024, 65,536 outputs) 0.167 / 0.171; with k to 20,000 and 256 lanes the ViT
-    # (16,640 tokens) 0.994 -> 1.166 (``2026-12-07-h100-s39-kp-*``).
-    GEMM_KPAR_STRIDED_K = 2048
+    # (16,640 tokens) 0.994 -> 1.166 (``2026-12-07-h100-s39-kp-*``). Up to 8,192 with 64
+    # lanes: the ViT at 64 (4,160 tokens, 98 -> 90 dispatches) 1.010-1.022 -> 0.990 (wall
+    # 1.108-1.113 -> 1.077; ``2026-12-07-h100-s40-kp8k-1``).
+    GEMM_KPAR_STRIDED_K = 8192
     GEMM_KPAR_STRIDED_OUT = 16384
     GEMM_KPAR_ORDER = True
     GEMM_KPAR_STRIDED_LANES = 64

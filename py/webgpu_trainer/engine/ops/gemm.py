@@ -159,7 +159,8 @@ def kpar_lanes(b, m: int, n: int, k: int, k_contiguous: bool) -> int:
     x k 11616 119 -> 190 us. Weight gradients over 1792-28000 tokens on ``matmul_kpar``'s
     lane order made the encoder's step 1.4x (batch 64) and 3.3x (1000) slower; on
     ``matmul_kpar_t`` over up to 2,048 tokens its step at 64 is 3% faster
-    (``2026-12-07-h100-s39-kp-*``). None: off."""
+    (``2026-12-07-h100-s39-kp-*``), and the ViT's over 4,160 another 3%
+    (``2026-12-07-h100-s40-kp8k-1``). None: off."""
     limit = getattr(b, "GEMM_KPAR", None)
     if not b.tiled or limit is None or not 0 < m * n <= limit or k < 32:
         return 0
