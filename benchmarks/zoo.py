@@ -176,17 +176,22 @@ def export(name: str, shape, folder: Path, zeros: bool = False) -> Path:
 
 @contextlib.contextmanager
 def builder(spec: str):
-    """``plan.Builder`` class attributes ``NAME=VALUE,...`` (Python literals) set meanwhile."""
+    """``plan.Builder`` class attributes ``NAME=VALUE,...`` (Python literals) set meanwhile;
+    ``Device.NAME=VALUE`` sets the native backend's ``Device`` attribute (e.g.
+    ``Device.STEPS_PER_SUBMIT=1``)."""
+    from webgpu_trainer.engine.backends.wgpu_native import Device
     from webgpu_trainer.engine.plan import Builder
-    new = {k: ast.literal_eval(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)}
-    old = {k: getattr(Builder, k) for k in new}
-    for k, v in new.items():
-        setattr(Builder, k, v)
+    new = [(Device, k[len("Device."):]) if k.startswith("Device.") else (Builder, k)
+           for k, _ in (kv.split("=") for kv in spec.split(",") if kv)]
+    values = [ast.literal_eval(v) for _, v in (kv.split("=") for kv in spec.split(",") if kv)]
+    old = [(cls, k, getattr(cls, k)) for cls, k in new]
+    for (cls, k), v in zip(new, values):
+        setattr(cls, k, v)
     try:
         yield
     finally:
-        for k, v in old.items():
-            setattr(Builder, k, v)
+        for cls, k, v in old:
+            setattr(cls, k, v)
 
 
 def _median(v):
