@@ -214,8 +214,12 @@ class Device:
 
     # Training steps (``run_step``) recorded into one command buffer before a submit; any
     # other call that touches the queue (write, submit, read, sync) submits them first, so the
-    # GPU sees the same commands in the same order. H100, batch 64: see README.
-    STEPS_PER_SUBMIT = 4
+    # GPU sees the same commands in the same order (tests/test_steps_per_submit.py: the same
+    # bits at 1, 3 and 4). Meant against the per-submit gap of small steps (at batch 64 the
+    # wall time per step exceeds the GPU's own by 35-45 us + ~0.8 us a dispatch on an H100);
+    # not yet timed on a GPU (no device was lent when it was written), so 1 (a submit a
+    # step, as before) until an A/B (benchmarks/zoo.py --builder Device.STEPS_PER_SUBMIT=4).
+    STEPS_PER_SUBMIT = 1
 
     def __init__(self, power_preference: str = "high-performance", backend: str | None = None):
         """``backend``: a wgpu backend name (``BACKENDS``, any case) to use only that API's
