@@ -216,7 +216,7 @@ class Device:
     # other call that touches the queue (write, submit, read, sync) submits them first, so the
     # GPU sees the same commands in the same order (tests/test_steps_per_submit.py: the same
     # bits at 1, 3 and 4). Meant against the per-submit gap of small steps (at batch 64 the
-    # wall time per step exceeds the GPU's own by 35-45 us + ~0.8 us a dispatch on an H100);
+    # wall time per step exceeds the GPU's own by 40-180 us on an H100, README);
     # not yet timed on a GPU (no device was lent when it was written), so 1 (a submit a
     # step, as before) until an A/B (benchmarks/zoo.py --builder Device.STEPS_PER_SUBMIT=4).
     STEPS_PER_SUBMIT = 1
