@@ -52,7 +52,9 @@ The package, by what each module holds:
 - ``shapes.py``: element counts and ONNX Reshape's output dims;
 - ``state.py``: :class:`ImportState`, the one state an import's stages pass along;
 - the stages, in the order ``load.STAGES`` runs them: ``read.py`` (parse the file, check
-  stored tensor data and external data files, dequantize weights), ``checks.py``
+  stored tensor data and external data files, dequantize weights), ``token_masks.py``
+  (masks of the token ids as lookups), ``masked_fill.py`` (a Where by a constant mask as
+  x * keep + fill), ``checks.py``
   (``check_graph``: opset, structure, the one input, ``onnx.checker``, dead nodes),
   ``fold.py`` (constant folding; ``eval_op.py`` evaluates one node), ``batch.py`` (shapes
   that hold for any batch), ``checks.py`` again (``check_ops``: the ops left), ``bundle.py``
