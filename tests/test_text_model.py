@@ -71,6 +71,27 @@ def exported(tmp_path_factory):
     return out
 
 
+def _check_step(device, path, graph, blob, net, x, labels, rename=None):
+    """One step of the bundle on ``device`` on ids ``x``: its forward against onnxruntime's,
+    its loss and every gradient against ``net``'s (copied to float64) in torch; ``rename``:
+    {bundle tensor: torch parameter} where the exporter renamed one. Returns the step's
+    result."""
+    res = run(one_step(device, graph, blob, x, labels))
+    want = ort.InferenceSession(str(path)).run(None, {"tokens": x})[0]
+    assert_close(res["acts"][graph["outputs"][0]["name"]], want, FWD_RTOL, "forward vs ort")
+    net64 = type(net)().double()
+    net64.load_state_dict(net.state_dict())
+    loss = torch.nn.functional.cross_entropy(net64(torch.tensor(x)), torch.tensor(labels))
+    loss.backward()
+    assert_close(res["loss"], loss.item(), FWD_RTOL, "loss")
+    grads = {(rename or {}).get(k, k): v for k, v in res["grads"].items()}
+    assert set(grads) == {n for n, _ in net64.named_parameters()}
+    for name, p in net64.named_parameters():
+        assert_close(grads[name], p.grad.numpy().reshape(grads[name].shape), GRAD_RTOL,
+                     f"gradient of {name}")
+    return res
+
+
 def _markers(train, test, seed=0):
     from webgpu_trainer.host.datasets import tokens
     return tokens.markers(train=train, test=test, seed=seed)
@@ -190,18 +211,7 @@ def test_padding_mask_folded_to_lookup(device, exported, tmp_path, dynamo):
     x = _markers(6, 2).train_x.astype(np.int64)
     x[:, 10:] = 0  # padding
     x[2, :] = 0  # a row of padding only (the clamp keeps its count 1)
-    labels = np.arange(6) % CLASSES
-    res = run(one_step(device, graph, blob, x, labels))
-    want = ort.InferenceSession(str(path)).run(None, {"tokens": x})[0]
-    assert_close(res["acts"][graph["outputs"][0]["name"]], want, FWD_RTOL, "forward vs ort")
-    net64 = MaskedNet().double()
-    net64.load_state_dict(net.state_dict())
-    loss = torch.nn.functional.cross_entropy(net64(torch.tensor(x)), torch.tensor(labels))
-    loss.backward()
-    assert_close(res["loss"], loss.item(), FWD_RTOL, "loss")
-    for name, p in net64.named_parameters():
-        assert_close(res["grads"][name], p.grad.numpy().reshape(res["grads"][name].shape),
-                     GRAD_RTOL, f"gradient of {name}")
+    res = _check_step(device, path, graph, blob, net, x, np.arange(6) % CLASSES)
     assert not np.any(res["grads"]["emb.weight"][0])
 
 
@@ -260,23 +270,9 @@ def test_shape_of_the_ids_is_read(device, tmp_path, dynamo):
     _export(net, path, dynamo)
     graph, blob = load_bundle(path)
     assert [n["op_type"] for n in graph["nodes"] if "tokens" in n["inputs"]] == ["Gather"]
-    x = _markers(6, 2).train_x.astype(np.int64)
-    labels = np.arange(6) % CLASSES
-    res = run(one_step(device, graph, blob, x, labels))
-    want = ort.InferenceSession(str(path)).run(None, {"tokens": x})[0]
-    assert_close(res["acts"][graph["outputs"][0]["name"]], want, FWD_RTOL, "forward vs ort")
-    net64 = PositionsNet().double()
-    net64.load_state_dict(net.state_dict())
-    loss = torch.nn.functional.cross_entropy(net64(torch.tensor(x)), torch.tensor(labels))
-    loss.backward()
-    assert_close(res["loss"], loss.item(), FWD_RTOL, "loss")
-    grads = dict(res["grads"])
-    if "pos.weight" not in grads:
-        # the dynamo exporter folds pos.weight[arange(16)] (a static length) into an
-        # initializer of its own: the same [16, 8] values, trained under another name
-        (other,) = set(grads) - {"emb.weight", "fc.weight", "fc.bias"}
-        grads["pos.weight"] = grads.pop(other)
-    assert set(grads) == {n for n, _ in net64.named_parameters()}
-    for name, p in net64.named_parameters():
-        assert_close(grads[name], p.grad.numpy().reshape(grads[name].shape), GRAD_RTOL,
-                     f"gradient of {name}")
+    # the dynamo exporter folds pos.weight[arange(16)] (a static length) into an initializer
+    # of its own: the same [16, 8] values, trained under another name
+    other = {t["name"] for t in graph["tensors"]} - {"emb.weight", "fc.weight", "fc.bias"}
+    assert len(other) == 1
+    _check_step(device, path, graph, blob, net, _markers(6, 2).train_x.astype(np.int64),
+                np.arange(6) % CLASSES, rename={other.pop(): "pos.weight"})
