@@ -132,6 +132,7 @@ def main():
         cu.cuFuncGetAttribute(ctypes.byref(regs), 4, func)  # CU_FUNC_ATTRIBUTE_NUM_REGS
         fns[name] = (func, regs.value)
     rows = {k: [] for k in ["cublas", *VARIANTS]}
+    wrong = []
     for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda")
         b = torch.randn(k, n, device="cuda")
@@ -143,10 +144,14 @@ def main():
             ms = median_ms(torch, launcher(cu, torch, func, a, b, c))
             err = ((c.double() - ref).abs().max() / ref.abs().max()).item()
             bad = "" if err < 1e-5 else f" (err {err:.1e})"
+            if bad:
+                wrong.append(f"{name} {m}x{n}x{k}{bad}")
             rows[name].append(f"{flop / ms / 1e9:.1f}{bad}")  # TFLOP/s: flop / (ms * 1e9)
     for name, vals in rows.items():
         regs = fns[name][1] if name in fns else ""
         print(f"| {name} | {regs} | " + " | ".join(vals) + " |")
+    if wrong:  # a kernel that computes the wrong product fails the run, not only its cell
+        sys.exit("wrong results (max |C - A B| / max |A B| >= 1e-5): " + "; ".join(wrong))
 
 
 if __name__ == "__main__":
