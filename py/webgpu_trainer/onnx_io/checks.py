@@ -182,7 +182,7 @@ def check_ops(s: ImportState) -> None:
         where = f"node {name} ({n.op_type}, {dom} opset {s.opsets.get(dom, '?')})"
         if n.domain not in _DEFAULT_DOMAINS:
             domains.append(f"unknown op domain {n.domain!r}: {where}")
-        elif n.op_type in _FOLD_ONLY and n.op_type != "Cast":
+        elif n.op_type in _FOLD_ONLY and not (n.op_type == "Cast" and _cast_is_float(n)):
             if not s.fold_ran:
                 continue  # the problems that stopped folding are reported already
             why = s.fold_failures.get(name, "its inputs are computed from activations")

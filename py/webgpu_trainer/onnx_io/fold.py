@@ -104,6 +104,7 @@ def _evaluate(s: ImportState, base: dict, shapes: dict) -> tuple[dict, dict]:
     vals = dict(base)
     types = shapes.get("__types__", {})
     why: dict[str, str] = {}
+    makers = {o: name for n, name in zip(s.g.node, s.names) for o in n.output if o}
     for n, name in zip(s.g.node, s.names):
         if n.op_type == "Constant" or n.domain not in _DEFAULT_DOMAINS:
             continue
@@ -133,7 +134,11 @@ def _evaluate(s: ImportState, base: dict, shapes: dict) -> tuple[dict, dict]:
                     raise _NotFoldable(f"the dtype of {n.input[1]!r} is not known")
                 outs = [vals[n.input[0]].astype(helper.tensor_dtype_to_np_dtype(to))]
             else:
-                if any(x and x not in vals for x in n.input):
+                missing = [x for x in n.input if x and x not in vals]
+                if missing:
+                    reason = _unknown_input(s, missing[0], why, makers)
+                    if reason:
+                        why[name] = reason
                     continue
                 ins = [vals[x] if x else None for x in n.input]
                 outs = _eval_op(n, ins, s.opset)
@@ -147,6 +152,19 @@ def _evaluate(s: ImportState, base: dict, shapes: dict) -> tuple[dict, dict]:
             if o:
                 vals[o] = np.asarray(v)
     return vals, why
+
+
+def _unknown_input(s: ImportState, x: str, why: dict, makers: dict) -> str | None:
+    """Why input ``x`` of a node is not a constant where a trained initializer is the cause
+    (``x`` itself, or what a node that could not be folded for that reason read), else
+    None (an activation)."""
+    root = x if x in s.init else None
+    if root is None and why.get(makers.get(x), "").startswith(_TRAINED):
+        return why[makers[x]]
+    return None if root is None else f"{_TRAINED} {root!r} (a parameter), not a constant"
+
+
+_TRAINED = "it depends on the trained initializer"
 
 
 def _shapes_and_values(s: ImportState, batch: int, base: dict) -> tuple[dict, dict, dict]:
