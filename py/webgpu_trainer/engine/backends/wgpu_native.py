@@ -74,7 +74,9 @@ class _Step:
     (``flush`` submits what is recorded): step k's uniform bytes go to slot k of a staging
     buffer by one ``wgpuQueueWriteBuffer`` (queue writes land before the next submit), and a
     copy from that slot into the uniform precedes the step's compute pass, so each pass reads
-    its own step's values, in the order of the calls. 1: a write and a submit a step."""
+    its own step's values, in the order of the calls. 1: a write and a submit a step. A replay
+    that raises (a program the checked first submit let through but wgpu-native refuses)
+    drops the steps recorded since the last submit with the encoder."""
 
     def __init__(self, device):
         self.queue, self.device = device.queue._internal, device._internal
