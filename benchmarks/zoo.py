@@ -181,11 +181,11 @@ def builder(spec: str):
     ``Device.STEPS_PER_SUBMIT=1``)."""
     from webgpu_trainer.engine.backends.wgpu_native import Device
     from webgpu_trainer.engine.plan import Builder
-    new = [(Device, k[len("Device."):]) if k.startswith("Device.") else (Builder, k)
-           for k, _ in (kv.split("=") for kv in spec.split(",") if kv)]
-    values = [ast.literal_eval(v) for _, v in (kv.split("=") for kv in spec.split(",") if kv)]
-    old = [(cls, k, getattr(cls, k)) for cls, k in new]
-    for (cls, k), v in zip(new, values):
+    new = [(Device, k.removeprefix("Device."), ast.literal_eval(v)) if k.startswith("Device.")
+           else (Builder, k, ast.literal_eval(v))
+           for k, v in (kv.split("=") for kv in spec.split(",") if kv)]
+    old = [(cls, k, getattr(cls, k)) for cls, k, _ in new]
+    for cls, k, v in new:
         setattr(cls, k, v)
     try:
         yield

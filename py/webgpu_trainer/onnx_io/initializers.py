@@ -40,8 +40,10 @@ GENERATED_NAME = re.compile(r"^(_?val_\d+|onnx::.*|/.*|.*Constant(_\d+)?_output_
                             r"scalar_tensor.*|const_fold_opt__\d+|ortshared_.*)$")
 _GELU = {"sqrt2": math.sqrt(2.0), "inv_sqrt2": 1 / math.sqrt(2.0), "one": 1.0, "half": 0.5,
          "cube": 0.044715, "sqrt_2_over_pi": math.sqrt(2 / math.pi), "three": 3.0, "two": 2.0}
-# the inputs of a product that hold weights (a one-value one is still a weight, renamed)
-_WEIGHT_SLOTS = {"MatMul": (0, 1), "Gemm": (0, 1), "Conv": (1,), "ConvTranspose": (1,)}
+# the inputs that hold weights (a one-value one is still a weight when an exporter renamed it:
+# a product's operand, nn.PReLU()'s one slope)
+_WEIGHT_SLOTS = {"MatMul": (0, 1), "Gemm": (0, 1), "Conv": (1,), "ConvTranspose": (1,),
+                 "PRelu": (1,)}
 _SLOT_NAMES = {"Reshape": {1: "shape"}, "Expand": {1: "shape"}, "Tile": {1: "repeats"}}
 _QUANTIZED = {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16,
               TensorProto.INT32, TensorProto.INT4, TensorProto.UINT4}
@@ -151,14 +153,7 @@ def classify_scalars(s: ImportState) -> None:
                if t.data_type in _FLOAT_TYPES and _numel(t.dims) == 1 and t.name in uses}
     gelu = _gelu_constants(s, scalars, uses)
     s.scalar_params = []  # constant_reason may hold masks already (masked_fill.py)
-    for t in g.initializer:
-        if t.data_type in _FLOAT_TYPES and _numel(t.dims) > 1 and t.name in uses:
-            v = numpy_helper.to_array(t)
-            if not np.isfinite(v).all():
-                kinds = [k for k, bad in (("-inf", np.isneginf(v)), ("+inf", np.isposinf(v)),
-                                          ("NaN", np.isnan(v))) if bad.any()]
-                s.constant_reason[t.name] = (f"holds {' and '.join(kinds)} (a mask, e.g. a "
-                                             "registered attention-mask buffer): a constant")
+    _non_finite(s, uses)
     for x, v in scalars.items():
         why = None
         for n, name, k in uses[x]:
@@ -172,8 +167,7 @@ def classify_scalars(s: ImportState) -> None:
                 break
         if why is None and x in gelu:
             why = f"a constant ({v:g}) of the GELU written out around node {gelu[x]}"
-        weight = any(n.op_type == "PRelu" and k == 1 or _WEIGHT_SLOTS.get(n.op_type, ()) and
-                     k in _WEIGHT_SLOTS[n.op_type] for n, _, k in uses[x])
+        weight = any(k in _WEIGHT_SLOTS.get(n.op_type, ()) for n, _, k in uses[x])
         if why is None and GENERATED_NAME.match(x) and not weight:
             why = f"a constant ({v:g}) with an exporter-generated name"
         if why:
@@ -184,6 +178,19 @@ def classify_scalars(s: ImportState) -> None:
         s.notes.append("one-element float initializers that train as parameters "
                        "(like a scalar nn.Parameter; --freeze NAME keeps one fixed): "
                        + ", ".join(map(repr, s.scalar_params)))
+
+
+def _non_finite(s: ImportState, uses: dict) -> None:
+    """Float initializers of more than one value, read by the graph, that hold an infinity or
+    NaN (additive masks) into ``s.constant_reason``."""
+    for t in s.g.initializer:
+        if t.data_type in _FLOAT_TYPES and _numel(t.dims) > 1 and t.name in uses:
+            v = numpy_helper.to_array(t)
+            kinds = [k for k, bad in (("-inf", np.isneginf(v)), ("+inf", np.isposinf(v)),
+                                      ("NaN", np.isnan(v))) if bad.any()]
+            if kinds:
+                s.constant_reason[t.name] = (f"holds {' and '.join(kinds)} (a mask, e.g. a "
+                                             "registered attention-mask buffer): a constant")
 
 
 def _gelu_constants(s: ImportState, scalars: dict, uses: dict) -> dict:
