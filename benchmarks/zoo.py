@@ -177,8 +177,7 @@ def export(name: str, shape, folder: Path, zeros: bool = False) -> Path:
 @contextlib.contextmanager
 def builder(spec: str):
     """``plan.Builder`` class attributes ``NAME=VALUE,...`` (Python literals) set meanwhile;
-    ``Device.NAME=VALUE`` sets the native backend's ``Device`` attribute (e.g.
-    ``Device.STEPS_PER_SUBMIT=1``)."""
+    ``Device.NAME=VALUE`` sets the native backend's ``Device`` attribute."""
     from webgpu_trainer.engine.backends.wgpu_native import Device
     from webgpu_trainer.engine.plan import Builder
     new = [(Device, k.removeprefix("Device."), ast.literal_eval(v)) if k.startswith("Device.")

@@ -68,76 +68,30 @@ class _Step:
     """``Device.run_step``'s C calls on one device: wgpu-py's error-checked entry points
     (``libf``: a failure raises as through wgpu-py) for the per-step calls, the descriptors
     made once; no wgpu-py wrapper object per step (their creation, logging and release by the
-    garbage collector were a quarter of a small model's host time on lavapipe).
-
-    Steps are recorded into one command encoder and submitted ``per_submit`` at a time
-    (``flush`` submits what is recorded): step k's uniform bytes go to slot k of a staging
-    buffer by one ``wgpuQueueWriteBuffer`` (queue writes land before the next submit), and a
-    copy from that slot into the uniform precedes the step's compute pass, so each pass reads
-    its own step's values, in the order of the calls. 1: a write and a submit a step. A replay
-    that raises (a program the checked first submit let through but wgpu-native refuses)
-    drops the steps recorded since the last submit with the encoder."""
+    garbage collector were a quarter of a small model's host time on lavapipe)."""
 
     def __init__(self, device):
         self.queue, self.device = device.queue._internal, device._internal
-        self.wgpu_device = device
         self.enc_desc = _ffi.new("WGPUCommandEncoderDescriptor *")
         self.pass_desc = _ffi.new("WGPUComputePassDescriptor *")
         self.cb_desc = _ffi.new("WGPUCommandBufferDescriptor *")
         self.cbs = _ffi.new("WGPUCommandBuffer[1]")
-        self.enc, self.count = None, 0
-        self.slots, self.stride = None, 0
 
-    def __call__(self, raw, uniform, data, per_submit: int = 1):
+    def __call__(self, raw, uniform, data):
         f = _libf
-        if per_submit > 1:
-            self._stage(uniform, data, per_submit)
-        else:
-            self.flush()
-            f.wgpuQueueWriteBuffer(self.queue, uniform, 0, _ffi.from_buffer(data), len(data))
-            self.enc = f.wgpuDeviceCreateCommandEncoder(self.device, self.enc_desc)
+        f.wgpuQueueWriteBuffer(self.queue, uniform, 0, _ffi.from_buffer(data), len(data))
+        enc = f.wgpuDeviceCreateCommandEncoder(self.device, self.enc_desc)
         try:
-            h = f.wgpuCommandEncoderBeginComputePass(self.enc, self.pass_desc)
+            h = f.wgpuCommandEncoderBeginComputePass(enc, self.pass_desc)
             try:
                 _replay_raw(h, raw)
                 f.wgpuComputePassEncoderEnd(h)
             finally:
                 _lib.wgpuComputePassEncoderRelease(h)
-        except BaseException:
-            _lib.wgpuCommandEncoderRelease(self.enc)
-            self.enc, self.count = None, 0
-            raise
-        self.count += 1
-        if self.count >= per_submit:
-            self.flush()
-
-    def _stage(self, uniform, data, per_submit: int):
-        """Slot ``count`` of the staging buffer <- ``data``, and its copy into ``uniform``
-        recorded (the encoder begun when empty)."""
-        f, n = _libf, len(data)
-        if self.slots is None or n > self.stride or per_submit * self.stride > self.slots.size:
-            self.flush()
-            self.stride = max(self.stride, round_up(n, 256))
-            self.slots = self.wgpu_device.create_buffer(
-                size=per_submit * self.stride, label="step slots",
-                usage=wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
-        if self.enc is None:
-            self.enc = f.wgpuDeviceCreateCommandEncoder(self.device, self.enc_desc)
-        off = self.count * self.stride
-        f.wgpuQueueWriteBuffer(self.queue, self.slots._internal, off, _ffi.from_buffer(data), n)
-        f.wgpuCommandEncoderCopyBufferToBuffer(self.enc, self.slots._internal, off, uniform, 0,
-                                              round_up(n))
-
-    def flush(self):
-        """Submit the steps recorded so far (none: nothing)."""
-        if self.enc is None:
-            return
-        f, cbs = _libf, self.cbs
-        try:
-            cbs[0] = f.wgpuCommandEncoderFinish(self.enc, self.cb_desc)
+            cbs = self.cbs
+            cbs[0] = f.wgpuCommandEncoderFinish(enc, self.cb_desc)
         finally:
-            _lib.wgpuCommandEncoderRelease(self.enc)
-            self.enc, self.count = None, 0
+            _lib.wgpuCommandEncoderRelease(enc)
         try:
             f.wgpuQueueSubmit(self.queue, 1, cbs)
         finally:
@@ -214,15 +168,6 @@ def _adapter_of(backend: str):
 class Device:
     """A wgpu-py device (``device.Device``)."""
 
-    # Training steps (``run_step``) recorded into one command buffer before a submit; any
-    # other call that touches the queue (write, submit, read, sync) submits them first, so the
-    # GPU sees the same commands in the same order (tests/test_steps_per_submit.py: the same
-    # bits at 1, 3 and 4). Meant against the per-submit gap of small steps (at batch 64 the
-    # wall time per step exceeds the GPU's own by 40-180 us on an H100, README);
-    # not yet timed on a GPU (no device was lent when it was written), so 1 (a submit a
-    # step, as before) until an A/B (benchmarks/zoo.py --builder Device.STEPS_PER_SUBMIT=4).
-    STEPS_PER_SUBMIT = 1
-
     def __init__(self, power_preference: str = "high-performance", backend: str | None = None):
         """``backend``: a wgpu backend name (``BACKENDS``, any case) to use only that API's
         adapter, e.g. "OpenGL" for llvmpipe through EGL; None lets wgpu choose (the
@@ -267,14 +212,8 @@ class Device:
         return self.device.create_buffer(size=size, label=label,
                                          usage=_UNIFORM if uniform else _STORAGE)
 
-    def flush(self):
-        """Submit the training steps ``run_step`` recorded and has not submitted yet."""
-        if self._step is not None:
-            self._step.flush()
-
     def write(self, buf, data, offset: int = 0):
         """Upload ``data`` (bytes-like, length a multiple of 4) at byte ``offset`` of ``buf``."""
-        self.flush()
         self.device.queue.write_buffer(buf, offset, memoryview(data).cast("B"))
 
     def _layout(self, name: str):
@@ -329,7 +268,6 @@ class Device:
         raises); later ones call wgpu-native directly (at most 3 C calls a dispatch, no
         repeated set_pipeline / set_bind_group of the state already set: the same commands,
         already validated once). What a step's host time is made of: benchmarks/host_time.py."""
-        self.flush()
         enc = self.device.create_command_encoder()
         checked = []
         for prog in programs:
@@ -353,11 +291,10 @@ class Device:
                     prog.raw = _replay(prog)
 
     def run_step(self, program, uniform, data):
-        """Write ``data`` at the start of ``uniform``, then run ``program``; ``fence()``.
+        """Write ``data`` at the start of ``uniform``, submit ``program`` alone; ``fence()``.
 
         Once ``program`` went through ``submit`` (checked), the step is wgpu-native's C calls
-        alone (``_Step``: 8 a step + at most 3 a dispatch), recorded with the steps before it
-        and submitted ``STEPS_PER_SUBMIT`` at a time (``flush``)."""
+        alone (``_Step``: 8 a step + at most 3 a dispatch)."""
         raw = getattr(program, "raw", None)
         if raw is None:
             self.write(uniform, data)
@@ -365,19 +302,17 @@ class Device:
         else:
             if self._step is None:
                 self._step = _Step(self.device)
-            self._step(raw, uniform._internal, data, self.STEPS_PER_SUBMIT)
+            self._step(raw, uniform._internal, data)
         return _READY
 
     async def read(self, buf, offset: int = 0, nbytes: int | None = None) -> bytes:
         """Bytes ``[offset, offset + nbytes)`` of ``buf`` after all submitted work."""
         if nbytes is None:
             nbytes = buf.size - offset
-        self.flush()
         return bytes(self.device.queue.read_buffer(buf, offset, nbytes))
 
     async def sync(self):
         """Wait until the queue is idle."""
-        self.flush()
         self.device.queue.read_buffer(self._fence(), 0, 4)
 
     def fence(self):
