@@ -48,6 +48,12 @@ class Device(Protocol):
     async def read(self, buf, offset: int = 0, nbytes: int | None = None) -> bytes:
         """``nbytes`` of ``buf`` from ``offset`` (None: to its end), after the work submitted."""
 
+    async def read_spans(self, spans: list) -> list:
+        """``[bytes]``, one for each ``(buf, offset, nbytes)`` of ``spans`` (offsets and sizes
+        multiples of 4), after the work submitted: one copy each into one staging buffer and
+        one map, so one wait for the GPU instead of one a span (the trainer's report reads the
+        metrics ring and the guard's flags this way)."""
+
     async def sync(self):
         """Wait for the work submitted so far."""
 

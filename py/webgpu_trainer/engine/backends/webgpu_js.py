@@ -254,6 +254,31 @@ class Device:
         staging.destroy()
         return data
 
+    async def read_spans(self, spans: list) -> list:
+        """``[bytes]`` of each ``(buf, offset, nbytes)``: one staging buffer, one submit of
+        the copies, one ``mapAsync`` (``device.Device.read_spans``)."""
+        sizes = [round_up(n) for _, _, n in spans]
+        u = js.GPUBufferUsage
+        staging = self.device.createBuffer(_js({"size": max(4, sum(sizes)),
+                                                "usage": u.MAP_READ | u.COPY_DST}))
+        enc = self.device.createCommandEncoder()
+        at = 0
+        for (buf, offset, _), size in zip(spans, sizes):
+            enc.copyBufferToBuffer(buf, offset, staging, at, size)
+            at += size
+        self.device.queue.submit(to_js([enc.finish()]))
+        try:
+            await staging.mapAsync(js.GPUMapMode.READ)
+            data = js.Uint8Array.new(staging.getMappedRange()).to_bytes()
+            staging.unmap()
+        finally:
+            staging.destroy()
+        out, at = [], 0
+        for (_, _, n), size in zip(spans, sizes):
+            out.append(data[at:at + n])
+            at += size
+        return out
+
     async def sync(self):
         """Wait until the queue has finished all submitted work."""
         await self.device.queue.onSubmittedWorkDone()

@@ -311,6 +311,29 @@ class Device:
             nbytes = buf.size - offset
         return bytes(self.device.queue.read_buffer(buf, offset, nbytes))
 
+    async def read_spans(self, spans: list) -> list:
+        """``[bytes]`` of each ``(buf, offset, nbytes)``: one staging buffer, one submit of
+        the copies, one map (``device.Device.read_spans``)."""
+        sizes = [round_up(n) for _, _, n in spans]
+        staging = self.device.create_buffer(
+            size=max(4, sum(sizes)), usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+        enc = self.device.create_command_encoder()
+        at = 0
+        for (buf, offset, _), size in zip(spans, sizes):
+            enc.copy_buffer_to_buffer(buf, offset, staging, at, size)
+            at += size
+        self.device.queue.submit([enc.finish()])
+        try:
+            staging.map_sync(wgpu.MapMode.READ)
+            data = bytes(staging.read_mapped(0, staging.size))
+        finally:
+            staging.destroy()
+        out, at = [], 0
+        for (_, _, n), size in zip(spans, sizes):
+            out.append(data[at:at + n])
+            at += size
+        return out
+
     async def sync(self):
         """Wait until the queue is idle."""
         self.device.queue.read_buffer(self._fence(), 0, 4)

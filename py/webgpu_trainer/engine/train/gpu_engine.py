@@ -204,11 +204,15 @@ class GpuEngine:
 
     async def metrics(self, first: int, last: int):
         """``([(loss, accuracy)] of steps first..last, guard)``: guard is None while every
-        gradient was finite, else ``(step, tensor, node)`` of the first non-finite one."""
-        raw = await self.dev.read(self.plan.metrics)
-        vals = struct.unpack(f"<{2 * METRICS_RING}f", raw)
+        gradient was finite, else ``(step, tensor, node)`` of the first non-finite one. One
+        readback of both (``Device.read_spans``: one wait for the GPU, not two)."""
+        flags = self.guard.span()
+        raws = await self.dev.read_spans([(self.plan.metrics, 0, 8 * METRICS_RING)]
+                                         + ([flags] if flags else []))
+        vals = struct.unpack(f"<{2 * METRICS_RING}f", raws[0])
         slots = [(t - 1) % METRICS_RING for t in range(first, last + 1)]
-        return [(vals[2 * s], vals[2 * s + 1]) for s in slots], await self.guard.first_bad()
+        return ([(vals[2 * s], vals[2 * s + 1]) for s in slots],
+                self.guard.bad_of(raws[1]) if flags else None)
 
     async def eval_outputs(self, what: str, lo: int, hi: int):
         """Eval-mode forward over images lo..hi-1 of the split ``what`` (``load_data``'s

@@ -82,16 +82,24 @@ class Guard:
     def reset(self):
         self.dev.write(self.flags, struct.pack("<I", NONE) * max(len(self.tensors), 1))
 
-    async def first_bad(self):
-        """``None`` when every gradient so far was finite, else ``(step, tensor, node)``: the
-        earliest step with a non-finite gradient and the first tensor (graph order) flagged at
-        that step."""
-        if not self.tensors:
-            return None
-        raw = await self.dev.read(self.flags, 0, 4 * len(self.tensors))
+    def span(self):
+        """``(flags buffer, 0, nbytes)``: what ``first_bad`` reads (``Device.read_spans``), or
+        None without tensors to test."""
+        return (self.flags, 0, 4 * len(self.tensors)) if self.tensors else None
+
+    def bad_of(self, raw: bytes):
+        """``first_bad``'s answer from the flags' bytes ``raw`` (``span``)."""
         flags = struct.unpack(f"<{len(self.tensors)}I", raw)
         step = min(flags)
         if step == NONE:
             return None
         k = flags.index(step)
         return step, self.tensors[k][0], self.tensors[k][1]
+
+    async def first_bad(self):
+        """``None`` when every gradient so far was finite, else ``(step, tensor, node)``: the
+        earliest step with a non-finite gradient and the first tensor (graph order) flagged at
+        that step."""
+        if not self.tensors:
+            return None
+        return self.bad_of(await self.dev.read(*self.span()))
