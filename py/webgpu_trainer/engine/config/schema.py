@@ -32,7 +32,9 @@ MNIST_VAL = 5000  # validation images held out of the training split by default
 # sizes (validate.resolve), naming both.
 MAX_IMAGES = 10_000_000  # training / validation / test images a run may use
 MAX_BATCH = 65_536       # images per step
-REPORT_MAX = 32  # half of plan.METRICS_RING: the GPU keeps 64 steps of metrics between reads
+REPORT_MAX = 32  # half of plan.METRICS_RING: the GPU keeps 64 steps of metrics between reads;
+# also report_every's default: a readback drains the GPU's queue (H100, batch 64: every 10 steps
+# cost 15-20% of a step's time, every 32 4-6%; results/2026-12-07-h100-s41-readbacks.json)
 SEED_MAX = 2 ** 32 - 1
 INT_MAX = 10 ** 9  # counts without a natural bound (steps, epochs between decays): fit an i32
 F32_MAX = 3.4028234663852886e38  # the largest float32: every float field, and what the GPU packs
@@ -131,8 +133,9 @@ FIELDS = (
       "images (by default at most the dataset's test images)", "run", label="Test images",
       min=1, max=MAX_IMAGES, unit="images",
       advanced=True),
-    F("report_every", "int", 10, "steps between metric readbacks", "run", min=1,
-      max=REPORT_MAX, unit="steps", where=("cli",)),
+    F("report_every", "int", REPORT_MAX, "steps between metric readbacks (each one waits "
+      "for the GPU's queue to drain)", "run", min=1, max=REPORT_MAX, unit="steps",
+      where=("cli",)),
     F("checkpoint_every_s", "float", 60.0, "also save a checkpoint every N seconds of "
       "training inside an epoch, resumed exactly (0 = at the end of each epoch only; the page "
       "also saves one on Stop)", "run", label="Checkpoint every", min=0, max=86400, unit="s",
