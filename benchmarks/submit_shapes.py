@@ -22,7 +22,7 @@ What it showed (H100, wgpu-py 0.32, ``results/2026-12-07-h100-s41-submit-shapes.
 batch 64 the host's encode is 40-60% of the wall time, yet ``pre_encoded`` (host 0.03-0.06 ms
 a step) leaves the wall where ``step`` has it (MLP 0.182 vs 0.180 at k = 100; SeedNet 0.378 vs
 0.369; the encoder 0.368 vs 0.361): the GPU's own gaps between submits set the wall, not the
-host. One command buffer for 4 steps saves 4-12 us a step; the uniform write about 8.
+host. One command buffer for 4 steps saves 0-10 us a step; the uniform write 8-13.
 
     python benchmarks/submit_shapes.py --models mlp:64 seednet:64 --steps 20 100 --json out.json
 """
