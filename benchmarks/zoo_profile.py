@@ -41,14 +41,21 @@ async def fixture_trainer(dev, name: str, batch: int):
     return tr
 
 
-async def profile(dev, path, batch: int, shape=(1, 28, 28), marginal: bool = False) -> dict:
+async def profile(dev, path, batch: int, shape=(1, 28, 28), marginal: bool = False,
+                  repeat: int = 0) -> dict:
     """{"dispatches": [(phase, kernel, workgroups, ms)], "by_kernel": {kernel: ms}, "ms"};
     ``path``: an ONNX file of benchmarks/zoo.py, or the name of a test-zoo model.
 
     ``marginal``: each dispatch's ms is instead what it adds to the step where it stands: the
     GPU time of the step's first i + 1 dispatches in one pass less that of its first i (median
     of 11 each, after 60 warm-up passes), so launch gaps and barriers count and overlap with
-    neighbours does not; "ms" is then the whole step's pass."""
+    neighbours does not; "ms" is then the whole step's pass (on an H100 its differences were
+    noise: single dispatches at -300 us). ``repeat`` R: each dispatch's ms is instead a pass of
+    R copies of it back to back over R (median of 5 passes, after the GPU's clocks are up):
+    each copy waits for the one before (they write the same buffers), so that is the dispatch
+    with its barrier, in the clocks and caches of a busy step; "ms" then adds them up, to set
+    beside the whole step's pass (zoo.py's gpu_ms). The state the repeats leave is garbage:
+    the trainer is thrown away after."""
     import native
     import zoo
     from gpu_timer import Timer, median
@@ -69,6 +76,12 @@ async def profile(dev, path, batch: int, shape=(1, 28, 28), marginal: bool = Fal
         prefix = [0.0] + [median(timer.passes([prog[:i]] * 11))
                           for i in range(1, len(prog) + 1)]
         rows = [(*r[:3], prefix[i + 1] - prefix[i]) for i, r in enumerate(rows)]
+    elif repeat:
+        timer, prog = Timer(dev), eng.train_program
+        for _ in range(3):
+            timer.passes([prog] * 20)
+        rows = [(*r[:3], median(timer.passes([[d] * repeat] * 5)) / repeat)
+                for r, d in zip(rows, prog)]
     by = {}
     for phase, key, _, ms in rows:
         name = f"{phase}:" + ":".join(str(key).split(":")[:2])
@@ -91,6 +104,8 @@ def main(argv=None) -> int:
                    help="the input shape of zoo.py's own models (make_zoo's have theirs)")
     p.add_argument("--builder", default="", metavar="NAME=VALUE,...",
                    help="set plan.Builder class attributes meanwhile (zoo.py --builder)")
+    p.add_argument("--repeat", type=int, default=0, metavar="R",
+                   help="each dispatch as a pass of R copies of it, over R (profile's repeat)")
     p.add_argument("--marginal", action="store_true",
                    help="each dispatch's share of the whole step's pass (profile's marginal)")
     p.add_argument("--json", type=Path, default=None)
@@ -104,7 +119,8 @@ def main(argv=None) -> int:
         path = name if args.fixtures else zoo.export(name, shape, folder)
         for batch in args.batch:
             with zoo.builder(args.builder):
-                r = asyncio.run(profile(dev, path, batch, shape, args.marginal))
+                r = asyncio.run(profile(dev, path, batch, shape, args.marginal,
+                                        args.repeat))
             res.append({"model": name, "batch": batch, **r})
             print(f"== {name} batch {batch}: {r['ms']:.3f} ms summed, "
                   f"{len(r['dispatches'])} dispatches", flush=True)
