@@ -46,3 +46,13 @@ def test_guard_reads_with_the_metrics(bad):
     g.flags = SimpleNamespace()
     assert g.span() == (g.flags, 0, 12)
     assert g.bad_of(raw) == ((5, "w2", "fc2") if bad else None)
+
+
+def test_a_span_past_the_end_raises_and_the_device_goes_on(device):
+    """A span beyond its buffer's end raises wgpu's validation error naming the overrun; the
+    device reads correctly after it."""
+    buf = device.buffer(40, "short")
+    device.write(buf, bytes(range(40)))
+    with pytest.raises(Exception, match="overrun"):
+        asyncio.run(device.read_spans([(buf, 0, 8), (buf, 32, 16)]))
+    assert asyncio.run(device.read_spans([(buf, 32, 8)])) == [bytes(range(32, 40))]

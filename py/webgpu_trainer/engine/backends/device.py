@@ -49,10 +49,10 @@ class Device(Protocol):
         """``nbytes`` of ``buf`` from ``offset`` (None: to its end), after the work submitted."""
 
     async def read_spans(self, spans: list) -> list:
-        """``[bytes]``, one for each ``(buf, offset, nbytes)`` of ``spans`` (offsets and sizes
-        multiples of 4), after the work submitted: one copy each into one staging buffer and
-        one map, so one wait for the GPU instead of one a span (the trainer's report reads the
-        metrics ring and the guard's flags this way)."""
+        """``[bytes]``, one for each ``(buf, offset, nbytes)`` of ``spans`` (offsets multiples
+        of 4; any nbytes, whole words copied), after the work submitted: one copy each into
+        one staging buffer and one map, so one wait for the GPU instead of one a span (the
+        trainer's report reads the metrics ring and the guard's flags this way)."""
 
     async def sync(self):
         """Wait for the work submitted so far."""

@@ -261,13 +261,13 @@ class Device:
         u = js.GPUBufferUsage
         staging = self.device.createBuffer(_js({"size": max(4, sum(sizes)),
                                                 "usage": u.MAP_READ | u.COPY_DST}))
-        enc = self.device.createCommandEncoder()
-        at = 0
-        for (buf, offset, _), size in zip(spans, sizes):
-            enc.copyBufferToBuffer(buf, offset, staging, at, size)
-            at += size
-        self.device.queue.submit(to_js([enc.finish()]))
         try:
+            enc = self.device.createCommandEncoder()
+            at = 0
+            for (buf, offset, _), size in zip(spans, sizes):
+                enc.copyBufferToBuffer(buf, offset, staging, at, size)
+                at += size
+            self.device.queue.submit(to_js([enc.finish()]))
             await staging.mapAsync(js.GPUMapMode.READ)
             data = js.Uint8Array.new(staging.getMappedRange()).to_bytes()
             staging.unmap()

@@ -317,13 +317,13 @@ class Device:
         sizes = [round_up(n) for _, _, n in spans]
         staging = self.device.create_buffer(
             size=max(4, sum(sizes)), usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
-        enc = self.device.create_command_encoder()
-        at = 0
-        for (buf, offset, _), size in zip(spans, sizes):
-            enc.copy_buffer_to_buffer(buf, offset, staging, at, size)
-            at += size
-        self.device.queue.submit([enc.finish()])
         try:
+            enc = self.device.create_command_encoder()
+            at = 0
+            for (buf, offset, _), size in zip(spans, sizes):
+                enc.copy_buffer_to_buffer(buf, offset, staging, at, size)
+                at += size
+            self.device.queue.submit([enc.finish()])
             staging.map_sync(wgpu.MapMode.READ)
             data = bytes(staging.read_mapped(0, staging.size))
         finally:
