@@ -29,6 +29,21 @@ def round_up(n: int, multiple: int = 4) -> int:
     return (n + multiple - 1) // multiple * multiple
 
 
+def span_sizes(spans: list) -> list:
+    """Bytes each ``(buf, offset, nbytes)`` of ``spans`` takes in a ``read_spans`` staging
+    buffer, one after the other: nbytes rounded up to whole words (copies move 4-byte words)."""
+    return [round_up(n) for _, _, n in spans]
+
+
+def split_spans(data: bytes, spans: list) -> list:
+    """Each span's ``nbytes`` from ``data``, the staging buffer laid out by ``span_sizes``."""
+    out, at = [], 0
+    for (_, _, n), size in zip(spans, span_sizes(spans)):
+        out.append(data[at:at + n])
+        at += size
+    return out
+
+
 def groups_1d(n_threads: int, per_group: int = WORKGROUP) -> tuple:
     """Workgroup counts ``(x, y, 1)`` covering ``n_threads`` 1-D threads of ``per_group`` each.
 

@@ -13,7 +13,7 @@ from pyodide.ffi import to_js
 
 from ..errors import UserError
 from . import shaders
-from .base import ShaderError, View, round_up
+from .base import ShaderError, View, round_up, span_sizes, split_spans
 
 _REPLAY, _STEP = run_js("""
 const replay = (device, programs, copies) => {
@@ -257,7 +257,7 @@ class Device:
     async def read_spans(self, spans: list) -> list:
         """``[bytes]`` of each ``(buf, offset, nbytes)``: one staging buffer, one submit of
         the copies, one ``mapAsync`` (``device.Device.read_spans``)."""
-        sizes = [round_up(n) for _, _, n in spans]
+        sizes = span_sizes(spans)
         u = js.GPUBufferUsage
         staging = self.device.createBuffer(_js({"size": max(4, sum(sizes)),
                                                 "usage": u.MAP_READ | u.COPY_DST}))
@@ -273,11 +273,7 @@ class Device:
             staging.unmap()
         finally:
             staging.destroy()
-        out, at = [], 0
-        for (_, _, n), size in zip(spans, sizes):
-            out.append(data[at:at + n])
-            at += size
-        return out
+        return split_spans(data, spans)
 
     async def sync(self):
         """Wait until the queue has finished all submitted work."""

@@ -8,7 +8,7 @@ import tempfile
 import wgpu
 
 from . import shaders
-from .base import ShaderError, View, round_up
+from .base import ShaderError, View, round_up, span_sizes, split_spans
 
 _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 _UNIFORM = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
@@ -314,7 +314,7 @@ class Device:
     async def read_spans(self, spans: list) -> list:
         """``[bytes]`` of each ``(buf, offset, nbytes)``: one staging buffer, one submit of
         the copies, one map (``device.Device.read_spans``)."""
-        sizes = [round_up(n) for _, _, n in spans]
+        sizes = span_sizes(spans)
         staging = self.device.create_buffer(
             size=max(4, sum(sizes)), usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
         try:
@@ -328,11 +328,7 @@ class Device:
             data = bytes(staging.read_mapped(0, staging.size))
         finally:
             staging.destroy()
-        out, at = [], 0
-        for (_, _, n), size in zip(spans, sizes):
-            out.append(data[at:at + n])
-            at += size
-        return out
+        return split_spans(data, spans)
 
     async def sync(self):
         """Wait until the queue is idle."""
