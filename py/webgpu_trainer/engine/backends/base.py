@@ -29,19 +29,21 @@ def round_up(n: int, multiple: int = 4) -> int:
     return (n + multiple - 1) // multiple * multiple
 
 
-def span_sizes(spans: list) -> list:
-    """Bytes each ``(buf, offset, nbytes)`` of ``spans`` takes in a ``read_spans`` staging
-    buffer, one after the other: nbytes rounded up to whole words (copies move 4-byte words)."""
-    return [round_up(n) for _, _, n in spans]
+def span_copies(spans: list) -> tuple:
+    """``([(buf, offset, at, size)], total)``: the copy of each ``(buf, offset, nbytes)`` of
+    ``spans`` into a ``read_spans`` staging buffer of ``total`` bytes (at least 4), one after
+    the other at byte ``at``, ``size`` = nbytes rounded up to whole words (copies move 4-byte
+    words)."""
+    copies, at = [], 0
+    for buf, offset, n in spans:
+        copies.append((buf, offset, at, round_up(n)))
+        at += round_up(n)
+    return copies, max(4, at)
 
 
 def split_spans(data: bytes, spans: list) -> list:
-    """Each span's ``nbytes`` from ``data``, the staging buffer laid out by ``span_sizes``."""
-    out, at = [], 0
-    for (_, _, n), size in zip(spans, span_sizes(spans)):
-        out.append(data[at:at + n])
-        at += size
-    return out
+    """Each span's ``nbytes`` from ``data``, the staging buffer laid out by ``span_copies``."""
+    return [data[at:at + n] for (_, _, at, _), (_, _, n) in zip(span_copies(spans)[0], spans)]
 
 
 def groups_1d(n_threads: int, per_group: int = WORKGROUP) -> tuple:

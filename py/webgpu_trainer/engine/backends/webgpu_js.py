@@ -13,7 +13,7 @@ from pyodide.ffi import to_js
 
 from ..errors import UserError
 from . import shaders
-from .base import ShaderError, View, round_up, span_sizes, split_spans
+from .base import ShaderError, View, round_up, span_copies, split_spans
 
 _REPLAY, _STEP = run_js("""
 const replay = (device, programs, copies) => {
@@ -241,32 +241,19 @@ class Device:
         """Bytes ``[offset, offset + nbytes)`` of ``buf`` after all submitted work (async map)."""
         if nbytes is None:
             nbytes = int(buf.size) - offset
-        size = round_up(nbytes)
-        u = js.GPUBufferUsage
-        staging = self.device.createBuffer(_js({"size": size,
-                                                "usage": u.MAP_READ | u.COPY_DST}))
-        enc = self.device.createCommandEncoder()
-        enc.copyBufferToBuffer(buf, offset, staging, 0, size)
-        self.device.queue.submit(to_js([enc.finish()]))
-        await staging.mapAsync(js.GPUMapMode.READ)
-        data = js.Uint8Array.new(staging.getMappedRange()).to_bytes()[:nbytes]
-        staging.unmap()
-        staging.destroy()
-        return data
+        return (await self.read_spans([(buf, offset, nbytes)]))[0]
 
     async def read_spans(self, spans: list) -> list:
         """``[bytes]`` of each ``(buf, offset, nbytes)``: one staging buffer, one submit of
         the copies, one ``mapAsync`` (``device.Device.read_spans``)."""
-        sizes = span_sizes(spans)
+        copies, total = span_copies(spans)
         u = js.GPUBufferUsage
-        staging = self.device.createBuffer(_js({"size": max(4, sum(sizes)),
+        staging = self.device.createBuffer(_js({"size": total,
                                                 "usage": u.MAP_READ | u.COPY_DST}))
         try:
             enc = self.device.createCommandEncoder()
-            at = 0
-            for (buf, offset, _), size in zip(spans, sizes):
+            for buf, offset, at, size in copies:
                 enc.copyBufferToBuffer(buf, offset, staging, at, size)
-                at += size
             self.device.queue.submit(to_js([enc.finish()]))
             await staging.mapAsync(js.GPUMapMode.READ)
             data = js.Uint8Array.new(staging.getMappedRange()).to_bytes()

@@ -8,7 +8,7 @@ import tempfile
 import wgpu
 
 from . import shaders
-from .base import ShaderError, View, round_up, span_sizes, split_spans
+from .base import ShaderError, View, round_up, span_copies, split_spans
 
 _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 _UNIFORM = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
@@ -314,15 +314,13 @@ class Device:
     async def read_spans(self, spans: list) -> list:
         """``[bytes]`` of each ``(buf, offset, nbytes)``: one staging buffer, one submit of
         the copies, one map (``device.Device.read_spans``)."""
-        sizes = span_sizes(spans)
+        copies, total = span_copies(spans)
         staging = self.device.create_buffer(
-            size=max(4, sum(sizes)), usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+            size=total, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
         try:
             enc = self.device.create_command_encoder()
-            at = 0
-            for (buf, offset, _), size in zip(spans, sizes):
+            for buf, offset, at, size in copies:
                 enc.copy_buffer_to_buffer(buf, offset, staging, at, size)
-                at += size
             self.device.queue.submit([enc.finish()])
             staging.map_sync(wgpu.MapMode.READ)
             data = bytes(staging.read_mapped(0, staging.size))
