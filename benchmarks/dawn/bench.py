@@ -63,13 +63,15 @@ def spread(runs: list) -> dict:
 
 
 def dawn(site: Path, plan: dict, node: str | None, host: int = 5,
-         timeout: float = 400, profile: bool = False) -> dict:
+         timeout: float = 400, profile: bool = False, in_flight: int | None = None) -> dict:
     """{model: {batch: {...}}} through the worker in Node (one process per model); with
-    ``profile`` each cell's last run also times every dispatch (``GpuEngine.profile``)."""
+    ``profile`` each cell's last run also times every dispatch (``GpuEngine.profile``);
+    ``in_flight``: the engine's ``IN_FLIGHT`` (None: its default)."""
     out = {}
     for model, (dataset, cells) in plan.items():
         jobs = [{"type": "bench", "model": model, "config": cfg(dataset, b), "warmup": w,
-                 "steps": s, "host": host, "profile": profile and i == r - 1}
+                 "steps": s, "host": host, "profile": profile and i == r - 1,
+                 "in_flight": in_flight}
                 for b, w, s, r in cells for i in range(r)]
         res = harness.node_jobs(site, jobs, node=node, timeout=timeout)
         out["adapter"], out["boot_s"] = res["adapter"], res["boot_s"]
@@ -166,6 +168,9 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="also every dispatch's time, both ways (each cell's last run)")
     ap.add_argument("--parts", default="dawn,native,peers")
+    ap.add_argument("--in-flight", type=int, metavar="N",
+                    help="the browser path's steps in flight (GpuEngine.IN_FLIGHT; default: "
+                         "the engine's)")
     ap.add_argument("--node")
     ap.add_argument("--timeout", type=float, default=400, help="seconds per Node process")
     a = ap.parse_args(argv)
@@ -185,14 +190,15 @@ def main(argv=None) -> int:
            "what": "ms per training step (Adam), the page's worker in Node on Dawn vs native "
                    "wgpu-py, both timed by worker/bench.py; random-byte data",
            "plan": a.plan, "cells": plan, "python": platform.python_version(),
-           "load": os.getloadavg()}
+           "load": os.getloadavg(), "in_flight": a.in_flight}
     try:
         import wgpu
         out["wgpu-py"] = wgpu.__version__
     except ImportError:
         pass
     if "dawn" in parts:
-        out["dawn"] = dawn(a.site, plan, a.node, HOST_STEPS[a.plan], a.timeout, a.profile)
+        out["dawn"] = dawn(a.site, plan, a.node, HOST_STEPS[a.plan], a.timeout, a.profile,
+                           a.in_flight)
     if "native" in parts:
         out["native"] = native(a.site, plan, HOST_STEPS[a.plan], a.profile)
     if "peers" in parts:

@@ -15,7 +15,8 @@ async def bench(trainer, dev, data: dict) -> dict:
 
     ``data``: ``steps`` timed back to back (default 10), ``warmup`` (default 2), ``host`` steps
     timed alone with the GPU idle (default 5), ``profile`` (bool: also the per-dispatch times),
-    ``gemm`` (n: also the engine's n x n GEMM, see ``gemm``).
+    ``gemm`` (n: also the engine's n x n GEMM, see ``gemm``), ``in_flight`` (n >= 1: this
+    engine's ``GpuEngine.IN_FLIGHT`` for the run, an A/B of the queue's depth).
     Returns ``{batch, steps, wall_ms, host_ms, host_min_ms, host_max_ms, host_runs,
     host_split, dispatches, profile?}``: ``wall_ms`` the mean wall time per step of the
     back-to-back steps (milliseconds), ``host_ms`` the median time of one step's Python +
@@ -23,6 +24,8 @@ async def bench(trainer, dev, data: dict) -> dict:
     ``host_runs`` all of them; ``host_split`` the medians of ``split``'s parts over as many
     steps, taken alternately with those (the step as three device calls)."""
     eng, batch, per_epoch = trainer.engine, int(trainer.cfg["batch_size"]), trainer.per_epoch
+    if data.get("in_flight"):
+        eng.IN_FLIGHT = max(1, int(data["in_flight"]))
     eng.set_order(list(range(trainer.train_set.count)))
 
     async def one_step():
@@ -41,12 +44,12 @@ async def bench(trainer, dev, data: dict) -> dict:
     host, parts = [], []
     for _ in range(int(data.get("host") or 5)):
         await dev.sync()
-        eng._in_flight = None  # nothing to wait for: the call's own cost only
+        eng.forget_fences()  # nothing to wait for: the call's own cost only
         t0 = time.perf_counter()
         await one_step()
         host.append(1000 * (time.perf_counter() - t0))
         await dev.sync()
-        eng._in_flight = None
+        eng.forget_fences()
         parts.append(await split(trainer, dev))
     await dev.sync()
     host.sort()

@@ -5,15 +5,17 @@ One training step is one queue submit of a program recorded once (gather batch -
 loss -> backward -> guard -> optimizer update) after a 32-byte write of the step's uniforms, so
 per-step Python work is O(1) bridge calls. Metrics (loss, accuracy) accumulate in a ring on the
 GPU (``plan.METRICS_RING`` slots) and the guard's flags in a small buffer; ``metrics`` reads
-both back, which the trainer does every few steps (never inside a step). At most two steps are
-in flight: ``step`` returns once the step before the one it submitted has finished, so a Stop
-takes effect within a step and the browser's event loop delivers messages meanwhile.
+both back, which the trainer does every few steps (never inside a step). At most
+``GpuEngine.IN_FLIGHT`` steps are in flight: ``step`` returns once the steps before the last
+``IN_FLIGHT - 1`` it submitted have finished, so a Stop takes effect within a step or two and
+the browser's event loop delivers messages meanwhile.
 
 The interface every engine implements is described in ``train.py``.
 """
 
 import asyncio
 import math
+from collections import deque
 import struct
 import time
 from array import array
@@ -36,11 +38,16 @@ class GpuEngine:
 
     optim = optim  # the optimizers the trainer makes for this engine (torch.optim semantics)
 
+    # Steps submitted and not yet finished when ``step`` returns, plus one: 2 waits for step
+    # t - 1 after submitting t (the GPU always has the next step queued while the host
+    # prepares another). At least 1 (1: each step waits for itself).
+    IN_FLIGHT = 2
+
     def __init__(self, dev, chunk_bytes: int | None = None):
         """``chunk_bytes``: the most bytes of one data buffer (None: the device's binding
         limit; tests lower it so that a small dataset spans several buffers)."""
         self.dev, self.chunk_bytes = dev, chunk_bytes
-        self._in_flight = None
+        self._in_flight = deque()  # the fences of the submitted steps, oldest first
         self._probe = None  # (plan, program, images buffer), made by the first probe
         self._norms = None  # (program, output buffer) of norms, made by the first call
         self._probe_lock = asyncio.Lock()  # one probe / norms readback at a time
@@ -193,14 +200,19 @@ class GpuEngine:
 
     async def step(self, t: int, offset: int, lr: float) -> bool:
         """Submit optimizer step ``t`` on the batch at ``offset`` of the order, at learning rate
-        ``lr``; returns once step ``t - 1`` has finished. Always False: the GPU's metrics are
-        known only at the next ``metrics``."""
-        fence = self.dev.run_step(self.train_program, self.plan.step, pack_step(
-            t, offset, self.seed, lr, self.opt.scalars(t, lr)))
-        if self._in_flight is not None:
-            await self._in_flight
-        self._in_flight = fence
+        ``lr``; returns once step ``t - IN_FLIGHT + 1`` has finished (with the default 2, step
+        ``t - 1``). Always False: the GPU's metrics are known only at the next ``metrics``."""
+        fences = self._in_flight
+        fences.append(self.dev.run_step(self.train_program, self.plan.step, pack_step(
+            t, offset, self.seed, lr, self.opt.scalars(t, lr))))
+        while len(fences) >= max(1, self.IN_FLIGHT):
+            await fences.popleft()
         return False
+
+    def forget_fences(self):
+        """Drop the fences of submitted steps (after a queue wait, or a read that waited for
+        every submitted step): the next ``step`` then waits only for what it submits after."""
+        self._in_flight.clear()
 
     async def metrics(self, first: int, last: int):
         """``([(loss, accuracy)] of steps first..last, guard)``: guard is None while every
@@ -229,7 +241,7 @@ class GpuEngine:
             if self.loss_rows is not None:
                 copies.append((src.buf, src.offset, self.loss_rows, k * size, size))
             dev.submit([self.eval_programs[what]], copies=copies)
-        self._in_flight = None
+        self.forget_fences()
         nbytes = (hi - lo) * c * 4
         logp = await dev.read(self.logits, 0, nbytes)
         if self.loss_rows is None:
