@@ -210,6 +210,27 @@ def test_stop_between_reports_is_reported(device, splits, engine):
     assert (result["stopped"], result["steps"], result["epochs_done"]) == (True, 3, 0.5)  # 3 of 6
 
 
+@pytest.mark.parametrize("engine", ["gpu", "cpu"])
+def test_reports_count_from_the_last_report(device, splits, engine, monkeypatch):
+    """Reports every 4 steps over two epochs of 6 (12 steps): the first step, then 4 steps
+    after the last report, each epoch's end and the last step: 1, 5, 6 (epoch end), 10, 12.
+    Counting from step 0 instead (t % 4) reports step 8, two steps after the epoch-end report
+    at 6 (one readback more an epoch). Every step is reported once, in order."""
+    from webgpu_trainer.engine.train import loop
+    monkeypatch.setattr(loop, "REPORT_S", 1e9)  # the cadence alone, not a slow machine's clock
+    graph, blob = tiny_mlp(0)
+    cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": 16, "epochs": 2, "seed": 4,
+           "init": "scratch", "eval_images": 40, "val_images": 16, "report_every": 4}
+    eng = GpuEngine(device) if engine == "gpu" else CpuEngine()
+    events = []
+    tr = Trainer(eng, graph, blob, cfg, *splits, emit=lambda kind, **kw: events.append((kind, kw)))
+    run(tr.setup())
+    run(tr.run())
+    progress = [kw for kind, kw in events if kind == "progress"]
+    assert [kw["step"] for kw in progress] == [1, 5, 6, 10, 12]
+    assert [row[0] for kw in progress for row in kw["losses"]] == list(range(1, 13))
+
+
 # ---------------------------------------------------------------- GPU checkpoint -> CPU
 
 EXE = [sys.executable, "-m", "webgpu_trainer.cli.main"]

@@ -233,9 +233,10 @@ class Trainer:
                     break
                 self.step = t = self.step + 1
                 halt = await eng.step(t, s * batch, self.lr_at(t))
-                # the first step at once, then every `report` steps or REPORT_S seconds; the
-                # metrics come from the GPU's ring, read between steps
-                if halt or t % report == 0 or t == total or s == per_epoch - 1 \
+                # the first step at once, then `report` steps after the last report (which
+                # may have come at an epoch's end or after REPORT_S seconds) or REPORT_S
+                # seconds; the metrics come from the GPU's ring, read between steps
+                if halt or t - self._read >= report or t == total or s == per_epoch - 1 \
                         or t == self._first + 1 \
                         or time.perf_counter() - self._reported >= REPORT_S:
                     await self._report(epoch)
