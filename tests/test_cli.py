@@ -352,6 +352,7 @@ def test_head_only_finetune(tmp_path, device):
     check(initializers(out / "model.onnx"))
     resumed = cli("train", "--resume", out, "--epochs", "2", "--no-progress")
     assert "resuming" in resumed.stderr and "training 4 of 14" in resumed.stderr
+    assert "from epoch-001.ckpt (epoch 1, step 3)" in resumed.stderr, resumed.stderr
     assert json.loads((out / "config.json").read_text())["config"]["trainable"] == head
     assert [r["step"] for r in metrics(out)] == [3, 6]
     check(initializers(out / "model.onnx"))
@@ -498,6 +499,9 @@ def test_resume_with_nothing_left_to_train_is_an_error(tmp_path):
     proc = cli("train", MODEL, "--resume", out, "--epochs", "2", check=False)
     assert proc.returncode == 2, proc.stderr
     assert "nothing to train" in proc.stderr and "--max-steps 3" in proc.stderr
+    # inside epoch 1 of 7 steps (224 of the 256 images train): the name's epoch, 1-based
+    assert f"from {ckpts[-1].name} (epoch 1, step 3)" in proc.stderr, proc.stderr
+    assert ckpts[-1].name == "epoch-001-step-0000003.ckpt"
     assert {p.name: sha256(p) for p in sorted((out / "checkpoints").iterdir())} == before
 
 

@@ -269,8 +269,9 @@ async def _train(args) -> int:
         data_dir=folder_of(args, cfg), manifest_sha256=manifest_sha,
         versions=versions(), dev=dev, check=check, stored=stored, ckpt_path=ckpt_path)
     if header:
-        print(f"resuming {out} from {ckpt_path.name} (epoch {trainer.epoch}, step "
-              f"{trainer.step})", file=sys.stderr)
+        # the epoch as the checkpoint's name counts it: 1-based, the one step S is in
+        print(f"resuming {out} from {ckpt_path.name} (epoch {-(-trainer.step // per_epoch)}, "
+              f"step {trainer.step})", file=sys.stderr)
     print_trainable(cfg, graph, bool(header))
     if header and _nothing_to_train(cfg, out, trainer.step, total):
         return 2
