@@ -289,3 +289,27 @@ def test_damaged_shards_are_refused(tmp_path, damage, message):
     with pytest.raises(ValueError) as e:
         load_dataset(folder, "colours")
     assert message.format(sha12=ent["sha256"][:12]) in str(e.value)
+
+
+def test_resume_finds_the_data_where_the_run_trained(trained, tmp_path):
+    """A run trained with --data-root, resumed with neither --data-root nor --data-dir:
+    config.json's data.data_dir is where its data is, so epoch 5 trains on it (before, the
+    default data root was searched and "colours" was not there). The stored folder moved
+    away: the error names the dataset and where it looked."""
+    _, run_dir = trained["cpu"]
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    stored = json.loads((copy / "config.json").read_text())["data"]["data_dir"]
+    assert Path(stored) == trained["data"] / "colours"
+    proc = cli("train", "--resume", copy, "--epochs", "5", "--device", "cpu")
+    assert "from epoch-004.ckpt (epoch 4, step 36)" in proc.stderr, proc.stderr
+    assert [r["epoch"] for r in _metrics(copy)] == [1, 2, 3, 4, 5]
+    doc = json.loads((copy / "config.json").read_text())
+    assert doc["data"]["data_dir"] == stored
+    gone = tmp_path / "gone"
+    shutil.copytree(run_dir, gone)
+    doc = json.loads((gone / "config.json").read_text())
+    doc["data"]["data_dir"] = str(tmp_path / "moved" / "colours")
+    (gone / "config.json").write_text(json.dumps(doc))
+    proc = cli("train", "--resume", gone, "--epochs", "5", "--device", "cpu", check=False)
+    assert proc.returncode == 2 and "colours" in proc.stderr, proc.stderr

@@ -160,6 +160,18 @@ def folder_of(args, cfg) -> Path:
                                    getattr(args, "data_root", None))
 
 
+def resume_data_dir(args, stored) -> None:
+    """A resumed run (``stored``: its config.json) given neither ``--data-dir`` nor
+    ``--data-root`` trains on the folder it trained on (config.json's ``data.data_dir``),
+    where that folder still exists; the manifest's sha256 check then still refuses changed
+    data. Sets ``args.data_dir``."""
+    if stored is None or args.data_dir or getattr(args, "data_root", None):
+        return
+    was = ((stored.get("data") or {}).get("data_dir") or "").strip()
+    if was and Path(was).is_dir():
+        args.data_dir = Path(was)
+
+
 def _dataset(args, cfg, stored):
     """``(cfg, (train, test, manifest, spec, manifest sha256))``: the run's dataset loaded
     (both splits whole: ``eval_images`` is checked against the test split's size later);
@@ -227,6 +239,7 @@ async def _train(args) -> int:
     if header and header["model_sha256"] != _sha256(model_path):
         raise ValueError(f"{model_path} is not the model the checkpoint {ckpt_path} was "
                          "trained from")
+    resume_data_dir(args, stored)
     # the whole training split: the trainer holds its last val_images out for validation
     cfg, (train_set, test_set, manifest, spec, manifest_sha) = _dataset(args, cfg, stored)
     note = run_data.check_model_fits(spec, classes, model_path,
