@@ -33,9 +33,21 @@ def span_copies(spans: list) -> tuple:
     """``([(buf, offset, at, size)], total)``: the copy of each ``(buf, offset, nbytes)`` of
     ``spans`` into a ``read_spans`` staging buffer of ``total`` bytes (at least 4), one after
     the other at byte ``at``, ``size`` = nbytes rounded up to whole words (copies move 4-byte
-    words)."""
+    words). ValueError naming the span, its buffer and the bytes past its end when a copy
+    would overrun the buffer (checked here, before any copy is recorded: WebGPU reports that
+    only asynchronously, at a later submit in the browser), or when an offset is not a
+    multiple of 4 (copyBufferToBuffer's rule)."""
     copies, at = [], 0
-    for buf, offset, n in spans:
+    for i, (buf, offset, n) in enumerate(spans):
+        size = getattr(buf, "size", None)
+        label = getattr(buf, "label", "") or "?"
+        if offset % 4 or offset < 0 or n < 0:
+            raise ValueError(f"read_spans: span {i} of buffer {label!r}: byte offset {offset}"
+                             f" and {n} bytes (the offset must be a multiple of 4)")
+        if size is not None and offset + round_up(n) > int(size):
+            raise ValueError(f"read_spans: span {i} overruns buffer {label!r} ({int(size)} "
+                             f"bytes): {round_up(n)} bytes from byte offset {offset} end "
+                             f"{offset + round_up(n) - int(size)} bytes past it")
         copies.append((buf, offset, at, round_up(n)))
         at += round_up(n)
     return copies, max(4, at)
