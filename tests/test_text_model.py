@@ -276,3 +276,85 @@ def test_shape_of_the_ids_is_read(device, tmp_path, dynamo):
     assert len(other) == 1
     _check_step(device, path, graph, blob, net, _markers(6, 2).train_x.astype(np.int64),
                 np.arange(6) % CLASSES, rename={other.pop(): "pos.weight"})
+
+
+class HFStyleNet(torch.nn.Module):
+    """Hugging Face's embeddings: position ids ``arange(t).unsqueeze(0).expand(n, t)`` and
+    token type ids ``zeros_like(ids)``, each looked up in a table of its own, summed with the
+    token embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(VOCAB, 8)
+        self.pos = torch.nn.Embedding(LENGTH, 8)
+        self.typ = torch.nn.Embedding(2, 8)
+        self.fc = torch.nn.Linear(8, CLASSES)
+
+    def forward(self, x):
+        n, t = x.shape
+        positions = torch.arange(t, device=x.device).unsqueeze(0).expand(n, t)
+        types = torch.zeros_like(x)
+        return self.fc((self.emb(x) + self.pos(positions) + self.typ(types)).mean(1))
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_same_ids_for_every_sample_are_looked_up_once(device, tmp_path, dynamo):
+    """HF-style position and token type ids (the same [1, T] for every sample, made from the
+    ids' shape): each Gather reads one constant row and an Expand with ``batch_axes`` repeats
+    its output for the batch (it was refused: "depends on the batch size"). Forward vs
+    onnxruntime at two batch sizes, loss and first-step gradients of all three tables vs
+    torch in float64 (the type table's row 0 sums every token of every sample); the export
+    (weights written into the original graph) runs in onnxruntime at another batch."""
+    if dynamo:
+        pytest.importorskip("onnxscript")
+    from webgpu_trainer.onnx_io import export_onnx, load_bundle
+    torch.manual_seed(3)
+    net = HFStyleNet()
+    path = tmp_path / "hf.onnx"
+    _export(net, path, dynamo)
+    graph, blob = load_bundle(path)
+    lookups = [n for n in graph["nodes"] if n["op_type"] == "Gather"
+               and "tokens" not in n["inputs"]]
+    expands = [n for n in graph["nodes"] if n["op_type"] == "Expand"]
+    if not dynamo:  # the dynamo exporter may fold a static-length lookup into a tensor
+        assert len(lookups) == 2 and len(expands) == 2, [n["op_type"] for n in graph["nodes"]]
+    assert all(n["attrs"].get("batch_axes") == [0] for n in expands)
+    rename = {}
+    other = {t["name"] for t in graph["tensors"]} - {
+        "emb.weight", "pos.weight", "typ.weight", "fc.weight", "fc.bias"}
+    for name in other:  # a table the dynamo exporter renamed: matched by its shape
+        shape = next(t["shape"] for t in graph["tensors"] if t["name"] == name)
+        rename[name] = "pos.weight" if shape[0] == LENGTH else "typ.weight"
+    a = _markers(6, 2)
+    for n in (6, 3):
+        x = a.train_x[:n].astype(np.int64)
+        res = _check_step(device, path, graph, blob, net, x, np.arange(n) % CLASSES,
+                          rename=rename)
+    assert np.abs(res["grads"][next((k for k, v in rename.items() if v == "typ.weight"),
+                                    "typ.weight")][1]).max() == 0  # row 1 is never read
+    out = tmp_path / "exported.onnx"  # the weights written back into the original graph
+    out.write_bytes(export_onnx(path, blob, {}))
+    x5 = {"tokens": a.train_x[:5].astype(np.int64)}
+    got = ort.InferenceSession(str(out)).run(None, x5)[0]
+    want = ort.InferenceSession(str(path)).run(None, x5)[0]
+    assert got.shape == (5, CLASSES) and np.array_equal(got, want)
+
+
+class PerSampleIdsNet(HFStyleNet):
+    """Position ids that differ from sample to sample (``arange(n * t)`` folded into rows):
+    they follow the batch in a way no one row can stand for."""
+
+    def forward(self, x):
+        n, t = x.shape
+        positions = torch.arange(n * t, device=x.device).reshape(n, t) % t
+        positions = positions + (torch.arange(n, device=x.device) % 2).unsqueeze(1)
+        return self.fc((self.emb(x) + self.pos(positions % t)).mean(1))
+
+
+def test_ids_that_differ_per_sample_are_still_refused(tmp_path):
+    from webgpu_trainer.onnx_io import OnnxImportError, load_bundle
+    path = tmp_path / "per-sample.onnx"
+    _export(PerSampleIdsNet(), path, False)
+    with pytest.raises(OnnxImportError, match=r"node /pos/Gather \(Gather\) input 1 .* depends "
+                                              r"on the batch size"):
+        load_bundle(path)

@@ -79,7 +79,8 @@ def batch_shapes(s: ImportState) -> None:
     if not s.fold_ran:
         return
     b1 = s.runs[0][0]
-    for n, name in zip(s.g.node, s.names):
+    after = []  # (node index, Expand node, its name): lookups expanded to the batch
+    for i, (n, name) in enumerate(zip(s.g.node, s.names)):
         if name in s.folded or name in s.dead:
             continue
         for k, x in enumerate(n.input):
@@ -97,6 +98,10 @@ def batch_shapes(s: ImportState) -> None:
                 cname = f"{x}@{name}"
                 s.constants[cname] = new
                 s.const_overrides[(name, k)] = cname
+            elif n.op_type == "Gather" and k == 1 and \
+                    (row := _batch_row(s.batchdep[x], s.runs)) is not None and \
+                    (made := _lookup_once(s, n, name, x, row)) is not None:
+                after.append((i, *made))
             elif _zero_state(n, k, s.batchdep[x]):
                 n.input[k] = ""
                 s.notes.append(f"node {name} ({n.op_type}): input {k} {x!r} (zeros of the "
@@ -107,7 +112,67 @@ def batch_shapes(s: ImportState) -> None:
                     f"node {name} ({n.op_type}) input {k} {x!r} depends on the batch size "
                     f"(it is {_brief(s.batchdep[x][0])} for a batch of {b1}): only Reshape "
                     "shapes may follow the batch")
+    if after:
+        nodes, names = list(s.g.node), list(s.names)
+        for i, node, name in reversed(after):
+            nodes.insert(i + 1, node)
+            names.insert(i + 1, name)
+        del s.g.node[:]
+        s.g.node.extend(nodes)
+        s.names[:] = names
     _check_output(s)
+
+
+def _batch_row(pair, runs) -> np.ndarray | None:
+    """The row ``r`` [1, ...] when the two values of ``pair`` are ``r`` repeated along a first
+    axis of the batch's size (``torch.arange(t).unsqueeze(0).expand(n, t)``,
+    ``torch.zeros_like(ids)``: the same indices for every sample), else None."""
+    (b1, _, _, _), (b2, _, _, _) = runs
+    a, b = (np.asarray(v) for v in pair)
+    if a.ndim < 1 or a.shape[0] != b1 or b.shape[0] != b2 or a.shape[1:] != b.shape[1:] \
+            or a.dtype != b.dtype:
+        return None
+    row = a[:1]
+    if not (np.array_equal(a, np.broadcast_to(row, a.shape))
+            and np.array_equal(b, np.broadcast_to(row, b.shape))):
+        return None
+    return row
+
+
+def _lookup_once(s: ImportState, n, name: str, x: str, row: np.ndarray):
+    """A Gather whose indices ``x`` are one row ``row`` [1, ...] for every sample (HF-style
+    position ids and token type ids): it looks the row up once, and a new Expand after it
+    (``batch_axes`` [0]) repeats the result for the batch; the lookups' gradient is the sum
+    over the batch, as for the repeated indices. ``(Expand node, its name)`` to insert after
+    ``n``, or None (and nothing changed) when the output's dims are unknown."""
+    from onnx import helper
+    out = n.output[0]
+    dims = s.shapes.get(out)
+    if not dims or None in dims or int(_attr(n, "axis", 0)) != 0:
+        return None
+    taken = set(s.init) | set(s.constants) | set(s.names) | \
+        {o for m in s.g.node for o in m.output}
+
+    def fresh(base: str) -> str:
+        k, new = 1, base
+        while new in taken:
+            k += 1
+            new = f"{base}{k}"
+        taken.add(new)
+        return new
+    idx_name, shape_name = fresh(f"{x}@{name}"), fresh(f"{out}:batch_shape")
+    row_out, expand_name = fresh(f"{out}:row"), fresh(f"{name}:batch")
+    s.constants[idx_name] = row.astype(np.int64)
+    s.const_overrides[(name, 1)] = idx_name
+    shape = np.array([1] + [int(d) for d in dims[1:]], np.int64)
+    s.constants[shape_name] = shape
+    s.attr_overrides[expand_name] = {"batch_axes": [0]}
+    n.output[0] = row_out
+    s.shapes[row_out] = [1] + list(dims[1:])
+    s.notes.append(f"node {name} (Gather): its indices {x!r} are the same for every sample "
+                   f"({_brief(row)}): looked up once, then expanded to the batch")
+    return helper.make_node("Expand", [row_out, shape_name], [out], name=expand_name), \
+        expand_name
 
 
 def _brief(value, shown: int = 6) -> str:
