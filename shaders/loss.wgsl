@@ -14,7 +14,10 @@
 //          N = B * C (mean) or 1 (sum).
 // The loss entry points read Params as {B, C, flags (1: mean, 2: weighted), eps}; nll's flag 8
 // writes the gradient through the LogSoftmax x came from (x = log_softmax(z), out = dz: that
-// LogSoftmax's backward in the loss's own dispatch), flag 16 also dx itself into gout.
+// LogSoftmax's backward in the loss's own dispatch), flag 16 also dx itself into gout, flag
+// 32 (FROM_SCORES, with 8) x holds that LogSoftmax's INPUT z and the kernel computes
+// log_softmax(z) itself (row_lse: the same sums in the same order as softmax.wgsl forward_seg
+// with SEG 16), writing it into gout (the head's forward in the loss's dispatch too).
 // Each loss is one workgroup of 256 threads (the batch's loss needs all of it before dx), a
 // thread taking whole rows; on GPU adapters nll runs as several (ops/losses.py NLL_GROUPS):
 // each sums the whole batch as one would (the same sums in the same order, so the same
@@ -54,6 +57,41 @@ var<workgroup> red_idx: array<u32, 256>;
 const NONE: u32 = 0xffffffffu;
 const THROUGH_LOG_SOFTMAX: u32 = 8u;  // nll's flags
 const ALSO_DX: u32 = 16u;
+const FROM_SCORES: u32 = 32u;
+const LSE_SEG: u32 = 16u;  // softmax.wgsl forward_seg's SEG (ops/softmax.py SEG)
+
+fn from_scores() -> bool { return (p.inner & FROM_SCORES) != 0u; }
+
+// log(sum_c exp(z[row, c])) as softmax.wgsl forward_seg finds it with SEG = LSE_SEG: the row's
+// maximum m, lane l's sum of exp(z - m) over c = l, l + SEG, ... in that order, the lanes'
+// sums added pairwise, halving (lane l += lane l + h for h = SEG/2 .. 1), then m + log(sum).
+// The same floats in the same order, so z - row_lse is forward_seg's output bit for bit.
+fn row_lse(row: u32) -> f32 {
+  let base = row * p.C;
+  var m = x[base];
+  for (var c = 1u; c < p.C; c++) { m = max(m, x[base + c]); }
+  var part: array<f32, LSE_SEG>;
+  for (var l = 0u; l < LSE_SEG; l++) {
+    var s = 0.0;
+    for (var c = l; c < p.C; c += LSE_SEG) { s += det_exp(x[base + c] - m); }
+    part[l] = s;
+  }
+  for (var h = LSE_SEG / 2u; h > 0u; h = h >> 1u) {
+    for (var l = 0u; l < h; l++) { part[l] = part[l] + part[l + h]; }
+  }
+  return m + det_log(part[0]);
+}
+
+// Element i of the log-probabilities: x itself, or with FROM_SCORES z - lse (lse: i's row's).
+fn logp_at(i: u32, lse: f32) -> f32 {
+  if (from_scores()) { return x[i] - lse; }
+  return x[i];
+}
+
+fn lse_of(row: u32) -> f32 {
+  if (from_scores()) { return row_lse(row); }
+  return 0.0;
+}
 
 @compute @workgroup_size(64)
 fn log_softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
@@ -85,10 +123,21 @@ fn log_softmax_backward(@builtin(global_invocation_id) gid: vec3<u32>,
 
 // 1.0 when argmax_c x[row, c] (the first maximum) is the row's label, else 0.0.
 fn hit_of(row: u32, label: u32) -> f32 {
+  return hit_lse(row, label, 0.0);
+}
+
+// hit_of on the log-probabilities logp_at(., lse) (FROM_SCORES: the values the head's
+// forward would have written, so the same ties).
+fn hit_lse(row: u32, label: u32, lse: f32) -> f32 {
   let base = row * p.C;
   var best = 0u;
+  var bv = logp_at(base, lse);
   for (var c = 1u; c < p.C; c++) {
-    if (x[base + c] > x[base + best]) { best = c; }
+    let v = logp_at(base + c, lse);
+    if (v > bv) {
+      best = c;
+      bv = v;
+    }
   }
   return select(0.0, 1.0, best == label);
 }
@@ -179,11 +228,12 @@ fn nll(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: ve
       continue;
     }
     let wy = class_weight(label);
-    loss -= wy * x[b * C + label];
+    let lse = lse_of(b);
+    loss -= wy * logp_at(b * C + label, lse);
     den += wy;
-    hit += hit_of(b, label);
+    hit += hit_lse(b, label, lse);
     if (eps != 0.0) {
-      for (var c = 0u; c < C; c++) { spread_sum -= class_weight(c) * x[b * C + c]; }
+      for (var c = 0u; c < C; c++) { spread_sum -= class_weight(c) * logp_at(b * C + c, lse); }
     }
   }
   red_loss[lid] = loss;
@@ -207,8 +257,10 @@ fn nll(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: ve
       var s = 0.0;
       for (var c = 0u; c < C; c++) { s += nll_grad(c, label, keep, spread, scale); }
       let g = nll_grad(i % C, label, keep, spread, scale);
-      out[i] = g - det_exp(x[i]) * s;
+      let lp = logp_at(i, lse_of(i / C));
+      out[i] = g - det_exp(lp) * s;
       if ((p.inner & ALSO_DX) != 0u) { gout[i] = g; }
+      if (from_scores()) { gout[i] = lp; }
     }
   } else if ((p.inner & THROUGH_LOG_SOFTMAX) != 0u) {
     // x = log_softmax(z): out = dz = g - exp(x) * sum_c g (log_softmax_backward), a row a
@@ -217,11 +269,14 @@ fn nll(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: ve
       let label = labels[b];
       var s = 0.0;
       for (var c = 0u; c < C; c++) { s += nll_grad(c, label, keep, spread, scale); }
+      let lse = lse_of(b);
       for (var c = 0u; c < C; c++) {
         let i = b * C + c;
         let g = nll_grad(c, label, keep, spread, scale);
-        out[i] = g - det_exp(x[i]) * s;
+        let lp = logp_at(i, lse);
+        out[i] = g - det_exp(lp) * s;
         if ((p.inner & ALSO_DX) != 0u) { gout[i] = g; }
+        if (from_scores()) { gout[i] = lp; }
       }
     }
   } else {

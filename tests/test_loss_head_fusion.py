@@ -62,3 +62,39 @@ def test_not_fused(device, case_id, monkeypatch):
     case = by_id(losses.CASES, case_id)
     res = _step(device, case, True, tiled=True)
     assert res["plan"].loss_through is None
+
+
+def _tiled_step(device, case, softmax):
+    with builder_patch({"FUSE_LOSS_SOFTMAX": softmax, "TILED": True}):
+        return run(one_step(device, case.graph, case.blob, case.x, case.labels, loss=case.loss))
+
+
+# GPU adapters' kernels, rows of 10 classes: several nll workgroups (64 x 10, with class
+# weights and label smoothing), one (7 x 10), after the model's own LogSoftmax
+SCORES = ["ce_mean_64x10", "ce_sum_weight_ls_64x10", "cross_entropy_on_raw_logits",
+          "ce_sum_weight_ls_after_log_softmax", "auto_ls_64x10"]
+
+
+@pytest.mark.parametrize("case_id", SCORES)
+def test_head_forward_in_the_loss_gives_the_same_bits(device, case_id):
+    """GPU adapters: the head's LogSoftmax forward inside nll (``FUSE_LOSS_SOFTMAX``, loss.wgsl
+    FROM_SCORES) writes the log-probabilities softmax.wgsl forward_seg writes, and the step's
+    loss, accuracy and every gradient keep their bits, one dispatch fewer."""
+    case = by_id(losses.CASES, case_id)
+    on, off = _tiled_step(device, case, True), _tiled_step(device, case, False)
+    assert len(on["plan"].loss) == len(off["plan"].loss) - 1 == 1
+    assert on["loss"] == off["loss"] and on["acc"] == off["acc"]
+    assert np.array_equal(on["acts"]["loss/log_softmax"], off["acts"]["loss/log_softmax"])
+    for name, g in off["dacts"].items():
+        assert np.array_equal(on["dacts"][name], g), f"d loss / d {name}"
+    for name, g in off["grads"].items():
+        assert np.array_equal(on["grads"][name], g), name
+
+
+@pytest.mark.parametrize("case_id", ["ce_mean_ls_7x33", "auto_ls_1x7", "nll_mean_7x2"])
+def test_head_forward_stays_where_rows_do_not_fit(device, case_id):
+    """33 classes (more than ``FROM_SCORES_MAX``), 7 (below forward_seg's 8: another kernel,
+    another order), NLL of the raw output (no head): the loss keeps its own dispatches."""
+    case = by_id(losses.CASES, case_id)
+    on, off = _tiled_step(device, case, True), _tiled_step(device, case, False)
+    assert len(on["plan"].loss) == len(off["plan"].loss)

@@ -367,6 +367,10 @@ class Builder:
     # The cross_entropy / nll_log head's LogSoftmax backward inside the loss's dispatch
     # (plan.Plan.build, losses.nll_loss through_log_softmax; False: its own dispatch, A/B).
     FUSE_LOSS_HEAD = True
+    # ... and its forward too, on GPU adapters for rows of 8-32 classes (losses.takes_scores:
+    # loss.wgsl nll FROM_SCORES, the same bits as softmax.wgsl forward_seg; one dispatch a
+    # step fewer; False: the head's own forward dispatch, A/B).
+    FUSE_LOSS_SOFTMAX = True
     # nll (loss.wgsl) as several workgroups on GPU adapters, each writing a share of dx
     # (ops/losses.nll_groups); False: one workgroup (A/B).
     NLL_WIDE = True

@@ -133,12 +133,15 @@ class Plan:
         if through is not None:
             dsrc, also = dz, (dsrc if through is not self.head_node else None)
         dsrc = dsrc or Tensor(src.shape, b.scratch(src.numel))
-        # CrossEntropy = the head's LogSoftmax, then NLL; the others read the raw output.
-        b.current = list(self.head) if self.loss_input == self.logp else []
+        # CrossEntropy = the head's LogSoftmax, then NLL (on GPU adapters both in the loss's
+        # one dispatch: losses.takes_scores); the others read the raw output.
+        scores = self.acts[self.scores] if through is self.head_node and through is not None \
+            and also is None and losses.takes_scores(b, *src.shape) else None
+        b.current = list(self.head) if self.loss_input == self.logp and scores is None else []
         if spec["loss"] in ("cross_entropy", "nll", "nll_log"):
             await losses.nll_loss(b, spec, src, self.labels, dsrc, self.metrics,
                                   self.class_weight, through_log_softmax=through is not None,
-                                  also_dlogp=also)
+                                  also_dlogp=also, scores=scores)
         else:
             await losses.elementwise_loss(b, spec, src, self.labels, dsrc, self.metrics)
         self.loss = b.current

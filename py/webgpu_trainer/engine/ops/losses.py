@@ -49,7 +49,7 @@ _FIELD = {"loss": "loss", "reduction": "reduction", "label_smoothing": "label_sm
 DEFAULT = {k: BY_NAME[f].default for k, f in _FIELD.items()}
 
 # Flags of the loss kernels (Params.inner in shaders/loss.wgsl).
-_MEAN, _WEIGHTED, _ELEMENTWISE, _THROUGH_LOG_SOFTMAX, _ALSO_DX = 1, 2, 4, 8, 16
+_MEAN, _WEIGHTED, _ELEMENTWISE, _THROUGH_LOG_SOFTMAX, _ALSO_DX, _FROM_SCORES = 1, 2, 4, 8, 16, 32
 # Rows of WIDE classes or more: one workgroup per row, then rows_total (shaders/loss.wgsl):
 # one thread looping over a whole row passes lavapipe's 65,535 loop iterations per shader.
 WIDE = 1024
@@ -160,8 +160,21 @@ def fuses_head(b, batch: int, classes: int) -> bool:
         (b.tiled or not per_row_workgroup(batch, classes))
 
 
+FROM_SCORES_MAX = 32  # classes at most for nll's FROM_SCORES (each dx element its row's lse)
+
+
+def takes_scores(b, batch: int, classes: int) -> bool:
+    """Whether the head's LogSoftmax forward can run inside nll (``nll_loss(..., scores=z)``,
+    ``Builder.FUSE_LOSS_SOFTMAX``): GPU adapters, where that forward is softmax.wgsl
+    ``forward_seg`` (whose sums loss.wgsl ``row_lse`` repeats, so the same bits), rows of
+    at most ``FROM_SCORES_MAX`` classes (every dx element recomputes its row's lse)."""
+    from .softmax import segmented
+    return bool(getattr(b, "FUSE_LOSS_SOFTMAX", False)) and segmented(b, classes, 1) and \
+        classes <= FROM_SCORES_MAX and fuses_head(b, batch, classes)
+
+
 async def nll_loss(b, spec, logp, labels, dlogp, metrics, weight=None,
-                   through_log_softmax=False, also_dlogp=None):
+                   through_log_softmax=False, also_dlogp=None, scores=None):
     """NLLLoss of ``logp`` [B, C] (float32) against ``labels`` [B] (uint32), with label
     smoothing ``spec["label_smoothing"]`` (CrossEntropyLoss after a LogSoftmax; 0 for NLLLoss)
     and class weights ``weight`` (a [C] Tensor, or None): writes ``dlogp`` [B, C] = d loss /
@@ -172,10 +185,17 @@ async def nll_loss(b, spec, logp, labels, dlogp, metrics, weight=None,
     the classes and ``dlogp`` receives d loss / d z instead, dz = g - exp(logp) * sum_c g
     (PyTorch's _log_softmax_backward_data; g the gradient above), the same values and sums in
     the same order as softmax.backward would compute from g, one dispatch fewer;
-    ``also_dlogp`` (a [B, C] Tensor or None) then receives g too."""
+    ``also_dlogp`` (a [B, C] Tensor or None) then receives g too. ``scores`` (with
+    ``through_log_softmax``, no ``also_dlogp``; ``takes_scores``): the LogSoftmax's input z
+    [B, C]; the dispatch computes logp = log_softmax(z) itself, as softmax.wgsl forward_seg
+    would (the same bits), and writes it into ``logp``: the head's forward, another dispatch
+    fewer."""
     batch, classes = logp.shape
+    if scores is not None and (not through_log_softmax or also_dlogp is not None):
+        raise ValueError("nll_loss: scores need through_log_softmax and no also_dlogp")
     flags = _flags(spec) | (_THROUGH_LOG_SOFTMAX if through_log_softmax else 0) | \
-        (_ALSO_DX if through_log_softmax and also_dlogp is not None else 0)
+        (_ALSO_DX if through_log_softmax and also_dlogp is not None else 0) | \
+        (_FROM_SCORES if scores is not None else 0)
     params = dict(outer=batch, C=classes, inner=flags, eps=spec.get("label_smoothing", 0.0))
     if through_log_softmax and classes >= WIDE:
         raise ValueError(f"nll_loss: {classes} classes take the two-dispatch loss, which "
@@ -187,10 +207,10 @@ async def nll_loss(b, spec, logp, labels, dlogp, metrics, weight=None,
         await b.kernel("loss", "rows_total", (1, 1, 1), params=params, st=b.step, rows=rows,
                        metrics=metrics)
         return
+    gout = logp if scores is not None else also_dlogp if through_log_softmax else None
     await b.kernel("loss", "nll", (nll_groups(b, batch, classes), 1, 1), params=params,
-                   st=b.step, x=logp, y=weight,
-                   out=dlogp, labels=labels, metrics=metrics,
-                   gout=also_dlogp if through_log_softmax else None)
+                   st=b.step, x=logp if scores is None else scores, y=weight,
+                   out=dlogp, labels=labels, metrics=metrics, gout=gout)
 
 
 NLL_GROUPS = 64  # nll's workgroups on GPU adapters at most (each sums the whole batch)
