@@ -355,21 +355,46 @@ def test_every_problem_at_once(tmp_path):
     assert all(f"- {p}" in msg for p in problems)
 
 
-def test_batch_dependent_value_is_cut_to_its_shape(tmp_path):
-    """A value that follows the batch (ConstantOfShape of [batch, 10], here 0.5s) feeding an
-    Add: the problem names it by its shape and first values, never the whole tensor."""
+def _batch_sized(value_nodes, extra_inits=()):
+    """The MLP with ``y = h + v``, v [batch, 10] made by ``value_nodes`` from bk = [batch, 10]
+    (Shape -> Gather -> Concat) into "v"."""
     zero = numpy_helper.from_array(np.array([0], np.int64), "zero")
     ten = numpy_helper.from_array(np.array([10], np.int64), "ten")
-    model = _mlp(nodes_after=[
+    return _mlp(nodes_after=[
         helper.make_node("Shape", ["x"], ["xs"], name="shape"),
         helper.make_node("Gather", ["xs", "zero"], ["n"], name="batch"),
         helper.make_node("Concat", ["n", "ten"], ["bk"], name="cat", axis=0),
-        helper.make_node("ConstantOfShape", ["bk"], ["half"], name="halves",
-                         value=numpy_helper.from_array(np.array([0.5], np.float32))),
-        helper.make_node("Add", ["h", "half"], ["y"], name="add")],
-        extra_inits=[zero, ten])
+        *value_nodes,
+        helper.make_node("Add", ["h", "v"], ["y"], name="add")],
+        extra_inits=[zero, ten, *extra_inits])
+
+
+def test_batch_dependent_value_is_cut_to_its_shape(tmp_path):
+    """A value that follows the batch and differs from sample to sample (Range(0, 10 batch)
+    as [batch, 10]) feeding an Add: the problem names it by its shape and first values,
+    never the whole tensor."""
+    scalars = [numpy_helper.from_array(np.array(v, np.int64), name)
+               for v, name in ((0, "z0"), (1, "one"), (10, "t10"))]
+    model = _batch_sized([
+        helper.make_node("ReduceProd", ["bk"], ["count1"], name="count", keepdims=0),
+        helper.make_node("Range", ["z0", "count1", "one"], ["r"], name="range"),
+        helper.make_node("Reshape", ["r", "bk"], ["ri"], name="rows"),
+        helper.make_node("Cast", ["ri"], ["v"], name="float", to=TensorProto.FLOAT)], scalars)
     msg, problems = _problems(_save(model, tmp_path / "batchdep.onnx"))
     line = next(p for p in problems if "depends on the batch size" in p)
-    assert line.startswith("node add (Add) input 1 'half' depends on the batch size (it is "
+    assert line.startswith("node add (Add) input 1 'v' depends on the batch size (it is "
                            "shape [")
-    assert ", values 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, ... (" in line and len(line) < 300, line
+    assert ", values 0, 1, 2, 3, 4, 5, ... (" in line and len(line) < 300, line
+
+
+def test_batch_sized_row_broadcasts(tmp_path):
+    """The same for every sample (ConstantOfShape of [batch, 10], 0.5s): the Add reads one
+    row [1, 10], broadcast over the batch, with a note saying so."""
+    model = _batch_sized([helper.make_node(
+        "ConstantOfShape", ["bk"], ["v"], name="halves",
+        value=numpy_helper.from_array(np.array([0.5], np.float32)))])
+    graph, _ = onnx_io.load_bundle(_save(model, tmp_path / "row.onnx"))
+    add = next(n for n in graph["nodes"] if n["op_type"] == "Add")
+    assert graph["constants"][add["inputs"][1]]["shape"] == [1, 10]
+    assert any("node add (Add): input 1 'v' is the same for every sample" in note
+               for note in graph["notes"])

@@ -358,3 +358,79 @@ def test_ids_that_differ_per_sample_are_still_refused(tmp_path):
     with pytest.raises(OnnxImportError, match=r"node /pos/Gather \(Gather\) input 1 .* depends "
                                               r"on the batch size"):
         load_bundle(path)
+
+
+class BertStyleNet(torch.nn.Module):
+    """BertModel's defaults without an attention mask given: ``torch.ones(n, t)`` as the mask,
+    its additive form ``(1 - mask[:, None, :]) * -10000`` added to the scores, position and
+    token type ids from the ids' shape, LayerNorm, one attention head."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(VOCAB, 8)
+        self.pos = torch.nn.Embedding(LENGTH, 8)
+        self.typ = torch.nn.Embedding(2, 8)
+        self.q, self.k, self.v = (torch.nn.Linear(8, 8) for _ in range(3))
+        self.norm = torch.nn.LayerNorm(8)
+        self.fc = torch.nn.Linear(8, CLASSES)
+
+    def forward(self, x):
+        n, t = x.shape
+        mask = torch.ones(n, t, device=x.device)
+        additive = (1.0 - mask[:, None, :]) * -10000.0
+        positions = torch.arange(t, device=x.device).unsqueeze(0).expand(n, t)
+        h = self.norm(self.emb(x) + self.pos(positions) + self.typ(torch.zeros_like(x)))
+        rows = h.reshape(n * t, 8)  # Gemms, so the exporter keeps the Linears' weight names
+        q, k, v = (f(rows).reshape(n, t, 8) for f in (self.q, self.k, self.v))
+        scores = q @ k.transpose(1, 2) / 8 ** 0.5 + additive.to(h.dtype)
+        return self.fc((torch.softmax(scores, -1) @ v).mean(1))
+
+
+def test_bert_style_defaults_import_and_train(device, tmp_path):
+    """The mask of ones made from the batch size (refused before: "depends on the batch
+    size") is one row broadcast over the batch by the Add that reads it; with the position
+    and token type lookups, the model's forward agrees with onnxruntime and its loss and
+    every gradient with torch in float64, at two batch sizes."""
+    from webgpu_trainer.onnx_io import load_bundle
+    torch.manual_seed(4)
+    net = BertStyleNet()
+    path = tmp_path / "bert.onnx"
+    _export(net, path, False)
+    graph, blob = load_bundle(path)
+    assert any("broadcast over the batch" in note for note in graph["notes"])
+    a = _markers(6, 2)
+    for n in (6, 2):
+        x, labels = a.train_x[:n].astype(np.int64), np.arange(n) % CLASSES
+        res = run(one_step(device, graph, blob, x, labels))
+        want = ort.InferenceSession(str(path)).run(None, {"tokens": x})[0]
+        assert_close(res["acts"][graph["outputs"][0]["name"]], want, FWD_RTOL, "forward")
+        net64 = BertStyleNet().double()
+        net64.load_state_dict(net.state_dict())
+        loss = torch.nn.functional.cross_entropy(net64(torch.tensor(x)), torch.tensor(labels))
+        loss.backward()
+        assert_close(res["loss"], loss.item(), FWD_RTOL, "loss")
+        assert set(res["grads"]) == {k for k, _ in net64.named_parameters()}
+        for name, p in net64.named_parameters():
+            g = p.grad.numpy().reshape(res["grads"][name].shape)
+            if name == "k.bias":  # 0 exactly (a shift of every score of a row): float32 noise
+                assert np.abs(res["grads"][name]).max() <= 1e-6 and np.abs(g).max() <= 1e-12
+                continue
+            assert_close(res["grads"][name], g, GRAD_RTOL, f"gradient of {name}")
+
+
+class BatchSumOfOnesNet(HFStyleNet):
+    """A batch-sized constant that must keep its batch: ``ones(n, t).sum()`` scales the output
+    by the batch size (no row can stand for it)."""
+
+    def forward(self, x):
+        n, t = x.shape
+        scale = torch.ones(n, t).sum() / 1000.0
+        return self.fc(self.emb(x).mean(1)) * scale
+
+
+def test_a_batch_sized_constant_that_is_not_a_row_is_still_refused(tmp_path):
+    from webgpu_trainer.onnx_io import OnnxImportError, load_bundle
+    path = tmp_path / "sum.onnx"
+    _export(BatchSumOfOnesNet(), path, False)
+    with pytest.raises(OnnxImportError, match="depends on the batch size"):
+        load_bundle(path)

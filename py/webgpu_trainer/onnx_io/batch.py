@@ -102,6 +102,15 @@ def batch_shapes(s: ImportState) -> None:
                     (row := _batch_row(s.batchdep[x], s.runs)) is not None and \
                     (made := _lookup_once(s, n, name, x, row)) is not None:
                 after.append((i, *made))
+            elif n.op_type in _BROADCASTING and \
+                    (row := _batch_row(s.batchdep[x], s.runs)) is not None and \
+                    _broadcasts_back(s, n, k, row):
+                cname = f"{x}@{name}"
+                s.constants[cname] = row
+                s.const_overrides[(name, k)] = cname
+                s.notes.append(f"node {name} ({n.op_type}): input {k} {x!r} is the same for "
+                               f"every sample ({_brief(row)}): one row, broadcast over the "
+                               "batch")
             elif _zero_state(n, k, s.batchdep[x]):
                 n.input[k] = ""
                 s.notes.append(f"node {name} ({n.op_type}): input {k} {x!r} (zeros of the "
@@ -137,6 +146,39 @@ def _batch_row(pair, runs) -> np.ndarray | None:
             and np.array_equal(b, np.broadcast_to(row, b.shape))):
         return None
     return row
+
+
+_BROADCASTING = ("Add", "Sub", "Mul", "Div")  # elementwise, multidirectional broadcasting
+
+
+def _dims_at(s: ImportState, run, x: str):
+    """The dims of value ``x`` in ``run`` (an entry of ``s.runs``): inferred, a folded
+    value's, or an initializer's; None when unknown."""
+    _, shapes, vals, _ = run
+    if x in shapes and shapes[x] is not None and None not in shapes[x]:
+        return list(shapes[x])
+    if x in vals:
+        return list(np.asarray(vals[x]).shape)
+    if x in s.init:
+        return [int(d) for d in s.init[x].dims]
+    return None
+
+
+def _broadcasts_back(s: ImportState, n, k: int, row: np.ndarray) -> bool:
+    """Whether input ``k`` of the elementwise ``n`` replaced by ``row`` [1, ...] leaves its
+    output's dims as they were at both batch sizes (another input carries the batch), so
+    broadcasting repeats the row exactly as the batch-sized value did."""
+    for run in s.runs:
+        dims = [row.shape if j == k else _dims_at(s, run, y) for j, y in enumerate(n.input)]
+        out = _dims_at(s, run, n.output[0])
+        if out is None or any(d is None for d in dims):
+            return False
+        try:
+            if list(np.broadcast_shapes(*[tuple(d) for d in dims])) != out:
+                return False
+        except ValueError:
+            return False
+    return True
 
 
 def _lookup_once(s: ImportState, n, name: str, x: str, row: np.ndarray):
