@@ -32,6 +32,8 @@ def test_kernel_diff_largest_differences_either_way():
 @pytest.mark.parametrize("args,message", [
     (["--models", "nosuch"], "--models ['nosuch']: not in plan h200"),
     (["--plan", "zoo", "--parts", "dawn,nope"], "--parts 'dawn,nope': each of dawn, native, peers"),
+    (["--in-flight", "0"], "--in-flight 0: at least 1"),
+    (["--in-flight", "-2"], "--in-flight -2: at least 1"),
 ])
 def test_command_line_refusals(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as exc:

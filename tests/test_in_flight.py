@@ -95,3 +95,12 @@ def test_zero_or_negative_depth_waits_for_each_step_itself():
         assert task.done()
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_bench_refuses_a_depth_that_is_not_a_positive_integer(bad):
+    from webgpu_trainer.worker import bench
+    trainer = SimpleNamespace(engine=engine(FenceDevice(), 2), cfg={"batch_size": 1},
+                              per_epoch=1)
+    with pytest.raises(ValueError, match=r"in_flight must be an integer >= 1, got"):
+        asyncio.run(bench.bench(trainer, FenceDevice(), {"in_flight": bad}))

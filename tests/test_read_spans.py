@@ -59,6 +59,10 @@ def test_a_span_past_the_end_raises_and_the_device_goes_on(device):
         asyncio.run(device.read_spans([(buf, 0, 8), (buf, 32, 16)]))
     with pytest.raises(ValueError, match="span 0 overruns"):  # 6 bytes copy as 8
         asyncio.run(device.read_spans([(buf, 36, 6)]))
-    with pytest.raises(ValueError, match="byte offset 2 and 4 bytes"):
+    with pytest.raises(ValueError, match=r"byte offset 2 \(an offset is a multiple of 4"):
         asyncio.run(device.read_spans([(buf, 2, 4)]))
+    with pytest.raises(ValueError, match=r"byte offset -4 \("):
+        asyncio.run(device.read_spans([(buf, -4, 4)]))
+    with pytest.raises(ValueError, match=r"span 0 of buffer 'short': -4 bytes"):
+        asyncio.run(device.read_spans([(buf, 0, -4)]))
     assert asyncio.run(device.read_spans([(buf, 32, 8)])) == [bytes(range(32, 40))]

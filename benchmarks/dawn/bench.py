@@ -174,6 +174,8 @@ def main(argv=None) -> int:
     ap.add_argument("--node")
     ap.add_argument("--timeout", type=float, default=400, help="seconds per Node process")
     a = ap.parse_args(argv)
+    if a.in_flight is not None and a.in_flight < 1:
+        ap.error(f"--in-flight {a.in_flight}: at least 1")
     plan = {"h200": PLAN, "zoo": ZOO, "small": SMALL, "quick": QUICK}[a.plan]
     if a.models:
         unknown = sorted(set(a.models) - set(plan))

@@ -16,7 +16,9 @@ async def bench(trainer, dev, data: dict) -> dict:
     ``data``: ``steps`` timed back to back (default 10), ``warmup`` (default 2), ``host`` steps
     timed alone with the GPU idle (default 5), ``profile`` (bool: also the per-dispatch times),
     ``gemm`` (n: also the engine's n x n GEMM, see ``gemm``), ``in_flight`` (n >= 1: this
-    engine's ``GpuEngine.IN_FLIGHT`` for the run, an A/B of the queue's depth).
+    engine's ``GpuEngine.IN_FLIGHT`` for the back-to-back steps, an A/B of the queue's
+    depth; ValueError for another value; the ``host`` steps always return without waiting
+    for themselves, as with the default 2, so ``host_ms`` stays the host's cost alone).
     Returns ``{batch, steps, wall_ms, host_ms, host_min_ms, host_max_ms, host_runs,
     host_split, dispatches, profile?}``: ``wall_ms`` the mean wall time per step of the
     back-to-back steps (milliseconds), ``host_ms`` the median time of one step's Python +
@@ -24,8 +26,11 @@ async def bench(trainer, dev, data: dict) -> dict:
     ``host_runs`` all of them; ``host_split`` the medians of ``split``'s parts over as many
     steps, taken alternately with those (the step as three device calls)."""
     eng, batch, per_epoch = trainer.engine, int(trainer.cfg["batch_size"]), trainer.per_epoch
-    if data.get("in_flight"):
-        eng.IN_FLIGHT = max(1, int(data["in_flight"]))
+    depth = data.get("in_flight")
+    if depth is not None:
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"bench: in_flight must be an integer >= 1, got {depth!r}")
+        eng.IN_FLIGHT = depth
     eng.set_order(list(range(trainer.train_set.count)))
 
     async def one_step():
@@ -42,6 +47,7 @@ async def bench(trainer, dev, data: dict) -> dict:
     await dev.sync()
     wall = 1000 * (time.perf_counter() - t0) / steps
     host, parts = [], []
+    eng.IN_FLIGHT = max(2, eng.IN_FLIGHT)  # a host step never waits for its own GPU work
     for _ in range(int(data.get("host") or 5)):
         await dev.sync()
         eng.forget_fences()  # nothing to wait for: the call's own cost only

@@ -41,9 +41,12 @@ def span_copies(spans: list) -> tuple:
     for i, (buf, offset, n) in enumerate(spans):
         size = getattr(buf, "size", None)
         label = getattr(buf, "label", "") or "?"
-        if offset % 4 or offset < 0 or n < 0:
+        if n < 0:
+            raise ValueError(f"read_spans: span {i} of buffer {label!r}: {n} bytes (a "
+                             "length is at least 0)")
+        if offset % 4 or offset < 0:
             raise ValueError(f"read_spans: span {i} of buffer {label!r}: byte offset {offset}"
-                             f" and {n} bytes (the offset must be a multiple of 4)")
+                             f" (an offset is a multiple of 4, at least 0)")
         if size is not None and offset + round_up(n) > int(size):
             raise ValueError(f"read_spans: span {i} overruns buffer {label!r} ({int(size)} "
                              f"bytes): {round_up(n)} bytes from byte offset {offset} end "
