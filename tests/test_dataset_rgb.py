@@ -96,9 +96,9 @@ def export_model(path: Path, outputs: int = 3) -> Path:
     return path
 
 
-def cli(*args, check=True):
+def cli(*args, check=True, cwd=REPO):
     proc = subprocess.run(EXE + [str(a) for a in args], capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
+                          timeout=600, cwd=cwd)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\n"
                              f"stderr:\n{proc.stderr}")
@@ -226,8 +226,8 @@ def test_resume_on_a_changed_dataset_is_refused(trained, tmp_path):
     proc = cli("train", "--resume", run_dir, "--data-root", data, "--epochs", "5", "--device",
                "cpu", check=False)
     assert proc.returncode == 2, proc.stderr
-    assert "--resume: dataset colours changed since the run trained on it (manifest sha256 " \
-        in proc.stderr and "prepared again from other data" in proc.stderr
+    assert f"--resume: dataset colours in {data / 'colours'} is not the data the run trained " \
+        "on (manifest sha256 " in proc.stderr and "prepared again from other data" in proc.stderr
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
 
 
@@ -313,3 +313,19 @@ def test_resume_finds_the_data_where_the_run_trained(trained, tmp_path):
     (gone / "config.json").write_text(json.dumps(doc))
     proc = cli("train", "--resume", gone, "--epochs", "5", "--device", "cpu", check=False)
     assert proc.returncode == 2 and "colours" in proc.stderr, proc.stderr
+    assert f"note: the folder this run trained on, {tmp_path / 'moved' / 'colours'} " \
+        "(config.json), is not there" in proc.stderr
+
+
+def test_a_relative_data_dir_is_recorded_whole(trained, tmp_path):
+    """``--data-dir rel/colours`` given from one folder is recorded absolute, so --resume from
+    another folder (no --data-dir) still finds it."""
+    shutil.copytree(trained["data"] / "colours", tmp_path / "rel" / "colours")
+    model = trained["cpu"][1] / "model.onnx"
+    args = [a if a != "4" else "1" for a in ARGS]  # one epoch
+    cli("train", model, "--data-dir", "rel/colours", "--device", "cpu", "--out", "run", *args,
+        cwd=tmp_path)
+    doc = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert doc["data"]["data_dir"] == str((tmp_path / "rel" / "colours").resolve())
+    cli("train", "--resume", tmp_path / "run", "--epochs", "2", "--device", "cpu")
+    assert [r["epoch"] for r in _metrics(tmp_path / "run")] == [1, 2]

@@ -167,9 +167,13 @@ def resume_data_dir(args, stored) -> None:
     data. Sets ``args.data_dir``."""
     if stored is None or args.data_dir or getattr(args, "data_root", None):
         return
-    was = ((stored.get("data") or {}).get("data_dir") or "").strip()
+    was = ((stored.get("data") or {}).get("data_dir") or "")
+    was = was.strip() if isinstance(was, str) else ""
     if was and Path(was).is_dir():
         args.data_dir = Path(was)
+    elif was:
+        print(f"note: the folder this run trained on, {was} (config.json), is not there; "
+              "looking in the default data root (--data-dir names another)", file=sys.stderr)
 
 
 def _dataset(args, cfg, stored):
@@ -252,10 +256,11 @@ async def _train(args) -> int:
         print(f"note: {note}", file=sys.stderr)
     was = ((stored or {}).get("data") or {}).get("manifest_sha256")
     if was and was != manifest_sha:
-        raise ValueError(f"--resume: dataset {cfg['dataset']} changed since the run trained on "
-                         f"it (manifest sha256 {was[:12]}... then, {manifest_sha[:12]}... now: "
-                         "it was prepared again from other data); resume with the data it "
-                         "trained on, or start a new run")
+        raise ValueError(f"--resume: dataset {cfg['dataset']} in {folder_of(args, cfg)} is not "
+                         f"the data the run trained on (manifest sha256 {was[:12]}... then, "
+                         f"{manifest_sha[:12]}... now: prepared again from other data, or "
+                         "another folder of that name); resume with the data it trained on, "
+                         "or start a new run")
     source = manifest.get("source")
     dataset = spec.title if spec.name != "own" else f"own ({source})"
     # checked against the data, the run-dependent defaults (e.g. OneCycleLR's total_steps)

@@ -10,6 +10,7 @@ import math
 import os
 import sys
 import time
+from pathlib import Path
 
 from ..engine.ops import losses
 from ..engine.train import checkpoint as engine_ckpt
@@ -30,7 +31,8 @@ def config_document(cfg, *, model_path, model_sha256, graph, dataset, source, tr
                  "manifest_sha256": manifest_sha256,
                  "train_images": trainer.train_set.count,
                  "val_images": trainer.val_set.count if trainer.val_set else 0,
-                 "eval_images": test_set.count, "data_dir": str(data_dir or "")},
+                 "eval_images": test_set.count,
+                 "data_dir": str(Path(data_dir).resolve()) if data_dir else ""},
         "versions": versions, "adapter": dev.info, "selfcheck": check,
         "command": sys.argv[1:] if sys.argv else [],
         "created": (stored or {}).get("created") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
