@@ -1,8 +1,10 @@
 """The import's fourth stage, shapes that hold for any batch size (:func:`batch_shapes`): a
 Reshape shape that follows the batch becomes one constant (an Expand shape too, with the
-batch's axes named), other batch-dependent inputs are problems, the output must follow the
-batch. Before folding, a batch baked into a static export's Reshape shapes becomes -1 (or
-0 = copy) (:func:`static_batch`, run by the fold stage)."""
+batch's axes named); a value that is one row repeated for every sample becomes that row (a
+Gather's indices, the lookup then expanded to the batch; an Add / Sub / Mul / Div operand,
+broadcast); other batch-dependent inputs are problems; the output must follow the batch.
+Before folding, a batch baked into a static export's Reshape shapes becomes -1 (or 0 = copy)
+(:func:`static_batch`, run by the fold stage)."""
 from __future__ import annotations
 
 import numpy as np
@@ -73,9 +75,11 @@ def static_batch(s: ImportState, b0: int, base: dict, shapes: dict, vals: dict) 
 
 def batch_shapes(s: ImportState) -> None:
     """Stage 4 (when ``s.fold_ran``): the values that follow the batch size (``s.batchdep``).
-    A Reshape shape becomes one constant that holds for any batch (:func:`_resolve_reshape`);
-    any other input is a problem. The output must be per-sample class scores that follow
-    the batch."""
+    A Reshape shape becomes one constant that holds for any batch (:func:`_resolve_reshape`),
+    an Expand shape one with ``batch_axes`` (:func:`_resolve_expand`); one row repeated for
+    every sample becomes the row (:func:`_lookup_once` for a Gather's indices, a broadcast
+    operand of an Add / Sub / Mul / Div where :func:`_broadcasts_back`); any other input is a
+    problem. The output must be per-sample class scores that follow the batch."""
     if not s.fold_ran:
         return
     b1 = s.runs[0][0]
@@ -119,8 +123,9 @@ def batch_shapes(s: ImportState) -> None:
                 s.reported.add(name)
                 s.problems.append(
                     f"node {name} ({n.op_type}) input {k} {x!r} depends on the batch size "
-                    f"(it is {_brief(s.batchdep[x][0])} for a batch of {b1}): only Reshape "
-                    "shapes may follow the batch")
+                    f"(it is {_brief(s.batchdep[x][0])} for a batch of {b1}): only Reshape / "
+                    "Expand shapes, and values the same for every sample read by a Gather "
+                    "or an Add, Sub, Mul or Div, may follow the batch")
     if after:
         nodes, names = list(s.g.node), list(s.names)
         for i, node, name in reversed(after):
