@@ -182,17 +182,25 @@ def splits():
 
 
 
-@pytest.mark.parametrize("engine", ["gpu", "cpu"])
-def test_stop_between_reports_is_reported(device, splits, engine):
-    """Stop after step 3 of an epoch of 6 with reports every 5 steps: progress reports steps
-    1..3 (no more, none missing), the result says stopped at step 3, no epoch is validated."""
+def _reporting_trainer(device, splits, engine, report_every):
+    """``(trainer, engine, events)``: the tiny MLP set up for 2 epochs of 6 steps (batch 16)
+    with reports every ``report_every`` steps, its emitted events collected."""
     graph, blob = tiny_mlp(0)
     cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": 16, "epochs": 2, "seed": 4,
-           "init": "scratch", "eval_images": 40, "val_images": 16, "report_every": 5}
+           "init": "scratch", "eval_images": 40, "val_images": 16,
+           "report_every": report_every}
     eng = GpuEngine(device) if engine == "gpu" else CpuEngine()
     events = []
     tr = Trainer(eng, graph, blob, cfg, *splits, emit=lambda kind, **kw: events.append((kind, kw)))
     run(tr.setup())
+    return tr, eng, events
+
+
+@pytest.mark.parametrize("engine", ["gpu", "cpu"])
+def test_stop_between_reports_is_reported(device, splits, engine):
+    """Stop after step 3 of an epoch of 6 with reports every 5 steps: progress reports steps
+    1..3 (no more, none missing), the result says stopped at step 3, no epoch is validated."""
+    tr, eng, events = _reporting_trainer(device, splits, engine, 5)
     step = eng.step
 
     async def step_then_stop(t, offset, lr):
@@ -218,13 +226,7 @@ def test_reports_count_from_the_last_report(device, splits, engine, monkeypatch)
     at 6 (one readback more an epoch). Every step is reported once, in order."""
     from webgpu_trainer.engine.train import loop
     monkeypatch.setattr(loop, "REPORT_S", 1e9)  # the cadence alone, not a slow machine's clock
-    graph, blob = tiny_mlp(0)
-    cfg = {"optimizer": "adam", "lr": 1e-3, "batch_size": 16, "epochs": 2, "seed": 4,
-           "init": "scratch", "eval_images": 40, "val_images": 16, "report_every": 4}
-    eng = GpuEngine(device) if engine == "gpu" else CpuEngine()
-    events = []
-    tr = Trainer(eng, graph, blob, cfg, *splits, emit=lambda kind, **kw: events.append((kind, kw)))
-    run(tr.setup())
+    tr, _, events = _reporting_trainer(device, splits, engine, 4)
     run(tr.run())
     progress = [kw for kind, kw in events if kind == "progress"]
     assert [kw["step"] for kw in progress] == [1, 5, 6, 10, 12]

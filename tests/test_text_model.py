@@ -96,6 +96,18 @@ def _check_step(device, path, graph, blob, net, x, labels, rename=None, zero=())
     return res
 
 
+def _imported(net_class, seed, path, dynamo=False):
+    """``(net, graph, blob)``: ``net_class()`` made under torch seed ``seed``, exported to
+    ``path`` (skipped without onnxscript for the dynamo exporter) and imported."""
+    if dynamo:
+        pytest.importorskip("onnxscript")
+    from webgpu_trainer.onnx_io import load_bundle
+    torch.manual_seed(seed)
+    net = net_class()
+    _export(net, path, dynamo)
+    return (net, *load_bundle(path))
+
+
 def _markers(train, test, seed=0):
     from webgpu_trainer.host.datasets import tokens
     return tokens.markers(train=train, test=test, seed=seed)
@@ -265,14 +277,8 @@ class PositionsNet(torch.nn.Module):
 def test_shape_of_the_ids_is_read(device, tmp_path, dynamo):
     """A Shape reading the ids imports (only Gathers read them once it is folded); forward vs
     onnxruntime, loss and first-step gradients of both tables vs torch in float64."""
-    if dynamo:
-        pytest.importorskip("onnxscript")
-    from webgpu_trainer.onnx_io import load_bundle
-    torch.manual_seed(2)
-    net = PositionsNet()
     path = tmp_path / "positions.onnx"
-    _export(net, path, dynamo)
-    graph, blob = load_bundle(path)
+    net, graph, blob = _imported(PositionsNet, 2, path, dynamo)
     assert [n["op_type"] for n in graph["nodes"] if "tokens" in n["inputs"]] == ["Gather"]
     # the dynamo exporter folds pos.weight[arange(16)] (a static length) into an initializer
     # of its own: the same [16, 8] values, trained under another name
@@ -309,14 +315,9 @@ def test_same_ids_for_every_sample_are_looked_up_once(device, tmp_path, dynamo):
     onnxruntime at two batch sizes, loss and first-step gradients of all three tables vs
     torch in float64 (the type table's row 0 sums every token of every sample); the export
     (weights written into the original graph) runs in onnxruntime at another batch."""
-    if dynamo:
-        pytest.importorskip("onnxscript")
-    from webgpu_trainer.onnx_io import export_onnx, load_bundle
-    torch.manual_seed(3)
-    net = HFStyleNet()
+    from webgpu_trainer.onnx_io import export_onnx
     path = tmp_path / "hf.onnx"
-    _export(net, path, dynamo)
-    graph, blob = load_bundle(path)
+    net, graph, blob = _imported(HFStyleNet, 3, path, dynamo)
     lookups = [n for n in graph["nodes"] if n["op_type"] == "Gather"
                and "tokens" not in n["inputs"]]
     expands = [n for n in graph["nodes"] if n["op_type"] == "Expand"]
@@ -395,12 +396,8 @@ def test_bert_style_defaults_import_and_train(device, tmp_path):
     size") is one row broadcast over the batch by the Add that reads it; with the position
     and token type lookups, the model's forward agrees with onnxruntime and its loss and
     every gradient with torch in float64, at two batch sizes."""
-    from webgpu_trainer.onnx_io import load_bundle
-    torch.manual_seed(4)
-    net = BertStyleNet()
     path = tmp_path / "bert.onnx"
-    _export(net, path, False)
-    graph, blob = load_bundle(path)
+    net, graph, blob = _imported(BertStyleNet, 4, path)
     assert any("broadcast over the batch" in note for note in graph["notes"])
     a = _markers(6, 2)
     for n in (6, 2):  # k.bias shifts every score of a row alike: the softmax drops it

@@ -135,8 +135,8 @@ class Plan:
         dsrc = dsrc or Tensor(src.shape, b.scratch(src.numel))
         # CrossEntropy = the head's LogSoftmax, then NLL (on GPU adapters both in the loss's
         # one dispatch: losses.takes_scores); the others read the raw output.
-        scores = self.acts[self.scores] if through is self.head_node and through is not None \
-            and also is None and losses.takes_scores(b, *src.shape) else None
+        scores = self.acts[self.scores] if through is not None and through is self.head_node \
+            and losses.takes_scores(b, *src.shape) else None  # (``also`` is None then)
         b.current = list(self.head) if self.loss_input == self.logp and scores is None else []
         if spec["loss"] in ("cross_entropy", "nll", "nll_log"):
             await losses.nll_loss(b, spec, src, self.labels, dsrc, self.metrics,
