@@ -18,7 +18,8 @@
 //                 decomposes i over the kept sizes geo[d].x with dy strides geo[d].y
 //                 (d < rank), off decomposes r over the reduced sizes ext[d].x with strides
 //                 ext[d].y (d < red_rank). The parts (splits > 1) are added by reduce.wgsl
-//                 `reduce_splits`.
+//                 `reduce_splits`. sum_expanded_lanes: the same sums, LANES threads an
+//                 output (GPU adapters, few outputs).
 
 struct Params {
   n: u32, rank: u32, src_off: u32, dst_off: u32,
@@ -132,11 +133,8 @@ fn masked_sum(@builtin(workgroup_id) wid: vec3<u32>,
   if (lid == 0u) { out[wid.x] = partial[0]; }
 }
 
-@compute @workgroup_size(64)
-fn sum_expanded(@builtin(global_invocation_id) gid: vec3<u32>,
-                @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = flat_index(gid, nwg);
-  if (i >= p.n) { return; }
+// Where output i of sum_expanded reads its first term: i decomposed over the kept sizes.
+fn kept_base(i: u32) -> u32 {
   var rem = i;
   var base = 0u;
   for (var d = i32(p.rank) - 1; d >= 0; d--) {
@@ -144,19 +142,65 @@ fn sum_expanded(@builtin(global_invocation_id) gid: vec3<u32>,
     base += (rem % size) * u32(p.geo[d].y);
     rem = rem / size;
   }
+  return base;
+}
+
+// Term r of an output's sum, at base + r decomposed over the reduced sizes and strides.
+fn reduced_at(base: u32, r: u32) -> f32 {
+  var q = r;
+  var off = base;
+  for (var d = i32(p.red_rank) - 1; d >= 0; d--) {
+    let size = u32(p.ext[d].x);
+    off += (q % size) * u32(p.ext[d].y);
+    q = q / size;
+  }
+  return x[off];
+}
+
+@compute @workgroup_size(64)
+fn sum_expanded(@builtin(global_invocation_id) gid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = flat_index(gid, nwg);
+  if (i >= p.n) { return; }
+  let base = kept_base(i);
   let per = (p.red + p.splits - 1u) / p.splits;
   let r0 = gid.z * per;
   let r1 = min(p.red, r0 + per);
   var s = 0.0;
-  for (var r = r0; r < r1; r++) {
-    var q = r;
-    var off = base;
-    for (var d = i32(p.red_rank) - 1; d >= 0; d--) {
-      let size = u32(p.ext[d].x);
-      off += (q % size) * u32(p.ext[d].y);
-      q = q / size;
-    }
-    s += x[off];
-  }
+  for (var r = r0; r < r1; r++) { s += reduced_at(base, r); }
   out[gid.z * p.n + i] = s;
+}
+
+// sum_expanded for few outputs of long sums on GPU adapters (ops/layout.py expand_lanes: a
+// class token's gradient, [64, 1, 64] summed over the batch into [1, 1, 64], ran 64 threads of
+// 64 dependent loads). LANES threads an output, one dispatch (no parts, no reduce_splits):
+// lane l adds terms l, l + LANES, ... in four running sums (terms l + 4j LANES + k LANES into
+// sum k); the lanes' sums are added in lane order from workgroup memory. A workgroup holds
+// 256 / LANES outputs; neighbouring threads take neighbouring outputs of one term.
+override LANES: u32 = 16u;
+
+@compute @workgroup_size(256)
+fn sum_expanded_lanes(@builtin(workgroup_id) wid: vec3<u32>,
+                      @builtin(num_workgroups) nwg: vec3<u32>,
+                      @builtin(local_invocation_index) lid: u32) {
+  let per = 256u / LANES;
+  let i = (wid.x + wid.y * nwg.x) * per + lid % per;
+  let inside = i < p.n;
+  var s4 = vec4<f32>(0.0);
+  if (inside) {
+    let base = kept_base(i);
+    var r = lid / per;
+    for (; r + 3u * LANES < p.red; r += 4u * LANES) {
+      s4 += vec4<f32>(reduced_at(base, r), reduced_at(base, r + LANES),
+                      reduced_at(base, r + 2u * LANES), reduced_at(base, r + 3u * LANES));
+    }
+    for (; r < p.red; r += LANES) { s4.x += reduced_at(base, r); }
+  }
+  partial[lid] = (s4.x + s4.y) + (s4.z + s4.w);
+  workgroupBarrier();
+  if (lid < per && inside) {
+    var s = 0.0;
+    for (var l = 0u; l < LANES; l++) { s += partial[l * per + lid]; }
+    out[i] = s;
+  }
 }

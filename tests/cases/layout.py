@@ -314,6 +314,40 @@ def _expand_long_sum_split():
                        f32(rng.standard_normal((BATCH, 7))), constants=consts)
 
 
+def _expand_lanes_class_token():
+    """A class token: param [1, 1, 6] expanded over a batch of 20 and concatenated before the
+    activation's 3 rows ([20, 4, 6]). Its gradient sums 20 terms for each of 6 outputs: on GPU
+    adapters (the patch) ``sum_expanded_lanes`` with 4 lanes of 5 terms (the four-sum loop once,
+    then the tail)."""
+    rng = rng_for("expand_lanes_cls")
+    batch = 20
+    pre, tensors = gemm_pre(7, 18, rng)
+    tensors.append(("cls", f32(rng.standard_normal((1, 1, 6))), "param"))
+    consts = {"v": _const([batch, 3, 6]), "shape": _const([batch, 1, 6])}
+    nodes = pre + [node("Reshape", ["h", "v"], ["hv"]),
+                   node("Expand", ["cls", "shape"], ["e"]),
+                   node("Concat", ["e", "hv"], ["y"], axis=1)]
+    return layout_case("expand_lanes_class_token", "Expand", nodes, tensors,
+                       f32(rng.standard_normal((batch, 7))), constants=consts,
+                       acts=("h", "e", "y"), batch=batch, patch={"TILED": True},
+                       browser=False)  # a Builder patch (cases.Case)
+
+
+def _expand_lanes(name, view, shape):
+    """h [2, 6] viewed as ``view`` -> Expand ``shape`` on GPU adapters (the patch):
+    ``sum_expanded_lanes``. "long": 6 sums of 200 terms (32 lanes); "two_dims": 6 sums over
+    two reduced dims that the kept dims separate (red_rank 2: [2, 1, 3, 1, 2] -> [2, 6, 3, 5,
+    2], 30 terms, 4 lanes)."""
+    rng = rng_for("expand_lanes", name)
+    pre, tensors = gemm_pre(7, 6, rng)
+    consts = {"v": _const(view), "shape": _const(shape)}
+    nodes = pre + [node("Reshape", ["h", "v"], ["hv"]),
+                   node("Expand", ["hv", "shape"], ["y"])]
+    return layout_case(f"expand_lanes_{name}", "Expand", nodes, tensors,
+                       f32(rng.standard_normal((BATCH, 7))), constants=consts,
+                       patch={"TILED": True}, browser=False)  # a Builder patch (cases.Case)
+
+
 # ---- composites (the browser's first parity list) ---------------------------------------------
 
 def _transpose_slice_pad_concat():
@@ -396,6 +430,9 @@ CASES = TRANSPOSE + [_transpose_2d_after_gemm()] + [_concat(a) for a in (1, -1, 
     [_slice_opset9_attributes(), _slice_2d_after_gemm()] + [_pad(name) for name in PADS] + \
     [_pad_opset2_attributes(), _pad_value_tensor(None), _pad_value_tensor(64),
      _expand_3x1_to_2x3x4(), _expand_middle_dim_bidirectional(), _expand_param_then_concat(),
-     _expand_long_sum_split(), _transpose_slice_pad_concat(), _slice_steps(),
+     _expand_long_sum_split(), _expand_lanes_class_token(),
+     _expand_lanes("long", [BATCH, 6, 1], [1, 1, 200]),
+     _expand_lanes("two_dims", [BATCH, 1, 3, 1, 2], [BATCH, 6, 3, 5, 2]),
+     _transpose_slice_pad_concat(), _slice_steps(),
      _expand_after_reduce()] + [_split(*spec) for spec in SPLITS] + \
     [_pad_mode(name) for name in PAD_MODES] + [_pad_edge_opset2_attributes()]

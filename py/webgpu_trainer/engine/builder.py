@@ -173,6 +173,11 @@ class Builder:
     # adapters (reduce.wgsl reduce_splits_lanes); False: a thread an output (A/B).
     REDUCE_LANES = True
 
+    # An Expand's gradient with few outputs of long sums (ops/layout.expand_lanes) runs several
+    # threads an output on GPU adapters (layout.wgsl sum_expanded_lanes); False: a thread an
+    # output, long sums split in parts added by reduce_splits (A/B).
+    EXPAND_LANES = True
+
     # reduce_vec4.wgsl reduce_splits4 (four outputs a thread from vec4 loads) on GPU adapters for
     # at least 4 * SPLIT_THREADS outputs, a multiple of 4, with no tail (ops/gemm.reduce_splits);
     # False: a thread an output (A/B).

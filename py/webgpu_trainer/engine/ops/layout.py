@@ -335,6 +335,24 @@ def _merge(dims):
     return out
 
 
+def expand_lanes(b, n: int, red: int) -> int:
+    """Threads an output of layout.wgsl ``sum_expanded_lanes`` for ``n`` sums of ``red`` terms
+    each (an Expand's gradient), or 1 (``sum_expanded``: CPU adapters, whose golden numbers it
+    keeps, and outputs that fill the GPU alone). On GPU adapters (``b.tiled``, with
+    ``Builder.EXPAND_LANES``) below ``Builder.SPLIT_THREADS`` outputs of at least 16 terms: the
+    smallest power of two (2..64) whose threads reach that target, or the largest that leaves
+    each lane at least 4 terms. The ViT's class token, [64, 1, 64] summed over the batch of
+    64, ran as 64 threads adding 64 terms each in turn (the H100 profile of 2026-12-07 timed
+    that dispatch alone at 106 us; 16 lanes of 4 terms now)."""
+    if not b.tiled or not getattr(b, "EXPAND_LANES", True) or n >= b.SPLIT_THREADS \
+            or red < 16:
+        return 1
+    lanes = 1
+    while lanes < 64 and n * lanes < b.SPLIT_THREADS and 2 * lanes * 4 <= red:
+        lanes *= 2
+    return lanes
+
+
 async def _sum_expanded(b, dy, dx, xshape):
     """dx = dy summed over the dims Expand broadcast (leading ones and x's size-1 dims)."""
     lead = len(dy.shape) - len(xshape)
@@ -346,6 +364,12 @@ async def _sum_expanded(b, dy, dx, xshape):
     if not red:  # nothing broadcast: a copy, dx contiguous in the order of the kept dims
         dst = _strides([s for s, _ in kept])
         await gather(b, dy, dx, [_plain(s, st, o) for (s, st), o in zip(kept, dst)])
+        return
+    lanes = expand_lanes(b, n, r)
+    if lanes > 1:
+        params = _pack(n, [(s, st, 0, 1, s, 0, 0) for s, st in kept], red=r, red_dims=red)
+        await b.kernel("layout", "sum_expanded_lanes", groups_1d(n * lanes, 256),
+                       params=params, constants={"LANES": lanes}, x=dy, out=dx)
         return
     splits = b.splits(n, r, min_per_split=64)
     target = b.scratch(splits * n) if splits > 1 else dx
