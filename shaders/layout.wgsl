@@ -15,9 +15,9 @@
 //   masked_sum:   workgroup k sums, over its part of i < n, x[i] where the position i of the
 //                 strided gather above is NOT valid (Pad's padded cells) into out[k].
 //   sum_expanded: out[z*n + i] = sum_{r in part z of [0, red)} x[base(i) + off(r)]: base
-//                 decomposes i over the kept sizes geo[d].x with dy strides geo[d].y
-//                 (d < rank), off decomposes r over the reduced sizes ext[d].x with strides
-//                 ext[d].y (d < red_rank). The parts (splits > 1) are added by reduce.wgsl
+//                 is src_off plus i decomposed over the kept sizes geo[d].x with dy strides
+//                 geo[d].y (d < rank), off decomposes r over the reduced sizes ext[d].x with
+//                 strides ext[d].y (d < red_rank). The parts (splits > 1) are added by reduce.wgsl
 //                 `reduce_splits`. sum_expanded_lanes: the same sums, LANES threads an
 //                 output (GPU adapters, few outputs).
 
@@ -136,7 +136,7 @@ fn masked_sum(@builtin(workgroup_id) wid: vec3<u32>,
 // Where output i of sum_expanded reads its first term: i decomposed over the kept sizes.
 fn kept_base(i: u32) -> u32 {
   var rem = i;
-  var base = 0u;
+  var base = p.src_off;
   for (var d = i32(p.rank) - 1; d >= 0; d--) {
     let size = u32(p.geo[d].x);
     base += (rem % size) * u32(p.geo[d].y);

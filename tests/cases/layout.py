@@ -114,6 +114,26 @@ def _concat_constant_and_gemm():
                        acts=("h", "c", "y"), dacts=("h", "c", "y"))
 
 
+def _concat_reads(kind):
+    """Concats that read an input through an op folded into them (engine/rewrites/concats.py):
+    "transpose": h [N, 3, 2, 5] -> Transpose [0, 2, 3, 1] (not its own inverse) beside h
+    reshaped to the same [N, 2, 5, 3], on axis 1 (h's gradient sums both parts); "expand": a
+    param [5, 1] (rank 2) -> Expand [N, 2, 5, 1] beside h reshaped, on the last axis."""
+    rng = rng_for("concat_reads", kind)
+    pre, tensors = conv_pre(3, rng)
+    consts = {"r": _const([0, 2, 5, 3])}
+    if kind == "transpose":
+        nodes = [node("Transpose", ["h"], ["t"], perm=[0, 2, 3, 1]),
+                 node("Concat", ["t", "hr"], ["y"], axis=1)]
+    else:
+        tensors.append(("p", f32(rng.standard_normal((5, 1))), "param"))
+        consts["e"] = _const([BATCH, 2, 5, 1])
+        nodes = [node("Expand", ["p", "e"], ["t"]), node("Concat", ["hr", "t"], ["y"], axis=3)]
+    nodes = pre + [node("Reshape", ["h", "r"], ["hr"])] + nodes
+    return layout_case(f"concat_reads_{kind}", "Concat", nodes, tensors,
+                       f32(rng.standard_normal((BATCH, 3, 2, 5))), constants=consts)
+
+
 def _concat_one_element():
     """Concat of a one-element param [1] and a [3] param on axis 0, added to h [N, 4]: every
     dim of the first input's copy has size 1 (it once left the copy no dims at all)."""
@@ -426,7 +446,8 @@ TRANSPOSE = [_transpose(perm, chw) for chw in [(3, 7, 33), (7, 1, 5)]
              for perm in [[0, 2, 3, 1], [0, 3, 1, 2], [3, 1, 0, 2], [1, 0, 2, 3], [2, 3, 0, 1],
                           [0, 1, 2, 3], None]]
 CASES = TRANSPOSE + [_transpose_2d_after_gemm()] + [_concat(a) for a in (1, -1, 2)] + \
-    [_concat_constant_and_gemm(), _concat_one_element()] + [_slice(name) for name in SLICES] + \
+    [_concat_constant_and_gemm(), _concat_one_element(), _concat_reads("transpose"),
+     _concat_reads("expand")] + [_slice(name) for name in SLICES] + \
     [_slice_opset9_attributes(), _slice_2d_after_gemm()] + [_pad(name) for name in PADS] + \
     [_pad_opset2_attributes(), _pad_value_tensor(None), _pad_value_tensor(64),
      _expand_3x1_to_2x3x4(), _expand_middle_dim_bidirectional(), _expand_param_then_concat(),

@@ -294,6 +294,9 @@ class Builder:
     # ... after moving Transposes past the Reshapes that split their dims and composing
     # consecutive ones (transposes._commute: MultiheadAttention's head split); False: A/B.
     COMMUTE_TRANSPOSES = True
+    # Transposes and Expands read only by a Concat as the Concat's strides
+    # (engine/rewrites/concats.py: a ViT's class token and patch tokens); False: A/B.
+    FOLD_CONCAT_READS = True
     # MatMul -> Softmax -> MatMul as one FusedAttention node (engine/rewrites/attention.py,
     # ops/attention.py: one dispatch forward, two backward); False: the three ops (A/B).
     FUSE_ATTENTION = True

@@ -14,8 +14,8 @@ from .backends.base import groups_1d, round_up
 from .builder import Builder, Tensor
 from .graph import Graph
 from . import fusion, init, pool
-from .rewrites import (attention, dropouts, gelu, linears, scales, splits, transposes,
-                       weight_layouts)
+from .rewrites import (attention, concats, dropouts, gelu, linears, scales, splits,
+                       transposes, weight_layouts)
 from .ops import RUNS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
@@ -47,8 +47,8 @@ class Plan:
     cross_entropy, the raw output otherwise). ``weights``: an existing flat weight buffer to use
     as ``P`` (an eval-only plan reading another plan's weights, ``GpuEngine.probe``).
     ``keep_acts``: activation names the caller reads after a step, which the plan's folds
-    (``linears``, ``gelu``, ``weight_layouts``, ``splits``, ``scales``, ``transposes``:
-    ``graph`` is then the folded model, ``source`` the one given) keep."""
+    (``linears``, ``gelu``, ``weight_layouts``, ``splits``, ``scales``, ``transposes``,
+    ``concats``: ``graph`` is then the folded model, ``source`` the one given) keep."""
 
     @classmethod
     async def build(cls, dev, graph: Graph, batch: int, trainable=None, loss=None,
@@ -70,6 +70,8 @@ class Plan:
             graph = scales.fold(graph, graph.shapes(batch), keep)
         if Builder.FOLD_TRANSPOSES:
             graph = transposes.fold(graph, graph.shapes(batch), keep)
+        if Builder.FOLD_CONCAT_READS:
+            graph = concats.fold(graph, graph.shapes(batch), keep)
         if Builder.FUSE_ATTENTION:
             graph = attention.fold(graph, graph.shapes(batch), keep,
                                    min_rows=Builder.ATTENTION_MIN_ROWS)

@@ -31,8 +31,8 @@ import math
 
 from ..backends.base import groups_1d
 from .gemm import reduce_splits
-from .layout_rules import (MAX_RANK, _strides, concat_axis, pad_mode, pad_spec, slice_spec,
-                           split_spec, transpose_perm)
+from .layout_rules import (MAX_RANK, _strides, concat_axis, concat_reads, pad_mode, pad_spec,
+                           slice_spec, split_spec, transpose_perm)
 from .layout_rules import infer  # noqa: F401  (the ops contract: every family has infer)
 
 TYPES = ("Concat", "Expand", "Pad", "Slice", "Split", "Transpose")
@@ -156,13 +156,14 @@ async def forward(b, node, ins, outs, train):
         return
     ys = _strides(y.shape)
     if op == "Concat":
-        axis = concat_axis(node, [t.shape for t in ins])
+        shapes = concat_reads(node, [t.shape for t in ins])
+        axis = concat_axis(node, shapes)
         off = 0
-        for t in ins:
-            ts = _strides(t.shape)
-            dims = [_plain(d, s, o) for d, s, o in zip(t.shape, ts, ys)]
+        for t, shape, r in zip(ins, shapes, _reads(node, len(ins))):
+            src = _read_strides(t.shape, shape, r)
+            dims = [_plain(d, s, o) for d, s, o in zip(shape, src, ys)]
             await gather(b, t, y, dims, dst_off=off * ys[axis])
-            off += t.shape[axis]
+            off += shape[axis]
         return
     x = ins[0]
     xs = _strides(x.shape)
@@ -200,13 +201,19 @@ async def backward(b, node, ins, outs, gins, gouts):
         return
     ds = _strides(dy.shape)
     if op == "Concat":
-        axis = concat_axis(node, [t.shape for t in ins])
+        shapes = concat_reads(node, [t.shape for t in ins])
+        axis = concat_axis(node, shapes)
         off = 0
-        for t, g in zip(ins, gins):
-            if g is not None:
-                dims = [_plain(d, s, o) for d, s, o in zip(t.shape, ds, _strides(t.shape))]
+        for t, g, shape, r in zip(ins, gins, shapes, _reads(node, len(ins))):
+            if g is not None and r and r.get("expand"):  # summed over the broadcast dims
+                await _sum_expanded(b, dy, g, t.shape, shape, ds, off * ds[axis])
+            elif g is not None:  # dim j of the input is dim inv[j] of its part of dy
+                perm = r["perm"] if r and "perm" in r else list(range(len(shape)))
+                inv = [perm.index(j) for j in range(len(perm))]
+                dims = [_plain(t.shape[j], ds[inv[j]], gs) for j, gs in
+                        enumerate(_strides(t.shape))]
                 await gather(b, dy, g, dims, src_off=off * ds[axis])
-            off += t.shape[axis]
+            off += shape[axis]
         return
     x, dx = ins[0], gins[0]
     xs = _strides(x.shape)
@@ -237,6 +244,26 @@ async def backward(b, node, ins, outs, gins, gouts):
             await _pad_value_grad(b, dy, gins[2], spec, x.shape)
     elif op == "Expand" and dx is not None:
         await _sum_expanded(b, dy, dx, x.shape)
+
+
+def _reads(node, n) -> list:
+    """A Concat's ``_reads`` (rewrites/concats.py): per input None, {"perm": p} or
+    {"expand": True}."""
+    return node.get("attrs", {}).get("_reads") or [None] * n
+
+
+def _read_strides(shape, logical, read) -> list:
+    """Element strides in a contiguous tensor of ``shape`` of each dim of the ``logical``
+    shape a Concat reads it as (``concat_reads``): its own, permuted, or 0 along the dims an
+    Expand broadcasts."""
+    own = _strides(shape)
+    if read and "perm" in read:
+        return [own[q] for q in read["perm"]]
+    if read and read.get("expand"):
+        lead = len(logical) - len(shape)
+        padded, strides = [1] * lead + list(shape), [0] * lead + own
+        return [0 if n == 1 and m != 1 else st for n, m, st in zip(padded, logical, strides)]
+    return own
 
 
 async def _split(b, node, x, outs):
@@ -353,28 +380,33 @@ def expand_lanes(b, n: int, red: int) -> int:
     return lanes
 
 
-async def _sum_expanded(b, dy, dx, xshape):
-    """dx = dy summed over the dims Expand broadcast (leading ones and x's size-1 dims)."""
-    lead = len(dy.shape) - len(xshape)
+async def _sum_expanded(b, dy, dx, xshape, yshape=None, ystrides=None, src_off=0):
+    """dx = dy summed over the dims Expand broadcast (leading ones and x's size-1 dims). dy:
+    the whole tensor ``dy``, or the region of it of ``yshape`` at element strides
+    ``ystrides`` from element ``src_off`` (a Concat's part, rewrites/concats.py)."""
+    yshape = list(dy.shape) if yshape is None else list(yshape)
+    ds = _strides(yshape) if ystrides is None else list(ystrides)
+    lead = len(yshape) - len(xshape)
     xp = [1] * lead + list(xshape)
-    ds = _strides(dy.shape)
-    kept = _merge([(yd, st) for xd, yd, st in zip(xp, dy.shape, ds) if xd == yd])
-    red = _merge([(yd, st) for xd, yd, st in zip(xp, dy.shape, ds) if xd != yd])
+    kept = _merge([(yd, st) for xd, yd, st in zip(xp, yshape, ds) if xd == yd])
+    red = _merge([(yd, st) for xd, yd, st in zip(xp, yshape, ds) if xd != yd])
     n, r = dx.numel, math.prod([s for s, _ in red])
     if not red:  # nothing broadcast: a copy, dx contiguous in the order of the kept dims
         dst = _strides([s for s, _ in kept])
-        await gather(b, dy, dx, [_plain(s, st, o) for (s, st), o in zip(kept, dst)])
+        await gather(b, dy, dx, [_plain(s, st, o) for (s, st), o in zip(kept, dst)],
+                     src_off=src_off)
         return
     lanes = expand_lanes(b, n, r)
     if lanes > 1:
-        params = _pack(n, [(s, st, 0, 1, s, 0, 0) for s, st in kept], red=r, red_dims=red)
+        params = _pack(n, [(s, st, 0, 1, s, 0, 0) for s, st in kept], src_off=src_off, red=r,
+                       red_dims=red)
         await b.kernel("layout", "sum_expanded_lanes", groups_1d(n * lanes, 256),
                        params=params, constants={"LANES": lanes}, x=dy, out=dx)
         return
     splits = b.splits(n, r, min_per_split=64)
     target = b.scratch(splits * n) if splits > 1 else dx
-    params = _pack(n, [(s, st, 0, 1, s, 0, 0) for s, st in kept], red=r, splits=splits,
-                   red_dims=red)
+    params = _pack(n, [(s, st, 0, 1, s, 0, 0) for s, st in kept], src_off=src_off, red=r,
+                   splits=splits, red_dims=red)
     gx, gy, _ = groups_1d(n)
     await b.kernel("layout", "sum_expanded", (gx, gy, splits), params=params, x=dy, out=target)
     if splits > 1:

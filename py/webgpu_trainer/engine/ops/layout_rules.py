@@ -77,6 +77,34 @@ def concat_axis(node, shapes):
     return axis
 
 
+def concat_reads(node, shapes):
+    """The shapes a Concat concatenates: its inputs' own, or where ``rewrites/concats.py``
+    folded a Transpose or an Expand into it (attribute ``_reads``, per input None, {"perm":
+    p} or {"expand": True}) the shape that op made: the input's dims permuted by p, or the
+    input broadcast to the other inputs' dims (its own size along the axis). GraphError when
+    an input cannot broadcast so."""
+    reads = node.get("attrs", {}).get("_reads")
+    if not reads:
+        return [list(s) for s in shapes]
+    if len(reads) != len(shapes):
+        raise _error(node, f"_reads has {len(reads)} entries for {len(shapes)} inputs")
+    out = [[s[q] for q in r["perm"]] if r and "perm" in r else list(s)
+           for s, r in zip(shapes, reads)]
+    ref = next((o for o, r in zip(out, reads) if not (r and r.get("expand"))), None)
+    if ref is None:
+        raise _error(node, "every input is a folded Expand (no shape to broadcast to)")
+    axis = int(node.get("attrs", {}).get("axis", 0)) % len(ref)
+    for k, r in enumerate(reads):
+        if r and r.get("expand"):
+            xp = [1] * (len(ref) - len(out[k])) + out[k]
+            if len(xp) != len(ref) or any(a not in (1, b) for d, (a, b) in
+                                          enumerate(zip(xp, ref)) if d != axis):
+                raise _error(node, f"input {k} of shape {out[k]} does not broadcast to "
+                                   f"{ref} outside axis {axis}")
+            out[k] = [xp[d] if d == axis else ref[d] for d in range(len(ref))]
+    return out
+
+
 def slice_spec(node, shape, values):
     """Per dim of x: (start, step, count) of ONNX Slice, starts/ends clamped per the operator
     definition (step > 0: [0, dim]; step < 0: start in [0, dim - 1], end in [-1, dim - 1]).
@@ -233,6 +261,7 @@ def infer(node, ins, consts):
         shapes = [s for s in ins]
         if not shapes or any(s is None for s in shapes):
             raise _error(node, "every input must be present")
+        shapes = concat_reads(node, shapes)
         _check_rank(node, shapes[0])
         axis = concat_axis(node, shapes)
         out = list(shapes[0])

@@ -5,7 +5,8 @@ its Transpose, + bias Add -> one Gemm between views), ``gelu`` (the erf GELU's f
 Gelu), ``weight_layouts`` (a Slice / Concat / Transpose chain over one weight -> one Gather),
 ``splits`` (Gathers of every index of an activation's axis -> one Split), ``scales`` (a Mul by
 a scalar constant next to a MatMul -> the product's scale), ``transposes`` (Transposes next to
-MatMuls -> the product's strides), ``attention`` (MatMul -> Softmax -> MatMul -> one
+MatMuls -> the product's strides), ``concats`` (Transposes and Expands read only by a
+Concat -> the Concat's strides), ``attention`` (MatMul -> Softmax -> MatMul -> one
 FusedAttention, an op type only rewrites make: ``ops.RUNS``).
 Each takes and returns a ``graph.Graph`` (the same object when nothing changes) and leaves the
 activation names in ``keep`` (what a caller reads after a step)."""
