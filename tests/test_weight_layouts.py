@@ -91,6 +91,7 @@ def test_torch_rnn_gate_reorder_folds_to_the_same_floats(device, name, monkeypat
     x = rng.standard_normal((4, *dims)).astype(np.float32)
     labels = rng.integers(0, 10, 4)
     res = {}
+    monkeypatch.setattr(builder.Builder, "JOIN_WEIGHT_GATHERS", False)  # test_gather_joins
     for fold in (True, False):
         monkeypatch.setattr(builder.Builder, "FOLD_WEIGHT_LAYOUTS", fold)
         res[fold] = run(one_step(device, graph, blob, x, labels))
@@ -179,6 +180,7 @@ def test_rnn_biases_in_one_span_same_bits(device, name, monkeypatch):
     x = rng.standard_normal((4, *dims)).astype(np.float32)
     labels = rng.integers(0, 10, 4)
     res = {}
+    monkeypatch.setattr(builder.Builder, "JOIN_WEIGHT_GATHERS", False)  # test_gather_joins
     for spans in (True, False):
         monkeypatch.setattr(builder.Builder, "WEIGHT_SPANS", spans)
         res[spans] = run(one_step(device, graph, blob, x, labels))

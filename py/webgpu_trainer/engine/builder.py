@@ -282,6 +282,9 @@ class Builder:
     # ... also chains joining weights next to each other in the blob (an LSTM's two biases
     # Concat-ed) as one Gather over a span tensor (weight_layouts._span); False: A/B.
     WEIGHT_SPANS = True
+    # ... and a node's several such Gathers over neighbouring weights (an LSTM's W, R and B) as
+    # one Gather and views of its parts (engine/rewrites/gather_joins.py); False: A/B.
+    JOIN_WEIGHT_GATHERS = True
     # Gathers of every index of an activation's axis, one constant index each (the packed q/k/v
     # of nn.MultiheadAttention) as one Split (engine/rewrites/splits.py); False: A/B.
     FOLD_SPLITS = True

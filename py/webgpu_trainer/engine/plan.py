@@ -14,8 +14,8 @@ from .backends.base import groups_1d, round_up
 from .builder import Builder, Tensor
 from .graph import Graph
 from . import fusion, init, pool
-from .rewrites import (attention, concats, dropouts, gelu, linears, scales, splits,
-                       transposes, weight_layouts)
+from .rewrites import (attention, concats, dropouts, gather_joins, gelu, linears, scales,
+                       splits, transposes, weight_layouts)
 from .ops import RUNS, VIEWS, losses, softmax
 
 METRICS_RING = 64  # metrics slots (loss, accuracy) kept on the GPU between readbacks
@@ -64,6 +64,8 @@ class Plan:
             graph = gelu.fold(graph, graph.shapes(batch), keep)
         if Builder.FOLD_WEIGHT_LAYOUTS:
             graph = weight_layouts.fold(graph, graph.shapes(batch), keep)
+        if Builder.JOIN_WEIGHT_GATHERS:
+            graph = gather_joins.fold(graph, graph.shapes(batch), keep)
         if Builder.FOLD_SPLITS:
             graph = splits.fold(graph, graph.shapes(batch), keep)
         if Builder.FOLD_SCALES:

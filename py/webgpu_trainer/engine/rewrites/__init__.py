@@ -3,6 +3,8 @@ it replaces and each behind a ``Builder`` flag (A/B): ``dropouts`` (a Dropout of
 an Identity view), ``linears`` (MatMul of a weight, or of
 its Transpose, + bias Add -> one Gemm between views), ``gelu`` (the erf GELU's five ops -> one
 Gelu), ``weight_layouts`` (a Slice / Concat / Transpose chain over one weight -> one Gather),
+``gather_joins`` (a node's several such Gathers over neighbouring weights -> one Gather and
+views of its parts),
 ``splits`` (Gathers of every index of an activation's axis -> one Split), ``scales`` (a Mul by
 a scalar constant next to a MatMul -> the product's scale), ``transposes`` (Transposes next to
 MatMuls -> the product's strides), ``concats`` (Transposes and Expands read only by a
