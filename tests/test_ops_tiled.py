@@ -1129,6 +1129,8 @@ GPU_PIPELINES = [
     ("reduce", "reduce_splits", {}),
     ("reduce", "reduce_splits_lanes", {"LANES": 16}),
     ("reduce", "reduce_splits_lanes", {"LANES": 2}),
+    ("layout", "sum_expanded_lanes", {"LANES": 16}),
+    ("layout", "sum_expanded_lanes", {"LANES": 64}),
     ("dropout", "apply4", {}),
     ("reduce", "column_parts", {}),
     ("matmul", "matmul_wg", {"TILE": 2240}),
@@ -1157,14 +1159,15 @@ PIPELINES_JS = """async (items) => {
   const device = await adapter.requestDevice({  // as the engine asks (backends/webgpu_js.py)
     requiredLimits: { maxStorageBuffersPerShaderStage:
                       Math.min(10, adapter.limits.maxStorageBuffersPerShaderStage) } });
-  const out = [];
-  for (const [name, code, entryPoint, constants] of items) {
-    device.pushErrorScope("validation");
-    const module = device.createShaderModule({ code, label: name });
-    device.createComputePipeline({ layout: "auto", compute: { module, entryPoint, constants } });
-    const err = await device.popErrorScope();
-    out.push(err ? `${name}:${entryPoint}: ${err.message}` : "");
-  }
+  // all at once: Chromium compiles asynchronous pipelines on its worker threads in parallel
+  const modules = new Map();
+  const out = await Promise.all(items.map(([name, code, entryPoint, constants]) => {
+    if (!modules.has(name)) modules.set(name, device.createShaderModule({ code, label: name }));
+    const module = modules.get(name);
+    return device.createComputePipelineAsync({ layout: "auto",
+                                               compute: { module, entryPoint, constants } })
+      .then(() => "", (err) => `${name}:${entryPoint}: ${err.message}`);
+  }));
   device.destroy();
   return out.filter((m) => m);
 }"""
