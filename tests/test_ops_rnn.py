@@ -295,3 +295,18 @@ def test_numpy_matches_torch(op, direction):
             continue
         ref = np.asarray(ref)
         assert np.allclose(got, ref, rtol=1e-10, atol=1e-12), f"input {k}"
+
+
+@pytest.mark.parametrize("cid,final", [("rnn/LSTM_forward_Y", False),
+                                       ("rnn/LSTM_forward_init_Y_c", True),
+                                       ("rnn/GRU_forward_nobias_Y_h", True)])
+def test_outputs_nothing_reads_are_not_written(device, cid, final):
+    """Y_h and Y_c that nothing reads (torch's LSTM beside a model that uses Y) take no
+    ``final_state`` dispatch; one the head reads does (test_case checks the numbers of both
+    against the float64 numpy engine)."""
+    from harness import run
+    from webgpu_trainer.engine.tools import parity
+    case = next(c for c in rnn.CASES if c.id == cid)
+    plan = run(parity.load(device, case.graph, case.blob, len(case.x), loss="cross_entropy"))
+    entries = [str(d[0][2]) for d in plan.fwd_train]
+    assert any("final_state" in e for e in entries) == final, entries

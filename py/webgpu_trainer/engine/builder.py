@@ -46,6 +46,15 @@ class Builder:
         self.save_sizes: dict = {}
         self._temps = {}
 
+    def unread(self, name) -> bool:
+        """Whether nothing reads activation ``name`` after the op writing it: no node of the
+        plan's graph, not the graph output, not a name the caller keeps (``keep_acts``). An
+        op may then leave such an output unwritten (an LSTM's Y_h / Y_c a model ignores)."""
+        plan = self.plan
+        graph = plan.graph
+        return bool(name) and not graph.consumers.get(name) and name != graph.output and \
+            name not in getattr(plan, "keep_acts", ())
+
     def fused(self, node) -> frozenset:
         """Which of a ReLU's passes the plan fused across ``node`` and an in-place Relu next to
         it: "forward" (a FUSES_RELU_FORWARD op applies the Relu after it; for that Relu: its

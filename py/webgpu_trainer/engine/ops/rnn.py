@@ -180,7 +180,9 @@ def _setup(b, node, ins):
 
 async def forward(b, node, ins, outs, train):
     """Y, Y_h, Y_c: the initial state into the save buffers, the x-projections of all steps,
-    then the sequence (``steps_per_dispatch`` steps a dispatch: all of them unless long)."""
+    then the sequence (``steps_per_dispatch`` steps a dispatch: all of them unless long).
+    An output nothing reads (``Builder.unread``: torch's Y_h and Y_c beside a model that
+    uses Y) is not written: no ``final_state`` dispatch for it."""
     lstm = node["op_type"] == "LSTM"
     base, sv = _setup(b, node, ins)
     t, n, i, h, d, g = (base[k] for k in ("T", "N", "I", "H", "D", "G"))
@@ -189,7 +191,8 @@ async def forward(b, node, ins, outs, train):
     await _kernel(b, node, "init_state", state,
                    params={**base, "flags": int(h0 is not None) | 2 * int(c0 is not None)},
                    x=h0, dy=c0, a=sv["hs"], b=sv["cs"])
-    y = _get(outs, 0)
+    y, yh, yc = (None if b.unread(_get(node["outputs"], k)) else _get(outs, k)
+                 for k in range(3))  # what nothing reads is not written
     flags = int(y is not None) | 2 * int(bias is not None)
     if lstm and d == 1 and not base["rev0"] and b.RNN_XP_IN_PLACE:  # t = s: xp in the gates
         xp, flags = sv["gates"], flags | 64
@@ -213,7 +216,6 @@ async def forward(b, node, ins, outs, train):
                        params={**base, "flags": flags, "s": s0, "steps": per}, constants=consts,
                        x=None if flags & 64 else xp, w=rt, r=ins[2], bias=bias, a=sv["hs"],
                        b=sv["cs"], c=sv["gates"], out=y)
-    yh, yc = _get(outs, 1), _get(outs, 2)
     if yh is not None or yc is not None:
         await _kernel(b, node, "final_state", state,
                        params={**base, "flags": int(yh is not None) | 2 * int(yc is not None)},
