@@ -321,12 +321,32 @@ fn gru_step(d: u32, n: u32, j: u32, s: u32) {
 // thread's loop iterations would pass lavapipe's cap, rnn.py), one workgroup per (d, n) (p.G 4:
 // LSTM, 3: GRU): its threads take units j = lid, lid + 64, ...; a step reads the hidden state
 // the workgroup wrote at the step before (storageBarrier between steps).
+// Forward flags 256 (no initial state given; the sequence's first dispatch, instead of
+// init_state): zeros into hs[d, 0] (a) and, for an LSTM, cs[d, 0] (b) of samples n0 ..
+// n0 + count - 1, by the workgroup that then reads them (storageBarrier: visible to it).
+// Called in uniform control flow.
+fn zero_state(d: u32, n0: u32, count: u32, lid: u32, threads: u32) {
+  let nh = p.N * p.H;
+  for (var e = lid; e < count * p.H; e += threads) {
+    let n = n0 + e / p.H;
+    if (n < p.N) {
+      let k = d * (p.T + 1u) * nh + n * p.H + e % p.H;
+      a[k] = 0.0;
+      if (p.G == 4u) { b[k] = 0.0; }
+    }
+  }
+  storageBarrier();
+}
+
 @compute @workgroup_size(64)
 fn forward_seq(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
   let dn = wid.x + wid.y * nwg.x;
   let near = p.H <= SEQ_H && dn < p.D * p.N;
+  if ((p.flags & 256u) != 0u && dn < p.D * p.N) {
+    zero_state(dn / p.N, dn % p.N, 1u, lid, 64u);
+  }
   for (var s = p.s; s < min(p.s + p.steps, p.T); s++) {
     if (near) {  // h of (d, n) before step s into row
       let hb = ((dn / p.N) * (p.T + 1u) + s) * p.N * p.H + (dn % p.N) * p.H;
@@ -356,6 +376,7 @@ fn forward_seq_wide(@builtin(workgroup_id) wid: vec3<u32>,
   let gh = p.G * p.H;
   let reg = (p.flags & 32u) != 0u;
   let copies = 256u / gh;  // threads a gate row q (flags 32): sample slots lid / gh + copies k
+  if (live && (p.flags & 256u) != 0u) { zero_state(d, n0, NB, lid, 256u); }
   if (live) {  // h before the dispatch's first step into row; R's row q into rr (flags 32)
     for (var e = lid; e < NB * p.H; e += 256u) {
       let n = min(n0 + e / p.H, p.N - 1u);

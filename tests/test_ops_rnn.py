@@ -310,3 +310,31 @@ def test_outputs_nothing_reads_are_not_written(device, cid, final):
     plan = run(parity.load(device, case.graph, case.blob, len(case.x), loss="cross_entropy"))
     entries = [str(d[0][2]) for d in plan.fwd_train]
     assert any("final_state" in e for e in entries) == final, entries
+
+
+@pytest.mark.parametrize("tiled", [False, True])
+@pytest.mark.parametrize("cid", ["rnn/LSTM_forward_Y", "rnn/GRU_bidirectional_Y"])
+def test_zero_state_written_by_the_sequence(device, cid, tiled):
+    """With no initial state the first sequence dispatch writes the zero state rows itself
+    (rnn.wgsl flags 256, no init_state dispatch): state buffers filled with NaN first give
+    the same loss and output as fresh ones (forward_seq; with ``tiled`` forward_seq_wide)."""
+    import struct
+    from harness import run
+    from webgpu_trainer.engine.tools import parity
+    case = next(c for c in rnn.CASES if c.id == cid)
+    labels = case.labels.astype(np.uint32).tobytes()
+    got = []
+    for poison in (False, True):
+        with builder_patch({"TILED": tiled}):
+            plan = run(parity.load(device, case.graph, case.blob, len(case.x), case.x.tobytes(),
+                                   labels, loss="cross_entropy"))
+        assert not any("init_state" in str(d[0][2]) for d in plan.fwd_train)
+        saves = plan.builder._saves
+        for key in [k for k in saves if k.endswith((".hs", ".cs"))] if poison else ():
+            size = plan.builder.save_sizes[id(saves[key])]
+            device.write(saves[key], struct.pack(f"<{size}f", *[float("nan")] * size))
+        parity.run_step(device, plan, 1, 0)
+        out = plan.acts[plan.graph.output]
+        got.append((run(device.read(plan.metrics, 0, 8)),
+                    run(device.read(out.buf, out.offset, 4 * int(np.prod(out.shape))))))
+    assert got[0] == got[1] and not np.isnan(np.frombuffer(got[0][0], np.float32)).any()

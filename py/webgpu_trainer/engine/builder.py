@@ -274,6 +274,10 @@ class Builder:
     # from workgroup memory (ops/matmul._wg_chunk; None: A/B; tests set 0).
     MATMUL_WG = 128
 
+    # An RNN with no initial state zeroes its state rows in its first sequence dispatch
+    # (rnn.wgsl flags 256) instead of an init_state dispatch; False: A/B.
+    RNN_ZERO_STATE_IN_SEQ = True
+
     # LSTM/GRU forward steps read R transposed on GPU adapters (ops/rnn.forward); False: A/B.
     RNN_TRANSPOSED_R = True
     # MatMul (of a weight, or its Transpose) + bias Add as one Gemm between views

@@ -188,9 +188,13 @@ async def forward(b, node, ins, outs, train):
     t, n, i, h, d, g = (base[k] for k in ("T", "N", "I", "H", "D", "G"))
     bias, h0, c0 = _get(ins, 3), _get(ins, 5), _get(ins, 6) if lstm else None
     state = groups_1d(d * n * h)
-    await _kernel(b, node, "init_state", state,
-                   params={**base, "flags": int(h0 is not None) | 2 * int(c0 is not None)},
-                   x=h0, dy=c0, a=sv["hs"], b=sv["cs"])
+    zero = 0  # no initial state: the first sequence dispatch writes the zeros (flags 256)
+    if h0 is None and c0 is None and b.RNN_ZERO_STATE_IN_SEQ:
+        zero = 256
+    else:
+        await _kernel(b, node, "init_state", state,
+                       params={**base, "flags": int(h0 is not None) | 2 * int(c0 is not None)},
+                       x=h0, dy=c0, a=sv["hs"], b=sv["cs"])
     y, yh, yc = (None if b.unread(_get(node["outputs"], k)) else _get(outs, k)
                  for k in range(3))  # what nothing reads is not written
     flags = int(y is not None) | 2 * int(bias is not None)
@@ -213,7 +217,8 @@ async def forward(b, node, ins, outs, train):
         flags |= 128 * _ahead(b, lstm, consts, h)
     for s0 in range(0, t, per):
         await _kernel(b, node, entry, groups,
-                       params={**base, "flags": flags, "s": s0, "steps": per}, constants=consts,
+                       params={**base, "flags": flags | (zero if s0 == 0 else 0), "s": s0,
+                               "steps": per}, constants=consts,
                        x=None if flags & 64 else xp, w=rt, r=ins[2], bias=bias, a=sv["hs"],
                        b=sv["cs"], c=sv["gates"], out=y)
     if yh is not None or yc is not None:
