@@ -30,18 +30,27 @@ fn wslot(a: u32, lid: u32) -> u32 { return a * 64u + (a + lid) % 64u; }
 // from the pixel's window corner is then one constant per tap (Taps.x), nothing is checked.
 override UNPADDED: bool = ph == 0u && pw == 0u;
 
+// BIAS_TAP (ops/conv.py, split into parts): one more tap after the R real ones, whose input
+// value is 1 at every pixel, so its sums are the bias gradient sum_{n,oh,ow} dy[n,k,oh,ow],
+// added beside the weight gradient from the same dy loads; its partial sums go to the tail
+// y[splits * K * R + chunk * K + k] that reduce.wgsl reduce_splits adds into the bias's
+// gradient (no channel_sum and reduce_splits of their own).
+override BIAS_TAP: bool = false;
+
 // Offsets of taps r0 + 0..3 (c, i, j flattened, clamped to R - 1): input offset in an image
 // (with the tap's row and column when unpadded), row offset i*dh - ph, column offset j*dw - pw.
-struct Taps { x: vec4<u32>, i: vec4<i32>, j: vec4<i32> }
+// one: BIAS_TAP's tap (r == R), whose value is 1.
+struct Taps { x: vec4<u32>, i: vec4<i32>, j: vec4<i32>, one: vec4<bool> }
 
 fn taps4(r0: u32, R: u32, c0: u32) -> Taps {
   let taps = KH * KW;
+  let one = vec4<bool>(BIAS_TAP) & (vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u) == vec4<u32>(R));
   let r = min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(R - 1u));
   let i = (r % taps) / KW;
   let j = r % KW;
   let inside = select(vec4<u32>(0u), i * dh * p.W + j * dw, vec4<bool>(UNPADDED));
   return Taps((r / taps + c0) * p.H * p.W + inside, vec4<i32>(i * dh) - i32(ph),
-              vec4<i32>(j * dw) - i32(pw));
+              vec4<i32>(j * dw) - i32(pw), one);
 }
 
 // x (the forward input, bound as `w`) at the tap (xo, io, jo) of output pixel (oh, ow) of the
@@ -56,10 +65,12 @@ fn tap_value(xo: u32, io: i32, jo: i32, xn: u32, oh: u32, ow: u32) -> f32 {
 
 // The 4 taps of `t` at pixel (oh, ow) of the image at xn.
 fn tap_values(t: Taps, xn: u32, oh: u32, ow: u32) -> vec4<f32> {
-  return vec4<f32>(tap_value(t.x.x, t.i.x, t.j.x, xn, oh, ow),
-                   tap_value(t.x.y, t.i.y, t.j.y, xn, oh, ow),
-                   tap_value(t.x.z, t.i.z, t.j.z, xn, oh, ow),
-                   tap_value(t.x.w, t.i.w, t.j.w, xn, oh, ow));
+  let v = vec4<f32>(tap_value(t.x.x, t.i.x, t.j.x, xn, oh, ow),
+                    tap_value(t.x.y, t.i.y, t.j.y, xn, oh, ow),
+                    tap_value(t.x.z, t.i.z, t.j.z, xn, oh, ow),
+                    tap_value(t.x.w, t.i.w, t.j.w, xn, oh, ow));
+  if (BIAS_TAP) { return select(v, vec4<f32>(1.0), t.one); }
+  return v;
 }
 
 // A pixel walker over the flattened (n, oh, ow) with a fixed stride.
@@ -90,7 +101,7 @@ fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
   let Cg = p.C / p.G;
   let R = Cg * KH * KW;
   let kblocks = (Kg + 7u) / 8u;
-  let rblocks = (R + 7u) / 8u;
+  let rblocks = (R + u32(BIAS_TAP) + 7u) / 8u;
   let rgroups = (rblocks + WRB - 1u) / WRB;
   let kb = wid.x / rgroups;
   let rb = (wid.x % rgroups) * WRB + grp;  // >= rblocks: this tap block idles (and writes none)
@@ -189,6 +200,9 @@ fn weight_grad(@builtin(workgroup_id) wid: vec3<u32>,
       let k = k0 + (a % 2u) * 4u + lane % 4u;
       let r = r0 + a / 2u;
       if (rb < rblocks && k < (g + 1u) * Kg && r < R) { y[(wid.y * p.K + k) * R + r] = sum; }
+      if (BIAS_TAP && rb < rblocks && k < (g + 1u) * Kg && r == R) {
+        y[p.splits * p.K * R + wid.y * p.K + k] = sum;
+      }
     }
     workgroupBarrier();
   }

@@ -1108,6 +1108,7 @@ GPU_PIPELINES = [
     ("gemm", "matmul", {"WX": 4, "BSUM": 2}),
     ("conv2d", "forward", {**_WIN, "FCT": 4}),
     ("conv2d_wgrad", "weight_grad", {**_WIN, "WRB": 4}),
+    ("conv2d_wgrad", "weight_grad", {**_WIN, "WRB": 2, "BIAS_TAP": 1}),
     ("conv2d_wgrad", "weight_grad", {**_WIN, "KH": 5, "sh": 2, "ph": 2, "pw": 1, "dw": 2,
                                      "WRB": 2}),
     ("conv2d_wgrad", "weight_grad", {**_WIN, "KH": 1, "KW": 1, "WRB": 1}),

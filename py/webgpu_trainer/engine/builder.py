@@ -372,6 +372,10 @@ class Builder:
     # (one pass) instead of testing the bounds of every tap (ops/conv.py; False: A/B). The
     # forward measured slower so (H200, ResNet-8 batch 1000: 10.2 against 9.6 ms/step).
     PADDED_WEIGHT_GRAD = True
+    # A convolution's bias gradient summed beside its weight gradient where conv2d_wgrad.wgsl
+    # splits the pixels in parts (BIAS_TAP: a tap of value 1, its parts the reduction's tail)
+    # instead of channel_sum + reduce_splits; False: A/B.
+    CONV_BIAS_TAP = True
 
     # Convolutions as implicit GEMM (shaders/conv_gemm.wgsl, ops/conv_gemm.py) on GPU adapters
     # where the product's rows, columns and sum are each at least this long (out channels,

@@ -205,10 +205,12 @@ async def backward(b, node, ins, outs, gins, gouts):
         await input_grad(b, node, g, win, w, dy, gins[0], mask=mask, mask_src=mask_src)
     if gins[1] is not None and depthwise:
         await conv_depthwise.weight_grad(b, g, win, x, dy, gins[1])
-    elif gins[1] is not None:
-        await weight_grad(b, g, win, x, dy, gins[1])
-    if len(ins) > 2 and ins[2] is not None and gins[2] is not None:
-        await gemm.channel_sum(b, dy, gins[2], outer=n, channels=k, inner=oh * ow)
+    db = gins[2] if len(ins) > 2 and ins[2] is not None and len(gins) > 2 else None
+    if gins[1] is not None and not depthwise:
+        if await weight_grad(b, g, win, x, dy, gins[1], db=db):
+            db = None  # summed beside the weight gradient (conv2d_wgrad.wgsl BIAS_TAP)
+    if db is not None:
+        await gemm.channel_sum(b, dy, db, outer=n, channels=k, inner=oh * ow)
 
 
 async def input_grad(b, node, g, win, w, dy, dx, mask=0, mask_src=None, bias=None, relu=0):
@@ -243,19 +245,22 @@ async def input_grad(b, node, g, win, w, dy, dx, mask=0, mask_src=None, bias=Non
                    y=dx)
 
 
-async def weight_grad(b, g, win, x, dy, dw):
+async def weight_grad(b, g, win, x, dy, dw, db=None) -> bool:
     """dw = sum over the batch and output pixels of dy x (im2col x): on GPU adapters
     conv2d_wgrad.wgsl (threads over pixels, 8 channels x 8 taps each, chunks of pixels added by
     ``reduce_splits``), else conv2d.wgsl ``backward_weight`` (threads over (channels, taps),
-    split over the batch)."""
+    split over the batch). ``db``: the bias's gradient, summed here too where the pixels are
+    split in parts on GPU adapters (``Builder.CONV_BIAS_TAP``: one more tap of value 1, its
+    parts the reduction's tail); returns whether it was."""
     n, c, h, wd, k, oh, ow, grp = g
     taps = (c // grp) * win["KH"] * win["KW"]
     tile = conv_gemm.gemm_tile(b, k, taps, n * oh * ow, grp)
     if tile:
         await conv_gemm.weight_grad(b, g, win, tile, x, dy, dw)
-        return
+        return False
     if b.tiled and (win["ph"] or win["pw"]) and b.PADDED_WEIGHT_GRAD:
         g, win, x = await _padded_input(b, g, win, x)
+    bias_tap = False
     if b.tiled:
         rblocks = _cdiv(taps, 8)
         wrb = b.WEIGHT_GRAD_BLOCKS if rblocks >= b.WEIGHT_GRAD_BLOCKS else min(rblocks, 2)
@@ -264,8 +269,13 @@ async def weight_grad(b, g, win, x, dy, dw):
         # about WEIGHT_GRAD_THREADS threads, each thread at least 16 pixels
         splits = max(1, min(_cdiv(b.WEIGHT_GRAD_THREADS, 64 * groups * wrb),
                             pixels // (64 * 16), 65535))
+        bias_tap = db is not None and splits > 1 and getattr(b, "CONV_BIAS_TAP", True)
+        if bias_tap:  # the tap of value 1 after the R real ones (one more block when R % 8 == 0)
+            rblocks = _cdiv(taps + 1, 8)
+            wrb = b.WEIGHT_GRAD_BLOCKS if rblocks >= b.WEIGHT_GRAD_BLOCKS else min(rblocks, 2)
+            groups = grp * _cdiv(k // grp, 8) * _cdiv(rblocks, wrb)
         counts, shader, entry = (groups, splits, 1), "conv2d_wgrad", "weight_grad"
-        win = {**win, "WRB": wrb}
+        win = {**win, "WRB": wrb, **({"BIAS_TAP": 1} if bias_tap else {})}
     else:
         threads = grp * _cdiv(k // grp, 8) * _cdiv(taps, 4)
         splits = b.splits(threads, n, min_per_split=1)
@@ -278,11 +288,14 @@ async def weight_grad(b, g, win, x, dy, dw):
             win = {**win, "WC": WIDE_WC}
         gx, gy, _ = groups_1d(threads)
         counts = (gx, gy, splits)
-    out = b.temp(splits * k * taps) if splits > 1 else dw
+    tail = k if bias_tap else 0
+    out = b.temp(splits * (k * taps + tail)) if splits > 1 else dw
     await b.kernel(shader, entry, counts, params=_params(g, splits=splits), constants=win,
                    x=dy, w=x, y=out)
     if splits > 1:
-        await gemm.reduce_splits(b, out, dw, splits, k * taps)
+        await gemm.reduce_splits(b, out, dw, splits, k * taps, tail=tail,
+                                 out2=db if bias_tap else None)
+    return bias_tap
 
 
 async def _padded_input(b, g, win, x):
