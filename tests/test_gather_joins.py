@@ -53,18 +53,22 @@ def test_rnn_weight_gathers_join_to_the_same_floats(device, name, monkeypatch):
     assert run(Guard.build(plan)).tensors == run(Guard.build(off["plan"])).tensors
 
 
-def _two_gathers(sizes=(64, 64), outside=False):
+def _two_gathers(sizes=(64, 64), outside=False, shared=False):
     """Weights a [sizes[0]] and b [sizes[1]], next to each other, each reversed by a Gather
     over its flat view; both read by one Concat added to the input. ``outside``: a also
-    read by a Mul (a reader beyond the Gathers)."""
+    read by a Mul (a reader beyond the Gathers); ``shared``: the Gathers' outputs also read
+    by a second Concat before the first (two LSTMs sharing one W / R / B, as a common
+    subexpression pass over an export leaves them)."""
     def flat(w):
         return node("Reshape", [w, "m1"], [f"{w}::flat"])
 
     def rev(n):
         return {"dtype": "int64", "shape": [n], "values": list(range(n))[::-1]}
     nodes = [flat("a"), node("Gather", ["a::flat", "ia"], ["ga"], axis=0),
-             flat("b"), node("Gather", ["b::flat", "ib"], ["gb"], axis=0),
-             node("Concat", ["ga", "gb"], ["cat"], axis=0), node("Add", ["input", "cat"], ["y"])]
+             flat("b"), node("Gather", ["b::flat", "ib"], ["gb"], axis=0)]
+    if shared:
+        nodes.append(node("Concat", ["gb", "ga"], ["cat2"], axis=0))
+    nodes += [node("Concat", ["ga", "gb"], ["cat"], axis=0), node("Add", ["input", "cat"], ["y"])]
     if outside:
         nodes.append(node("Mul", ["a", "a"], ["z"]))
     n = sum(sizes)
@@ -80,7 +84,8 @@ def test_join_indices_and_what_stays_apart():
     """Joined: one Gather over a span of a and b whose indices are each part's, offset by its
     weight's place in the span; a Split and Reshapes give the old names back. Apart: a first
     part that is not a multiple of 64 floats (its view would not start at 256 bytes), and a
-    weight something else reads too."""
+    weight something else reads too, and Gathers that another node reads as well (a join per
+    reader wrote the same names twice and summed their gradients twice)."""
     g = _two_gathers()
     j = gather_joins.fold(g, g.shapes(2))
     ops = [n["op_type"] for n in j.nodes]
@@ -94,4 +99,6 @@ def test_join_indices_and_what_stays_apart():
     g = _two_gathers((60, 68))
     assert gather_joins.fold(g, g.shapes(2)) is g
     g = _two_gathers((64, 64), outside=True)
+    assert gather_joins.fold(g, g.shapes(2)) is g
+    g = _two_gathers((64, 64), shared=True)  # joined twice, it doubled their gradients
     assert gather_joins.fold(g, g.shapes(2)) is g

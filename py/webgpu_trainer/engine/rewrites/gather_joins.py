@@ -9,14 +9,16 @@ a Split cuts its output into the parts (views: ``fusion.split_offsets``, each pa
 a multiple of 256 bytes) and a Reshape gives each its shape and old name. One dispatch each
 way instead of three; the same copies, so the same floats.
 
-Joined when one node reads two or more Gathers (axis 0, constant indices) whose sources are
-weights seen flat (``<weight>::flat``) or spans over weights, the weights together lie next
+Joined when one node reads two or more Gathers (axis 0, constant indices) that nothing else
+reads (so each is joined once, before its one reader) whose sources are weights seen flat
+(``<weight>::flat``) or spans over weights, the weights together lie next
 to each other in the blob (``weight_layouts._adjacent``) and only these Gathers read them (a
 span's gradient is written whole), and every part but the last is a multiple of 64 floats.
 """
 
 from ..builder import Builder
 from ..graph import Graph
+from . import sole_reader
 from .weight_layouts import MAX_ELEMENTS, _adjacent, _numel
 
 
@@ -69,8 +71,9 @@ def fold(graph: Graph, shapes: dict, keep=()) -> Graph:
     tensors, drop, added = list(graph.desc["tensors"]), set(), []
     for node in graph.nodes:
         seen, found = set(), []
-        for name in node["inputs"]:
-            hit = _gather(graph, shapes, name) if name and name not in seen else None
+        for name in node["inputs"]:  # Gathers whose one reader is this node (joined once)
+            hit = _gather(graph, shapes, name) if name and name not in seen and \
+                sole_reader(graph, name, keep) is node else None
             seen.add(name)
             if hit is not None:
                 found.append(hit)
