@@ -338,3 +338,28 @@ def test_zero_state_written_by_the_sequence(device, cid, tiled):
         got.append((run(device.read(plan.metrics, 0, 8)),
                     run(device.read(out.buf, out.offset, 4 * int(np.prod(out.shape))))))
     assert got[0] == got[1] and not np.isnan(np.frombuffer(got[0][0], np.float32)).any()
+
+
+def test_probe_plan_writes_outputs_the_model_ignores(device):
+    """A probe may read any activation (``GpuEngine.probe``): its plan keeps every LSTM / GRU
+    output (``GpuEngine.probe_keep``), so Y_h and Y_c of a model that reads only Y are
+    written there, equal to the float64 numpy engine's (review: they read back as zeros)."""
+    import dataclasses
+    from conftest import FWD_RTOL, assert_close
+    from harness import oracle, read_f32, run
+    from webgpu_trainer.engine.graph import Graph
+    from webgpu_trainer.engine.plan import Plan
+    from webgpu_trainer.engine.tools import parity
+    from webgpu_trainer.engine.train.gpu_engine import GpuEngine
+    case = next(c for c in rnn.CASES if c.id == "rnn/LSTM_forward_Y")
+    keep = GpuEngine.probe_keep(Graph(case.graph))
+    assert {"y", "yh", "yc"} <= set(keep)
+    plan = run(Plan.build(device, Graph(case.graph), len(case.x), trainable=set(),
+                          keep_acts=keep))
+    run(parity.load(device, case.graph, case.blob, len(case.x), case.x.tobytes(),
+                    case.labels.astype(np.uint32).tobytes(), plan=plan))
+    parity.run_step(device, plan, 1, 0, train=False)
+    want = oracle(dataclasses.replace(case, acts=("yh", "yc"), train=False))["acts"]
+    for name in ("yh", "yc"):
+        got = run(read_f32(device, plan.acts[name]))
+        assert_close(got, np.asarray(want[name]).reshape(got.shape), FWD_RTOL, name)

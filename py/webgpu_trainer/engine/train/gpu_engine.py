@@ -292,12 +292,21 @@ class GpuEngine:
             return {name: raw[start:start + size]
                     for (name, _), start, size in zip(acts, starts, sizes)}
 
+    @staticmethod
+    def probe_keep(graph) -> list:
+        """The activations a probe's plan keeps (``keep_acts``): every Softmax output, so the
+        attention maps a probe reads are not folded into a FusedAttention
+        (rewrites/attention.py), whose eval forward stores no P; and every output of an LSTM
+        / GRU, which otherwise leaves what the model does not read unwritten
+        (``Builder.unread``: Y_h, Y_c)."""
+        return [o for n in graph.nodes for k, o in enumerate(n["outputs"]) if o and (
+            n["op_type"] in ("LSTM", "GRU") or (k == 0 and n["op_type"] == "Softmax"))]
+
     async def _probe_plan(self, spec):
-        """The probe's eval-only plan over the training plan's weights, its program (gather ->
-        eval forward -> head) and its image upload buffer. Every Softmax output is kept
-        (``keep_acts``): the attention maps a probe reads are then not folded into a
-        FusedAttention (rewrites/attention.py), whose eval forward stores no P."""
-        keep = [n["outputs"][0] for n in self.graph.nodes if n["op_type"] == "Softmax"]
+        """The probe's eval-only plan over the training plan's weights (keeping
+        ``probe_keep``), its program (gather -> eval forward -> head) and its image upload
+        buffer."""
+        keep = self.probe_keep(self.graph)
         plan = await Plan.build(self.dev, self.graph, PROBE_BATCH, trainable=set(),
                                 loss=self.loss_request, weights=self.plan.P, keep_acts=keep)
         order = self.dev.buffer(4 * PROBE_BATCH, "probe.order")
