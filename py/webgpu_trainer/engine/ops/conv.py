@@ -262,18 +262,14 @@ async def weight_grad(b, g, win, x, dy, dw, db=None) -> bool:
         g, win, x = await _padded_input(b, g, win, x)
     bias_tap = False
     if b.tiled:
-        rblocks = _cdiv(taps, 8)
-        wrb = b.WEIGHT_GRAD_BLOCKS if rblocks >= b.WEIGHT_GRAD_BLOCKS else min(rblocks, 2)
-        groups = grp * _cdiv(k // grp, 8) * _cdiv(rblocks, wrb)
+        wrb, groups = _wgrad_blocks(b, taps, k, grp)
         pixels = n * oh * ow
         # about WEIGHT_GRAD_THREADS threads, each thread at least 16 pixels
         splits = max(1, min(_cdiv(b.WEIGHT_GRAD_THREADS, 64 * groups * wrb),
                             pixels // (64 * 16), 65535))
-        bias_tap = db is not None and splits > 1 and getattr(b, "CONV_BIAS_TAP", True)
+        bias_tap = db is not None and splits > 1 and b.CONV_BIAS_TAP
         if bias_tap:  # the tap of value 1 after the R real ones (one more block when R % 8 == 0)
-            rblocks = _cdiv(taps + 1, 8)
-            wrb = b.WEIGHT_GRAD_BLOCKS if rblocks >= b.WEIGHT_GRAD_BLOCKS else min(rblocks, 2)
-            groups = grp * _cdiv(k // grp, 8) * _cdiv(rblocks, wrb)
+            wrb, groups = _wgrad_blocks(b, taps + 1, k, grp)
         counts, shader, entry = (groups, splits, 1), "conv2d_wgrad", "weight_grad"
         win = {**win, "WRB": wrb, **({"BIAS_TAP": 1} if bias_tap else {})}
     else:
@@ -296,6 +292,15 @@ async def weight_grad(b, g, win, x, dy, dw, db=None) -> bool:
         await gemm.reduce_splits(b, out, dw, splits, k * taps, tail=tail,
                                  out2=db if bias_tap else None)
     return bias_tap
+
+
+def _wgrad_blocks(b, taps: int, k: int, grp: int) -> tuple:
+    """(WRB, workgroups) of conv2d_wgrad.wgsl ``weight_grad`` for ``taps`` taps a group: blocks
+    of 8 taps, ``Builder.WEIGHT_GRAD_BLOCKS`` of them a workgroup (2 where fewer), times
+    blocks of 8 output channels."""
+    rblocks = _cdiv(taps, 8)
+    wrb = b.WEIGHT_GRAD_BLOCKS if rblocks >= b.WEIGHT_GRAD_BLOCKS else min(rblocks, 2)
+    return wrb, grp * _cdiv(k // grp, 8) * _cdiv(rblocks, wrb)
 
 
 async def _padded_input(b, g, win, x):
